@@ -1,0 +1,260 @@
+"""Headless commands: every analysis without the UI, for people (Rich) and programs (JSON/CSV).
+
+Imports stay light at module level so `bertscope --help` answers before torch loads;
+each command imports the core when it runs. Errors the user can fix print one line and
+exit with status 2.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import json
+import sys
+
+import click
+
+from bertscope import __version__
+from bertscope.core.errors import BertscopeError
+from bertscope.core.masks import ABLATIONS
+
+EXIT_BAD_INPUT = 2
+
+
+class BertscopeGroup(click.Group):
+    """A click group that turns user errors into one line and exit status 2."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BertscopeError as error:
+            click.echo(f"bertscope: error: {error}", err=True)
+            ctx.exit(EXIT_BAD_INPUT)
+
+
+@click.group(cls=BertscopeGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", "-V", prog_name="bertscope")
+def main() -> None:
+    """bertscope: explore what the attention heads and layers of BERT-family encoders do.
+
+    Every command works on the bundled all-MiniLM-L6-v2 unless --model names a local
+    model directory or a model already in the Hugging Face cache. Layers and heads count
+    from 0. Head masks are LAYER:HEAD items separated by commas, LAYER:* for a whole layer.
+    """
+
+
+def model_options(command):
+    """--model, --device, --dtype and --allow-download, shared by every command that loads a model."""
+    options = [
+        click.option(
+            "--model", "-m", "model", default=None, metavar="M",
+            help="Model directory, or a Hugging Face name already in the cache. Default: bundled all-MiniLM-L6-v2.",
+        ),
+        click.option("--device", default="auto", show_default=True, help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."),
+        click.option(
+            "--dtype", default="float32", show_default=True, type=click.Choice(["float32", "float16", "bfloat16"]),
+            help="Precision; the half precisions are for GPUs.",
+        ),
+        click.option("--allow-download", is_flag=True, help="Fetch a Hugging Face model that is not in the cache."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def mask_options(command):
+    command = click.option(
+        "--ablation", default="zero", show_default=True, type=click.Choice(ABLATIONS),
+        help="zero: remove the head's output (Michel et al.); uniform: the head attends evenly to all tokens (Kovaleva et al.).",
+    )(command)
+    return click.option("--mask", "mask_spec", default=None, metavar="SPEC", help="Heads to switch off, e.g. 0:3,2:*.")(command)
+
+
+def format_options(command):
+    command = click.option("--csv", "output_format", flag_value="csv", help="Print CSV for programs.")(command)
+    return click.option("--json", "output_format", flag_value="json", help="Print JSON for programs.")(command)
+
+
+def open_session(model: str | None, device: str, dtype: str, allow_download: bool):
+    """Load the model, with a spinner on a terminal so a person knows what is happening."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    with console.status("loading model…") if console.is_terminal else _nothing():
+        from bertscope.core.session import Session
+
+        return Session.open(model, device=device, dtype=dtype, allow_download=allow_download)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def warn(message: str) -> None:
+    click.echo(f"bertscope: warning: {message}", err=True)
+
+
+def encode_or_warn(session, text: str, pair: str | None):
+    encoding = session.encode(text, pair)
+    if encoding.truncated:
+        warn(
+            f"the input is {len(encoding) + encoding.truncated} tokens; cut {encoding.truncated} "
+            f"to fit the model's maximum of {session.max_length}"
+        )
+    return encoding
+
+
+def check_index(value: int, count: int, name: str) -> None:
+    if not 0 <= value < count:
+        raise BertscopeError(f"--{name} {value} is out of range: this model has {count} {name}s (0-{count - 1})")
+
+
+def print_json(payload: dict) -> None:
+    click.echo(json.dumps(payload, indent=None, separators=(",", ":")))
+
+
+@main.command()
+@model_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
+def info(model, device, dtype, allow_download, as_json):
+    """What the model is: family, layers, heads, sizes, MLM head, device."""
+    session = open_session(model, device, dtype, allow_download)
+    details = session.info.as_dict()
+    if as_json:
+        print_json(details)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None, padding=(0, 2))
+    labels = {
+        "source": "model", "family": "family", "architecture": "architecture", "num_layers": "layers",
+        "num_heads": "heads per layer", "hidden_size": "hidden size", "vocab_size": "vocabulary",
+        "max_length": "max tokens", "has_mlm_head": "MLM head", "num_labels": "labels",
+        "device": "device", "dtype": "dtype", "parameters": "parameters", "fingerprint": "fingerprint",
+    }
+    for key, label in labels.items():
+        value = details[key]
+        if key == "num_labels" and value is None:
+            continue
+        if isinstance(value, bool):
+            value = "yes" if value else "no (fill-in needs a model with an MLM head)"
+        elif key == "parameters":
+            value = f"{value:,} ({value / 1e6:.1f} M)"
+        table.add_row(f"[bold]{label}[/]", str(value))
+    Console().print(table)
+
+
+@main.command()
+@click.argument("text")
+@click.option("--pair", default=None, metavar="TEXT2", help="A second segment (sentence pair input).")
+@click.option("--layer", "-l", type=int, required=True, help="Layer, from 0.")
+@click.option("--head", "-H", "head", type=int, required=True, help="Head, from 0.")
+@mask_options
+@format_options
+@click.option("--theme", default=None, help="Heatmap colours: a theme name or a theme file.")
+@model_options
+def attention(text, pair, layer, head, mask_spec, ablation, output_format, theme, model, device, dtype, allow_download):
+    """Show one head's attention over TEXT as a heatmap (rows attend to columns)."""
+    if output_format is None:
+        colormap = _heatmap_colormap(theme)  # a bad theme fails before the model loads
+    session = open_session(model, device, dtype, allow_download)
+    check_index(layer, session.num_layers, "layer")
+    check_index(head, session.num_heads, "head")
+    head_mask = session.mask(mask_spec)
+    result = session.forward(encode_or_warn(session, text, pair), attentions=True, mask=head_mask, ablation=ablation)
+    weights = result.attentions[layer, head]
+    tokens = list(result.tokens)
+    if output_format == "json":
+        print_json(
+            {
+                "model": session.info.source,
+                "layer": layer,
+                "head": head,
+                "mask": head_mask.spec(),
+                "ablation": ablation,
+                "masked": head_mask.is_masked(layer, head),
+                "tokens": tokens,
+                "attention": weights.round(6).tolist(),
+            }
+        )
+        return
+    if output_format == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(["from \\ to", *tokens])
+        for token, row in zip(tokens, weights):
+            writer.writerow([token, *(f"{value:.6f}" for value in row)])
+        click.echo(buffer.getvalue(), nl=False)
+        return
+    from rich.console import Console
+
+    from bertscope.render.heatmap import AttentionHeatmap
+
+    title = f"layer {layer} · head {head}"
+    if len(head_mask):
+        title += f" · mask {head_mask.spec()} ({ablation})"
+    Console().print(
+        AttentionHeatmap(
+            weights, tokens, tokens, colormap, title=title, masked=head_mask.is_masked(layer, head)
+        )
+    )
+
+
+def _heatmap_colormap(theme: str | None):
+    from bertscope.theming import DEFAULT_THEME, ThemeError, load_theme
+
+    try:
+        return load_theme(theme or DEFAULT_THEME).heatmap
+    except ThemeError as error:
+        raise BertscopeError(str(error)) from None
+
+
+@main.command()
+@click.argument("text")
+@click.option("--pair", default=None, metavar="TEXT2", help="A second segment (sentence pair input).")
+@mask_options
+@click.option("--output", "-o", required=True, metavar="FILE.npz", help="Where to write the arrays.")
+@model_options
+def export(text, pair, mask_spec, ablation, output, model, device, dtype, allow_download):
+    """Write tokens, attentions, hidden states (and MLM logits) of TEXT to an .npz file.
+
+    Arrays: tokens [T], input_ids [T], token_type_ids [T], word_ids [T] (-1 for special
+    tokens), special [T], attentions [L,H,T,T], hidden_states [L+1,T,D] (0 = embeddings),
+    mlm_logits [T,V] when the model has an MLM head, and the mask spec and ablation.
+    """
+    import numpy as np
+
+    from bertscope.files import atomic_write, check_writable
+
+    check_writable(output)
+    session = open_session(model, device, dtype, allow_download)
+    head_mask = session.mask(mask_spec)
+    result = session.forward(encode_or_warn(session, text, pair), attentions=True, mask=head_mask, ablation=ablation)
+    encoding = result.encoding
+    arrays = {
+        "tokens": np.array(encoding.tokens),
+        "input_ids": encoding.input_ids,
+        "token_type_ids": encoding.token_type_ids,
+        "word_ids": np.array([-1 if word is None else word for word in encoding.word_ids], dtype=np.int64),
+        "special": encoding.special,
+        "attentions": result.attentions,
+        "hidden_states": result.hidden_states,
+        "mask": np.array(head_mask.spec()),
+        "ablation": np.array(ablation),
+        "model": np.array(session.info.source),
+    }
+    if result.mlm_logits is not None:
+        arrays["mlm_logits"] = result.mlm_logits
+    try:
+        with atomic_write(output) as handle:
+            np.savez(handle, **arrays)
+    except OSError as error:
+        raise BertscopeError(f"cannot write {output}: {error.strerror or error}") from None
+    shapes = ", ".join(f"{name} {list(arrays[name].shape)}" for name in ("attentions", "hidden_states", "mlm_logits") if name in arrays)
+    click.echo(f"wrote {output}: {len(encoding)} tokens; {shapes}", err=True)

@@ -1,0 +1,41 @@
+"""Choosing where the model runs and in which precision."""
+
+from __future__ import annotations
+
+import torch
+
+from bertscope.core.errors import InputError
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """`auto` takes cuda, then mps, then cpu; an explicit device must be present."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise InputError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"device {name!r} asked for, but torch sees no CUDA GPU here; use --device cpu or auto")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise InputError(f"device {name!r} does not exist: torch sees {torch.cuda.device_count()} CUDA GPU(s)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"device {name!r} asked for, but MPS is not available here; use --device cpu or auto")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise InputError(f"unsupported device {name!r}; use auto, cpu, cuda, cuda:N or mps")
+    return device
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """float32 everywhere; the half precisions only on a GPU, where they pay off."""
+    if name not in DTYPES:
+        raise InputError(f"unknown dtype {name!r}; use one of: {', '.join(DTYPES)}")
+    if name != "float32" and device.type == "cpu":
+        raise InputError(f"--dtype {name} is for GPUs; on the CPU use float32")
+    return DTYPES[name]

@@ -1,0 +1,85 @@
+"""Plain result types that cross from the core to the CLI and the UI.
+
+Frozen dataclasses of numpy arrays, strings and numbers: no tensor ever leaves the core.
+Conventions: layers and heads count from 0; `hidden_states` has L+1 entries, index 0
+being the embedding output and index l+1 the output of layer l.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from bertscope.core.masks import Ablation, HeadMask
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a loaded model is, for `bertscope info` and the status line."""
+
+    source: str
+    family: str
+    architecture: str
+    num_layers: int
+    num_heads: int
+    hidden_size: int
+    vocab_size: int
+    max_length: int
+    has_mlm_head: bool
+    num_labels: int | None
+    device: str
+    dtype: str
+    parameters: int
+    fingerprint: str
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True, eq=False)
+class Encoding:
+    """A tokenised sentence (or sentence pair) with its alignment back to words.
+
+    `word_ids[i]` is the index of the word token i came from within its segment, or
+    None for special tokens; `segment_ids[i]` is 0 for the first text, 1 for the pair
+    text, and None for special tokens. `truncated` counts the tokens cut to fit the
+    model's maximum length.
+    """
+
+    text: str
+    pair: str | None
+    tokens: tuple[str, ...]
+    input_ids: np.ndarray
+    token_type_ids: np.ndarray
+    special: np.ndarray
+    word_ids: tuple[int | None, ...]
+    segment_ids: tuple[int | None, ...]
+    truncated: int = 0
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass(frozen=True, eq=False)
+class ForwardResult:
+    """Everything one forward pass over one input gives back.
+
+    `attentions` is `[L, H, T, T]` (rows are query tokens and sum to 1) and present only
+    when asked for; a head switched off with `zero` ablation has all-zero weights (as the
+    old `head_mask` reported), one with `uniform` ablation has the uniform distribution.
+    `hidden_states` is `[L+1, T, D]`; `mlm_logits` is `[T, V]` for models with an MLM
+    head; `class_logits` is `[C]` for sequence-classification models.
+    """
+
+    encoding: Encoding
+    hidden_states: np.ndarray
+    attentions: np.ndarray | None
+    mlm_logits: np.ndarray | None
+    class_logits: np.ndarray | None
+    mask: HeadMask
+    ablation: Ablation
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        return self.encoding.tokens

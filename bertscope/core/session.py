@@ -1,0 +1,155 @@
+"""The session: one loaded model that the CLI and the UI talk to.
+
+It owns the model, its tokenizer and device, and a lock so that one forward pass runs
+at a time. `forward` turns text into plain results; `run` is the tensor-level entry for
+core analyses that batch sentences or need gradients through head gates.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from bertscope.core.ablation import attention_pass
+from bertscope.core.loading import LoadedModel, load_model
+from bertscope.core.masks import Ablation, HeadMask, check_ablation
+from bertscope.core.results import Encoding, ForwardResult, ModelInfo
+from bertscope.core.tokens import encode
+
+
+class Session:
+    """A model ready for analysis. Thread-safe: forwards are serialised by `lock`."""
+
+    def __init__(self, loaded: LoadedModel):
+        self.loaded = loaded
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.device = loaded.device
+        self.lock = threading.RLock()
+        config = self.model.config
+        self.num_layers: int = config.num_hidden_layers
+        self.num_heads: int = config.num_attention_heads
+        self.hidden_size: int = config.hidden_size
+        self.max_length: int = loaded.max_length
+        family = loaded.family
+        self._layers = [(family.self_attention(layer), family.attention_output(layer)) for layer in family.layers(self.model)]
+        self.mlm_head = family.mlm_head(self.model)
+
+    @classmethod
+    def open(
+        cls, model: str | None = None, *, device: str = "auto", dtype: str = "float32", allow_download: bool = False
+    ) -> Session:
+        """Load a model (None = the bundled all-MiniLM-L6-v2) and wrap it in a session."""
+        return cls(load_model(model, device=device, dtype=dtype, allow_download=allow_download))
+
+    @property
+    def info(self) -> ModelInfo:
+        config = self.model.config
+        is_classifier = self.loaded.architecture.endswith("ForSequenceClassification")
+        return ModelInfo(
+            source=self.loaded.source,
+            family=self.loaded.family.name,
+            architecture=self.loaded.architecture,
+            num_layers=self.num_layers,
+            num_heads=self.num_heads,
+            hidden_size=self.hidden_size,
+            vocab_size=config.vocab_size,
+            max_length=self.max_length,
+            has_mlm_head=self.mlm_head is not None,
+            num_labels=config.num_labels if is_classifier else None,
+            device=str(self.device),
+            dtype=str(self.loaded.dtype).removeprefix("torch."),
+            parameters=sum(p.numel() for p in self.model.parameters()),
+            fingerprint=self.loaded.fingerprint,
+        )
+
+    def mask(self, spec: str | None = None) -> HeadMask:
+        """Parse a mask spec (`0:3,2:*`) against this model's layers and heads."""
+        return HeadMask.parse(spec, self.num_layers, self.num_heads)
+
+    def encode(self, text: str, pair: str | None = None) -> Encoding:
+        return encode(self.tokenizer, text, pair, self.max_length)
+
+    def forward(
+        self,
+        text: str | Encoding,
+        pair: str | None = None,
+        *,
+        attentions: bool = False,
+        mask: HeadMask | str | None = None,
+        ablation: Ablation = "zero",
+        mlm_logits: bool = True,
+    ) -> ForwardResult:
+        """One sentence (or pair) through the model, as numpy arrays."""
+        encoding = text if isinstance(text, Encoding) else self.encode(text, pair)
+        head_mask = mask if isinstance(mask, HeadMask) else self.mask(mask)
+        ablation = check_ablation(ablation)
+        inputs = {
+            "input_ids": torch.as_tensor(encoding.input_ids, device=self.device)[None],
+            "token_type_ids": torch.as_tensor(encoding.token_type_ids, device=self.device)[None],
+        }
+        gates = torch.as_tensor(head_mask.gates(), device=self.device) if len(head_mask) else None
+        with torch.inference_mode():
+            outputs = self.run(inputs, gates=gates, ablation=ablation, attentions=attentions)
+            hidden = torch.stack(outputs.hidden_states)[:, 0]
+            mlm = None
+            if self.mlm_head is not None and mlm_logits:
+                mlm = _mlm_logits(outputs)[0]
+            class_logits = None
+            if self.loaded.architecture.endswith("ForSequenceClassification"):
+                class_logits = outputs.logits[0]
+            return ForwardResult(
+                encoding=encoding,
+                hidden_states=_numpy(hidden),
+                attentions=_numpy(torch.stack(outputs.attentions)[:, 0]) if attentions else None,
+                mlm_logits=_numpy(mlm) if mlm is not None else None,
+                class_logits=_numpy(class_logits) if class_logits is not None else None,
+                mask=head_mask,
+                ablation=ablation,
+            )
+
+    def run(
+        self,
+        inputs: dict[str, Tensor],
+        *,
+        gates: Tensor | None = None,
+        ablation: Ablation = "zero",
+        attentions: bool = False,
+        hidden_states: bool = True,
+    ):
+        """The model's own output for a batch, under head gates, holding the lock.
+
+        `inputs` are tokenizer tensors on the session's device (`attention_mask` marks
+        padding). `gates` is `[L, H]` or `[B, L, H]`, float, and may require grad. Call
+        inside `torch.inference_mode()` unless gradients are wanted.
+        """
+        padding_mask = inputs.get("attention_mask")
+        with self.lock, attention_pass(
+            self._layers,
+            gates=gates,
+            ablation=ablation,
+            padding_mask=padding_mask.bool() if padding_mask is not None else None,
+            want_weights=attentions,
+        ):
+            return self.model(**inputs, output_hidden_states=hidden_states, output_attentions=attentions)
+
+    def tokenize_batch(self, texts: Sequence[str]) -> dict[str, Tensor]:
+        """Pad and truncate a batch of sentences into tensors on the session's device."""
+        batch = self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
+        return {name: tensor.to(self.device) for name, tensor in batch.items()}
+
+
+def _mlm_logits(outputs) -> Tensor:
+    """MLM logits of a model with an MLM head (pre-training models name them differently)."""
+    prediction_logits = getattr(outputs, "prediction_logits", None)
+    return prediction_logits if prediction_logits is not None else outputs.logits
+
+
+def _numpy(tensor: Tensor) -> np.ndarray:
+    return tensor.detach().float().cpu().numpy()

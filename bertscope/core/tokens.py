@@ -1,0 +1,39 @@
+"""Tokenising a sentence or a sentence pair, keeping track of words and segments."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bertscope.core.errors import InputError
+from bertscope.core.results import Encoding
+
+
+def encode(tokenizer, text: str, pair: str | None, max_length: int) -> Encoding:
+    """Tokenise with special tokens; over-long input is truncated and the cut counted."""
+    if not isinstance(text, str) or not text.strip():
+        raise InputError("the text is empty; give a sentence to analyse")
+    if pair is not None and not pair.strip():
+        raise InputError("the pair text is empty; give a second sentence or leave --pair out")
+    full_length = len(tokenizer(text, pair, add_special_tokens=True, truncation=False, verbose=False)["input_ids"])
+    encoded = tokenizer(
+        text,
+        pair,
+        add_special_tokens=True,
+        truncation="longest_first" if full_length > max_length else False,
+        max_length=max_length,
+        return_token_type_ids=True,
+    )
+    input_ids = encoded["input_ids"]
+    special = tokenizer.get_special_tokens_mask(input_ids, already_has_special_tokens=True)
+    token_type_ids = encoded.get("token_type_ids") or [0] * len(input_ids)
+    return Encoding(
+        text=text,
+        pair=pair,
+        tokens=tuple(tokenizer.convert_ids_to_tokens(input_ids)),
+        input_ids=np.asarray(input_ids, dtype=np.int64),
+        token_type_ids=np.asarray(token_type_ids, dtype=np.int64),
+        special=np.asarray(special, dtype=bool),
+        word_ids=tuple(encoded.word_ids()),
+        segment_ids=tuple(encoded.sequence_ids()),
+        truncated=full_length - len(input_ids),
+    )

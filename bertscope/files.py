@@ -1,0 +1,49 @@
+"""Writing files so that a crash or a full disk never leaves half a file behind."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from bertscope.core.errors import InputError
+
+
+def check_writable(path: str | Path) -> Path:
+    """Fail early, before any slow work, if `path` cannot be written."""
+    target = Path(path).expanduser()
+    if target.is_dir():
+        raise InputError(f"cannot write {target}: it is a directory; give a file name")
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(f"cannot write {target}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise InputError(f"cannot write {target}: no permission to write in {parent}")
+    return target
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | Path, mode: str = "wb") -> Iterator[IO]:
+    """Write to a temporary file beside `path`, then rename it over `path` in one step."""
+    target = check_writable(path)
+    handle = tempfile.NamedTemporaryFile(mode, dir=target.parent, prefix=f".{target.name}.", suffix=".tmp", delete=False)
+    try:
+        with handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(handle.name, 0o666 & ~_umask())  # as a plain open() would have made it
+        os.replace(handle.name, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(handle.name)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
