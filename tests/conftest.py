@@ -1,0 +1,77 @@
+"""Shared fixtures: tiny seeded random encoders saved to disk and loaded through the real loader.
+
+The tokenizer is the bundled model's real uncased WordPiece vocabulary, so tokenisation
+and word alignment are the real thing while the networks stay small and fast.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+TINY = dict(
+    vocab_size=30522,
+    hidden_size=32,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+    hidden_dropout_prob=0.1,
+    attention_probs_dropout_prob=0.1,
+)
+
+
+def save_tiny(directory: Path, model_class_name: str, seed: int = 0, config_class_name: str = "BertConfig", **overrides):
+    """Save a seeded random model of `model_class_name` with the bundled tokenizer."""
+    import torch
+    import transformers
+    from transformers import AutoTokenizer
+
+    from bertscope.core.loading import bundled_model_dir
+
+    torch.manual_seed(seed)
+    config = getattr(transformers, config_class_name)(**{**TINY, **overrides})
+    model = getattr(transformers, model_class_name)(config)
+    model.save_pretrained(directory)
+    AutoTokenizer.from_pretrained(bundled_model_dir()).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    return save_tiny(tmp_path_factory.mktemp("tiny-bert"), "BertModel")
+
+
+@pytest.fixture(scope="session")
+def tiny_mlm_dir(tmp_path_factory) -> Path:
+    return save_tiny(tmp_path_factory.mktemp("tiny-bert-mlm"), "BertForMaskedLM", seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_session(tiny_bert_dir):
+    from bertscope.core.session import Session
+
+    return Session.open(str(tiny_bert_dir), device="cpu")
+
+
+@pytest.fixture(scope="session")
+def tiny_mlm_session(tiny_mlm_dir):
+    from bertscope.core.session import Session
+
+    return Session.open(str(tiny_mlm_dir), device="cpu")
+
+
+@pytest.fixture(scope="session")
+def bundled_session():
+    from bertscope.core.session import Session
+
+    return Session.open(device="cpu")
+
+
+def write_config(directory: Path, **config) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory

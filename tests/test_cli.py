@@ -1,0 +1,252 @@
+"""The headless commands, as a script or a person would call them."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from bertscope.cli import main
+from tests.conftest import write_config
+
+SENTENCE = "The keys to the cabinet are on the table."
+
+
+@pytest.fixture
+def run():
+    def invoke(*args: str):
+        return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+    return invoke
+
+
+def assert_one_line_error(result, fragment: str):
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("bertscope: error: ") and fragment in lines[0], lines[0]
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+
+
+def test_info_json(run, tiny_bert_dir):
+    result = run("info", "--model", str(tiny_bert_dir), "--json")
+    assert result.exit_code == 0
+    info = json.loads(result.stdout)
+    assert {k: info[k] for k in ("family", "num_layers", "num_heads", "hidden_size", "vocab_size", "max_length", "has_mlm_head")} == {
+        "family": "BERT", "num_layers": 3, "num_heads": 4, "hidden_size": 32, "vocab_size": 30522, "max_length": 64, "has_mlm_head": False,
+    }
+    assert info["device"] == "cpu" and info["parameters"] > 0
+
+
+def test_info_for_a_person(run, tiny_mlm_dir):
+    result = run("info", "--model", str(tiny_mlm_dir))
+    assert result.exit_code == 0
+    for fragment in ("BERT", "BertForMaskedLM", "heads per layer", "MLM head", "yes", "parameters"):
+        assert fragment in result.stdout
+
+
+def test_attention_json(run, tiny_bert_dir):
+    result = run("attention", SENTENCE, "--layer", "1", "--head", "2", "--model", str(tiny_bert_dir), "--json")
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    tokens = data["tokens"]
+    assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]" and "cabinet" in tokens
+    weights = np.array(data["attention"])
+    assert weights.shape == (len(tokens), len(tokens))
+    np.testing.assert_allclose(weights.sum(1), 1, atol=1e-4)
+    assert (data["layer"], data["head"], data["mask"], data["masked"]) == (1, 2, "", False)
+
+
+def test_attention_json_with_mask(run, tiny_bert_dir):
+    def attention(layer: int, head: int, *extra: str) -> dict:
+        result = run("attention", SENTENCE, "-l", str(layer), "-H", str(head), "-m", str(tiny_bert_dir), "--json", *extra)
+        return json.loads(result.stdout)
+
+    masked = attention(1, 2, "--mask", "1:2")
+    assert masked["masked"] and np.all(np.array(masked["attention"]) == 0)
+    uniform = attention(1, 2, "--mask", "1:2", "--ablation", "uniform")
+    np.testing.assert_allclose(uniform["attention"], 1 / len(uniform["tokens"]), atol=1e-6)
+    # switching off earlier layers changes what a later, unmasked head looks at
+    assert not np.allclose(attention(2, 0, "--mask", "0:*,1:*")["attention"], attention(2, 0)["attention"])
+
+
+def test_attention_csv(run, tiny_bert_dir):
+    result = run("attention", SENTENCE, "--layer", "0", "--head", "0", "--model", str(tiny_bert_dir), "--csv")
+    rows = list(csv.reader(io.StringIO(result.stdout)))
+    header, body = rows[0], rows[1:]
+    assert header[1] == "[CLS]" and len(header) == len(body) + 1
+    assert body[3][0] == header[4]
+    np.testing.assert_allclose([sum(map(float, row[1:])) for row in body], 1, atol=1e-4)
+
+
+def test_attention_heatmap_for_a_person(run, tiny_bert_dir):
+    result = run("attention", SENTENCE, "--layer", "0", "--head", "1", "--model", str(tiny_bert_dir))
+    assert result.exit_code == 0
+    assert "layer 0" in result.stdout and "head 1" in result.stdout
+    for token in ("cabinet", "table", "keys"):
+        assert token in result.stdout
+
+
+def test_pair_input(run, tiny_bert_dir):
+    result = run("attention", "The cat sat.", "--pair", "It was tired.", "-l", "0", "-H", "0", "-m", str(tiny_bert_dir), "--json")
+    assert json.loads(result.stdout)["tokens"].count("[SEP]") == 2
+
+
+def test_truncation_warns(run, tiny_bert_dir):
+    result = run("attention", "word " * 100, "-l", "0", "-H", "0", "-m", str(tiny_bert_dir), "--json")
+    assert result.exit_code == 0
+    assert "cut 38" in result.stderr and "maximum of 64" in result.stderr
+    assert len(json.loads(result.stdout)["tokens"]) == 64
+
+
+def test_export_npz(run, tiny_mlm_dir, tmp_path):
+    target = tmp_path / "run.npz"
+    result = run("export", SENTENCE, "--pair", "They are.", "--mask", "0:1", "-o", str(target), "--model", str(tiny_mlm_dir))
+    assert result.exit_code == 0, result.output
+    with np.load(target) as data:
+        tokens = data["tokens"]
+        count = len(tokens)
+        assert tokens[0] == "[CLS]"
+        assert data["attentions"].shape == (3, 4, count, count)
+        assert data["hidden_states"].shape == (4, count, 32)
+        assert data["mlm_logits"].shape == (count, 30522)
+        assert np.all(data["attentions"][0, 1] == 0)
+        assert str(data["mask"]) == "0:1" and str(data["ablation"]) == "zero"
+        assert data["word_ids"][0] == -1 and data["special"][0]
+        assert set(data["token_type_ids"].tolist()) == {0, 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["run.npz"]  # no temp file left behind
+
+
+def test_export_without_mlm_head_has_no_logits(run, tiny_bert_dir, tmp_path):
+    target = tmp_path / "plain.npz"
+    assert run("export", SENTENCE, "-o", str(target), "-m", str(tiny_bert_dir)).exit_code == 0
+    with np.load(target) as data:
+        assert "mlm_logits" not in data.files
+
+
+def test_export_replaces_an_existing_file_whole(run, tiny_bert_dir, tmp_path):
+    target = tmp_path / "out.npz"
+    target.write_bytes(b"old")
+    assert run("export", SENTENCE, "-o", str(target), "-m", str(tiny_bert_dir)).exit_code == 0
+    assert np.load(target)["attentions"].shape[0] == 3
+
+
+# --- bad input: one line, exit status 2, no traceback, no file -------------------------
+
+
+@pytest.mark.parametrize("text", ["", "   "])
+def test_empty_text(run, tiny_bert_dir, text):
+    assert_one_line_error(run("attention", text, "-l", "0", "-H", "0", "-m", str(tiny_bert_dir)), "text is empty")
+
+
+def test_unknown_model_path(run):
+    assert_one_line_error(run("info", "--model", "./no/such/model"), "no such directory")
+
+
+def test_non_encoder_model(run, tmp_path):
+    directory = write_config(tmp_path / "gpt2", model_type="gpt2", architectures=["GPT2LMHeadModel"])
+    assert_one_line_error(run("info", "--model", str(directory)), "GPT2LMHeadModel")
+
+
+def test_damaged_weights(run, tiny_bert_dir, tmp_path):
+    directory = tmp_path / "damaged"
+    shutil.copytree(tiny_bert_dir, directory)
+    (directory / "model.safetensors").write_bytes(b"\x00" * 100)
+    assert_one_line_error(run("info", "--model", str(directory)), "damaged")
+
+
+@pytest.mark.parametrize(
+    "spec, fragment",
+    [("0-3", "is not LAYER:HEAD"), ("7:0", "layer 7"), ("0:4", "head 4"), ("x:*", "not a number")],
+)
+def test_bad_mask_specs(run, tiny_bert_dir, spec, fragment):
+    result = run("attention", SENTENCE, "-l", "0", "-H", "0", "--mask", spec, "-m", str(tiny_bert_dir))
+    assert_one_line_error(result, fragment)
+
+
+@pytest.mark.parametrize("option, value, fragment", [("--layer", "3", "--layer 3 is out of range"), ("--head", "-1", "--head -1 is out of range")])
+def test_layer_or_head_out_of_range(run, tiny_bert_dir, option, value, fragment):
+    args = {"--layer": "0", "--head": "0"}
+    args[option] = value
+    result = run("attention", SENTENCE, "--layer", args["--layer"], "--head", args["--head"], "-m", str(tiny_bert_dir))
+    assert_one_line_error(result, fragment)
+
+
+def test_unwritable_output(run, tiny_bert_dir, tmp_path):
+    result = run("export", SENTENCE, "-o", str(tmp_path / "missing-dir" / "x.npz"), "-m", str(tiny_bert_dir))
+    assert_one_line_error(result, "does not exist")
+    assert not (tmp_path / "missing-dir").exists()
+
+
+def test_output_is_a_directory(run, tiny_bert_dir, tmp_path):
+    assert_one_line_error(run("export", SENTENCE, "-o", str(tmp_path), "-m", str(tiny_bert_dir)), "is a directory")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_read_only_directory(run, tiny_bert_dir, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    assert_one_line_error(run("export", SENTENCE, "-o", str(locked / "x.npz"), "-m", str(tiny_bert_dir)), "no permission")
+
+
+def test_failed_write_leaves_no_file(run, tiny_bert_dir, tmp_path, monkeypatch):
+    """A write that fails halfway (disk full) leaves neither a partial file nor a temp file."""
+    import numpy
+
+    def fail(file, **arrays):
+        file.write(b"partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(numpy, "savez", fail)
+    target = tmp_path / "x.npz"
+    assert_one_line_error(run("export", SENTENCE, "-o", str(target), "-m", str(tiny_bert_dir)), "No space left")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_theme(run, tiny_bert_dir):
+    assert_one_line_error(run("attention", SENTENCE, "-l", "0", "-H", "0", "--theme", "no-such-theme", "-m", str(tiny_bert_dir)), "no-such-theme")
+
+
+def test_half_precision_on_cpu(run, tiny_bert_dir):
+    assert_one_line_error(run("info", "-m", str(tiny_bert_dir), "--device", "cpu", "--dtype", "float16"), "for GPUs")
+
+
+# --- the real executable ----------------------------------------------------------------
+
+
+def python_modules_after(code: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print(' '.join(sys.modules))"], capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+@pytest.mark.parametrize("flag", ["--help", "--version"])
+def test_help_and_version_do_not_import_torch(flag):
+    code = f"from bertscope.cli import main\ntry:\n    main(['{flag}'])\nexcept SystemExit:\n    pass"
+    modules = python_modules_after(code)
+    assert "bertscope.cli" in modules
+    assert "torch" not in modules and "transformers" not in modules
+
+
+def test_module_entry_point_exit_status(tiny_bert_dir):
+    done = subprocess.run(
+        [sys.executable, "-m", "bertscope", "attention", "x", "-l", "9", "-H", "0", "-m", str(tiny_bert_dir)],
+        capture_output=True, text=True,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == "bertscope: error: --layer 9 is out of range: this model has 3 layers (0-2)"
+
+
+def test_version():
+    done = subprocess.run([sys.executable, "-m", "bertscope", "--version"], capture_output=True, text=True)
+    from bertscope import __version__
+
+    assert done.returncode == 0 and __version__ in done.stdout
