@@ -23,7 +23,16 @@ EXIT_BAD_INPUT = 2
 
 
 class BertscopeGroup(click.Group):
-    """A click group that turns user errors into one line and exit status 2."""
+    """A click group that turns user errors into one line and exit status 2.
+
+    A bare `bertscope`, or one whose first word is not a command (`bertscope "a text"`,
+    `bertscope --model DIR`), opens the explorer.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("-h", "--help", "-V", "--version")):
+            args = ["explore", *args]
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -38,6 +47,7 @@ class BertscopeGroup(click.Group):
 def main() -> None:
     """bertscope: explore what the attention heads and layers of BERT-family encoders do.
 
+    `bertscope [TEXT]` opens the explorer; the commands below run the analyses headless.
     Every command works on the bundled all-MiniLM-L6-v2 unless --model names a local
     model directory or a model already in the Hugging Face cache. Layers and heads count
     from 0. Head masks are LAYER:HEAD items separated by commas, LAYER:* for a whole layer.
@@ -116,6 +126,41 @@ def check_index(value: int, count: int, name: str) -> None:
 
 def print_json(payload: dict) -> None:
     click.echo(json.dumps(payload, indent=None, separators=(",", ":")))
+
+
+@main.command()
+@click.argument("text", required=False)
+@click.option("--pair", default=None, metavar="TEXT2", help="A second segment (sentence pair input).")
+@click.option("--theme", default=None, help="dark, light, colorblind, or a theme of your own (see the README).")
+@click.option("--session", "session_file", default=None, metavar="FILE", help="Restore the sentence, masks and selection from FILE, and keep saving them there.")
+@click.option("--export-dir", default=".", show_default=True, type=click.Path(file_okay=False), help="Where `e` saves SVG and CSV exports.")
+@click.option(
+    "--glyphs/--colours", "glyphs", default=None,
+    help="Draw heatmaps with shade characters, or with colours. Default: colours when the terminal has 256 or more and NO_COLOR is unset.",
+)
+@model_options
+def explore(text, pair, theme, session_file, export_dir, glyphs, model, device, dtype, allow_download):
+    """Open the explorer on TEXT (default: an example sentence, or the one in --session)."""
+    from bertscope.files import check_writable
+
+    if text is not None and not text.strip():
+        raise BertscopeError("the text is empty; give a sentence, or leave it out for the example")
+    if theme is not None:
+        _heatmap_colormap(theme)  # an unknown theme fails here, with the list of themes
+    if session_file is not None:
+        check_writable(session_file)
+    from bertscope.ui.app import ExplorerApp
+
+    def open_backend():
+        from bertscope.core.session import Session
+
+        return Session.open(model, device=device, dtype=dtype, allow_download=allow_download)
+
+    app = ExplorerApp(
+        open_backend, text=text, pair=pair, theme=theme, session_file=session_file, export_dir=export_dir, glyphs=glyphs
+    )
+    app.run()
+    sys.exit(app.return_code or 0)
 
 
 @main.command()

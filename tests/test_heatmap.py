@@ -125,7 +125,7 @@ def test_cursor_cell_and_its_labels_are_marked():
     assert cat_line[12] == "▸"
     assert cat_line[13 + 12 : 13 + 14] == "[]"
     assert sum("[]" in line for line in lines) == 1
-    assert any("cat → mat" in line for line in lines)
+    assert any("2:cat → 6:mat" in line for line in lines)
 
     coloured = render(AttentionHeatmap(attention(), TOKENS, TOKENS, COLORMAP, cursor=(2, 6)), color_system="truecolor")
     assert "48;2;0;255;255" in coloured  # the cursor colour

@@ -197,3 +197,18 @@ def test_weights_path_and_sdpa_path_agree(tiny_session):
     plain = tiny_session.forward(SENTENCES[0], attentions=False)
     eager = tiny_session.forward(SENTENCES[0], attentions=True)
     np.testing.assert_allclose(plain.hidden_states, eager.hidden_states, atol=1e-5)
+
+
+def test_mask_predictions_equal_a_direct_softmax(tiny_mlm_session):
+    session = tiny_mlm_session
+    result = session.forward("The capital of France is [MASK].")
+    (prediction,) = session.mask_predictions(result, top=3)
+    assert result.tokens[prediction.position] == "[MASK]"
+    logits = torch.as_tensor(result.mlm_logits[prediction.position], dtype=torch.float64)
+    probabilities, ids = logits.softmax(-1).topk(3)
+    assert prediction.tokens == tuple(session.tokenizer.convert_ids_to_tokens(ids.tolist()))
+    np.testing.assert_allclose(prediction.probabilities, probabilities.numpy(), rtol=1e-6)
+
+
+def test_no_predictions_without_mlm_head(tiny_session):
+    assert tiny_session.mask_predictions(tiny_session.forward("The capital is [MASK].")) == []

@@ -38,6 +38,7 @@ def test_wheel_ships_the_themes(tmp_path):
     themes = {Path(name).name for name in names if name.startswith("bertscope/themes/")}
     assert {"dark.toml", "light.toml", "colorblind.toml"} <= themes
     assert "bertscope/core/session.py" in names
+    assert "bertscope/ui/explorer.tcss" in names  # the explorer's layout ships too
     assert not any(name.startswith("tests/") for name in names)
 
 

@@ -83,3 +83,12 @@ class ForwardResult:
     @property
     def tokens(self) -> tuple[str, ...]:
         return self.encoding.tokens
+
+
+@dataclass(frozen=True)
+class MaskPrediction:
+    """The masked-LM's top guesses for one [MASK] position."""
+
+    position: int
+    tokens: tuple[str, ...]
+    probabilities: tuple[float, ...]

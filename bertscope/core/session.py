@@ -17,7 +17,8 @@ from torch import Tensor
 from bertscope.core.ablation import attention_pass
 from bertscope.core.loading import LoadedModel, load_model
 from bertscope.core.masks import Ablation, HeadMask, check_ablation
-from bertscope.core.results import Encoding, ForwardResult, ModelInfo
+from bertscope.core.effects import softmax
+from bertscope.core.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
 from bertscope.core.tokens import encode
 
 
@@ -136,6 +137,24 @@ class Session:
             want_weights=attentions,
         ):
             return self.model(**inputs, output_hidden_states=hidden_states, output_attentions=attentions)
+
+    def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
+        """The top guesses at every [MASK] of a result (empty without an MLM head or a [MASK])."""
+        mask_id = self.tokenizer.mask_token_id
+        if result.mlm_logits is None or mask_id is None:
+            return []
+        predictions = []
+        for position in np.flatnonzero(result.encoding.input_ids == mask_id):
+            probabilities = softmax(result.mlm_logits[position].astype(np.float64))
+            best = np.argsort(-probabilities)[:top]
+            predictions.append(
+                MaskPrediction(
+                    position=int(position),
+                    tokens=tuple(self.tokenizer.convert_ids_to_tokens(best.tolist())),
+                    probabilities=tuple(float(p) for p in probabilities[best]),
+                )
+            )
+        return predictions
 
     def tokenize_batch(self, texts: Sequence[str]) -> dict[str, Tensor]:
         """Pad and truncate a batch of sentences into tensors on the session's device."""

@@ -38,6 +38,7 @@ class AttentionHeatmap:
 
     ``split_columns`` prints a grid wider than the console in column blocks, like numpy
     prints wide arrays; turn it off where a scrolling container shows the full width.
+    ``glyphs`` forces shade glyphs (True) or colours (False); None decides from the console.
     """
 
     def __init__(
@@ -55,6 +56,7 @@ class AttentionHeatmap:
         split_columns: bool = True,
         label_width: int = 12,
         legend: bool = True,
+        glyphs: bool | None = None,
     ) -> None:
         weights = np.asarray(weights, dtype=float)
         if weights.ndim != 2:
@@ -83,6 +85,7 @@ class AttentionHeatmap:
         self.split_columns = split_columns
         self.label_width = label_width
         self.legend = legend
+        self.glyphs = glyphs  # None: decide from the console's colours
 
     # Rich protocol
 
@@ -93,6 +96,8 @@ class AttentionHeatmap:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         use_colour = console.color_system in ("256", "truecolor") and not console.no_color
+        if self.glyphs is not None:
+            use_colour = not self.glyphs
         palette = _Palette(self.colormap, use_colour, self.masked)
         width = options.max_width
         label_width, per_block = self.label_width, max(1, self.weights.shape[1])
@@ -118,6 +123,8 @@ class AttentionHeatmap:
                 yield from self._row_line(row, label, codes[row, start:stop], palette)
         if self.legend:
             yield from _line(self._legend_segments(label_width, palette), crop)
+        if self.cursor is not None:
+            yield from _line(self._pointer_segments(label_width, palette), crop)
 
     # Parts of the picture
 
@@ -171,12 +178,13 @@ class AttentionHeatmap:
         segments = [Segment(" " * (label_width + 1) + _number(self.vmin) + " ")]
         segments += palette.bar
         segments.append(Segment(" " + _number(self.vmax)))
-        if self.cursor is not None:
-            row, col = self.cursor
-            value = self.weights[row, col]
-            pointer = f"   ▸ {self.row_labels[row]} → {self.col_labels[col]}  {_number(value, 3)}"
-            segments.append(Segment(pointer, palette.emphasis))
         return segments
+
+    def _pointer_segments(self, label_width: int, palette: _Palette) -> list[Segment]:
+        """The cursor cell in words: from-token → to-token and its weight."""
+        row, col = self.cursor
+        pointer = f"▸ {row}:{self.row_labels[row]} → {col}:{self.col_labels[col]}  {_number(self.weights[row, col], 3)}"
+        return [Segment(" " * (label_width + 1)), Segment(pointer, palette.emphasis)]
 
     def _grid_width(self, label_width: int, cols: int) -> int:
         return label_width + 1 + CELL_WIDTH * cols
@@ -187,6 +195,9 @@ class AttentionHeatmap:
         if self.legend:
             plain = _Palette(self.colormap, use_colour=False, masked=False)
             width = max(width, Segment.get_line_length(self._legend_segments(self.label_width, plain)))
+        if self.cursor is not None:
+            plain = _Palette(self.colormap, use_colour=False, masked=False)
+            width = max(width, Segment.get_line_length(self._pointer_segments(self.label_width, plain)))
         return width
 
 

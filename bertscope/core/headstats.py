@@ -1,0 +1,71 @@
+"""Per-head figures of one sentence's attention, in numpy (no torch, so the UI can use them).
+
+Each figure is averaged over the query tokens: where the head's attention goes ([CLS],
+[SEP], punctuation, itself, its neighbours) after Clark et al. 2019, and how spread out
+it is (entropy in nats, mean distance in tokens).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+
+import numpy as np
+
+FIGURES: dict[str, str] = {
+    "entropy": "attention entropy (nats)",
+    "cls": "attention to [CLS]",
+    "sep": "attention to [SEP]",
+    "punct": "attention to punctuation",
+    "self": "attention to the token itself",
+    "prev": "attention to the previous token",
+    "next": "attention to the next token",
+    "distance": "mean attention distance (tokens)",
+}
+
+
+def is_punctuation(token: str) -> bool:
+    text = token.removeprefix("##").removeprefix("Ġ").removeprefix("▁")
+    return bool(text) and all(unicodedata.category(ch).startswith("P") for ch in text)
+
+
+def head_figures(attentions: np.ndarray, tokens: Sequence[str], special: np.ndarray) -> dict[str, np.ndarray]:
+    """Every figure of FIGURES as an `[L, H]` array, from `[L, H, T, T]` attentions."""
+    length = attentions.shape[-1]
+    special = np.asarray(special, dtype=bool)
+    first_special = np.zeros(length, dtype=bool)
+    first_special[0] = special[0]  # [CLS] / <s>
+    later_special = special & ~first_special  # [SEP] / </s>
+    punctuation = np.array([is_punctuation(t) and not s for t, s in zip(tokens, special)], dtype=bool)
+    positions = np.arange(length)
+    distance = np.abs(positions[:, None] - positions[None, :])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        plogp = np.where(attentions > 0, attentions * np.log(attentions), 0.0)
+    figures = {
+        "entropy": -plogp.sum(-1).mean(-1),
+        "cls": attentions[..., first_special].sum(-1).mean(-1),
+        "sep": attentions[..., later_special].sum(-1).mean(-1),
+        "punct": attentions[..., punctuation].sum(-1).mean(-1),
+        "self": np.diagonal(attentions, axis1=-2, axis2=-1).mean(-1),
+        "prev": _offset_mean(attentions, -1),
+        "next": _offset_mean(attentions, 1),
+        "distance": (attentions * distance).sum(-1).mean(-1),
+    }
+    return {name: figures[name].astype(np.float32) for name in FIGURES}
+
+
+def figure_range(name: str, length: int) -> tuple[float, float]:
+    """The scale to shade a figure on: shares are 0-1, entropy up to log T, distance up to T-1."""
+    if name == "entropy":
+        return 0.0, float(np.log(max(length, 2)))
+    if name == "distance":
+        return 0.0, float(max(length - 1, 1))
+    return 0.0, 1.0
+
+
+def _offset_mean(attentions: np.ndarray, offset: int) -> np.ndarray:
+    """Mean weight from token i to token i+offset, over the queries that have such a neighbour."""
+    length = attentions.shape[-1]
+    if length < 2:
+        return np.zeros(attentions.shape[:-2])
+    return np.diagonal(attentions, offset=offset, axis1=-2, axis2=-1).mean(-1)

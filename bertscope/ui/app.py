@@ -1,0 +1,414 @@
+"""The explorer: type a sentence, walk the layer × head grid, switch heads off, see the effect.
+
+The app never touches torch. It is given a function that opens a model backend; a thread
+worker calls it, so the first frame appears before the model (and torch) have loaded.
+Every model run happens in an exclusive thread worker: a newer request cancels the older
+one, whose result is dropped. Moving between heads of the same sentence repaints from the
+arrays already in memory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+from textual import on, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Input
+from textual.worker import Worker, WorkerState, get_current_worker
+
+from bertscope.core.effects import layer_cosines
+from bertscope.core.errors import BertscopeError
+from bertscope.core.headstats import FIGURES, figure_range, head_figures
+from bertscope.core.masks import HeadMask
+from bertscope.theming import DEFAULT_THEME
+from bertscope.ui.backend import Backend
+from bertscope.ui.export import export_view
+from bertscope.ui.help import HelpScreen
+from bertscope.ui.messages import Analysis, AnalysisComputed, AnalysisFailed, ModelLoaded, ModelLoadFailed
+from bertscope.ui.state import ExplorerState, fit_to_model, load_state, save_state
+from bertscope.ui.theme import heatmap_for, load_all_themes, textual_theme
+from bertscope.ui.widgets.attention_view import AttentionView
+from bertscope.ui.widgets.head_grid import HeadGrid
+from bertscope.ui.widgets.panels import EffectPanel, StatusLine, TokenPanel
+
+VIEWS = ("head", "average")
+
+
+class ExplorerApp(App[None]):
+    CSS_PATH = "explorer.tcss"
+    TITLE = "bertscope"
+    BINDINGS = [
+        Binding("question_mark", "help", "help"),
+        Binding("slash", "focus_sentence", "sentence", show=False),
+        Binding("x", "clear_mask", "unmask all"),
+        Binding("a", "toggle_ablation", "ablation"),
+        Binding("f", "next_figure", "figure"),
+        Binding("v", "next_view", "view"),
+        Binding("t", "next_theme", "theme"),
+        Binding("e", "export", "export"),
+        Binding("escape", "cancel", "cancel", show=False),
+        Binding("ctrl+q", "quit", "quit", priority=True),
+    ]
+
+    def __init__(
+        self,
+        open_backend: Callable[[], Backend],
+        *,
+        text: str | None = None,
+        pair: str | None = None,
+        theme: str | None = None,
+        session_file: str | Path | None = None,
+        export_dir: str | Path = ".",
+        glyphs: bool | None = None,
+    ) -> None:
+        super().__init__()
+        self._open_backend = open_backend
+        self.session_file = Path(session_file) if session_file else None
+        self.export_dir = Path(export_dir)
+        self._startup_notes: list[str] = []
+        state = ExplorerState()
+        if self.session_file is not None:
+            state, problem = load_state(self.session_file)
+            if problem:
+                self._startup_notes.append(problem)
+        if text:
+            state = state.with_(text=text, pair=pair or "")
+        elif pair is not None:
+            state = state.with_(pair=pair)
+        if theme:
+            state = state.with_(theme=theme)
+        self.state = state
+        self.backend: Backend | None = None
+        self.mask: HeadMask | None = None
+        self.analysis: Analysis | None = None
+        self.figures: dict[str, np.ndarray] | None = None
+        self._request = 0  # the newest analysis asked for; older results are dropped
+        self.theme_specs, theme_warnings = load_all_themes()
+        self._startup_notes.extend(theme_warnings)
+        self._glyphs_wanted = glyphs  # None: shade glyphs only where colours are too few or off
+        self.glyphs = bool(glyphs)
+
+    # layout
+
+    def compose(self) -> ComposeResult:
+        colormap = heatmap_for(DEFAULT_THEME, True, self.theme_specs)
+        with Horizontal(id="inputs"):
+            yield Input(self.state.text, placeholder="a sentence, then Enter", id="sentence")
+            yield Input(self.state.pair, placeholder="second segment (optional)", id="pair")
+        with Horizontal(id="body"):
+            with VerticalScroll(id="side"):
+                yield HeadGrid(colormap, id="grid")
+                yield TokenPanel(id="tokens")
+                yield EffectPanel(id="effect")
+            yield AttentionView(id="heatmap")
+        yield StatusLine(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        for spec in self.theme_specs.values():
+            self.register_theme(textual_theme(spec))
+        wanted = self.state.theme or DEFAULT_THEME
+        if wanted not in self.available_themes:
+            self._startup_notes.append(f"theme {wanted!r} is not available; using {DEFAULT_THEME}")
+            wanted = DEFAULT_THEME
+        self.theme = wanted
+        if self._glyphs_wanted is None:
+            self.glyphs = self.no_color or self.console.color_system in (None, "standard")
+        self.theme_changed_signal.subscribe(self, lambda _theme: self._restyle())
+        self._restyle()
+        self.query_one("#grid").border_title = "heads"
+        self.query_one("#tokens").border_title = "token"
+        self.query_one("#effect").border_title = "effect of the mask"
+        self.query_one("#heatmap").border_title = "attention"
+        for note in self._startup_notes:
+            self.notify(note, severity="warning", timeout=8)
+        self.query_one(HeadGrid).focus()
+        self.load_model()
+
+    # loading the model
+
+    @work(thread=True, group="load", exit_on_error=False)
+    def load_model(self) -> None:
+        try:
+            backend = self._open_backend()
+        except BertscopeError as error:
+            self.post_message(ModelLoadFailed(str(error)))
+            return
+        self.post_message(ModelLoaded(backend))
+
+    def on_model_loaded(self, message: ModelLoaded) -> None:
+        self.backend = backend = message.backend
+        self.state, warnings = fit_to_model(self.state, backend.num_layers, backend.num_heads)
+        for warning in warnings:
+            self.notify(warning, severity="warning", timeout=8)
+        self.mask = HeadMask.parse(self.state.mask, backend.num_layers, backend.num_heads)
+        self.query_one(HeadGrid).set_shape(backend.num_layers, backend.num_heads)
+        self.sub_title = backend.info.source
+        self._analyse(reuse_plain=False)
+
+    def on_model_load_failed(self, message: ModelLoadFailed) -> None:
+        self._set_busy(False)
+        self.query_one(AttentionView).show_message(f"could not load the model:\n{message.reason}")
+        self.notify(message.reason, title="model not loaded", severity="error", timeout=30)
+
+    # running the model
+
+    def _analyse(self, reuse_plain: bool) -> None:
+        """Ask for a new analysis of the current sentence and mask; the newest request wins."""
+        if self.backend is None or self.mask is None:
+            return
+        self._request += 1
+        plain = self.analysis.plain if reuse_plain and self.analysis is not None else None
+        self._set_busy(True)
+        self.run_analysis(self._request, self.state.text, self.state.pair or None, self.mask, self.state.ablation, plain)
+        self._save_state()
+
+    @work(thread=True, exclusive=True, group="analysis", exit_on_error=False)
+    def run_analysis(self, request, text, pair, mask, ablation, plain) -> None:
+        worker = get_current_worker()
+        backend = self.backend
+        started = time.perf_counter()
+        try:
+            if plain is None:
+                encoding = backend.encode(text, pair)
+                plain = backend.forward(encoding, attentions=True)
+            if worker.is_cancelled:
+                return
+            current = plain
+            if len(mask):
+                current = backend.forward(plain.encoding, attentions=True, mask=mask, ablation=ablation)
+            if worker.is_cancelled:
+                return
+            analysis = Analysis(
+                plain=plain,
+                current=current,
+                cosines=layer_cosines(current.hidden_states, plain.hidden_states),
+                predictions_plain=backend.mask_predictions(plain),
+                predictions_current=backend.mask_predictions(current),
+            )
+        except BertscopeError as error:
+            failed = AnalysisFailed(str(error))
+            failed.request = request
+            self.post_message(failed)
+            return
+        message = AnalysisComputed(analysis, time.perf_counter() - started)
+        message.request = request
+        if not worker.is_cancelled:
+            self.post_message(message)
+
+    def on_analysis_computed(self, message: AnalysisComputed) -> None:
+        if message.request != self._request:
+            return  # a newer request is on its way
+        self._set_busy(False)
+        self.analysis = analysis = message.analysis
+        current = analysis.current
+        self.figures = head_figures(current.attentions, current.tokens, current.encoding.special)
+        if current.encoding.truncated:
+            self.notify(
+                f"the input was cut by {current.encoding.truncated} tokens to the model's maximum of {len(current.tokens)}",
+                severity="warning",
+            )
+        self._repaint()
+
+    def on_analysis_failed(self, message: AnalysisFailed) -> None:
+        if message.request == self._request:
+            self._set_busy(False)
+            self.notify(message.reason, severity="error", timeout=10)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """Any unexpected failure of a worker becomes a notification, never a crash."""
+        if event.state == WorkerState.ERROR:
+            self._set_busy(False)
+            error = event.worker.error
+            self.notify(f"{type(error).__name__}: {error}", title="something went wrong", severity="error", timeout=30)
+
+    # drawing
+
+    def _restyle(self) -> None:
+        colormap = self._colormap()
+        self.query_one(HeadGrid).restyle(colormap, self.glyphs)
+        self._repaint()
+
+    def _colormap(self):
+        return heatmap_for(self.theme, self.current_theme.dark, self.theme_specs)
+
+    def _repaint(self) -> None:
+        """Redraw every pane from the arrays in memory (no model run)."""
+        self._update_status()
+        grid = self.query_one(HeadGrid)
+        analysis = self.analysis
+        if analysis is None or self.mask is None:
+            return
+        layer, head = self.state.layer, self.state.head
+        length = len(analysis.current.tokens)
+        figure = self.state.figure
+        grid.show(self.figures[figure], figure_range(figure, length), FIGURES[figure], self.mask, (layer, head))
+        weights, title, masked = self._displayed_matrix()
+        view = self.query_one(AttentionView)
+        view.show(weights, analysis.current.tokens, self._colormap(), title=title, masked=masked, glyphs=self.glyphs, cursor=self.state.cursor)
+        self.state = self.state.with_(cursor=view.cursor)
+        row = view.cursor[0]
+        self.query_one(TokenPanel).show(analysis.current.tokens, weights[row], row)
+        self.query_one(EffectPanel).show(
+            analysis.cosines, len(analysis.current.mask), analysis.predictions_plain, analysis.predictions_current, analysis.current.tokens
+        )
+
+    def _displayed_matrix(self) -> tuple[np.ndarray, str, bool]:
+        analysis = self.analysis
+        layer, head = self.state.layer, self.state.head
+        mask = analysis.current.mask
+        if self.state.view == "average":
+            weights = analysis.current.attentions[layer].mean(0)
+            heads = analysis.current.attentions.shape[1]
+            return weights, f"layer {layer} · average of {heads} heads{self._mask_note()}", False
+        if mask.is_masked(layer, head):
+            title = f"layer {layer} · head {head} · switched off ({analysis.current.ablation}): its unmasked pattern"
+            return analysis.plain.attentions[layer, head], title, True
+        return analysis.current.attentions[layer, head], f"layer {layer} · head {head}{self._mask_note()}", False
+
+    def _mask_note(self) -> str:
+        mask = self.analysis.current.mask
+        return f" · {len(mask)} head(s) off ({self.analysis.current.ablation})" if len(mask) else ""
+
+    def _update_status(self) -> None:
+        status = self.query_one(StatusLine)
+        if self.backend is None:
+            return
+        info = self.backend.info
+        masked = len(self.mask) if self.mask is not None else 0
+        status.set_facts(
+            f"{info.source} · {info.device} · {info.num_layers}×{info.num_heads} heads · "
+            f"{masked} masked ({self.state.ablation}) · {self.state.view} · {self.state.figure}"
+        )
+
+    def _set_busy(self, busy: bool) -> None:
+        self.query_one(StatusLine).set_busy(busy)
+
+    # what the user does
+
+    @on(Input.Submitted)
+    def sentence_submitted(self) -> None:
+        text = self.query_one("#sentence", Input).value
+        pair = self.query_one("#pair", Input).value
+        if not text.strip():
+            self.notify("the sentence is empty; type one and press Enter", severity="warning")
+            return
+        self.state = self.state.with_(text=text, pair=pair)
+        self._analyse(reuse_plain=False)
+
+    def on_head_grid_selected(self, message: HeadGrid.Selected) -> None:
+        self.state = self.state.with_(layer=message.layer, head=message.head)
+        self._repaint()
+        self._save_state()
+
+    def on_head_grid_toggled(self, message: HeadGrid.Toggled) -> None:
+        self._set_mask(self.mask.toggled(message.layer, message.head))
+
+    def on_head_grid_layer_toggled(self, message: HeadGrid.LayerToggled) -> None:
+        self._set_mask(self.mask.layer_toggled(message.layer))
+
+    def on_attention_view_cursor_moved(self, message: AttentionView.CursorMoved) -> None:
+        self.state = self.state.with_(cursor=(message.row, message.col))
+        self._repaint()
+
+    def _set_mask(self, mask: HeadMask) -> None:
+        if self.mask is None:
+            return
+        self.mask = mask
+        self.state = self.state.with_(mask=mask.spec())
+        self.query_one(HeadGrid).show_mask(mask)
+        self._update_status()
+        self._analyse(reuse_plain=True)
+
+    def action_clear_mask(self) -> None:
+        if self.mask is not None and len(self.mask):
+            self._set_mask(HeadMask.none(self.mask.num_layers, self.mask.num_heads))
+
+    def action_toggle_ablation(self) -> None:
+        self.state = self.state.with_(ablation="uniform" if self.state.ablation == "zero" else "zero")
+        self.notify(f"ablation: {self.state.ablation}", timeout=2)
+        self._update_status()
+        if self.mask is not None and len(self.mask):
+            self._analyse(reuse_plain=True)
+        else:
+            self._save_state()
+
+    def action_next_figure(self) -> None:
+        names = list(FIGURES)
+        self.state = self.state.with_(figure=names[(names.index(self.state.figure) + 1) % len(names)])
+        self._repaint()
+        self._save_state()
+
+    def action_next_view(self) -> None:
+        self.state = self.state.with_(view=VIEWS[(VIEWS.index(self.state.view) + 1) % len(VIEWS)])
+        self._repaint()
+        self._save_state()
+
+    def action_next_theme(self) -> None:
+        names = sorted(self.theme_specs)
+        current = names.index(self.theme) if self.theme in names else -1
+        self.theme = names[(current + 1) % len(names)]
+        self.state = self.state.with_(theme=self.theme)
+        self.notify(f"theme: {self.theme}", timeout=2)
+        self._save_state()
+
+    def action_focus_sentence(self) -> None:
+        self.query_one("#sentence", Input).focus()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_cancel(self) -> None:
+        if self.workers and any(w.group == "analysis" and w.is_running for w in self.workers):
+            self.workers.cancel_group(self, "analysis")
+            self._request += 1  # drop whatever the cancelled run still posts
+            self._set_busy(False)
+            self.notify("cancelled; showing the last finished result", timeout=3)
+
+    def action_export(self) -> None:
+        if self.analysis is None:
+            self.notify("nothing to export yet", severity="warning")
+            return
+        weights, _, _ = self._displayed_matrix()
+        tokens = list(self.analysis.current.tokens)
+        head = None if self.state.view == "average" else self.state.head
+        try:
+            svg_path, csv_path = export_view(
+                self.export_dir, svg=self.export_screenshot(), matrix=weights, row_labels=tokens, col_labels=tokens,
+                layer=self.state.layer, head=head, view=self.state.view,
+            )
+        except BertscopeError as error:
+            self.notify(str(error), severity="error", timeout=10)
+            return
+        self.notify(f"saved {svg_path}\nand {csv_path}", title="exported", timeout=8)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Toggle head", "Switch the selected head off or on", self.query_one(HeadGrid).action_toggle_head)
+        yield SystemCommand("Toggle layer", "Switch the selected head's layer off or on", self.query_one(HeadGrid).action_toggle_layer)
+        yield SystemCommand("Unmask all", "Switch every head back on", self.action_clear_mask)
+        yield SystemCommand("Switch ablation", "zero (Michel et al.) or uniform (Kovaleva et al.)", self.action_toggle_ablation)
+        yield SystemCommand("Next figure", "Shade the grid by another per-head figure", self.action_next_figure)
+        yield SystemCommand("Switch view", "One head, or the average over the layer's heads", self.action_next_view)
+        yield SystemCommand("Export view", "Save the screen as SVG and the matrix as CSV", self.action_export)
+        yield SystemCommand("Cancel", "Cancel the computation in progress", self.action_cancel)
+        yield SystemCommand("Keys", "Show every key", self.action_help)
+
+    # the session file
+
+    def _save_state(self) -> None:
+        if self.session_file is None:
+            return
+        try:
+            save_state(self.session_file, self.state)
+        except BertscopeError as error:
+            self.notify(str(error), title="session not saved", severity="error", timeout=10)
+
+    def on_unmount(self) -> None:
+        self._save_state()

@@ -1,0 +1,35 @@
+"""What the explorer needs from a model, as a protocol the core `Session` satisfies.
+
+The app receives a function that opens a backend (the CLI passes one that loads a core
+`Session`); tests pass a fake that returns fixed arrays, so the UI never imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from bertscope.core.masks import Ablation, HeadMask
+from bertscope.core.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
+
+
+class Backend(Protocol):
+    num_layers: int
+    num_heads: int
+    max_length: int
+
+    @property
+    def info(self) -> ModelInfo: ...
+
+    def encode(self, text: str, pair: str | None = None) -> Encoding: ...
+
+    def forward(
+        self,
+        text: Encoding,
+        pair: str | None = None,
+        *,
+        attentions: bool = False,
+        mask: HeadMask | None = None,
+        ablation: Ablation = "zero",
+    ) -> ForwardResult: ...
+
+    def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]: ...

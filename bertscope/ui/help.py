@@ -1,0 +1,58 @@
+"""The `?` screen: every key, what it does, and where to read more."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Markdown
+
+HELP = """\
+# bertscope explorer
+
+Type a sentence (and, if you like, a second segment) and press **Enter**. Pick a head in
+the grid; its attention shows on the right, rows attending to columns. Switch heads off
+and every pane shows the effect.
+
+| key | what it does |
+| --- | --- |
+| `tab` / `shift+tab` | move between the sentence, the pair, the grid and the heatmap |
+| `/` | type a new sentence |
+| arrows (grid) | choose a layer and head; the heatmap repaints from memory |
+| arrows (heatmap) | move the cursor cell: from-token → to-token and its weight |
+| `space` / double click | switch the selected head off, or back on |
+| `l` | switch the selected head's whole layer off, or back on |
+| `x` | switch every head back on |
+| `a` | ablation: `zero` (remove the head's output, Michel et al.) or `uniform` (attend evenly, Kovaleva et al.) |
+| `f` | the figure that shades the grid: entropy, attention to [CLS], [SEP], punctuation, self, previous, next token, distance |
+| `v` | view: one head, or the average over the layer's heads |
+| `t` | next theme (the heatmap colours follow it) |
+| `e` | export: the screen as SVG and the heatmap's matrix as CSV |
+| `escape` | cancel the computation in progress |
+| `ctrl+p` | command palette: every action by name |
+| `?` | this help |
+| `ctrl+q` | quit |
+
+The grid shades each head by the chosen figure for this sentence; `×` marks a head that is
+switched off. A switched-off head's heatmap shows its pattern before it was switched off,
+dimmed. The effect pane shows, per layer, the cosine similarity between the hidden states
+with and without the mask; with a masked-LM model and a `[MASK]` in the sentence, the top
+guesses before → after.
+
+Themes are TOML files: copy one from the `themes/` folder of bertscope into
+`~/.config/bertscope/themes/` (or `$BERTSCOPE_THEMES_DIR`), change the colours, and pick it
+with `--theme NAME` or `t`.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll { width: 90%; max-width: 100; height: 90%; border: round $primary; background: $surface; }
+    """
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Markdown(HELP)

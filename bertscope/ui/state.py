@@ -1,0 +1,194 @@
+"""What the explorer remembers between runs with `--session FILE`.
+
+A session file is small JSON a person can read and edit. A damaged one never stops the
+explorer and is never lost: it is moved aside and the explorer starts fresh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bertscope.core.errors import InputError, MaskSpecError
+from bertscope.core.masks import ABLATIONS, HeadMask
+from bertscope.files import atomic_write
+
+STATE_VERSION = 1
+DEFAULT_TEXT = "The keys to the cabinet are on the table."
+VIEWS = ("head", "average")
+
+
+class StateFileError(InputError, ValueError):
+    """A session file whose content is not a state this bertscope can use."""
+
+
+@dataclass(frozen=True)
+class ExplorerState:
+    """Everything needed to reopen the explorer where the user left it."""
+
+    text: str = DEFAULT_TEXT
+    pair: str = ""
+    mask: str = ""  # a mask spec such as "0:3,2:*"; checked against the model by fit_to_model
+    ablation: str = "zero"
+    layer: int = 0
+    head: int = 0
+    view: str = "head"
+    figure: str = "entropy"
+    theme: str | None = None
+    cursor: tuple[int, int] = (0, 0)  # (query row, key column) in the heatmap
+
+    def with_(self, **changes: Any) -> ExplorerState:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["cursor"] = list(self.cursor)
+        data["version"] = STATE_VERSION
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> ExplorerState:
+        """Check and read a `to_json` dict; a missing field takes its default, unknown keys are ignored."""
+        if not isinstance(data, dict):
+            raise StateFileError(f"expected a JSON object, found {_json_type(data)}")
+        if "version" not in data:
+            raise StateFileError("it has no version field")
+        version = data["version"]
+        if type(version) is not int or version != STATE_VERSION:
+            raise StateFileError(f"it is version {_short(version)}; this bertscope reads version {STATE_VERSION}")
+        defaults = cls()
+        fields: dict[str, Any] = {}
+        for name in ("text", "pair", "mask", "figure"):
+            fields[name] = _string(data, name, getattr(defaults, name))
+        fields["ablation"] = _choice(data, "ablation", ABLATIONS, defaults.ablation)
+        fields["view"] = _choice(data, "view", VIEWS, defaults.view)
+        fields["layer"] = _index(data.get("layer", defaults.layer), "layer")
+        fields["head"] = _index(data.get("head", defaults.head), "head")
+        theme = data.get("theme", defaults.theme)
+        if theme is not None and not isinstance(theme, str):
+            raise StateFileError(f"theme must be a theme name or null, not {_json_type(theme)}")
+        fields["theme"] = theme
+        cursor = data.get("cursor", list(defaults.cursor))
+        if not isinstance(cursor, list) or len(cursor) != 2:
+            raise StateFileError(f"cursor must be a list of two whole numbers, not {_short(cursor)}")
+        fields["cursor"] = (_index(cursor[0], "cursor row"), _index(cursor[1], "cursor column"))
+        return cls(**fields)
+
+
+def fit_to_model(state: ExplorerState, num_layers: int, num_heads: int) -> tuple[ExplorerState, list[str]]:
+    """Make a saved state valid for the model now loaded, saying in one line each what changed.
+
+    The same file may be reopened with a smaller model; its layer, head and mask must not
+    point outside it.
+    """
+    if num_layers < 1 or num_heads < 1:
+        raise ValueError(f"a model has at least one layer and one head, not {num_layers} x {num_heads}")
+    size = f"{num_layers} layers x {num_heads} heads"
+    warnings: list[str] = []
+    changes: dict[str, Any] = {}
+    if state.layer >= num_layers:
+        changes["layer"] = num_layers - 1
+        warnings.append(f"the saved layer {state.layer} is outside this model ({size}); showing layer {num_layers - 1}")
+    if state.head >= num_heads:
+        changes["head"] = num_heads - 1
+        warnings.append(f"the saved head {state.head} is outside this model ({size}); showing head {num_heads - 1}")
+    try:
+        mask = HeadMask.parse(state.mask, num_layers, num_heads)
+    except MaskSpecError:
+        changes["mask"] = ""
+        shown = state.mask if state.mask.isprintable() else repr(state.mask)
+        warnings.append(f"the saved mask {shown} does not fit this model ({size}); starting unmasked")
+    else:
+        changes["mask"] = mask.spec()
+    return state.with_(**changes), warnings
+
+
+def load_state(path: str | Path) -> tuple[ExplorerState, str | None]:
+    """The state saved in `path`, or a fresh one and a one-line message saying why not.
+
+    A missing file is a new session (no message). A damaged file is renamed aside to
+    `<name>.damaged` (or `.damaged-2`, ...) so nothing the user had is lost or overwritten.
+    """
+    path = Path(path).expanduser()
+    if path.is_dir():
+        return ExplorerState(), f"session file {path} is a directory; started a fresh session (give a file name)"
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return ExplorerState(), None
+    except OSError as error:
+        return ExplorerState(), _set_aside(path, f"cannot read it: {error.strerror or error}")
+    try:
+        return ExplorerState.from_json(json.loads(raw.decode("utf-8-sig"))), None
+    except UnicodeDecodeError:
+        reason = "it is not UTF-8 text"
+    except json.JSONDecodeError as error:
+        reason = "it is empty" if not raw.strip() else f"not JSON: {error.msg} at line {error.lineno}"
+    except RecursionError:
+        reason = "not JSON bertscope can read: nested too deeply"
+    except StateFileError as error:
+        reason = str(error)
+    return ExplorerState(), _set_aside(path, reason)
+
+
+def save_state(path: str | Path, state: ExplorerState) -> None:
+    """Write `state` to `path` atomically: the old file stays whole if anything fails."""
+    try:
+        with atomic_write(path, "w") as handle:
+            # ASCII-only output (json's default), so the platform's text encoding cannot matter
+            json.dump(state.to_json(), handle, indent=2, sort_keys=True)
+            handle.write("\n")
+    except OSError as error:
+        raise InputError(f"cannot save the session to {path}: {error.strerror or error}") from None
+
+
+def _set_aside(path: Path, reason: str) -> str:
+    """Rename a damaged session file to a free `.damaged` name; the message for the user."""
+    number = 1
+    while True:
+        aside = path.with_name(f"{path.name}.damaged" + (f"-{number}" if number > 1 else ""))
+        if not (aside.exists() or aside.is_symlink()):
+            break
+        number += 1
+    try:
+        path.rename(aside)
+    except OSError as error:
+        return (
+            f"session file {path} is damaged ({reason}) and could not be moved aside "
+            f"({error.strerror or error}); started a fresh session"
+        )
+    return f"session file {path} is damaged ({reason}); kept it as {aside} and started a fresh session"
+
+
+def _string(data: dict, name: str, default: str) -> str:
+    value = data.get(name, default)
+    if not isinstance(value, str):
+        raise StateFileError(f"{name} must be a string, not {_json_type(value)}")
+    return value
+
+
+def _choice(data: dict, name: str, choices: tuple[str, ...], default: str) -> str:
+    value = data.get(name, default)
+    if value not in choices:
+        raise StateFileError(f"{name} must be {' or '.join(choices)}, not {_short(value)}")
+    return value
+
+
+def _index(value: Any, name: str) -> int:
+    if type(value) is not int or value < 0:
+        raise StateFileError(f"{name} must be a whole number from 0, not {_short(value)}")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "true/false", int: "a number", float: "a number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)

@@ -1,0 +1,167 @@
+"""The layer × head grid: one cell per head, shaded by a per-head figure, masked heads marked."""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.style import Style
+from rich.text import Text
+from textual.binding import Binding
+from textual.events import Click
+from textual.message import Message
+from textual.widget import Widget
+
+from bertscope.core.masks import HeadMask
+from bertscope.render.heatmap import GLYPHS
+from bertscope.theming import Colormap
+
+ROW_LABEL = 4  # "  0 "
+CELL = 3
+
+
+class HeadGrid(Widget, can_focus=True):
+    """Arrows or the mouse select a head; space switches it off or on, `l` its whole layer."""
+
+    DEFAULT_CSS = """
+    HeadGrid { width: auto; height: auto; }
+    """
+    BINDINGS = [
+        Binding("up", "move(-1, 0)", "up", show=False),
+        Binding("down", "move(1, 0)", "down", show=False),
+        Binding("left", "move(0, -1)", "left", show=False),
+        Binding("right", "move(0, 1)", "right", show=False),
+        Binding("space", "toggle_head", "toggle head"),
+        Binding("l", "toggle_layer", "toggle layer"),
+    ]
+
+    class Selected(Message):
+        def __init__(self, layer: int, head: int) -> None:
+            super().__init__()
+            self.layer, self.head = layer, head
+
+    class Toggled(Message):
+        def __init__(self, layer: int, head: int) -> None:
+            super().__init__()
+            self.layer, self.head = layer, head
+
+    class LayerToggled(Message):
+        def __init__(self, layer: int) -> None:
+            super().__init__()
+            self.layer = layer
+
+    def __init__(self, colormap: Colormap, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.colormap = colormap
+        self.glyphs = False
+        self.num_layers = 0
+        self.num_heads = 0
+        self.values: np.ndarray | None = None
+        self.value_range = (0.0, 1.0)
+        self.figure_label = ""
+        self.mask: HeadMask | None = None
+        self.selected = (0, 0)
+
+    def set_shape(self, num_layers: int, num_heads: int) -> None:
+        self.num_layers, self.num_heads = num_layers, num_heads
+        self.mask = self.mask or HeadMask.none(num_layers, num_heads)
+        self.refresh(layout=True)
+
+    def show(
+        self,
+        values: np.ndarray | None,
+        value_range: tuple[float, float],
+        figure_label: str,
+        mask: HeadMask,
+        selected: tuple[int, int],
+    ) -> None:
+        self.values, self.value_range, self.figure_label = values, value_range, figure_label
+        self.mask, self.selected = mask, selected
+        self.refresh(layout=True)
+
+    def show_mask(self, mask: HeadMask) -> None:
+        """Mark a new mask at once, before the model has run with it."""
+        self.mask = mask
+        self.refresh()
+
+    def restyle(self, colormap: Colormap, glyphs: bool) -> None:
+        self.colormap, self.glyphs = colormap, glyphs
+        self.refresh()
+
+    # drawing
+
+    def get_content_width(self, container, viewport) -> int:
+        return max(ROW_LABEL + CELL * self.num_heads, 24)
+
+    def get_content_height(self, container, viewport, width) -> int:
+        return self.num_layers + 2 if self.num_layers else 1
+
+    def render(self) -> Text:
+        if not self.num_layers:
+            return Text("waiting for the model…", style="dim")
+        text = Text(no_wrap=True, overflow="crop")
+        text.append(" " * ROW_LABEL + "".join(f"{head:>2} " for head in range(self.num_heads)) + "\n", style="dim")
+        for layer in range(self.num_layers):
+            selected_row = layer == self.selected[0]
+            text.append(f"{layer:>3} ", style="bold" if selected_row else "dim")
+            for head in range(self.num_heads):
+                self._append_cell(text, layer, head)
+            text.append("\n")
+        text.append(self._legend(), style="dim")
+        return text
+
+    def _append_cell(self, text: Text, layer: int, head: int) -> None:
+        masked = self.mask is not None and self.mask.is_masked(layer, head)
+        chosen = (layer, head) == self.selected
+        value = self._scaled(layer, head)
+        if self.glyphs:
+            glyph = "×" if masked else GLYPHS[round(value * (len(GLYPHS) - 1))] if value == value else "·"
+            body = f"[{glyph}]" if chosen else f" {glyph} "
+            text.append(body, style=Style(bold=chosen, reverse=chosen))
+            return
+        background = self.colormap.masked if masked else self.colormap.color(value)
+        mark = "×" if masked else " "
+        style = Style(bgcolor=background, color=self.colormap.cursor, bold=True)
+        text.append(f"▸{mark}◂" if chosen else f" {mark} ", style=style if chosen or masked else Style(bgcolor=background))
+
+    def _scaled(self, layer: int, head: int) -> float:
+        if self.values is None:
+            return float("nan")
+        low, high = self.value_range
+        return float(np.clip((self.values[layer, head] - low) / ((high - low) or 1.0), 0.0, 1.0))
+
+    def _legend(self) -> str:
+        if self.values is None:
+            return "computing…"
+        layer, head = self.selected
+        return f"{self.figure_label}  {layer}:{head} = {self.values[layer, head]:.3f}"
+
+    # input
+
+    def action_move(self, rows: int, cols: int) -> None:
+        if not self.num_layers:
+            return
+        layer = (self.selected[0] + rows) % self.num_layers
+        head = (self.selected[1] + cols) % self.num_heads
+        self._select(layer, head)
+
+    def action_toggle_head(self) -> None:
+        if self.num_layers:
+            self.post_message(self.Toggled(*self.selected))
+
+    def action_toggle_layer(self) -> None:
+        if self.num_layers:
+            self.post_message(self.LayerToggled(self.selected[0]))
+
+    def on_click(self, event: Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None:
+            return
+        layer, head = offset.y - 1, (offset.x - ROW_LABEL) // CELL
+        if 0 <= layer < self.num_layers and 0 <= head < self.num_heads and offset.x >= ROW_LABEL:
+            self._select(layer, head)
+            if event.chain == 2:  # double click switches the head off or on
+                self.post_message(self.Toggled(layer, head))
+
+    def _select(self, layer: int, head: int) -> None:
+        self.selected = (layer, head)
+        self.refresh()
+        self.post_message(self.Selected(layer, head))

@@ -1,0 +1,102 @@
+"""Small read-only panes: where the cursor's token looks, what the mask does, the status line."""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.bar import Bar
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from bertscope.core.results import MaskPrediction
+
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+
+def bar(widget: Static, size: float, value: float) -> Bar:
+    """A horizontal bar in the theme's colours (Rich's default grey jars on light themes)."""
+    theme = widget.app.current_theme
+    return Bar(size, 0.0, value, color=theme.primary, bgcolor=theme.panel or theme.surface or "default")
+
+
+class TokenPanel(Static):
+    """For the query token under the cursor, the tokens it attends to most, as bars."""
+
+    def show(self, tokens: tuple[str, ...], row: np.ndarray, query: int, top: int = 5) -> None:
+        table = Table.grid(padding=(0, 1))
+        table.add_column(justify="right", max_width=12, no_wrap=True)
+        table.add_column(width=16)
+        table.add_column(justify="right")
+        for index in np.argsort(-row, kind="stable")[:top]:
+            weight = float(row[index])
+            table.add_row(Text(f"{index}:{tokens[index]}"), bar(self, 1.0, weight), f"{weight:.3f}")
+        self.border_title = Text(f"{query}:{tokens[query]} attends to")
+        self.update(table)
+
+
+class EffectPanel(Static):
+    """What the mask does: per layer, cosine of masked vs plain hidden states; MLM guesses."""
+
+    def show(
+        self,
+        cosines: np.ndarray,
+        masked_heads: int,
+        before: list[MaskPrediction],
+        after: list[MaskPrediction],
+        tokens: tuple[str, ...],
+    ) -> None:
+        parts = []
+        if masked_heads == 0:
+            parts.append(Text("no heads masked: space switches the selected head off", style="dim"))
+        else:
+            drops = 1.0 - cosines[1:]
+            scale = max(float(drops.max()), 1e-3)
+            chart = Table.grid(padding=(0, 1))
+            chart.add_column(justify="right")
+            chart.add_column(width=14)
+            chart.add_column(justify="right")
+            for layer, (cosine, drop) in enumerate(zip(cosines[1:], drops)):
+                chart.add_row(f"layer {layer}", bar(self, scale, max(float(drop), 0.0)), f"{cosine:.4f}")
+            parts.append(Text(f"{masked_heads} head(s) off: cosine to unmasked; bar = drop (full = {scale:.3g})", style="dim"))
+            parts.append(chart)
+        for plain, current in zip(before, after):
+            parts.append(Text(f"{tokens[plain.position]} at {plain.position}: before → after", style="bold"))
+            guesses = Table.grid(padding=(0, 1))
+            guesses.add_column()
+            guesses.add_column()
+            for rank in range(min(3, len(plain.tokens))):
+                guesses.add_row(
+                    Text(f"{plain.tokens[rank]} {plain.probabilities[rank]:.2f}"),
+                    Text(f"→ {current.tokens[rank]} {current.probabilities[rank]:.2f}" if masked_heads else ""),
+                )
+            parts.append(guesses)
+        self.update(Group(*parts))
+
+
+class StatusLine(Static):
+    """Model, device, size, masked heads, and a spinner while the model works."""
+
+    def on_mount(self) -> None:
+        self.facts = "loading model…"
+        self.busy = True
+        self._frame = 0
+        self.set_interval(0.1, self._tick)
+        self._draw()
+
+    def set_facts(self, facts: str) -> None:
+        self.facts = facts
+        self._draw()
+
+    def set_busy(self, busy: bool) -> None:
+        self.busy = busy
+        self._draw()
+
+    def _tick(self) -> None:
+        if self.busy:
+            self._frame = (self._frame + 1) % len(SPINNER)
+            self._draw()
+
+    def _draw(self) -> None:
+        marker = f"{SPINNER[self._frame]} working" if self.busy else "● ready"
+        self.update(Text.assemble((marker, "bold" if self.busy else "dim"), "  ", self.facts, no_wrap=True, overflow="ellipsis"))

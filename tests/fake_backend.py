@@ -1,0 +1,102 @@
+"""A stand-in for the model session: fixed, seeded arrays and no torch, for UI tests.
+
+Heads follow four known patterns (to [CLS], to itself, to the previous token, uniform),
+so tests can tell what a view shows. Masking behaves like the real thing: a zero-ablated
+head reports zero weights, a uniform one 1/T, and hidden states move with the mask.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from bertscope.core.errors import InputError
+from bertscope.core.masks import HeadMask
+from bertscope.core.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
+
+LAYERS, HEADS, WIDTH = 3, 4, 8
+
+
+class FakeBackend:
+    num_layers = LAYERS
+    num_heads = HEADS
+    max_length = 32
+
+    def __init__(self, delay: float = 0.0, fail_with: Exception | None = None) -> None:
+        self.delay = delay
+        self.fail_with = fail_with
+        self.release = threading.Event()
+        self.release.set()  # tests clear it to hold a forward pass until they say so
+        self.calls: list[tuple[str, str]] = []  # (text, mask spec) of each forward
+
+    @property
+    def info(self) -> ModelInfo:
+        return ModelInfo(
+            source="fake-bert", family="BERT", architecture="BertModel", num_layers=LAYERS, num_heads=HEADS,
+            hidden_size=WIDTH, vocab_size=100, max_length=self.max_length, has_mlm_head=True, num_labels=None,
+            device="cpu", dtype="float32", parameters=1234, fingerprint="fake",
+        )
+
+    def encode(self, text: str, pair: str | None = None) -> Encoding:
+        if not text.strip():
+            raise InputError("the text is empty; give a sentence to analyse")
+        tokens = ["[CLS]", *text.lower().split(), "[SEP]"]
+        types = [0] * len(tokens)
+        if pair:
+            tokens += [*pair.lower().split(), "[SEP]"]
+            types += [1] * (len(tokens) - len(types))
+        cut = max(0, len(tokens) - self.max_length)
+        tokens = tokens[: self.max_length]
+        special = np.array([t in ("[CLS]", "[SEP]") for t in tokens])
+        return Encoding(
+            text=text, pair=pair, tokens=tuple(tokens), input_ids=np.arange(len(tokens)),
+            token_type_ids=np.array(types[: len(tokens)]), special=special,
+            word_ids=tuple(None if s else i for i, s in enumerate(special)),
+            segment_ids=tuple(None if s else t for s, t in zip(special, types)), truncated=cut,
+        )
+
+    def forward(self, text, pair=None, *, attentions=False, mask=None, ablation="zero", mlm_logits=True) -> ForwardResult:
+        encoding = text if isinstance(text, Encoding) else self.encode(text, pair)
+        mask = mask or HeadMask.none(LAYERS, HEADS)
+        self.calls.append((encoding.text, mask.spec()))
+        if self.delay:
+            time.sleep(self.delay)
+        self.release.wait(timeout=10)
+        if self.fail_with is not None:
+            raise self.fail_with
+        length = len(encoding.tokens)
+        weights = np.stack([np.stack([pattern(layer + head, length) for head in range(HEADS)]) for layer in range(LAYERS)])
+        for layer, head in mask.off:
+            weights[layer, head] = 0.0 if ablation == "zero" else 1.0 / length
+        rng = np.random.default_rng(length)
+        hidden = np.repeat(rng.normal(size=(1, length, WIDTH)), LAYERS + 1, axis=0)
+        for layer, _ in mask.off:
+            hidden[layer + 1 :] += 0.3 * rng.normal(size=(length, WIDTH))
+        return ForwardResult(
+            encoding=encoding, hidden_states=hidden.astype(np.float32), attentions=weights.astype(np.float32) if attentions else None,
+            mlm_logits=None, class_logits=None, mask=mask, ablation=ablation,
+        )
+
+    def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
+        positions = [i for i, t in enumerate(result.tokens) if t == "[mask]"]
+        shift = 0.1 * len(result.mask)
+        return [
+            MaskPrediction(position=p, tokens=("paris", "lyon", "rome"), probabilities=(0.6 - shift, 0.2, 0.1 + shift))
+            for p in positions
+        ]
+
+
+def pattern(kind: int, length: int) -> np.ndarray:
+    """Four recognisable heads: everyone to [CLS], to itself, to the previous token, uniform."""
+    kind %= 4
+    if kind == 0:
+        weights = np.zeros((length, length)); weights[:, 0] = 1.0
+    elif kind == 1:
+        weights = np.eye(length)
+    elif kind == 2:
+        weights = np.eye(length, k=-1); weights[0, 0] = 1.0
+    else:
+        weights = np.full((length, length), 1.0 / length)
+    return weights

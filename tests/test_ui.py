@@ -1,0 +1,375 @@
+"""The explorer driven by Textual's pilot, on a fake backend (no torch in this process's UI)."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bertscope.core.errors import ModelLoadError
+from bertscope.ui.app import ExplorerApp
+from bertscope.ui.widgets.attention_view import AttentionView
+from bertscope.ui.widgets.head_grid import HeadGrid
+from bertscope.ui.widgets.panels import EffectPanel, StatusLine, TokenPanel
+from tests.fake_backend import FakeBackend
+
+
+def make_app(backend=None, **options) -> ExplorerApp:
+    backend = backend or FakeBackend()
+    options.setdefault("text", "the cat sat on the mat")
+    app = ExplorerApp(lambda: backend, **options)
+    app.fake = backend
+    return app
+
+
+async def settle(pilot) -> None:
+    """Let workers finish and their messages land."""
+    for _ in range(3):
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+
+
+def run(app: ExplorerApp, steps, size=(100, 30)):
+    async def go():
+        async with app.run_test(size=size) as pilot:
+            await settle(pilot)
+            await steps(pilot)
+
+    asyncio.run(go())
+
+
+def rendered(widget) -> str:
+    """The text a widget shows, without colour."""
+    from rich.console import Console
+
+    console = Console(width=200, record=True, color_system=None, file=open("/dev/null", "w"))
+    if isinstance(widget, HeadGrid):
+        renderable = widget.render()
+    elif isinstance(widget, AttentionView):
+        renderable = widget.canvas.content
+    else:
+        renderable = widget.content
+    console.print(renderable)
+    return console.export_text()
+
+
+def heatmap_text(app) -> str:
+    return rendered(app.query_one(AttentionView))
+
+
+def test_opens_on_the_sentence_and_shows_layer_0_head_0():
+    app = make_app()
+
+    async def steps(pilot):
+        assert app.backend is app.fake
+        assert "layer 0 · head 0" in heatmap_text(app)
+        assert "fake-bert" in rendered(app.query_one(StatusLine)) and "3×4 heads" in rendered(app.query_one(StatusLine))
+        assert app.fake.calls == [("the cat sat on the mat", "")]
+        assert app.analysis.current.tokens[1:3] == ("the", "cat")
+
+    run(app, steps)
+
+
+def test_moving_between_heads_repaints_from_memory():
+    app = make_app()
+
+    async def steps(pilot):
+        await pilot.press("right", "down")
+        await pilot.pause()
+        assert (app.state.layer, app.state.head) == (1, 1)
+        assert "layer 1 · head 1" in heatmap_text(app)
+        assert len(app.fake.calls) == 1  # no new forward pass
+
+    run(app, steps)
+
+
+def test_space_switches_a_head_off_and_shows_the_effect():
+    app = make_app()
+
+    async def steps(pilot):
+        await pilot.press("right", "space")
+        await settle(pilot)
+        assert app.state.mask == "0:1"
+        assert app.fake.calls[-1] == ("the cat sat on the mat", "0:1")
+        assert len(app.fake.calls) == 2  # the unmasked run is reused
+        assert "switched off" in heatmap_text(app)
+        effect = rendered(app.query_one(EffectPanel))
+        assert "1 head(s) off" in effect and "layer 0" in effect
+        assert "×" in rendered(app.query_one(HeadGrid))
+        assert app.analysis.cosines[0] == pytest.approx(1.0) and app.analysis.cosines[1] < 1.0
+        await pilot.press("space")
+        await settle(pilot)
+        assert app.state.mask == "" and "no heads masked" in rendered(app.query_one(EffectPanel))
+
+    run(app, steps)
+
+
+def test_layer_toggle_and_unmask_all():
+    app = make_app()
+
+    async def steps(pilot):
+        await pilot.press("down", "l")
+        await settle(pilot)
+        assert app.state.mask == "1:*"
+        await pilot.press("x")
+        await settle(pilot)
+        assert app.state.mask == ""
+
+    run(app, steps)
+
+
+def test_typing_a_new_sentence_recomputes():
+    app = make_app()
+
+    async def steps(pilot):
+        await pilot.press("slash")
+        app.query_one("#sentence").value = ""
+        await pilot.press(*"a dog barked", "enter")
+        await settle(pilot)
+        assert app.analysis.current.tokens == ("[CLS]", "a", "dog", "barked", "[SEP]")
+        assert app.state.text == "a dog barked"
+
+    run(app, steps)
+
+
+def test_empty_sentence_is_a_notification_not_a_crash():
+    app = make_app()
+
+    async def steps(pilot):
+        await pilot.press("slash")
+        app.query_one("#sentence").value = "   "
+        await pilot.press("enter")
+        await settle(pilot)
+        assert any("empty" in n.message for n in app._notifications)
+        assert app.analysis.current.tokens[1] == "the"  # the old result stays
+
+    run(app, steps)
+
+
+def test_cancel_a_running_computation():
+    backend = FakeBackend()
+    app = make_app(backend)
+
+    async def steps(pilot):
+        backend.release.clear()  # the next forward pass hangs until released
+        await pilot.press("space")
+        await pilot.pause(0.1)
+        assert app.query_one(StatusLine).busy
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not app.query_one(StatusLine).busy
+        assert any("cancelled" in n.message for n in app._notifications)
+        backend.release.set()
+        await settle(pilot)
+        assert len(app.analysis.current.mask) == 0  # the cancelled result never shows
+
+    run(app, steps)
+
+
+def test_a_newer_request_wins_over_a_slower_older_one():
+    backend = FakeBackend(delay=0.2)
+    app = make_app(backend)
+
+    async def steps(pilot):
+        await pilot.press("space", "right", "space")
+        await settle(pilot)
+        assert app.state.mask == "0:0,0:1"
+        assert app.analysis.current.mask.spec() == "0:0,0:1"
+
+    run(app, steps)
+
+
+def test_views_figures_and_ablation():
+    app = make_app()
+
+    async def steps(pilot):
+        await pilot.press("v")
+        assert "average of 4 heads" in heatmap_text(app)
+        await pilot.press("v", "f")
+        assert app.state.figure == "cls" and "attention to [CLS]" in rendered(app.query_one(HeadGrid))
+        await pilot.press("space", "a")
+        await settle(pilot)
+        assert app.state.ablation == "uniform" and app.fake.calls[-1][1] == "0:0"
+        assert app.analysis.current.ablation == "uniform"
+
+    run(app, steps)
+
+
+def test_heatmap_cursor_and_token_panel():
+    app = make_app()
+
+    async def steps(pilot):
+        app.query_one(AttentionView).focus()
+        await pilot.press("down", "down", "right")
+        await pilot.pause()
+        assert app.state.cursor == (2, 1)
+        assert "2:cat → 1:the" in heatmap_text(app)
+        assert "2:cat attends to" in str(app.query_one(TokenPanel).border_title)
+
+    run(app, steps)
+
+
+def test_switch_theme_recolours_the_heatmap():
+    app = make_app(theme="dark")
+
+    async def steps(pilot):
+        before = app.query_one(HeadGrid).colormap
+        await pilot.press("t")
+        await pilot.pause()
+        assert app.theme == "light" and app.state.theme == "light"
+        assert app.query_one(HeadGrid).colormap != before
+        assert app.query_one(HeadGrid).colormap == app.theme_specs["light"].heatmap
+
+    run(app, steps)
+
+
+def test_export_writes_svg_and_csv_without_overwriting(tmp_path):
+    app = make_app(export_dir=tmp_path)
+
+    async def steps(pilot):
+        await pilot.press("e")
+        await pilot.pause()
+        await pilot.press("e")
+        await pilot.pause()
+        svgs, csvs = sorted(tmp_path.glob("*.svg")), sorted(tmp_path.glob("*.csv"))
+        assert len(svgs) == 2 and len(csvs) == 2
+        assert "<svg" in svgs[0].read_text()
+        rows = list(csv.reader(csvs[0].open()))
+        assert rows[0][1:] == list(app.analysis.current.tokens)
+        np.testing.assert_allclose([[float(v) for v in row[1:]] for row in rows[1:]], app.analysis.current.attentions[0, 0], atol=1e-6)
+        assert any(str(svgs[0].name) in n.message or "exported" in (n.title or "") for n in app._notifications)
+
+    run(app, steps)
+
+
+def test_session_file_round_trip(tmp_path):
+    session = tmp_path / "session.json"
+    app = make_app(session_file=session)
+
+    async def steps(pilot):
+        await pilot.press("down", "right", "space", "v")
+        await settle(pilot)
+
+    run(app, steps)
+    saved = json.loads(session.read_text())
+    assert saved["mask"] == "1:1" and saved["layer"] == 1 and saved["view"] == "average"
+
+    again = ExplorerApp(lambda: FakeBackend(), session_file=session)
+
+    async def check(pilot):
+        assert again.state.text == "the cat sat on the mat"
+        assert (again.state.layer, again.state.head, again.state.mask) == (1, 1, "1:1")
+        assert again.analysis.current.mask.spec() == "1:1"
+        assert "average" in heatmap_text(again)
+
+    run(again, check)
+
+
+def test_damaged_session_file_gives_a_fresh_session(tmp_path):
+    session = tmp_path / "session.json"
+    session.write_text("{ not json")
+    app = ExplorerApp(lambda: FakeBackend(), session_file=session)
+
+    async def steps(pilot):
+        assert any("damaged" in n.message for n in app._notifications)
+        assert app.analysis is not None
+
+    run(app, steps)
+    assert (tmp_path / "session.json.damaged").read_text() == "{ not json"
+
+
+def test_model_that_fails_to_load_is_a_notification():
+    def broken():
+        raise ModelLoadError("--model ./x: no such directory; give a model directory or a Hugging Face name")
+
+    app = ExplorerApp(broken)
+
+    async def steps(pilot):
+        assert any("no such directory" in n.message for n in app._notifications)
+        assert "could not load the model" in heatmap_text(app)
+        await pilot.press("space", "e", "v")  # nothing to act on; nothing breaks
+        await pilot.press("ctrl+q")
+
+    run(app, steps)
+    assert app.return_code in (0, None)
+
+
+def test_unexpected_failure_is_a_notification():
+    app = make_app(FakeBackend())
+
+    async def steps(pilot):
+        app.fake.fail_with = RuntimeError("CUDA out of memory")
+        await pilot.press("space")
+        await settle(pilot)
+        assert any("CUDA out of memory" in n.message for n in app._notifications)
+        assert not app.query_one(StatusLine).busy
+        app.fake.fail_with = None
+        await pilot.press("space")
+        await settle(pilot)
+        assert app.analysis.current.mask.spec() == ""
+
+    run(app, steps)
+
+
+def test_help_screen_and_quit():
+    app = make_app()
+
+    async def steps(pilot):
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "HelpScreen"
+        await pilot.press("escape")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "Screen"
+        await pilot.press("ctrl+q")
+
+    run(app, steps)
+    assert app.return_code == 0
+
+
+def test_mouse_selects_a_head():
+    app = make_app()
+
+    async def steps(pilot):
+        grid = app.query_one(HeadGrid)
+        # content starts after the border and one cell of padding; row 0 is the header
+        await pilot.click(HeadGrid, offset=(2 + 4 + 3 * 2, 1 + 1 + 2))
+        await pilot.pause()
+        assert (app.state.layer, app.state.head) == (2, 2)
+        assert grid.selected == (2, 2)
+
+    run(app, steps)
+
+
+def test_usable_at_80_by_24():
+    app = make_app()
+
+    async def steps(pilot):
+        for widget in (HeadGrid, AttentionView, StatusLine):
+            region = app.query_one(widget).region
+            assert region.width > 10 and region.height > 0 and region.right <= 80 and region.bottom <= 24
+
+    run(app, steps, size=(80, 24))
+
+
+def test_no_color_uses_glyphs(monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = make_app()
+
+    async def steps(pilot):
+        assert app.glyphs
+        assert "░" in heatmap_text(app) or "█" in heatmap_text(app)
+
+    run(app, steps)
+
+
+def test_ui_does_not_import_torch():
+    code = "import bertscope.ui.app, bertscope.cli, sys; print(' '.join(sys.modules))"
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
+    assert "bertscope.ui.app" in loaded
+    assert "torch" not in loaded and "transformers" not in loaded
