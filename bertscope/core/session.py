@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from bertscope.core.ablation import attention_pass
+from bertscope.core.allocator import keep_freed_memory
 from bertscope.core.loading import LoadedModel, load_model
 from bertscope.core.masks import Ablation, HeadMask, check_ablation
 from bertscope.core.effects import softmax
@@ -26,6 +27,7 @@ class Session:
     """A model ready for analysis. Thread-safe: forwards are serialised by `lock`."""
 
     def __init__(self, loaded: LoadedModel):
+        keep_freed_memory()  # large attention arrays would otherwise be page-faulted in on every pass
         self.loaded = loaded
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer

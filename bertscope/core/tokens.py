@@ -14,25 +14,20 @@ def encode(tokenizer, text: str, pair: str | None, max_length: int) -> Encoding:
         raise InputError("the text is empty; give a sentence to analyse")
     if pair is not None and not pair.strip():
         raise InputError("the pair text is empty; give a second sentence or leave --pair out")
-    full_length = len(tokenizer(text, pair, add_special_tokens=True, truncation=False, verbose=False)["input_ids"])
-    encoded = tokenizer(
-        text,
-        pair,
-        add_special_tokens=True,
-        truncation="longest_first" if full_length > max_length else False,
-        max_length=max_length,
-        return_token_type_ids=True,
-    )
+    options = dict(add_special_tokens=True, return_token_type_ids=True, return_special_tokens_mask=True, verbose=False)
+    encoded = tokenizer(text, pair, truncation=False, **options)
+    full_length = len(encoded["input_ids"])
+    if full_length > max_length:  # tokenise again only when the input must be cut
+        encoded = tokenizer(text, pair, truncation="longest_first", max_length=max_length, **options)
     input_ids = encoded["input_ids"]
-    special = tokenizer.get_special_tokens_mask(input_ids, already_has_special_tokens=True)
     token_type_ids = encoded.get("token_type_ids") or [0] * len(input_ids)
     return Encoding(
         text=text,
         pair=pair,
-        tokens=tuple(tokenizer.convert_ids_to_tokens(input_ids)),
+        tokens=tuple(encoded.tokens()),
         input_ids=np.asarray(input_ids, dtype=np.int64),
         token_type_ids=np.asarray(token_type_ids, dtype=np.int64),
-        special=np.asarray(special, dtype=bool),
+        special=np.asarray(encoded["special_tokens_mask"], dtype=bool),
         word_ids=tuple(encoded.word_ids()),
         segment_ids=tuple(encoded.sequence_ids()),
         truncated=full_length - len(input_ids),

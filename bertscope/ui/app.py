@@ -102,7 +102,7 @@ class ExplorerApp(App[None]):
             yield Input(self.state.text, placeholder="a sentence, then Enter", id="sentence")
             yield Input(self.state.pair, placeholder="second segment (optional)", id="pair")
         with Horizontal(id="body"):
-            with VerticalScroll(id="side"):
+            with VerticalScroll(id="side", can_focus=False):
                 yield HeadGrid(colormap, id="grid")
                 yield TokenPanel(id="tokens")
                 yield EffectPanel(id="effect")
@@ -268,7 +268,7 @@ class ExplorerApp(App[None]):
             heads = analysis.current.attentions.shape[1]
             return weights, f"layer {layer} · average of {heads} heads{self._mask_note()}", False
         if mask.is_masked(layer, head):
-            title = f"layer {layer} · head {head} · switched off ({analysis.current.ablation}): its unmasked pattern"
+            title = f"layer {layer} · head {head} · off ({analysis.current.ablation}), pattern before"
             return analysis.plain.attentions[layer, head], title, True
         return analysis.current.attentions[layer, head], f"layer {layer} · head {head}{self._mask_note()}", False
 

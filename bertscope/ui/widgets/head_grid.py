@@ -132,7 +132,9 @@ class HeadGrid(Widget, can_focus=True):
         if self.values is None:
             return "computing…"
         layer, head = self.selected
-        return f"{self.figure_label}  {layer}:{head} = {self.values[layer, head]:.3f}"
+        if self.mask is not None and self.mask.is_masked(layer, head):
+            return f"{self.figure_label}  {layer}:{head} switched off"
+        return f"{self.figure_label}  {layer}:{head} = {self.values[layer, head] + 0.0:.3f}"
 
     # input
 
