@@ -151,9 +151,11 @@ def explore(text, pair, theme, session_file, export_dir, glyphs, model, device, 
         check_writable(session_file)
     from bertscope.ui.app import ExplorerApp
 
-    def open_backend():
+    def open_backend(report):
+        report("importing torch and transformers…")
         from bertscope.core.session import Session
 
+        report(f"loading {model or 'the bundled all-MiniLM-L6-v2'}…")
         return Session.open(model, device=device, dtype=dtype, allow_download=allow_download)
 
     app = ExplorerApp(

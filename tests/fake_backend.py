@@ -57,7 +57,7 @@ class FakeBackend:
             segment_ids=tuple(None if s else t for s, t in zip(special, types)), truncated=cut,
         )
 
-    def forward(self, text, pair=None, *, attentions=False, mask=None, ablation="zero", mlm_logits=True) -> ForwardResult:
+    def forward(self, text, pair=None, *, attentions=False, mask=None, ablation="zero", mlm_logits=True, reuse=None) -> ForwardResult:
         encoding = text if isinstance(text, Encoding) else self.encode(text, pair)
         mask = mask or HeadMask.none(LAYERS, HEADS)
         self.calls.append((encoding.text, mask.spec()))

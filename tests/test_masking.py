@@ -212,3 +212,26 @@ def test_mask_predictions_equal_a_direct_softmax(tiny_mlm_session):
 
 def test_no_predictions_without_mlm_head(tiny_session):
     assert tiny_session.mask_predictions(tiny_session.forward("The capital is [MASK].")) == []
+
+
+@pytest.mark.parametrize("mode", ["zero", "uniform"])
+@pytest.mark.parametrize("spec", ["1:2", "2:*", "1:0,2:3"])
+def test_reusing_the_unmasked_layers_gives_the_same_result(tiny_mlm_session, mode, spec):
+    session = tiny_mlm_session
+    encoding = session.encode("The keys to the cabinet are on the table.")
+    plain = session.forward(encoding, attentions=True)
+    full = session.forward(encoding, attentions=True, mask=spec, ablation=mode)
+    reused = session.forward(encoding, attentions=True, mask=spec, ablation=mode, reuse=plain)
+    np.testing.assert_allclose(reused.hidden_states, full.hidden_states, atol=1e-5)
+    np.testing.assert_allclose(reused.attentions, full.attentions, atol=1e-6)
+    np.testing.assert_allclose(reused.mlm_logits, full.mlm_logits, atol=1e-4)
+    assert reused.mask == full.mask and reused.ablation == mode
+    assert hook_count(session) == 0
+
+
+def test_reuse_is_ignored_when_it_does_not_fit(tiny_session):
+    plain = tiny_session.forward("one sentence here", attentions=True)
+    other = tiny_session.forward("another sentence", attentions=True, mask="2:1", reuse=plain)
+    assert other.tokens[1] == "another"
+    full = tiny_session.forward("another sentence", attentions=True, mask="2:1")
+    np.testing.assert_allclose(other.hidden_states, full.hidden_states, atol=1e-6)

@@ -22,15 +22,20 @@ from tests.fake_backend import FakeBackend
 def make_app(backend=None, **options) -> ExplorerApp:
     backend = backend or FakeBackend()
     options.setdefault("text", "the cat sat on the mat")
-    app = ExplorerApp(lambda: backend, **options)
+    app = ExplorerApp(lambda report: backend, **options)
     app.fake = backend
     return app
 
 
 async def settle(pilot) -> None:
     """Let workers finish and their messages land."""
+    from textual.worker import WorkerCancelled
+
     for _ in range(3):
-        await pilot.app.workers.wait_for_complete()
+        try:
+            await pilot.app.workers.wait_for_complete()
+        except WorkerCancelled:  # a newer request replaced it, as it should
+            pass
         await pilot.pause()
 
 
@@ -48,10 +53,10 @@ def rendered(widget) -> str:
     from rich.console import Console
 
     console = Console(width=200, record=True, color_system=None, file=open("/dev/null", "w"))
+    if isinstance(widget, AttentionView):
+        return widget.plain_text
     if isinstance(widget, HeadGrid):
         renderable = widget.render()
-    elif isinstance(widget, AttentionView):
-        renderable = widget.canvas.content
     else:
         renderable = widget.content
     console.print(renderable)
@@ -97,7 +102,7 @@ def test_space_switches_a_head_off_and_shows_the_effect():
         assert app.state.mask == "0:1"
         assert app.fake.calls[-1] == ("the cat sat on the mat", "0:1")
         assert len(app.fake.calls) == 2  # the unmasked run is reused
-        assert "switched off" in heatmap_text(app)
+        assert "pattern before masking (masked)" in heatmap_text(app)
         effect = rendered(app.query_one(EffectPanel))
         assert "1 head(s) off" in effect and "layer 0" in effect
         assert "×" in rendered(app.query_one(HeadGrid))
@@ -259,7 +264,7 @@ def test_session_file_round_trip(tmp_path):
     saved = json.loads(session.read_text())
     assert saved["mask"] == "1:1" and saved["layer"] == 1 and saved["view"] == "average"
 
-    again = ExplorerApp(lambda: FakeBackend(), session_file=session)
+    again = ExplorerApp(lambda report: FakeBackend(), session_file=session)
 
     async def check(pilot):
         assert again.state.text == "the cat sat on the mat"
@@ -273,7 +278,7 @@ def test_session_file_round_trip(tmp_path):
 def test_damaged_session_file_gives_a_fresh_session(tmp_path):
     session = tmp_path / "session.json"
     session.write_text("{ not json")
-    app = ExplorerApp(lambda: FakeBackend(), session_file=session)
+    app = ExplorerApp(lambda report: FakeBackend(), session_file=session)
 
     async def steps(pilot):
         assert any("damaged" in n.message for n in app._notifications)
@@ -284,7 +289,8 @@ def test_damaged_session_file_gives_a_fresh_session(tmp_path):
 
 
 def test_model_that_fails_to_load_is_a_notification():
-    def broken():
+    def broken(report):
+        report("loading…")
         raise ModelLoadError("--model ./x: no such directory; give a model directory or a Hugging Face name")
 
     app = ExplorerApp(broken)
@@ -373,3 +379,21 @@ def test_ui_does_not_import_torch():
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
     assert "bertscope.ui.app" in loaded
     assert "torch" not in loaded and "transformers" not in loaded
+
+
+@pytest.mark.slow
+def test_explorer_on_the_bundled_model(bundled_session):
+    app = ExplorerApp(lambda report: bundled_session, text="The keys to the cabinet are on the table.")
+
+    async def steps(pilot):
+        assert app.backend.info.num_heads == 12
+        assert "cabinet" in app.analysis.current.tokens
+        np.testing.assert_allclose(app.analysis.current.attentions.sum(-1), 1.0, atol=1e-5)
+        await pilot.press("down", "space")  # head 1:0 off
+        await settle(pilot)
+        cosines = app.analysis.cosines
+        assert app.analysis.current.mask.spec() == "1:0"
+        assert cosines[1] == pytest.approx(1.0) and cosines[2] < 0.9999  # layer 0 untouched, layer 1 moved
+        assert np.all(app.analysis.current.attentions[1, 0] == 0)
+
+    run(app, steps)

@@ -38,6 +38,7 @@ class _PassState:
     ablation: Ablation
     padding_mask: Tensor | None  # [B, T] bool, True for real tokens
     want_weights: bool
+    recorded: dict[int, Tensor]  # layer -> the weights it reported (when layers are run one by one)
 
 
 _current_pass: ContextVar[_PassState | None] = ContextVar("bertscope_pass", default=None)
@@ -68,7 +69,11 @@ def bertscope_attention(
         )
     else:
         output, weights = _eager_attention(module, query, key, value, attention_mask, scaling, dropout)
-    if state is None or state.gates is None:
+    if state is None:
+        return output, weights
+    if state.gates is None:
+        if weights is not None:
+            state.recorded[state.layer_of[id(module)]] = weights
         return output, weights
 
     gates = layer_gates(state.gates, state.layer_of[id(module)]).to(output.dtype)  # [B|1, 1, H, 1]
@@ -82,6 +87,8 @@ def bertscope_attention(
     elif weights is not None:
         # zero: the output is gated by the pre-hook; report what the head contributes.
         weights = weights * gates.transpose(1, 2)
+    if weights is not None:
+        state.recorded[state.layer_of[id(module)]] = weights
     return output, weights
 
 
@@ -122,12 +129,14 @@ def attention_pass(
     ablation: Ablation = "zero",
     padding_mask: Tensor | None = None,
     want_weights: bool = False,
-) -> Iterator[None]:
+) -> Iterator[dict[int, Tensor]]:
     """Run the forward passes inside this block with these gates and this ablation.
 
     `layers` holds each layer's (self-attention module, attention output projection).
     `gates` is `[L, H]` (one mask for the batch) or `[B, L, H]` (a mask per sequence).
-    Hooks and pass state are removed on leaving, also when the forward raises.
+    Yields a dict that collects each layer's attention weights when they are wanted (for
+    callers that run layers one by one, without transformers' output capturing). Hooks and
+    pass state are removed on leaving, also when the forward raises.
     """
     num_heads = None
     if gates is not None:
@@ -141,6 +150,7 @@ def attention_pass(
         ablation=ablation,
         padding_mask=padding_mask,
         want_weights=want_weights,
+        recorded={},
     )
     handles = []
     token = _current_pass.set(state)
@@ -148,7 +158,7 @@ def attention_pass(
         if gates is not None and ablation == "zero":
             for index, (_, output_projection) in enumerate(layers):
                 handles.append(output_projection.register_forward_pre_hook(_zero_gate_hook(gates, index, num_heads)))
-        yield
+        yield state.recorded
     finally:
         for handle in handles:
             handle.remove()

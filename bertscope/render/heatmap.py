@@ -8,6 +8,7 @@ reads. Lines are built from Segments, not per-cell Text, so 512 × 512 renders q
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from itertools import groupby
@@ -98,7 +99,7 @@ class AttentionHeatmap:
         use_colour = console.color_system in ("256", "truecolor") and not console.no_color
         if self.glyphs is not None:
             use_colour = not self.glyphs
-        palette = _Palette(self.colormap, use_colour, self.masked)
+        palette = _palette(self.colormap, use_colour, self.masked)
         width = options.max_width
         label_width, per_block = self.label_width, max(1, self.weights.shape[1])
         if self.split_columns and self._grid_width(label_width, per_block) > width:
@@ -193,10 +194,10 @@ class AttentionHeatmap:
         """Width of the title and legend lines, so a measuring container does not crop them."""
         width = Segment.get_line_length(self._title_segments())
         if self.legend:
-            plain = _Palette(self.colormap, use_colour=False, masked=False)
+            plain = _palette(self.colormap, use_colour=False, masked=False)
             width = max(width, Segment.get_line_length(self._legend_segments(self.label_width, plain)))
         if self.cursor is not None:
-            plain = _Palette(self.colormap, use_colour=False, masked=False)
+            plain = _palette(self.colormap, use_colour=False, masked=False)
             width = max(width, Segment.get_line_length(self._pointer_segments(self.label_width, plain)))
         return width
 
@@ -227,6 +228,12 @@ class _Palette:
             self.cells[_CURSOR] = ("[]", Style(bold=True, reverse=True))
             self.emphasis = Style(bold=True, reverse=True)
             self.bar = [Segment("".join(glyph * CELL_WIDTH for glyph in GLYPHS))]
+
+
+@functools.lru_cache(maxsize=32)
+def _palette(colormap: Colormap, use_colour: bool, masked: bool) -> _Palette:
+    """Palettes are rebuilt only when the theme changes (256 styles take a few ms)."""
+    return _Palette(colormap, use_colour, masked)
 
 
 def _line(segments: list[Segment], crop: int | None) -> Iterable[Segment]:

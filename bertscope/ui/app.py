@@ -1,7 +1,8 @@
 """The explorer: type a sentence, walk the layer × head grid, switch heads off, see the effect.
 
-The app never touches torch. It is given a function that opens a model backend; a thread
-worker calls it, so the first frame appears before the model (and torch) have loaded.
+The app never touches torch. It is given a function that opens a model backend (and reports
+its progress through the callback it is passed); a thread worker calls it, so the first
+frame appears before the model (and torch) have loaded.
 Every model run happens in an exclusive thread worker: a newer request cancels the older
 one, whose result is dropped. Moving between heads of the same sentence repaints from the
 arrays already in memory.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +28,7 @@ from bertscope.core.effects import layer_cosines
 from bertscope.core.errors import BertscopeError
 from bertscope.core.headstats import FIGURES, figure_range, head_figures
 from bertscope.core.masks import HeadMask
+from bertscope.core.results import ForwardResult
 from bertscope.theming import DEFAULT_THEME
 from bertscope.ui.backend import Backend
 from bertscope.ui.export import export_view
@@ -40,8 +43,23 @@ from bertscope.ui.widgets.panels import EffectPanel, StatusLine, TokenPanel
 VIEWS = ("head", "average")
 
 
+@dataclass(frozen=True, eq=False)
+class AnalysisJob:
+    """One request for the analysis worker; its repr stays short (Textual logs worker arguments)."""
+
+    request: int
+    text: str
+    pair: str | None
+    mask: HeadMask
+    ablation: str
+    plain: ForwardResult | None  # the unmasked result to reuse, when only the mask changed
+
+    def __repr__(self) -> str:
+        return f"AnalysisJob({self.request}, {self.text[:30]!r}, mask={self.mask.spec()!r}, {self.ablation})"
+
+
 class ExplorerApp(App[None]):
-    CSS_PATH = "explorer.tcss"
+    CSS_PATH = Path(__file__).parent / "explorer.tcss"  # absolute, so subclasses elsewhere find it
     TITLE = "bertscope"
     BINDINGS = [
         Binding("question_mark", "help", "help"),
@@ -58,7 +76,7 @@ class ExplorerApp(App[None]):
 
     def __init__(
         self,
-        open_backend: Callable[[], Backend],
+        open_backend: Callable[[Callable[[str], None]], Backend],
         *,
         text: str | None = None,
         pair: str | None = None,
@@ -87,7 +105,6 @@ class ExplorerApp(App[None]):
         self.backend: Backend | None = None
         self.mask: HeadMask | None = None
         self.analysis: Analysis | None = None
-        self.figures: dict[str, np.ndarray] | None = None
         self._request = 0  # the newest analysis asked for; older results are dropped
         self.theme_specs, theme_warnings = load_all_themes()
         self._startup_notes.extend(theme_warnings)
@@ -135,8 +152,13 @@ class ExplorerApp(App[None]):
 
     @work(thread=True, group="load", exit_on_error=False)
     def load_model(self) -> None:
+        status = self.query_one(StatusLine)
+
+        def report(stage: str) -> None:
+            self.call_from_thread(status.set_facts, stage)
+
         try:
-            backend = self._open_backend()
+            backend = self._open_backend(report)
         except BertscopeError as error:
             self.post_message(ModelLoadFailed(str(error)))
             return
@@ -164,41 +186,49 @@ class ExplorerApp(App[None]):
         if self.backend is None or self.mask is None:
             return
         self._request += 1
-        plain = self.analysis.plain if reuse_plain and self.analysis is not None else None
+        job = AnalysisJob(
+            request=self._request,
+            text=self.state.text,
+            pair=self.state.pair or None,
+            mask=self.mask,
+            ablation=self.state.ablation,
+            plain=self.analysis.plain if reuse_plain and self.analysis is not None else None,
+        )
         self._set_busy(True)
-        self.run_analysis(self._request, self.state.text, self.state.pair or None, self.mask, self.state.ablation, plain)
+        self.run_analysis(job)
         self._save_state()
 
     @work(thread=True, exclusive=True, group="analysis", exit_on_error=False)
-    def run_analysis(self, request, text, pair, mask, ablation, plain) -> None:
+    def run_analysis(self, job: AnalysisJob) -> None:
         worker = get_current_worker()
         backend = self.backend
         started = time.perf_counter()
         try:
+            plain = job.plain
             if plain is None:
-                encoding = backend.encode(text, pair)
-                plain = backend.forward(encoding, attentions=True)
+                plain = backend.forward(backend.encode(job.text, job.pair), attentions=True)
             if worker.is_cancelled:
                 return
             current = plain
-            if len(mask):
-                current = backend.forward(plain.encoding, attentions=True, mask=mask, ablation=ablation)
+            if len(job.mask):
+                current = backend.forward(plain.encoding, attentions=True, mask=job.mask, ablation=job.ablation, reuse=plain)
             if worker.is_cancelled:
                 return
             analysis = Analysis(
                 plain=plain,
                 current=current,
                 cosines=layer_cosines(current.hidden_states, plain.hidden_states),
+                figures=head_figures(current.attentions, current.tokens, current.encoding.special),
                 predictions_plain=backend.mask_predictions(plain),
                 predictions_current=backend.mask_predictions(current),
             )
         except BertscopeError as error:
             failed = AnalysisFailed(str(error))
-            failed.request = request
+            failed.request = job.request
             self.post_message(failed)
             return
         message = AnalysisComputed(analysis, time.perf_counter() - started)
-        message.request = request
+        message.request = job.request
         if not worker.is_cancelled:
             self.post_message(message)
 
@@ -208,7 +238,6 @@ class ExplorerApp(App[None]):
         self._set_busy(False)
         self.analysis = analysis = message.analysis
         current = analysis.current
-        self.figures = head_figures(current.attentions, current.tokens, current.encoding.special)
         if current.encoding.truncated:
             self.notify(
                 f"the input was cut by {current.encoding.truncated} tokens to the model's maximum of {len(current.tokens)}",
@@ -248,7 +277,7 @@ class ExplorerApp(App[None]):
         layer, head = self.state.layer, self.state.head
         length = len(analysis.current.tokens)
         figure = self.state.figure
-        grid.show(self.figures[figure], figure_range(figure, length), FIGURES[figure], self.mask, (layer, head))
+        grid.show(analysis.figures[figure], figure_range(figure, length), FIGURES[figure], self.mask, (layer, head))
         weights, title, masked = self._displayed_matrix()
         view = self.query_one(AttentionView)
         view.show(weights, analysis.current.tokens, self._colormap(), title=title, masked=masked, glyphs=self.glyphs, cursor=self.state.cursor)
@@ -268,7 +297,7 @@ class ExplorerApp(App[None]):
             heads = analysis.current.attentions.shape[1]
             return weights, f"layer {layer} · average of {heads} heads{self._mask_note()}", False
         if mask.is_masked(layer, head):
-            title = f"layer {layer} · head {head} · off ({analysis.current.ablation}), pattern before"
+            title = f"layer {layer} · head {head} · pattern before masking"
             return analysis.plain.attentions[layer, head], title, True
         return analysis.current.attentions[layer, head], f"layer {layer} · head {head}{self._mask_note()}", False
 

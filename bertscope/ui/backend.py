@@ -30,6 +30,7 @@ class Backend(Protocol):
         attentions: bool = False,
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
+        reuse: ForwardResult | None = None,
     ) -> ForwardResult: ...
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]: ...

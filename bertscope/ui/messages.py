@@ -30,6 +30,7 @@ class Analysis:
     plain: ForwardResult  # no heads masked
     current: ForwardResult  # under the current mask (the same object when nothing is masked)
     cosines: np.ndarray  # [L+1] masked vs plain hidden states
+    figures: dict[str, np.ndarray]  # per-head figures of `current`, each [L, H]
     predictions_plain: list[MaskPrediction]
     predictions_current: list[MaskPrediction]
 

@@ -75,7 +75,7 @@ class HeadGrid(Widget, can_focus=True):
     ) -> None:
         self.values, self.value_range, self.figure_label = values, value_range, figure_label
         self.mask, self.selected = mask, selected
-        self.refresh(layout=True)
+        self.refresh()  # the grid's size changes only with the model (set_shape)
 
     def show_mask(self, mask: HeadMask) -> None:
         """Mark a new mask at once, before the model has run with it."""

@@ -20,6 +20,13 @@ def bar(widget: Static, size: float, value: float) -> Bar:
     return Bar(size, 0.0, value, color=theme.primary, bgcolor=theme.panel or theme.surface or "default")
 
 
+def update_keeping_layout(panel: Static, content, rows: object) -> None:
+    """Update a panel; re-lay out the screen (milliseconds) only when its number of rows changes."""
+    changed = getattr(panel, "_rows", None) != rows
+    panel._rows = rows
+    panel.update(content, layout=changed)
+
+
 class TokenPanel(Static):
     """For the query token under the cursor, the tokens it attends to most, as bars."""
 
@@ -32,7 +39,7 @@ class TokenPanel(Static):
             weight = float(row[index])
             table.add_row(Text(f"{index}:{tokens[index]}"), bar(self, 1.0, weight), f"{weight:.3f}")
         self.border_title = Text(f"{query}:{tokens[query]} attends to")
-        self.update(table)
+        update_keeping_layout(self, table, rows=min(top, len(tokens)))
 
 
 class EffectPanel(Static):
@@ -46,20 +53,19 @@ class EffectPanel(Static):
         after: list[MaskPrediction],
         tokens: tuple[str, ...],
     ) -> None:
-        parts = []
+        drops = 1.0 - cosines[1:]
+        scale = max(float(drops.max()), 1e-3)
         if masked_heads == 0:
-            parts.append(Text("no heads masked: space switches the selected head off", style="dim"))
+            note = "no heads masked: space switches the selected head off"
         else:
-            drops = 1.0 - cosines[1:]
-            scale = max(float(drops.max()), 1e-3)
-            chart = Table.grid(padding=(0, 1))
-            chart.add_column(justify="right")
-            chart.add_column(width=14)
-            chart.add_column(justify="right")
-            for layer, (cosine, drop) in enumerate(zip(cosines[1:], drops)):
-                chart.add_row(f"layer {layer}", bar(self, scale, max(float(drop), 0.0)), f"{cosine:.4f}")
-            parts.append(Text(f"{masked_heads} head(s) off: cosine to unmasked; bar = drop (full = {scale:.3g})", style="dim"))
-            parts.append(chart)
+            note = f"{masked_heads} head(s) off: cosine to unmasked; bar = drop (full = {scale:.3g})"
+        chart = Table.grid(padding=(0, 1))
+        chart.add_column(justify="right")
+        chart.add_column(width=14)
+        chart.add_column(justify="right")
+        for layer, (cosine, drop) in enumerate(zip(cosines[1:], drops)):
+            chart.add_row(f"layer {layer}", bar(self, scale, max(float(drop), 0.0)), f"{cosine:.4f}")
+        parts = [Text(note, style="dim"), chart]  # the same rows masked or not: no relayout on a toggle
         for plain, current in zip(before, after):
             parts.append(Text(f"{tokens[plain.position]} at {plain.position}: before → after", style="bold"))
             guesses = Table.grid(padding=(0, 1))
@@ -71,7 +77,7 @@ class EffectPanel(Static):
                     Text(f"→ {current.tokens[rank]} {current.probabilities[rank]:.2f}" if masked_heads else ""),
                 )
             parts.append(guesses)
-        self.update(Group(*parts))
+        update_keeping_layout(self, Group(*parts), rows=(len(cosines), len(before)))
 
 
 class StatusLine(Static):
@@ -99,4 +105,5 @@ class StatusLine(Static):
 
     def _draw(self) -> None:
         marker = f"{SPINNER[self._frame]} working" if self.busy else "● ready"
-        self.update(Text.assemble((marker, "bold" if self.busy else "dim"), "  ", self.facts, no_wrap=True, overflow="ellipsis"))
+        line = Text.assemble((marker, "bold" if self.busy else "dim"), "  ", self.facts, no_wrap=True, overflow="ellipsis")
+        self.update(line, layout=False)  # one fixed line: a relayout of the screen would cost ms per tick
