@@ -176,6 +176,7 @@ class ExplorerApp(App[None]):
 
     def on_model_load_failed(self, message: ModelLoadFailed) -> None:
         self._set_busy(False)
+        self.query_one(StatusLine).set_facts("no model loaded: quit and start bertscope with another --model")
         self.query_one(AttentionView).show_message(f"could not load the model:\n{message.reason}")
         self.notify(message.reason, title="model not loaded", severity="error", timeout=30)
 
