@@ -164,30 +164,19 @@ def _model_class(architecture: str) -> tuple[type[PreTrainedModel], str]:
 
 def _load_weights(model_class, architecture, directory, config, weights, torch_dtype):
     """Load weights; a head whose weights are missing from the file is dropped, not left random."""
+    options = dict(
+        config=config,
+        local_files_only=True,
+        use_safetensors=weights.name.startswith("model.safetensors"),
+        weights_only=True,  # never unpickle arbitrary objects from a .bin checkpoint
+        dtype=torch_dtype,
+        attn_implementation=ablation.ATTENTION_IMPLEMENTATION,
+    )
     try:
-        model, info = model_class.from_pretrained(
-            directory,
-            config=config,
-            local_files_only=True,
-            use_safetensors=weights.name.startswith("model.safetensors"),
-            weights_only=True,
-            dtype=torch_dtype,
-            attn_implementation=ablation.ATTENTION_IMPLEMENTATION,
-            output_loading_info=True,
-        )
+        model, info = model_class.from_pretrained(directory, output_loading_info=True, **options)
         if model_class is not AutoModel and _head_missing(info, model):
-            model = AutoModel.from_pretrained(
-                directory,
-                config=config,
-                local_files_only=True,
-                use_safetensors=weights.name.startswith("model.safetensors"),
-                weights_only=True,
-                dtype=torch_dtype,
-                attn_implementation=ablation.ATTENTION_IMPLEMENTATION,
-            )
+            model = AutoModel.from_pretrained(directory, **options)
             architecture = f"encoder of {architecture} (head weights missing)"
-    except ModelLoadError:
-        raise
     except Exception as error:  # safetensors, torch.load and shape checks all end here
         raise ModelLoadError(
             f"could not read the weights in {weights}: {_first_line(error)}; the file may be damaged or "
