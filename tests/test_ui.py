@@ -397,3 +397,29 @@ def test_explorer_on_the_bundled_model(bundled_session):
         assert np.all(app.analysis.current.attentions[1, 0] == 0)
 
     run(app, steps)
+
+
+def test_theme_file_given_by_path(tmp_path):
+    from bertscope.theming import builtin_themes_dir
+
+    mine = tmp_path / "mine.toml"
+    mine.write_text((builtin_themes_dir() / "light.toml").read_text())
+    app = make_app(theme=str(mine))
+
+    async def steps(pilot):
+        assert app.theme == "mine"
+        assert app.query_one(HeadGrid).colormap == app.theme_specs["mine"].heatmap
+
+    run(app, steps)
+
+
+def test_unknown_figure_in_a_session_file(tmp_path):
+    session = tmp_path / "s.json"
+    session.write_text(json.dumps({"version": 1, "text": "a b c", "figure": "nonsense"}))
+    app = ExplorerApp(lambda report: FakeBackend(), session_file=session)
+
+    async def steps(pilot):
+        assert app.state.figure == "entropy"
+        assert any("nonsense" in n.message for n in app._notifications)
+
+    run(app, steps)

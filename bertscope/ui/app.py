@@ -29,7 +29,7 @@ from bertscope.core.errors import BertscopeError
 from bertscope.core.headstats import FIGURES, figure_range, head_figures
 from bertscope.core.masks import HeadMask
 from bertscope.core.results import ForwardResult
-from bertscope.theming import DEFAULT_THEME
+from bertscope.theming import DEFAULT_THEME, load_theme
 from bertscope.ui.backend import Backend
 from bertscope.ui.export import export_view
 from bertscope.ui.help import HelpScreen
@@ -108,6 +108,13 @@ class ExplorerApp(App[None]):
         self._request = 0  # the newest analysis asked for; older results are dropped
         self.theme_specs, theme_warnings = load_all_themes()
         self._startup_notes.extend(theme_warnings)
+        if theme and theme not in self.theme_specs:  # a theme file given by its path
+            try:
+                spec = load_theme(theme)
+                self.theme_specs[spec.name] = spec
+                self.state = self.state.with_(theme=spec.name)
+            except ValueError as error:
+                self._startup_notes.append(str(error))
         self._glyphs_wanted = glyphs  # None: shade glyphs only where colours are too few or off
         self.glyphs = bool(glyphs)
 
@@ -162,11 +169,17 @@ class ExplorerApp(App[None]):
         except BertscopeError as error:
             self.post_message(ModelLoadFailed(str(error)))
             return
+        except Exception as error:  # a broken install or driver: say what it was, keep the app up
+            self.post_message(ModelLoadFailed(f"{type(error).__name__}: {error}"))
+            return
         self.post_message(ModelLoaded(backend))
 
     def on_model_loaded(self, message: ModelLoaded) -> None:
         self.backend = backend = message.backend
         self.state, warnings = fit_to_model(self.state, backend.num_layers, backend.num_heads)
+        if self.state.figure not in FIGURES:
+            warnings.append(f"unknown grid figure {self.state.figure!r}; showing entropy")
+            self.state = self.state.with_(figure="entropy")
         for warning in warnings:
             self.notify(warning, severity="warning", timeout=8)
         self.mask = HeadMask.parse(self.state.mask, backend.num_layers, backend.num_heads)
