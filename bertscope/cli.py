@@ -262,6 +262,109 @@ def _heatmap_colormap(theme: str | None):
         raise BertscopeError(str(error)) from None
 
 
+def data_options(command):
+    """TEXT or --data FILE (with --format and --limit), shared by the corpus commands."""
+    command = click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="Read at most N sentences.")(command)
+    command = click.option(
+        "--format", "data_format", default="auto", show_default=True,
+        type=click.Choice(["auto", "text", "conllu", "senteval"]),
+        help="text: one sentence a line; conllu: CoNLL-U; senteval: split<TAB>label<TAB>sentence.",
+    )(command)
+    command = click.option("--data", "data", default=None, metavar="FILE", help="A corpus file. Default: the sample corpus shipped with bertscope.")(command)
+    return click.argument("text", required=False)(command)
+
+
+def corpus_sentences(text, data, data_format, limit, report):
+    """The sentences to analyse: TEXT, or the file, or the shipped sample corpus."""
+    from bertscope.core.corpus import Sentence, read_sentences, sample_corpus
+
+    if text is not None and data is not None:
+        raise BertscopeError("give either TEXT or --data FILE, not both")
+    if text is not None:
+        if not text.strip():
+            raise BertscopeError("the text is empty; give a sentence, or --data FILE for a corpus")
+        report.sentences = 1
+        return [Sentence(text=text, location="TEXT")], "TEXT"
+    path = data if data is not None else sample_corpus()
+    return read_sentences(path, data_format, limit=limit, report=report), str(path)
+
+
+def run_with_progress(steps, total: int | None, what: str):
+    """Drain a core generator, showing a progress bar on a terminal; return its last item."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    last = None
+    if not console.is_terminal:
+        for last in steps:
+            pass
+        return last
+    columns = [TextColumn(what), BarColumn(), MofNCompleteColumn(), TextColumn("sentences"), TimeElapsedColumn()]
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task(what, total=total)
+        for last in steps:
+            progress.update(task, completed=last.sentences)
+    return last
+
+
+@main.command()
+@data_options
+@mask_options
+@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True, help="Sentences per forward pass.")
+@format_options
+@model_options
+def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, output_format, model, device, dtype, allow_download):
+    """Attention statistics and pattern classes of every head (Kovaleva et al.; Clark et al.).
+
+    Over TEXT, or a corpus (--data FILE; default: the sample corpus shipped with bertscope).
+    Per head: the share of attention to [CLS], [SEP], punctuation, the token itself, the
+    previous and next token and its own segment, the attention entropy (nats) and mean
+    distance, averaged over real tokens and sentences; and the share of sentences in which
+    the head's map is vertical, diagonal, vertical+diagonal, block or heterogeneous.
+    """
+    from bertscope.core.corpus import ReadReport
+    from bertscope.core.patterns import PATTERNS, STATISTICS, pattern_statistics
+
+    report = ReadReport()
+    sentences, source = corpus_sentences(text, data, data_format, limit, report)
+    session = open_session(model, device, dtype, allow_download)
+    head_mask = session.mask(mask_spec)
+    steps = pattern_statistics(session, sentences, mask=head_mask, ablation=ablation, batch_size=batch_size)
+    result = run_with_progress(steps, limit, "attention statistics").result
+    if report.skipped:
+        warn(report.summary())
+    if result.truncated:
+        warn(f"{result.truncated:,} tokens were cut from sentences longer than the model's maximum of {session.max_length}")
+    if output_format == "json":
+        payload = result.as_json(session.info.source)
+        payload.update({"data": source, "mask": head_mask.spec(), "ablation": ablation, "skipped": len(report.skipped)})
+        print_json(payload)
+        return
+    if output_format == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(["layer", "head", "pattern", *(f"share_{name}" for name in PATTERNS), *STATISTICS])
+        for layer in range(session.num_layers):
+            for head in range(session.num_heads):
+                writer.writerow(
+                    [layer, head, PATTERNS[result.dominant[layer, head]]]
+                    + [f"{share:.6f}" for share in result.pattern_shares[layer, head]]
+                    + [f"{result.statistics[name][layer, head]:.6f}" for name in STATISTICS]
+                )
+        click.echo(buffer.getvalue(), nl=False)
+        return
+    from rich.console import Console
+
+    from bertscope.render.patterns import patterns_report
+
+    console = Console()
+    sentences = f"{result.sentences:,} sentence{'' if result.sentences == 1 else 's'}"
+    console.print(f"[bold]{session.info.source}[/] · {sentences} from {source} · {result.tokens:,} tokens"
+                  + (f" · mask {head_mask.spec()} ({ablation})" if len(head_mask) else ""), highlight=False)
+    console.print(patterns_report(result, PATTERNS))
+
+
 @main.command()
 @click.argument("text")
 @click.option("--pair", default=None, metavar="TEXT2", help="A second segment (sentence pair input).")

@@ -1,0 +1,120 @@
+"""Attention statistics over a corpus against a bare batched forward with attentions.
+
+    python benchmarks/pattern_stats.py [--model M] [--device D] [--sentences 2000] [--batch-size 32] [-o FILE.json]
+
+Both contenders see the same sentences (the shipped sample corpus, cycled to --sentences),
+in the same length-sorted batches, in the same run:
+- `bare`: an eager transformers model, inputs tokenised beforehand, timed as
+  `model(**batch, output_attentions=True)` per batch;
+- `patterns`: `bertscope.core.patterns.pattern_statistics` end to end (tokenising, the
+  forward, every statistic and pattern class).
+Budget (issue: attention pattern analytics): patterns ≤ 1.3 × bare. The resident memory is
+sampled as the corpus streams by: it should stay flat, not grow with the sentences read.
+Prints JSON; exit status 0 whatever the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--sentences", type=int, default=2000)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("-o", "--output", default=None)
+    args = parser.parse_args()
+
+    import torch
+    from transformers import AutoModel
+
+    from bertscope.core.corpus import read_sentences, sample_corpus
+    from bertscope.core.patterns import encode_sorted, pattern_statistics
+    from bertscope.core.session import Session
+
+    session = Session.open(args.model, device=args.device)
+    sentences = list(itertools.islice(itertools.cycle(list(read_sentences(sample_corpus()))), args.sentences))
+    bare = AutoModel.from_pretrained(session.loaded.directory, attn_implementation="eager").to(session.device).eval()
+
+    chunk = 1024  # the same chunks and length order as pattern_statistics uses by default
+    batches = []
+    for start in range(0, len(sentences), chunk):
+        encoded = encode_sorted(session, sentences[start : start + chunk])
+        for first in range(0, len(encoded), args.batch_size):
+            rows = [item.input_ids for item in encoded[first : first + args.batch_size]]
+            batches.append(session.tokenizer.pad({"input_ids": rows}, return_tensors="pt").to(session.device))
+
+    def synchronise():
+        if session.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def time_bare() -> float:
+        started = time.perf_counter()
+        with torch.inference_mode():
+            for batch in batches:
+                bare(**batch, output_attentions=True)
+        synchronise()
+        return time.perf_counter() - started
+
+    memory = []
+
+    def time_patterns() -> float:
+        started = time.perf_counter()
+        for step in pattern_statistics(session, sentences, batch_size=args.batch_size):
+            if step.sentences % (args.batch_size * 8) == 0 or step.done:
+                memory.append((step.sentences, round(rss_mb(), 1)))
+        synchronise()
+        return time.perf_counter() - started
+
+    time_bare(), time_patterns()  # warm-up: allocator, caches, lazy imports
+    memory.clear()
+    rounds = [(time_bare(), time_patterns()) for _ in range(2)]
+    bare_s = min(r[0] for r in rounds)
+    patterns_s = min(r[1] for r in rounds)
+    result = {
+        "benchmark": "pattern_stats",
+        "model": session.info.source,
+        "device": str(session.device),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "sentences": len(sentences),
+        "batch_size": args.batch_size,
+        "tokens": int(sum(int(b["attention_mask"].sum()) for b in batches)),
+        "bare_forward_with_attentions_s": round(bare_s, 3),
+        "patterns_s": round(patterns_s, 3),
+        "ratio": round(patterns_s / bare_s, 3),
+        "rounds": [[round(b, 3), round(p, 3)] for b, p in rounds],
+        "rss_mb_by_sentences_read": memory,
+        "budget": 1.3,
+        "within_budget": patterns_s / bare_s <= 1.3,
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.output:
+        from bertscope.files import atomic_write
+
+        with atomic_write(args.output, "w") as handle:
+            handle.write(text)
+    print(
+        f"pattern_stats: {result['patterns_s']}s vs bare {result['bare_forward_with_attentions_s']}s "
+        f"= {result['ratio']}x (budget 1.3) over {len(sentences)} sentences",
+        file=sys.stderr,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,381 @@
+"""Attention pattern analytics over sentences and corpora (Kovaleva et al. 2019; Clark et al. 2019).
+
+Per head and per sentence, on the real (non-padding) tokens:
+
+- statistics, each averaged over the query tokens: the share of attention to [CLS], to
+  [SEP] (every special token after the first), to punctuation, to the token itself, to the
+  previous and the next token, to the query's own segment ("block"); the entropy of the
+  attention distribution (nats); the mean attention distance in tokens;
+- a pattern class after Kovaleva et al., from three interpretable features:
+  * vertical V: the attention mass that falls on the two most-attended key positions
+    (their mean received weight, summed). Every query looking at the same one or two
+    tokens ([CLS], [SEP], a full stop) draws vertical stripes;
+  * diagonal D: the mass on the query itself and its two neighbours (|i − j| ≤ 1),
+    leaving out those two top columns so a stripe is not counted twice;
+  * block B: for inputs with two segments (a sentence pair), the share of a word's
+    attention to words that stays inside its own segment. A uniform head gives B near the
+    segment's share of the words (about one half); a block head gives B near 1.
+
+  The rules, in order: if V + D ≥ 0.6 the head is structured along stripes: both
+  V ≥ 0.2 and D ≥ 0.2 make it `vertical+diagonal`, otherwise the larger one names it
+  (`vertical` or `diagonal`). Else, with two segments and B ≥ 0.85, it is `block`. Else it is
+  `heterogeneous`. The thresholds are chosen so that the synthetic maps of each class in
+  tests/test_patterns.py, with up to 30% of their mass spread uniformly as noise, land in
+  their class, and a uniform map lands in `heterogeneous`. Kovaleva et al. trained a small
+  CNN on 400 hand-labelled maps instead; rules trade a little accuracy for being readable
+  and reproducible on any model.
+
+Over a corpus, each head gets the share of sentences in each class and its dominant class;
+each layer the mean of its heads. Statistics accumulate batch by batch on the model's
+device, so memory does not grow with the corpus.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from bertscope.core.errors import InputError
+from bertscope.core.headstats import is_punctuation
+from bertscope.core.masks import Ablation, HeadMask
+
+if TYPE_CHECKING:
+    from bertscope.core.corpus import Sentence
+
+PATTERNS = ("vertical", "diagonal", "vertical+diagonal", "block", "heterogeneous")
+STATISTICS = ("cls", "sep", "punct", "self", "prev", "next", "block", "entropy", "distance")
+STRIPES, MIXED, BLOCK = 0.6, 0.2, 0.85
+TOP_COLUMNS = 2
+
+
+@dataclass(frozen=True)
+class PatternResult:
+    """Corpus-level attention statistics: `[L, H]` arrays, `pattern_shares` `[L, H, 5]`."""
+
+    sentences: int
+    tokens: int
+    truncated: int
+    statistics: dict[str, np.ndarray]
+    pattern_shares: np.ndarray
+
+    @property
+    def dominant(self) -> np.ndarray:
+        """`[L, H]` index into PATTERNS of each head's most frequent class."""
+        return self.pattern_shares.argmax(-1)
+
+    def layer_statistics(self, name: str) -> np.ndarray:
+        return self.statistics[name].mean(-1)
+
+    def layer_pattern_shares(self) -> np.ndarray:
+        return self.pattern_shares.mean(1)
+
+    def as_json(self, model: str) -> dict:
+        heads = []
+        num_layers, num_heads = self.pattern_shares.shape[:2]
+        for layer in range(num_layers):
+            for head in range(num_heads):
+                entry = {"layer": layer, "head": head, "pattern": PATTERNS[self.dominant[layer, head]]}
+                entry["pattern_shares"] = _shares(self.pattern_shares[layer, head])
+                entry.update({name: round(float(self.statistics[name][layer, head]), 6) for name in STATISTICS})
+                heads.append(entry)
+        layers = [
+            {
+                "layer": layer,
+                "pattern_shares": _shares(self.layer_pattern_shares()[layer]),
+                **{name: round(float(self.layer_statistics(name)[layer]), 6) for name in ("cls", "sep", "punct")},
+            }
+            for layer in range(num_layers)
+        ]
+        return {"model": model, "sentences": self.sentences, "tokens": self.tokens, "truncated": self.truncated,
+                "heads": heads, "layers": layers}
+
+
+@dataclass(frozen=True)
+class PatternProgress:
+    """One step of a corpus run: how far it is, and the statistics so far."""
+
+    sentences: int
+    result: PatternResult
+    done: bool = False
+
+
+def _shares(values: np.ndarray) -> dict[str, float]:
+    return {name: round(float(value), 6) for name, value in zip(PATTERNS, values)}
+
+
+# --- per batch, on the device -------------------------------------------------------------
+
+
+@dataclass
+class BatchMasks:
+    """What the statistics need to know about a padded batch, as `[B, T]` tensors."""
+
+    real: Tensor  # bool: not padding
+    first_special: Tensor  # bool: [CLS] / <s>
+    later_special: Tensor  # bool: [SEP] / </s> and any other special token
+    punctuation: Tensor  # bool
+    segment: Tensor  # long: 0, 1 for the pair's segments; -1 for special tokens and padding
+    two_segments: Tensor  # [B] bool: the input is a pair
+
+
+def head_features(attention: Tensor, masks: BatchMasks) -> dict[str, Tensor]:
+    """Per sentence and head (`[B, H]`), every statistic and the V, D, B pattern features.
+
+    `attention` is one layer's `[B, H, T, T]`, rows over padding are ignored.
+    """
+    attention = attention.float()
+    batch, heads, length, _ = attention.shape
+    device = attention.device
+    real = masks.real
+    queries = real.float()  # [B, T]
+
+    def query_mean(per_query: Tensor, weight: Tensor | None = None) -> Tensor:
+        """Mean over real queries of `[B, H, T]`, optionally over a subset of queries."""
+        weight = queries if weight is None else weight
+        return (per_query * weight[:, None, :]).sum(-1) / weight.sum(-1).clamp(min=1)[:, None]
+
+    def to_keys(keys: Tensor) -> Tensor:
+        return (attention * keys[:, None, None, :].float()).sum(-1)  # [B, H, T]
+
+    positions = torch.arange(length, device=device)
+    distance = (positions[:, None] - positions[None, :]).abs().float()
+    same_segment = (masks.segment[:, :, None] == masks.segment[:, None, :]) & (masks.segment[:, :, None] >= 0)
+    features = {
+        "cls": query_mean(to_keys(masks.first_special)),
+        "sep": query_mean(to_keys(masks.later_special)),
+        "punct": query_mean(to_keys(masks.punctuation)),
+        "self": query_mean(torch.diagonal(attention, dim1=-2, dim2=-1)),
+        "entropy": query_mean(torch.special.entr(attention).sum(-1)),
+        "distance": query_mean((attention * distance).sum(-1)),
+    }
+    prev = torch.zeros(batch, heads, length, device=device)
+    prev[..., 1:] = torch.diagonal(attention, offset=-1, dim1=-2, dim2=-1)
+    has_prev = queries.clone()
+    has_prev[:, 0] = 0
+    features["prev"] = query_mean(prev, has_prev)
+    following = torch.zeros(batch, heads, length, device=device)
+    following[..., :-1] = torch.diagonal(attention, offset=1, dim1=-2, dim2=-1)
+    has_next = torch.zeros_like(queries)
+    has_next[:, :-1] = queries[:, :-1] * queries[:, 1:]
+    features["next"] = query_mean(following, has_next)
+
+    words = real & (masks.segment >= 0)  # real, non-special tokens
+    to_words = (attention * words[:, None, None, :].float()).sum(-1)
+    inside = (attention * (same_segment & words[:, None, :])[:, None].float()).sum(-1)
+    word_queries = words.float()
+    features["block"] = query_mean(inside, word_queries)
+    block_ratio = query_mean(inside / to_words.clamp(min=1e-9), word_queries)
+
+    # pattern features
+    received = (attention * queries[:, None, :, None]).sum(-2)  # [B, H, T]: weight each key receives
+    columns = received / queries.sum(-1).clamp(min=1)[:, None, None]  # ... per query, on average
+    columns = columns.masked_fill(~real[:, None, :], -1.0)
+    top_values, top_index = columns.topk(min(TOP_COLUMNS, length), dim=-1)
+    vertical = top_values.clamp(min=0).sum(-1)
+    top_columns = torch.zeros(batch, heads, length, dtype=torch.bool, device=device)
+    top_columns.scatter_(-1, top_index, True)
+    band = distance <= 1
+    band_mass = (attention * (band[None, None] & ~top_columns[:, :, None, :]).float()).sum(-1)
+    diagonal = query_mean(band_mass)
+    features["V"], features["D"] = vertical, diagonal
+    features["B"] = torch.where(masks.two_segments[:, None], block_ratio, torch.zeros_like(block_ratio))
+    return features
+
+
+def classify(vertical: Tensor, diagonal: Tensor, block: Tensor) -> Tensor:
+    """Index into PATTERNS for each head (any shape), by the rules in the module docstring."""
+    stripes = vertical + diagonal >= STRIPES
+    mixed = (vertical >= MIXED) & (diagonal >= MIXED)
+    pattern = torch.full_like(vertical, PATTERNS.index("heterogeneous"), dtype=torch.long)
+    pattern = torch.where(block >= BLOCK, PATTERNS.index("block"), pattern)
+    along = torch.where(vertical >= diagonal, PATTERNS.index("vertical"), PATTERNS.index("diagonal"))
+    along = torch.where(mixed, PATTERNS.index("vertical+diagonal"), along)
+    return torch.where(stripes, along, pattern)
+
+
+def classify_map(weights: np.ndarray, special: np.ndarray, segments: np.ndarray | None = None) -> str:
+    """The pattern class of one `[T, T]` attention map (for tests and single sentences).
+
+    `special` marks special tokens; `segments` gives 0/1 per token for a pair (else one segment).
+    """
+    length = weights.shape[-1]
+    special = np.asarray(special, dtype=bool)
+    segment = np.where(special, -1, 0 if segments is None else np.asarray(segments))
+    first = np.zeros(length, dtype=bool)
+    first[0] = special[0]
+    masks = BatchMasks(
+        real=torch.ones(1, length, dtype=torch.bool),
+        first_special=torch.as_tensor(first)[None],
+        later_special=torch.as_tensor(special & ~first)[None],
+        punctuation=torch.zeros(1, length, dtype=torch.bool),
+        segment=torch.as_tensor(segment, dtype=torch.long)[None],
+        two_segments=torch.as_tensor([len(set(segment[segment >= 0].tolist())) > 1]),
+    )
+    features = head_features(torch.as_tensor(weights, dtype=torch.float32)[None, None], masks)
+    return PATTERNS[int(classify(features["V"], features["D"], features["B"])[0, 0])]
+
+
+# --- over a corpus -------------------------------------------------------------------------
+
+
+class _Accumulator:
+    """Sums over sentences, kept on the device as float64 `[L, H]` tensors."""
+
+    def __init__(self, num_layers: int, num_heads: int, device: torch.device):
+        self.sums = {name: torch.zeros(num_layers, num_heads, dtype=torch.float64, device=device) for name in STATISTICS}
+        self.counts = torch.zeros(num_layers, num_heads, len(PATTERNS), dtype=torch.float64, device=device)
+        self.sentences = 0
+        self.tokens = 0
+        self.truncated = 0
+
+    def add(self, layer: int, features: dict[str, Tensor]) -> None:
+        for name in STATISTICS:
+            self.sums[name][layer] += features[name].sum(0).double()
+        pattern = classify(features["V"], features["D"], features["B"])  # [B, H]
+        self.counts[layer] += torch.nn.functional.one_hot(pattern, len(PATTERNS)).sum(0).double()
+
+    def result(self) -> PatternResult:
+        sentences = max(self.sentences, 1)
+        return PatternResult(
+            sentences=self.sentences,
+            tokens=self.tokens,
+            truncated=self.truncated,
+            statistics={name: (total / sentences).float().cpu().numpy() for name, total in self.sums.items()},
+            pattern_shares=(self.counts / sentences).float().cpu().numpy(),
+        )
+
+
+def pattern_statistics(
+    session,
+    sentences: Iterable[Sentence],
+    *,
+    mask: HeadMask | None = None,
+    ablation: Ablation = "zero",
+    batch_size: int = 32,
+    chunk_size: int = 1024,
+    cancel: threading.Event | None = None,
+) -> Iterator[PatternProgress]:
+    """Stream a corpus through the model; yield progress after every batch, the last one `done`.
+
+    Sentences are read `chunk_size` at a time and sorted by length within the chunk, so
+    batches carry little padding while memory stays bounded.
+    """
+    accumulator = _Accumulator(session.num_layers, session.num_heads, session.device)
+    gates = torch.as_tensor(mask.gates(), device=session.device) if mask is not None and len(mask) else None
+    punctuation_of: dict[int, bool] = {}
+    for chunk in _chunks(sentences, chunk_size):
+        encoded = encode_sorted(session, chunk)
+        accumulator.truncated += sum(item.truncated for item in encoded)
+        for start in range(0, len(encoded), batch_size):
+            if cancel is not None and cancel.is_set():
+                return
+            batch = encoded[start : start + batch_size]
+            inputs, masks = batch_tensors(session, batch, punctuation_of)
+            with torch.inference_mode():
+                outputs = session.run(inputs, gates=gates, ablation=ablation, attentions=True, hidden_states=False)
+                for layer, attention in enumerate(outputs.attentions):
+                    accumulator.add(layer, head_features(attention, masks))
+            accumulator.sentences += len(batch)
+            accumulator.tokens += int(masks.real.sum())
+            yield PatternProgress(accumulator.sentences, accumulator.result())
+    if accumulator.sentences == 0:
+        raise InputError("no sentences to analyse; the corpus is empty")
+    yield PatternProgress(accumulator.sentences, accumulator.result(), done=True)
+
+
+def _chunks(sentences: Iterable[Sentence], size: int) -> Iterator[list[Sentence]]:
+    chunk: list[Sentence] = []
+    for sentence in sentences:
+        chunk.append(sentence)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+@dataclass(frozen=True)
+class EncodedSentence:
+    input_ids: list[int]
+    token_type_ids: list[int]
+    special: list[int]
+    segment: list[int]  # 0 / 1, -1 for special tokens
+    truncated: int
+
+
+def encode_sorted(session, chunk: list[Sentence]) -> list[EncodedSentence]:
+    """Tokenise a chunk (one call for single sentences, one for pairs), truncate, sort by length."""
+    encoded = []
+    for with_pairs in (False, True):
+        group = [sentence for sentence in chunk if (sentence.pair is not None) == with_pairs]
+        if group:
+            encoded.extend(_encode_group(session, group, with_pairs))
+    encoded.sort(key=lambda item: len(item.input_ids))
+    return encoded
+
+
+def _encode_group(session, group: list[Sentence], with_pairs: bool) -> list[EncodedSentence]:
+    tokenizer, limit = session.tokenizer, session.max_length
+    options = dict(add_special_tokens=True, return_special_tokens_mask=True, return_token_type_ids=True, verbose=False)
+    texts = [sentence.text for sentence in group]
+    pairs = [sentence.pair for sentence in group] if with_pairs else None
+    full = tokenizer(texts, pairs, truncation=False, **options)
+    encoded = []
+    for index in range(len(group)):
+        source, row, cut = full, index, 0
+        if len(full["input_ids"][index]) > limit:  # rare: tokenise this one again, cut to fit
+            cut = len(full["input_ids"][index]) - limit
+            pair = [pairs[index]] if with_pairs else None
+            source, row = tokenizer([texts[index]], pair, truncation="longest_first", max_length=limit, **options), 0
+        encoded.append(
+            EncodedSentence(
+                input_ids=source["input_ids"][row],
+                token_type_ids=source["token_type_ids"][row],
+                special=source["special_tokens_mask"][row],
+                segment=[-1 if s is None else s for s in source.sequence_ids(row)],
+                truncated=cut,
+            )
+        )
+    return encoded
+
+
+def batch_tensors(session, batch: list[EncodedSentence], punctuation_of: dict[int, bool]) -> tuple[dict[str, Tensor], BatchMasks]:
+    """Pad a length-sorted batch into model inputs and the masks the statistics need."""
+    length = max(len(item.input_ids) for item in batch)
+    pad_id = session.tokenizer.pad_token_id or 0
+
+    def padded(rows, value):
+        return torch.tensor([row + [value] * (length - len(row)) for row in rows], dtype=torch.long)
+
+    input_ids = padded([item.input_ids for item in batch], pad_id)
+    real = padded([[1] * len(item.input_ids) for item in batch], 0).bool()
+    special = padded([item.special for item in batch], 1).bool() & real
+    first = torch.zeros_like(special)
+    first[:, 0] = special[:, 0]
+    for item in batch:
+        for token_id in item.input_ids:
+            if token_id not in punctuation_of:
+                punctuation_of[token_id] = is_punctuation(session.tokenizer.convert_ids_to_tokens(token_id))
+    punctuation = padded([[punctuation_of[t] for t in item.input_ids] for item in batch], 0).bool() & ~special
+    segment = padded([item.segment for item in batch], -1)
+    device = session.device
+    inputs = {
+        "input_ids": input_ids.to(device),
+        "attention_mask": real.long().to(device),
+        "token_type_ids": padded([item.token_type_ids for item in batch], 0).to(device),
+    }
+    masks = BatchMasks(
+        real=real.to(device),
+        first_special=first.to(device),
+        later_special=(special & ~first).to(device),
+        punctuation=punctuation.to(device),
+        segment=segment.to(device),
+        two_segments=torch.tensor([len({s for s in item.segment if s >= 0}) > 1 for item in batch], device=device),
+    )
+    return inputs, masks

@@ -1,0 +1,86 @@
+"""Rich views of attention pattern statistics, for `bertscope patterns` and the overview screen.
+
+Takes plain arrays (no torch): the dominant pattern of each head as a letter grid, the
+per-layer attention to [CLS], [SEP] and punctuation as bars (Clark et al., Fig. 1), and the
+per-layer pattern shares.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.bar import Bar
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+PATTERN_LETTERS = {"vertical": "V", "diagonal": "D", "vertical+diagonal": "VD", "block": "B", "heterogeneous": "H"}
+PATTERN_STYLES = {
+    "vertical": "bold magenta",
+    "diagonal": "bold cyan",
+    "vertical+diagonal": "bold blue",
+    "block": "bold green",
+    "heterogeneous": "dim",
+}
+
+
+def pattern_grid(dominant: np.ndarray, patterns: tuple[str, ...], shares: np.ndarray | None = None) -> Table:
+    """Layers as rows, heads as columns; each cell the letter of the head's dominant pattern."""
+    num_layers, num_heads = dominant.shape
+    table = Table(box=None, padding=(0, 1), show_edge=False, title="dominant pattern per head", title_justify="left")
+    table.add_column("layer", justify="right", style="dim")
+    for head in range(num_heads):
+        table.add_column(str(head), justify="center", header_style="dim")
+    for layer in range(num_layers):
+        cells = []
+        for head in range(num_heads):
+            name = patterns[dominant[layer, head]]
+            letter = PATTERN_LETTERS[name]
+            if shares is not None and shares[layer, head].max() < 0.5:
+                letter = letter.lower()  # no class holds half the sentences
+            cells.append(Text(letter, style=PATTERN_STYLES[name]))
+        table.add_row(str(layer), *cells)
+    legend = Text("  ".join(f"{PATTERN_LETTERS[name]} {name}" for name in patterns), style="dim")
+    table.caption = legend.plain + "   (lower case: under half the sentences)"
+    table.caption_justify = "left"
+    return table
+
+
+def layer_bars(values: dict[str, np.ndarray], title: str, scale: float = 1.0, width: int = 14) -> Table:
+    """One row per layer, one bar per named per-layer value, like Clark et al.'s Fig. 1."""
+    table = Table(box=None, padding=(0, 1), title=title, title_justify="left")
+    table.add_column("layer", justify="right", style="dim", min_width=5, no_wrap=True)
+    for name in values:
+        table.add_column(name, width=width, no_wrap=True)
+        table.add_column("", justify="right", min_width=4, no_wrap=True)
+    num_layers = len(next(iter(values.values())))
+    for layer in range(num_layers):
+        row = [str(layer)]
+        for series in values.values():
+            row += [Bar(scale, 0, float(series[layer]), width=width, color="magenta"), f"{series[layer]:.2f}"]
+        table.add_row(*row)
+    return table
+
+
+def layer_pattern_table(layer_shares: np.ndarray, patterns: tuple[str, ...]) -> Table:
+    """Per layer, the share of (head, sentence) maps in each pattern class."""
+    table = Table(box=None, padding=(0, 1), title="pattern shares per layer", title_justify="left")
+    table.add_column("layer", justify="right", style="dim")
+    for name in patterns:
+        table.add_column(name, justify="right", style=PATTERN_STYLES[name])
+    for layer, shares in enumerate(layer_shares):
+        table.add_row(str(layer), *(f"{share:.0%}" for share in shares))
+    return table
+
+
+def patterns_report(result, patterns: tuple[str, ...]) -> Group:
+    """Everything a person wants from one run, top to bottom."""
+    return Group(
+        pattern_grid(result.dominant, patterns, result.pattern_shares),
+        Text(),
+        layer_pattern_table(result.layer_pattern_shares(), patterns),
+        Text(),
+        layer_bars(
+            {name: result.layer_statistics(name) for name in ("cls", "sep", "punct")},
+            "mean attention per layer to [CLS], [SEP] and punctuation",
+        ),
+    )

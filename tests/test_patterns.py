@@ -1,0 +1,144 @@
+"""Pattern classes on synthetic maps with known answers, and statistics against a direct computation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bertscope.core.headstats import head_figures
+from bertscope.core.patterns import PATTERNS, STATISTICS, BatchMasks, batch_tensors, classify_map, encode_sorted, head_features, pattern_statistics
+
+
+class Text:
+    def __init__(self, text, pair=None):
+        self.text, self.pair = text, pair
+
+
+LENGTH = 30  # [CLS], 13 words, [SEP], 14 words, [SEP]
+SPECIAL = np.zeros(LENGTH, dtype=bool)
+SPECIAL[[0, 14, 29]] = True
+SEGMENTS = np.array([0] * 15 + [1] * 15)
+
+
+def rows_to(columns_weights: dict[int, float]) -> np.ndarray:
+    weights = np.zeros((LENGTH, LENGTH))
+    for column, weight in columns_weights.items():
+        weights[:, column] += weight
+    return weights
+
+
+def previous_token() -> np.ndarray:
+    weights = np.eye(LENGTH, k=-1)
+    weights[0, 0] = 1
+    return weights
+
+
+def block() -> np.ndarray:
+    weights = np.zeros((LENGTH, LENGTH))
+    for segment in (0, 1):
+        words = np.flatnonzero((SEGMENTS == segment) & ~SPECIAL)
+        for query in np.flatnonzero(SEGMENTS == segment):
+            weights[query, words] = 1 / len(words)
+    return weights
+
+
+MAPS = {
+    "vertical": lambda: rows_to({14: 0.5, 29: 0.3, 0: 0.2}),
+    "diagonal": previous_token,
+    "vertical+diagonal": lambda: 0.5 * rows_to({29: 1.0}) + 0.5 * previous_token(),
+    "block": block,
+    "heterogeneous": lambda: np.random.default_rng(0).dirichlet(np.ones(LENGTH), size=LENGTH),
+}
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.15, 0.3])
+@pytest.mark.parametrize("expected", PATTERNS)
+def test_synthetic_maps_land_in_their_class(expected, noise):
+    weights = (1 - noise) * MAPS[expected]() + noise / LENGTH
+    assert np.allclose(weights.sum(-1), 1)
+    assert classify_map(weights, SPECIAL, SEGMENTS) == expected
+
+
+def test_uniform_attention_is_heterogeneous():
+    assert classify_map(np.full((LENGTH, LENGTH), 1 / LENGTH), SPECIAL, SEGMENTS) == "heterogeneous"
+
+
+def test_block_needs_two_segments():
+    weights = block()
+    assert classify_map(weights, SPECIAL, SEGMENTS) == "block"
+    assert classify_map(weights, SPECIAL, None) != "block"  # one segment: no block to stay inside
+
+
+def test_next_token_head_is_diagonal():
+    weights = np.eye(LENGTH, k=1)
+    weights[-1, -1] = 1
+    assert classify_map(weights, SPECIAL, SEGMENTS) == "diagonal"
+
+
+def test_statistics_match_the_per_sentence_figures(tiny_session):
+    """The batched, padded torch statistics equal headstats' numpy figures sentence by sentence."""
+    texts = ["The keys to the cabinet are on the table.", "A dog barked, loudly!", "Is it (really) over?"]
+    encoded = encode_sorted(tiny_session, [Text(t) for t in texts])
+    inputs, masks = batch_tensors(tiny_session, encoded, {})
+    with torch.inference_mode():
+        outputs = tiny_session.run(inputs, attentions=True, hidden_states=False)
+        features = [head_features(attention, masks) for attention in outputs.attentions]
+    for row, item in enumerate(encoded):
+        text = tiny_session.tokenizer.decode(item.input_ids, skip_special_tokens=True)
+        single = tiny_session.forward(tiny_session.encode(text), attentions=True)
+        assert list(single.encoding.input_ids) == item.input_ids
+        expected = head_figures(single.attentions, single.tokens, single.encoding.special)
+        for name in ("cls", "sep", "punct", "self", "prev", "next", "entropy", "distance"):
+            got = np.stack([layer[name][row].numpy() for layer in features])
+            np.testing.assert_allclose(got, expected[name], atol=1e-5, err_msg=name)
+
+
+def test_corpus_run_streams_and_sums_to_one(tiny_session):
+    sentences = [Text(f"Sentence number {i} has {'many ' * (i % 7)}words.") for i in range(50)]
+    sentences.append(Text("The first one.", "And its pair."))
+    steps = list(pattern_statistics(tiny_session, sentences, batch_size=8, chunk_size=20))
+    assert [step.done for step in steps].count(True) == 1 and steps[-1].done
+    assert [step.sentences for step in steps[:-1]] == sorted(step.sentences for step in steps[:-1])
+    result = steps[-1].result
+    assert result.sentences == 51
+    assert result.pattern_shares.shape == (3, 4, len(PATTERNS))
+    np.testing.assert_allclose(result.pattern_shares.sum(-1), 1.0, atol=1e-6)
+    for name in STATISTICS:
+        assert result.statistics[name].shape == (3, 4)
+    shares = result.statistics
+    assert np.all(shares["cls"] >= 0) and np.all(shares["cls"] + shares["sep"] + shares["punct"] <= 1 + 1e-5)
+
+
+def test_same_result_whatever_the_batching(tiny_session):
+    sentences = [Text(" ".join(["word"] * (3 + i % 11)) + ".") for i in range(40)]
+    one = list(pattern_statistics(tiny_session, sentences, batch_size=1, chunk_size=7))[-1].result
+    many = list(pattern_statistics(tiny_session, sentences, batch_size=16, chunk_size=40))[-1].result
+    for name in STATISTICS:
+        np.testing.assert_allclose(one.statistics[name], many.statistics[name], atol=1e-5)
+    np.testing.assert_allclose(one.pattern_shares, many.pattern_shares)
+
+
+def test_truncation_is_counted(tiny_session):
+    result = list(pattern_statistics(tiny_session, [Text("word " * 100), Text("short one")]))[-1].result
+    assert result.truncated == 102 - 64 and result.sentences == 2
+
+
+def test_cancel_stops_the_run(tiny_session):
+    import threading
+
+    cancel = threading.Event()
+    sentences = (Text(f"sentence {i}") for i in range(1000))
+    steps = []
+    for step in pattern_statistics(tiny_session, sentences, batch_size=4, chunk_size=8, cancel=cancel):
+        steps.append(step)
+        cancel.set()
+    assert len(steps) == 1 and not steps[-1].done
+
+
+def test_mask_changes_the_statistics(tiny_session):
+    sentences = [Text("The keys to the cabinet are on the table.")] * 4
+    plain = list(pattern_statistics(tiny_session, sentences))[-1].result
+    masked = list(pattern_statistics(tiny_session, sentences, mask=tiny_session.mask("0:1")))[-1].result
+    assert masked.statistics["entropy"][0, 1] == pytest.approx(0.0)  # a zeroed head reports no attention
+    assert not np.array_equal(masked.statistics["entropy"][1], plain.statistics["entropy"][1])  # later layers move
