@@ -14,7 +14,7 @@ import numpy as np
 
 from bertscope.core.errors import InputError
 from bertscope.core.masks import HeadMask
-from bertscope.core.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
+from bertscope.core.results import PATTERNS, STATISTICS, Encoding, ForwardResult, MaskPrediction, ModelInfo, PatternProgress, PatternResult
 
 LAYERS, HEADS, WIDTH = 3, 4, 8
 
@@ -78,6 +78,35 @@ class FakeBackend:
             encoding=encoding, hidden_states=hidden.astype(np.float32), attentions=weights.astype(np.float32) if attentions else None,
             mlm_logits=None, class_logits=None, mask=mask, ablation=ablation,
         )
+
+    def attention_patterns(self, sentences, *, mask=None, ablation="zero", cancel=None, batch=2):
+        """Known statistics: head (l, h) is always of class (l + h) % 5; a batch of 2 per step."""
+        done = 0
+        shares = np.zeros((LAYERS, HEADS, len(PATTERNS)))
+        for layer in range(LAYERS):
+            for head in range(HEADS):
+                shares[layer, head, (layer + head) % len(PATTERNS)] = 1.0
+        statistics = {name: np.full((LAYERS, HEADS), 0.1 * (i + 1), dtype=np.float32) for i, name in enumerate(STATISTICS)}
+        batch_sentences = []
+
+        def progress(final=False):
+            result = PatternResult(sentences=done, tokens=5 * done, truncated=0, statistics=statistics, pattern_shares=shares)
+            return PatternProgress(done, result, done=final)
+
+        for sentence in sentences:
+            batch_sentences.append(sentence)
+            if len(batch_sentences) == batch:
+                if cancel is not None and cancel.is_set():
+                    return
+                self.release.wait(timeout=10)
+                time.sleep(self.delay)
+                done += len(batch_sentences)
+                batch_sentences = []
+                yield progress()
+        done += len(batch_sentences)
+        if done == 0:
+            raise InputError("no sentences to analyse; the corpus is empty")
+        yield progress(final=True)
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
         positions = [i for i, t in enumerate(result.tokens) if t == "[mask]"]

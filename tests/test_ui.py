@@ -423,3 +423,81 @@ def test_unknown_figure_in_a_session_file(tmp_path):
         assert any("nonsense" in n.message for n in app._notifications)
 
     run(app, steps)
+
+
+def test_overview_runs_over_a_corpus_and_opens_a_head(tmp_path):
+    from bertscope.ui.overview import OverviewScreen, PatternGrid
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"sentence number {i}" for i in range(7)))
+    app = make_app()
+
+    async def steps(pilot):
+        await pilot.press("o")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, OverviewScreen)
+        screen.query_one("#corpus").value = str(corpus)
+        await screen.query_one("#corpus").action_submit()
+        await settle(pilot)
+        assert screen.result.sentences == 7 and not screen.running
+        assert "7 sentences · done" in str(screen.query_one("#progress-text").content)
+        grid = screen.query_one(PatternGrid)
+        assert grid.classes_of[1, 2] == 3  # the fake's head (l, h) is class (l + h) % 5
+        await pilot.press("down", "right", "right")
+        assert "block" in grid._legend()
+        await pilot.press("f")
+        assert grid.classes_of is None and "[CLS]" in grid._legend()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert not isinstance(app.screen, OverviewScreen)
+        assert (app.state.layer, app.state.head) == (1, 2)
+        assert "layer 1 · head 2" in heatmap_text(app)
+
+    run(app, steps)
+
+
+def test_overview_run_can_be_cancelled(tmp_path):
+    from bertscope.ui.overview import OverviewScreen
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"sentence {i}" for i in range(100)))
+    backend = FakeBackend(delay=0.05)
+    app = make_app(backend)
+
+    async def steps(pilot):
+        await pilot.press("o")
+        await pilot.pause()
+        screen = app.screen
+        screen.query_one("#corpus").value = str(corpus)
+        await screen.query_one("#corpus").action_submit()
+        await pilot.pause(0.3)
+        assert screen.running
+        await pilot.press("escape")
+        await settle(pilot)
+        assert not screen.running and isinstance(app.screen, OverviewScreen)
+        assert 0 < screen.result.sentences < 100
+        assert "cancelled" in str(screen.query_one("#progress-text").content)
+        await pilot.press("escape")  # now it goes back
+        await pilot.pause()
+        assert not isinstance(app.screen, OverviewScreen)
+
+    run(app, steps)
+
+
+def test_overview_with_a_bad_corpus(tmp_path):
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("caf\xe9 au lait\n".encode("latin-1"))
+    app = make_app()
+
+    async def steps(pilot):
+        await pilot.press("o")
+        await pilot.pause()
+        screen = app.screen
+        screen.query_one("#corpus").value = str(bad)
+        await screen.query_one("#corpus").action_submit()
+        await settle(pilot)
+        assert any("UTF-8" in n.message for n in app._notifications)
+        assert "stopped" in str(screen.query_one("#progress-text").content)
+
+    run(app, steps)

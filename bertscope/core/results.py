@@ -92,3 +92,64 @@ class MaskPrediction:
     position: int
     tokens: tuple[str, ...]
     probabilities: tuple[float, ...]
+
+
+PATTERNS = ("vertical", "diagonal", "vertical+diagonal", "block", "heterogeneous")
+"""Attention pattern classes after Kovaleva et al. 2019 (how they are told apart: core.patterns)."""
+STATISTICS = ("cls", "sep", "punct", "self", "prev", "next", "block", "entropy", "distance")
+"""Per-head attention statistics, each averaged over real query tokens and sentences."""
+
+
+@dataclass(frozen=True)
+class PatternResult:
+    """Corpus-level attention statistics: `[L, H]` arrays, `pattern_shares` `[L, H, 5]`."""
+
+    sentences: int
+    tokens: int
+    truncated: int
+    statistics: dict[str, np.ndarray]
+    pattern_shares: np.ndarray
+
+    @property
+    def dominant(self) -> np.ndarray:
+        """`[L, H]` index into PATTERNS of each head's most frequent class."""
+        return self.pattern_shares.argmax(-1)
+
+    def layer_statistics(self, name: str) -> np.ndarray:
+        return self.statistics[name].mean(-1)
+
+    def layer_pattern_shares(self) -> np.ndarray:
+        return self.pattern_shares.mean(1)
+
+    def as_json(self, model: str) -> dict:
+        heads = []
+        num_layers, num_heads = self.pattern_shares.shape[:2]
+        for layer in range(num_layers):
+            for head in range(num_heads):
+                entry = {"layer": layer, "head": head, "pattern": PATTERNS[self.dominant[layer, head]]}
+                entry["pattern_shares"] = _shares(self.pattern_shares[layer, head])
+                entry.update({name: round(float(self.statistics[name][layer, head]), 6) for name in STATISTICS})
+                heads.append(entry)
+        layers = [
+            {
+                "layer": layer,
+                "pattern_shares": _shares(self.layer_pattern_shares()[layer]),
+                **{name: round(float(self.layer_statistics(name)[layer]), 6) for name in ("cls", "sep", "punct")},
+            }
+            for layer in range(num_layers)
+        ]
+        return {"model": model, "sentences": self.sentences, "tokens": self.tokens, "truncated": self.truncated,
+                "heads": heads, "layers": layers}
+
+
+@dataclass(frozen=True)
+class PatternProgress:
+    """One step of a corpus run: how far it is, and the statistics so far."""
+
+    sentences: int
+    result: PatternResult
+    done: bool = False
+
+
+def _shares(values: np.ndarray) -> dict[str, float]:
+    return {name: round(float(value), 6) for name, value in zip(PATTERNS, values)}

@@ -205,6 +205,12 @@ class Session:
             )
         return predictions
 
+    def attention_patterns(self, sentences, *, mask: HeadMask | None = None, ablation: Ablation = "zero", cancel=None):
+        """Stream attention statistics and pattern classes over sentences (see core.patterns)."""
+        from bertscope.core.patterns import pattern_statistics
+
+        return pattern_statistics(self, sentences, mask=mask, ablation=ablation, cancel=cancel)
+
     def tokenize_batch(self, texts: Sequence[str]) -> dict[str, Tensor]:
         """Pad and truncate a batch of sentences into tensors on the session's device."""
         batch = self.tokenizer(

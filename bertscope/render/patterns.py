@@ -61,12 +61,12 @@ def layer_bars(values: dict[str, np.ndarray], title: str, scale: float = 1.0, wi
     return table
 
 
-def layer_pattern_table(layer_shares: np.ndarray, patterns: tuple[str, ...]) -> Table:
-    """Per layer, the share of (head, sentence) maps in each pattern class."""
+def layer_pattern_table(layer_shares: np.ndarray, patterns: tuple[str, ...], short: bool = False) -> Table:
+    """Per layer, the share of (head, sentence) maps in each pattern class (`short`: letters as headers)."""
     table = Table(box=None, padding=(0, 1), title="pattern shares per layer", title_justify="left")
     table.add_column("layer", justify="right", style="dim")
     for name in patterns:
-        table.add_column(name, justify="right", style=PATTERN_STYLES[name])
+        table.add_column(PATTERN_LETTERS[name] if short else name, justify="right", style=PATTERN_STYLES[name])
     for layer, shares in enumerate(layer_shares):
         table.add_row(str(layer), *(f"{share:.0%}" for share in shares))
     return table

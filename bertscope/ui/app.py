@@ -33,6 +33,7 @@ from bertscope.theming import DEFAULT_THEME, load_theme
 from bertscope.ui.backend import Backend
 from bertscope.ui.export import export_view
 from bertscope.ui.help import HelpScreen
+from bertscope.ui.overview import OverviewScreen
 from bertscope.ui.messages import Analysis, AnalysisComputed, AnalysisFailed, ModelLoaded, ModelLoadFailed
 from bertscope.ui.state import ExplorerState, fit_to_model, load_state, save_state
 from bertscope.ui.theme import heatmap_for, load_all_themes, textual_theme
@@ -70,6 +71,7 @@ class ExplorerApp(App[None]):
         Binding("v", "next_view", "view"),
         Binding("t", "next_theme", "theme"),
         Binding("e", "export", "export"),
+        Binding("o", "overview", "overview"),
         Binding("escape", "cancel", "cancel", show=False),
         Binding("ctrl+q", "quit", "quit", priority=True),
     ]
@@ -401,6 +403,22 @@ class ExplorerApp(App[None]):
         self.notify(f"theme: {self.theme}", timeout=2)
         self._save_state()
 
+    def action_overview(self) -> None:
+        """All heads over a corpus; the head chosen there opens here."""
+        if self.backend is None or self.mask is None:
+            self.notify("the model is still loading", severity="warning")
+            return
+        screen = OverviewScreen(
+            self.backend, self.mask, self.state.ablation, self._colormap(), self.glyphs, (self.state.layer, self.state.head)
+        )
+        self.push_screen(screen, self._open_head)
+
+    def _open_head(self, chosen: tuple[int, int] | None) -> None:
+        if chosen is not None:
+            self.state = self.state.with_(layer=chosen[0], head=chosen[1], view="head")
+            self._repaint()
+            self._save_state()
+
     def action_focus_sentence(self) -> None:
         self.query_one("#sentence", Input).focus()
 
@@ -440,6 +458,7 @@ class ExplorerApp(App[None]):
         yield SystemCommand("Next figure", "Shade the grid by another per-head figure", self.action_next_figure)
         yield SystemCommand("Switch view", "One head, or the average over the layer's heads", self.action_next_view)
         yield SystemCommand("Export view", "Save the screen as SVG and the matrix as CSV", self.action_export)
+        yield SystemCommand("Overview", "Patterns and statistics of every head over a corpus", self.action_overview)
         yield SystemCommand("Cancel", "Cancel the computation in progress", self.action_cancel)
         yield SystemCommand("Keys", "Show every key", self.action_help)
 

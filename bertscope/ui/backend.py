@@ -6,10 +6,16 @@ The app receives a function that opens a backend (the CLI passes one that loads 
 
 from __future__ import annotations
 
-from typing import Protocol
+import threading
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Protocol
 
 from bertscope.core.masks import Ablation, HeadMask
 from bertscope.core.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
+
+if TYPE_CHECKING:  # the types only: core.patterns itself imports torch
+    from bertscope.core.corpus import Sentence
+    from bertscope.core.patterns import PatternProgress
 
 
 class Backend(Protocol):
@@ -34,3 +40,8 @@ class Backend(Protocol):
     ) -> ForwardResult: ...
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]: ...
+
+    def attention_patterns(
+        self, sentences: Iterable[Sentence], *, mask: HeadMask | None = None, ablation: Ablation = "zero",
+        cancel: threading.Event | None = None,
+    ) -> Iterator[PatternProgress]: ...

@@ -1,0 +1,273 @@
+"""The model overview: every head's attention pattern and statistics over a corpus.
+
+The layer × head grid is coloured by each head's dominant pattern class (Kovaleva et al.)
+or shaded by any statistic; beside it, per layer, the attention to [CLS], [SEP] and
+punctuation (Clark et al., Fig. 1). The corpus streams through the model in a worker with
+live progress and can be cancelled; Enter opens the selected head in the explorer.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from rich.style import Style
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Input, ProgressBar, Static
+from textual.worker import get_current_worker
+
+from bertscope.core.corpus import ReadReport, read_sentences, sample_corpus
+from bertscope.core.errors import BertscopeError
+from bertscope.core.masks import Ablation, HeadMask
+from bertscope.core.results import PATTERNS, STATISTICS, PatternProgress, PatternResult
+from bertscope.render.patterns import PATTERN_LETTERS, layer_bars, layer_pattern_table
+from bertscope.ui.widgets.head_grid import CELL, HeadGrid
+
+SHADINGS = ("pattern", *STATISTICS)
+STATISTIC_NAMES = {
+    "cls": "attention to [CLS]", "sep": "attention to [SEP]", "punct": "attention to punctuation",
+    "self": "attention to itself", "prev": "attention to the previous token", "next": "attention to the next token",
+    "block": "attention within its segment", "entropy": "attention entropy (nats)", "distance": "mean attention distance",
+}
+
+
+class PatternsProgressed(Message):
+    """Statistics so far; a backlog of these collapses to the newest."""
+
+    def __init__(self, progress: PatternProgress, run: int) -> None:
+        super().__init__()
+        self.progress, self.run = progress, run
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, PatternsProgressed) and message.run == self.run and not message.progress.done
+
+
+class PatternsFailed(Message):
+    """The run stopped (`fatal`), or finished with something to say (skipped lines)."""
+
+    def __init__(self, reason: str, run: int, fatal: bool = True) -> None:
+        super().__init__()
+        self.reason, self.run, self.fatal = reason, run, fatal
+
+
+class PatternGrid(HeadGrid, inherit_bindings=False):
+    """The head grid, with cells coloured by pattern class when asked (heads are chosen, not masked, here)."""
+
+    BINDINGS = [binding for binding in HeadGrid.BINDINGS if binding.action.startswith("move")]
+
+    def __init__(self, colormap, *, id: str | None = None) -> None:
+        super().__init__(colormap, id=id)
+        self.classes_of: np.ndarray | None = None  # [L, H] index into PATTERNS, or None to shade values
+        self.class_colours: dict[str, str] = {}
+
+    def show_classes(self, classes: np.ndarray, colours: dict[str, str], selected: tuple[int, int], label: str) -> None:
+        self.classes_of, self.class_colours = classes, colours
+        self.values, self.figure_label, self.selected = None, label, selected
+        self.refresh()
+
+    def show(self, values, value_range, figure_label, mask, selected) -> None:
+        self.classes_of = None
+        super().show(values, value_range, figure_label, mask, selected)
+
+    def _append_cell(self, text: Text, layer: int, head: int) -> None:
+        if self.classes_of is None:
+            return super()._append_cell(text, layer, head)
+        name = PATTERNS[self.classes_of[layer, head]]
+        letter = PATTERN_LETTERS[name]
+        chosen = (layer, head) == self.selected
+        body = (f"[{letter}]" if chosen else f" {letter} ") if len(letter) == 1 else (f"[{letter}" if chosen else f" {letter}")
+        style = Style(bold=chosen, reverse=chosen or self.glyphs, bgcolor=None if self.glyphs else self.class_colours[name])
+        text.append(body[:CELL].ljust(CELL), style=style)
+
+    def _legend(self) -> str:
+        if self.classes_of is None:
+            return super()._legend()
+        layer, head = self.selected
+        return f"{self.figure_label}  {layer}:{head} {PATTERNS[self.classes_of[layer, head]]}"
+
+
+class OverviewScreen(Screen[tuple[int, int] | None]):
+    """`o` in the explorer: patterns and statistics of every head over a corpus."""
+
+    BINDINGS = [
+        Binding("escape", "back", "back / cancel"),
+        Binding("enter", "open_head", "open head"),
+        Binding("f", "next_shading", "shading"),
+        Binding("r", "run", "run again"),
+        Binding("slash", "focus_corpus", "corpus", show=False),
+    ]
+    DEFAULT_CSS = """
+    OverviewScreen #corpus-row { height: auto; }
+    OverviewScreen #corpus { width: 1fr; }
+    OverviewScreen #progress-line { height: 1; padding: 0 1; }
+    OverviewScreen #overview-body { height: 1fr; }
+    OverviewScreen #overview-grid { border: round $accent; padding: 0 1; height: auto; }
+    OverviewScreen #head-details { padding: 0 1; height: auto; }
+    OverviewScreen #charts { padding: 0 1; }
+    """
+
+    def __init__(self, backend, mask: HeadMask, ablation: Ablation, colormap, glyphs: bool, selected: tuple[int, int]) -> None:
+        super().__init__()
+        self.backend, self.mask, self.ablation = backend, mask, ablation
+        self.colormap, self.glyphs = colormap, glyphs
+        self.selected = selected
+        self.shading = "pattern"
+        self.result: PatternResult | None = None
+        self._run = 0
+        self._cancel = threading.Event()
+        self.running = False
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="corpus-row"):
+            yield Input(str(sample_corpus()), placeholder="a corpus file (text, CoNLL-U or SentEval), then Enter", id="corpus")
+        with Horizontal(id="progress-line"):
+            yield ProgressBar(total=None, show_eta=False, show_percentage=False, id="progress")
+            yield Static("", id="progress-text")
+        with Horizontal(id="overview-body"):
+            with VerticalScroll(can_focus=False):
+                yield PatternGrid(self.colormap, id="overview-grid")
+                yield Static("", id="head-details")
+            yield VerticalScroll(Static("", id="charts-content"), id="charts", can_focus=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        grid = self.query_one(PatternGrid)
+        grid.border_title = "heads over the corpus"
+        grid.set_shape(self.backend.num_layers, self.backend.num_heads)
+        grid.restyle(self.colormap, self.glyphs)
+        grid.focus()
+        self.action_run()
+
+    # running
+
+    def action_run(self) -> None:
+        path = self.query_one("#corpus", Input).value.strip()
+        if not path:
+            self.notify("give a corpus file, then Enter", severity="warning")
+            return
+        self._cancel.set()  # a run still going stops at its next batch
+        self._cancel = threading.Event()
+        self._run += 1
+        self.running = True
+        self.query_one("#progress-text", Static).update(f"reading {path}…")
+        self.query_one(ProgressBar).update(total=None, progress=0)
+        self.compute(path, self._run, self._cancel)
+
+    @on(Input.Submitted, "#corpus")
+    def corpus_submitted(self) -> None:
+        self.query_one(PatternGrid).focus()
+        self.action_run()
+
+    @work(thread=True, exclusive=True, group="patterns", exit_on_error=False)
+    def compute(self, path: str, run: int, cancel: threading.Event) -> None:
+        worker = get_current_worker()
+        report = ReadReport()
+        try:
+            sentences = read_sentences(path, report=report)
+            for progress in self.backend.attention_patterns(sentences, mask=self.mask, ablation=self.ablation, cancel=cancel):
+                if worker.is_cancelled or cancel.is_set():
+                    return
+                self.post_message(PatternsProgressed(progress, run))
+        except BertscopeError as error:
+            self.post_message(PatternsFailed(str(error), run))
+            return
+        if report.skipped:
+            self.post_message(PatternsFailed(report.summary(), run, fatal=False))
+
+    def on_patterns_progressed(self, message: PatternsProgressed) -> None:
+        if message.run != self._run:
+            return
+        progress = message.progress
+        self.result = progress.result
+        state = "done" if progress.done else "running (escape cancels)"
+        truncated = f" · {progress.result.truncated:,} tokens cut" if progress.result.truncated else ""
+        mask = f" · mask {self.mask.spec()} ({self.ablation})" if len(self.mask) else ""
+        self.query_one("#progress-text", Static).update(f"{progress.sentences:,} sentences · {state}{truncated}{mask}")
+        if progress.done:
+            self.running = False
+            self.query_one(ProgressBar).update(total=1, progress=1)
+        self._draw()
+
+    def on_patterns_failed(self, message: PatternsFailed) -> None:
+        if message.run != self._run:
+            return
+        self.notify(message.reason, severity="error" if message.fatal else "warning", timeout=10)
+        if message.fatal:
+            self.running = False
+            self.query_one("#progress-text", Static).update("stopped: " + message.reason)
+
+    # drawing
+
+    def _draw(self) -> None:
+        result = self.result
+        if result is None:
+            return
+        grid = self.query_one(PatternGrid)
+        if self.shading == "pattern":
+            grid.show_classes(result.dominant, self._class_colours(), self.selected, "dominant pattern")
+        else:
+            values = result.statistics[self.shading]
+            high = 1.0 if self.shading not in ("entropy", "distance") else max(float(values.max()), 1e-6)
+            grid.show(values, (0.0, high), STATISTIC_NAMES[self.shading], HeadMask.none(*values.shape), self.selected)
+        layer, head = self.selected
+        details = Text.assemble(
+            (f"head {layer}:{head}  ", "bold"),
+            "  ".join(f"{name} {share:.0%}" for name, share in zip(PATTERNS, result.pattern_shares[layer, head]) if share > 0),
+            "\n",
+            "  ".join(f"{name} {result.statistics[name][layer, head]:.2f}" for name in STATISTICS),
+        )
+        self.query_one("#head-details", Static).update(details)
+        charts = [
+            layer_bars({name: result.layer_statistics(name) for name in ("cls", "sep", "punct")}, "attention per layer", width=8),
+            Text(),
+            layer_pattern_table(result.layer_pattern_shares(), PATTERNS, short=True),
+        ]
+        from rich.console import Group
+
+        self.query_one("#charts-content", Static).update(Group(*charts))
+
+    def _class_colours(self) -> dict[str, str]:
+        theme = self.app.current_theme
+        colours = [theme.primary, theme.secondary, theme.accent, theme.success, theme.panel or theme.surface]
+        fallback = ["#b452cd", "#2aa198", "#268bd2", "#859900", "#3a3a3a"]
+        return {name: colour or spare for name, colour, spare in zip(PATTERNS, colours, fallback)}
+
+    # what the user does
+
+    def on_head_grid_selected(self, message: HeadGrid.Selected) -> None:
+        message.stop()
+        self.selected = (message.layer, message.head)
+        self._draw()
+
+    def on_head_grid_toggled(self, message: HeadGrid.Toggled) -> None:
+        message.stop()  # masks are set in the explorer; here heads are only chosen
+
+    def on_head_grid_layer_toggled(self, message: HeadGrid.LayerToggled) -> None:
+        message.stop()
+
+    def action_next_shading(self) -> None:
+        self.shading = SHADINGS[(SHADINGS.index(self.shading) + 1) % len(SHADINGS)]
+        self._draw()
+
+    def action_open_head(self) -> None:
+        self._cancel.set()
+        self.dismiss(self.selected)
+
+    def action_focus_corpus(self) -> None:
+        self.query_one("#corpus", Input).focus()
+
+    def action_back(self) -> None:
+        if self.running:
+            self._cancel.set()
+            self.workers.cancel_group(self, "patterns")
+            self.running = False
+            done = self.result.sentences if self.result is not None else 0
+            self.query_one("#progress-text", Static).update(f"cancelled after {done:,} sentences (r runs again)")
+            return
+        self.dismiss(None)
