@@ -250,3 +250,75 @@ def test_version():
     from bertscope import __version__
 
     assert done.returncode == 0 and __version__ in done.stdout
+
+
+# --- patterns ------------------------------------------------------------------------------
+
+
+def test_patterns_json_schema(run, tiny_bert_dir, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("The keys to the cabinet are on the table.\n# a comment\n\nA dog barked.\nIs it over?\n")
+    result = run("patterns", "--data", str(corpus), "-m", str(tiny_bert_dir), "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["sentences"] == 3 and data["model"] == str(tiny_bert_dir)
+    assert len(data["heads"]) == 3 * 4 and len(data["layers"]) == 3
+    head = data["heads"][5]
+    assert (head["layer"], head["head"]) == (1, 1)
+    assert set(head) >= {"layer", "head", "pattern", "pattern_shares", "cls", "sep", "punct", "self", "prev", "next", "block", "entropy", "distance"}
+    assert head["pattern"] in head["pattern_shares"] and sum(head["pattern_shares"].values()) == pytest.approx(1, abs=1e-5)
+    assert set(data["layers"][0]) == {"layer", "pattern_shares", "cls", "sep", "punct"}
+
+
+def test_patterns_on_one_text_and_the_default_corpus(run, tiny_bert_dir):
+    one = json.loads(run("patterns", "A single sentence.", "-m", str(tiny_bert_dir), "--json").stdout)
+    assert one["sentences"] == 1
+    default = json.loads(run("patterns", "--limit", "40", "-m", str(tiny_bert_dir), "--json").stdout)
+    assert default["sentences"] == 40 and default["data"].endswith("sample.txt")
+
+
+def test_patterns_csv_and_person_output(run, tiny_bert_dir):
+    rows = list(csv.DictReader(io.StringIO(run("patterns", "A short one.", "-m", str(tiny_bert_dir), "--csv").stdout)))
+    assert len(rows) == 12 and rows[0]["layer"] == "0" and "share_vertical" in rows[0] and "entropy" in rows[0]
+    person = run("patterns", "A short one.", "-m", str(tiny_bert_dir)).stdout
+    assert "dominant pattern per head" in person and "pattern shares per layer" in person and "[CLS]" in person
+
+
+def test_patterns_conllu_and_senteval_samples(run, tiny_bert_dir):
+    from bertscope.core.corpus import sample_corpus
+
+    for fmt, count in (("conllu", 20), ("senteval", 60)):
+        data = json.loads(run("patterns", "--data", str(sample_corpus(fmt)), "-m", str(tiny_bert_dir), "--json").stdout)
+        assert data["sentences"] == count
+
+
+def test_patterns_skips_and_counts_malformed_lines(run, tiny_bert_dir, tmp_path):
+    corpus = tmp_path / "probe.tsv"
+    corpus.write_text("tr\t0\tA fine line.\ntr\tbroken line without fields\nte\t1\tAnother one.\n")
+    result = run("patterns", "--data", str(corpus), "-m", str(tiny_bert_dir), "--json")
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["sentences"] == 2
+    assert "skipped 1" in result.stderr and "probe.tsv:2" in result.stderr
+
+
+def test_patterns_counts_truncation(run, tiny_bert_dir, tmp_path):
+    corpus = tmp_path / "long.txt"
+    corpus.write_text("word " * 100 + "\nshort\n")
+    result = run("patterns", "--data", str(corpus), "-m", str(tiny_bert_dir), "--json")
+    assert json.loads(result.stdout)["truncated"] == 38 and "38 tokens were cut" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "content, fragment",
+    [(b"", "no sentences found"), (b"# only a comment\n\n", "no sentences found"), (b"ok line\ncaf\xe9\n", "long.txt:2: not UTF-8")],
+)
+def test_patterns_bad_corpora(run, tiny_bert_dir, tmp_path, content, fragment):
+    corpus = tmp_path / "long.txt"
+    corpus.write_bytes(content)
+    assert_one_line_error(run("patterns", "--data", str(corpus), "-m", str(tiny_bert_dir)), fragment)
+
+
+def test_patterns_bad_arguments(run, tiny_bert_dir, tmp_path):
+    assert_one_line_error(run("patterns", "--data", str(tmp_path / "missing.txt"), "-m", str(tiny_bert_dir)), "missing.txt")
+    assert_one_line_error(run("patterns", "x", "--data", "y", "-m", str(tiny_bert_dir)), "either TEXT or --data")
+    assert_one_line_error(run("patterns", "--data", str(tmp_path), "-m", str(tiny_bert_dir)), "directory")

@@ -26,7 +26,7 @@ PATTERN_STYLES = {
 def pattern_grid(dominant: np.ndarray, patterns: tuple[str, ...], shares: np.ndarray | None = None) -> Table:
     """Layers as rows, heads as columns; each cell the letter of the head's dominant pattern."""
     num_layers, num_heads = dominant.shape
-    table = Table(box=None, padding=(0, 1), show_edge=False, title="dominant pattern per head", title_justify="left")
+    table = Table(box=None, padding=(0, 1), show_edge=False)
     table.add_column("layer", justify="right", style="dim")
     for head in range(num_heads):
         table.add_column(str(head), justify="center", header_style="dim")
@@ -39,10 +39,16 @@ def pattern_grid(dominant: np.ndarray, patterns: tuple[str, ...], shares: np.nda
                 letter = letter.lower()  # no class holds half the sentences
             cells.append(Text(letter, style=PATTERN_STYLES[name]))
         table.add_row(str(layer), *cells)
-    legend = Text("  ".join(f"{PATTERN_LETTERS[name]} {name}" for name in patterns), style="dim")
-    table.caption = legend.plain + "   (lower case: under half the sentences)"
-    table.caption_justify = "left"
     return table
+
+
+def pattern_legend(patterns: tuple[str, ...]) -> Text:
+    legend = Text(style="dim")
+    for name in patterns:
+        legend.append(PATTERN_LETTERS[name], style=PATTERN_STYLES[name])
+        legend.append(f" {name}  ")
+    legend.append("(lower case: the class of under half the sentences)")
+    return legend
 
 
 def layer_bars(values: dict[str, np.ndarray], title: str, scale: float = 1.0, width: int = 14) -> Table:
@@ -75,7 +81,9 @@ def layer_pattern_table(layer_shares: np.ndarray, patterns: tuple[str, ...], sho
 def patterns_report(result, patterns: tuple[str, ...]) -> Group:
     """Everything a person wants from one run, top to bottom."""
     return Group(
+        Text("dominant pattern per head", style="bold"),
         pattern_grid(result.dominant, patterns, result.pattern_shares),
+        pattern_legend(patterns),
         Text(),
         layer_pattern_table(result.layer_pattern_shares(), patterns),
         Text(),

@@ -224,7 +224,7 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         )
         self.query_one("#head-details", Static).update(details)
         charts = [
-            layer_bars({name: result.layer_statistics(name) for name in ("cls", "sep", "punct")}, "attention per layer", width=8),
+            layer_bars({name: result.layer_statistics(name) for name in ("cls", "sep", "punct")}, "attention per layer", width=6),
             Text(),
             layer_pattern_table(result.layer_pattern_shares(), PATTERNS, short=True),
         ]
