@@ -114,7 +114,7 @@ async def measure(args) -> dict:
             direct.append(time.perf_counter() - started)
 
         toggles = []
-        for step in range(args.repeats):
+        for _ in range(args.repeats):
             layer, head = app.state.layer, app.state.head
             repainted.clear()
             started = time.perf_counter()

@@ -7,8 +7,8 @@ exit with status 2.
 
 from __future__ import annotations
 
+import contextlib
 import csv
-import functools
 import io
 import json
 import sys
@@ -91,18 +91,10 @@ def open_session(model: str | None, device: str, dtype: str, allow_download: boo
     from rich.console import Console
 
     console = Console(stderr=True)
-    with console.status("loading model…") if console.is_terminal else _nothing():
+    with console.status("loading model…") if console.is_terminal else contextlib.nullcontext():
         from bertscope.core.session import Session
 
         return Session.open(model, device=device, dtype=dtype, allow_download=allow_download)
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def warn(message: str) -> None:
@@ -297,7 +289,7 @@ def run_with_progress(steps, total: int | None, what: str):
     console = Console(stderr=True)
     last = None
     if not console.is_terminal:
-        for last in steps:
+        for last in steps:  # noqa: B007 - only the last item is wanted
             pass
         return last
     columns = [TextColumn(what), BarColumn(), MofNCompleteColumn(), TextColumn("sentences"), TimeElapsedColumn()]

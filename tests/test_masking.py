@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from bertscope.core import ablation as ablation_module
-from bertscope.core.masks import HeadMask
 
 SENTENCES = ["The keys to the cabinet are on the table.", "A dog barked."]
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bertscope.core.headstats import head_figures
-from bertscope.core.patterns import PATTERNS, STATISTICS, BatchMasks, batch_tensors, classify_map, encode_sorted, head_features, pattern_statistics
+from bertscope.core.patterns import PATTERNS, STATISTICS, batch_tensors, classify_map, encode_sorted, head_features, pattern_statistics
 
 
 class Text:
