@@ -165,9 +165,10 @@ def test_cursor_outside_the_grid_is_rejected():
 
 
 @pytest.mark.parametrize("color_system", ["truecolor", None])
-def test_512_tokens_render_in_well_under_a_second(color_system):
+def test_512_tokens_render_without_pathological_slowness(color_system):
+    """About 0.3 s here; the bound only catches a per-cell blow-up (timings live in benchmarks/)."""
     labels = [f"tok{i}" for i in range(512)]
     weights = np.random.default_rng(0).random((512, 512))
     start = time.perf_counter()
     render(AttentionHeatmap(weights, labels, labels, COLORMAP, cursor=(5, 7)), width=200, color_system=color_system)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 5.0
