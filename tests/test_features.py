@@ -1,0 +1,84 @@
+"""Layer features for probing: pooling against a direct forward, and the on-disk cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bertscope.core.corpus import Sentence
+from bertscope.core.errors import InputError
+from bertscope.core.features import FeatureOptions, default_cache_dir, extract_features
+
+WORDS = [("Unbelievably", ",", "the", "keys", "were", "found", "."), ("A", "dog", "barked", ".")]
+SENTENCES = [Sentence(text=" ".join(words), words=words) for words in WORDS]
+
+
+def features(session, options, **kwargs):
+    return list(extract_features(session, SENTENCES, options, **kwargs))[-1].features
+
+
+def test_word_features_pool_the_sub_words(tiny_session):
+    first = features(tiny_session, FeatureOptions(level="word"), cache_dir=False)
+    mean = features(tiny_session, FeatureOptions(level="word", word_pooling="mean"), cache_dir=False)
+    assert first.X.shape == (11, tiny_session.num_layers + 1, tiny_session.hidden_size)
+    assert first.sentence_index.tolist() == [0] * 7 + [1] * 4 and first.word_index.tolist() == [*range(7), *range(4)]
+    result = tiny_session.forward(tiny_session.encode(SENTENCES[0].text))
+    pieces = [i for i, w in enumerate(result.encoding.word_ids) if w == 0]  # "unbelievably" is several pieces
+    assert len(pieces) > 1
+    np.testing.assert_allclose(first.X[0], result.hidden_states[:, pieces[0]], atol=1e-5)
+    np.testing.assert_allclose(mean.X[0], result.hidden_states[:, pieces].mean(1), atol=1e-5)
+    np.testing.assert_allclose(first.X[3], result.hidden_states[:, result.encoding.tokens.index("keys")], atol=1e-5)
+
+
+def test_sentence_features(tiny_session):
+    cls = features(tiny_session, FeatureOptions(level="sentence"), cache_dir=False)
+    mean = features(tiny_session, FeatureOptions(level="sentence", sentence_pooling="mean"), cache_dir=False)
+    result = tiny_session.forward(SENTENCES[1].text)
+    row = cls.sentence_index.tolist().index(1)
+    np.testing.assert_allclose(cls.X[row], result.hidden_states[:, 0], atol=1e-5)
+    words = ~result.encoding.special
+    np.testing.assert_allclose(mean.X[row], result.hidden_states[:, words].mean(1), atol=1e-5)
+
+
+def test_cache_hits_and_a_damaged_entry_is_recomputed(tiny_session, tmp_path):
+    options = FeatureOptions(level="word")
+    fresh = features(tiny_session, options, cache_dir=tmp_path)
+    assert not fresh.from_cache
+    (entry,) = tmp_path.glob("features-*.npz")
+    again = features(tiny_session, options, cache_dir=tmp_path)
+    assert again.from_cache
+    np.testing.assert_array_equal(again.X, fresh.X)
+    entry.write_bytes(entry.read_bytes()[:100])  # damaged: cut short
+    recomputed = features(tiny_session, options, cache_dir=tmp_path)
+    assert not recomputed.from_cache
+    np.testing.assert_allclose(recomputed.X, fresh.X)
+    assert features(tiny_session, options, cache_dir=tmp_path).from_cache  # and written again whole
+
+
+def test_cache_key_follows_options_data_and_mask(tiny_session, tmp_path):
+    features(tiny_session, FeatureOptions(level="word"), cache_dir=tmp_path)
+    masked = features(tiny_session, FeatureOptions(level="word", mask="0:*"), cache_dir=tmp_path)
+    plain = features(tiny_session, FeatureOptions(level="word"), cache_dir=tmp_path)
+    assert not masked.from_cache and plain.from_cache
+    assert not np.allclose(masked.X[:, 1], plain.X[:, 1])
+    np.testing.assert_allclose(masked.X[:, 0], plain.X[:, 0])  # embeddings untouched by a mask
+    assert len(list(tmp_path.glob("features-*.npz"))) == 2
+
+
+def test_cache_dir_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("BERTSCOPE_CACHE_DIR", str(tmp_path / "c"))
+    assert default_cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("BERTSCOPE_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert default_cache_dir() == tmp_path / "x" / "bertscope"
+
+
+def test_word_level_needs_words(tiny_session):
+    with pytest.raises(InputError, match="CoNLL-U"):
+        list(extract_features(tiny_session, [Sentence(text="no words")], FeatureOptions(level="word"), cache_dir=False))
+
+
+def test_truncated_words_are_counted(tiny_session):
+    words = tuple(["word"] * 80)
+    result = list(extract_features(tiny_session, [Sentence(text=" ".join(words), words=words)], FeatureOptions(level="word"), cache_dir=False))[-1].features
+    assert len(result.X) == 62 and result.truncated_words == 18
