@@ -203,3 +203,14 @@ def test_bundled_model(bundled_session):
     np.testing.assert_allclose(result.attentions.sum(-1), 1.0, atol=1e-5)
     assert result.hidden_states.shape == (7, tokens, 384)
     assert result.mlm_logits is None
+
+
+def test_random_copy_has_the_same_shape_and_other_weights(tiny_session):
+    copy = tiny_session.random_copy(seed=3)
+    assert copy.info.num_layers == tiny_session.info.num_layers and copy.tokenizer is tiny_session.tokenizer
+    assert copy.info.fingerprint != tiny_session.info.fingerprint
+    plain, random = tiny_session.forward("a test"), copy.forward("a test")
+    assert plain.hidden_states.shape == random.hidden_states.shape
+    assert not np.allclose(plain.hidden_states[-1], random.hidden_states[-1])
+    again = tiny_session.random_copy(seed=3).forward("a test")
+    np.testing.assert_allclose(again.hidden_states, random.hidden_states)  # seeded

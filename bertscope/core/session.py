@@ -7,6 +7,7 @@ core analyses that batch sentences or need gradients through head gates.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections.abc import Sequence
@@ -49,6 +50,18 @@ class Session:
     ) -> Session:
         """Load a model (None = the bundled all-MiniLM-L6-v2) and wrap it in a session."""
         return cls(load_model(model, device=device, dtype=dtype, allow_download=allow_download))
+
+    def random_copy(self, seed: int = 0) -> Session:
+        """The same architecture and tokenizer with freshly initialised weights (a probing baseline)."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = type(self.model)(self.model.config)
+        model.to(device=self.device, dtype=self.loaded.dtype).eval()
+        loaded = dataclasses.replace(
+            self.loaded, model=model, source=f"{self.loaded.source} (random init, seed {seed})",
+            fingerprint=f"random{seed}-{self.loaded.fingerprint}",
+        )
+        return Session(loaded)
 
     @functools.cached_property
     def info(self) -> ModelInfo:
