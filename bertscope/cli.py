@@ -358,6 +358,112 @@ def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, ou
 
 
 @main.command()
+@click.option("--task", "-t", required=True, help="upos, xpos, deprel, depth, distance (CoNLL-U); a SentEval task; or a built-in task.")
+@click.option("--data", default=None, metavar="TRAIN", help="Training file: CoNLL-U or SentEval. Without it, a built-in task is generated.")
+@click.option("--dev", default=None, metavar="DEV", help="Dev file (chooses the L2 strength). Default: the SentEval va split, or 10% of train.")
+@click.option("--test", default=None, metavar="TEST", help="Test file. Default: the SentEval te split, or 20% of train.")
+@click.option("--format", "data_format", default="auto", show_default=True, type=click.Choice(["auto", "conllu", "senteval"]))
+@click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="Read at most N sentences per file.")
+@click.option("--word-pooling", default="first", show_default=True, type=click.Choice(["first", "mean"]), help="A word from its sub-words.")
+@click.option("--sentence-pooling", default="cls", show_default=True, type=click.Choice(["cls", "mean"]), help="A sentence from its tokens.")
+@click.option("--probe", "kind", default="linear", show_default=True, type=click.Choice(["linear", "mlp"]))
+@click.option("--control/--no-control", default=True, show_default=True, help="Control task and selectivity (word-level tasks).")
+@click.option("--random-baseline/--no-random-baseline", default=True, show_default=True, help="The same probe on a randomly initialised copy of the model.")
+@click.option("--cache-dir", default=None, metavar="DIR", help="Feature cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.")
+@click.option("--no-cache", is_flag=True, help="Compute features afresh and keep nothing.")
+@mask_options
+@format_options
+@model_options
+def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pooling, kind, control, random_baseline,
+          cache_dir, no_cache, mask_spec, ablation, output_format, model, device, dtype, allow_download):
+    """What each layer knows: a probe per layer, with baselines (Conneau; Jawahar; Tenney; Hewitt).
+
+    Layers are indexed as hidden states: 0 is the embeddings, l+1 the output of layer l.
+    """
+    from bertscope.core.corpus import ReadReport, read_sentences
+    from bertscope.core.probing_tasks import TASKS, generate
+
+    word_tasks = ("upos", "xpos", "deprel", "depth", "distance")
+    reports = []
+
+    def read(path):
+        if path is None:
+            return None
+        report = ReadReport()
+        sentences = list(read_sentences(path, data_format, limit=limit, report=report))
+        reports.append(report)
+        return sentences
+
+    if data is None:
+        if dev is not None or test is not None:
+            raise BertscopeError("--dev and --test need --data TRAIN")
+        if task not in TASKS:
+            choices = ", ".join(TASKS)
+            raise BertscopeError(f"unknown task {task!r} without --data; built-in tasks: {choices}; or give --data FILE")
+        train_sentences, dev_sentences, test_sentences, source = generate(task), None, None, f"built-in task {task}"
+    else:
+        train_sentences, dev_sentences, test_sentences, source = read(data), read(dev), read(test), data
+        words = train_sentences[0].words is not None
+        if words and task not in word_tasks:
+            raise BertscopeError(f"a CoNLL-U file probes {', '.join(word_tasks)}; not {task!r}")
+        if not words and task in word_tasks:
+            raise BertscopeError(f"task {task!r} needs a CoNLL-U file; {data} is not one")
+    from bertscope.core.probing import make_splits, run_probe
+
+    splits = make_splits(train_sentences, dev_sentences, test_sentences)
+    session = open_session(model, device, dtype, allow_download)
+    head_mask = session.mask(mask_spec)
+    steps = run_probe(
+        session, task, splits, word_pooling=word_pooling, sentence_pooling=sentence_pooling, mask=head_mask.spec(),
+        ablation=ablation, kind=kind, control=control, random_baseline=random_baseline,
+        cache_dir=False if no_cache else cache_dir,
+    )
+    report = run_stages(steps, "probing").report
+    for read_report in reports:
+        if read_report.skipped:
+            warn(read_report.summary())
+    for note in report.notes:
+        warn(note)
+    if output_format == "json":
+        payload = report.as_json() | {"model": session.info.source, "data": source, "mask": head_mask.spec()}
+        print_json(payload)
+        return
+    columns = list(report.layers[0])
+    if output_format == "csv":
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(report.layers)
+        click.echo(buffer.getvalue(), nl=False)
+        return
+    from rich.console import Console
+
+    from bertscope.render.probing import probe_report
+
+    Console().print(probe_report(report, session.info.source, source))
+
+
+def run_stages(steps, what: str):
+    """Drain a staged core generator (features, then training) with a progress bar on a terminal."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    last = None
+    if not console.is_terminal:
+        for last in steps:  # noqa: B007 - only the last item is wanted
+            pass
+    else:
+        with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True) as progress:
+            task = progress.add_task(what, total=None)
+            for last in steps:
+                progress.update(task, description=f"{what}: {last.stage}", completed=last.done, total=last.total)
+    if last is None or last.report is None:
+        raise BertscopeError(f"{what} stopped before it finished")
+    return last
+
+
+@main.command()
 @click.argument("text")
 @click.option("--pair", default=None, metavar="TEXT2", help="A second segment (sentence pair input).")
 @mask_options

@@ -108,6 +108,24 @@ class FakeBackend:
             raise InputError("no sentences to analyse; the corpus is empty")
         yield progress(final=True)
 
+    def probe(self, task, train, dev=None, test=None, *, mask=None, ablation="zero", cancel=None, **options):
+        """Two feature stages, then a report whose layer l scores 0.5 + 0.1 l (less under a mask)."""
+        from types import SimpleNamespace
+
+        if not train:
+            raise InputError("the train split is empty; give more sentences or the missing split")
+        penalty = 0.05 * len(mask) if mask is not None else 0.0
+        for done in (1, 2):
+            if cancel is not None and cancel.is_set():
+                return
+            self.release.wait(timeout=10)
+            time.sleep(self.delay)
+            yield SimpleNamespace(stage=f"features {done}", done=done, total=2, report=None)
+        layers = [{"layer": layer, "accuracy": 0.5 + 0.1 * layer - penalty, "f1": 0.5} for layer in range(LAYERS + 1)]
+        report = SimpleNamespace(task=task, metric="accuracy", layers=layers, best_layer=LAYERS, center_of_gravity=2.0,
+                                 baselines={"majority": 0.5}, notes=[])
+        yield SimpleNamespace(stage="done", done=2, total=2, report=report)
+
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
         positions = [i for i, t in enumerate(result.tokens) if t == "[mask]"]
         shift = 0.1 * len(result.mask)

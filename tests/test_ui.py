@@ -501,3 +501,50 @@ def test_overview_with_a_bad_corpus(tmp_path):
         assert "stopped" in str(screen.query_one("#progress-text").content)
 
     run(app, steps)
+
+
+def test_probing_pane_runs_tasks_side_by_side_and_rescores_with_the_mask():
+    from bertscope.ui.probing import ProbingScreen
+
+    app = make_app()
+
+    async def steps(pilot):
+        await pilot.press("space")  # mask head 0:0 in the explorer
+        await settle(pilot)
+        await pilot.press("p")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ProbingScreen)
+        await pilot.press("ctrl+r")
+        await settle(pilot)
+        assert list(screen.reports) == ["bigram_shift"]
+        await pilot.press("m")
+        await settle(pilot)
+        assert list(screen.reports) == ["bigram_shift", "bigram_shift · mask 0:0"]
+        plain, masked = screen.reports.values()
+        assert masked.layers[3]["accuracy"] < plain.layers[3]["accuracy"]
+        curves = rendered(screen.query_one("#curves-content"))
+        assert "0.800" in curves and "0.750" in curves  # layer 3: 0.5 + 0.3, minus 0.05 for one masked head
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, ProbingScreen)
+
+    run(app, steps)
+
+
+def test_probing_pane_file_task_without_a_file_is_a_message():
+    from bertscope.ui.probing import ProbingScreen
+
+    app = make_app()
+
+    async def steps(pilot):
+        await pilot.press("p")
+        await pilot.pause()
+        screen = app.screen
+        screen.query_one("#task").value = "upos"
+        await pilot.press("ctrl+r")
+        await settle(pilot)
+        assert any("needs a CoNLL-U file" in n.message for n in app._notifications)
+        assert isinstance(app.screen, ProbingScreen) and not screen.running
+
+    run(app, steps)

@@ -224,6 +224,14 @@ class Session:
 
         return pattern_statistics(self, sentences, mask=mask, ablation=ablation, cancel=cancel)
 
+    def probe(self, task: str, train, dev=None, test=None, *, mask: HeadMask | None = None, ablation: Ablation = "zero", cancel=None, **options):
+        """Probe every layer for `task` on these sentences (see core.probing); a generator of progress."""
+        from bertscope.core.probing import make_splits, run_probe
+
+        splits = make_splits(train, dev, test)
+        spec = mask.spec() if mask is not None else ""
+        return run_probe(self, task, splits, mask=spec, ablation=ablation, cancel=cancel, **options)
+
     def tokenize_batch(self, texts: Sequence[str]) -> dict[str, Tensor]:
         """Pad and truncate a batch of sentences into tensors on the session's device."""
         batch = self.tokenizer(

@@ -34,6 +34,7 @@ from bertscope.ui.backend import Backend
 from bertscope.ui.export import export_view
 from bertscope.ui.help import HelpScreen
 from bertscope.ui.overview import OverviewScreen
+from bertscope.ui.probing import ProbingScreen
 from bertscope.ui.messages import Analysis, AnalysisComputed, AnalysisFailed, ModelLoaded, ModelLoadFailed
 from bertscope.ui.state import ExplorerState, fit_to_model, load_state, save_state
 from bertscope.ui.theme import heatmap_for, load_all_themes, textual_theme
@@ -72,6 +73,7 @@ class ExplorerApp(App[None]):
         Binding("t", "next_theme", "theme"),
         Binding("e", "export", "export"),
         Binding("o", "overview", "overview"),
+        Binding("p", "probing", "probing"),
         Binding("escape", "cancel", "cancel", show=False),
         Binding("ctrl+q", "quit", "quit", priority=True),
     ]
@@ -413,6 +415,13 @@ class ExplorerApp(App[None]):
         )
         self.push_screen(screen, self._open_head)
 
+    def action_probing(self) -> None:
+        """What each layer knows; `m` there re-scores under this explorer's mask."""
+        if self.backend is None or self.mask is None:
+            self.notify("the model is still loading", severity="warning")
+            return
+        self.push_screen(ProbingScreen(self.backend, self.mask, self.state.ablation))
+
     def _open_head(self, chosen: tuple[int, int] | None) -> None:
         if chosen is not None:
             self.state = self.state.with_(layer=chosen[0], head=chosen[1], view="head")
@@ -459,6 +468,7 @@ class ExplorerApp(App[None]):
         yield SystemCommand("Switch view", "One head, or the average over the layer's heads", self.action_next_view)
         yield SystemCommand("Export view", "Save the screen as SVG and the matrix as CSV", self.action_export)
         yield SystemCommand("Overview", "Patterns and statistics of every head over a corpus", self.action_overview)
+        yield SystemCommand("Probing", "What each layer knows: probes per layer, several tasks side by side", self.action_probing)
         yield SystemCommand("Cancel", "Cancel the computation in progress", self.action_cancel)
         yield SystemCommand("Keys", "Show every key", self.action_help)
 

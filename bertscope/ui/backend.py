@@ -16,6 +16,7 @@ from bertscope.core.results import Encoding, ForwardResult, MaskPrediction, Mode
 if TYPE_CHECKING:  # the types only: core.patterns itself imports torch
     from bertscope.core.corpus import Sentence
     from bertscope.core.patterns import PatternProgress
+    from bertscope.core.probing import ProbeProgress
 
 
 class Backend(Protocol):
@@ -45,3 +46,8 @@ class Backend(Protocol):
         self, sentences: Iterable[Sentence], *, mask: HeadMask | None = None, ablation: Ablation = "zero",
         cancel: threading.Event | None = None,
     ) -> Iterator[PatternProgress]: ...
+
+    def probe(
+        self, task: str, train: list[Sentence], dev: list[Sentence] | None = None, test: list[Sentence] | None = None, *,
+        mask: HeadMask | None = None, ablation: Ablation = "zero", cancel: threading.Event | None = None, **options,
+    ) -> Iterator[ProbeProgress]: ...

@@ -29,6 +29,7 @@ and every pane shows the effect.
 | `v` | view: one head, or the average over the layer's heads |
 | `t` | next theme (the heatmap colours follow it) |
 | `e` | export: the screen as SVG and the heatmap's matrix as CSV |
+| `p` | probing: what each layer knows, several tasks side by side; `m` there re-scores under this mask |
 | `o` | overview: every head's pattern class and statistics over a corpus (Enter opens a head here) |
 | `escape` | cancel the computation in progress |
 | `ctrl+p` | command palette: every action by name |

@@ -1,0 +1,437 @@
+"""Probing classifiers for every layer at once (Conneau et al. 2018; Jawahar et al. 2019; Tenney et al. 2019).
+
+A probe is a simple classifier trained on frozen representations: if it can read a
+property off layer l, layer l encodes it (linearly, for a linear probe). Features are
+`X` `[N, L, D]` (L hidden-state layers, index 0 the embeddings) and labels `y` `[N]` in
+`0..C-1`.
+
+All layers train together as one batched model, weights `[L, D, C]` on features
+standardised per layer with the training mean and std: the loss is the sum of the layers'
+independent losses, so each layer gets the optimum it would get alone, at the cost of one
+batched matrix product per step instead of L small ones. Every L2 strength of a grid is
+trained (MLP probes batch the grid as one more axis; linear probes walk it from strong to
+weak with warm starts), and each layer keeps the strength with the best dev accuracy, ties
+going to the stronger penalty.
+
+Control tasks (Hewitt & Liang 2019) say how much of a probe's accuracy comes from the probe
+memorising word types rather than reading the representation: selectivity is task accuracy
+minus control accuracy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bertscope.core.device import resolve_device
+from bertscope.core.errors import InputError
+
+ProbeKind = Literal["linear", "mlp"]
+L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+LINEAR_MAX_ITER = 500  # L-BFGS iterations per L2 value; weakly regularised fits take a few hundred
+GRADIENT_TOLERANCE = 1e-4  # L-BFGS stops when no weight's gradient is larger: scikit-learn's default `tol`
+MLP_EPOCHS = 100
+STD_FLOOR = 1e-6  # a feature constant on the training set stays 0 after standardising
+EVAL_BATCH = 4096  # rows per forward pass when predicting, so memory stays flat in N
+
+
+class Cancelled(Exception):
+    """Training was stopped through its cancel event."""
+
+
+@dataclass(frozen=True, eq=False)
+class ProbeScores:
+    """Per-layer scores of probes on one labelled set; every array is `[L]`."""
+
+    accuracy: np.ndarray
+    macro_f1: np.ndarray
+    l2: np.ndarray  # the L2 strength chosen for each layer on dev
+
+
+@dataclass(frozen=True, eq=False)
+class TrainedProbes:
+    """Everything needed to run the probes again, in numpy (attribution rebuilds them from this).
+
+    A probe sees `z = (x - mean) / std`. Linear: `logits = z @ weights + bias` with `weights`
+    `[L, D, C]`. MLP: `logits = relu(z @ hidden_weights + hidden_bias) @ weights + bias`
+    with `hidden_weights` `[L, D, H]`, `hidden_bias` `[L, H]` and `weights` `[L, H, C]`.
+    `dev_accuracy` `[G, L]` is each grid value's dev accuracy, for the curve of L2 against
+    accuracy.
+    """
+
+    kind: ProbeKind
+    mean: np.ndarray  # [L, D]
+    std: np.ndarray  # [L, D]
+    weights: np.ndarray  # [L, D, C] linear, [L, H, C] mlp
+    bias: np.ndarray  # [L, C]
+    l2: np.ndarray  # [L]
+    l2_grid: np.ndarray  # [G]
+    dev_accuracy: np.ndarray  # [G, L]
+    hidden_weights: np.ndarray | None = None  # [L, D, H] mlp only
+    hidden_bias: np.ndarray | None = None  # [L, H] mlp only
+
+    @property
+    def num_layers(self) -> int:
+        return self.mean.shape[0]
+
+    @property
+    def num_classes(self) -> int:
+        return self.bias.shape[1]
+
+    def logits(self, X: np.ndarray) -> np.ndarray:
+        """`[N, L, C]` class scores of every layer's probe on `X` `[N, L, D]`."""
+        X = _check_features(X, self.mean.shape[0], self.mean.shape[1])
+        out = np.empty((X.shape[0], self.num_layers, self.num_classes), dtype=np.float32)
+        for layer in range(self.num_layers):
+            for start in range(0, X.shape[0], EVAL_BATCH):
+                z = (X[start : start + EVAL_BATCH, layer] - self.mean[layer]) / self.std[layer]
+                if self.kind == "mlp":
+                    z = np.maximum(z @ self.hidden_weights[layer] + self.hidden_bias[layer], 0)
+                out[start : start + EVAL_BATCH, layer] = z @ self.weights[layer] + self.bias[layer]
+        return out
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """`[N, L]` predicted class of every layer's probe."""
+        return self.logits(X).argmax(-1)
+
+
+def train_probes(
+    X_train: np.ndarray,
+    y_train: np.ndarray,
+    X_dev: np.ndarray,
+    y_dev: np.ndarray,
+    *,
+    num_classes: int,
+    kind: ProbeKind = "linear",
+    l2_grid: Sequence[float] = L2_GRID,
+    hidden: int = 256,
+    epochs: int | None = None,
+    patience: int = 10,
+    batch_size: int = 256,
+    lr: float = 1e-3,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    cancel: threading.Event | None = None,
+) -> TrainedProbes:
+    """Train one probe per layer for every L2 strength, keep per layer the best on dev.
+
+    The loss of each (layer, L2) probe is `mean cross-entropy + l2 * ||W||²` (biases are not
+    penalised). Multiplying scikit-learn's `C * sum cross-entropy + ||W||² / 2` by
+    `1 / (C * N)` shows the two have the same minimum when `C = 1 / (2 * l2 * N)`, N being
+    the number of training rows.
+
+    `linear`: multinomial logistic regression, full batch, L-BFGS with a strong Wolfe line
+    search, from the strongest penalty to the weakest, each fit starting from the previous
+    one's weights; at most `epochs` iterations per L2 value (default 500), stopping once no
+    gradient exceeds 1e-4 (scikit-learn's default `tol` for the same loss). `mlp`: one ReLU
+    layer of `hidden` units, L2 on both weight matrices, Adam on shuffled mini-batches for
+    at most `epochs` epochs (default 100), keeping each probe's best dev epoch and stopping
+    once no probe improved for `patience` epochs.
+
+    Tensors live on `device` ("auto" picks the GPU). Deterministic for a given `seed`
+    and device. Raises `Cancelled` soon after `cancel` is set.
+    """
+    X_train = _check_features(X_train)
+    num_layers, dim = X_train.shape[1:]
+    X_dev = _check_features(X_dev, num_layers, dim)
+    y_train = _check_labels(y_train, len(X_train), num_classes, "training")
+    y_dev = _check_labels(y_dev, len(X_dev), num_classes, "dev")
+    grid = np.asarray(l2_grid, dtype=np.float64)
+    if grid.ndim != 1 or len(grid) == 0 or np.any(grid < 0):
+        raise InputError("the L2 grid must be one or more non-negative numbers")
+    if kind not in ("linear", "mlp"):
+        raise InputError(f"unknown probe kind {kind!r}; use linear or mlp")
+    if min(hidden, patience, batch_size, 1 if epochs is None else epochs) < 1:
+        raise InputError("hidden units, epochs, patience and batch size must be at least 1")
+    if epochs is None:
+        epochs = LINEAR_MAX_ITER if kind == "linear" else MLP_EPOCHS
+    device = device if isinstance(device, torch.device) else resolve_device(device)
+    generator = torch.Generator().manual_seed(seed)
+
+    mean, std, Z = _standardise(X_train, device)
+    _, _, Z_dev = _standardise(X_dev, device, mean, std)
+    y = torch.as_tensor(y_train, device=device)
+    l2 = torch.as_tensor(grid, dtype=torch.float32, device=device)
+    if kind == "linear":
+        params = _train_linear(Z, y, l2, num_classes, epochs, cancel)
+        dev_correct = _correct(_linear_logits, params, Z_dev, y_dev)
+    else:
+        params, dev_correct = _train_mlp(
+            Z, y, Z_dev, y_dev, l2, num_classes, hidden, epochs, patience, batch_size, lr, generator, cancel
+        )
+    del Z, Z_dev
+
+    chosen = _choose(dev_correct, grid)  # [L]
+    layers = np.arange(num_layers)
+    numpy = [p.cpu().numpy() for p in params]  # the grid is axis 2 of 4-d parameters, axis 1 of 3-d ones
+    numpy = [p[layers, :, chosen] if p.ndim == 4 else p[layers, chosen] for p in numpy]
+    common = {
+        "kind": kind, "mean": mean.cpu().numpy(), "std": std.cpu().numpy(), "l2": grid[chosen],
+        "l2_grid": grid, "dev_accuracy": dev_correct.T.astype(np.float64) / len(y_dev),
+    }
+    if kind == "linear":
+        weights, bias = numpy
+        return TrainedProbes(weights=weights, bias=bias, **common)
+    hidden_weights, hidden_bias, weights, bias = numpy
+    return TrainedProbes(weights=weights, bias=bias, hidden_weights=hidden_weights, hidden_bias=hidden_bias, **common)
+
+
+def score(probes: TrainedProbes, X: np.ndarray, y: np.ndarray, num_classes: int) -> ProbeScores:
+    """Accuracy and macro-F1 of every layer's probe on `X`, `y`.
+
+    Macro-F1 averages over the classes that occur in `y` or in the predictions, as
+    scikit-learn's `f1_score(average="macro")` does, so a class absent from a small test set
+    does not count as a zero.
+    """
+    y = _check_labels(y, len(X), num_classes, "test")
+    predicted = probes.predict(X)
+    accuracy = (predicted == y[:, None]).mean(0)
+    macro_f1 = np.array([_macro_f1(y, predicted[:, layer], num_classes) for layer in range(predicted.shape[1])])
+    return ProbeScores(accuracy=accuracy, macro_f1=macro_f1, l2=probes.l2.copy())
+
+
+def selectivity(task: ProbeScores, control: ProbeScores) -> np.ndarray:
+    """Hewitt & Liang's selectivity per layer: task accuracy minus control-task accuracy."""
+    return task.accuracy - control.accuracy
+
+
+def majority_baseline(y_train: np.ndarray, y_test: np.ndarray) -> float:
+    """Accuracy on `y_test` of always answering the most frequent training class (ties: the lower label)."""
+    y_train, y_test = np.asarray(y_train), np.asarray(y_test)
+    if len(y_train) == 0 or len(y_test) == 0:
+        return float("nan")
+    majority = np.bincount(y_train).argmax()
+    return float(np.mean(y_test == majority))
+
+
+def expected_layer(scores: np.ndarray) -> float:
+    """Tenney et al.'s (2019) centre of gravity: at which layer does the score arrive?
+
+    With per-layer scores `s_0 .. s_{L-1}` (layer 0 the embeddings) and differential scores
+    `Δ_l = s_l - s_{l-1}`:
+
+        E[l] = sum_{l=1}^{L-1} l * Δ_l / sum_{l=1}^{L-1} Δ_l
+
+    The denominator telescopes to `s_{L-1} - s_0`; when it is 0 (all scores equal, or the
+    last equal to the first) there is no gain to locate and the result is NaN. Tenney et al.
+    score cumulative scalar mixes, whose Δ are (nearly) never negative; independent
+    per-layer probes can lose accuracy from one layer to the next, and negative Δ then pull
+    the result, which may leave `[1, L-1]`. Pass `np.maximum.accumulate(scores)` for the
+    cumulative reading.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.ndim != 1 or len(scores) < 2:
+        return float("nan")
+    deltas = np.diff(scores)
+    total = deltas.sum()
+    if abs(total) <= 1e-12 * max(1.0, np.abs(scores).max()):
+        return float("nan")
+    return float((np.arange(1, len(scores)) * deltas).sum() / total)
+
+
+def control_labels(
+    word_types: Sequence[str],
+    num_classes: int,
+    seed: int = 0,
+    distribution: Sequence[float] | None = None,
+) -> dict[str, int]:
+    """Hewitt & Liang's (2019) control task: one fixed random label per word type.
+
+    Each distinct type gets a label drawn from `distribution` (the task's empirical label
+    distribution, e.g. `np.bincount(y, minlength=C) / len(y)`; uniform when omitted). The
+    draw comes from a hash of the seed and the type, so a type's label does not depend on
+    the order or the set of the other types: training and test splits mapped separately
+    agree. Types are matched exactly (lower-case them first for an uncased model).
+    """
+    if num_classes < 1:
+        raise InputError("a control task needs at least one class")
+    p = np.full(num_classes, 1.0 / num_classes) if distribution is None else np.asarray(distribution, dtype=np.float64)
+    if p.shape != (num_classes,) or np.any(p < 0) or p.sum() <= 0:
+        raise InputError(f"the label distribution must be {num_classes} non-negative numbers with a positive sum")
+    cumulative = np.cumsum(p / p.sum())
+    labels = {}
+    for word in dict.fromkeys(word_types):
+        digest = hashlib.blake2b(f"{seed}\x00{word}".encode(), digest_size=8).digest()
+        u = int.from_bytes(digest, "little") / 2.0**64  # uniform in [0, 1)
+        labels[word] = min(int(np.searchsorted(cumulative, u, side="right")), num_classes - 1)
+    return labels
+
+
+# --- training, on the device --------------------------------------------------------------
+
+
+def _standardise(X: np.ndarray, device: torch.device, mean=None, std=None):
+    """One `[L, N, D]` float32 copy of X on the device, standardised layer by layer in place.
+
+    Mean and std (population) come from X itself unless given; std is floored at STD_FLOOR.
+    Layer-major layout makes each layer one contiguous matrix for the batched products.
+    """
+    n, num_layers, dim = X.shape
+    Z = torch.empty(num_layers, n, dim, dtype=torch.float32, device=device)
+    for layer in range(num_layers):
+        Z[layer].copy_(torch.from_numpy(np.ascontiguousarray(X[:, layer], dtype=np.float32)))
+    if mean is None:
+        std, mean = torch.std_mean(Z, dim=1, correction=0)
+        std = std.clamp_min(STD_FLOOR)
+    Z.sub_(mean[:, None]).div_(std[:, None])
+    return mean, std, Z
+
+
+def _linear_logits(params, Z):
+    """`[L, N, G, C]` logits for every layer and grid value: one batched product per layer."""
+    weights, bias = params  # [L, D, G, C], [L, G, C]
+    num_layers, dim, grid, classes = weights.shape
+    logits = torch.baddbmm(bias.reshape(num_layers, 1, grid * classes), Z, weights.reshape(num_layers, dim, grid * classes))
+    return logits.view(num_layers, -1, grid, classes)
+
+
+def _mlp_logits(params, Z):
+    hidden_weights, hidden_bias, weights, bias = params  # [L, D, G, H], [L, G, H], [L, H, G, C], [L, G, C]
+    num_layers, dim, grid, width = hidden_weights.shape
+    h = torch.baddbmm(hidden_bias.reshape(num_layers, 1, grid * width), Z, hidden_weights.reshape(num_layers, dim, grid * width))
+    h = h.relu_().view(num_layers, -1, grid, width)
+    return torch.einsum("lngh,lhgc->lngc", h, weights) + bias[:, None]
+
+
+def _loss(logits, y, penalties):
+    """Sum over (layer, grid value) of mean cross-entropy, plus the penalties."""
+    num_layers, n, grid, classes = logits.shape
+    targets = y[None, :, None].expand(num_layers, n, grid).reshape(-1)
+    return F.cross_entropy(logits.reshape(-1, classes), targets, reduction="sum") / n + penalties
+
+
+def _train_linear(Z, y, l2, num_classes, max_iter, cancel):
+    """Fit the grid from the strongest penalty to the weakest, each fit starting from the last.
+
+    Layers train together; grid values one after another, because on the CPU a weakly
+    regularised fit needs ten times the iterations of a strong one, and warm starts along
+    the path save more than batching the grid would.
+    """
+    num_layers, _, dim = Z.shape
+    weights = torch.zeros(num_layers, dim, 1, num_classes, device=Z.device)
+    bias = torch.zeros(num_layers, 1, num_classes, device=Z.device)
+    fitted = {}
+    for index in sorted(range(len(l2)), key=lambda i: -float(l2[i])):
+        weights, bias = _fit_linear(Z, y, l2[index], weights, bias, max_iter, cancel)
+        fitted[index] = weights, bias
+    weights = torch.cat([fitted[index][0] for index in range(len(l2))], dim=2)
+    bias = torch.cat([fitted[index][1] for index in range(len(l2))], dim=1)
+    return weights, bias
+
+
+def _fit_linear(Z, y, l2, weights, bias, max_iter, cancel):
+    weights, bias = weights.clone().requires_grad_(), bias.clone().requires_grad_()
+    optimizer = torch.optim.LBFGS(
+        [weights, bias], lr=1, max_iter=max_iter, history_size=20,
+        tolerance_grad=GRADIENT_TOLERANCE, line_search_fn="strong_wolfe",
+    )
+
+    def closure():
+        _check_cancel(cancel)  # runs before every evaluation of the loss
+        optimizer.zero_grad()
+        loss = _loss(_linear_logits((weights, bias), Z), y, l2 * weights.square().sum())
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    return weights.detach(), bias.detach()
+
+
+def _train_mlp(Z, y, Z_dev, y_dev, l2, num_classes, width, epochs, patience, batch_size, lr, generator, cancel):
+    num_layers, n, dim = Z.shape
+    grid = len(l2)
+
+    def uniform(*shape, fan_in):  # nn.Linear's initialisation, drawn on the CPU for determinism across devices
+        bound = 1 / fan_in**0.5
+        return ((torch.rand(*shape, generator=generator) * 2 - 1) * bound).to(Z.device).requires_grad_()
+
+    params = [
+        uniform(num_layers, dim, grid, width, fan_in=dim),
+        uniform(num_layers, grid, width, fan_in=dim),
+        uniform(num_layers, width, grid, num_classes, fan_in=width),
+        uniform(num_layers, grid, num_classes, fan_in=width),
+    ]
+    optimizer = torch.optim.Adam(params, lr=lr)
+    best = [p.detach().clone() for p in params]
+    best_correct = np.full((num_layers, grid), -1)
+    stale = np.zeros((num_layers, grid), dtype=int)  # epochs since each probe last improved on dev
+    for _ in range(epochs):
+        order = torch.randperm(n, generator=generator).to(Z.device)
+        for start in range(0, n, batch_size):
+            _check_cancel(cancel)
+            rows = order[start : start + batch_size]
+            optimizer.zero_grad()
+            penalty = (l2 * (params[0].square().sum((0, 1, 3)) + params[2].square().sum((0, 1, 3)))).sum()
+            _loss(_mlp_logits(params, Z[:, rows]), y[rows], penalty).backward()
+            optimizer.step()
+        # A probe that has stopped stays stopped, as if it had been trained alone.
+        correct = _correct(_mlp_logits, params, Z_dev, y_dev)
+        improved = (correct > best_correct) & (stale < patience)
+        best_correct = np.where(improved, correct, best_correct)
+        stale = np.where(improved, 0, stale + 1)
+        keep = torch.as_tensor(improved, device=Z.device)
+        for saved, p in zip(best, params):
+            mask = keep.view(num_layers, 1, grid, 1) if p.dim() == 4 else keep.view(num_layers, grid, 1)
+            saved.copy_(torch.where(mask, p.detach(), saved))
+        if np.all(stale >= patience):
+            break
+    return best, best_correct
+
+
+@torch.no_grad()
+def _correct(logits_fn, params, Z, y) -> np.ndarray:
+    """`[L, G]` number of rows of Z each (layer, grid value) probe gets right."""
+    y = torch.as_tensor(y, device=Z.device)
+    total = 0
+    for start in range(0, Z.shape[1], EVAL_BATCH):
+        predicted = logits_fn(params, Z[:, start : start + EVAL_BATCH]).argmax(-1)  # [L, n, G]
+        total = total + (predicted == y[start : start + EVAL_BATCH, None]).sum(1)
+    return total.cpu().numpy()
+
+
+def _choose(dev_correct: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Per layer, the grid index with the most dev rows right; ties go to the larger L2."""
+    strongest_first = np.argsort(-grid, kind="stable")
+    return strongest_first[dev_correct[:, strongest_first].argmax(1)]  # argmax takes the first maximum
+
+
+def _check_cancel(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("probe training cancelled")
+
+
+# --- checks and scores, in numpy ----------------------------------------------------------
+
+
+def _check_features(X, num_layers: int | None = None, dim: int | None = None) -> np.ndarray:
+    X = np.asarray(X)
+    if X.ndim != 3 or X.shape[0] == 0:
+        raise InputError(f"probe features must be [examples, layers, hidden size] with at least one example, got shape {X.shape}")
+    if num_layers is not None and X.shape[1:] != (num_layers, dim):
+        raise InputError(f"probe features have {X.shape[1]} layers × {X.shape[2]}, expected {num_layers} × {dim}")
+    return X
+
+
+def _check_labels(y, n: int, num_classes: int, name: str) -> np.ndarray:
+    y = np.asarray(y)
+    if y.shape != (n,):
+        raise InputError(f"{name} labels must be one per example ({n}), got shape {y.shape}")
+    if not np.issubdtype(y.dtype, np.integer):
+        raise InputError(f"{name} labels must be integers 0..{num_classes - 1}")
+    if n and (y.min() < 0 or y.max() >= num_classes):
+        raise InputError(f"{name} labels must lie in 0..{num_classes - 1}; map unseen labels before probing")
+    return y.astype(np.int64, copy=False)
+
+
+def _macro_f1(y: np.ndarray, predicted: np.ndarray, num_classes: int) -> float:
+    true_positive = np.bincount(y[predicted == y], minlength=num_classes)
+    support = np.bincount(y, minlength=num_classes) + np.bincount(predicted, minlength=num_classes)
+    present = support > 0
+    return float(np.mean(2 * true_positive[present] / support[present]))

@@ -1,0 +1,301 @@
+"""Layer-wise probing: what each layer knows (Conneau et al. 2018; Jawahar, Tenney, Hewitt et al. 2019).
+
+A run takes features of every hidden-state layer (0 = embeddings) in one forward pass per
+batch, trains one probe per layer on the train split (its L2 strength chosen on dev), and
+scores it on test. Around it, the controls the literature asks for: the majority class,
+the same probe on a randomly initialised copy of the model, and for word-level tasks a
+control task (Hewitt & Liang 2019) whose labels depend only on the word type, giving
+selectivity = task accuracy − control accuracy.
+
+Tasks: `upos`, `xpos`, `deprel` (word level, CoNLL-U); `depth` and `distance` (Hewitt &
+Manning's structural probes, CoNLL-U); any SentEval file's labels (sentence level); and the
+built-in generated tasks of `probing_tasks`.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bertscope.core import probes, structural
+from bertscope.core.corpus import Sentence
+from bertscope.core.errors import InputError
+from bertscope.core.features import Features, FeatureOptions, extract_features
+
+WORD_TASKS = ("upos", "xpos", "deprel")
+STRUCTURAL_TASKS = ("depth", "distance")
+MIN_PER_CLASS = 2
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """Per layer (hidden-state indexing) scores of one task, with its baselines."""
+
+    task: str
+    metric: str
+    layers: list[dict]
+    best_layer: int
+    center_of_gravity: float
+    baselines: dict
+    counts: dict
+    notes: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict:
+        return {
+            "task": self.task, "metric": self.metric, "layers": self.layers, "best_layer": self.best_layer,
+            "center_of_gravity": None if np.isnan(self.center_of_gravity) else round(self.center_of_gravity, 4),
+            "baselines": self.baselines, "counts": self.counts, "notes": self.notes,
+        }
+
+
+@dataclass(frozen=True)
+class ProbeProgress:
+    stage: str
+    done: int
+    total: int
+    report: ProbeReport | None = None
+
+
+@dataclass(frozen=True)
+class Splits:
+    train: list[Sentence]
+    dev: list[Sentence]
+    test: list[Sentence]
+    notes: list[str]
+
+
+def center_of_gravity(scores: np.ndarray) -> float:
+    """Tenney et al.'s expected layer, on the running best score.
+
+    Tenney et al. score layer l with a probe on a mix of layers 0..l, so their scores never
+    fall; our probes see one layer each, so we take the best score up to each layer (what
+    a mix could have kept) before the differential formula. The result lies in [1, L].
+    """
+    return float(probes.expected_layer(np.maximum.accumulate(np.asarray(scores, dtype=np.float64))))
+
+
+def make_splits(train: Sequence[Sentence], dev: Sequence[Sentence] | None, test: Sequence[Sentence] | None, seed: int = 0) -> Splits:
+    """Use the given splits, the SentEval split column, or hold out parts of train (by sentence)."""
+    train, notes = list(train), []
+    if dev is None and test is None and any(sentence.split for sentence in train):
+        by_split = {name: [s for s in train if s.split == name] for name in ("tr", "va", "te")}
+        train, dev, test = by_split["tr"], by_split["va"], by_split["te"]
+    shuffled = train[:]
+    random.Random(seed).shuffle(shuffled)
+    if test is None or not test:
+        cut = max(1, len(shuffled) // 5)
+        test, shuffled = shuffled[:cut], shuffled[cut:]
+        notes.append(f"no test split: held out {len(test)} training sentences (20%) for testing")
+    if dev is None or not dev:
+        cut = max(1, len(shuffled) // 10)
+        dev, shuffled = shuffled[:cut], shuffled[cut:]
+        notes.append(f"no dev split: held out {len(dev)} training sentences (10%) to choose the L2 strength")
+    train = shuffled if len(notes) else train
+    for name, split in (("train", train), ("dev", dev), ("test", test)):
+        if not split:
+            raise InputError(f"the {name} split is empty; give more sentences or the missing split")
+    return Splits(list(train), list(dev), list(test), notes)
+
+
+def word_labels(sentences: Sequence[Sentence], features: Features, task: str) -> list[str]:
+    """The label of each feature row (a word that fitted the model)."""
+    columns = {"upos": "upos", "xpos": "xpos", "deprel": "deprels"}
+    labels = []
+    for sentence_index, word_index in zip(features.sentence_index, features.word_index, strict=True):
+        values = getattr(sentences[sentence_index], columns[task])
+        if values is None:
+            raise InputError(f"{sentences[sentence_index].location}: no {task.upper()} column; this file cannot probe {task}")
+        labels.append(values[word_index])
+    return labels
+
+
+def encode_labels(train: list[str], dev: list[str], test: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """Integer labels from the train split's classes; a label unseen in train is an error."""
+    counts = Counter(train)
+    classes = sorted(counts)
+    if len(classes) < 2:
+        raise InputError(f"the train split has only one label ({classes[0] if classes else 'none'}); a probe needs two or more")
+    rare = [f"{label} ({count})" for label, count in counts.items() if count < MIN_PER_CLASS]
+    if rare:
+        raise InputError(
+            f"too few training examples for label(s) {', '.join(sorted(rare))}; each needs {MIN_PER_CLASS} or more: "
+            "add training data or remove those labels"
+        )
+    for name, labels in (("dev", dev), ("test", test)):
+        unseen = sorted(set(labels) - set(classes))
+        if unseen:
+            raise InputError(
+                f"label(s) {', '.join(unseen)} appear in the {name} split but never in train; "
+                "the probe cannot learn them: add training data or remove those lines"
+            )
+    index = {label: i for i, label in enumerate(classes)}
+    return (*(np.array([index[label] for label in labels], dtype=np.int64) for labels in (train, dev, test)), classes)
+
+
+def run_probe(
+    session,
+    task: str,
+    splits: Splits,
+    *,
+    word_pooling: str = "first",
+    sentence_pooling: str = "cls",
+    mask: str = "",
+    ablation: str = "zero",
+    kind: str = "linear",
+    control: bool = True,
+    random_baseline: bool = True,
+    cache_dir=None,
+    seed: int = 0,
+    cancel: threading.Event | None = None,
+) -> Iterator[ProbeProgress]:
+    """Probe every layer for `task`; yield progress by stage, the last item carrying the report."""
+    level = "word" if task in WORD_TASKS + STRUCTURAL_TASKS else "sentence"
+    options = FeatureOptions(level=level, word_pooling=word_pooling, sentence_pooling=sentence_pooling, mask=mask, ablation=ablation)
+    sessions = [("model", session)]
+    if random_baseline:
+        sessions.append(("random", session.random_copy(seed)))
+    features: dict[tuple[str, str], Features] = {}
+    total = sum(len(getattr(splits, name)) for name in ("train", "dev", "test")) * len(sessions)
+    done = 0
+    for which, source in sessions:
+        for name in ("train", "dev", "test"):
+            sentences = getattr(splits, name)
+            for step in extract_features(source, sentences, options, cache_dir=cache_dir, cancel=cancel):
+                if step.features is not None:
+                    features[which, name] = step.features
+                    break
+                yield ProbeProgress(f"features ({which}, {name})", done + step.sentences, total)
+            else:
+                return  # cancelled
+            done += len(sentences)
+            yield ProbeProgress(f"features ({which}, {name})", done, total)
+    if cancel is not None and cancel.is_set():
+        return
+    device = str(session.device)
+    yield ProbeProgress("training probes", total, total)
+    try:
+        if task in STRUCTURAL_TASKS:
+            report = _structural_report(task, splits, features, random_baseline, device, seed, cancel)
+        else:
+            report = _classification_report(task, splits, features, level, kind, control, random_baseline, device, seed, cancel)
+    except (probes.Cancelled, structural.Cancelled):
+        return
+    truncated = sum(features["model", name].truncated_words for name in ("train", "dev", "test"))
+    if truncated:
+        report.notes.append(f"{truncated} words of sentences longer than the model's maximum were left out")
+    report.notes[:0] = splits.notes
+    yield ProbeProgress("done", total, total, report)
+
+
+def _classification_report(task, splits, features, level, kind, control, random_baseline, device, seed, cancel) -> ProbeReport:
+    def labels_of(name: str) -> list[str]:
+        sentences = getattr(splits, name)
+        if level == "word":
+            return word_labels(sentences, features["model", name], task)
+        missing = [s.location for s in sentences if s.label is None]
+        if missing:
+            raise InputError(f"{missing[0]}: no label; sentence-level probing needs a SentEval file (split, label, sentence)")
+        return [s.label for s in sentences]
+
+    y_train, y_dev, y_test, classes = encode_labels(labels_of("train"), labels_of("dev"), labels_of("test"))
+    num_classes = len(classes)
+
+    def fit_and_score(which: str, y_tr, y_dv, y_te) -> probes.ProbeScores:
+        trained = probes.train_probes(
+            features[which, "train"].X, y_tr, features[which, "dev"].X, y_dv,
+            num_classes=num_classes, kind=kind, device=device, seed=seed, cancel=cancel,
+        )
+        return probes.score(trained, features[which, "test"].X, y_te, num_classes)
+
+    scores = fit_and_score("model", y_train, y_dev, y_test)
+    layers = [
+        {"layer": layer, "accuracy": round(float(acc), 6), "f1": round(float(f1), 6), "l2": float(l2)}
+        for layer, (acc, f1, l2) in enumerate(zip(scores.accuracy, scores.macro_f1, scores.l2, strict=True))
+    ]
+    baselines = {"majority": round(probes.majority_baseline(y_train, y_test), 6)}
+    if random_baseline:
+        random_scores = fit_and_score("random", y_train, y_dev, y_test)
+        for entry, accuracy in zip(layers, random_scores.accuracy, strict=True):
+            entry["random_init_accuracy"] = round(float(accuracy), 6)
+        baselines["random_init"] = round(float(random_scores.accuracy.max()), 6)
+    if control and level == "word":
+        control_scores = fit_and_score("model", *_control_labels(splits, features, y_train, num_classes, seed))
+        for entry, accuracy in zip(layers, control_scores.accuracy, strict=True):
+            entry["control_accuracy"] = round(float(accuracy), 6)
+            entry["selectivity"] = round(entry["accuracy"] - float(accuracy), 6)
+        baselines["control_best"] = round(float(control_scores.accuracy.max()), 6)
+    counts = {
+        "train": int(len(y_train)), "dev": int(len(y_dev)), "test": int(len(y_test)), "classes": num_classes,
+        "unit": "words" if level == "word" else "sentences",
+    }
+    return ProbeReport(
+        task=task, metric="accuracy", layers=layers, best_layer=int(np.argmax(scores.accuracy)),
+        center_of_gravity=center_of_gravity(scores.accuracy), baselines=baselines, counts=counts,
+    )
+
+
+def _control_labels(splits, features, y_train, num_classes, seed) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Hewitt & Liang's control task: each word type keeps one random label, drawn like the real ones."""
+    def types(name: str) -> list[str]:
+        sentences = getattr(splits, name)
+        rows = features["model", name]
+        return [sentences[s].words[w].lower() for s, w in zip(rows.sentence_index, rows.word_index, strict=True)]
+
+    train_types, dev_types, test_types = types("train"), types("dev"), types("test")
+    distribution = np.bincount(y_train, minlength=num_classes) / len(y_train)
+    mapping = probes.control_labels(sorted(set(train_types + dev_types + test_types)), num_classes, seed=seed, distribution=distribution)
+    return tuple(np.array([mapping[t] for t in split_types], dtype=np.int64) for split_types in (train_types, dev_types, test_types))
+
+
+def _whole_trees(sentences: Sequence[Sentence], rows: Features):
+    """Features, sentence indices, trees and punctuation of the sentences that fitted the model whole.
+
+    A tree needs every word; a sentence cut to the model's maximum is left out. Punctuation
+    is skipped in UUAS and root accuracy, as in Hewitt & Manning.
+    """
+    kept = [index for index, sentence in enumerate(sentences)
+            if np.count_nonzero(rows.sentence_index == index) == len(sentence.words)]
+    renumber = {old: new for new, old in enumerate(kept)}
+    select = np.isin(rows.sentence_index, kept)
+    trees = [sentences[index].heads for index in kept]
+    skip = [np.array([tag == "PUNCT" for tag in (sentences[index].upos or ())], dtype=bool) if sentences[index].upos
+            else np.zeros(len(sentences[index].words), dtype=bool) for index in kept]
+    index = np.array([renumber[i] for i in rows.sentence_index[select]], dtype=np.int64)
+    return rows.X[select], index, trees, skip
+
+
+def _structural_report(task, splits, features, random_baseline, device, seed, cancel) -> ProbeReport:
+    if any(s.heads is None for name in ("train", "dev", "test") for s in getattr(splits, name)):
+        raise InputError("structural probes need dependency trees (the HEAD column of a CoNLL-U file)")
+
+    def fit_and_score(which: str):
+        train, dev, test = (_whole_trees(getattr(splits, name), features[which, name]) for name in ("train", "dev", "test"))
+        trained = structural.train_structural_probes(
+            train[0], train[1], train[2], dev[0], dev[1], dev[2], device=device, seed=seed, cancel=cancel,
+        )
+        return structural.score_structural(trained, test[0], test[1], test[2], skip=test[3], device=device)
+
+    scores = fit_and_score("model")
+    main = scores.spearman if task == "distance" else scores.depth_spearman
+    second = ("uuas", scores.uuas) if task == "distance" else ("root_accuracy", scores.root_accuracy)
+    layers = [
+        {"layer": layer, "spearman": round(float(main[layer]), 6), second[0]: round(float(second[1][layer]), 6)}
+        for layer in range(len(main))
+    ]
+    baselines = {}
+    if random_baseline:
+        random_scores = fit_and_score("random")
+        random_main = random_scores.spearman if task == "distance" else random_scores.depth_spearman
+        for entry, value in zip(layers, random_main, strict=True):
+            entry["random_init_spearman"] = round(float(value), 6)
+        baselines["random_init"] = round(float(np.nanmax(random_main)), 6)
+    counts = {name: len(getattr(splits, name)) for name in ("train", "dev", "test")} | {"unit": "sentences"}
+    return ProbeReport(
+        task=task, metric="spearman", layers=layers, best_layer=int(np.nanargmax(main)),
+        center_of_gravity=center_of_gravity(np.nan_to_num(main)), baselines=baselines, counts=counts,
+    )

@@ -1,0 +1,40 @@
+"""Rich view of a probing report: a table and a per-layer chart (no torch)."""
+
+from __future__ import annotations
+
+from rich.bar import Bar
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+
+def probe_report(report, model: str, source: str) -> Group:
+    """Per layer (0 = embeddings) the main score as a bar, the other columns as numbers."""
+    metric = report.metric
+    table = Table(box=None, padding=(0, 1), title_justify="left")
+    table.add_column("layer", justify="right", style="dim")
+    table.add_column(metric, width=22, no_wrap=True)
+    extra = [name for name in report.layers[0] if name not in ("layer", metric, "l2")]
+    table.add_column("", justify="right")
+    for name in extra:
+        table.add_column(name.replace("_", " "), justify="right")
+    low = min(0.0, min(entry[metric] for entry in report.layers))
+    for entry in report.layers:
+        best = entry["layer"] == report.best_layer
+        style = "bold" if best else None
+        table.add_row(
+            str(entry["layer"]) + (" *" if best else ""),
+            Bar(1.0 - low, 0, entry[metric] - low, width=22, color="magenta"),
+            Text(f"{entry[metric]:.3f}", style=style),
+            *(f"{entry[name]:.3f}" if isinstance(entry[name], float) else str(entry[name]) for name in extra),
+        )
+    cog = "n/a" if report.center_of_gravity != report.center_of_gravity else f"{report.center_of_gravity:.2f}"
+    baselines = ", ".join(f"{name.replace('_', ' ')} {value:.3f}" for name, value in report.baselines.items())
+    counts = ", ".join(f"{name} {value}" for name, value in report.counts.items())
+    return Group(
+        Text.assemble((f"{report.task}", "bold"), f" · {model} · {source}"),
+        Text(f"{counts}", style="dim"),
+        table,
+        Text(f"best layer {report.best_layer} (*), centre of gravity {cog} (Tenney et al.); baselines: {baselines or 'none'}"),
+        Text("layer 0 is the embeddings; layer l+1 the output of transformer layer l", style="dim"),
+    )

@@ -1,0 +1,200 @@
+"""The probing pane: what each layer knows, for several tasks side by side.
+
+Pick a built-in task (or give a CoNLL-U / SentEval file and its task), run it in a worker
+with per-stage progress, and compare the per-layer curves of every task run so far. `m`
+re-scores the last task under the explorer's current head mask, so the pane shows what the
+masked heads cost each layer.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from rich.bar import Bar
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Input, ProgressBar, Select, Static
+from textual.worker import get_current_worker
+
+from bertscope.core.corpus import read_sentences
+from bertscope.core.errors import BertscopeError
+from bertscope.core.masks import Ablation, HeadMask
+from bertscope.core.probing_tasks import TASKS, generate
+
+FILE_TASKS = ("upos", "xpos", "deprel", "depth", "distance")
+
+
+class ProbeStepped(Message):
+    """A stage of a probing run; a backlog of these collapses to the newest."""
+
+    def __init__(self, title: str, progress, run: int) -> None:
+        super().__init__()
+        self.title, self.progress, self.run = title, progress, run
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, ProbeStepped) and message.run == self.run and message.progress.report is None
+
+
+class ProbeFailed(Message):
+    def __init__(self, reason: str, run: int) -> None:
+        super().__init__()
+        self.reason, self.run = reason, run
+
+
+class ProbingScreen(Screen[None]):
+    """`p` in the explorer."""
+
+    BINDINGS = [
+        Binding("escape", "back", "back / cancel"),
+        Binding("ctrl+r", "run", "run"),
+        Binding("m", "rescore_masked", "re-score with mask"),
+        Binding("x", "clear", "clear curves"),
+    ]
+    DEFAULT_CSS = """
+    ProbingScreen #probe-row { height: auto; }
+    ProbingScreen #task { width: 36; }
+    ProbingScreen #probe-data { width: 1fr; }
+    ProbingScreen #probe-progress-line { height: 1; padding: 0 1; }
+    ProbingScreen #curves { padding: 0 1; }
+    """
+
+    def __init__(self, backend, mask: HeadMask, ablation: Ablation) -> None:
+        super().__init__()
+        self.backend, self.mask, self.ablation = backend, mask, ablation
+        self.reports: dict[str, object] = {}  # column title -> ProbeReport, in run order
+        self._run = 0
+        self._cancel = threading.Event()
+        self.running = False
+        self._last: tuple[str, str] | None = None
+
+    def compose(self) -> ComposeResult:
+        options = [(f"{task.name} ({task.group})", task.name) for task in TASKS.values()]
+        options += [(f"{name} (CoNLL-U file)", name) for name in FILE_TASKS]
+        with Horizontal(id="probe-row"):
+            yield Select(options, value="bigram_shift", allow_blank=False, id="task")
+            yield Input(placeholder="data file for CoNLL-U / SentEval tasks (empty: built-in), Enter runs", id="probe-data")
+        with Horizontal(id="probe-progress-line"):
+            yield ProgressBar(total=None, show_eta=False, id="probe-progress")
+            yield Static("ctrl+r or Enter runs the chosen task", id="probe-status")
+        yield VerticalScroll(Static("", id="curves-content"), id="curves", can_focus=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#task", Select).focus()
+
+    # running
+
+    @on(Input.Submitted, "#probe-data")
+    def data_submitted(self) -> None:
+        self.action_run()
+
+    def action_run(self, masked: bool = False) -> None:
+        task = str(self.query_one("#task", Select).value)
+        data = self.query_one("#probe-data", Input).value.strip()
+        if masked and self._last is not None:
+            task, data = self._last
+        self._last = (task, data)
+        self._cancel.set()
+        self._cancel = threading.Event()
+        self._run += 1
+        self.running = True
+        mask = self.mask if masked else None
+        title = task + (f" · mask {self.mask.spec()}" if masked else "") + ("" if not data else f" · {data.rsplit('/', 1)[-1]}")
+        self.query_one("#probe-status", Static).update(f"{title}: starting…")
+        self.compute(task, data, mask, title, self._run, self._cancel)
+
+    def action_rescore_masked(self) -> None:
+        if self._last is None:
+            self.notify("run a task first, then m re-scores it under the explorer's mask", severity="warning")
+        elif not len(self.mask):
+            self.notify("no heads are masked in the explorer; switch some off first", severity="warning")
+        else:
+            self.action_run(masked=True)
+
+    @work(thread=True, exclusive=True, group="probing", exit_on_error=False)
+    def compute(self, task: str, data: str, mask: HeadMask | None, title: str, run: int, cancel: threading.Event) -> None:
+        worker = get_current_worker()
+        try:
+            if data:
+                sentences = list(read_sentences(data))
+            elif task in TASKS:
+                sentences = generate(task, train=1000, dev=200, test=200)
+            else:
+                raise BertscopeError(f"task {task} needs a CoNLL-U file: give its path")
+            for progress in self.backend.probe(task, sentences, mask=mask, ablation=self.ablation, cancel=cancel):
+                if worker.is_cancelled or cancel.is_set():
+                    return
+                self.post_message(ProbeStepped(title, progress, run))
+        except BertscopeError as error:
+            self.post_message(ProbeFailed(str(error), run))
+
+    def on_probe_stepped(self, message: ProbeStepped) -> None:
+        if message.run != self._run:
+            return
+        title, progress = message.title, message.progress
+        bar = self.query_one("#probe-progress", ProgressBar)
+        bar.update(total=max(progress.total, 1), progress=progress.done)
+        if progress.report is None:
+            self.query_one("#probe-status", Static).update(f"{title}: {progress.stage}")
+            return
+        self.running = False
+        self.reports[title] = progress.report
+        for note in progress.report.notes:
+            self.notify(note, timeout=6)
+        self.query_one("#probe-status", Static).update(f"{title}: done, best layer {progress.report.best_layer}")
+        self._draw()
+
+    def on_probe_failed(self, message: ProbeFailed) -> None:
+        if message.run == self._run:
+            self.running = False
+            self.query_one("#probe-status", Static).update("stopped: " + message.reason)
+            self.notify(message.reason, severity="error", timeout=10)
+
+    # drawing
+
+    def _draw(self) -> None:
+        """One column per run: the per-layer score as a bar (0 = embeddings)."""
+        table = Table(box=None, padding=(0, 1))
+        table.add_column("layer", justify="right", style="dim")
+        reports = list(self.reports.items())
+        for title, report in reports:
+            table.add_column(Text(f"{title}\n{report.metric}"), width=12, no_wrap=True)
+            table.add_column("", justify="left", no_wrap=True)
+        num_layers = len(reports[0][1].layers)
+        for layer in range(num_layers):
+            cells = []
+            for _, report in reports:
+                value = report.layers[layer][report.metric]
+                mark = " *" if layer == report.best_layer else ""
+                cells += [Bar(1.0, 0.0, max(0.0, min(1.0, value)), width=12, color="magenta"), f"{value:.3f}{mark}"]
+            table.add_row(str(layer), *cells)
+        baselines = [
+            Text(f"{title}: " + ", ".join(f"{k.replace('_', ' ')} {v:.3f}" for k, v in report.baselines.items())
+                 + f"; centre of gravity {report.center_of_gravity:.2f}", style="dim")
+            for title, report in reports
+        ]
+        from rich.console import Group
+
+        self.query_one("#curves-content", Static).update(
+            Group(table, Text("layer 0 is the embeddings; * marks the best layer", style="dim"), *baselines)
+        )
+
+    def action_clear(self) -> None:
+        self.reports.clear()
+        self.query_one("#curves-content", Static).update("")
+
+    def action_back(self) -> None:
+        if self.running:
+            self._cancel.set()
+            self.workers.cancel_group(self, "probing")
+            self.running = False
+            self.query_one("#probe-status", Static).update("cancelled")
+            return
+        self.dismiss(None)
+

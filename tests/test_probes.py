@@ -1,0 +1,243 @@
+"""Layer-wise probes on synthetic features whose answers are known, checked against scikit-learn."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from bertscope.core.errors import InputError
+from bertscope.core.probes import (
+    Cancelled,
+    ProbeScores,
+    control_labels,
+    expected_layer,
+    majority_baseline,
+    score,
+    selectivity,
+    train_probes,
+)
+
+
+def layered(n: int, seed: int, num_classes: int = 4, dim: int = 32):
+    """Three layers: 0 is noise, 1 holds the class weakly, 2 strongly (Gaussian class means).
+
+    Every feature gets its own scale, so that standardising matters.
+    """
+    means = np.random.default_rng(0).normal(size=(num_classes, dim))
+    scales = np.exp(np.random.default_rng(1).normal(size=(3, dim)))
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, num_classes, n)
+    X = rng.normal(size=(n, 3, dim))
+    X[:, 1] += 0.12 * means[y]
+    X[:, 2] += 0.45 * means[y]
+    return (X * scales).astype(np.float32), y
+
+
+def logistic(n: int, seed: int, dim: int = 64, num_classes: int = 4, prior: float = 0.1):
+    """One layer whose labels come from a true logistic model with weights drawn from N(0, prior).
+
+    The best penalty is then the Gaussian prior's, fixed in scikit-learn's C; in our mean-loss
+    form that is l2 = 1 / (2 * prior * N), so fewer rows call for a stronger penalty.
+    """
+    weights = np.random.default_rng(seed).normal(size=(dim, num_classes)) * prior**0.5
+    rng = np.random.default_rng(seed + 1000)
+    X = rng.normal(size=(n, 1, dim))
+    logits = X[:, 0] @ weights
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    y = (p.cumsum(1) > rng.random((n, 1))).argmax(1)
+    return X.astype(np.float32), y
+
+
+@pytest.fixture(scope="module")
+def layered_sets():
+    return layered(1500, 1), layered(1000, 2), layered(3000, 3)
+
+
+@pytest.mark.parametrize("l2", [1e-3, 1e-2])
+def test_linear_probe_matches_scikit_learn(layered_sets, l2):
+    linear_model = pytest.importorskip("sklearn.linear_model")
+    metrics = pytest.importorskip("sklearn.metrics")
+    (X_train, y_train), (X_dev, y_dev), (X_test, y_test) = layered_sets
+    probes = train_probes(X_train, y_train, X_dev, y_dev, num_classes=4, l2_grid=(l2,))
+    scores = score(probes, X_test, y_test, num_classes=4)
+    assert probes.weights.shape == (3, 32, 4) and probes.bias.shape == (3, 4)
+    assert scores.l2.tolist() == [l2] * 3
+    for layer in range(3):
+        def standardise(X, layer=layer):
+            return (X[:, layer] - probes.mean[layer]) / probes.std[layer]
+
+        # Our loss, mean cross-entropy + l2 * ||W||², has the same minimum as scikit-learn's
+        # C * sum cross-entropy + ||W||² / 2 for C = 1 / (2 * l2 * N).
+        reference = linear_model.LogisticRegression(C=1 / (2 * l2 * len(y_train)), max_iter=10_000, tol=1e-8)
+        reference.fit(standardise(X_train), y_train)
+        predicted = reference.predict(standardise(X_test))
+        assert scores.accuracy[layer] == pytest.approx(np.mean(predicted == y_test), abs=0.01)
+        assert np.mean(predicted == probes.predict(X_test)[:, layer]) > 0.99
+        assert np.abs(probes.weights[layer] - reference.coef_.T).max() < 0.02 * np.abs(reference.coef_).max()
+        ours_f1 = metrics.f1_score(y_test, probes.predict(X_test)[:, layer], average="macro")
+        assert scores.macro_f1[layer] == pytest.approx(ours_f1)
+
+    chance = 0.25
+    assert abs(scores.accuracy[0] - chance) < 0.04
+    assert scores.accuracy[2] > scores.accuracy[1] + 0.2 > chance + 0.3
+    assert 1 < expected_layer(scores.accuracy) < 2
+
+
+def test_l2_selection_regularises_harder_with_few_rows():
+    def mean_log_l2(rows: int) -> float:
+        chosen = []
+        for problem in range(6):  # dev accuracy is flat near its best: average over problems
+            X, y = logistic(rows + 20_000, seed=problem)
+            probes = train_probes(X[:rows], y[:rows], X[rows:], y[rows:], num_classes=4)
+            chosen.append(probes.l2[0])
+        return float(np.mean(np.log10(chosen)))
+
+    # The prior's penalty is l2 = 1 / (2 * 0.1 * N): 5e-2 for 100 rows in 64 dimensions, 5e-4 for 10,000.
+    few, many = mean_log_l2(100), mean_log_l2(10_000)
+    assert few > -2 > -2.5 > many, (few, many)
+
+
+def test_ties_go_to_the_stronger_penalty():
+    # Features without any information: every penalty gets the majority class right, equally.
+    rng = np.random.default_rng(0)
+    X = np.zeros((200, 2, 4), dtype=np.float32)
+    y = (rng.random(200) < 0.8).astype(np.int64)
+    probes = train_probes(X[:100], y[:100], X[100:], y[100:], num_classes=2, l2_grid=(1e-3, 1.0, 1e-2))
+    assert probes.l2.tolist() == [1.0, 1.0]
+    assert probes.dev_accuracy.shape == (3, 2)
+
+
+def test_predict_reproduces_the_scores_seen_in_training(layered_sets):
+    (X_train, y_train), (X_dev, y_dev), (X_test, y_test) = layered_sets
+    probes = train_probes(X_train, y_train, X_dev, y_dev, num_classes=4)
+    dev = score(probes, X_dev, y_dev, num_classes=4)
+    chosen = [list(probes.l2_grid).index(l2) for l2 in probes.l2]
+    seen_in_training = probes.dev_accuracy[chosen, range(3)]
+    assert np.abs(dev.accuracy - seen_in_training).max() <= 1 / len(y_dev)  # numpy vs torch rounding
+    test = score(probes, X_test, y_test, num_classes=4)
+    assert test.accuracy.tolist() == (probes.predict(X_test) == y_test[:, None]).mean(0).tolist()
+    assert probes.predict(X_test).shape == (3000, 3)
+
+
+def test_training_is_deterministic(layered_sets):
+    (X_train, y_train), (X_dev, y_dev), _ = layered_sets
+    runs = [
+        train_probes(X_train[:300], y_train[:300], X_dev, y_dev, num_classes=4, kind="mlp", hidden=16, epochs=5, seed=3)
+        for _ in range(2)
+    ]
+    assert np.array_equal(runs[0].hidden_weights, runs[1].hidden_weights)
+    assert np.array_equal(runs[0].weights, runs[1].weights)
+
+
+def xor(n: int, seed: int):
+    """Layer 1's class is the XOR of two signs: no straight line separates it."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2, 8)).astype(np.float32)
+    y = ((X[:, 1, 0] > 0) ^ (X[:, 1, 1] > 0)).astype(np.int64)
+    return X, y
+
+
+def test_mlp_probe_beats_linear_on_a_nonlinear_property():
+    (X_train, y_train), (X_dev, y_dev), (X_test, y_test) = xor(1000, 0), xor(500, 1), xor(1000, 2)
+    linear = score(train_probes(X_train, y_train, X_dev, y_dev, num_classes=2), X_test, y_test, 2)
+    mlp_probes = train_probes(
+        X_train, y_train, X_dev, y_dev, num_classes=2, kind="mlp", hidden=32, l2_grid=(1e-4, 1e-2), epochs=150, lr=1e-2
+    )
+    mlp = score(mlp_probes, X_test, y_test, 2)
+    assert mlp_probes.hidden_weights.shape == (2, 8, 32) and mlp_probes.weights.shape == (2, 32, 2)
+    assert linear.accuracy[1] < 0.6
+    assert mlp.accuracy[1] > 0.9
+    assert mlp.accuracy[0] < 0.6  # the noise layer stays at chance
+
+
+def test_control_labels_are_fixed_per_type_and_follow_the_distribution():
+    words = [f"w{i}" for i in range(4000)]
+    distribution = [0.5, 0.3, 0.15, 0.05]
+    labels = control_labels(words + words[:10], 4, seed=1, distribution=distribution)
+    assert labels == control_labels(words, 4, seed=1, distribution=distribution)
+    assert labels != control_labels(words, 4, seed=2, distribution=distribution)
+    # A type's label does not depend on which other types are mapped with it.
+    assert control_labels(words[::-1][:50], 4, seed=1, distribution=distribution) == {w: labels[w] for w in words[::-1][:50]}
+    shares = np.bincount(list(labels.values()), minlength=4) / len(labels)
+    assert np.abs(shares - distribution).max() < 0.03
+    assert set(control_labels(["a", "b"], 3).values()) <= {0, 1, 2}
+    with pytest.raises(InputError):
+        control_labels(words, 3, distribution=distribution)
+
+
+def test_control_task_is_chance_on_uninformative_features_and_learnt_from_word_identity():
+    rng = np.random.default_rng(0)
+    vocabulary = [f"type{i}" for i in range(100)]
+    tokens = rng.integers(0, len(vocabulary), 3000)
+    labels = control_labels(vocabulary, 4, seed=0)
+    y = np.array([labels[vocabulary[t]] for t in tokens])
+    identity = rng.normal(size=(len(vocabulary), 64))
+    X = np.stack([rng.normal(size=(3000, 64)), identity[tokens] + 0.1 * rng.normal(size=(3000, 64))], axis=1)
+    X = X.astype(np.float32)
+    probes = train_probes(X[:2000], y[:2000], X[2000:2500], y[2000:2500], num_classes=4)
+    control = score(probes, X[2500:], y[2500:], 4)
+    chance = majority_baseline(y[:2000], y[2500:])
+    assert abs(control.accuracy[0] - chance) < 0.06  # noise: nothing to memorise
+    assert control.accuracy[1] > chance + 0.2  # the word's identity lets a probe memorise its control label
+
+
+def test_selectivity_is_task_minus_control_accuracy():
+    def scores(*accuracy):
+        return ProbeScores(accuracy=np.array(accuracy), macro_f1=np.array(accuracy), l2=np.full(len(accuracy), 0.01))
+
+    assert selectivity(scores(0.9, 0.95), scores(0.5, 0.85)).tolist() == pytest.approx([0.4, 0.1])
+
+
+def test_majority_baseline():
+    assert majority_baseline(np.array([0, 1, 1, 2]), np.array([1, 1, 0, 2])) == 0.5
+    assert majority_baseline(np.array([0, 0, 1, 1]), np.array([0, 1, 1, 1])) == 0.25  # ties: the lower label
+    assert np.isnan(majority_baseline(np.array([0]), np.array([], dtype=int)))
+
+
+def test_expected_layer():
+    assert expected_layer(np.array([0.0, 1.0, 1.0])) == pytest.approx(1.0)
+    assert expected_layer(np.array([0.0, 0.0, 1.0])) == pytest.approx(2.0)
+    assert expected_layer(np.array([0.0, 0.5, 1.0])) == pytest.approx(1.5)
+    # Δ = (0.2, 0.1, 0.1): (1*0.2 + 2*0.1 + 3*0.1) / 0.4
+    assert expected_layer(np.array([0.5, 0.7, 0.8, 0.9])) == pytest.approx(1.75)
+    # a loss in a later layer pulls the centre back: Δ = (0.4, -0.2)
+    assert expected_layer(np.array([0.2, 0.6, 0.4])) == pytest.approx(0.0)
+    assert expected_layer(np.maximum.accumulate([0.2, 0.6, 0.4])) == pytest.approx(1.0)
+    assert np.isnan(expected_layer(np.array([0.7, 0.7, 0.7])))
+    assert np.isnan(expected_layer(np.array([0.3, 0.6, 0.3])))
+    assert np.isnan(expected_layer(np.array([0.9])))
+
+
+@pytest.mark.parametrize("kind", ["linear", "mlp"])
+def test_cancel_raises_cancelled(layered_sets, kind):
+    (X_train, y_train), (X_dev, y_dev), _ = layered_sets
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(Cancelled):
+        train_probes(X_train, y_train, X_dev, y_dev, num_classes=4, kind=kind, cancel=cancel)
+
+    class SetAfter:  # an event that is set while training runs
+        def __init__(self, checks: int):
+            self.checks = checks
+
+        def is_set(self) -> bool:
+            self.checks -= 1
+            return self.checks < 0
+
+    with pytest.raises(Cancelled):
+        train_probes(X_train, y_train, X_dev, y_dev, num_classes=4, kind=kind, cancel=SetAfter(5))
+
+
+def test_bad_input_is_an_input_error(layered_sets):
+    (X_train, y_train), (X_dev, y_dev), _ = layered_sets
+    with pytest.raises(InputError, match="0..3"):
+        train_probes(X_train, y_train + 1, X_dev, y_dev, num_classes=4)
+    with pytest.raises(InputError, match="layers"):
+        train_probes(X_train, y_train, X_dev[:, :2], y_dev, num_classes=4)
+    with pytest.raises(InputError, match="one per example"):
+        train_probes(X_train, y_train[:-1], X_dev, y_dev, num_classes=4)
+    with pytest.raises(InputError, match="kind"):
+        train_probes(X_train, y_train, X_dev, y_dev, num_classes=4, kind="svm")
+    with pytest.raises(InputError, match="grid"):
+        train_probes(X_train, y_train, X_dev, y_dev, num_classes=4, l2_grid=())

@@ -1,0 +1,108 @@
+"""Layer-wise probing end to end on the tiny model: tasks, splits, baselines and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from bertscope.cli import main
+from bertscope.core.corpus import Sentence, read_sentences, sample_corpus
+from bertscope.core.errors import InputError
+from bertscope.core.probing import center_of_gravity, encode_labels, make_splits, run_probe
+from bertscope.core.probing_tasks import generate
+
+
+def report_of(steps):
+    return list(steps)[-1].report
+
+
+def test_sentence_task_from_a_senteval_file(tiny_session, tmp_path):
+    splits = make_splits(list(read_sentences(sample_corpus("senteval"))), None, None)
+    assert (len(splits.train), len(splits.dev), len(splits.test)) == (42, 9, 9) and not splits.notes
+    report = report_of(run_probe(tiny_session, "length", splits, cache_dir=tmp_path))
+    assert report.metric == "accuracy" and [e["layer"] for e in report.layers] == list(range(4))
+    assert all(0 <= e["accuracy"] <= 1 and 0 <= e["f1"] <= 1 for e in report.layers)
+    assert "random_init_accuracy" in report.layers[0] and "random_init" in report.baselines
+    assert 0 <= report.baselines["majority"] <= 1
+    assert 0 <= report.best_layer <= 3 and report.counts == {"train": 42, "dev": 9, "test": 9, "classes": 4, "unit": "sentences"}
+
+
+def test_word_task_with_control_and_selectivity(tiny_session, tmp_path):
+    treebank = list(read_sentences(sample_corpus("conllu")))
+    splits = make_splits(treebank * 3, treebank[:5], treebank[5:])
+    report = report_of(run_probe(tiny_session, "upos", splits, cache_dir=tmp_path, random_baseline=False))
+    entry = report.layers[2]
+    assert {"accuracy", "f1", "control_accuracy", "selectivity"} <= set(entry)
+    assert entry["selectivity"] == pytest.approx(entry["accuracy"] - entry["control_accuracy"], abs=1e-5)
+    assert report.counts["unit"] == "words" and report.counts["test"] == sum(len(s.words) for s in treebank[5:])
+
+
+def test_structural_task(tiny_session, tmp_path):
+    treebank = list(read_sentences(sample_corpus("conllu")))
+    splits = make_splits(treebank * 2, treebank[:5], treebank[5:])
+    report = report_of(run_probe(tiny_session, "distance", splits, cache_dir=tmp_path, random_baseline=False))
+    assert report.metric == "spearman" and {"spearman", "uuas"} <= set(report.layers[0])
+    depth = report_of(run_probe(tiny_session, "depth", splits, cache_dir=tmp_path, random_baseline=False))
+    assert {"spearman", "root_accuracy"} <= set(depth.layers[0])
+
+
+def test_builtin_task_and_the_feature_cache(tiny_session, tmp_path):
+    splits = make_splits(generate("subject_number", train=60, dev=20, test=20), None, None)
+    first = report_of(run_probe(tiny_session, "subject_number", splits, cache_dir=tmp_path, random_baseline=False))
+    cached = list(tmp_path.glob("features-*.npz"))
+    assert len(cached) == 3  # train, dev, test
+    again = report_of(run_probe(tiny_session, "subject_number", splits, cache_dir=tmp_path, random_baseline=False))
+    assert again.layers == first.layers  # same features from the cache, same seeded probes
+
+
+def test_held_out_splits_when_missing():
+    sentences = [Sentence(text=f"s {i}", label=str(i % 2)) for i in range(50)]
+    splits = make_splits(sentences, None, None)
+    assert (len(splits.train), len(splits.dev), len(splits.test)) == (36, 4, 10)
+    assert len(splits.notes) == 2
+    assert not {s.text for s in splits.test} & {s.text for s in splits.train}
+
+
+def test_labels_seen_only_in_test_and_rare_classes():
+    with pytest.raises(InputError, match="appear in the test split but never in train"):
+        encode_labels(["a", "a", "b", "b"], ["a"], ["c"])
+    with pytest.raises(InputError, match=r"too few training examples for label\(s\) b \(1\)"):
+        encode_labels(["a", "a", "b"], ["a"], ["a"])
+    with pytest.raises(InputError, match="only one label"):
+        encode_labels(["a", "a"], ["a"], ["a"])
+    y_train, _, _, classes = encode_labels(["b", "a", "b"][:2] + ["a", "b"], ["a"], ["b"])
+    assert classes == ["a", "b"] and y_train.tolist() == [1, 0, 0, 1]
+
+
+def test_center_of_gravity_stays_within_the_layers():
+    assert 1 <= center_of_gravity(np.array([0.5, 0.48, 0.83, 0.86, 0.84, 0.79, 0.67])) <= 6
+    assert center_of_gravity(np.array([0.2, 0.2, 0.8])) == pytest.approx(2.0)
+
+
+def test_probe_cli_json(tiny_bert_dir, tmp_path):
+    result = CliRunner().invoke(
+        main, ["probe", "--task", "length", "--data", str(sample_corpus("senteval")), "-m", str(tiny_bert_dir),
+               "--cache-dir", str(tmp_path), "--json"], catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert {"task", "metric", "layers", "best_layer", "center_of_gravity", "baselines"} <= set(data)
+    assert data["layers"][0]["layer"] == 0 and len(data["layers"]) == 4
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--task", "nonsense"], "unknown task 'nonsense'"),
+        (["--task", "upos", "--data", "SENTEVAL"], "needs a CoNLL-U file"),
+        (["--task", "length", "--data", "CONLLU"], "a CoNLL-U file probes"),
+        (["--task", "length", "--dev", "x"], "--dev and --test need --data"),
+    ],
+)
+def test_probe_cli_bad_input(tiny_bert_dir, args, fragment):
+    args = [{"SENTEVAL": str(sample_corpus("senteval")), "CONLLU": str(sample_corpus("conllu"))}.get(a, a) for a in args]
+    result = CliRunner().invoke(main, ["probe", *args, "-m", str(tiny_bert_dir), "--no-cache"], catch_exceptions=False)
+    assert result.exit_code == 2 and fragment in result.stderr and "Traceback" not in result.output
