@@ -1,0 +1,106 @@
+"""Probing every layer on a CoNLL-U corpus against a bare batched forward, cold and warm cache.
+
+    python benchmarks/probe_layers.py [--model M] [--device D] [--sentences 4000] [--task upos] [-o FILE.json]
+
+Corpus: a CoNLL-U file (`--data`), or the shipped 20-sentence sample repeated to
+`--sentences` (the timing depends on the number and length of sentences, not on their
+variety). In the same run:
+- `bare`: a transformers model (SDPA) over the same sentences in length-sorted batches of
+  32, `output_hidden_states=True`, inputs tokenised beforehand;
+- `probe_cold`: `run_probe` end to end with an empty feature cache: word-level features of
+  every layer for train/dev/test, and a linear probe per layer with its L2 strength chosen
+  on dev (no control task, no random-init baseline: those are separate probes);
+- `probe_warm`: the same again, features from the cache; only the probes are trained.
+Budgets (issue: layer-wise probing): cold ≤ 1.5 × bare; warm ≤ 0.3 × bare.
+Prints JSON; exit status 0 whatever the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import tempfile
+import time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--data", default=None)
+    parser.add_argument("--sentences", type=int, default=4000)
+    parser.add_argument("--task", default="upos")
+    parser.add_argument("-o", "--output", default=None)
+    args = parser.parse_args()
+
+    import torch
+    from transformers import AutoModel
+
+    from bertscope.core.corpus import read_sentences, sample_corpus
+    from bertscope.core.probing import make_splits, run_probe
+    from bertscope.core.session import Session
+
+    session = Session.open(args.model, device=args.device)
+    source = args.data or sample_corpus("conllu")
+    sentences = list(itertools.islice(itertools.cycle(list(read_sentences(source))), args.sentences))
+    splits = make_splits(sentences, None, None)
+
+    bare = AutoModel.from_pretrained(session.loaded.directory, attn_implementation="sdpa").to(session.device).eval()
+    ordered = sorted(sentences, key=lambda s: len(s.words))
+    batches = [
+        session.tokenizer([list(s.words) for s in ordered[i : i + 32]], is_split_into_words=True, padding=True,
+                          truncation=True, max_length=session.max_length, return_tensors="pt").to(session.device)
+        for i in range(0, len(ordered), 32)
+    ]
+
+    def time_bare() -> float:
+        started = time.perf_counter()
+        with torch.inference_mode():
+            for batch in batches:
+                bare(**batch, output_hidden_states=True)
+        if session.device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - started
+
+    def time_probe(cache_dir) -> tuple[float, object]:
+        started = time.perf_counter()
+        report = list(run_probe(session, args.task, splits, control=False, random_baseline=False, cache_dir=cache_dir))[-1].report
+        return time.perf_counter() - started, report
+
+    time_bare()  # warm-up
+    bare_s = min(time_bare() for _ in range(2))
+    with tempfile.TemporaryDirectory() as cache:
+        cold_s, report = time_probe(cache)
+        warm_s, _ = time_probe(cache)
+    result = {
+        "benchmark": "probe_layers",
+        "model": session.info.source,
+        "device": str(session.device),
+        "threads": torch.get_num_threads(),
+        "task": args.task,
+        "sentences": len(sentences),
+        "words": int(sum(len(s.words) for s in sentences)),
+        "bare_forward_s": round(bare_s, 3),
+        "probe_cold_s": round(cold_s, 3),
+        "probe_warm_s": round(warm_s, 3),
+        "cold_ratio": round(cold_s / bare_s, 3),
+        "warm_ratio": round(warm_s / bare_s, 3),
+        "best_layer": report.best_layer,
+        "accuracy_by_layer": [entry["accuracy"] for entry in report.layers],
+        "budgets": {"cold": 1.5, "warm": 0.3},
+        "within_budget": cold_s / bare_s <= 1.5 and warm_s / bare_s <= 0.3,
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.output:
+        from bertscope.files import atomic_write
+
+        with atomic_write(args.output, "w") as handle:
+            handle.write(text)
+    print(f"probe_layers: cold {result['cold_ratio']}x, warm {result['warm_ratio']}x of a bare forward ({bare_s:.2f}s)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
