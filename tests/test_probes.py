@@ -241,3 +241,20 @@ def test_bad_input_is_an_input_error(layered_sets):
         train_probes(X_train, y_train, X_dev, y_dev, num_classes=4, kind="svm")
     with pytest.raises(InputError, match="grid"):
         train_probes(X_train, y_train, X_dev, y_dev, num_classes=4, l2_grid=())
+
+
+def test_large_train_sets_choose_l2_on_a_subset_then_fit_on_all():
+    """Above SELECTION_ROWS rows the grid runs on a subset; the final fit equals scikit-learn's at that C."""
+    from bertscope.core.probes import SELECTION_ROWS
+
+    linear_model = pytest.importorskip("sklearn.linear_model")
+    (X, y), (X_dev, y_dev), (X_test, y_test) = layered(SELECTION_ROWS + 2000, 4), layered(800, 5), layered(2000, 6)
+    probes = train_probes(X, y, X_dev, y_dev, num_classes=4)
+    ours = score(probes, X_test, y_test, 4).accuracy
+    assert ours[2] > ours[1] > ours[0] + 0.05
+    for layer in (1, 2):
+        standardised = (X[:, layer] - probes.mean[layer]) / probes.std[layer]
+        reference = linear_model.LogisticRegression(C=1 / (2 * probes.l2[layer] * len(y)), max_iter=2000, tol=1e-8)
+        reference.fit(standardised, y)
+        expected = reference.score((X_test[:, layer] - probes.mean[layer]) / probes.std[layer], y_test)
+        assert abs(ours[layer] - expected) <= 0.01
