@@ -106,6 +106,7 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
     OverviewScreen #corpus-row { height: auto; }
     OverviewScreen #corpus { width: 1fr; }
     OverviewScreen #progress-line { height: 1; padding: 0 1; }
+    OverviewScreen #progress-text { padding-left: 2; }
     OverviewScreen #overview-body { height: 1fr; }
     OverviewScreen #overview-grid { border: round $accent; padding: 0 1; height: auto; }
     OverviewScreen #head-details { padding: 0 1; height: auto; }

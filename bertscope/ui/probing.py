@@ -61,6 +61,7 @@ class ProbingScreen(Screen[None]):
     ProbingScreen #task { width: 36; }
     ProbingScreen #probe-data { width: 1fr; }
     ProbingScreen #probe-progress-line { height: 1; padding: 0 1; }
+    ProbingScreen #probe-status { padding-left: 2; }
     ProbingScreen #curves { padding: 0 1; }
     """
 
