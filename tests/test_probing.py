@@ -106,3 +106,11 @@ def test_probe_cli_bad_input(tiny_bert_dir, args, fragment):
     args = [{"SENTEVAL": str(sample_corpus("senteval")), "CONLLU": str(sample_corpus("conllu"))}.get(a, a) for a in args]
     result = CliRunner().invoke(main, ["probe", *args, "-m", str(tiny_bert_dir), "--no-cache"], catch_exceptions=False)
     assert result.exit_code == 2 and fragment in result.stderr and "Traceback" not in result.output
+
+
+def test_senteval_rows_of_other_splits_never_train():
+    rows = [Sentence(text=f"s {i}", label=str(i % 2), split=("tr", "va", "te")[i % 3]) for i in range(30)]
+    given_dev = [Sentence(text="d", label="0"), Sentence(text="e", label="1")]
+    splits = make_splits(rows, given_dev, None)
+    assert {s.split for s in splits.train} == {"tr"} and splits.dev == given_dev
+    assert {s.split for s in splits.test} == {"te"}

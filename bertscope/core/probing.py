@@ -82,9 +82,11 @@ def center_of_gravity(scores: np.ndarray) -> float:
 def make_splits(train: Sequence[Sentence], dev: Sequence[Sentence] | None, test: Sequence[Sentence] | None, seed: int = 0) -> Splits:
     """Use the given splits, the SentEval split column, or hold out parts of train (by sentence)."""
     train, notes = list(train), []
-    if dev is None and test is None and any(sentence.split for sentence in train):
+    if any(sentence.split for sentence in train):  # a SentEval file: its tr rows train; va/te unless given apart
         by_split = {name: [s for s in train if s.split == name] for name in ("tr", "va", "te")}
-        train, dev, test = by_split["tr"], by_split["va"], by_split["te"]
+        train = by_split["tr"]
+        dev = dev if dev is not None else by_split["va"]
+        test = test if test is not None else by_split["te"]
     shuffled = train[:]
     random.Random(seed).shuffle(shuffled)
     if test is None or not test:
