@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             name
             for name, present in (
                 ("mlm_logits", session.mlm_head is not None),
-                ("class_logits", session.loaded.architecture.endswith("ForSequenceClassification")),
+                ("class_logits", session.is_classifier),
             )
             if present
         ],

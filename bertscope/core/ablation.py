@@ -71,11 +71,15 @@ def bertscope_attention(
         output, weights = _eager_attention(module, query, key, value, attention_mask, scaling, dropout)
     if state is None:
         return output, weights
-    if state.gates is None:
-        if weights is not None:
-            state.recorded[state.layer_of[id(module)]] = weights
-        return output, weights
+    if state.gates is not None:
+        output, weights = _ablate(state, module, key, value, output, weights)
+    if weights is not None:
+        state.recorded[state.layer_of[id(module)]] = weights
+    return output, weights
 
+
+def _ablate(state: _PassState, module, key, value, output, weights):
+    """Apply this layer's gates: uniform mixes the output itself; zero only reports it (the hook gates)."""
     gates = layer_gates(state.gates, state.layer_of[id(module)]).to(output.dtype)  # [B|1, 1, H, 1]
     if state.ablation == "uniform":
         uniform = _uniform_weights(state.padding_mask, key)  # [B, K]
@@ -87,8 +91,6 @@ def bertscope_attention(
     elif weights is not None:
         # zero: the output is gated by the pre-hook; report what the head contributes.
         weights = weights * gates.transpose(1, 2)
-    if weights is not None:
-        state.recorded[state.layer_of[id(module)]] = weights
     return output, weights
 
 

@@ -23,7 +23,7 @@ import torch
 
 from bertscope.core.corpus import Sentence
 from bertscope.core.errors import InputError
-from bertscope.core.masks import Ablation, HeadMask
+from bertscope.core.masks import Ablation
 from bertscope.files import atomic_write
 
 CACHE_VERSION = 1
@@ -99,13 +99,11 @@ def extract_features(
     *,
     cache_dir: str | Path | None = None,
     batch_size: int = 32,
-    fingerprint: str | None = None,
     cancel: threading.Event | None = None,
 ) -> Iterator[FeatureProgress]:
     """Yield progress per batch; the last item carries the Features (from the cache when it holds them).
 
     `cache_dir=None` uses the default cache; pass `False` to switch the cache off.
-    `fingerprint` overrides the model's (a randomly initialised copy has its own).
     """
     if not sentences:
         raise InputError("no sentences to take features from")
@@ -114,16 +112,13 @@ def extract_features(
     path = None
     if cache_dir is not False:
         directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        key = cache_key(fingerprint or session.info.fingerprint, sentences, options, session.max_length)
+        key = cache_key(session.info.fingerprint, sentences, options, session.max_length)
         path = directory / f"features-{key}.npz"
         cached = _load(path, session)
         if cached is not None:
             yield FeatureProgress(len(sentences), len(sentences), cached)
             return
-    gates = None
-    mask = HeadMask.parse(options.mask, session.num_layers, session.num_heads)
-    if len(mask):
-        gates = torch.as_tensor(mask.gates(), device=session.device)
+    gates = session.gate_tensor(session.mask(options.mask))
     order = sorted(range(len(sentences)), key=lambda index: len(sentences[index].text))
     rows: dict[int, np.ndarray] = {}  # sentence index -> its rows, assembled in input order at the end
     lost = 0

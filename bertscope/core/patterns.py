@@ -211,7 +211,7 @@ def pattern_statistics(
     batches carry little padding while memory stays bounded.
     """
     accumulator = _Accumulator(session.num_layers, session.num_heads, session.device)
-    gates = torch.as_tensor(mask.gates(), device=session.device) if mask is not None and len(mask) else None
+    gates = session.gate_tensor(mask)
     punctuation_of: dict[int, bool] = {}
     for chunk in _chunks(sentences, chunk_size):
         encoded = encode_sorted(session, chunk)

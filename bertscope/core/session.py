@@ -63,10 +63,20 @@ class Session:
         )
         return Session(loaded)
 
+    @property
+    def is_classifier(self) -> bool:
+        """A sequence-classification model: its forward gives class logits."""
+        return self.loaded.architecture.endswith("ForSequenceClassification")
+
+    def gate_tensor(self, mask: HeadMask | None) -> Tensor | None:
+        """`[L, H]` gates on the device for `run`, or None when no head is masked."""
+        if mask is None or not len(mask):
+            return None
+        return torch.as_tensor(mask.gates(), device=self.device)
+
     @functools.cached_property
     def info(self) -> ModelInfo:
         config = self.model.config
-        is_classifier = self.loaded.architecture.endswith("ForSequenceClassification")
         return ModelInfo(
             source=self.loaded.source,
             family=self.loaded.family.name,
@@ -77,7 +87,7 @@ class Session:
             vocab_size=config.vocab_size,
             max_length=self.max_length,
             has_mlm_head=self.mlm_head is not None,
-            num_labels=config.num_labels if is_classifier else None,
+            num_labels=config.num_labels if self.is_classifier else None,
             device=str(self.device),
             dtype=str(self.loaded.dtype).removeprefix("torch."),
             parameters=sum(p.numel() for p in self.model.parameters()),
@@ -118,16 +128,13 @@ class Session:
             "input_ids": torch.as_tensor(encoding.input_ids, device=self.device)[None],
             "token_type_ids": torch.as_tensor(encoding.token_type_ids, device=self.device)[None],
         }
-        gates = torch.as_tensor(head_mask.gates(), device=self.device) if len(head_mask) else None
         with torch.inference_mode():
-            outputs = self.run(inputs, gates=gates, ablation=ablation, attentions=attentions)
+            outputs = self.run(inputs, gates=self.gate_tensor(head_mask), ablation=ablation, attentions=attentions)
             hidden = torch.stack(outputs.hidden_states)[:, 0]
             mlm = None
             if self.mlm_head is not None and mlm_logits:
                 mlm = _mlm_logits(outputs)[0]
-            class_logits = None
-            if self.loaded.architecture.endswith("ForSequenceClassification"):
-                class_logits = outputs.logits[0]
+            class_logits = outputs.logits[0] if self.is_classifier else None
             return ForwardResult(
                 encoding=encoding,
                 hidden_states=_numpy(hidden),
@@ -153,11 +160,10 @@ class Session:
     ) -> ForwardResult:
         """Run layers `start`.. on the unmasked hidden state entering layer `start`."""
         layers = self.loaded.family.layers(self.model)
-        gates = torch.as_tensor(mask.gates(), device=self.device)
         hidden = torch.as_tensor(plain.hidden_states[start], device=self.device, dtype=self.loaded.dtype)[None]
         states = []
         with torch.inference_mode(), self.lock, attention_pass(
-            self._layers, gates=gates, ablation=ablation, want_weights=attentions
+            self._layers, gates=self.gate_tensor(mask), ablation=ablation, want_weights=attentions
         ) as recorded:
             for layer in layers[start:]:
                 hidden = layer(hidden)  # one unpadded sequence: no attention mask, as in the full pass
