@@ -22,14 +22,14 @@ budget is 1.2. Exit status 0 whatever the ratios: this is a measurement, not a t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from common import emit  # benchmarks/common.py, found beside this script
 
 BUDGET = 1.2
 WORDS = (
@@ -112,25 +112,6 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def write_atomically(path: Path, text: str) -> None:
-    path = path.expanduser()
-    directory = path.parent if str(path.parent) else Path(".")
-    directory.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes 0600; give the file normal permissions
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -278,13 +259,9 @@ def main(argv: list[str] | None = None) -> int:
         "budget": BUDGET,
         "within_budget": within,
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.output is not None:
-        write_atomically(args.output, text + "\n")
     ratios = ", ".join(f"{row['length']}{'+attn' if row['attentions'] else ''}: {row['ratio']:.2f}" for row in results)
     verdict = "within" if within else "OVER"
-    print(f"forward_latency: session/bare median ratio {ratios} ({verdict} budget {BUDGET}) on {device}", file=sys.stderr)
+    emit(report, args.output, f"forward_latency: session/bare median ratio {ratios} ({verdict} budget {BUDGET}) on {device}")
     return 0
 
 

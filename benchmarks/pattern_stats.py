@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
-import sys
 import time
 from pathlib import Path
+
+from common import emit  # benchmarks/common.py, found beside this script
 
 
 def rss_mb() -> float:
@@ -102,18 +102,8 @@ def main() -> None:
         "budget": 1.3,
         "within_budget": patterns_s / bare_s <= 1.3,
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.output:
-        from bertscope.files import atomic_write
-
-        with atomic_write(args.output, "w") as handle:
-            handle.write(text)
-    print(
-        f"pattern_stats: {result['patterns_s']}s vs bare {result['bare_forward_with_attentions_s']}s "
-        f"= {result['ratio']}x (budget 1.3) over {len(sentences)} sentences",
-        file=sys.stderr,
-    )
+    emit(result, args.output, f"pattern_stats: {result['patterns_s']}s vs bare {result['bare_forward_with_attentions_s']}s "
+        f"= {result['ratio']}x (budget 1.3) over {len(sentences)} sentences")
 
 
 if __name__ == "__main__":

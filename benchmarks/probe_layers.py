@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
-import sys
 import tempfile
 import time
+
+from common import emit  # benchmarks/common.py, found beside this script
 
 
 def main() -> None:
@@ -92,14 +92,7 @@ def main() -> None:
         "budgets": {"cold": 1.5, "warm": 0.3},
         "within_budget": cold_s / bare_s <= 1.5 and warm_s / bare_s <= 0.3,
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.output:
-        from bertscope.files import atomic_write
-
-        with atomic_write(args.output, "w") as handle:
-            handle.write(text)
-    print(f"probe_layers: cold {result['cold_ratio']}x, warm {result['warm_ratio']}x of a bare forward ({bare_s:.2f}s)", file=sys.stderr)
+    emit(result, args.output, f"probe_layers: cold {result['cold_ratio']}x, warm {result['warm_ratio']}x of a bare forward ({bare_s:.2f}s)")
 
 
 if __name__ == "__main__":

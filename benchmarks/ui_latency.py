@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from common import emit  # benchmarks/common.py, found beside this script
 
 STARTED = time.perf_counter()
 
@@ -39,19 +40,9 @@ def main() -> None:
     parser.add_argument("-o", "--output", default=None)
     args = parser.parse_args()
     result = asyncio.run(measure(args))
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.output:
-        from bertscope.files import atomic_write
-
-        with atomic_write(args.output, "w") as handle:
-            handle.write(text)
-    print(
-        f"ui_latency: first frame {result['first_frame_s']:.2f}s, model ready {result['model_ready_s']:.2f}s; "
+    emit(result, args.output, f"ui_latency: first frame {result['first_frame_s']:.2f}s, model ready {result['model_ready_s']:.2f}s; "
         f"repaint {result['repaint_ms']['median']:.1f} ms (budget 30); toggle {result['toggle_ms']['median']:.1f} ms "
-        f"= {result['toggle_over_forward']:.2f} forward passes (budget 2)",
-        file=sys.stderr,
-    )
+        f"= {result['toggle_over_forward']:.2f} forward passes (budget 2)")
 
 
 async def measure(args) -> dict:

@@ -1,0 +1,21 @@
+"""What every benchmark script does with its result: JSON to stdout, to a file if asked, a summary to stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def emit(result: dict, output: str | Path | None, summary: str) -> None:
+    """Print `result` as JSON, write it atomically to `output` (creating its folder), and `summary` to stderr."""
+    text = json.dumps(result, indent=2)
+    print(text)
+    if output is not None:
+        from bertscope.files import atomic_write
+
+        path = Path(output).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write(path, "w") as handle:
+            handle.write(text + "\n")
+    print(summary, file=sys.stderr)
