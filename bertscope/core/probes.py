@@ -167,7 +167,7 @@ def train_probes(
             "kind": kind, "mean": mean.cpu().numpy(), "std": std.cpu().numpy(), "l2": chosen_l2,
             "l2_grid": grid, "dev_accuracy": dev_correct.T.astype(np.float64) / len(y_dev),
         }
-        weights, bias = (p.cpu().numpy()[:, :, 0] if p.dim() == 4 else p.cpu().numpy()[:, 0] for p in params)
+        weights, bias = _linear_arrays(params, np.zeros(num_layers, dtype=int))
         return TrainedProbes(weights=weights, bias=bias, **common)
     if kind == "linear":
         params = _train_linear(Z, y, l2, num_classes, epochs, cancel)
@@ -179,16 +179,16 @@ def train_probes(
     del Z, Z_dev
 
     chosen = _choose(dev_correct, grid)  # [L]
-    layers = np.arange(num_layers)
-    numpy = [p.cpu().numpy() for p in params]  # the grid is axis 2 of 4-d parameters, axis 1 of 3-d ones
-    numpy = [p[layers, :, chosen] if p.ndim == 4 else p[layers, chosen] for p in numpy]
     common = {
         "kind": kind, "mean": mean.cpu().numpy(), "std": std.cpu().numpy(), "l2": grid[chosen],
         "l2_grid": grid, "dev_accuracy": dev_correct.T.astype(np.float64) / len(y_dev),
     }
     if kind == "linear":
-        weights, bias = numpy
+        weights, bias = _linear_arrays(params, chosen)
         return TrainedProbes(weights=weights, bias=bias, **common)
+    layers = np.arange(num_layers)
+    numpy = [p.cpu().numpy() for p in params]  # the grid is axis 2 of 4-d parameters, axis 1 of 3-d ones
+    numpy = [p[layers, :, chosen] if p.ndim == 4 else p[layers, chosen] for p in numpy]
     hidden_weights, hidden_bias, weights, bias = numpy
     return TrainedProbes(weights=weights, bias=bias, hidden_weights=hidden_weights, hidden_bias=hidden_bias, **common)
 
@@ -295,26 +295,27 @@ def _standardise(X: np.ndarray, device: torch.device, mean=None, std=None):
 
 
 def _linear_logits(params, Z):
-    """`[L, N, G, C]` logits for every layer and grid value: one batched product per layer."""
-    weights, bias = params  # [L, D, G, C], [L, G, C]
-    num_layers, dim, grid, classes = weights.shape
-    logits = torch.baddbmm(bias.reshape(num_layers, 1, grid * classes), Z, weights.reshape(num_layers, dim, grid * classes))
-    return logits.view(num_layers, -1, grid, classes)
+    """`[L, N, G, C]` logits for every layer and grid value (a view of `_linear_scores`)."""
+    return _linear_scores(params, Z).permute(0, 3, 1, 2)
 
 
-def _mlp_logits(params, Z):
-    hidden_weights, hidden_bias, weights, bias = params  # [L, D, G, H], [L, G, H], [L, H, G, C], [L, G, C]
-    num_layers, dim, grid, width = hidden_weights.shape
-    h = torch.baddbmm(hidden_bias.reshape(num_layers, 1, grid * width), Z, hidden_weights.reshape(num_layers, dim, grid * width))
-    h = h.relu_().view(num_layers, -1, grid, width)
-    return torch.einsum("lngh,lhgc->lngc", h, weights) + bias[:, None]
+def _linear_scores(params, Z):
+    """`[L, G, C, N]` logits, classes before rows: `W @ Zᵀ` runs about 1.4 times faster on the
+    CPU than `Z @ W` for a few classes and many rows, and its gradient `P @ Z` likewise."""
+    weights, bias = params  # [L, G, C, D], [L, G, C]
+    num_layers, grid, classes, dim = weights.shape
+    logits = torch.baddbmm(
+        bias.reshape(num_layers, grid * classes, 1), weights.reshape(num_layers, grid * classes, dim), Z.transpose(1, 2)
+    )
+    return logits.view(num_layers, grid, classes, -1)
 
 
-def _loss(logits, y, penalties):
-    """Sum over (layer, grid value) of mean cross-entropy, plus the penalties."""
-    num_layers, n, grid, classes = logits.shape
-    targets = y[None, :, None].expand(num_layers, n, grid).reshape(-1)
-    return F.cross_entropy(logits.reshape(-1, classes), targets, reduction="sum") / n + penalties
+def _linear_loss(params, Z, y, l2):
+    """Sum over (layer, grid value) of mean cross-entropy, plus `l2 * ||W||²` (`l2` broadcast on `[L, G, C, D]`)."""
+    logits = _linear_scores(params, Z)
+    num_layers, grid, classes, n = logits.shape
+    cross_entropy = F.cross_entropy(logits.view(-1, classes, n), y.expand(num_layers * grid, n), reduction="sum") / n
+    return cross_entropy + (l2 * params[0].square()).sum()
 
 
 def _train_linear(Z, y, l2, num_classes, max_iter, cancel):
@@ -322,18 +323,26 @@ def _train_linear(Z, y, l2, num_classes, max_iter, cancel):
 
     Layers train together; grid values one after another, because on the CPU a weakly
     regularised fit needs ten times the iterations of a strong one, and warm starts along
-    the path save more than batching the grid would.
+    the path save more than batching the grid would. Returns the fits stacked on the grid
+    axis: weights `[L, G, C, D]`, bias `[L, G, C]`.
     """
     num_layers, _, dim = Z.shape
-    weights = torch.zeros(num_layers, dim, 1, num_classes, device=Z.device)
+    weights = torch.zeros(num_layers, 1, num_classes, dim, device=Z.device)
     bias = torch.zeros(num_layers, 1, num_classes, device=Z.device)
     fitted = {}
     for index in sorted(range(len(l2)), key=lambda i: -float(l2[i])):
         weights, bias = _fit_linear(Z, y, l2[index], weights, bias, max_iter, cancel)
         fitted[index] = weights, bias
-    weights = torch.cat([fitted[index][0] for index in range(len(l2))], dim=2)
+    weights = torch.cat([fitted[index][0] for index in range(len(l2))], dim=1)
     bias = torch.cat([fitted[index][1] for index in range(len(l2))], dim=1)
     return weights, bias
+
+
+def _linear_arrays(params, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Numpy `[L, D, C]` weights and `[L, C]` bias of each layer's `chosen` grid value."""
+    weights, bias = (p.cpu().numpy() for p in params)  # [L, G, C, D], [L, G, C]
+    layers = np.arange(len(chosen))
+    return np.ascontiguousarray(weights[layers, chosen].transpose(0, 2, 1)), bias[layers, chosen]
 
 
 def _select_then_fit(Z, y, Z_dev, y_dev, l2, grid, num_classes, max_iter, generator, cancel):
@@ -351,7 +360,7 @@ def _select_then_fit(Z, y, Z_dev, y_dev, l2, grid, num_classes, max_iter, genera
     chosen = _choose(dev_correct, grid)
     layers = torch.arange(Z.shape[0], device=Z.device)
     index = torch.as_tensor(chosen, device=Z.device)
-    weights = subset[0][layers, :, index][:, :, None]  # [L, D, 1, C]
+    weights = subset[0][layers, index][:, None]  # [L, 1, C, D]
     bias = subset[1][layers, index][:, None]  # [L, 1, C]
     full_l2 = grid[chosen] * len(rows) / n
     penalty = torch.as_tensor(full_l2, dtype=torch.float32, device=Z.device).view(-1, 1, 1, 1)
@@ -368,12 +377,27 @@ def _fit_linear(Z, y, l2, weights, bias, max_iter, cancel):
     def closure():
         _check_cancel(cancel)  # runs before every evaluation of the loss
         optimizer.zero_grad()
-        loss = _loss(_linear_logits((weights, bias), Z), y, (l2 * weights.square()).sum())
+        loss = _linear_loss((weights, bias), Z, y, l2)
         loss.backward()
         return loss
 
     optimizer.step(closure)
     return weights.detach(), bias.detach()
+
+
+def _mlp_logits(params, Z):
+    hidden_weights, hidden_bias, weights, bias = params  # [L, D, G, H], [L, G, H], [L, H, G, C], [L, G, C]
+    num_layers, dim, grid, width = hidden_weights.shape
+    h = torch.baddbmm(hidden_bias.reshape(num_layers, 1, grid * width), Z, hidden_weights.reshape(num_layers, dim, grid * width))
+    h = h.relu_().view(num_layers, -1, grid, width)
+    return torch.einsum("lngh,lhgc->lngc", h, weights) + bias[:, None]
+
+
+def _loss(logits, y, penalties):
+    """Sum over (layer, grid value) of mean cross-entropy, plus the penalties; logits `[L, N, G, C]`."""
+    num_layers, n, grid, classes = logits.shape
+    targets = y[None, :, None].expand(num_layers, n, grid).reshape(-1)
+    return F.cross_entropy(logits.reshape(-1, classes), targets, reduction="sum") / n + penalties
 
 
 def _train_mlp(Z, y, Z_dev, y_dev, l2, num_classes, width, epochs, patience, batch_size, lr, generator, cancel):
