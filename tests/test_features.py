@@ -82,3 +82,15 @@ def test_truncated_words_are_counted(tiny_session):
     words = tuple(["word"] * 80)
     result = list(extract_features(tiny_session, [Sentence(text=" ".join(words), words=words)], FeatureOptions(level="word"), cache_dir=False))[-1].features
     assert len(result.X) == 62 and result.truncated_words == 18
+
+
+@pytest.mark.parametrize("pooling", ["first", "mean"])
+def test_a_word_without_tokens_has_no_row_and_the_others_keep_their_word(tiny_session, pooling):
+    # The uncased WordPiece tokenizer drops a zero-width space: that word gets no tokens.
+    words = ("The", "\u200b", "unbelievable", "cat", ".")
+    with_gap = Sentence(text=" ".join(words), words=words)
+    without = Sentence(text="The unbelievable cat .", words=("The", "unbelievable", "cat", "."))
+    options = FeatureOptions(level="word", word_pooling=pooling)
+    gap, plain = (list(extract_features(tiny_session, [s], options, cache_dir=False))[-1].features for s in (with_gap, without))
+    assert gap.word_index.tolist() == [0, 2, 3, 4] and gap.truncated_words == 0
+    np.testing.assert_allclose(gap.X, plain.X, atol=1e-5)

@@ -26,7 +26,7 @@ from bertscope.core.errors import InputError
 from bertscope.core.masks import Ablation
 from bertscope.files import atomic_write
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: rows name their word (a word with no tokens has no row)
 WORD_POOLING = ("first", "mean")
 SENTENCE_POOLING = ("cls", "mean")
 
@@ -121,6 +121,7 @@ def extract_features(
     gates = session.gate_tensor(session.mask(options.mask))
     order = sorted(range(len(sentences)), key=lambda index: len(sentences[index].text))
     rows: dict[int, np.ndarray] = {}  # sentence index -> its rows, assembled in input order at the end
+    word_numbers: dict[int, list[int]] = {}  # sentence index -> the word of each of its rows
     lost = 0
     for start in range(0, len(order), batch_size):
         if cancel is not None and cancel.is_set():
@@ -130,22 +131,22 @@ def extract_features(
         inputs, word_ids, special = _tokenize(session, batch, options.level)
         with torch.inference_mode():
             outputs = session.run(inputs, gates=gates, ablation=options.ablation, attentions=False, hidden_states=True)
-            hidden = torch.stack(outputs.hidden_states, dim=2)  # [B, T, L+1, D]
             if options.level == "sentence":
-                pooled = _pool_sentences(hidden, inputs["attention_mask"], special, options.sentence_pooling)
+                pooled = _pool_sentences(outputs.hidden_states, inputs["attention_mask"], special, options.sentence_pooling)
                 for row, vectors in zip(indices, pooled.float().cpu().numpy(), strict=True):
-                    rows[row] = vectors[None]
+                    rows[row], word_numbers[row] = vectors[None], [0]
             else:
-                for row, (index, ids) in enumerate(zip(indices, word_ids, strict=True)):
-                    vectors, kept = _pool_words(hidden[row], ids, options.word_pooling)
-                    rows[index] = vectors.cpu().numpy()
-                    lost += len(sentences[index].words) - kept
+                pooled, present = _pool_words(outputs.hidden_states, word_ids, options.word_pooling)
+                blocks = np.split(pooled.cpu().numpy(), np.cumsum([len(words) for words in present])[:-1])
+                for index, block, words in zip(indices, blocks, present, strict=True):
+                    rows[index], word_numbers[index] = block, words
+                    lost += len(sentences[index].words) - (words[-1] + 1 if words else 0)
         yield FeatureProgress(min(start + batch_size, len(order)), len(order))
     ordered = [rows[index] for index in range(len(sentences))]
     features = Features(
         X=np.concatenate(ordered).astype(np.float32, copy=False),
         sentence_index=np.concatenate([np.full(len(r), index) for index, r in enumerate(ordered)]).astype(np.int64),
-        word_index=np.concatenate([np.arange(len(r)) for r in ordered]).astype(np.int64),
+        word_index=np.concatenate([np.asarray(word_numbers[index], dtype=np.int64) for index in range(len(sentences))]),
         truncated_words=lost,
     )
     if path is not None:
@@ -170,31 +171,53 @@ def _tokenize(session, batch: list[Sentence], level: str):
     return inputs, word_ids, special
 
 
-def _pool_sentences(hidden: torch.Tensor, attention_mask, special, pooling: str) -> torch.Tensor:
+def _pool_sentences(hidden_states, attention_mask, special, pooling: str) -> torch.Tensor:
     """`[B, L+1, D]`: the first token's vectors, or the mean over real non-special tokens."""
     if pooling == "cls":
-        return hidden[:, 0]
+        return torch.stack([layer[:, 0] for layer in hidden_states], dim=1)
     keep = attention_mask.bool() & ~special.to(attention_mask.device).bool()
     weights = keep.float() / keep.float().sum(-1, keepdim=True).clamp(min=1)
-    return torch.einsum("bt,btld->bld", weights, hidden.float())
+    return torch.stack([torch.einsum("bt,btd->bd", weights, layer.float()) for layer in hidden_states], dim=1)
 
 
-def _pool_words(hidden: torch.Tensor, word_ids: list[int | None], pooling: str) -> tuple[torch.Tensor, int]:
-    """`[W, L+1, D]` for the W words whose tokens fitted, pooled from their sub-words."""
-    ids = torch.tensor([-1 if word is None else word for word in word_ids], device=hidden.device)
-    positions = torch.nonzero(ids >= 0).squeeze(-1)
-    words = ids[positions]  # ascending: a word's pieces are contiguous
-    if len(words) == 0:
-        return hidden.new_zeros((0, *hidden.shape[1:]), dtype=torch.float32), 0
-    kept = int(words[-1]) + 1
+def _pool_words(hidden_states, word_ids: list[list[int | None]], pooling: str) -> tuple[torch.Tensor, list[list[int]]]:
+    """`[W, L+1, D]` float32 for the words of the whole batch that have tokens, in order, pooled
+    from their sub-words, and the indices of those words in each sentence.
+
+    One gather per layer for the batch: no `[B, T, L+1, D]` stack of every token's states.
+    A word cut off by truncation, or one the tokenizer turns into nothing, has no row.
+    """
+    batch, length, dim = hidden_states[0].shape
+    positions, groups, present = [], [], []
+    number = -1  # of the current word in the batch
+    for row, ids in enumerate(word_ids):
+        words: list[int] = []
+        for position, word in enumerate(ids):
+            if word is None:
+                continue
+            first_piece = not words or words[-1] != word
+            if first_piece:
+                words.append(word)
+                number += 1
+            if pooling == "mean" or first_piece:
+                positions.append(row * length + position)
+                groups.append(number)
+        present.append(words)
+    device = hidden_states[0].device
+    total = sum(len(words) for words in present)
+    positions = torch.tensor(positions, dtype=torch.long, device=device)
+    pooled = torch.empty(total, len(hidden_states), dim, dtype=torch.float32, device=device)
     if pooling == "first":
-        starts = torch.ones_like(words, dtype=torch.bool)
-        starts[1:] = words[1:] != words[:-1]
-        return hidden[positions[starts]].float(), kept
-    pooled = torch.zeros(kept, *hidden.shape[1:], dtype=torch.float32, device=hidden.device)
-    pooled.index_add_(0, words, hidden[positions].float())
-    counts = torch.bincount(words, minlength=kept).clamp(min=1)
-    return pooled / counts[:, None, None], kept
+        for layer, states in enumerate(hidden_states):
+            pooled[:, layer] = states.reshape(batch * length, dim)[positions]
+        return pooled, present
+    groups = torch.tensor(groups, dtype=torch.long, device=device)
+    pieces = torch.bincount(groups, minlength=total).clamp(min=1)[:, None].float()
+    for layer, states in enumerate(hidden_states):
+        summed = torch.zeros(total, dim, dtype=torch.float32, device=device)
+        summed.index_add_(0, groups, states.reshape(batch * length, dim)[positions].float())
+        pooled[:, layer] = summed / pieces
+    return pooled, present
 
 
 def _save(path: Path, features: Features) -> None:
