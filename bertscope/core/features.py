@@ -211,12 +211,11 @@ def _pool_words(hidden_states, word_ids: list[list[int | None]], pooling: str) -
         for layer, states in enumerate(hidden_states):
             pooled[:, layer] = states.reshape(batch * length, dim)[positions]
         return pooled, present
-    groups = torch.tensor(groups, dtype=torch.long, device=device)
-    pieces = torch.bincount(groups, minlength=total).clamp(min=1)[:, None].float()
+    # Mean: a word's pieces are consecutive among the gathered positions; average each run.
+    pieces = torch.bincount(torch.tensor(groups, dtype=torch.long, device=device), minlength=total)
     for layer, states in enumerate(hidden_states):
-        summed = torch.zeros(total, dim, dtype=torch.float32, device=device)
-        summed.index_add_(0, groups, states.reshape(batch * length, dim)[positions].float())
-        pooled[:, layer] = summed / pieces
+        gathered = states.reshape(batch * length, dim)[positions].float()
+        pooled[:, layer] = torch.segment_reduce(gathered, "mean", lengths=pieces, axis=0)
     return pooled, present
 
 
