@@ -170,6 +170,13 @@ def test_probe_decisions_on_a_model_without_an_mlm_head(tiny_session, tmp_path):
     rolled = result_of(attribute(tiny_session, text, method="attention-rollout", target=target, cache_dir=tmp_path))
     assert rolled.scores.sum() == pytest.approx(1.0, abs=1e-5)
     assert len(module._trained[tiny_session]) == key_count  # trained once, reused
+    (cached,) = tmp_path.glob("probe-*.npz")
+    module._trained.clear()
+    again = list(decision_probe(tiny_session, "subject_number", data=data, cache_dir=tmp_path))[-1].probe
+    np.testing.assert_array_equal(again.trained.weights, probe.trained.weights)
+    assert again.layer == probe.layer and again.classes == probe.classes
+    cached.write_bytes(b"damaged")
+    assert module._load(cached, "subject_number", str(data), "cls", tiny_session) is None  # trained again, not trusted
     with pytest.raises(InputError, match="not a class here; classes: NN, NNS"):
         list(attribute(tiny_session, text, method="gradient", target=Target(probe="subject_number", data=str(data), label="VB"), cache_dir=tmp_path))
     with pytest.raises(InputError, match="unknown probing task"):

@@ -8,13 +8,16 @@ in torch on top of the model's hidden states so that gradients flow back to the 
 
 The probe is trained on the model without any head mask: a mask given to an attribution
 changes the representation the probe reads, not the probe. Trained probes are kept in
-memory per session, so the explorer trains each task once.
+memory per session and on disk beside the feature cache (keyed by model fingerprint, data
+and pooling; a damaged entry is trained again), so each task is trained once.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
+import zipfile
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
@@ -27,7 +30,8 @@ import torch
 from bertscope.core import probes
 from bertscope.core.corpus import Sentence, read_sentences
 from bertscope.core.errors import InputError
-from bertscope.core.features import FeatureOptions, extract_features
+from bertscope.core.features import FeatureOptions, default_cache_dir, extract_features
+from bertscope.files import atomic_write
 from bertscope.core.probing import encode_labels, make_splits
 
 POOLINGS = ("cls", "mean")
@@ -91,7 +95,7 @@ def decision_probe(
     cache_dir=None,
     cancel: threading.Event | None = None,
 ) -> Iterator[ProbeTraining]:
-    """Train (or take from memory) the probe for a sentence-level `task`, yielding progress.
+    """Train (or take from memory or the disk cache) the probe for a sentence-level `task`, yielding progress.
 
     The sentences are, in order of precedence: `sentences`, the SentEval file `data`, or
     the built-in generated task `task`. Features come from (and go to) the feature cache.
@@ -109,6 +113,11 @@ def decision_probe(
     key = (task, _digest(sentences), pooling)
     with _training_lock:
         known = _trained.setdefault(session, {}).get(key)
+    path = None
+    if known is None and cache_dir is not False:
+        directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        path = directory / f"probe-{_cache_key(session, key)}.npz"
+        known = _load(path, task, source, pooling, session)
     if known is None:
         splits = make_splits(sentences, None, None)
         options = FeatureOptions(level="sentence", sentence_pooling=pooling)
@@ -142,8 +151,10 @@ def decision_probe(
             task=task, source=source, classes=tuple(classes), layer=-1, pooling=pooling, trained=trained,
             test_accuracy=scores.accuracy, majority=probes.majority_baseline(y_train, y_test),
         )
-        with _training_lock:
-            _trained[session][key] = known
+        if path is not None:
+            _save(path, known)
+    with _training_lock:
+        _trained[session][key] = known
     chosen = layer if layer is not None else int(np.argmax(known.trained.dev_accuracy.max(0)))
     yield ProbeTraining("done", 1, 1, _with_layer(known, chosen))
 
@@ -178,3 +189,42 @@ def _digest(sentences: Sequence[Sentence]) -> str:
     for sentence in sentences:
         digest.update(f"{sentence.split}\x00{sentence.label}\x00{sentence.text}\x00{sentence.pair}\n".encode())
     return digest.hexdigest()[:16]
+
+
+CACHE_VERSION = 1
+_ARRAYS = ("mean", "std", "weights", "bias", "l2", "l2_grid", "dev_accuracy")
+
+
+def _cache_key(session, key: tuple) -> str:
+    payload = json.dumps({"v": CACHE_VERSION, "model": session.info.fingerprint, "max_length": session.max_length, "key": key})
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def _save(path: Path, probe: DecisionProbe) -> None:
+    """Keep a trained probe on disk (linear probes only; training one costs tens of seconds on a CPU)."""
+    arrays = {name: getattr(probe.trained, name) for name in _ARRAYS}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write(path) as handle:
+            np.savez(handle, classes=np.array(probe.classes), test_accuracy=probe.test_accuracy,
+                     majority=np.array(probe.majority), **arrays)
+    except (OSError, InputError):
+        pass  # a cache that cannot be written only costs time next run
+
+
+def _load(path: Path, task: str, source: str, pooling: str, session) -> DecisionProbe | None:
+    """The cached probe, or None when it is missing or damaged (then it is trained again)."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            trained = probes.TrainedProbes(kind="linear", **{name: data[name] for name in _ARRAYS})
+            classes = tuple(str(c) for c in data["classes"])
+            test_accuracy, majority = data["test_accuracy"], float(data["majority"])
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError):
+        return None
+    layers, dim = session.num_layers + 1, session.hidden_size
+    if trained.mean.shape != (layers, dim) or trained.weights.shape != (layers, dim, len(classes)) or test_accuracy.shape != (layers,):
+        return None
+    return DecisionProbe(task=task, source=source, classes=classes, layer=-1, pooling=pooling, trained=trained,
+                         test_accuracy=test_accuracy, majority=majority)
