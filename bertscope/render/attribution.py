@@ -88,6 +88,28 @@ def describe(result) -> str:
     return line
 
 
+SHORT_METHODS = {"gradient": "saliency", "gradient-x-input": "grad×input", "integrated-gradients": "IG", "attention-rollout": "rollout"}
+
+
+def short_describe(result) -> str:
+    """`describe` for one line of a narrow terminal: the facts, fewest words first."""
+    target = result.target
+    f = {"log-probability": "log p", "probability": "p", "logit": "logit"}[result.score]
+    if target["kind"] == "mlm":
+        what = f"{f}({target['label']}) at [MASK] {target['position']}"
+    elif target["kind"] == "class":
+        what = f"{f}({target['label']})"
+    else:
+        what = f"{target['task']} probe L{target['layer']} (acc {target['test_accuracy']:.2f}): {f}({target['label']})"
+    line = f"{SHORT_METHODS[result.method]} · {what} = {result.output:.3g}"
+    if result.method == "integrated-gradients":
+        error = "n/a" if result.completeness_error != result.completeness_error else f"{result.completeness_error:.1%}"
+        line += f" · error {error} ({result.steps} steps)"
+    if result.mask is not None and len(result.mask):
+        line += f" · {len(result.mask)} head(s) off"
+    return line
+
+
 def attribution_table(result, bar_width: int = 20) -> Table:
     scores = result.scores
     scale = scale_of(scores, result.encoding.special)
