@@ -239,11 +239,10 @@ class _Decision:
         if not len(self.read_rows):
             self.read_rows = np.arange(length)
         with torch.no_grad():
-            logits = self._logits(self.embeds[None])[0]
-        self.num_classes = len(logits)
-        self.index, self.label = self._resolve(target.label, logits)
-        with torch.no_grad():
-            self.output = float(self.f(self.embeds[None])[0])
+            logits = self._logits(self.embeds[None])
+        self.num_classes = logits.shape[-1]
+        self.index, self.label = self._resolve(target.label, logits[0])
+        self.output = float(self._score(logits)[0])
 
     def _logits(self, embeds: Tensor) -> Tensor:
         """`[B, C]` logits over the target's classes (vocabulary for mlm)."""
@@ -258,7 +257,10 @@ class _Decision:
         return self.probe.logits(hidden[self.read_layer], self.special)
 
     def f(self, embeds: Tensor) -> Tensor:
-        logits = self._logits(embeds)
+        """The explained score `[B]` of a batch of word embeddings `[B, T, D]`."""
+        return self._score(self._logits(embeds))
+
+    def _score(self, logits: Tensor) -> Tensor:
         if self.score_name == "logit":
             return logits[:, self.index]
         log_probabilities = torch.log_softmax(logits.double(), dim=-1)[:, self.index]

@@ -120,11 +120,13 @@ class AttributionRow(Static):
         order = [None, *METHODS]
         self.method = order[(order.index(self.method) + 1) % len(order)]
         self.set_class(self.method is not None, "-on")
+        self.result = None  # another method: the old shading would mislead
         self._restart()
         return self.method
 
     def next_target(self) -> None:
         self.target_index = (self.target_index + 1) % len(self.targets)
+        self.result = None  # another decision: the old shading would mislead
         self._restart()
 
     def describe_target(self) -> str:
@@ -144,7 +146,7 @@ class AttributionRow(Static):
         self._cancel.set()
         self._request += 1
         self.workers.cancel_group(self, "attribution")
-        self._draw_status("cancelled; b or B to run again", self.result)
+        self._draw_status("cancelled; b or B to choose again", self.result)
         return True
 
     def _restart(self) -> None:
