@@ -119,3 +119,11 @@ def test_lama_json_lines(tmp_path):
     report = ReadReport()
     (query,) = read_cloze(path, report)
     assert query.answer == "Italy" and query.location.endswith(":1") and report.skipped[0][0].endswith(":2")
+
+
+def test_a_query_whose_mask_is_cut_off_is_skipped_not_fatal(tiny_mlm_session, tmp_path):
+    path = tmp_path / "long.tsv"
+    path.write_text("word " * 80 + "[MASK].\tparis\nParis is in [MASK].\tfrance\n")
+    report = ReadReport()
+    *_, last = cloze_scores(tiny_mlm_session, read_cloze(path, report), report=report)
+    assert last.result.queries == 1 and "past the model's maximum" in report.skipped[0][1]
