@@ -16,7 +16,8 @@ and segment embeddings stay as they are); each token gets one number:
   baseline b is the [PAD] embedding at every word token, while [CLS], [SEP] and [MASK]
   keep theirs: the path asks what the words contribute to the question. By completeness
   the scores sum to f(x) − f(b); `completeness_error` is |Σ − (f(x) − f(b))| / |f(x) − f(b)|.
-  By default the steps double from 32 until that error is under 5% (at most 256).
+  By default the steps double from 32 until that error is under 5% (at most 256), unless
+  f(x) − f(b) is too small for the error to mean anything (a saturated softmax: a note says so).
 - `attention-rollout` (Abnar & Zuidema 2020): per layer Ã = ½·mean over heads of A + ½·I,
   rows renormalised, multiplied from the first layer up to the layer the decision reads;
   a token's score is the rollout row of the position the decision is read at (the [MASK],
@@ -47,6 +48,7 @@ DEFAULT_STEPS = 32  # first try of the adaptive rule; see benchmarks/attribution
 MAX_STEPS = 256
 COMPLETENESS_GOAL = 0.05
 IG_BATCH = 16  # interpolation points per forward/backward pass
+SATURATED = 1e-3  # |f(x) - f(b)| below this: a saturated softmax, say so
 
 
 def attribute(
@@ -164,11 +166,14 @@ def _integrated_gradients(decision: _Decision, steps: int | None, cancel):
             yield AttributionProgress(f"integrated gradients ({count} steps)", done, total)
         scores = ((x - b).double() * total_grad).sum(-1)
         error = abs(float(scores.sum()) - difference) / abs(difference) if abs(difference) > 1e-9 else float("nan")
-        if steps is not None or error < COMPLETENESS_GOAL:
+        if steps is not None or not error >= COMPLETENESS_GOAL or abs(difference) < SATURATED:  # more steps cannot help
             break
-    if np.isnan(error):
-        notes.append("f(x) equals f(baseline): the completeness error is undefined")
-    elif error >= COMPLETENESS_GOAL:
+    if abs(difference) < SATURATED:
+        notes.append(
+            f"the explained output barely differs between the input and the baseline (f(x) - f(b) = {difference:.2g}), "
+            "so the attributions are near 0 and the completeness error is ill-conditioned; try --score logit"
+        )
+    if error >= COMPLETENESS_GOAL:
         notes.append(f"completeness error {error:.1%} after {count} steps; try --steps {count * 2}")
     yield scores.float().cpu().numpy(), float(ends[1]), error, count, notes
 
