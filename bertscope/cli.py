@@ -506,3 +506,6 @@ def export(text, pair, mask_spec, ablation, output, model, device, dtype, allow_
         raise BertscopeError(f"cannot write {output}: {error.strerror or error}") from None
     shapes = ", ".join(f"{name} {list(arrays[name].shape)}" for name in ("attentions", "hidden_states", "mlm_logits") if name in arrays)
     click.echo(f"wrote {output}: {len(encoding)} tokens; {shapes}", err=True)
+
+
+from bertscope import cli_fill_attribute  # noqa: E402,F401  (registers `fill` and `attribute`)

@@ -30,6 +30,7 @@ class FakeBackend:
         self.release = threading.Event()
         self.release.set()  # tests clear it to hold a forward pass until they say so
         self.calls: list[tuple[str, str]] = []  # (text, mask spec) of each forward
+        self.attributions: list[tuple] = []  # (text, method, target kind, probe task, mask spec) of each attribution
 
     @property
     def info(self) -> ModelInfo:
@@ -125,6 +126,46 @@ class FakeBackend:
         report = SimpleNamespace(task=task, metric="accuracy", layers=layers, best_layer=LAYERS, center_of_gravity=2.0,
                                  baselines={"majority": 0.5}, notes=[])
         yield SimpleNamespace(stage="done", done=2, total=2, report=report)
+
+    def attribute(self, text, pair=None, *, method="integrated-gradients", target=None, mask=None, ablation="zero", cancel=None, **options):
+        """Known scores: token i scores ((3 i) % 5 - 2) / 2, 0 on [CLS]/[SEP], shifted by 0.1 per masked head.
+
+        A probe target first "trains" (two progress steps); the MLM target needs a [mask].
+        """
+        from bertscope.core.attribution_results import Attribution, AttributionProgress, Target
+
+        target = target or Target(kind="mlm")
+        encoding = text if isinstance(text, Encoding) else self.encode(text, pair)
+        mask = mask or HeadMask.none(LAYERS, HEADS)
+        self.attributions.append((encoding.text, method, target.kind, target.probe, mask.spec()))
+        if target.kind == "probe":
+            described = {"kind": "probe", "label": "NNS", "index": 1, "task": target.probe, "data": "built-in task", "layer": 2,
+                         "pooling": "cls", "classes": ["NN", "NNS"], "test_accuracy": 0.9, "majority_baseline": 0.5}
+            for done in (1, 2):
+                if cancel is not None and cancel.is_set():
+                    return
+                self.release.wait(timeout=10)
+                time.sleep(self.delay)
+                yield AttributionProgress("probe features (train)", done, 2)
+        else:
+            positions = [i for i, t in enumerate(encoding.tokens) if t == "[mask]"]
+            if not positions:
+                raise InputError("the text has no [MASK] for the MLM head to fill; write one, or explain a probe's decision with --probe TASK")
+            described = {"kind": "mlm", "label": "paris", "index": 7, "position": positions[0]}
+        for done in (16, 32):
+            if cancel is not None and cancel.is_set():
+                return
+            self.release.wait(timeout=10)
+            time.sleep(self.delay)
+            yield AttributionProgress("integrated gradients (32 steps)", done, 32)
+        index = np.arange(len(encoding.tokens))
+        scores = (((3 * index) % 5 - 2) / 2 + 0.1 * len(mask)) * ~encoding.special
+        ig = method == "integrated-gradients"
+        yield AttributionProgress("done", 1, 1, Attribution(
+            encoding=encoding, method=method, scores=scores.astype(np.float32), target=described, score="log-probability",
+            output=-0.25, baseline_output=-3.0 if ig else None, completeness_error=0.012 if ig else None, steps=32 if ig else None,
+            mask=mask, ablation=ablation,
+        ))
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
         positions = [i for i, t in enumerate(result.tokens) if t == "[mask]"]

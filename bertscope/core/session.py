@@ -238,6 +238,13 @@ class Session:
         spec = mask.spec() if mask is not None else ""
         return run_probe(self, task, splits, mask=spec, ablation=ablation, cancel=cancel, **options)
 
+    def attribute(self, text, pair=None, *, method: str = "integrated-gradients", target=None, mask: HeadMask | None = None,
+                  ablation: Ablation = "zero", cancel=None, **options):
+        """Attribute a decision on `text` to its tokens (see core.attribution); a generator of progress."""
+        from bertscope.core.attribution import attribute
+
+        return attribute(self, text, pair, method=method, target=target, mask=mask, ablation=ablation, cancel=cancel, **options)
+
     def tokenize_batch(self, texts: Sequence[str]) -> dict[str, Tensor]:
         """Pad and truncate a batch of sentences into tensors on the session's device."""
         batch = self.tokenizer(

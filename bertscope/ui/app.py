@@ -30,6 +30,7 @@ from bertscope.core.headstats import FIGURES, figure_range, head_figures
 from bertscope.core.masks import HeadMask
 from bertscope.core.results import ForwardResult
 from bertscope.theming import DEFAULT_THEME, load_theme
+from bertscope.ui.attribution import AttributionRow
 from bertscope.ui.backend import Backend
 from bertscope.ui.export import export_view
 from bertscope.ui.help import HelpScreen
@@ -74,6 +75,8 @@ class ExplorerApp(App[None]):
         Binding("e", "export", "export"),
         Binding("o", "overview", "overview"),
         Binding("p", "probing", "probing"),
+        Binding("b", "next_attribution", "attribution", show=False),
+        Binding("B", "next_attribution_target", "explain what", show=False),
         Binding("escape", "cancel", "cancel", show=False),
         Binding("ctrl+q", "quit", "quit", priority=True),
     ]
@@ -129,6 +132,7 @@ class ExplorerApp(App[None]):
         with Horizontal(id="inputs"):
             yield Input(self.state.text, placeholder="a sentence, then Enter", id="sentence")
             yield Input(self.state.pair, placeholder="second segment (optional)", id="pair")
+        yield AttributionRow(id="attribution")
         with Horizontal(id="body"):
             with VerticalScroll(id="side", can_focus=False):
                 yield HeadGrid(colormap, id="grid")
@@ -188,6 +192,7 @@ class ExplorerApp(App[None]):
             self.notify(warning, severity="warning", timeout=8)
         self.mask = HeadMask.parse(self.state.mask, backend.num_layers, backend.num_heads)
         self.query_one(HeadGrid).set_shape(backend.num_layers, backend.num_heads)
+        self.query_one(AttributionRow).set_model(backend.info)
         self.sub_title = backend.info.source
         self._analyse(reuse_plain=False)
 
@@ -262,6 +267,7 @@ class ExplorerApp(App[None]):
                 severity="warning",
             )
         self._repaint()
+        self.query_one(AttributionRow).analysed(self.backend, current.encoding, current.mask, current.ablation)
 
     def on_analysis_failed(self, message: AnalysisFailed) -> None:
         if message.request == self._request:
@@ -281,6 +287,7 @@ class ExplorerApp(App[None]):
         colormap = self._colormap()
         self.query_one(HeadGrid).restyle(colormap, self.glyphs)
         self._repaint()
+        self.query_one(AttributionRow).repaint()
 
     def _colormap(self):
         return heatmap_for(self.theme, self.current_theme.dark, self.theme_specs)
@@ -434,7 +441,21 @@ class ExplorerApp(App[None]):
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
+    def action_next_attribution(self) -> None:
+        """Shade the sentence's tokens by another attribution method, or switch it off (the row says which)."""
+        if self.query_one(AttributionRow).next_method() is None:
+            self.notify("attribution off: b switches it on", timeout=2)
+
+    def action_next_attribution_target(self) -> None:
+        """Explain another decision: the MLM guess, the class, or a probe's decision (the row says which)."""
+        row = self.query_one(AttributionRow)
+        row.next_target()
+        if row.method is None:
+            self.notify(f"attribution will explain the {row.describe_target()}; b switches it on", timeout=3)
+
     def action_cancel(self) -> None:
+        if self.query_one(AttributionRow).cancel():
+            self.notify("attribution cancelled", timeout=3)
         if self.workers and any(w.group == "analysis" and w.is_running for w in self.workers):
             self.workers.cancel_group(self, "analysis")
             self._request += 1  # drop whatever the cancelled run still posts
@@ -469,6 +490,8 @@ class ExplorerApp(App[None]):
         yield SystemCommand("Export view", "Save the screen as SVG and the matrix as CSV", self.action_export)
         yield SystemCommand("Overview", "Patterns and statistics of every head over a corpus", self.action_overview)
         yield SystemCommand("Probing", "What each layer knows: probes per layer, several tasks side by side", self.action_probing)
+        yield SystemCommand("Attribution method", "Shade the tokens by gradient, gradient × input, integrated gradients, rollout, or off", self.action_next_attribution)
+        yield SystemCommand("Attribution target", "Explain the MLM guess, the class, or a probe's decision", self.action_next_attribution_target)
         yield SystemCommand("Cancel", "Cancel the computation in progress", self.action_cancel)
         yield SystemCommand("Keys", "Show every key", self.action_help)
 

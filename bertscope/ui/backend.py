@@ -14,6 +14,7 @@ from bertscope.core.masks import Ablation, HeadMask
 from bertscope.core.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
 
 if TYPE_CHECKING:  # the types only: core.patterns itself imports torch
+    from bertscope.core.attribution_results import AttributionProgress, Target
     from bertscope.core.corpus import Sentence
     from bertscope.core.patterns import PatternProgress
     from bertscope.core.probing import ProbeProgress
@@ -51,3 +52,8 @@ class Backend(Protocol):
         self, task: str, train: list[Sentence], dev: list[Sentence] | None = None, test: list[Sentence] | None = None, *,
         mask: HeadMask | None = None, ablation: Ablation = "zero", cancel: threading.Event | None = None, **options,
     ) -> Iterator[ProbeProgress]: ...
+
+    def attribute(
+        self, text: Encoding, pair: str | None = None, *, method: str = "integrated-gradients", target: Target | None = None,
+        mask: HeadMask | None = None, ablation: Ablation = "zero", cancel: threading.Event | None = None, **options,
+    ) -> Iterator[AttributionProgress]: ...

@@ -30,6 +30,8 @@ and every pane shows the effect.
 | `t` | next theme (the heatmap colours follow it) |
 | `e` | export: the screen as SVG and the heatmap's matrix as CSV |
 | `p` | probing: what each layer knows, several tasks side by side; `m` there re-scores under this mask |
+| `b` | attribution: shade the sentence's tokens by gradient, gradient × input, integrated gradients or attention rollout, or switch it off |
+| `B` | what attribution explains: the MLM guess at the first `[MASK]`, the predicted class, or a probe's decision (trained once per task, then cached) |
 | `o` | overview: every head's pattern class and statistics over a corpus (Enter opens a head here) |
 | `escape` | cancel the computation in progress |
 | `ctrl+p` | command palette: every action by name |
@@ -40,7 +42,8 @@ The grid shades each head by the chosen figure for this sentence; `×` marks a h
 switched off. A switched-off head's heatmap shows its pattern before it was switched off,
 dimmed. The effect pane shows, per layer, the cosine similarity between the hidden states
 with and without the mask; with a masked-LM model and a `[MASK]` in the sentence, the top
-guesses before → after.
+guesses before → after. With attribution on, the row under the sentence says what is
+explained and shades each token: orange raises the explained score, purple lowers it.
 
 Themes are TOML files: copy one from the `themes/` folder of bertscope into
 `~/.config/bertscope/themes/` (or `$BERTSCOPE_THEMES_DIR`), change the colours, and pick it

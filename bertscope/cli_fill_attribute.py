@@ -1,0 +1,175 @@
+"""`bertscope fill` and `bertscope attribute`: masked-LM knowledge probes and token attribution.
+
+Registered on the click group by bertscope.cli; imports stay light until a command runs.
+"""
+
+from __future__ import annotations
+
+import click
+
+from bertscope.cli import (
+    encode_or_warn, main, mask_options, model_options, open_session, print_json, warn,
+)
+from bertscope.core.attribution_results import METHODS, SCORES
+from bertscope.core.errors import BertscopeError
+
+
+@main.command()
+@click.argument("text", required=False)
+@click.option("--top", "-k", type=click.IntRange(1, 1000), default=10, show_default=True, help="Guesses per [MASK].")
+@click.option("--layers/--no-layers", default=True, show_default=True, help="Also read the guesses off every layer.")
+@click.option(
+    "--cloze", default=None, metavar="FILE",
+    help="Score a cloze file instead: query<TAB>answer lines or LAMA JSON lines; `sample` for the shipped one.",
+)
+@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True, help="Cloze queries per forward pass.")
+@mask_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
+@model_options
+def fill(text, top, layers, cloze, batch_size, mask_spec, ablation, as_json, model, device, dtype, allow_download):
+    """Fill in every [MASK] of TEXT with the masked-LM head (Petroni et al. 2019, LAMA).
+
+    Shows the top guesses with their probabilities, the same read off every layer (the MLM
+    head applied to each hidden state; layer 0 = embeddings, l+1 = output of layer l), and
+    with --mask the guesses before → after switching heads off. With --cloze FILE, the
+    precision at 1 and 10 of each query's one-token gold answer, per layer. Needs a model
+    saved with its MLM head (e.g. BertForMaskedLM); the bundled model has none.
+    """
+    if text is not None and cloze is not None:
+        raise BertscopeError("give either TEXT or --cloze FILE, not both")
+    if text is None and cloze is None:
+        raise BertscopeError('give a TEXT with [MASK] in it, e.g. "Dante was born in [MASK].", or --cloze FILE')
+    if text is not None and not text.strip():
+        raise BertscopeError("the text is empty; give a sentence with [MASK] where the missing word goes")
+    from bertscope.core.mlm import require_mlm_head
+
+    session = open_session(model, device, dtype, allow_download)
+    require_mlm_head(session)
+    head_mask = session.mask(mask_spec)
+    if cloze is not None:
+        return _cloze(session, cloze, head_mask, ablation, batch_size, as_json)
+    from bertscope.core.mlm import fill as fill_in, with_mask_token
+
+    encoding = encode_or_warn(session, with_mask_token(session.tokenizer, text), None)
+    result = fill_in(session, encoding, top=top, mask=head_mask, ablation=ablation, layers=layers)
+    if as_json:
+        print_json({"model": session.info.source, "text": text, **result.as_json()})
+        return
+    from rich.console import Console
+
+    from bertscope.render.mlm import fill_report
+
+    Console().print(fill_report(result, session.info.source))
+
+
+def _cloze(session, path, head_mask, ablation, batch_size, as_json):
+    from bertscope.cli import run_with_progress
+    from bertscope.core.corpus import ReadReport
+    from bertscope.core.mlm import cloze_scores, read_cloze, sample_cloze
+
+    source = sample_cloze() if path == "sample" else path
+    report = ReadReport()
+    queries = read_cloze(source, report)
+    steps = cloze_scores(session, queries, mask=head_mask, ablation=ablation, batch_size=batch_size, report=report)
+    result = run_with_progress(steps, len(queries), "cloze queries").result
+    if report.skipped:
+        location, reason = report.skipped[0]
+        warn(f"scored {result.queries} queries; skipped {len(report.skipped)} (first: {location}: {reason})")
+    if as_json:
+        payload = {"model": session.info.source, "data": str(source), "mask": head_mask.spec(), "ablation": ablation,
+                   "skipped": len(report.skipped), **result.as_json()}
+        print_json(payload)
+        return
+    from rich.console import Console
+
+    from bertscope.render.mlm import cloze_report
+
+    Console().print(cloze_report(result, session.info.source, str(source)))
+
+
+@main.command()
+@click.argument("text")
+@click.option("--pair", default=None, metavar="TEXT2", help="A second segment (sentence pair input).")
+@click.option("--method", default="integrated-gradients", show_default=True, type=click.Choice(METHODS))
+@click.option("--target", "label", default=None, metavar="LABEL", help="The token (MLM) or class (classifier, probe) to explain. Default: the model's top choice.")
+@click.option("--position", type=int, default=None, help="Which [MASK], by token position. Default: the first.")
+@click.option("--probe", "probe_task", default=None, metavar="TASK", help="Explain a probe's decision: a built-in task (e.g. subject_number) or, with --data, a SentEval task.")
+@click.option("--data", default=None, metavar="FILE", help="SentEval file (split<TAB>label<TAB>sentence) to train the probe on.")
+@click.option("--layer", "-l", type=int, default=None, help="Hidden-state layer the probe reads (0 = embeddings). Default: best on dev.")
+@click.option("--sentence-pooling", default="cls", show_default=True, type=click.Choice(["cls", "mean"]), help="How the probe reads a sentence.")
+@click.option("--score", default="log-probability", show_default=True, type=click.Choice(SCORES), help="The output explained.")
+@click.option("--steps", type=click.IntRange(1, 4096), default=None, help="Integrated-gradients steps. Default: 32, doubled up to 256 until the completeness error is under 5%.")
+@click.option("--cache-dir", default=None, metavar="DIR", help="Probe feature cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.")
+@click.option("--no-cache", is_flag=True, help="Compute probe features afresh and keep nothing.")
+@mask_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
+@click.option("--theme", default=None, help="Colours of the shaded sentence: a theme name or file.")
+@model_options
+def attribute(text, pair, method, label, position, probe_task, data, layer, sentence_pooling, score, steps, cache_dir,
+              no_cache, mask_spec, ablation, as_json, theme, model, device, dtype, allow_download):
+    """Which tokens of TEXT a decision rests on: an MLM guess, a class, or a probe's decision.
+
+    The decision is, in order: a probe's (--probe TASK; Mohebbi et al. 2021), a sequence
+    classifier's class, or the MLM head's guess at a [MASK]. Methods: gradient (saliency
+    norm), gradient-x-input, integrated-gradients (baseline: [PAD] word embeddings with
+    [CLS], [SEP] and [MASK] kept; reports the completeness error), attention-rollout
+    (Abnar & Zuidema 2020). Works on the bundled model for probe decisions.
+    """
+    if not text.strip():
+        raise BertscopeError("the text is empty; give a sentence to explain")
+    if (data is not None or layer is not None) and probe_task is None:
+        raise BertscopeError("--data and --layer choose a probe: add --probe TASK")
+    theme_spec = None
+    if not as_json:
+        theme_spec = _theme(theme)
+    from bertscope.core.attribution import Target, attribute as run_attribution
+    from bertscope.core.mlm import with_mask_token
+
+    session = open_session(model, device, dtype, allow_download)
+    head_mask = session.mask(mask_spec)
+    encoding = encode_or_warn(session, with_mask_token(session.tokenizer, text), pair)
+    target = Target(label=label, position=position, probe=probe_task, data=data, layer=layer, pooling=sentence_pooling)
+    steps_iter = run_attribution(
+        session, encoding, method=method, target=target, score=score, steps=steps, mask=head_mask, ablation=ablation,
+        cache_dir=False if no_cache else cache_dir,
+    )
+    result = _drain(steps_iter, "attribution")
+    for note in result.notes:
+        warn(note)
+    if as_json:
+        print_json({"model": session.info.source, "text": text, "pair": pair, **result.as_json()})
+        return
+    from rich.console import Console
+
+    from bertscope.render.attribution import attribution_report
+
+    Console().print(attribution_report(result, session.info.source, theme_spec, notes=False))  # notes went to stderr
+
+
+def _theme(theme):
+    from bertscope.theming import DEFAULT_THEME, ThemeError, load_theme
+
+    try:
+        return load_theme(theme or DEFAULT_THEME)
+    except ThemeError as error:
+        raise BertscopeError(str(error)) from None
+
+
+def _drain(steps, what: str):
+    """Run a staged core generator to its end, with a progress bar on a terminal; its result."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    last = None
+    if not console.is_terminal:
+        for last in steps:  # noqa: B007 - only the last item is wanted
+            pass
+    else:
+        with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True) as progress:
+            task = progress.add_task(what, total=None)
+            for last in steps:
+                progress.update(task, description=f"{what}: {last.stage}", completed=last.done, total=last.total)
+    if last is None or last.result is None:
+        raise BertscopeError(f"{what} stopped before it finished")
+    return last.result

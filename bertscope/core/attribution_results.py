@@ -1,0 +1,101 @@
+"""What an attribution is and what it explains: plain types the CLI and the UI share (no torch).
+
+The computation lives in core.attribution; see its docstring for the methods, the
+baseline and the completeness error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from bertscope.core.masks import Ablation, HeadMask
+from bertscope.core.results import Encoding
+
+METHODS = ("gradient", "gradient-x-input", "integrated-gradients", "attention-rollout")
+SCORES = ("log-probability", "probability", "logit")
+
+TargetKind = Literal["mlm", "class", "probe"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to explain. `kind` None picks: a probe if `probe` is given, else the classifier, else the [MASK].
+
+    `label`: the token (mlm) or class (class, probe) whose score is explained; None = the
+    model's top choice. `position`: the [MASK]'s token position (None = the first [MASK]).
+    `probe`, `data`, `layer`, `pooling`: the probe task, its SentEval file (None = the
+    built-in generated task), the hidden-state layer it reads (None = best on dev) and how
+    it pools the sentence.
+    """
+
+    kind: TargetKind | None = None
+    label: str | None = None
+    position: int | None = None
+    probe: str | None = None
+    data: str | None = None
+    layer: int | None = None
+    pooling: str = "cls"
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Per-token scores `[T]` for one decision, with what the decision was."""
+
+    encoding: Encoding
+    method: str
+    scores: np.ndarray  # [T]
+    target: dict  # kind, label, and where it is read (position / layer / probe details)
+    score: str  # what f is: log-probability, probability or logit
+    output: float  # f(x)
+    baseline_output: float | None = None  # f(b), integrated gradients only
+    completeness_error: float | None = None
+    steps: int | None = None
+    mask: HeadMask | None = None
+    ablation: Ablation = "zero"
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        return self.encoding.tokens
+
+    def words(self) -> list[dict]:
+        """Scores summed over each word's sub-word tokens (special tokens left out)."""
+        groups: dict[tuple[int, int], list[int]] = {}
+        for index, (word, segment) in enumerate(zip(self.encoding.word_ids, self.encoding.segment_ids)):
+            if word is not None and not self.encoding.special[index]:
+                groups.setdefault((segment or 0, word), []).append(index)
+        return [
+            {"word": "".join(self.tokens[i].removeprefix("##") if n else self.tokens[i] for n, i in enumerate(positions)),
+             "positions": positions, "score": float(self.scores[positions].sum())}
+            for positions in groups.values()
+        ]
+
+    def as_json(self) -> dict:
+        payload = {
+            "tokens": list(self.tokens), "method": self.method, "target": self.target, "score": self.score,
+            "output": round(self.output, 6),
+            "attributions": [
+                {"position": i, "token": token, "score": round(float(s), 6)} for i, (token, s) in enumerate(zip(self.tokens, self.scores))
+            ],
+            "words": [{**w, "score": round(w["score"], 6)} for w in self.words()],
+            "mask": self.mask.spec() if self.mask is not None else "", "ablation": self.ablation,
+        }
+        if self.method == "integrated-gradients":
+            payload.update(
+                baseline_output=round(self.baseline_output, 6), steps=self.steps,
+                completeness_error=None if np.isnan(self.completeness_error) else round(self.completeness_error, 6),
+                baseline="[PAD] word embeddings; [CLS], [SEP] and [MASK] kept",
+            )
+        payload["notes"] = self.notes
+        return payload
+
+
+@dataclass(frozen=True)
+class AttributionProgress:
+    stage: str
+    done: int
+    total: int
+    result: Attribution | None = None

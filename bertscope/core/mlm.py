@@ -1,0 +1,295 @@
+"""Fill-in-the-blank probes with the masked-LM head (Petroni et al. 2019, LAMA).
+
+`fill` reads the model's guesses at every [MASK] of a sentence, at the output and at every
+layer: the MLM head applied to each hidden state (index 0 = embeddings, l+1 = output of
+layer l), a "logit lens" that shows where the answer appears. With a head mask it also
+gives the unmasked guesses, so the mask's effect reads as before → after.
+
+`cloze_scores` scores a cloze file, one query a line with its gold answer, as LAMA does:
+precision at 1 and at 10 of the single-token gold answer among the whole vocabulary, per
+layer. Queries whose answer is not one token, or that do not hold exactly one [MASK], are
+skipped and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from bertscope.core.corpus import ReadReport, _checked, _lines
+from bertscope.core.errors import BertscopeError, InputError
+from bertscope.core.masks import Ablation, HeadMask
+from bertscope.core.results import Encoding, MaskPrediction
+
+MASK_TEXT = "[MASK]"  # what users write; replaced by the tokenizer's own mask token (RoBERTa: <mask>)
+PRECISION_AT = (1, 10)
+
+
+class NoMLMHeadError(BertscopeError):
+    """The model cannot fill in blanks: it was saved without its masked-LM head."""
+
+
+def require_mlm_head(session) -> None:
+    """Raise a one-line NoMLMHeadError naming what works instead, unless the model has an MLM head."""
+    if session.mlm_head is None or session.tokenizer.mask_token_id is None:
+        raise NoMLMHeadError(
+            f"{session.info.source} ({session.info.architecture}) has no masked-LM head, so it cannot fill in [MASK]; "
+            "give --model a model saved with its MLM head (e.g. a BertForMaskedLM), or use what works without one: "
+            "`bertscope attribute TEXT --probe TASK`, `bertscope probe`, `bertscope attention`"
+        )
+
+
+def with_mask_token(tokenizer, text: str) -> str:
+    """The text with every `[MASK]` written as this tokenizer's mask token."""
+    token = tokenizer.mask_token
+    return text if token == MASK_TEXT else text.replace(MASK_TEXT, token)
+
+
+def mask_positions(tokenizer, encoding: Encoding) -> np.ndarray:
+    return np.flatnonzero(encoding.input_ids == tokenizer.mask_token_id)
+
+
+@dataclass(frozen=True)
+class Blank:
+    """One [MASK]: the guesses at the output, at every hidden-state layer, and without the head mask."""
+
+    position: int
+    predictions: MaskPrediction
+    layers: tuple[MaskPrediction, ...]  # [L+1], index 0 = embeddings; empty when not asked for
+    unmasked: MaskPrediction | None = None  # the output's guesses with no head masked (when a mask is given)
+
+
+@dataclass(frozen=True)
+class FillResult:
+    encoding: Encoding
+    blanks: tuple[Blank, ...]
+    mask: HeadMask
+    ablation: Ablation
+
+    def as_json(self) -> dict:
+        def guesses(prediction: MaskPrediction) -> list[dict]:
+            return [{"token": token, "probability": round(p, 6)} for token, p in zip(prediction.tokens, prediction.probabilities)]
+
+        masks = []
+        for blank in self.blanks:
+            entry = {"position": blank.position, "predictions": guesses(blank.predictions)}
+            entry["layers"] = [{"layer": layer, "predictions": guesses(p)} for layer, p in enumerate(blank.layers)]
+            if blank.unmasked is not None:
+                entry["unmasked_predictions"] = guesses(blank.unmasked)
+            masks.append(entry)
+        return {"tokens": list(self.encoding.tokens), "mask": self.mask.spec(), "ablation": self.ablation, "masks": masks}
+
+
+def fill(
+    session,
+    text: str | Encoding,
+    *,
+    top: int = 10,
+    mask: HeadMask | None = None,
+    ablation: Ablation = "zero",
+    layers: bool = True,
+) -> FillResult:
+    """The top-`top` guesses at every [MASK] of `text`, per layer, under `mask` (and without it)."""
+    require_mlm_head(session)
+    if top < 1:
+        raise InputError(f"--top {top}: give 1 or more guesses to show")
+    encoding = text if isinstance(text, Encoding) else session.encode(with_mask_token(session.tokenizer, text))
+    positions = mask_positions(session.tokenizer, encoding)
+    if not len(positions):
+        raise InputError(
+            f"the text has no {MASK_TEXT}; write {MASK_TEXT} where the missing word goes, e.g. \"Dante was born in [MASK].\""
+        )
+    head_mask = mask if mask is not None else session.mask(None)
+    plain = session.forward(encoding)
+    current = session.forward(encoding, mask=head_mask, ablation=ablation, reuse=plain) if len(head_mask) else plain
+    final = session.mask_predictions(current, top=top)
+    unmasked = session.mask_predictions(plain, top=top) if len(head_mask) else [None] * len(final)
+    per_layer = _layer_predictions(session, current.hidden_states[:, positions], top) if layers else [()] * len(positions)
+    blanks = tuple(
+        Blank(position=int(position), predictions=prediction, layers=tuple(layer_guesses), unmasked=before)
+        for position, prediction, layer_guesses, before in zip(positions, final, per_layer, unmasked, strict=True)
+    )
+    return FillResult(encoding=encoding, blanks=blanks, mask=head_mask, ablation=ablation)
+
+
+def layer_logits(session, hidden: torch.Tensor) -> torch.Tensor:
+    """The MLM head applied to hidden states `[..., D]`: vocabulary logits `[..., V]`."""
+    with torch.inference_mode(), session.lock:
+        return session.mlm_head(hidden.to(device=session.device, dtype=session.loaded.dtype)).float()
+
+
+def _layer_predictions(session, hidden: np.ndarray, top: int) -> list[list[MaskPrediction]]:
+    """`hidden` `[L+1, M, D]` at the M mask positions → per mask, per layer, the top guesses."""
+    probabilities = torch.softmax(layer_logits(session, torch.as_tensor(hidden)).double(), dim=-1)  # [L+1, M, V]
+    values, indices = probabilities.topk(top, dim=-1)
+    values, indices = values.cpu().numpy(), indices.cpu().numpy()
+    result = []
+    for blank in range(hidden.shape[1]):
+        row = []
+        for layer in range(hidden.shape[0]):
+            tokens = session.tokenizer.convert_ids_to_tokens(indices[layer, blank].tolist())
+            row.append(MaskPrediction(position=-1, tokens=tuple(tokens), probabilities=tuple(float(p) for p in values[layer, blank])))
+        result.append(row)
+    return result
+
+
+# --- cloze files (LAMA) -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClozeQuery:
+    text: str  # with exactly one [MASK]
+    answer: str
+    location: str  # path:line
+
+
+@dataclass(frozen=True)
+class ClozeResult:
+    """Per hidden-state layer (0 = embeddings; the last is the model's output) precision at 1 and 10."""
+
+    queries: int
+    precision: dict[int, np.ndarray]  # k -> [L+1]
+    answers: list[dict] = field(default_factory=list)  # per query: text, answer, the output's top guess, the answer's rank
+
+    def as_json(self) -> dict:
+        num_layers = len(self.precision[PRECISION_AT[0]])
+        layers = [
+            {"layer": layer, **{f"p_at_{k}": round(float(self.precision[k][layer]), 6) for k in PRECISION_AT}}
+            for layer in range(num_layers)
+        ]
+        final = {f"p_at_{k}": layers[-1][f"p_at_{k}"] for k in PRECISION_AT}
+        return {"queries": self.queries, **final, "layers": layers, "answers": self.answers}
+
+
+@dataclass(frozen=True)
+class ClozeProgress:
+    sentences: int  # queries scored so far
+    result: ClozeResult | None = None
+
+
+def read_cloze(path, report: ReadReport | None = None) -> list[ClozeQuery]:
+    """Queries from a cloze file: `query<TAB>answer` lines, or LAMA's JSON lines.
+
+    A JSON line (LAMA's TREx/Google-RE files) holds `masked_sentences` (the first one is
+    used) or `masked_sentence`, and `obj_label`. Blank lines and `#` comments are ignored;
+    a malformed line is skipped and recorded in `report`.
+    """
+    target, name = _checked(path)
+    report = report if report is not None else ReadReport()
+    queries = []
+    for number, line in _lines(target, name):
+        location = f"{name}:{number}"
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if line.lstrip().startswith("{"):
+            query = _lama_line(line)
+        else:
+            text, tab, answer = line.rpartition("\t")
+            query = (text.strip(), answer.strip()) if tab and text.strip() and answer.strip() else "expected query<TAB>answer"
+        if isinstance(query, str):
+            report.skip(location, query)
+            continue
+        if query[0].count(MASK_TEXT) != 1:
+            report.skip(location, f"the query must hold exactly one {MASK_TEXT}")
+            continue
+        queries.append(ClozeQuery(text=query[0], answer=query[1], location=location))
+    report.sentences = len(queries)
+    if not queries:
+        why = f" (first problem: {report.skipped[0][0]}: {report.skipped[0][1]})" if report.skipped else ""
+        raise InputError(f"{name}: no cloze queries found{why}; write one query<TAB>answer a line, the query with one {MASK_TEXT}")
+    return queries
+
+
+def _lama_line(line: str) -> tuple[str, str] | str:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        return f"not JSON ({error.msg})"
+    if not isinstance(record, dict):
+        return "expected a JSON object with masked_sentences and obj_label"
+    sentences = record.get("masked_sentences") or [record.get("masked_sentence")]
+    text, answer = sentences[0] if isinstance(sentences, list) else None, record.get("obj_label")
+    if not isinstance(text, str) or not isinstance(answer, str) or not text.strip() or not answer.strip():
+        return "expected a JSON object with masked_sentences and obj_label"
+    return text.strip(), answer.strip()
+
+
+def answer_id(tokenizer, answer: str) -> int | None:
+    """The vocabulary id of a one-token answer, or None when the answer is several tokens."""
+    for candidate in (" " + answer, answer):  # byte-level BPE marks a word's leading space
+        ids = tokenizer(candidate, add_special_tokens=False)["input_ids"]
+        if len(ids) == 1 and ids[0] != tokenizer.unk_token_id:
+            return int(ids[0])
+    return None
+
+
+def cloze_scores(
+    session,
+    queries: Sequence[ClozeQuery],
+    *,
+    mask: HeadMask | None = None,
+    ablation: Ablation = "zero",
+    batch_size: int = 32,
+    report: ReadReport | None = None,
+    cancel: threading.Event | None = None,
+) -> Iterator[ClozeProgress]:
+    """P@1 and P@10 of the gold answer per layer; progress per batch, the result on the last item.
+
+    The rank of the answer is the number of vocabulary entries with a larger logit, at the
+    [MASK] position, for the MLM head applied to each hidden state. Queries whose answer is
+    not one vocabulary token (LAMA keeps only those), or whose [MASK] lies past the model's
+    maximum length, are skipped and recorded in `report`.
+    """
+    require_mlm_head(session)
+    tokenizer = session.tokenizer
+    kept: list[tuple[ClozeQuery, int]] = []
+    for query in queries:
+        gold = answer_id(tokenizer, query.answer)
+        problem = None
+        if gold is None:
+            problem = f"the answer {query.answer!r} is not one token of this model's vocabulary"
+        elif tokenizer.mask_token_id not in tokenizer(with_mask_token(tokenizer, query.text), truncation=True, max_length=session.max_length)["input_ids"]:
+            problem = f"the [MASK] lies past the model's maximum of {session.max_length} tokens"
+        if problem is not None:
+            if report is not None:
+                report.skip(query.location, problem)
+            continue
+        kept.append((query, gold))
+    if not kept:
+        raise InputError("no query has a one-token answer in this model's vocabulary; LAMA scores single-token answers")
+    gates = session.gate_tensor(mask)
+    hits = {k: np.zeros(session.num_layers + 1) for k in PRECISION_AT}
+    answers: list[dict] = []
+    for start in range(0, len(kept), batch_size):
+        if cancel is not None and cancel.is_set():
+            return
+        batch = kept[start : start + batch_size]
+        inputs = session.tokenize_batch([with_mask_token(tokenizer, query.text) for query, _ in batch])
+        gold = torch.as_tensor([g for _, g in batch], device=session.device)
+        rows, columns = torch.nonzero(inputs["input_ids"] == tokenizer.mask_token_id, as_tuple=True)  # one per query
+        with torch.inference_mode():
+            outputs = session.run(inputs, gates=gates, ablation=ablation)
+            hidden = torch.stack(outputs.hidden_states)[:, rows, columns]  # [L+1, B, D]
+            logits = layer_logits(session, hidden)  # [L+1, B, V]
+            gold_logit = logits.gather(-1, gold.view(1, -1, 1).expand(logits.shape[0], -1, 1))
+            ranks = (logits > gold_logit).sum(-1).cpu().numpy()  # [L+1, B]
+            top1 = logits[-1].argmax(-1).cpu().tolist()
+        for k in PRECISION_AT:
+            hits[k] += (ranks < k).sum(1)
+        for (query, _), guess, rank in zip(batch, tokenizer.convert_ids_to_tokens(top1), ranks[-1], strict=True):
+            answers.append({"query": query.text, "answer": query.answer, "prediction": guess, "rank": int(rank)})
+        yield ClozeProgress(min(start + batch_size, len(kept)))
+    result = ClozeResult(queries=len(kept), precision={k: hits[k] / len(kept) for k in PRECISION_AT}, answers=answers)
+    yield ClozeProgress(len(kept), result)
+
+
+def sample_cloze() -> str:
+    """A small cloze file shipped with bertscope (world knowledge, one-token answers)."""
+    from pathlib import Path
+
+    return str(Path(__file__).resolve().parent.parent / "data" / "sample_cloze.tsv")

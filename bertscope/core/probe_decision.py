@@ -1,0 +1,230 @@
+"""A probe whose decision on one sentence can be attributed to its tokens (Mohebbi et al. 2021).
+
+`decision_probe` trains the probing feature's linear probes on a sentence-level task (a
+built-in generated task or a SentEval file), every hidden-state layer at once from the
+feature cache, and keeps the one layer to explain: the one asked for, else the layer with
+the best dev accuracy. Its weights are numpy (`TrainedProbes`); `logits` rebuilds the probe
+in torch on top of the model's hidden states so that gradients flow back to the input.
+
+The probe is trained on the model without any head mask: a mask given to an attribution
+changes the representation the probe reads, not the probe. Trained probes are kept in
+memory per session and on disk beside the feature cache (keyed by model fingerprint, data
+and pooling; a damaged entry is trained again), so each task is trained once.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import zipfile
+import threading
+import weakref
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertscope.core import probes
+from bertscope.core.corpus import Sentence, read_sentences
+from bertscope.core.errors import InputError
+from bertscope.core.features import FeatureOptions, default_cache_dir, extract_features
+from bertscope.files import atomic_write
+from bertscope.core.probing import encode_labels, make_splits
+
+POOLINGS = ("cls", "mean")
+_trained: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # session -> {key: DecisionProbe}
+_training_lock = threading.Lock()
+
+
+@dataclass(frozen=True, eq=False)
+class DecisionProbe:
+    """A trained linear probe for one task at one hidden-state layer, with how good it is."""
+
+    task: str
+    source: str  # "built-in task" or the data file
+    classes: tuple[str, ...]
+    layer: int  # hidden-state index: 0 = embeddings, l+1 = output of layer l
+    pooling: str  # "cls" or "mean": how a sentence vector is read off its tokens
+    trained: probes.TrainedProbes  # every layer's probe (the chosen one is `layer`)
+    test_accuracy: np.ndarray  # [L+1]
+    majority: float  # test accuracy of always answering the most frequent training class
+
+    def logits(self, hidden: torch.Tensor, special: torch.Tensor) -> torch.Tensor:
+        """`[B, C]` class scores from the layer's hidden states `[B, T, D]` (`special` `[T]` bool)."""
+        if self.pooling == "cls":
+            pooled = hidden[:, 0]
+        else:
+            keep = (~special).to(hidden.dtype)
+            pooled = (hidden * keep[None, :, None]).sum(1) / keep.sum().clamp(min=1)
+        t = self.trained
+        as_tensor = lambda array: torch.as_tensor(array, device=hidden.device, dtype=torch.float32)  # noqa: E731
+        z = (pooled.float() - as_tensor(t.mean[self.layer])) / as_tensor(t.std[self.layer])
+        if t.kind == "mlp":
+            z = torch.relu(z @ as_tensor(t.hidden_weights[self.layer]) + as_tensor(t.hidden_bias[self.layer]))
+        return z @ as_tensor(t.weights[self.layer]) + as_tensor(t.bias[self.layer])
+
+    def describe(self) -> dict:
+        return {
+            "task": self.task, "data": self.source, "layer": self.layer, "pooling": self.pooling,
+            "classes": list(self.classes), "test_accuracy": round(float(self.test_accuracy[self.layer]), 6),
+            "majority_baseline": round(self.majority, 6),
+        }
+
+
+@dataclass(frozen=True)
+class ProbeTraining:
+    """A stage of training a decision probe; the last item carries it."""
+
+    stage: str
+    done: int
+    total: int
+    probe: DecisionProbe | None = None
+
+
+def decision_probe(
+    session,
+    task: str,
+    *,
+    data: str | Path | None = None,
+    sentences: Sequence[Sentence] | None = None,
+    layer: int | None = None,
+    pooling: str = "cls",
+    cache_dir=None,
+    cancel: threading.Event | None = None,
+) -> Iterator[ProbeTraining]:
+    """Train (or take from memory or the disk cache) the probe for a sentence-level `task`, yielding progress.
+
+    The sentences are, in order of precedence: `sentences`, the SentEval file `data`, or
+    the built-in generated task `task`. Features come from (and go to) the feature cache.
+    """
+    if pooling not in POOLINGS:
+        raise InputError(f"unknown sentence pooling {pooling!r}; use one of: {', '.join(POOLINGS)}")
+    if layer is not None and not 0 <= layer <= session.num_layers:
+        raise InputError(
+            f"--layer {layer} is out of range: probes read hidden states 0-{session.num_layers} (0 = embeddings)"
+        )
+    if sentences is None:
+        sentences, source = _task_sentences(task, data)
+    else:
+        source = "given sentences"
+    key = (task, _digest(sentences), pooling)
+    with _training_lock:
+        known = _trained.setdefault(session, {}).get(key)
+    path = None
+    if known is None and cache_dir is not False:
+        directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        path = directory / f"probe-{_cache_key(session, key)}.npz"
+        known = _load(path, task, source, pooling, session)
+    if known is None:
+        splits = make_splits(sentences, None, None)
+        options = FeatureOptions(level="sentence", sentence_pooling=pooling)
+        features = {}
+        total = len(splits.train) + len(splits.dev) + len(splits.test)
+        done = 0
+        for name in ("train", "dev", "test"):
+            split = getattr(splits, name)
+            for step in extract_features(session, split, options, cache_dir=cache_dir, cancel=cancel):
+                if step.features is not None:
+                    features[name] = step.features.X
+                    break
+                yield ProbeTraining(f"probe features ({name})", done + step.sentences, total)
+            else:
+                return  # cancelled
+            done += len(split)
+        labels = [[s.label for s in getattr(splits, name)] for name in ("train", "dev", "test")]
+        if any(label is None for split in labels for label in split):
+            raise InputError(f"{source}: a sentence has no label; probing a decision needs split<TAB>label<TAB>sentence lines")
+        y_train, y_dev, y_test, classes = encode_labels(*labels)
+        yield ProbeTraining("training the probe", total, total)
+        try:
+            trained = probes.train_probes(
+                features["train"], y_train, features["dev"], y_dev, num_classes=len(classes),
+                device=str(session.device), cancel=cancel,
+            )
+        except probes.Cancelled:
+            return
+        scores = probes.score(trained, features["test"], y_test, len(classes))
+        known = DecisionProbe(
+            task=task, source=source, classes=tuple(classes), layer=-1, pooling=pooling, trained=trained,
+            test_accuracy=scores.accuracy, majority=probes.majority_baseline(y_train, y_test),
+        )
+        if path is not None:
+            _save(path, known)
+    with _training_lock:
+        _trained[session][key] = known
+    chosen = layer if layer is not None else int(np.argmax(known.trained.dev_accuracy.max(0)))
+    yield ProbeTraining("done", 1, 1, _with_layer(known, chosen))
+
+
+def _with_layer(probe: DecisionProbe, layer: int) -> DecisionProbe:
+    return DecisionProbe(**{**probe.__dict__, "layer": layer})
+
+
+def _task_sentences(task: str, data) -> tuple[list[Sentence], str]:
+    from bertscope.core.probing_tasks import TASKS
+
+    if data is not None:
+        sentences = list(read_sentences(data, "senteval"))
+        return sentences, str(data)
+    if task not in TASKS:
+        raise InputError(
+            f"unknown probing task {task!r}; built-in tasks: {', '.join(TASKS)}; or give --data FILE (SentEval: split<TAB>label<TAB>sentence)"
+        )
+    return list(_generated(task)), "built-in task"
+
+
+@functools.lru_cache(maxsize=8)
+def _generated(task: str) -> tuple[Sentence, ...]:
+    """A built-in task's sentences, generated once per process (a second's work)."""
+    from bertscope.core.probing_tasks import generate
+
+    return tuple(generate(task))
+
+
+def _digest(sentences: Sequence[Sentence]) -> str:
+    digest = hashlib.sha256()
+    for sentence in sentences:
+        digest.update(f"{sentence.split}\x00{sentence.label}\x00{sentence.text}\x00{sentence.pair}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+CACHE_VERSION = 1
+_ARRAYS = ("mean", "std", "weights", "bias", "l2", "l2_grid", "dev_accuracy")
+
+
+def _cache_key(session, key: tuple) -> str:
+    payload = json.dumps({"v": CACHE_VERSION, "model": session.info.fingerprint, "max_length": session.max_length, "key": key})
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def _save(path: Path, probe: DecisionProbe) -> None:
+    """Keep a trained probe on disk (linear probes only; training one costs tens of seconds on a CPU)."""
+    arrays = {name: getattr(probe.trained, name) for name in _ARRAYS}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write(path) as handle:
+            np.savez(handle, classes=np.array(probe.classes), test_accuracy=probe.test_accuracy,
+                     majority=np.array(probe.majority), **arrays)
+    except (OSError, InputError):
+        pass  # a cache that cannot be written only costs time next run
+
+
+def _load(path: Path, task: str, source: str, pooling: str, session) -> DecisionProbe | None:
+    """The cached probe, or None when it is missing or damaged (then it is trained again)."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            trained = probes.TrainedProbes(kind="linear", **{name: data[name] for name in _ARRAYS})
+            classes = tuple(str(c) for c in data["classes"])
+            test_accuracy, majority = data["test_accuracy"], float(data["majority"])
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError):
+        return None
+    layers, dim = session.num_layers + 1, session.hidden_size
+    if trained.mean.shape != (layers, dim) or trained.weights.shape != (layers, dim, len(classes)) or test_accuracy.shape != (layers,):
+        return None
+    return DecisionProbe(task=task, source=source, classes=classes, layer=-1, pooling=pooling, trained=trained,
+                         test_accuracy=test_accuracy, majority=majority)

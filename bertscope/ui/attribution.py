@@ -1,0 +1,219 @@
+"""The attribution row under the sentence: which tokens a decision rests on, shaded.
+
+`b` cycles the method (off, gradient, gradient × input, integrated gradients, attention
+rollout); `B` cycles what is explained: the MLM guess at the first [MASK] (models with an
+MLM head), the predicted class (classifiers), or the decision of a probe for each built-in
+task (any model; the probe is trained once, in the background, and cached). The backend
+computes; this widget runs it in its own thread worker, newest request wins, `escape`
+cancels, and progress (a probe's training, integration steps) shows in the row.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from rich.console import Group
+from rich.text import Text
+from textual import work
+from textual.message import Message
+from textual.widgets import Static
+from textual.worker import get_current_worker
+
+from bertscope.core.attribution_results import METHODS, Target
+from bertscope.core.errors import BertscopeError
+from bertscope.core.masks import HeadMask
+from bertscope.core.probing_tasks import TASKS
+from bertscope.core.results import Encoding
+from bertscope.render.attribution import METHOD_NAMES, shaded_sentence, short_describe
+
+DEFAULT_PROBE = "subject_number"  # reads the head noun past an attractor: the example sentence's question
+
+
+def targets_for(info) -> list[Target]:
+    """What the loaded model can explain, the most natural first."""
+    targets = []
+    if info.has_mlm_head:
+        targets.append(Target(kind="mlm"))
+    if info.num_labels:
+        targets.append(Target(kind="class"))
+    names = [DEFAULT_PROBE] + [name for name in TASKS if name != DEFAULT_PROBE]
+    targets.extend(Target(kind="probe", probe=name) for name in names)
+    return targets
+
+
+def target_name(target: Target) -> str:
+    if target.kind == "probe":
+        return f"{target.probe} probe"
+    return "MLM guess at the [MASK]" if target.kind == "mlm" else "predicted class"
+
+
+@dataclass(frozen=True, eq=False)
+class AttributionJob:
+    request: int
+    encoding: Encoding
+    method: str
+    target: Target
+    mask: HeadMask
+    ablation: str
+    cancel: threading.Event
+
+    def __repr__(self) -> str:  # Textual logs worker arguments
+        return f"AttributionJob({self.request}, {self.method}, {target_name(self.target)}, mask={self.mask.spec()!r})"
+
+
+class AttributionStepped(Message):
+    """Progress of one request; a backlog collapses to the newest."""
+
+    def __init__(self, request: int, stage: str, done: int, total: int) -> None:
+        super().__init__()
+        self.request, self.stage, self.done, self.total = request, stage, done, total
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, AttributionStepped) and message.request == self.request
+
+
+class AttributionComputed(Message):
+    def __init__(self, request: int, result) -> None:
+        super().__init__()
+        self.request, self.result = request, result
+
+
+class AttributionFailed(Message):
+    def __init__(self, request: int, reason: str) -> None:
+        super().__init__()
+        self.request, self.reason = request, reason
+
+
+class AttributionRow(Static):
+    """One line saying what is explained and how, then the sentence's tokens shaded by score."""
+
+    DEFAULT_CSS = """
+    AttributionRow { height: auto; padding: 0 1; display: none; }
+    AttributionRow.-on { display: block; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.method: str | None = None  # None: attribution is off
+        self.targets: list[Target] = [Target(kind="probe", probe=DEFAULT_PROBE)]
+        self.target_index = 0
+        self.result = None
+        self._request = 0
+        self._cancel = threading.Event()
+        self._last: tuple | None = None  # (backend, encoding, mask, ablation) of the newest analysis
+
+    @property
+    def target(self) -> Target:
+        return self.targets[self.target_index]
+
+    @property
+    def running(self) -> bool:
+        return any(w.group == "attribution" and w.is_running for w in self.workers)
+
+    def set_model(self, info) -> None:
+        self.targets = targets_for(info)
+        self.target_index = 0
+
+    def next_method(self) -> str | None:
+        """Cycle off → each method → off; the method now on (None: off)."""
+        order = [None, *METHODS]
+        self.method = order[(order.index(self.method) + 1) % len(order)]
+        self.set_class(self.method is not None, "-on")
+        self.result = None  # another method: the old shading would mislead
+        self._restart()
+        return self.method
+
+    def next_target(self) -> None:
+        self.target_index = (self.target_index + 1) % len(self.targets)
+        self.result = None  # another decision: the old shading would mislead
+        self._restart()
+
+    def describe_target(self) -> str:
+        return target_name(self.target)
+
+    def analysed(self, backend, encoding: Encoding, mask: HeadMask, ablation: str) -> None:
+        """A new sentence or mask is on screen: explain it again if attribution is on."""
+        self._last = (backend, encoding, mask, ablation)
+        if self.result is not None and self.result.tokens != encoding.tokens:
+            self.result = None  # never shade a new sentence with an old one's scores
+        self._restart()
+
+    def cancel(self) -> bool:
+        """Stop the running computation; True when there was one."""
+        if not self.running:
+            return False
+        self._cancel.set()
+        self._request += 1
+        self.workers.cancel_group(self, "attribution")
+        self._draw_status("cancelled; b or B to choose again", self.result)
+        return True
+
+    def _restart(self) -> None:
+        self._cancel.set()
+        self._request += 1
+        if self.method is None or self._last is None:
+            return
+        backend, encoding, mask, ablation = self._last
+        self._cancel = threading.Event()
+        job = AttributionJob(self._request, encoding, self.method, self.target, mask, ablation, self._cancel)
+        self._draw_status(f"{METHOD_NAMES[self.method]} of the {target_name(self.target)}…", self.result)
+        self.explain(backend, job)
+
+    @work(thread=True, exclusive=True, group="attribution", exit_on_error=False)
+    def explain(self, backend, job: AttributionJob) -> None:
+        worker = get_current_worker()
+        try:
+            result = None
+            for step in backend.attribute(job.encoding, method=job.method, target=job.target, mask=job.mask,
+                                          ablation=job.ablation, cancel=job.cancel):
+                if worker.is_cancelled or job.cancel.is_set():
+                    return
+                if step.result is not None:
+                    result = step.result
+                else:
+                    self.post_message(AttributionStepped(job.request, step.stage, step.done, step.total))
+        except BertscopeError as error:
+            self.post_message(AttributionFailed(job.request, str(error)))
+            return
+        except Exception as error:  # a bug must not take the explorer down: say what it was
+            self.post_message(AttributionFailed(job.request, f"{type(error).__name__}: {error}"))
+            return
+        if result is not None and not job.cancel.is_set():
+            self.post_message(AttributionComputed(job.request, result))
+
+    def on_attribution_stepped(self, message: AttributionStepped) -> None:
+        if message.request == self._request:
+            self._draw_status(f"{message.stage}: {message.done}/{message.total}", self.result)
+
+    def on_attribution_computed(self, message: AttributionComputed) -> None:
+        if message.request == self._request:
+            self.result = message.result
+            self.repaint()
+
+    def on_attribution_failed(self, message: AttributionFailed) -> None:
+        if message.request == self._request:
+            self._draw_status("could not explain this: B for another target", self.result)
+            self.app.notify(message.reason, title="attribution", severity="error", timeout=10)
+
+    def repaint(self) -> None:
+        """Redraw from the last result (after a theme change, too)."""
+        if self.result is not None:
+            line = short_describe(self.result)
+            error = self.result.completeness_error
+            if error is not None and error == error and error >= 0.05:
+                line += " (more: bertscope attribute --steps)"
+            self._draw(Text(line, style="dim", no_wrap=True, overflow="ellipsis"), self.result)
+
+    def _draw_status(self, status: str, result) -> None:
+        self._draw(Text(status, style="italic", no_wrap=True, overflow="ellipsis"), result)
+
+    def _draw(self, header: Text, result) -> None:
+        theme = self.app.current_theme
+        parts = [header]
+        if result is not None:
+            parts.append(shaded_sentence(
+                result.tokens, result.scores, result.encoding.special, background=theme.background or "#000000",
+                foreground=theme.foreground or "#e6e3f0", glyphs=getattr(self.app, "glyphs", False),
+            ))
+        self.update(Group(*parts))
