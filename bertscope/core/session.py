@@ -20,6 +20,7 @@ from bertscope.core.ablation import attention_pass
 from bertscope.core.allocator import keep_freed_memory
 from bertscope.core.loading import LoadedModel, load_model
 from bertscope.core.masks import Ablation, HeadMask, check_ablation
+from bertscope.core.pruning import kept_heads as pruned_layout, pruned_heads_of
 from bertscope.core.effects import softmax
 from bertscope.core.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
 from bertscope.core.tokens import encode
@@ -43,6 +44,8 @@ class Session:
         family = loaded.family
         self._layers = [(family.self_attention(layer), family.attention_output(layer)) for layer in family.layers(self.model)]
         self.mlm_head = family.mlm_head(self.model)
+        # A physically pruned model: per layer, the original numbers of the heads it still has (core.pruning).
+        self.kept_heads = pruned_layout(config)
 
     @classmethod
     def open(
@@ -92,6 +95,7 @@ class Session:
             dtype=str(self.loaded.dtype).removeprefix("torch."),
             parameters=sum(p.numel() for p in self.model.parameters()),
             fingerprint=self.loaded.fingerprint,
+            pruned_heads=sum(len(heads) for heads in pruned_heads_of(config).values()),
         )
 
     def mask(self, spec: str | None = None) -> HeadMask:
@@ -163,7 +167,7 @@ class Session:
         hidden = torch.as_tensor(plain.hidden_states[start], device=self.device, dtype=self.loaded.dtype)[None]
         states = []
         with torch.inference_mode(), self.lock, attention_pass(
-            self._layers, gates=self.gate_tensor(mask), ablation=ablation, want_weights=attentions
+            self._layers, gates=self.gate_tensor(mask), ablation=ablation, want_weights=attentions, kept=self.kept_heads
         ) as recorded:
             for layer in layers[start:]:
                 hidden = layer(hidden)  # one unpadded sequence: no attention mask, as in the full pass
@@ -189,12 +193,14 @@ class Session:
         ablation: Ablation = "zero",
         attentions: bool = False,
         hidden_states: bool = True,
+        encoder_only: bool = False,
     ):
         """The model's own output for a batch, under head gates, holding the lock.
 
         `inputs` are tokenizer tensors on the session's device (`attention_mask` marks
         padding). `gates` is `[L, H]` or `[B, L, H]`, float, and may require grad. Call
-        inside `torch.inference_mode()` unless gradients are wanted.
+        inside `torch.inference_mode()` unless gradients are wanted. `encoder_only` skips
+        the model's head (an MLM head's logits over the whole vocabulary are costly).
         """
         padding_mask = inputs.get("attention_mask")
         with self.lock, attention_pass(
@@ -203,8 +209,10 @@ class Session:
             ablation=ablation,
             padding_mask=padding_mask.bool() if padding_mask is not None else None,
             want_weights=attentions,
+            kept=self.kept_heads,
         ):
-            return self.model(**inputs, output_hidden_states=hidden_states, output_attentions=attentions)
+            model = self.model.base_model if encoder_only else self.model
+            return model(**inputs, output_hidden_states=hidden_states, output_attentions=attentions)
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
         """The top guesses at every [MASK] of a result (empty without an MLM head or a [MASK])."""
