@@ -78,6 +78,7 @@ class Objective:
         self.batches = batches
         self.sentences = sentences
         self.notes = notes or []
+        self.texts: list[str] = []  # the sentences measured on, as text (for timing a pruned model)
 
     def reference(self, batch: Batch) -> Batch:
         """The batch with whatever the loss compares against (the unmasked output, for `preserve`)."""
@@ -133,14 +134,18 @@ def make_objective(
     check_objective(session, name)
     sentences = list(sentences)
     if name == "probe":
-        return ProbeObjective.build(session, sentences, batch_size=batch_size, seed=seed, task=probe_task, layer=probe_layer, splits=probe_data)
+        objective = ProbeObjective.build(session, sentences, batch_size=batch_size, seed=seed, task=probe_task, layer=probe_layer, splits=probe_data)
+        return objective
     if not sentences:
         raise InputError("no sentences to measure the objective on; give a corpus with at least one sentence")
     if name == "mlm":
-        return MLMObjective.build(session, sentences, batch_size, seed)
-    if name == "classification":
-        return ClassificationObjective.build(session, sentences, batch_size)
-    return PreserveObjective(session, _batches(session, sentences, batch_size), len(sentences))
+        objective = MLMObjective.build(session, sentences, batch_size, seed)
+    elif name == "classification":
+        objective = ClassificationObjective.build(session, sentences, batch_size)
+    else:
+        objective = PreserveObjective(session, _batches(session, sentences, batch_size), len(sentences))
+    objective.texts = [sentence.text for sentence in sentences]
+    return objective
 
 
 def _batches(session, sentences: Sequence[Sentence], batch_size: int, targets: Sequence[dict] | None = None) -> list[Batch]:
@@ -359,7 +364,9 @@ class ProbeObjective(Objective):
             if skipped:
                 notes.append(f"{skipped} test words with labels unseen in training were left out")
         dev_accuracy = float(trained.dev_accuracy[:, 0].max())
-        return cls(session, batches, len(test), notes, task=task, layer=layer, level=level, weights=weights, probe_accuracy=dev_accuracy)
+        objective = cls(session, batches, len(test), notes, task=task, layer=layer, level=level, weights=weights, probe_accuracy=dev_accuracy)
+        objective.texts = [sentence.text for sentence in test]
+        return objective
 
     def _logits(self, vectors: Tensor) -> Tensor:
         w = self.weights
