@@ -30,6 +30,7 @@ class FakeBackend:
         self.release = threading.Event()
         self.release.set()  # tests clear it to hold a forward pass until they say so
         self.calls: list[tuple[str, str]] = []  # (text, mask spec) of each forward
+        self.importance_calls: list[tuple[str, int]] = []  # (objective, sentences) of each importance estimate
 
     @property
     def info(self) -> ModelInfo:
@@ -125,6 +126,44 @@ class FakeBackend:
         report = SimpleNamespace(task=task, metric="accuracy", layers=layers, best_layer=LAYERS, center_of_gravity=2.0,
                                  baselines={"majority": 0.5}, notes=[])
         yield SimpleNamespace(stage="done", done=2, total=2, report=report)
+
+    def head_importance(self, objective, sentences, *, method="gradient", ablation="zero", normalize=True, cancel=None, **options):
+        """Known importance: head (l, h) scores l·H + h + 1, so 0:0 matters least and the last head most."""
+        from bertscope.core.importance_results import HeadImportance, ImportanceProgress
+
+        self.importance_calls.append((objective, len(list(sentences))))
+        for done in (1, 2):
+            if cancel is not None and cancel.is_set():
+                return
+            self.release.wait(timeout=10)
+            time.sleep(self.delay)
+            yield ImportanceProgress("gradients", done, 2)
+        raw = np.arange(1, LAYERS * HEADS + 1, dtype=np.float64).reshape(LAYERS, HEADS)
+        result = HeadImportance(objective=objective, method=method, ablation=ablation, normalized=False, importance=raw, raw=raw,
+                                layers=None, baseline_loss=0.0, baseline_metric=1.0, metric="cosine to the unmasked output",
+                                sentences=len(sentences))
+        yield ImportanceProgress("done", 2, 2, result)
+
+    def measure_objective(self, objective, sentences, mask=None, ablation="zero", **options):
+        """The metric falls by 0.05 per masked head."""
+        from bertscope.core.importance_results import Measurement
+
+        masked = len(mask) if mask is not None else 0
+        self.release.wait(timeout=10)
+        return Measurement(loss=0.1 * masked, metric=1.0 - 0.05 * masked)
+
+    def pruning_curve(self, objective, sentences, *, importance=None, cancel=None, reestimate=False, ablation="zero", **options):
+        from bertscope.core.importance_results import CurvePoint, CurveProgress, PruningCurve
+
+        if importance is None:
+            importance = list(self.head_importance(objective, sentences))[-1].result
+        points = []
+        for count in range(0, LAYERS * HEADS + 1, 3):
+            mask = HeadMask(LAYERS, HEADS, frozenset(importance.least_important(count)))
+            measured = self.measure_objective(objective, sentences, mask)
+            points.append(CurvePoint(count / (LAYERS * HEADS), count, measured.loss, measured.metric, mask.spec()))
+            yield CurveProgress(f"{count} heads removed", len(points), 5)
+        yield CurveProgress("done", 5, 5, PruningCurve(objective, "cosine", "gradient", ablation, reestimate, tuple(points), 0.2))
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
         positions = [i for i, t in enumerate(result.tokens) if t == "[mask]"]

@@ -18,7 +18,6 @@ pruning curves:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -413,7 +412,3 @@ def _word_batches(session, sentences, task, index, batch_size) -> tuple[list[Bat
         batches.append(Batch({k: v.to(session.device) for k, v in encoded.items()}, {"labels": labels.to(session.device)}))
     return batches, skipped
 
-
-def finite(value: float) -> float | None:
-    """A float for JSON: NaN and infinities become None."""
-    return value if math.isfinite(value) else None

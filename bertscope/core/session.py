@@ -246,6 +246,39 @@ class Session:
         spec = mask.spec() if mask is not None else ""
         return run_probe(self, task, splits, mask=spec, ablation=ablation, cancel=cancel, **options)
 
+    def head_importance(self, objective: str, sentences, *, method: str = "gradient", ablation: Ablation = "zero",
+                        normalize: bool = True, cancel=None, **options):
+        """How much each head matters for `objective` over sentences (see core.importance); a generator of progress."""
+        from bertscope.core.importance import head_importance
+
+        prepared = self._prepared_objective(objective, sentences, options)
+        return head_importance(prepared, method, ablation=ablation, normalize=normalize, cancel=cancel)
+
+    def measure_objective(self, objective: str, sentences, mask: HeadMask | None = None, ablation: Ablation = "zero", **options):
+        """The objective's loss and metric over sentences under `mask` (a core.importance_results.Measurement)."""
+        from bertscope.core.importance import measure
+
+        return measure(self._prepared_objective(objective, sentences, options), mask if mask is not None and len(mask) else None, ablation)
+
+    def pruning_curve(self, objective: str, sentences, *, importance=None, cancel=None, **options):
+        """The objective as ever more of the least important heads are removed (see core.importance)."""
+        from bertscope.core.importance import pruning_curve
+
+        curve_options = {k: options.pop(k) for k in ("method", "ablation", "step", "reestimate", "normalize", "max_drop") if k in options}
+        return pruning_curve(self._prepared_objective(objective, sentences, options), importance=importance, cancel=cancel, **curve_options)
+
+    def _prepared_objective(self, objective: str, sentences, options: dict):
+        """The objective prepared once for the last sentences asked about (tokenised, masked, probe trained)."""
+        from bertscope.core.objectives import make_objective
+
+        sentences = list(sentences)
+        key = (objective, tuple((s.text, s.pair, s.label) for s in sentences), tuple(sorted(options.items())))
+        cached = getattr(self, "_objective_cache", None)
+        if cached is None or cached[0] != key:
+            cached = (key, make_objective(self, objective, sentences, **options))
+            self._objective_cache = cached
+        return cached[1]
+
     def tokenize_batch(self, texts: Sequence[str]) -> dict[str, Tensor]:
         """Pad and truncate a batch of sentences into tensors on the session's device."""
         batch = self.tokenizer(
