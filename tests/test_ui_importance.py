@@ -15,7 +15,7 @@ def test_importance_overlay_shades_the_grid_and_goes_back():
         await settle(pilot)
         assert app.fake.importance_calls == [("mlm", 64)]  # the fake has an MLM head; the sample corpus
         grid = app.query_one(HeadGrid)
-        assert "mlm importance (gradient)" in rendered(grid)
+        assert "importance (mlm)" in rendered(grid)
         assert grid.values[2, 3] == 12 and grid.value_range == (0.0, 12.0)
         assert "1.000" in rendered(grid)  # head 0:0 is selected: importance 1
         await pilot.press("i")

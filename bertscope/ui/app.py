@@ -136,9 +136,9 @@ class ExplorerApp(ImportanceMixin, App[None]):
         with Horizontal(id="body"):
             with VerticalScroll(id="side", can_focus=False):
                 yield HeadGrid(colormap, id="grid")
+                yield ObjectivePanel(id="objective")  # hidden until `i` (ui.importance)
                 yield TokenPanel(id="tokens")
                 yield EffectPanel(id="effect")
-                yield ObjectivePanel(id="objective")
             yield AttentionView(id="heatmap")
         yield StatusLine(id="status")
         yield Footer()

@@ -239,7 +239,7 @@ class ImportanceMixin:
         if self.state.figure != IMPORTANCE_FIGURE or self.importance is None:
             return None
         values = self.importance.importance
-        label = f"{self.importance.objective} importance ({self.importance.method})"
+        label = f"importance ({self.importance.objective})"
         return values, (0.0, float(np.max(values)) or 1.0), label
 
     # estimating
