@@ -176,10 +176,11 @@ def info(model, device, dtype, allow_download, as_json):
         "num_heads": "heads per layer", "hidden_size": "hidden size", "vocab_size": "vocabulary",
         "max_length": "max tokens", "has_mlm_head": "MLM head", "num_labels": "labels",
         "device": "device", "dtype": "dtype", "parameters": "parameters", "fingerprint": "fingerprint",
+        "pruned_heads": "pruned heads",
     }
     for key, label in labels.items():
         value = details[key]
-        if key == "num_labels" and value is None:
+        if key == "num_labels" and value is None or key == "pruned_heads" and not value:
             continue
         if isinstance(value, bool):
             value = "yes" if value else "no (fill-in needs a model with an MLM head)"
@@ -509,3 +510,4 @@ def export(text, pair, mask_spec, ablation, output, model, device, dtype, allow_
 
 
 from bertscope import cli_fill_attribute  # noqa: E402,F401  (registers `fill` and `attribute`)
+from bertscope import cli_importance  # noqa: E402,F401 - registers `importance` and `prune` on `main`

@@ -39,16 +39,24 @@ class _PassState:
     padding_mask: Tensor | None  # [B, T] bool, True for real tokens
     want_weights: bool
     recorded: dict[int, Tensor]  # layer -> the weights it reported (when layers are run one by one)
+    kept: Sequence[Tensor | None] | None = None  # per layer, the original numbers of its heads (pruned models)
 
 
 _current_pass: ContextVar[_PassState | None] = ContextVar("bertscope_pass", default=None)
 
 
-def layer_gates(gates: Tensor, layer: int) -> Tensor:
-    """The gates of one layer, shaped to broadcast over `[B, T, H, d]`."""
+def layer_gates(gates: Tensor, layer: int, kept: Sequence[Tensor | None] | None = None) -> Tensor:
+    """The gates of one layer, shaped to broadcast over `[B, T, H, d]`.
+
+    In a pruned model (`kept`), gates stay in the original head numbers and only the
+    layer's remaining heads are taken, in the order they sit in its weights.
+    """
+    heads = gates[layer] if gates.dim() == 2 else gates[:, layer]
+    if kept is not None and kept[layer] is not None:
+        heads = heads.index_select(-1, kept[layer].to(heads.device))
     if gates.dim() == 2:
-        return gates[layer].view(1, 1, -1, 1)
-    return gates[:, layer].reshape(gates.shape[0], 1, -1, 1)
+        return heads.view(1, 1, -1, 1)
+    return heads.reshape(gates.shape[0], 1, -1, 1)
 
 
 def bertscope_attention(
@@ -74,13 +82,36 @@ def bertscope_attention(
     if state.gates is not None:
         output, weights = _ablate(state, module, key, value, output, weights)
     if weights is not None:
+        weights = _in_original_heads(state, module, weights)
         state.recorded[state.layer_of[id(module)]] = weights
+    return output, weights
+
+
+def _in_original_heads(state: _PassState, module, weights: Tensor) -> Tensor:
+    """A pruned layer's weights spread back over the original head numbers, pruned heads all zero."""
+    if state.kept is None or state.kept[state.layer_of[id(module)]] is None:
+        return weights
+    kept = state.kept[state.layer_of[id(module)]]
+    full = weights.new_zeros((weights.shape[0], module.bertscope_num_heads, *weights.shape[2:]))
+    full[:, kept.to(weights.device)] = weights
+    return full
+
+
+def empty_attention(module: nn.Module, hidden_states: Tensor) -> tuple[Tensor, Tensor | None]:
+    """The attention of a layer with every head pruned: no context; all-zero weights when a pass wants them."""
+    batch, length, _ = hidden_states.shape
+    output = hidden_states.new_zeros((batch, length, 0))
+    state = _current_pass.get()
+    if state is None or not state.want_weights:
+        return output, None
+    weights = hidden_states.new_zeros((batch, module.bertscope_num_heads, length, length))
+    state.recorded[state.layer_of[id(module)]] = weights
     return output, weights
 
 
 def _ablate(state: _PassState, module, key, value, output, weights):
     """Apply this layer's gates: uniform mixes the output itself; zero only reports it (the hook gates)."""
-    gates = layer_gates(state.gates, state.layer_of[id(module)]).to(output.dtype)  # [B|1, 1, H, 1]
+    gates = layer_gates(state.gates, state.layer_of[id(module)], state.kept).to(output.dtype)  # [B|1, 1, H, 1]
     if state.ablation == "uniform":
         uniform = _uniform_weights(state.padding_mask, key)  # [B, K]
         uniform_output = torch.einsum("bk,bhkd->bhd", uniform.to(value.dtype), value).unsqueeze(1)
@@ -131,6 +162,7 @@ def attention_pass(
     ablation: Ablation = "zero",
     padding_mask: Tensor | None = None,
     want_weights: bool = False,
+    kept: Sequence[Tensor | None] | None = None,
 ) -> Iterator[dict[int, Tensor]]:
     """Run the forward passes inside this block with these gates and this ablation.
 
@@ -138,14 +170,13 @@ def attention_pass(
     `gates` is `[L, H]` (one mask for the batch) or `[B, L, H]` (a mask per sequence).
     Yields a dict that collects each layer's attention weights when they are wanted (for
     callers that run layers one by one, without transformers' output capturing). Hooks and
-    pass state are removed on leaving, also when the forward raises.
+    pass state are removed on leaving, also when the forward raises. `kept` is a pruned
+    model's map from each layer's remaining heads to their original numbers (core.pruning).
     """
-    num_heads = None
     if gates is not None:
         expected = len(layers)
         if gates.dim() not in (2, 3) or gates.shape[-2] != expected:
             raise ValueError(f"gates must be [L, H] or [B, L, H] with L={expected}; got {tuple(gates.shape)}")
-        num_heads = gates.shape[-1]
     state = _PassState(
         layer_of={id(attention): index for index, (attention, _) in enumerate(layers)},
         gates=gates,
@@ -153,13 +184,14 @@ def attention_pass(
         padding_mask=padding_mask,
         want_weights=want_weights,
         recorded={},
+        kept=kept,
     )
     handles = []
     token = _current_pass.set(state)
     try:
         if gates is not None and ablation == "zero":
             for index, (_, output_projection) in enumerate(layers):
-                handles.append(output_projection.register_forward_pre_hook(_zero_gate_hook(gates, index, num_heads)))
+                handles.append(output_projection.register_forward_pre_hook(_zero_gate_hook(gates, index, kept)))
         yield state.recorded
     finally:
         for handle in handles:
@@ -167,12 +199,16 @@ def attention_pass(
         _current_pass.reset(token)
 
 
-def _zero_gate_hook(gates: Tensor, layer: int, num_heads: int):
+def _zero_gate_hook(gates: Tensor, layer: int, kept: Sequence[Tensor | None] | None):
+    num_heads = gates.shape[-1] if kept is None or kept[layer] is None else len(kept[layer])
+
     def gate_heads(_module: nn.Module, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         context = args[0]  # [B, T, H * d], the heads' outputs side by side
+        if num_heads == 0:
+            return args  # every head of this layer is pruned: nothing to gate
         batch, length, width = context.shape
         per_head = context.view(batch, length, num_heads, width // num_heads)
-        gated = per_head * layer_gates(gates, layer).to(context.dtype)
+        gated = per_head * layer_gates(gates, layer, kept).to(context.dtype)
         return (gated.view(batch, length, width), *args[1:])
 
     return gate_heads

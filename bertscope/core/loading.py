@@ -18,7 +18,7 @@ import transformers
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 from transformers.utils import logging as hf_logging
 
-from bertscope.core import ablation
+from bertscope.core import ablation, pruning
 from bertscope.core.device import resolve_device, resolve_dtype
 from bertscope.core.errors import ModelLoadError
 from bertscope.core.families import SUPPORTED_HEADS, Family, family_for
@@ -128,7 +128,7 @@ def load_model(
     try:
         config = AutoConfig.from_pretrained(directory, local_files_only=True, trust_remote_code=False)
         model_class, architecture = _model_class(architecture)
-        loaded, architecture = _load_weights(model_class, architecture, directory, config, weights, torch_dtype)
+        loaded, architecture = _load_weights(model_class, architecture, directory, config, weights, torch_dtype, family)
         tokenizer = _load_tokenizer(directory)
     finally:
         hf_logging.set_verbosity(verbosity)
@@ -162,8 +162,19 @@ def _model_class(architecture: str) -> tuple[type[PreTrainedModel], str]:
     return AutoModel, "encoder of " + architecture
 
 
-def _load_weights(model_class, architecture, directory, config, weights, torch_dtype):
-    """Load weights; a head whose weights are missing from the file is dropped, not left random."""
+def _load_weights(model_class, architecture, directory, config, weights, torch_dtype, family):
+    """Load weights; a head whose weights are missing from the file is dropped, not left random.
+
+    A physically pruned checkpoint (`pruned_heads` in its config) is built with its heads
+    removed before the weights are read (core.pruning), since transformers 5 cannot.
+    """
+    encoder_class = AutoModel
+    if pruning.pruned_heads_of(config):
+        encoder_class = pruning.pruned_class(AutoModel._model_mapping[type(config)], family)
+        if model_class is AutoModel:
+            model_class = encoder_class
+        else:
+            model_class = pruning.pruned_class(model_class, family)
     options = dict(
         config=config,
         local_files_only=True,
@@ -174,8 +185,8 @@ def _load_weights(model_class, architecture, directory, config, weights, torch_d
     )
     try:
         model, info = model_class.from_pretrained(directory, output_loading_info=True, **options)
-        if model_class is not AutoModel and _head_missing(info, model):
-            model = AutoModel.from_pretrained(directory, **options)
+        if model_class is not encoder_class and _head_missing(info, model):
+            model = encoder_class.from_pretrained(directory, **options)
             architecture = f"encoder of {architecture} (head weights missing)"
     except Exception as error:  # safetensors, torch.load and shape checks all end here
         raise ModelLoadError(

@@ -32,6 +32,7 @@ class ModelInfo:
     dtype: str
     parameters: int
     fingerprint: str
+    pruned_heads: int = 0  # heads physically removed (core.pruning); masks still use the original numbers
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)

@@ -20,6 +20,7 @@ from bertscope.core.ablation import attention_pass
 from bertscope.core.allocator import keep_freed_memory
 from bertscope.core.loading import LoadedModel, load_model
 from bertscope.core.masks import Ablation, HeadMask, check_ablation
+from bertscope.core.pruning import kept_heads as pruned_layout, pruned_heads_of
 from bertscope.core.effects import softmax
 from bertscope.core.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
 from bertscope.core.tokens import encode
@@ -43,6 +44,8 @@ class Session:
         family = loaded.family
         self._layers = [(family.self_attention(layer), family.attention_output(layer)) for layer in family.layers(self.model)]
         self.mlm_head = family.mlm_head(self.model)
+        # A physically pruned model: per layer, the original numbers of the heads it still has (core.pruning).
+        self.kept_heads = pruned_layout(config)
 
     @classmethod
     def open(
@@ -92,6 +95,7 @@ class Session:
             dtype=str(self.loaded.dtype).removeprefix("torch."),
             parameters=sum(p.numel() for p in self.model.parameters()),
             fingerprint=self.loaded.fingerprint,
+            pruned_heads=sum(len(heads) for heads in pruned_heads_of(config).values()),
         )
 
     def mask(self, spec: str | None = None) -> HeadMask:
@@ -163,7 +167,7 @@ class Session:
         hidden = torch.as_tensor(plain.hidden_states[start], device=self.device, dtype=self.loaded.dtype)[None]
         states = []
         with torch.inference_mode(), self.lock, attention_pass(
-            self._layers, gates=self.gate_tensor(mask), ablation=ablation, want_weights=attentions
+            self._layers, gates=self.gate_tensor(mask), ablation=ablation, want_weights=attentions, kept=self.kept_heads
         ) as recorded:
             for layer in layers[start:]:
                 hidden = layer(hidden)  # one unpadded sequence: no attention mask, as in the full pass
@@ -189,12 +193,14 @@ class Session:
         ablation: Ablation = "zero",
         attentions: bool = False,
         hidden_states: bool = True,
+        encoder_only: bool = False,
     ):
         """The model's own output for a batch, under head gates, holding the lock.
 
         `inputs` are tokenizer tensors on the session's device (`attention_mask` marks
         padding). `gates` is `[L, H]` or `[B, L, H]`, float, and may require grad. Call
-        inside `torch.inference_mode()` unless gradients are wanted.
+        inside `torch.inference_mode()` unless gradients are wanted. `encoder_only` skips
+        the model's head (an MLM head's logits over the whole vocabulary are costly).
         """
         padding_mask = inputs.get("attention_mask")
         with self.lock, attention_pass(
@@ -203,8 +209,10 @@ class Session:
             ablation=ablation,
             padding_mask=padding_mask.bool() if padding_mask is not None else None,
             want_weights=attentions,
+            kept=self.kept_heads,
         ):
-            return self.model(**inputs, output_hidden_states=hidden_states, output_attentions=attentions)
+            model = self.model.base_model if encoder_only else self.model
+            return model(**inputs, output_hidden_states=hidden_states, output_attentions=attentions)
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
         """The top guesses at every [MASK] of a result (empty without an MLM head or a [MASK])."""
@@ -244,6 +252,38 @@ class Session:
         from bertscope.core.attribution import attribute
 
         return attribute(self, text, pair, method=method, target=target, mask=mask, ablation=ablation, cancel=cancel, **options)
+    def head_importance(self, objective: str, sentences, *, method: str = "gradient", ablation: Ablation = "zero",
+                        normalize: bool = True, cancel=None, **options):
+        """How much each head matters for `objective` over sentences (see core.importance); a generator of progress."""
+        from bertscope.core.importance import head_importance
+
+        prepared = self._prepared_objective(objective, sentences, options)
+        return head_importance(prepared, method, ablation=ablation, normalize=normalize, cancel=cancel)
+
+    def measure_objective(self, objective: str, sentences, mask: HeadMask | None = None, ablation: Ablation = "zero", **options):
+        """The objective's loss and metric over sentences under `mask` (a core.importance_results.Measurement)."""
+        from bertscope.core.importance import measure
+
+        return measure(self._prepared_objective(objective, sentences, options), mask if mask is not None and len(mask) else None, ablation)
+
+    def pruning_curve(self, objective: str, sentences, *, importance=None, cancel=None, **options):
+        """The objective as ever more of the least important heads are removed (see core.importance)."""
+        from bertscope.core.importance import pruning_curve
+
+        curve_options = {k: options.pop(k) for k in ("method", "ablation", "step", "reestimate", "normalize", "max_drop") if k in options}
+        return pruning_curve(self._prepared_objective(objective, sentences, options), importance=importance, cancel=cancel, **curve_options)
+
+    def _prepared_objective(self, objective: str, sentences, options: dict):
+        """The objective prepared once for the last sentences asked about (tokenised, masked, probe trained)."""
+        from bertscope.core.objectives import make_objective
+
+        sentences = list(sentences)
+        key = (objective, tuple((s.text, s.pair, s.label) for s in sentences), tuple(sorted(options.items())))
+        cached = getattr(self, "_objective_cache", None)
+        if cached is None or cached[0] != key:
+            cached = (key, make_objective(self, objective, sentences, **options))
+            self._objective_cache = cached
+        return cached[1]
 
     def tokenize_batch(self, texts: Sequence[str]) -> dict[str, Tensor]:
         """Pad and truncate a batch of sentences into tensors on the session's device."""

@@ -34,6 +34,7 @@ from bertscope.ui.attribution import AttributionRow
 from bertscope.ui.backend import Backend
 from bertscope.ui.export import export_view
 from bertscope.ui.help import HelpScreen
+from bertscope.ui.importance import IMPORTANCE_FIGURE, ImportanceMixin, ObjectivePanel
 from bertscope.ui.overview import OverviewScreen
 from bertscope.ui.probing import ProbingScreen
 from bertscope.ui.messages import Analysis, AnalysisComputed, AnalysisFailed, ModelLoaded, ModelLoadFailed
@@ -61,7 +62,7 @@ class AnalysisJob:
         return f"AnalysisJob({self.request}, {self.text[:30]!r}, mask={self.mask.spec()!r}, {self.ablation})"
 
 
-class ExplorerApp(App[None]):
+class ExplorerApp(ImportanceMixin, App[None]):
     CSS_PATH = Path(__file__).parent / "explorer.tcss"  # absolute, so subclasses elsewhere find it
     TITLE = "bertscope"
     BINDINGS = [
@@ -77,6 +78,9 @@ class ExplorerApp(App[None]):
         Binding("p", "probing", "probing"),
         Binding("b", "next_attribution", "attribution", show=False),
         Binding("B", "next_attribution_target", "explain what", show=False),
+        Binding("i", "importance", "importance", show=False),
+        Binding("P", "prune_to", "prune to X%", show=False),
+        Binding("C", "pruning_curve", "pruning curve", show=False),
         Binding("escape", "cancel", "cancel", show=False),
         Binding("ctrl+q", "quit", "quit", priority=True),
     ]
@@ -136,6 +140,7 @@ class ExplorerApp(App[None]):
         with Horizontal(id="body"):
             with VerticalScroll(id="side", can_focus=False):
                 yield HeadGrid(colormap, id="grid")
+                yield ObjectivePanel(id="objective")  # hidden until `i` (ui.importance)
                 yield TokenPanel(id="tokens")
                 yield EffectPanel(id="effect")
             yield AttentionView(id="heatmap")
@@ -185,7 +190,7 @@ class ExplorerApp(App[None]):
     def on_model_loaded(self, message: ModelLoaded) -> None:
         self.backend = backend = message.backend
         self.state, warnings = fit_to_model(self.state, backend.num_layers, backend.num_heads)
-        if self.state.figure not in FIGURES:
+        if self.state.figure not in FIGURES and self.state.figure != IMPORTANCE_FIGURE:
             warnings.append(f"unknown grid figure {self.state.figure!r}; showing entropy")
             self.state = self.state.with_(figure="entropy")
         for warning in warnings:
@@ -301,8 +306,12 @@ class ExplorerApp(App[None]):
             return
         layer, head = self.state.layer, self.state.head
         length = len(analysis.current.tokens)
-        figure = self.state.figure
-        grid.show(analysis.figures[figure], figure_range(figure, length), FIGURES[figure], self.mask, (layer, head))
+        figure = self.state.figure if self.state.figure in FIGURES else "entropy"
+        overlay = self.grid_overlay()  # head importance, when chosen (ui.importance)
+        if overlay is not None:
+            grid.show(*overlay, self.mask, (layer, head))
+        else:
+            grid.show(analysis.figures[figure], figure_range(figure, length), FIGURES[figure], self.mask, (layer, head))
         weights, title, masked = self._displayed_matrix()
         view = self.query_one(AttentionView)
         view.show(weights, analysis.current.tokens, self._colormap(), title=title, masked=masked, glyphs=self.glyphs, cursor=self.state.cursor)
@@ -379,6 +388,7 @@ class ExplorerApp(App[None]):
         self.query_one(HeadGrid).show_mask(mask)
         self._update_status()
         self._analyse(reuse_plain=True)
+        self.measure_mask()
 
     def action_clear_mask(self) -> None:
         if self.mask is not None and len(self.mask):
@@ -390,11 +400,14 @@ class ExplorerApp(App[None]):
         self._update_status()
         if self.mask is not None and len(self.mask):
             self._analyse(reuse_plain=True)
+            self.measure_mask()
         else:
             self._save_state()
 
     def action_next_figure(self) -> None:
-        names = list(FIGURES)
+        names = list(FIGURES) + ([IMPORTANCE_FIGURE] if self.importance is not None else [])
+        if self.state.figure not in names:
+            self.state = self.state.with_(figure=names[-1])
         self.state = self.state.with_(figure=names[(names.index(self.state.figure) + 1) % len(names)])
         self._repaint()
         self._save_state()
@@ -492,6 +505,9 @@ class ExplorerApp(App[None]):
         yield SystemCommand("Probing", "What each layer knows: probes per layer, several tasks side by side", self.action_probing)
         yield SystemCommand("Attribution method", "Shade the tokens by gradient, gradient × input, integrated gradients, rollout, or off", self.action_next_attribution)
         yield SystemCommand("Attribution target", "Explain the MLM guess, the class, or a probe's decision", self.action_next_attribution_target)
+        yield SystemCommand("Head importance", "Shade the grid by each head's importance for the model's objective", self.action_importance)
+        yield SystemCommand("Prune to X%", "Switch off the least important X% of the heads", self.action_prune_to)
+        yield SystemCommand("Pruning curve", "The objective as ever more of the least important heads are removed", self.action_pruning_curve)
         yield SystemCommand("Cancel", "Cancel the computation in progress", self.action_cancel)
         yield SystemCommand("Keys", "Show every key", self.action_help)
 

@@ -32,6 +32,9 @@ and every pane shows the effect.
 | `p` | probing: what each layer knows, several tasks side by side; `m` there re-scores under this mask |
 | `b` | attribution: shade the sentence's tokens by gradient, gradient × input, integrated gradients or attention rollout, or switch it off |
 | `B` | what attribution explains: the MLM guess at the first `[MASK]`, the predicted class, or a probe's decision (trained once per task, then cached) |
+| `i` | head importance (Michel et al.'s gradient, for `mlm` with an MLM head, else `preserve`, on the sample corpus): shades the grid, and the objective pane then follows every mask; `i` again goes back |
+| `P` | prune to X%: switch off the least important X% of the heads |
+| `C` | pruning curve: the objective as ever more of the least important heads go; Enter masks the prunable ones |
 | `o` | overview: every head's pattern class and statistics over a corpus (Enter opens a head here) |
 | `escape` | cancel the computation in progress |
 | `ctrl+p` | command palette: every action by name |

@@ -1,0 +1,249 @@
+"""`bertscope importance` and `bertscope prune`: which heads matter, and a physically smaller model.
+
+Registered on the main command group by bertscope.cli; imports stay light until a command runs.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import click
+
+from bertscope.cli import (
+    BertscopeError, format_options, main, model_options, open_session, print_json, run_stages, warn,
+)
+from bertscope.core.masks import ABLATIONS
+
+OBJECTIVE_CHOICES = ("mlm", "classification", "probe", "preserve")
+
+
+def objective_options(command):
+    """What importance is measured on: the objective, its data and its options."""
+    options = [
+        click.argument("text", required=False),
+        click.option("--data", default=None, metavar="FILE", help="Sentences: plain text, CoNLL-U or SentEval TSV. Default: the shipped sample corpus (the probe objective: a built-in task)."),
+        click.option("--format", "data_format", default="auto", show_default=True, type=click.Choice(["auto", "text", "conllu", "senteval"])),
+        click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="Read at most N sentences."),
+        click.option(
+            "--objective", "-O", "objective", required=True, type=click.Choice(OBJECTIVE_CHOICES),
+            help="mlm (MLM head), classification (classifier, labelled data), probe (--task, --probe-layer), preserve (any encoder).",
+        ),
+        click.option("--task", "-t", default=None, help="probe objective: a built-in task, the labels of a SentEval file, or upos/xpos/deprel (CoNLL-U)."),
+        click.option("--probe-layer", type=int, default=None, metavar="N", help="probe objective: hidden-state layer, 0 = embeddings. Default: the last."),
+        click.option("--method", default="gradient", show_default=True, type=click.Choice(["gradient", "ablation"]),
+                     help="gradient: Michel et al.'s E|dL/dgate| (one backward pass per batch); ablation: exact loss change per head and per layer."),
+        click.option("--ablation", default="zero", show_default=True, type=click.Choice(ABLATIONS),
+                     help="zero: remove the head's output (Michel et al.); uniform: the head attends evenly (Kovaleva et al.)."),
+        click.option("--normalize/--no-normalize", default=True, show_default=True, help="Divide each layer's scores by their l2 norm (Michel et al.)."),
+        click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True, help="MLM masking, probe training and random projections."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def build_objective(session, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed):
+    """Read the data and prepare the objective; returns (objective, description of the data)."""
+    from bertscope.core.corpus import ReadReport, Sentence, read_sentences, sample_corpus
+    from bertscope.core.objectives import check_objective, make_objective
+
+    check_objective(session, objective)
+    if text is not None and data is not None:
+        raise BertscopeError("give either TEXT or --data FILE, not both")
+    report = ReadReport()
+    if text is not None:
+        if not text.strip():
+            raise BertscopeError("the text is empty; give a sentence, or --data FILE for a corpus")
+        sentences, source = [Sentence(text=text, location="TEXT")], "TEXT"
+    elif data is not None:
+        sentences, source = list(read_sentences(data, data_format, limit=limit, report=report)), data
+    elif objective == "probe":
+        sentences, source = [], f"built-in task {task}"
+    elif objective == "classification":
+        raise BertscopeError("the classification objective needs labelled data: --data FILE (SentEval TSV: split<TAB>label<TAB>sentence)")
+    else:
+        path = sample_corpus()
+        sentences, source = list(read_sentences(path, limit=limit, report=report)), str(path)
+    if report.skipped:
+        warn(report.summary())
+    if objective != "probe" and task is not None:
+        warn(f"--task is for the probe objective; the {objective} objective ignores it")
+    prepared = make_objective(session, objective, sentences, batch_size=batch_size, seed=seed, probe_task=task, probe_layer=probe_layer)
+    for note in prepared.notes:
+        warn(note)
+    return prepared, source
+
+
+class _Stages:
+    """Adapts importance/curve progress to run_stages (which reads stage, done, total, report)."""
+
+    def __init__(self, steps, attribute: str) -> None:
+        self.steps, self.attribute = steps, attribute
+
+    def __iter__(self):
+        from types import SimpleNamespace
+
+        for item in self.steps:
+            yield SimpleNamespace(stage=item.stage, done=item.done, total=item.total, report=getattr(item, self.attribute))
+
+
+def compute_importance(prepared, method, ablation, normalize, seed):
+    from bertscope.core.importance import head_importance
+
+    steps = head_importance(prepared, method, ablation=ablation, normalize=normalize, seed=seed)
+    return run_stages(_Stages(steps, "result"), "head importance").report
+
+
+@main.command()
+@objective_options
+@format_options
+@model_options
+def importance(text, data, data_format, limit, objective, task, probe_layer, method, ablation, normalize, batch_size, seed,
+               output_format, model, device, dtype, allow_download):
+    """How much each head matters for an objective (Michel et al.; Kovaleva et al.).
+
+    gradient: I_h = E|dL/d gate_h| from one backward pass per batch through float head
+    gates (for preserve: the first-order movement E||dh/d gate_h||^2, since the distance
+    itself has zero gradient); ablation: the exact loss change when each head, and each
+    whole layer, is switched off. Higher means more important.
+    """
+    session = open_session(model, device, dtype, allow_download)
+    prepared, source = build_objective(session, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed)
+    result = compute_importance(prepared, method, ablation, normalize, seed)
+    if output_format == "json":
+        print_json(result.as_json(session.info.source) | {"data": source})
+        return
+    if output_format == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(["layer", "head", "importance", "raw", "pruned"])
+        for layer in range(session.num_layers):
+            for head in range(session.num_heads):
+                writer.writerow([layer, head, f"{result.importance[layer, head]:.8g}", f"{result.raw[layer, head]:.8g}",
+                                 int((layer, head) in result.pruned)])
+        click.echo(buffer.getvalue(), nl=False)
+        return
+    from rich.console import Console
+
+    from bertscope.render.importance import importance_report
+
+    Console().print(importance_report(result, session.info.source, source))
+
+
+@main.command()
+@objective_options
+@click.option("--curve", is_flag=True, help="Measure the objective as ever more heads are removed.")
+@click.option("--step", type=float, default=0.1, show_default=True, help="--curve: the share of all heads removed per step.")
+@click.option("--reestimate", is_flag=True, help="--curve: estimate importance again after every step (iterative pruning).")
+@click.option("--max-drop", type=click.FloatRange(min=0), default=0.01, show_default=True,
+              help="--curve: the largest fall in the objective's metric (accuracy, or cosine for preserve) still called harmless.")
+@click.option("--fraction", type=float, default=None, metavar="F", help="Prune this share of all heads, 0 < F < 1 (the least important first).")
+@click.option("--output", "-o", default=None, metavar="DIR", help="--fraction: write the physically pruned model to DIR (new or empty).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
+@model_options
+def prune(text, data, data_format, limit, objective, task, probe_layer, method, ablation, normalize, batch_size, seed,
+          curve, step, reestimate, max_drop, fraction, output, as_json, model, device, dtype, allow_download):
+    """Remove the least important heads: a pruning curve, or a physically smaller model.
+
+    --curve removes --step of the heads at a time and measures the objective at each step,
+    reporting the largest fraction within --max-drop. --fraction F -o DIR writes a copy of
+    the model with those heads sliced out of its weights (listed in config.json's
+    pruned_heads and in DIR/bertscope-pruning.json); `--model DIR` loads it, and its
+    outputs equal the original with those heads masked (zero ablation). Head numbers stay
+    those of the original model.
+    """
+    from bertscope.core.importance import check_fraction
+
+    if curve == (fraction is not None):
+        raise BertscopeError("give --curve for a pruning curve, or --fraction F (with -o DIR) to prune")
+    if curve:
+        check_fraction(step, "--step")
+        if output is not None:
+            raise BertscopeError("-o DIR writes a pruned model: use it with --fraction F, not --curve")
+    else:
+        check_fraction(fraction, "--fraction")
+    if output is not None:
+        from pathlib import Path
+
+        from bertscope.core.pruning import check_output_dir
+
+        check_output_dir(Path(output).expanduser())
+    session = open_session(model, device, dtype, allow_download)
+    prepared, source = build_objective(session, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed)
+    if curve:
+        _curve(session, prepared, source, method, ablation, normalize, step, reestimate, max_drop, seed, as_json)
+    else:
+        _prune_to(session, prepared, source, method, ablation, normalize, fraction, output, seed, as_json)
+
+
+def _curve(session, prepared, source, method, ablation, normalize, step, reestimate, max_drop, seed, as_json):
+    from bertscope.core.importance import pruning_curve
+
+    importance_result = compute_importance(prepared, method, ablation, normalize, seed)
+    steps = pruning_curve(prepared, importance=importance_result, method=method, ablation=ablation, step=step,
+                          reestimate=reestimate, normalize=normalize, max_drop=max_drop)
+    result = run_stages(_Stages(steps, "curve"), "pruning curve").report
+    if as_json:
+        print_json(result.as_json(session.info.source) | {"data": source, "sentences": prepared.sentences})
+        return
+    from rich.console import Console
+
+    from bertscope.render.importance import curve_report
+
+    Console().print(curve_report(result, session.info.source, source))
+
+
+def _prune_to(session, prepared, source, method, ablation, normalize, fraction, output, seed, as_json):
+    from bertscope.core.importance import measure, pruned_set
+    from bertscope.core.masks import HeadMask
+
+    result = compute_importance(prepared, method, ablation, normalize, seed)
+    total = session.num_layers * session.num_heads
+    count = round(fraction * total) - len(pruned_set(session))
+    if count <= 0:
+        raise BertscopeError(f"--fraction {fraction:g} is {round(fraction * total)} of {total} heads, and the model already has "
+                             f"{total - len(result.order())} pruned; give a larger fraction")
+    chosen = result.least_important(count)
+    mask = HeadMask(session.num_layers, session.num_heads, frozenset(chosen))
+    after = measure(prepared, mask, "zero")
+    payload = {
+        "model": session.info.source, "data": source, "objective": prepared.name, "method": method, "ablation": ablation,
+        "fraction": fraction, "heads_pruned": len(chosen), "heads_total": total, "mask": mask.spec(), "metric": prepared.metric,
+        "before": {"loss": result.baseline_loss, "metric": result.baseline_metric},
+        "after": {"loss": after.loss, "metric": after.metric},
+    }
+    if output is not None:
+        from bertscope.core.pruning import write_pruned_model
+
+        texts = prepared.texts
+        written = write_pruned_model(session, chosen, output, timing_texts=texts, extra={
+            "objective": prepared.name, "method": method, "ranking_ablation": ablation, "fraction": fraction,
+            "data": source, "metric": prepared.metric, "before": payload["before"], "after": payload["after"],
+        })
+        payload |= {
+            "output": str(written.directory), "parameters_before": written.parameters_before,
+            "parameters_after": written.parameters_after, "speedup": round(written.speedup, 4),
+            "encoder_seconds_before": round(written.seconds_before, 6), "encoder_seconds_after": round(written.seconds_after, 6),
+            "timed_sentences": len(texts), "max_abs_difference_vs_masked": written.max_abs_difference,
+        }
+    if as_json:
+        print_json(payload)
+        return
+    from rich.console import Console
+
+    console = Console()
+    console.print(f"[bold]pruned {len(chosen)} of {total} heads[/] ({len(chosen) / total:.0%}) by {method} importance "
+                  f"for {prepared.name} on {source}: {mask.spec()}", highlight=False)
+    console.print(f"{prepared.metric}: {result.baseline_metric:.4f} → {after.metric:.4f}; loss {result.baseline_loss:.4g} → {after.loss:.4g}",
+                  highlight=False)
+    if output is not None:
+        before, after_p = payload["parameters_before"], payload["parameters_after"]
+        console.print(f"wrote {payload['output']}: parameters {before:,} → {after_p:,} ({(after_p - before) / before:+.1%}); "
+                      f"encoder forward {payload['speedup']:.2f}× as fast (measured on {len(texts)} sentences); "
+                      f"outputs equal the masked original within {payload['max_abs_difference_vs_masked']:.2g}", highlight=False)
+        console.print(f"load it with: bertscope --model {payload['output']}", style="dim", highlight=False)
+    else:
+        console.print("give -o DIR to write the pruned model", style="dim")
+

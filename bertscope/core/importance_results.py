@@ -1,0 +1,168 @@
+"""Head importance results and pruning curves as plain data (numpy, no torch), for the CLI and the UI.
+
+Computed by core.importance; kept apart so the explorer and its fake test backend can use
+them without importing torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bertscope.core.errors import InputError
+from bertscope.core.masks import Ablation, HeadMask
+
+
+def finite(value: float) -> float | None:
+    """A float for JSON: NaN and infinities become None."""
+    return value if math.isfinite(value) else None
+
+
+@dataclass(frozen=True, eq=False)
+class HeadImportance:
+    """`[L, H]` importance of every head for one objective (higher: the objective needs it more).
+
+    `importance` is what heads are ranked by (ℓ2-normalised per layer if `normalized`);
+    `raw` is before normalisation. `layers` `[L]` is the loss change when each whole layer
+    is switched off (ablation only). Heads in `pruned` are physically gone from the model.
+    """
+
+    objective: str
+    method: str
+    ablation: Ablation
+    normalized: bool
+    importance: np.ndarray
+    raw: np.ndarray
+    layers: np.ndarray | None
+    baseline_loss: float
+    baseline_metric: float
+    metric: str
+    sentences: int
+    pruned: frozenset[tuple[int, int]] = frozenset()
+    base_mask: str = ""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.importance.shape
+
+    def order(self) -> list[tuple[int, int]]:
+        """Heads still in the model, least important first (ties: lower layer, then head)."""
+        num_layers, num_heads = self.shape
+        heads = [(l, h) for l in range(num_layers) for h in range(num_heads) if (l, h) not in self.pruned]
+        return sorted(heads, key=lambda lh: (self.importance[lh], lh))
+
+    def least_important(self, count: int, keep: HeadMask | None = None) -> list[tuple[int, int]]:
+        """The `count` least important heads not already in `keep`'s switched-off set."""
+        already = keep.off if keep is not None else frozenset()
+        return [head for head in self.order() if head not in already][:count]
+
+    def as_json(self, model: str) -> dict:
+        num_layers, num_heads = self.shape
+        heads = []
+        for layer in range(num_layers):
+            for head in range(num_heads):
+                entry = {"layer": layer, "head": head, "importance": round(float(self.importance[layer, head]), 8)}
+                if self.normalized:
+                    entry["raw"] = round(float(self.raw[layer, head]), 8)
+                if (layer, head) in self.pruned:
+                    entry["pruned"] = True
+                heads.append(entry)
+        payload = {
+            "model": model, "objective": self.objective, "method": self.method, "ablation": self.ablation,
+            "normalized": self.normalized, "sentences": self.sentences, "metric": self.metric,
+            "baseline": {"loss": finite(self.baseline_loss), "metric": finite(self.baseline_metric)},
+            "heads": heads, "notes": list(self.notes),
+        }
+        if self.base_mask:
+            payload["mask"] = self.base_mask
+        if self.layers is not None:
+            payload["layers"] = [{"layer": layer, "importance": round(float(v), 8)} for layer, v in enumerate(self.layers)]
+        return payload
+
+
+@dataclass(frozen=True)
+class ImportanceProgress:
+    """One batch done; the last item carries the result."""
+
+    stage: str
+    done: int
+    total: int
+    result: HeadImportance | None = None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The objective over all its sentences under one mask."""
+
+    loss: float
+    metric: float
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    fraction: float  # of all heads of the model
+    heads_pruned: int
+    loss: float
+    metric: float
+    mask: str
+
+
+@dataclass(frozen=True, eq=False)
+class PruningCurve:
+    """The objective as ever more of the least important heads are removed."""
+
+    objective: str
+    metric: str
+    method: str
+    ablation: Ablation
+    reestimate: bool
+    points: tuple[CurvePoint, ...]
+    max_drop: float
+    notes: tuple[str, ...] = field(default=())
+
+    def drops(self) -> list[float]:
+        start = self.points[0].metric
+        return [start - point.metric for point in self.points]
+
+    def prunable(self, max_drop: float | None = None) -> CurvePoint:
+        """The last point before the metric first falls more than `max_drop` below the unpruned model's."""
+        limit = self.max_drop if max_drop is None else max_drop
+        best = self.points[0]
+        for point, drop in zip(self.points, self.drops()):
+            if not drop <= limit + 1e-12:
+                break
+            best = point
+        return best
+
+    def as_json(self, model: str) -> dict:
+        best = self.prunable()
+        return {
+            "model": model, "objective": self.objective, "metric": self.metric, "method": self.method,
+            "ablation": self.ablation, "reestimate": self.reestimate, "max_drop": self.max_drop,
+            "points": [
+                {"fraction": round(p.fraction, 6), "heads_pruned": p.heads_pruned, "loss": finite(p.loss),
+                 "metric": finite(p.metric), "drop": finite(d), "mask": p.mask}
+                for p, d in zip(self.points, self.drops())
+            ],
+            "prunable": {"fraction": round(best.fraction, 6), "heads_pruned": best.heads_pruned, "mask": best.mask},
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class CurveProgress:
+    stage: str
+    done: int
+    total: int
+    curve: PruningCurve | None = None
+
+
+def check_fraction(value: float, what: str = "fraction") -> float:
+    if not 0.0 < value < 1.0:
+        raise InputError(f"{what} {value:g} must lie strictly between 0 and 1 (e.g. 0.3 for 30% of the heads)")
+    return float(value)
+
+

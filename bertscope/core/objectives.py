@@ -1,0 +1,414 @@
+"""What head importance is measured against: the objectives, as losses under head gates.
+
+Every objective turns a batch of sentences and `[R, L, H]` gates into a loss per row (lower
+is better) and a metric per row (higher is better), so that one code path serves gradients
+through float gates (Michel et al.), exact ablation with many masks batched as rows, and
+pruning curves:
+
+- `mlm`: cross-entropy of the MLM head on a seeded 15% of each sentence's tokens, replaced
+  by [MASK]; metric: accuracy on them. Models with an MLM head.
+- `classification`: cross-entropy of the model's classifier on labelled sentences (a
+  SentEval-style file, labels by name or number); metric: accuracy. Sequence classifiers.
+- `probe`: cross-entropy of a probe trained by the probing feature on one hidden-state layer
+  (0 = embeddings) for one task, measured on the held-out test sentences; metric: accuracy.
+  Any encoder, with labelled data or a built-in task.
+- `preserve`: how far the final hidden states move, Σ‖h' − h‖² / Σ‖h‖² over a sentence's
+  real tokens; metric: mean cosine of h' to h. Any encoder, any text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from bertscope.core.corpus import Sentence
+from bertscope.core.errors import InputError
+from bertscope.core.masks import Ablation
+
+OBJECTIVES = ("mlm", "classification", "probe", "preserve")
+MLM_RATE = 0.15
+
+
+@dataclass
+class Batch:
+    """Model inputs and targets of some sentences; every tensor has the batch as its first dimension."""
+
+    inputs: dict[str, Tensor]
+    target: dict[str, Tensor] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return int(self.inputs["input_ids"].shape[0])
+
+    def repeated(self, times: int) -> Batch:
+        """The batch stacked `times` over (row k·B + b is sentence b), for one mask per copy."""
+        if times == 1:
+            return self
+
+        def tile(tensor: Tensor) -> Tensor:
+            return tensor.repeat(times, *([1] * (tensor.dim() - 1)))
+
+        return Batch({k: tile(v) for k, v in self.inputs.items()}, {k: tile(v) for k, v in self.target.items()})
+
+
+@dataclass
+class Scores:
+    """Per row: the loss, and the metric as a sum and a count (accuracy = correct / counted)."""
+
+    loss: Tensor  # [R]
+    metric_sum: Tensor  # [R]
+    metric_count: Tensor  # [R]
+
+
+class Objective:
+    """A loss over prepared batches; subclasses say how to compute it from the model's outputs."""
+
+    name = ""
+    metric = ""
+    description = ""
+
+    def __init__(self, session, batches: list[Batch], sentences: int, notes: list[str] | None = None) -> None:
+        self.session = session
+        self.batches = batches
+        self.sentences = sentences
+        self.notes = notes or []
+        self.texts: list[str] = []  # the sentences measured on, as text (for timing a pruned model)
+
+    def reference(self, batch: Batch) -> Batch:
+        """The batch with whatever the loss compares against (the unmasked output, for `preserve`)."""
+        return batch
+
+    def scores(self, batch: Batch, gates: Tensor | None, ablation: Ablation) -> Scores:
+        raise NotImplementedError
+
+    def gradient_target(self, batch: Batch, gates: Tensor, ablation: Ablation, generator: torch.Generator) -> tuple[Tensor, bool, Scores]:
+        """A scalar whose gradient in `[B, L, H]` gates gives each sentence's importance.
+
+        Also says whether to square the gradient (True) or take its magnitude, and gives
+        the scores of this pass (the objective at the gates, for the baseline).
+        """
+        scores = self.scores(batch, gates, ablation)
+        return scores.loss.sum(), False, scores
+
+
+def available(session) -> dict[str, str | None]:
+    """Each objective, with None where this model can serve it, or the reason it cannot."""
+    info = session.info
+    return {
+        "mlm": None if session.mlm_head is not None else f"needs a model with an MLM head; {info.architecture} has none",
+        "classification": None if session.is_classifier else f"needs a sequence-classification model; {info.architecture} is not one",
+        "probe": None,
+        "preserve": None,
+    }
+
+
+def check_objective(session, name: str) -> str:
+    """`name` if this model can serve it, else an InputError listing the objectives that work."""
+    reasons = available(session)
+    working = ", ".join(o for o, reason in reasons.items() if reason is None)
+    if name not in reasons:
+        raise InputError(f"unknown objective {name!r}; objectives for this model: {working}")
+    if reasons[name] is not None:
+        raise InputError(f"objective {name!r} {reasons[name]}; objectives that work for this model: {working}")
+    return name
+
+
+def make_objective(
+    session,
+    name: str,
+    sentences: Sequence[Sentence],
+    *,
+    batch_size: int = 32,
+    seed: int = 0,
+    probe_task: str | None = None,
+    probe_layer: int | None = None,
+    probe_data: dict | None = None,
+) -> Objective:
+    """Prepare `name` over these sentences (tokenised, masked and labelled once, deterministically)."""
+    check_objective(session, name)
+    sentences = list(sentences)
+    if name == "probe":
+        objective = ProbeObjective.build(session, sentences, batch_size=batch_size, seed=seed, task=probe_task, layer=probe_layer, splits=probe_data)
+        return objective
+    if not sentences:
+        raise InputError("no sentences to measure the objective on; give a corpus with at least one sentence")
+    if name == "mlm":
+        objective = MLMObjective.build(session, sentences, batch_size, seed)
+    elif name == "classification":
+        objective = ClassificationObjective.build(session, sentences, batch_size)
+    else:
+        objective = PreserveObjective(session, _batches(session, sentences, batch_size), len(sentences))
+    objective.texts = [sentence.text for sentence in sentences]
+    return objective
+
+
+def _batches(session, sentences: Sequence[Sentence], batch_size: int, targets: Sequence[dict] | None = None) -> list[Batch]:
+    """Length-sorted padded batches (less padding, faster), targets following their sentences."""
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i].text))
+    batches = []
+    for start in range(0, len(order), batch_size):
+        chosen = order[start : start + batch_size]
+        texts = [sentences[i].text for i in chosen]
+        pairs = [sentences[i].pair for i in chosen]
+        if any(p is not None for p in pairs) and not all(p is not None for p in pairs):
+            raise InputError("a batch mixes single sentences and pairs; give one kind of input per corpus")
+        encoded = session.tokenizer(
+            texts, pairs if pairs[0] is not None else None, padding=True, truncation=True,
+            max_length=session.max_length, return_tensors="pt", return_special_tokens_mask=True,
+        )
+        special = encoded.pop("special_tokens_mask")
+        inputs = {k: v.to(session.device) for k, v in encoded.items()}
+        target = {"special": special.bool().to(session.device)}
+        if targets is not None:
+            for key in targets[0]:
+                target[key] = torch.as_tensor(np.array([targets[i][key] for i in chosen]), device=session.device)
+        batches.append(Batch(inputs, target))
+    return batches
+
+
+def _per_row_mean(values: Tensor, rows: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:
+    """Sum and count of `values` grouped by `rows` (for token-level losses per sentence)."""
+    total = values.new_zeros(num_rows).index_add(0, rows, values)
+    count = values.new_zeros(num_rows).index_add(0, rows, torch.ones_like(values))
+    return total, count
+
+
+class MLMObjective(Objective):
+    name = "mlm"
+    metric = "masked-token accuracy"
+    description = "MLM loss on a seeded 15% of the tokens, replaced by [MASK]"
+
+    @classmethod
+    def build(cls, session, sentences, batch_size, seed) -> MLMObjective:
+        mask_id = session.tokenizer.mask_token_id
+        if mask_id is None:
+            raise InputError("the tokenizer has no [MASK] token; the mlm objective needs one")
+        batches = _batches(session, sentences, batch_size)
+        generator = torch.Generator().manual_seed(seed)
+        for batch in batches:
+            ids = batch.inputs["input_ids"]
+            candidates = (batch.inputs["attention_mask"].bool() & ~batch.target["special"]).cpu()
+            chosen = (torch.rand(ids.shape, generator=generator) < MLM_RATE) & candidates
+            for row in range(ids.shape[0]):  # every sentence gets at least one masked token
+                if not chosen[row].any() and candidates[row].any():
+                    options = torch.nonzero(candidates[row]).squeeze(-1)
+                    chosen[row, options[torch.randint(len(options), (1,), generator=generator)]] = True
+            chosen = chosen.to(ids.device)
+            batch.target["labels"] = torch.where(chosen, ids, torch.full_like(ids, -100))
+            batch.inputs["input_ids"] = torch.where(chosen, torch.full_like(ids, mask_id), ids)
+        return cls(session, batches, len(sentences))
+
+    def scores(self, batch, gates, ablation) -> Scores:
+        hidden = self.session.run(batch.inputs, gates=gates, ablation=ablation, hidden_states=False, encoder_only=True).last_hidden_state
+        labels = batch.target["labels"]
+        rows, positions = torch.nonzero(labels != -100, as_tuple=True)
+        logits = self.session.mlm_head(hidden[rows, positions]).float()  # only the masked tokens: the vocabulary is large
+        wanted = labels[rows, positions]
+        loss_sum, count = _per_row_mean(F.cross_entropy(logits, wanted, reduction="none"), rows, labels.shape[0])
+        correct, _ = _per_row_mean((logits.argmax(-1) == wanted).float(), rows, labels.shape[0])
+        return Scores(loss_sum / count.clamp(min=1), correct, count)
+
+
+class ClassificationObjective(Objective):
+    name = "classification"
+    metric = "accuracy"
+    description = "classification loss on labelled sentences"
+
+    @classmethod
+    def build(cls, session, sentences, batch_size) -> ClassificationObjective:
+        config = session.model.config
+        by_name = {str(label): int(index) for label, index in (config.label2id or {}).items()}
+        names = ", ".join(f"{index}={label}" for label, index in sorted(by_name.items(), key=lambda item: item[1]))
+        labels = []
+        for sentence in sentences:
+            if sentence.label is None:
+                raise InputError(
+                    f"{sentence.location or 'a sentence'}: no label; the classification objective needs labelled data "
+                    "(SentEval TSV: split<TAB>label<TAB>sentence)"
+                )
+            label = sentence.label.strip()
+            if label in by_name:
+                labels.append(by_name[label])
+            elif label.lstrip("-").isdigit() and 0 <= int(label) < config.num_labels:
+                labels.append(int(label))
+            else:
+                raise InputError(f"{sentence.location}: label {label!r} is not one of the model's labels ({names})")
+        batches = _batches(session, sentences, batch_size, [{"labels": label} for label in labels])
+        return cls(session, batches, len(sentences))
+
+    def scores(self, batch, gates, ablation) -> Scores:
+        logits = self.session.run(batch.inputs, gates=gates, ablation=ablation, hidden_states=False).logits.float()
+        labels = batch.target["labels"]
+        correct = (logits.argmax(-1) == labels).float()
+        return Scores(F.cross_entropy(logits, labels, reduction="none"), correct, torch.ones_like(correct))
+
+
+class PreserveObjective(Objective):
+    name = "preserve"
+    metric = "cosine to the unmasked output"
+    description = "how far the final hidden states move: Σ‖h′−h‖² / Σ‖h‖² per sentence"
+
+    def _hidden(self, batch, gates, ablation) -> Tensor:
+        return self.session.run(batch.inputs, gates=gates, ablation=ablation, hidden_states=False, encoder_only=True).last_hidden_state
+
+    CACHE_ELEMENTS = 32_000_000  # keep references of up to ~128 MB so repeated measurements skip a pass
+
+    def reference(self, batch: Batch) -> Batch:
+        if "reference" in batch.target:
+            return batch
+        with torch.inference_mode():
+            reference = self._hidden(batch, None, "zero").float()
+        cached = getattr(self, "_cached", 0)
+        if cached + reference.numel() <= self.CACHE_ELEMENTS:
+            self._cached = cached + reference.numel()
+            batch.target["reference"] = reference
+            return batch
+        return Batch(batch.inputs, {**batch.target, "reference": reference})
+
+    def scores(self, batch, gates, ablation) -> Scores:
+        batch = self.reference(batch)
+        hidden = self._hidden(batch, gates, ablation).float()
+        reference = batch.target["reference"]
+        real = batch.inputs["attention_mask"].float()
+        moved = ((hidden - reference).pow(2).sum(-1) * real).sum(-1)
+        size = (reference.pow(2).sum(-1) * real).sum(-1)
+        cosine = (F.cosine_similarity(hidden, reference, dim=-1) * real).sum(-1) / real.sum(-1)
+        return Scores(moved / size, cosine, torch.ones_like(cosine))
+
+    def gradient_target(self, batch, gates, ablation, generator) -> tuple[Tensor, bool, Scores]:
+        """A random projection of the output (Hutchinson): E[(vᵀ ∂h/∂ξ)²] = ‖∂h/∂ξ‖², the first-order movement.
+
+        The distance itself has zero gradient at the unmasked model, so Michel's |∂L/∂ξ|
+        would be 0 for every head; this estimates Σ‖∂h/∂ξ_h‖² / Σ‖h‖² per sentence, the
+        loss removing head h would cause to first order.
+        """
+        hidden = self._hidden(batch, gates, ablation).float()
+        real = batch.inputs["attention_mask"].float()[..., None]
+        direction = torch.randn(hidden.shape, generator=generator).to(hidden.device) * real
+        size = (hidden.detach().pow(2) * real).sum((1, 2))
+        ones = torch.ones_like(size)
+        unmoved = Scores(torch.zeros_like(size), ones, ones)  # the pass at gates 1 is its own reference
+        return ((direction * hidden).sum((1, 2)) / size.sqrt()).sum(), True, unmoved
+
+
+class ProbeObjective(Objective):
+    name = "probe"
+    metric = "probe accuracy"
+    description = "loss of a probe trained on one layer for one task"
+
+    def __init__(self, session, batches, sentences, notes, *, task, layer, level, weights, probe_accuracy) -> None:
+        super().__init__(session, batches, sentences, notes)
+        self.task, self.layer, self.level = task, layer, level
+        self.weights = weights  # torch tensors of the chosen layer's probe
+        self.probe_accuracy = probe_accuracy
+        self.description = f"loss of a linear probe for {task} on hidden-state layer {layer}"
+
+    @classmethod
+    def build(cls, session, sentences, *, batch_size, seed, task, layer, splits) -> ProbeObjective:
+        from bertscope.core import probes
+        from bertscope.core.features import FeatureOptions, extract_features
+        from bertscope.core.probing import STRUCTURAL_TASKS, WORD_TASKS, encode_labels, make_splits, word_labels
+        from bertscope.core.probing_tasks import TASKS, generate
+
+        if task is None:
+            raise InputError("the probe objective needs a task: --task (a built-in task, a SentEval file's labels, or upos/xpos/deprel)")
+        if task in STRUCTURAL_TASKS:
+            raise InputError(f"task {task!r} is a structural probe; the probe objective takes classification tasks")
+        layer = session.num_layers if layer is None else layer
+        if not 0 <= layer <= session.num_layers:
+            raise InputError(f"probe layer {layer} is out of range: hidden-state layers are 0 (embeddings) to {session.num_layers}")
+        if not sentences:
+            if task not in TASKS:
+                raise InputError(f"unknown built-in task {task!r}; give --data FILE, or one of: {', '.join(TASKS)}")
+            sentences = generate(task, train=600, dev=150, test=250, seed=seed)
+        level = "word" if task in WORD_TASKS else "sentence"
+        split = make_splits(sentences, None, None, seed=seed) if splits is None else splits
+        options = FeatureOptions(level=level)
+        features = {}
+        for name in ("train", "dev"):
+            for step in extract_features(session, getattr(split, name), options, cache_dir=False, batch_size=batch_size):
+                features[name] = step.features
+
+        def labels_of(name: str, rows=None) -> list[str]:
+            group = getattr(split, name)
+            if level == "word":
+                return word_labels(group, rows, task)
+            missing = [s.location for s in group if s.label is None]
+            if missing:
+                raise InputError(f"{missing[0]}: no label; a sentence-level probe needs a SentEval file (split, label, sentence)")
+            return [s.label for s in group]
+
+        test_labels = [] if level == "word" else labels_of("test")
+        y_train, y_dev, _, classes = encode_labels(labels_of("train", features["train"]), labels_of("dev", features["dev"]), test_labels)
+        trained = probes.train_probes(
+            features["train"].X[:, layer : layer + 1], y_train, features["dev"].X[:, layer : layer + 1], y_dev,
+            num_classes=len(classes), kind="linear", device=str(session.device), seed=seed,
+        )
+        weights = {
+            name: torch.as_tensor(getattr(trained, name)[0], device=session.device)
+            for name in ("mean", "std", "weights", "bias")
+        }
+        index = {label: i for i, label in enumerate(classes)}
+        test = split.test
+        notes = list(split.notes)
+        if level == "sentence":
+            batches = _batches(session, test, batch_size, [{"labels": index[s.label]} for s in test])
+        else:
+            batches, skipped = _word_batches(session, test, task, index, batch_size)
+            if skipped:
+                notes.append(f"{skipped} test words with labels unseen in training were left out")
+        dev_accuracy = float(trained.dev_accuracy[:, 0].max())
+        objective = cls(session, batches, len(test), notes, task=task, layer=layer, level=level, weights=weights, probe_accuracy=dev_accuracy)
+        objective.texts = [sentence.text for sentence in test]
+        return objective
+
+    def _logits(self, vectors: Tensor) -> Tensor:
+        w = self.weights
+        return ((vectors.float() - w["mean"]) / w["std"]) @ w["weights"] + w["bias"]
+
+    def scores(self, batch, gates, ablation) -> Scores:
+        outputs = self.session.run(batch.inputs, gates=gates, ablation=ablation, hidden_states=True, encoder_only=True)
+        hidden = outputs.hidden_states[self.layer]
+        labels = batch.target["labels"]
+        if self.level == "sentence":
+            logits = self._logits(hidden[:, 0])  # [CLS], as the probing feature's default sentence pooling
+            correct = (logits.argmax(-1) == labels).float()
+            return Scores(F.cross_entropy(logits, labels, reduction="none"), correct, torch.ones_like(correct))
+        rows, positions = torch.nonzero(labels != -100, as_tuple=True)
+        logits = self._logits(hidden[rows, positions])  # each word's first sub-word, as the feature's default pooling
+        wanted = labels[rows, positions]
+        loss_sum, count = _per_row_mean(F.cross_entropy(logits, wanted, reduction="none"), rows, labels.shape[0])
+        correct, _ = _per_row_mean((logits.argmax(-1) == wanted).float(), rows, labels.shape[0])
+        return Scores(loss_sum / count.clamp(min=1), correct, count)
+
+
+def _word_batches(session, sentences, task, index, batch_size) -> tuple[list[Batch], int]:
+    """Batches of pre-split words with each word's label at its first sub-word (-100 elsewhere)."""
+    column = {"upos": "upos", "xpos": "xpos", "deprel": "deprels"}[task]
+    batches, skipped = [], 0
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i].words))
+    for start in range(0, len(order), batch_size):
+        group = [sentences[i] for i in order[start : start + batch_size]]
+        encoded = session.tokenizer([list(s.words) for s in group], is_split_into_words=True, padding=True, truncation=True,
+                                    max_length=session.max_length, return_tensors="pt")
+        labels = torch.full(encoded["input_ids"].shape, -100, dtype=torch.long)
+        for row, sentence in enumerate(group):
+            tags = getattr(sentence, column)
+            if tags is None:
+                raise InputError(f"{sentence.location}: no {task.upper()} column; this file cannot probe {task}")
+            previous = None
+            for position, word in enumerate(encoded.word_ids(row)):
+                if word is not None and word != previous:
+                    if tags[word] in index:
+                        labels[row, position] = index[tags[word]]
+                    else:
+                        skipped += 1
+                previous = word
+        batches.append(Batch({k: v.to(session.device) for k, v in encoded.items()}, {"labels": labels.to(session.device)}))
+    return batches, skipped
+

@@ -1,0 +1,261 @@
+"""Physically pruned models: attention heads removed from the weights, not just masked.
+
+transformers 5 dropped `prune_heads`, and its attention modules assume `num_heads × head_dim`
+outputs only through the weights' shapes (`view(..., -1, head_dim)`), so a layer keeps
+working when its query/key/value projections are sliced to the kept heads and its output
+projection to the matching input columns. A layer with no head left gets an attention
+forward that returns an empty context: the output projection then adds only its bias to
+the residual, exactly what masking all of the layer's heads with `zero` ablation gives.
+
+Pruned heads are listed in the config's `pruned_heads` (`{"layer": [heads]}`, the field
+transformers 4.x read on loading), in the original head numbers. bertscope keeps speaking
+of the original numbers everywhere: a pruned model still has `num_attention_heads` heads
+per layer as far as masks, heatmaps and JSON are concerned; its pruned heads report
+all-zero attention (as a `zero`-masked head does), and masking them changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+import types
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from bertscope.core.errors import InputError, ModelLoadError
+
+PRUNING_FILE = "bertscope-pruning.json"
+
+
+def pruned_heads_of(config) -> dict[int, list[int]]:
+    """`config.pruned_heads` with integer keys, sorted; {} for an unpruned model."""
+    raw = getattr(config, "pruned_heads", None) or {}
+    if not isinstance(raw, Mapping):
+        raise ModelLoadError("the config's pruned_heads is not a mapping of layer to heads; save the model again")
+    heads = config.num_attention_heads
+    result: dict[int, list[int]] = {}
+    for layer, removed in raw.items():
+        try:
+            layer_index = int(layer)
+            removed = sorted({int(head) for head in removed})
+        except (TypeError, ValueError):
+            raise ModelLoadError(f"pruned_heads entry {layer!r}: {removed!r} is not a layer and a list of heads") from None
+        if not 0 <= layer_index < config.num_hidden_layers or any(not 0 <= h < heads for h in removed):
+            raise ModelLoadError(f"pruned_heads entry {layer!r}: {removed!r} is outside the model's layers or heads")
+        if removed:
+            result[layer_index] = removed
+    return dict(sorted(result.items()))
+
+
+def kept_heads(config) -> list[Tensor | None] | None:
+    """Per layer, the original numbers of its kept heads (None: the layer is whole); None if nothing is pruned."""
+    pruned = pruned_heads_of(config)
+    if not pruned:
+        return None
+    heads = config.num_attention_heads
+    return [
+        torch.tensor([h for h in range(heads) if h not in pruned[layer]], dtype=torch.long) if layer in pruned else None
+        for layer in range(config.num_hidden_layers)
+    ]
+
+
+def prune_layer(self_attention: nn.Module, output_projection: nn.Linear, remove: Sequence[int], num_heads: int) -> nn.Linear:
+    """Remove heads `remove` (original numbers) from one layer in place; returns the new output projection.
+
+    The caller puts the returned projection back where the old one was (its parent module).
+    Heads already missing from the layer (`self_attention.bertscope_kept`) are skipped.
+    """
+    head_dim = self_attention.attention_head_size
+    present = list(getattr(self_attention, "bertscope_kept", range(num_heads)))
+    keep = [head for head in present if head not in set(remove)]
+    positions = [present.index(head) for head in keep]
+    rows = torch.cat([torch.arange(p * head_dim, (p + 1) * head_dim) for p in positions]) if positions else torch.zeros(0, dtype=torch.long)
+    for name in ("query", "key", "value"):
+        setattr(self_attention, name, _slice_linear(getattr(self_attention, name), rows, dim=0))
+    new_output = _slice_linear(output_projection, rows, dim=1)
+    self_attention.num_attention_heads = len(keep)
+    self_attention.all_head_size = len(keep) * head_dim
+    self_attention.bertscope_kept = tuple(keep)
+    self_attention.bertscope_num_heads = num_heads
+    if not keep:
+        self_attention.forward = types.MethodType(_no_heads_forward, self_attention)
+    return new_output
+
+
+def _slice_linear(linear: nn.Linear, index: Tensor, dim: int) -> nn.Linear:
+    """A copy of `linear` keeping output rows (dim 0) or input columns (dim 1) `index`."""
+    weight = linear.weight.index_select(dim, index.to(linear.weight.device)).detach().clone()
+    bias = linear.bias
+    if bias is not None and dim == 0:
+        bias = bias.index_select(0, index.to(bias.device))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Initializing zero-element tensors")  # a layer with no head left
+        new = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=weight.dtype)
+    new.weight = nn.Parameter(weight, requires_grad=linear.weight.requires_grad)
+    if bias is not None:
+        new.bias = nn.Parameter(bias.detach().clone(), requires_grad=linear.bias.requires_grad)
+    return new
+
+
+def _no_heads_forward(self, hidden_states: Tensor, attention_mask=None, *args, **kwargs):
+    """Attention of a layer whose heads are all pruned: an empty context, zero weights when asked."""
+    from bertscope.core.ablation import empty_attention
+
+    return empty_attention(self, hidden_states)
+
+
+def apply_pruning(model: nn.Module, family, pruned: Mapping[int, Sequence[int]]) -> None:
+    """Remove `pruned` heads (original numbers) from `model` in place."""
+    num_heads = model.config.num_attention_heads
+    for layer_index, layer in enumerate(family.layers(model)):
+        remove = pruned.get(layer_index)
+        if not remove:
+            continue
+        attention = family.self_attention(layer)
+        output = layer.attention.output
+        output.dense = prune_layer(attention, family.attention_output(layer), remove, num_heads)
+
+
+def pruned_class(model_class: type, family) -> type:
+    """A subclass of `model_class` whose constructor removes the heads its config lists as pruned.
+
+    from_pretrained builds the model with the constructor before it reads the weights, so the
+    sliced shapes meet the pruned checkpoint's tensors; everything else (key prefixes,
+    dtype, safetensors, shards) stays transformers' own loading.
+    """
+
+    def __init__(self, config, *args, **kwargs):
+        model_class.__init__(self, config, *args, **kwargs)
+        apply_pruning(self, family, pruned_heads_of(config))
+
+    return type(model_class.__name__, (model_class,), {"__init__": __init__, "__module__": model_class.__module__})
+
+
+# writing a pruned model
+
+
+@dataclass(frozen=True)
+class PrunedModel:
+    """What `write_pruned_model` wrote and measured."""
+
+    directory: Path
+    pruned: dict[int, list[int]]
+    parameters_before: int
+    parameters_after: int
+    seconds_before: float
+    seconds_after: float
+    max_abs_difference: float  # pruned model vs the original masked with `zero`, on the timing sentences
+
+    @property
+    def speedup(self) -> float:
+        return self.seconds_before / self.seconds_after if self.seconds_after > 0 else float("nan")
+
+
+def write_pruned_model(session, remove: Sequence[tuple[int, int]], directory: str | Path, *, timing_texts: Sequence[str], extra: dict) -> PrunedModel:
+    """Save a copy of the session's model with heads `remove` physically removed, then load it back and measure it.
+
+    Written to a temporary directory beside `directory` and renamed into place when complete,
+    so a failure never leaves half a model. `extra` goes into the pruning JSON file.
+    """
+    import copy
+
+    target = Path(directory).expanduser()
+    check_output_dir(target)
+    already = pruned_heads_of(session.model.config)
+    pruned = {layer: sorted(set(already.get(layer, [])) | {h for (l, h) in remove if l == layer}) for layer in range(session.num_layers)}
+    pruned = {layer: heads for layer, heads in pruned.items() if heads}
+    model = copy.deepcopy(session.model).float().cpu()
+    new_only = {layer: [h for h in heads if h not in already.get(layer, [])] for layer, heads in pruned.items()}
+    apply_pruning(model, session.loaded.family, new_only)
+    model.config.pruned_heads = {str(layer): heads for layer, heads in pruned.items()}
+    model.config.architectures = [session.loaded.architecture.removeprefix("encoder of ").split(" ")[0]]
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        model.save_pretrained(staging)
+        session.tokenizer.save_pretrained(staging)
+        from bertscope.core.session import Session
+
+        reloaded = Session.open(str(staging), device=str(session.device))
+        difference = _max_difference(session, reloaded, pruned, timing_texts[:8])
+        before = time_forward(session, timing_texts)
+        after = time_forward(reloaded, timing_texts)
+        result = PrunedModel(
+            directory=target, pruned=pruned, parameters_before=session.info.parameters,
+            parameters_after=sum(p.numel() for p in reloaded.model.parameters()),
+            seconds_before=before, seconds_after=after, max_abs_difference=difference,
+        )
+        summary = {
+            "source": session.info.source,
+            "pruned_heads": {str(layer): heads for layer, heads in pruned.items()},
+            "heads_pruned": sum(len(h) for h in pruned.values()),
+            "heads_total": session.num_layers * session.num_heads,
+            "parameters_before": result.parameters_before,
+            "parameters_after": result.parameters_after,
+            "speedup": round(result.speedup, 4),
+            "max_abs_difference_vs_masked": difference,
+            "head_numbers": "original: masks and heatmaps of the pruned model use the unpruned model's head numbers",
+            **extra,
+        }
+        (staging / PRUNING_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        if target.exists():
+            target.rmdir()  # check_output_dir allowed only an empty directory
+        os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return result
+
+
+def check_output_dir(target: Path) -> None:
+    """A new or empty directory whose parent exists and is writable; anything else is refused before slow work."""
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise InputError(f"-o {target}: already exists and is not an empty directory; give a new directory")
+    parent = target.parent
+    if not parent.is_dir():
+        raise InputError(f"-o {target}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise InputError(f"-o {target}: no permission to write in {parent}")
+
+
+def _max_difference(original, pruned_session, pruned: dict[int, list[int]], texts: Sequence[str]) -> float:
+    """Largest difference of final hidden states, pruned model vs the original with those heads masked (zero)."""
+    gates = torch.ones(original.num_layers, original.num_heads)
+    for layer, heads in pruned.items():
+        gates[layer, heads] = 0.0
+    inputs = original.tokenize_batch(list(texts))
+    real = inputs["attention_mask"].bool()
+    with torch.inference_mode():
+        want = original.run(inputs, gates=gates.to(original.device), hidden_states=False, encoder_only=True).last_hidden_state
+        got = pruned_session.run(inputs, hidden_states=False, encoder_only=True).last_hidden_state
+    return float((want[real].float().cpu() - got[real].float().cpu()).abs().max())
+
+
+def time_forward(session, texts: Sequence[str], batch_size: int = 32, repeats: int = 3) -> float:
+    """Best of `repeats` wall-clock seconds for one batched pass of the encoder over `texts`.
+
+    The encoder alone: pruning acts there, and an MLM head's vocabulary projection would
+    dilute the measured speed-up with work pruning does not touch.
+    """
+    batches = [session.tokenize_batch(list(texts[i : i + batch_size])) for i in range(0, len(texts), batch_size)]
+    best = float("inf")
+    with torch.inference_mode():
+        session.run(batches[0], hidden_states=False, encoder_only=True)  # warm-up
+        for _ in range(repeats):
+            started = time.perf_counter()
+            for batch in batches:
+                session.run(batch, hidden_states=False, encoder_only=True)
+            if session.device.type == "cuda":
+                torch.cuda.synchronize()
+            best = min(best, time.perf_counter() - started)
+    return best

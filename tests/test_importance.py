@@ -1,0 +1,201 @@
+"""Head importance, objectives, pruning curves and physically pruned models, on tiny random encoders."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import spearmanr
+
+from bertscope.core.corpus import Sentence, read_sentences, sample_corpus
+from bertscope.core.errors import InputError
+from bertscope.core.importance import check_fraction, head_importance, measure, pruning_curve
+from bertscope.core.objectives import make_objective
+from bertscope.core.pruning import write_pruned_model
+from bertscope.core.session import Session
+from tests.conftest import save_tiny
+
+TEXTS = [s.text for s in read_sentences(sample_corpus(), limit=48)]
+SENTENCES = [Sentence(text=t) for t in TEXTS]
+
+
+def result_of(steps):
+    return list(steps)[-1].result
+
+
+@pytest.fixture(scope="module")
+def pruned_pair(tmp_path_factory, tiny_mlm_session):
+    """The tiny MLM model pruned of two heads of layer 0 and every head of layer 2."""
+    directory = tmp_path_factory.mktemp("pruned") / "model"
+    remove = [(0, 1), (0, 3), (2, 0), (2, 1), (2, 2), (2, 3)]
+    written = write_pruned_model(tiny_mlm_session, remove, directory, timing_texts=TEXTS[:8], extra={"note": "test"})
+    return tiny_mlm_session, Session.open(str(directory), device="cpu"), written
+
+
+def test_pruned_model_equals_masked_original(pruned_pair):
+    original, pruned, written = pruned_pair
+    spec = "0:1,0:3,2:*"
+    for text in TEXTS[:3]:
+        masked = original.forward(text, attentions=True, mask=spec, ablation="zero")
+        small = pruned.forward(text, attentions=True)
+        np.testing.assert_allclose(small.hidden_states, masked.hidden_states, atol=1e-5)
+        np.testing.assert_allclose(small.mlm_logits, masked.mlm_logits, atol=1e-4)
+        np.testing.assert_allclose(small.attentions, masked.attentions, atol=1e-6)  # pruned heads report zeros
+        assert np.all(small.attentions[2] == 0) and np.all(small.attentions[0, 1] == 0)
+    assert written.max_abs_difference < 1e-5
+
+
+def test_pruned_model_is_smaller_and_says_what_it_pruned(pruned_pair):
+    original, pruned, written = pruned_pair
+    head_params = 3 * (32 * 8 + 8) + 8 * 32  # q, k, v rows and the output projection's columns of one head
+    assert written.parameters_before - written.parameters_after == 6 * head_params
+    assert pruned.info.parameters == written.parameters_after and pruned.info.pruned_heads == 6
+    config = json.loads((written.directory / "config.json").read_text())
+    assert config["pruned_heads"] == {"0": [1, 3], "2": [0, 1, 2, 3]}
+    (report,) = [p for p in written.directory.iterdir() if "pruning" in p.name]
+    assert json.loads(report.read_text())["pruned_heads"] == config["pruned_heads"]
+    layer = pruned.model.base_model.encoder.layer[0].attention
+    assert layer.self.query.out_features == 16 and layer.output.dense.in_features == 16
+    assert pruned.info.num_heads == 4  # head numbers stay those of the original model
+    assert written.seconds_after > 0 and written.speedup > 0
+
+
+def test_masking_kept_heads_of_a_pruned_model(pruned_pair):
+    original, pruned, _ = pruned_pair
+    text = TEXTS[0]
+    masked = original.forward(text, mask="0:1,0:3,0:2,1:0,2:*")
+    small = pruned.forward(text, mask="0:2,1:0")
+    np.testing.assert_allclose(small.hidden_states, masked.hidden_states, atol=1e-5)
+    # masking a head that is already gone changes nothing
+    np.testing.assert_allclose(pruned.forward(text, mask="0:1,2:*").hidden_states, pruned.forward(text).hidden_states, atol=1e-6)
+    reused = pruned.forward(text, mask="1:0", reuse=pruned.forward(text, attentions=True), attentions=True)
+    np.testing.assert_allclose(reused.hidden_states, pruned.forward(text, mask="1:0").hidden_states, atol=1e-5)
+
+
+def test_pruned_model_gradients_and_random_copy(pruned_pair):
+    _, pruned, _ = pruned_pair
+    objective = make_objective(pruned, "preserve", SENTENCES[:6])
+    result = result_of(head_importance(objective, "gradient", normalize=False))
+    assert result.pruned == {(0, 1), (0, 3), (2, 0), (2, 1), (2, 2), (2, 3)}
+    assert all(result.raw[head] == 0 for head in result.pruned) and (0, 1) not in result.order()
+    assert result.raw[1].min() > 0
+    assert pruned.random_copy().forward("a dog").hidden_states.shape[0] == 4
+
+
+def test_writing_into_a_non_empty_directory_is_refused(tmp_path, tiny_session):
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "file").write_text("x")
+    with pytest.raises(InputError, match="not an empty directory"):
+        write_pruned_model(tiny_session, [(0, 0)], tmp_path / "taken", timing_texts=TEXTS[:2], extra={})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # no staging directory left behind
+
+
+def test_mlm_gradient_importance_is_the_mean_absolute_per_sentence_gradient(tiny_mlm_session):
+    session = tiny_mlm_session
+    objective = make_objective(session, "mlm", SENTENCES[:4], batch_size=3, seed=3)
+    result = result_of(head_importance(objective, "gradient", normalize=False))
+    expected = np.zeros((session.num_layers, session.num_heads))
+    for batch in objective.batches:  # one sentence at a time, the gradient of its own loss
+        for row in range(batch.size):
+            single = type(batch)({k: v[row : row + 1] for k, v in batch.inputs.items()}, {k: v[row : row + 1] for k, v in batch.target.items()})
+            gates = torch.ones(session.num_layers, session.num_heads, requires_grad=True)
+            objective.scores(single, gates, "zero").loss.sum().backward()
+            expected += gates.grad.abs().numpy()
+    np.testing.assert_allclose(result.raw, expected / 4, rtol=1e-3, atol=1e-6)
+    assert result.metric == "masked-token accuracy" and 0 <= result.baseline_metric <= 1
+
+
+@pytest.mark.parametrize("mode", ["zero", "uniform"])
+def test_batched_ablation_equals_one_mask_at_a_time(tiny_mlm_session, mode):
+    session = tiny_mlm_session
+    objective = make_objective(session, "mlm", SENTENCES[:3], batch_size=2)
+    result = result_of(head_importance(objective, "ablation", ablation=mode, normalize=False, max_rows=8))
+    base = measure(objective, None, mode).loss
+    for layer, head in [(0, 0), (2, 2)]:
+        alone = measure(objective, session.mask(f"{layer}:{head}"), mode).loss
+        assert result.raw[layer, head] == pytest.approx(alone - base, abs=1e-5)
+    for layer in range(session.num_layers):
+        alone = measure(objective, session.mask(f"{layer}:*"), mode).loss
+        assert result.layers[layer] == pytest.approx(alone - base, abs=1e-5)
+    assert result.baseline_loss == pytest.approx(base, abs=1e-6)
+
+
+def test_preserve_gradient_ranks_heads_like_exact_ablation(tiny_session):
+    """The distance has no gradient at the unmasked model; the projected estimate must still rank heads."""
+    objective = make_objective(tiny_session, "preserve", SENTENCES)
+    gradient = result_of(head_importance(objective, "gradient", normalize=False))
+    exact = result_of(head_importance(objective, "ablation", normalize=False, layers=False))
+    assert (gradient.raw > 0).all()
+    assert spearmanr(gradient.raw.ravel(), exact.raw.ravel()).statistic > 0.8
+    assert exact.baseline_loss == 0 and exact.baseline_metric == pytest.approx(1.0)
+
+
+def test_layer_normalisation(tiny_session):
+    objective = make_objective(tiny_session, "preserve", SENTENCES[:8])
+    result = result_of(head_importance(objective, "gradient", normalize=True))
+    np.testing.assert_allclose(np.linalg.norm(result.importance, axis=1), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(result.importance * np.linalg.norm(result.raw, axis=1, keepdims=True), result.raw, rtol=1e-6)
+
+
+def test_objectives_a_model_cannot_serve_are_refused_with_the_ones_that_work(tiny_session):
+    with pytest.raises(InputError, match="MLM head.*objectives that work for this model: probe, preserve"):
+        make_objective(tiny_session, "mlm", SENTENCES)
+    with pytest.raises(InputError, match="classification.*probe, preserve"):
+        make_objective(tiny_session, "classification", SENTENCES)
+
+
+@pytest.mark.parametrize("value", [0, 1, 1.5, -0.2])
+def test_fractions_outside_zero_one_are_refused(value):
+    with pytest.raises(InputError, match="between 0 and 1"):
+        check_fraction(value)
+
+
+def test_classification_objective(tmp_path):
+    directory = save_tiny(tmp_path / "cls", "BertForSequenceClassification", num_labels=3)
+    session = Session.open(str(directory), device="cpu")
+    data = [Sentence(text=t, label=str(i % 3), location=f"x:{i}") for i, t in enumerate(TEXTS[:9])]
+    objective = make_objective(session, "classification", data)
+    result = result_of(head_importance(objective, "ablation", normalize=False))
+    assert result.metric == "accuracy" and 0 <= result.baseline_metric <= 1 and np.isfinite(result.raw).all()
+    with pytest.raises(InputError, match="label 'seven' is not one of the model's labels"):
+        make_objective(session, "classification", [Sentence(text="a", label="seven", location="x:1")])
+    with pytest.raises(InputError, match="no label"):
+        make_objective(session, "classification", [Sentence(text="a")])
+
+
+def test_probe_objective_on_a_built_in_task(tiny_session):
+    objective = make_objective(tiny_session, "probe", [], probe_task="bigram_shift", probe_layer=2)
+    assert objective.layer == 2 and objective.sentences == 250
+    result = result_of(head_importance(objective, "gradient"))
+    assert result.metric == "probe accuracy" and result.raw.max() > 0
+    assert any("dev accuracy on layer 2" in note for note in result.notes)
+    with pytest.raises(InputError, match="needs a task"):
+        make_objective(tiny_session, "probe", [])
+
+
+def test_probe_objective_on_words(tiny_session):
+    conllu = list(read_sentences(sample_corpus("conllu")))
+    objective = make_objective(tiny_session, "probe", conllu * 3, probe_task="upos", probe_layer=1)
+    result = result_of(head_importance(objective, "ablation", layers=False))
+    assert objective.level == "word" and np.isfinite(result.raw).all()
+
+
+def test_pruning_curve(tiny_session):
+    objective = make_objective(tiny_session, "preserve", SENTENCES[:6])
+    importance = result_of(head_importance(objective, "gradient"))
+    curve = list(pruning_curve(objective, importance=importance, step=0.25, max_drop=0.05))[-1].curve
+    fractions = [p.fraction for p in curve.points]
+    assert fractions == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert [p.heads_pruned for p in curve.points] == [0, 3, 6, 9, 12]
+    assert curve.points[0].metric == pytest.approx(1.0) and curve.points[-1].mask == "0:*,1:*,2:*"
+    # the first heads removed are the least important ones
+    first = set(importance.order()[:3])
+    assert set(tiny_session.mask(curve.points[1].mask).off) == first
+    best = curve.prunable()
+    drops = curve.drops()
+    index = curve.points.index(best)
+    assert all(d <= 0.05 for d in drops[: index + 1]) and (index == len(drops) - 1 or drops[index + 1] > 0.05)
+    again = list(pruning_curve(objective, step=0.25, reestimate=True))[-1].curve
+    assert again.reestimate and len(again.points) == 5 and again.points[1].mask == curve.points[1].mask

@@ -1,0 +1,84 @@
+"""Head importance in the explorer, on the fake backend: overlay, live objective, prune to X%, pruning curve."""
+
+from __future__ import annotations
+
+from bertscope.ui.importance import ObjectivePanel, PruneToScreen, PruningCurveScreen
+from bertscope.ui.widgets.head_grid import HeadGrid
+from tests.test_ui import make_app, rendered, run, settle
+
+
+def test_importance_overlay_shades_the_grid_and_goes_back():
+    app = make_app()
+
+    async def steps(pilot):
+        await pilot.press("i")
+        await settle(pilot)
+        assert app.fake.importance_calls == [("mlm", 64)]  # the fake has an MLM head; the sample corpus
+        grid = app.query_one(HeadGrid)
+        assert "importance (mlm)" in rendered(grid)
+        assert grid.values[2, 3] == 12 and grid.value_range == (0.0, 12.0)
+        assert "1.000" in rendered(grid)  # head 0:0 is selected: importance 1
+        await pilot.press("i")
+        assert "entropy" in rendered(grid) and app.state.figure == "entropy"
+        await pilot.press("i")  # estimated once: no second run
+        assert app.fake.importance_calls == [("mlm", 64)] and app.state.figure == "importance"
+        await pilot.press("f")  # cycling figures leaves the overlay
+        assert app.state.figure == "entropy"
+
+    run(app, steps)
+
+
+def test_objective_follows_every_toggle():
+    app = make_app()
+
+    async def steps(pilot):
+        await pilot.press("i")
+        await settle(pilot)
+        panel = app.query_one(ObjectivePanel)
+        assert panel.display and "no mask   1.0000" in rendered(panel)
+        await pilot.press("space")
+        await settle(pilot)
+        assert "this mask 0.9500" in rendered(panel) and "-0.0500" in rendered(panel)
+        await pilot.press("right", "space")
+        await settle(pilot)
+        assert "this mask 0.9000" in rendered(panel)
+
+    run(app, steps)
+
+
+def test_prune_to_a_percentage_masks_the_least_important_heads():
+    app = make_app()
+
+    async def steps(pilot):
+        await pilot.press("P")
+        assert isinstance(app.screen, PruneToScreen)
+        await pilot.press(*"150", "enter")  # outside 0-100: refused, the prompt stays
+        assert isinstance(app.screen, PruneToScreen)
+        app.screen.query_one("Input").value = ""
+        await pilot.press(*"25", "enter")
+        await settle(pilot)
+        assert app.mask.off == {(0, 0), (0, 1), (0, 2)}  # 3 of 12 heads, the least important
+        assert "3 masked" in rendered(app.query_one("#status"))
+        assert "this mask 0.8500" in rendered(app.query_one(ObjectivePanel))
+
+    run(app, steps)
+
+
+def test_pruning_curve_screen_and_applying_its_mask():
+    app = make_app()
+
+    async def steps(pilot):
+        await pilot.press("C")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, PruningCurveScreen) and screen.curve is not None
+        text = rendered(screen.query_one("#curve-content"))
+        assert "100%" in text and "cosine" in text
+        status = rendered(screen.query_one("#curve-status"))
+        assert "largest fraction within a drop of 0.2: 25%" in status
+        await pilot.press("enter")
+        await settle(pilot)
+        assert not isinstance(app.screen, PruningCurveScreen)
+        assert app.mask.off == {(0, 0), (0, 1), (0, 2)}
+
+    run(app, steps)
