@@ -31,6 +31,7 @@ class FakeBackend:
         self.release.set()  # tests clear it to hold a forward pass until they say so
         self.calls: list[tuple[str, str]] = []  # (text, mask spec) of each forward
         self.attributions: list[tuple] = []  # (text, method, target kind, probe task, mask spec) of each attribution
+        self.importance_calls: list[tuple[str, int]] = []  # (objective, sentences) of each importance estimate
 
     @property
     def info(self) -> ModelInfo:
@@ -153,110 +154,6 @@ class FakeBackend:
                 raise InputError("the text has no [MASK] for the MLM head to fill; write one, or explain a probe's decision with --probe TASK")
             described = {"kind": "mlm", "label": "paris", "index": 7, "position": positions[0]}
         for done in (16, 32):
-
-        self.importance_calls: list[tuple[str, int]] = []  # (objective, sentences) of each importance estimate
-
-    @property
-    def info(self) -> ModelInfo:
-        return ModelInfo(
-            source="fake-bert", family="BERT", architecture="BertModel", num_layers=LAYERS, num_heads=HEADS,
-            hidden_size=WIDTH, vocab_size=100, max_length=self.max_length, has_mlm_head=True, num_labels=None,
-            device="cpu", dtype="float32", parameters=1234, fingerprint="fake",
-        )
-
-    def encode(self, text: str, pair: str | None = None) -> Encoding:
-        if not text.strip():
-            raise InputError("the text is empty; give a sentence to analyse")
-        tokens = ["[CLS]", *text.lower().split(), "[SEP]"]
-        types = [0] * len(tokens)
-        if pair:
-            tokens += [*pair.lower().split(), "[SEP]"]
-            types += [1] * (len(tokens) - len(types))
-        cut = max(0, len(tokens) - self.max_length)
-        tokens = tokens[: self.max_length]
-        special = np.array([t in ("[CLS]", "[SEP]") for t in tokens])
-        return Encoding(
-            text=text, pair=pair, tokens=tuple(tokens), input_ids=np.arange(len(tokens)),
-            token_type_ids=np.array(types[: len(tokens)]), special=special,
-            word_ids=tuple(None if s else i for i, s in enumerate(special)),
-            segment_ids=tuple(None if s else t for s, t in zip(special, types)), truncated=cut,
-        )
-
-    def forward(self, text, pair=None, *, attentions=False, mask=None, ablation="zero", mlm_logits=True, reuse=None) -> ForwardResult:
-        encoding = text if isinstance(text, Encoding) else self.encode(text, pair)
-        mask = mask or HeadMask.none(LAYERS, HEADS)
-        self.calls.append((encoding.text, mask.spec()))
-        if self.delay:
-            time.sleep(self.delay)
-        self.release.wait(timeout=10)
-        if self.fail_with is not None:
-            raise self.fail_with
-        length = len(encoding.tokens)
-        weights = np.stack([np.stack([pattern(layer + head, length) for head in range(HEADS)]) for layer in range(LAYERS)])
-        for layer, head in mask.off:
-            weights[layer, head] = 0.0 if ablation == "zero" else 1.0 / length
-        rng = np.random.default_rng(length)
-        hidden = np.repeat(rng.normal(size=(1, length, WIDTH)), LAYERS + 1, axis=0)
-        for layer, _ in mask.off:
-            hidden[layer + 1 :] += 0.3 * rng.normal(size=(length, WIDTH))
-        return ForwardResult(
-            encoding=encoding, hidden_states=hidden.astype(np.float32), attentions=weights.astype(np.float32) if attentions else None,
-            mlm_logits=None, class_logits=None, mask=mask, ablation=ablation,
-        )
-
-    def attention_patterns(self, sentences, *, mask=None, ablation="zero", cancel=None, batch=2):
-        """Known statistics: head (l, h) is always of class (l + h) % 5; a batch of 2 per step."""
-        done = 0
-        shares = np.zeros((LAYERS, HEADS, len(PATTERNS)))
-        for layer in range(LAYERS):
-            for head in range(HEADS):
-                shares[layer, head, (layer + head) % len(PATTERNS)] = 1.0
-        statistics = {name: np.full((LAYERS, HEADS), 0.1 * (i + 1), dtype=np.float32) for i, name in enumerate(STATISTICS)}
-        batch_sentences = []
-
-        def progress(final=False):
-            result = PatternResult(sentences=done, tokens=5 * done, truncated=0, statistics=statistics, pattern_shares=shares)
-            return PatternProgress(done, result, done=final)
-
-        for sentence in sentences:
-            batch_sentences.append(sentence)
-            if len(batch_sentences) == batch:
-                if cancel is not None and cancel.is_set():
-                    return
-                self.release.wait(timeout=10)
-                time.sleep(self.delay)
-                done += len(batch_sentences)
-                batch_sentences = []
-                yield progress()
-        done += len(batch_sentences)
-        if done == 0:
-            raise InputError("no sentences to analyse; the corpus is empty")
-        yield progress(final=True)
-
-    def probe(self, task, train, dev=None, test=None, *, mask=None, ablation="zero", cancel=None, **options):
-        """Two feature stages, then a report whose layer l scores 0.5 + 0.1 l (less under a mask)."""
-        from types import SimpleNamespace
-
-        if not train:
-            raise InputError("the train split is empty; give more sentences or the missing split")
-        penalty = 0.05 * len(mask) if mask is not None else 0.0
-        for done in (1, 2):
-            if cancel is not None and cancel.is_set():
-                return
-            self.release.wait(timeout=10)
-            time.sleep(self.delay)
-            yield SimpleNamespace(stage=f"features {done}", done=done, total=2, report=None)
-        layers = [{"layer": layer, "accuracy": 0.5 + 0.1 * layer - penalty, "f1": 0.5} for layer in range(LAYERS + 1)]
-        report = SimpleNamespace(task=task, metric="accuracy", layers=layers, best_layer=LAYERS, center_of_gravity=2.0,
-                                 baselines={"majority": 0.5}, notes=[])
-        yield SimpleNamespace(stage="done", done=2, total=2, report=report)
-
-    def head_importance(self, objective, sentences, *, method="gradient", ablation="zero", normalize=True, cancel=None, **options):
-        """Known importance: head (l, h) scores l·H + h + 1, so 0:0 matters least and the last head most."""
-        from bertscope.core.importance_results import HeadImportance, ImportanceProgress
-
-        self.importance_calls.append((objective, len(list(sentences))))
-        for done in (1, 2):
             if cancel is not None and cancel.is_set():
                 return
             self.release.wait(timeout=10)
@@ -270,6 +167,17 @@ class FakeBackend:
             output=-0.25, baseline_output=-3.0 if ig else None, completeness_error=0.012 if ig else None, steps=32 if ig else None,
             mask=mask, ablation=ablation,
         ))
+
+    def head_importance(self, objective, sentences, *, method="gradient", ablation="zero", normalize=True, cancel=None, **options):
+        """Known importance: head (l, h) scores l·H + h + 1, so 0:0 matters least and the last head most."""
+        from bertscope.core.importance_results import HeadImportance, ImportanceProgress
+
+        self.importance_calls.append((objective, len(list(sentences))))
+        for done in (1, 2):
+            if cancel is not None and cancel.is_set():
+                return
+            self.release.wait(timeout=10)
+            time.sleep(self.delay)
             yield ImportanceProgress("gradients", done, 2)
         raw = np.arange(1, LAYERS * HEADS + 1, dtype=np.float64).reshape(LAYERS, HEADS)
         result = HeadImportance(objective=objective, method=method, ablation=ablation, normalized=False, importance=raw, raw=raw,
