@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import tempfile
 import time
 
@@ -69,11 +70,17 @@ def main() -> None:
         report = list(run_probe(session, args.task, splits, control=False, random_baseline=False, cache_dir=cache_dir))[-1].report
         return time.perf_counter() - started, report
 
+    # Bare runs before, between and after the probes, so that a machine that gets busier or
+    # quieter during the run affects both sides; the fastest bare run is the unit (conservative).
     time_bare()  # warm-up
-    bare_s = min(time_bare() for _ in range(2))
+    load_before = os.getloadavg()[0]
+    bare_runs = [time_bare()]
     with tempfile.TemporaryDirectory() as cache:
         cold_s, report = time_probe(cache)
+        bare_runs.append(time_bare())
         warm_s, _ = time_probe(cache)
+    bare_runs.append(time_bare())
+    bare_s = min(bare_runs)
     result = {
         "benchmark": "probe_layers",
         "model": session.info.source,
@@ -83,6 +90,8 @@ def main() -> None:
         "sentences": len(sentences),
         "words": int(sum(len(s.words) for s in sentences)),
         "bare_forward_s": round(bare_s, 3),
+        "bare_runs_s": [round(run, 3) for run in bare_runs],
+        "load_average": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
         "probe_cold_s": round(cold_s, 3),
         "probe_warm_s": round(warm_s, 3),
         "cold_ratio": round(cold_s / bare_s, 3),
