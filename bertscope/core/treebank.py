@@ -36,6 +36,7 @@ from bertscope.core.probing_tasks import (
     _NOUNS,
     _PLACE_PREPOSITIONS,
     _Noun,
+    _nouns,
     _Verb,
     _verb,
     _verbs,
@@ -182,6 +183,10 @@ _PERSON = _Noun("person", "people", "person")
 _ANIMAL = _Noun("animal", "animals", "animal")
 _THING = _Noun("thing", "things", "thing")
 _KINDS = ("person", "animal", "thing")
+# Nouns spelled like verbs or auxiliaries (a watch / they watch, a saw / she saw, a can / we can), so that
+# a word's form does not always settle its part of speech: a probe has to read the context, as in real text.
+_TREEBANK_NOUNS = _NOUNS + _nouns("thing", "watch/watches saw can paint light")
+_NOUN_PREPOSITIONS = _MODIFIER_PREPOSITIONS + ("of", "of", "to")  # `to` is also the infinitive's PART
 _AGREEMENT = {"NN": "3sg", "NNS": "pl"}
 
 # Determiners: (form, UPOS, XPOS, relation), by the number they go with.
@@ -210,7 +215,8 @@ _COORDINATORS = ("and", "and", "and", "but", "or")
 _SUBORDINATORS = _CONJUNCTIONS + ("after", "before", "if", "because", "when")
 _FRONT_ADVERBS = ("then", "later", "today", "now", "suddenly", "finally")
 _DAYS = ("Monday", "Tuesday", "Friday", "Saturday", "Sunday")
-_TIMES = (("at", "noon"), ("at", "night"), ("in", "the", "morning"), ("in", "the", "evening"), ("after", "lunch"))
+_TIMES = (("at", "noon"), ("at", "night"), ("in", "the", "morning"), ("in", "the", "evening"), ("after", "lunch"),
+          ("before", "dinner"))  # fmt: skip
 _SAYING = _verbs("", "says/say/said thinks/think/thought knows/know/knew hopes/hope/hoped", subject="person")
 _WANTING = _verbs("", "wants/want/wanted tries/try/tried likes/like/liked starts/start/started needs/need/needed")
 _TENSES = ("past",) * 9 + ("present",) * 7 + ("future", "future", "modal", "modal")
@@ -520,7 +526,7 @@ class _Grammar:
         A `predicate` noun phrase (`is a doctor`, `were teachers`) takes `a`, `the` or nothing.
         """
         rng = self.rng
-        noun = rng.choice([noun for noun in _NOUNS if noun.kind in kinds])
+        noun = rng.choice([noun for noun in _TREEBANK_NOUNS if noun.kind in kinds])
         if predicate:
             determiner = rng.choice(((("a" if number == "NN" else "the"), *_DET), None))
         else:
@@ -544,7 +550,7 @@ class _Grammar:
         nominal = _Nominal(head, _AGREEMENT[number], noun)
         if modifiers:
             if self.chance(0.35):
-                self.tree.attach(self.prepositional_phrase(_MODIFIER_PREPOSITIONS, _KINDS), head, "nmod")
+                self.tree.attach(self.prepositional_phrase(_NOUN_PREPOSITIONS, _KINDS), head, "nmod")
             elif self.chance(0.35) and self.spend():
                 self.tree.attach(self.relative_clause(nominal), head, "acl:relcl")
         return nominal
