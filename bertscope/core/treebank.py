@@ -299,6 +299,7 @@ class _Grammar:
         """A yes/no question: `Did the dog see the cat?`, `Will you help me?`, `Is the box empty?`."""
         rng = self.rng
         tense = rng.choice(("past", "present", "future", "modal"))
+        # The fronted auxiliary's form and XPOS are filled in once the subject's agreement is known.
         if rng.random() < 0.35:  # copula: `Are the boys tired?`
             cop = self.add("", "AUX", "")
             subject = self.subject(_KINDS)
