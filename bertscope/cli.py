@@ -360,11 +360,17 @@ def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, ou
 
 @main.command()
 @click.option("--task", "-t", required=True, help="upos, xpos, deprel, depth, distance (CoNLL-U); a SentEval task; or a built-in task.")
-@click.option("--data", default=None, metavar="TRAIN", help="Training file: CoNLL-U or SentEval. Without it, a built-in task is generated.")
+@click.option(
+    "--data", default=None, metavar="TRAIN",
+    help="Training file: CoNLL-U or SentEval. Without it, a built-in task or the built-in treebank is generated.",
+)
 @click.option("--dev", default=None, metavar="DEV", help="Dev file (chooses the L2 strength). Default: the SentEval va split, or 10% of train.")
 @click.option("--test", default=None, metavar="TEST", help="Test file. Default: the SentEval te split, or 20% of train.")
 @click.option("--format", "data_format", default="auto", show_default=True, type=click.Choice(["auto", "conllu", "senteval"]))
-@click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="Read at most N sentences per file.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=None, metavar="N",
+    help="Read at most N sentences per file; without --data, the size of the generated treebank (default 4000).",
+)
 @click.option("--word-pooling", default="first", show_default=True, type=click.Choice(["first", "mean"]), help="A word from its sub-words.")
 @click.option("--sentence-pooling", default="cls", show_default=True, type=click.Choice(["cls", "mean"]), help="A sentence from its tokens.")
 @click.option("--probe", "kind", default="linear", show_default=True, type=click.Choice(["linear", "mlp"]))
@@ -385,7 +391,7 @@ def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pool
     from bertscope.core.probing_tasks import TASKS, generate
 
     word_tasks = ("upos", "xpos", "deprel", "depth", "distance")
-    reports = []
+    reports, notes = [], []
 
     def read(path):
         if path is None:
@@ -398,10 +404,21 @@ def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pool
     if data is None:
         if dev is not None or test is not None:
             raise BertscopeError("--dev and --test need --data TRAIN")
-        if task not in TASKS:
-            choices = ", ".join(TASKS)
+        if task in word_tasks:
+            from bertscope.core.treebank import DEFAULT_SENTENCES, generate_treebank
+
+            size = limit or DEFAULT_SENTENCES
+            train_sentences, dev_sentences, test_sentences = generate_treebank(size), None, None
+            source = f"built-in treebank ({size:,} sentences)"
+            notes.append(
+                f"no --data: probing a generated treebank of {size:,} sentences (bertscope's built-in grammar; "
+                "`bertscope treebank -o FILE.conllu` writes it out)"
+            )
+        elif task not in TASKS:
+            choices = ", ".join((*TASKS, *word_tasks))
             raise BertscopeError(f"unknown task {task!r} without --data; built-in tasks: {choices}; or give --data FILE")
-        train_sentences, dev_sentences, test_sentences, source = generate(task), None, None, f"built-in task {task}"
+        else:
+            train_sentences, dev_sentences, test_sentences, source = generate(task), None, None, f"built-in task {task}"
     else:
         train_sentences, dev_sentences, test_sentences, source = read(data), read(dev), read(test), data
         words = train_sentences[0].words is not None
@@ -420,6 +437,7 @@ def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pool
         cache_dir=False if no_cache else cache_dir,
     )
     report = run_stages(steps, "probing").report
+    report.notes[:0] = notes
     for read_report in reports:
         if read_report.skipped:
             warn(read_report.summary())
@@ -462,6 +480,29 @@ def run_stages(steps, what: str):
     if last is None or last.report is None:
         raise BertscopeError(f"{what} stopped before it finished")
     return last
+
+
+@main.command()
+@click.option("--output", "-o", required=True, metavar="FILE.conllu", help="Where to write the treebank.")
+@click.option("--sentences", "-n", type=click.IntRange(min=1), default=4000, show_default=True, help="How many sentences.")
+@click.option("--seed", type=int, default=0, show_default=True, help="The same seed gives the same treebank.")
+def treebank(output, sentences, seed):
+    """Write the built-in generated treebank as CoNLL-U (what `probe --task upos` uses without --data).
+
+    English sentences from a seeded grammar, annotated as Universal Dependencies v2:
+    UPOS, Penn Treebank XPOS, heads and relations, right by construction.
+    """
+    from bertscope.core.treebank import generate_treebank, write_conllu
+    from bertscope.files import check_writable
+
+    check_writable(output)
+    generated = generate_treebank(sentences, seed)
+    try:
+        write_conllu(output, generated, id_prefix=f"bertscope-s{seed}")
+    except OSError as error:
+        raise BertscopeError(f"cannot write {output}: {error.strerror or error}") from None
+    words = sum(len(sentence.words) for sentence in generated)
+    click.echo(f"wrote {output}: {len(generated):,} sentences, {words:,} words (seed {seed})", err=True)
 
 
 @main.command()
