@@ -32,6 +32,7 @@ class FakeBackend:
         self.calls: list[tuple[str, str]] = []  # (text, mask spec) of each forward
         self.attributions: list[tuple] = []  # (text, method, target kind, probe task, mask spec) of each attribution
         self.importance_calls: list[tuple[str, int]] = []  # (objective, sentences) of each importance estimate
+        self.probe_calls: list[tuple[str, list]] = []  # (task, training sentences) of each probe run
 
     @property
     def info(self) -> ModelInfo:
@@ -116,6 +117,7 @@ class FakeBackend:
 
         if not train:
             raise InputError("the train split is empty; give more sentences or the missing split")
+        self.probe_calls.append((task, list(train)))
         penalty = 0.05 * len(mask) if mask is not None else 0.0
         for done in (1, 2):
             if cancel is not None and cancel.is_set():

@@ -13,6 +13,7 @@ import pytest
 
 from bertscope.core.errors import ModelLoadError
 from bertscope.ui.app import ExplorerApp
+from bertscope.ui.probing import TREEBANK_SENTENCES
 from bertscope.ui.widgets.attention_view import AttentionView
 from bertscope.ui.widgets.head_grid import HeadGrid
 from bertscope.ui.widgets.panels import EffectPanel, StatusLine, TokenPanel
@@ -532,9 +533,7 @@ def test_probing_pane_runs_tasks_side_by_side_and_rescores_with_the_mask():
     run(app, steps)
 
 
-def test_probing_pane_file_task_without_a_file_is_a_message():
-    from bertscope.ui.probing import ProbingScreen
-
+def test_probing_pane_word_task_without_a_file_probes_the_generated_treebank():
     app = make_app()
 
     async def steps(pilot):
@@ -544,7 +543,9 @@ def test_probing_pane_file_task_without_a_file_is_a_message():
         screen.query_one("#task").value = "upos"
         await pilot.press("ctrl+r")
         await settle(pilot)
-        assert any("needs a CoNLL-U file" in n.message for n in app._notifications)
-        assert isinstance(app.screen, ProbingScreen) and not screen.running
+        task, sentences = app.backend.probe_calls[-1]
+        assert task == "upos" and len(sentences) == TREEBANK_SENTENCES
+        assert all(s.upos and s.heads and len(s.upos) == len(s.words) for s in sentences)
+        assert "upos" in screen.reports and not screen.running
 
     run(app, steps)

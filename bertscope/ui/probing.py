@@ -26,6 +26,9 @@ from bertscope.core.corpus import read_sentences
 from bertscope.core.errors import BertscopeError
 from bertscope.core.masks import Ablation, HeadMask
 from bertscope.core.probing_tasks import TASKS, generate
+from bertscope.core.treebank import generate_treebank
+
+TREEBANK_SENTENCES = 1000  # for tasks with no file; smaller than the CLI's default: the pane should answer within a minute on a CPU
 
 FILE_TASKS = ("upos", "xpos", "deprel", "depth", "distance")
 
@@ -76,7 +79,7 @@ class ProbingScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         options = [(f"{task.name} ({task.group})", task.name) for task in TASKS.values()]
-        options += [(f"{name} (CoNLL-U file)", name) for name in FILE_TASKS]
+        options += [(f"{name} (CoNLL-U file, or the built-in treebank)", name) for name in FILE_TASKS]
         with Horizontal(id="probe-row"):
             yield Select(options, value="bigram_shift", allow_blank=False, id="task")
             yield Input(placeholder="data file for CoNLL-U / SentEval tasks (empty: built-in), Enter runs", id="probe-data")
@@ -126,8 +129,8 @@ class ProbingScreen(Screen[None]):
                 sentences = list(read_sentences(data))
             elif task in TASKS:
                 sentences = generate(task, train=1000, dev=200, test=200)
-            else:
-                raise BertscopeError(f"task {task} needs a CoNLL-U file: give its path")
+            else:  # a CoNLL-U task with no file: the generated treebank (core.treebank)
+                sentences = generate_treebank(TREEBANK_SENTENCES)
             for progress in self.backend.probe(task, sentences, mask=mask, ablation=self.ablation, cancel=cancel):
                 if worker.is_cancelled or cancel.is_set():
                     return
