@@ -2,9 +2,9 @@
 
     python benchmarks/probe_layers.py [--model M] [--device D] [--sentences 4000] [--task upos] [-o FILE.json]
 
-Corpus: a CoNLL-U file (`--data`), or the shipped 20-sentence sample repeated to
-`--sentences` (the timing depends on the number and length of sentences, not on their
-variety). In the same run:
+Corpus: a CoNLL-U file (`--data`, its first `--sentences`), or bertscope's generated
+treebank of `--sentences` sentences (core.treebank: varied sentences of 4-30 words). In the
+same run:
 - `bare`: a transformers model (SDPA) over the same sentences in length-sorted batches of
   32, `output_hidden_states=True`, inputs tokenised beforehand;
 - `probe_cold`: `run_probe` end to end with an empty feature cache: word-level features of
@@ -39,13 +39,16 @@ def main() -> None:
     import torch
     from transformers import AutoModel
 
-    from bertscope.core.corpus import read_sentences, sample_corpus
+    from bertscope.core.corpus import read_sentences
     from bertscope.core.probing import make_splits, run_probe
     from bertscope.core.session import Session
+    from bertscope.core.treebank import generate_treebank
 
     session = Session.open(args.model, device=args.device)
-    source = args.data or sample_corpus("conllu")
-    sentences = list(itertools.islice(itertools.cycle(list(read_sentences(source))), args.sentences))
+    if args.data:
+        sentences = list(itertools.islice(read_sentences(args.data), args.sentences))
+    else:
+        sentences = generate_treebank(args.sentences)
     splits = make_splits(sentences, None, None)
 
     bare = AutoModel.from_pretrained(session.loaded.directory, attn_implementation="sdpa").to(session.device).eval()
@@ -84,6 +87,7 @@ def main() -> None:
     result = {
         "benchmark": "probe_layers",
         "model": session.info.source,
+        "data": args.data or "generated treebank",
         "device": str(session.device),
         "threads": torch.get_num_threads(),
         "task": args.task,
