@@ -436,7 +436,7 @@ def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pool
         ablation=ablation, kind=kind, control=control, random_baseline=random_baseline,
         cache_dir=False if no_cache else cache_dir,
     )
-    report = run_stages(steps, "probing").report
+    report = run_stages(steps, "probing")
     report.notes[:0] = notes
     for read_report in reports:
         if read_report.skipped:
@@ -462,8 +462,12 @@ def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pool
     Console().print(probe_report(report, session.info.source, source))
 
 
-def run_stages(steps, what: str):
-    """Drain a staged core generator (features, then training) with a progress bar on a terminal."""
+def run_stages(steps, what: str, result: str = "report"):
+    """Drain a staged core generator with a progress bar on a terminal; the last item's `result` field.
+
+    Every core generator yields items with `stage`, `done` and `total`; the last one also
+    carries the outcome, under a name of its own (`report`, `result`, `curve`).
+    """
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -477,9 +481,9 @@ def run_stages(steps, what: str):
             task = progress.add_task(what, total=None)
             for last in steps:
                 progress.update(task, description=f"{what}: {last.stage}", completed=last.done, total=last.total)
-    if last is None or last.report is None:
+    if last is None or getattr(last, result) is None:
         raise BertscopeError(f"{what} stopped before it finished")
-    return last
+    return getattr(last, result)
 
 
 @main.command()

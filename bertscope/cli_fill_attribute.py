@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from bertscope.cli import (
-    encode_or_warn, main, mask_options, model_options, open_session, print_json, warn,
+    encode_or_warn, main, mask_options, model_options, open_session, print_json, run_stages, warn,
 )
 from bertscope.core.attribution_results import METHODS, SCORES
 from bertscope.core.errors import BertscopeError
@@ -133,7 +133,7 @@ def attribute(text, pair, method, label, position, probe_task, data, layer, sent
         session, encoding, method=method, target=target, score=score, steps=steps, mask=head_mask, ablation=ablation,
         cache_dir=False if no_cache else cache_dir,
     )
-    result = _drain(steps_iter, "attribution")
+    result = run_stages(steps_iter, "attribution", "result")
     for note in result.notes:
         warn(note)
     if as_json:
@@ -153,23 +153,3 @@ def _theme(theme):
         return load_theme(theme or DEFAULT_THEME)
     except ThemeError as error:
         raise BertscopeError(str(error)) from None
-
-
-def _drain(steps, what: str):
-    """Run a staged core generator to its end, with a progress bar on a terminal; its result."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    console = Console(stderr=True)
-    last = None
-    if not console.is_terminal:
-        for last in steps:  # noqa: B007 - only the last item is wanted
-            pass
-    else:
-        with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True) as progress:
-            task = progress.add_task(what, total=None)
-            for last in steps:
-                progress.update(task, description=f"{what}: {last.stage}", completed=last.done, total=last.total)
-    if last is None or last.result is None:
-        raise BertscopeError(f"{what} stopped before it finished")
-    return last.result

@@ -76,24 +76,11 @@ def build_objective(session, objective, text, data, data_format, limit, task, pr
     return prepared, source
 
 
-class _Stages:
-    """Adapts importance/curve progress to run_stages (which reads stage, done, total, report)."""
-
-    def __init__(self, steps, attribute: str) -> None:
-        self.steps, self.attribute = steps, attribute
-
-    def __iter__(self):
-        from types import SimpleNamespace
-
-        for item in self.steps:
-            yield SimpleNamespace(stage=item.stage, done=item.done, total=item.total, report=getattr(item, self.attribute))
-
-
 def compute_importance(prepared, method, ablation, normalize, seed):
     from bertscope.core.importance import head_importance
 
     steps = head_importance(prepared, method, ablation=ablation, normalize=normalize, seed=seed)
-    return run_stages(_Stages(steps, "result"), "head importance").report
+    return run_stages(steps, "head importance", "result")
 
 
 @main.command()
@@ -184,7 +171,7 @@ def _curve(session, prepared, source, method, ablation, normalize, step, reestim
     importance_result = compute_importance(prepared, method, ablation, normalize, seed)
     steps = pruning_curve(prepared, importance=importance_result, method=method, ablation=ablation, step=step,
                           reestimate=reestimate, normalize=normalize, max_drop=max_drop)
-    result = run_stages(_Stages(steps, "curve"), "pruning curve").report
+    result = run_stages(steps, "pruning curve", "curve")
     if as_json:
         print_json(result.as_json(session.info.source) | {"data": source, "sentences": prepared.sentences})
         return
