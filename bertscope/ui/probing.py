@@ -79,7 +79,7 @@ class ProbingScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         options = [(f"{task.name} ({task.group})", task.name) for task in TASKS.values()]
-        options += [(f"{name} (CoNLL-U file, or the built-in treebank)", name) for name in FILE_TASKS]
+        options += [(f"{name} (treebank)", name) for name in FILE_TASKS]  # a CoNLL-U file, else the built-in one
         with Horizontal(id="probe-row"):
             yield Select(options, value="bigram_shift", allow_blank=False, id="task")
             yield Input(placeholder="data file for CoNLL-U / SentEval tasks (empty: built-in), Enter runs", id="probe-data")
