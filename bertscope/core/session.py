@@ -252,6 +252,20 @@ class Session:
         from bertscope.core.attribution import attribute
 
         return attribute(self, text, pair, method=method, target=target, mask=mask, ablation=ablation, cancel=cancel, **options)
+    def geometry(self, sentences, *, mask: HeadMask | None = None, ablation: Ablation = "zero", cancel=None, **options):
+        """PCA, CKA, intrinsic dimension and neighbourhood overlap per layer over sentences (see core.geometry)."""
+        from bertscope.core.geometry import representation_geometry
+
+        return representation_geometry(self, sentences, mask=mask, ablation=ablation, cancel=cancel, **options)
+
+    def compare(self, other: Session | str, sentences, *, cancel=None, **options):
+        """This model against `other` (a session, or a model to load) over sentences (see core.compare)."""
+        from bertscope.core.compare import compare_models
+
+        if isinstance(other, str):
+            other = Session.open(other, device=str(self.device), dtype=str(self.loaded.dtype).removeprefix("torch."))
+        return compare_models(self, other, sentences, cancel=cancel, **options)
+
     def head_importance(self, objective: str, sentences, *, method: str = "gradient", ablation: Ablation = "zero",
                         normalize: bool = True, cancel=None, **options):
         """How much each head matters for `objective` over sentences (see core.importance); a generator of progress."""

@@ -1,0 +1,177 @@
+"""Two models with the same tokenizer, side by side: a model and its fine-tuned checkpoint, say.
+
+Over one corpus, in one pass that runs both models on the same batches:
+- per head, the cosine similarity between the two models' attention maps of the same
+  sentence (the map flattened over its real tokens), averaged over sentences — Kovaleva et
+  al. 2019, Fig. 4 ("cosine similarity of attention before and after fine-tuning");
+- linear and debiased CKA between every hidden-state layer of A and every one of B
+  (Kornblith et al. 2019), on the same seeded sample of rows;
+- optionally, a probe per layer for each given task on both models, and the differences.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from bertscope.core.corpus import Sentence
+from bertscope.core.errors import InputError
+from bertscope.core.geometry import cka_matrices
+from bertscope.core.geometry_results import ComparisonProgress, ComparisonResult, ProbeDifference
+
+_PROBE_TEXT = "Hello, World! Ünïcode, straße and 3.14 — naïve café [MASK] ##ing"
+
+
+def check_same_tokenizer(a, b) -> None:
+    """Fail with one line unless A and B split text into the same token ids."""
+    vocab_a, vocab_b = a.tokenizer.get_vocab(), b.tokenizer.get_vocab()
+    if vocab_a != vocab_b:
+        raise InputError(
+            f"model B's tokenizer differs from model A's (vocabularies of {len(vocab_b):,} and {len(vocab_a):,} entries"
+            f"{', same size' if len(vocab_a) == len(vocab_b) else ''}); compare needs two models with the same tokenizer, "
+            "e.g. a model and a fine-tuned checkpoint of it"
+        )
+    ids_a, ids_b = a.tokenizer(_PROBE_TEXT)["input_ids"], b.tokenizer(_PROBE_TEXT)["input_ids"]
+    if ids_a != ids_b:
+        raise InputError(
+            "model B's tokenizer has the same vocabulary as model A's but splits text differently (casing or special tokens); "
+            "compare needs two models with the same tokenizer"
+        )
+
+
+class _HeadCosines:
+    """Per-sentence cosine of each head's attention maps in A and B, summed over sentences on the device."""
+
+    def __init__(self, num_layers: int, num_heads: int, device) -> None:
+        self.sums = torch.zeros(num_layers, num_heads, dtype=torch.float64, device=device)
+        self.squares = torch.zeros_like(self.sums)
+        self.sentences = 0
+        self.tokens = 0
+
+    def add(self, outputs, prepared) -> None:
+        a, b = outputs
+        real = prepared.real.float()
+        pairs = real[:, None, :, None] * real[:, None, None, :]  # [B, 1, T, T]: real query and real key
+        for layer, (x, y) in enumerate(zip(a.attentions, b.attentions, strict=True)):
+            x, y = x.float() * pairs, y.to(x.device).float() * pairs
+            dot = (x * y).sum((-1, -2))
+            norms = x.pow(2).sum((-1, -2)).sqrt() * y.pow(2).sum((-1, -2)).sqrt()
+            cosine = (dot / norms.clamp(min=1e-12)).double()  # [B, H]
+            self.sums[layer] += cosine.sum(0)
+            self.squares[layer] += cosine.pow(2).sum(0)
+        self.sentences += real.shape[0]
+        self.tokens += int(real.sum())
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        count = max(self.sentences, 1)
+        mean = self.sums / count
+        variance = (self.squares / count - mean.pow(2)).clamp(min=0)
+        return mean.float().cpu().numpy(), variance.sqrt().float().cpu().numpy()
+
+
+def compare_models(
+    a,
+    b,
+    sentences: Iterable[Sentence],
+    *,
+    unit: str = "token",
+    max_rows: int | None = None,
+    seed: int = 0,
+    batch_size: int = 32,
+    probes: Sequence[tuple[str, Sequence[Sentence]]] = (),
+    cache_dir=None,
+    cancel: threading.Event | None = None,
+) -> Iterator[ComparisonProgress]:
+    """Compare session `a` with session `b` over a corpus; a generator of progress, the last carrying the result.
+
+    `probes` are (task, sentences with labels or CoNLL-U words) to probe on both models.
+    """
+    from bertscope.core.representations import DEFAULT_MAX_ROWS, stream_sample
+
+    check_same_tokenizer(a, b)
+    notes = []
+    same_shape = (a.num_layers, a.num_heads) == (b.num_layers, b.num_heads) and not a.kept_heads and not b.kept_heads
+    if not same_shape:
+        notes.append(
+            f"the models have different layer × head layouts ({a.num_layers}×{a.num_heads} and {b.num_layers}×{b.num_heads}"
+            f"{', or pruned heads' if a.kept_heads or b.kept_heads else ''}); attention maps are compared head by head only when they match"
+        )
+    heads = _HeadCosines(a.num_layers, a.num_heads, a.device) if same_shape else None
+    total = len(sentences) if hasattr(sentences, "__len__") else None
+    sample = None
+    counted = {"sentences": 0, "tokens": 0}
+
+    def on_batch(outputs, prepared) -> None:
+        if heads is not None:
+            heads.add(outputs, prepared)
+        counted["sentences"] += int(prepared.real.shape[0])
+        counted["tokens"] += int(prepared.real.sum())
+
+    for step in stream_sample(
+        [a, b], sentences, unit=unit, max_rows=max_rows or DEFAULT_MAX_ROWS, seed=seed, batch_size=batch_size,
+        attentions=same_shape, on_batch=on_batch, cancel=cancel,
+    ):
+        if step.sample is not None:
+            sample = step.sample
+            break
+        yield ComparisonProgress("attention and representations", step.sentences, total)
+    if sample is None:
+        return
+    if sample.size < 4:
+        raise InputError(f"only {sample.size} {sample.unit}s to compare; CKA needs at least 4 (give more sentences)")
+    if sample.seen > sample.size:
+        notes.append(f"CKA on a seeded sample of {sample.size:,} of the corpus's {sample.seen:,} {sample.unit}s (seed {seed})")
+    yield ComparisonProgress("CKA", 0, 1)
+    states_a, states_b = sample.states
+    biased, debiased = cka_matrices(
+        [states_a[:, layer] for layer in range(states_a.shape[1])], [states_b[:, layer] for layer in range(states_b.shape[1])]
+    )
+    differences = []
+    for number, (task, data) in enumerate(probes):
+        scores = []
+        for which, session in (("A", a), ("B", b)):
+            report = None
+            for step in _probe(session, task, data, cache_dir, seed, cancel):
+                if step.report is not None:
+                    report = step.report
+                yield ComparisonProgress(f"probe {task} ({which}): {step.stage}", number, len(probes))
+            if report is None:
+                return  # cancelled
+            scores.append(tuple(float(entry[report.metric]) for entry in report.layers))
+        differences.append(ProbeDifference(task=task, metric=report.metric, a=scores[0], b=scores[1]))
+    cosine, spread = heads.result() if heads is not None else (None, None)
+    result = ComparisonResult(
+        model_a=a.info.source, model_b=b.info.source, sentences=counted["sentences"], tokens=counted["tokens"],
+        unit=sample.unit, rows_sampled=sample.size, head_cosine=cosine, head_cosine_std=spread,
+        cka=biased, cka_debiased=debiased, probes=tuple(differences), notes=tuple(notes),
+    )
+    yield ComparisonProgress("done", 1, 1, result)
+
+
+def _probe(session, task: str, data: Sequence[Sentence], cache_dir, seed: int, cancel):
+    from bertscope.core.probing import make_splits, run_probe
+
+    splits = make_splits(list(data), None, None, seed=seed)
+    return run_probe(session, task, splits, control=False, random_baseline=False, cache_dir=cache_dir, seed=seed, cancel=cancel)
+
+
+def probe_data(task: str, corpus: Sequence[Sentence] | None) -> list[Sentence]:
+    """The sentences to probe `task` on: a built-in task is generated; else the corpus must carry its labels."""
+    from bertscope.core.probing import STRUCTURAL_TASKS, WORD_TASKS
+    from bertscope.core.probing_tasks import TASKS, generate
+
+    if task in TASKS:
+        return generate(task)
+    if task in WORD_TASKS + STRUCTURAL_TASKS:
+        if not corpus or corpus[0].words is None:
+            raise InputError(f"probe task {task!r} needs a CoNLL-U corpus (--data FILE.conllu)")
+        return list(corpus)
+    if not corpus or corpus[0].label is None:
+        raise InputError(
+            f"unknown probe task {task!r}: use a built-in task ({', '.join(TASKS)}), upos/xpos/deprel with a CoNLL-U corpus, "
+            "or any name with a SentEval corpus (its labels)"
+        )
+    return list(corpus)

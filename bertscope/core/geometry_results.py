@@ -1,0 +1,176 @@
+"""Geometry and model-comparison results as plain data (numpy, no torch), for the CLI and the UI.
+
+Computed by core.geometry and core.compare; kept apart so the explorer and its fake test
+backend use them without importing torch. Layers follow hidden-state indexing: entry 0 is
+the embedding output, entry l+1 the output of layer l.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def _number(value: float, digits: int = 6) -> float | None:
+    value = float(value)
+    return round(value, digits) if math.isfinite(value) else None
+
+
+def _matrix(values: np.ndarray, digits: int = 6) -> list[list[float | None]]:
+    return [[_number(v, digits) for v in row] for row in values]
+
+
+@dataclass(frozen=True, eq=False)
+class GeometryResult:
+    """Per layer over a corpus sample: PCA projection, CKA, TwoNN dimension, neighbourhood overlap."""
+
+    unit: str  # token, word or sentence
+    sentences: int
+    seen: int  # rows of the corpus before sampling
+    truncated: int
+    projection: np.ndarray  # [L+1, n, 2] float32: the sample on each layer's first two principal components
+    explained: np.ndarray  # [L+1, 2]: share of variance of PC1 and PC2
+    labels: dict[str, tuple[str, ...]]  # label scheme -> one per sampled row
+    texts: tuple[str, ...]  # what each sampled row stands for
+    cka: np.ndarray  # [L+1, L+1] linear CKA
+    cka_debiased: np.ndarray  # [L+1, L+1]
+    intrinsic_dimension: np.ndarray  # [L+1] TwoNN
+    duplicates: np.ndarray  # [L+1] duplicate rows left out of TwoNN
+    neighbourhood_overlap: np.ndarray  # [L]: layer l with layer l+1
+    neighbours: int  # k of the overlap
+    seed: int
+    mask: str = ""
+    ablation: str = "zero"
+    notes: tuple[str, ...] = ()
+
+    @property
+    def num_layers(self) -> int:
+        """Hidden-state layers, the embeddings included (L+1)."""
+        return len(self.intrinsic_dimension)
+
+    @property
+    def size(self) -> int:
+        return len(self.texts)
+
+    def as_json(self, model: str, *, points: bool = False) -> dict:
+        layers = []
+        for layer in range(self.num_layers):
+            entry = {
+                "layer": layer,
+                "intrinsic_dimension": _number(self.intrinsic_dimension[layer], 4),
+                "duplicates": int(self.duplicates[layer]),
+                "pca_explained": [_number(v) for v in self.explained[layer]],
+                "neighbourhood_overlap_next": _number(self.neighbourhood_overlap[layer]) if layer < self.num_layers - 1 else None,
+            }
+            if points:
+                entry["points"] = [[round(float(x), 5), round(float(y), 5)] for x, y in self.projection[layer]]
+            layers.append(entry)
+        payload = {
+            "model": model, "unit": self.unit, "sentences": self.sentences, "rows_seen": self.seen,
+            "rows_sampled": self.size, "seed": self.seed, "neighbours": self.neighbours,
+            "layers": layers,
+            "cka": _matrix(self.cka),
+            "cka_debiased": _matrix(self.cka_debiased),
+            "intrinsic_dimension": [_number(v, 4) for v in self.intrinsic_dimension],
+            "neighbourhood_overlap": [_number(v) for v in self.neighbourhood_overlap],
+            "notes": list(self.notes),
+        }
+        if self.mask:
+            payload |= {"mask": self.mask, "ablation": self.ablation}
+        if points:
+            payload["rows"] = [{"text": text, **{name: values[i] for name, values in self.labels.items()}}
+                               for i, text in enumerate(self.texts)]
+        return payload
+
+
+@dataclass(frozen=True)
+class GeometryProgress:
+    """A stage of a geometry run (`done` of `total`; total None while the corpus streams); the last carries the result."""
+
+    stage: str
+    done: int
+    total: int | None
+    result: GeometryResult | None = None
+
+
+@dataclass(frozen=True)
+class ProbeDifference:
+    """One probing task scored on every layer of both models."""
+
+    task: str
+    metric: str
+    a: tuple[float, ...]
+    b: tuple[float, ...]
+
+    def as_json(self) -> dict:
+        layers = []
+        for layer in range(max(len(self.a), len(self.b))):
+            a = self.a[layer] if layer < len(self.a) else float("nan")
+            b = self.b[layer] if layer < len(self.b) else float("nan")
+            layers.append({"layer": layer, "a": _number(a), "b": _number(b), "difference": _number(b - a)})
+        return {"task": self.task, "metric": self.metric, "layers": layers}
+
+
+@dataclass(frozen=True, eq=False)
+class ComparisonResult:
+    """Model A against model B (same tokenizer) over a corpus.
+
+    `head_cosine` `[L, H]` is the cosine similarity of each head's attention map in A and in
+    B, per sentence over its real tokens, averaged over sentences (Kovaleva et al. 2019,
+    Fig. 4); None when the two models' layer × head shapes differ. `cka` is
+    `[L_A+1, L_B+1]` between the hidden-state layers, on the same sampled rows.
+    """
+
+    model_a: str
+    model_b: str
+    sentences: int
+    tokens: int
+    unit: str
+    rows_sampled: int
+    head_cosine: np.ndarray | None
+    head_cosine_std: np.ndarray | None
+    cka: np.ndarray
+    cka_debiased: np.ndarray
+    probes: tuple[ProbeDifference, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    def layer_cosine(self) -> np.ndarray | None:
+        return None if self.head_cosine is None else self.head_cosine.mean(axis=1)
+
+    def matched_cka(self) -> np.ndarray | None:
+        """CKA of layer l of A with layer l of B (None when the depths differ)."""
+        rows, cols = self.cka.shape
+        return np.diagonal(self.cka).copy() if rows == cols else None
+
+    def as_json(self) -> dict:
+        heads = []
+        if self.head_cosine is not None:
+            for layer, row in enumerate(self.head_cosine):
+                for head, value in enumerate(row):
+                    heads.append({"layer": layer, "head": head, "attention_cosine": _number(value),
+                                  "std": _number(self.head_cosine_std[layer, head])})
+        matched = self.matched_cka()
+        layer_cosine = self.layer_cosine()
+        layers = [{"layer": layer, "cka": _number(matched[layer]) if matched is not None else None}
+                  for layer in range(self.cka.shape[0])]  # hidden-state indexing: 0 = embeddings
+        attention_layers = [] if layer_cosine is None else [
+            {"layer": layer, "mean_attention_cosine": _number(value)} for layer, value in enumerate(layer_cosine)
+        ]
+        return {
+            "model_a": self.model_a, "model_b": self.model_b, "sentences": self.sentences, "tokens": self.tokens,
+            "unit": self.unit, "rows_sampled": self.rows_sampled,
+            "heads": heads, "attention_layers": attention_layers, "layers": layers,
+            "cka": _matrix(self.cka), "cka_debiased": _matrix(self.cka_debiased),
+            "probes": [probe.as_json() for probe in self.probes],
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class ComparisonProgress:
+    stage: str
+    done: int
+    total: int | None
+    result: ComparisonResult | None = None
