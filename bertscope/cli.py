@@ -556,3 +556,4 @@ def export(text, pair, mask_spec, ablation, output, model, device, dtype, allow_
 
 from bertscope import cli_fill_attribute  # noqa: E402,F401  (registers `fill` and `attribute`)
 from bertscope import cli_importance  # noqa: E402,F401 - registers `importance` and `prune` on `main`
+from bertscope import cli_geometry  # noqa: E402,F401 - registers `geometry` and `compare` on `main`

@@ -1,0 +1,156 @@
+"""`bertscope geometry` and `bertscope compare`: representation geometry per layer, and two models side by side.
+
+Registered on the main command group by bertscope.cli; imports stay light until a command runs.
+"""
+
+from __future__ import annotations
+
+import click
+
+from bertscope.cli import (
+    BertscopeError, _heatmap_colormap, check_index, corpus_sentences, data_options, main, mask_options, model_options,
+    open_session, print_json, warn,
+)
+
+
+def sample_options(command):
+    """Which rows are sampled and how many: shared by geometry and compare."""
+    options = [
+        click.option("--unit", default="auto", show_default=True, type=click.Choice(["auto", "token", "word", "sentence"]),
+                     help="Rows: every token; CoNLL-U words (first sub-word); or sentences (mean of their tokens). auto: word for CoNLL-U, sentence for SentEval, else token."),
+        click.option("--max-rows", type=click.IntRange(min=4), default=4000, show_default=True, metavar="N",
+                     help="At most N rows, a seeded uniform sample of the corpus (memory stays bounded)."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Which rows the sample keeps."),
+        click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True, help="Sentences per forward pass."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def drain(steps, what: str):
+    """Run a geometry/comparison generator with a progress line on a terminal; return its result."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    last = None
+    if not console.is_terminal:
+        for last in steps:  # noqa: B007 - only the last item is wanted
+            pass
+    else:
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}"), TimeElapsedColumn(),
+                      console=console, transient=True) as progress:
+            task = progress.add_task(what, total=None)
+            for last in steps:
+                progress.update(task, description=f"{what}: {last.stage}", completed=last.done, total=last.total)
+    if last is None or last.result is None:
+        raise BertscopeError(f"{what} stopped before it finished")
+    return last.result
+
+
+def read_corpus(text, data, data_format, limit):
+    from bertscope.core.corpus import ReadReport
+
+    report = ReadReport()
+    sentences, source = corpus_sentences(text, data, data_format, limit, report)
+    return list(sentences), source, report
+
+
+@main.command()
+@data_options
+@sample_options
+@click.option("--neighbours", "-k", type=click.IntRange(min=1), default=10, show_default=True, help="k of the neighbourhood overlap.")
+@click.option("--layer", "-l", type=int, default=None, help="Hidden-state layer whose PCA scatter is drawn (0 = embeddings). Default: the last.")
+@click.option("--colour-by", "--color-by", "colour_by", default=None, metavar="LABEL",
+              help="Colour the scatter by upos, xpos or deprel (CoNLL-U words), token (kind of token) or label (SentEval). Default: the first the data has.")
+@click.option("--points", is_flag=True, help="With --json: every layer's 2-D PCA coordinates and each row's text and labels.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
+@click.option("--theme", default=None, help="Heatmap colours: a theme name or a theme file.")
+@mask_options
+@model_options
+def geometry(text, data, data_format, limit, unit, max_rows, seed, batch_size, neighbours, layer, colour_by, points, as_json,
+             theme, mask_spec, ablation, model, device, dtype, allow_download):
+    """Representation geometry per layer over a corpus (van Aken; Kornblith; Valeriani et al.).
+
+    On a seeded sample of at most --max-rows tokens, words or sentences: each layer's PCA
+    projection (a scatter coloured by label), linear CKA layer × layer (and its debiased
+    form in JSON), the TwoNN intrinsic dimension, and the overlap of each row's k nearest
+    neighbours between consecutive layers. Layers are hidden states: 0 is the embeddings.
+    """
+    colormap = None if as_json else _heatmap_colormap(theme)
+    sentences, source, report = read_corpus(text, data, data_format, limit)
+    session = open_session(model, device, dtype, allow_download)
+    if layer is not None:
+        check_index(layer, session.num_layers + 1, "layer")
+    head_mask = session.mask(mask_spec)
+    steps = session.geometry(sentences, unit=unit, max_rows=max_rows, neighbours=neighbours, seed=seed,
+                             batch_size=batch_size, mask=head_mask if len(head_mask) else None, ablation=ablation)
+    result = drain(steps, "geometry")
+    if report.skipped:
+        warn(report.summary())
+    for note in result.notes:
+        warn(note)
+    if colour_by is not None and colour_by not in result.labels:
+        have = ", ".join(result.labels) or "none"
+        raise BertscopeError(f"--colour-by {colour_by}: these {result.unit}s have no such label; labels here: {have}")
+    if as_json:
+        print_json(result.as_json(session.info.source, points=points) | {"data": source})
+        return
+    from rich.console import Console
+
+    from bertscope.render.geometry import geometry_report
+
+    console = Console()
+    glyphs = console.no_color or console.color_system not in ("256", "truecolor")
+    mask = f" · mask {head_mask.spec()} ({ablation})" if len(head_mask) else ""
+    console.print(f"[bold]{session.info.source}[/] · {result.sentences:,} sentences from {source} · "
+                  f"{result.size:,} of {result.seen:,} {result.unit}s{mask}", highlight=False)
+    chosen = session.num_layers if layer is None else layer
+    console.print(geometry_report(result, colormap, layer=chosen, label=colour_by, glyphs=glyphs,
+                                  scatter_width=min(console.width, 100), scatter_height=22))
+
+
+@main.command()
+@data_options
+@click.option("--model-b", "model_b", required=True, metavar="B", help="The model to compare with: a directory or a Hugging Face name in the cache (same tokenizer as --model).")
+@sample_options
+@click.option("--probe", "probe_tasks", multiple=True, metavar="TASK",
+              help="Probe every layer of both models for TASK (repeatable): a built-in task, upos/xpos/deprel with a CoNLL-U --data, or the labels of a SentEval --data.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
+@click.option("--theme", default=None, help="Heatmap colours: a theme name or a theme file.")
+@model_options
+def compare(text, data, data_format, limit, model_b, unit, max_rows, seed, batch_size, probe_tasks, as_json, theme,
+            model, device, dtype, allow_download):
+    """Compare model A (--model) with model B (--model-b): same tokenizer, e.g. before and after fine-tuning.
+
+    Per head, the cosine similarity of its attention maps in A and B averaged over the
+    sentences (Kovaleva et al. 2019, Fig. 4); linear CKA between every layer of A and
+    every layer of B on the same sampled rows; with --probe, a probe per layer on both.
+    """
+    from bertscope.core.compare import probe_data
+    from bertscope.core.session import Session
+
+    colormap = None if as_json else _heatmap_colormap(theme)
+    sentences, source, report = read_corpus(text, data, data_format, limit)
+    probes = [(task, probe_data(task, sentences)) for task in probe_tasks]
+    session = open_session(model, device, dtype, allow_download)
+    other = Session.open(model_b, device=str(session.device), dtype=dtype, allow_download=allow_download)
+    steps = session.compare(other, sentences, unit=unit, max_rows=max_rows, seed=seed, batch_size=batch_size, probes=probes)
+    result = drain(steps, "comparing")
+    if report.skipped:
+        warn(report.summary())
+    for note in result.notes:
+        warn(note)
+    if as_json:
+        print_json(result.as_json() | {"data": source})
+        return
+    from rich.console import Console
+
+    from bertscope.render.geometry import comparison_report
+
+    console = Console()
+    glyphs = console.no_color or console.color_system not in ("256", "truecolor")
+    console.print(f"[bold]A[/] {result.model_a}\n[bold]B[/] {result.model_b}\n"
+                  f"{result.sentences:,} sentences from {source} · {result.tokens:,} tokens", highlight=False)
+    console.print(comparison_report(result, colormap, glyphs=glyphs))
