@@ -208,6 +208,50 @@ class FakeBackend:
             yield CurveProgress(f"{count} heads removed", len(points), 5)
         yield CurveProgress("done", 5, 5, PruningCurve(objective, "cosine", "gradient", ablation, reestimate, tuple(points), 0.2))
 
+    def geometry(self, sentences, *, mask=None, ablation="zero", cancel=None, **options):
+        """Known geometry: 3 sentences per step; ID of layer l is 2 + l; 12 points whose label is "A" or "B" by their x sign."""
+        from bertscope.core.geometry_results import GeometryProgress, GeometryResult
+
+        if not sentences:
+            raise InputError("no sentences to analyse; the corpus is empty")
+        for done in range(3, len(sentences) + 3, 3):
+            if cancel is not None and cancel.is_set():
+                return
+            self.release.wait(timeout=10)
+            time.sleep(self.delay)
+            yield GeometryProgress("representations", min(done, len(sentences)), len(sentences))
+        layers = LAYERS + 1
+        angles = np.linspace(0, 2 * np.pi, 12, endpoint=False)
+        projection = np.stack([np.stack([np.cos(angles) * (l + 1), np.sin(angles)], axis=1) for l in range(layers)]).astype(np.float32)
+        labels = tuple("A" if x > 0 else "B" for x in projection[0, :, 0])
+        cka = np.fromfunction(lambda i, j: 1.0 - 0.1 * np.abs(i - j), (layers, layers))
+        yield GeometryProgress("done", 1, 1, GeometryResult(
+            unit="token", sentences=len(sentences), seen=5 * len(sentences), truncated=0, projection=projection,
+            explained=np.tile([0.3, 0.1], (layers, 1)), labels={"token": labels, "parity": labels[::-1]},
+            texts=tuple(f"t{i}" for i in range(12)), cka=cka, cka_debiased=cka, intrinsic_dimension=np.arange(2.0, 2.0 + layers),
+            duplicates=np.zeros(layers, dtype=int), neighbourhood_overlap=np.full(layers - 1, 0.5), neighbours=10, seed=0,
+            mask=mask.spec() if mask is not None else "", ablation=ablation,
+        ))
+
+    def compare(self, other, sentences, *, cancel=None, **options):
+        """Known comparison: head (l, h) has cosine 1 - 0.05 (l + h); model B "other-vocab" has another tokenizer."""
+        from bertscope.core.geometry_results import ComparisonProgress, ComparisonResult
+
+        if other == "other-vocab":
+            raise InputError("model B's tokenizer differs from model A's; compare needs two models with the same tokenizer")
+        for done in (1, 2):
+            if cancel is not None and cancel.is_set():
+                return
+            self.release.wait(timeout=10)
+            time.sleep(self.delay)
+            yield ComparisonProgress("attention and representations", done, 2)
+        cosine = np.fromfunction(lambda l, h: 1.0 - 0.05 * (l + h), (LAYERS, HEADS))
+        cka = np.fromfunction(lambda i, j: 1.0 - 0.1 * np.abs(i - j) - 0.05 * np.minimum(i, j), (LAYERS + 1, LAYERS + 1))
+        yield ComparisonProgress("done", 1, 1, ComparisonResult(
+            model_a="fake-bert", model_b=other, sentences=len(sentences), tokens=5 * len(sentences), unit="token",
+            rows_sampled=5 * len(sentences), head_cosine=cosine, head_cosine_std=np.full_like(cosine, 0.01), cka=cka, cka_debiased=cka,
+        ))
+
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
         positions = [i for i, t in enumerate(result.tokens) if t == "[mask]"]
         shift = 0.1 * len(result.mask)

@@ -33,6 +33,7 @@ from bertscope.theming import DEFAULT_THEME, load_theme
 from bertscope.ui.attribution import AttributionRow
 from bertscope.ui.backend import Backend
 from bertscope.ui.export import export_view
+from bertscope.ui.geometry import ComparisonScreen, GeometryScreen
 from bertscope.ui.help import HelpScreen
 from bertscope.ui.importance import IMPORTANCE_FIGURE, ImportanceMixin, ObjectivePanel
 from bertscope.ui.overview import OverviewScreen
@@ -81,6 +82,8 @@ class ExplorerApp(ImportanceMixin, App[None]):
         Binding("i", "importance", "importance", show=False),
         Binding("P", "prune_to", "prune to X%", show=False),
         Binding("C", "pruning_curve", "pruning curve", show=False),
+        Binding("g", "geometry", "geometry", show=False),
+        Binding("c", "compare", "compare models", show=False),
         Binding("escape", "cancel", "cancel", show=False),
         Binding("ctrl+q", "quit", "quit", priority=True),
     ]
@@ -442,6 +445,21 @@ class ExplorerApp(ImportanceMixin, App[None]):
             return
         self.push_screen(ProbingScreen(self.backend, self.mask, self.state.ablation))
 
+    def action_geometry(self) -> None:
+        """Representation geometry per layer over a corpus: PCA scatter, CKA, intrinsic dimension."""
+        if self.backend is None or self.mask is None:
+            self.notify("the model is still loading", severity="warning")
+            return
+        self.push_screen(GeometryScreen(self.backend, self.mask, self.state.ablation, self._colormap(), self.glyphs))
+
+    def action_compare(self) -> None:
+        """This model against a model B with the same tokenizer; the head chosen there opens here."""
+        if self.backend is None or self.mask is None:
+            self.notify("the model is still loading", severity="warning")
+            return
+        screen = ComparisonScreen(self.backend, self._colormap(), self.glyphs, (self.state.layer, self.state.head))
+        self.push_screen(screen, self._open_head)
+
     def _open_head(self, chosen: tuple[int, int] | None) -> None:
         if chosen is not None:
             self.state = self.state.with_(layer=chosen[0], head=chosen[1], view="head")
@@ -508,6 +526,8 @@ class ExplorerApp(ImportanceMixin, App[None]):
         yield SystemCommand("Head importance", "Shade the grid by each head's importance for the model's objective", self.action_importance)
         yield SystemCommand("Prune to X%", "Switch off the least important X% of the heads", self.action_prune_to)
         yield SystemCommand("Pruning curve", "The objective as ever more of the least important heads are removed", self.action_pruning_curve)
+        yield SystemCommand("Geometry", "PCA scatter per layer, CKA layer × layer, intrinsic dimension over a corpus", self.action_geometry)
+        yield SystemCommand("Compare models", "Attention cosine per head and CKA per layer against a model B", self.action_compare)
         yield SystemCommand("Cancel", "Cancel the computation in progress", self.action_cancel)
         yield SystemCommand("Keys", "Show every key", self.action_help)
 

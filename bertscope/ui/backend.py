@@ -16,6 +16,7 @@ from bertscope.core.results import Encoding, ForwardResult, MaskPrediction, Mode
 if TYPE_CHECKING:  # the types only: core.patterns itself imports torch
     from bertscope.core.attribution_results import AttributionProgress, Target
     from bertscope.core.corpus import Sentence
+    from bertscope.core.geometry_results import ComparisonProgress, GeometryProgress
     from bertscope.core.patterns import PatternProgress
     from bertscope.core.probing import ProbeProgress
 
@@ -57,3 +58,12 @@ class Backend(Protocol):
         self, text: Encoding, pair: str | None = None, *, method: str = "integrated-gradients", target: Target | None = None,
         mask: HeadMask | None = None, ablation: Ablation = "zero", cancel: threading.Event | None = None, **options,
     ) -> Iterator[AttributionProgress]: ...
+
+    def geometry(
+        self, sentences: list[Sentence], *, mask: HeadMask | None = None, ablation: Ablation = "zero",
+        cancel: threading.Event | None = None, **options,
+    ) -> Iterator[GeometryProgress]: ...
+
+    def compare(
+        self, other: str, sentences: list[Sentence], *, cancel: threading.Event | None = None, **options,
+    ) -> Iterator[ComparisonProgress]: ...

@@ -35,6 +35,8 @@ and every pane shows the effect.
 | `i` | head importance (Michel et al.'s gradient, for `mlm` with an MLM head, else `preserve`, on the sample corpus): shades the grid, and the objective pane then follows every mask; `i` again goes back |
 | `P` | prune to X%: switch off the least important X% of the heads |
 | `C` | pruning curve: the objective as ever more of the least important heads go; Enter masks the prunable ones |
+| `g` | geometry: each layer's PCA scatter over a corpus coloured by label (arrows move through the layers, `f` changes the label), CKA layer × layer, TwoNN intrinsic dimension |
+| `c` | compare with a model B of the same tokenizer (a fine-tuned checkpoint, say): the grid shaded by each head's attention cosine A·B, CKA per layer; Enter opens a head here |
 | `o` | overview: every head's pattern class and statistics over a corpus (Enter opens a head here) |
 | `escape` | cancel the computation in progress |
 | `ctrl+p` | command palette: every action by name |

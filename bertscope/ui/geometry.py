@@ -1,0 +1,352 @@
+"""The geometry screen (`g`) and the comparison screen (`c`).
+
+Geometry: a corpus streams through the model in a worker; then, per hidden-state layer, a
+PCA scatter coloured by label (a layer slider moves through the layers from memory), the
+layer × layer CKA heatmap and the TwoNN intrinsic dimension curve. Comparison: a second
+model with the same tokenizer is loaded and run beside the first; the head grid is
+shaded by the cosine similarity of each head's attention in the two models, with CKA per
+layer beside it. Both runs show progress and stop on escape.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from rich.console import Group
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Input, ProgressBar, Static
+from textual.worker import get_current_worker
+
+from bertscope.core.corpus import ReadReport, read_sentences, sample_corpus
+from bertscope.core.errors import BertscopeError
+from bertscope.core.masks import Ablation, HeadMask
+from bertscope.render.geometry import cka_heatmap, scatter
+from bertscope.render.patterns import layer_bars
+from bertscope.ui.overview import PatternGrid
+from bertscope.ui.widgets.head_grid import HeadGrid
+
+
+class Stepped(Message):
+    """Progress of a geometry or comparison run; a backlog collapses to the newest."""
+
+    def __init__(self, progress, run: int) -> None:
+        super().__init__()
+        self.progress, self.run = progress, run
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, Stepped) and message.run == self.run and message.progress.result is None
+
+
+class RunFailed(Message):
+    def __init__(self, reason: str, run: int, fatal: bool = True) -> None:
+        super().__init__()
+        self.reason, self.run, self.fatal = reason, run, fatal
+
+
+class _CorpusRunScreen(Screen[tuple[int, int] | None]):
+    """What both screens share: a corpus field, a worker with progress, escape to cancel, then back."""
+
+    worker_group = "corpus-run"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.result = None
+        self._run = 0
+        self._cancel = threading.Event()
+        self.running = False
+
+    def start(self, describe: str) -> None:
+        self._cancel.set()  # a run still going stops at its next batch
+        self._cancel = threading.Event()
+        self._run += 1
+        self.running = True
+        self.query_one(".progress-text", Static).update(describe)
+        self.query_one(ProgressBar).update(total=None, progress=0)
+
+    @work(thread=True, exclusive=True, group="corpus-run", exit_on_error=False)
+    def compute(self, path: str, run: int, cancel: threading.Event, start) -> None:
+        """Read the corpus and drain the backend's generator `start(sentences, cancel)`, posting each step."""
+        worker = get_current_worker()
+        report = ReadReport()
+        try:
+            sentences = list(read_sentences(path, report=report))
+            for progress in start(sentences, cancel):
+                if worker.is_cancelled or cancel.is_set():
+                    return
+                self.post_message(Stepped(progress, run))
+        except BertscopeError as error:
+            self.post_message(RunFailed(str(error), run))
+            return
+        if report.skipped:
+            self.post_message(RunFailed(report.summary(), run, fatal=False))
+
+    def on_stepped(self, message: Stepped) -> None:
+        if message.run != self._run:
+            return
+        progress = message.progress
+        bar = self.query_one(ProgressBar)
+        if progress.result is None:
+            total = f" of {progress.total:,}" if progress.total else ""
+            self.query_one(".progress-text", Static).update(f"{progress.stage}: {progress.done:,}{total} · escape cancels")
+            bar.update(total=progress.total, progress=progress.done)
+            return
+        self.running = False
+        self.result = progress.result
+        bar.update(total=1, progress=1)
+        self.query_one(".progress-text", Static).update(self.done_text())
+        for note in getattr(self.result, "notes", ()):
+            self.notify(note, timeout=6)
+        self.draw()
+
+    def on_run_failed(self, message: RunFailed) -> None:
+        if message.run != self._run:
+            return
+        self.notify(message.reason, severity="error" if message.fatal else "warning", timeout=10)
+        if message.fatal:
+            self.running = False
+            self.query_one(".progress-text", Static).update("stopped: " + message.reason)
+
+    def action_back(self) -> None:
+        if self.running:
+            self._cancel.set()
+            self.workers.cancel_group(self, "corpus-run")
+            self.running = False
+            self.query_one(".progress-text", Static).update("cancelled (r runs again)")
+            return
+        self.dismiss(None)
+
+    def done_text(self) -> str:
+        raise NotImplementedError
+
+    def draw(self) -> None:
+        raise NotImplementedError
+
+
+class GeometryScreen(_CorpusRunScreen):
+    """`g` in the explorer: representation geometry per layer over a corpus."""
+
+    BINDINGS = [
+        Binding("escape", "back", "back / cancel"),
+        Binding("left,left_square_bracket", "layer(-1)", "layer −"),
+        Binding("right,right_square_bracket", "layer(1)", "layer +"),
+        Binding("f", "next_label", "colour by"),
+        Binding("r", "run", "run again"),
+        Binding("slash", "focus_corpus", "corpus", show=False),
+    ]
+    DEFAULT_CSS = """
+    GeometryScreen #geometry-corpus { width: 1fr; }
+    GeometryScreen .progress-line { height: 1; padding: 0 1; }
+    GeometryScreen .progress-text { padding-left: 2; }
+    GeometryScreen #geometry-body { height: 1fr; }
+    GeometryScreen #scatter { width: 1fr; height: 1fr; }
+    GeometryScreen #geometry-side { width: 36; padding: 0 1; }
+    """
+
+    def __init__(self, backend, mask: HeadMask, ablation: Ablation, colormap, glyphs: bool) -> None:
+        super().__init__()
+        self.backend, self.mask, self.ablation = backend, mask, ablation
+        self.colormap, self.glyphs = colormap, glyphs
+        self.shown_layer = backend.num_layers  # the last hidden state
+        self.label: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Input(str(sample_corpus("conllu")), placeholder="a corpus file (text, CoNLL-U or SentEval), then Enter", id="geometry-corpus")
+        with Horizontal(classes="progress-line"):
+            yield ProgressBar(total=None, show_eta=False, show_percentage=False)
+            yield Static("", classes="progress-text")
+        with Horizontal(id="geometry-body"):
+            with Vertical(id="scatter-column"):
+                yield Static("", id="layer-slider")
+                yield Static("", id="scatter")
+            yield VerticalScroll(Static("", id="geometry-charts"), id="geometry-side", can_focus=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.action_run()
+
+    def action_run(self) -> None:
+        path = self.query_one("#geometry-corpus", Input).value.strip()
+        if not path:
+            self.notify("give a corpus file, then Enter", severity="warning")
+            return
+        self.start(f"reading {path}…")
+        mask = self.mask if len(self.mask) else None
+
+        def start(sentences, cancel):
+            return self.backend.geometry(sentences, mask=mask, ablation=self.ablation, cancel=cancel)
+
+        self.compute(path, self._run, self._cancel, start)
+
+    @on(Input.Submitted, "#geometry-corpus")
+    def corpus_submitted(self) -> None:
+        self.set_focus(None)
+        self.action_run()
+
+    def done_text(self) -> str:
+        result = self.result
+        mask = f" · mask {self.mask.spec()} ({self.ablation})" if len(self.mask) else ""
+        return f"{result.sentences:,} sentences · {result.size:,} of {result.seen:,} {result.unit}s{mask}"
+
+    def action_layer(self, step: int) -> None:
+        if self.result is None:
+            return
+        self.shown_layer = (self.shown_layer + step) % self.result.num_layers
+        self.draw()
+
+    def action_next_label(self) -> None:
+        if self.result is None or not self.result.labels:
+            self.notify("these rows carry no label to colour by", severity="warning")
+            return
+        names = list(self.result.labels)
+        self.label = names[(names.index(self.label) + 1) % len(names)] if self.label in names else names[0]
+        self.notify(f"colour by {self.label}", timeout=2)
+        self.draw()
+
+    def action_focus_corpus(self) -> None:
+        self.query_one("#geometry-corpus", Input).focus()
+
+    def on_resize(self) -> None:
+        self.draw()
+
+    def draw(self) -> None:
+        result = self.result
+        if result is None or not self.is_mounted:
+            return
+        self.shown_layer = min(self.shown_layer, result.num_layers - 1)
+        if self.label not in result.labels:
+            self.label = next(iter(result.labels), None)
+        marks = " ".join(f"[{layer}]" if layer == self.shown_layer else f" {layer} " for layer in range(result.num_layers))
+        self.query_one("#layer-slider", Static).update(Text.assemble(("layer ◀ ▶  ", "bold"), marks, ("  (0 = embeddings)", "dim")))
+        area = self.query_one("#scatter", Static).size
+        explained = result.explained[self.shown_layer]
+        title = f"layer {self.shown_layer} · PC1 {explained[0]:.0%} PC2 {explained[1]:.0%}" + (f" · {self.label}" if self.label else "")
+        labels = result.labels.get(self.label) if self.label else None
+        self.query_one("#scatter", Static).update(
+            scatter(result.projection[self.shown_layer], labels, width=max(area.width, 20), height=max(area.height, 8), title=title, glyphs=self.glyphs)
+        )
+        dimension = result.intrinsic_dimension
+        charts = Group(
+            cka_heatmap(result.cka, self.colormap, title="linear CKA", glyphs=self.glyphs),
+            Text(),
+            layer_bars({"TwoNN ID": np.nan_to_num(dimension)}, "intrinsic dimension", scale=float(np.nanmax(dimension)) or 1.0, width=14),
+            Text(),
+            Text(f"layer {self.shown_layer}: ID {dimension[self.shown_layer]:.1f}"
+                 + (f", {result.neighbourhood_overlap[self.shown_layer]:.0%} of {result.neighbours} neighbours kept in layer {self.shown_layer + 1}"
+                    if self.shown_layer < result.num_layers - 1 else "")),
+        )
+        self.query_one("#geometry-charts", Static).update(charts)
+
+
+class ComparisonScreen(_CorpusRunScreen):
+    """`c` in the explorer: this model against model B, head by head and layer by layer."""
+
+    BINDINGS = [
+        Binding("escape", "back", "back / cancel"),
+        Binding("enter", "open_head", "open head"),
+        Binding("r", "run", "run again"),
+        Binding("slash", "focus_model_b", "model B", show=False),
+    ]
+    DEFAULT_CSS = """
+    ComparisonScreen #compare-inputs { height: auto; }
+    ComparisonScreen #model-b { width: 1fr; }
+    ComparisonScreen #compare-corpus { width: 1fr; }
+    ComparisonScreen .progress-line { height: 1; padding: 0 1; }
+    ComparisonScreen .progress-text { padding-left: 2; }
+    ComparisonScreen #compare-body { height: 1fr; }
+    ComparisonScreen #compare-grid { border: round $accent; padding: 0 1; height: auto; }
+    ComparisonScreen #compare-side { padding: 0 1; }
+    """
+
+    def __init__(self, backend, colormap, glyphs: bool, selected: tuple[int, int]) -> None:
+        super().__init__()
+        self.backend, self.colormap, self.glyphs = backend, colormap, glyphs
+        self.selected = selected
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="compare-inputs"):
+            yield Input(placeholder="model B: a directory or a cached Hugging Face name, then Enter", id="model-b")
+            yield Input(str(sample_corpus()), placeholder="corpus file, then Enter", id="compare-corpus")
+        with Horizontal(classes="progress-line"):
+            yield ProgressBar(total=None, show_eta=False, show_percentage=False)
+            yield Static("give model B (same tokenizer as this model) and press Enter", classes="progress-text")
+        with Horizontal(id="compare-body"):
+            with VerticalScroll(can_focus=False):
+                yield PatternGrid(self.colormap, id="compare-grid")
+                yield Static("", id="compare-head")
+            yield VerticalScroll(Static("", id="compare-charts"), id="compare-side", can_focus=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        grid = self.query_one(PatternGrid)
+        grid.border_title = "attention cosine A·B"
+        grid.set_shape(self.backend.num_layers, self.backend.num_heads)
+        grid.restyle(self.colormap, self.glyphs)
+        self.query_one("#model-b", Input).focus()
+
+    @on(Input.Submitted)
+    def submitted(self) -> None:
+        self.action_run()
+
+    def action_run(self) -> None:
+        other = self.query_one("#model-b", Input).value.strip()
+        path = self.query_one("#compare-corpus", Input).value.strip()
+        if not other or not path:
+            self.notify("give model B and a corpus file, then Enter", severity="warning")
+            return
+        self.query_one(PatternGrid).focus()
+        self.start(f"loading {other}…")
+
+        def start(sentences, cancel):
+            return self.backend.compare(other, sentences, cancel=cancel)
+
+        self.compute(path, self._run, self._cancel, start)
+
+    def done_text(self) -> str:
+        result = self.result
+        return f"{result.sentences:,} sentences · {result.tokens:,} tokens · B = {result.model_b}"
+
+    def draw(self) -> None:
+        result = self.result
+        if result is None:
+            return
+        grid = self.query_one(PatternGrid)
+        details = self.query_one("#compare-head", Static)
+        if result.head_cosine is not None:
+            low = max(0.0, min(float(np.floor(np.nanmin(result.head_cosine) * 10) / 10), 0.9))
+            grid.show(result.head_cosine, (low, 1.0), "cosine", HeadMask.none(*result.head_cosine.shape), self.selected)
+            layer, head = self.selected
+            details.update(f"head {layer}:{head}: cosine {result.head_cosine[layer, head]:.3f} ± {result.head_cosine_std[layer, head]:.3f}"
+                           f" over {result.sentences:,} sentences (scale {low:.1f}–1)")
+        else:
+            details.update("the two models' heads do not line up; CKA only")
+        matched = result.matched_cka()
+        parts = []
+        if matched is not None:
+            parts += [layer_bars({"CKA": matched}, "CKA of layer l in A and B (0 = embeddings)", width=12), Text()]
+        parts.append(cka_heatmap(result.cka, self.colormap, title="CKA, A ↓ × B →", rows="A", cols="B", glyphs=self.glyphs))
+        self.query_one("#compare-charts", Static).update(Group(*parts))
+
+    def on_head_grid_selected(self, message: HeadGrid.Selected) -> None:
+        message.stop()
+        self.selected = (message.layer, message.head)
+        self.draw()
+
+    def on_head_grid_toggled(self, message: HeadGrid.Toggled) -> None:
+        message.stop()
+
+    def on_head_grid_layer_toggled(self, message: HeadGrid.LayerToggled) -> None:
+        message.stop()
+
+    def action_open_head(self) -> None:
+        self._cancel.set()
+        self.dismiss(self.selected)
+
+    def action_focus_model_b(self) -> None:
+        self.query_one("#model-b", Input).focus()
