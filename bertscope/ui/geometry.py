@@ -222,8 +222,9 @@ class GeometryScreen(_CorpusRunScreen):
         self.shown_layer = min(self.shown_layer, result.num_layers - 1)
         if self.label not in result.labels:
             self.label = next(iter(result.labels), None)
-        marks = " ".join(f"[{layer}]" if layer == self.shown_layer else f" {layer} " for layer in range(result.num_layers))
-        self.query_one("#layer-slider", Static).update(Text.assemble(("layer ◀ ▶  ", "bold"), marks, ("  (0 = embeddings)", "dim")))
+        marks = "".join(f"[{layer}]" if layer == self.shown_layer else f" {layer} " for layer in range(result.num_layers))
+        slider = Text.assemble(("layer ◀▶ ", "bold"), marks, (" 0 = embeddings", "dim"), no_wrap=True, overflow="ellipsis")
+        self.query_one("#layer-slider", Static).update(slider)
         area = self.query_one("#scatter", Static).size
         explained = result.explained[self.shown_layer]
         title = f"layer {self.shown_layer} · PC1 {explained[0]:.0%} PC2 {explained[1]:.0%}" + (f" · {self.label}" if self.label else "")
@@ -261,7 +262,7 @@ class ComparisonScreen(_CorpusRunScreen):
     ComparisonScreen .progress-text { padding-left: 2; }
     ComparisonScreen #compare-body { height: 1fr; }
     ComparisonScreen #compare-grid { border: round $accent; padding: 0 1; height: auto; }
-    ComparisonScreen #compare-side { padding: 0 1; }
+    ComparisonScreen #compare-side { width: 36; padding: 0 1; }
     """
 
     def __init__(self, backend, colormap, glyphs: bool, selected: tuple[int, int]) -> None:
