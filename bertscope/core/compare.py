@@ -94,11 +94,14 @@ def compare_models(
     check_same_tokenizer(a, b)
     notes = []
     same_shape = (a.num_layers, a.num_heads) == (b.num_layers, b.num_heads) and not a.kept_heads and not b.kept_heads
-    if not same_shape:
+    if (a.num_layers, a.num_heads) != (b.num_layers, b.num_heads):
         notes.append(
-            f"the models have different layer × head layouts ({a.num_layers}×{a.num_heads} and {b.num_layers}×{b.num_heads}"
-            f"{', or pruned heads' if a.kept_heads or b.kept_heads else ''}); attention maps are compared head by head only when they match"
+            f"the models have different layer × head layouts ({a.num_layers}×{a.num_heads} and {b.num_layers}×{b.num_heads}); "
+            "attention maps are compared head by head only when they match"
         )
+    elif not same_shape:
+        pruned = " and ".join(name for name, model in (("model A", a), ("model B", b)) if model.kept_heads)
+        notes.append(f"{pruned} has physically pruned heads; attention maps are compared head by head only between unpruned models")
     heads = _HeadCosines(a.num_layers, a.num_heads, a.device) if same_shape else None
     total = len(sentences) if hasattr(sentences, "__len__") else None
     sample = None
