@@ -19,3 +19,14 @@ def emit(result: dict, output: str | Path | None, summary: str) -> None:
         with atomic_write(path, "w") as handle:
             handle.write(text + "\n")
     print(summary, file=sys.stderr)
+
+
+def rss_mb() -> float:
+    """This process's resident memory in MB (Linux), NaN elsewhere."""
+    status = Path("/proc/self/status")
+    if not status.exists():
+        return float("nan")
+    for line in status.read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")

@@ -18,16 +18,8 @@ import argparse
 import itertools
 import os
 import time
-from pathlib import Path
 
-from common import emit  # benchmarks/common.py, found beside this script
-
-
-def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+from common import emit, rss_mb  # benchmarks/common.py, found beside this script
 
 
 def main() -> None:

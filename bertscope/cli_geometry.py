@@ -9,7 +9,7 @@ import click
 
 from bertscope.cli import (
     BertscopeError, _heatmap_colormap, check_index, corpus_sentences, data_options, main, mask_options, model_options,
-    open_session, print_json, warn,
+    open_session, print_json, run_stages, warn,
 )
 
 
@@ -26,27 +26,6 @@ def sample_options(command):
     for option in reversed(options):
         command = option(command)
     return command
-
-
-def drain(steps, what: str):
-    """Run a geometry/comparison generator with a progress line on a terminal; return its result."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    console = Console(stderr=True)
-    last = None
-    if not console.is_terminal:
-        for last in steps:  # noqa: B007 - only the last item is wanted
-            pass
-    else:
-        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}"), TimeElapsedColumn(),
-                      console=console, transient=True) as progress:
-            task = progress.add_task(what, total=None)
-            for last in steps:
-                progress.update(task, description=f"{what}: {last.stage}", completed=last.done, total=last.total)
-    if last is None or last.result is None:
-        raise BertscopeError(f"{what} stopped before it finished")
-    return last.result
 
 
 def read_corpus(text, data, data_format, limit):
@@ -86,7 +65,7 @@ def geometry(text, data, data_format, limit, unit, max_rows, seed, batch_size, n
     head_mask = session.mask(mask_spec)
     steps = session.geometry(sentences, unit=unit, max_rows=max_rows, neighbours=neighbours, seed=seed,
                              batch_size=batch_size, mask=head_mask if len(head_mask) else None, ablation=ablation)
-    result = drain(steps, "geometry")
+    result = run_stages(steps, "geometry", "result")
     if report.skipped:
         warn(report.summary())
     for note in result.notes:
@@ -137,7 +116,7 @@ def compare(text, data, data_format, limit, model_b, unit, max_rows, seed, batch
     session = open_session(model, device, dtype, allow_download)
     other = Session.open(model_b, device=str(session.device), dtype=dtype, allow_download=allow_download)
     steps = session.compare(other, sentences, unit=unit, max_rows=max_rows, seed=seed, batch_size=batch_size, probes=probes)
-    result = drain(steps, "comparing")
+    result = run_stages(steps, "comparing", "result")
     if report.skipped:
         warn(report.summary())
     for note in result.notes:

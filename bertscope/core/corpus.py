@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -392,3 +392,16 @@ def _head_problem(heads: tuple[int | None, ...], numbers: list[int], name: str) 
         for visited in path:
             reaches_root[visited] = True
     return None
+
+
+def chunked(sentences: Iterable[Sentence], size: int) -> Iterator[list[Sentence]]:
+    """Lists of `size` sentences (the last may be shorter), read lazily: a corpus streams in
+    chunks that are sorted by length within, so memory stays flat in the corpus length."""
+    chunk: list[Sentence] = []
+    for sentence in sentences:
+        chunk.append(sentence)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

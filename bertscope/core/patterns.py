@@ -35,19 +35,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from bertscope.core.corpus import Sentence, chunked
 from bertscope.core.errors import InputError
 from bertscope.core.headstats import is_punctuation
 from bertscope.core.masks import Ablation, HeadMask
 from bertscope.core.results import PATTERNS, STATISTICS, PatternProgress, PatternResult
-
-if TYPE_CHECKING:
-    from bertscope.core.corpus import Sentence
 
 STRIPES, MIXED, BLOCK = 0.6, 0.2, 0.85
 TOP_COLUMNS = 2
@@ -213,7 +210,7 @@ def pattern_statistics(
     accumulator = _Accumulator(session.num_layers, session.num_heads, session.device)
     gates = session.gate_tensor(mask)
     punctuation_of: dict[int, bool] = {}
-    for chunk in _chunks(sentences, chunk_size):
+    for chunk in chunked(sentences, chunk_size):
         encoded = encode_sorted(session, chunk)
         accumulator.truncated += sum(item.truncated for item in encoded)
         for start in range(0, len(encoded), batch_size):
@@ -231,17 +228,6 @@ def pattern_statistics(
     if accumulator.sentences == 0:
         raise InputError("no sentences to analyse; the corpus is empty")
     yield PatternProgress(accumulator.sentences, accumulator.result(), done=True)
-
-
-def _chunks(sentences: Iterable[Sentence], size: int) -> Iterator[list[Sentence]]:
-    chunk: list[Sentence] = []
-    for sentence in sentences:
-        chunk.append(sentence)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from bertscope.core.corpus import Sentence
+from bertscope.core.corpus import Sentence, chunked
 from bertscope.core.errors import InputError
 from bertscope.core.headstats import is_punctuation
 from bertscope.core.masks import Ablation, HeadMask
@@ -222,7 +222,7 @@ def stream_sample(
     labels: dict[str, list[str]] = {}
     texts: list[str] = [""] * max_rows
     read = truncated = 0
-    for chunk in _chunks(sentences, CHUNK):
+    for chunk in chunked(sentences, CHUNK):
         if read == 0:
             unit = check_unit(unit, chunk)
             labels = {name: [""] * max_rows for name in LABELS[unit]}
@@ -272,12 +272,3 @@ def stream_sample(
     yield SampleProgress(read, sample)
 
 
-def _chunks(sentences: Iterable[Sentence], size: int) -> Iterator[list[Sentence]]:
-    chunk: list[Sentence] = []
-    for sentence in sentences:
-        chunk.append(sentence)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
