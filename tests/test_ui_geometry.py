@@ -8,6 +8,21 @@ from tests.fake_backend import FakeBackend
 from tests.test_ui import heatmap_text, make_app, rendered, run, settle
 
 
+def test_geometry_screen_without_a_corpus_runs_on_the_generated_treebank():
+    from bertscope.ui.geometry import TREEBANK_SENTENCES
+
+    app = make_app()
+
+    async def steps(pilot):
+        await pilot.press("g")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, GeometryScreen) and screen.query_one("#geometry-corpus").value == ""
+        assert screen.result.sentences == TREEBANK_SENTENCES and not screen.running
+
+    run(app, steps)
+
+
 def test_geometry_screen_scatter_layer_slider_and_labels(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(f"sentence number {i}" for i in range(7)))

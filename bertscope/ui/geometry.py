@@ -27,10 +27,13 @@ from textual.worker import get_current_worker
 from bertscope.core.corpus import ReadReport, read_sentences, sample_corpus
 from bertscope.core.errors import BertscopeError
 from bertscope.core.masks import Ablation, HeadMask
+from bertscope.core.treebank import generate_treebank
 from bertscope.render.geometry import cka_heatmap, scatter
 from bertscope.render.patterns import layer_bars
 from bertscope.ui.overview import PatternGrid
 from bertscope.ui.widgets.head_grid import HeadGrid
+
+TREEBANK_SENTENCES = 500  # the geometry screen's corpus when none is given: words coloured by UPOS
 
 
 class Stepped(Message):
@@ -76,7 +79,7 @@ class _CorpusRunScreen(Screen[tuple[int, int] | None]):
         worker = get_current_worker()
         report = ReadReport()
         try:
-            sentences = list(read_sentences(path, report=report))
+            sentences = list(read_sentences(path, report=report)) if path else generate_treebank(TREEBANK_SENTENCES)
             for progress in start(sentences, cancel):
                 if worker.is_cancelled or cancel.is_set():
                     return
@@ -157,7 +160,7 @@ class GeometryScreen(_CorpusRunScreen):
         self.label: str | None = None
 
     def compose(self) -> ComposeResult:
-        yield Input(str(sample_corpus("conllu")), placeholder="a corpus file (text, CoNLL-U or SentEval), then Enter", id="geometry-corpus")
+        yield Input(placeholder="corpus file (text, CoNLL-U, SentEval), Enter · empty: built-in treebank", id="geometry-corpus")
         with Horizontal(classes="progress-line"):
             yield ProgressBar(total=None, show_eta=False, show_percentage=False)
             yield Static("", classes="progress-text")
@@ -173,10 +176,7 @@ class GeometryScreen(_CorpusRunScreen):
 
     def action_run(self) -> None:
         path = self.query_one("#geometry-corpus", Input).value.strip()
-        if not path:
-            self.notify("give a corpus file, then Enter", severity="warning")
-            return
-        self.start(f"reading {path}…")
+        self.start(f"reading {path}…" if path else f"generating a treebank of {TREEBANK_SENTENCES:,} sentences…")
         mask = self.mask if len(self.mask) else None
 
         def start(sentences, cancel):
