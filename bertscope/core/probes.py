@@ -368,6 +368,20 @@ def _select_then_fit(Z, y, Z_dev, y_dev, l2, grid, num_classes, max_iter, genera
 
 
 def _fit_linear(Z, y, l2, weights, bias, max_iter, cancel):
+    """L-BFGS from `weights`, `bias`, one layer at a time (`l2` a number or one per layer, `[L, 1, 1, 1]`).
+
+    Layers are fitted apart, not as one batched problem: L-BFGS shares its line search and
+    its curvature pairs across everything it optimises, and a joint fit over 7 layers of
+    36,000 words needed 128 passes over the data where separate fits needed 26 in all.
+    """
+    fitted = []
+    for layer in range(Z.shape[0]):
+        penalty = l2[layer : layer + 1] if torch.is_tensor(l2) and l2.dim() == 4 else l2
+        fitted.append(_fit_one(Z[layer : layer + 1], y, penalty, weights[layer : layer + 1], bias[layer : layer + 1], max_iter, cancel))
+    return torch.cat([w for w, _ in fitted]), torch.cat([b for _, b in fitted])
+
+
+def _fit_one(Z, y, l2, weights, bias, max_iter, cancel):
     weights, bias = weights.clone().requires_grad_(), bias.clone().requires_grad_()
     optimizer = torch.optim.LBFGS(
         [weights, bias], lr=1, max_iter=max_iter, history_size=20,
