@@ -5,13 +5,14 @@ property off layer l, layer l encodes it (linearly, for a linear probe). Feature
 `X` `[N, L, D]` (L hidden-state layers, index 0 the embeddings) and labels `y` `[N]` in
 `0..C-1`.
 
-All layers train together as one batched model, weights `[L, D, C]` on features
-standardised per layer with the training mean and std: the loss is the sum of the layers'
-independent losses, so each layer gets the optimum it would get alone, at the cost of one
-batched matrix product per step instead of L small ones. Every L2 strength of a grid is
-trained (MLP probes batch the grid as one more axis; linear probes walk it from strong to
-weak with warm starts), and each layer keeps the strength with the best dev accuracy, ties
-going to the stronger penalty.
+Each layer has its own probe, weights `[L, D, C]` on features standardised per layer with
+the training mean and std. Linear probes are fitted layer by layer with L-BFGS (a joint
+L-BFGS run shares one line search across layers and needs several times the passes); MLP
+probes train all layers in one batched model with Adam, whose steps are per parameter, so
+each layer still gets what it would get alone. Every L2 strength of a grid is trained (MLP
+probes batch the grid as one more axis; linear probes walk it from strong to weak with
+warm starts), and each layer keeps the strength with the best dev accuracy, ties going to
+the stronger penalty.
 
 Control tasks (Hewitt & Liang 2019) say how much of a probe's accuracy comes from the probe
 memorising word types rather than reading the representation: selectivity is task accuracy
@@ -321,7 +322,7 @@ def _linear_loss(params, Z, y, l2):
 def _train_linear(Z, y, l2, num_classes, max_iter, cancel):
     """Fit the grid from the strongest penalty to the weakest, each fit starting from the last.
 
-    Layers train together; grid values one after another, because on the CPU a weakly
+    Grid values one after another (each fit layer by layer), because on the CPU a weakly
     regularised fit needs ten times the iterations of a strong one, and warm starts along
     the path save more than batching the grid would. Returns the fits stacked on the grid
     axis: weights `[L, G, C, D]`, bias `[L, G, C]`.
