@@ -26,7 +26,7 @@ import os
 import statistics
 import time
 
-from common import emit  # benchmarks/common.py, found beside this script
+from common import emit, synchronise  # benchmarks/common.py, found beside this script
 
 
 def main() -> None:
@@ -70,6 +70,7 @@ def main() -> None:
         for _ in range(args.repeats):
             begin = time.perf_counter()
             function()
+            synchronise(session.device)
             best.append(time.perf_counter() - begin)
         return statistics.median(best) * 1000
 

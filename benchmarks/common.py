@@ -30,3 +30,13 @@ def rss_mb() -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def synchronise(device) -> None:
+    """Wait for the GPU's queued kernels before a clock is read (they run asynchronously); no-op on the CPU."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()

@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import emit  # benchmarks/common.py, found beside this script
+from common import emit, synchronise  # benchmarks/common.py, found beside this script
 
 BUDGET = 1.2
 WORDS = (
@@ -134,11 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     on_cuda = device.type == "cuda"
 
     def sync() -> None:
-        # GPU kernels run asynchronously: wait for them before reading the clock.
-        if on_cuda:
-            torch.cuda.synchronize(device)
-        elif device.type == "mps":
-            torch.mps.synchronize()
+        synchronise(device)
 
     try:
         texts = {length: text_of_length(session, length) for length in args.lengths}

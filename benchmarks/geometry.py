@@ -19,7 +19,7 @@ import itertools
 import os
 import time
 
-from common import emit, rss_mb  # benchmarks/common.py, found beside this script
+from common import emit, rss_mb, synchronise  # benchmarks/common.py, found beside this script
 
 
 def main() -> None:
@@ -46,6 +46,7 @@ def main() -> None:
         start = time.perf_counter()
         for batch in batches:
             session.model(**batch, output_hidden_states=True)
+        synchronise(session.device)
         bare = time.perf_counter() - start
 
     memory = [rss_mb()]

@@ -22,7 +22,7 @@ import itertools
 import os
 import time
 
-from common import emit  # benchmarks/common.py, found beside this script
+from common import emit, synchronise  # benchmarks/common.py, found beside this script
 
 
 def main() -> None:
@@ -51,8 +51,7 @@ def main() -> None:
     batches = [{k: v for k, v in batch.inputs.items()} for batch in objective.batches]  # the same batches, tokenised
 
     def sync() -> None:
-        if session.device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronise(session.device)
 
     def time_bare() -> float:
         started = time.perf_counter()

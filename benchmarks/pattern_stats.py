@@ -19,7 +19,7 @@ import argparse
 import itertools
 import time
 
-from common import emit, rss_mb  # benchmarks/common.py, found beside this script
+from common import emit, rss_mb, synchronise  # benchmarks/common.py, found beside this script
 
 
 def main() -> None:
@@ -50,16 +50,12 @@ def main() -> None:
             rows = [item.input_ids for item in encoded[first : first + args.batch_size]]
             batches.append(session.tokenizer.pad({"input_ids": rows}, return_tensors="pt").to(session.device))
 
-    def synchronise():
-        if session.device.type == "cuda":
-            torch.cuda.synchronize()
-
     def time_bare() -> float:
         started = time.perf_counter()
         with torch.inference_mode():
             for batch in batches:
                 bare(**batch, output_attentions=True)
-        synchronise()
+        synchronise(session.device)
         return time.perf_counter() - started
 
     memory = []
@@ -69,7 +65,7 @@ def main() -> None:
         for step in pattern_statistics(session, sentences, batch_size=args.batch_size):
             if step.sentences % (args.batch_size * 8) == 0 or step.done:
                 memory.append((step.sentences, round(rss_mb(), 1)))
-        synchronise()
+        synchronise(session.device)
         return time.perf_counter() - started
 
     time_bare(), time_patterns()  # warm-up: allocator, caches, lazy imports

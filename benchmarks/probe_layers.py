@@ -23,7 +23,7 @@ import os
 import tempfile
 import time
 
-from common import emit  # benchmarks/common.py, found beside this script
+from common import emit, synchronise  # benchmarks/common.py, found beside this script
 
 
 def main() -> None:
@@ -64,8 +64,7 @@ def main() -> None:
         with torch.inference_mode():
             for batch in batches:
                 bare(**batch, output_hidden_states=True)
-        if session.device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronise(session.device)
         return time.perf_counter() - started
 
     def time_probe(cache_dir) -> tuple[float, object]:

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import emit  # benchmarks/common.py, found beside this script
+from common import emit, synchronise  # benchmarks/common.py, found beside this script
 
 STARTED = time.perf_counter()
 
@@ -178,8 +178,7 @@ def bare_forward_times(session, text: str, repeats: int) -> list[float]:
         for step in range(repeats + 3):
             started = time.perf_counter()
             model(**inputs, output_hidden_states=True, output_attentions=True)
-            if session.device.type == "cuda":
-                torch.cuda.synchronize()
+            synchronise(session.device)
             if step >= 3:
                 times.append(time.perf_counter() - started)
     return times
