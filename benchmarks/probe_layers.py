@@ -5,8 +5,8 @@
 Corpus: a CoNLL-U file (`--data`, its first `--sentences`), or bertscope's generated
 treebank of `--sentences` sentences (core.treebank: varied sentences of 4-30 words). In the
 same run:
-- `bare`: a transformers model (SDPA) over the same sentences in length-sorted batches of
-  32, `output_hidden_states=True`, inputs tokenised beforehand;
+- `bare`: a transformers model (SDPA) over the same sentences in batches of 32 sorted by
+  token count, `output_hidden_states=True`, inputs tokenised beforehand;
 - `probe_cold`: `run_probe` end to end with an empty feature cache: word-level features of
   every layer for train/dev/test, and a linear probe per layer with its L2 strength chosen
   on dev (no control task, no random-init baseline: those are separate probes);
@@ -52,7 +52,10 @@ def main() -> None:
     splits = make_splits(sentences, None, None)
 
     bare = AutoModel.from_pretrained(session.loaded.directory, attn_implementation="sdpa").to(session.device).eval()
-    ordered = sorted(sentences, key=lambda s: len(s.words))
+    # Sorted by token count, the batching with the least padding (what bertscope's extraction does).
+    lengths = session.tokenizer([list(s.words) for s in sentences], is_split_into_words=True, truncation=True,
+                                max_length=session.max_length, return_length=True)["length"]
+    ordered = [sentences[i] for i in sorted(range(len(sentences)), key=lengths.__getitem__)]
     batches = [
         session.tokenizer([list(s.words) for s in ordered[i : i + 32]], is_split_into_words=True, padding=True,
                           truncation=True, max_length=session.max_length, return_tensors="pt").to(session.device)

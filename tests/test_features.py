@@ -7,7 +7,7 @@ import pytest
 
 from bertscope.core.corpus import Sentence
 from bertscope.core.errors import InputError
-from bertscope.core.features import FeatureOptions, default_cache_dir, extract_features
+from bertscope.core.features import FeatureOptions, default_cache_dir, extract_features, finish_writes
 
 WORDS = [("Unbelievably", ",", "the", "keys", "were", "found", "."), ("A", "dog", "barked", ".")]
 SENTENCES = [Sentence(text=" ".join(words), words=words) for words in WORDS]
@@ -44,7 +44,8 @@ def test_cache_hits_and_a_damaged_entry_is_recomputed(tiny_session, tmp_path):
     options = FeatureOptions(level="word")
     fresh = features(tiny_session, options, cache_dir=tmp_path)
     assert not fresh.from_cache
-    (entry,) = tmp_path.glob("features-*.npz")
+    finish_writes()  # entries are written in the background
+    (entry,) = tmp_path.glob("features-*.npy")
     again = features(tiny_session, options, cache_dir=tmp_path)
     assert again.from_cache
     np.testing.assert_array_equal(again.X, fresh.X)
@@ -62,7 +63,8 @@ def test_cache_key_follows_options_data_and_mask(tiny_session, tmp_path):
     assert not masked.from_cache and plain.from_cache
     assert not np.allclose(masked.X[:, 1], plain.X[:, 1])
     np.testing.assert_allclose(masked.X[:, 0], plain.X[:, 0])  # embeddings untouched by a mask
-    assert len(list(tmp_path.glob("features-*.npz"))) == 2
+    finish_writes()
+    assert len(list(tmp_path.glob("features-*.npy"))) == len(list(tmp_path.glob("features-*.npz"))) == 2
 
 
 def test_cache_dir_from_the_environment(monkeypatch, tmp_path):

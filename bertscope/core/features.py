@@ -26,7 +26,7 @@ from bertscope.core.errors import InputError
 from bertscope.core.masks import Ablation
 from bertscope.files import atomic_write
 
-CACHE_VERSION = 2  # 2: rows name their word (a word with no tokens has no row)
+CACHE_VERSION = 3  # 2: rows name their word (a word with no tokens has no row); 3: stored layer by layer
 WORD_POOLING = ("first", "mean")
 SENTENCE_POOLING = ("cls", "mean")
 
@@ -50,7 +50,10 @@ class FeatureOptions:
 
 @dataclass(frozen=True)
 class Features:
-    """`X` `[N, L+1, D]` float32: one row per word (or sentence) that fitted the model."""
+    """`X` `[N, L+1, D]` float32: one row per word (or sentence) that fitted the model.
+
+    `X` is a view of a layer-major `[L+1, N, D]` array, so that `X[:, layer]` is contiguous.
+    """
 
     X: np.ndarray
     sentence_index: np.ndarray  # [N] which sentence the row comes from
@@ -103,7 +106,9 @@ def extract_features(
 ) -> Iterator[FeatureProgress]:
     """Yield progress per batch; the last item carries the Features (from the cache when it holds them).
 
-    `cache_dir=None` uses the default cache; pass `False` to switch the cache off.
+    `cache_dir=None` uses the default cache; pass `False` to switch the cache off. The
+    cache entry is written by a background thread while the caller goes on; reading that
+    entry waits for the write.
     """
     if not sentences:
         raise InputError("no sentences to take features from")
@@ -113,62 +118,69 @@ def extract_features(
     if cache_dir is not False:
         directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         key = cache_key(session.info.fingerprint, sentences, options, session.max_length)
-        path = directory / f"features-{key}.npz"
+        path = directory / f"features-{key}"  # .npy: the layer-major features; .npz: which word each row is
         cached = _load(path, session)
         if cached is not None:
             yield FeatureProgress(len(sentences), len(sentences), cached)
             return
     gates = session.gate_tensor(session.mask(options.mask))
-    order = sorted(range(len(sentences)), key=lambda index: len(sentences[index].text))
-    rows: dict[int, np.ndarray] = {}  # sentence index -> its rows, assembled in input order at the end
-    word_numbers: dict[int, list[int]] = {}  # sentence index -> the word of each of its rows
+    encoded = _encode(session, sentences, options.level)
+    # Batches of similar token counts waste the least on padding.
+    order = sorted(range(len(sentences)), key=lambda index: len(encoded["input_ids"][index]))
+    # Rows go straight to their place in input order, layer-major (each layer one contiguous
+    # matrix for the probes): a sentence gets one slot per word (one for sentence level), and
+    # the slots of words that have no row (cut off, or tokenised to nothing) are dropped at the end.
+    slots = [len(sentence.words) if options.level == "word" else 1 for sentence in sentences]
+    first_slot = np.concatenate([[0], np.cumsum(slots)[:-1]])
+    by_layer = np.empty((session.num_layers + 1, sum(slots), session.hidden_size), dtype=np.float32)
+    filled = np.zeros(sum(slots), dtype=bool)
+    word_index = np.zeros(sum(slots), dtype=np.int64)
     lost = 0
     for start in range(0, len(order), batch_size):
         if cancel is not None and cancel.is_set():
             return
         indices = order[start : start + batch_size]
-        batch = [sentences[index] for index in indices]
-        inputs, word_ids, special = _tokenize(session, batch, options.level)
+        inputs, special = _pad(session, encoded, indices)
         with torch.inference_mode():
             outputs = session.run(inputs, gates=gates, ablation=options.ablation, attentions=False, hidden_states=True)
             if options.level == "sentence":
                 pooled = _pool_sentences(outputs.hidden_states, inputs["attention_mask"], special, options.sentence_pooling)
-                for row, vectors in zip(indices, pooled.float().cpu().numpy(), strict=True):
-                    rows[row], word_numbers[row] = vectors[None], [0]
+                destination = first_slot[indices]
             else:
-                pooled, present = _pool_words(outputs.hidden_states, word_ids, options.word_pooling)
-                blocks = np.split(pooled.cpu().numpy(), np.cumsum([len(words) for words in present])[:-1])
-                for index, block, words in zip(indices, blocks, present, strict=True):
-                    rows[index], word_numbers[index] = block, words
-                    lost += len(sentences[index].words) - (words[-1] + 1 if words else 0)
+                pooled, present = _pool_words(outputs.hidden_states, [encoded.word_ids(index) for index in indices], options.word_pooling)
+                destination = np.concatenate([first_slot[index] + np.arange(len(words)) for index, words in zip(indices, present, strict=True)])
+                word_index[destination] = np.concatenate([np.asarray(words, dtype=np.int64) for words in present])
+                lost += sum(len(sentences[index].words) - (words[-1] + 1 if words else 0) for index, words in zip(indices, present, strict=True))
+            by_layer[:, destination] = pooled.float().cpu().numpy().transpose(1, 0, 2)
+            filled[destination] = True
         yield FeatureProgress(min(start + batch_size, len(order)), len(order))
-    ordered = [rows[index] for index in range(len(sentences))]
-    features = Features(
-        X=np.concatenate(ordered).astype(np.float32, copy=False),
-        sentence_index=np.concatenate([np.full(len(r), index) for index, r in enumerate(ordered)]).astype(np.int64),
-        word_index=np.concatenate([np.asarray(word_numbers[index], dtype=np.int64) for index in range(len(sentences))]),
-        truncated_words=lost,
-    )
+    sentence_index = np.repeat(np.arange(len(sentences)), slots)
+    if not filled.all():
+        by_layer, sentence_index, word_index = by_layer[:, filled], sentence_index[filled], word_index[filled]
+    features = Features(X=by_layer.transpose(1, 0, 2), sentence_index=sentence_index, word_index=word_index, truncated_words=lost)
     if path is not None:
-        _save(path, features)
+        _save_in_background(path, features)
     yield FeatureProgress(len(sentences), len(sentences), features)
 
 
-def _tokenize(session, batch: list[Sentence], level: str):
-    tokenizer = session.tokenizer
-    options = dict(padding=True, truncation=True, max_length=session.max_length, return_tensors="pt")
+def _encode(session, sentences: Sequence[Sentence], level: str):
+    """Every sentence tokenised in one call (the fast tokenizer runs it in parallel), unpadded."""
+    options = dict(truncation=True, max_length=session.max_length)
     if level == "word":
-        encoded = tokenizer([list(sentence.words) for sentence in batch], is_split_into_words=True, **options)
-        word_ids = [encoded.word_ids(row) for row in range(len(batch))]
-    else:
-        pairs = [sentence.pair for sentence in batch]
-        if any(pair is not None for pair in pairs) and not all(pair is not None for pair in pairs):
-            raise InputError("a batch mixes single sentences and pairs; give one kind of input per corpus")
-        encoded = tokenizer([s.text for s in batch], pairs if pairs[0] is not None else None, return_special_tokens_mask=True, **options)
-        word_ids = None
-    special = encoded.pop("special_tokens_mask", None)
-    inputs = {name: tensor.to(session.device) for name, tensor in encoded.items()}
-    return inputs, word_ids, special
+        return session.tokenizer([list(sentence.words) for sentence in sentences], is_split_into_words=True, **options)
+    pairs = [sentence.pair for sentence in sentences]
+    if any(pair is not None for pair in pairs) and not all(pair is not None for pair in pairs):
+        raise InputError("the corpus mixes single sentences and pairs; give one kind of input per corpus")
+    texts = [sentence.text for sentence in sentences]
+    return session.tokenizer(texts, pairs if pairs[0] is not None else None, return_special_tokens_mask=True, **options)
+
+
+def _pad(session, encoded, indices: list[int]):
+    """The model inputs of one batch of encoded sentences, padded, on the session's device, and
+    the special-tokens mask (sentence level) or None."""
+    batch = session.tokenizer.pad({name: [values[index] for index in indices] for name, values in encoded.items()}, return_tensors="pt")
+    special = batch.pop("special_tokens_mask", None)
+    return {name: tensor.to(session.device) for name, tensor in batch.items()}, special
 
 
 def _pool_sentences(hidden_states, attention_mask, special, pooling: str) -> torch.Tensor:
@@ -219,11 +231,33 @@ def _pool_words(hidden_states, word_ids: list[list[int | None]], pooling: str) -
     return pooled, present
 
 
+_writing: dict[Path, threading.Thread] = {}  # cache entries being written, by path
+
+
+def _save_in_background(path: Path, features: Features) -> None:
+    """Write the entry in a thread, so the disk write (0.5 GB for 4,000 sentences) overlaps
+    the caller's next step. The thread is not a daemon: the interpreter waits for it at exit."""
+    thread = threading.Thread(target=_save, args=(path, features), name=f"bertscope cache {path.name}")
+    _writing[path] = thread
+    thread.start()
+
+
+def finish_writes() -> None:
+    """Wait until every cache entry being written is on disk."""
+    while _writing:
+        _writing.pop(next(iter(_writing))).join()
+
+
 def _save(path: Path, features: Features) -> None:
+    """Two files, each written atomically: the features as a plain .npy, which loads as a
+    memory map (no copy, no checksum pass over half a gigabyte), then the rows' sentence
+    and word numbers, whose arrival completes the entry."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_write(path) as handle:
-            np.savez(handle, X=features.X, sentence_index=features.sentence_index, word_index=features.word_index,
+        with atomic_write(path.with_suffix(".npy")) as handle:
+            np.save(handle, features.X.transpose(1, 0, 2))
+        with atomic_write(path.with_suffix(".npz")) as handle:
+            np.savez(handle, sentence_index=features.sentence_index, word_index=features.word_index,
                      truncated_words=np.array(features.truncated_words))
     except (OSError, InputError):
         pass  # a cache that cannot be written only costs time next run
@@ -231,17 +265,18 @@ def _save(path: Path, features: Features) -> None:
 
 def _load(path: Path, session) -> Features | None:
     """The cached features, or None when the entry is missing or damaged (then it is recomputed)."""
-    if not path.is_file():
-        return None
+    writing = _writing.pop(path, None)
+    if writing is not None:
+        writing.join()
     try:
-        with np.load(path, allow_pickle=False) as data:
-            X = data["X"]
-            features = Features(X=X, sentence_index=data["sentence_index"], word_index=data["word_index"],
-                                truncated_words=int(data["truncated_words"]), from_cache=True)
+        with np.load(path.with_suffix(".npz"), allow_pickle=False) as rows:
+            sentence_index, word_index, truncated = rows["sentence_index"], rows["word_index"], int(rows["truncated_words"])
+        by_layer = np.load(path.with_suffix(".npy"), mmap_mode="c", allow_pickle=False)  # copy-on-write: writable, file untouched
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError):
         return None
-    if X.ndim != 3 or X.shape[1] != session.num_layers + 1 or X.shape[2] != session.hidden_size:
+    if by_layer.ndim != 3 or by_layer.shape[0] != session.num_layers + 1 or by_layer.shape[2] != session.hidden_size:
         return None
-    if len(features.sentence_index) != len(X) or len(features.word_index) != len(X):
+    if by_layer.dtype != np.float32 or len(sentence_index) != by_layer.shape[1] or len(word_index) != by_layer.shape[1]:
         return None
-    return features
+    return Features(X=by_layer.transpose(1, 0, 2), sentence_index=sentence_index, word_index=word_index,
+                    truncated_words=truncated, from_cache=True)
