@@ -29,18 +29,34 @@ def check_writable(path: str | Path) -> Path:
 def atomic_write(path: str | Path, mode: str = "wb") -> Iterator[IO]:
     """Write to a temporary file beside `path`, then rename it over `path` in one step."""
     target = check_writable(path)
-    handle = tempfile.NamedTemporaryFile(mode, dir=target.parent, prefix=f".{target.name}.", suffix=".tmp", delete=False)
+    temporary = temporary_beside(target)
     try:
-        with handle:
+        with open(temporary, mode) as handle:
             yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(handle.name, 0o666 & ~_umask())  # as a plain open() would have made it
-        os.replace(handle.name, target)
+        publish(temporary, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(handle.name)
+            os.unlink(temporary)
         raise
+
+
+def temporary_beside(path: str | Path) -> Path:
+    """A new empty file in `path`'s directory, hidden, to be filled and then `publish`ed over `path`."""
+    target = Path(path)
+    handle = tempfile.NamedTemporaryFile("wb", dir=target.parent, prefix=f".{target.name}.", suffix=".tmp", delete=False)
+    handle.close()
+    return Path(handle.name)
+
+
+def publish(temporary: str | Path, path: str | Path) -> None:
+    """Move a complete `temporary` file over `path` in one step, once its contents are on disk."""
+    descriptor = os.open(temporary, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+    os.chmod(temporary, 0o666 & ~_umask())  # as a plain open() would have made it
+    os.replace(temporary, path)
 
 
 def _umask() -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -49,7 +51,9 @@ def test_cache_hits_and_a_damaged_entry_is_recomputed(tiny_session, tmp_path):
     again = features(tiny_session, options, cache_dir=tmp_path)
     assert again.from_cache
     np.testing.assert_array_equal(again.X, fresh.X)
-    entry.write_bytes(entry.read_bytes()[:100])  # damaged: cut short
+    damaged = tmp_path / "damaged"
+    damaged.write_bytes(entry.read_bytes()[:100])  # cut short (a new file: `fresh` still maps the old one)
+    damaged.replace(entry)
     recomputed = features(tiny_session, options, cache_dir=tmp_path)
     assert not recomputed.from_cache
     np.testing.assert_allclose(recomputed.X, fresh.X)
@@ -96,3 +100,35 @@ def test_a_word_without_tokens_has_no_row_and_the_others_keep_their_word(tiny_se
     gap, plain = (list(extract_features(tiny_session, [s], options, cache_dir=False))[-1].features for s in (with_gap, without))
     assert gap.word_index.tolist() == [0, 2, 3, 4] and gap.truncated_words == 0
     np.testing.assert_allclose(gap.X, plain.X, atol=1e-5)
+
+
+def test_a_cached_entry_keeps_the_rows_of_words_without_tokens(tiny_session, tmp_path):
+    words = ("The", "\u200b", "cat", ".")  # the zero-width space gets no row: the entry is compacted
+    sentences = [Sentence(text=" ".join(words), words=words), *SENTENCES]
+    options = FeatureOptions(level="word")
+    fresh = list(extract_features(tiny_session, sentences, options, cache_dir=tmp_path))[-1].features
+    finish_writes()
+    cached = list(extract_features(tiny_session, sentences, options, cache_dir=tmp_path))[-1].features
+    assert cached.from_cache and cached.word_index.tolist() == fresh.word_index.tolist() == [0, 2, 3, *range(7), *range(4)]
+    np.testing.assert_array_equal(cached.X, fresh.X)
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".npy", ".npz"]  # no temporary file left
+
+
+def test_a_cancelled_extraction_leaves_no_file(tiny_session, tmp_path):
+    cancel = threading.Event()
+    steps = extract_features(tiny_session, SENTENCES, FeatureOptions(level="word"), cache_dir=tmp_path, batch_size=1, cancel=cancel)
+    next(steps)
+    cancel.set()
+    assert [step.features for step in steps] == []
+    finish_writes()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cache_that_cannot_be_written_only_costs_time(tiny_session, tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    first = features(tiny_session, FeatureOptions(level="word"), cache_dir=blocked)
+    finish_writes()
+    again = features(tiny_session, FeatureOptions(level="word"), cache_dir=blocked)
+    assert not first.from_cache and not again.from_cache
+    np.testing.assert_array_equal(first.X, again.X)

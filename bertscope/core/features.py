@@ -9,6 +9,7 @@ and an entry that does not load cleanly is computed again, never trusted.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -24,7 +25,7 @@ import torch
 from bertscope.core.corpus import Sentence
 from bertscope.core.errors import InputError
 from bertscope.core.masks import Ablation
-from bertscope.files import atomic_write
+from bertscope.files import atomic_write, publish, temporary_beside
 
 CACHE_VERSION = 3  # 2: rows name their word (a word with no tokens has no row); 3: stored layer by layer
 WORD_POOLING = ("first", "mean")
@@ -52,7 +53,8 @@ class FeatureOptions:
 class Features:
     """`X` `[N, L+1, D]` float32: one row per word (or sentence) that fitted the model.
 
-    `X` is a view of a layer-major `[L+1, N, D]` array, so that `X[:, layer]` is contiguous.
+    `X` is a read-only view of a layer-major `[L+1, N, D]` array (often a memory map of the
+    cache entry), so that `X[:, layer]` is contiguous.
     """
 
     X: np.ndarray
@@ -132,34 +134,46 @@ def extract_features(
     # the slots of words that have no row (cut off, or tokenised to nothing) are dropped at the end.
     slots = [len(sentence.words) if options.level == "word" else 1 for sentence in sentences]
     first_slot = np.concatenate([[0], np.cumsum(slots)[:-1]])
-    by_layer = np.empty((session.num_layers + 1, sum(slots), session.hidden_size), dtype=np.float32)
+    shape = (session.num_layers + 1, sum(slots), session.hidden_size)
+    entry = _MappedEntry.create(path, shape) if path is not None else None
+    by_layer = entry.array if entry is not None else np.empty(shape, dtype=np.float32)
     filled = np.zeros(sum(slots), dtype=bool)
     word_index = np.zeros(sum(slots), dtype=np.int64)
     lost = 0
-    for start in range(0, len(order), batch_size):
-        if cancel is not None and cancel.is_set():
-            return
-        indices = order[start : start + batch_size]
-        inputs, special = _pad(session, encoded, indices)
-        with torch.inference_mode():
-            outputs = session.run(inputs, gates=gates, ablation=options.ablation, attentions=False, hidden_states=True)
-            if options.level == "sentence":
-                pooled = _pool_sentences(outputs.hidden_states, inputs["attention_mask"], special, options.sentence_pooling)
-                destination = first_slot[indices]
-            else:
-                pooled, present = _pool_words(outputs.hidden_states, [encoded.word_ids(index) for index in indices], options.word_pooling)
-                destination = np.concatenate([first_slot[index] + np.arange(len(words)) for index, words in zip(indices, present, strict=True)])
-                word_index[destination] = np.concatenate([np.asarray(words, dtype=np.int64) for words in present])
-                lost += sum(len(sentences[index].words) - (words[-1] + 1 if words else 0) for index, words in zip(indices, present, strict=True))
-            by_layer[:, destination] = pooled.float().cpu().numpy().transpose(1, 0, 2)
-            filled[destination] = True
-        yield FeatureProgress(min(start + batch_size, len(order)), len(order))
+    try:
+        for start in range(0, len(order), batch_size):
+            if cancel is not None and cancel.is_set():
+                return
+            indices = order[start : start + batch_size]
+            inputs, special = _pad(session, encoded, indices)
+            with torch.inference_mode():
+                outputs = session.run(inputs, gates=gates, ablation=options.ablation, attentions=False, hidden_states=True)
+                if options.level == "sentence":
+                    pooled = _pool_sentences(outputs.hidden_states, inputs["attention_mask"], special, options.sentence_pooling)
+                    present = [[0]] * len(indices)
+                else:
+                    pooled, present = _pool_words(outputs.hidden_states, [encoded.word_ids(index) for index in indices], options.word_pooling)
+                    lost += sum(len(sentences[index].words) - (words[-1] + 1 if words else 0) for index, words in zip(indices, present, strict=True))
+            block = pooled.float().cpu().numpy().transpose(1, 0, 2)  # [L+1, rows of the batch, D]
+            row = 0
+            for index, words in zip(indices, present, strict=True):  # slice copies: numpy's scattered assignment is 10x slower
+                start_slot, end_row = first_slot[index], row + len(words)
+                by_layer[:, start_slot : start_slot + len(words)] = block[:, row:end_row]
+                word_index[start_slot : start_slot + len(words)] = words
+                filled[start_slot : start_slot + len(words)] = True
+                row = end_row
+            yield FeatureProgress(min(start + batch_size, len(order)), len(order))
+    finally:
+        complete = bool(filled.all())
+        if entry is not None and not complete:  # cancelled, failed, or rows to drop: the file is not the entry
+            entry.discard()
     sentence_index = np.repeat(np.arange(len(sentences)), slots)
-    if not filled.all():
+    if not complete:
         by_layer, sentence_index, word_index = by_layer[:, filled], sentence_index[filled], word_index[filled]
+    by_layer.flags.writeable = False  # a memory map of the cache entry: writing would change the file
     features = Features(X=by_layer.transpose(1, 0, 2), sentence_index=sentence_index, word_index=word_index, truncated_words=lost)
     if path is not None:
-        _save_in_background(path, features)
+        _finish_in_background(path, features, entry if complete else None)
     yield FeatureProgress(len(sentences), len(sentences), features)
 
 
@@ -231,13 +245,51 @@ def _pool_words(hidden_states, word_ids: list[list[int | None]], pooling: str) -
     return pooled, present
 
 
-_writing: dict[Path, threading.Thread] = {}  # cache entries being written, by path
+_writing: dict[Path, threading.Thread] = {}  # cache entries being finished, by path
 
 
-def _save_in_background(path: Path, features: Features) -> None:
-    """Write the entry in a thread, so the disk write (0.5 GB for 4,000 sentences) overlaps
-    the caller's next step. The thread is not a daemon: the interpreter waits for it at exit."""
-    thread = threading.Thread(target=_save, args=(path, features), name=f"bertscope cache {path.name}")
+class _MappedEntry:
+    """A cache entry's features file, created beside it and filled in place through a memory map.
+
+    Filling the page cache directly saves copying half a gigabyte into fresh memory and then
+    again into the file: page faults and the two copies cost 1-3 s of CPU on 2-core virtual
+    machines. The file takes the entry's name only once complete (`_finish`).
+    """
+
+    def __init__(self, path: Path, temporary: Path, array: np.memmap):
+        self.path, self.temporary, self.array = path, temporary, array
+
+    @classmethod
+    def create(cls, path: Path, shape: tuple[int, ...]) -> _MappedEntry | None:
+        """None when the cache directory cannot be written (the features are then kept in memory only)."""
+        temporary = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = temporary_beside(path.with_suffix(".npy"))
+            array = np.lib.format.open_memmap(temporary, mode="w+", dtype=np.float32, shape=shape)
+            # Reserve the blocks now: a full disk is then an error here, not a crash (SIGBUS)
+            # when a page of the map is first written.
+            descriptor = os.open(temporary, os.O_RDWR)
+            try:
+                os.posix_fallocate(descriptor, 0, os.fstat(descriptor).st_size)
+            finally:
+                os.close(descriptor)
+            return cls(path, temporary, array)
+        except (OSError, ValueError):
+            if temporary is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temporary)
+            return None
+
+    def discard(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.temporary)
+
+
+def _finish_in_background(path: Path, features: Features, entry: _MappedEntry | None) -> None:
+    """Finish the entry in a thread while the caller goes on (waiting for the disk takes a
+    while). The thread is not a daemon: the interpreter waits for it at exit."""
+    thread = threading.Thread(target=_finish, args=(path, features, entry), name=f"bertscope cache {path.name}")
     _writing[path] = thread
     thread.start()
 
@@ -248,30 +300,38 @@ def finish_writes() -> None:
         _writing.pop(next(iter(_writing))).join()
 
 
-def _save(path: Path, features: Features) -> None:
-    """Two files, each written atomically: the features as a plain .npy, which loads as a
-    memory map (no copy, no checksum pass over half a gigabyte), then the rows' sentence
-    and word numbers, whose arrival completes the entry."""
+def _finish(path: Path, features: Features, entry: _MappedEntry | None) -> None:
+    """Put the features file in place (written here when there is no filled map), then the rows'
+    sentence and word numbers, whose arrival completes the entry."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_write(path.with_suffix(".npy")) as handle:
-            np.save(handle, features.X.transpose(1, 0, 2))
+        if entry is not None:
+            entry.array.flush()
+            publish(entry.temporary, path.with_suffix(".npy"))
+        else:
+            with atomic_write(path.with_suffix(".npy")) as handle:
+                np.save(handle, features.X.transpose(1, 0, 2))
         with atomic_write(path.with_suffix(".npz")) as handle:
             np.savez(handle, sentence_index=features.sentence_index, word_index=features.word_index,
                      truncated_words=np.array(features.truncated_words))
     except (OSError, InputError):
-        pass  # a cache that cannot be written only costs time next run
+        if entry is not None:
+            entry.discard()  # a cache that cannot be written only costs time next run
 
 
 def _load(path: Path, session) -> Features | None:
-    """The cached features, or None when the entry is missing or damaged (then it is recomputed)."""
+    """The cached features (a read-only memory map), or None when the entry is missing or damaged
+    (then it is recomputed).
+
+    bertscope only ever replaces entries whole (a new file renamed over the old), which leaves
+    existing maps intact; a file cut short in place while mapped would crash the reader.
+    """
     writing = _writing.pop(path, None)
     if writing is not None:
         writing.join()
     try:
         with np.load(path.with_suffix(".npz"), allow_pickle=False) as rows:
             sentence_index, word_index, truncated = rows["sentence_index"], rows["word_index"], int(rows["truncated_words"])
-        by_layer = np.load(path.with_suffix(".npy"), mmap_mode="c", allow_pickle=False)  # copy-on-write: writable, file untouched
+        by_layer = np.load(path.with_suffix(".npy"), mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError):
         return None
     if by_layer.ndim != 3 or by_layer.shape[0] != session.num_layers + 1 or by_layer.shape[2] != session.hidden_size:
