@@ -41,6 +41,7 @@ ProbeKind = Literal["linear", "mlp"]
 L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 LINEAR_MAX_ITER = 500  # L-BFGS iterations per L2 value; weakly regularised fits take a few hundred
 GRADIENT_TOLERANCE = 1e-4  # L-BFGS stops when no weight's gradient is larger: scikit-learn's default `tol`
+SELECTION_TOLERANCE = 1e-3  # for the grid on a subset, which only ranks strengths and starts the final fit
 MLP_EPOCHS = 100
 STD_FLOOR = 1e-6  # a feature constant on the training set stays 0 after standardising
 SELECTION_ROWS = 4096  # linear probes choose L2 on at most this many training rows, then fit once on all
@@ -303,7 +304,10 @@ def _train_linear(X_train, y_train, X_dev, y_dev, grid, num_classes, max_iter, d
     subset of that many rows (the same for every layer), and the strength found there is
     carried to all rows at the same prior strength, scikit-learn's C: the loss averages the
     cross-entropy over the rows, so l2_all = l2_subset × n_subset / n. The fit on all rows
-    starts from the subset's weights.
+    starts from the subset's weights. The subset's fits stop at a gradient of
+    SELECTION_TOLERANCE, the final one at GRADIENT_TOLERANCE: on the generated treebank's
+    deprel this takes 57% of the subset's iterations off; no layer's test accuracy fell by
+    more than 0.05 point (one rose 0.6, choosing another strength).
     """
     n, num_layers, dim = X_train.shape
     y = torch.as_tensor(y_train, device=device)
@@ -323,15 +327,16 @@ def _train_linear(X_train, y_train, X_dev, y_dev, grid, num_classes, max_iter, d
         W = torch.zeros(num_classes, dim, device=device)
         b = torch.log(torch.bincount(y_path, minlength=num_classes).float().clamp_min(0.5) / len(y_path))  # W = 0's optimum
         path = {}
+        tolerance = GRADIENT_TOLERANCE if subset is None else SELECTION_TOLERANCE  # halves the subset's iterations
         for index in strongest_first:
-            W, b = path[index] = _fit_logistic(Z_path, y_path, float(grid[index]), W, b, max_iter, cancel)
+            W, b = path[index] = _fit_logistic(Z_path, y_path, float(grid[index]), W, b, max_iter, tolerance, cancel)
             dev_correct[layer, index] = int((_product(Z_dev, W, b).argmax(1) == y_dev).sum())
         chosen = int(_choose(dev_correct[layer : layer + 1], grid)[0])
         W, b = path[chosen]
         chosen_l2[layer] = grid[chosen]
         if subset is not None:
             chosen_l2[layer] = grid[chosen] * len(subset) / n
-            W, b = _fit_logistic(Z, y, float(chosen_l2[layer]), W, b, max_iter, cancel)
+            W, b = _fit_logistic(Z, y, float(chosen_l2[layer]), W, b, max_iter, GRADIENT_TOLERANCE, cancel)
         mean[layer], std[layer] = layer_mean.cpu().numpy(), layer_std.cpu().numpy()
         weights[layer], bias[layer] = W.T.cpu().numpy(), b.cpu().numpy()
     return TrainedProbes(
@@ -340,7 +345,7 @@ def _train_linear(X_train, y_train, X_dev, y_dev, grid, num_classes, max_iter, d
     )
 
 
-def _fit_logistic(Z, y, l2: float, weights, bias, max_iter, cancel):
+def _fit_logistic(Z, y, l2: float, weights, bias, max_iter, tolerance, cancel):
     """Multinomial logistic regression on `Z` `[N, D]` by L-BFGS from `weights` `[C, D]`, `bias` `[C]`.
 
     Loss: mean cross-entropy + `l2 * ||W||²`; its gradient is computed by hand (no autograd
@@ -369,7 +374,7 @@ def _fit_logistic(Z, y, l2: float, weights, bias, max_iter, cancel):
         return float(cross_entropy + l2 * W.square().sum()), torch.cat([gradient_W.view(-1), gradient_b])
 
     theta = torch.cat([weights.reshape(-1), bias / scale])
-    theta, _ = lbfgs.minimise(loss_and_gradient, theta, max_iter=max_iter, tolerance=GRADIENT_TOLERANCE)
+    theta, _ = lbfgs.minimise(loss_and_gradient, theta, max_iter=max_iter, tolerance=tolerance)
     return theta[: classes * dim].view(classes, dim), theta[classes * dim :] * scale
 
 
