@@ -258,3 +258,15 @@ def test_large_train_sets_choose_l2_on_a_subset_then_fit_on_all():
         reference.fit(standardised, y)
         expected = reference.score((X_test[:, layer] - probes.mean[layer]) / probes.std[layer], y_test)
         assert abs(ours[layer] - expected) <= 0.01
+
+
+def test_the_plain_matmul_fallback_trains_the_same_probes(layered_sets, monkeypatch):
+    """Where torch lacks oneDNN's product operator, plain matmul gives the same probes."""
+    import bertscope.core.probes as module
+
+    (X_train, y_train), (X_dev, y_dev), _ = layered_sets
+    default = train_probes(X_train, y_train, X_dev, y_dev, num_classes=4)
+    monkeypatch.setattr(module, "_ONEDNN_PRODUCT", False)
+    fallback = train_probes(X_train, y_train, X_dev, y_dev, num_classes=4)
+    assert fallback.l2.tolist() == default.l2.tolist()
+    assert np.abs(fallback.weights - default.weights).max() < 1e-3 * np.abs(default.weights).max()
