@@ -10,10 +10,9 @@ the training mean and std. Linear probes are fitted layer by layer with L-BFGS (
 L-BFGS run shares one line search across layers and needs several times the passes), so
 only one layer's standardised copy is in memory at a time; MLP probes train all layers in
 one batched model with Adam, whose steps are per parameter, so each layer still gets what
-it would get alone. Every L2 strength of a grid is trained (MLP
-probes batch the grid as one more axis; linear probes walk it from strong to weak with
-warm starts), and each layer keeps the strength with the best dev accuracy, ties going to
-the stronger penalty.
+it would get alone. Every L2 strength of a grid is trained (MLP probes batch the grid as
+one more axis; linear probes walk it from strong to weak with warm starts), and each layer
+keeps the strength with the best dev accuracy, ties going to the stronger penalty.
 
 Control tasks (Hewitt & Liang 2019) say how much of a probe's accuracy comes from the probe
 memorising word types rather than reading the representation: selectivity is task accuracy
@@ -46,6 +45,7 @@ MLP_EPOCHS = 100
 STD_FLOOR = 1e-6  # a feature constant on the training set stays 0 after standardising
 SELECTION_ROWS = 4096  # linear probes choose L2 on at most this many training rows, then fit once on all
 EVAL_BATCH = 4096  # rows per forward pass when predicting, so memory stays flat in N
+_ONEDNN_PRODUCT = torch.backends.mkldnn.is_available()  # see `_product`; cleared if torch lacks the operator
 
 
 class Cancelled(Exception):
@@ -134,9 +134,9 @@ def train_probes(
     the number of training rows.
 
     `linear`: multinomial logistic regression, full batch, L-BFGS with a backtracking line
-    search (`core.lbfgs`), from the strongest penalty to the weakest, each fit starting from the previous
-    one's weights; at most `epochs` iterations per L2 value (default 500), stopping once no
-    gradient exceeds 1e-4 (scikit-learn's default `tol` for the same loss). `mlp`: one ReLU
+    search (`core.lbfgs`), from the strongest penalty to the weakest, each fit starting from
+    the previous one's weights; at most `epochs` iterations per L2 value (default 500),
+    stopping once no gradient exceeds 1e-4 (scikit-learn's default `tol` for the same loss). `mlp`: one ReLU
     layer of `hidden` units, L2 on both weight matrices, Adam on shuffled mini-batches for
     at most `epochs` epochs (default 100), keeping each probe's best dev epoch and stopping
     once no probe improved for `patience` epochs.
@@ -271,8 +271,8 @@ def _standardise(X: np.ndarray, device: torch.device, mean=None, std=None):
     Z = torch.empty(num_layers, n, dim, dtype=torch.float32, device=device)
     means, stds = torch.empty(num_layers, dim, device=device), torch.empty(num_layers, dim, device=device)
     for layer in range(num_layers):
-        means[layer], stds[layer], Z[layer] = _standardise_layer(
-            X[:, layer], device, None if mean is None else mean[layer], None if std is None else std[layer]
+        means[layer], stds[layer], _ = _standardise_layer(
+            X[:, layer], device, None if mean is None else mean[layer], None if std is None else std[layer], out=Z[layer]
         )
     return means, stds, Z
 
@@ -396,8 +396,6 @@ def _product(a, b, bias=None):
     product = a @ b.T
     return product if bias is None else product.add_(bias)
 
-
-_ONEDNN_PRODUCT = torch.backends.mkldnn.is_available()
 
 
 def _mlp_logits(params, Z):
