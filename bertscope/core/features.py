@@ -172,7 +172,7 @@ def extract_features(
         by_layer, sentence_index, word_index = by_layer[:, filled], sentence_index[filled], word_index[filled]
     by_layer.flags.writeable = False  # a memory map of the cache entry: writing would change the file
     features = Features(X=by_layer.transpose(1, 0, 2), sentence_index=sentence_index, word_index=word_index, truncated_words=lost)
-    if path is not None:
+    if entry is not None:  # None: no cache, or a directory that cannot hold one
         _finish_in_background(path, features, entry if complete else None)
     yield FeatureProgress(len(sentences), len(sentences), features)
 
@@ -256,8 +256,8 @@ class _MappedEntry:
     machines. The file takes the entry's name only once complete (`_finish`).
     """
 
-    def __init__(self, path: Path, temporary: Path, array: np.memmap):
-        self.path, self.temporary, self.array = path, temporary, array
+    def __init__(self, temporary: Path, array: np.memmap):
+        self.temporary, self.array = temporary, array
 
     @classmethod
     def create(cls, path: Path, shape: tuple[int, ...]) -> _MappedEntry | None:
@@ -274,7 +274,7 @@ class _MappedEntry:
                 os.posix_fallocate(descriptor, 0, os.fstat(descriptor).st_size)
             finally:
                 os.close(descriptor)
-            return cls(path, temporary, array)
+            return cls(temporary, array)
         except (OSError, ValueError):
             if temporary is not None:
                 with contextlib.suppress(FileNotFoundError):
