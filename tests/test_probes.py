@@ -262,11 +262,11 @@ def test_large_train_sets_choose_l2_on_a_subset_then_fit_on_all():
 
 def test_the_plain_matmul_fallback_trains_the_same_probes(layered_sets, monkeypatch):
     """Where torch lacks oneDNN's product operator, plain matmul gives the same probes."""
-    import bertscope.core.probes as module
+    from bertscope.core import cpu_linear
 
     (X_train, y_train), (X_dev, y_dev), _ = layered_sets
     default = train_probes(X_train, y_train, X_dev, y_dev, num_classes=4)
-    monkeypatch.setattr(module, "_ONEDNN_PRODUCT", False)
+    monkeypatch.setattr(cpu_linear, "_available", False)
     fallback = train_probes(X_train, y_train, X_dev, y_dev, num_classes=4)
     assert fallback.l2.tolist() == default.l2.tolist()
     assert np.abs(fallback.weights - default.weights).max() < 1e-3 * np.abs(default.weights).max()

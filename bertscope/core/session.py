@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bertscope.core import cpu_linear
 from bertscope.core.ablation import attention_pass
 from bertscope.core.allocator import keep_freed_memory
 from bertscope.core.loading import LoadedModel, load_model
@@ -31,6 +32,8 @@ class Session:
 
     def __init__(self, loaded: LoadedModel):
         keep_freed_memory()  # large attention arrays would otherwise be page-faulted in on every pass
+        if loaded.device.type == "cpu":
+            cpu_linear.use_onednn(loaded.model)  # 1.9x faster passes on AMD CPUs, where MKL is slow
         self.loaded = loaded
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer

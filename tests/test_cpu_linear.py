@@ -1,0 +1,75 @@
+"""Linear layers through oneDNN on the CPU (core.cpu_linear): same numbers, same gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertscope.core import cpu_linear
+
+needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch was built without oneDNN")
+
+
+@needs_onednn
+def test_a_cpu_session_runs_its_linear_layers_through_onednn(tiny_session, monkeypatch):
+    linears = [module for module in tiny_session.model.modules() if isinstance(module, nn.Linear)]
+    assert linears and all(type(module) is cpu_linear.OneDNNLinear for module in linears)
+    fast = tiny_session.forward("The keys to the cabinet are on the table.", attentions=True)
+    monkeypatch.setattr(cpu_linear, "_available", False)
+    blas = tiny_session.forward("The keys to the cabinet are on the table.", attentions=True)
+    assert abs(fast.hidden_states - blas.hidden_states).max() < 1e-5
+    assert abs(fast.attentions - blas.attentions).max() < 1e-5
+
+
+@needs_onednn
+def test_the_state_dict_and_hooks_are_those_of_nn_linear():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    keys = list(model.state_dict())
+    assert cpu_linear.use_onednn(model) == 2
+    assert list(model.state_dict()) == keys
+    seen = []
+    model[2].register_forward_pre_hook(lambda module, args: seen.append(args[0].shape))
+    x = torch.randn(3, 5, 8)
+    with torch.inference_mode():
+        out = model(x)
+    assert seen == [torch.Size([3, 5, 16])]
+    reference = F.linear(F.linear(x, model[0].weight, model[0].bias).relu(), model[2].weight, model[2].bias)
+    assert torch.allclose(out, reference, atol=1e-5)
+
+
+def test_special_linear_subclasses_are_left_alone():
+    class Special(nn.Linear):
+        pass
+
+    model = nn.Sequential(Special(4, 4))
+    cpu_linear.use_onednn(model)
+    assert type(model[0]) is Special
+
+
+@needs_onednn
+def test_gradients_flow_as_through_f_linear():
+    """Attribution and head importance differentiate through the model: those passes keep the BLAS."""
+    torch.manual_seed(0)
+    layer = nn.Linear(6, 3)
+    cpu_linear.use_onednn(layer)
+    x = torch.randn(4, 6, requires_grad=True)
+    layer(x).square().sum().backward()
+    expected_x = x.grad.clone()
+    x.grad = None
+    F.linear(x, layer.weight, layer.bias).square().sum().backward()
+    assert torch.allclose(x.grad, expected_x)
+
+
+@needs_onednn
+def test_an_operator_that_fails_falls_back_for_good(monkeypatch):
+    def refuse(*args):
+        raise RuntimeError("no kernel for these inputs")
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", refuse)
+    monkeypatch.setattr(cpu_linear, "_available", True)
+    a, weight, bias = torch.randn(5, 4), torch.randn(3, 4), torch.randn(3)
+    assert torch.allclose(cpu_linear.product(a, weight, bias), a @ weight.T + bias)
+    assert not cpu_linear.onednn_enabled()
