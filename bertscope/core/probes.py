@@ -96,7 +96,7 @@ class TrainedProbes:
         out = np.empty((X.shape[0], self.num_layers, self.num_classes), dtype=np.float32)
         for layer in range(self.num_layers):
             for start in range(0, X.shape[0], EVAL_BATCH):
-                z = (X[start : start + EVAL_BATCH, layer] - self.mean[layer]) / self.std[layer]
+                z = (X[start : start + EVAL_BATCH, layer].astype(np.float32) - self.mean[layer]) / self.std[layer]
                 if self.kind == "mlp":
                     z = np.maximum(z @ self.hidden_weights[layer] + self.hidden_bias[layer], 0)
                 out[start : start + EVAL_BATCH, layer] = z @ self.weights[layer] + self.bias[layer]
