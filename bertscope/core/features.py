@@ -205,8 +205,9 @@ def _extract(session, sentences, options, encoded, gates, path, dtype, batch_siz
 def _encode(session, sentences: Sequence[Sentence], level: str):
     """Every sentence tokenised in one call (the fast tokenizer runs it in parallel), unpadded."""
     options = dict(truncation=True, max_length=session.max_length)
-    if level == "word":
-        return session.tokenizer([list(sentence.words) for sentence in sentences], is_split_into_words=True, **options)
+    if level == "word":  # single sequences: the token types are all 0, and padding makes the attention mask
+        return session.tokenizer([list(sentence.words) for sentence in sentences], is_split_into_words=True,
+                                 return_attention_mask=False, return_token_type_ids=False, **options)
     pairs = [sentence.pair for sentence in sentences]
     if any(pair is not None for pair in pairs) and not all(pair is not None for pair in pairs):
         raise InputError("the corpus mixes single sentences and pairs; give one kind of input per corpus")
