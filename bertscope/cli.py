@@ -510,6 +510,31 @@ def treebank(output, sentences, seed):
 
 
 @main.command()
+@click.option("--cache-dir", default=None, metavar="DIR", help="The cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.")
+@click.option("--clear", is_flag=True, help="Remove every cached feature set and probe.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
+def cache(cache_dir, clear, as_json):
+    """How much the feature and probe cache holds, or clear it.
+
+    Entries of an older bertscope, or of data you no longer use, are never read again but
+    stay on disk until cleared; the next run of a probe computes what it needs anew.
+    """
+    from bertscope.core.cache import cache_usage, clear_cache, default_cache_dir
+
+    directory = cache_dir if cache_dir is not None else default_cache_dir()
+    usage = clear_cache(directory) if clear else cache_usage(directory)
+    if as_json:
+        print_json(usage.as_json() | {"cleared": clear})
+        return
+    held = (f"{usage.bytes / 1e6:,.1f} MB in {usage.files} files ({usage.feature_entries} feature "
+            f"set{'s' * (usage.feature_entries != 1)}, {usage.probes} probe{'s' * (usage.probes != 1)})")
+    if clear:
+        click.echo(f"{usage.directory}: removed {held}" if usage.files else f"{usage.directory}: nothing to remove")
+    else:
+        click.echo(f"{usage.directory}: {held}" if usage.files else f"{usage.directory}: empty")
+
+
+@main.command()
 @click.argument("text")
 @click.option("--pair", default=None, metavar="TEXT2", help="A second segment (sentence pair input).")
 @mask_options

@@ -9,7 +9,8 @@ import pytest
 
 from bertscope.core.corpus import Sentence
 from bertscope.core.errors import InputError
-from bertscope.core.features import FeatureOptions, default_cache_dir, extract_features, finish_writes
+from bertscope.core.cache import default_cache_dir
+from bertscope.core.features import FeatureOptions, extract_features, finish_writes
 
 WORDS = [("Unbelievably", ",", "the", "keys", "were", "found", "."), ("A", "dog", "barked", ".")]
 SENTENCES = [Sentence(text=" ".join(words), words=words) for words in WORDS]

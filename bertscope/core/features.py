@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertscope.core.cache import default_cache_dir
 from bertscope.core.corpus import Sentence
 from bertscope.core.errors import InputError
 from bertscope.core.masks import Ablation
@@ -74,14 +75,6 @@ class FeatureProgress:
     sentences: int
     total: int
     features: Features | None = None  # set on the last item
-
-
-def default_cache_dir() -> Path:
-    """`$BERTSCOPE_CACHE_DIR`, else `$XDG_CACHE_HOME/bertscope`, else `~/.cache/bertscope`."""
-    if os.environ.get("BERTSCOPE_CACHE_DIR"):
-        return Path(os.environ["BERTSCOPE_CACHE_DIR"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser() / "bertscope"
 
 
 def data_hash(sentences: Sequence[Sentence], level: str) -> str:

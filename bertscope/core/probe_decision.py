@@ -28,9 +28,10 @@ import numpy as np
 import torch
 
 from bertscope.core import probes
+from bertscope.core.cache import default_cache_dir
 from bertscope.core.corpus import Sentence, read_sentences
 from bertscope.core.errors import InputError
-from bertscope.core.features import FeatureOptions, default_cache_dir, extract_features
+from bertscope.core.features import FeatureOptions, extract_features
 from bertscope.files import atomic_write
 from bertscope.core.probing import encode_labels, make_splits
 
