@@ -53,23 +53,27 @@ def cache_files(directory: str | Path) -> list[Path]:
 
 
 def cache_usage(directory: str | Path) -> CacheUsage:
+    return _usage(directory, cache_files(directory))
+
+
+def clear_cache(directory: str | Path) -> CacheUsage:
+    """Remove bertscope's files from `directory`; returns what was there (one listing for both)."""
     files = cache_files(directory)
+    removed = _usage(directory, files)
+    try:
+        for path in files:
+            with contextlib.suppress(FileNotFoundError):  # another process got there first
+                path.unlink()
+    except PermissionError as error:
+        raise InputError(f"cannot clear {removed.directory}: no permission to remove {error.filename}") from None
+    return removed
+
+
+def _usage(directory: str | Path, files: list[Path]) -> CacheUsage:
     entries = {path.stem for path in files if not path.name.startswith(".")}  # features-KEY's .npy and .npz are one
     features = sum(1 for stem in entries if stem.startswith("features-"))
     probes = sum(1 for stem in entries if stem.startswith("probe-"))
     return CacheUsage(Path(directory).expanduser(), features, probes, len(files), sum(_size(path) for path in files))
-
-
-def clear_cache(directory: str | Path) -> CacheUsage:
-    """Remove bertscope's files from `directory`; returns what there was before."""
-    before = cache_usage(directory)
-    try:
-        for path in cache_files(directory):
-            with contextlib.suppress(FileNotFoundError):  # another process got there first
-                path.unlink()
-    except PermissionError as error:
-        raise InputError(f"cannot clear {before.directory}: no permission to remove {error.filename}") from None
-    return before
 
 
 def _checked(directory: str | Path) -> Path:
