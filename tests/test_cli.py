@@ -191,6 +191,37 @@ def test_output_is_a_directory(run, tiny_bert_dir, tmp_path):
     assert_one_line_error(run("export", SENTENCE, "-o", str(tmp_path), "-m", str(tiny_bert_dir)), "is a directory")
 
 
+def test_outputs_and_masks_are_refused_before_the_model_loads(run, tmp_path):
+    """A missing model would fail too; the output path and the mask are judged first, in well under a second."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    missing_model = str(tmp_path / "no-such-model")
+    assert_one_line_error(run("export", SENTENCE, "-o", str(afile / "x.npz"), "-m", missing_model), f"{afile} is a file, not a directory")
+    assert_one_line_error(run("export", SENTENCE, "-o", "/proc/x.npz", "-m", missing_model), "/proc takes no new files")
+    assert_one_line_error(run("treebank", "-o", str(afile / "tb.conllu")), "is a file, not a directory")
+    assert_one_line_error(
+        run("prune", "--objective", "preserve", "--fraction", "0.3", "-o", str(afile / "pruned"), "-m", missing_model),
+        "is a file, not a directory",
+    )
+    assert_one_line_error(
+        run("attention", SENTENCE, "--layer", "0", "--head", "0", "--mask", "-1:0", "-m", missing_model),
+        "layer -1 in mask item '-1:0' is negative: layers and heads count from 0",
+    )
+
+
+def test_ctrl_c_exits_130_with_one_line(run, monkeypatch, tmp_path):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("bertscope.cli.open_session", interrupted)
+    result = run("export", SENTENCE, "-o", str(tmp_path / "x.npz"))
+    assert result.exit_code == 130
+    assert result.stderr.strip().splitlines() == [
+        "bertscope: interrupted: export stopped before it finished; no file was left half written"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
 def test_read_only_directory(run, tiny_bert_dir, tmp_path):
     locked = tmp_path / "locked"
