@@ -104,9 +104,15 @@ def format_options(command):
 
 
 def open_session(model: str | None, device: str, dtype: str, allow_download: bool):
-    """Load the model, with a spinner on a terminal so a person knows what is happening."""
+    """Load the model, with a spinner on a terminal so a person knows what is happening.
+
+    Its files are judged first, before torch is imported, so a wrong --model fails at once.
+    """
     from rich.console import Console
 
+    from bertscope.core.model_files import find_model
+
+    find_model(model, allow_download)
     console = Console(stderr=True)
     with console.status("loading model…") if console.is_terminal else contextlib.nullcontext():
         from bertscope.core.session import Session
@@ -158,6 +164,9 @@ def explore(text, pair, theme, session_file, export_dir, glyphs, model, device, 
         _heatmap_colormap(theme)  # an unknown theme fails here, with the list of themes
     if session_file is not None:
         check_writable(session_file)
+    from bertscope.core.model_files import find_model
+
+    find_model(model, allow_download)  # a model the explorer cannot read is refused here, like any command's
     from bertscope.ui.app import ExplorerApp
 
     def open_backend(report):
@@ -171,6 +180,8 @@ def explore(text, pair, theme, session_file, export_dir, glyphs, model, device, 
         open_backend, text=text, pair=pair, theme=theme, session_file=session_file, export_dir=export_dir, glyphs=glyphs
     )
     app.run()
+    if app.load_error is not None:  # the files looked right, but the model would not load
+        raise BertscopeError(app.load_error)
     sys.exit(app.return_code or 0)
 
 

@@ -157,6 +157,33 @@ def test_non_encoder_model(run, tmp_path):
     assert_one_line_error(run("info", "--model", str(directory)), "GPT2LMHeadModel")
 
 
+def test_explorer_refuses_a_model_it_cannot_read_before_importing_torch(tmp_path):
+    """`bertscope --model GPT2DIR` prints the same line as any command and never opens the app or loads torch."""
+    directory = write_config(tmp_path / "gpt2", model_type="gpt2", architectures=["GPT2LMHeadModel"])
+    script = (
+        "import sys\n"
+        "from bertscope.cli import main\n"
+        "try:\n"
+        f"    main(['--model', {str(directory)!r}])\n"
+        "except SystemExit as stop:\n"
+        "    print(stop.code, 'torch' in sys.modules, 'textual' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["2", "False", "False"], done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "bertscope: error: unsupported architecture GPT2LMHeadModel (model_type 'gpt2'); "
+        "bertscope reads BERT-architecture encoders: bert, camembert, electra, roberta, xlm-roberta"
+    ]
+
+
+def test_explorer_that_could_not_load_the_model_prints_one_line(run, monkeypatch):
+    def fails_to_load(app):
+        app.load_error = "could not read the weights in x/model.safetensors: header too large"
+
+    monkeypatch.setattr("bertscope.ui.app.ExplorerApp.run", fails_to_load)
+    assert_one_line_error(run(SENTENCE), "could not read the weights in x/model.safetensors")
+
+
 def test_damaged_weights(run, tiny_bert_dir, tmp_path):
     directory = tmp_path / "damaged"
     shutil.copytree(tiny_bert_dir, directory)

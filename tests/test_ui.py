@@ -289,21 +289,22 @@ def test_damaged_session_file_gives_a_fresh_session(tmp_path):
     assert (tmp_path / "session.json.damaged").read_text() == "{ not json"
 
 
-def test_model_that_fails_to_load_is_a_notification():
+def test_model_that_fails_to_load_closes_the_explorer_with_its_reason():
+    """The explorer can do nothing without a model: it exits, and the command line prints the one line."""
     def broken(report):
         report("loading…")
-        raise ModelLoadError("--model ./x: no such directory; give a model directory or a Hugging Face name")
+        raise ModelLoadError("could not read the weights in x/model.safetensors: header too large")
 
     app = ExplorerApp(broken)
 
-    async def steps(pilot):
-        assert any("no such directory" in n.message for n in app._notifications)
-        assert "could not load the model" in heatmap_text(app)
-        await pilot.press("space", "e", "v")  # nothing to act on; nothing breaks
-        await pilot.press("ctrl+q")
+    async def go():
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot)
+            await pilot.pause()
 
-    run(app, steps)
-    assert app.return_code in (0, None)
+    asyncio.run(go())
+    assert app.return_code == 2
+    assert app.load_error == "could not read the weights in x/model.safetensors: header too large"
 
 
 def test_unexpected_failure_is_a_notification():

@@ -117,6 +117,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
             state = state.with_(theme=theme)
         self.state = state
         self.backend: Backend | None = None
+        self.load_error: str | None = None  # why the model could not be loaded, for the command line to print
         self.mask: HeadMask | None = None
         self.analysis: Analysis | None = None
         self._request = 0  # the newest analysis asked for; older results are dropped
@@ -205,10 +206,9 @@ class ExplorerApp(ImportanceMixin, App[None]):
         self._analyse(reuse_plain=False)
 
     def on_model_load_failed(self, message: ModelLoadFailed) -> None:
-        self._set_busy(False)
-        self.query_one(StatusLine).set_facts("no model loaded: quit and start bertscope with another --model")
-        self.query_one(AttentionView).show_message(f"could not load the model:\n{message.reason}")
-        self.notify(message.reason, title="model not loaded", severity="error", timeout=30)
+        """Nothing works without a model: leave, and let the command line say why in one line."""
+        self.load_error = message.reason
+        self.exit(return_code=2)
 
     # running the model
 
