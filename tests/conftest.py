@@ -11,6 +11,13 @@ from pathlib import Path
 
 import pytest
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--readme-examples", action="store_true", default=False,
+        help="also run every command shown in the README (minutes, on the bundled model)",
+    )
+
+
 TINY = dict(
     vocab_size=30522,
     hidden_size=32,
