@@ -27,6 +27,9 @@ from bertscope.core.errors import BertscopeError
 from bertscope.core.masks import Ablation, HeadMask
 from bertscope.core.results import PATTERNS, STATISTICS, PatternProgress, PatternResult
 from bertscope.render.patterns import PATTERN_LETTERS, layer_bars, layer_pattern_table
+from bertscope.ui.export import csv_text, save_screen
+from bertscope.ui.focus import leave_input
+from bertscope.ui.kept import KeptResults, KeptRun
 from bertscope.ui.widgets.head_grid import CELL, HeadGrid
 
 SHADINGS = ("pattern", *STATISTICS)
@@ -95,11 +98,13 @@ class PatternGrid(HeadGrid, inherit_bindings=False):
 class OverviewScreen(Screen[tuple[int, int] | None]):
     """`o` in the explorer: patterns and statistics of every head over a corpus."""
 
+    AUTO_FOCUS = "#overview-grid"
     BINDINGS = [
         Binding("escape", "back", "back / cancel"),
         Binding("enter", "open_head", "open head"),
         Binding("f", "next_shading", "shading"),
         Binding("r", "run", "run again"),
+        Binding("e", "export", "export"),
         Binding("slash", "focus_corpus", "corpus", show=False),
     ]
     DEFAULT_CSS = """
@@ -108,20 +113,27 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
     OverviewScreen #progress-line { height: 1; padding: 0 1; }
     OverviewScreen #progress-text { padding-left: 2; }
     OverviewScreen #overview-body { height: 1fr; }
+    OverviewScreen #overview-left { width: auto; height: 1fr; }
+    OverviewScreen #charts { width: 1fr; min-width: 30; }
     OverviewScreen #overview-grid { border: round $accent; padding: 0 1; height: auto; }
     OverviewScreen #head-details { padding: 0 1; height: auto; }
     OverviewScreen #charts { padding: 0 1; }
     """
 
-    def __init__(self, backend, mask: HeadMask, ablation: Ablation, colormap, glyphs: bool, selected: tuple[int, int]) -> None:
+    def __init__(
+        self, backend, mask: HeadMask, ablation: Ablation, colormap, glyphs: bool, selected: tuple[int, int],
+        kept: KeptResults | None = None,
+    ) -> None:
         super().__init__()
         self.backend, self.mask, self.ablation = backend, mask, ablation
+        self.kept = kept if kept is not None else KeptResults()
         self.colormap, self.glyphs = colormap, glyphs
         self.selected = selected
         self.shading = "pattern"
         self.result: PatternResult | None = None
         self._run = 0
         self._cancel = threading.Event()
+        self._path = ""  # the corpus of the run under way
         self.running = False
 
     def compose(self) -> ComposeResult:
@@ -131,7 +143,7 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
             yield ProgressBar(total=None, show_eta=False, show_percentage=False, id="progress")
             yield Static("", id="progress-text")
         with Horizontal(id="overview-body"):
-            with VerticalScroll(can_focus=False):
+            with VerticalScroll(id="overview-left", can_focus=False):
                 yield PatternGrid(self.colormap, id="overview-grid")
                 yield Static("", id="head-details")
             yield VerticalScroll(Static("", id="charts-content"), id="charts", can_focus=False)
@@ -142,13 +154,22 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         grid.border_title = "heads over the corpus"
         grid.set_shape(self.backend.num_layers, self.backend.num_heads)
         grid.restyle(self.colormap, self.glyphs)
-        grid.focus()
-        self.action_run()
+        kept = self.kept.runs.get("overview")
+        if kept is None:
+            self.action_run()
+            return
+        self.query_one("#corpus", Input).value = kept.data
+        self.result = kept.result
+        self.query_one(ProgressBar).update(total=1, progress=1)
+        self.query_one("#progress-text", Static).update(
+            f"{kept.result.sentences:,} sentences · kept from before (r runs again){kept.mask_note()}"
+        )
+        self._draw()
 
     # running
 
     def action_run(self) -> None:
-        path = self.query_one("#corpus", Input).value.strip()
+        self._path = path = self.query_one("#corpus", Input).value.strip()
         if not path:
             self.notify("give a corpus file, then Enter", severity="warning")
             return
@@ -193,6 +214,7 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         if progress.done:
             self.running = False
             self.query_one(ProgressBar).update(total=1, progress=1)
+            self.kept.runs["overview"] = KeptRun(self._path, self.mask.spec(), self.ablation, progress.result)
         self._draw()
 
     def on_patterns_failed(self, message: PatternsFailed) -> None:
@@ -263,7 +285,27 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
     def action_focus_corpus(self) -> None:
         self.query_one("#corpus", Input).focus()
 
+    def action_export(self) -> None:
+        save_screen(self.app, "overview", self.table(), ".csv")
+
+    def table(self) -> str | None:
+        """The per-head table: dominant pattern, the share of each pattern, every statistic."""
+        result = self.result
+        if result is None:
+            return None
+        header = ["layer", "head", "pattern", *(f"share_{name}" for name in PATTERNS), *STATISTICS]
+        rows = []
+        for layer, head in np.ndindex(*result.dominant.shape):
+            rows.append([
+                layer, head, PATTERNS[result.dominant[layer, head]],
+                *(float(share) for share in result.pattern_shares[layer, head]),
+                *(float(result.statistics[name][layer, head]) for name in STATISTICS),
+            ])
+        return csv_text(header, rows)
+
     def action_back(self) -> None:
+        if leave_input(self):
+            return
         if self.running:
             self._cancel.set()
             self.workers.cancel_group(self, "patterns")
