@@ -170,7 +170,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
                 yield EffectPanel(id="effect")
             yield AttentionView(id="heatmap")
         yield StatusLine(id="status")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         for spec in self.theme_specs.values():
@@ -362,7 +362,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
 
     def _mask_note(self) -> str:
         mask = self.analysis.current.mask
-        return f" · {len(mask)} off ({self.analysis.current.ablation})" if len(mask) else ""
+        return f" · {len(mask)} off" if len(mask) else ""  # the ablation is in the status line
 
     def _update_status(self) -> None:
         status = self.query_one(StatusLine)

@@ -194,8 +194,8 @@ class GeometryScreen(_CorpusRunScreen):
     ]
     DEFAULT_CSS = """
     GeometryScreen #geometry-corpus { width: 1fr; }
-    GeometryScreen .progress-line { height: 1; padding: 0 1; }
-    GeometryScreen .progress-text { padding-left: 2; }
+    GeometryScreen .progress-line { height: auto; padding: 0 1; }
+    GeometryScreen .progress-text { padding-left: 2; width: 1fr; }
     GeometryScreen #geometry-body { height: 1fr; }
     GeometryScreen #scatter { width: 1fr; height: 1fr; }
     GeometryScreen #geometry-side { width: 36; padding: 0 1; }
@@ -219,7 +219,7 @@ class GeometryScreen(_CorpusRunScreen):
                 yield Static("", id="layer-slider")
                 yield Scatter("", id="scatter")
             yield VerticalScroll(Static("", id="geometry-charts"), id="geometry-side")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         kept = self.kept.runs.get(self.name_kept)
@@ -328,8 +328,8 @@ class ComparisonScreen(_CorpusRunScreen):
     ComparisonScreen #compare-inputs { height: auto; }
     ComparisonScreen #model-b { width: 1fr; }
     ComparisonScreen #compare-corpus { width: 1fr; }
-    ComparisonScreen .progress-line { height: 1; padding: 0 1; }
-    ComparisonScreen .progress-text { padding-left: 2; }
+    ComparisonScreen .progress-line { height: auto; padding: 0 1; }
+    ComparisonScreen .progress-text { padding-left: 2; width: 1fr; }
     ComparisonScreen #compare-body { height: 1fr; }
     ComparisonScreen #compare-grid { border: round $accent; padding: 0 1; height: auto; }
     ComparisonScreen #compare-side { width: 36; padding: 0 1; }
@@ -353,7 +353,7 @@ class ComparisonScreen(_CorpusRunScreen):
                 yield PatternGrid(self.colormap, id="compare-grid")
                 yield Static("", id="compare-head")
             yield VerticalScroll(Static("", id="compare-charts"), id="compare-side")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         grid = self.query_one(PatternGrid)

@@ -151,7 +151,7 @@ class PruningCurveScreen(Screen[str | None]):
     def compose(self) -> ComposeResult:
         yield Static("", id="curve-status")
         yield VerticalScroll(Static("", id="curve-content"), id="curve")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         kept = self.kept.runs.get("curve")

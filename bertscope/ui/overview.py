@@ -11,7 +11,9 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+from rich.console import Group
 from rich.style import Style
+from rich.table import Table
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -110,10 +112,10 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
     DEFAULT_CSS = """
     OverviewScreen #corpus-row { height: auto; }
     OverviewScreen #corpus { width: 1fr; }
-    OverviewScreen #progress-line { height: 1; padding: 0 1; }
-    OverviewScreen #progress-text { padding-left: 2; }
+    OverviewScreen #progress-line { height: auto; padding: 0 1; }
+    OverviewScreen #progress-text { padding-left: 2; width: 1fr; }
     OverviewScreen #overview-body { height: 1fr; }
-    OverviewScreen #overview-left { width: auto; height: 1fr; }
+    OverviewScreen #overview-left { width: auto; min-width: 36; height: 1fr; }
     OverviewScreen #charts { width: 1fr; min-width: 30; }
     OverviewScreen #overview-grid { border: round $accent; padding: 0 1; height: auto; }
     OverviewScreen #head-details { padding: 0 1; height: auto; }
@@ -147,7 +149,7 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
                 yield PatternGrid(self.colormap, id="overview-grid")
                 yield Static("", id="head-details")
             yield VerticalScroll(Static("", id="charts-content"), id="charts", can_focus=False)
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         grid = self.query_one(PatternGrid)
@@ -239,20 +241,17 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
             high = 1.0 if self.shading not in ("entropy", "distance") else max(float(values.max()), 1e-6)
             grid.show(values, (0.0, high), STATISTIC_NAMES[self.shading], HeadMask.none(*values.shape), self.selected)
         layer, head = self.selected
-        details = Text.assemble(
-            (f"head {layer}:{head}  ", "bold"),
-            "  ".join(f"{name} {share:.0%}" for name, share in zip(PATTERNS, result.pattern_shares[layer, head]) if share > 0),
-            "\n",
-            "  ".join(f"{name} {result.statistics[name][layer, head]:.2f}" for name in STATISTICS),
-        )
-        self.query_one("#head-details", Static).update(details)
+        items = [f"{name} {share:.0%}" for name, share in zip(PATTERNS, result.pattern_shares[layer, head]) if share > 0]
+        items += [f"{name} {result.statistics[name][layer, head]:.2f}" for name in STATISTICS]
+        details = Table.grid(padding=(0, 2))  # a name and its number never part over two lines
+        for start in range(0, len(items), 2):
+            details.add_row(*(Text(item, no_wrap=True) for item in items[start:start + 2]))
+        self.query_one("#head-details", Static).update(Group(Text(f"head {layer}:{head}", style="bold"), details))
         charts = [
             layer_bars({name: result.layer_statistics(name) for name in ("cls", "sep", "punct")}, "attention per layer", width=6),
             Text(),
             layer_pattern_table(result.layer_pattern_shares(), PATTERNS, short=True),
         ]
-        from rich.console import Group
-
         self.query_one("#charts-content", Static).update(Group(*charts))
 
     def _class_colours(self) -> dict[str, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 
 from rich.bar import Bar
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 from textual import on, work
@@ -69,10 +70,9 @@ class ProbingScreen(Screen[None]):
     ProbingScreen #probe-row { height: auto; }
     ProbingScreen #task { width: 36; }
     ProbingScreen #probe-data { width: 1fr; }
-    ProbingScreen #probe-progress-line { height: 1; padding: 0 1; }
-    ProbingScreen #probe-status { padding-left: 2; }
+    ProbingScreen #probe-progress-line { height: auto; padding: 0 1; }
+    ProbingScreen #probe-status { padding-left: 2; width: 1fr; }
     ProbingScreen #curves { padding: 0 1; height: 1fr; }
-    ProbingScreen #curves-content { width: auto; }
     """
 
     def __init__(self, backend, mask: HeadMask, ablation: Ablation, kept: KeptResults | None = None) -> None:
@@ -98,7 +98,7 @@ class ProbingScreen(Screen[None]):
             yield ProgressBar(total=None, show_eta=False, id="probe-progress")
             yield Static("r runs the chosen task (/ chooses another)", id="probe-status")
         yield ScrollableContainer(Static("", id="curves-content"), id="curves")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         if self.reports:
@@ -190,7 +190,7 @@ class ProbingScreen(Screen[None]):
         table.add_column("layer", justify="right", style="dim")
         reports = list(self.reports.items())
         for title, report in reports:
-            width = max(12, min(24, len(title)))
+            width = max(12, min(24, len(title)))  # a longer title folds onto a second line
             table.add_column(Text(f"{title}\n{report.metric}", overflow="fold"), width=width, no_wrap=False)
             table.add_column("", justify="left", no_wrap=True)
         num_layers = len(reports[0][1].layers)
@@ -208,9 +208,10 @@ class ProbingScreen(Screen[None]):
         ]
         from rich.console import Group
 
-        self.query_one("#curves-content", Static).update(
-            Group(table, Text("layer 0 is the embeddings; * marks the best layer", style="dim"), *baselines)
-        )
+        content = self.query_one("#curves-content", Static)
+        # as wide as the table wants (the pane scrolls sideways), never squeezed into the screen's width
+        content.styles.width = Measurement.get(self.app.console, self.app.console.options.update_width(1000), table).maximum
+        content.update(Group(table, Text("layer 0 is the embeddings; * marks the best layer", style="dim"), *baselines))
 
     def action_clear(self) -> None:
         self.reports.clear()
