@@ -35,11 +35,35 @@ from bertscope.ui.kept import KeptResults, KeptRun
 from bertscope.ui.widgets.head_grid import CELL, HeadGrid
 
 SHADINGS = ("pattern", *STATISTICS)
-STATISTIC_NAMES = {
-    "cls": "attention to [CLS]", "sep": "attention to [SEP]", "punct": "attention to punctuation",
-    "self": "attention to itself", "prev": "attention to the previous token", "next": "attention to the next token",
-    "block": "attention within its segment", "entropy": "attention entropy (nats)", "distance": "mean attention distance",
+STATISTIC_NAMES = {  # short: the grid's legend is 40 columns wide at 12 heads, and its number must show
+    "cls": "attn to [CLS]", "sep": "attn to [SEP]", "punct": "attn to punctuation",
+    "self": "attn to itself", "prev": "attn to previous", "next": "attn to next",
+    "block": "attn within segment", "entropy": "entropy (nats)", "distance": "mean distance",
 }
+
+
+def packed(items: list[str], width: int) -> Text:
+    """Items two spaces apart, wrapped between items only: a name never parts from its number."""
+    lines, line = [], ""
+    for item in items:
+        if line and len(line) + 2 + len(item) > width:
+            lines.append(line)
+            line = item
+        else:
+            line = f"{line}  {item}" if line else item
+    lines.append(line)
+    return Text("\n".join(lines))
+
+
+def layer_numbers(values: dict[str, np.ndarray]) -> Table:
+    """Per layer, the attention to [CLS], [SEP] and punctuation as numbers (for a narrow pane)."""
+    table = Table(box=None, padding=(0, 1), title="attention per layer", title_justify="left")
+    table.add_column("layer", justify="right", style="dim")
+    for name in values:
+        table.add_column(name, justify="right")
+    for layer in range(len(next(iter(values.values())))):
+        table.add_row(str(layer), *(f"{series[layer]:.2f}" for series in values.values()))
+    return table
 
 
 class PatternsProgressed(Message):
@@ -235,7 +259,7 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
             return
         grid = self.query_one(PatternGrid)
         if self.shading == "pattern":
-            grid.show_classes(result.dominant, self._class_colours(), self.selected, "dominant pattern")
+            grid.show_classes(result.dominant, self._class_colours(), self.selected, "pattern")
         else:
             values = result.statistics[self.shading]
             high = 1.0 if self.shading not in ("entropy", "distance") else max(float(values.max()), 1e-6)
@@ -243,16 +267,22 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         layer, head = self.selected
         items = [f"{name} {share:.0%}" for name, share in zip(PATTERNS, result.pattern_shares[layer, head]) if share > 0]
         items += [f"{name} {result.statistics[name][layer, head]:.2f}" for name in STATISTICS]
-        details = Table.grid(padding=(0, 2))  # a name and its number never part over two lines
-        for start in range(0, len(items), 2):
-            details.add_row(*(Text(item, no_wrap=True) for item in items[start:start + 2]))
-        self.query_one("#head-details", Static).update(Group(Text(f"head {layer}:{head}", style="bold"), details))
+        width = self.query_one("#head-details").content_size.width or 36
+        details = Text.assemble((f"head {layer}:{head}", "bold"), "\n", packed(items, width))
+        self.query_one("#head-details", Static).update(details)
+        # three bars and their numbers side by side; where the bars would be too short, the numbers alone
+        layers = {name: result.layer_statistics(name) for name in ("cls", "sep", "punct")}
+        bar_width = min(6, (self.query_one("#charts").content_size.width - 31) // 3)
+        per_layer = layer_bars(layers, "attention per layer", width=bar_width) if bar_width >= 5 else layer_numbers(layers)
         charts = [
-            layer_bars({name: result.layer_statistics(name) for name in ("cls", "sep", "punct")}, "attention per layer", width=6),
+            per_layer,
             Text(),
             layer_pattern_table(result.layer_pattern_shares(), PATTERNS, short=True),
         ]
         self.query_one("#charts-content", Static).update(Group(*charts))
+
+    def on_resize(self) -> None:
+        self._draw()
 
     def _class_colours(self) -> dict[str, str]:
         theme = self.app.current_theme

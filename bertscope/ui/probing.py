@@ -210,8 +210,13 @@ class ProbingScreen(Screen[None]):
 
         content = self.query_one("#curves-content", Static)
         # as wide as the table wants (the pane scrolls sideways), never squeezed into the screen's width
-        content.styles.width = Measurement.get(self.app.console, self.app.console.options.update_width(1000), table).maximum
+        wanted = Measurement.get(self.app.console, self.app.console.options.update_width(1000), table).maximum
+        content.styles.width = max(wanted, self.query_one("#curves").content_size.width)
         content.update(Group(table, Text("layer 0 is the embeddings; * marks the best layer", style="dim"), *baselines))
+
+    def on_resize(self) -> None:
+        if self.reports:
+            self._draw()
 
     def action_clear(self) -> None:
         self.reports.clear()
