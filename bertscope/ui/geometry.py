@@ -290,7 +290,8 @@ class GeometryScreen(_CorpusRunScreen):
         if self.label not in result.labels:
             self.label = next(iter(result.labels), None)
         marks = "".join(f"[{layer}]" if layer == self.shown_layer else f" {layer} " for layer in range(result.num_layers))
-        slider = Text.assemble(("layer ◀▶ ", "bold"), marks, (" 0 = embeddings", "dim"), no_wrap=True, overflow="ellipsis")
+        wide = self.query_one("#layer-slider", Static).content_size.width >= 9 + len(marks) + 15
+        slider = Text.assemble(("layer ◀▶ ", "bold"), marks, (" 0 = embeddings" if wide else " 0 = emb.", "dim"))
         self.query_one("#layer-slider", Static).update(slider)
         area = self.query_one("#scatter", Static).size
         explained = result.explained[self.shown_layer]
