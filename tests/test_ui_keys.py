@@ -299,3 +299,39 @@ def test_e_exports_every_screen_and_never_overwrites(tmp_path):
         assert len(svgs) == 6 and all(path.read_text().startswith("<svg") for path in svgs)
 
     run(app, steps)
+
+
+def test_help_scrolls_by_keyboard_at_80_by_24():
+    app = make_app()
+
+    async def steps(pilot):
+        await pilot.press("question_mark")
+        await pilot.pause()
+        scroll = app.screen.query_one("VerticalScroll")
+        assert app.screen.focused is scroll
+        await pilot.press("end")
+        await pilot.pause()
+        assert scroll.scroll_y == scroll.max_scroll_y > 0  # its last lines can be read
+
+    run(app, steps, size=(80, 24))
+
+
+def test_escape_in_a_box_during_a_run_leaves_the_box_and_a_second_escape_cancels():
+    from tests.fake_backend import FakeBackend
+
+    app = make_app(FakeBackend(delay=0.05))
+
+    async def steps(pilot):
+        await pilot.press("g")
+        await pilot.pause(0.2)
+        screen = app.screen
+        await pilot.press("slash")
+        assert isinstance(screen.focused, Input) and screen.running
+        await pilot.press("escape")
+        assert isinstance(screen.focused, Scatter) and screen.running  # only the box was left
+        await pilot.press("escape")
+        await settle(pilot)
+        assert isinstance(app.screen, GeometryScreen) and not screen.running
+        assert "cancelled" in rendered(screen.query_one(".progress-text"))
+
+    run(app, steps)
