@@ -63,7 +63,7 @@ class Scatter(Static, can_focus=True):
 class _CorpusRunScreen(Screen[tuple[int, int] | None]):
     """What both screens share: a corpus field, a worker with progress, escape to cancel, then back.
 
-    A finished run is kept on the app under `name` (ui.kept) and shown again when the screen
+    A finished run is kept on the app under `name_kept` (ui.kept) and shown again when the screen
     comes back; `e` saves the screen and `export_data()`.
     """
 
