@@ -33,9 +33,11 @@ from bertscope.theming import DEFAULT_THEME, load_theme
 from bertscope.ui.attribution import AttributionRow
 from bertscope.ui.backend import Backend
 from bertscope.ui.export import export_view
+from bertscope.ui.focus import focus_main, leave_input
 from bertscope.ui.geometry import ComparisonScreen, GeometryScreen
 from bertscope.ui.help import HelpScreen
 from bertscope.ui.importance import IMPORTANCE_FIGURE, ImportanceMixin, ObjectivePanel
+from bertscope.ui.kept import KeptResults
 from bertscope.ui.overview import OverviewScreen
 from bertscope.ui.probing import ProbingScreen
 from bertscope.ui.messages import Analysis, AnalysisComputed, AnalysisFailed, ModelLoaded, ModelLoadFailed
@@ -46,6 +48,16 @@ from bertscope.ui.widgets.head_grid import HeadGrid
 from bertscope.ui.widgets.panels import EffectPanel, StatusLine, TokenPanel
 
 VIEWS = ("head", "average")
+GRID_LABELS = {  # the grid's legend is 40 columns wide at 12 heads: short names, so its numbers always fit
+    "entropy": "entropy (nats)",
+    "cls": "attn to [CLS]",
+    "sep": "attn to [SEP]",
+    "punct": "attn to punctuation",
+    "self": "attn to itself",
+    "prev": "attn to previous",
+    "next": "attn to next",
+    "distance": "mean distance (tokens)",
+}
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,6 +73,12 @@ class AnalysisJob:
 
     def __repr__(self) -> str:
         return f"AnalysisJob({self.request}, {self.text[:30]!r}, mask={self.mask.spec()!r}, {self.ablation})"
+
+
+class MainScreen(Screen):
+    """The explorer's own screen; its main widget is the grid (ui.focus)."""
+
+    AUTO_FOCUS = "#grid"
 
 
 class ExplorerApp(ImportanceMixin, App[None]):
@@ -120,6 +138,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
         self.load_error: str | None = None  # why the model could not be loaded, for the command line to print
         self.mask: HeadMask | None = None
         self.analysis: Analysis | None = None
+        self.kept = KeptResults()  # the corpus screens' finished results (ui.kept)
         self._request = 0  # the newest analysis asked for; older results are dropped
         self.theme_specs, theme_warnings = load_all_themes()
         self._startup_notes.extend(theme_warnings)
@@ -135,6 +154,9 @@ class ExplorerApp(ImportanceMixin, App[None]):
 
     # layout
 
+    def get_default_screen(self) -> Screen:
+        return MainScreen(id="_default")
+
     def compose(self) -> ComposeResult:
         colormap = heatmap_for(DEFAULT_THEME, True, self.theme_specs)
         with Horizontal(id="inputs"):
@@ -149,7 +171,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
                 yield EffectPanel(id="effect")
             yield AttentionView(id="heatmap")
         yield StatusLine(id="status")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         for spec in self.theme_specs.values():
@@ -314,7 +336,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
         if overlay is not None:
             grid.show(*overlay, self.mask, (layer, head))
         else:
-            grid.show(analysis.figures[figure], figure_range(figure, length), FIGURES[figure], self.mask, (layer, head))
+            grid.show(analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), self.mask, (layer, head))
         weights, title, masked = self._displayed_matrix()
         view = self.query_one(AttentionView)
         view.show(weights, analysis.current.tokens, self._colormap(), title=title, masked=masked, glyphs=self.glyphs, cursor=self.state.cursor)
@@ -332,15 +354,15 @@ class ExplorerApp(ImportanceMixin, App[None]):
         if self.state.view == "average":
             weights = analysis.current.attentions[layer].mean(0)
             heads = analysis.current.attentions.shape[1]
-            return weights, f"layer {layer} · average of {heads} heads{self._mask_note()}", False
+            return weights, f"layer {layer} · mean of {heads} heads{self._mask_note()}", False
         if mask.is_masked(layer, head):
-            title = f"layer {layer} · head {head} · pattern before masking"
+            title = f"layer {layer} · head {head} · before masking"
             return analysis.plain.attentions[layer, head], title, True
         return analysis.current.attentions[layer, head], f"layer {layer} · head {head}{self._mask_note()}", False
 
     def _mask_note(self) -> str:
         mask = self.analysis.current.mask
-        return f" · {len(mask)} head(s) off ({self.analysis.current.ablation})" if len(mask) else ""
+        return f" · {len(mask)} off" if len(mask) else ""  # the ablation is in the status line
 
     def _update_status(self) -> None:
         status = self.query_one(StatusLine)
@@ -358,13 +380,14 @@ class ExplorerApp(ImportanceMixin, App[None]):
 
     # what the user does
 
-    @on(Input.Submitted)
+    @on(Input.Submitted, "#sentence, #pair")
     def sentence_submitted(self) -> None:
         text = self.query_one("#sentence", Input).value
         pair = self.query_one("#pair", Input).value
         if not text.strip():
             self.notify("the sentence is empty; type one and press Enter", severity="warning")
             return
+        focus_main(self.screen)  # the next key is a command again
         self.state = self.state.with_(text=text, pair=pair)
         self._analyse(reuse_plain=False)
 
@@ -434,7 +457,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
             self.notify("the model is still loading", severity="warning")
             return
         screen = OverviewScreen(
-            self.backend, self.mask, self.state.ablation, self._colormap(), self.glyphs, (self.state.layer, self.state.head)
+            self.backend, self.mask, self.state.ablation, self._colormap(), self.glyphs, (self.state.layer, self.state.head), self.kept
         )
         self.push_screen(screen, self._open_head)
 
@@ -443,21 +466,21 @@ class ExplorerApp(ImportanceMixin, App[None]):
         if self.backend is None or self.mask is None:
             self.notify("the model is still loading", severity="warning")
             return
-        self.push_screen(ProbingScreen(self.backend, self.mask, self.state.ablation))
+        self.push_screen(ProbingScreen(self.backend, self.mask, self.state.ablation, self.kept))
 
     def action_geometry(self) -> None:
         """Representation geometry per layer over a corpus: PCA scatter, CKA, intrinsic dimension."""
         if self.backend is None or self.mask is None:
             self.notify("the model is still loading", severity="warning")
             return
-        self.push_screen(GeometryScreen(self.backend, self.mask, self.state.ablation, self._colormap(), self.glyphs))
+        self.push_screen(GeometryScreen(self.backend, self.mask, self.state.ablation, self._colormap(), self.glyphs, self.kept))
 
     def action_compare(self) -> None:
         """This model against a model B with the same tokenizer; the head chosen there opens here."""
         if self.backend is None or self.mask is None:
             self.notify("the model is still loading", severity="warning")
             return
-        screen = ComparisonScreen(self.backend, self._colormap(), self.glyphs, (self.state.layer, self.state.head))
+        screen = ComparisonScreen(self.backend, self._colormap(), self.glyphs, (self.state.layer, self.state.head), self.kept)
         self.push_screen(screen, self._open_head)
 
     def _open_head(self, chosen: tuple[int, int] | None) -> None:
@@ -485,6 +508,9 @@ class ExplorerApp(ImportanceMixin, App[None]):
             self.notify(f"attribution will explain the {row.describe_target()}; b switches it on", timeout=3)
 
     def action_cancel(self) -> None:
+        """Escape: leave the sentence box first; then cancel what is running."""
+        if leave_input(self.screen):
+            return
         if self.query_one(AttributionRow).cancel():
             self.notify("attribution cancelled", timeout=3)
         if self.workers and any(w.group == "analysis" and w.is_running for w in self.workers):
