@@ -345,8 +345,8 @@ def test_patterns_csv_and_person_output(run, tiny_bert_dir):
 def test_patterns_conllu_and_senteval_samples(run, tiny_bert_dir):
     from bertscope.core.corpus import sample_corpus
 
-    for fmt, count in (("conllu", 20), ("senteval", 60)):
-        data = json.loads(run("patterns", "--data", str(sample_corpus(fmt)), "-m", str(tiny_bert_dir), "--json").stdout)
+    for fmt, limit, count in (("conllu", "40", 40), ("senteval", "100", 60)):  # a limit past the end reads all
+        data = json.loads(run("patterns", "--data", str(sample_corpus(fmt)), "--limit", limit, "-m", str(tiny_bert_dir), "--json").stdout)
         assert data["sentences"] == count
 
 

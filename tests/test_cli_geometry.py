@@ -34,7 +34,7 @@ def test_geometry_json(run, tiny_bert_dir):
 
 
 def test_geometry_for_a_person_draws_the_table_heatmap_and_scatter(run, tiny_bert_dir):
-    result = run("geometry", "--data", str(sample_corpus("conllu")), "--layer", "1", "-m", str(tiny_bert_dir))
+    result = run("geometry", "--data", str(sample_corpus("conllu")), "--limit", "20", "--layer", "1", "-m", str(tiny_bert_dir))
     assert result.exit_code == 0, result.output
     for fragment in ("TwoNN ID", "overlap→next", "linear CKA, layer × layer", "layer 1: PCA of 178 words", "by upos", "NOUN"):
         assert fragment in result.stdout

@@ -397,10 +397,10 @@ def test_sample_text():
     assert any(s.text.endswith("?") for s in sentences) and any('"' in s.text for s in sentences)
 
 
-def test_sample_treebank_is_20_valid_trees():
+def test_sample_treebank_reads_as_164_trees():
     path = sample_corpus("conllu")
     sentences, report = read_all(path)
-    assert report.skipped == [] and len(sentences) == 20
+    assert report.skipped == [] and len(sentences) == 164
     for sentence in sentences:
         size = len(sentence.words)
         assert len(sentence.upos) == len(sentence.xpos) == len(sentence.heads) == len(sentence.deprels) == size

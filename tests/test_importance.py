@@ -176,7 +176,7 @@ def test_probe_objective_on_a_built_in_task(tiny_session):
 
 
 def test_probe_objective_on_words(tiny_session):
-    conllu = list(read_sentences(sample_corpus("conllu")))
+    conllu = list(read_sentences(sample_corpus("conllu"), limit=20))
     objective = make_objective(tiny_session, "probe", conllu * 3, probe_task="upos", probe_layer=1)
     result = result_of(head_importance(objective, "ablation", layers=False))
     assert objective.level == "word" and np.isfinite(result.raw).all()

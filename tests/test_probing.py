@@ -33,7 +33,7 @@ def test_sentence_task_from_a_senteval_file(tiny_session, tmp_path):
 
 
 def test_word_task_with_control_and_selectivity(tiny_session, tmp_path):
-    treebank = list(read_sentences(sample_corpus("conllu")))
+    treebank = list(read_sentences(sample_corpus("conllu"), limit=20))
     splits = make_splits(treebank * 3, treebank[:5], treebank[5:])
     report = report_of(run_probe(tiny_session, "upos", splits, cache_dir=tmp_path, random_baseline=False))
     entry = report.layers[2]
@@ -43,7 +43,7 @@ def test_word_task_with_control_and_selectivity(tiny_session, tmp_path):
 
 
 def test_structural_task(tiny_session, tmp_path):
-    treebank = list(read_sentences(sample_corpus("conllu")))
+    treebank = list(read_sentences(sample_corpus("conllu"), limit=20))
     splits = make_splits(treebank * 2, treebank[:5], treebank[5:])
     report = report_of(run_probe(tiny_session, "distance", splits, cache_dir=tmp_path, random_baseline=False))
     assert report.metric == "spearman" and {"spearman", "uuas"} <= set(report.layers[0])

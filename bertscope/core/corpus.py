@@ -84,7 +84,8 @@ def sample_corpus(format: str = "text") -> Path:
     """The sample corpus shipped inside the package, in `format` (text by default).
 
     - `sample.txt`: about 300 varied English sentences, one a line;
-    - `sample.conllu`: 20 short sentences with UPOS, Penn XPOS and UD dependencies;
+    - `sample.conllu`: 164 sentences (3 to 32 words) annotated by hand in UD v2: UPOS,
+      Penn XPOS, lemmas and dependencies, every UPOS tag at least 5 times;
     - `sample.tsv`: 60 lines of a toy SentEval task, the label being the sentence's length
       bin in whitespace-separated words: 0 up to 6, 1 for 7-11, 2 for 12-17, 3 for 18 on.
     All written for bertscope: original text, free to use.
