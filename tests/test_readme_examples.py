@@ -55,9 +55,19 @@ def stand_ins(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("readme")
     mlm = save_tiny(root / "bert-base-uncased", "BertForMaskedLM", seed=1, num_hidden_layers=12)  # `--mask 10:*,11:*`
     classifier = save_tiny(
-        root / "sst2", "BertForSequenceClassification", seed=2,
+        root / "sst2", "BertForSequenceClassification", seed=2, num_hidden_layers=12,  # `--mask 3:*`
         id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1},
     )
+    reviews = root / "sst.tsv"  # SST-2 as a SentEval file: split, label, sentence
+    reviews.write_text("".join(
+        f"{split}\t{label}\t{text}\n"
+        for split, label, text in [
+            ("tr", "positive", "A fine, moving film."), ("tr", "negative", "Dull and far too long."),
+            ("tr", "positive", "The cast is wonderful."), ("tr", "negative", "I wanted my two hours back."),
+            ("va", "positive", "Warm, funny and wise."), ("va", "negative", "The plot makes no sense."),
+            ("te", "positive", "A joy from start to finish."), ("te", "negative", "Flat jokes and a tired story."),
+        ]
+    ))
     from bertscope.core.model_files import bundled_model_dir
 
     finetuned = shutil.copytree(bundled_model_dir(), root / "minilm-finetuned")
@@ -81,7 +91,7 @@ def stand_ins(tmp_path_factory) -> dict[str, str]:
         "treebank.conllu": treebanks["treebank"],
         "bertscope/data/sample.conllu": str(DATA / "sample.conllu"),
         "probing.tsv": str(DATA / "sample.tsv"),
-        "sst.tsv": str(DATA / "sample.tsv"),
+        "sst.tsv": str(reviews),
         "wiki.txt": str(DATA / "sample.txt"),
         "sst.txt": str(DATA / "sample.txt"),
         "cache_dir": str(root / "cache"),
@@ -125,8 +135,8 @@ def test_readme_example_runs(example, stand_ins, explorer_runs, monkeypatch):
     for word in shlex.split(example)[1:]:
         args.append(stand_ins.get(word, word))
     if example.startswith("bertscope prune") and "-o" in args:
-        shutil.rmtree(stand_ins["pruned-minilm/"], ignore_errors=True)
-    if "pruned-minilm/" in example and "prune" not in example:
+        shutil.rmtree(stand_ins["pruned-minilm/"], ignore_errors=True)  # -o takes a new directory
+    elif "pruned-minilm/" in example:
         _make_pruned_model(stand_ins)
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, f"{example}\n{result.stderr}"
