@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 from rich.cells import cell_len
 from rich.segment import Segment
+from rich.style import Style
 from textual.binding import Binding
 from textual.events import Click, Resize
 from textual.geometry import Size
@@ -62,13 +63,16 @@ class AttentionView(ScrollView, can_focus=True):
         self._labels: list[Strip] = []
         self._legend: Strip | None = None
         self._lines: dict[int, Strip] = {}  # grid lines built so far, gutter included
+        self._labels_key: tuple | None = None
+        self._base = Style()
 
     def on_mount(self) -> None:
         self.show_message("waiting for the model…")
 
     def show_message(self, text: str) -> None:
         self.heatmap = self.map_layout = self.weights = None
-        self._message = [Strip([Segment(line)]).apply_style(self.rich_style) for line in text.splitlines()]
+        self._base = self.rich_style
+        self._message = [Strip([Segment(line)]).apply_style(self._base) for line in text.splitlines()]
         self._set_virtual_size(Size(max((s.cell_length for s in self._message), default=0), len(self._message)))
         self.refresh()
 
@@ -135,9 +139,12 @@ class AttentionView(ScrollView, can_focus=True):
         )
         self.map_layout = layout = self.heatmap.layout(use_colour, cell_width).with_gutter(gutter)
         self.dense_shown = layout.rows_per_line == 2
-        base = self.rich_style
+        self._base = base = self.rich_style  # the theme's colours under cells that have none of their own
         self._header = [Strip(line).apply_style(base) for line in layout.header_lines()]
-        self._labels = [Strip(line).apply_style(base) for line in layout.column_label_lines()]
+        labels_key = (tokens, use_colour, cell_width, label_height, self.cursor[1], request["colormap"], base)
+        if labels_key != self._labels_key:  # the same for every head of a sentence
+            self._labels_key = labels_key
+            self._labels = [Strip(line).apply_style(base) for line in layout.column_label_lines()]
         self._legend = Strip(layout.legend(width=width)).apply_style(base)
         self._lines = {}
         self._message = []
@@ -174,40 +181,45 @@ class AttentionView(ScrollView, can_focus=True):
             return "\n".join(strip.text.rstrip() for strip in self._message)
         lines = [str(self.border_title)] + [strip.text.rstrip() for strip in self._header]
         lines += [" " * self.map_layout.gutter_width + strip.text.rstrip() for strip in self._labels]
-        lines += [self._grid_strip(index).text.rstrip() for index in range(self.map_layout.lines)]
+        lines += ["".join(strip.text for strip in self._grid_strip(index)).rstrip() for index in range(self.map_layout.lines)]
         lines.append(self._legend.text.rstrip())
         return "\n".join(lines)
 
     def render_line(self, y: int) -> Strip:
-        width = self.scrollable_content_region.width
-        blank = Strip.blank(width, self.rich_style)
+        base, region = self._base, self.scrollable_content_region
+        width = region.width
         layout = self.map_layout
         if layout is None:
-            return self._message[y].crop_extend(0, width, self.rich_style) if y < len(self._message) else blank
+            return self._message[y].crop_extend(0, width, base) if y < len(self._message) else Strip.blank(width, base)
         scroll_x, scroll_y = round(self.scroll_offset.x), round(self.scroll_offset.y)
         gutter = layout.gutter_width
         if y < len(self._header):
-            return self._header[y].crop_extend(0, width, self.rich_style)
+            return self._header[y].crop_extend(0, width, base)
         y -= len(self._header)
         if y < len(self._labels):
             label = self._labels[y].crop(scroll_x, scroll_x + width - gutter)
-            return Strip.join([Strip.blank(gutter, self.rich_style), label]).crop_extend(0, width, self.rich_style)
+            return Strip.join([Strip.blank(gutter, base), label]).crop_extend(0, width, base)
         y -= len(self._labels)
-        shown = min(self._window()[0], layout.lines - scroll_y)
+        shown = min(max(1, region.height - self._top() - 1), layout.lines - scroll_y)
         if y < shown:
-            strip = self._grid_strip(y + scroll_y)
-            grid = strip.crop(gutter + scroll_x, gutter + scroll_x + width - gutter)
-            return Strip.join([strip.crop(0, gutter), grid]).crop_extend(0, width, self.rich_style)
+            gutter_strip, grid_strip = self._grid_strip(y + scroll_y)
+            grid = grid_strip.crop(scroll_x, scroll_x + width - gutter)
+            return Strip.join([gutter_strip, grid]).crop_extend(0, width, base)
         if y == shown:
-            return self._legend.crop_extend(0, width, self.rich_style)
-        return blank
+            return self._legend.crop_extend(0, width, base)
+        return Strip.blank(width, base)
 
-    def _grid_strip(self, index: int) -> Strip:
-        strip = self._lines.get(index)
-        if strip is None:
-            strip = Strip([*self.map_layout.gutter(index), *self.map_layout.grid(index)]).apply_style(self.rich_style)
-            self._lines[index] = strip
-        return strip
+    def _grid_strip(self, index: int) -> tuple[Strip, Strip]:
+        """Line ``index``'s row labels and grid, built once per change."""
+        strips = self._lines.get(index)
+        if strips is None:
+            layout = self.map_layout
+            grid = Strip(layout.grid(index))
+            if not layout.use_colour or index == layout.lines - 1:  # glyphs, or a dense line with an empty half
+                grid = grid.apply_style(self._base)
+            strips = Strip(layout.gutter(index)).apply_style(self._base), grid
+            self._lines[index] = strips
+        return strips
 
     # the cursor
 
