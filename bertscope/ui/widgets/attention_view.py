@@ -161,6 +161,8 @@ class AttentionView(ScrollView, can_focus=True):
     def _set_virtual_size(self, size: Size) -> None:
         if size != self.virtual_size:  # a new size re-lays out the screen: only when it changes
             self.virtual_size = size
+            # After a resize Textual has chosen the scrollbars for the old size; choose again for the new one.
+            self._refresh_scrollbars()
 
     def _top(self) -> int:
         """Lines above the grid: the header line and the column labels."""
