@@ -194,3 +194,16 @@ def test_grid_legend_gives_the_selected_value_and_the_range_of_the_shades(glyphs
         assert values.split()[:3] == ["0:0", "=", f"{app.analysis.figures['self'][0, 0]:.3f}"] and values.split()[-1] == "1"
 
     run(app, steps)
+
+
+def test_heatmap_keys_do_nothing_on_a_screen_pushed_over_the_explorer():
+    app = make_app()
+
+    async def steps(pilot):
+        await pilot.press("o")
+        await pilot.pause()
+        overview = app.screen
+        await pilot.press("s", "d", "z")
+        assert app.heatmap_scale == "max" and app.heatmap_dense is None and not overview.has_class("-zoomed")
+
+    run(app, steps)

@@ -276,7 +276,12 @@ class HeatmapLayout:
         for row in rows:
             if self.rows_per_line == 2 and row % 2:
                 segments.append(Segment(" "))
-            segments.append(Segment(self._labels[row], emphasis if row == cursor_row else None))
+            label = self._labels[row]
+            if row == cursor_row:  # emphasise the word, not its padding (reverse video in glyph mode)
+                word = label.lstrip(" ")
+                segments += [Segment(label[: len(label) - len(word)]), Segment(word, emphasis)]
+            else:
+                segments.append(Segment(label))
         if self.rows_per_line == 2 and len(rows) == 1:
             segments.append(Segment(" " * (self._label_width + 1)))
         segments.append(Segment("▸" if cursor_row in rows else " ", emphasis if cursor_row in rows else None))

@@ -183,7 +183,7 @@ class AttentionView(ScrollView, can_focus=True):
             return "\n".join(strip.text.rstrip() for strip in self._message)
         lines = [str(self.border_title)] + [strip.text.rstrip() for strip in self._header]
         lines += [" " * self.map_layout.gutter_width + strip.text.rstrip() for strip in self._labels]
-        lines += ["".join(strip.text for strip in self._grid_strip(index)).rstrip() for index in range(self.map_layout.lines)]
+        lines += [self._grid_strip(index).text.rstrip() for index in range(self.map_layout.lines)]
         lines.append(self._legend.text.rstrip())
         return "\n".join(lines)
 
@@ -204,24 +204,26 @@ class AttentionView(ScrollView, can_focus=True):
         y -= len(self._labels)
         shown = min(max(1, region.height - self._top() - 1), layout.lines - scroll_y)
         if y < shown:
-            gutter_strip, grid_strip = self._grid_strip(y + scroll_y)
-            grid = grid_strip.crop(scroll_x, scroll_x + width - gutter)
-            return Strip.join([gutter_strip, grid]).crop_extend(0, width, base)
+            line = self._grid_strip(y + scroll_y)
+            if scroll_x == 0:
+                return line.crop_extend(0, width, base)
+            grid = line.crop(gutter + scroll_x, gutter + scroll_x + width - gutter)
+            return Strip.join([line.crop(0, gutter), grid]).crop_extend(0, width, base)
         if y == shown:
             return self._legend.crop_extend(0, width, base)
         return Strip.blank(width, base)
 
-    def _grid_strip(self, index: int) -> tuple[Strip, Strip]:
-        """Line ``index``'s row labels and grid, built once per change."""
-        strips = self._lines.get(index)
-        if strips is None:
+    def _grid_strip(self, index: int) -> Strip:
+        """Line ``index``: its row labels, then the grid; built once per change."""
+        strip = self._lines.get(index)
+        if strip is None:
             layout = self.map_layout
             grid = Strip(layout.grid(index))
             if not layout.use_colour or index == layout.lines - 1:  # glyphs, or a dense line with an empty half
                 grid = grid.apply_style(self._base)
-            strips = Strip(layout.gutter(index)).apply_style(self._base), grid
-            self._lines[index] = strips
-        return strips
+            strip = Strip.join([Strip(layout.gutter(index)).apply_style(self._base), grid])
+            self._lines[index] = strip
+        return strip
 
     # the cursor
 
