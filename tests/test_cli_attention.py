@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from rich.text import Text
 
 from bertscope.cli import main
 
@@ -56,3 +57,5 @@ def test_dense_in_colour_halves_the_grid_lines(tiny_bert_dir, monkeypatch):
     assert sum("▀" in line for line in dense) == (len(tokens) + 1) // 2
     assert len(plain) - len(dense) == len(tokens) // 2
     assert "\x1b[38;2;" in "\n".join(dense)  # half blocks coloured in front and behind
+    words = [Text.from_ansi(line).plain.split() for line in dense]
+    assert [tokens[2], tokens[3]] in [line[:2] for line in words]  # both rows' labels, whole, the upper first

@@ -177,7 +177,7 @@ class AttentionHeatmap:
     def _cell_width_for(self, width: int) -> int:
         if self.cell_width is not None:
             return self.cell_width
-        gutter = self.label_width + 1
+        gutter = 2 * self.label_width + 2 if self.dense else self.label_width + 1
         return CELL_WIDTH if gutter + CELL_WIDTH * self.weights.shape[1] <= width else 1
 
     def _title_segments(self) -> list[Segment]:
@@ -251,7 +251,8 @@ class HeatmapLayout:
         self.grid_width = cell_width * cols
         self.codes = _codes(heatmap, self.palette.levels)
         self._cells = {code: self.palette.cell(code, cell_width) for code in self.palette.cells}
-        self.with_gutter(heatmap.label_width + 1)
+        label = heatmap.label_width
+        self.with_gutter(2 * label + 2 if self.rows_per_line == 2 else label + 1)  # dense: both rows' labels
 
     def with_gutter(self, width: int) -> HeatmapLayout:
         """Set the width of the row-label gutter (labels are cut to fit, with an ellipsis)."""
