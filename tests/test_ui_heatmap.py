@@ -207,3 +207,19 @@ def test_heatmap_keys_do_nothing_on_a_screen_pushed_over_the_explorer():
         assert app.heatmap_scale == "max" and app.heatmap_dense is None and not overview.has_class("-zoomed")
 
     run(app, steps)
+
+
+def test_a_click_on_a_cell_moves_the_cursor_there():
+    app = make_app(text=README_SENTENCE)
+
+    async def steps(pilot):
+        view = app.query_one(AttentionView)
+        layout = view.map_layout
+        x = 1 + 1 + layout.gutter_width + 5 * layout.cell_width  # border, padding, row labels, five columns
+        y = 1 + len(view._header) + len(view._labels) + 3  # border, header line, column labels, three rows
+        await pilot.click(AttentionView, offset=(x, y))
+        await pilot.pause()
+        assert app.state.cursor == (3, 5)
+        assert "▸ 3:to → 5:cabinet" in view.plain_text
+
+    run(app, steps)
