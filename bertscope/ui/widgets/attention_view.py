@@ -217,11 +217,12 @@ class AttentionView(ScrollView, can_focus=True):
         """Line ``index``: its row labels, then the grid; built once per change."""
         strip = self._lines.get(index)
         if strip is None:
-            layout = self.map_layout
-            grid = Strip(layout.grid(index))
+            layout, base = self.map_layout, self._base
+            grid = layout.grid(index)
             if not layout.use_colour or index == layout.lines - 1:  # glyphs, or a dense line with an empty half
-                grid = grid.apply_style(self._base)
-            strip = Strip.join([Strip(layout.gutter(index)).apply_style(self._base), grid])
+                grid = Segment.apply_style(grid, base)
+            # one Strip (each costs its caches), its length known (Rich need not measure the "▀"s)
+            strip = Strip([*Segment.apply_style(layout.gutter(index), base), *grid], layout.gutter_width + layout.grid_width)
             self._lines[index] = strip
         return strip
 

@@ -6,6 +6,8 @@ that the shades span (low end, colour bar or shade glyphs, high end).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from rich.cells import cell_len, set_cell_size
 from rich.style import Style
@@ -23,6 +25,15 @@ ROW_LABEL = 4  # "  0 "
 CELL = 3
 MIN_WIDTH = 26  # room for the legend's value and range under a grid of few heads
 LEGEND_CELLS = 10
+
+
+SHADES = 255  # grid cells are shaded in this many steps, one cached Style each
+
+
+@functools.lru_cache(maxsize=1024)
+def _shade(colormap: Colormap, step: int) -> Style:
+    """The background of a cell ``step`` of SHADES up the colour map (-1: no value, the masked colour)."""
+    return Style(bgcolor=colormap.color(step / SHADES if step >= 0 else float("nan")))
 
 
 def _short(value: float) -> str:
@@ -132,16 +143,19 @@ class HeadGrid(Widget, can_focus=True):
             body = f"[{glyph}]" if chosen else f" {glyph} "
             text.append(body, style=Style(bold=chosen, reverse=chosen))
             return
+        if not (chosen or masked):
+            text.append("   ", style=_shade(self.colormap, round(value * SHADES) if value == value else -1))
+            return
         background = self.colormap.masked if masked else self.colormap.color(value)
         mark = "×" if masked else " "
         style = Style(bgcolor=background, color=self.colormap.cursor, bold=True)
-        text.append(f"▸{mark}◂" if chosen else f" {mark} ", style=style if chosen or masked else Style(bgcolor=background))
+        text.append(f"▸{mark}◂" if chosen else f" {mark} ", style=style)
 
     def _scaled(self, layer: int, head: int) -> float:
         if self.values is None:
             return float("nan")
         low, high = self.value_range
-        return float(np.clip((self.values[layer, head] - low) / ((high - low) or 1.0), 0.0, 1.0))
+        return min(max((float(self.values[layer, head]) - low) / ((high - low) or 1.0), 0.0), 1.0)
 
     def _legend(self) -> str:
         """What shades the grid, cut to the grid's width (the value and range follow on the next line)."""
