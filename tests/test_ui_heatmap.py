@@ -57,6 +57,8 @@ def test_arrow_keys_that_arrive_together_all_move_the_heatmap_cursor():
         await pilot.press("down", "down", "down", "down")
         assert app.state.cursor == (7, 3)
         assert "7:on → 3:to" in app.query_one(AttentionView).plain_text
+        await send_together(pilot, "up", "left", "s", "up", "d", "left")  # other keys repaint before the moves land
+        assert app.state.cursor == (5, 1) and app.heatmap_scale == "row" and app.heatmap_dense
 
     run(app, steps)
 

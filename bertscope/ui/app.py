@@ -330,9 +330,11 @@ class ExplorerApp(ImportanceMixin, App[None]):
             grid.show(analysis.figures[figure], figure_range(figure, length), FIGURES[figure], self.mask, (layer, head))
         weights, title, masked = self._displayed_matrix()
         view = self.query_one(AttentionView)
+        # Once the view shows a map it owns the cursor: keys it has handled may not have reached the state yet.
+        cursor = view.cursor if view.weights is not None else self.state.cursor
         view.show(
             weights, analysis.current.tokens, self._colormap(), title=title, masked=masked, glyphs=self.glyphs,
-            cursor=self.state.cursor, scale=self.heatmap_scale, dense=self.heatmap_dense,
+            cursor=cursor, scale=self.heatmap_scale, dense=self.heatmap_dense,
         )
         self.state = self.state.with_(cursor=view.cursor)
         row = view.cursor[0]
