@@ -20,6 +20,7 @@ from bertscope.core.errors import BertscopeError
 from bertscope.core.masks import ABLATIONS
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a Ctrl-C
 
 
 class BertscopeGroup(click.Group):
@@ -40,6 +41,12 @@ class BertscopeGroup(click.Group):
         except BertscopeError as error:
             click.echo(f"bertscope: error: {error}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
+        except KeyboardInterrupt:
+            # Files are written whole or not at all (temporary file, then rename), so a stop
+            # leaves only what was complete before it.
+            what = ctx.invoked_subcommand or "bertscope"
+            click.echo(f"bertscope: interrupted: {what} stopped before it finished; no file was left half written", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
 
 
 @click.group(cls=BertscopeGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -78,7 +85,17 @@ def mask_options(command):
         "--ablation", default="zero", show_default=True, type=click.Choice(ABLATIONS),
         help="zero: remove the head's output (Michel et al.); uniform: the head attends evenly to all tokens (Kovaleva et al.).",
     )(command)
-    return click.option("--mask", "mask_spec", default=None, metavar="SPEC", help="Heads to switch off, e.g. 0:3,2:*.")(command)
+    return click.option(
+        "--mask", "mask_spec", default=None, metavar="SPEC", callback=_checked_mask_spec, help="Heads to switch off, e.g. 0:3,2:*."
+    )(command)
+
+
+def _checked_mask_spec(ctx, param, spec: str | None) -> str | None:
+    """A malformed mask is refused before the model loads; its layers and heads are checked against the model later."""
+    from bertscope.core.masks import HeadMask
+
+    HeadMask.check_spec(spec)
+    return spec
 
 
 def format_options(command):
@@ -87,9 +104,15 @@ def format_options(command):
 
 
 def open_session(model: str | None, device: str, dtype: str, allow_download: bool):
-    """Load the model, with a spinner on a terminal so a person knows what is happening."""
+    """Load the model, with a spinner on a terminal so a person knows what is happening.
+
+    Its files are judged first, before torch is imported, so a wrong --model fails at once.
+    """
     from rich.console import Console
 
+    from bertscope.core.model_files import find_model
+
+    find_model(model, allow_download)
     console = Console(stderr=True)
     with console.status("loading model…") if console.is_terminal else contextlib.nullcontext():
         from bertscope.core.session import Session
@@ -141,6 +164,9 @@ def explore(text, pair, theme, session_file, export_dir, glyphs, model, device, 
         _heatmap_colormap(theme)  # an unknown theme fails here, with the list of themes
     if session_file is not None:
         check_writable(session_file)
+    from bertscope.core.model_files import find_model
+
+    find_model(model, allow_download)  # a model the explorer cannot read is refused here, like any command's
     from bertscope.ui.app import ExplorerApp
 
     def open_backend(report):
@@ -154,6 +180,8 @@ def explore(text, pair, theme, session_file, export_dir, glyphs, model, device, 
         open_backend, text=text, pair=pair, theme=theme, session_file=session_file, export_dir=export_dir, glyphs=glyphs
     )
     app.run()
+    if app.load_error is not None:  # the files looked right, but the model would not load
+        raise BertscopeError(app.load_error)
     sys.exit(app.return_code or 0)
 
 
@@ -382,13 +410,17 @@ def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, ou
 @click.option("--probe", "kind", default="linear", show_default=True, type=click.Choice(["linear", "mlp"]))
 @click.option("--control/--no-control", default=True, show_default=True, help="Control task and selectivity (word-level tasks).")
 @click.option("--random-baseline/--no-random-baseline", default=True, show_default=True, help="The same probe on a randomly initialised copy of the model.")
+@click.option(
+    "--min-examples", type=click.IntRange(min=1), default=2, show_default=True, metavar="N",
+    help="Leave out (and count) labels with fewer than N training examples, as for a treebank's rare tags.",
+)
 @click.option("--cache-dir", default=None, metavar="DIR", help="Feature cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.")
 @click.option("--no-cache", is_flag=True, help="Compute features afresh and keep nothing.")
 @mask_options
 @format_options
 @model_options
 def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pooling, kind, control, random_baseline,
-          cache_dir, no_cache, mask_spec, ablation, output_format, model, device, dtype, allow_download):
+          min_examples, cache_dir, no_cache, mask_spec, ablation, output_format, model, device, dtype, allow_download):
     """What each layer knows: a probe per layer, with baselines (Conneau; Jawahar; Tenney; Hewitt).
 
     Layers are indexed as hidden states: 0 is the embeddings, l+1 the output of layer l.
@@ -439,7 +471,7 @@ def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pool
     head_mask = session.mask(mask_spec)
     steps = run_probe(
         session, task, splits, word_pooling=word_pooling, sentence_pooling=sentence_pooling, mask=head_mask.spec(),
-        ablation=ablation, kind=kind, control=control, random_baseline=random_baseline,
+        ablation=ablation, kind=kind, control=control, random_baseline=random_baseline, min_examples=min_examples,
         cache_dir=False if no_cache else cache_dir,
     )
     report = run_stages(steps, "probing")

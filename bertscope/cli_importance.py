@@ -154,9 +154,9 @@ def prune(text, data, data_format, limit, objective, task, probe_layer, method, 
     if output is not None:
         from pathlib import Path
 
-        from bertscope.core.pruning import check_output_dir
+        from bertscope.files import check_new_directory
 
-        check_output_dir(Path(output).expanduser())
+        check_new_directory(Path(output))
     session = open_session(model, device, dtype, allow_download)
     prepared, source = build_objective(session, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed)
     if curve:

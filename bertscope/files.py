@@ -13,15 +13,35 @@ from bertscope.core.errors import InputError
 
 
 def check_writable(path: str | Path) -> Path:
-    """Fail early, before any slow work, if `path` cannot be written."""
+    """Fail early, before any slow work, if `path` cannot be written.
+
+    Permission bits do not tell (root passes every `os.access` check, and /proc takes no new
+    files), so this creates and removes a temporary file where `path` will go.
+    """
     target = Path(path).expanduser()
     if target.is_dir():
         raise InputError(f"cannot write {target}: it is a directory; give a file name")
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
+        existing = next((folder for folder in (parent, *parent.parents) if folder.exists()), None)
+        if existing is not None and not existing.is_dir():
+            raise InputError(f"cannot write {target}: {existing} is a file, not a directory")
         raise InputError(f"cannot write {target}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise InputError(f"cannot write {target}: no permission to write in {parent}")
+    try:
+        os.unlink(temporary_beside(target))
+    except OSError as error:
+        if isinstance(error, PermissionError):
+            raise InputError(f"cannot write {target}: no permission to write in {parent}") from None
+        raise InputError(f"cannot write {target}: {parent} takes no new files ({error.strerror or error})") from None
+    return target
+
+
+def check_new_directory(path: str | Path) -> Path:
+    """Fail early unless `path` is a new or empty directory that can be made and written in."""
+    target = Path(path).expanduser()
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise InputError(f"cannot write {target}: it already exists and is not an empty directory; give a new directory")
+    check_writable(target / "config.json" if target.is_dir() else target)
     return target
 
 

@@ -11,6 +11,13 @@ from pathlib import Path
 
 import pytest
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--readme-examples", action="store_true", default=False,
+        help="also run every command shown in the README (minutes, on the bundled model)",
+    )
+
+
 TINY = dict(
     vocab_size=30522,
     hidden_size=32,
@@ -30,7 +37,7 @@ def save_tiny(directory: Path, model_class_name: str, seed: int = 0, config_clas
     import transformers
     from transformers import AutoTokenizer
 
-    from bertscope.core.loading import bundled_model_dir
+    from bertscope.core.model_files import bundled_model_dir
 
     torch.manual_seed(seed)
     config = getattr(transformers, config_class_name)(**{**TINY, **overrides})

@@ -157,6 +157,33 @@ def test_non_encoder_model(run, tmp_path):
     assert_one_line_error(run("info", "--model", str(directory)), "GPT2LMHeadModel")
 
 
+def test_explorer_refuses_a_model_it_cannot_read_before_importing_torch(tmp_path):
+    """`bertscope --model GPT2DIR` prints the same line as any command and never opens the app or loads torch."""
+    directory = write_config(tmp_path / "gpt2", model_type="gpt2", architectures=["GPT2LMHeadModel"])
+    script = (
+        "import sys\n"
+        "from bertscope.cli import main\n"
+        "try:\n"
+        f"    main(['--model', {str(directory)!r}])\n"
+        "except SystemExit as stop:\n"
+        "    print(stop.code, 'torch' in sys.modules, 'textual' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["2", "False", "False"], done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "bertscope: error: unsupported architecture GPT2LMHeadModel (model_type 'gpt2'); "
+        "bertscope reads BERT-architecture encoders: bert, camembert, electra, roberta, xlm-roberta"
+    ]
+
+
+def test_explorer_that_could_not_load_the_model_prints_one_line(run, monkeypatch):
+    def fails_to_load(app):
+        app.load_error = "could not read the weights in x/model.safetensors: header too large"
+
+    monkeypatch.setattr("bertscope.ui.app.ExplorerApp.run", fails_to_load)
+    assert_one_line_error(run(SENTENCE), "could not read the weights in x/model.safetensors")
+
+
 def test_damaged_weights(run, tiny_bert_dir, tmp_path):
     directory = tmp_path / "damaged"
     shutil.copytree(tiny_bert_dir, directory)
@@ -189,6 +216,37 @@ def test_unwritable_output(run, tiny_bert_dir, tmp_path):
 
 def test_output_is_a_directory(run, tiny_bert_dir, tmp_path):
     assert_one_line_error(run("export", SENTENCE, "-o", str(tmp_path), "-m", str(tiny_bert_dir)), "is a directory")
+
+
+def test_outputs_and_masks_are_refused_before_the_model_loads(run, tmp_path):
+    """A missing model would fail too; the output path and the mask are judged first, in well under a second."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    missing_model = str(tmp_path / "no-such-model")
+    assert_one_line_error(run("export", SENTENCE, "-o", str(afile / "x.npz"), "-m", missing_model), f"{afile} is a file, not a directory")
+    assert_one_line_error(run("export", SENTENCE, "-o", "/proc/x.npz", "-m", missing_model), "/proc takes no new files")
+    assert_one_line_error(run("treebank", "-o", str(afile / "tb.conllu")), "is a file, not a directory")
+    assert_one_line_error(
+        run("prune", "--objective", "preserve", "--fraction", "0.3", "-o", str(afile / "pruned"), "-m", missing_model),
+        "is a file, not a directory",
+    )
+    assert_one_line_error(
+        run("attention", SENTENCE, "--layer", "0", "--head", "0", "--mask", "-1:0", "-m", missing_model),
+        "layer -1 in mask item '-1:0' is negative: layers and heads count from 0",
+    )
+
+
+def test_ctrl_c_exits_130_with_one_line(run, monkeypatch, tmp_path):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("bertscope.cli.open_session", interrupted)
+    result = run("export", SENTENCE, "-o", str(tmp_path / "x.npz"))
+    assert result.exit_code == 130
+    assert result.stderr.strip().splitlines() == [
+        "bertscope: interrupted: export stopped before it finished; no file was left half written"
+    ]
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")

@@ -24,7 +24,9 @@ def test_empty_spec_masks_nothing(spec):
     [
         ("3", "is not LAYER:HEAD"),
         ("a:1", "not a number"),
-        ("1:-1", "not a number"),
+        ("1:-1", "head -1 in mask item '1:-1' is negative: layers and heads count from 0 \\(this model: 0-11\\)"),
+        ("-1:0", "layer -1 .* is negative: layers and heads count from 0"),
+        ("1:3_0", "not a number"),
         ("6:0", "layer 6"),
         ("0:12", "head 12"),
         ("1:2:3", "not a number"),

@@ -27,7 +27,9 @@ def test_sentence_task_from_a_senteval_file(tiny_session, tmp_path):
     assert all(0 <= e["accuracy"] <= 1 and 0 <= e["f1"] <= 1 for e in report.layers)
     assert "random_init_accuracy" in report.layers[0] and "random_init" in report.baselines
     assert 0 <= report.baselines["majority"] <= 1
-    assert 0 <= report.best_layer <= 3 and report.counts == {"train": 42, "dev": 9, "test": 9, "classes": 4, "unit": "sentences"}
+    assert 0 <= report.best_layer <= 3
+    assert report.counts == {"train": 42, "dev": 9, "test": 9, "classes": 4, "unit": "sentences", "min_examples": 2,
+                             "labels_left_out": {}, "examples_left_out": {"train": 0, "dev": 0, "test": 0}}
 
 
 def test_word_task_with_control_and_selectivity(tiny_session, tmp_path):
@@ -66,15 +68,34 @@ def test_held_out_splits_when_missing():
     assert not {s.text for s in splits.test} & {s.text for s in splits.train}
 
 
-def test_labels_seen_only_in_test_and_rare_classes():
-    with pytest.raises(InputError, match="appear in the test split but never in train"):
-        encode_labels(["a", "a", "b", "b"], ["a"], ["c"])
-    with pytest.raises(InputError, match=r"too few training examples for label\(s\) b \(1\)"):
+def test_rare_labels_and_labels_unseen_in_train_are_left_out_and_counted():
+    labels = encode_labels(["a", "a", "b", "b", "c"], ["a", "d"], ["c", "b", "a"])
+    assert labels.classes == ["a", "b"]
+    assert labels.left_out == {"c": 1, "d": 0}
+    assert labels.rows_left_out == {"train": 1, "dev": 1, "test": 1}
+    assert labels.train.tolist() == [0, 0, 1, 1] and labels.dev.tolist() == [0] and labels.test.tolist() == [1, 0]
+    X = np.arange(3)[:, None, None] * np.ones((3, 2, 4))
+    assert labels.rows("test", X)[:, 0, 0].tolist() == [1, 2]
+    assert "c (1), d (0)" in labels.note(2)
+    assert labels.as_json(2)["labels_left_out"] == {"c": 1, "d": 0}
+
+
+def test_every_row_kept_uses_the_features_without_a_copy():
+    labels = encode_labels(["b", "a", "a", "b"], ["a"], ["b"])
+    X = np.zeros((4, 2, 3))
+    assert labels.keep["train"] is None and labels.rows("train", X) is X
+    assert labels.classes == ["a", "b"] and labels.train.tolist() == [1, 0, 0, 1]
+    assert labels.note(2) is None
+
+
+def test_min_examples_sets_the_threshold_and_two_labels_must_remain():
+    assert encode_labels(["a", "a", "b"], ["a"], ["a"], min_examples=1).classes == ["a", "b"]
+    with pytest.raises(InputError, match="two or more labels with at least 2 training examples"):
         encode_labels(["a", "a", "b"], ["a"], ["a"])
-    with pytest.raises(InputError, match="only one label"):
+    with pytest.raises(InputError, match="two or more labels"):
         encode_labels(["a", "a"], ["a"], ["a"])
-    y_train, _, _, classes = encode_labels(["b", "a", "b"][:2] + ["a", "b"], ["a"], ["b"])
-    assert classes == ["a", "b"] and y_train.tolist() == [1, 0, 0, 1]
+    with pytest.raises(InputError, match="every test example"):
+        encode_labels(["a", "a", "b", "b", "c"], ["a"], ["c"])
 
 
 def test_center_of_gravity_stays_within_the_layers():

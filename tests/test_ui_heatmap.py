@@ -185,15 +185,19 @@ def test_grid_legend_gives_the_selected_value_and_the_range_of_the_shades(glyphs
     async def steps(pilot):
         grid = app.query_one(HeadGrid)
         *_, label, values = rendered(grid).rstrip().splitlines()
-        assert label.strip() == "attention entropy (nats)"
+        assert label.strip() == "entropy (nats)"
         value = app.analysis.figures["entropy"][0, 0] + 0.0  # no "-0.000"
         high = np.log(12)
         assert values.split()[:4] == ["0:0", "=", f"{value:.3f}", "0"] and values.split()[-1] == f"{high:.3g}"
         assert ("░▒▓█" in values) == glyphs
-        await pilot.press("f", "f", "f", "f")  # attention to the token itself: longer than the grid is wide
+        await pilot.press("f", "f", "f", "f")  # attention to the token itself
         *_, label, values = rendered(grid).rstrip().splitlines()
-        assert label.strip() == "attention to the token it…"  # the label is cut, not the value
+        assert label.strip() == "attn to itself"
         assert values.split()[:3] == ["0:0", "=", f"{app.analysis.figures['self'][0, 0]:.3f}"] and values.split()[-1] == "1"
+        grid.show(grid.values, grid.value_range, "a figure named at more length than the grid is wide", grid.mask, (0, 0))
+        *_, label, values = rendered(grid).rstrip().splitlines()
+        assert label.strip() == "a figure named at more le…"  # the label is cut to the grid, not the value
+        assert values.split()[:3] == ["0:0", "=", f"{app.analysis.figures['self'][0, 0]:.3f}"]
 
     run(app, steps)
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from torch import Tensor, nn
+if TYPE_CHECKING:  # only in annotations: the model files are judged before torch is imported
+    from torch import Tensor, nn
 
 from bertscope.core.errors import ModelLoadError
 

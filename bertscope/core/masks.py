@@ -7,6 +7,7 @@ and heads count from 0. The command-line spec is `L:H` items separated by commas
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -36,21 +37,18 @@ class HeadMask:
     def parse(cls, spec: str | None, num_layers: int, num_heads: int) -> HeadMask:
         """Read a spec like `0:3,2:*`; an empty or missing spec masks nothing."""
         off: set[tuple[int, int]] = set()
-        for item in (spec or "").split(","):
-            item = item.strip()
-            if not item:
-                continue
-            layer_text, sep, head_text = item.partition(":")
-            if not sep:
-                raise MaskSpecError(
-                    f"mask item {item!r} is not LAYER:HEAD; write e.g. 0:3 for one head or 2:* for a layer"
-                )
-            layer = _index(layer_text, num_layers, "layer", item)
-            if head_text.strip() == "*":
-                off.update((layer, head) for head in range(num_heads))
+        for layer, head in _items(spec, num_layers, num_heads):
+            if head is None:
+                off.update((layer, every) for every in range(num_heads))
             else:
-                off.add((layer, _index(head_text, num_heads, "head", item)))
+                off.add((layer, head))
         return cls(num_layers, num_heads, frozenset(off))
+
+    @staticmethod
+    def check_spec(spec: str | None) -> None:
+        """Raise MaskSpecError for a spec that is malformed whatever the model (before loading one)."""
+        for _ in _items(spec, None, None):
+            pass
 
     @classmethod
     def from_gates(cls, gates: np.ndarray) -> HeadMask:
@@ -103,17 +101,33 @@ class HeadMask:
         return ",".join(items)
 
 
+def _items(spec: str | None, num_layers: int | None, num_heads: int | None):
+    """(layer, head) of each item of a spec, head None for `L:*`; bounds checked where counts are given."""
+    for item in (spec or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        layer_text, sep, head_text = item.partition(":")
+        if not sep:
+            raise MaskSpecError(f"mask item {item!r} is not LAYER:HEAD; write e.g. 0:3 for one head or 2:* for a layer")
+        layer = _index(layer_text, num_layers, "layer", item)
+        yield layer, None if head_text.strip() == "*" else _index(head_text, num_heads, "head", item)
+
+
 def check_ablation(ablation: str) -> Ablation:
     if ablation not in ABLATIONS:
         raise MaskSpecError(f"unknown ablation {ablation!r}; use one of: {', '.join(ABLATIONS)}")
     return ablation  # type: ignore[return-value]
 
 
-def _index(text: str, count: int, what: str, item: str) -> int:
+def _index(text: str, count: int | None, what: str, item: str) -> int:
     text = text.strip()
-    if not text.isdigit():
-        raise MaskSpecError(f"{what} {text!r} in mask item {item!r} is not a number; layers and heads count from 0")
+    if not re.fullmatch(r"-?[0-9]+", text):
+        raise MaskSpecError(f"{what} {text!r} in mask item {item!r} is not a number; write e.g. 0:3 for one head or 2:* for a layer")
     value = int(text)
-    if value >= count:
+    if value < 0:
+        bounds = "" if count is None else f" (this model: 0-{count - 1})"
+        raise MaskSpecError(f"{what} {value} in mask item {item!r} is negative: layers and heads count from 0{bounds}")
+    if count is not None and value >= count:
         raise MaskSpecError(f"{what} {value} in mask item {item!r} is out of range: this model has {count} {what}s (0-{count - 1})")
     return value

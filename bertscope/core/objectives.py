@@ -344,9 +344,11 @@ class ProbeObjective(Objective):
             return [s.label for s in group]
 
         test_labels = [] if level == "word" else labels_of("test")
-        y_train, y_dev, _, classes = encode_labels(labels_of("train", features["train"]), labels_of("dev", features["dev"]), test_labels)
+        encoded = encode_labels(labels_of("train", features["train"]), labels_of("dev", features["dev"]), test_labels)
+        classes = encoded.classes
         trained = probes.train_probes(
-            features["train"].X[:, layer : layer + 1], y_train, features["dev"].X[:, layer : layer + 1], y_dev,
+            encoded.rows("train", features["train"].X[:, layer : layer + 1]), encoded.train,
+            encoded.rows("dev", features["dev"].X[:, layer : layer + 1]), encoded.dev,
             num_classes=len(classes), kind="linear", device=str(session.device), seed=seed,
         )
         weights = {
@@ -357,11 +359,15 @@ class ProbeObjective(Objective):
         test = split.test
         notes = list(split.notes)
         if level == "sentence":
+            scored = [s for s in test if s.label in index]
+            if len(scored) < len(test):
+                notes.append(f"{len(test) - len(scored)} test sentences with labels left out of training were left out")
+            test = scored
             batches = _batches(session, test, batch_size, [{"labels": index[s.label]} for s in test])
         else:
             batches, skipped = _word_batches(session, test, task, index, batch_size)
             if skipped:
-                notes.append(f"{skipped} test words with labels unseen in training were left out")
+                notes.append(f"{skipped} test words with labels left out of training (unseen or too rare there) were left out")
         dev_accuracy = float(trained.dev_accuracy[:, 0].max())
         objective = cls(session, batches, len(test), notes, task=task, layer=layer, level=level, weights=weights, probe_accuracy=dev_accuracy)
         objective.texts = [sentence.text for sentence in test]

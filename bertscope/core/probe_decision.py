@@ -138,16 +138,17 @@ def decision_probe(
         labels = [[s.label for s in getattr(splits, name)] for name in ("train", "dev", "test")]
         if any(label is None for split in labels for label in split):
             raise InputError(f"{source}: a sentence has no label; probing a decision needs split<TAB>label<TAB>sentence lines")
-        y_train, y_dev, y_test, classes = encode_labels(*labels)
+        encoded = encode_labels(*labels)
+        y_train, y_dev, y_test, classes = encoded.train, encoded.dev, encoded.test, encoded.classes
         yield ProbeTraining("training the probe", total, total)
         try:
             trained = probes.train_probes(
-                features["train"], y_train, features["dev"], y_dev, num_classes=len(classes),
-                device=str(session.device), cancel=cancel,
+                encoded.rows("train", features["train"]), y_train, encoded.rows("dev", features["dev"]), y_dev,
+                num_classes=len(classes), device=str(session.device), cancel=cancel,
             )
         except probes.Cancelled:
             return
-        scores = probes.score(trained, features["test"], y_test, len(classes))
+        scores = probes.score(trained, encoded.rows("test", features["test"]), y_test, len(classes))
         known = DecisionProbe(
             task=task, source=source, classes=tuple(classes), layer=-1, pooling=pooling, trained=trained,
             test_accuracy=scores.accuracy, majority=probes.majority_baseline(y_train, y_test),

@@ -29,7 +29,7 @@ from bertscope.core.features import Features, FeatureOptions, extract_features
 
 WORD_TASKS = ("upos", "xpos", "deprel")
 STRUCTURAL_TASKS = ("depth", "distance")
-MIN_PER_CLASS = 2
+MIN_EXAMPLES = 2  # labels with fewer training examples are left out (probing's --min-examples)
 
 
 @dataclass(frozen=True)
@@ -116,27 +116,70 @@ def word_labels(sentences: Sequence[Sentence], features: Features, task: str) ->
     return labels
 
 
-def encode_labels(train: list[str], dev: list[str], test: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
-    """Integer labels from the train split's classes; a label unseen in train is an error."""
+@dataclass(frozen=True)
+class EncodedLabels:
+    """Integer labels of the rows a probe trains and scores on, and what was left out.
+
+    `keep` holds, per split, the indices of the rows kept, or None when every row is kept
+    (then the features are used as they are, without a copy).
+    """
+
+    train: np.ndarray
+    dev: np.ndarray
+    test: np.ndarray
+    classes: list[str]
+    keep: dict[str, np.ndarray | None]
+    left_out: dict[str, int]  # label -> its number of training examples, for the labels left out
+    rows_left_out: dict[str, int]  # split -> rows left out
+
+    def rows(self, name: str, X: np.ndarray) -> np.ndarray:
+        """The rows of `X` (one split's features) that the probe sees."""
+        keep = self.keep[name]
+        return X if keep is None else X[keep]
+
+    def note(self, min_examples: int) -> str | None:
+        """One sentence for the report, when labels were left out."""
+        if not self.left_out:
+            return None
+        labels = ", ".join(f"{label} ({count})" for label, count in sorted(self.left_out.items()))
+        rows = ", ".join(f"{count} {name}" for name, count in self.rows_left_out.items() if count)
+        return (f"left out {len(self.left_out)} label(s) with fewer than {min_examples} training examples: {labels}; "
+                f"their examples ({rows}) are neither trained on nor scored")
+
+    def as_json(self, min_examples: int) -> dict:
+        return {"min_examples": min_examples, "labels_left_out": dict(sorted(self.left_out.items())),
+                "examples_left_out": dict(self.rows_left_out)}
+
+
+def encode_labels(train: list[str], dev: list[str], test: list[str], min_examples: int = MIN_EXAMPLES) -> EncodedLabels:
+    """Integer labels over the train split's classes with `min_examples` or more training examples.
+
+    Rarer labels, and labels that never occur in train, are left out of training and
+    scoring, as probing studies do with the rare tags of real treebanks (X, SYM, a rare
+    relation); they are counted so the report can say so. Fewer than two labels left is an error.
+    """
+    if min_examples < 1:
+        raise InputError(f"the minimum number of training examples per label must be at least 1, got {min_examples}")
     counts = Counter(train)
-    classes = sorted(counts)
+    classes = sorted(label for label, count in counts.items() if count >= min_examples)
     if len(classes) < 2:
-        raise InputError(f"the train split has only one label ({classes[0] if classes else 'none'}); a probe needs two or more")
-    rare = [f"{label} ({count})" for label, count in counts.items() if count < MIN_PER_CLASS]
-    if rare:
+        found = ", ".join(f"{label} ({count})" for label, count in sorted(counts.items())) or "none"
         raise InputError(
-            f"too few training examples for label(s) {', '.join(sorted(rare))}; each needs {MIN_PER_CLASS} or more: "
-            "add training data or remove those labels"
+            f"a probe needs two or more labels with at least {min_examples} training examples each; "
+            f"the train split has {found}: add training data or accept rarer labels"
         )
-    for name, labels in (("dev", dev), ("test", test)):
-        unseen = sorted(set(labels) - set(classes))
-        if unseen:
-            raise InputError(
-                f"label(s) {', '.join(unseen)} appear in the {name} split but never in train; "
-                "the probe cannot learn them: add training data or remove those lines"
-            )
     index = {label: i for i, label in enumerate(classes)}
-    return (*(np.array([index[label] for label in labels], dtype=np.int64) for labels in (train, dev, test)), classes)
+    left_out = {label: counts.get(label, 0) for label in set(train) | set(dev) | set(test) if label not in index}
+    encoded, keep, rows_left_out = {}, {}, {}
+    for name, labels in (("train", train), ("dev", dev), ("test", test)):
+        kept = [row for row, label in enumerate(labels) if label in index]
+        keep[name] = None if len(kept) == len(labels) else np.array(kept, dtype=np.int64)
+        rows_left_out[name] = len(labels) - len(kept)
+        encoded[name] = np.array([index[labels[row]] for row in kept], dtype=np.int64)
+    for name, labels in (("dev", dev), ("test", test)):
+        if labels and not len(encoded[name]):
+            raise InputError(f"every {name} example has a label left out for having too few training examples; add training data")
+    return EncodedLabels(encoded["train"], encoded["dev"], encoded["test"], classes, keep, left_out, rows_left_out)
 
 
 def run_probe(
@@ -151,11 +194,15 @@ def run_probe(
     kind: str = "linear",
     control: bool = True,
     random_baseline: bool = True,
+    min_examples: int = MIN_EXAMPLES,
     cache_dir=None,
     seed: int = 0,
     cancel: threading.Event | None = None,
 ) -> Iterator[ProbeProgress]:
-    """Probe every layer for `task`; yield progress by stage, the last item carrying the report."""
+    """Probe every layer for `task`; yield progress by stage, the last item carrying the report.
+
+    Labels with fewer than `min_examples` training examples are left out (see `encode_labels`).
+    """
     level = "word" if task in WORD_TASKS + STRUCTURAL_TASKS else "sentence"
     options = FeatureOptions(level=level, word_pooling=word_pooling, sentence_pooling=sentence_pooling, mask=mask, ablation=ablation)
     sessions = [("model", session)]
@@ -184,7 +231,9 @@ def run_probe(
         if task in STRUCTURAL_TASKS:
             report = _structural_report(task, splits, features, random_baseline, device, seed, cancel)
         else:
-            report = _classification_report(task, splits, features, level, kind, control, random_baseline, device, seed, cancel)
+            report = _classification_report(
+                task, splits, features, level, kind, control, random_baseline, min_examples, device, seed, cancel
+            )
     except (probes.Cancelled, structural.Cancelled):
         return
     truncated = sum(features["model", name].truncated_words for name in ("train", "dev", "test"))
@@ -194,7 +243,9 @@ def run_probe(
     yield ProbeProgress("done", total, total, report)
 
 
-def _classification_report(task, splits, features, level, kind, control, random_baseline, device, seed, cancel) -> ProbeReport:
+def _classification_report(
+    task, splits, features, level, kind, control, random_baseline, min_examples, device, seed, cancel
+) -> ProbeReport:
     def labels_of(name: str) -> list[str]:
         sentences = getattr(splits, name)
         if level == "word":
@@ -204,15 +255,15 @@ def _classification_report(task, splits, features, level, kind, control, random_
             raise InputError(f"{missing[0]}: no label; sentence-level probing needs a SentEval file (split, label, sentence)")
         return [s.label for s in sentences]
 
-    y_train, y_dev, y_test, classes = encode_labels(labels_of("train"), labels_of("dev"), labels_of("test"))
-    num_classes = len(classes)
+    labels = encode_labels(labels_of("train"), labels_of("dev"), labels_of("test"), min_examples)
+    y_train, y_dev, y_test, num_classes = labels.train, labels.dev, labels.test, len(labels.classes)
 
     def fit_and_score(which: str, y_tr, y_dv, y_te) -> probes.ProbeScores:
         trained = probes.train_probes(
-            features[which, "train"].X, y_tr, features[which, "dev"].X, y_dv,
+            labels.rows("train", features[which, "train"].X), y_tr, labels.rows("dev", features[which, "dev"].X), y_dv,
             num_classes=num_classes, kind=kind, device=device, seed=seed, cancel=cancel,
         )
-        return probes.score(trained, features[which, "test"].X, y_te, num_classes)
+        return probes.score(trained, labels.rows("test", features[which, "test"].X), y_te, num_classes)
 
     scores = fit_and_score("model", y_train, y_dev, y_test)
     layers = [
@@ -226,7 +277,7 @@ def _classification_report(task, splits, features, level, kind, control, random_
             entry["random_init_accuracy"] = round(float(accuracy), 6)
         baselines["random_init"] = round(float(random_scores.accuracy.max()), 6)
     if control and level == "word":
-        control_scores = fit_and_score("model", *_control_labels(splits, features, y_train, num_classes, seed))
+        control_scores = fit_and_score("model", *_control_labels(splits, features, labels, seed))
         for entry, accuracy in zip(layers, control_scores.accuracy, strict=True):
             entry["control_accuracy"] = round(float(accuracy), 6)
             entry["selectivity"] = round(entry["accuracy"] - float(accuracy), 6)
@@ -234,22 +285,27 @@ def _classification_report(task, splits, features, level, kind, control, random_
     counts = {
         "train": int(len(y_train)), "dev": int(len(y_dev)), "test": int(len(y_test)), "classes": num_classes,
         "unit": "words" if level == "word" else "sentences",
-    }
+    } | labels.as_json(min_examples)
+    note = labels.note(min_examples)
     return ProbeReport(
         task=task, metric="accuracy", layers=layers, best_layer=int(np.argmax(scores.accuracy)),
         center_of_gravity=center_of_gravity(scores.accuracy), baselines=baselines, counts=counts,
+        notes=[note] if note else [],
     )
 
 
-def _control_labels(splits, features, y_train, num_classes, seed) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _control_labels(splits, features, labels: EncodedLabels, seed) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Hewitt & Liang's control task: each word type keeps one random label, drawn like the real ones."""
     def types(name: str) -> list[str]:
         sentences = getattr(splits, name)
         rows = features["model", name]
-        return [sentences[s].words[w].lower() for s, w in zip(rows.sentence_index, rows.word_index, strict=True)]
+        words = [sentences[s].words[w].lower() for s, w in zip(rows.sentence_index, rows.word_index, strict=True)]
+        keep = labels.keep[name]
+        return words if keep is None else [words[row] for row in keep]
 
     train_types, dev_types, test_types = types("train"), types("dev"), types("test")
-    distribution = np.bincount(y_train, minlength=num_classes) / len(y_train)
+    num_classes = len(labels.classes)
+    distribution = np.bincount(labels.train, minlength=num_classes) / len(labels.train)
     mapping = probes.control_labels(sorted(set(train_types + dev_types + test_types)), num_classes, seed=seed, distribution=distribution)
     return tuple(np.array([mapping[t] for t in split_types], dtype=np.int64) for split_types in (train_types, dev_types, test_types))
 

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from bertscope.core.errors import InputError, ModelLoadError
+from bertscope.files import check_new_directory
 
 PRUNING_FILE = "bertscope-pruning.json"
 
@@ -219,13 +220,7 @@ def write_pruned_model(session, remove: Sequence[tuple[int, int]], directory: st
 
 def check_output_dir(target: Path) -> None:
     """A new or empty directory whose parent exists and is writable; anything else is refused before slow work."""
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise InputError(f"-o {target}: already exists and is not an empty directory; give a new directory")
-    parent = target.parent
-    if not parent.is_dir():
-        raise InputError(f"-o {target}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise InputError(f"-o {target}: no permission to write in {parent}")
+    check_new_directory(target)
 
 
 def _max_difference(original, pruned_session, pruned: dict[int, list[int]], texts: Sequence[str]) -> float:

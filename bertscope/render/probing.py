@@ -30,7 +30,8 @@ def probe_report(report, model: str, source: str) -> Group:
         )
     cog = "n/a" if report.center_of_gravity != report.center_of_gravity else f"{report.center_of_gravity:.2f}"
     baselines = ", ".join(f"{name.replace('_', ' ')} {value:.3f}" for name, value in report.baselines.items())
-    counts = ", ".join(f"{name} {value}" for name, value in report.counts.items())
+    shown = ("train", "dev", "test", "classes", "unit")  # what was left out is said in the notes
+    counts = ", ".join(f"{name} {report.counts[name]}" for name in shown if name in report.counts)
     return Group(
         Text.assemble((f"{report.task}", "bold"), f" · {model} · {source}"),
         Text(f"{counts}", style="dim"),

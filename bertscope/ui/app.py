@@ -34,9 +34,11 @@ from bertscope.theming import DEFAULT_THEME, load_theme
 from bertscope.ui.attribution import AttributionRow
 from bertscope.ui.backend import Backend
 from bertscope.ui.export import export_view
+from bertscope.ui.focus import focus_main, leave_input
 from bertscope.ui.geometry import ComparisonScreen, GeometryScreen
 from bertscope.ui.help import HelpScreen
 from bertscope.ui.importance import IMPORTANCE_FIGURE, ImportanceMixin, ObjectivePanel
+from bertscope.ui.kept import KeptResults
 from bertscope.ui.overview import OverviewScreen
 from bertscope.ui.probing import ProbingScreen
 from bertscope.ui.messages import Analysis, AnalysisComputed, AnalysisFailed, ModelLoaded, ModelLoadFailed
@@ -47,11 +49,22 @@ from bertscope.ui.widgets.head_grid import HeadGrid
 from bertscope.ui.widgets.panels import EffectPanel, StatusLine, TokenPanel
 
 VIEWS = ("head", "average")
+HEATMAP_ACTIONS = {"zoom", "next_scale", "toggle_dense"}  # keys of the explorer's own screen
 SCALE_NOTES = {
     "max": "0 to the map's largest weight",
     "row": "each query row to its own largest weight",
     "fixed": "0 to 1, comparable across heads",
     "log": "three decades below the map's largest weight",
+}
+GRID_LABELS = {  # the grid's legend is 40 columns wide at 12 heads: short names, so its numbers always fit
+    "entropy": "entropy (nats)",
+    "cls": "attn to [CLS]",
+    "sep": "attn to [SEP]",
+    "punct": "attn to punctuation",
+    "self": "attn to itself",
+    "prev": "attn to previous",
+    "next": "attn to next",
+    "distance": "mean distance (tokens)",
 }
 
 
@@ -68,6 +81,12 @@ class AnalysisJob:
 
     def __repr__(self) -> str:
         return f"AnalysisJob({self.request}, {self.text[:30]!r}, mask={self.mask.spec()!r}, {self.ablation})"
+
+
+class MainScreen(Screen):
+    """The explorer's own screen; its main widget is the grid (ui.focus)."""
+
+    AUTO_FOCUS = "#grid"
 
 
 class ExplorerApp(ImportanceMixin, App[None]):
@@ -127,8 +146,10 @@ class ExplorerApp(ImportanceMixin, App[None]):
             state = state.with_(theme=theme)
         self.state = state
         self.backend: Backend | None = None
+        self.load_error: str | None = None  # why the model could not be loaded, for the command line to print
         self.mask: HeadMask | None = None
         self.analysis: Analysis | None = None
+        self.kept = KeptResults()  # the corpus screens' finished results (ui.kept)
         self._request = 0  # the newest analysis asked for; older results are dropped
         self.theme_specs, theme_warnings = load_all_themes()
         self._startup_notes.extend(theme_warnings)
@@ -147,6 +168,9 @@ class ExplorerApp(ImportanceMixin, App[None]):
 
     # layout
 
+    def get_default_screen(self) -> Screen:
+        return MainScreen(id="_default")
+
     def compose(self) -> ComposeResult:
         colormap = heatmap_for(DEFAULT_THEME, True, self.theme_specs)
         with Horizontal(id="inputs"):
@@ -161,7 +185,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
                 yield EffectPanel(id="effect")
             yield AttentionView(id="heatmap")
         yield StatusLine(id="status")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         for spec in self.theme_specs.values():
@@ -218,10 +242,9 @@ class ExplorerApp(ImportanceMixin, App[None]):
         self._analyse(reuse_plain=False)
 
     def on_model_load_failed(self, message: ModelLoadFailed) -> None:
-        self._set_busy(False)
-        self.query_one(StatusLine).set_facts("no model loaded: quit and start bertscope with another --model")
-        self.query_one(AttentionView).show_message(f"could not load the model:\n{message.reason}")
-        self.notify(message.reason, title="model not loaded", severity="error", timeout=30)
+        """Nothing works without a model: leave, and let the command line say why in one line."""
+        self.load_error = message.reason
+        self.exit(return_code=2)
 
     # running the model
 
@@ -327,7 +350,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
         if overlay is not None:
             grid.show(*overlay, self.mask, (layer, head))
         else:
-            grid.show(analysis.figures[figure], figure_range(figure, length), FIGURES[figure], self.mask, (layer, head))
+            grid.show(analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), self.mask, (layer, head))
         weights, title, masked = self._displayed_matrix()
         view = self.query_one(AttentionView)
         # Once the view shows a map it owns the cursor: keys it has handled may not have reached the state yet.
@@ -350,15 +373,15 @@ class ExplorerApp(ImportanceMixin, App[None]):
         if self.state.view == "average":
             weights = analysis.current.attentions[layer].mean(0)
             heads = analysis.current.attentions.shape[1]
-            return weights, f"layer {layer} · average of {heads} heads{self._mask_note()}", False
+            return weights, f"layer {layer} · mean of {heads} heads{self._mask_note()}", False
         if mask.is_masked(layer, head):
-            title = f"layer {layer} · head {head} · pattern before masking"
+            title = f"layer {layer} · head {head} · before masking"
             return analysis.plain.attentions[layer, head], title, True
         return analysis.current.attentions[layer, head], f"layer {layer} · head {head}{self._mask_note()}", False
 
     def _mask_note(self) -> str:
         mask = self.analysis.current.mask
-        return f" · {len(mask)} head(s) off ({self.analysis.current.ablation})" if len(mask) else ""
+        return f" · {len(mask)} off" if len(mask) else ""  # the ablation is in the status line
 
     def _update_status(self) -> None:
         status = self.query_one(StatusLine)
@@ -376,13 +399,14 @@ class ExplorerApp(ImportanceMixin, App[None]):
 
     # what the user does
 
-    @on(Input.Submitted)
+    @on(Input.Submitted, "#sentence, #pair")
     def sentence_submitted(self) -> None:
         text = self.query_one("#sentence", Input).value
         pair = self.query_one("#pair", Input).value
         if not text.strip():
             self.notify("the sentence is empty; type one and press Enter", severity="warning")
             return
+        focus_main(self.screen)  # the next key is a command again
         self.state = self.state.with_(text=text, pair=pair)
         self._analyse(reuse_plain=False)
 
@@ -439,6 +463,12 @@ class ExplorerApp(ImportanceMixin, App[None]):
         self._repaint()
         self._save_state()
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The heatmap's keys (z, s, d) only where the heatmap is: not in other screens' footers."""
+        if action in HEATMAP_ACTIONS:
+            return self._heatmap_on_screen()
+        return super().check_action(action, parameters)
+
     def _heatmap_on_screen(self) -> bool:
         """Whether the explorer's own screen (with the heatmap) is the one shown, not one pushed over it."""
         return bool(self.screen.query(AttentionView))
@@ -490,7 +520,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
             self.notify("the model is still loading", severity="warning")
             return
         screen = OverviewScreen(
-            self.backend, self.mask, self.state.ablation, self._colormap(), self.glyphs, (self.state.layer, self.state.head)
+            self.backend, self.mask, self.state.ablation, self._colormap(), self.glyphs, (self.state.layer, self.state.head), self.kept
         )
         self.push_screen(screen, self._open_head)
 
@@ -499,21 +529,21 @@ class ExplorerApp(ImportanceMixin, App[None]):
         if self.backend is None or self.mask is None:
             self.notify("the model is still loading", severity="warning")
             return
-        self.push_screen(ProbingScreen(self.backend, self.mask, self.state.ablation))
+        self.push_screen(ProbingScreen(self.backend, self.mask, self.state.ablation, self.kept))
 
     def action_geometry(self) -> None:
         """Representation geometry per layer over a corpus: PCA scatter, CKA, intrinsic dimension."""
         if self.backend is None or self.mask is None:
             self.notify("the model is still loading", severity="warning")
             return
-        self.push_screen(GeometryScreen(self.backend, self.mask, self.state.ablation, self._colormap(), self.glyphs))
+        self.push_screen(GeometryScreen(self.backend, self.mask, self.state.ablation, self._colormap(), self.glyphs, self.kept))
 
     def action_compare(self) -> None:
         """This model against a model B with the same tokenizer; the head chosen there opens here."""
         if self.backend is None or self.mask is None:
             self.notify("the model is still loading", severity="warning")
             return
-        screen = ComparisonScreen(self.backend, self._colormap(), self.glyphs, (self.state.layer, self.state.head))
+        screen = ComparisonScreen(self.backend, self._colormap(), self.glyphs, (self.state.layer, self.state.head), self.kept)
         self.push_screen(screen, self._open_head)
 
     def _open_head(self, chosen: tuple[int, int] | None) -> None:
@@ -541,6 +571,9 @@ class ExplorerApp(ImportanceMixin, App[None]):
             self.notify(f"attribution will explain the {row.describe_target()}; b switches it on", timeout=3)
 
     def action_cancel(self) -> None:
+        """Escape: leave the sentence box first; then cancel what is running."""
+        if leave_input(self.screen):
+            return
         if self.query_one(AttributionRow).cancel():
             self.notify("attribution cancelled", timeout=3)
         if self.workers and any(w.group == "analysis" and w.is_running for w in self.workers):

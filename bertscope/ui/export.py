@@ -1,4 +1,4 @@
-"""Saving what the explorer shows: the heatmap as SVG and its numbers as CSV.
+"""Saving what the explorer shows: the screen as SVG and its numbers as CSV or JSON.
 
 Exports never overwrite an earlier file and are written atomically, so a full disk leaves
 either a whole file or none.
@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
-from bertscope.core.errors import InputError
+from bertscope.core.errors import BertscopeError, InputError
 from bertscope.files import atomic_write
 
 
@@ -79,6 +80,55 @@ def export_view(
     return svg_path, csv_path
 
 
+def export_screen(
+    directory: str | Path, name: str, *, svg: str, data: str, suffix: str, when: datetime | None = None
+) -> tuple[Path, Path]:
+    """Write a screen as `bertscope-<name>-<time>.svg` and its data beside it (`suffix` .csv or .json).
+
+    Both share one free stem, so an earlier export is never overwritten; both or neither are kept.
+    """
+    directory = Path(directory).expanduser()
+    stamp = (when or datetime.now()).strftime("%Y%m%d-%H%M%S")
+    suffix = _dotted(suffix)
+    stem = _free_stem(directory, f"bertscope-{name}-{stamp}", (".svg", suffix))
+    svg_path = write_svg(directory / f"{stem}.svg", svg)
+    try:
+        data_path = _write_bytes(directory / f"{stem}{suffix}", data.encode("utf-8"))
+    except BaseException:
+        svg_path.unlink(missing_ok=True)
+        raise
+    return svg_path, data_path
+
+
+def csv_text(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A table as CSV text; floats with six decimals."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    for row in rows:
+        writer.writerow([f"{value:.6f}" if isinstance(value, float) else value for value in row])
+    return buffer.getvalue()
+
+
+def json_text(payload: object) -> str:
+    """JSON text as the CLI's `--json` prints it (NaN becomes null)."""
+    return json.dumps(_finite(payload), indent=2, ensure_ascii=False) + "\n"
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float):
+        return value if np.isfinite(value) else None
+    if isinstance(value, np.generic):
+        return _finite(value.item())
+    if isinstance(value, np.ndarray):
+        return _finite(value.tolist())
+    if isinstance(value, dict):
+        return {str(key): _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
 def _free_stem(directory: Path, stem: str, suffixes: Sequence[str]) -> str:
     """The first of `stem`, `stem-2`, ... with no existing file for any of `suffixes`."""
     number = 1
@@ -105,3 +155,17 @@ def _write_bytes(path: str | Path, data: bytes) -> Path:
     except OSError as error:
         raise InputError(f"cannot write {target}: {error.strerror or error}") from None
     return target
+
+
+def save_screen(app, name: str, data: str | None, suffix: str) -> tuple[Path, Path] | None:
+    """`e` on a screen: write its SVG and data into the app's export dir and say where (or why not)."""
+    if data is None:
+        app.notify("nothing to export yet: wait for the result", severity="warning")
+        return None
+    try:
+        paths = export_screen(app.export_dir, name, svg=app.export_screenshot(), data=data, suffix=suffix)
+    except BertscopeError as error:
+        app.notify(str(error), severity="error", timeout=10)
+        return None
+    app.notify(f"saved {paths[0]}\nand {paths[1]}", title="exported", timeout=8)
+    return paths

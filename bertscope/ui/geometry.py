@@ -30,6 +30,9 @@ from bertscope.core.masks import Ablation, HeadMask
 from bertscope.core.treebank import generate_treebank
 from bertscope.render.geometry import cka_heatmap, scatter
 from bertscope.render.patterns import layer_bars
+from bertscope.ui.export import json_text, save_screen
+from bertscope.ui.focus import leave_input
+from bertscope.ui.kept import KeptResults, KeptRun
 from bertscope.ui.overview import PatternGrid
 from bertscope.ui.widgets.head_grid import HeadGrid
 
@@ -53,19 +56,45 @@ class RunFailed(Message):
         self.reason, self.run, self.fatal = reason, run, fatal
 
 
+class Scatter(Static, can_focus=True):
+    """The geometry screen's main widget: it holds the focus so that arrows and `[` `]` move the layer."""
+
+
 class _CorpusRunScreen(Screen[tuple[int, int] | None]):
-    """What both screens share: a corpus field, a worker with progress, escape to cancel, then back."""
+    """What both screens share: a corpus field, a worker with progress, escape to cancel, then back.
+
+    A finished run is kept on the app under `name_kept` (ui.kept) and shown again when the screen
+    comes back; `e` saves the screen and `export_data()`.
+    """
 
     worker_group = "corpus-run"
+    name_kept = ""
 
-    def __init__(self) -> None:
+    def __init__(self, kept: KeptResults | None = None) -> None:
         super().__init__()
+        self.kept = kept if kept is not None else KeptResults()
         self.result = None
         self._run = 0
         self._cancel = threading.Event()
+        self._run_on = ("", "", "")  # (data, mask spec, ablation) of the run under way
         self.running = False
 
-    def start(self, describe: str) -> None:
+    def restore(self) -> KeptRun | None:
+        """Show the kept run, if there is one, and return it."""
+        kept = self.kept.runs.get(self.name_kept)
+        if kept is not None:
+            self.result = kept.result
+            self.query_one(ProgressBar).update(total=1, progress=1)
+            self.query_one(".progress-text", Static).update(f"{self.done_text()} · kept from before (r runs again)")
+            self.call_after_refresh(self.draw)
+        return kept
+
+    def keep_view(self) -> dict:
+        """What of the screen's view to keep with the result (overridden)."""
+        return {}
+
+    def start(self, describe: str, data: str = "", mask: str = "", ablation: str = "") -> None:
+        self._run_on = (data, mask, ablation)
         self._cancel.set()  # a run still going stops at its next batch
         self._cancel = threading.Event()
         self._run += 1
@@ -102,6 +131,7 @@ class _CorpusRunScreen(Screen[tuple[int, int] | None]):
             return
         self.running = False
         self.result = progress.result
+        self.kept.runs[self.name_kept] = KeptRun(*self._run_on, self.result, self.keep_view())
         bar.update(total=1, progress=1)
         self.query_one(".progress-text", Static).update(self.done_text())
         for note in getattr(self.result, "notes", ()):
@@ -116,7 +146,23 @@ class _CorpusRunScreen(Screen[tuple[int, int] | None]):
             self.running = False
             self.query_one(".progress-text", Static).update("stopped: " + message.reason)
 
+    def on_screen_suspend(self) -> None:
+        kept = self.kept.runs.get(self.name_kept)
+        if kept is not None and kept.result is self.result:
+            self.kept.runs[self.name_kept] = KeptRun(kept.data, kept.mask, kept.ablation, kept.result, self.keep_view())
+
+    def on_unmount(self) -> None:
+        self.on_screen_suspend()
+
+    def action_export(self) -> None:
+        save_screen(self.app, self.name_kept, None if self.result is None else json_text(self.export_data()), ".json")
+
+    def export_data(self) -> dict:
+        raise NotImplementedError
+
     def action_back(self) -> None:
+        if leave_input(self):
+            return
         if self.running:
             self._cancel.set()
             self.workers.cancel_group(self, "corpus-run")
@@ -135,25 +181,29 @@ class _CorpusRunScreen(Screen[tuple[int, int] | None]):
 class GeometryScreen(_CorpusRunScreen):
     """`g` in the explorer: representation geometry per layer over a corpus."""
 
+    name_kept = "geometry"
+    AUTO_FOCUS = "#scatter"
     BINDINGS = [
         Binding("escape", "back", "back / cancel"),
         Binding("left,left_square_bracket", "layer(-1)", "layer −"),
         Binding("right,right_square_bracket", "layer(1)", "layer +"),
         Binding("f", "next_label", "colour by"),
         Binding("r", "run", "run again"),
+        Binding("e", "export", "export"),
         Binding("slash", "focus_corpus", "corpus", show=False),
     ]
     DEFAULT_CSS = """
     GeometryScreen #geometry-corpus { width: 1fr; }
-    GeometryScreen .progress-line { height: 1; padding: 0 1; }
-    GeometryScreen .progress-text { padding-left: 2; }
+    GeometryScreen .progress-line { height: auto; padding: 0 1; }
+    GeometryScreen .progress-text { padding-left: 2; width: 1fr; }
     GeometryScreen #geometry-body { height: 1fr; }
     GeometryScreen #scatter { width: 1fr; height: 1fr; }
     GeometryScreen #geometry-side { width: 36; padding: 0 1; }
+    GeometryScreen #geometry-side:focus { background: $boost; }
     """
 
-    def __init__(self, backend, mask: HeadMask, ablation: Ablation, colormap, glyphs: bool) -> None:
-        super().__init__()
+    def __init__(self, backend, mask: HeadMask, ablation: Ablation, colormap, glyphs: bool, kept: KeptResults | None = None) -> None:
+        super().__init__(kept)
         self.backend, self.mask, self.ablation = backend, mask, ablation
         self.colormap, self.glyphs = colormap, glyphs
         self.shown_layer = backend.num_layers  # the last hidden state
@@ -167,16 +217,33 @@ class GeometryScreen(_CorpusRunScreen):
         with Horizontal(id="geometry-body"):
             with Vertical(id="scatter-column"):
                 yield Static("", id="layer-slider")
-                yield Static("", id="scatter")
-            yield VerticalScroll(Static("", id="geometry-charts"), id="geometry-side", can_focus=False)
-        yield Footer()
+                yield Scatter("", id="scatter")
+            yield VerticalScroll(Static("", id="geometry-charts"), id="geometry-side")
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        self.action_run()
+        kept = self.kept.runs.get(self.name_kept)
+        if kept is None:
+            self.action_run()
+            return
+        self.query_one("#geometry-corpus", Input).value = kept.data
+        self.shown_layer = kept.view.get("layer", self.shown_layer)
+        self.label = kept.view.get("label")
+        self.restore()
+
+    def keep_view(self) -> dict:
+        return {"layer": self.shown_layer, "label": self.label}
+
+    def export_data(self) -> dict:
+        """The CLI's `geometry --json --points`: every layer's scatter coordinates, the CKA matrices, ID."""
+        return self.result.as_json(self.backend.info.source, points=True) | {"layer_shown": self.shown_layer, "colour_by": self.label}
 
     def action_run(self) -> None:
         path = self.query_one("#geometry-corpus", Input).value.strip()
-        self.start(f"reading {path}…" if path else f"generating a treebank of {TREEBANK_SENTENCES:,} sentences…")
+        self.start(
+            f"reading {path}…" if path else f"generating a treebank of {TREEBANK_SENTENCES:,} sentences…",
+            path, self.mask.spec(), self.ablation,
+        )
         mask = self.mask if len(self.mask) else None
 
         def start(sentences, cancel):
@@ -186,12 +253,12 @@ class GeometryScreen(_CorpusRunScreen):
 
     @on(Input.Submitted, "#geometry-corpus")
     def corpus_submitted(self) -> None:
-        self.set_focus(None)
+        self.query_one(Scatter).focus()
         self.action_run()
 
     def done_text(self) -> str:
         result = self.result
-        mask = f" · mask {self.mask.spec()} ({self.ablation})" if len(self.mask) else ""
+        mask = f" · mask {result.mask} ({result.ablation})" if result.mask else ""
         return f"{result.sentences:,} sentences · {result.size:,} of {result.seen:,} {result.unit}s{mask}"
 
     def action_layer(self, step: int) -> None:
@@ -223,7 +290,8 @@ class GeometryScreen(_CorpusRunScreen):
         if self.label not in result.labels:
             self.label = next(iter(result.labels), None)
         marks = "".join(f"[{layer}]" if layer == self.shown_layer else f" {layer} " for layer in range(result.num_layers))
-        slider = Text.assemble(("layer ◀▶ ", "bold"), marks, (" 0 = embeddings", "dim"), no_wrap=True, overflow="ellipsis")
+        wide = self.query_one("#layer-slider", Static).content_size.width >= 9 + len(marks) + 15
+        slider = Text.assemble(("layer ◀▶ ", "bold"), marks, (" 0 = embeddings" if wide else " 0 = emb.", "dim"))
         self.query_one("#layer-slider", Static).update(slider)
         area = self.query_one("#scatter", Static).size
         explained = result.explained[self.shown_layer]
@@ -248,25 +316,29 @@ class GeometryScreen(_CorpusRunScreen):
 class ComparisonScreen(_CorpusRunScreen):
     """`c` in the explorer: this model against model B, head by head and layer by layer."""
 
+    name_kept = "compare"
+    AUTO_FOCUS = "#compare-grid"
     BINDINGS = [
         Binding("escape", "back", "back / cancel"),
         Binding("enter", "open_head", "open head"),
         Binding("r", "run", "run again"),
-        Binding("slash", "focus_model_b", "model B", show=False),
+        Binding("e", "export", "export"),
+        Binding("slash", "focus_model_b", "model B"),
     ]
     DEFAULT_CSS = """
     ComparisonScreen #compare-inputs { height: auto; }
     ComparisonScreen #model-b { width: 1fr; }
     ComparisonScreen #compare-corpus { width: 1fr; }
-    ComparisonScreen .progress-line { height: 1; padding: 0 1; }
-    ComparisonScreen .progress-text { padding-left: 2; }
+    ComparisonScreen .progress-line { height: auto; padding: 0 1; }
+    ComparisonScreen .progress-text { padding-left: 2; width: 1fr; }
     ComparisonScreen #compare-body { height: 1fr; }
     ComparisonScreen #compare-grid { border: round $accent; padding: 0 1; height: auto; }
     ComparisonScreen #compare-side { width: 36; padding: 0 1; }
+    ComparisonScreen #compare-side:focus { background: $boost; }
     """
 
-    def __init__(self, backend, colormap, glyphs: bool, selected: tuple[int, int]) -> None:
-        super().__init__()
+    def __init__(self, backend, colormap, glyphs: bool, selected: tuple[int, int], kept: KeptResults | None = None) -> None:
+        super().__init__(kept)
         self.backend, self.colormap, self.glyphs = backend, colormap, glyphs
         self.selected = selected
 
@@ -276,24 +348,33 @@ class ComparisonScreen(_CorpusRunScreen):
             yield Input(str(sample_corpus()), placeholder="corpus file, then Enter", id="compare-corpus")
         with Horizontal(classes="progress-line"):
             yield ProgressBar(total=None, show_eta=False, show_percentage=False)
-            yield Static("give model B (same tokenizer as this model) and press Enter", classes="progress-text")
+            yield Static("/ types model B (same tokenizer as this model), then Enter", classes="progress-text")
         with Horizontal(id="compare-body"):
             with VerticalScroll(can_focus=False):
                 yield PatternGrid(self.colormap, id="compare-grid")
                 yield Static("", id="compare-head")
-            yield VerticalScroll(Static("", id="compare-charts"), id="compare-side", can_focus=False)
-        yield Footer()
+            yield VerticalScroll(Static("", id="compare-charts"), id="compare-side")
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         grid = self.query_one(PatternGrid)
         grid.border_title = "attention cosine A·B"
         grid.set_shape(self.backend.num_layers, self.backend.num_heads)
         grid.restyle(self.colormap, self.glyphs)
-        self.query_one("#model-b", Input).focus()
+        kept = self.kept.runs.get(self.name_kept)
+        if kept is not None:
+            model_b, corpus = kept.data.split("\n", 1)
+            self.query_one("#model-b", Input).value = model_b
+            self.query_one("#compare-corpus", Input).value = corpus
+            self.restore()
 
     @on(Input.Submitted)
     def submitted(self) -> None:
         self.action_run()
+
+    def export_data(self) -> dict:
+        """The CLI's `compare --json`: per-head attention cosines, CKA between the layers of A and B."""
+        return self.result.as_json()
 
     def action_run(self) -> None:
         other = self.query_one("#model-b", Input).value.strip()
@@ -302,7 +383,7 @@ class ComparisonScreen(_CorpusRunScreen):
             self.notify("give model B and a corpus file, then Enter", severity="warning")
             return
         self.query_one(PatternGrid).focus()
-        self.start(f"loading {other}…")
+        self.start(f"loading {other}…", f"{other}\n{path}")
 
         def start(sentences, cancel):
             return self.backend.compare(other, sentences, cancel=cancel)

@@ -17,8 +17,8 @@ and every pane shows the effect.
 
 | key | what it does |
 | --- | --- |
-| `tab` / `shift+tab` | move between the sentence, the pair, the grid and the heatmap |
-| `/` | type a new sentence |
+| `tab` / `shift+tab` | move between the sentence, the pair, the grid, the effect pane (arrows scroll it) and the heatmap |
+| `/` | type a new sentence; **Enter** runs it and gives the keys back to the grid, `escape` leaves the box |
 | arrows (grid) | choose a layer and head; the heatmap repaints from memory |
 | arrows (heatmap) | move the cursor cell: from-token → to-token and its weight (the line above the map); `pageup`/`pagedown` a screenful, `home`/`end` the first/last column; a click picks a cell |
 | `z` | zoom: the heatmap alone on the screen, and back |
@@ -31,7 +31,7 @@ and every pane shows the effect.
 | `f` | the figure that shades the grid: entropy, attention to [CLS], [SEP], punctuation, self, previous, next token, distance |
 | `v` | view: one head, or the average over the layer's heads |
 | `t` | next theme (the heatmap colours follow it) |
-| `e` | export: the screen as SVG and the heatmap's matrix as CSV |
+| `e` | export, on every screen: the screen as SVG and its data (here the heatmap's matrix as CSV), never overwriting |
 | `p` | probing: what each layer knows, several tasks side by side; `m` there re-scores under this mask |
 | `b` | attribution: shade the sentence's tokens by gradient, gradient × input, integrated gradients or attention rollout, or switch it off |
 | `B` | what attribution explains: the MLM guess at the first `[MASK]`, the predicted class, or a probe's decision (trained once per task, then cached) |
@@ -41,10 +41,18 @@ and every pane shows the effect.
 | `g` | geometry: each layer's PCA scatter over a corpus coloured by label (arrows move through the layers, `f` changes the label), CKA layer × layer, TwoNN intrinsic dimension |
 | `c` | compare with a model B of the same tokenizer (a fine-tuned checkpoint, say): the grid shaded by each head's attention cosine A·B, CKA per layer; Enter opens a head here |
 | `o` | overview: every head's pattern class and statistics over a corpus (Enter opens a head here) |
-| `escape` | cancel the computation in progress |
+| `escape` | leave a box; cancel the computation in progress; on another screen, go back |
 | `ctrl+p` | command palette: every action by name |
 | `?` | this help |
 | `ctrl+q` | quit |
+
+Keys are commands unless you chose a box on purpose (`/`, a click, `tab`); Enter and
+`escape` give them back. Every screen opens on its main part: the grid, the curves, the
+scatter. What the overview, probing, geometry, compare and pruning-curve screens computed
+stays while you move between screens: coming back shows it again (`r` runs again), and `m`
+re-scores the kept probes under the current mask. `e` there saves the screen as SVG and
+its data: the per-head table (CSV), the probe curves (JSON), the scatter coordinates and
+CKA matrices (JSON), the per-head cosines and CKA (JSON), the pruning curve (CSV).
 
 The grid shades each head by the chosen figure for this sentence (the line under it gives
 the selected head's value and the range of the shades); `×` marks a head that is
@@ -61,6 +69,7 @@ with `--theme NAME` or `t`.
 
 
 class HelpScreen(ModalScreen[None]):
+    AUTO_FOCUS = "VerticalScroll"  # arrows and page keys scroll the help at once
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }

@@ -27,6 +27,8 @@ from textual.worker import get_current_worker
 from bertscope.core.errors import BertscopeError
 from bertscope.core.masks import HeadMask
 from bertscope.render.importance import curve_chart
+from bertscope.ui.export import csv_text, save_screen
+from bertscope.ui.kept import KeptResults, KeptRun
 
 SAMPLE_SENTENCES = 64
 IMPORTANCE_FIGURE = "importance"
@@ -124,20 +126,23 @@ class CurveStepped(Message):
 class PruningCurveScreen(Screen[str | None]):
     """The objective as ever more of the least important heads are removed; Enter masks the prunable set."""
 
+    AUTO_FOCUS = "#curve"
     BINDINGS = [
         Binding("escape", "back", "back / cancel"),
         Binding("enter", "apply", "mask the prunable heads"),
         Binding("r", "reestimate", "re-estimate per step"),
+        Binding("e", "export", "export"),
     ]
     DEFAULT_CSS = """
     PruningCurveScreen #curve-status { height: auto; padding: 0 1; }
     PruningCurveScreen #curve { padding: 0 1; }
     """
 
-    def __init__(self, backend, objective: str, sentences, importance, ablation: str) -> None:
+    def __init__(self, backend, objective: str, sentences, importance, ablation: str, kept: KeptResults | None = None) -> None:
         super().__init__()
         self.backend, self.objective, self.sentences = backend, objective, sentences
         self.importance, self.ablation = importance, ablation
+        self.kept = kept if kept is not None else KeptResults()
         self.curve = None
         self.running = False
         self._run = 0
@@ -145,11 +150,16 @@ class PruningCurveScreen(Screen[str | None]):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="curve-status")
-        yield VerticalScroll(Static("", id="curve-content"), id="curve", can_focus=False)
-        yield Footer()
+        yield VerticalScroll(Static("", id="curve-content"), id="curve")
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        self.start(reestimate=False)
+        kept = self.kept.runs.get("curve")
+        if kept is not None and kept.data == self.objective and kept.ablation == self.ablation:
+            self.reestimate = kept.result.reestimate
+            self.show(kept.result)
+        else:
+            self.start(reestimate=False)
 
     def start(self, reestimate: bool) -> None:
         self._cancel.set()
@@ -184,7 +194,12 @@ class PruningCurveScreen(Screen[str | None]):
             status.update(f"pruning curve for {self.objective}: {progress.stage} ({progress.done}/{progress.total})")
             return
         self.running = False
-        self.curve = curve = progress.curve
+        self.kept.runs["curve"] = KeptRun(self.objective, "", self.ablation, progress.curve)
+        self.show(progress.curve)
+
+    def show(self, curve) -> None:
+        self.curve = curve
+        status = self.query_one("#curve-status", Static)
         best = curve.prunable()
         how = "importance re-estimated at each step" if curve.reestimate else "one ranking (r: re-estimate at each step)"
         status.update(Text.assemble(
@@ -193,6 +208,18 @@ class PruningCurveScreen(Screen[str | None]):
             "Enter masks them in the explorer",
         ))
         self.query_one("#curve-content", Static).update(curve_chart(curve, width=24))
+
+    def action_export(self) -> None:
+        save_screen(self.app, "pruning-curve", self.table(), ".csv")
+
+    def table(self) -> str | None:
+        """The curve as `prune --curve` measures it: one row per step."""
+        curve = self.curve
+        if curve is None:
+            return None
+        rows = [[round(p.fraction, 6), p.heads_pruned, float(p.loss), float(p.metric), float(drop), p.mask]
+                for p, drop in zip(curve.points, curve.drops())]
+        return csv_text(["fraction", "heads_pruned", "loss", "metric", "drop", "mask"], rows)
 
     def action_apply(self) -> None:
         if self.curve is None:
@@ -365,7 +392,9 @@ class ImportanceMixin:
         """`C`: the objective as ever more of the least important heads are removed."""
 
         def open_screen() -> None:
-            screen = PruningCurveScreen(self.backend, self.importance.objective, self.importance_sentences(), self.importance, self.state.ablation)
+            screen = PruningCurveScreen(
+                self.backend, self.importance.objective, self.importance_sentences(), self.importance, self.state.ablation, self.kept
+            )
             self.push_screen(screen, self._apply_curve_mask)
 
         self.with_importance(open_screen)

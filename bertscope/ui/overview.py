@@ -11,7 +11,9 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+from rich.console import Group
 from rich.style import Style
+from rich.table import Table
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -27,14 +29,41 @@ from bertscope.core.errors import BertscopeError
 from bertscope.core.masks import Ablation, HeadMask
 from bertscope.core.results import PATTERNS, STATISTICS, PatternProgress, PatternResult
 from bertscope.render.patterns import PATTERN_LETTERS, layer_bars, layer_pattern_table
+from bertscope.ui.export import csv_text, save_screen
+from bertscope.ui.focus import leave_input
+from bertscope.ui.kept import KeptResults, KeptRun
 from bertscope.ui.widgets.head_grid import CELL, HeadGrid
 
 SHADINGS = ("pattern", *STATISTICS)
-STATISTIC_NAMES = {
-    "cls": "attention to [CLS]", "sep": "attention to [SEP]", "punct": "attention to punctuation",
-    "self": "attention to itself", "prev": "attention to the previous token", "next": "attention to the next token",
-    "block": "attention within its segment", "entropy": "attention entropy (nats)", "distance": "mean attention distance",
+STATISTIC_NAMES = {  # short: the grid's legend is 40 columns wide at 12 heads, and its number must show
+    "cls": "attn to [CLS]", "sep": "attn to [SEP]", "punct": "attn to punctuation",
+    "self": "attn to itself", "prev": "attn to previous", "next": "attn to next",
+    "block": "attn within segment", "entropy": "entropy (nats)", "distance": "mean distance",
 }
+
+
+def packed(items: list[str], width: int) -> Text:
+    """Items two spaces apart, wrapped between items only: a name never parts from its number."""
+    lines, line = [], ""
+    for item in items:
+        if line and len(line) + 2 + len(item) > width:
+            lines.append(line)
+            line = item
+        else:
+            line = f"{line}  {item}" if line else item
+    lines.append(line)
+    return Text("\n".join(lines))
+
+
+def layer_numbers(values: dict[str, np.ndarray]) -> Table:
+    """Per layer, the attention to [CLS], [SEP] and punctuation as numbers (for a narrow pane)."""
+    table = Table(box=None, padding=(0, 1), title="attention per layer", title_justify="left")
+    table.add_column("layer", justify="right", style="dim")
+    for name in values:
+        table.add_column(name, justify="right")
+    for layer in range(len(next(iter(values.values())))):
+        table.add_row(str(layer), *(f"{series[layer]:.2f}" for series in values.values()))
+    return table
 
 
 class PatternsProgressed(Message):
@@ -95,33 +124,42 @@ class PatternGrid(HeadGrid, inherit_bindings=False):
 class OverviewScreen(Screen[tuple[int, int] | None]):
     """`o` in the explorer: patterns and statistics of every head over a corpus."""
 
+    AUTO_FOCUS = "#overview-grid"
     BINDINGS = [
         Binding("escape", "back", "back / cancel"),
         Binding("enter", "open_head", "open head"),
         Binding("f", "next_shading", "shading"),
         Binding("r", "run", "run again"),
+        Binding("e", "export", "export"),
         Binding("slash", "focus_corpus", "corpus", show=False),
     ]
     DEFAULT_CSS = """
     OverviewScreen #corpus-row { height: auto; }
     OverviewScreen #corpus { width: 1fr; }
-    OverviewScreen #progress-line { height: 1; padding: 0 1; }
-    OverviewScreen #progress-text { padding-left: 2; }
+    OverviewScreen #progress-line { height: auto; padding: 0 1; }
+    OverviewScreen #progress-text { padding-left: 2; width: 1fr; }
     OverviewScreen #overview-body { height: 1fr; }
+    OverviewScreen #overview-left { width: auto; min-width: 36; height: 1fr; }
+    OverviewScreen #charts { width: 1fr; min-width: 30; }
     OverviewScreen #overview-grid { border: round $accent; padding: 0 1; height: auto; }
     OverviewScreen #head-details { padding: 0 1; height: auto; }
     OverviewScreen #charts { padding: 0 1; }
     """
 
-    def __init__(self, backend, mask: HeadMask, ablation: Ablation, colormap, glyphs: bool, selected: tuple[int, int]) -> None:
+    def __init__(
+        self, backend, mask: HeadMask, ablation: Ablation, colormap, glyphs: bool, selected: tuple[int, int],
+        kept: KeptResults | None = None,
+    ) -> None:
         super().__init__()
         self.backend, self.mask, self.ablation = backend, mask, ablation
+        self.kept = kept if kept is not None else KeptResults()
         self.colormap, self.glyphs = colormap, glyphs
         self.selected = selected
         self.shading = "pattern"
         self.result: PatternResult | None = None
         self._run = 0
         self._cancel = threading.Event()
+        self._path = ""  # the corpus of the run under way
         self.running = False
 
     def compose(self) -> ComposeResult:
@@ -131,24 +169,33 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
             yield ProgressBar(total=None, show_eta=False, show_percentage=False, id="progress")
             yield Static("", id="progress-text")
         with Horizontal(id="overview-body"):
-            with VerticalScroll(can_focus=False):
+            with VerticalScroll(id="overview-left", can_focus=False):
                 yield PatternGrid(self.colormap, id="overview-grid")
                 yield Static("", id="head-details")
             yield VerticalScroll(Static("", id="charts-content"), id="charts", can_focus=False)
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         grid = self.query_one(PatternGrid)
         grid.border_title = "heads over the corpus"
         grid.set_shape(self.backend.num_layers, self.backend.num_heads)
         grid.restyle(self.colormap, self.glyphs)
-        grid.focus()
-        self.action_run()
+        kept = self.kept.runs.get("overview")
+        if kept is None:
+            self.action_run()
+            return
+        self.query_one("#corpus", Input).value = kept.data
+        self.result = kept.result
+        self.query_one(ProgressBar).update(total=1, progress=1)
+        self.query_one("#progress-text", Static).update(
+            f"{kept.result.sentences:,} sentences · kept from before (r runs again){kept.mask_note()}"
+        )
+        self._draw()
 
     # running
 
     def action_run(self) -> None:
-        path = self.query_one("#corpus", Input).value.strip()
+        self._path = path = self.query_one("#corpus", Input).value.strip()
         if not path:
             self.notify("give a corpus file, then Enter", severity="warning")
             return
@@ -193,6 +240,7 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         if progress.done:
             self.running = False
             self.query_one(ProgressBar).update(total=1, progress=1)
+            self.kept.runs["overview"] = KeptRun(self._path, self.mask.spec(), self.ablation, progress.result)
         self._draw()
 
     def on_patterns_failed(self, message: PatternsFailed) -> None:
@@ -211,27 +259,30 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
             return
         grid = self.query_one(PatternGrid)
         if self.shading == "pattern":
-            grid.show_classes(result.dominant, self._class_colours(), self.selected, "dominant pattern")
+            grid.show_classes(result.dominant, self._class_colours(), self.selected, "pattern")
         else:
             values = result.statistics[self.shading]
             high = 1.0 if self.shading not in ("entropy", "distance") else max(float(values.max()), 1e-6)
             grid.show(values, (0.0, high), STATISTIC_NAMES[self.shading], HeadMask.none(*values.shape), self.selected)
         layer, head = self.selected
-        details = Text.assemble(
-            (f"head {layer}:{head}  ", "bold"),
-            "  ".join(f"{name} {share:.0%}" for name, share in zip(PATTERNS, result.pattern_shares[layer, head]) if share > 0),
-            "\n",
-            "  ".join(f"{name} {result.statistics[name][layer, head]:.2f}" for name in STATISTICS),
-        )
+        items = [f"{name} {share:.0%}" for name, share in zip(PATTERNS, result.pattern_shares[layer, head]) if share > 0]
+        items += [f"{name} {result.statistics[name][layer, head]:.2f}" for name in STATISTICS]
+        width = self.query_one("#head-details").content_size.width or 36
+        details = Text.assemble((f"head {layer}:{head}", "bold"), "\n", packed(items, width))
         self.query_one("#head-details", Static).update(details)
+        # three bars and their numbers side by side; where the bars would be too short, the numbers alone
+        layers = {name: result.layer_statistics(name) for name in ("cls", "sep", "punct")}
+        bar_width = min(6, (self.query_one("#charts").content_size.width - 31) // 3)
+        per_layer = layer_bars(layers, "attention per layer", width=bar_width) if bar_width >= 5 else layer_numbers(layers)
         charts = [
-            layer_bars({name: result.layer_statistics(name) for name in ("cls", "sep", "punct")}, "attention per layer", width=6),
+            per_layer,
             Text(),
             layer_pattern_table(result.layer_pattern_shares(), PATTERNS, short=True),
         ]
-        from rich.console import Group
-
         self.query_one("#charts-content", Static).update(Group(*charts))
+
+    def on_resize(self) -> None:
+        self._draw()
 
     def _class_colours(self) -> dict[str, str]:
         theme = self.app.current_theme
@@ -263,7 +314,27 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
     def action_focus_corpus(self) -> None:
         self.query_one("#corpus", Input).focus()
 
+    def action_export(self) -> None:
+        save_screen(self.app, "overview", self.table(), ".csv")
+
+    def table(self) -> str | None:
+        """The per-head table: dominant pattern, the share of each pattern, every statistic."""
+        result = self.result
+        if result is None:
+            return None
+        header = ["layer", "head", "pattern", *(f"share_{name}" for name in PATTERNS), *STATISTICS]
+        rows = []
+        for layer, head in np.ndindex(*result.dominant.shape):
+            rows.append([
+                layer, head, PATTERNS[result.dominant[layer, head]],
+                *(float(share) for share in result.pattern_shares[layer, head]),
+                *(float(result.statistics[name][layer, head]) for name in STATISTICS),
+            ])
+        return csv_text(header, rows)
+
     def action_back(self) -> None:
+        if leave_input(self):
+            return
         if self.running:
             self._cancel.set()
             self.workers.cancel_group(self, "patterns")

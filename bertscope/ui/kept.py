@@ -1,0 +1,32 @@
+"""Results of the corpus screens, kept on the app so that leaving a screen loses nothing.
+
+A screen is made anew each time it opens; what it computed lives here, keyed by the screen,
+and comes back when it opens again. A finished run replaces the one before it (new data,
+another model B); a cancelled or failed run keeps the last finished one. The model never
+changes while the app runs, so nothing here needs to be thrown away for that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class KeptRun:
+    """A finished run: what it ran on, under which mask, and what it found."""
+
+    data: str  # the corpus path ("" for the built-in one); for compare, model B and the corpus
+    mask: str  # the head mask spec it ran under ("" for none)
+    ablation: str
+    result: object
+    view: dict = field(default_factory=dict)  # how the screen showed it (layer, label, ...)
+
+    def mask_note(self) -> str:
+        return f" · mask {self.mask} ({self.ablation})" if self.mask else ""
+
+
+@dataclass
+class KeptResults:
+    runs: dict[str, KeptRun] = field(default_factory=dict)  # screen name -> its last finished run
+    probes: dict[str, object] = field(default_factory=dict)  # probing: column title -> report, in run order
+    last_probe: tuple[str, str] | None = None  # probing: (task, data) of the last run, for `m`

@@ -1,0 +1,148 @@
+"""Every command the README shows runs, so the README cannot drift from the tool.
+
+Each `bertscope …` line of the README's example blocks runs as written, on the bundled
+model and the data bertscope ships. Only the files and models a reader would bring are
+swapped for real stand-ins made here: a tiny MLM for `bert-base-uncased`, a tiny classifier
+for an SST-2 model, generated treebanks for UD files, the shipped samples for the corpora.
+The explorer's commands open the app headless and wait until the model has loaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from bertscope.cli import main
+from tests.conftest import save_tiny
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "bertscope" / "data"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        "not config.getoption('--readme-examples')",
+        reason="the README's examples take minutes on the bundled model: CI runs them with --readme-examples",
+    ),
+]
+
+
+def readme_examples() -> list[str]:
+    """The `bertscope` command lines of every sh block after the two install blocks, comments cut."""
+    blocks = re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)[2:]
+    commands = []
+    for block in blocks:
+        for line in block.strip().splitlines():
+            for command in line.split(" ; "):
+                command = re.sub(r"\s+#.*$", "", command).strip()
+                if command.startswith("bertscope"):
+                    commands.append(command)
+    return commands
+
+
+EXAMPLES = readme_examples()
+
+
+@pytest.fixture(scope="module")
+def stand_ins(tmp_path_factory) -> dict[str, str]:
+    """README placeholder → the real file or model this test uses for it."""
+    root = tmp_path_factory.mktemp("readme")
+    mlm = save_tiny(root / "bert-base-uncased", "BertForMaskedLM", seed=1, num_hidden_layers=12)  # `--mask 10:*,11:*`
+    classifier = save_tiny(
+        root / "sst2", "BertForSequenceClassification", seed=2,
+        id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1},
+    )
+    from bertscope.core.model_files import bundled_model_dir
+
+    finetuned = shutil.copytree(bundled_model_dir(), root / "minilm-finetuned")
+    treebanks = {}
+    for name, sentences, seed in (("train", 240, 1), ("dev", 60, 2), ("test", 60, 3), ("treebank", 300, 4)):
+        result = CliRunner().invoke(main, ["treebank", "-o", str(root / f"{name}.conllu"), "-n", str(sentences), "--seed", str(seed)])
+        assert result.exit_code == 0, result.output
+        treebanks[name] = str(root / f"{name}.conllu")
+    return {
+        "~/models/bert-base-uncased": str(mlm),
+        "bert-base-uncased": str(mlm),
+        "~/models/my-sst2-classifier": str(classifier),
+        "~/checkpoints/bert-sst2": str(classifier),
+        "./minilm-finetuned": str(finetuned),
+        "pruned-minilm/": str(root / "pruned-minilm"),
+        "work.json": str(root / "work.json"),
+        "train.conllu": treebanks["train"],
+        "dev.conllu": treebanks["dev"],
+        "test.conllu": treebanks["test"],
+        "en_ewt-ud-train.conllu": treebanks["treebank"],
+        "treebank.conllu": treebanks["treebank"],
+        "bertscope/data/sample.conllu": str(DATA / "sample.conllu"),
+        "probing.tsv": str(DATA / "sample.tsv"),
+        "sst.tsv": str(DATA / "sample.tsv"),
+        "wiki.txt": str(DATA / "sample.txt"),
+        "sst.txt": str(DATA / "sample.txt"),
+        "cache_dir": str(root / "cache"),
+    }
+
+
+@pytest.fixture
+def explorer_runs(monkeypatch):
+    """The explorer opens headless, waits for its model, and closes; the apps are kept to check."""
+    from bertscope.ui.app import ExplorerApp
+
+    apps = []
+
+    def headless(app):
+        async def go():
+            async with app.run_test(size=(100, 30)) as pilot:
+                for _ in range(1200):
+                    if app.backend is not None or app.load_error is not None:
+                        break
+                    await pilot.pause(0.05)
+        asyncio.run(go())
+        apps.append(app)
+
+    monkeypatch.setattr(ExplorerApp, "run", headless)
+    return apps
+
+
+def test_the_readme_has_examples_of_every_command():
+    from bertscope.cli import main as group
+
+    shown = {shlex.split(example)[1] for example in EXAMPLES if len(shlex.split(example)) > 1}
+    analyses = {"probe", "fill", "attribute", "importance", "prune", "geometry", "compare", "info"}
+    assert analyses <= shown, analyses - shown
+    assert analyses <= set(group.commands)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda example: example[10:70])
+def test_readme_example_runs(example, stand_ins, explorer_runs, monkeypatch):
+    monkeypatch.setenv("BERTSCOPE_CACHE_DIR", stand_ins["cache_dir"])
+    args = []
+    for word in shlex.split(example)[1:]:
+        args.append(stand_ins.get(word, word))
+    if example.startswith("bertscope prune") and "-o" in args:
+        shutil.rmtree(stand_ins["pruned-minilm/"], ignore_errors=True)
+    if "pruned-minilm/" in example and "prune" not in example:
+        _make_pruned_model(stand_ins)
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0, f"{example}\n{result.stderr}"
+    assert "Traceback" not in result.output
+    if args and args[0] not in main.commands:  # the explorer
+        (app,) = explorer_runs
+        assert app.load_error is None and app.backend is not None, app.load_error
+
+
+def _make_pruned_model(stand_ins) -> None:
+    """`bertscope info --model pruned-minilm/` follows the prune example that writes it."""
+    target = Path(stand_ins["pruned-minilm/"])
+    if (target / "config.json").is_file():
+        return
+    shutil.rmtree(target, ignore_errors=True)
+    result = CliRunner().invoke(
+        main, ["prune", "--data", stand_ins["wiki.txt"], "--limit", "16", "--objective", "preserve", "--fraction", "0.3", "-o", str(target)]
+    )
+    assert result.exit_code == 0, result.stderr
