@@ -229,3 +229,17 @@ def test_a_click_on_a_cell_moves_the_cursor_there():
         assert "▸ 3:to → 5:cabinet" in view.plain_text
 
     run(app, steps)
+
+
+def test_slash_while_zoomed_brings_the_sentence_box_back():
+    app = make_app(text=README_SENTENCE)
+
+    async def steps(pilot):
+        await pilot.press("z")
+        await pilot.pause()
+        assert not app.query_one("#inputs").display
+        await pilot.press("slash")
+        await pilot.pause()
+        assert app.query_one("#inputs").display and app.focused is app.query_one("#sentence")
+
+    run(app, steps)

@@ -553,6 +553,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
             self._save_state()
 
     def action_focus_sentence(self) -> None:
+        self.screen.remove_class("-zoomed")  # the box is hidden while the heatmap is zoomed
         self.query_one("#sentence", Input).focus()
 
     def action_help(self) -> None:
