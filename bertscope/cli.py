@@ -226,8 +226,13 @@ def info(model, device, dtype, allow_download, as_json):
 @mask_options
 @format_options
 @click.option("--theme", default=None, help="Heatmap colours: a theme name or a theme file.")
+@click.option(
+    "--scale", type=click.Choice(["max", "row", "fixed", "log"]), default="max", show_default=True,
+    help="Colour scale: 0 to the map's largest weight, each row to its own largest, fixed 0–1, or three decades (log).",
+)
+@click.option("--dense", is_flag=True, help="Two query rows a line (half blocks), for long inputs; needs 256 colours.")
 @model_options
-def attention(text, pair, layer, head, mask_spec, ablation, output_format, theme, model, device, dtype, allow_download):
+def attention(text, pair, layer, head, mask_spec, ablation, output_format, theme, scale, dense, model, device, dtype, allow_download):
     """Show one head's attention over TEXT as a heatmap (rows attend to columns)."""
     if output_format is None:
         colormap = _heatmap_colormap(theme)  # a bad theme fails before the model loads
@@ -269,7 +274,8 @@ def attention(text, pair, layer, head, mask_spec, ablation, output_format, theme
         title += f" · mask {head_mask.spec()} ({ablation})"
     Console().print(
         AttentionHeatmap(
-            weights, tokens, tokens, colormap, title=title, masked=head_mask.is_masked(layer, head)
+            weights, tokens, tokens, colormap, title=title, masked=head_mask.is_masked(layer, head),
+            scale=scale, dense=dense, cell_width=None, label_width=None,
         )
     )
 

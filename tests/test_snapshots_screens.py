@@ -77,6 +77,12 @@ async def compare(pilot):
     await pilot.press("down")
 
 
+async def zoomed(pilot):
+    await settle(pilot)
+    await pilot.press("down", "z", "down", "down", "right")  # layer 1, the heatmap alone, cursor on 2:1
+    await settle(pilot)
+
+
 async def help_screen(pilot):
     await settle(pilot)
     await pilot.press("question_mark")
@@ -84,7 +90,7 @@ async def help_screen(pilot):
 
 
 SCREENS = {
-    "main": main_screen, "overview": overview, "probing": probing, "importance": importance,
+    "main": main_screen, "zoomed": zoomed, "overview": overview, "probing": probing, "importance": importance,
     "pruning_curve": pruning_curve, "geometry": geometry, "compare": compare, "help": help_screen,
 }
 

@@ -1,9 +1,21 @@
 """One attention matrix drawn as a Rich renderable, shared by the CLI and the UI.
 
-Rows are query ("from") tokens, columns key ("to") tokens. Each cell is two terminal cells
-wide. With 256 or more colours a cell is a background colour from the theme's colour map;
-with 16 colours or none (NO_COLOR) the value is a shade glyph instead, so the picture still
-reads. Lines are built from Segments, not per-cell Text, so 512 × 512 renders quickly.
+Rows are query ("from") tokens, columns key ("to") tokens. A cell is one or two terminal
+cells wide; in dense mode one line holds two query rows (the half-block ``▀``: its
+foreground is the upper row, its background the lower one), so a long input fits a pane.
+With 256 or more colours a cell is a colour from the theme's colour map; with 16 colours or
+none (NO_COLOR) the value is a shade glyph instead, so the picture still reads (glyphs have
+no halves: there dense mode draws one row per line).
+
+The colour scale is chosen by name (``SCALES``): ``max`` maps 0 → the map's largest weight
+(attention maps rarely reach 1, so a fixed 0–1 scale leaves most of them black), ``row``
+each query row to its own largest weight, ``fixed`` the range vmin–vmax (0–1: to compare
+heads), ``log`` the ``LOG_DECADES`` decades below the map's largest weight. The legend
+names the scale and its numbers.
+
+The picture is built by a ``HeatmapLayout`` line by line: the CLI prints all of it, the
+UI's scrolling view asks only for the lines it shows and keeps the row labels and the
+header fixed while the grid scrolls.
 """
 
 from __future__ import annotations
@@ -26,17 +38,27 @@ from bertscope.theming import Colormap
 GLYPHS = (" ", "░", "▒", "▓", "█")  # low to high, for terminals without enough colours
 COLOUR_LEVELS = 256  # weights are quantised to this many colours, one Style each
 MAX_LABEL_HEIGHT = 8  # column labels are written vertically, at most this many lines
-CELL_WIDTH = 2
+MAX_LABEL_WIDTH = 20  # row labels are cut beyond this unless told otherwise
+CELL_WIDTH = 2  # the default cell width (the CLI's, and the geometry screens')
 LEGEND_CELLS = 10
 MASKED_BLEND = 0.75  # a masked head keeps a faint trace of its pattern
+SCALES = ("max", "row", "fixed", "log")
+LOG_DECADES = 3  # the log scale spans this many decades below the largest weight
+UPPER_HALF = "▀"
 
 _NAN = -1  # cell codes next to the quantised levels 0..n-1
 _CURSOR = -2
+_NONE = -3  # below the last row of a dense map with an odd number of rows
 
 
 class AttentionHeatmap:
     """An attention matrix with token labels on both axes, a legend and an optional cursor.
 
+    ``scale`` is one of ``SCALES`` (None: the range vmin–vmax, unnamed in the legend).
+    ``cell_width`` is 1 or 2 terminal cells, or None for 2 where the whole grid fits the
+    console and 1 where it does not. ``dense`` draws two query rows per line (colours only).
+    ``label_width`` is the row-label gutter (None: the longest label, up to MAX_LABEL_WIDTH);
+    ``label_height`` the most lines the vertical column labels may take (0: none).
     ``split_columns`` prints a grid wider than the console in column blocks, like numpy
     prints wide arrays; turn it off where a scrolling container shows the full width.
     ``glyphs`` forces shade glyphs (True) or colours (False); None decides from the console.
@@ -50,12 +72,16 @@ class AttentionHeatmap:
         colormap: Colormap,
         *,
         title: str | None = None,
+        scale: str | None = None,
         vmin: float = 0.0,
         vmax: float = 1.0,
         cursor: tuple[int, int] | None = None,
         masked: bool = False,
         split_columns: bool = True,
-        label_width: int = 12,
+        cell_width: int | None = CELL_WIDTH,
+        dense: bool = False,
+        label_width: int | None = 12,
+        label_height: int = MAX_LABEL_HEIGHT,
         legend: bool = True,
         glyphs: bool | None = None,
     ) -> None:
@@ -72,102 +98,87 @@ class AttentionHeatmap:
             raise ValueError(f"cursor {tuple(cursor)} is outside the {rows}×{cols} grid")
         if not vmax >= vmin:
             raise ValueError(f"vmax ({vmax}) must not be below vmin ({vmin})")
-        if label_width < 1:
+        if scale is not None and scale not in SCALES:
+            raise ValueError(f"unknown colour scale {scale!r}; choose one of {', '.join(SCALES)}")
+        if cell_width not in (None, 1, 2):
+            raise ValueError(f"cell_width must be 1, 2 or None (automatic), got {cell_width}")
+        if label_width is not None and label_width < 1:
             raise ValueError(f"label_width must be at least 1, got {label_width}")
         self.weights = weights
         self.row_labels = [_printable(label) for label in row_labels]
         self.col_labels = [_printable(label) for label in col_labels]
         self.colormap = colormap
         self.title = title
+        self.scale = scale
         self.vmin = vmin
         self.vmax = vmax
         self.cursor = tuple(cursor) if cursor is not None else None
         self.masked = masked
         self.split_columns = split_columns
+        self.cell_width = cell_width
+        self.dense = dense
+        if label_width is None:
+            longest = max((cell_len(label) for label in self.row_labels), default=1)
+            label_width = max(1, min(longest, MAX_LABEL_WIDTH))
         self.label_width = label_width
+        self.label_height = max(0, label_height)
         self.legend = legend
         self.glyphs = glyphs  # None: decide from the console's colours
+
+    def layout(self, use_colour: bool, cell_width: int | None = None) -> HeatmapLayout:
+        """The picture's lines for a console with (or without) enough colours."""
+        return HeatmapLayout(self, use_colour, cell_width or self.cell_width or CELL_WIDTH)
+
+    def uses_colour(self, console: Console) -> bool:
+        if self.glyphs is not None:
+            return not self.glyphs
+        return console.color_system in ("256", "truecolor") and not console.no_color
 
     # Rich protocol
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        full = max(self._grid_width(self.label_width, self.weights.shape[1]), self._text_width())
-        narrowest = self._grid_width(self.label_width, 1) if self.split_columns else full
+        cell = self._cell_width_for(options.max_width)
+        cols = self.weights.shape[1]
+        layout = self.layout(self.uses_colour(console), cell)
+        full = max(layout.gutter_width + cell * cols, layout.text_width())
+        narrowest = layout.gutter_width + cell if self.split_columns else full
         return Measurement(min(narrowest, full), full)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        use_colour = console.color_system in ("256", "truecolor") and not console.no_color
-        if self.glyphs is not None:
-            use_colour = not self.glyphs
-        palette = _palette(self.colormap, use_colour, self.masked)
         width = options.max_width
-        label_width, per_block = self.label_width, max(1, self.weights.shape[1])
-        if self.split_columns and self._grid_width(label_width, per_block) > width:
-            label_width = max(1, min(label_width, width - 1 - CELL_WIDTH))
-            per_block = max(1, (width - label_width - 1) // CELL_WIDTH)
+        layout = self.layout(self.uses_colour(console), self._cell_width_for(width))
+        cell, cols = layout.cell_width, self.weights.shape[1]
+        gutter_width, per_block = layout.gutter_width, cols
+        if self.split_columns and gutter_width + cell * cols > width:
+            gutter_width = max(2, min(gutter_width, width - cell))
+            per_block = max(1, (width - gutter_width) // cell)
+            layout = layout.with_gutter(gutter_width)
         crop = width if self.split_columns else None
 
         if self.title or self.masked:
             yield from _line(self._title_segments(), crop)
-        codes = self._cell_codes(palette.levels)
-        cols = self.weights.shape[1]
-        blocks = [(start, min(start + per_block, cols)) for start in range(0, cols, per_block)]
-        row_labels = [_fit(label, label_width) for label in self.row_labels]
+        for line in layout.header_lines():
+            yield from _line(line, crop)
+        blocks = [(start, min(start + per_block, cols)) for start in range(0, cols, max(1, per_block))]
+        indent = Segment(" " * gutter_width)
         for number, (start, stop) in enumerate(blocks):
             if len(blocks) > 1:
                 if number:
                     yield Segment.line()
                 shown = f"column {start}" if stop - start == 1 else f"columns {start}–{stop - 1}"
                 yield from _line([Segment(f"{shown} of {cols}", Style(dim=True))], crop)
-            yield from self._column_label_lines(label_width, start, stop, palette)
-            for row, label in enumerate(row_labels):
-                yield from self._row_line(row, label, codes[row, start:stop], palette)
+            for label_line in layout.column_label_lines(start, stop):
+                yield from _line([indent, *label_line], None)
+            for index in range(layout.lines):
+                yield from _line([*layout.gutter(index), *layout.grid(index, start, stop)], None)
         if self.legend:
-            yield from _line(self._legend_segments(label_width, palette), crop)
-        if self.cursor is not None:
-            yield from _line(self._pointer_segments(label_width, palette), crop)
+            yield from _line(layout.legend(gutter_width), crop)
 
-    # Parts of the picture
-
-    def _cell_codes(self, levels: int) -> np.ndarray:
-        """Each weight as a level 0..levels-1, or _NAN, or _CURSOR at the cursor."""
-        span = self.vmax - self.vmin
-        with np.errstate(invalid="ignore"):
-            scaled = (self.weights - self.vmin) / (span if span > 0 else 1.0)
-        missing = np.isnan(scaled)
-        scaled = np.clip(np.where(missing, 0.0, scaled), 0.0, 1.0)
-        codes = np.floor(scaled * (levels - 1) + 0.5).astype(np.int64)
-        codes[missing] = _NAN
-        if self.cursor is not None:
-            codes[self.cursor] = _CURSOR
-        return codes
-
-    def _row_line(self, row: int, label: str, codes: np.ndarray, palette: _Palette) -> Iterable[Segment]:
-        on_cursor = self.cursor is not None and self.cursor[0] == row
-        yield Segment(label, palette.emphasis if on_cursor else None)
-        yield Segment("▸" if on_cursor else " ")
-        for code, run in groupby(codes.tolist()):
-            text, style = palette.cells[code]
-            yield Segment(text * sum(1 for _ in run), style)
-        yield Segment.line()
-
-    def _column_label_lines(self, label_width: int, start: int, stop: int, palette: _Palette) -> Iterable[Segment]:
-        """Column labels written downwards, one character per line, ending at the grid."""
-        stacks = [_vertical(label) for label in self.col_labels[start:stop]]
-        height = max((len(stack) for stack in stacks), default=0)
-        cursor_col = self.cursor[1] - start if self.cursor is not None else -1
-        indent = Segment(" " * (label_width + 1))
-        for line in range(height):
-            depth = height - line  # counted up from the grid
-            pieces = [stack[-depth] if depth <= len(stack) else " " * CELL_WIDTH for stack in stacks]
-            yield indent
-            if 0 <= cursor_col < len(stacks) and depth <= len(stacks[cursor_col]):
-                yield Segment("".join(pieces[:cursor_col]))
-                yield Segment(pieces[cursor_col], palette.emphasis)
-                yield Segment("".join(pieces[cursor_col + 1 :]))
-            else:
-                yield Segment("".join(pieces))
-            yield Segment.line()
+    def _cell_width_for(self, width: int) -> int:
+        if self.cell_width is not None:
+            return self.cell_width
+        gutter = 2 * self.label_width + 2 if self.dense else self.label_width + 1
+        return CELL_WIDTH if gutter + CELL_WIDTH * self.weights.shape[1] <= width else 1
 
     def _title_segments(self) -> list[Segment]:
         segments = [Segment(self.title, Style(bold=True))] if self.title else []
@@ -175,59 +186,238 @@ class AttentionHeatmap:
             segments.append(Segment(" (masked)" if self.title else "masked", Style(bold=True, italic=True)))
         return segments
 
-    def _legend_segments(self, label_width: int, palette: _Palette) -> list[Segment]:
-        segments = [Segment(" " * (label_width + 1) + _number(self.vmin) + " ")]
-        segments += palette.bar
-        segments.append(Segment(" " + _number(self.vmax)))
+    # the colour scale
+
+    def scaled(self) -> tuple[np.ndarray, float, float]:
+        """The weights mapped to [0, 1] by the colour scale (NaN stays NaN), and the legend's two ends."""
+        weights = self.weights
+        scale = self.scale
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if scale in (None, "fixed"):
+                low, high = self.vmin, self.vmax
+                scaled = (weights - low) / ((high - low) or 1.0)
+            elif scale == "row":
+                row_max = np.nanmax(np.where(np.isnan(weights), -np.inf, weights), axis=1, keepdims=True)
+                row_max = np.where(np.isfinite(row_max) & (row_max > 0), row_max, 1.0)
+                scaled = weights / row_max
+                low, high = 0.0, self.row_max(self.cursor[0]) if self.cursor is not None else 1.0
+            else:
+                high = self.largest()
+                if scale == "max":
+                    low = 0.0
+                    scaled = weights / high
+                else:  # log
+                    low = high / 10**LOG_DECADES
+                    scaled = (np.log10(np.maximum(weights, low)) - math.log10(low)) / LOG_DECADES
+        return np.where(np.isnan(weights), np.nan, np.clip(scaled, 0.0, 1.0)), float(low), float(high)
+
+    def largest(self) -> float:
+        """The map's largest weight (1 for an empty or all-zero map), the top of `max` and `log`."""
+        finite = self.weights[np.isfinite(self.weights)]
+        top = float(finite.max()) if finite.size else 0.0
+        return top if top > 0 else 1.0
+
+    def row_max(self, row: int) -> float:
+        finite = self.weights[row][np.isfinite(self.weights[row])]
+        top = float(finite.max()) if finite.size else 0.0
+        return top if top > 0 else 1.0
+
+    def legend_text(self) -> tuple[str, str, str]:
+        """The legend's words: the scale's name, the low end, the high end."""
+        _, low, high = self.scaled()
+        if self.scale == "row":
+            high_text = "row max" + (f" {_number(high)}" if self.cursor is not None else "")
+            return "row", "0", high_text
+        if self.scale == "log":
+            return "log", f"{low:.2g}", _number(high)
+        return self.scale or "", _number(low), _number(high)
+
+
+class HeatmapLayout:
+    """The heatmap's lines, each built on request: a scrolling view builds only what it shows.
+
+    Grid line i holds query row i, or rows 2i and 2i+1 in dense mode. The gutter holds the
+    row labels (both rows' labels in dense mode, the upper one first), right-aligned.
+    """
+
+    def __init__(self, heatmap: AttentionHeatmap, use_colour: bool, cell_width: int) -> None:
+        self.heatmap = heatmap
+        self.palette = _palette(heatmap.colormap, use_colour, heatmap.masked)
+        self.use_colour = use_colour
+        self.cell_width = cell_width
+        self.rows_per_line = 2 if heatmap.dense and use_colour else 1
+        rows, cols = heatmap.weights.shape
+        self.lines = -(-rows // self.rows_per_line)
+        self.grid_width = cell_width * cols
+        self.codes = _codes(heatmap, self.palette.levels)
+        self._cells = {code: self.palette.cell(code, cell_width) for code in self.palette.cells}
+        label = heatmap.label_width
+        self.with_gutter(2 * label + 2 if self.rows_per_line == 2 else label + 1)  # dense: both rows' labels
+
+    def with_gutter(self, width: int) -> HeatmapLayout:
+        """Set the width of the row-label gutter (labels are cut to fit, with an ellipsis)."""
+        self.gutter_width = max(2, width)
+        label_width = self.gutter_width - 1
+        if self.rows_per_line == 2:
+            label_width = max(1, (self.gutter_width - 2) // 2)
+        self._labels = [_fit(label, label_width) for label in self.heatmap.row_labels]
+        self._label_width = label_width
+        return self
+
+    def gutter(self, line: int) -> list[Segment]:
+        """Line ``line``'s row labels and the marker of the cursor's row."""
+        heatmap, emphasis = self.heatmap, self.palette.emphasis
+        cursor_row = heatmap.cursor[0] if heatmap.cursor is not None else -1
+        rows = range(line * self.rows_per_line, min((line + 1) * self.rows_per_line, len(self._labels)))
+        segments = []
+        if self.rows_per_line == 2:
+            pad = self.gutter_width - 2 - 2 * self._label_width
+            if pad:
+                segments.append(Segment(" " * pad))
+        for row in rows:
+            if self.rows_per_line == 2 and row % 2:
+                segments.append(Segment(" "))
+            label = self._labels[row]
+            if row == cursor_row:  # emphasise the word, not its padding (reverse video in glyph mode)
+                word = label.lstrip(" ")
+                segments += [Segment(label[: len(label) - len(word)]), Segment(word, emphasis)]
+            else:
+                segments.append(Segment(label))
+        if self.rows_per_line == 2 and len(rows) == 1:
+            segments.append(Segment(" " * (self._label_width + 1)))
+        segments.append(Segment("▸" if cursor_row in rows else " ", emphasis if cursor_row in rows else None))
         return segments
 
-    def _pointer_segments(self, label_width: int, palette: _Palette) -> list[Segment]:
-        """The cursor cell in words: from-token → to-token and its weight."""
-        row, col = self.cursor
-        pointer = f"▸ {row}:{self.row_labels[row]} → {col}:{self.col_labels[col]}  {_number(self.weights[row, col], 3)}"
-        return [Segment(" " * (label_width + 1)), Segment(pointer, palette.emphasis)]
+    def grid(self, line: int, start: int = 0, stop: int | None = None) -> list[Segment]:
+        """Line ``line`` of the grid, columns ``start`` to ``stop``."""
+        if self.rows_per_line == 1:
+            cells = self._cells
+            segments = []
+            for code, run in groupby(self.codes[line, start:stop].tolist()):
+                text, style = cells[code]
+                segments.append(Segment(text * sum(1 for _ in run), style))
+            return segments
+        upper = self.codes[2 * line, start:stop].tolist()
+        lower = self.codes[2 * line + 1, start:stop].tolist() if 2 * line + 1 < len(self.codes) else [_NONE] * len(upper)
+        halves, width = self.palette.halves, self.cell_width
+        return [
+            Segment(UPPER_HALF * (width * sum(1 for _ in run)), halves(pair))
+            for pair, run in groupby(zip(upper, lower))
+        ]
 
-    def _grid_width(self, label_width: int, cols: int) -> int:
-        return label_width + 1 + CELL_WIDTH * cols
+    def column_label_lines(self, start: int = 0, stop: int | None = None) -> list[list[Segment]]:
+        """Column labels written downwards, one character per line, ending at the grid.
 
-    def _text_width(self) -> int:
-        """Width of the title and legend lines, so a measuring container does not crop them."""
-        width = Segment.get_line_length(self._title_segments())
-        if self.legend:
-            plain = _palette(self.colormap, use_colour=False, masked=False)
-            width = max(width, Segment.get_line_length(self._legend_segments(self.label_width, plain)))
-        if self.cursor is not None:
-            plain = _palette(self.colormap, use_colour=False, masked=False)
-            width = max(width, Segment.get_line_length(self._pointer_segments(self.label_width, plain)))
+        Neighbouring labels alternate plain and dim, so one-cell-wide columns still read apart.
+        """
+        heatmap = self.heatmap
+        labels = heatmap.col_labels[start:stop]
+        height = min(heatmap.label_height, max((len(label) for label in labels), default=0))
+        if height <= 0:
+            return []
+        stacks = [_vertical(label, height, self.cell_width) for label in labels]
+        cursor_col = heatmap.cursor[1] - start if heatmap.cursor is not None else -1
+        dim = Style(dim=True)
+        lines = []
+        for line in range(height):
+            depth = height - line  # counted up from the grid
+            segments = []
+            for column, stack in enumerate(stacks):
+                text = stack[-depth] if depth <= len(stack) else " " * self.cell_width
+                style = self.palette.emphasis if column == cursor_col else dim if column % 2 else None
+                segments.append(Segment(text, style))
+            lines.append(list(Segment.simplify(segments)))
+        return lines
+
+    def header_lines(self) -> list[list[Segment]]:
+        """The cursor cell in words: from-token → to-token and its weight (nothing without a cursor)."""
+        heatmap = self.heatmap
+        if heatmap.cursor is None:
+            return []
+        row, col = heatmap.cursor
+        text = f"▸ {row}:{heatmap.row_labels[row]} → {col}:{heatmap.col_labels[col]}  {_number(heatmap.weights[row, col], 3)}"
+        return [[Segment(text, self.palette.emphasis)]]
+
+    def legend(self, indent: int = 0, width: int | None = None) -> list[Segment]:
+        """The scale's name, its low end, a colour bar (or the glyphs) and its high end."""
+        name, low, high = self.heatmap.legend_text()
+        bar = self.palette.bar
+        if self.use_colour and width is not None:
+            room = width - indent - cell_len(name + low + high) - 3
+            cells = max(4, min(LEGEND_CELLS, room))
+            bar = self.palette.colour_bar(cells)
+        return [Segment(" " * indent), Segment(name, Style(bold=True)), Segment(" " if name else ""), Segment(low + " "), *bar, Segment(" " + high)]
+
+    def text_width(self) -> int:
+        """Width of the title, header and legend lines, so a measuring container does not crop them."""
+        width = Segment.get_line_length(self.heatmap._title_segments())
+        for line in self.header_lines():
+            width = max(width, Segment.get_line_length(line))
+        if self.heatmap.legend:
+            width = max(width, Segment.get_line_length(self.legend(self.gutter_width)))
         return width
+
+
+def _codes(heatmap: AttentionHeatmap, levels: int) -> np.ndarray:
+    """Each weight as a level 0..levels-1, or _NAN, or _CURSOR at the cursor."""
+    scaled, _, _ = heatmap.scaled()
+    missing = np.isnan(scaled)
+    codes = np.floor(np.where(missing, 0.0, scaled) * (levels - 1) + 0.5).astype(np.int64)
+    codes[missing] = _NAN
+    if heatmap.cursor is not None:
+        codes[heatmap.cursor] = _CURSOR
+    return codes
 
 
 class _Palette:
     """How each cell code is drawn: background colours, or glyphs without enough colours."""
 
     def __init__(self, colormap: Colormap, use_colour: bool, masked: bool) -> None:
+        self._halves: dict[tuple[int, int], Style] = {}
         if use_colour:
             self.levels = COLOUR_LEVELS
             masked_rgb = colormap.rgb(math.nan)
             colours = [colormap.rgb(level / (self.levels - 1)) for level in range(self.levels)]
             if masked:
                 colours = [_blend(rgb, masked_rgb, MASKED_BLEND) for rgb in colours]
-            self.cells = {i: (" " * CELL_WIDTH, _background(rgb)) for i, rgb in enumerate(colours)}
-            self.cells[_NAN] = (" " * CELL_WIDTH, _background(masked_rgb))
-            self.cells[_CURSOR] = (" " * CELL_WIDTH, Style(bgcolor=colormap.cursor))
+            self.colours = {i: Color.from_rgb(*rgb) for i, rgb in enumerate(colours)}
+            self.colours[_NAN] = Color.from_rgb(*masked_rgb)
+            self.colours[_CURSOR] = Color.parse(colormap.cursor)
+            self.cells = {code: (" " * CELL_WIDTH, Style(bgcolor=colour)) for code, colour in self.colours.items()}
+            self.cursor_glyph = " "
             self.emphasis = Style(color=colormap.cursor, bold=True)
-            self.bar = [
-                Segment(" ", self.cells[round(i * (self.levels - 1) / (LEGEND_CELLS - 1))][1])
-                for i in range(LEGEND_CELLS)
-            ]
+            self.bar = self.colour_bar(LEGEND_CELLS)
         else:
             self.levels = len(GLYPHS)
             shade = Style(dim=True) if masked else None
             self.cells = {i: (glyph * CELL_WIDTH, shade) for i, glyph in enumerate(GLYPHS)}
             self.cells[_NAN] = ("·" * CELL_WIDTH, shade)
             self.cells[_CURSOR] = ("[]", Style(bold=True, reverse=True))
+            self.cursor_glyph = "◆"
             self.emphasis = Style(bold=True, reverse=True)
-            self.bar = [Segment("".join(glyph * CELL_WIDTH for glyph in GLYPHS))]
+            self.bar = [Segment("".join(GLYPHS))]
+
+    def cell(self, code: int, width: int) -> tuple[str, Style | None]:
+        """The text and style of one cell ``width`` terminal cells wide."""
+        text, style = self.cells[code]
+        if width == 1:
+            text = self.cursor_glyph if code == _CURSOR else text[0]
+        return text, style
+
+    def colour_bar(self, cells: int) -> list[Segment]:
+        return [
+            Segment(" ", self.cells[round(i * (self.levels - 1) / max(1, cells - 1))][1])
+            for i in range(cells)
+        ]
+
+    def halves(self, pair: tuple[int, int]) -> Style:
+        """The style of a half-block cell: the upper row's colour in front, the lower row's behind."""
+        style = self._halves.get(pair)
+        if style is None:
+            upper, lower = pair
+            style = Style(color=self.colours[upper], bgcolor=self.colours.get(lower))
+            self._halves[pair] = style
+        return style
 
 
 @functools.lru_cache(maxsize=32)
@@ -244,10 +434,6 @@ def _line(segments: list[Segment], crop: int | None) -> Iterable[Segment]:
     yield Segment.line()
 
 
-def _background(rgb: tuple[int, int, int]) -> Style:
-    return Style(bgcolor=Color.from_rgb(*rgb))
-
-
 def _blend(a: tuple[int, int, int], b: tuple[int, int, int], t: float) -> tuple[int, int, int]:
     return tuple(round(x + (y - x) * t) for x, y in zip(a, b))  # type: ignore[return-value]
 
@@ -262,15 +448,20 @@ def _fit(label: str, width: int) -> str:
     length = cell_len(label)
     if length <= width:
         return " " * (width - length) + label
+    if width == 1:
+        return set_cell_size(label, 1)
     return set_cell_size(label, width - 1) + "…"
 
 
-def _vertical(label: str) -> list[str]:
-    """A column label as one padded character per line, cut with an ellipsis when too tall."""
+def _vertical(label: str, height: int, width: int) -> list[str]:
+    """A column label as one padded character per line, cut to ``height`` lines.
+
+    Cut labels end in an ellipsis where there are lines enough for it to leave a word.
+    """
     chars = list(label)
-    if len(chars) > MAX_LABEL_HEIGHT:
-        chars = chars[: MAX_LABEL_HEIGHT - 1] + ["…"]
-    return [set_cell_size(ch, CELL_WIDTH) for ch in chars]
+    if len(chars) > height:
+        chars = chars[: height - 1] + ["…"] if height >= 4 else chars[:height]
+    return [set_cell_size(ch, width) for ch in chars]
 
 
 def _number(value: float, digits: int = 2) -> str:

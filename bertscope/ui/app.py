@@ -29,6 +29,7 @@ from bertscope.core.errors import BertscopeError
 from bertscope.core.headstats import FIGURES, figure_range, head_figures
 from bertscope.core.masks import HeadMask
 from bertscope.core.results import ForwardResult
+from bertscope.render.heatmap import SCALES
 from bertscope.theming import DEFAULT_THEME, load_theme
 from bertscope.ui.attribution import AttributionRow
 from bertscope.ui.backend import Backend
@@ -48,6 +49,13 @@ from bertscope.ui.widgets.head_grid import HeadGrid
 from bertscope.ui.widgets.panels import EffectPanel, StatusLine, TokenPanel
 
 VIEWS = ("head", "average")
+HEATMAP_ACTIONS = {"zoom", "next_scale", "toggle_dense"}  # keys of the explorer's own screen
+SCALE_NOTES = {
+    "max": "0 to the map's largest weight",
+    "row": "each query row to its own largest weight",
+    "fixed": "0 to 1, comparable across heads",
+    "log": "three decades below the map's largest weight",
+}
 GRID_LABELS = {  # the grid's legend is 40 columns wide at 12 heads: short names, so its numbers always fit
     "entropy": "entropy (nats)",
     "cls": "attn to [CLS]",
@@ -93,6 +101,9 @@ class ExplorerApp(ImportanceMixin, App[None]):
         Binding("v", "next_view", "view"),
         Binding("t", "next_theme", "theme"),
         Binding("e", "export", "export"),
+        Binding("z", "zoom", "zoom"),
+        Binding("s", "next_scale", "colour scale", show=False),
+        Binding("d", "toggle_dense", "dense", show=False),
         Binding("o", "overview", "overview"),
         Binding("p", "probing", "probing"),
         Binding("b", "next_attribution", "attribution", show=False),
@@ -151,6 +162,9 @@ class ExplorerApp(ImportanceMixin, App[None]):
                 self._startup_notes.append(str(error))
         self._glyphs_wanted = glyphs  # None: shade glyphs only where colours are too few or off
         self.glyphs = bool(glyphs)
+        self.heatmap_scale = "max"  # the heatmap's colour scale, one of SCALES (`s`)
+        self.heatmap_dense: bool | None = None  # two query rows a line; None: where the map would not fit (`d`)
+        self._focus_before_zoom = None
 
     # layout
 
@@ -339,7 +353,12 @@ class ExplorerApp(ImportanceMixin, App[None]):
             grid.show(analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), self.mask, (layer, head))
         weights, title, masked = self._displayed_matrix()
         view = self.query_one(AttentionView)
-        view.show(weights, analysis.current.tokens, self._colormap(), title=title, masked=masked, glyphs=self.glyphs, cursor=self.state.cursor)
+        # Once the view shows a map it owns the cursor: keys it has handled may not have reached the state yet.
+        cursor = view.cursor if view.weights is not None else self.state.cursor
+        view.show(
+            weights, analysis.current.tokens, self._colormap(), title=title, masked=masked, glyphs=self.glyphs,
+            cursor=cursor, scale=self.heatmap_scale, dense=self.heatmap_dense,
+        )
         self.state = self.state.with_(cursor=view.cursor)
         row = view.cursor[0]
         self.query_one(TokenPanel).show(analysis.current.tokens, weights[row], row)
@@ -403,7 +422,8 @@ class ExplorerApp(ImportanceMixin, App[None]):
         self._set_mask(self.mask.layer_toggled(message.layer))
 
     def on_attention_view_cursor_moved(self, message: AttentionView.CursorMoved) -> None:
-        self.state = self.state.with_(cursor=(message.row, message.col))
+        # the view's cursor, not the message's: keys that arrived after this message have moved it on
+        self.state = self.state.with_(cursor=self.query_one(AttentionView).cursor)
         self._repaint()
 
     def _set_mask(self, mask: HeadMask) -> None:
@@ -442,6 +462,49 @@ class ExplorerApp(ImportanceMixin, App[None]):
         self.state = self.state.with_(view=VIEWS[(VIEWS.index(self.state.view) + 1) % len(VIEWS)])
         self._repaint()
         self._save_state()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The heatmap's keys (z, s, d) only where the heatmap is: not in other screens' footers."""
+        if action in HEATMAP_ACTIONS:
+            return self._heatmap_on_screen()
+        return super().check_action(action, parameters)
+
+    def _heatmap_on_screen(self) -> bool:
+        """Whether the explorer's own screen (with the heatmap) is the one shown, not one pushed over it."""
+        return bool(self.screen.query(AttentionView))
+
+    def action_zoom(self) -> None:
+        """The heatmap alone on the screen (inputs, grid and side panes hidden), and back."""
+        if not self._heatmap_on_screen():
+            return
+        zoomed = not self.screen.has_class("-zoomed")
+        self.screen.set_class(zoomed, "-zoomed")
+        view = self.query_one(AttentionView)
+        if zoomed:
+            self._focus_before_zoom = self.focused
+            view.focus()
+        elif self._focus_before_zoom is not None and self._focus_before_zoom.is_attached:
+            self._focus_before_zoom.focus()
+
+    def action_next_scale(self) -> None:
+        """The heatmap's colour scale: max, row, fixed (0–1), log (the legend shows its numbers)."""
+        if not self._heatmap_on_screen():
+            return
+        self.heatmap_scale = SCALES[(SCALES.index(self.heatmap_scale) + 1) % len(SCALES)]
+        self.notify(f"colour scale: {self.heatmap_scale} ({SCALE_NOTES[self.heatmap_scale]})", timeout=3)
+        self._repaint()
+
+    def action_toggle_dense(self) -> None:
+        """Two query rows a line (half blocks), or one; the first press overrides the automatic choice."""
+        if not self._heatmap_on_screen():
+            return
+        view = self.query_one(AttentionView)
+        self.heatmap_dense = not view.dense_shown
+        if self.heatmap_dense and self.glyphs:
+            self.notify("shade glyphs have no halves: dense needs colours (--colours)", severity="warning", timeout=4)
+        else:
+            self.notify(f"heatmap: {'two rows' if self.heatmap_dense else 'one row'} a line", timeout=2)
+        self._repaint()
 
     def action_next_theme(self) -> None:
         names = sorted(self.theme_specs)
@@ -490,6 +553,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
             self._save_state()
 
     def action_focus_sentence(self) -> None:
+        self.screen.remove_class("-zoomed")  # the box is hidden while the heatmap is zoomed
         self.query_one("#sentence", Input).focus()
 
     def action_help(self) -> None:
@@ -544,6 +608,9 @@ class ExplorerApp(ImportanceMixin, App[None]):
         yield SystemCommand("Switch ablation", "zero (Michel et al.) or uniform (Kovaleva et al.)", self.action_toggle_ablation)
         yield SystemCommand("Next figure", "Shade the grid by another per-head figure", self.action_next_figure)
         yield SystemCommand("Switch view", "One head, or the average over the layer's heads", self.action_next_view)
+        yield SystemCommand("Zoom heatmap", "The heatmap alone on the screen, and back", self.action_zoom)
+        yield SystemCommand("Colour scale", "Heatmap colours: max, row, fixed 0–1, log", self.action_next_scale)
+        yield SystemCommand("Dense heatmap", "Two query rows a line (half blocks), or one", self.action_toggle_dense)
         yield SystemCommand("Export view", "Save the screen as SVG and the matrix as CSV", self.action_export)
         yield SystemCommand("Overview", "Patterns and statistics of every head over a corpus", self.action_overview)
         yield SystemCommand("Probing", "What each layer knows: probes per layer, several tasks side by side", self.action_probing)

@@ -20,7 +20,10 @@ and every pane shows the effect.
 | `tab` / `shift+tab` | move between the sentence, the pair, the grid, the effect pane (arrows scroll it) and the heatmap |
 | `/` | type a new sentence; **Enter** runs it and gives the keys back to the grid, `escape` leaves the box |
 | arrows (grid) | choose a layer and head; the heatmap repaints from memory |
-| arrows (heatmap) | move the cursor cell: from-token → to-token and its weight |
+| arrows (heatmap) | move the cursor cell: from-token → to-token and its weight (the line above the map); `pageup`/`pagedown` a screenful, `home`/`end` the first/last column; a click picks a cell |
+| `z` | zoom: the heatmap alone on the screen, and back |
+| `s` | the heatmap's colour scale: `max` (0 to the map's largest weight), `row` (each query row to its own largest), `fixed` (0–1, to compare heads), `log` (three decades below the largest); the legend gives its numbers |
+| `d` | dense heatmap: two query rows a line (half blocks), or one; by itself it goes dense only where the map would not fit |
 | `space` / double click | switch the selected head off, or back on |
 | `l` | switch the selected head's whole layer off, or back on |
 | `x` | switch every head back on |
@@ -51,7 +54,8 @@ re-scores the kept probes under the current mask. `e` there saves the screen as 
 its data: the per-head table (CSV), the probe curves (JSON), the scatter coordinates and
 CKA matrices (JSON), the per-head cosines and CKA (JSON), the pruning curve (CSV).
 
-The grid shades each head by the chosen figure for this sentence; `×` marks a head that is
+The grid shades each head by the chosen figure for this sentence (the line under it gives
+the selected head's value and the range of the shades); `×` marks a head that is
 switched off. A switched-off head's heatmap shows its pattern before it was switched off,
 dimmed. The effect pane shows, per layer, the cosine similarity between the hidden states
 with and without the mask; with a masked-LM model and a `[MASK]` in the sentence, the top

@@ -1,35 +1,46 @@
 """The selected head's attention as a scrolling heatmap with a cell cursor.
 
-The heatmap is the same Rich renderable the CLI prints. It is rendered to lines once per
-change, and the widget hands Textual only the visible part of each line (the line API),
-so long inputs scroll smoothly and a repaint does not re-convert every cell's style.
+The heatmap is the same renderable the CLI prints, laid out for the pane: one terminal cell
+per token (two where the whole map fits), two query rows per line in dense mode, row labels
+as wide as the pane allows. The row labels (a gutter on the left), the header line naming
+the cursor's cell, the column labels and the legend stay in place while the grid scrolls
+under them. Lines are built only when Textual asks for them (the line API) and kept until
+the next change, so a 512-token map repaints as quickly as a short one.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from rich.measure import Measurement
+from rich.cells import cell_len
 from rich.segment import Segment
+from rich.style import Style
 from textual.binding import Binding
-from textual.geometry import Region, Size
+from textual.events import Click, Resize
+from textual.geometry import Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from bertscope.render.heatmap import CELL_WIDTH, MAX_LABEL_HEIGHT, AttentionHeatmap
+from bertscope.render.heatmap import CELL_WIDTH, MAX_LABEL_HEIGHT, MAX_LABEL_WIDTH, AttentionHeatmap, HeatmapLayout
 from bertscope.theming import Colormap
 
-LABEL_WIDTH = 10
+MIN_LABEL_WIDTH = 5  # row labels keep at least this many cells when the grid does not fit
+LABEL_SHARE = 3  # ... and take at most a third of the pane then
 
 
 class AttentionView(ScrollView, can_focus=True):
-    """Arrows move the cursor cell (from-token → to-token); the view scrolls to follow it."""
+    """Arrows move the cursor cell (from-token → to-token); the grid scrolls to follow it."""
 
+    DEFAULT_CSS = """
+    AttentionView { scrollbar-size: 1 1; }
+    """
     BINDINGS = [
         Binding("up", "move(-1, 0)", "up", show=False),
         Binding("down", "move(1, 0)", "down", show=False),
         Binding("left", "move(0, -1)", "left", show=False),
         Binding("right", "move(0, 1)", "right", show=False),
+        Binding("pageup", "page(-1)", "page up", show=False),
+        Binding("pagedown", "page(1)", "page down", show=False),
         Binding("home", "jump(0)", "first", show=False),
         Binding("end", "jump(-1)", "last", show=False),
     ]
@@ -42,18 +53,28 @@ class AttentionView(ScrollView, can_focus=True):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.heatmap: AttentionHeatmap | None = None
+        self.map_layout: HeatmapLayout | None = None
         self.weights: np.ndarray | None = None
         self.cursor = (0, 0)
-        self._lines: list[Strip] = []
-        self._label_height = 0
+        self.dense_shown = False  # whether the map on screen is drawn two rows a line
+        self._request: dict = {}
+        self._message: list[Strip] = []
+        self._header: list[Strip] = []
+        self._labels: list[Strip] = []
+        self._legend: Strip | None = None
+        self._lines: dict[int, Strip] = {}  # grid lines built so far, gutter included
+        self._labels_key: tuple | None = None
+        self._base = Style()
 
     def on_mount(self) -> None:
         self.show_message("waiting for the model…")
 
     def show_message(self, text: str) -> None:
-        self.heatmap = None
-        self.weights = None
-        self._set_lines([[Segment(line)] for line in text.splitlines()])
+        self.heatmap = self.map_layout = self.weights = None
+        self._base = self.rich_style
+        self._message = [Strip([Segment(line)]).apply_style(self._base) for line in text.splitlines()]
+        self._set_virtual_size(Size(max((s.cell_length for s in self._message), default=0), len(self._message)))
+        self.refresh()
 
     def show(
         self,
@@ -65,40 +86,147 @@ class AttentionView(ScrollView, can_focus=True):
         masked: bool,
         glyphs: bool,
         cursor: tuple[int, int],
+        scale: str = "max",
+        dense: bool | None = None,
     ) -> None:
+        """Draw a map; ``dense`` None draws two rows a line only where the map would not fit the pane."""
         self.weights = weights
         rows, cols = weights.shape
         self.cursor = (min(cursor[0], rows - 1), min(cursor[1], cols - 1))
-        self._label_height = min(max((len(t) for t in tokens), default=0), MAX_LABEL_HEIGHT)
-        self.heatmap = AttentionHeatmap(
-            weights, tokens, tokens, colormap, title=title, masked=masked, cursor=self.cursor,
-            split_columns=False, label_width=LABEL_WIDTH, glyphs=glyphs,
-        )
-        console = self.app.console
-        width = Measurement.get(console, console.options, self.heatmap).maximum
-        self._set_lines(list(Segment.split_lines(console.render(self.heatmap, console.options.update_width(width)))))
-        self.call_after_refresh(self._follow_cursor)
+        self._request = dict(tokens=tokens, colormap=colormap, title=title, masked=masked, glyphs=glyphs, scale=scale, dense=dense)
+        self.border_title = f"{title}{' (masked)' if masked else ''}"
+        self._rebuild()
 
-    def _set_lines(self, lines: list[list[Segment]]) -> None:
-        base = self.rich_style  # the theme's background under cells that have none of their own
-        self._lines = [Strip(line).apply_style(base) for line in lines]
-        size = Size(max((strip.cell_length for strip in self._lines), default=0), len(self._lines))
+    def on_resize(self, event: Resize) -> None:
+        if self.weights is not None:
+            self._rebuild()
+
+    # layout
+
+    def _rebuild(self) -> None:
+        """Lay the map out for the pane's present size and draw its fixed parts."""
+        request, weights = self._request, self.weights
+        tokens = request["tokens"]
+        rows, cols = weights.shape
+        width, height = self._pane_size()
+        use_colour = not request["glyphs"]
+        fixed = 2  # the header line and the legend
+        dense = request["dense"]
+        if dense is None:
+            dense = rows + fixed > height
+        dense = dense and use_colour  # glyphs have no halves: one row a line
+        rows_per_line = 2 if dense else 1
+        lines = -(-rows // rows_per_line)
+        if lines + fixed > height:
+            width -= 1  # a vertical scrollbar
+        longest = max((cell_len(token) for token in tokens), default=1)
+        labels_wanted = min(longest, MAX_LABEL_WIDTH)
+        gutter_wanted = (2 * labels_wanted + 2) if dense else labels_wanted + 1
+        if gutter_wanted + cols <= width:
+            gutter = gutter_wanted
+        else:  # the grid scrolls anyway: the labels take a third of the pane
+            gutter = min(gutter_wanted, max(MIN_LABEL_WIDTH + (MIN_LABEL_WIDTH if dense else 1), width // LABEL_SHARE))
+        cell_width = CELL_WIDTH if gutter + CELL_WIDTH * cols <= width else 1
+        if gutter + cell_width * cols > width:
+            height -= 1  # a horizontal scrollbar
+        spare = height - fixed - lines
+        longest_column = max((len(token) for token in tokens), default=0)
+        label_height = min(MAX_LABEL_HEIGHT, longest_column, spare if spare > 0 else (height - fixed) // 5)
+        self.heatmap = AttentionHeatmap(
+            weights, tokens, tokens, request["colormap"], scale=request["scale"], masked=request["masked"],
+            cursor=self.cursor, split_columns=False, cell_width=cell_width, dense=dense,
+            label_width=max(1, gutter - 1), label_height=max(0, label_height), glyphs=request["glyphs"],
+        )
+        self.map_layout = layout = self.heatmap.layout(use_colour, cell_width).with_gutter(gutter)
+        self.dense_shown = layout.rows_per_line == 2
+        self._base = base = self.rich_style  # the theme's colours under cells that have none of their own
+        self._header = [Strip(line).apply_style(base) for line in layout.header_lines()]
+        labels_key = (tokens, use_colour, cell_width, label_height, self.cursor[1], request["colormap"], base)
+        if labels_key != self._labels_key:  # the same for every head of a sentence
+            self._labels_key = labels_key
+            self._labels = [Strip(line).apply_style(base) for line in layout.column_label_lines()]
+        self._legend = Strip(layout.legend(width=width)).apply_style(base)
+        self._lines = {}
+        self._message = []
+        self._set_virtual_size(Size(layout.gutter_width + layout.grid_width, self._top() + layout.lines + 1))
+        self.refresh()
+        self._follow_cursor()
+
+    def _pane_size(self) -> tuple[int, int]:
+        size = self.content_size
+        if size.width <= 0 or size.height <= 0:  # not laid out yet: a guess, redone on the first resize
+            return 80, 24
+        return size.width, size.height
+
+    def _set_virtual_size(self, size: Size) -> None:
         if size != self.virtual_size:  # a new size re-lays out the screen: only when it changes
             self.virtual_size = size
-        self.refresh()
+            # After a resize Textual has chosen the scrollbars for the old size; choose again for the new one.
+            self._refresh_scrollbars()
+
+    def _top(self) -> int:
+        """Lines above the grid: the header line and the column labels."""
+        return len(self._header) + len(self._labels)
+
+    def _window(self) -> tuple[int, int]:
+        """How many grid lines and grid cells the pane shows at once."""
+        region = self.scrollable_content_region
+        gutter = self.map_layout.gutter_width if self.map_layout else 0
+        return max(1, region.height - self._top() - 1), max(1, region.width - gutter)
+
+    # drawing
 
     @property
     def plain_text(self) -> str:
-        """What the view shows, without colours."""
-        return "\n".join(strip.text.rstrip() for strip in self._lines)
+        """What the view shows, without colours (the title from its border first)."""
+        if self.map_layout is None:
+            return "\n".join(strip.text.rstrip() for strip in self._message)
+        lines = [str(self.border_title)] + [strip.text.rstrip() for strip in self._header]
+        lines += [" " * self.map_layout.gutter_width + strip.text.rstrip() for strip in self._labels]
+        lines += [self._grid_strip(index).text.rstrip() for index in range(self.map_layout.lines)]
+        lines.append(self._legend.text.rstrip())
+        return "\n".join(lines)
 
     def render_line(self, y: int) -> Strip:
-        scroll_x, scroll_y = self.scroll_offset
-        index = y + scroll_y
-        width = self.scrollable_content_region.width
-        if index >= len(self._lines):
-            return Strip.blank(width, self.rich_style)
-        return self._lines[index].crop_extend(scroll_x, scroll_x + width, self.rich_style)
+        base, region = self._base, self.scrollable_content_region
+        width = region.width
+        layout = self.map_layout
+        if layout is None:
+            return self._message[y].crop_extend(0, width, base) if y < len(self._message) else Strip.blank(width, base)
+        scroll_x, scroll_y = round(self.scroll_offset.x), round(self.scroll_offset.y)
+        gutter = layout.gutter_width
+        if y < len(self._header):
+            return self._header[y].crop_extend(0, width, base)
+        y -= len(self._header)
+        if y < len(self._labels):
+            label = self._labels[y].crop(scroll_x, scroll_x + width - gutter)
+            return Strip.join([Strip.blank(gutter, base), label]).crop_extend(0, width, base)
+        y -= len(self._labels)
+        shown = min(max(1, region.height - self._top() - 1), layout.lines - scroll_y)
+        if y < shown:
+            line = self._grid_strip(y + scroll_y)
+            if scroll_x == 0:
+                return line.crop_extend(0, width, base)
+            grid = line.crop(gutter + scroll_x, gutter + scroll_x + width - gutter)
+            return Strip.join([line.crop(0, gutter), grid]).crop_extend(0, width, base)
+        if y == shown:
+            return self._legend.crop_extend(0, width, base)
+        return Strip.blank(width, base)
+
+    def _grid_strip(self, index: int) -> Strip:
+        """Line ``index``: its row labels, then the grid; built once per change."""
+        strip = self._lines.get(index)
+        if strip is None:
+            layout, base = self.map_layout, self._base
+            grid = layout.grid(index)
+            if not layout.use_colour or index == layout.lines - 1:  # glyphs, or a dense line with an empty half
+                grid = Segment.apply_style(grid, base)
+            # one Strip (each costs its caches), its length known (Rich need not measure the "▀"s)
+            strip = Strip([*Segment.apply_style(layout.gutter(index), base), *grid], layout.gutter_width + layout.grid_width)
+            self._lines[index] = strip
+        return strip
+
+    # the cursor
 
     def action_move(self, rows: int, cols: int) -> None:
         if self.weights is None:
@@ -106,14 +234,52 @@ class AttentionView(ScrollView, can_focus=True):
         limit_rows, limit_cols = self.weights.shape
         row = min(max(self.cursor[0] + rows, 0), limit_rows - 1)
         col = min(max(self.cursor[1] + cols, 0), limit_cols - 1)
-        self.post_message(self.CursorMoved(row, col))
+        self._move_to(row, col)
+
+    def action_page(self, pages: int) -> None:
+        if self.map_layout is not None:
+            self.action_move(pages * self._window()[0] * self.map_layout.rows_per_line, 0)
 
     def action_jump(self, col: int) -> None:
         if self.weights is not None:
-            self.post_message(self.CursorMoved(self.cursor[0], col % self.weights.shape[1]))
+            self._move_to(self.cursor[0], col % self.weights.shape[1])
+
+    def on_click(self, event: Click) -> None:
+        """A click on a cell moves the cursor there."""
+        offset = event.get_content_offset(self)
+        layout = self.map_layout
+        if offset is None or layout is None:
+            return
+        line = offset.y - self._top() + round(self.scroll_offset.y)
+        x = offset.x - layout.gutter_width + round(self.scroll_offset.x)
+        if offset.y < self._top() or offset.x < layout.gutter_width or not 0 <= line < layout.lines:
+            return
+        row = line * layout.rows_per_line
+        col = x // layout.cell_width
+        if row < self.weights.shape[0] and 0 <= col < self.weights.shape[1]:
+            self._move_to(row, col)
+
+    def _move_to(self, row: int, col: int) -> None:
+        """Keys that arrive together each count: the next one moves on from here, not from the last repaint."""
+        if (row, col) != self.cursor:
+            self.cursor = (row, col)
+            self.post_message(self.CursorMoved(row, col))
 
     def _follow_cursor(self) -> None:
-        row, col = self.cursor
-        top = 1 + self._label_height + row  # title line, then the column labels
-        left = LABEL_WIDTH + 1 + CELL_WIDTH * col
-        self.scroll_to_region(Region(left, top, CELL_WIDTH, 1), animate=False, spacing=None)
+        layout = self.map_layout
+        if layout is None:
+            return
+        window_lines, window_cells = self._window()
+        line = self.cursor[0] // layout.rows_per_line
+        left, right = self.cursor[1] * layout.cell_width, (self.cursor[1] + 1) * layout.cell_width
+        scroll_x, scroll_y = self.scroll_offset.x, self.scroll_offset.y
+        if line < scroll_y:
+            scroll_y = line
+        elif line >= scroll_y + window_lines:
+            scroll_y = line - window_lines + 1
+        if left < scroll_x:
+            scroll_x = left
+        elif right > scroll_x + window_cells:
+            scroll_x = right - window_cells
+        if (scroll_x, scroll_y) != tuple(self.scroll_offset):
+            self.scroll_to(scroll_x, scroll_y, animate=False, immediate=True, force=True)

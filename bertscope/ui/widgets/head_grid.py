@@ -1,8 +1,15 @@
-"""The layer × head grid: one cell per head, shaded by a per-head figure, masked heads marked."""
+"""The layer × head grid: one cell per head, shaded by a per-head figure, masked heads marked.
+
+Under the grid a legend names the figure and shows the selected head's value and the range
+that the shades span (low end, colour bar or shade glyphs, high end).
+"""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+from rich.cells import cell_len, set_cell_size
 from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
@@ -16,6 +23,22 @@ from bertscope.theming import Colormap
 
 ROW_LABEL = 4  # "  0 "
 CELL = 3
+MIN_WIDTH = 26  # room for the legend's value and range under a grid of few heads
+LEGEND_CELLS = 10
+
+
+SHADES = 255  # grid cells are shaded in this many steps, one cached Style each
+
+
+@functools.lru_cache(maxsize=1024)
+def _shade(colormap: Colormap, step: int) -> Style:
+    """The background of a cell ``step`` of SHADES up the colour map (-1: no value, the masked colour)."""
+    return Style(bgcolor=colormap.color(step / SHADES if step >= 0 else float("nan")))
+
+
+def _short(value: float) -> str:
+    """A range end in few characters: 0, 0.25, 2.48, 40."""
+    return f"{value:.3g}"
 
 
 class HeadGrid(Widget, can_focus=True):
@@ -89,10 +112,10 @@ class HeadGrid(Widget, can_focus=True):
     # drawing
 
     def get_content_width(self, container, viewport) -> int:
-        return max(ROW_LABEL + CELL * self.num_heads, 24)
+        return self._width()
 
     def get_content_height(self, container, viewport, width) -> int:
-        return self.num_layers + 2 if self.num_layers else 1
+        return self.num_layers + 3 if self.num_layers else 1
 
     def render(self) -> Text:
         if not self.num_layers:
@@ -106,6 +129,9 @@ class HeadGrid(Widget, can_focus=True):
                 self._append_cell(text, layer, head)
             text.append("\n")
         text.append(self._legend(), style="dim")
+        if self.values is not None:
+            text.append("\n")
+            self._append_range(text)
         return text
 
     def _append_cell(self, text: Text, layer: int, head: int) -> None:
@@ -117,24 +143,46 @@ class HeadGrid(Widget, can_focus=True):
             body = f"[{glyph}]" if chosen else f" {glyph} "
             text.append(body, style=Style(bold=chosen, reverse=chosen))
             return
+        if not (chosen or masked):
+            text.append("   ", style=_shade(self.colormap, round(value * SHADES) if value == value else -1))
+            return
         background = self.colormap.masked if masked else self.colormap.color(value)
         mark = "×" if masked else " "
         style = Style(bgcolor=background, color=self.colormap.cursor, bold=True)
-        text.append(f"▸{mark}◂" if chosen else f" {mark} ", style=style if chosen or masked else Style(bgcolor=background))
+        text.append(f"▸{mark}◂" if chosen else f" {mark} ", style=style)
 
     def _scaled(self, layer: int, head: int) -> float:
         if self.values is None:
             return float("nan")
         low, high = self.value_range
-        return float(np.clip((self.values[layer, head] - low) / ((high - low) or 1.0), 0.0, 1.0))
+        return min(max((float(self.values[layer, head]) - low) / ((high - low) or 1.0), 0.0), 1.0)
 
     def _legend(self) -> str:
+        """What shades the grid, cut to the grid's width (the value and range follow on the next line)."""
         if self.values is None:
             return "computing…"
+        label, width = self.figure_label, self._width()
+        return label if cell_len(label) <= width else set_cell_size(label, width - 1) + "…"
+
+    def _append_range(self, text: Text) -> None:
+        """The selected head's value, and the range the shades span: low end, colour bar (or glyphs), high end."""
         layer, head = self.selected
         if self.mask is not None and self.mask.is_masked(layer, head):
-            return f"{self.figure_label}  {layer}:{head} switched off"
-        return f"{self.figure_label}  {layer}:{head} = {self.values[layer, head] + 0.0:.3f}"
+            value = f"{layer}:{head} off"
+        else:
+            value = f"{layer}:{head} = {self.values[layer, head] + 0.0:.3f}"
+        low, high = (_short(end) for end in self.value_range)
+        text.append(f"{value}  {low} ", style="dim")
+        if self.glyphs:
+            text.append("".join(GLYPHS), style="dim")
+        else:
+            cells = max(3, min(LEGEND_CELLS, self._width() - cell_len(value) - len(low) - len(high) - 4))
+            for index in range(cells):
+                text.append(" ", style=Style(bgcolor=self.colormap.color(index / (cells - 1))))
+        text.append(f" {high}", style="dim")
+
+    def _width(self) -> int:
+        return max(ROW_LABEL + CELL * self.num_heads, MIN_WIDTH)
 
     # input
 
