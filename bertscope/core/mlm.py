@@ -292,6 +292,7 @@ def cloze_scores(
             query = kept[index][0]
             answers[index] = {"query": query.text, "answer": query.answer, "prediction": guess, "rank": int(rank)}
         done += len(batch)
+        del inputs, gold, rows, columns, outputs, hidden, logits, gold_logit  # nothing of a batch outlives it
         yield ClozeProgress(done)
     result = ClozeResult(queries=len(kept), precision={k: hits[k] / len(kept) for k in PRECISION_AT}, answers=answers)
     yield ClozeProgress(len(kept), result)
