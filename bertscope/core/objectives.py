@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from bertscope.core.allocator import release_freed_memory
 from bertscope.core.batching import MAX_TOKENS, plan_batches
 from bertscope.core.corpus import Sentence
 from bertscope.core.errors import InputError
@@ -79,6 +80,7 @@ class Batches:
 
     def _chunks(self):
         for start in range(0, len(self.sentences), CHUNK):
+            release_freed_memory()  # what the last chunk's batches freed (core.allocator)
             chunk = self.sentences[start : start + CHUNK]
             yield chunk, self._encode(chunk)
 

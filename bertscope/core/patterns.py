@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bertscope.core.allocator import release_freed_memory
 from bertscope.core.batching import MAX_SQUARE, MAX_TOKENS, plan_batches
 from bertscope.core.corpus import Sentence, chunked
 from bertscope.core.errors import InputError
@@ -220,6 +221,7 @@ def pattern_statistics(
     gates = session.gate_tensor(mask)
     punctuation_of: dict[int, bool] = {}  # bounded by the vocabulary
     for chunk in chunked(sentences, chunk_size):
+        release_freed_memory()  # what the last chunk's batches freed (core.allocator)
         encoded = encode_sorted(session, chunk)
         del chunk
         accumulator.truncated += sum(item.truncated for item in encoded)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from bertscope.core.allocator import release_freed_memory
 from bertscope.core.batching import MAX_SQUARE, plan_batches
 from bertscope.core.corpus import Sentence, chunked
 from bertscope.core.errors import InputError
@@ -236,6 +237,7 @@ def stream_sample(
     texts: list[str] = [""] * max_rows
     read = truncated = 0
     for chunk in chunked(sentences, CHUNK):
+        release_freed_memory()  # what the last chunk's batches freed (core.allocator)
         if read == 0:
             unit = check_unit(unit, chunk)
             labels = {name: [""] * max_rows for name in LABELS[unit]}
