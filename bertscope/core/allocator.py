@@ -36,12 +36,12 @@ def keep_freed_memory(mmap_threshold: int = 32 << 20, trim_threshold: int = 256 
 def release_freed_memory() -> None:
     """Give memory freed so far back to the system (glibc's malloc_trim; a no-op elsewhere).
 
-    Corpus jobs call it between chunks. With the thresholds above, glibc keeps up to 256 MB
+    Corpus jobs call it between chunks. With the thresholds above glibc keeps up to 256 MB
     freed at the top of each heap, and batches of ever different shapes leave freed holes
-    inside it; over a long corpus that memory counted as the process's own. Measured on
-    4,000 sentences of real text (patterns, MiniLM): malloc's bytes in use rose 158 → 174 MB
-    while its freed-but-kept bytes rose 196 → 266 MB and RSS 708 → 799 MB. Trimming once per
-    1,024 sentences costs milliseconds and keeps the thresholds' benefit within a chunk.
+    inside it. On 4,000 sentences of real text (patterns, MiniLM) malloc's freed-but-kept
+    bytes rose 178 -> 211 MB; trimming once per 1,024 sentences took the peak RSS at 4,000
+    sentences from 789 to 773 MB (712 MB at 1,024). A small part of the drift: most of
+    what remains is memory in use, not freed memory (see benchmarks/README.md, issue 15).
     """
     if not sys.platform.startswith("linux"):
         return
