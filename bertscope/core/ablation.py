@@ -14,7 +14,7 @@ float tensors that require grad: ∂L/∂gate is Michel's head importance.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -40,6 +40,7 @@ class _PassState:
     want_weights: bool
     recorded: dict[int, Tensor]  # layer -> the weights it reported (when layers are run one by one)
     kept: Sequence[Tensor | None] | None = None  # per layer, the original numbers of its heads (pruned models)
+    on_weights: Callable[[int, Tensor], None] | None = None  # takes each layer's weights instead of `recorded`
 
 
 _current_pass: ContextVar[_PassState | None] = ContextVar("bertscope_pass", default=None)
@@ -83,8 +84,16 @@ def bertscope_attention(
         output, weights = _ablate(state, module, key, value, output, weights)
     if weights is not None:
         weights = _in_original_heads(state, module, weights)
-        state.recorded[state.layer_of[id(module)]] = weights
+        _report(state, state.layer_of[id(module)], weights)
     return output, weights
+
+
+def _report(state: _PassState, layer: int, weights: Tensor) -> None:
+    """Hand a layer's weights to the pass's consumer, or keep them for the caller."""
+    if state.on_weights is not None:
+        state.on_weights(layer, weights)  # consumed now: no pass keeps every layer's maps
+    else:
+        state.recorded[layer] = weights
 
 
 def _in_original_heads(state: _PassState, module, weights: Tensor) -> Tensor:
@@ -105,7 +114,7 @@ def empty_attention(module: nn.Module, hidden_states: Tensor) -> tuple[Tensor, T
     if state is None or not state.want_weights:
         return output, None
     weights = hidden_states.new_zeros((batch, module.bertscope_num_heads, length, length))
-    state.recorded[state.layer_of[id(module)]] = weights
+    _report(state, state.layer_of[id(module)], weights)
     return output, weights
 
 
@@ -163,6 +172,7 @@ def attention_pass(
     padding_mask: Tensor | None = None,
     want_weights: bool = False,
     kept: Sequence[Tensor | None] | None = None,
+    on_weights: Callable[[int, Tensor], None] | None = None,
 ) -> Iterator[dict[int, Tensor]]:
     """Run the forward passes inside this block with these gates and this ablation.
 
@@ -172,6 +182,9 @@ def attention_pass(
     callers that run layers one by one, without transformers' output capturing). Hooks and
     pass state are removed on leaving, also when the forward raises. `kept` is a pruned
     model's map from each layer's remaining heads to their original numbers (core.pruning).
+    `on_weights(layer, weights)`, when given, receives each layer's weights as the pass
+    computes them (it implies `want_weights`), and the dict stays empty: a corpus job then
+    holds one layer's attention maps at a time, not all of them.
     """
     if gates is not None:
         expected = len(layers)
@@ -182,9 +195,10 @@ def attention_pass(
         gates=gates,
         ablation=ablation,
         padding_mask=padding_mask,
-        want_weights=want_weights,
+        want_weights=want_weights or on_weights is not None,
         recorded={},
         kept=kept,
+        on_weights=on_weights,
     )
     handles = []
     token = _current_pass.set(state)

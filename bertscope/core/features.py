@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertscope.core.batching import plan_batches
 from bertscope.core.cache import default_cache_dir
 from bertscope.core.corpus import Sentence
 from bertscope.core.errors import InputError
@@ -142,8 +143,6 @@ class _BeyondFloat16(Exception):
 
 def _extract(session, sentences, options, encoded, gates, path, dtype, batch_size, cancel) -> Iterator[FeatureProgress]:
     """The batches' forward passes, yielding progress; returns the Features, or None if cancelled."""
-    # Batches of similar token counts waste the least on padding.
-    order = sorted(range(len(sentences)), key=lambda index: len(encoded["input_ids"][index]))
     # Rows go straight to their place in input order, layer-major (each layer one contiguous
     # matrix for the probes): a sentence gets one slot per word (one for sentence level), and
     # the slots of words that have no row (cut off, or tokenised to nothing) are dropped at the end.
@@ -156,11 +155,12 @@ def _extract(session, sentences, options, encoded, gates, path, dtype, batch_siz
     filled = np.zeros(sum(slots), dtype=bool)
     word_index = np.zeros(sum(slots), dtype=np.int64)
     lost = 0
+    lengths = [len(ids) for ids in encoded["input_ids"]]
+    done = 0
     try:
-        for start in range(0, len(order), batch_size):
+        for indices in plan_batches(lengths, batch_size):  # capped by tokens: long sentences do not raise the peak
             if cancel is not None and cancel.is_set():
                 return None
-            indices = order[start : start + batch_size]
             inputs, special = _pad(session, encoded, indices)
             with torch.inference_mode():
                 outputs = session.run(inputs, gates=gates, ablation=options.ablation, attentions=False, hidden_states=True)
@@ -180,7 +180,8 @@ def _extract(session, sentences, options, encoded, gates, path, dtype, batch_siz
                 word_index[start_slot : start_slot + len(words)] = words
                 filled[start_slot : start_slot + len(words)] = True
                 row = end_row
-            yield FeatureProgress(min(start + batch_size, len(order)), len(order))
+            done += len(indices)
+            yield FeatureProgress(done, len(sentences))
     finally:
         complete = bool(filled.all())
         if entry is not None and not complete:  # cancelled, failed, or rows to drop: the file is not the entry

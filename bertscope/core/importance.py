@@ -23,6 +23,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from bertscope.core.batching import MAX_TOKENS
 from bertscope.core.errors import InputError
 from bertscope.core.importance_results import (
     CurvePoint, CurveProgress, HeadImportance, ImportanceProgress, Measurement, PruningCurve, check_fraction,
@@ -38,6 +39,7 @@ __all__ = [
 
 METHODS = ("gradient", "ablation")
 MAX_ROWS = 256  # sentences × masks per forward pass in ablation sweeps
+MAX_ROW_TOKENS = 2 * MAX_TOKENS  # ... and at most this many padded tokens, so long sentences do not raise the peak
 
 
 @contextlib.contextmanager
@@ -143,7 +145,8 @@ def ablation_importance(
             base_loss += float(plain.loss.sum())
             metric_sum += float(plain.metric_sum.sum())
             metric_count += float(plain.metric_count.sum())
-            per_pass = max(1, max_rows // batch.size)
+            tokens = batch.size * int(batch.inputs["input_ids"].shape[1])
+            per_pass = max(1, min(max_rows // batch.size, MAX_ROW_TOKENS // tokens))
             for first in range(0, len(masks), per_pass):
                 chunk = masks[first : first + per_pass]
                 gates = torch.stack(chunk).repeat_interleave(batch.size, dim=0)  # row k·B + b: mask k on sentence b

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from bertscope.core.batching import plan_batches
 from bertscope.core.corpus import ReadReport, _checked, _lines
 from bertscope.core.errors import BertscopeError, InputError
 from bertscope.core.masks import Ablation, HeadMask
@@ -248,32 +249,38 @@ def cloze_scores(
     require_mlm_head(session)
     tokenizer = session.tokenizer
     kept: list[tuple[ClozeQuery, int]] = []
+    lengths: list[int] = []
     for query in queries:
         gold = answer_id(tokenizer, query.answer)
         problem = None
+        ids = None if gold is None else tokenizer(with_mask_token(tokenizer, query.text), truncation=True, max_length=session.max_length)["input_ids"]
         if gold is None:
             problem = f"the answer {query.answer!r} is not one token of this model's vocabulary"
-        elif tokenizer.mask_token_id not in tokenizer(with_mask_token(tokenizer, query.text), truncation=True, max_length=session.max_length)["input_ids"]:
+        elif tokenizer.mask_token_id not in ids:
             problem = f"the [MASK] lies past the model's maximum of {session.max_length} tokens"
         if problem is not None:
             if report is not None:
                 report.skip(query.location, problem)
             continue
         kept.append((query, gold))
+        lengths.append(len(ids))
     if not kept:
         raise InputError("no query has a one-token answer in this model's vocabulary; LAMA scores single-token answers")
     gates = session.gate_tensor(mask)
     hits = {k: np.zeros(session.num_layers + 1) for k in PRECISION_AT}
-    answers: list[dict] = []
-    for start in range(0, len(kept), batch_size):
+    answers: list[dict | None] = [None] * len(kept)  # in the file's order
+    done = 0
+    # Batches capped by tokens (core.batching); the MLM head runs on the [MASK] positions only,
+    # never over every token of the batch (B·T·vocabulary floats: hundreds of MB for long queries).
+    for indices in plan_batches(lengths, batch_size):
         if cancel is not None and cancel.is_set():
             return
-        batch = kept[start : start + batch_size]
+        batch = [kept[index] for index in indices]
         inputs = session.tokenize_batch([with_mask_token(tokenizer, query.text) for query, _ in batch])
         gold = torch.as_tensor([g for _, g in batch], device=session.device)
         rows, columns = torch.nonzero(inputs["input_ids"] == tokenizer.mask_token_id, as_tuple=True)  # one per query
         with torch.inference_mode():
-            outputs = session.run(inputs, gates=gates, ablation=ablation)
+            outputs = session.run(inputs, gates=gates, ablation=ablation, encoder_only=True)
             hidden = torch.stack(outputs.hidden_states)[:, rows, columns]  # [L+1, B, D]
             logits = layer_logits(session, hidden)  # [L+1, B, V]
             gold_logit = logits.gather(-1, gold.view(1, -1, 1).expand(logits.shape[0], -1, 1))
@@ -281,9 +288,12 @@ def cloze_scores(
             top1 = logits[-1].argmax(-1).cpu().tolist()
         for k in PRECISION_AT:
             hits[k] += (ranks < k).sum(1)
-        for (query, _), guess, rank in zip(batch, tokenizer.convert_ids_to_tokens(top1), ranks[-1], strict=True):
-            answers.append({"query": query.text, "answer": query.answer, "prediction": guess, "rank": int(rank)})
-        yield ClozeProgress(min(start + batch_size, len(kept)))
+        for index, guess, rank in zip(indices, tokenizer.convert_ids_to_tokens(top1), ranks[-1], strict=True):
+            query = kept[index][0]
+            answers[index] = {"query": query.text, "answer": query.answer, "prediction": guess, "rank": int(rank)}
+        done += len(batch)
+        del inputs, gold, rows, columns, outputs, hidden, logits, gold_logit  # nothing of a batch outlives it
+        yield ClozeProgress(done)
     result = ClozeResult(queries=len(kept), precision={k: hits[k] / len(kept) for k in PRECISION_AT}, answers=answers)
     yield ClozeProgress(len(kept), result)
 

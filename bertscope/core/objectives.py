@@ -18,7 +18,7 @@ pruning curves:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,12 +26,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from bertscope.core.allocator import release_freed_memory
+from bertscope.core.batching import MAX_TOKENS, plan_batches
 from bertscope.core.corpus import Sentence
 from bertscope.core.errors import InputError
 from bertscope.core.masks import Ablation
 
 OBJECTIVES = ("mlm", "classification", "probe", "preserve")
 MLM_RATE = 0.15
+CHUNK = 1024  # sentences tokenised at a time on a walk over the corpus
 
 
 @dataclass
@@ -40,6 +43,7 @@ class Batch:
 
     inputs: dict[str, Tensor]
     target: dict[str, Tensor] = field(default_factory=dict)
+    number: int = -1  # its place in a walk over the corpus (the same every walk)
 
     @property
     def size(self) -> int:
@@ -53,7 +57,61 @@ class Batch:
         def tile(tensor: Tensor) -> Tensor:
             return tensor.repeat(times, *([1] * (tensor.dim() - 1)))
 
-        return Batch({k: tile(v) for k, v in self.inputs.items()}, {k: tile(v) for k, v in self.target.items()})
+        return Batch({k: tile(v) for k, v in self.inputs.items()}, {k: tile(v) for k, v in self.target.items()}, self.number)
+
+
+class Batches:
+    """An objective's batches, built afresh on every walk over its sentences, a chunk at a time.
+
+    Every measurement (importance, each point of a pruning curve) walks the corpus again,
+    so batches are not kept between walks: a walk holds one chunk's token ids and one
+    batch's tensors, whatever the corpus's length. A chunk's sentences are tokenised once
+    and grouped by length under the caps of core.batching; walks are deterministic, so
+    batch `number` k is the same sentences (and, for `mlm`, the same masked tokens) every
+    time. `finish(number, sentences, encoded, indices, padded)` turns a padded batch into
+    the objective's Batch.
+    """
+
+    def __init__(self, session, sentences: Sequence[Sentence], batch_size: int, finish, *, words: bool = False,
+                 max_tokens: int = MAX_TOKENS) -> None:
+        self.session, self.sentences, self.batch_size = session, sentences, batch_size
+        self.finish, self.words, self.max_tokens = finish, words, max_tokens
+        self._count: int | None = None
+
+    def _chunks(self):
+        for start in range(0, len(self.sentences), CHUNK):
+            release_freed_memory()  # what the last chunk's batches freed (core.allocator)
+            chunk = self.sentences[start : start + CHUNK]
+            yield chunk, self._encode(chunk)
+
+    def _encode(self, chunk: Sequence[Sentence]):
+        tokenizer, limit = self.session.tokenizer, self.session.max_length
+        if self.words:
+            return tokenizer([list(s.words) for s in chunk], is_split_into_words=True, truncation=True, max_length=limit)
+        pairs = [s.pair for s in chunk]
+        if any(p is not None for p in pairs) and not all(p is not None for p in pairs):
+            raise InputError("a batch mixes single sentences and pairs; give one kind of input per corpus")
+        texts = [s.text for s in chunk]
+        return tokenizer(texts, pairs if pairs[0] is not None else None, truncation=True, max_length=limit,
+                         return_special_tokens_mask=True)
+
+    def _plan(self, encoded) -> list[list[int]]:
+        lengths = [len(ids) for ids in encoded["input_ids"]]
+        return list(plan_batches(lengths, self.batch_size, max_tokens=self.max_tokens))
+
+    def __iter__(self) -> Iterator[Batch]:
+        number = 0
+        for chunk, encoded in self._chunks():
+            for indices in self._plan(encoded):
+                padded = self.session.tokenizer.pad({k: [v[i] for i in indices] for k, v in encoded.items()}, return_tensors="pt")
+                yield self.finish(number, [chunk[i] for i in indices], encoded, indices, padded)
+                number += 1
+        self._count = number
+
+    def __len__(self) -> int:
+        if self._count is None:
+            self._count = sum(len(self._plan(encoded)) for _, encoded in self._chunks())
+        return self._count
 
 
 @dataclass
@@ -72,7 +130,7 @@ class Objective:
     metric = ""
     description = ""
 
-    def __init__(self, session, batches: list[Batch], sentences: int, notes: list[str] | None = None) -> None:
+    def __init__(self, session, batches: Batches, sentences: int, notes: list[str] | None = None) -> None:
         self.session = session
         self.batches = batches
         self.sentences = sentences
@@ -147,28 +205,20 @@ def make_objective(
     return objective
 
 
-def _batches(session, sentences: Sequence[Sentence], batch_size: int, targets: Sequence[dict] | None = None) -> list[Batch]:
-    """Length-sorted padded batches (less padding, faster), targets following their sentences."""
-    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i].text))
-    batches = []
-    for start in range(0, len(order), batch_size):
-        chosen = order[start : start + batch_size]
-        texts = [sentences[i].text for i in chosen]
-        pairs = [sentences[i].pair for i in chosen]
-        if any(p is not None for p in pairs) and not all(p is not None for p in pairs):
-            raise InputError("a batch mixes single sentences and pairs; give one kind of input per corpus")
-        encoded = session.tokenizer(
-            texts, pairs if pairs[0] is not None else None, padding=True, truncation=True,
-            max_length=session.max_length, return_tensors="pt", return_special_tokens_mask=True,
-        )
-        special = encoded.pop("special_tokens_mask")
-        inputs = {k: v.to(session.device) for k, v in encoded.items()}
+def _batches(session, sentences: Sequence[Sentence], batch_size: int, targets=None) -> Batches:
+    """Length-grouped padded batches, made on each walk; `targets(sentence)` gives a sentence's target values."""
+
+    def finish(number, group, encoded, indices, padded) -> Batch:
+        special = padded.pop("special_tokens_mask")
+        inputs = {k: v.to(session.device) for k, v in padded.items()}
         target = {"special": special.bool().to(session.device)}
         if targets is not None:
-            for key in targets[0]:
-                target[key] = torch.as_tensor(np.array([targets[i][key] for i in chosen]), device=session.device)
-        batches.append(Batch(inputs, target))
-    return batches
+            values = [targets(sentence) for sentence in group]
+            for key in values[0]:
+                target[key] = torch.as_tensor(np.array([value[key] for value in values]), device=session.device)
+        return Batch(inputs, target, number)
+
+    return Batches(session, sentences, batch_size, finish)
 
 
 def _per_row_mean(values: Tensor, rows: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:
@@ -188,9 +238,12 @@ class MLMObjective(Objective):
         mask_id = session.tokenizer.mask_token_id
         if mask_id is None:
             raise InputError("the tokenizer has no [MASK] token; the mlm objective needs one")
-        batches = _batches(session, sentences, batch_size)
-        generator = torch.Generator().manual_seed(seed)
-        for batch in batches:
+        plain = _batches(session, sentences, batch_size)
+        unmasked = plain.finish
+
+        def finish(number, group, encoded, indices, padded) -> Batch:
+            batch = unmasked(number, group, encoded, indices, padded)
+            generator = torch.Generator().manual_seed(seed * 1_000_003 + number)  # the same masks on every walk
             ids = batch.inputs["input_ids"]
             candidates = (batch.inputs["attention_mask"].bool() & ~batch.target["special"]).cpu()
             chosen = (torch.rand(ids.shape, generator=generator) < MLM_RATE) & candidates
@@ -201,7 +254,10 @@ class MLMObjective(Objective):
             chosen = chosen.to(ids.device)
             batch.target["labels"] = torch.where(chosen, ids, torch.full_like(ids, -100))
             batch.inputs["input_ids"] = torch.where(chosen, torch.full_like(ids, mask_id), ids)
-        return cls(session, batches, len(sentences))
+            return batch
+
+        plain.finish = finish
+        return cls(session, plain, len(sentences))
 
     def scores(self, batch, gates, ablation) -> Scores:
         hidden = self.session.run(batch.inputs, gates=gates, ablation=ablation, hidden_states=False, encoder_only=True).last_hidden_state
@@ -238,7 +294,8 @@ class ClassificationObjective(Objective):
                 labels.append(int(label))
             else:
                 raise InputError(f"{sentence.location}: label {label!r} is not one of the model's labels ({names})")
-        batches = _batches(session, sentences, batch_size, [{"labels": label} for label in labels])
+        label_of = {id(sentence): label for sentence, label in zip(sentences, labels)}
+        batches = _batches(session, sentences, batch_size, lambda sentence: {"labels": label_of[id(sentence)]})
         return cls(session, batches, len(sentences))
 
     def scores(self, batch, gates, ablation) -> Scores:
@@ -256,19 +313,22 @@ class PreserveObjective(Objective):
     def _hidden(self, batch, gates, ablation) -> Tensor:
         return self.session.run(batch.inputs, gates=gates, ablation=ablation, hidden_states=False, encoder_only=True).last_hidden_state
 
-    CACHE_ELEMENTS = 32_000_000  # keep references of up to ~128 MB so repeated measurements skip a pass
+    # The unmasked outputs of the first batches, kept so that repeated measurements (a pruning
+    # curve) skip their reference pass: a fixed budget, so memory does not grow with the corpus.
+    CACHE_ELEMENTS = 4_000_000  # 16 MB of float32
 
     def reference(self, batch: Batch) -> Batch:
         if "reference" in batch.target:
             return batch
-        with torch.inference_mode():
-            reference = self._hidden(batch, None, "zero").float()
-        cached = getattr(self, "_cached", 0)
-        if cached + reference.numel() <= self.CACHE_ELEMENTS:
-            self._cached = cached + reference.numel()
-            batch.target["reference"] = reference
-            return batch
-        return Batch(batch.inputs, {**batch.target, "reference": reference})
+        cache = self.__dict__.setdefault("_references", {})
+        reference = cache.get(batch.number)
+        if reference is None:
+            with torch.inference_mode():
+                reference = self._hidden(batch, None, "zero").float()
+            held = sum(kept.numel() for kept in cache.values())
+            if batch.number >= 0 and held + reference.numel() <= self.CACHE_ELEMENTS:
+                cache[batch.number] = reference
+        return Batch(batch.inputs, {**batch.target, "reference": reference}, batch.number)
 
     def scores(self, batch, gates, ablation) -> Scores:
         batch = self.reference(batch)
@@ -363,9 +423,10 @@ class ProbeObjective(Objective):
             if len(scored) < len(test):
                 notes.append(f"{len(test) - len(scored)} test sentences with labels left out of training were left out")
             test = scored
-            batches = _batches(session, test, batch_size, [{"labels": index[s.label]} for s in test])
+            batches = _batches(session, test, batch_size, lambda sentence: {"labels": index[sentence.label]})
         else:
-            batches, skipped = _word_batches(session, test, task, index, batch_size)
+            batches = _word_batches(session, test, task, index, batch_size)
+            skipped = batches.skipped()
             if skipped:
                 notes.append(f"{skipped} test words with labels left out of training (unseen or too rare there) were left out")
         dev_accuracy = float(trained.dev_accuracy[:, 0].max())
@@ -393,28 +454,37 @@ class ProbeObjective(Objective):
         return Scores(loss_sum / count.clamp(min=1), correct, count)
 
 
-def _word_batches(session, sentences, task, index, batch_size) -> tuple[list[Batch], int]:
+def _word_batches(session, sentences, task, index, batch_size) -> Batches:
     """Batches of pre-split words with each word's label at its first sub-word (-100 elsewhere)."""
     column = {"upos": "upos", "xpos": "xpos", "deprel": "deprels"}[task]
-    batches, skipped = [], 0
-    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i].words))
-    for start in range(0, len(order), batch_size):
-        group = [sentences[i] for i in order[start : start + batch_size]]
-        encoded = session.tokenizer([list(s.words) for s in group], is_split_into_words=True, padding=True, truncation=True,
-                                    max_length=session.max_length, return_tensors="pt")
-        labels = torch.full(encoded["input_ids"].shape, -100, dtype=torch.long)
-        for row, sentence in enumerate(group):
-            tags = getattr(sentence, column)
-            if tags is None:
-                raise InputError(f"{sentence.location}: no {task.upper()} column; this file cannot probe {task}")
-            previous = None
-            for position, word in enumerate(encoded.word_ids(row)):
-                if word is not None and word != previous:
-                    if tags[word] in index:
-                        labels[row, position] = index[tags[word]]
-                    else:
-                        skipped += 1
-                previous = word
-        batches.append(Batch({k: v.to(session.device) for k, v in encoded.items()}, {"labels": labels.to(session.device)}))
-    return batches, skipped
+    for sentence in sentences:
+        if getattr(sentence, column) is None:
+            raise InputError(f"{sentence.location}: no {task.upper()} column; this file cannot probe {task}")
 
+    def finish(number, group, encoded, indices, padded) -> Batch:
+        labels = torch.full(padded["input_ids"].shape, -100, dtype=torch.long)
+        for row, (sentence, position_in_chunk) in enumerate(zip(group, indices)):
+            tags = getattr(sentence, column)
+            previous = None
+            for position, word in enumerate(encoded.word_ids(position_in_chunk)):
+                if word is not None and word != previous and tags[word] in index:
+                    labels[row, position] = index[tags[word]]
+                previous = word
+        return Batch({k: v.to(session.device) for k, v in padded.items()}, {"labels": labels.to(session.device)}, number)
+
+    batches = Batches(session, sentences, batch_size, finish, words=True)
+
+    def skipped() -> int:
+        """Words whose label the probe never saw in training (counted over one walk of the tokens, no pass)."""
+        count = 0
+        for chunk, encoded in batches._chunks():
+            for row, sentence in enumerate(chunk):
+                tags, previous = getattr(sentence, column), None
+                for word in encoded.word_ids(row):
+                    if word is not None and word != previous and tags[word] not in index:
+                        count += 1
+                    previous = word
+        return count
+
+    batches.skipped = skipped
+    return batches

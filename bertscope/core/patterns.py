@@ -40,6 +40,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bertscope.core.allocator import release_freed_memory
+from bertscope.core.batching import MAX_SQUARE, MAX_TOKENS, plan_batches
 from bertscope.core.corpus import Sentence, chunked
 from bertscope.core.errors import InputError
 from bertscope.core.headstats import is_punctuation
@@ -82,11 +84,11 @@ def head_features(attention: Tensor, masks: BatchMasks) -> dict[str, Tensor]:
         return (per_query * weight[:, None, :]).sum(-1) / weight.sum(-1).clamp(min=1)[:, None]
 
     def to_keys(keys: Tensor) -> Tensor:
-        return (attention * keys[:, None, None, :].float()).sum(-1)  # [B, H, T]
+        """`[B, H, T]`: each query's attention to the marked keys (a product: no `[B, H, T, T]` temporary)."""
+        return (attention @ keys[:, None, :, None].float()).squeeze(-1)
 
     positions = torch.arange(length, device=device)
     distance = (positions[:, None] - positions[None, :]).abs().float()
-    same_segment = (masks.segment[:, :, None] == masks.segment[:, None, :]) & (masks.segment[:, :, None] >= 0)
     features = {
         "cls": query_mean(to_keys(masks.first_special)),
         "sep": query_mean(to_keys(masks.later_special)),
@@ -107,8 +109,11 @@ def head_features(attention: Tensor, masks: BatchMasks) -> dict[str, Tensor]:
     features["next"] = query_mean(following, has_next)
 
     words = real & (masks.segment >= 0)  # real, non-special tokens
-    to_words = (attention * words[:, None, None, :].float()).sum(-1)
-    inside = (attention * (same_segment & words[:, None, :])[:, None].float()).sum(-1)
+    to_words = to_keys(words)
+    inside = torch.zeros_like(to_words)  # attention to words of the query's own segment
+    for segment in (0, 1):
+        in_segment = masks.segment == segment
+        inside += to_keys(words & in_segment) * in_segment[:, None, :].float()
     word_queries = words.float()
     features["block"] = query_mean(inside, word_queries)
     block_ratio = query_mean(inside / to_words.clamp(min=1e-9), word_queries)
@@ -200,34 +205,49 @@ def pattern_statistics(
     ablation: Ablation = "zero",
     batch_size: int = 32,
     chunk_size: int = 1024,
+    max_tokens: int = MAX_TOKENS,
+    max_square: int = MAX_SQUARE,
     cancel: threading.Event | None = None,
 ) -> Iterator[PatternProgress]:
     """Stream a corpus through the model; yield progress after every batch, the last one `done`.
 
     Sentences are read `chunk_size` at a time and sorted by length within the chunk, so
-    batches carry little padding while memory stays bounded.
+    batches carry little padding. Memory is flat in the corpus: each layer's attention maps
+    are reduced to per-head sums as the pass computes them (one layer's maps alive at a
+    time), and batches are capped by padded tokens and by B·T² (core.batching), so a
+    chunk's longest sentences cost no more than its shortest.
     """
     accumulator = _Accumulator(session.num_layers, session.num_heads, session.device)
     gates = session.gate_tensor(mask)
-    punctuation_of: dict[int, bool] = {}
+    punctuation_of: dict[int, bool] = {}  # bounded by the vocabulary
     for chunk in chunked(sentences, chunk_size):
+        release_freed_memory()  # what the last chunk's batches freed (core.allocator)
         encoded = encode_sorted(session, chunk)
+        del chunk
         accumulator.truncated += sum(item.truncated for item in encoded)
-        for start in range(0, len(encoded), batch_size):
+        lengths = [len(item.input_ids) for item in encoded]
+        for indices in plan_batches(lengths, batch_size, max_tokens=max_tokens, max_square=max_square):
             if cancel is not None and cancel.is_set():
                 return
-            batch = encoded[start : start + batch_size]
-            inputs, masks = batch_tensors(session, batch, punctuation_of)
-            with torch.inference_mode():
-                outputs = session.run(inputs, gates=gates, ablation=ablation, attentions=True, hidden_states=False)
-                for layer, attention in enumerate(outputs.attentions):
-                    accumulator.add(layer, head_features(attention, masks))
-            accumulator.sentences += len(batch)
-            accumulator.tokens += int(masks.real.sum())
+            batch = [encoded[index] for index in indices]
+            _add_batch(session, accumulator, batch, punctuation_of, gates, ablation)
             yield PatternProgress(accumulator.sentences, accumulator.result())
     if accumulator.sentences == 0:
         raise InputError("no sentences to analyse; the corpus is empty")
     yield PatternProgress(accumulator.sentences, accumulator.result(), done=True)
+
+
+def _add_batch(session, accumulator: _Accumulator, batch: list[EncodedSentence], punctuation_of, gates, ablation) -> None:
+    """One forward pass, its attention maps reduced layer by layer; nothing of it outlives the call."""
+    inputs, masks = batch_tensors(session, batch, punctuation_of)
+
+    def reduce(layer: int, attention: Tensor) -> None:
+        accumulator.add(layer, head_features(attention, masks))
+
+    with torch.inference_mode():
+        session.run(inputs, gates=gates, ablation=ablation, attentions=True, hidden_states=False, encoder_only=True, on_attention=reduce)
+    accumulator.sentences += len(batch)
+    accumulator.tokens += int(masks.real.sum())
 
 
 @dataclass(frozen=True)

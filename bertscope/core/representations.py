@@ -1,6 +1,7 @@
 """A seeded, bounded sample of every layer's representations over a corpus, from one or more models.
 
-The corpus streams through the model(s) in length-sorted batches (as in core.patterns);
+The corpus streams through the model(s) in length-sorted batches capped by tokens (and by
+B·T² where attention maps are kept: core.batching);
 each batch's rows — tokens, words or sentences — are offered to a reservoir sample
 (Vitter's algorithm R) of at most `max_rows`, so every row of the corpus has the same
 chance to be kept, the same seed keeps the same rows, and memory is `max_rows × (L+1) × D`
@@ -25,6 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from bertscope.core.allocator import release_freed_memory
+from bertscope.core.batching import MAX_SQUARE, plan_batches
 from bertscope.core.corpus import Sentence, chunked
 from bertscope.core.errors import InputError
 from bertscope.core.headstats import is_punctuation
@@ -179,6 +182,17 @@ def _cut_tokens(tokenizer, sentence: Sentence, kept: int, max_length: int) -> in
     return max(0, len(tokenizer(sentence.text, sentence.pair, add_special_tokens=True)["input_ids"]) - kept)
 
 
+def _token_lengths(tokenizer, max_length: int, chunk: list[Sentence], unit: str) -> list[int]:
+    """Each sentence's token count (what a batch's memory follows), from one tokenizer call for the chunk."""
+    if unit == "word":
+        encoded = tokenizer([list(s.words) for s in chunk], is_split_into_words=True, truncation=True, max_length=max_length)
+    else:
+        pairs = [s.pair for s in chunk]
+        encoded = tokenizer([s.text for s in chunk], pairs if all(p is not None for p in pairs) else None,
+                            truncation=True, max_length=max_length)
+    return [len(ids) for ids in encoded["input_ids"]]
+
+
 def batch_rows(hidden_states: Sequence[torch.Tensor], prepared: PreparedBatch, unit: str, rows: np.ndarray) -> np.ndarray:
     """`[len(rows), L+1, D]` float32: the chosen rows of one batch from every hidden-state layer."""
     if unit == "sentence":
@@ -223,14 +237,15 @@ def stream_sample(
     texts: list[str] = [""] * max_rows
     read = truncated = 0
     for chunk in chunked(sentences, CHUNK):
+        release_freed_memory()  # what the last chunk's batches freed (core.allocator)
         if read == 0:
             unit = check_unit(unit, chunk)
             labels = {name: [""] * max_rows for name in LABELS[unit]}
-        chunk.sort(key=lambda s: len(s.text) + len(s.pair or ""))
-        for start in range(0, len(chunk), batch_size):
+        lengths = _token_lengths(lead.tokenizer, max_length, chunk, unit)
+        for indices in plan_batches(lengths, batch_size, max_square=MAX_SQUARE if attentions else None):
             if cancel is not None and cancel.is_set():
                 return
-            batch = chunk[start : start + batch_size]
+            batch = [chunk[index] for index in indices]
             prepared = prepare(lead.tokenizer, max_length, batch, unit, lead.device)
             count = len(batch) if unit == "sentence" else len(prepared.positions)
             rows, slots = reservoir.offer(count)
@@ -251,13 +266,14 @@ def stream_sample(
             if on_batch is not None:
                 with torch.inference_mode():
                     on_batch(outputs, prepared)
-            del outputs
+            del outputs, output, kept  # nothing of a batch outlives it (the next pass would stack on it)
             for slot, row in zip(slots, rows):
                 texts[slot] = prepared.texts[row]
                 for name in labels:
                     labels[name][slot] = prepared.labels[name][row]
             read += len(batch)
             truncated += prepared.truncated
+            del prepared
             yield SampleProgress(read)
     if read == 0:
         raise InputError("no sentences to analyse; the corpus is empty")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -197,6 +197,7 @@ class Session:
         attentions: bool = False,
         hidden_states: bool = True,
         encoder_only: bool = False,
+        on_attention: Callable[[int, Tensor], None] | None = None,
     ):
         """The model's own output for a batch, under head gates, holding the lock.
 
@@ -204,6 +205,9 @@ class Session:
         padding). `gates` is `[L, H]` or `[B, L, H]`, float, and may require grad. Call
         inside `torch.inference_mode()` unless gradients are wanted. `encoder_only` skips
         the model's head (an MLM head's logits over the whole vocabulary are costly).
+        `on_attention(layer, weights)` receives each layer's `[B, H, T, T]` attention
+        weights as the pass computes them, and the output then carries none: a corpus job
+        that reduces the maps holds one layer of them at a time instead of every layer's.
         """
         padding_mask = inputs.get("attention_mask")
         with self.lock, attention_pass(
@@ -213,9 +217,10 @@ class Session:
             padding_mask=padding_mask.bool() if padding_mask is not None else None,
             want_weights=attentions,
             kept=self.kept_heads,
+            on_weights=on_attention,
         ):
             model = self.model.base_model if encoder_only else self.model
-            return model(**inputs, output_hidden_states=hidden_states, output_attentions=attentions)
+            return model(**inputs, output_hidden_states=hidden_states, output_attentions=attentions and on_attention is None)
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
         """The top guesses at every [MASK] of a result (empty without an MLM head or a [MASK])."""

@@ -1,0 +1,132 @@
+"""Corpus jobs keep nothing of a batch once it is done: memory is flat in the corpus (issue 15).
+
+Each check drives a job's generator on the tiny model over a varied corpus whose batches grow
+longer as it goes (length-sorted chunks), and measures the bytes of every live torch tensor
+between batches. Anything a batch left behind (its outputs held across the yield, a list of
+batches, a cache without a bound) makes the figure grow with the batches read.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+import torch
+
+from bertscope.core.batching import plan_batches
+from bertscope.core.corpus import Sentence
+from bertscope.core.treebank import generate_treebank
+
+# A few KB may appear once (a buffer the framework sizes on first use); one batch of the tiny
+# model holds far more: 4 sentences of ~40 tokens are ~80 KB of hidden states, ~300 KB of maps.
+SLACK = 16 * 1024
+
+
+def live_tensor_bytes() -> int:
+    """Bytes of the storages of every torch tensor alive in the process (each storage once)."""
+    gc.collect()
+    storages = {}
+    for obj in gc.get_objects():
+        if issubclass(type(obj), torch.Tensor) and obj.device.type == "cpu" and not obj.is_meta:
+            storage = obj.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
+def varied(count: int, seed: int = 0) -> list[Sentence]:
+    """Treebank sentences; every fifth one three of them joined, so batches differ in length."""
+    trees = generate_treebank(count * 3, seed=seed)
+    sentences, pool = [], iter(trees)
+    for index in range(count):
+        text = next(pool).text
+        if index % 5 == 4:
+            text = text.rstrip(".") + ", and " + next(pool).text.rstrip(".") + ", and " + next(pool).text
+        sentences.append(Sentence(text, location=f"varied:{index + 1}"))
+    return sentences
+
+
+def growth_between_batches(steps, skip: int = 1) -> tuple[int, int]:
+    """Live tensor bytes after the first `skip` items, and the most seen at any later item."""
+    first = None
+    most = 0
+    for number, _ in enumerate(steps):
+        if number < skip:
+            continue
+        size = live_tensor_bytes()
+        if first is None:
+            first = size
+        most = max(most, size)
+    assert first is not None, "the job yielded too few items to compare"
+    return first, most
+
+
+def test_batches_are_capped_by_tokens_and_by_the_square():
+    lengths = [10] * 40 + [100] * 10 + [400]
+    batches = list(plan_batches(lengths, 32, max_tokens=1000, max_square=50_000))
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
+    for batch in batches:
+        longest = max(lengths[i] for i in batch)
+        assert len(batch) == 1 or (len(batch) <= 32 and len(batch) * longest <= 1000 and len(batch) * longest**2 <= 50_000)
+    assert [lengths[i] for i in batches[-1]] == [400]  # alone beyond the caps, but not dropped
+    assert max(len(b) for b in batches if lengths[b[0]] == 100) == 5  # 5 · 100² = 50,000
+
+
+def test_pattern_statistics_keep_no_batch(tiny_session):
+    from bertscope.core.patterns import pattern_statistics
+
+    steps = pattern_statistics(tiny_session, varied(96), batch_size=4, chunk_size=24)
+    first, most = growth_between_batches(steps)
+    assert most <= first + SLACK, f"live tensors grew from {first:,} to {most:,} bytes as batches were read"
+
+
+def test_representation_sample_keeps_no_batch(tiny_session):
+    from bertscope.core.representations import stream_sample
+
+    steps = stream_sample([tiny_session, tiny_session], varied(96), unit="token", max_rows=16, batch_size=4, attentions=True,
+                          on_batch=lambda outputs, prepared: None)
+    first, most = growth_between_batches(steps)
+    assert most <= first + SLACK, f"live tensors grew from {first:,} to {most:,} bytes as batches were read"
+
+
+def test_importance_walks_keep_no_batch(tiny_session):
+    from bertscope.core.importance import gradient_importance
+    from bertscope.core.objectives import make_objective
+
+    before = live_tensor_bytes()
+    objective = make_objective(tiny_session, "preserve", varied(96), batch_size=4)
+    assert live_tensor_bytes() - before <= 4096, "preparing the objective kept tensors of its sentences"
+    first, most = growth_between_batches(gradient_importance(objective), skip=2)
+    assert most - first <= objective.CACHE_ELEMENTS * 4, "the walk kept more than the bounded reference cache"
+    held = live_tensor_bytes()
+    for _ in gradient_importance(objective):
+        pass
+    assert live_tensor_bytes() <= held + 4096, "a second walk kept what the first did not"
+
+
+def test_cloze_keeps_no_batch(tiny_mlm_session):
+    from bertscope.core.mlm import ClozeQuery, cloze_scores
+
+    queries = [ClozeQuery(s.text.rstrip(".") + " [MASK].", "the", f"q:{i}") for i, s in enumerate(varied(64))]
+    first, most = growth_between_batches(cloze_scores(tiny_mlm_session, queries, batch_size=4))
+    assert most <= first + SLACK, f"live tensors grew from {first:,} to {most:,} bytes as batches were read"
+
+
+def test_attention_consumer_sees_every_layer_and_the_output_keeps_none(tiny_session):
+    inputs = tiny_session.tokenize_batch(["A short one.", "A somewhat longer sentence with more words in it."])
+    seen = {}
+    with torch.inference_mode():
+        output = tiny_session.run(inputs, attentions=True, hidden_states=False, on_attention=lambda layer, w: seen.setdefault(layer, w.clone()))
+        plain = tiny_session.run(inputs, attentions=True, hidden_states=False)
+    assert not output.attentions
+    assert sorted(seen) == list(range(tiny_session.num_layers))
+    for layer, weights in enumerate(plain.attentions):
+        np.testing.assert_allclose(seen[layer].numpy(), weights.numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("cap", [None, 200_000])
+def test_plan_keeps_every_sentence_once(cap):
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 300, size=500).tolist()
+    batches = list(plan_batches(lengths, 16, max_tokens=2048, max_square=cap))
+    assert sorted(i for b in batches for i in b) == list(range(500))
