@@ -190,8 +190,9 @@ class ProbingScreen(Screen[None]):
         table.add_column("layer", justify="right", style="dim")
         reports = list(self.reports.items())
         for title, report in reports:
-            width = max(12, min(24, len(title)))  # a longer title folds onto a second line
-            table.add_column(Text(f"{title}\n{report.metric}", overflow="fold"), width=width, no_wrap=False)
+            parts = title.split(" · ")  # task, mask, data: one line each, so a fold never cuts a word
+            width = max(12, min(24, max(len(part) for part in parts)))
+            table.add_column(Text("\n".join([*parts, report.metric]), overflow="fold"), width=width, no_wrap=False)
             table.add_column("", justify="left", no_wrap=True)
         num_layers = len(reports[0][1].layers)
         for layer in range(num_layers):
