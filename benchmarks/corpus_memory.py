@@ -126,7 +126,7 @@ def tiny_mlm(directory: Path) -> str:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
-    from bertscope.core.loading import bundled_model_dir
+    from bertscope.core.model_files import bundled_model_dir
 
     torch.manual_seed(0)
     config = BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024)
@@ -161,7 +161,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown jobs: {', '.join(unknown)}")
 
-    from bertscope.core.loading import bundled_model_dir
+    from bertscope.core.model_files import bundled_model_dir
 
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="bertscope-memory-") as temporary:
