@@ -67,6 +67,23 @@ def test_escape_leaves_the_sentence_box_then_cancels():
     run(app, steps)
 
 
+def test_main_screen_keys_do_nothing_on_a_screen_pushed_over_it():
+    app = make_app()
+
+    async def steps(pilot):
+        probing = await open_screen(pilot, "p")
+        await pilot.press("o", "g", "v", "a")  # the overview, geometry, view and ablation are the main screen's
+        await settle(pilot)
+        assert app.screen is probing and len(app.screen_stack) == 2
+        assert app.state.view == "head" and app.state.ablation == "zero"
+        await pilot.press("escape")
+        await settle(pilot)
+        await pilot.press("v")
+        assert app.state.view == "average"
+
+    run(app, steps)
+
+
 def test_tab_reaches_the_effect_pane_and_arrows_scroll_to_its_last_layer():
     app = make_app(text="the keys to the cabinet are on the table")
 

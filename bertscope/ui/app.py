@@ -50,6 +50,12 @@ from bertscope.ui.widgets.panels import EffectPanel, StatusLine, TokenPanel
 
 VIEWS = ("head", "average")
 HEATMAP_ACTIONS = {"zoom", "next_scale", "toggle_dense"}  # keys of the explorer's own screen
+# The main screen's commands: on a screen pushed over it (overview, probing, ...) these keys
+# do nothing rather than act on a view the person cannot see or stack another screen on top.
+MAIN_SCREEN_ACTIONS = HEATMAP_ACTIONS | {
+    "focus_sentence", "clear_mask", "toggle_ablation", "next_figure", "next_view", "export", "overview", "probing",
+    "next_attribution", "next_attribution_target", "importance", "prune_to", "pruning_curve", "geometry", "compare",
+}
 SCALE_NOTES = {
     "max": "0 to the map's largest weight",
     "row": "each query row to its own largest weight",
@@ -464,8 +470,8 @@ class ExplorerApp(ImportanceMixin, App[None]):
         self._save_state()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """The heatmap's keys (z, s, d) only where the heatmap is: not in other screens' footers."""
-        if action in HEATMAP_ACTIONS:
+        """The main screen's keys only where the main screen is shown: not in other screens' footers."""
+        if action in MAIN_SCREEN_ACTIONS:
             return self._heatmap_on_screen()
         return super().check_action(action, parameters)
 
