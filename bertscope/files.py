@@ -18,6 +18,13 @@ def check_writable(path: str | Path) -> Path:
     Permission bits do not tell (root passes every `os.access` check, and /proc takes no new
     files), so this creates and removes a temporary file where `path` will go.
     """
+    target = _checked_target(path)
+    os.unlink(_new_temporary(target))
+    return target
+
+
+def _checked_target(path: str | Path) -> Path:
+    """`path` as a file name whose directory exists; what is wrong said in one line."""
     target = Path(path).expanduser()
     if target.is_dir():
         raise InputError(f"cannot write {target}: it is a directory; give a file name")
@@ -27,13 +34,17 @@ def check_writable(path: str | Path) -> Path:
         if existing is not None and not existing.is_dir():
             raise InputError(f"cannot write {target}: {existing} is a file, not a directory")
         raise InputError(f"cannot write {target}: directory {parent} does not exist")
+    return target
+
+
+def _new_temporary(target: Path) -> Path:
+    """`temporary_beside(target)`, its failure said in one line."""
     try:
-        os.unlink(temporary_beside(target))
+        return temporary_beside(target)
     except OSError as error:
         if isinstance(error, PermissionError):
-            raise InputError(f"cannot write {target}: no permission to write in {parent}") from None
-        raise InputError(f"cannot write {target}: {parent} takes no new files ({error.strerror or error})") from None
-    return target
+            raise InputError(f"cannot write {target}: no permission to write in {target.parent}") from None
+        raise InputError(f"cannot write {target}: {target.parent} takes no new files ({error.strerror or error})") from None
 
 
 def check_new_directory(path: str | Path) -> Path:
@@ -48,8 +59,8 @@ def check_new_directory(path: str | Path) -> Path:
 @contextlib.contextmanager
 def atomic_write(path: str | Path, mode: str = "wb") -> Iterator[IO]:
     """Write to a temporary file beside `path`, then rename it over `path` in one step."""
-    target = check_writable(path)
-    temporary = temporary_beside(target)
+    target = _checked_target(path)
+    temporary = _new_temporary(target)  # the check and the file in one step
     try:
         with open(temporary, mode) as handle:
             yield handle
