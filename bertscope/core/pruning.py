@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from bertscope.core.errors import InputError, ModelLoadError
+from bertscope.core.errors import ModelLoadError
 from bertscope.files import check_new_directory
 
 PRUNING_FILE = "bertscope-pruning.json"
@@ -169,7 +169,7 @@ def write_pruned_model(session, remove: Sequence[tuple[int, int]], directory: st
     import copy
 
     target = Path(directory).expanduser()
-    check_output_dir(target)
+    check_new_directory(target)
     already = pruned_heads_of(session.model.config)
     pruned = {layer: sorted(set(already.get(layer, [])) | {h for (l, h) in remove if l == layer}) for layer in range(session.num_layers)}
     pruned = {layer: heads for layer, heads in pruned.items() if heads}
@@ -210,17 +210,12 @@ def write_pruned_model(session, remove: Sequence[tuple[int, int]], directory: st
         }
         (staging / PRUNING_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         if target.exists():
-            target.rmdir()  # check_output_dir allowed only an empty directory
+            target.rmdir()  # check_new_directory allowed only an empty directory
         os.replace(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return result
-
-
-def check_output_dir(target: Path) -> None:
-    """A new or empty directory whose parent exists and is writable; anything else is refused before slow work."""
-    check_new_directory(target)
 
 
 def _max_difference(original, pruned_session, pruned: dict[int, list[int]], texts: Sequence[str]) -> float:
