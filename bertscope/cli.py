@@ -110,14 +110,24 @@ def open_session(model: str | None, device: str, dtype: str, allow_download: boo
     """
     from rich.console import Console
 
-    from bertscope.core.model_files import find_model
-
-    find_model(model, allow_download)
+    judge_model_files(model, allow_download)
     console = Console(stderr=True)
     with console.status("loading model…") if console.is_terminal else contextlib.nullcontext():
         from bertscope.core.session import Session
 
         return Session.open(model, device=device, dtype=dtype, allow_download=allow_download)
+
+
+def judge_model_files(model: str | None, allow_download: bool) -> None:
+    """Refuse a model whose files bertscope cannot read, without importing torch.
+
+    With --allow-download the files may not be here yet: loading the model fetches them,
+    once, and judges them then.
+    """
+    if not allow_download:
+        from bertscope.core.model_files import find_model
+
+        find_model(model)
 
 
 def warn(message: str) -> None:
@@ -164,9 +174,7 @@ def explore(text, pair, theme, session_file, export_dir, glyphs, model, device, 
         _heatmap_colormap(theme)  # an unknown theme fails here, with the list of themes
     if session_file is not None:
         check_writable(session_file)
-    from bertscope.core.model_files import find_model
-
-    find_model(model, allow_download)  # a model the explorer cannot read is refused here, like any command's
+    judge_model_files(model, allow_download)  # a model the explorer cannot read is refused here, like any command's
     from bertscope.ui.app import ExplorerApp
 
     def open_backend(report):

@@ -18,7 +18,7 @@ from transformers.utils import logging as hf_logging
 from bertscope.core import ablation, pruning
 from bertscope.core.device import resolve_device, resolve_dtype
 from bertscope.core.errors import ModelLoadError
-from bertscope.core.families import SUPPORTED_HEADS, Family, family_for
+from bertscope.core.families import SUPPORTED_HEADS, Family
 from bertscope.core.model_files import find_model, first_line
 
 
@@ -43,8 +43,7 @@ def load_model(
 ) -> LoadedModel:
     """Load a supported encoder and its tokenizer, ready for `Session`."""
     files = find_model(model, allow_download)
-    source, directory, architecture, weights = files.source, files.directory, files.architecture, files.weights
-    family = family_for(files.model_type, architecture)
+    source, directory, family, architecture, weights = files.source, files.directory, files.family, files.architecture, files.weights
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
 

