@@ -35,6 +35,7 @@ from bertscope.core.masks import Ablation
 OBJECTIVES = ("mlm", "classification", "probe", "preserve")
 MLM_RATE = 0.15
 CHUNK = 1024  # sentences tokenised at a time on a walk over the corpus
+WORD_COLUMNS = {"upos": "upos", "xpos": "xpos", "deprel": "deprels"}  # a word task's Sentence attribute
 
 
 @dataclass
@@ -78,7 +79,8 @@ class Batches:
         self.finish, self.words, self.max_tokens = finish, words, max_tokens
         self._count: int | None = None
 
-    def _chunks(self):
+    def chunks(self):
+        """(sentences, their tokenisation) a chunk at a time."""
         for start in range(0, len(self.sentences), CHUNK):
             release_freed_memory()  # what the last chunk's batches freed (core.allocator)
             chunk = self.sentences[start : start + CHUNK]
@@ -101,7 +103,7 @@ class Batches:
 
     def __iter__(self) -> Iterator[Batch]:
         number = 0
-        for chunk, encoded in self._chunks():
+        for chunk, encoded in self.chunks():
             for indices in self._plan(encoded):
                 padded = self.session.tokenizer.pad({k: [v[i] for i in indices] for k, v in encoded.items()}, return_tensors="pt")
                 yield self.finish(number, [chunk[i] for i in indices], encoded, indices, padded)
@@ -110,7 +112,7 @@ class Batches:
 
     def __len__(self) -> int:
         if self._count is None:
-            self._count = sum(len(self._plan(encoded)) for _, encoded in self._chunks())
+            self._count = sum(len(self._plan(encoded)) for _, encoded in self.chunks())
         return self._count
 
 
@@ -205,8 +207,9 @@ def make_objective(
     return objective
 
 
-def _batches(session, sentences: Sequence[Sentence], batch_size: int, targets=None) -> Batches:
-    """Length-grouped padded batches, made on each walk; `targets(sentence)` gives a sentence's target values."""
+def _batches(session, sentences: Sequence[Sentence], batch_size: int, targets=None, then=None) -> Batches:
+    """Length-grouped padded batches, made on each walk; `targets(sentence)` gives a sentence's target
+    values, and `then(batch)`, if given, finishes each batch (the mlm objective masks its tokens there)."""
 
     def finish(number, group, encoded, indices, padded) -> Batch:
         special = padded.pop("special_tokens_mask")
@@ -216,7 +219,8 @@ def _batches(session, sentences: Sequence[Sentence], batch_size: int, targets=No
             values = [targets(sentence) for sentence in group]
             for key in values[0]:
                 target[key] = torch.as_tensor(np.array([value[key] for value in values]), device=session.device)
-        return Batch(inputs, target, number)
+        batch = Batch(inputs, target, number)
+        return batch if then is None else then(batch)
 
     return Batches(session, sentences, batch_size, finish)
 
@@ -238,12 +242,9 @@ class MLMObjective(Objective):
         mask_id = session.tokenizer.mask_token_id
         if mask_id is None:
             raise InputError("the tokenizer has no [MASK] token; the mlm objective needs one")
-        plain = _batches(session, sentences, batch_size)
-        unmasked = plain.finish
 
-        def finish(number, group, encoded, indices, padded) -> Batch:
-            batch = unmasked(number, group, encoded, indices, padded)
-            generator = torch.Generator().manual_seed(seed * 1_000_003 + number)  # the same masks on every walk
+        def mask_tokens(batch: Batch) -> Batch:
+            generator = torch.Generator().manual_seed(seed * 1_000_003 + batch.number)  # the same masks on every walk
             ids = batch.inputs["input_ids"]
             candidates = (batch.inputs["attention_mask"].bool() & ~batch.target["special"]).cpu()
             chosen = (torch.rand(ids.shape, generator=generator) < MLM_RATE) & candidates
@@ -256,8 +257,7 @@ class MLMObjective(Objective):
             batch.inputs["input_ids"] = torch.where(chosen, torch.full_like(ids, mask_id), ids)
             return batch
 
-        plain.finish = finish
-        return cls(session, plain, len(sentences))
+        return cls(session, _batches(session, sentences, batch_size, then=mask_tokens), len(sentences))
 
     def scores(self, batch, gates, ablation) -> Scores:
         hidden = self.session.run(batch.inputs, gates=gates, ablation=ablation, hidden_states=False, encoder_only=True).last_hidden_state
@@ -426,7 +426,7 @@ class ProbeObjective(Objective):
             batches = _batches(session, test, batch_size, lambda sentence: {"labels": index[sentence.label]})
         else:
             batches = _word_batches(session, test, task, index, batch_size)
-            skipped = batches.skipped()
+            skipped = _unscored_words(batches, task, index)
             if skipped:
                 notes.append(f"{skipped} test words with labels left out of training (unseen or too rare there) were left out")
         dev_accuracy = float(trained.dev_accuracy[:, 0].max())
@@ -456,7 +456,7 @@ class ProbeObjective(Objective):
 
 def _word_batches(session, sentences, task, index, batch_size) -> Batches:
     """Batches of pre-split words with each word's label at its first sub-word (-100 elsewhere)."""
-    column = {"upos": "upos", "xpos": "xpos", "deprel": "deprels"}[task]
+    column = WORD_COLUMNS[task]
     for sentence in sentences:
         if getattr(sentence, column) is None:
             raise InputError(f"{sentence.location}: no {task.upper()} column; this file cannot probe {task}")
@@ -472,19 +472,18 @@ def _word_batches(session, sentences, task, index, batch_size) -> Batches:
                 previous = word
         return Batch({k: v.to(session.device) for k, v in padded.items()}, {"labels": labels.to(session.device)}, number)
 
-    batches = Batches(session, sentences, batch_size, finish, words=True)
+    return Batches(session, sentences, batch_size, finish, words=True)
 
-    def skipped() -> int:
-        """Words whose label the probe never saw in training (counted over one walk of the tokens, no pass)."""
-        count = 0
-        for chunk, encoded in batches._chunks():
-            for row, sentence in enumerate(chunk):
-                tags, previous = getattr(sentence, column), None
-                for word in encoded.word_ids(row):
-                    if word is not None and word != previous and tags[word] not in index:
-                        count += 1
-                    previous = word
-        return count
 
-    batches.skipped = skipped
-    return batches
+def _unscored_words(batches: Batches, task: str, index: dict[str, int]) -> int:
+    """Words whose label the probe never saw in training (counted over one walk of the tokens, no pass)."""
+    column = WORD_COLUMNS[task]
+    count = 0
+    for chunk, encoded in batches.chunks():
+        for row, sentence in enumerate(chunk):
+            tags, previous = getattr(sentence, column), None
+            for word in encoded.word_ids(row):
+                if word is not None and word != previous and tags[word] not in index:
+                    count += 1
+                previous = word
+    return count
