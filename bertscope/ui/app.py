@@ -472,17 +472,15 @@ class ExplorerApp(ImportanceMixin, App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The main screen's keys only where the main screen is shown: not in other screens' footers."""
         if action in MAIN_SCREEN_ACTIONS:
-            return self._heatmap_on_screen()
+            return self._main_screen_shown()  # False: the key does nothing there
         return super().check_action(action, parameters)
 
-    def _heatmap_on_screen(self) -> bool:
+    def _main_screen_shown(self) -> bool:
         """Whether the explorer's own screen (with the heatmap) is the one shown, not one pushed over it."""
         return bool(self.screen.query(AttentionView))
 
     def action_zoom(self) -> None:
         """The heatmap alone on the screen (inputs, grid and side panes hidden), and back."""
-        if not self._heatmap_on_screen():
-            return
         zoomed = not self.screen.has_class("-zoomed")
         self.screen.set_class(zoomed, "-zoomed")
         view = self.query_one(AttentionView)
@@ -494,16 +492,12 @@ class ExplorerApp(ImportanceMixin, App[None]):
 
     def action_next_scale(self) -> None:
         """The heatmap's colour scale: max, row, fixed (0–1), log (the legend shows its numbers)."""
-        if not self._heatmap_on_screen():
-            return
         self.heatmap_scale = SCALES[(SCALES.index(self.heatmap_scale) + 1) % len(SCALES)]
         self.notify(f"colour scale: {self.heatmap_scale} ({SCALE_NOTES[self.heatmap_scale]})", timeout=3)
         self._repaint()
 
     def action_toggle_dense(self) -> None:
         """Two query rows a line (half blocks), or one; the first press overrides the automatic choice."""
-        if not self._heatmap_on_screen():
-            return
         view = self.query_one(AttentionView)
         self.heatmap_dense = not view.dense_shown
         if self.heatmap_dense and self.glyphs:
