@@ -74,7 +74,7 @@ sys.stderr.write("\n" + json.dumps({"peak_rss_mb": peak, "peak_anon_mb": peak_an
 
 def varied_sentences(count: int, seed: int = 0):
     """`count` distinct treebank sentences, every seventh one joined from two to four of them (≤ 70 words)."""
-    from bertscope.core.treebank import generate_treebank
+    from bertscope.core.data.treebank import generate_treebank
 
     pool = iter(generate_treebank(count * 3, seed=seed))
     out = []
@@ -96,7 +96,7 @@ def varied_sentences(count: int, seed: int = 0):
 
 def write_corpora(directory: Path, count: int) -> dict[str, str]:
     """The corpus of `count` sentences as plain text, CoNLL-U, SentEval TSV and a cloze file."""
-    from bertscope.core.treebank import write_conllu
+    from bertscope.core.data.treebank import write_conllu
 
     sentences = varied_sentences(count)
     text = directory / f"varied-{count}.txt"
@@ -126,7 +126,7 @@ def tiny_mlm(directory: Path) -> str:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
-    from bertscope.core.model_files import bundled_model_dir
+    from bertscope.core.model.model_files import bundled_model_dir
 
     torch.manual_seed(0)
     config = BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024)
@@ -161,7 +161,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown jobs: {', '.join(unknown)}")
 
-    from bertscope.core.model_files import bundled_model_dir
+    from bertscope.core.model.model_files import bundled_model_dir
 
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="bertscope-memory-") as temporary:

@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     from bertscope.core.errors import InputError, ModelLoadError
-    from bertscope.core.session import Session
+    from bertscope.core.model.session import Session
 
     try:
         session = Session.open(args.model, device=args.device)

@@ -6,7 +6,7 @@ Both contenders see the same sentences (the shipped sample corpus, cycled to --s
 in the same length-sorted batches, in the same run:
 - `bare`: an eager transformers model, inputs tokenised beforehand, timed as
   `model(**batch, output_attentions=True)` per batch;
-- `patterns`: `bertscope.core.patterns.pattern_statistics` end to end (tokenising, the
+- `patterns`: `bertscope.core.analyses.patterns.pattern_statistics` end to end (tokenising, the
   forward, every statistic and pattern class).
 Budget (issue: attention pattern analytics): patterns ≤ 1.3 × bare. The resident memory is
 sampled as the corpus streams by: it should stay flat, not grow with the sentences read.
@@ -34,9 +34,9 @@ def main() -> None:
     import torch
     from transformers import AutoModel
 
-    from bertscope.core.corpus import read_sentences, sample_corpus
-    from bertscope.core.patterns import encode_sorted, pattern_statistics
-    from bertscope.core.session import Session
+    from bertscope.core.data.corpus import read_sentences, sample_corpus
+    from bertscope.core.analyses.patterns import encode_sorted, pattern_statistics
+    from bertscope.core.model.session import Session
 
     session = Session.open(args.model, device=args.device)
     sentences = list(itertools.islice(itertools.cycle(list(read_sentences(sample_corpus()))), args.sentences))

@@ -3,7 +3,7 @@
     python benchmarks/probe_layers.py [--model M] [--device D] [--sentences 4000] [--task upos] [-o FILE.json]
 
 Corpus: a CoNLL-U file (`--data`, its first `--sentences`), or bertscope's generated
-treebank of `--sentences` sentences (core.treebank: varied sentences of 4-30 words). In the
+treebank of `--sentences` sentences (core.data.treebank: varied sentences of 4-30 words). In the
 same run:
 - `bare`: a transformers model (SDPA) over the same sentences in batches of 32 sorted by
   token count, `output_hidden_states=True`, inputs tokenised beforehand;
@@ -12,7 +12,7 @@ same run:
   on dev (no control task, no random-init baseline: those are separate probes);
 - `probe_warm`: the same again, features from the cache; only the probes are trained;
 - `session`: bertscope's own forward (`Session.run`) over the same batches. On CPUs it
-  runs the linear layers through oneDNN (core.cpu_linear), faster than `bare` where MKL is
+  runs the linear layers through oneDNN (core.model.cpu_linear), faster than `bare` where MKL is
   slow (AMD); `cold_ratio_of_session_forward` says what probing adds to bertscope's own
   pass, whatever the speed of that pass.
 Budgets (issue: layer-wise probing): cold ≤ 1.5 × bare; warm ≤ 0.3 × bare.
@@ -43,10 +43,10 @@ def main() -> None:
     import torch
     from transformers import AutoModel
 
-    from bertscope.core.corpus import read_sentences
-    from bertscope.core.probing import make_splits, run_probe
-    from bertscope.core.session import Session
-    from bertscope.core.treebank import generate_treebank
+    from bertscope.core.data.corpus import read_sentences
+    from bertscope.core.analyses.probing import make_splits, run_probe
+    from bertscope.core.model.session import Session
+    from bertscope.core.data.treebank import generate_treebank
 
     session = Session.open(args.model, device=args.device)
     if args.data:

@@ -71,7 +71,7 @@ async def measure(args) -> dict:
             repainted.set()
 
     def open_backend(report):
-        from bertscope.core.session import Session
+        from bertscope.core.model.session import Session
 
         session = Session.open(args.model, device=args.device)
         marks["model_ready"] = time.perf_counter()

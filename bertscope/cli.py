@@ -17,7 +17,7 @@ import click
 
 from bertscope import __version__
 from bertscope.core.errors import BertscopeError
-from bertscope.core.masks import ABLATIONS
+from bertscope.core.model.masks import ABLATIONS
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a Ctrl-C
@@ -92,7 +92,7 @@ def mask_options(command):
 
 def _checked_mask_spec(ctx, param, spec: str | None) -> str | None:
     """A malformed mask is refused before the model loads; its layers and heads are checked against the model later."""
-    from bertscope.core.masks import HeadMask
+    from bertscope.core.model.masks import HeadMask
 
     HeadMask.check_spec(spec)
     return spec
@@ -113,7 +113,7 @@ def open_session(model: str | None, device: str, dtype: str, allow_download: boo
     judge_model_files(model, allow_download)
     console = Console(stderr=True)
     with console.status("loading model…") if console.is_terminal else contextlib.nullcontext():
-        from bertscope.core.session import Session
+        from bertscope.core.model.session import Session
 
         return Session.open(model, device=device, dtype=dtype, allow_download=allow_download)
 
@@ -125,7 +125,7 @@ def judge_model_files(model: str | None, allow_download: bool) -> None:
     once, and judges them then.
     """
     if not allow_download:
-        from bertscope.core.model_files import find_model
+        from bertscope.core.model.model_files import find_model
 
         find_model(model)
 
@@ -166,7 +166,7 @@ def print_json(payload: dict) -> None:
 @model_options
 def explore(text, pair, theme, session_file, export_dir, glyphs, model, device, dtype, allow_download):
     """Open the explorer on TEXT (default: an example sentence, or the one in --session)."""
-    from bertscope.files import check_writable
+    from bertscope.core.data.files import check_writable
 
     if text is not None and not text.strip():
         raise BertscopeError("the text is empty; give a sentence, or leave it out for the example")
@@ -179,7 +179,7 @@ def explore(text, pair, theme, session_file, export_dir, glyphs, model, device, 
 
     def open_backend(report):
         report("importing torch and transformers…")
-        from bertscope.core.session import Session
+        from bertscope.core.model.session import Session
 
         report(f"loading {model or 'the bundled all-MiniLM-L6-v2'}…")
         return Session.open(model, device=device, dtype=dtype, allow_download=allow_download)
@@ -311,7 +311,7 @@ def data_options(command):
 
 def corpus_sentences(text, data, data_format, limit, report):
     """The sentences to analyse: TEXT, or the file, or the shipped sample corpus."""
-    from bertscope.core.corpus import Sentence, read_sentences, sample_corpus
+    from bertscope.core.data.corpus import Sentence, read_sentences, sample_corpus
 
     if text is not None and data is not None:
         raise BertscopeError("give either TEXT or --data FILE, not both")
@@ -358,8 +358,8 @@ def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, ou
     distance, averaged over real tokens and sentences; and the share of sentences in which
     the head's map is vertical, diagonal, vertical+diagonal, block or heterogeneous.
     """
-    from bertscope.core.corpus import ReadReport
-    from bertscope.core.patterns import PATTERNS, STATISTICS, pattern_statistics
+    from bertscope.core.data.corpus import ReadReport
+    from bertscope.core.analyses.patterns import PATTERNS, STATISTICS, pattern_statistics
 
     report = ReadReport()
     sentences, source = corpus_sentences(text, data, data_format, limit, report)
@@ -433,8 +433,8 @@ def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pool
 
     Layers are indexed as hidden states: 0 is the embeddings, l+1 the output of layer l.
     """
-    from bertscope.core.corpus import ReadReport, read_sentences
-    from bertscope.core.probing_tasks import TASKS, generate
+    from bertscope.core.data.corpus import ReadReport, read_sentences
+    from bertscope.core.data.probing_tasks import TASKS, generate
 
     word_tasks = ("upos", "xpos", "deprel", "depth", "distance")
     reports, notes = [], []
@@ -451,7 +451,7 @@ def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pool
         if dev is not None or test is not None:
             raise BertscopeError("--dev and --test need --data TRAIN")
         if task in word_tasks:
-            from bertscope.core.treebank import DEFAULT_SENTENCES, generate_treebank
+            from bertscope.core.data.treebank import DEFAULT_SENTENCES, generate_treebank
 
             size = limit or DEFAULT_SENTENCES
             train_sentences, dev_sentences, test_sentences = generate_treebank(size), None, None
@@ -472,7 +472,7 @@ def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pool
             raise BertscopeError(f"a CoNLL-U file probes {', '.join(word_tasks)}; not {task!r}")
         if not words and task in word_tasks:
             raise BertscopeError(f"task {task!r} needs a CoNLL-U file; {data} is not one")
-    from bertscope.core.probing import make_splits, run_probe
+    from bertscope.core.analyses.probing import make_splits, run_probe
 
     splits = make_splits(train_sentences, dev_sentences, test_sentences)
     session = open_session(model, device, dtype, allow_download)
@@ -542,8 +542,8 @@ def treebank(output, sentences, seed):
     English sentences from a seeded grammar, annotated as Universal Dependencies v2:
     UPOS, Penn Treebank XPOS, heads and relations, right by construction.
     """
-    from bertscope.core.treebank import generate_treebank, write_conllu
-    from bertscope.files import check_writable
+    from bertscope.core.data.treebank import generate_treebank, write_conllu
+    from bertscope.core.data.files import check_writable
 
     check_writable(output)
     generated = generate_treebank(sentences, seed)
@@ -565,7 +565,7 @@ def cache(cache_dir, clear, as_json):
     Entries of an older bertscope, or of data you no longer use, are never read again but
     stay on disk until cleared; the next run of a probe computes what it needs anew.
     """
-    from bertscope.core.cache import cache_usage, clear_cache, default_cache_dir
+    from bertscope.core.data.cache import cache_usage, clear_cache, default_cache_dir
 
     directory = cache_dir if cache_dir is not None else default_cache_dir()
     usage = clear_cache(directory) if clear else cache_usage(directory)
@@ -595,7 +595,7 @@ def export(text, pair, mask_spec, ablation, output, model, device, dtype, allow_
     """
     import numpy as np
 
-    from bertscope.files import atomic_write, check_writable
+    from bertscope.core.data.files import atomic_write, check_writable
 
     check_writable(output)
     session = open_session(model, device, dtype, allow_download)

@@ -29,7 +29,7 @@ def sample_options(command):
 
 
 def read_corpus(text, data, data_format, limit):
-    from bertscope.core.corpus import ReadReport
+    from bertscope.core.data.corpus import ReadReport
 
     report = ReadReport()
     sentences, source = corpus_sentences(text, data, data_format, limit, report)
@@ -107,8 +107,8 @@ def compare(text, data, data_format, limit, model_b, unit, max_rows, seed, batch
     sentences (Kovaleva et al. 2019, Fig. 4); linear CKA between every layer of A and
     every layer of B on the same sampled rows; with --probe, a probe per layer on both.
     """
-    from bertscope.core.compare import probe_data
-    from bertscope.core.session import Session
+    from bertscope.core.analyses.compare import probe_data
+    from bertscope.core.model.session import Session
 
     colormap = None if as_json else _heatmap_colormap(theme)
     sentences, source, report = read_corpus(text, data, data_format, limit)

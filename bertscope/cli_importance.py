@@ -13,7 +13,7 @@ import click
 from bertscope.cli import (
     BertscopeError, format_options, main, model_options, open_session, print_json, run_stages, warn,
 )
-from bertscope.core.masks import ABLATIONS
+from bertscope.core.model.masks import ABLATIONS
 
 OBJECTIVE_CHOICES = ("mlm", "classification", "probe", "preserve")
 
@@ -46,8 +46,8 @@ def objective_options(command):
 
 def build_objective(session, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed):
     """Read the data and prepare the objective; returns (objective, description of the data)."""
-    from bertscope.core.corpus import ReadReport, Sentence, read_sentences, sample_corpus
-    from bertscope.core.objectives import check_objective, make_objective
+    from bertscope.core.data.corpus import ReadReport, Sentence, read_sentences, sample_corpus
+    from bertscope.core.analyses.objectives import check_objective, make_objective
 
     check_objective(session, objective)
     if text is not None and data is not None:
@@ -77,7 +77,7 @@ def build_objective(session, objective, text, data, data_format, limit, task, pr
 
 
 def compute_importance(prepared, method, ablation, normalize, seed):
-    from bertscope.core.importance import head_importance
+    from bertscope.core.analyses.importance import head_importance
 
     steps = head_importance(prepared, method, ablation=ablation, normalize=normalize, seed=seed)
     return run_stages(steps, "head importance", "result")
@@ -141,7 +141,7 @@ def prune(text, data, data_format, limit, objective, task, probe_layer, method, 
     outputs equal the original with those heads masked (zero ablation). Head numbers stay
     those of the original model.
     """
-    from bertscope.core.importance import check_fraction
+    from bertscope.core.analyses.importance import check_fraction
 
     if curve == (fraction is not None):
         raise BertscopeError("give --curve for a pruning curve, or --fraction F (with -o DIR) to prune")
@@ -154,7 +154,7 @@ def prune(text, data, data_format, limit, objective, task, probe_layer, method, 
     if output is not None:
         from pathlib import Path
 
-        from bertscope.files import check_new_directory
+        from bertscope.core.data.files import check_new_directory
 
         check_new_directory(Path(output))
     session = open_session(model, device, dtype, allow_download)
@@ -166,7 +166,7 @@ def prune(text, data, data_format, limit, objective, task, probe_layer, method, 
 
 
 def _curve(session, prepared, source, method, ablation, normalize, step, reestimate, max_drop, seed, as_json):
-    from bertscope.core.importance import pruning_curve
+    from bertscope.core.analyses.importance import pruning_curve
 
     importance_result = compute_importance(prepared, method, ablation, normalize, seed)
     steps = pruning_curve(prepared, importance=importance_result, method=method, ablation=ablation, step=step,
@@ -183,8 +183,8 @@ def _curve(session, prepared, source, method, ablation, normalize, step, reestim
 
 
 def _prune_to(session, prepared, source, method, ablation, normalize, fraction, output, seed, as_json):
-    from bertscope.core.importance import measure, pruned_set
-    from bertscope.core.masks import HeadMask
+    from bertscope.core.analyses.importance import measure, pruned_set
+    from bertscope.core.model.masks import HeadMask
 
     result = compute_importance(prepared, method, ablation, normalize, seed)
     total = session.num_layers * session.num_heads
@@ -202,7 +202,7 @@ def _prune_to(session, prepared, source, method, ablation, normalize, fraction, 
         "after": {"loss": after.loss, "metric": after.metric},
     }
     if output is not None:
-        from bertscope.core.pruning import write_pruned_model
+        from bertscope.core.model.pruning import write_pruned_model
 
         texts = prepared.texts
         written = write_pruned_model(session, chosen, output, timing_texts=texts, extra={

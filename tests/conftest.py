@@ -37,7 +37,7 @@ def save_tiny(directory: Path, model_class_name: str, seed: int = 0, config_clas
     import transformers
     from transformers import AutoTokenizer
 
-    from bertscope.core.model_files import bundled_model_dir
+    from bertscope.core.model.model_files import bundled_model_dir
 
     torch.manual_seed(seed)
     config = getattr(transformers, config_class_name)(**{**TINY, **overrides})
@@ -59,21 +59,21 @@ def tiny_mlm_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_session(tiny_bert_dir):
-    from bertscope.core.session import Session
+    from bertscope.core.model.session import Session
 
     return Session.open(str(tiny_bert_dir), device="cpu")
 
 
 @pytest.fixture(scope="session")
 def tiny_mlm_session(tiny_mlm_dir):
-    from bertscope.core.session import Session
+    from bertscope.core.model.session import Session
 
     return Session.open(str(tiny_mlm_dir), device="cpu")
 
 
 @pytest.fixture(scope="session")
 def bundled_session():
-    from bertscope.core.session import Session
+    from bertscope.core.model.session import Session
 
     return Session.open(device="cpu")
 

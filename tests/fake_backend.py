@@ -13,8 +13,8 @@ import time
 import numpy as np
 
 from bertscope.core.errors import InputError
-from bertscope.core.masks import HeadMask
-from bertscope.core.results import PATTERNS, STATISTICS, Encoding, ForwardResult, MaskPrediction, ModelInfo, PatternProgress, PatternResult
+from bertscope.core.model.masks import HeadMask
+from bertscope.core.model.results import PATTERNS, STATISTICS, Encoding, ForwardResult, MaskPrediction, ModelInfo, PatternProgress, PatternResult
 
 LAYERS, HEADS, WIDTH = 3, 4, 8
 
@@ -135,7 +135,7 @@ class FakeBackend:
 
         A probe target first "trains" (two progress steps); the MLM target needs a [mask].
         """
-        from bertscope.core.attribution_results import Attribution, AttributionProgress, Target
+        from bertscope.core.analyses.attribution_results import Attribution, AttributionProgress, Target
 
         target = target or Target(kind="mlm")
         encoding = text if isinstance(text, Encoding) else self.encode(text, pair)
@@ -172,7 +172,7 @@ class FakeBackend:
 
     def head_importance(self, objective, sentences, *, method="gradient", ablation="zero", normalize=True, cancel=None, **options):
         """Known importance: head (l, h) scores l·H + h + 1, so 0:0 matters least and the last head most."""
-        from bertscope.core.importance_results import HeadImportance, ImportanceProgress
+        from bertscope.core.analyses.importance_results import HeadImportance, ImportanceProgress
 
         self.importance_calls.append((objective, len(list(sentences))))
         for done in (1, 2):
@@ -189,14 +189,14 @@ class FakeBackend:
 
     def measure_objective(self, objective, sentences, mask=None, ablation="zero", **options):
         """The metric falls by 0.05 per masked head."""
-        from bertscope.core.importance_results import Measurement
+        from bertscope.core.analyses.importance_results import Measurement
 
         masked = len(mask) if mask is not None else 0
         self.release.wait(timeout=10)
         return Measurement(loss=0.1 * masked, metric=1.0 - 0.05 * masked)
 
     def pruning_curve(self, objective, sentences, *, importance=None, cancel=None, reestimate=False, ablation="zero", **options):
-        from bertscope.core.importance_results import CurvePoint, CurveProgress, PruningCurve
+        from bertscope.core.analyses.importance_results import CurvePoint, CurveProgress, PruningCurve
 
         if importance is None:
             importance = list(self.head_importance(objective, sentences))[-1].result
@@ -210,7 +210,7 @@ class FakeBackend:
 
     def geometry(self, sentences, *, mask=None, ablation="zero", cancel=None, **options):
         """Known geometry: 3 sentences per step; ID of layer l is 2 + l; 12 points whose label is "A" or "B" by their x sign."""
-        from bertscope.core.geometry_results import GeometryProgress, GeometryResult
+        from bertscope.core.analyses.geometry_results import GeometryProgress, GeometryResult
 
         if not sentences:
             raise InputError("no sentences to analyse; the corpus is empty")
@@ -235,7 +235,7 @@ class FakeBackend:
 
     def compare(self, other, sentences, *, cancel=None, **options):
         """Known comparison: head (l, h) has cosine 1 - 0.05 (l + h); model B "other-vocab" has another tokenizer."""
-        from bertscope.core.geometry_results import ComparisonProgress, ComparisonResult
+        from bertscope.core.analyses.geometry_results import ComparisonProgress, ComparisonResult
 
         if other == "other-vocab":
             raise InputError("model B's tokenizer differs from model A's; compare needs two models with the same tokenizer")

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from bertscope.core.attribution import Target, attribute, gauss_legendre, rollout
+from bertscope.core.analyses.attribution import Target, attribute, gauss_legendre, rollout
 from bertscope.core.errors import InputError
-from bertscope.core.probing_tasks import generate, write_senteval
+from bertscope.core.data.probing_tasks import generate, write_senteval
 from tests.conftest import save_tiny
 
 TEXT = "Dante was born in [MASK], a city of Tuscany."
@@ -26,7 +26,7 @@ def sharp_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_mlm_session(sharp_dir):
-    from bertscope.core.session import Session
+    from bertscope.core.model.session import Session
 
     return Session.open(str(sharp_dir), device="cpu")
 
@@ -120,7 +120,7 @@ def test_a_head_mask_reaches_the_attributed_forward(tiny_mlm_session):
     masked = result_of(attribute(tiny_mlm_session, TEXT, method="integrated-gradients", steps=16, mask=mask,
                                  target=Target(label=plain.target["label"])))
     assert masked.output != pytest.approx(plain.output)
-    from bertscope.core.mlm import fill
+    from bertscope.core.analyses.mlm import fill
 
     guesses = fill(tiny_mlm_session, TEXT, top=1, mask=mask, layers=False).blanks[0]
     logits = tiny_mlm_session.forward(TEXT.replace("[MASK]", "[MASK]"), mask=mask).mlm_logits[guesses.position]
@@ -149,7 +149,7 @@ def test_probe_decisions_on_a_model_without_an_mlm_head(tiny_session, tmp_path):
     sentences = generate("subject_number", train=80, dev=20, test=20)
     data = tmp_path / "subject_number.tsv"
     write_senteval(data, sentences)
-    from bertscope.core.probe_decision import decision_probe
+    from bertscope.core.analyses.probe_decision import decision_probe
 
     probe = list(decision_probe(tiny_session, "subject_number", data=data, cache_dir=tmp_path))[-1].probe
     assert probe.classes == ("NN", "NNS") and 0 <= probe.layer <= tiny_session.num_layers
@@ -161,7 +161,7 @@ def test_probe_decisions_on_a_model_without_an_mlm_head(tiny_session, tmp_path):
     np.testing.assert_allclose(rebuilt, probe.trained.logits(hidden[:, 0].numpy()[None])[0, probe.layer], rtol=1e-4, atol=1e-4)
 
     target = Target(probe="subject_number", data=str(data), label="NN", layer=2)
-    import bertscope.core.probe_decision as module
+    import bertscope.core.analyses.probe_decision as module
 
     key_count = len(module._trained.get(tiny_session, {}))
     result = result_of(attribute(tiny_session, text, method="integrated-gradients", target=target, cache_dir=tmp_path))
@@ -186,7 +186,7 @@ def test_probe_decisions_on_a_model_without_an_mlm_head(tiny_session, tmp_path):
 def test_sequence_classification_outputs(tmp_path):
     from transformers import BertForSequenceClassification
 
-    from bertscope.core.session import Session
+    from bertscope.core.model.session import Session
 
     directory = save_tiny(tmp_path / "cls", "BertForSequenceClassification", seed=3, num_labels=3,
                           id2label={0: "neg", 1: "neu", 2: "pos"}, label2id={"neg": 0, "neu": 1, "pos": 2})

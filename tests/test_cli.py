@@ -343,7 +343,7 @@ def test_patterns_csv_and_person_output(run, tiny_bert_dir):
 
 
 def test_patterns_conllu_and_senteval_samples(run, tiny_bert_dir):
-    from bertscope.core.corpus import sample_corpus
+    from bertscope.core.data.corpus import sample_corpus
 
     for fmt, limit, count in (("conllu", "40", 40), ("senteval", "100", 60)):  # a limit past the end reads all
         data = json.loads(run("patterns", "--data", str(sample_corpus(fmt)), "--limit", limit, "-m", str(tiny_bert_dir), "--json").stdout)

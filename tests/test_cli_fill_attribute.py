@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bertscope.core.probing_tasks import generate, write_senteval
+from bertscope.core.data.probing_tasks import generate, write_senteval
 from tests.test_cli import assert_one_line_error, run  # noqa: F401  (the fixture)
 
 TEXT = "Dante was born in [MASK] and died in [MASK]."

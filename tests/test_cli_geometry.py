@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from bertscope.cli import main
-from bertscope.core.corpus import sample_corpus
+from bertscope.core.data.corpus import sample_corpus
 from tests.conftest import save_tiny
 from tests.test_cli import assert_one_line_error
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bertscope.core import corpus
-from bertscope.core.corpus import (
+from bertscope.core.data import corpus
+from bertscope.core.data.corpus import (
     FORMATS,
     CorpusError,
     ReadReport,
@@ -427,7 +427,7 @@ def test_unknown_sample_format():
 
 
 def test_import_loads_neither_torch_nor_textual():
-    code = "import bertscope.core.corpus, sys; print(' '.join(sys.modules))"
+    code = "import bertscope.core.data.corpus, sys; print(' '.join(sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(done.stdout.split())
     assert not {"torch", "transformers", "textual", "numpy"} & loaded

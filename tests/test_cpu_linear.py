@@ -1,4 +1,4 @@
-"""Linear layers through oneDNN on the CPU (core.cpu_linear): same numbers, same gradients."""
+"""Linear layers through oneDNN on the CPU (core.model.cpu_linear): same numbers, same gradients."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertscope.core import cpu_linear
+from bertscope.core.model import cpu_linear
 
 needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch was built without oneDNN")
 

@@ -7,10 +7,10 @@ import threading
 import numpy as np
 import pytest
 
-from bertscope.core.corpus import Sentence
+from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
-from bertscope.core.cache import default_cache_dir
-from bertscope.core.features import FeatureOptions, extract_features, finish_writes
+from bertscope.core.data.cache import default_cache_dir
+from bertscope.core.analyses.features import FeatureOptions, extract_features, finish_writes
 
 WORDS = [("Unbelievably", ",", "the", "keys", "were", "found", "."), ("A", "dog", "barked", ".")]
 SENTENCES = [Sentence(text=" ".join(words), words=words) for words in WORDS]
@@ -147,7 +147,7 @@ def test_hidden_states_beyond_float16_are_kept_in_float32(tiny_bert_dir, tmp_pat
 
     from transformers import AutoModel
 
-    from bertscope.core.session import Session
+    from bertscope.core.model.session import Session
 
     model = AutoModel.from_pretrained(tiny_bert_dir)
     model.encoder.layer[-1].output.LayerNorm.weight.data *= 1e5  # the last layer's states reach ~1e5

@@ -9,12 +9,12 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from bertscope.core.corpus import Sentence, read_sentences, sample_corpus
+from bertscope.core.data.corpus import Sentence, read_sentences, sample_corpus
 from bertscope.core.errors import InputError
-from bertscope.core.importance import check_fraction, head_importance, measure, pruning_curve
-from bertscope.core.objectives import make_objective
-from bertscope.core.pruning import write_pruned_model
-from bertscope.core.session import Session
+from bertscope.core.analyses.importance import check_fraction, head_importance, measure, pruning_curve
+from bertscope.core.analyses.objectives import make_objective
+from bertscope.core.model.pruning import write_pruned_model
+from bertscope.core.model.session import Session
 from tests.conftest import save_tiny
 
 TEXTS = [s.text for s in read_sentences(sample_corpus(), limit=48)]

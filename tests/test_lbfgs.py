@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from bertscope.core.lbfgs import minimise
+from bertscope.core.analyses.lbfgs import minimise
 
 
 def test_an_ill_conditioned_quadratic_is_solved_to_the_tolerance():

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from bertscope.core.errors import ModelLoadError
-from bertscope.core.loading import load_model
-from bertscope.core.session import Session
+from bertscope.core.model.loading import load_model
+from bertscope.core.model.session import Session
 from tests.conftest import save_tiny, write_config
 
 

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from bertscope.core.batching import plan_batches
-from bertscope.core.corpus import Sentence
-from bertscope.core.treebank import generate_treebank
+from bertscope.core.data.batching import plan_batches
+from bertscope.core.data.corpus import Sentence
+from bertscope.core.data.treebank import generate_treebank
 
 # A few KB may appear once (a buffer the framework sizes on first use); one batch of the tiny
 # model holds far more: 4 sentences of ~40 tokens are ~80 KB of hidden states, ~300 KB of maps.
@@ -73,7 +73,7 @@ def test_batches_are_capped_by_tokens_and_by_the_square():
 
 
 def test_pattern_statistics_keep_no_batch(tiny_session):
-    from bertscope.core.patterns import pattern_statistics
+    from bertscope.core.analyses.patterns import pattern_statistics
 
     steps = pattern_statistics(tiny_session, varied(96), batch_size=4, chunk_size=24)
     first, most = growth_between_batches(steps)
@@ -81,7 +81,7 @@ def test_pattern_statistics_keep_no_batch(tiny_session):
 
 
 def test_representation_sample_keeps_no_batch(tiny_session):
-    from bertscope.core.representations import stream_sample
+    from bertscope.core.analyses.representations import stream_sample
 
     steps = stream_sample([tiny_session, tiny_session], varied(96), unit="token", max_rows=16, batch_size=4, attentions=True,
                           on_batch=lambda outputs, prepared: None)
@@ -90,8 +90,8 @@ def test_representation_sample_keeps_no_batch(tiny_session):
 
 
 def test_importance_walks_keep_no_batch(tiny_session):
-    from bertscope.core.importance import gradient_importance
-    from bertscope.core.objectives import make_objective
+    from bertscope.core.analyses.importance import gradient_importance
+    from bertscope.core.analyses.objectives import make_objective
 
     before = live_tensor_bytes()
     objective = make_objective(tiny_session, "preserve", varied(96), batch_size=4)
@@ -105,7 +105,7 @@ def test_importance_walks_keep_no_batch(tiny_session):
 
 
 def test_cloze_keeps_no_batch(tiny_mlm_session):
-    from bertscope.core.mlm import ClozeQuery, cloze_scores
+    from bertscope.core.analyses.mlm import ClozeQuery, cloze_scores
 
     queries = [ClozeQuery(s.text.rstrip(".") + " [MASK].", "the", f"q:{i}") for i, s in enumerate(varied(64))]
     first, most = growth_between_batches(cloze_scores(tiny_mlm_session, queries, batch_size=4))

@@ -37,7 +37,7 @@ def test_wheel_ships_the_themes(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     themes = {Path(name).name for name in names if name.startswith("bertscope/themes/")}
     assert {"dark.toml", "light.toml", "colorblind.toml"} <= themes
-    assert "bertscope/core/session.py" in names
+    assert "bertscope/core/model/session.py" in names
     assert "bertscope/ui/explorer.tcss" in names  # the explorer's layout ships too
     assert not any(name.startswith("tests/") for name in names)
 
@@ -49,12 +49,12 @@ def modules_after_import(*modules: str) -> set[str]:
 
 
 def test_core_does_not_import_the_ui():
-    loaded = modules_after_import("bertscope.core.session", "bertscope.core.loading")
+    loaded = modules_after_import("bertscope.core.model.session", "bertscope.core.model.loading")
     assert "torch" in loaded
     assert not {"textual", "bertscope.ui", "bertscope.cli", "bertscope.render"} & loaded
 
 
 def test_plain_core_modules_stay_light():
     """The UI may use masks, results and errors without pulling torch in."""
-    loaded = modules_after_import("bertscope.core.masks", "bertscope.core.results", "bertscope.core.errors", "bertscope.files")
+    loaded = modules_after_import("bertscope.core.model.masks", "bertscope.core.model.results", "bertscope.core.errors", "bertscope.core.data.files")
     assert "torch" not in loaded and "transformers" not in loaded

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bertscope.core.errors import InputError
-from bertscope.core.probes import (
+from bertscope.core.analyses.probes import (
     Cancelled,
     ProbeScores,
     control_labels,
@@ -245,7 +245,7 @@ def test_bad_input_is_an_input_error(layered_sets):
 
 def test_large_train_sets_choose_l2_on_a_subset_then_fit_on_all():
     """Above SELECTION_ROWS rows the grid runs on a subset; the final fit equals scikit-learn's at that C."""
-    from bertscope.core.probes import SELECTION_ROWS
+    from bertscope.core.analyses.probes import SELECTION_ROWS
 
     linear_model = pytest.importorskip("sklearn.linear_model")
     (X, y), (X_dev, y_dev), (X_test, y_test) = layered(SELECTION_ROWS + 2000, 4), layered(800, 5), layered(2000, 6)
@@ -262,7 +262,7 @@ def test_large_train_sets_choose_l2_on_a_subset_then_fit_on_all():
 
 def test_the_plain_matmul_fallback_trains_the_same_probes(layered_sets, monkeypatch):
     """Where torch lacks oneDNN's product operator, plain matmul gives the same probes."""
-    from bertscope.core import cpu_linear
+    from bertscope.core.model import cpu_linear
 
     (X_train, y_train), (X_dev, y_dev), _ = layered_sets
     default = train_probes(X_train, y_train, X_dev, y_dev, num_classes=4)

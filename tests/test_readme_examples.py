@@ -68,7 +68,7 @@ def stand_ins(tmp_path_factory) -> dict[str, str]:
             ("te", "positive", "A joy from start to finish."), ("te", "negative", "Flat jokes and a tired story."),
         ]
     ))
-    from bertscope.core.model_files import bundled_model_dir
+    from bertscope.core.model.model_files import bundled_model_dir
 
     finetuned = shutil.copytree(bundled_model_dir(), root / "minilm-finetuned")
     treebanks = {}

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bertscope.core.errors import InputError
-from bertscope.core.structural import (
+from bertscope.core.analyses.structural import (
     Cancelled,
     StructuralProbes,
     iter_structural_training,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bertscope.core.results import ModelInfo
+from bertscope.core.model.results import ModelInfo
 from bertscope.ui.attribution import AttributionRow, targets_for
 from tests.fake_backend import FakeBackend
 from tests.test_ui import make_app, rendered, run, settle

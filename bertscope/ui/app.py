@@ -24,11 +24,11 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from bertscope.core.effects import layer_cosines
+from bertscope.core.model.effects import layer_cosines
 from bertscope.core.errors import BertscopeError
-from bertscope.core.headstats import FIGURES, figure_range, head_figures
-from bertscope.core.masks import HeadMask
-from bertscope.core.results import ForwardResult
+from bertscope.core.analyses.headstats import FIGURES, figure_range, head_figures
+from bertscope.core.model.masks import HeadMask
+from bertscope.core.model.results import ForwardResult
 from bertscope.render.heatmap import SCALES
 from bertscope.theming import DEFAULT_THEME, load_theme
 from bertscope.ui.attribution import AttributionRow

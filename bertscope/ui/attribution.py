@@ -20,11 +20,11 @@ from textual.message import Message
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
-from bertscope.core.attribution_results import METHODS, Target
+from bertscope.core.analyses.attribution_results import METHODS, Target
 from bertscope.core.errors import BertscopeError
-from bertscope.core.masks import HeadMask
-from bertscope.core.probing_tasks import TASKS
-from bertscope.core.results import Encoding
+from bertscope.core.model.masks import HeadMask
+from bertscope.core.data.probing_tasks import TASKS
+from bertscope.core.model.results import Encoding
 from bertscope.render.attribution import METHOD_NAMES, shaded_sentence, short_describe
 
 DEFAULT_PROBE = "subject_number"  # reads the head noun past an attractor: the example sentence's question

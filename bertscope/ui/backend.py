@@ -10,15 +10,15 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
-from bertscope.core.masks import Ablation, HeadMask
-from bertscope.core.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
+from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
 
-if TYPE_CHECKING:  # the types only: core.patterns itself imports torch
-    from bertscope.core.attribution_results import AttributionProgress, Target
-    from bertscope.core.corpus import Sentence
-    from bertscope.core.geometry_results import ComparisonProgress, GeometryProgress
-    from bertscope.core.patterns import PatternProgress
-    from bertscope.core.probing import ProbeProgress
+if TYPE_CHECKING:  # the types only: core.analyses.patterns itself imports torch
+    from bertscope.core.analyses.attribution_results import AttributionProgress, Target
+    from bertscope.core.data.corpus import Sentence
+    from bertscope.core.analyses.geometry_results import ComparisonProgress, GeometryProgress
+    from bertscope.core.analyses.patterns import PatternProgress
+    from bertscope.core.analyses.probing import ProbeProgress
 
 
 class Backend(Protocol):

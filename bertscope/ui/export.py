@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from bertscope.core.errors import BertscopeError, InputError
-from bertscope.files import atomic_write
+from bertscope.core.data.files import atomic_write
 
 
 def unique_path(directory: str | Path, stem: str, suffix: str) -> Path:

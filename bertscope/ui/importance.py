@@ -25,7 +25,7 @@ from textual.widgets import Footer, Input, Label, Static
 from textual.worker import get_current_worker
 
 from bertscope.core.errors import BertscopeError
-from bertscope.core.masks import HeadMask
+from bertscope.core.model.masks import HeadMask
 from bertscope.render.importance import curve_chart
 from bertscope.ui.export import csv_text, save_screen
 from bertscope.ui.kept import KeptResults, KeptRun
@@ -256,7 +256,7 @@ class ImportanceMixin:
 
     def importance_sentences(self) -> list:
         if self._importance_sentences is None:
-            from bertscope.core.corpus import read_sentences, sample_corpus
+            from bertscope.core.data.corpus import read_sentences, sample_corpus
 
             self._importance_sentences = list(read_sentences(sample_corpus(), limit=SAMPLE_SENTENCES))
         return self._importance_sentences
@@ -305,7 +305,7 @@ class ImportanceMixin:
             self.query_one("#status").set_facts(f"head importance: {message.progress.stage} {message.progress.done}/{message.progress.total}")
             return
         self.importance = result
-        from bertscope.core.importance_results import Measurement
+        from bertscope.core.analyses.importance_results import Measurement
 
         self._objective_baseline = Measurement(result.baseline_loss, result.baseline_metric)
         pending, self._importance_pending = self._importance_pending or [], None

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from textual.message import Message
 
-from bertscope.core.results import ForwardResult, MaskPrediction
+from bertscope.core.model.results import ForwardResult, MaskPrediction
 from bertscope.ui.backend import Backend
 
 

@@ -24,10 +24,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, ProgressBar, Static
 from textual.worker import get_current_worker
 
-from bertscope.core.corpus import ReadReport, read_sentences, sample_corpus
+from bertscope.core.data.corpus import ReadReport, read_sentences, sample_corpus
 from bertscope.core.errors import BertscopeError
-from bertscope.core.masks import Ablation, HeadMask
-from bertscope.core.results import PATTERNS, STATISTICS, PatternProgress, PatternResult
+from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.model.results import PATTERNS, STATISTICS, PatternProgress, PatternResult
 from bertscope.render.patterns import PATTERN_LETTERS, layer_bars, layer_pattern_table
 from bertscope.ui.export import csv_text, save_screen
 from bertscope.ui.focus import leave_input

@@ -23,11 +23,11 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, ProgressBar, Select, Static
 from textual.worker import get_current_worker
 
-from bertscope.core.corpus import read_sentences
+from bertscope.core.data.corpus import read_sentences
 from bertscope.core.errors import BertscopeError
-from bertscope.core.masks import Ablation, HeadMask
-from bertscope.core.probing_tasks import TASKS, generate
-from bertscope.core.treebank import generate_treebank
+from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.data.probing_tasks import TASKS, generate
+from bertscope.core.data.treebank import generate_treebank
 from bertscope.ui.export import json_text, save_screen
 from bertscope.ui.focus import leave_input
 from bertscope.ui.kept import KeptResults
@@ -151,7 +151,7 @@ class ProbingScreen(Screen[None]):
                 sentences = list(read_sentences(data))
             elif task in TASKS:
                 sentences = generate(task, train=1000, dev=200, test=200)
-            else:  # a CoNLL-U task with no file: the generated treebank (core.treebank)
+            else:  # a CoNLL-U task with no file: the generated treebank (core.data.treebank)
                 sentences = generate_treebank(TREEBANK_SENTENCES)
             for progress in self.backend.probe(task, sentences, mask=mask, ablation=self.ablation, cancel=cancel):
                 if worker.is_cancelled or cancel.is_set():

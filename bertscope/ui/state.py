@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from bertscope.core.errors import InputError, MaskSpecError
-from bertscope.core.masks import ABLATIONS, HeadMask
-from bertscope.files import atomic_write
+from bertscope.core.model.masks import ABLATIONS, HeadMask
+from bertscope.core.data.files import atomic_write
 
 STATE_VERSION = 1
 DEFAULT_TEXT = "The keys to the cabinet are on the table."

@@ -17,7 +17,7 @@ from textual.events import Click
 from textual.message import Message
 from textual.widget import Widget
 
-from bertscope.core.masks import HeadMask
+from bertscope.core.model.masks import HeadMask
 from bertscope.render.heatmap import GLYPHS
 from bertscope.theming import Colormap
 

@@ -10,7 +10,7 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import Static
 
-from bertscope.core.results import MaskPrediction
+from bertscope.core.model.results import MaskPrediction
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 

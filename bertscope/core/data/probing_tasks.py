@@ -22,9 +22,9 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from bertscope.core.corpus import SPLITS, Sentence
+from bertscope.core.data.corpus import SPLITS, Sentence
 from bertscope.core.errors import InputError
-from bertscope.files import atomic_write
+from bertscope.core.data.files import atomic_write
 
 
 @dataclass(frozen=True)

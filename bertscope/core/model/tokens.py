@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from bertscope.core.errors import InputError
-from bertscope.core.results import Encoding
+from bertscope.core.model.results import Encoding
 
 
 def encode(tokenizer, text: str, pair: str | None, max_length: int) -> Encoding:

@@ -1,6 +1,6 @@
 """What an attribution is and what it explains: plain types the CLI and the UI share (no torch).
 
-The computation lives in core.attribution; see its docstring for the methods, the
+The computation lives in core.analyses.attribution; see its docstring for the methods, the
 baseline and the completeness error.
 """
 
@@ -11,8 +11,8 @@ from typing import Literal
 
 import numpy as np
 
-from bertscope.core.masks import Ablation, HeadMask
-from bertscope.core.results import Encoding
+from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.model.results import Encoding
 
 METHODS = ("gradient", "gradient-x-input", "integrated-gradients", "attention-rollout")
 SCORES = ("log-probability", "probability", "logit")

@@ -32,8 +32,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertscope.core import cpu_linear, lbfgs
-from bertscope.core.device import resolve_device
+from bertscope.core.model import cpu_linear
+
+from bertscope.core.analyses import lbfgs
+from bertscope.core.model.device import resolve_device
 from bertscope.core.errors import InputError
 
 ProbeKind = Literal["linear", "mlp"]
@@ -134,7 +136,7 @@ def train_probes(
     the number of training rows.
 
     `linear`: multinomial logistic regression, full batch, L-BFGS with a backtracking line
-    search (`core.lbfgs`), from the strongest penalty to the weakest, each fit starting from
+    search (`core.analyses.lbfgs`), from the strongest penalty to the weakest, each fit starting from
     the previous one's weights; at most `epochs` iterations per L2 value (default 500),
     stopping once no gradient exceeds 1e-4 (scikit-learn's default `tol` for the same loss). `mlp`: one ReLU
     layer of `hidden` units, L2 on both weight matrices, Adam on shuffled mini-batches for
@@ -369,7 +371,7 @@ def _fit_logistic(Z, y, l2: float, weights, bias, max_iter, tolerance, cancel):
     def loss_and_gradient(theta):
         _check_cancel(cancel)
         W, b = theta[: classes * dim].view(classes, dim), theta[classes * dim :] * scale
-        logits = cpu_linear.product(Z, W, b)  # [N, C]; oneDNN is 2-3x faster than MKL here (core.cpu_linear)
+        logits = cpu_linear.product(Z, W, b)  # [N, C]; oneDNN is 2-3x faster than MKL here (core.model.cpu_linear)
         log_normaliser = torch.logsumexp(logits, 1)
         cross_entropy = (log_normaliser.sum(dtype=torch.float64) - logits.view(-1)[target].sum(dtype=torch.float64)) / n
         residual = logits.sub_(log_normaliser[:, None]).exp_()  # softmax

@@ -1,7 +1,7 @@
 """A seeded, bounded sample of every layer's representations over a corpus, from one or more models.
 
 The corpus streams through the model(s) in length-sorted batches capped by tokens (and by
-B·T² where attention maps are kept: core.batching);
+B·T² where attention maps are kept: core.data.batching);
 each batch's rows — tokens, words or sentences — are offered to a reservoir sample
 (Vitter's algorithm R) of at most `max_rows`, so every row of the corpus has the same
 chance to be kept, the same seed keeps the same rows, and memory is `max_rows × (L+1) × D`
@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from bertscope.core.allocator import release_freed_memory
-from bertscope.core.batching import MAX_SQUARE, plan_batches
-from bertscope.core.corpus import Sentence, chunked
+from bertscope.core.model.allocator import release_freed_memory
+from bertscope.core.data.batching import MAX_SQUARE, plan_batches
+from bertscope.core.data.corpus import Sentence, chunked
 from bertscope.core.errors import InputError
-from bertscope.core.headstats import is_punctuation
-from bertscope.core.masks import Ablation, HeadMask
+from bertscope.core.analyses.headstats import is_punctuation
+from bertscope.core.model.masks import Ablation, HeadMask
 
 UNITS = ("token", "word", "sentence")
 LABELS = {"token": ("token",), "word": ("upos", "xpos", "deprel"), "sentence": ("label",)}
@@ -224,7 +224,7 @@ def stream_sample(
     """Run the corpus through every session; yield progress per batch, the last item carrying the Sample.
 
     `mask` applies to the first session only. With `attentions`, `on_batch(outputs, prepared)`
-    sees every batch's outputs (one per session) before they are dropped (core.compare uses it).
+    sees every batch's outputs (one per session) before they are dropped (core.analyses.compare uses it).
     """
     if not sessions:
         raise ValueError("no session to run")
@@ -237,7 +237,7 @@ def stream_sample(
     texts: list[str] = [""] * max_rows
     read = truncated = 0
     for chunk in chunked(sentences, CHUNK):
-        release_freed_memory()  # what the last chunk's batches freed (core.allocator)
+        release_freed_memory()  # what the last chunk's batches freed (core.model.allocator)
         if read == 0:
             unit = check_unit(unit, chunk)
             labels = {name: [""] * max_rows for name in LABELS[unit]}

@@ -40,13 +40,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bertscope.core.allocator import release_freed_memory
-from bertscope.core.batching import MAX_SQUARE, MAX_TOKENS, plan_batches
-from bertscope.core.corpus import Sentence, chunked
+from bertscope.core.model.allocator import release_freed_memory
+from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS, plan_batches
+from bertscope.core.data.corpus import Sentence, chunked
 from bertscope.core.errors import InputError
-from bertscope.core.headstats import is_punctuation
-from bertscope.core.masks import Ablation, HeadMask
-from bertscope.core.results import PATTERNS, STATISTICS, PatternProgress, PatternResult
+from bertscope.core.analyses.headstats import is_punctuation
+from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.model.results import PATTERNS, STATISTICS, PatternProgress, PatternResult
 
 STRIPES, MIXED, BLOCK = 0.6, 0.2, 0.85
 TOP_COLUMNS = 2
@@ -214,14 +214,14 @@ def pattern_statistics(
     Sentences are read `chunk_size` at a time and sorted by length within the chunk, so
     batches carry little padding. Memory is flat in the corpus: each layer's attention maps
     are reduced to per-head sums as the pass computes them (one layer's maps alive at a
-    time), and batches are capped by padded tokens and by B·T² (core.batching), so a
+    time), and batches are capped by padded tokens and by B·T² (core.data.batching), so a
     chunk's longest sentences cost no more than its shortest.
     """
     accumulator = _Accumulator(session.num_layers, session.num_heads, session.device)
     gates = session.gate_tensor(mask)
     punctuation_of: dict[int, bool] = {}  # bounded by the vocabulary
     for chunk in chunked(sentences, chunk_size):
-        release_freed_memory()  # what the last chunk's batches freed (core.allocator)
+        release_freed_memory()  # what the last chunk's batches freed (core.model.allocator)
         encoded = encode_sorted(session, chunk)
         del chunk
         accumulator.truncated += sum(item.truncated for item in encoded)

@@ -16,15 +16,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bertscope.core import cpu_linear
-from bertscope.core.ablation import attention_pass
-from bertscope.core.allocator import keep_freed_memory
-from bertscope.core.loading import LoadedModel, load_model
-from bertscope.core.masks import Ablation, HeadMask, check_ablation
-from bertscope.core.pruning import kept_heads as pruned_layout, pruned_heads_of
-from bertscope.core.effects import softmax
-from bertscope.core.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
-from bertscope.core.tokens import encode
+from bertscope.core.model import cpu_linear
+from bertscope.core.model.ablation import attention_pass
+from bertscope.core.model.allocator import keep_freed_memory
+from bertscope.core.model.loading import LoadedModel, load_model
+from bertscope.core.model.masks import Ablation, HeadMask, check_ablation
+from bertscope.core.model.pruning import kept_heads as pruned_layout, pruned_heads_of
+from bertscope.core.model.effects import softmax
+from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
+from bertscope.core.model.tokens import encode
 
 
 class Session:
@@ -47,7 +47,7 @@ class Session:
         family = loaded.family
         self._layers = [(family.self_attention(layer), family.attention_output(layer)) for layer in family.layers(self.model)]
         self.mlm_head = family.mlm_head(self.model)
-        # A physically pruned model: per layer, the original numbers of the heads it still has (core.pruning).
+        # A physically pruned model: per layer, the original numbers of the heads it still has (core.model.pruning).
         self.kept_heads = pruned_layout(config)
 
     @classmethod
@@ -241,14 +241,14 @@ class Session:
         return predictions
 
     def attention_patterns(self, sentences, *, mask: HeadMask | None = None, ablation: Ablation = "zero", cancel=None):
-        """Stream attention statistics and pattern classes over sentences (see core.patterns)."""
-        from bertscope.core.patterns import pattern_statistics
+        """Stream attention statistics and pattern classes over sentences (see core.analyses.patterns)."""
+        from bertscope.core.analyses.patterns import pattern_statistics
 
         return pattern_statistics(self, sentences, mask=mask, ablation=ablation, cancel=cancel)
 
     def probe(self, task: str, train, dev=None, test=None, *, mask: HeadMask | None = None, ablation: Ablation = "zero", cancel=None, **options):
-        """Probe every layer for `task` on these sentences (see core.probing); a generator of progress."""
-        from bertscope.core.probing import make_splits, run_probe
+        """Probe every layer for `task` on these sentences (see core.analyses.probing); a generator of progress."""
+        from bertscope.core.analyses.probing import make_splits, run_probe
 
         splits = make_splits(train, dev, test)
         spec = mask.spec() if mask is not None else ""
@@ -256,19 +256,19 @@ class Session:
 
     def attribute(self, text, pair=None, *, method: str = "integrated-gradients", target=None, mask: HeadMask | None = None,
                   ablation: Ablation = "zero", cancel=None, **options):
-        """Attribute a decision on `text` to its tokens (see core.attribution); a generator of progress."""
-        from bertscope.core.attribution import attribute
+        """Attribute a decision on `text` to its tokens (see core.analyses.attribution); a generator of progress."""
+        from bertscope.core.analyses.attribution import attribute
 
         return attribute(self, text, pair, method=method, target=target, mask=mask, ablation=ablation, cancel=cancel, **options)
     def geometry(self, sentences, *, mask: HeadMask | None = None, ablation: Ablation = "zero", cancel=None, **options):
-        """PCA, CKA, intrinsic dimension and neighbourhood overlap per layer over sentences (see core.geometry)."""
-        from bertscope.core.geometry import representation_geometry
+        """PCA, CKA, intrinsic dimension and neighbourhood overlap per layer over sentences (see core.analyses.geometry)."""
+        from bertscope.core.analyses.geometry import representation_geometry
 
         return representation_geometry(self, sentences, mask=mask, ablation=ablation, cancel=cancel, **options)
 
     def compare(self, other: Session | str, sentences, *, cancel=None, **options):
-        """This model against `other` (a session, or a model to load) over sentences (see core.compare)."""
-        from bertscope.core.compare import compare_models
+        """This model against `other` (a session, or a model to load) over sentences (see core.analyses.compare)."""
+        from bertscope.core.analyses.compare import compare_models
 
         if isinstance(other, str):
             other = Session.open(other, device=str(self.device), dtype=str(self.loaded.dtype).removeprefix("torch."))
@@ -276,28 +276,28 @@ class Session:
 
     def head_importance(self, objective: str, sentences, *, method: str = "gradient", ablation: Ablation = "zero",
                         normalize: bool = True, cancel=None, **options):
-        """How much each head matters for `objective` over sentences (see core.importance); a generator of progress."""
-        from bertscope.core.importance import head_importance
+        """How much each head matters for `objective` over sentences (see core.analyses.importance); a generator of progress."""
+        from bertscope.core.analyses.importance import head_importance
 
         prepared = self._prepared_objective(objective, sentences, options)
         return head_importance(prepared, method, ablation=ablation, normalize=normalize, cancel=cancel)
 
     def measure_objective(self, objective: str, sentences, mask: HeadMask | None = None, ablation: Ablation = "zero", **options):
-        """The objective's loss and metric over sentences under `mask` (a core.importance_results.Measurement)."""
-        from bertscope.core.importance import measure
+        """The objective's loss and metric over sentences under `mask` (a core.analyses.importance_results.Measurement)."""
+        from bertscope.core.analyses.importance import measure
 
         return measure(self._prepared_objective(objective, sentences, options), mask if mask is not None and len(mask) else None, ablation)
 
     def pruning_curve(self, objective: str, sentences, *, importance=None, cancel=None, **options):
-        """The objective as ever more of the least important heads are removed (see core.importance)."""
-        from bertscope.core.importance import pruning_curve
+        """The objective as ever more of the least important heads are removed (see core.analyses.importance)."""
+        from bertscope.core.analyses.importance import pruning_curve
 
         curve_options = {k: options.pop(k) for k in ("method", "ablation", "step", "reestimate", "normalize", "max_drop") if k in options}
         return pruning_curve(self._prepared_objective(objective, sentences, options), importance=importance, cancel=cancel, **curve_options)
 
     def _prepared_objective(self, objective: str, sentences, options: dict):
         """The objective prepared once for the last sentences asked about (tokenised, masked, probe trained)."""
-        from bertscope.core.objectives import make_objective
+        from bertscope.core.analyses.objectives import make_objective
 
         sentences = list(sentences)
         key = (objective, tuple((s.text, s.pair, s.label) for s in sentences), tuple(sorted(options.items())))

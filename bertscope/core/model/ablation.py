@@ -24,7 +24,7 @@ from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
-from bertscope.core.masks import Ablation
+from bertscope.core.model.masks import Ablation
 
 ATTENTION_IMPLEMENTATION = "bertscope"
 
@@ -181,7 +181,7 @@ def attention_pass(
     Yields a dict that collects each layer's attention weights when they are wanted (for
     callers that run layers one by one, without transformers' output capturing). Hooks and
     pass state are removed on leaving, also when the forward raises. `kept` is a pruned
-    model's map from each layer's remaining heads to their original numbers (core.pruning).
+    model's map from each layer's remaining heads to their original numbers (core.model.pruning).
     `on_weights(layer, weights)`, when given, receives each layer's weights as the pass
     computes them (it implies `want_weights`), and the dict stays empty: a corpus job then
     holds one layer's attention maps at a time, not all of them.

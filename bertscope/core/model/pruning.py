@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from bertscope.core.errors import ModelLoadError
-from bertscope.files import check_new_directory
+from bertscope.core.data.files import check_new_directory
 
 PRUNING_FILE = "bertscope-pruning.json"
 
@@ -108,7 +108,7 @@ def _slice_linear(linear: nn.Linear, index: Tensor, dim: int) -> nn.Linear:
 
 def _no_heads_forward(self, hidden_states: Tensor, attention_mask=None, *args, **kwargs):
     """Attention of a layer whose heads are all pruned: an empty context, zero weights when asked."""
-    from bertscope.core.ablation import empty_attention
+    from bertscope.core.model.ablation import empty_attention
 
     return empty_attention(self, hidden_states)
 
@@ -185,7 +185,7 @@ def write_pruned_model(session, remove: Sequence[tuple[int, int]], directory: st
         hf_logging.disable_progress_bar()
         model.save_pretrained(staging)
         session.tokenizer.save_pretrained(staging)
-        from bertscope.core.session import Session
+        from bertscope.core.model.session import Session
 
         reloaded = Session.open(str(staging), device=str(session.device))
         difference = _max_difference(session, reloaded, pruned, timing_texts[:8])

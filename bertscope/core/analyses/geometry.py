@@ -3,7 +3,7 @@
 Each function takes `[n, d]` numpy arrays of the same n rows (one row per token, word or
 sentence, in the same order across layers or models) and returns floats or small arrays.
 The arithmetic runs in torch (float64 where it matters) so it shares one thread pool with
-the model's forward passes; the corpus pass that produces the rows is core.representations.
+the model's forward passes; the corpus pass that produces the rows is core.analyses.representations.
 
 - Linear CKA (Kornblith et al. 2019, eq. 5 and the feature-space form of their code):
   CKA(X, Y) = ||YᵀX||²_F / (||XᵀX||_F ||YᵀY||_F) on column-centred X, Y. The debiased form
@@ -264,10 +264,10 @@ def representation_geometry(
     """Stream a corpus through the model and measure each layer's geometry on a seeded sample.
 
     A generator of GeometryProgress; the last item carries the GeometryResult. `max_rows`
-    (default core.representations.DEFAULT_MAX_ROWS) bounds the sample and so the memory.
+    (default core.analyses.representations.DEFAULT_MAX_ROWS) bounds the sample and so the memory.
     """
-    from bertscope.core.geometry_results import GeometryProgress, GeometryResult
-    from bertscope.core.representations import DEFAULT_MAX_ROWS, stream_sample
+    from bertscope.core.analyses.geometry_results import GeometryProgress, GeometryResult
+    from bertscope.core.analyses.representations import DEFAULT_MAX_ROWS, stream_sample
 
     if neighbours < 1:
         raise InputError(f"--neighbours must be 1 or more, not {neighbours}")

@@ -17,10 +17,10 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
-from bertscope.core.corpus import Sentence
+from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
-from bertscope.core.geometry import cka_matrices
-from bertscope.core.geometry_results import ComparisonProgress, ComparisonResult, ProbeDifference
+from bertscope.core.analyses.geometry import cka_matrices
+from bertscope.core.analyses.geometry_results import ComparisonProgress, ComparisonResult, ProbeDifference
 
 _PROBE_TEXT = "Hello, World! Ünïcode, straße and 3.14 — naïve café [MASK] ##ing"
 
@@ -89,7 +89,7 @@ def compare_models(
 
     `probes` are (task, sentences with labels or CoNLL-U words) to probe on both models.
     """
-    from bertscope.core.representations import DEFAULT_MAX_ROWS, stream_sample
+    from bertscope.core.analyses.representations import DEFAULT_MAX_ROWS, stream_sample
 
     check_same_tokenizer(a, b)
     notes = []
@@ -155,7 +155,7 @@ def compare_models(
 
 
 def _probe(session, task: str, data: Sequence[Sentence], cache_dir, seed: int, cancel):
-    from bertscope.core.probing import make_splits, run_probe
+    from bertscope.core.analyses.probing import make_splits, run_probe
 
     splits = make_splits(list(data), None, None, seed=seed)
     return run_probe(session, task, splits, control=False, random_baseline=False, cache_dir=cache_dir, seed=seed, cancel=cancel)
@@ -163,8 +163,8 @@ def _probe(session, task: str, data: Sequence[Sentence], cache_dir, seed: int, c
 
 def probe_data(task: str, corpus: Sequence[Sentence] | None) -> list[Sentence]:
     """The sentences to probe `task` on: a built-in task is generated; else the corpus must carry its labels."""
-    from bertscope.core.probing import STRUCTURAL_TASKS, WORD_TASKS
-    from bertscope.core.probing_tasks import TASKS, generate
+    from bertscope.core.analyses.probing import STRUCTURAL_TASKS, WORD_TASKS
+    from bertscope.core.data.probing_tasks import TASKS, generate
 
     if task in TASKS:
         return generate(task)

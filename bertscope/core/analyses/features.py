@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertscope.core.batching import plan_batches
-from bertscope.core.cache import default_cache_dir
-from bertscope.core.corpus import Sentence
+from bertscope.core.data.batching import plan_batches
+from bertscope.core.data.cache import default_cache_dir
+from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
-from bertscope.core.masks import Ablation
-from bertscope.files import atomic_write, publish, temporary_beside
+from bertscope.core.model.masks import Ablation
+from bertscope.core.data.files import atomic_write, publish, temporary_beside
 
 CACHE_VERSION = 4  # 2: rows name their word (a word with no tokens has no row); 3: stored layer by layer; 4: float16
 FLOAT16_MAX = float(np.finfo(np.float16).max)

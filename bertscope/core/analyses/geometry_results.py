@@ -1,6 +1,6 @@
 """Geometry and model-comparison results as plain data (numpy, no torch), for the CLI and the UI.
 
-Computed by core.geometry and core.compare; kept apart so the explorer and its fake test
+Computed by core.analyses.geometry and core.analyses.compare; kept apart so the explorer and its fake test
 backend use them without importing torch. Layers follow hidden-state indexing: entry 0 is
 the embedding output, entry l+1 the output of layer l.
 """

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bertscope.core.masks import Ablation, HeadMask
+from bertscope.core.model.masks import Ablation, HeadMask
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class ModelInfo:
     dtype: str
     parameters: int
     fingerprint: str
-    pruned_heads: int = 0  # heads physically removed (core.pruning); masks still use the original numbers
+    pruned_heads: int = 0  # heads physically removed (core.model.pruning); masks still use the original numbers
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -96,7 +96,7 @@ class MaskPrediction:
 
 
 PATTERNS = ("vertical", "diagonal", "vertical+diagonal", "block", "heterogeneous")
-"""Attention pattern classes after Kovaleva et al. 2019 (how they are told apart: core.patterns)."""
+"""Attention pattern classes after Kovaleva et al. 2019 (how they are told apart: core.analyses.patterns)."""
 STATISTICS = ("cls", "sep", "punct", "self", "prev", "next", "block", "entropy", "distance")
 """Per-head attention statistics, each averaged over real query tokens and sentences."""
 

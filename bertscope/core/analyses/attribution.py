@@ -2,7 +2,7 @@
 
 The decision (a `Target`) is one of: the masked-LM's score for a token at a [MASK], a
 sequence classifier's score for a class, or a probe's score for a class of the sentence
-(Mohebbi et al. 2021; see core.probe_decision). Its scalar output f is the
+(Mohebbi et al. 2021; see core.analyses.probe_decision). Its scalar output f is the
 log-probability of that token or class (`score` can choose the probability or the raw
 logit); the token or class is the model's own top choice unless one is named.
 
@@ -35,12 +35,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bertscope.core.ablation import attention_pass
-from bertscope.core.attribution_results import METHODS, SCORES, Attribution, AttributionProgress, Target, TargetKind
+from bertscope.core.model.ablation import attention_pass
+from bertscope.core.analyses.attribution_results import METHODS, SCORES, Attribution, AttributionProgress, Target, TargetKind
 from bertscope.core.errors import InputError
-from bertscope.core.masks import Ablation, HeadMask
-from bertscope.core.mlm import MASK_TEXT, answer_id, mask_positions, with_mask_token
-from bertscope.core.results import Encoding
+from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.analyses.mlm import MASK_TEXT, answer_id, mask_positions, with_mask_token
+from bertscope.core.model.results import Encoding
 
 __all__ = ["METHODS", "SCORES", "Attribution", "AttributionProgress", "Target", "attribute", "gauss_legendre", "rollout"]
 
@@ -78,7 +78,7 @@ def attribute(
     kind = _target_kind(session, encoding, target)
     probe = None
     if kind == "probe":
-        from bertscope.core.probe_decision import decision_probe
+        from bertscope.core.analyses.probe_decision import decision_probe
 
         for step in decision_probe(
             session, target.probe, data=target.data, layer=target.layer, pooling=target.pooling, cache_dir=cache_dir, cancel=cancel

@@ -1,6 +1,6 @@
 """Head importance results and pruning curves as plain data (numpy, no torch), for the CLI and the UI.
 
-Computed by core.importance; kept apart so the explorer and its fake test backend can use
+Computed by core.analyses.importance; kept apart so the explorer and its fake test backend can use
 them without importing torch.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bertscope.core.errors import InputError
-from bertscope.core.masks import Ablation, HeadMask
+from bertscope.core.model.masks import Ablation, HeadMask
 
 
 def finite(value: float) -> float | None:

@@ -15,11 +15,11 @@ import transformers
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 from transformers.utils import logging as hf_logging
 
-from bertscope.core import ablation, pruning
-from bertscope.core.device import resolve_device, resolve_dtype
+from bertscope.core.model import ablation, pruning
+from bertscope.core.model.device import resolve_device, resolve_dtype
 from bertscope.core.errors import ModelLoadError
-from bertscope.core.families import SUPPORTED_HEADS, Family
-from bertscope.core.model_files import find_model, first_line
+from bertscope.core.model.families import SUPPORTED_HEADS, Family
+from bertscope.core.model.model_files import find_model, first_line
 
 
 @dataclass
@@ -84,7 +84,7 @@ def _load_weights(model_class, architecture, directory, config, weights, torch_d
     """Load weights; a head whose weights are missing from the file is dropped, not left random.
 
     A physically pruned checkpoint (`pruned_heads` in its config) is built with its heads
-    removed before the weights are read (core.pruning), since transformers 5 cannot.
+    removed before the weights are read (core.model.pruning), since transformers 5 cannot.
     """
     encoder_class = AutoModel
     if pruning.pruned_heads_of(config):

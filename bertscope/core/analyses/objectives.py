@@ -26,11 +26,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from bertscope.core.allocator import release_freed_memory
-from bertscope.core.batching import MAX_TOKENS, plan_batches
-from bertscope.core.corpus import Sentence
+from bertscope.core.model.allocator import release_freed_memory
+from bertscope.core.data.batching import MAX_TOKENS, plan_batches
+from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
-from bertscope.core.masks import Ablation
+from bertscope.core.model.masks import Ablation
 
 OBJECTIVES = ("mlm", "classification", "probe", "preserve")
 MLM_RATE = 0.15
@@ -67,7 +67,7 @@ class Batches:
     Every measurement (importance, each point of a pruning curve) walks the corpus again,
     so batches are not kept between walks: a walk holds one chunk's token ids and one
     batch's tensors, whatever the corpus's length. A chunk's sentences are tokenised once
-    and grouped by length under the caps of core.batching; walks are deterministic, so
+    and grouped by length under the caps of core.data.batching; walks are deterministic, so
     batch `number` k is the same sentences (and, for `mlm`, the same masked tokens) every
     time. `finish(number, sentences, encoded, indices, padded)` turns a padded batch into
     the objective's Batch.
@@ -82,7 +82,7 @@ class Batches:
     def chunks(self):
         """(sentences, their tokenisation) a chunk at a time."""
         for start in range(0, len(self.sentences), CHUNK):
-            release_freed_memory()  # what the last chunk's batches freed (core.allocator)
+            release_freed_memory()  # what the last chunk's batches freed (core.model.allocator)
             chunk = self.sentences[start : start + CHUNK]
             yield chunk, self._encode(chunk)
 
@@ -370,10 +370,10 @@ class ProbeObjective(Objective):
 
     @classmethod
     def build(cls, session, sentences, *, batch_size, seed, task, layer, splits) -> ProbeObjective:
-        from bertscope.core import probes
-        from bertscope.core.features import FeatureOptions, extract_features
-        from bertscope.core.probing import STRUCTURAL_TASKS, WORD_TASKS, encode_labels, make_splits, word_labels
-        from bertscope.core.probing_tasks import TASKS, generate
+        from bertscope.core.analyses import probes
+        from bertscope.core.analyses.features import FeatureOptions, extract_features
+        from bertscope.core.analyses.probing import STRUCTURAL_TASKS, WORD_TASKS, encode_labels, make_splits, word_labels
+        from bertscope.core.data.probing_tasks import TASKS, generate
 
         if task is None:
             raise InputError("the probe objective needs a task: --task (a built-in task, a SentEval file's labels, or upos/xpos/deprel)")

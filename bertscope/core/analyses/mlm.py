@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from bertscope.core.batching import plan_batches
-from bertscope.core.corpus import ReadReport, _checked, _lines
+from bertscope.core.data.batching import plan_batches
+from bertscope.core.data.corpus import ReadReport, _checked, _lines
 from bertscope.core.errors import BertscopeError, InputError
-from bertscope.core.masks import Ablation, HeadMask
-from bertscope.core.results import Encoding, MaskPrediction
+from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.model.results import Encoding, MaskPrediction
 
 MASK_TEXT = "[MASK]"  # what users write; replaced by the tokenizer's own mask token (RoBERTa: <mask>)
 PRECISION_AT = (1, 10)
@@ -270,7 +270,7 @@ def cloze_scores(
     hits = {k: np.zeros(session.num_layers + 1) for k in PRECISION_AT}
     answers: list[dict | None] = [None] * len(kept)  # in the file's order
     done = 0
-    # Batches capped by tokens (core.batching); the MLM head runs on the [MASK] positions only,
+    # Batches capped by tokens (core.data.batching); the MLM head runs on the [MASK] positions only,
     # never over every token of the batch (B·T·vocabulary floats: hundreds of MB for long queries).
     for indices in plan_batches(lengths, batch_size):
         if cancel is not None and cancel.is_set():

@@ -23,14 +23,14 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from bertscope.core.batching import MAX_TOKENS
+from bertscope.core.data.batching import MAX_TOKENS
 from bertscope.core.errors import InputError
-from bertscope.core.importance_results import (
+from bertscope.core.analyses.importance_results import (
     CurvePoint, CurveProgress, HeadImportance, ImportanceProgress, Measurement, PruningCurve, check_fraction,
 )
-from bertscope.core.masks import Ablation, HeadMask, check_ablation
-from bertscope.core.objectives import Objective
-from bertscope.core.pruning import pruned_heads_of
+from bertscope.core.model.masks import Ablation, HeadMask, check_ablation
+from bertscope.core.analyses.objectives import Objective
+from bertscope.core.model.pruning import pruned_heads_of
 
 __all__ = [
     "CurvePoint", "CurveProgress", "HeadImportance", "ImportanceProgress", "Measurement", "PruningCurve", "check_fraction",

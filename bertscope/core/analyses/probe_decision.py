@@ -27,13 +27,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertscope.core import probes
-from bertscope.core.cache import default_cache_dir
-from bertscope.core.corpus import Sentence, read_sentences
+from bertscope.core.analyses import probes
+from bertscope.core.data.cache import default_cache_dir
+from bertscope.core.data.corpus import Sentence, read_sentences
 from bertscope.core.errors import InputError
-from bertscope.core.features import FeatureOptions, extract_features
-from bertscope.files import atomic_write
-from bertscope.core.probing import encode_labels, make_splits
+from bertscope.core.analyses.features import FeatureOptions, extract_features
+from bertscope.core.data.files import atomic_write
+from bertscope.core.analyses.probing import encode_labels, make_splits
 
 POOLINGS = ("cls", "mean")
 _trained: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # session -> {key: DecisionProbe}
@@ -166,7 +166,7 @@ def _with_layer(probe: DecisionProbe, layer: int) -> DecisionProbe:
 
 
 def _task_sentences(task: str, data) -> tuple[list[Sentence], str]:
-    from bertscope.core.probing_tasks import TASKS
+    from bertscope.core.data.probing_tasks import TASKS
 
     if data is not None:
         sentences = list(read_sentences(data, "senteval"))
@@ -181,7 +181,7 @@ def _task_sentences(task: str, data) -> tuple[list[Sentence], str]:
 @functools.lru_cache(maxsize=8)
 def _generated(task: str) -> tuple[Sentence, ...]:
     """A built-in task's sentences, generated once per process (a second's work)."""
-    from bertscope.core.probing_tasks import generate
+    from bertscope.core.data.probing_tasks import generate
 
     return tuple(generate(task))
 
