@@ -33,8 +33,8 @@ def main() -> None:
 
     import torch
 
-    from bertscope.core.data.corpus import read_sentences, sample_corpus
     from bertscope.core.analyses.geometry import representation_geometry
+    from bertscope.core.data.corpus import read_sentences, sample_corpus
     from bertscope.core.model.session import Session
 
     session = Session.open(args.model, device=args.device)

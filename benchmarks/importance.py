@@ -39,9 +39,9 @@ def main() -> None:
     from scipy.stats import spearmanr
     from transformers import AutoModel
 
-    from bertscope.core.data.corpus import read_sentences, sample_corpus
     from bertscope.core.analyses.importance import head_importance
     from bertscope.core.analyses.objectives import make_objective
+    from bertscope.core.data.corpus import read_sentences, sample_corpus
     from bertscope.core.model.session import Session
 
     session = Session.open(args.model, device=args.device)

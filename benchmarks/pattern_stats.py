@@ -34,8 +34,8 @@ def main() -> None:
     import torch
     from transformers import AutoModel
 
-    from bertscope.core.data.corpus import read_sentences, sample_corpus
     from bertscope.core.analyses.patterns import encode_sorted, pattern_statistics
+    from bertscope.core.data.corpus import read_sentences, sample_corpus
     from bertscope.core.model.session import Session
 
     session = Session.open(args.model, device=args.device)

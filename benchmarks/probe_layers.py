@@ -43,10 +43,10 @@ def main() -> None:
     import torch
     from transformers import AutoModel
 
-    from bertscope.core.data.corpus import read_sentences
     from bertscope.core.analyses.probing import make_splits, run_probe
-    from bertscope.core.model.session import Session
+    from bertscope.core.data.corpus import read_sentences
     from bertscope.core.data.treebank import generate_treebank
+    from bertscope.core.model.session import Session
 
     session = Session.open(args.model, device=args.device)
     if args.data:

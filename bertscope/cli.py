@@ -180,9 +180,10 @@ def explore(text, pair, theme, session_file, export_dir, glyphs, model, device, 
     def open_backend(report):
         report("importing torch and transformers…")
         from bertscope.core.model.session import Session
+        from bertscope.session_backend import SessionBackend
 
         report(f"loading {model or 'the bundled all-MiniLM-L6-v2'}…")
-        return Session.open(model, device=device, dtype=dtype, allow_download=allow_download)
+        return SessionBackend(Session.open(model, device=device, dtype=dtype, allow_download=allow_download))
 
     app = ExplorerApp(
         open_backend, text=text, pair=pair, theme=theme, session_file=session_file, export_dir=export_dir, glyphs=glyphs
@@ -358,8 +359,8 @@ def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, ou
     distance, averaged over real tokens and sentences; and the share of sentences in which
     the head's map is vertical, diagonal, vertical+diagonal, block or heterogeneous.
     """
-    from bertscope.core.data.corpus import ReadReport
     from bertscope.core.analyses.patterns import PATTERNS, STATISTICS, pattern_statistics
+    from bertscope.core.data.corpus import ReadReport
 
     report = ReadReport()
     sentences, source = corpus_sentences(text, data, data_format, limit, report)
@@ -542,8 +543,8 @@ def treebank(output, sentences, seed):
     English sentences from a seeded grammar, annotated as Universal Dependencies v2:
     UPOS, Penn Treebank XPOS, heads and relations, right by construction.
     """
-    from bertscope.core.data.treebank import generate_treebank, write_conllu
     from bertscope.core.data.files import check_writable
+    from bertscope.core.data.treebank import generate_treebank, write_conllu
 
     check_writable(output)
     generated = generate_treebank(sentences, seed)
@@ -625,6 +626,8 @@ def export(text, pair, mask_spec, ablation, output, model, device, dtype, allow_
     click.echo(f"wrote {output}: {len(encoding)} tokens; {shapes}", err=True)
 
 
-from bertscope import cli_fill_attribute  # noqa: E402,F401  (registers `fill` and `attribute`)
-from bertscope import cli_importance  # noqa: E402,F401 - registers `importance` and `prune` on `main`
-from bertscope import cli_geometry  # noqa: E402,F401 - registers `geometry` and `compare` on `main`
+from bertscope import (
+    cli_fill_attribute,  # noqa: E402,F401  (registers `fill` and `attribute`)
+    cli_geometry,  # noqa: E402,F401 - registers `geometry` and `compare` on `main`
+    cli_importance,  # noqa: E402,F401 - registers `importance` and `prune` on `main`
+)

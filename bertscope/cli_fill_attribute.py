@@ -8,7 +8,14 @@ from __future__ import annotations
 import click
 
 from bertscope.cli import (
-    encode_or_warn, main, mask_options, model_options, open_session, print_json, run_stages, warn,
+    encode_or_warn,
+    main,
+    mask_options,
+    model_options,
+    open_session,
+    print_json,
+    run_stages,
+    warn,
 )
 from bertscope.core.analyses.attribution_results import METHODS, SCORES
 from bertscope.core.errors import BertscopeError
@@ -48,7 +55,8 @@ def fill(text, top, layers, cloze, batch_size, mask_spec, ablation, as_json, mod
     head_mask = session.mask(mask_spec)
     if cloze is not None:
         return _cloze(session, cloze, head_mask, ablation, batch_size, as_json)
-    from bertscope.core.analyses.mlm import fill as fill_in, with_mask_token
+    from bertscope.core.analyses.mlm import fill as fill_in
+    from bertscope.core.analyses.mlm import with_mask_token
 
     encoding = encode_or_warn(session, with_mask_token(session.tokenizer, text), None)
     result = fill_in(session, encoding, top=top, mask=head_mask, ablation=ablation, layers=layers)
@@ -64,8 +72,8 @@ def fill(text, top, layers, cloze, batch_size, mask_spec, ablation, as_json, mod
 
 def _cloze(session, path, head_mask, ablation, batch_size, as_json):
     from bertscope.cli import run_with_progress
-    from bertscope.core.data.corpus import ReadReport
     from bertscope.core.analyses.mlm import cloze_scores, read_cloze, sample_cloze
+    from bertscope.core.data.corpus import ReadReport
 
     source = sample_cloze() if path == "sample" else path
     report = ReadReport()
@@ -122,7 +130,8 @@ def attribute(text, pair, method, label, position, probe_task, data, layer, sent
     theme_spec = None
     if not as_json:
         theme_spec = _theme(theme)
-    from bertscope.core.analyses.attribution import Target, attribute as run_attribution
+    from bertscope.core.analyses.attribution import Target
+    from bertscope.core.analyses.attribution import attribute as run_attribution
     from bertscope.core.analyses.mlm import with_mask_token
 
     session = open_session(model, device, dtype, allow_download)

@@ -8,8 +8,18 @@ from __future__ import annotations
 import click
 
 from bertscope.cli import (
-    BertscopeError, _heatmap_colormap, check_index, corpus_sentences, data_options, main, mask_options, model_options,
-    open_session, print_json, run_stages, warn,
+    BertscopeError,
+    _heatmap_colormap,
+    check_index,
+    corpus_sentences,
+    data_options,
+    main,
+    mask_options,
+    model_options,
+    open_session,
+    print_json,
+    run_stages,
+    warn,
 )
 
 
@@ -57,14 +67,16 @@ def geometry(text, data, data_format, limit, unit, max_rows, seed, batch_size, n
     form in JSON), the TwoNN intrinsic dimension, and the overlap of each row's k nearest
     neighbours between consecutive layers. Layers are hidden states: 0 is the embeddings.
     """
+    from bertscope.core.analyses.geometry import representation_geometry
+
     colormap = None if as_json else _heatmap_colormap(theme)
     sentences, source, report = read_corpus(text, data, data_format, limit)
     session = open_session(model, device, dtype, allow_download)
     if layer is not None:
         check_index(layer, session.num_layers + 1, "layer")
     head_mask = session.mask(mask_spec)
-    steps = session.geometry(sentences, unit=unit, max_rows=max_rows, neighbours=neighbours, seed=seed,
-                             batch_size=batch_size, mask=head_mask if len(head_mask) else None, ablation=ablation)
+    steps = representation_geometry(session, sentences, unit=unit, max_rows=max_rows, neighbours=neighbours, seed=seed,
+                                    batch_size=batch_size, mask=head_mask if len(head_mask) else None, ablation=ablation)
     result = run_stages(steps, "geometry", "result")
     if report.skipped:
         warn(report.summary())
@@ -107,7 +119,7 @@ def compare(text, data, data_format, limit, model_b, unit, max_rows, seed, batch
     sentences (Kovaleva et al. 2019, Fig. 4); linear CKA between every layer of A and
     every layer of B on the same sampled rows; with --probe, a probe per layer on both.
     """
-    from bertscope.core.analyses.compare import probe_data
+    from bertscope.core.analyses.compare import compare_models, probe_data
     from bertscope.core.model.session import Session
 
     colormap = None if as_json else _heatmap_colormap(theme)
@@ -115,7 +127,7 @@ def compare(text, data, data_format, limit, model_b, unit, max_rows, seed, batch
     probes = [(task, probe_data(task, sentences)) for task in probe_tasks]
     session = open_session(model, device, dtype, allow_download)
     other = Session.open(model_b, device=str(session.device), dtype=dtype, allow_download=allow_download)
-    steps = session.compare(other, sentences, unit=unit, max_rows=max_rows, seed=seed, batch_size=batch_size, probes=probes)
+    steps = compare_models(session, other, sentences, unit=unit, max_rows=max_rows, seed=seed, batch_size=batch_size, probes=probes)
     result = run_stages(steps, "comparing", "result")
     if report.skipped:
         warn(report.summary())

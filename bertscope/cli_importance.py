@@ -11,7 +11,14 @@ import io
 import click
 
 from bertscope.cli import (
-    BertscopeError, format_options, main, model_options, open_session, print_json, run_stages, warn,
+    BertscopeError,
+    format_options,
+    main,
+    model_options,
+    open_session,
+    print_json,
+    run_stages,
+    warn,
 )
 from bertscope.core.model.masks import ABLATIONS
 
@@ -46,8 +53,8 @@ def objective_options(command):
 
 def build_objective(session, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed):
     """Read the data and prepare the objective; returns (objective, description of the data)."""
-    from bertscope.core.data.corpus import ReadReport, Sentence, read_sentences, sample_corpus
     from bertscope.core.analyses.objectives import check_objective, make_objective
+    from bertscope.core.data.corpus import ReadReport, Sentence, read_sentences, sample_corpus
 
     check_objective(session, objective)
     if text is not None and data is not None:
@@ -202,7 +209,7 @@ def _prune_to(session, prepared, source, method, ablation, normalize, fraction, 
         "after": {"loss": after.loss, "metric": after.metric},
     }
     if output is not None:
-        from bertscope.core.model.pruning import write_pruned_model
+        from bertscope.core.analyses.pruned_export import write_pruned_model
 
         texts = prepared.texts
         written = write_pruned_model(session, chosen, output, timing_texts=texts, extra={

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+
 def pytest_addoption(parser):
     parser.addoption(
         "--readme-examples", action="store_true", default=False,

@@ -14,7 +14,16 @@ import numpy as np
 
 from bertscope.core.errors import InputError
 from bertscope.core.model.masks import HeadMask
-from bertscope.core.model.results import PATTERNS, STATISTICS, Encoding, ForwardResult, MaskPrediction, ModelInfo, PatternProgress, PatternResult
+from bertscope.core.model.results import (
+    PATTERNS,
+    STATISTICS,
+    Encoding,
+    ForwardResult,
+    MaskPrediction,
+    ModelInfo,
+    PatternProgress,
+    PatternResult,
+)
 
 LAYERS, HEADS, WIDTH = 3, 4, 8
 

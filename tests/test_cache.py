@@ -8,10 +8,10 @@ import pytest
 from click.testing import CliRunner
 
 from bertscope.cli import main
+from bertscope.core.analyses.features import FeatureOptions, extract_features, finish_writes
 from bertscope.core.data.cache import cache_usage, clear_cache
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
-from bertscope.core.analyses.features import FeatureOptions, extract_features, finish_writes
 from tests.test_cli import assert_one_line_error
 
 SENTENCES = [Sentence(text="A dog barked .", words=("A", "dog", "barked", "."))]

@@ -7,10 +7,10 @@ import threading
 import numpy as np
 import pytest
 
+from bertscope.core.analyses.features import FeatureOptions, extract_features, finish_writes
+from bertscope.core.data.cache import default_cache_dir
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
-from bertscope.core.data.cache import default_cache_dir
-from bertscope.core.analyses.features import FeatureOptions, extract_features, finish_writes
 
 WORDS = [("Unbelievably", ",", "the", "keys", "were", "found", "."), ("A", "dog", "barked", ".")]
 SENTENCES = [Sentence(text=" ".join(words), words=words) for words in WORDS]

@@ -5,12 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bertscope.core.data.corpus import Sentence, read_sentences, sample_corpus
-from bertscope.core.errors import InputError
 from bertscope.core.analyses.geometry import (
-    cka_matrices, linear_cka, nearest_neighbours, neighbourhood_overlap, pca_2d, representation_geometry, twonn_dimension,
+    cka_matrices,
+    linear_cka,
+    nearest_neighbours,
+    neighbourhood_overlap,
+    pca_2d,
+    representation_geometry,
+    twonn_dimension,
 )
 from bertscope.core.analyses.representations import Reservoir, stream_sample
+from bertscope.core.data.corpus import Sentence, read_sentences, sample_corpus
+from bertscope.core.errors import InputError
 
 
 def rotation(d: int, seed: int = 0) -> np.ndarray:

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from bertscope.core.model.effects import layer_cosines
 from bertscope.core.analyses.headstats import FIGURES, figure_range, head_figures, is_punctuation
+from bertscope.core.model.effects import layer_cosines
 
 TOKENS = ["[CLS]", "the", "cat", "sat", ".", "[SEP]"]
 SPECIAL = np.array([1, 0, 0, 0, 0, 1], dtype=bool)

@@ -9,11 +9,11 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from bertscope.core.data.corpus import Sentence, read_sentences, sample_corpus
-from bertscope.core.errors import InputError
 from bertscope.core.analyses.importance import check_fraction, head_importance, measure, pruning_curve
 from bertscope.core.analyses.objectives import make_objective
-from bertscope.core.model.pruning import write_pruned_model
+from bertscope.core.analyses.pruned_export import write_pruned_model
+from bertscope.core.data.corpus import Sentence, read_sentences, sample_corpus
+from bertscope.core.errors import InputError
 from bertscope.core.model.session import Session
 from tests.conftest import save_tiny
 

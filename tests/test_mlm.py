@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from bertscope.core.analyses.mlm import NoMLMHeadError, cloze_scores, fill, read_cloze, sample_cloze
 from bertscope.core.data.corpus import ReadReport
 from bertscope.core.errors import InputError
-from bertscope.core.analyses.mlm import NoMLMHeadError, cloze_scores, fill, read_cloze, sample_cloze
 
 TEXT = "Dante was born in [MASK] and died in [MASK]."
 

@@ -7,7 +7,15 @@ import pytest
 import torch
 
 from bertscope.core.analyses.headstats import head_figures
-from bertscope.core.analyses.patterns import PATTERNS, STATISTICS, batch_tensors, classify_map, encode_sorted, head_features, pattern_statistics
+from bertscope.core.analyses.patterns import (
+    PATTERNS,
+    STATISTICS,
+    batch_tensors,
+    classify_map,
+    encode_sorted,
+    head_features,
+    pattern_statistics,
+)
 
 
 class Text:

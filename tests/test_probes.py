@@ -5,7 +5,6 @@ import threading
 import numpy as np
 import pytest
 
-from bertscope.core.errors import InputError
 from bertscope.core.analyses.probes import (
     Cancelled,
     ProbeScores,
@@ -16,6 +15,7 @@ from bertscope.core.analyses.probes import (
     selectivity,
     train_probes,
 )
+from bertscope.core.errors import InputError
 
 
 def layered(n: int, seed: int, num_classes: int = 4, dim: int = 32):

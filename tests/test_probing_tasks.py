@@ -18,8 +18,8 @@ import pytest
 
 from bertscope.core.data import probing_tasks
 from bertscope.core.data.corpus import SPLITS, Sentence, detect_format, read_sentences
-from bertscope.core.errors import InputError
 from bertscope.core.data.probing_tasks import TASKS, generate, generate_examples, write_senteval
+from bertscope.core.errors import InputError
 
 SIZES = {"train": 2000, "dev": 400, "test": 400}
 

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from bertscope.cli import main
 from bertscope.core.data import probing_tasks
 from bertscope.core.data.corpus import Sentence, read_sentences
-from bertscope.core.errors import InputError
 from bertscope.core.data.treebank import DEFAULT_SENTENCES, MAX_WORDS, MIN_WORDS, generate_treebank, write_conllu
+from bertscope.core.errors import InputError
 
 
 @pytest.fixture(scope="module")

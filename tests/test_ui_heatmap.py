@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from textual import events
-
-import numpy as np
 
 from bertscope.ui.widgets.attention_view import AttentionView
 from bertscope.ui.widgets.head_grid import HeadGrid

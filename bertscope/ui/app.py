@@ -24,9 +24,9 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from bertscope.core.model.effects import layer_cosines
-from bertscope.core.errors import BertscopeError
 from bertscope.core.analyses.headstats import FIGURES, figure_range, head_figures
+from bertscope.core.errors import BertscopeError
+from bertscope.core.model.effects import layer_cosines
 from bertscope.core.model.masks import HeadMask
 from bertscope.core.model.results import ForwardResult
 from bertscope.render.heatmap import SCALES
@@ -39,9 +39,9 @@ from bertscope.ui.geometry import ComparisonScreen, GeometryScreen
 from bertscope.ui.help import HelpScreen
 from bertscope.ui.importance import IMPORTANCE_FIGURE, ImportanceMixin, ObjectivePanel
 from bertscope.ui.kept import KeptResults
+from bertscope.ui.messages import Analysis, AnalysisComputed, AnalysisFailed, ModelLoaded, ModelLoadFailed
 from bertscope.ui.overview import OverviewScreen
 from bertscope.ui.probing import ProbingScreen
-from bertscope.ui.messages import Analysis, AnalysisComputed, AnalysisFailed, ModelLoaded, ModelLoadFailed
 from bertscope.ui.state import ExplorerState, fit_to_model, load_state, save_state
 from bertscope.ui.theme import heatmap_for, load_all_themes, textual_theme
 from bertscope.ui.widgets.attention_view import AttentionView

@@ -21,9 +21,9 @@ from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from bertscope.core.analyses.attribution_results import METHODS, Target
+from bertscope.core.data.probing_tasks import TASKS
 from bertscope.core.errors import BertscopeError
 from bertscope.core.model.masks import HeadMask
-from bertscope.core.data.probing_tasks import TASKS
 from bertscope.core.model.results import Encoding
 from bertscope.render.attribution import METHOD_NAMES, shaded_sentence, short_describe
 

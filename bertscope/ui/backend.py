@@ -15,10 +15,10 @@ from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction
 
 if TYPE_CHECKING:  # the types only: core.analyses.patterns itself imports torch
     from bertscope.core.analyses.attribution_results import AttributionProgress, Target
-    from bertscope.core.data.corpus import Sentence
     from bertscope.core.analyses.geometry_results import ComparisonProgress, GeometryProgress
     from bertscope.core.analyses.patterns import PatternProgress
     from bertscope.core.analyses.probing import ProbeProgress
+    from bertscope.core.data.corpus import Sentence
 
 
 class Backend(Protocol):

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bertscope.core.errors import BertscopeError, InputError
 from bertscope.core.data.files import atomic_write
+from bertscope.core.errors import BertscopeError, InputError
 
 
 def unique_path(directory: str | Path, stem: str, suffix: str) -> Path:

@@ -25,9 +25,9 @@ from textual.widgets import Footer, Input, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from bertscope.core.data.corpus import ReadReport, read_sentences, sample_corpus
+from bertscope.core.data.treebank import generate_treebank
 from bertscope.core.errors import BertscopeError
 from bertscope.core.model.masks import Ablation, HeadMask
-from bertscope.core.data.treebank import generate_treebank
 from bertscope.render.geometry import cka_heatmap, scatter
 from bertscope.render.patterns import layer_bars
 from bertscope.ui.export import json_text, save_screen

@@ -24,10 +24,10 @@ from textual.widgets import Footer, Input, ProgressBar, Select, Static
 from textual.worker import get_current_worker
 
 from bertscope.core.data.corpus import read_sentences
-from bertscope.core.errors import BertscopeError
-from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.data.probing_tasks import TASKS, generate
 from bertscope.core.data.treebank import generate_treebank
+from bertscope.core.errors import BertscopeError
+from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.ui.export import json_text, save_screen
 from bertscope.ui.focus import leave_input
 from bertscope.ui.kept import KeptResults

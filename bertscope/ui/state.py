@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertscope.core.data.files import atomic_write
 from bertscope.core.errors import InputError, MaskSpecError
 from bertscope.core.model.masks import ABLATIONS, HeadMask
-from bertscope.core.data.files import atomic_write
 
 STATE_VERSION = 1
 DEFAULT_TEXT = "The keys to the cabinet are on the table."

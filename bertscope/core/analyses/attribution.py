@@ -31,15 +31,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+
 import numpy as np
 import torch
 from torch import Tensor
 
-from bertscope.core.model.ablation import attention_pass
 from bertscope.core.analyses.attribution_results import METHODS, SCORES, Attribution, AttributionProgress, Target, TargetKind
+from bertscope.core.analyses.mlm import MASK_TEXT, answer_id, mask_positions, with_mask_token
 from bertscope.core.errors import InputError
 from bertscope.core.model.masks import Ablation, HeadMask
-from bertscope.core.analyses.mlm import MASK_TEXT, answer_id, mask_positions, with_mask_token
 from bertscope.core.model.results import Encoding
 
 __all__ = ["METHODS", "SCORES", "Attribution", "AttributionProgress", "Target", "attribute", "gauss_legendre", "rollout"]
@@ -255,8 +255,7 @@ class _Decision:
         inputs = {"inputs_embeds": embeds, "token_type_ids": self.token_type_ids.expand(len(embeds), -1)}
         if self.kind == "class":
             return session.run(inputs, gates=self.gates, ablation=self.ablation, hidden_states=False).logits.float()
-        with session.lock, attention_pass(session._layers, gates=self.gates, ablation=self.ablation):
-            hidden = session.model.base_model(**inputs, output_hidden_states=True).hidden_states
+        hidden = session.run(inputs, gates=self.gates, ablation=self.ablation, encoder_only=True).hidden_states
         if self.kind == "mlm":
             return session.mlm_head(hidden[-1][:, self.position]).float()
         return self.probe.logits(hidden[self.read_layer], self.special)

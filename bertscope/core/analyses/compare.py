@@ -17,10 +17,10 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
-from bertscope.core.data.corpus import Sentence
-from bertscope.core.errors import InputError
 from bertscope.core.analyses.geometry import cka_matrices
 from bertscope.core.analyses.geometry_results import ComparisonProgress, ComparisonResult, ProbeDifference
+from bertscope.core.data.corpus import Sentence
+from bertscope.core.errors import InputError
 
 _PROBE_TEXT = "Hello, World! Ünïcode, straße and 3.14 — naïve café [MASK] ##ing"
 

@@ -25,9 +25,9 @@ import torch
 from bertscope.core.data.batching import plan_batches
 from bertscope.core.data.cache import default_cache_dir
 from bertscope.core.data.corpus import Sentence
+from bertscope.core.data.files import atomic_write, publish, temporary_beside
 from bertscope.core.errors import InputError
 from bertscope.core.model.masks import Ablation
-from bertscope.core.data.files import atomic_write, publish, temporary_beside
 
 CACHE_VERSION = 4  # 2: rows name their word (a word with no tokens has no row); 3: stored layer by layer; 4: float16
 FLOAT16_MAX = float(np.finfo(np.float16).max)

@@ -23,13 +23,19 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from bertscope.core.analyses.importance_results import (
+    CurvePoint,
+    CurveProgress,
+    HeadImportance,
+    ImportanceProgress,
+    Measurement,
+    PruningCurve,
+    check_fraction,
+)
+from bertscope.core.analyses.objectives import Objective
 from bertscope.core.data.batching import MAX_TOKENS
 from bertscope.core.errors import InputError
-from bertscope.core.analyses.importance_results import (
-    CurvePoint, CurveProgress, HeadImportance, ImportanceProgress, Measurement, PruningCurve, check_fraction,
-)
 from bertscope.core.model.masks import Ablation, HeadMask, check_ablation
-from bertscope.core.analyses.objectives import Objective
 from bertscope.core.model.pruning import pruned_heads_of
 
 __all__ = [

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from bertscope.core.data.batching import plan_batches
-from bertscope.core.data.corpus import ReadReport, _checked, _lines
+from bertscope.core.data.corpus import ReadReport, _checked, _lines, packaged_data
 from bertscope.core.errors import BertscopeError, InputError
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding, MaskPrediction
@@ -118,15 +118,9 @@ def fill(
     return FillResult(encoding=encoding, blanks=blanks, mask=head_mask, ablation=ablation)
 
 
-def layer_logits(session, hidden: torch.Tensor) -> torch.Tensor:
-    """The MLM head applied to hidden states `[..., D]`: vocabulary logits `[..., V]`."""
-    with torch.inference_mode(), session.lock:
-        return session.mlm_head(hidden.to(device=session.device, dtype=session.loaded.dtype)).float()
-
-
 def _layer_predictions(session, hidden: np.ndarray, top: int) -> list[list[MaskPrediction]]:
     """`hidden` `[L+1, M, D]` at the M mask positions → per mask, per layer, the top guesses."""
-    probabilities = torch.softmax(layer_logits(session, torch.as_tensor(hidden)).double(), dim=-1)  # [L+1, M, V]
+    probabilities = torch.softmax(session.mlm_head_logits(torch.as_tensor(hidden)).double(), dim=-1)  # [L+1, M, V]
     values, indices = probabilities.topk(top, dim=-1)
     values, indices = values.cpu().numpy(), indices.cpu().numpy()
     result = []
@@ -282,7 +276,7 @@ def cloze_scores(
         with torch.inference_mode():
             outputs = session.run(inputs, gates=gates, ablation=ablation, encoder_only=True)
             hidden = torch.stack(outputs.hidden_states)[:, rows, columns]  # [L+1, B, D]
-            logits = layer_logits(session, hidden)  # [L+1, B, V]
+            logits = session.mlm_head_logits(hidden)  # [L+1, B, V]
             gold_logit = logits.gather(-1, gold.view(1, -1, 1).expand(logits.shape[0], -1, 1))
             ranks = (logits > gold_logit).sum(-1).cpu().numpy()  # [L+1, B]
             top1 = logits[-1].argmax(-1).cpu().tolist()
@@ -300,6 +294,4 @@ def cloze_scores(
 
 def sample_cloze() -> str:
     """A small cloze file shipped with bertscope (world knowledge, one-token answers)."""
-    from pathlib import Path
-
-    return str(Path(__file__).resolve().parent.parent / "data" / "sample_cloze.tsv")
+    return str(packaged_data("sample_cloze.tsv"))

@@ -26,10 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from bertscope.core.model.allocator import release_freed_memory
 from bertscope.core.data.batching import MAX_TOKENS, plan_batches
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
+from bertscope.core.model.allocator import release_freed_memory
 from bertscope.core.model.masks import Ablation
 
 OBJECTIVES = ("mlm", "classification", "probe", "preserve")

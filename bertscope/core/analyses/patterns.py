@@ -40,11 +40,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bertscope.core.model.allocator import release_freed_memory
+from bertscope.core.analyses.headstats import is_punctuation
 from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS, plan_batches
 from bertscope.core.data.corpus import Sentence, chunked
 from bertscope.core.errors import InputError
-from bertscope.core.analyses.headstats import is_punctuation
+from bertscope.core.model.allocator import release_freed_memory
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import PATTERNS, STATISTICS, PatternProgress, PatternResult
 

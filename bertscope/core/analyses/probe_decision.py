@@ -17,9 +17,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import zipfile
 import threading
 import weakref
+import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,12 +28,12 @@ import numpy as np
 import torch
 
 from bertscope.core.analyses import probes
+from bertscope.core.analyses.features import FeatureOptions, extract_features
+from bertscope.core.analyses.probing import encode_labels, make_splits
 from bertscope.core.data.cache import default_cache_dir
 from bertscope.core.data.corpus import Sentence, read_sentences
-from bertscope.core.errors import InputError
-from bertscope.core.analyses.features import FeatureOptions, extract_features
 from bertscope.core.data.files import atomic_write
-from bertscope.core.analyses.probing import encode_labels, make_splits
+from bertscope.core.errors import InputError
 
 POOLINGS = ("cls", "mean")
 _trained: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # session -> {key: DecisionProbe}

@@ -32,11 +32,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertscope.core.model import cpu_linear
-
 from bertscope.core.analyses import lbfgs
-from bertscope.core.model.device import resolve_device
 from bertscope.core.errors import InputError
+from bertscope.core.model import cpu_linear
+from bertscope.core.model.device import resolve_device
 
 ProbeKind = Literal["linear", "mlp"]
 L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)

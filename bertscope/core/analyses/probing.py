@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bertscope.core.analyses import probes, structural
+from bertscope.core.analyses.features import FeatureOptions, Features, extract_features
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
-from bertscope.core.analyses.features import Features, FeatureOptions, extract_features
 
 WORD_TASKS = ("upos", "xpos", "deprel")
 STRUCTURAL_TASKS = ("depth", "distance")

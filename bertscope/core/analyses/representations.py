@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from bertscope.core.model.allocator import release_freed_memory
+from bertscope.core.analyses.headstats import is_punctuation
 from bertscope.core.data.batching import MAX_SQUARE, plan_batches
 from bertscope.core.data.corpus import Sentence, chunked
 from bertscope.core.errors import InputError
-from bertscope.core.analyses.headstats import is_punctuation
+from bertscope.core.model.allocator import release_freed_memory
 from bertscope.core.model.masks import Ablation, HeadMask
 
 UNITS = ("token", "word", "sentence")

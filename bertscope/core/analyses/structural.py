@@ -34,8 +34,8 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import minimum_spanning_tree, shortest_path
 from scipy.stats import rankdata
 
-from bertscope.core.model.device import resolve_device
 from bertscope.core.errors import InputError
+from bertscope.core.model.device import resolve_device
 
 SPEARMAN_LENGTHS = (5, 50)  # the paper averages Spearman over sentences of 5 to 50 words
 INIT_RANGE = 0.05

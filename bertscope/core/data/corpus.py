@@ -93,7 +93,12 @@ def sample_corpus(format: str = "text") -> Path:
     names = {"text": "sample.txt", "conllu": "sample.conllu", "senteval": "sample.tsv"}
     if format not in names:
         raise InputError(f"no sample corpus in format {format!r}; use one of {', '.join(FORMATS)}")
-    return Path(__file__).resolve().parent.parent / "data" / names[format]
+    return packaged_data(names[format])
+
+
+def packaged_data(name: str) -> Path:
+    """A data file shipped inside the package (`bertscope/data/`)."""
+    return Path(__file__).resolve().parents[2] / "data" / name
 
 
 def detect_format(path: str | os.PathLike) -> str:

@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from bertscope.core.data.corpus import SPLITS, Sentence
-from bertscope.core.errors import InputError
 from bertscope.core.data.files import atomic_write
+from bertscope.core.errors import InputError
 
 
 @dataclass(frozen=True)

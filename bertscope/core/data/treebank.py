@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bertscope.core.data.corpus import Sentence
-from bertscope.core.errors import InputError
+from bertscope.core.data.files import atomic_write
 from bertscope.core.data.probing_tasks import (
     _ADJECTIVES,
     _ADVERBS,
@@ -41,7 +41,7 @@ from bertscope.core.data.probing_tasks import (
     _verb,
     _verbs,
 )
-from bertscope.core.data.files import atomic_write
+from bertscope.core.errors import InputError
 
 MIN_WORDS, MAX_WORDS = 4, 30
 """Sentence length limits in words, punctuation included (as UD counts them)."""

@@ -15,9 +15,9 @@ import transformers
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 from transformers.utils import logging as hf_logging
 
+from bertscope.core.errors import ModelLoadError
 from bertscope.core.model import ablation, pruning
 from bertscope.core.model.device import resolve_device, resolve_dtype
-from bertscope.core.errors import ModelLoadError
 from bertscope.core.model.families import SUPPORTED_HEADS, Family
 from bertscope.core.model.model_files import find_model, first_line
 

@@ -1,8 +1,9 @@
-"""The session: one loaded model that the CLI and the UI talk to.
+"""The session: the handle on one loaded model that every analysis takes.
 
 It owns the model, its tokenizer and device, and a lock so that one forward pass runs
 at a time. `forward` turns text into plain results; `run` is the tensor-level entry for
-core analyses that batch sentences or need gradients through head gates.
+analyses that batch sentences or need gradients through head gates. It imports no
+analysis: they are functions over a session (`core.analyses`).
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from torch import Tensor
 from bertscope.core.model import cpu_linear
 from bertscope.core.model.ablation import attention_pass
 from bertscope.core.model.allocator import keep_freed_memory
+from bertscope.core.model.effects import softmax
 from bertscope.core.model.loading import LoadedModel, load_model
 from bertscope.core.model.masks import Ablation, HeadMask, check_ablation
-from bertscope.core.model.pruning import kept_heads as pruned_layout, pruned_heads_of
-from bertscope.core.model.effects import softmax
+from bertscope.core.model.pruning import kept_heads as pruned_layout
+from bertscope.core.model.pruning import pruned_heads_of
 from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
 from bertscope.core.model.tokens import encode
 
@@ -240,72 +242,10 @@ class Session:
             )
         return predictions
 
-    def attention_patterns(self, sentences, *, mask: HeadMask | None = None, ablation: Ablation = "zero", cancel=None):
-        """Stream attention statistics and pattern classes over sentences (see core.analyses.patterns)."""
-        from bertscope.core.analyses.patterns import pattern_statistics
-
-        return pattern_statistics(self, sentences, mask=mask, ablation=ablation, cancel=cancel)
-
-    def probe(self, task: str, train, dev=None, test=None, *, mask: HeadMask | None = None, ablation: Ablation = "zero", cancel=None, **options):
-        """Probe every layer for `task` on these sentences (see core.analyses.probing); a generator of progress."""
-        from bertscope.core.analyses.probing import make_splits, run_probe
-
-        splits = make_splits(train, dev, test)
-        spec = mask.spec() if mask is not None else ""
-        return run_probe(self, task, splits, mask=spec, ablation=ablation, cancel=cancel, **options)
-
-    def attribute(self, text, pair=None, *, method: str = "integrated-gradients", target=None, mask: HeadMask | None = None,
-                  ablation: Ablation = "zero", cancel=None, **options):
-        """Attribute a decision on `text` to its tokens (see core.analyses.attribution); a generator of progress."""
-        from bertscope.core.analyses.attribution import attribute
-
-        return attribute(self, text, pair, method=method, target=target, mask=mask, ablation=ablation, cancel=cancel, **options)
-    def geometry(self, sentences, *, mask: HeadMask | None = None, ablation: Ablation = "zero", cancel=None, **options):
-        """PCA, CKA, intrinsic dimension and neighbourhood overlap per layer over sentences (see core.analyses.geometry)."""
-        from bertscope.core.analyses.geometry import representation_geometry
-
-        return representation_geometry(self, sentences, mask=mask, ablation=ablation, cancel=cancel, **options)
-
-    def compare(self, other: Session | str, sentences, *, cancel=None, **options):
-        """This model against `other` (a session, or a model to load) over sentences (see core.analyses.compare)."""
-        from bertscope.core.analyses.compare import compare_models
-
-        if isinstance(other, str):
-            other = Session.open(other, device=str(self.device), dtype=str(self.loaded.dtype).removeprefix("torch."))
-        return compare_models(self, other, sentences, cancel=cancel, **options)
-
-    def head_importance(self, objective: str, sentences, *, method: str = "gradient", ablation: Ablation = "zero",
-                        normalize: bool = True, cancel=None, **options):
-        """How much each head matters for `objective` over sentences (see core.analyses.importance); a generator of progress."""
-        from bertscope.core.analyses.importance import head_importance
-
-        prepared = self._prepared_objective(objective, sentences, options)
-        return head_importance(prepared, method, ablation=ablation, normalize=normalize, cancel=cancel)
-
-    def measure_objective(self, objective: str, sentences, mask: HeadMask | None = None, ablation: Ablation = "zero", **options):
-        """The objective's loss and metric over sentences under `mask` (a core.analyses.importance_results.Measurement)."""
-        from bertscope.core.analyses.importance import measure
-
-        return measure(self._prepared_objective(objective, sentences, options), mask if mask is not None and len(mask) else None, ablation)
-
-    def pruning_curve(self, objective: str, sentences, *, importance=None, cancel=None, **options):
-        """The objective as ever more of the least important heads are removed (see core.analyses.importance)."""
-        from bertscope.core.analyses.importance import pruning_curve
-
-        curve_options = {k: options.pop(k) for k in ("method", "ablation", "step", "reestimate", "normalize", "max_drop") if k in options}
-        return pruning_curve(self._prepared_objective(objective, sentences, options), importance=importance, cancel=cancel, **curve_options)
-
-    def _prepared_objective(self, objective: str, sentences, options: dict):
-        """The objective prepared once for the last sentences asked about (tokenised, masked, probe trained)."""
-        from bertscope.core.analyses.objectives import make_objective
-
-        sentences = list(sentences)
-        key = (objective, tuple((s.text, s.pair, s.label) for s in sentences), tuple(sorted(options.items())))
-        cached = getattr(self, "_objective_cache", None)
-        if cached is None or cached[0] != key:
-            cached = (key, make_objective(self, objective, sentences, **options))
-            self._objective_cache = cached
-        return cached[1]
+    def mlm_head_logits(self, hidden: Tensor) -> Tensor:
+        """The MLM head applied to hidden states `[..., D]` of any layer: vocabulary logits `[..., V]`, float."""
+        with torch.inference_mode(), self.lock:
+            return self.mlm_head(hidden.to(device=self.device, dtype=self.loaded.dtype)).float()
 
     def tokenize_batch(self, texts: Sequence[str]) -> dict[str, Tensor]:
         """Pad and truncate a batch of sentences into tensors on the session's device."""

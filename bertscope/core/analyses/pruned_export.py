@@ -1,0 +1,128 @@
+"""Writing a physically pruned copy of a model to disk, then loading it back to check it.
+
+The surgery itself (slicing heads out of the weights) is `core.model.pruning`; this module
+saves the result as a standard model directory with bertscope's pruning record beside it,
+and measures the copy against the original masked the same way.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from bertscope.core.data.files import check_new_directory
+from bertscope.core.model.pruning import PRUNING_FILE, apply_pruning, pruned_heads_of
+from bertscope.core.model.session import Session
+
+
+@dataclass(frozen=True)
+class PrunedModel:
+    """What `write_pruned_model` wrote and measured."""
+
+    directory: Path
+    pruned: dict[int, list[int]]
+    parameters_before: int
+    parameters_after: int
+    seconds_before: float
+    seconds_after: float
+    max_abs_difference: float  # pruned model vs the original masked with `zero`, on the timing sentences
+
+    @property
+    def speedup(self) -> float:
+        return self.seconds_before / self.seconds_after if self.seconds_after > 0 else float("nan")
+
+
+def write_pruned_model(session: Session, remove: Sequence[tuple[int, int]], directory: str | Path, *, timing_texts: Sequence[str], extra: dict) -> PrunedModel:
+    """Save a copy of the session's model with heads `remove` physically removed, then load it back and measure it.
+
+    Written to a temporary directory beside `directory` and renamed into place when complete,
+    so a failure never leaves half a model. `extra` goes into the pruning JSON file.
+    """
+    target = Path(directory).expanduser()
+    check_new_directory(target)
+    already = pruned_heads_of(session.model.config)
+    pruned = {layer: sorted(set(already.get(layer, [])) | {h for (l, h) in remove if l == layer}) for layer in range(session.num_layers)}
+    pruned = {layer: heads for layer, heads in pruned.items() if heads}
+    model = copy.deepcopy(session.model).float().cpu()
+    new_only = {layer: [h for h in heads if h not in already.get(layer, [])] for layer, heads in pruned.items()}
+    apply_pruning(model, session.loaded.family, new_only)
+    model.config.pruned_heads = {str(layer): heads for layer, heads in pruned.items()}
+    model.config.architectures = [session.loaded.architecture.removeprefix("encoder of ").split(" ")[0]]
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        model.save_pretrained(staging)
+        session.tokenizer.save_pretrained(staging)
+        reloaded = Session.open(str(staging), device=str(session.device))
+        difference = _max_difference(session, reloaded, pruned, timing_texts[:8])
+        before = time_forward(session, timing_texts)
+        after = time_forward(reloaded, timing_texts)
+        result = PrunedModel(
+            directory=target, pruned=pruned, parameters_before=session.info.parameters,
+            parameters_after=sum(p.numel() for p in reloaded.model.parameters()),
+            seconds_before=before, seconds_after=after, max_abs_difference=difference,
+        )
+        summary = {
+            "source": session.info.source,
+            "pruned_heads": {str(layer): heads for layer, heads in pruned.items()},
+            "heads_pruned": sum(len(h) for h in pruned.values()),
+            "heads_total": session.num_layers * session.num_heads,
+            "parameters_before": result.parameters_before,
+            "parameters_after": result.parameters_after,
+            "speedup": round(result.speedup, 4),
+            "max_abs_difference_vs_masked": difference,
+            "head_numbers": "original: masks and heatmaps of the pruned model use the unpruned model's head numbers",
+            **extra,
+        }
+        (staging / PRUNING_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        if target.exists():
+            target.rmdir()  # check_new_directory allowed only an empty directory
+        os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return result
+
+
+def _max_difference(original, pruned_session, pruned: dict[int, list[int]], texts: Sequence[str]) -> float:
+    """Largest difference of final hidden states, pruned model vs the original with those heads masked (zero)."""
+    gates = torch.ones(original.num_layers, original.num_heads)
+    for layer, heads in pruned.items():
+        gates[layer, heads] = 0.0
+    inputs = original.tokenize_batch(list(texts))
+    real = inputs["attention_mask"].bool()
+    with torch.inference_mode():
+        want = original.run(inputs, gates=gates.to(original.device), hidden_states=False, encoder_only=True).last_hidden_state
+        got = pruned_session.run(inputs, hidden_states=False, encoder_only=True).last_hidden_state
+    return float((want[real].float().cpu() - got[real].float().cpu()).abs().max())
+
+
+def time_forward(session, texts: Sequence[str], batch_size: int = 32, repeats: int = 3) -> float:
+    """Best of `repeats` wall-clock seconds for one batched pass of the encoder over `texts`.
+
+    The encoder alone: pruning acts there, and an MLM head's vocabulary projection would
+    dilute the measured speed-up with work pruning does not touch.
+    """
+    batches = [session.tokenize_batch(list(texts[i : i + batch_size])) for i in range(0, len(texts), batch_size)]
+    best = float("inf")
+    with torch.inference_mode():
+        session.run(batches[0], hidden_states=False, encoder_only=True)  # warm-up
+        for _ in range(repeats):
+            started = time.perf_counter()
+            for batch in batches:
+                session.run(batch, hidden_states=False, encoder_only=True)
+            if session.device.type == "cuda":
+                torch.cuda.synchronize()
+            best = min(best, time.perf_counter() - started)
+    return best

@@ -1,0 +1,96 @@
+"""The explorer's real backend: what the UI asks of the core (`ui.backend.Backend`), answered
+by a loaded model.
+
+The UI never imports torch, so it talks to this object through the torch-free contract in
+`bertscope.ui.backend`; the CLI hands it to the app once the model is loaded. The model's
+own questions (encode, forward, mask predictions) go to the session; the corpus analyses
+to their modules in `bertscope.core.analyses`, each a generator of progress.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+
+from bertscope.core.analyses import attribution, compare, geometry, objectives, patterns, probing
+from bertscope.core.analyses.importance import head_importance, measure, pruning_curve
+from bertscope.core.data.corpus import Sentence
+from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
+from bertscope.core.model.session import Session
+
+
+class SessionBackend:
+    """A `Session` seen through the explorer's contract."""
+
+    def __init__(self, session: Session):
+        self.session = session
+        self.num_layers = session.num_layers
+        self.num_heads = session.num_heads
+        self.max_length = session.max_length
+        self._objective_cache: tuple[tuple, objectives.Objective] | None = None
+
+    @property
+    def info(self) -> ModelInfo:
+        return self.session.info
+
+    def encode(self, text: str, pair: str | None = None) -> Encoding:
+        return self.session.encode(text, pair)
+
+    def forward(self, text, pair=None, *, attentions=False, mask=None, ablation: Ablation = "zero", reuse=None) -> ForwardResult:
+        return self.session.forward(text, pair, attentions=attentions, mask=mask, ablation=ablation, reuse=reuse)
+
+    def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
+        return self.session.mask_predictions(result, top)
+
+    def attention_patterns(self, sentences: Iterable[Sentence], *, mask: HeadMask | None = None, ablation: Ablation = "zero",
+                           cancel: threading.Event | None = None) -> Iterator:
+        return patterns.pattern_statistics(self.session, sentences, mask=mask, ablation=ablation, cancel=cancel)
+
+    def probe(self, task: str, train, dev=None, test=None, *, mask: HeadMask | None = None, ablation: Ablation = "zero",
+              cancel: threading.Event | None = None, **options) -> Iterator:
+        splits = probing.make_splits(train, dev, test)
+        spec = mask.spec() if mask is not None else ""
+        return probing.run_probe(self.session, task, splits, mask=spec, ablation=ablation, cancel=cancel, **options)
+
+    def attribute(self, text, pair=None, *, method: str = "integrated-gradients", target=None, mask: HeadMask | None = None,
+                  ablation: Ablation = "zero", cancel: threading.Event | None = None, **options) -> Iterator:
+        return attribution.attribute(self.session, text, pair, method=method, target=target, mask=mask, ablation=ablation,
+                                     cancel=cancel, **options)
+
+    def geometry(self, sentences, *, mask: HeadMask | None = None, ablation: Ablation = "zero",
+                 cancel: threading.Event | None = None, **options) -> Iterator:
+        return geometry.representation_geometry(self.session, sentences, mask=mask, ablation=ablation, cancel=cancel, **options)
+
+    def compare(self, other: str, sentences, *, cancel: threading.Event | None = None, **options) -> Iterator:
+        loaded = self.session.loaded
+        other_session = Session.open(other, device=str(self.session.device), dtype=str(loaded.dtype).removeprefix("torch."))
+        return compare.compare_models(self.session, other_session, sentences, cancel=cancel, **options)
+
+    def head_importance(self, objective: str, sentences, *, method: str = "gradient", ablation: Ablation = "zero",
+                        normalize: bool = True, cancel: threading.Event | None = None, **options) -> Iterator:
+        prepared = self._prepared_objective(objective, sentences, options)
+        return head_importance(prepared, method, ablation=ablation, normalize=normalize, cancel=cancel)
+
+    def measure_objective(self, objective: str, sentences, mask: HeadMask | None = None, ablation: Ablation = "zero", **options):
+        prepared = self._prepared_objective(objective, sentences, options)
+        return measure(prepared, mask if mask is not None and len(mask) else None, ablation)
+
+    def pruning_curve(self, objective: str, sentences, *, importance=None, cancel: threading.Event | None = None, **options) -> Iterator:
+        curve_names = ("method", "ablation", "step", "reestimate", "normalize", "max_drop")
+        curve_options = {name: options.pop(name) for name in curve_names if name in options}
+        prepared = self._prepared_objective(objective, sentences, options)
+        return pruning_curve(prepared, importance=importance, cancel=cancel, **curve_options)
+
+    def _prepared_objective(self, objective: str, sentences, options: dict) -> objectives.Objective:
+        """The objective prepared once for the last sentences asked about (tokenised, masked, probe trained).
+
+        The explorer measures the same objective again after every head toggle; preparing
+        it (a probe trained, say) is the costly part.
+        """
+        sentences = list(sentences)
+        key = (objective, tuple((s.text, s.pair, s.label) for s in sentences), tuple(sorted(options.items())))
+        if self._objective_cache is None or self._objective_cache[0] != key:
+            self._objective_cache = (key, objectives.make_objective(self.session, objective, sentences, **options))
+        return self._objective_cache[1]
+
