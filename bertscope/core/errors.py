@@ -19,3 +19,15 @@ class InputError(BertscopeError):
 
 class MaskSpecError(InputError):
     """A head mask spec such as `0:3,2:*` that is malformed or out of range."""
+
+
+class Cancelled(BertscopeError):
+    """The caller's cancel event was set before the analysis finished."""
+
+
+class BertscopeNote(UserWarning):
+    """Something a person should know about a result: lines skipped, text cut, labels left out.
+
+    The public API issues these as warnings (a notebook shows them); the CLI prints each
+    as one `bertscope: warning:` line.
+    """

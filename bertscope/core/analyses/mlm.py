@@ -106,8 +106,8 @@ def fill(
             f"the text has no {MASK_TEXT}; write {MASK_TEXT} where the missing word goes, e.g. \"Dante was born in [MASK].\""
         )
     head_mask = mask if mask is not None else session.mask(None)
-    plain = session.forward(encoding)
-    current = session.forward(encoding, mask=head_mask, ablation=ablation, reuse=plain) if len(head_mask) else plain
+    plain = session.forward(encoding, attentions=False)
+    current = session.forward(encoding, attentions=False, mask=head_mask, ablation=ablation, reuse=plain) if len(head_mask) else plain
     final = session.mask_predictions(current, top=top)
     unmasked = session.mask_predictions(plain, top=top) if len(head_mask) else [None] * len(final)
     per_layer = _layer_predictions(session, current.hidden_states[:, positions], top) if layers else [()] * len(positions)

@@ -115,13 +115,14 @@ class Session:
         text: str | Encoding,
         pair: str | None = None,
         *,
-        attentions: bool = False,
+        attentions: bool = True,
         mask: HeadMask | str | None = None,
         ablation: Ablation = "zero",
         mlm_logits: bool = True,
         reuse: ForwardResult | None = None,
     ) -> ForwardResult:
-        """One sentence (or pair) through the model, as numpy arrays.
+        """One sentence (or pair) through the model, as numpy arrays: tokens, attentions `[L, H, T, T]`
+        (unless `attentions=False`, which is faster), hidden states `[L+1, T, D]`, logits.
 
         `reuse` is an unmasked result for the same input: the layers below the first masked
         one are then taken from it instead of being computed again (a toggle in layer 4 of 6
