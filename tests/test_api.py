@@ -73,8 +73,20 @@ def test_bad_input_raises_one_bertscope_error(tiny_session):
         bertscope.patterns(tiny_session, TEXTS, mask="9:0")
 
 
+def senteval_file(directory):
+    """A small SentEval file: the label is whether the sentence is about cats or dogs."""
+    lines = [f"{split}\t{label}\tThe {animal} {verb} {place}."
+             for split, count in (("tr", 6), ("va", 2), ("te", 2))
+             for label, animal in (("cat", "cat"), ("dog", "dog"))
+             for verb, place in zip(("sat", "slept", "ran", "ate", "hid", "sang")[:count], ("here", "there", "home", "in", "out", "up"))]
+    path = directory / "animals.tsv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
 def test_probe_importance_and_pruning(tiny_session, tmp_path):
-    report = bertscope.probe(tiny_session, "subject_number", control=False, random_baseline=False, cache_dir=False)
+    report = bertscope.probe(tiny_session, "animals", data=senteval_file(tmp_path), control=False, random_baseline=False,
+                             cache_dir=False)
     assert [row["layer"] for row in report.layers] == list(range(tiny_session.num_layers + 1))
     ranking = bertscope.importance(tiny_session, "preserve", TEXTS)
     assert ranking.importance.shape == (tiny_session.num_layers, tiny_session.num_heads)
@@ -97,9 +109,9 @@ def test_fill_and_cloze_with_an_mlm_head(tiny_mlm_session, tiny_session, tmp_pat
         bertscope.fill(tiny_session, "The capital is [MASK].")
 
 
-def test_attribute_geometry_and_compare(tiny_session):
-    explained = bertscope.attribute(tiny_session, "Some cats sleep all day long.", probe="sentence_length", cache_dir=False,
-                                    method="gradient")
+def test_attribute_geometry_and_compare(tiny_session, tmp_path):
+    explained = bertscope.attribute(tiny_session, "The cat slept here.", probe="animals", data=senteval_file(tmp_path),
+                                    cache_dir=False, method="gradient")
     assert explained.scores.shape == (len(explained.encoding.tokens),)
     shape = bertscope.geometry(tiny_session, TEXTS, unit="token", max_rows=20)
     assert shape.size == min(20, shape.seen)
