@@ -54,15 +54,20 @@ def note(message: str) -> None:
     warnings.warn(message, BertscopeNote, stacklevel=3)
 
 
-def load(model: str | None = None, *, device: str = "auto", dtype: str = "float32", allow_download: bool = False) -> Session:
+def load(model: str | None = None, *, device: str = "auto", dtype: str = "float32", allow_download: bool = False,
+         cpu_linear: str | None = None) -> Session:
     """A model ready for analysis: None for the bundled all-MiniLM-L6-v2, a directory, or a name in the HF cache.
 
     `device` is auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps; `dtype` float32,
-    float16 or bfloat16. Nothing is downloaded unless `allow_download`.
+    float16 or bfloat16. Nothing is downloaded unless `allow_download`. On the CPU the
+    linear layers take the faster of torch's BLAS and oneDNN, timed on this machine
+    (`cpu_linear`: auto, onednn or blas; default `$BERTSCOPE_CPU_LINEAR`, else auto).
     """
     from bertscope.core.model.session import Session
 
-    return Session.open(model, device=device, dtype=dtype, allow_download=allow_download)
+    session = Session.open(model, device=device, dtype=dtype, allow_download=allow_download)
+    session.choose_cpu_linear(cpu_linear)
+    return session
 
 
 @dataclass

@@ -65,6 +65,7 @@ def write_pruned_model(session: Session, remove: Sequence[tuple[int, int]], dire
         model.save_pretrained(staging)
         session.tokenizer.save_pretrained(staging)
         reloaded = Session.open(str(staging), device=str(session.device))
+        reloaded.choose_cpu_linear(session.linear_path)  # timed on the same kernels as the original
         difference = _max_difference(session, reloaded, pruned, timing_texts[:8])
         before = time_forward(session, timing_texts)
         after = time_forward(reloaded, timing_texts)
