@@ -170,7 +170,7 @@ def probe_data(task: str, corpus: Sequence[Sentence] | None) -> list[Sentence]:
         return generate(task)
     if task in WORD_TASKS + STRUCTURAL_TASKS:
         if not corpus or corpus[0].words is None:
-            raise InputError(f"probe task {task!r} needs a CoNLL-U corpus (--data FILE.conllu)")
+            raise InputError(f"probe task {task!r} needs a CoNLL-U corpus", setting="data")
         return list(corpus)
     if not corpus or corpus[0].label is None:
         raise InputError(

@@ -23,7 +23,7 @@ import torch
 
 from bertscope.core.data.batching import plan_batches
 from bertscope.core.data.corpus import ReadReport, _checked, _lines, packaged_data
-from bertscope.core.errors import BertscopeError, InputError
+from bertscope.core.errors import BertscopeError, InputError, NoMLMHeadError
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding, MaskPrediction
 
@@ -31,17 +31,13 @@ MASK_TEXT = "[MASK]"  # what users write; replaced by the tokenizer's own mask t
 PRECISION_AT = (1, 10)
 
 
-class NoMLMHeadError(BertscopeError):
-    """The model cannot fill in blanks: it was saved without its masked-LM head."""
-
-
 def require_mlm_head(session) -> None:
-    """Raise a one-line NoMLMHeadError naming what works instead, unless the model has an MLM head."""
+    """Raise a one-line NoMLMHeadError unless the model has an MLM head (the CLI and UI add what works instead)."""
     if session.mlm_head is None or session.tokenizer.mask_token_id is None:
         raise NoMLMHeadError(
             f"{session.info.source} ({session.info.architecture}) has no masked-LM head, so it cannot fill in [MASK]; "
-            "give --model a model saved with its MLM head (e.g. a BertForMaskedLM), or use what works without one: "
-            "`bertscope attribute TEXT --probe TASK`, `bertscope probe`, `bertscope attention`"
+            "load a model saved with its MLM head (e.g. a BertForMaskedLM)",
+            setting="model",
         )
 
 
@@ -98,7 +94,7 @@ def fill(
     """The top-`top` guesses at every [MASK] of `text`, per layer, under `mask` (and without it)."""
     require_mlm_head(session)
     if top < 1:
-        raise InputError(f"--top {top}: give 1 or more guesses to show")
+        raise InputError(f"{top} guesses asked for; give 1 or more", setting="top")
     encoding = text if isinstance(text, Encoding) else session.encode(with_mask_token(session.tokenizer, text))
     positions = mask_positions(session.tokenizer, encoding)
     if not len(positions):

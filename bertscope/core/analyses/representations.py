@@ -112,7 +112,7 @@ def check_unit(unit: str, sentences: Sequence[Sentence]) -> str:
     if unit not in UNITS:
         raise InputError(f"unknown unit {unit!r}; use auto, {', '.join(UNITS)}")
     if unit == "word" and first is not None and first.words is None:
-        raise InputError("word units need sentences split into words: give a CoNLL-U file, or --unit token")
+        raise InputError("word units need sentences split into words: give a CoNLL-U file, or use token units", setting="unit")
     return unit
 
 
