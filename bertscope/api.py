@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertscope.core.data.corpus import ReadReport, Sentence, read_sentences, sample_corpus
+from bertscope.core.data.probing_tasks import TREEBANK_TASKS
 from bertscope.core.errors import BertscopeError, BertscopeNote, Cancelled, InputError
 from bertscope.core.model.masks import Ablation, HeadMask
 
@@ -46,7 +47,6 @@ if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyse
 Texts = str | Iterable[str] | None
 ProgressCallback = Callable[[Any], None] | None
 
-WORD_TASKS = ("upos", "xpos", "deprel", "depth", "distance")
 
 
 def note(message: str) -> None:
@@ -184,7 +184,7 @@ def probe_sentences(task: str, data, dev, test, data_format: str = "auto", limit
     if data is None:
         if dev is not None or test is not None:
             raise InputError("a dev or test file needs a training file too")
-        if task in WORD_TASKS:
+        if task in TREEBANK_TASKS:
             from bertscope.core.data.treebank import DEFAULT_SENTENCES, generate_treebank
 
             size = limit or DEFAULT_SENTENCES
@@ -192,7 +192,7 @@ def probe_sentences(task: str, data, dev, test, data_format: str = "auto", limit
                     "`bertscope treebank -o FILE.conllu` writes it out)")
             return generate_treebank(size), None, None, f"built-in treebank ({size:,} sentences)", [message]
         if task not in TASKS:
-            raise InputError(f"unknown task {task!r} without data; built-in tasks: {', '.join((*TASKS, *WORD_TASKS))}; "
+            raise InputError(f"unknown task {task!r} without data; built-in tasks: {', '.join((*TASKS, *TREEBANK_TASKS))}; "
                              "or give a corpus file")
         return generate(task), None, None, f"built-in task {task}", []
     reports = []
@@ -207,9 +207,9 @@ def probe_sentences(task: str, data, dev, test, data_format: str = "auto", limit
 
     train, dev_sentences, test_sentences = read(data), read(dev), read(test)
     words = train[0].words is not None
-    if words and task not in WORD_TASKS:
-        raise InputError(f"a CoNLL-U file probes {', '.join(WORD_TASKS)}; not {task!r}")
-    if not words and task in WORD_TASKS:
+    if words and task not in TREEBANK_TASKS:
+        raise InputError(f"a CoNLL-U file probes {', '.join(TREEBANK_TASKS)}; not {task!r}")
+    if not words and task in TREEBANK_TASKS:
         raise InputError(f"task {task!r} needs a CoNLL-U file; {data} is not one")
     notes = [report.summary() for report in reports if report.skipped]
     return train, dev_sentences, test_sentences, str(data), notes

@@ -23,7 +23,7 @@ import torch
 
 from bertscope.core.data.batching import plan_batches
 from bertscope.core.data.corpus import ReadReport, _checked, _lines, packaged_data
-from bertscope.core.errors import BertscopeError, InputError, NoMLMHeadError
+from bertscope.core.errors import InputError, NoMLMHeadError
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding, MaskPrediction
 

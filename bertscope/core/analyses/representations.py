@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from bertscope.core.analyses.geometry_results import UNITS
 from bertscope.core.analyses.headstats import is_punctuation
 from bertscope.core.data.batching import MAX_SQUARE, plan_batches
 from bertscope.core.data.corpus import Sentence, chunked
@@ -33,7 +34,6 @@ from bertscope.core.errors import InputError
 from bertscope.core.model.allocator import release_freed_memory
 from bertscope.core.model.masks import Ablation, HeadMask
 
-UNITS = ("token", "word", "sentence")
 LABELS = {"token": ("token",), "word": ("upos", "xpos", "deprel"), "sentence": ("label",)}
 DEFAULT_MAX_ROWS = 4000
 CHUNK = 1024
