@@ -283,15 +283,20 @@ def pruning_curve(model: Session, objective_name: str, texts: Texts = None, *, d
 
 
 def prune(model: Session, objective_name: str, texts: Texts = None, *, fraction: float, output: str | Path | None = None,
-          data: str | Path | None = None, data_format: str = "auto", limit: int | None = None, task: str | None = None,
+          format: str = "sliced", data: str | Path | None = None, data_format: str = "auto", limit: int | None = None, task: str | None = None,
           probe_layer: int | None = None, method: str = "gradient", ablation: Ablation = "zero", normalize: bool = True,
           batch_size: int = 32, seed: int = 0, progress: ProgressCallback = None,
           cancel: threading.Event | None = None) -> Pruning:
     """Choose the least important `fraction` of all heads, measure the objective without them, and with
-    `output` write a copy of the model with those heads sliced out of its weights."""
+    `output` write a copy of the model without them: `format` sliced (the heads cut out of the
+    weights: smaller and faster, for bertscope and transformers 4) or zeroed (same shapes,
+    their output projection zeroed: loads in any transformers)."""
     from bertscope.core.analyses.importance import check_fraction, measure, pruned_set
+    from bertscope.core.analyses.pruned_export import FORMATS
 
     check_fraction(fraction)
+    if format not in FORMATS:
+        raise InputError(f"unknown pruned-model format {format!r}; use one of: {', '.join(FORMATS)}", setting="format")
     if output is not None:
         from bertscope.core.data.files import check_new_directory
 
@@ -312,7 +317,7 @@ def prune(model: Session, objective_name: str, texts: Texts = None, *, fraction:
     if output is not None:
         from bertscope.core.analyses.pruned_export import write_pruned_model
 
-        written = write_pruned_model(model, chosen, output, timing_texts=prepared.texts, extra={
+        written = write_pruned_model(model, chosen, output, timing_texts=prepared.texts, format=format, extra={
             "objective": prepared.name, "method": method, "ranking_ablation": ablation, "fraction": fraction, "data": source,
             "metric": prepared.metric, "before": {"loss": ranking.baseline_loss, "metric": ranking.baseline_metric},
             "after": {"loss": after.loss, "metric": after.metric},
