@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyse
     from bertscope.core.analyses.importance_results import HeadImportance, PruningCurve
     from bertscope.core.analyses.mlm import ClozeResult, FillResult
     from bertscope.core.analyses.objectives import Objective
+    from bertscope.core.analyses.patching_results import PatchingResult
     from bertscope.core.analyses.patterns import PatternResult
     from bertscope.core.analyses.probing import ProbeReport
     from bertscope.core.analyses.pruned_export import PrunedModel
@@ -403,6 +404,37 @@ def attribute(model: Session, text: str, pair: str | None = None, *, method: str
     chosen = Target(label=target, position=position, probe=probe, data=data, layer=layer, pooling=sentence_pooling)
     run = attribution_steps(model, encoding, method=method, target=chosen, score=score, steps=steps,
                             mask=head_mask(model, mask), ablation=ablation, cache_dir=cache_dir, cancel=cancel)
+    result = outcome(run, progress, cancel)
+    for message in result.notes:
+        note(message)
+    return result
+
+
+# activation patching
+
+
+def patch(model: Session, clean: str, corrupt: str, *, clean_pair: str | None = None, corrupt_pair: str | None = None,
+          metric: str = "preserve", answers: Iterable[str] | None = None, classes: Iterable[str] | None = None,
+          task: str | None = None, data: str | Path | None = None, probe_layer: int | None = None,
+          sweeps: Iterable[str] = ("heads", "layers", "positions"), direction: str = "denoise", per_position: bool = False,
+          cache_dir: str | Path | None | bool = None, progress: ProgressCallback = None,
+          cancel: threading.Event | None = None) -> PatchingResult:
+    """Which heads, layers and positions carry the difference between `clean` and `corrupt` (activation patching).
+
+    Both texts must have the same number of tokens. `metric`: mlm (`answers` A,B at the
+    [MASK]), class (`classes` A,B of a classifier), probe (a probe for `task`, `classes` A,B),
+    preserve (any model). `direction`: denoise (clean into corrupted) or noise. Effects are
+    shares of m(clean) - m(corrupt): 1 when the component carries all of it.
+    """
+    from bertscope.core.analyses.patching import patch as patch_steps
+
+    for text in (clean, corrupt):
+        if not text.strip():
+            raise InputError("the text is empty; give a clean and a corrupted sentence", setting="corrupt" if text is corrupt else None)
+    run = patch_steps(model, clean, corrupt, clean_pair=clean_pair, corrupt_pair=corrupt_pair, metric=metric,
+                      answers=tuple(answers) if answers else None, classes=tuple(classes) if classes else None, task=task,
+                      data=data, probe_layer=probe_layer, sweeps=tuple(sweeps), direction=direction, per_position=per_position,
+                      cache_dir=cache_dir, cancel=cancel)
     result = outcome(run, progress, cancel)
     for message in result.notes:
         note(message)

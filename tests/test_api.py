@@ -117,3 +117,11 @@ def test_attribute_geometry_and_compare(tiny_session, tmp_path):
     assert shape.size == min(20, shape.seen)
     compared = bertscope.compare(tiny_session, tiny_session, TEXTS, unit="token", max_rows=20)
     np.testing.assert_allclose(np.diag(compared.cka), 1.0, atol=1e-5)  # a model against itself
+
+
+def test_patch_is_in_the_api(tiny_session):
+    result = bertscope.patch(tiny_session, "the keys are here", "the key are here", sweeps=["positions"])
+    assert result.positions.shape == (tiny_session.num_layers + 1, len(result.tokens))
+    assert result.heads is None and result.layers is None
+    with pytest.raises(bertscope.BertscopeError, match="empty"):
+        bertscope.patch(tiny_session, "the keys are here", " ")

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bertscope.core.errors import InputError
 from bertscope.core.model import cpu_linear
 from bertscope.core.model.ablation import attention_pass
 from bertscope.core.model.effects import softmax
@@ -257,6 +258,24 @@ class Session:
         """The MLM head applied to hidden states `[..., D]` of any layer: vocabulary logits `[..., V]`, float."""
         with torch.inference_mode(), self.lock:
             return self.mlm_head(hidden.to(device=self.device, dtype=self.loaded.dtype)).float()
+
+    @property
+    def family(self):
+        """The family adapter: where this model keeps its layers and projections (core.model.families)."""
+        return self.loaded.family
+
+    @property
+    def layer_modules(self) -> list:
+        """The encoder's layers, in order: analyses that run part of the model (patching) call them directly."""
+        return self.loaded.family.layers(self.model)
+
+    def class_logits(self, hidden: Tensor) -> Tensor:
+        """A sequence classifier's head on last hidden states `[B, T, D]`: class logits `[B, C]`, float."""
+        head = self.loaded.family.classifier_head(self.model) if self.is_classifier else None
+        if head is None:
+            raise InputError(f"{self.info.architecture} is not a sequence classifier", setting="model")
+        with self.lock:
+            return head(hidden.to(device=self.device, dtype=self.loaded.dtype)).float()
 
     def tokenize_batch(self, texts: Sequence[str]) -> dict[str, Tensor]:
         """Pad and truncate a batch of sentences into tensors on the session's device."""
