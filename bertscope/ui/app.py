@@ -37,7 +37,7 @@ from bertscope.ui.export import export_view
 from bertscope.ui.focus import focus_main, leave_input
 from bertscope.ui.geometry import ComparisonScreen, GeometryScreen
 from bertscope.ui.help import HelpScreen
-from bertscope.ui.importance import IMPORTANCE_FIGURE, ImportanceMixin, ObjectivePanel
+from bertscope.ui.importance import IMPORTANCE_FIGURE, ObjectivePanel, PruneToScreen, PruningCurveScreen, importance_overlay
 from bertscope.ui.kept import KeptResults
 from bertscope.ui.messages import Analysis, AnalysisComputed, AnalysisFailed, ModelLoaded, ModelLoadFailed
 from bertscope.ui.overview import OverviewScreen
@@ -95,7 +95,7 @@ class MainScreen(Screen):
     AUTO_FOCUS = "#grid"
 
 
-class ExplorerApp(ImportanceMixin, App[None]):
+class ExplorerApp(App[None]):
     CSS_PATH = Path(__file__).parent / "explorer.tcss"  # absolute, so subclasses elsewhere find it
     TITLE = "bertscope"
     BINDINGS = [
@@ -171,6 +171,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
         self.heatmap_scale = "max"  # the heatmap's colour scale, one of SCALES (`s`)
         self.heatmap_dense: bool | None = None  # two query rows a line; None: where the map would not fit (`d`)
         self._focus_before_zoom = None
+        self._figure_before_importance = "entropy"  # the grid's figure to go back to from the importance overlay (`i`)
 
     # layout
 
@@ -244,6 +245,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
         self.mask = HeadMask.parse(self.state.mask, backend.num_layers, backend.num_heads)
         self.query_one(HeadGrid).set_shape(backend.num_layers, backend.num_heads)
         self.query_one(AttributionRow).set_model(backend.info)
+        self.query_one(ObjectivePanel).set_backend(backend)
         self.sub_title = backend.info.source
         self._analyse(reuse_plain=False)
 
@@ -352,9 +354,9 @@ class ExplorerApp(ImportanceMixin, App[None]):
         layer, head = self.state.layer, self.state.head
         length = len(analysis.current.tokens)
         figure = self.state.figure if self.state.figure in FIGURES else "entropy"
-        overlay = self.grid_overlay()  # head importance, when chosen (ui.importance)
-        if overlay is not None:
-            grid.show(*overlay, self.mask, (layer, head))
+        importance = self.query_one(ObjectivePanel).importance
+        if self.state.figure == IMPORTANCE_FIGURE and importance is not None:
+            grid.show(*importance_overlay(importance), self.mask, (layer, head))
         else:
             grid.show(analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), self.mask, (layer, head))
         weights, title, masked = self._displayed_matrix()
@@ -440,7 +442,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
         self.query_one(HeadGrid).show_mask(mask)
         self._update_status()
         self._analyse(reuse_plain=True)
-        self.measure_mask()
+        self.query_one(ObjectivePanel).follow(mask, self.state.ablation)
 
     def action_clear_mask(self) -> None:
         if self.mask is not None and len(self.mask):
@@ -452,12 +454,12 @@ class ExplorerApp(ImportanceMixin, App[None]):
         self._update_status()
         if self.mask is not None and len(self.mask):
             self._analyse(reuse_plain=True)
-            self.measure_mask()
+            self.query_one(ObjectivePanel).follow(self.mask, self.state.ablation)
         else:
             self._save_state()
 
     def action_next_figure(self) -> None:
-        names = list(FIGURES) + ([IMPORTANCE_FIGURE] if self.importance is not None else [])
+        names = list(FIGURES) + ([IMPORTANCE_FIGURE] if self.query_one(ObjectivePanel).importance is not None else [])
         if self.state.figure not in names:
             self.state = self.state.with_(figure=names[-1])
         self.state = self.state.with_(figure=names[(names.index(self.state.figure) + 1) % len(names)])
@@ -545,6 +547,62 @@ class ExplorerApp(ImportanceMixin, App[None]):
             return
         screen = ComparisonScreen(self.backend, self._colormap(), self.glyphs, (self.state.layer, self.state.head), self.kept)
         self.push_screen(screen, self._open_head)
+
+    # head importance (ui.importance)
+
+    def _with_importance(self, then) -> None:
+        """Call `then(importance)` once head importance is known, estimating it first if needed."""
+        if self.backend is None or self.mask is None:
+            self.notify("the model is still loading", severity="warning")
+            return
+        self.query_one(ObjectivePanel).with_importance(then, self.mask, self.state.ablation)
+
+    def action_importance(self) -> None:
+        """`i`: shade the grid by head importance (estimated on first use), or back to the previous figure."""
+        if self.state.figure == IMPORTANCE_FIGURE and self.query_one(ObjectivePanel).importance is not None:
+            self.state = self.state.with_(figure=self._figure_before_importance)
+            self._repaint()
+            return
+
+        def show(_importance) -> None:
+            if self.state.figure != IMPORTANCE_FIGURE:
+                self._figure_before_importance = self.state.figure
+            self.state = self.state.with_(figure=IMPORTANCE_FIGURE)
+            self._repaint()
+
+        self._with_importance(show)
+
+    def action_prune_to(self) -> None:
+        """`P`: switch off the least important X% of the heads."""
+        if self.backend is None or self.mask is None:
+            self.notify("the model is still loading", severity="warning")
+            return
+
+        def chosen(fraction: float | None) -> None:
+            if fraction is not None:
+                self._with_importance(lambda importance: self._prune_to(importance, fraction))
+
+        self.push_screen(PruneToScreen(), chosen)
+
+    def _prune_to(self, importance, fraction: float) -> None:
+        total = self.mask.num_layers * self.mask.num_heads
+        heads = importance.least_important(round(fraction * total))
+        self.notify(f"masked the {len(heads)} least important heads ({fraction:.0%}) for {importance.objective}", timeout=4)
+        self._set_mask(HeadMask(self.mask.num_layers, self.mask.num_heads, frozenset(heads)))
+
+    def action_pruning_curve(self) -> None:
+        """`C`: the objective as ever more of the least important heads are removed; Enter there masks the prunable set."""
+
+        def open_screen(importance) -> None:
+            panel = self.query_one(ObjectivePanel)
+            screen = PruningCurveScreen(self.backend, importance.objective, panel.sentences, importance, self.state.ablation, self.kept)
+            self.push_screen(screen, self._apply_curve_mask)
+
+        self._with_importance(open_screen)
+
+    def _apply_curve_mask(self, spec: str | None) -> None:
+        if spec is not None:
+            self._set_mask(HeadMask.parse(spec, self.mask.num_layers, self.mask.num_heads))
 
     def _open_head(self, chosen: tuple[int, int] | None) -> None:
         if chosen is not None:
