@@ -3,15 +3,14 @@
 The app never touches torch. It is given a function that opens a model backend (and reports
 its progress through the callback it is passed); a thread worker calls it, so the first
 frame appears before the model (and torch) have loaded.
-Every model run happens in an exclusive thread worker: a newer request cancels the older
-one, whose result is dropped. Moving between heads of the same sentence repaints from the
-arrays already in memory.
+Every model run happens in an exclusive thread worker (ui.job_run): a newer request cancels
+the older one, whose result is dropped. Moving between heads of the same sentence repaints
+from the arrays already in memory.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,13 +21,14 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Input
-from textual.worker import Worker, WorkerState, get_current_worker
+from textual.worker import Worker, WorkerState
 
 from bertscope.core.analyses.headstats import FIGURES, figure_range, head_figures
 from bertscope.core.errors import BertscopeError
 from bertscope.core.model.effects import layer_cosines
 from bertscope.core.model.masks import HeadMask
 from bertscope.core.model.results import ForwardResult
+from bertscope.core.progress import Progress
 from bertscope.render.heatmap import SCALES
 from bertscope.theming import DEFAULT_THEME, load_theme
 from bertscope.ui.attribution import AttributionRow
@@ -39,7 +39,8 @@ from bertscope.ui.geometry import ComparisonScreen, GeometryScreen
 from bertscope.ui.help import HelpScreen
 from bertscope.ui.importance import IMPORTANCE_FIGURE, ObjectivePanel, PruneToScreen, PruningCurveScreen, importance_overlay
 from bertscope.ui.kept import KeptResults
-from bertscope.ui.messages import Analysis, AnalysisComputed, AnalysisFailed, ModelLoaded, ModelLoadFailed
+from bertscope.ui.job_run import JobRun
+from bertscope.ui.messages import Analysis, ModelLoaded, ModelLoadFailed
 from bertscope.ui.overview import OverviewScreen
 from bertscope.ui.probing import ProbingScreen
 from bertscope.ui.state import ExplorerState, fit_to_model, load_state, save_state
@@ -76,17 +77,13 @@ GRID_LABELS = {  # the grid's legend is 40 columns wide at 12 heads: short names
 
 @dataclass(frozen=True, eq=False)
 class AnalysisJob:
-    """One request for the analysis worker; its repr stays short (Textual logs worker arguments)."""
+    """One request for the analysis worker: the sentence and mask, and what can be reused."""
 
-    request: int
     text: str
     pair: str | None
     mask: HeadMask
     ablation: str
     plain: ForwardResult | None  # the unmasked result to reuse, when only the mask changed
-
-    def __repr__(self) -> str:
-        return f"AnalysisJob({self.request}, {self.text[:30]!r}, mask={self.mask.spec()!r}, {self.ablation})"
 
 
 class MainScreen(Screen):
@@ -156,7 +153,7 @@ class ExplorerApp(App[None]):
         self.mask: HeadMask | None = None
         self.analysis: Analysis | None = None
         self.kept = KeptResults()  # the corpus screens' finished results (ui.kept)
-        self._request = 0  # the newest analysis asked for; older results are dropped
+        self.analysing = JobRun(self, self._analysed, name="analysis", on_failed=lambda _reason: self._set_busy(False))
         self.theme_specs, theme_warnings = load_all_themes()
         self._startup_notes.extend(theme_warnings)
         if theme and theme not in self.theme_specs:  # a theme file given by its path
@@ -260,9 +257,7 @@ class ExplorerApp(App[None]):
         """Ask for a new analysis of the current sentence and mask; the newest request wins."""
         if self.backend is None or self.mask is None:
             return
-        self._request += 1
         job = AnalysisJob(
-            request=self._request,
             text=self.state.text,
             pair=self.state.pair or None,
             mask=self.mask,
@@ -270,48 +265,34 @@ class ExplorerApp(App[None]):
             plain=self.analysis.plain if reuse_plain and self.analysis is not None else None,
         )
         self._set_busy(True)
-        self.run_analysis(job)
+        self.analysing.start(lambda cancel: self._analysis_steps(job, cancel))
         self._save_state()
 
-    @work(thread=True, exclusive=True, group="analysis", exit_on_error=False)
-    def run_analysis(self, job: AnalysisJob) -> None:
-        worker = get_current_worker()
+    def _analysis_steps(self, job: AnalysisJob, cancel) -> Iterator[Progress[Analysis]]:
+        """In the worker: the plain pass (unless reused), the masked one, and what the views show of them."""
         backend = self.backend
-        started = time.perf_counter()
-        try:
-            plain = job.plain
-            if plain is None:
-                plain = backend.forward(backend.encode(job.text, job.pair), attentions=True)
-            if worker.is_cancelled:
-                return
-            current = plain
-            if len(job.mask):
-                current = backend.forward(plain.encoding, attentions=True, mask=job.mask, ablation=job.ablation, reuse=plain)
-            if worker.is_cancelled:
-                return
-            analysis = Analysis(
-                plain=plain,
-                current=current,
-                cosines=layer_cosines(current.hidden_states, plain.hidden_states),
-                figures=head_figures(current.attentions, current.tokens, current.encoding.special),
-                predictions_plain=backend.mask_predictions(plain),
-                predictions_current=backend.mask_predictions(current),
-            )
-        except BertscopeError as error:
-            failed = AnalysisFailed(str(error))
-            failed.request = job.request
-            self.post_message(failed)
+        plain = job.plain
+        if plain is None:
+            plain = backend.forward(backend.encode(job.text, job.pair), attentions=True)
+        if cancel.is_set():
             return
-        message = AnalysisComputed(analysis, time.perf_counter() - started)
-        message.request = job.request
-        if not worker.is_cancelled:
-            self.post_message(message)
+        current = plain
+        if len(job.mask):
+            current = backend.forward(plain.encoding, attentions=True, mask=job.mask, ablation=job.ablation, reuse=plain)
+        if cancel.is_set():
+            return
+        yield Progress("analysed", 1, 1, Analysis(
+            plain=plain,
+            current=current,
+            cosines=layer_cosines(current.hidden_states, plain.hidden_states),
+            figures=head_figures(current.attentions, current.tokens, current.encoding.special),
+            predictions_plain=backend.mask_predictions(plain),
+            predictions_current=backend.mask_predictions(current),
+        ))
 
-    def on_analysis_computed(self, message: AnalysisComputed) -> None:
-        if message.request != self._request:
-            return  # a newer request is on its way
+    def _analysed(self, progress: Progress[Analysis]) -> None:
         self._set_busy(False)
-        self.analysis = analysis = message.analysis
+        self.analysis = analysis = progress.result
         current = analysis.current
         if current.encoding.truncated:
             self.notify(
@@ -320,11 +301,6 @@ class ExplorerApp(App[None]):
             )
         self._repaint()
         self.query_one(AttributionRow).analysed(self.backend, current.encoding, current.mask, current.ablation)
-
-    def on_analysis_failed(self, message: AnalysisFailed) -> None:
-        if message.request == self._request:
-            self._set_busy(False)
-            self.notify(message.reason, severity="error", timeout=10)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """Any unexpected failure of a worker becomes a notification, never a crash."""
@@ -635,9 +611,7 @@ class ExplorerApp(App[None]):
             return
         if self.query_one(AttributionRow).cancel():
             self.notify("attribution cancelled", timeout=3)
-        if self.workers and any(w.group == "analysis" and w.is_running for w in self.workers):
-            self.workers.cancel_group(self, "analysis")
-            self._request += 1  # drop whatever the cancelled run still posts
+        if self.analysing.cancel():
             self._set_busy(False)
             self.notify("cancelled; showing the last finished result", timeout=3)
 
