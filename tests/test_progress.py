@@ -10,7 +10,7 @@ import pytest
 from textual.app import App
 from textual.widgets import Static
 
-from bertscope.core.errors import InputError
+from bertscope.core.errors import Cancelled, InputError
 from bertscope.core.progress import Progress, Unfinished, outcome
 from bertscope.ui.job_run import JobRun
 
@@ -37,8 +37,8 @@ def test_outcome_of_a_run_that_stopped_early_names_it():
 
 def test_outcome_stops_reading_once_cancelled():
     cancel, seen = threading.Event(), []
-    with pytest.raises(Unfinished):
-        outcome(counting(100, seen=seen), on_step=lambda step: cancel.set() if step.done == 2 else None, cancel=cancel)
+    with pytest.raises(Cancelled, match="probing was cancelled"):
+        outcome(counting(100, seen=seen), "probing", on_step=lambda step: cancel.set() if step.done == 2 else None, cancel=cancel)
     assert seen == [1, 2]
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from bertscope.core.errors import BertscopeError
+from bertscope.core.errors import BertscopeError, Cancelled
 
 T = TypeVar("T")
 
@@ -47,8 +47,8 @@ def outcome(
 ) -> T:
     """Drain `steps` (calling `on_step` with each) and return the last item's result.
 
-    Stops at the first item after `cancel` is set. Raises `Unfinished`, naming `what`,
-    when there is no result to return.
+    Stops at the first item after `cancel` is set and raises `Cancelled`; raises
+    `Unfinished`, naming `what`, when the steps end without a result.
     """
     last = None
     for last in steps:
@@ -56,6 +56,8 @@ def outcome(
             on_step(last)
         if cancel is not None and cancel.is_set():
             break
+    if cancel is not None and cancel.is_set():
+        raise Cancelled(f"{what} was cancelled before it finished")
     if last is None or last.result is None:
         raise Unfinished(f"{what} stopped before it finished")
     return last.result

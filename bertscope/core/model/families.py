@@ -35,6 +35,20 @@ class Family:
         """The projection whose input is the concatenated per-head context (where heads are gated)."""
         return layer.attention.output.dense
 
+    def feed_forward_output(self, layer: nn.Module) -> nn.Linear:
+        """The feed-forward block's output projection (its write, before the residual and LayerNorm)."""
+        return layer.output.dense
+
+    def classifier_head(self, model: nn.Module) -> Callable[[Tensor], Tensor] | None:
+        """A function from the last hidden states `[B, T, D]` to class logits, for a sequence classifier."""
+        classifier = getattr(model, "classifier", None)
+        if classifier is None:
+            return None
+        pooler = getattr(model.base_model, "pooler", None)
+        if isinstance(classifier, nn.Linear) and pooler is not None:  # BERT: pooler (tanh of [CLS]) then a linear layer
+            return lambda hidden: classifier(pooler(hidden))
+        return classifier  # RoBERTa, ELECTRA: a head that reads the first token itself
+
     def mlm_head(self, model: nn.Module) -> Callable[[Tensor], Tensor] | None:
         """A function from hidden states `[..., D]` to vocabulary logits, if the model has one."""
         if hasattr(model, "cls") and hasattr(model.cls, "predictions"):

@@ -1,0 +1,76 @@
+"""What activation patching found, as plain data (numpy, no torch) for the CLI and the UI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+METRICS = ("mlm", "class", "probe", "preserve")
+"""What is measured: an MLM answer's logit difference, a classifier's, a probe's, or how well the clean output is preserved."""
+SWEEPS = ("heads", "layers", "positions")
+"""What is patched: each head's output; each layer's attention and feed-forward writes; the residual stream per position."""
+DIRECTIONS = ("denoise", "noise")
+"""denoise: clean activations into the corrupted run (what restores the behaviour); noise: corrupted into clean (what breaks it)."""
+COMPONENTS = ("attention", "feed_forward")
+
+EFFECTS = {
+    "denoise": "(m(patched) - m(corrupt)) / (m(clean) - m(corrupt)): the share of the behaviour the clean activation restores",
+    "noise": "(m(clean) - m(patched)) / (m(clean) - m(corrupt)): the share of the behaviour the corrupted activation destroys",
+}
+
+
+@dataclass(frozen=True)
+class PatchingResult:
+    """Normalised effects of patching each component (1: it carries all of the difference, 0: none of it)."""
+
+    metric: str
+    metric_description: str  # what m is, e.g. "logit(is) - logit(are) at the [MASK] (position 6)"
+    direction: str
+    tokens: tuple[str, ...]  # the clean input's tokens
+    corrupt_tokens: tuple[str, ...]
+    differing: tuple[int, ...]  # token positions where the inputs differ
+    clean_metric: float
+    corrupt_metric: float
+    heads: np.ndarray | None = None  # [L, H]: the head's output patched at every position
+    head_positions: np.ndarray | None = None  # [L, H, T]: at one position (when asked for)
+    layers: np.ndarray | None = None  # [L, 2]: the layer's attention write, its feed-forward write
+    positions: np.ndarray | None = None  # [L+1, T]: the hidden state (0 = embedding output) at one position
+    notes: tuple[str, ...] = ()
+
+    def as_json(self) -> dict:
+        payload = {
+            "metric": self.metric,
+            "metric_description": self.metric_description,
+            "direction": self.direction,
+            "effect": EFFECTS[self.direction],
+            "tokens": list(self.tokens),
+            "corrupt_tokens": list(self.corrupt_tokens),
+            "differing_positions": list(self.differing),
+            "clean_metric": round(self.clean_metric, 6),
+            "corrupt_metric": round(self.corrupt_metric, 6),
+            "notes": list(self.notes),
+        }
+        if self.heads is not None:
+            heads = []
+            for (layer, head), effect in np.ndenumerate(self.heads):
+                entry = {"layer": layer, "head": head, "effect": _rounded(effect)}
+                if self.head_positions is not None:
+                    entry["positions"] = [_rounded(value) for value in self.head_positions[layer, head]]
+                heads.append(entry)
+            payload["heads"] = heads
+        if self.layers is not None:
+            payload["layers"] = [
+                {"layer": layer, "component": COMPONENTS[component], "effect": _rounded(effect)}
+                for (layer, component), effect in np.ndenumerate(self.layers)
+            ]
+        if self.positions is not None:
+            payload["positions"] = [
+                {"layer": layer, "position": position, "token": self.tokens[position], "effect": _rounded(effect)}
+                for (layer, position), effect in np.ndenumerate(self.positions)
+            ]
+        return payload
+
+
+def _rounded(value) -> float | None:
+    return None if not np.isfinite(value) else round(float(value), 6)
