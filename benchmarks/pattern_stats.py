@@ -63,8 +63,8 @@ def main() -> None:
     def time_patterns() -> float:
         started = time.perf_counter()
         for step in pattern_statistics(session, sentences, batch_size=args.batch_size):
-            if step.sentences % (args.batch_size * 8) == 0 or step.done:
-                memory.append((step.sentences, round(rss_mb(), 1)))
+            if step.done % (args.batch_size * 8) == 0 or step.finished:
+                memory.append((step.done, round(rss_mb(), 1)))
         synchronise(session.device)
         return time.perf_counter() - started
 

@@ -84,7 +84,7 @@ def main() -> None:
 
     def time_probe(cache_dir) -> tuple[float, object]:
         started = time.perf_counter()
-        report = list(run_probe(session, args.task, splits, control=False, random_baseline=False, cache_dir=cache_dir))[-1].report
+        report = list(run_probe(session, args.task, splits, control=False, random_baseline=False, cache_dir=cache_dir))[-1].result
         return time.perf_counter() - started, report
 
     # Bare runs before, between and after the probes, so that a machine that gets busier or

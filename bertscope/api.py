@@ -23,15 +23,16 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertscope.core.data.corpus import ReadReport, Sentence, read_sentences, sample_corpus
 from bertscope.core.data.probing_tasks import TREEBANK_TASKS
-from bertscope.core.errors import BertscopeError, BertscopeNote, Cancelled, InputError
+from bertscope.core.errors import BertscopeError, BertscopeNote, Cancelled, InputError  # noqa: F401 - the first and third re-exported (bertscope.__all__)
 from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.progress import outcome
 
 if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyses are not
     from bertscope.core.analyses.attribution_results import Attribution
@@ -112,25 +113,6 @@ def head_mask(model: Session, mask: str | HeadMask | None) -> HeadMask:
     return mask if isinstance(mask, HeadMask) else model.mask(mask)
 
 
-def outcome(steps: Iterator, progress: ProgressCallback = None, cancel: threading.Event | None = None, field: str = "result"):
-    """Run a core generator of progress records to its end; the last record's outcome.
-
-    Each record goes to `progress`. A set `cancel` event raises `Cancelled`.
-    """
-    last = None
-    for last in steps:
-        if progress is not None:
-            progress(last)
-        if cancel is not None and cancel.is_set():
-            break
-    if cancel is not None and cancel.is_set():
-        raise Cancelled("cancelled before it finished")
-    value = getattr(last, field, None) if last is not None else None
-    if value is None:
-        raise BertscopeError("the analysis stopped before it finished")
-    return value
-
-
 # attention over a corpus
 
 
@@ -143,7 +125,7 @@ def patterns(model: Session, texts: Texts = None, *, data: str | Path | None = N
     sentences = corpus(texts, data=data, data_format=data_format, limit=limit)
     steps = pattern_statistics(model, sentences.sentences, mask=head_mask(model, mask), ablation=ablation,
                                batch_size=batch_size, cancel=cancel)
-    result = outcome(steps, progress, cancel)
+    result = outcome(steps, on_step=progress, cancel=cancel)
     sentences.notes()
     if result.truncated:
         note(f"{result.truncated:,} tokens were cut from sentences longer than the model's maximum of {model.max_length}")
@@ -173,7 +155,7 @@ def probe(model: Session, task: str, *, data: str | Path | None = None, dev: str
         ablation=ablation, kind=kind, control=control, random_baseline=random_baseline, min_examples=min_examples,
         cache_dir=cache_dir, seed=seed, cancel=cancel,
     )
-    report = outcome(steps, progress, cancel, field="report")
+    report = outcome(steps, on_step=progress, cancel=cancel)
     report.notes[:0] = notes
     return report
 
@@ -261,7 +243,7 @@ def importance_of(prepared: Objective, *, method: str = "gradient", ablation: Ab
     from bertscope.core.analyses.importance import head_importance
 
     steps = head_importance(prepared, method, ablation=ablation, normalize=normalize, seed=seed, cancel=cancel)
-    return outcome(steps, progress, cancel)
+    return outcome(steps, on_step=progress, cancel=cancel)
 
 
 def pruning_curve(model: Session, objective_name: str, texts: Texts = None, *, data: str | Path | None = None,
@@ -280,7 +262,7 @@ def pruning_curve(model: Session, objective_name: str, texts: Texts = None, *, d
                             cancel=cancel)
     steps = curve_steps(prepared, importance=ranking, method=method, ablation=ablation, step=step, reestimate=reestimate,
                         normalize=normalize, max_drop=max_drop, cancel=cancel)
-    return outcome(steps, progress, cancel, field="curve")
+    return outcome(steps, on_step=progress, cancel=cancel)
 
 
 def prune(model: Session, objective_name: str, texts: Texts = None, *, fraction: float, output: str | Path | None = None,
@@ -370,7 +352,7 @@ def cloze(model: Session, data: str | Path = "sample", *, batch_size: int = 32, 
     report = ReadReport()
     queries = read_cloze(source, report)
     steps = cloze_scores(model, queries, mask=head_mask(model, mask), ablation=ablation, batch_size=batch_size, report=report)
-    result = outcome(steps, progress, cancel)
+    result = outcome(steps, on_step=progress, cancel=cancel)
     if report.skipped:
         location, reason = report.skipped[0]
         note(f"scored {result.queries} queries; skipped {len(report.skipped)} (first: {location}: {reason})")
@@ -404,7 +386,7 @@ def attribute(model: Session, text: str, pair: str | None = None, *, method: str
     chosen = Target(label=target, position=position, probe=probe, data=data, layer=layer, pooling=sentence_pooling)
     run = attribution_steps(model, encoding, method=method, target=chosen, score=score, steps=steps,
                             mask=head_mask(model, mask), ablation=ablation, cache_dir=cache_dir, cancel=cancel)
-    result = outcome(run, progress, cancel)
+    result = outcome(run, on_step=progress, cancel=cancel)
     for message in result.notes:
         note(message)
     return result
@@ -435,7 +417,7 @@ def patch(model: Session, clean: str, corrupt: str, *, clean_pair: str | None = 
                       answers=tuple(answers) if answers else None, classes=tuple(classes) if classes else None, task=task,
                       data=data, probe_layer=probe_layer, sweeps=tuple(sweeps), direction=direction, per_position=per_position,
                       cache_dir=cache_dir, cancel=cancel)
-    result = outcome(run, progress, cancel)
+    result = outcome(run, on_step=progress, cancel=cancel)
     for message in result.notes:
         note(message)
     return result
@@ -455,7 +437,7 @@ def geometry(model: Session, texts: Texts = None, *, data: str | Path | None = N
     chosen = head_mask(model, mask)
     run = representation_geometry(model, sentences.sentences, unit=unit, max_rows=max_rows, neighbours=neighbours, seed=seed,
                                   batch_size=batch_size, mask=chosen if len(chosen) else None, ablation=ablation, cancel=cancel)
-    result = outcome(run, progress, cancel)
+    result = outcome(run, on_step=progress, cancel=cancel)
     sentences.notes()
     return result
 
@@ -477,6 +459,6 @@ def compare(model: Session, other: Session | str, texts: Texts = None, *, data: 
         other = load(other, device=str(model.device), dtype=dtype, allow_download=allow_download)
     run = compare_models(model, other, rows, unit=unit, max_rows=max_rows, seed=seed, batch_size=batch_size, probes=tasks,
                          cache_dir=cache_dir, cancel=cancel)
-    result = outcome(run, progress, cancel)
+    result = outcome(run, on_step=progress, cancel=cancel)
     sentences.notes()
     return result

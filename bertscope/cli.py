@@ -343,22 +343,19 @@ def corpus_sentences(text, data, data_format, limit, report):
 
 
 def run_with_progress(steps, total: int | None, what: str):
-    """Drain a core generator, showing a progress bar on a terminal; return its last item."""
+    """Drain a core generator, showing a progress bar of sentences on a terminal; return its result."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from bertscope.core.progress import outcome
+
     console = Console(stderr=True)
-    last = None
     if not console.is_terminal:
-        for last in steps:  # noqa: B007 - only the last item is wanted
-            pass
-        return last
+        return outcome(steps, what)
     columns = [TextColumn(what), BarColumn(), MofNCompleteColumn(), TextColumn("sentences"), TimeElapsedColumn()]
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task(what, total=total)
-        for last in steps:
-            progress.update(task, completed=last.sentences)
-    return last
+        return outcome(steps, what, on_step=lambda step: progress.update(task, completed=step.done, total=step.total or total))
 
 
 @main.command()
@@ -384,7 +381,7 @@ def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, ou
     session = open_session(model, device, dtype, allow_download)
     head_mask = session.mask(mask_spec)
     steps = pattern_statistics(session, sentences, mask=head_mask, ablation=ablation, batch_size=batch_size)
-    result = run_with_progress(steps, limit, "attention statistics").result
+    result = run_with_progress(steps, limit, "attention statistics")
     if report.skipped:
         warn(report.summary())
     if result.truncated:
@@ -526,28 +523,23 @@ def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pool
     Console().print(probe_report(report, session.info.source, source))
 
 
-def run_stages(steps, what: str, result: str = "report"):
-    """Drain a staged core generator with a progress bar on a terminal; the last item's `result` field.
-
-    Every core generator yields items with `stage`, `done` and `total`; the last one also
-    carries the outcome, under a name of its own (`report`, `result`, `curve`).
-    """
+def run_stages(steps, what: str):
+    """Drain a staged core generator (core.progress) with a progress bar on a terminal; its result."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from bertscope.core.progress import outcome
+
     console = Console(stderr=True)
-    last = None
     if not console.is_terminal:
-        for last in steps:  # noqa: B007 - only the last item is wanted
-            pass
-    else:
-        with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True) as progress:
-            task = progress.add_task(what, total=None)
-            for last in steps:
-                progress.update(task, description=f"{what}: {last.stage}", completed=last.done, total=last.total)
-    if last is None or getattr(last, result) is None:
-        raise BertscopeError(f"{what} stopped before it finished")
-    return getattr(last, result)
+        return outcome(steps, what)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True) as progress:
+        task = progress.add_task(what, total=None)
+
+        def show(step) -> None:
+            progress.update(task, description=f"{what}: {step.stage}", completed=step.done, total=step.total)
+
+        return outcome(steps, what, on_step=show)
 
 
 @main.command()

@@ -79,7 +79,7 @@ def _cloze(session, path, head_mask, ablation, batch_size, as_json):
     report = ReadReport()
     queries = read_cloze(source, report)
     steps = cloze_scores(session, queries, mask=head_mask, ablation=ablation, batch_size=batch_size, report=report)
-    result = run_with_progress(steps, len(queries), "cloze queries").result
+    result = run_with_progress(steps, len(queries), "cloze queries")
     if report.skipped:
         location, reason = report.skipped[0]
         warn(f"scored {result.queries} queries; skipped {len(report.skipped)} (first: {location}: {reason})")
@@ -142,7 +142,7 @@ def attribute(text, pair, method, label, position, probe_task, data, layer, sent
         session, encoding, method=method, target=target, score=score, steps=steps, mask=head_mask, ablation=ablation,
         cache_dir=False if no_cache else cache_dir,
     )
-    result = run_stages(steps_iter, "attribution", "result")
+    result = run_stages(steps_iter, "attribution")
     for note in result.notes:
         warn(note)
     if as_json:

@@ -77,7 +77,7 @@ def geometry(text, data, data_format, limit, unit, max_rows, seed, batch_size, n
     head_mask = session.mask(mask_spec)
     steps = representation_geometry(session, sentences, unit=unit, max_rows=max_rows, neighbours=neighbours, seed=seed,
                                     batch_size=batch_size, mask=head_mask if len(head_mask) else None, ablation=ablation)
-    result = run_stages(steps, "geometry", "result")
+    result = run_stages(steps, "geometry")
     if report.skipped:
         warn(report.summary())
     for note in result.notes:
@@ -128,7 +128,7 @@ def compare(text, data, data_format, limit, model_b, unit, max_rows, seed, batch
     session = open_session(model, device, dtype, allow_download)
     other = Session.open(model_b, device=str(session.device), dtype=dtype, allow_download=allow_download)
     steps = compare_models(session, other, sentences, unit=unit, max_rows=max_rows, seed=seed, batch_size=batch_size, probes=probes)
-    result = run_stages(steps, "comparing", "result")
+    result = run_stages(steps, "comparing")
     if report.skipped:
         warn(report.summary())
     for note in result.notes:

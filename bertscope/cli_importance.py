@@ -87,7 +87,7 @@ def compute_importance(prepared, method, ablation, normalize, seed):
     from bertscope.core.analyses.importance import head_importance
 
     steps = head_importance(prepared, method, ablation=ablation, normalize=normalize, seed=seed)
-    return run_stages(steps, "head importance", "result")
+    return run_stages(steps, "head importance")
 
 
 @main.command()
@@ -178,7 +178,7 @@ def _curve(session, prepared, source, method, ablation, normalize, step, reestim
     importance_result = compute_importance(prepared, method, ablation, normalize, seed)
     steps = pruning_curve(prepared, importance=importance_result, method=method, ablation=ablation, step=step,
                           reestimate=reestimate, normalize=normalize, max_drop=max_drop)
-    result = run_stages(steps, "pruning curve", "curve")
+    result = run_stages(steps, "pruning curve")
     if as_json:
         print_json(result.as_json(session.info.source) | {"data": source, "sentences": prepared.sentences})
         return

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 
 from bertscope.core.analyses import attribution, compare, geometry, objectives, patterns, probing
 from bertscope.core.analyses.importance import head_importance, measure, pruning_curve
+from bertscope.core.analyses.importance_results import HeadImportance, Measurement
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
@@ -27,7 +28,6 @@ class SessionBackend:
         self.session = session
         self.num_layers = session.num_layers
         self.num_heads = session.num_heads
-        self.max_length = session.max_length
         self._objective_cache: tuple[tuple, objectives.Objective] | None = None
 
     @property
@@ -43,54 +43,55 @@ class SessionBackend:
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
         return self.session.mask_predictions(result, top)
 
+    def attribute(self, text, pair=None, *, method: str = "integrated-gradients", target=None, steps: int | None = None,
+                  mask: HeadMask | None = None, ablation: Ablation = "zero", cancel: threading.Event | None = None) -> Iterator:
+        return attribution.attribute(self.session, text, pair, method=method, target=target, steps=steps, mask=mask,
+                                     ablation=ablation, cancel=cancel)
+
     def attention_patterns(self, sentences: Iterable[Sentence], *, mask: HeadMask | None = None, ablation: Ablation = "zero",
                            cancel: threading.Event | None = None) -> Iterator:
         return patterns.pattern_statistics(self.session, sentences, mask=mask, ablation=ablation, cancel=cancel)
 
     def probe(self, task: str, train, dev=None, test=None, *, mask: HeadMask | None = None, ablation: Ablation = "zero",
-              cancel: threading.Event | None = None, **options) -> Iterator:
+              kind: str = "linear", cancel: threading.Event | None = None) -> Iterator:
         splits = probing.make_splits(train, dev, test)
         spec = mask.spec() if mask is not None else ""
-        return probing.run_probe(self.session, task, splits, mask=spec, ablation=ablation, cancel=cancel, **options)
+        return probing.run_probe(self.session, task, splits, mask=spec, ablation=ablation, kind=kind, cancel=cancel)
 
-    def attribute(self, text, pair=None, *, method: str = "integrated-gradients", target=None, mask: HeadMask | None = None,
-                  ablation: Ablation = "zero", cancel: threading.Event | None = None, **options) -> Iterator:
-        return attribution.attribute(self.session, text, pair, method=method, target=target, mask=mask, ablation=ablation,
-                                     cancel=cancel, **options)
+    def geometry(self, sentences, *, unit: str = "auto", max_rows: int | None = None, mask: HeadMask | None = None,
+                 ablation: Ablation = "zero", cancel: threading.Event | None = None) -> Iterator:
+        return geometry.representation_geometry(self.session, sentences, unit=unit, max_rows=max_rows, mask=mask, ablation=ablation,
+                                                cancel=cancel)
 
-    def geometry(self, sentences, *, mask: HeadMask | None = None, ablation: Ablation = "zero",
-                 cancel: threading.Event | None = None, **options) -> Iterator:
-        return geometry.representation_geometry(self.session, sentences, mask=mask, ablation=ablation, cancel=cancel, **options)
-
-    def compare(self, other: str, sentences, *, cancel: threading.Event | None = None, **options) -> Iterator:
+    def compare(self, other: str, sentences, *, unit: str = "token", max_rows: int | None = None,
+                cancel: threading.Event | None = None) -> Iterator:
         loaded = self.session.loaded
         other_session = Session.open(other, device=str(self.session.device), dtype=str(loaded.dtype).removeprefix("torch."))
-        return compare.compare_models(self.session, other_session, sentences, cancel=cancel, **options)
+        return compare.compare_models(self.session, other_session, sentences, unit=unit, max_rows=max_rows, cancel=cancel)
 
     def head_importance(self, objective: str, sentences, *, method: str = "gradient", ablation: Ablation = "zero",
-                        normalize: bool = True, cancel: threading.Event | None = None, **options) -> Iterator:
-        prepared = self._prepared_objective(objective, sentences, options)
-        return head_importance(prepared, method, ablation=ablation, normalize=normalize, cancel=cancel)
+                        normalize: bool = True, cancel: threading.Event | None = None) -> Iterator:
+        return head_importance(self._prepared_objective(objective, sentences), method, ablation=ablation, normalize=normalize,
+                               cancel=cancel)
 
-    def measure_objective(self, objective: str, sentences, mask: HeadMask | None = None, ablation: Ablation = "zero", **options):
-        prepared = self._prepared_objective(objective, sentences, options)
-        return measure(prepared, mask if mask is not None and len(mask) else None, ablation)
+    def measure_objective(self, objective: str, sentences, mask: HeadMask | None = None, ablation: Ablation = "zero") -> Measurement:
+        return measure(self._prepared_objective(objective, sentences), mask if mask is not None and len(mask) else None, ablation)
 
-    def pruning_curve(self, objective: str, sentences, *, importance=None, cancel: threading.Event | None = None, **options) -> Iterator:
-        curve_names = ("method", "ablation", "step", "reestimate", "normalize", "max_drop")
-        curve_options = {name: options.pop(name) for name in curve_names if name in options}
-        prepared = self._prepared_objective(objective, sentences, options)
-        return pruning_curve(prepared, importance=importance, cancel=cancel, **curve_options)
+    def pruning_curve(self, objective: str, sentences, *, importance: HeadImportance | None = None, ablation: Ablation = "zero",
+                      step: float = 0.1, reestimate: bool = False, max_drop: float = 0.01,
+                      cancel: threading.Event | None = None) -> Iterator:
+        method = importance.method if importance is not None else "gradient"  # re-estimates rank heads as the first ranking did
+        return pruning_curve(self._prepared_objective(objective, sentences), importance=importance, method=method, ablation=ablation,
+                             step=step, reestimate=reestimate, max_drop=max_drop, cancel=cancel)
 
-    def _prepared_objective(self, objective: str, sentences, options: dict) -> objectives.Objective:
+    def _prepared_objective(self, objective: str, sentences) -> objectives.Objective:
         """The objective prepared once for the last sentences asked about (tokenised, masked, probe trained).
 
         The explorer measures the same objective again after every head toggle; preparing
         it (a probe trained, say) is the costly part.
         """
         sentences = list(sentences)
-        key = (objective, tuple((s.text, s.pair, s.label) for s in sentences), tuple(sorted(options.items())))
+        key = (objective, tuple((s.text, s.pair, s.label) for s in sentences))
         if self._objective_cache is None or self._objective_cache[0] != key:
-            self._objective_cache = (key, objectives.make_objective(self.session, objective, sentences, **options))
+            self._objective_cache = (key, objectives.make_objective(self.session, objective, sentences))
         return self._objective_cache[1]
-

@@ -21,14 +21,16 @@ from bertscope.core.model.results import (
     ForwardResult,
     MaskPrediction,
     ModelInfo,
-    PatternProgress,
     PatternResult,
 )
+from bertscope.core.progress import Progress
 
 LAYERS, HEADS, WIDTH = 3, 4, 8
 
 
 class FakeBackend:
+    """Satisfies `bertscope.ui.backend.Backend` (tests/test_backend_contract.py checks it)."""
+
     num_layers = LAYERS
     num_heads = HEADS
     max_length = 32
@@ -69,7 +71,7 @@ class FakeBackend:
             segment_ids=tuple(None if s else t for s, t in zip(special, types)), truncated=cut,
         )
 
-    def forward(self, text, pair=None, *, attentions=False, mask=None, ablation="zero", mlm_logits=True, reuse=None) -> ForwardResult:
+    def forward(self, text, pair=None, *, attentions=False, mask=None, ablation="zero", reuse=None) -> ForwardResult:
         encoding = text if isinstance(text, Encoding) else self.encode(text, pair)
         mask = mask or HeadMask.none(LAYERS, HEADS)
         self.calls.append((encoding.text, mask.spec()))
@@ -91,7 +93,7 @@ class FakeBackend:
             mlm_logits=None, class_logits=None, mask=mask, ablation=ablation,
         )
 
-    def attention_patterns(self, sentences, *, mask=None, ablation="zero", cancel=None, batch=2):
+    def attention_patterns(self, sentences, *, mask=None, ablation="zero", cancel=None):
         """Known statistics: head (l, h) is always of class (l + h) % 5; a batch of 2 per step."""
         done = 0
         shares = np.zeros((LAYERS, HEADS, len(PATTERNS)))
@@ -103,11 +105,11 @@ class FakeBackend:
 
         def progress(final=False):
             result = PatternResult(sentences=done, tokens=5 * done, truncated=0, statistics=statistics, pattern_shares=shares)
-            return PatternProgress(done, result, done=final)
+            return Progress("sentences", done, result=result if final else None, partial=result)
 
         for sentence in sentences:
             batch_sentences.append(sentence)
-            if len(batch_sentences) == batch:
+            if len(batch_sentences) == 2:
                 if cancel is not None and cancel.is_set():
                     return
                 self.release.wait(timeout=10)
@@ -120,7 +122,7 @@ class FakeBackend:
             raise InputError("no sentences to analyse; the corpus is empty")
         yield progress(final=True)
 
-    def probe(self, task, train, dev=None, test=None, *, mask=None, ablation="zero", cancel=None, **options):
+    def probe(self, task, train, dev=None, test=None, *, mask=None, ablation="zero", kind="linear", cancel=None):
         """Two feature stages, then a report whose layer l scores 0.5 + 0.1 l (less under a mask)."""
         from types import SimpleNamespace
 
@@ -133,18 +135,18 @@ class FakeBackend:
                 return
             self.release.wait(timeout=10)
             time.sleep(self.delay)
-            yield SimpleNamespace(stage=f"features {done}", done=done, total=2, report=None)
+            yield Progress(f"features {done}", done, 2)
         layers = [{"layer": layer, "accuracy": 0.5 + 0.1 * layer - penalty, "f1": 0.5} for layer in range(LAYERS + 1)]
         report = SimpleNamespace(task=task, metric="accuracy", layers=layers, best_layer=LAYERS, center_of_gravity=2.0,
                                  baselines={"majority": 0.5}, notes=[])
-        yield SimpleNamespace(stage="done", done=2, total=2, report=report)
+        yield Progress("done", 2, 2, report)
 
-    def attribute(self, text, pair=None, *, method="integrated-gradients", target=None, mask=None, ablation="zero", cancel=None, **options):
+    def attribute(self, text, pair=None, *, method="integrated-gradients", target=None, steps=None, mask=None, ablation="zero", cancel=None):
         """Known scores: token i scores ((3 i) % 5 - 2) / 2, 0 on [CLS]/[SEP], shifted by 0.1 per masked head.
 
         A probe target first "trains" (two progress steps); the MLM target needs a [mask].
         """
-        from bertscope.core.analyses.attribution_results import Attribution, AttributionProgress, Target
+        from bertscope.core.analyses.attribution_results import Attribution, Target
 
         target = target or Target(kind="mlm")
         encoding = text if isinstance(text, Encoding) else self.encode(text, pair)
@@ -158,7 +160,7 @@ class FakeBackend:
                     return
                 self.release.wait(timeout=10)
                 time.sleep(self.delay)
-                yield AttributionProgress("probe features (train)", done, 2)
+                yield Progress("probe features (train)", done, 2)
         else:
             positions = [i for i, t in enumerate(encoding.tokens) if t == "[mask]"]
             if not positions:
@@ -169,19 +171,19 @@ class FakeBackend:
                 return
             self.release.wait(timeout=10)
             time.sleep(self.delay)
-            yield AttributionProgress("integrated gradients (32 steps)", done, 32)
+            yield Progress("integrated gradients (32 steps)", done, 32)
         index = np.arange(len(encoding.tokens))
         scores = (((3 * index) % 5 - 2) / 2 + 0.1 * len(mask)) * ~encoding.special
         ig = method == "integrated-gradients"
-        yield AttributionProgress("done", 1, 1, Attribution(
+        yield Progress("done", 1, 1, Attribution(
             encoding=encoding, method=method, scores=scores.astype(np.float32), target=described, score="log-probability",
             output=-0.25, baseline_output=-3.0 if ig else None, completeness_error=0.012 if ig else None, steps=32 if ig else None,
             mask=mask, ablation=ablation,
         ))
 
-    def head_importance(self, objective, sentences, *, method="gradient", ablation="zero", normalize=True, cancel=None, **options):
+    def head_importance(self, objective, sentences, *, method="gradient", ablation="zero", normalize=True, cancel=None):
         """Known importance: head (l, h) scores l·H + h + 1, so 0:0 matters least and the last head most."""
-        from bertscope.core.analyses.importance_results import HeadImportance, ImportanceProgress
+        from bertscope.core.analyses.importance_results import HeadImportance
 
         self.importance_calls.append((objective, len(list(sentences))))
         for done in (1, 2):
@@ -189,14 +191,14 @@ class FakeBackend:
                 return
             self.release.wait(timeout=10)
             time.sleep(self.delay)
-            yield ImportanceProgress("gradients", done, 2)
+            yield Progress("gradients", done, 2)
         raw = np.arange(1, LAYERS * HEADS + 1, dtype=np.float64).reshape(LAYERS, HEADS)
         result = HeadImportance(objective=objective, method=method, ablation=ablation, normalized=False, importance=raw, raw=raw,
                                 layers=None, baseline_loss=0.0, baseline_metric=1.0, metric="cosine to the unmasked output",
                                 sentences=len(sentences))
-        yield ImportanceProgress("done", 2, 2, result)
+        yield Progress("done", 2, 2, result)
 
-    def measure_objective(self, objective, sentences, mask=None, ablation="zero", **options):
+    def measure_objective(self, objective, sentences, mask=None, ablation="zero"):
         """The metric falls by 0.05 per masked head."""
         from bertscope.core.analyses.importance_results import Measurement
 
@@ -204,8 +206,10 @@ class FakeBackend:
         self.release.wait(timeout=10)
         return Measurement(loss=0.1 * masked, metric=1.0 - 0.05 * masked)
 
-    def pruning_curve(self, objective, sentences, *, importance=None, cancel=None, reestimate=False, ablation="zero", **options):
-        from bertscope.core.analyses.importance_results import CurvePoint, CurveProgress, PruningCurve
+    def pruning_curve(self, objective, sentences, *, importance=None, ablation="zero", step=0.1, reestimate=False, max_drop=0.01,
+                      cancel=None):
+        """Every third head removed per step; the metric falls by 0.05 per head (measure_objective)."""
+        from bertscope.core.analyses.importance_results import CurvePoint, PruningCurve
 
         if importance is None:
             importance = list(self.head_importance(objective, sentences))[-1].result
@@ -214,12 +218,12 @@ class FakeBackend:
             mask = HeadMask(LAYERS, HEADS, frozenset(importance.least_important(count)))
             measured = self.measure_objective(objective, sentences, mask)
             points.append(CurvePoint(count / (LAYERS * HEADS), count, measured.loss, measured.metric, mask.spec()))
-            yield CurveProgress(f"{count} heads removed", len(points), 5)
-        yield CurveProgress("done", 5, 5, PruningCurve(objective, "cosine", "gradient", ablation, reestimate, tuple(points), 0.2))
+            yield Progress(f"{count} heads removed", len(points), 5)
+        yield Progress("done", 5, 5, PruningCurve(objective, "cosine", "gradient", ablation, reestimate, tuple(points), 0.2))
 
-    def geometry(self, sentences, *, mask=None, ablation="zero", cancel=None, **options):
+    def geometry(self, sentences, *, unit="auto", max_rows=None, mask=None, ablation="zero", cancel=None):
         """Known geometry: 3 sentences per step; ID of layer l is 2 + l; 12 points whose label is "A" or "B" by their x sign."""
-        from bertscope.core.analyses.geometry_results import GeometryProgress, GeometryResult
+        from bertscope.core.analyses.geometry_results import GeometryResult
 
         if not sentences:
             raise InputError("no sentences to analyse; the corpus is empty")
@@ -228,13 +232,13 @@ class FakeBackend:
                 return
             self.release.wait(timeout=10)
             time.sleep(self.delay)
-            yield GeometryProgress("representations", min(done, len(sentences)), len(sentences))
+            yield Progress("representations", min(done, len(sentences)), len(sentences))
         layers = LAYERS + 1
         angles = np.linspace(0, 2 * np.pi, 12, endpoint=False)
         projection = np.stack([np.stack([np.cos(angles) * (l + 1), np.sin(angles)], axis=1) for l in range(layers)]).astype(np.float32)
         labels = tuple("A" if x > 0 else "B" for x in projection[0, :, 0])
         cka = np.fromfunction(lambda i, j: 1.0 - 0.1 * np.abs(i - j), (layers, layers))
-        yield GeometryProgress("done", 1, 1, GeometryResult(
+        yield Progress("done", 1, 1, GeometryResult(
             unit="token", sentences=len(sentences), seen=5 * len(sentences), truncated=0, projection=projection,
             explained=np.tile([0.3, 0.1], (layers, 1)), labels={"token": labels, "parity": labels[::-1]},
             texts=tuple(f"t{i}" for i in range(12)), cka=cka, cka_debiased=cka, intrinsic_dimension=np.arange(2.0, 2.0 + layers),
@@ -242,9 +246,9 @@ class FakeBackend:
             mask=mask.spec() if mask is not None else "", ablation=ablation,
         ))
 
-    def compare(self, other, sentences, *, cancel=None, **options):
+    def compare(self, other, sentences, *, unit="token", max_rows=None, cancel=None):
         """Known comparison: head (l, h) has cosine 1 - 0.05 (l + h); model B "other-vocab" has another tokenizer."""
-        from bertscope.core.analyses.geometry_results import ComparisonProgress, ComparisonResult
+        from bertscope.core.analyses.geometry_results import ComparisonResult
 
         if other == "other-vocab":
             raise InputError("model B's tokenizer differs from model A's; compare needs two models with the same tokenizer")
@@ -253,10 +257,10 @@ class FakeBackend:
                 return
             self.release.wait(timeout=10)
             time.sleep(self.delay)
-            yield ComparisonProgress("attention and representations", done, 2)
+            yield Progress("attention and representations", done, 2)
         cosine = np.fromfunction(lambda l, h: 1.0 - 0.05 * (l + h), (LAYERS, HEADS))
         cka = np.fromfunction(lambda i, j: 1.0 - 0.1 * np.abs(i - j) - 0.05 * np.minimum(i, j), (LAYERS + 1, LAYERS + 1))
-        yield ComparisonProgress("done", 1, 1, ComparisonResult(
+        yield Progress("done", 1, 1, ComparisonResult(
             model_a="fake-bert", model_b=other, sentences=len(sentences), tokens=5 * len(sentences), unit="token",
             rows_sampled=5 * len(sentences), head_cosine=cosine, head_cosine_std=np.full_like(cosine, 0.01), cka=cka, cka_debiased=cka,
         ))

@@ -152,7 +152,7 @@ def test_probe_decisions_on_a_model_without_an_mlm_head(tiny_session, tmp_path):
     write_senteval(data, sentences)
     from bertscope.core.analyses.probe_decision import decision_probe
 
-    probe = list(decision_probe(tiny_session, "subject_number", data=data, cache_dir=tmp_path))[-1].probe
+    probe = list(decision_probe(tiny_session, "subject_number", data=data, cache_dir=tmp_path))[-1].result
     assert probe.classes == ("NN", "NNS") and 0 <= probe.layer <= tiny_session.num_layers
     # the torch rebuild scores a sentence as the numpy probe scores its cached feature
     text = sentences[0].text
@@ -173,7 +173,7 @@ def test_probe_decisions_on_a_model_without_an_mlm_head(tiny_session, tmp_path):
     assert len(module._trained[tiny_session]) == key_count  # trained once, reused
     (cached,) = tmp_path.glob("probe-*.npz")
     module._trained.clear()
-    again = list(decision_probe(tiny_session, "subject_number", data=data, cache_dir=tmp_path))[-1].probe
+    again = list(decision_probe(tiny_session, "subject_number", data=data, cache_dir=tmp_path))[-1].result
     np.testing.assert_array_equal(again.trained.weights, probe.trained.weights)
     assert again.layer == probe.layer and again.classes == probe.classes
     cached.write_bytes(b"damaged")

@@ -18,7 +18,7 @@ SENTENCES = [Sentence(text="A dog barked .", words=("A", "dog", "barked", "."))]
 
 
 def features(session, cache_dir):
-    return list(extract_features(session, SENTENCES, FeatureOptions(level="word"), cache_dir=cache_dir))[-1].features
+    return list(extract_features(session, SENTENCES, FeatureOptions(level="word"), cache_dir=cache_dir))[-1].result
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ SENTENCES = [Sentence(text=" ".join(words), words=words) for words in WORDS]
 
 
 def features(session, options, **kwargs):
-    return list(extract_features(session, SENTENCES, options, **kwargs))[-1].features
+    return list(extract_features(session, SENTENCES, options, **kwargs))[-1].result
 
 
 def assert_float16_of(actual, expected):
@@ -93,7 +93,7 @@ def test_word_level_needs_words(tiny_session):
 
 def test_truncated_words_are_counted(tiny_session):
     words = tuple(["word"] * 80)
-    result = list(extract_features(tiny_session, [Sentence(text=" ".join(words), words=words)], FeatureOptions(level="word"), cache_dir=False))[-1].features
+    result = list(extract_features(tiny_session, [Sentence(text=" ".join(words), words=words)], FeatureOptions(level="word"), cache_dir=False))[-1].result
     assert len(result.X) == 62 and result.truncated_words == 18
 
 
@@ -104,7 +104,7 @@ def test_a_word_without_tokens_has_no_row_and_the_others_keep_their_word(tiny_se
     with_gap = Sentence(text=" ".join(words), words=words)
     without = Sentence(text="The unbelievable cat .", words=("The", "unbelievable", "cat", "."))
     options = FeatureOptions(level="word", word_pooling=pooling)
-    gap, plain = (list(extract_features(tiny_session, [s], options, cache_dir=False))[-1].features for s in (with_gap, without))
+    gap, plain = (list(extract_features(tiny_session, [s], options, cache_dir=False))[-1].result for s in (with_gap, without))
     assert gap.word_index.tolist() == [0, 2, 3, 4] and gap.truncated_words == 0
     np.testing.assert_allclose(gap.X.astype(np.float32), plain.X, rtol=1e-3, atol=1e-4)
 
@@ -113,9 +113,9 @@ def test_a_cached_entry_keeps_the_rows_of_words_without_tokens(tiny_session, tmp
     words = ("The", "\u200b", "cat", ".")  # the zero-width space gets no row: the entry is compacted
     sentences = [Sentence(text=" ".join(words), words=words), *SENTENCES]
     options = FeatureOptions(level="word")
-    fresh = list(extract_features(tiny_session, sentences, options, cache_dir=tmp_path))[-1].features
+    fresh = list(extract_features(tiny_session, sentences, options, cache_dir=tmp_path))[-1].result
     finish_writes()
-    cached = list(extract_features(tiny_session, sentences, options, cache_dir=tmp_path))[-1].features
+    cached = list(extract_features(tiny_session, sentences, options, cache_dir=tmp_path))[-1].result
     assert cached.from_cache and cached.word_index.tolist() == fresh.word_index.tolist() == [0, 2, 3, *range(7), *range(4)]
     np.testing.assert_array_equal(cached.X, fresh.X)
     assert sorted(p.suffix for p in tmp_path.iterdir()) == [".npy", ".npz"]  # no temporary file left
@@ -126,7 +126,7 @@ def test_a_cancelled_extraction_leaves_no_file(tiny_session, tmp_path):
     steps = extract_features(tiny_session, SENTENCES, FeatureOptions(level="word"), cache_dir=tmp_path, batch_size=1, cancel=cancel)
     next(steps)
     cancel.set()
-    assert [step.features for step in steps] == []
+    assert [step.result for step in steps] == []
     finish_writes()
     assert list(tmp_path.iterdir()) == []
 

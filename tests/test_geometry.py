@@ -187,7 +187,7 @@ def test_same_seed_same_sample_other_seed_other_sample(tiny_session):
 
 def test_sampled_rows_are_the_models_own_hidden_states(tiny_session):
     sentences = SENTENCES[:2]
-    sample = [step for step in stream_sample([tiny_session], sentences, unit="token", max_rows=1000)][-1].sample
+    sample = [step for step in stream_sample([tiny_session], sentences, unit="token", max_rows=1000)][-1].result
     expected = np.concatenate([tiny_session.forward(s.text).hidden_states.transpose(1, 0, 2) for s in sorted(sentences, key=lambda s: len(s.text))])
     np.testing.assert_allclose(sample.states[0], expected, atol=1e-5)
 

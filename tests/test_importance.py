@@ -216,7 +216,7 @@ def test_probe_objective_on_words(tiny_session):
 def test_pruning_curve(tiny_session):
     objective = make_objective(tiny_session, "preserve", SENTENCES[:6])
     importance = result_of(head_importance(objective, "gradient"))
-    curve = list(pruning_curve(objective, importance=importance, step=0.25, max_drop=0.05))[-1].curve
+    curve = list(pruning_curve(objective, importance=importance, step=0.25, max_drop=0.05))[-1].result
     fractions = [p.fraction for p in curve.points]
     assert fractions == [0.0, 0.25, 0.5, 0.75, 1.0]
     assert [p.heads_pruned for p in curve.points] == [0, 3, 6, 9, 12]
@@ -228,5 +228,5 @@ def test_pruning_curve(tiny_session):
     drops = curve.drops()
     index = curve.points.index(best)
     assert all(d <= 0.05 for d in drops[: index + 1]) and (index == len(drops) - 1 or drops[index + 1] > 0.05)
-    again = list(pruning_curve(objective, step=0.25, reestimate=True))[-1].curve
+    again = list(pruning_curve(objective, step=0.25, reestimate=True))[-1].result
     assert again.reestimate and len(again.points) == 5 and again.points[1].mask == curve.points[1].mask

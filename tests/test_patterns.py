@@ -106,8 +106,9 @@ def test_corpus_run_streams_and_sums_to_one(tiny_session):
     sentences = [Text(f"Sentence number {i} has {'many ' * (i % 7)}words.") for i in range(50)]
     sentences.append(Text("The first one.", "And its pair."))
     steps = list(pattern_statistics(tiny_session, sentences, batch_size=8, chunk_size=20))
-    assert [step.done for step in steps].count(True) == 1 and steps[-1].done
-    assert [step.sentences for step in steps[:-1]] == sorted(step.sentences for step in steps[:-1])
+    assert [step.finished for step in steps].count(True) == 1 and steps[-1].finished
+    assert [step.done for step in steps[:-1]] == sorted(step.done for step in steps[:-1])
+    assert all(step.partial.sentences == step.done for step in steps)  # the statistics so far fill in as it streams
     result = steps[-1].result
     assert result.sentences == 51
     assert result.pattern_shares.shape == (3, 4, len(PATTERNS))
@@ -141,7 +142,7 @@ def test_cancel_stops_the_run(tiny_session):
     for step in pattern_statistics(tiny_session, sentences, batch_size=4, chunk_size=8, cancel=cancel):
         steps.append(step)
         cancel.set()
-    assert len(steps) == 1 and not steps[-1].done
+    assert len(steps) == 1 and not steps[-1].finished
 
 
 def test_mask_changes_the_statistics(tiny_session):

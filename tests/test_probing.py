@@ -16,7 +16,7 @@ from bertscope.core.errors import InputError
 
 
 def report_of(steps):
-    return list(steps)[-1].report
+    return list(steps)[-1].result
 
 
 def test_sentence_task_from_a_senteval_file(tiny_session, tmp_path):

@@ -180,9 +180,9 @@ def test_cancel_raises_cancelled(corpora):
 def test_training_yields_progress_per_epoch(corpora):
     train, dev = corpora
     items = list(iter_structural_training(*train, *dev, rank=8, epochs=3, patience=None))
-    assert [item.epoch for item in items] == [1, 2, 3]
-    assert [item.done for item in items] == [False, False, True]
-    assert items[-1].distance_loss.shape == (LAYERS,)
+    assert [item.done for item in items] == [1, 2, 3] and {item.total for item in items} == {3}
+    assert [item.finished for item in items] == [False, False, True]
+    assert items[-1].partial.shape == (2, LAYERS)  # the epoch's dev losses: distance, depth
 
 
 def test_constant_predictions_give_nan_spearman_and_still_a_tree(corpora):

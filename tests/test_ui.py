@@ -385,7 +385,9 @@ def test_ui_does_not_import_torch():
 
 @pytest.mark.slow
 def test_explorer_on_the_bundled_model(bundled_session):
-    app = ExplorerApp(lambda report: bundled_session, text="The keys to the cabinet are on the table.")
+    from bertscope.session_backend import SessionBackend
+
+    app = ExplorerApp(lambda report: SessionBackend(bundled_session), text="The keys to the cabinet are on the table.")
 
     async def steps(pilot):
         assert app.backend.info.num_heads == 12

@@ -3,15 +3,14 @@
 The app never touches torch. It is given a function that opens a model backend (and reports
 its progress through the callback it is passed); a thread worker calls it, so the first
 frame appears before the model (and torch) have loaded.
-Every model run happens in an exclusive thread worker: a newer request cancels the older
-one, whose result is dropped. Moving between heads of the same sentence repaints from the
-arrays already in memory.
+Every model run happens in an exclusive thread worker (ui.job_run): a newer request cancels
+the older one, whose result is dropped. Moving between heads of the same sentence repaints
+from the arrays already in memory.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,13 +21,14 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Input
-from textual.worker import Worker, WorkerState, get_current_worker
+from textual.worker import Worker, WorkerState
 
 from bertscope.core.analyses.headstats import FIGURES, figure_range, head_figures
 from bertscope.core.errors import BertscopeError
 from bertscope.core.model.effects import layer_cosines
 from bertscope.core.model.masks import HeadMask
 from bertscope.core.model.results import ForwardResult
+from bertscope.core.progress import Progress
 from bertscope.render.heatmap import SCALES
 from bertscope.theming import DEFAULT_THEME, load_theme
 from bertscope.ui.attribution import AttributionRow
@@ -37,9 +37,10 @@ from bertscope.ui.export import export_view
 from bertscope.ui.focus import focus_main, leave_input
 from bertscope.ui.geometry import ComparisonScreen, GeometryScreen
 from bertscope.ui.help import HelpScreen
-from bertscope.ui.importance import IMPORTANCE_FIGURE, ImportanceMixin, ObjectivePanel
+from bertscope.ui.importance import IMPORTANCE_FIGURE, ObjectivePanel, PruneToScreen, PruningCurveScreen, importance_overlay
 from bertscope.ui.kept import KeptResults
-from bertscope.ui.messages import Analysis, AnalysisComputed, AnalysisFailed, ModelLoaded, ModelLoadFailed
+from bertscope.ui.job_run import JobRun
+from bertscope.ui.messages import Analysis, ModelLoaded, ModelLoadFailed
 from bertscope.ui.overview import OverviewScreen
 from bertscope.ui.probing import ProbingScreen
 from bertscope.ui.state import ExplorerState, fit_to_model, load_state, save_state
@@ -76,17 +77,13 @@ GRID_LABELS = {  # the grid's legend is 40 columns wide at 12 heads: short names
 
 @dataclass(frozen=True, eq=False)
 class AnalysisJob:
-    """One request for the analysis worker; its repr stays short (Textual logs worker arguments)."""
+    """One request for the analysis worker: the sentence and mask, and what can be reused."""
 
-    request: int
     text: str
     pair: str | None
     mask: HeadMask
     ablation: str
     plain: ForwardResult | None  # the unmasked result to reuse, when only the mask changed
-
-    def __repr__(self) -> str:
-        return f"AnalysisJob({self.request}, {self.text[:30]!r}, mask={self.mask.spec()!r}, {self.ablation})"
 
 
 class MainScreen(Screen):
@@ -95,7 +92,7 @@ class MainScreen(Screen):
     AUTO_FOCUS = "#grid"
 
 
-class ExplorerApp(ImportanceMixin, App[None]):
+class ExplorerApp(App[None]):
     CSS_PATH = Path(__file__).parent / "explorer.tcss"  # absolute, so subclasses elsewhere find it
     TITLE = "bertscope"
     BINDINGS = [
@@ -156,7 +153,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
         self.mask: HeadMask | None = None
         self.analysis: Analysis | None = None
         self.kept = KeptResults()  # the corpus screens' finished results (ui.kept)
-        self._request = 0  # the newest analysis asked for; older results are dropped
+        self.analysing = JobRun(self, self._analysed, name="analysis", on_failed=lambda _reason: self._set_busy(False))
         self.theme_specs, theme_warnings = load_all_themes()
         self._startup_notes.extend(theme_warnings)
         if theme and theme not in self.theme_specs:  # a theme file given by its path
@@ -171,6 +168,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
         self.heatmap_scale = "max"  # the heatmap's colour scale, one of SCALES (`s`)
         self.heatmap_dense: bool | None = None  # two query rows a line; None: where the map would not fit (`d`)
         self._focus_before_zoom = None
+        self._figure_before_importance = "entropy"  # the grid's figure to go back to from the importance overlay (`i`)
 
     # layout
 
@@ -244,6 +242,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
         self.mask = HeadMask.parse(self.state.mask, backend.num_layers, backend.num_heads)
         self.query_one(HeadGrid).set_shape(backend.num_layers, backend.num_heads)
         self.query_one(AttributionRow).set_model(backend.info)
+        self.query_one(ObjectivePanel).set_backend(backend)
         self.sub_title = backend.info.source
         self._analyse(reuse_plain=False)
 
@@ -258,9 +257,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
         """Ask for a new analysis of the current sentence and mask; the newest request wins."""
         if self.backend is None or self.mask is None:
             return
-        self._request += 1
         job = AnalysisJob(
-            request=self._request,
             text=self.state.text,
             pair=self.state.pair or None,
             mask=self.mask,
@@ -268,48 +265,34 @@ class ExplorerApp(ImportanceMixin, App[None]):
             plain=self.analysis.plain if reuse_plain and self.analysis is not None else None,
         )
         self._set_busy(True)
-        self.run_analysis(job)
+        self.analysing.start(lambda cancel: self._analysis_steps(job, cancel))
         self._save_state()
 
-    @work(thread=True, exclusive=True, group="analysis", exit_on_error=False)
-    def run_analysis(self, job: AnalysisJob) -> None:
-        worker = get_current_worker()
+    def _analysis_steps(self, job: AnalysisJob, cancel) -> Iterator[Progress[Analysis]]:
+        """In the worker: the plain pass (unless reused), the masked one, and what the views show of them."""
         backend = self.backend
-        started = time.perf_counter()
-        try:
-            plain = job.plain
-            if plain is None:
-                plain = backend.forward(backend.encode(job.text, job.pair), attentions=True)
-            if worker.is_cancelled:
-                return
-            current = plain
-            if len(job.mask):
-                current = backend.forward(plain.encoding, attentions=True, mask=job.mask, ablation=job.ablation, reuse=plain)
-            if worker.is_cancelled:
-                return
-            analysis = Analysis(
-                plain=plain,
-                current=current,
-                cosines=layer_cosines(current.hidden_states, plain.hidden_states),
-                figures=head_figures(current.attentions, current.tokens, current.encoding.special),
-                predictions_plain=backend.mask_predictions(plain),
-                predictions_current=backend.mask_predictions(current),
-            )
-        except BertscopeError as error:
-            failed = AnalysisFailed(str(error))
-            failed.request = job.request
-            self.post_message(failed)
+        plain = job.plain
+        if plain is None:
+            plain = backend.forward(backend.encode(job.text, job.pair), attentions=True)
+        if cancel.is_set():
             return
-        message = AnalysisComputed(analysis, time.perf_counter() - started)
-        message.request = job.request
-        if not worker.is_cancelled:
-            self.post_message(message)
+        current = plain
+        if len(job.mask):
+            current = backend.forward(plain.encoding, attentions=True, mask=job.mask, ablation=job.ablation, reuse=plain)
+        if cancel.is_set():
+            return
+        yield Progress("analysed", 1, 1, Analysis(
+            plain=plain,
+            current=current,
+            cosines=layer_cosines(current.hidden_states, plain.hidden_states),
+            figures=head_figures(current.attentions, current.tokens, current.encoding.special),
+            predictions_plain=backend.mask_predictions(plain),
+            predictions_current=backend.mask_predictions(current),
+        ))
 
-    def on_analysis_computed(self, message: AnalysisComputed) -> None:
-        if message.request != self._request:
-            return  # a newer request is on its way
+    def _analysed(self, progress: Progress[Analysis]) -> None:
         self._set_busy(False)
-        self.analysis = analysis = message.analysis
+        self.analysis = analysis = progress.result
         current = analysis.current
         if current.encoding.truncated:
             self.notify(
@@ -318,11 +301,6 @@ class ExplorerApp(ImportanceMixin, App[None]):
             )
         self._repaint()
         self.query_one(AttributionRow).analysed(self.backend, current.encoding, current.mask, current.ablation)
-
-    def on_analysis_failed(self, message: AnalysisFailed) -> None:
-        if message.request == self._request:
-            self._set_busy(False)
-            self.notify(message.reason, severity="error", timeout=10)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """Any unexpected failure of a worker becomes a notification, never a crash."""
@@ -352,9 +330,9 @@ class ExplorerApp(ImportanceMixin, App[None]):
         layer, head = self.state.layer, self.state.head
         length = len(analysis.current.tokens)
         figure = self.state.figure if self.state.figure in FIGURES else "entropy"
-        overlay = self.grid_overlay()  # head importance, when chosen (ui.importance)
-        if overlay is not None:
-            grid.show(*overlay, self.mask, (layer, head))
+        importance = self.query_one(ObjectivePanel).importance
+        if self.state.figure == IMPORTANCE_FIGURE and importance is not None:
+            grid.show(*importance_overlay(importance), self.mask, (layer, head))
         else:
             grid.show(analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), self.mask, (layer, head))
         weights, title, masked = self._displayed_matrix()
@@ -440,7 +418,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
         self.query_one(HeadGrid).show_mask(mask)
         self._update_status()
         self._analyse(reuse_plain=True)
-        self.measure_mask()
+        self.query_one(ObjectivePanel).follow(mask, self.state.ablation)
 
     def action_clear_mask(self) -> None:
         if self.mask is not None and len(self.mask):
@@ -452,12 +430,12 @@ class ExplorerApp(ImportanceMixin, App[None]):
         self._update_status()
         if self.mask is not None and len(self.mask):
             self._analyse(reuse_plain=True)
-            self.measure_mask()
+            self.query_one(ObjectivePanel).follow(self.mask, self.state.ablation)
         else:
             self._save_state()
 
     def action_next_figure(self) -> None:
-        names = list(FIGURES) + ([IMPORTANCE_FIGURE] if self.importance is not None else [])
+        names = list(FIGURES) + ([IMPORTANCE_FIGURE] if self.query_one(ObjectivePanel).importance is not None else [])
         if self.state.figure not in names:
             self.state = self.state.with_(figure=names[-1])
         self.state = self.state.with_(figure=names[(names.index(self.state.figure) + 1) % len(names)])
@@ -546,6 +524,62 @@ class ExplorerApp(ImportanceMixin, App[None]):
         screen = ComparisonScreen(self.backend, self._colormap(), self.glyphs, (self.state.layer, self.state.head), self.kept)
         self.push_screen(screen, self._open_head)
 
+    # head importance (ui.importance)
+
+    def _with_importance(self, then) -> None:
+        """Call `then(importance)` once head importance is known, estimating it first if needed."""
+        if self.backend is None or self.mask is None:
+            self.notify("the model is still loading", severity="warning")
+            return
+        self.query_one(ObjectivePanel).with_importance(then, self.mask, self.state.ablation)
+
+    def action_importance(self) -> None:
+        """`i`: shade the grid by head importance (estimated on first use), or back to the previous figure."""
+        if self.state.figure == IMPORTANCE_FIGURE and self.query_one(ObjectivePanel).importance is not None:
+            self.state = self.state.with_(figure=self._figure_before_importance)
+            self._repaint()
+            return
+
+        def show(_importance) -> None:
+            if self.state.figure != IMPORTANCE_FIGURE:
+                self._figure_before_importance = self.state.figure
+            self.state = self.state.with_(figure=IMPORTANCE_FIGURE)
+            self._repaint()
+
+        self._with_importance(show)
+
+    def action_prune_to(self) -> None:
+        """`P`: switch off the least important X% of the heads."""
+        if self.backend is None or self.mask is None:
+            self.notify("the model is still loading", severity="warning")
+            return
+
+        def chosen(fraction: float | None) -> None:
+            if fraction is not None:
+                self._with_importance(lambda importance: self._prune_to(importance, fraction))
+
+        self.push_screen(PruneToScreen(), chosen)
+
+    def _prune_to(self, importance, fraction: float) -> None:
+        total = self.mask.num_layers * self.mask.num_heads
+        heads = importance.least_important(round(fraction * total))
+        self.notify(f"masked the {len(heads)} least important heads ({fraction:.0%}) for {importance.objective}", timeout=4)
+        self._set_mask(HeadMask(self.mask.num_layers, self.mask.num_heads, frozenset(heads)))
+
+    def action_pruning_curve(self) -> None:
+        """`C`: the objective as ever more of the least important heads are removed; Enter there masks the prunable set."""
+
+        def open_screen(importance) -> None:
+            panel = self.query_one(ObjectivePanel)
+            screen = PruningCurveScreen(self.backend, importance.objective, panel.sentences, importance, self.state.ablation, self.kept)
+            self.push_screen(screen, self._apply_curve_mask)
+
+        self._with_importance(open_screen)
+
+    def _apply_curve_mask(self, spec: str | None) -> None:
+        if spec is not None:
+            self._set_mask(HeadMask.parse(spec, self.mask.num_layers, self.mask.num_heads))
+
     def _open_head(self, chosen: tuple[int, int] | None) -> None:
         if chosen is not None:
             self.state = self.state.with_(layer=chosen[0], head=chosen[1], view="head")
@@ -577,9 +611,7 @@ class ExplorerApp(ImportanceMixin, App[None]):
             return
         if self.query_one(AttributionRow).cancel():
             self.notify("attribution cancelled", timeout=3)
-        if self.workers and any(w.group == "analysis" and w.is_running for w in self.workers):
-            self.workers.cancel_group(self, "analysis")
-            self._request += 1  # drop whatever the cancelled run still posts
+        if self.analysing.cancel():
             self._set_busy(False)
             self.notify("cancelled; showing the last finished result", timeout=3)
 

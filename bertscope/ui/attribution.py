@@ -10,22 +10,17 @@ cancels, and progress (a probe's training, integration steps) shows in the row.
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass
-
 from rich.console import Group
 from rich.text import Text
-from textual import work
-from textual.message import Message
 from textual.widgets import Static
-from textual.worker import get_current_worker
 
-from bertscope.core.analyses.attribution_results import METHODS, Target
+from bertscope.core.analyses.attribution_results import METHODS, Attribution, Target
 from bertscope.core.data.probing_tasks import TASKS
-from bertscope.core.errors import BertscopeError
 from bertscope.core.model.masks import HeadMask
 from bertscope.core.model.results import Encoding
+from bertscope.core.progress import Progress
 from bertscope.render.attribution import METHOD_NAMES, shaded_sentence, short_describe
+from bertscope.ui.job_run import JobRun
 
 DEFAULT_PROBE = "subject_number"  # reads the head noun past an attractor: the example sentence's question
 
@@ -48,43 +43,6 @@ def target_name(target: Target) -> str:
     return "MLM guess at the [MASK]" if target.kind == "mlm" else "predicted class"
 
 
-@dataclass(frozen=True, eq=False)
-class AttributionJob:
-    request: int
-    encoding: Encoding
-    method: str
-    target: Target
-    mask: HeadMask
-    ablation: str
-    cancel: threading.Event
-
-    def __repr__(self) -> str:  # Textual logs worker arguments
-        return f"AttributionJob({self.request}, {self.method}, {target_name(self.target)}, mask={self.mask.spec()!r})"
-
-
-class AttributionStepped(Message):
-    """Progress of one request; a backlog collapses to the newest."""
-
-    def __init__(self, request: int, stage: str, done: int, total: int) -> None:
-        super().__init__()
-        self.request, self.stage, self.done, self.total = request, stage, done, total
-
-    def can_replace(self, message: Message) -> bool:
-        return isinstance(message, AttributionStepped) and message.request == self.request
-
-
-class AttributionComputed(Message):
-    def __init__(self, request: int, result) -> None:
-        super().__init__()
-        self.request, self.result = request, result
-
-
-class AttributionFailed(Message):
-    def __init__(self, request: int, reason: str) -> None:
-        super().__init__()
-        self.request, self.reason = request, reason
-
-
 class AttributionRow(Static):
     """One line saying what is explained and how, then the sentence's tokens shaded by score."""
 
@@ -98,9 +56,8 @@ class AttributionRow(Static):
         self.method: str | None = None  # None: attribution is off
         self.targets: list[Target] = [Target(kind="probe", probe=DEFAULT_PROBE)]
         self.target_index = 0
-        self.result = None
-        self._request = 0
-        self._cancel = threading.Event()
+        self.result: Attribution | None = None
+        self.job = JobRun(self, self.explained, name="attribution", on_failed=self.failed, title="attribution")
         self._last: tuple | None = None  # (backend, encoding, mask, ablation) of the newest analysis
 
     @property
@@ -109,7 +66,7 @@ class AttributionRow(Static):
 
     @property
     def running(self) -> bool:
-        return any(w.group == "attribution" and w.is_running for w in self.workers)
+        return self.job.running
 
     def set_model(self, info) -> None:
         self.targets = targets_for(info)
@@ -141,60 +98,29 @@ class AttributionRow(Static):
 
     def cancel(self) -> bool:
         """Stop the running computation; True when there was one."""
-        if not self.running:
+        if not self.job.cancel():
             return False
-        self._cancel.set()
-        self._request += 1
-        self.workers.cancel_group(self, "attribution")
         self._draw_status("cancelled; b or B to choose again", self.result)
         return True
 
     def _restart(self) -> None:
-        self._cancel.set()
-        self._request += 1
+        self.job.cancel()
         if self.method is None or self._last is None:
             return
         backend, encoding, mask, ablation = self._last
-        self._cancel = threading.Event()
-        job = AttributionJob(self._request, encoding, self.method, self.target, mask, ablation, self._cancel)
-        self._draw_status(f"{METHOD_NAMES[self.method]} of the {target_name(self.target)}…", self.result)
-        self.explain(backend, job)
+        method, target = self.method, self.target
+        self._draw_status(f"{METHOD_NAMES[method]} of the {target_name(target)}…", self.result)
+        self.job.start(lambda cancel: backend.attribute(encoding, method=method, target=target, mask=mask, ablation=ablation, cancel=cancel))
 
-    @work(thread=True, exclusive=True, group="attribution", exit_on_error=False)
-    def explain(self, backend, job: AttributionJob) -> None:
-        worker = get_current_worker()
-        try:
-            result = None
-            for step in backend.attribute(job.encoding, method=job.method, target=job.target, mask=job.mask,
-                                          ablation=job.ablation, cancel=job.cancel):
-                if worker.is_cancelled or job.cancel.is_set():
-                    return
-                if step.result is not None:
-                    result = step.result
-                else:
-                    self.post_message(AttributionStepped(job.request, step.stage, step.done, step.total))
-        except BertscopeError as error:
-            self.post_message(AttributionFailed(job.request, str(error)))
+    def explained(self, progress: Progress[Attribution]) -> None:
+        if not progress.finished:
+            self._draw_status(f"{progress.stage}: {progress.done}/{progress.total}", self.result)
             return
-        except Exception as error:  # a bug must not take the explorer down: say what it was
-            self.post_message(AttributionFailed(job.request, f"{type(error).__name__}: {error}"))
-            return
-        if result is not None and not job.cancel.is_set():
-            self.post_message(AttributionComputed(job.request, result))
+        self.result = progress.result
+        self.repaint()
 
-    def on_attribution_stepped(self, message: AttributionStepped) -> None:
-        if message.request == self._request:
-            self._draw_status(f"{message.stage}: {message.done}/{message.total}", self.result)
-
-    def on_attribution_computed(self, message: AttributionComputed) -> None:
-        if message.request == self._request:
-            self.result = message.result
-            self.repaint()
-
-    def on_attribution_failed(self, message: AttributionFailed) -> None:
-        if message.request == self._request:
-            self._draw_status("could not explain this: B for another target", self.result)
-            self.app.notify(message.reason, title="attribution", severity="error", timeout=10)
+    def failed(self, reason: str) -> None:
+        self._draw_status("could not explain this: B for another target", self.result)
 
     def repaint(self) -> None:
         """Redraw from the last result (after a theme change, too)."""

@@ -1,7 +1,11 @@
-"""What the explorer needs from a model, as a protocol the core `Session` satisfies.
+"""What the explorer asks of a model: the one torch-free contract between the UI and the core.
 
-The app receives a function that opens a backend (the CLI passes one that loads a core
-`Session`); tests pass a fake that returns fixed arrays, so the UI never imports torch.
+The app receives a function that opens a backend: the CLI passes one that loads a model
+(`bertscope.session_backend.SessionBackend`); tests pass a fake that returns fixed arrays
+(`tests/fake_backend.py`), so the UI never imports torch. Every method the UI calls is
+declared here with the options it may pass; `tests/test_backend_contract.py` checks that
+both backends match it, name for name and default for default. Long work returns a
+generator of `Progress` (core.progress) that stops early once `cancel` is set.
 """
 
 from __future__ import annotations
@@ -10,24 +14,28 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
+from bertscope.core.analyses.attribution_results import Attribution, Target
+from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryResult
+from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
 from bertscope.core.model.masks import Ablation, HeadMask
-from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
+from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo, PatternResult
+from bertscope.core.progress import Progress
 
-if TYPE_CHECKING:  # the types only: core.analyses.patterns itself imports torch
-    from bertscope.core.analyses.attribution_results import AttributionProgress, Target
-    from bertscope.core.analyses.geometry_results import ComparisonProgress, GeometryProgress
-    from bertscope.core.analyses.patterns import PatternProgress
-    from bertscope.core.analyses.probing import ProbeProgress
+if TYPE_CHECKING:  # the types only: these modules import torch
+    from bertscope.core.analyses.probing import ProbeReport
     from bertscope.core.data.corpus import Sentence
 
 
 class Backend(Protocol):
+    """A loaded model, as the explorer uses it."""
+
     num_layers: int
     num_heads: int
-    max_length: int
 
     @property
     def info(self) -> ModelInfo: ...
+
+    # one sentence
 
     def encode(self, text: str, pair: str | None = None) -> Encoding: ...
 
@@ -40,30 +48,106 @@ class Backend(Protocol):
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
         reuse: ForwardResult | None = None,
-    ) -> ForwardResult: ...
+    ) -> ForwardResult:
+        """`reuse`: the unmasked result of the same encoding, whose layers below the first masked one are kept."""
+        ...
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]: ...
 
-    def attention_patterns(
-        self, sentences: Iterable[Sentence], *, mask: HeadMask | None = None, ablation: Ablation = "zero",
+    def attribute(
+        self,
+        text: Encoding,
+        pair: str | None = None,
+        *,
+        method: str = "integrated-gradients",
+        target: Target | None = None,
+        steps: int | None = None,
+        mask: HeadMask | None = None,
+        ablation: Ablation = "zero",
         cancel: threading.Event | None = None,
-    ) -> Iterator[PatternProgress]: ...
+    ) -> Iterator[Progress[Attribution]]: ...
+
+    # a corpus
+
+    def attention_patterns(
+        self,
+        sentences: Iterable[Sentence],
+        *,
+        mask: HeadMask | None = None,
+        ablation: Ablation = "zero",
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Progress[PatternResult]]:
+        """Each item's `partial` holds the statistics so far."""
+        ...
 
     def probe(
-        self, task: str, train: list[Sentence], dev: list[Sentence] | None = None, test: list[Sentence] | None = None, *,
-        mask: HeadMask | None = None, ablation: Ablation = "zero", cancel: threading.Event | None = None, **options,
-    ) -> Iterator[ProbeProgress]: ...
-
-    def attribute(
-        self, text: Encoding, pair: str | None = None, *, method: str = "integrated-gradients", target: Target | None = None,
-        mask: HeadMask | None = None, ablation: Ablation = "zero", cancel: threading.Event | None = None, **options,
-    ) -> Iterator[AttributionProgress]: ...
+        self,
+        task: str,
+        train: list[Sentence],
+        dev: list[Sentence] | None = None,
+        test: list[Sentence] | None = None,
+        *,
+        mask: HeadMask | None = None,
+        ablation: Ablation = "zero",
+        kind: str = "linear",
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Progress[ProbeReport]]:
+        """Without `dev` and `test`, they are split off `train` (or taken from its sentences' own split)."""
+        ...
 
     def geometry(
-        self, sentences: list[Sentence], *, mask: HeadMask | None = None, ablation: Ablation = "zero",
-        cancel: threading.Event | None = None, **options,
-    ) -> Iterator[GeometryProgress]: ...
+        self,
+        sentences: list[Sentence],
+        *,
+        unit: str = "auto",
+        max_rows: int | None = None,
+        mask: HeadMask | None = None,
+        ablation: Ablation = "zero",
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Progress[GeometryResult]]: ...
 
     def compare(
-        self, other: str, sentences: list[Sentence], *, cancel: threading.Event | None = None, **options,
-    ) -> Iterator[ComparisonProgress]: ...
+        self,
+        other: str,
+        sentences: list[Sentence],
+        *,
+        unit: str = "token",
+        max_rows: int | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Progress[ComparisonResult]]:
+        """`other`: model B, a directory or a cached Hugging Face name, loaded beside this one."""
+        ...
+
+    # head importance for an objective ("mlm", "preserve", ...) over a corpus
+
+    def head_importance(
+        self,
+        objective: str,
+        sentences: list[Sentence],
+        *,
+        method: str = "gradient",
+        ablation: Ablation = "zero",
+        normalize: bool = True,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Progress[HeadImportance]]: ...
+
+    def measure_objective(
+        self, objective: str, sentences: list[Sentence], mask: HeadMask | None = None, ablation: Ablation = "zero",
+    ) -> Measurement:
+        """The objective under `mask`; quick to repeat for the same objective and sentences (the explorer's toggles)."""
+        ...
+
+    def pruning_curve(
+        self,
+        objective: str,
+        sentences: list[Sentence],
+        *,
+        importance: HeadImportance | None = None,
+        ablation: Ablation = "zero",
+        step: float = 0.1,
+        reestimate: bool = False,
+        max_drop: float = 0.01,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Progress[PruningCurve]]:
+        """`importance`: the ranking to prune by (estimated first when None, or again at each step with `reestimate`)."""
+        ...

@@ -10,50 +10,30 @@ layer beside it. Both runs show progress and stop on escape.
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 from rich.console import Group
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input, ProgressBar, Static
-from textual.worker import get_current_worker
 
 from bertscope.core.data.corpus import ReadReport, read_sentences, sample_corpus
 from bertscope.core.data.treebank import generate_treebank
-from bertscope.core.errors import BertscopeError
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.render.geometry import cka_heatmap, scatter
 from bertscope.render.patterns import layer_bars
 from bertscope.ui.export import json_text, save_screen
+from bertscope.core.progress import Progress
 from bertscope.ui.focus import leave_input
+from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
 from bertscope.ui.overview import PatternGrid
 from bertscope.ui.widgets.head_grid import HeadGrid
 
 TREEBANK_SENTENCES = 500  # the geometry screen's corpus when none is given: words coloured by UPOS
-
-
-class Stepped(Message):
-    """Progress of a geometry or comparison run; a backlog collapses to the newest."""
-
-    def __init__(self, progress, run: int) -> None:
-        super().__init__()
-        self.progress, self.run = progress, run
-
-    def can_replace(self, message: Message) -> bool:
-        return isinstance(message, Stepped) and message.run == self.run and message.progress.result is None
-
-
-class RunFailed(Message):
-    def __init__(self, reason: str, run: int, fatal: bool = True) -> None:
-        super().__init__()
-        self.reason, self.run, self.fatal = reason, run, fatal
 
 
 class Scatter(Static, can_focus=True):
@@ -67,17 +47,19 @@ class _CorpusRunScreen(Screen[tuple[int, int] | None]):
     comes back; `e` saves the screen and `export_data()`.
     """
 
-    worker_group = "corpus-run"
     name_kept = ""
 
     def __init__(self, kept: KeptResults | None = None) -> None:
         super().__init__()
         self.kept = kept if kept is not None else KeptResults()
         self.result = None
-        self._run = 0
-        self._cancel = threading.Event()
+        self.job = JobRun(self, self.stepped, name="corpus-run", on_failed=self.failed)
         self._run_on = ("", "", "")  # (data, mask spec, ablation) of the run under way
-        self.running = False
+        self._read = ReadReport()  # what reading its corpus skipped
+
+    @property
+    def running(self) -> bool:
+        return self.job.running
 
     def restore(self) -> KeptRun | None:
         """Show the kept run, if there is one, and return it."""
@@ -93,58 +75,41 @@ class _CorpusRunScreen(Screen[tuple[int, int] | None]):
         """What of the screen's view to keep with the result (overridden)."""
         return {}
 
-    def start(self, describe: str, data: str = "", mask: str = "", ablation: str = "") -> None:
+    def run_on_corpus(self, describe: str, path: str, analyse, data: str = "", mask: str = "", ablation: str = "") -> None:
+        """Read the corpus at `path` (empty: the built-in treebank), then run `analyse(sentences, cancel)` on it.
+
+        `data`, `mask` and `ablation` say what the run is on, to keep with its result.
+        """
         self._run_on = (data, mask, ablation)
-        self._cancel.set()  # a run still going stops at its next batch
-        self._cancel = threading.Event()
-        self._run += 1
-        self.running = True
+        self._read = report = ReadReport()
         self.query_one(".progress-text", Static).update(describe)
         self.query_one(ProgressBar).update(total=None, progress=0)
 
-    @work(thread=True, exclusive=True, group="corpus-run", exit_on_error=False)
-    def compute(self, path: str, run: int, cancel: threading.Event, start) -> None:
-        """Read the corpus and drain the backend's generator `start(sentences, cancel)`, posting each step."""
-        worker = get_current_worker()
-        report = ReadReport()
-        try:
+        def job(cancel):
             sentences = list(read_sentences(path, report=report)) if path else generate_treebank(TREEBANK_SENTENCES)
-            for progress in start(sentences, cancel):
-                if worker.is_cancelled or cancel.is_set():
-                    return
-                self.post_message(Stepped(progress, run))
-        except BertscopeError as error:
-            self.post_message(RunFailed(str(error), run))
-            return
-        if report.skipped:
-            self.post_message(RunFailed(report.summary(), run, fatal=False))
+            return analyse(sentences, cancel)
 
-    def on_stepped(self, message: Stepped) -> None:
-        if message.run != self._run:
-            return
-        progress = message.progress
+        self.job.start(job)
+
+    def stepped(self, progress: Progress) -> None:
         bar = self.query_one(ProgressBar)
-        if progress.result is None:
+        if not progress.finished:
             total = f" of {progress.total:,}" if progress.total else ""
             self.query_one(".progress-text", Static).update(f"{progress.stage}: {progress.done:,}{total} · escape cancels")
             bar.update(total=progress.total, progress=progress.done)
             return
-        self.running = False
         self.result = progress.result
         self.kept.runs[self.name_kept] = KeptRun(*self._run_on, self.result, self.keep_view())
         bar.update(total=1, progress=1)
         self.query_one(".progress-text", Static).update(self.done_text())
+        if self._read.skipped:
+            self.notify(self._read.summary(), severity="warning", timeout=10)
         for note in getattr(self.result, "notes", ()):
             self.notify(note, timeout=6)
         self.draw()
 
-    def on_run_failed(self, message: RunFailed) -> None:
-        if message.run != self._run:
-            return
-        self.notify(message.reason, severity="error" if message.fatal else "warning", timeout=10)
-        if message.fatal:
-            self.running = False
-            self.query_one(".progress-text", Static).update("stopped: " + message.reason)
+    def failed(self, reason: str) -> None:
+        self.query_one(".progress-text", Static).update("stopped: " + reason)
 
     def on_screen_suspend(self) -> None:
         kept = self.kept.runs.get(self.name_kept)
@@ -163,10 +128,7 @@ class _CorpusRunScreen(Screen[tuple[int, int] | None]):
     def action_back(self) -> None:
         if leave_input(self):
             return
-        if self.running:
-            self._cancel.set()
-            self.workers.cancel_group(self, "corpus-run")
-            self.running = False
+        if self.job.cancel():
             self.query_one(".progress-text", Static).update("cancelled (r runs again)")
             return
         self.dismiss(None)
@@ -240,16 +202,13 @@ class GeometryScreen(_CorpusRunScreen):
 
     def action_run(self) -> None:
         path = self.query_one("#geometry-corpus", Input).value.strip()
-        self.start(
-            f"reading {path}…" if path else f"generating a treebank of {TREEBANK_SENTENCES:,} sentences…",
-            path, self.mask.spec(), self.ablation,
-        )
         mask = self.mask if len(self.mask) else None
 
-        def start(sentences, cancel):
+        def analyse(sentences, cancel):
             return self.backend.geometry(sentences, mask=mask, ablation=self.ablation, cancel=cancel)
 
-        self.compute(path, self._run, self._cancel, start)
+        describe = f"reading {path}…" if path else f"generating a treebank of {TREEBANK_SENTENCES:,} sentences…"
+        self.run_on_corpus(describe, path, analyse, path, self.mask.spec(), self.ablation)
 
     @on(Input.Submitted, "#geometry-corpus")
     def corpus_submitted(self) -> None:
@@ -383,12 +342,11 @@ class ComparisonScreen(_CorpusRunScreen):
             self.notify("give model B and a corpus file, then Enter", severity="warning")
             return
         self.query_one(PatternGrid).focus()
-        self.start(f"loading {other}…", f"{other}\n{path}")
 
-        def start(sentences, cancel):
+        def analyse(sentences, cancel):
             return self.backend.compare(other, sentences, cancel=cancel)
 
-        self.compute(path, self._run, self._cancel, start)
+        self.run_on_corpus(f"loading {other}…", path, analyse, f"{other}\n{path}")
 
     def done_text(self) -> str:
         result = self.result
@@ -427,7 +385,7 @@ class ComparisonScreen(_CorpusRunScreen):
         message.stop()
 
     def action_open_head(self) -> None:
-        self._cancel.set()
+        self.job.cancel()
         self.dismiss(self.selected)
 
     def action_focus_model_b(self) -> None:

@@ -33,16 +33,3 @@ class Analysis:
     figures: dict[str, np.ndarray]  # per-head figures of `current`, each [L, H]
     predictions_plain: list[MaskPrediction]
     predictions_current: list[MaskPrediction]
-
-
-class AnalysisComputed(Message):
-    def __init__(self, analysis: Analysis, seconds: float) -> None:
-        super().__init__()
-        self.analysis = analysis
-        self.seconds = seconds
-
-
-class AnalysisFailed(Message):
-    def __init__(self, reason: str) -> None:
-        super().__init__()
-        self.reason = reason

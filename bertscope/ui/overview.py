@@ -8,29 +8,26 @@ live progress and can be cancelled; Enter opens the selected head in the explore
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 from rich.console import Group
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input, ProgressBar, Static
-from textual.worker import get_current_worker
 
 from bertscope.core.data.corpus import ReadReport, read_sentences, sample_corpus
-from bertscope.core.errors import BertscopeError
 from bertscope.core.model.masks import Ablation, HeadMask
-from bertscope.core.model.results import PATTERNS, STATISTICS, PatternProgress, PatternResult
+from bertscope.core.model.results import PATTERNS, STATISTICS, PatternResult
+from bertscope.core.progress import Progress
 from bertscope.render.patterns import PATTERN_LETTERS, layer_bars, layer_pattern_table
 from bertscope.ui.export import csv_text, save_screen
 from bertscope.ui.focus import leave_input
+from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
 from bertscope.ui.widgets.head_grid import CELL, HeadGrid
 
@@ -64,25 +61,6 @@ def layer_numbers(values: dict[str, np.ndarray]) -> Table:
     for layer in range(len(next(iter(values.values())))):
         table.add_row(str(layer), *(f"{series[layer]:.2f}" for series in values.values()))
     return table
-
-
-class PatternsProgressed(Message):
-    """Statistics so far; a backlog of these collapses to the newest."""
-
-    def __init__(self, progress: PatternProgress, run: int) -> None:
-        super().__init__()
-        self.progress, self.run = progress, run
-
-    def can_replace(self, message: Message) -> bool:
-        return isinstance(message, PatternsProgressed) and message.run == self.run and not message.progress.done
-
-
-class PatternsFailed(Message):
-    """The run stopped (`fatal`), or finished with something to say (skipped lines)."""
-
-    def __init__(self, reason: str, run: int, fatal: bool = True) -> None:
-        super().__init__()
-        self.reason, self.run, self.fatal = reason, run, fatal
 
 
 class PatternGrid(HeadGrid, inherit_bindings=False):
@@ -157,10 +135,13 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         self.selected = selected
         self.shading = "pattern"
         self.result: PatternResult | None = None
-        self._run = 0
-        self._cancel = threading.Event()
+        self.job = JobRun(self, self.patterns_stepped, name="patterns", on_failed=self.patterns_failed)
         self._path = ""  # the corpus of the run under way
-        self.running = False
+        self._read = ReadReport()  # what reading it skipped
+
+    @property
+    def running(self) -> bool:
+        return self.job.running
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="corpus-row"):
@@ -199,57 +180,37 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         if not path:
             self.notify("give a corpus file, then Enter", severity="warning")
             return
-        self._cancel.set()  # a run still going stops at its next batch
-        self._cancel = threading.Event()
-        self._run += 1
-        self.running = True
+        self._read = report = ReadReport()
         self.query_one("#progress-text", Static).update(f"reading {path}…")
         self.query_one(ProgressBar).update(total=None, progress=0)
-        self.compute(path, self._run, self._cancel)
+
+        def job(cancel):
+            sentences = read_sentences(path, report=report)  # read as the run goes
+            return self.backend.attention_patterns(sentences, mask=self.mask, ablation=self.ablation, cancel=cancel)
+
+        self.job.start(job)
 
     @on(Input.Submitted, "#corpus")
     def corpus_submitted(self) -> None:
         self.query_one(PatternGrid).focus()
         self.action_run()
 
-    @work(thread=True, exclusive=True, group="patterns", exit_on_error=False)
-    def compute(self, path: str, run: int, cancel: threading.Event) -> None:
-        worker = get_current_worker()
-        report = ReadReport()
-        try:
-            sentences = read_sentences(path, report=report)
-            for progress in self.backend.attention_patterns(sentences, mask=self.mask, ablation=self.ablation, cancel=cancel):
-                if worker.is_cancelled or cancel.is_set():
-                    return
-                self.post_message(PatternsProgressed(progress, run))
-        except BertscopeError as error:
-            self.post_message(PatternsFailed(str(error), run))
-            return
-        if report.skipped:
-            self.post_message(PatternsFailed(report.summary(), run, fatal=False))
-
-    def on_patterns_progressed(self, message: PatternsProgressed) -> None:
-        if message.run != self._run:
-            return
-        progress = message.progress
-        self.result = progress.result
-        state = "done" if progress.done else "running (escape cancels)"
-        truncated = f" · {progress.result.truncated:,} tokens cut" if progress.result.truncated else ""
+    def patterns_stepped(self, progress: Progress[PatternResult]) -> None:
+        """The statistics so far after each batch; the last step's are the result."""
+        self.result = result = progress.partial
+        state = "done" if progress.finished else "running (escape cancels)"
+        truncated = f" · {result.truncated:,} tokens cut" if result.truncated else ""
         mask = f" · mask {self.mask.spec()} ({self.ablation})" if len(self.mask) else ""
-        self.query_one("#progress-text", Static).update(f"{progress.sentences:,} sentences · {state}{truncated}{mask}")
-        if progress.done:
-            self.running = False
+        self.query_one("#progress-text", Static).update(f"{progress.done:,} sentences · {state}{truncated}{mask}")
+        if progress.finished:
             self.query_one(ProgressBar).update(total=1, progress=1)
             self.kept.runs["overview"] = KeptRun(self._path, self.mask.spec(), self.ablation, progress.result)
+            if self._read.skipped:  # the corpus has been read to its end
+                self.notify(self._read.summary(), severity="warning", timeout=10)
         self._draw()
 
-    def on_patterns_failed(self, message: PatternsFailed) -> None:
-        if message.run != self._run:
-            return
-        self.notify(message.reason, severity="error" if message.fatal else "warning", timeout=10)
-        if message.fatal:
-            self.running = False
-            self.query_one("#progress-text", Static).update("stopped: " + message.reason)
+    def patterns_failed(self, reason: str) -> None:
+        self.query_one("#progress-text", Static).update("stopped: " + reason)
 
     # drawing
 
@@ -308,7 +269,7 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         self._draw()
 
     def action_open_head(self) -> None:
-        self._cancel.set()
+        self.job.cancel()
         self.dismiss(self.selected)
 
     def action_focus_corpus(self) -> None:
@@ -335,10 +296,7 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
     def action_back(self) -> None:
         if leave_input(self):
             return
-        if self.running:
-            self._cancel.set()
-            self.workers.cancel_group(self, "patterns")
-            self.running = False
+        if self.job.cancel():
             done = self.result.sentences if self.result is not None else 0
             self.query_one("#progress-text", Static).update(f"cancelled after {done:,} sentences (r runs again)")
             return

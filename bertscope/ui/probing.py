@@ -8,50 +8,30 @@ masked heads cost each layer.
 
 from __future__ import annotations
 
-import threading
-
 from rich.bar import Bar
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, ScrollableContainer
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input, ProgressBar, Select, Static
-from textual.worker import get_current_worker
 
 from bertscope.core.data.corpus import read_sentences
 from bertscope.core.data.probing_tasks import TASKS, generate
 from bertscope.core.data.treebank import generate_treebank
-from bertscope.core.errors import BertscopeError
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.ui.export import json_text, save_screen
+from bertscope.core.progress import Progress
 from bertscope.ui.focus import leave_input
+from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults
 
 TREEBANK_SENTENCES = 1000  # for tasks with no file; smaller than the CLI's default: the pane should answer within a minute on a CPU
 
 FILE_TASKS = ("upos", "xpos", "deprel", "depth", "distance")
-
-
-class ProbeStepped(Message):
-    """A stage of a probing run; a backlog of these collapses to the newest."""
-
-    def __init__(self, title: str, progress, run: int) -> None:
-        super().__init__()
-        self.title, self.progress, self.run = title, progress, run
-
-    def can_replace(self, message: Message) -> bool:
-        return isinstance(message, ProbeStepped) and message.run == self.run and message.progress.report is None
-
-
-class ProbeFailed(Message):
-    def __init__(self, reason: str, run: int) -> None:
-        super().__init__()
-        self.reason, self.run = reason, run
 
 
 class ProbingScreen(Screen[None]):
@@ -80,9 +60,12 @@ class ProbingScreen(Screen[None]):
         self.backend, self.mask, self.ablation = backend, mask, ablation
         self.kept = kept if kept is not None else KeptResults()
         self.reports: dict[str, object] = self.kept.probes  # column title -> ProbeReport, in run order; kept on the app
-        self._run = 0
-        self._cancel = threading.Event()
-        self.running = False
+        self.job = JobRun(self, self.probe_stepped, name="probing", on_failed=self.probe_failed)
+        self._title = ""  # the column title of the run under way
+
+    @property
+    def running(self) -> bool:
+        return self.job.running
 
     @property
     def _last(self) -> tuple[str, str] | None:
@@ -126,14 +109,20 @@ class ProbingScreen(Screen[None]):
         if masked and self._last is not None:
             task, data = self._last
         self.kept.last_probe = (task, data)
-        self._cancel.set()
-        self._cancel = threading.Event()
-        self._run += 1
-        self.running = True
         mask = self.mask if masked else None
-        title = task + (f" · mask {self.mask.spec()}" if masked else "") + ("" if not data else f" · {data.rsplit('/', 1)[-1]}")
+        self._title = title = task + (f" · mask {self.mask.spec()}" if masked else "") + ("" if not data else f" · {data.rsplit('/', 1)[-1]}")
         self.query_one("#probe-status", Static).update(f"{title}: starting…")
-        self.compute(task, data, mask, title, self._run, self._cancel)
+
+        def job(cancel):
+            if data:
+                sentences = list(read_sentences(data))
+            elif task in TASKS:
+                sentences = generate(task, train=1000, dev=200, test=200)
+            else:  # a CoNLL-U task with no file: the generated treebank (core.data.treebank)
+                sentences = generate_treebank(TREEBANK_SENTENCES)
+            return self.backend.probe(task, sentences, mask=mask, ablation=self.ablation, cancel=cancel)
+
+        self.job.start(job)
 
     def action_rescore_masked(self) -> None:
         if self._last is None:
@@ -143,44 +132,21 @@ class ProbingScreen(Screen[None]):
         else:
             self.action_run(masked=True)
 
-    @work(thread=True, exclusive=True, group="probing", exit_on_error=False)
-    def compute(self, task: str, data: str, mask: HeadMask | None, title: str, run: int, cancel: threading.Event) -> None:
-        worker = get_current_worker()
-        try:
-            if data:
-                sentences = list(read_sentences(data))
-            elif task in TASKS:
-                sentences = generate(task, train=1000, dev=200, test=200)
-            else:  # a CoNLL-U task with no file: the generated treebank (core.data.treebank)
-                sentences = generate_treebank(TREEBANK_SENTENCES)
-            for progress in self.backend.probe(task, sentences, mask=mask, ablation=self.ablation, cancel=cancel):
-                if worker.is_cancelled or cancel.is_set():
-                    return
-                self.post_message(ProbeStepped(title, progress, run))
-        except BertscopeError as error:
-            self.post_message(ProbeFailed(str(error), run))
-
-    def on_probe_stepped(self, message: ProbeStepped) -> None:
-        if message.run != self._run:
-            return
-        title, progress = message.title, message.progress
+    def probe_stepped(self, progress: Progress) -> None:
+        title = self._title
         bar = self.query_one("#probe-progress", ProgressBar)
-        bar.update(total=max(progress.total, 1), progress=progress.done)
-        if progress.report is None:
+        bar.update(total=max(progress.total or 0, 1), progress=progress.done)
+        if not progress.finished:
             self.query_one("#probe-status", Static).update(f"{title}: {progress.stage}")
             return
-        self.running = False
-        self.reports[title] = progress.report
-        for note in progress.report.notes:
+        report = self.reports[title] = progress.result
+        for note in report.notes:
             self.notify(note, timeout=6)
-        self.query_one("#probe-status", Static).update(f"{title}: done, best layer {progress.report.best_layer}")
+        self.query_one("#probe-status", Static).update(f"{title}: done, best layer {report.best_layer}")
         self._draw()
 
-    def on_probe_failed(self, message: ProbeFailed) -> None:
-        if message.run == self._run:
-            self.running = False
-            self.query_one("#probe-status", Static).update("stopped: " + message.reason)
-            self.notify(message.reason, severity="error", timeout=10)
+    def probe_failed(self, reason: str) -> None:
+        self.query_one("#probe-status", Static).update("stopped: " + reason)
 
     # drawing
 
@@ -240,10 +206,7 @@ class ProbingScreen(Screen[None]):
     def action_back(self) -> None:
         if leave_input(self):
             return
-        if self.running:
-            self._cancel.set()
-            self.workers.cancel_group(self, "probing")
-            self.running = False
+        if self.job.cancel():
             self.query_one("#probe-status", Static).update("cancelled")
             return
         self.dismiss(None)

@@ -36,13 +36,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bertscope.core.analyses.attribution_results import METHODS, SCORES, Attribution, AttributionProgress, Target, TargetKind
+from bertscope.core.analyses.attribution_results import METHODS, SCORES, Attribution, Target, TargetKind
 from bertscope.core.analyses.mlm import MASK_TEXT, answer_id, mask_positions, with_mask_token
 from bertscope.core.errors import InputError
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding
+from bertscope.core.progress import Progress
 
-__all__ = ["METHODS", "SCORES", "Attribution", "AttributionProgress", "Target", "attribute", "gauss_legendre", "rollout"]
+__all__ = ["METHODS", "SCORES", "Attribution", "Target", "attribute", "gauss_legendre", "rollout"]
 
 DEFAULT_STEPS = 32  # first try of the adaptive rule; see benchmarks/attribution.py for measured errors
 MAX_STEPS = 256
@@ -64,7 +65,7 @@ def attribute(
     ablation: Ablation = "zero",
     cache_dir=None,
     cancel: threading.Event | None = None,
-) -> Iterator[AttributionProgress]:
+) -> Iterator[Progress[Attribution]]:
     """Attribute one decision on `text` to its tokens; progress items, the last one carrying the result."""
     if method not in METHODS:
         raise InputError(f"unknown attribution method {method!r}; use one of: {', '.join(METHODS)}")
@@ -83,10 +84,10 @@ def attribute(
         for step in decision_probe(
             session, target.probe, data=target.data, layer=target.layer, pooling=target.pooling, cache_dir=cache_dir, cancel=cancel
         ):
-            if step.probe is not None:
-                probe = step.probe
+            if step.result is not None:
+                probe = step.result
                 break
-            yield AttributionProgress(step.stage, step.done, step.total)
+            yield step
         else:
             return  # cancelled
     decision = _Decision(session, encoding, kind, target, probe, score, session.gate_tensor(head_mask), ablation)
@@ -94,7 +95,7 @@ def attribute(
     if method == "attention-rollout":
         scores = rollout(session.forward(encoding, attentions=True, mask=head_mask, ablation=ablation, mlm_logits=False).attentions,
                          decision.read_layer, decision.read_rows)
-        yield AttributionProgress("done", 1, 1, Attribution(scores=scores, output=decision.output, **common))
+        yield Progress("done", 1, 1, Attribution(scores=scores, output=decision.output, **common))
         return
     if method in ("gradient", "gradient-x-input"):
         embeds = decision.embeds[None].clone().requires_grad_()
@@ -102,16 +103,16 @@ def attribute(
             (grad,) = torch.autograd.grad(decision.f(embeds).sum(), embeds)
         grad = grad[0].float()
         scores = grad.norm(dim=-1) if method == "gradient" else (grad * decision.embeds.float()).sum(-1)
-        yield AttributionProgress("done", 1, 1, Attribution(scores=scores.cpu().numpy(), output=decision.output, **common))
+        yield Progress("done", 1, 1, Attribution(scores=scores.cpu().numpy(), output=decision.output, **common))
         return
     result = None
     for result in _integrated_gradients(decision, steps, cancel):
-        if isinstance(result, AttributionProgress):
+        if isinstance(result, Progress):
             yield result
     if not isinstance(result, tuple):
         return  # cancelled
     scores, baseline_output, error, used, notes = result
-    yield AttributionProgress(
+    yield Progress(
         "done", 1, 1,
         Attribution(scores=scores, output=decision.output, baseline_output=baseline_output, completeness_error=error,
                     steps=used, notes=notes, **common),
@@ -163,7 +164,7 @@ def _integrated_gradients(decision: _Decision, steps: int | None, cancel):
                 (grad,) = torch.autograd.grad(decision.f(points).sum(), points)
             total_grad += (grad.double() * weight[:, None, None]).sum(0)
             done += len(alpha)
-            yield AttributionProgress(f"integrated gradients ({count} steps)", done, total)
+            yield Progress(f"integrated gradients ({count} steps)", done, total)
         scores = ((x - b).double() * total_grad).sum(-1)
         error = abs(float(scores.sum()) - difference) / abs(difference) if abs(difference) > 1e-9 else float("nan")
         if steps is not None or not error >= COMPLETENESS_GOAL or abs(difference) < SATURATED:  # more steps cannot help

@@ -91,11 +91,3 @@ class Attribution:
             )
         payload["notes"] = self.notes
         return payload
-
-
-@dataclass(frozen=True)
-class AttributionProgress:
-    stage: str
-    done: int
-    total: int
-    result: Attribution | None = None

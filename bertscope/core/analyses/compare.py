@@ -18,9 +18,10 @@ import numpy as np
 import torch
 
 from bertscope.core.analyses.geometry import cka_matrices
-from bertscope.core.analyses.geometry_results import ComparisonProgress, ComparisonResult, ProbeDifference
+from bertscope.core.analyses.geometry_results import ComparisonResult, ProbeDifference
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
+from bertscope.core.progress import Progress
 
 _PROBE_TEXT = "Hello, World! Ünïcode, straße and 3.14 — naïve café [MASK] ##ing"
 
@@ -84,7 +85,7 @@ def compare_models(
     probes: Sequence[tuple[str, Sequence[Sentence]]] = (),
     cache_dir=None,
     cancel: threading.Event | None = None,
-) -> Iterator[ComparisonProgress]:
+) -> Iterator[Progress[ComparisonResult]]:
     """Compare session `a` with session `b` over a corpus; a generator of progress, the last carrying the result.
 
     `probes` are (task, sentences with labels or CoNLL-U words) to probe on both models.
@@ -117,17 +118,17 @@ def compare_models(
         [a, b], sentences, unit=unit, max_rows=max_rows or DEFAULT_MAX_ROWS, seed=seed, batch_size=batch_size,
         attentions=same_shape, on_batch=on_batch, cancel=cancel,
     ):
-        if step.sample is not None:
-            sample = step.sample
+        if step.result is not None:
+            sample = step.result
             break
-        yield ComparisonProgress("attention and representations", step.sentences, total)
+        yield Progress("attention and representations", step.done, total)
     if sample is None:
         return
     if sample.size < 4:
         raise InputError(f"only {sample.size} {sample.unit}s to compare; CKA needs at least 4 (give more sentences)")
     if sample.seen > sample.size:
         notes.append(f"CKA on a seeded sample of {sample.size:,} of the corpus's {sample.seen:,} {sample.unit}s (seed {seed})")
-    yield ComparisonProgress("CKA", 0, 1)
+    yield Progress("CKA", 0, 1)
     states_a, states_b = sample.states
     biased, debiased = cka_matrices(
         [states_a[:, layer] for layer in range(states_a.shape[1])], [states_b[:, layer] for layer in range(states_b.shape[1])]
@@ -138,9 +139,9 @@ def compare_models(
         for which, session in (("A", a), ("B", b)):
             report = None
             for step in _probe(session, task, data, cache_dir, seed, cancel):
-                if step.report is not None:
-                    report = step.report
-                yield ComparisonProgress(f"probe {task} ({which}): {step.stage}", number, len(probes))
+                if step.result is not None:
+                    report = step.result
+                yield Progress(f"probe {task} ({which}): {step.stage}", number, len(probes))
             if report is None:
                 return  # cancelled
             scores.append(tuple(float(entry[report.metric]) for entry in report.layers))
@@ -151,7 +152,7 @@ def compare_models(
         unit=sample.unit, rows_sampled=sample.size, head_cosine=cosine, head_cosine_std=spread,
         cka=biased, cka_debiased=debiased, probes=tuple(differences), notes=tuple(notes),
     )
-    yield ComparisonProgress("done", 1, 1, result)
+    yield Progress("done", 1, 1, result)
 
 
 def _probe(session, task: str, data: Sequence[Sentence], cache_dir, seed: int, cancel):

@@ -28,6 +28,7 @@ from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.files import atomic_write, publish, reserve_space, temporary_beside
 from bertscope.core.errors import InputError
 from bertscope.core.model.masks import Ablation
+from bertscope.core.progress import Progress
 
 CACHE_VERSION = 4  # 2: rows name their word (a word with no tokens has no row); 3: stored layer by layer; 4: float16
 FLOAT16_MAX = float(np.finfo(np.float16).max)
@@ -71,13 +72,6 @@ class Features:
     from_cache: bool = False
 
 
-@dataclass(frozen=True)
-class FeatureProgress:
-    sentences: int
-    total: int
-    features: Features | None = None  # set on the last item
-
-
 def data_hash(sentences: Sequence[Sentence], level: str) -> str:
     """What the features depend on in the data: the texts (and words, for word level)."""
     digest = hashlib.sha256()
@@ -104,7 +98,7 @@ def extract_features(
     cache_dir: str | Path | None = None,
     batch_size: int = 32,
     cancel: threading.Event | None = None,
-) -> Iterator[FeatureProgress]:
+) -> Iterator[Progress[Features]]:
     """Yield progress per batch; the last item carries the Features (from the cache when it holds them).
 
     `cache_dir=None` uses the default cache; pass `False` to switch the cache off. The
@@ -122,7 +116,7 @@ def extract_features(
         path = directory / f"features-{key}"  # .npy: the layer-major features; .npz: which word each row is
         cached = _load(path, session)
         if cached is not None:
-            yield FeatureProgress(len(sentences), len(sentences), cached)
+            yield Progress("features", len(sentences), len(sentences), cached)
             return
     gates = session.gate_tensor(session.mask(options.mask))
     encoded = _encode(session, sentences, options.level)
@@ -134,14 +128,14 @@ def extract_features(
         except _BeyondFloat16:
             continue  # again in float32, from the first batch
     if features is not None:
-        yield FeatureProgress(len(sentences), len(sentences), features)
+        yield Progress("features", len(sentences), len(sentences), features)
 
 
 class _BeyondFloat16(Exception):
     """A hidden state too large for float16 (not seen in a post-LayerNorm encoder, but possible)."""
 
 
-def _extract(session, sentences, options, encoded, gates, path, dtype, batch_size, cancel) -> Iterator[FeatureProgress]:
+def _extract(session, sentences, options, encoded, gates, path, dtype, batch_size, cancel) -> Iterator[Progress[Features]]:
     """The batches' forward passes, yielding progress; returns the Features, or None if cancelled."""
     # Rows go straight to their place in input order, layer-major (each layer one contiguous
     # matrix for the probes): a sentence gets one slot per word (one for sentence level), and
@@ -181,7 +175,7 @@ def _extract(session, sentences, options, encoded, gates, path, dtype, batch_siz
                 filled[start_slot : start_slot + len(words)] = True
                 row = end_row
             done += len(indices)
-            yield FeatureProgress(done, len(sentences))
+            yield Progress("features", done, len(sentences))
     finally:
         complete = bool(filled.all())
         if entry is not None and not complete:  # cancelled, failed, or rows to drop: the file is not the entry

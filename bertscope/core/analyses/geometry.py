@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from bertscope.core.errors import InputError
+from bertscope.core.progress import Progress
 
 TWONN_DISCARD = 0.1  # the share of the largest μ left out of the TwoNN fit (Facco et al.)
 BLOCK = 512  # rows per block when searching neighbours
@@ -263,10 +264,10 @@ def representation_geometry(
 ):
     """Stream a corpus through the model and measure each layer's geometry on a seeded sample.
 
-    A generator of GeometryProgress; the last item carries the GeometryResult. `max_rows`
+    A generator of Progress; the last item carries the GeometryResult. `max_rows`
     (default core.analyses.representations.DEFAULT_MAX_ROWS) bounds the sample and so the memory.
     """
-    from bertscope.core.analyses.geometry_results import GeometryProgress, GeometryResult
+    from bertscope.core.analyses.geometry_results import GeometryResult
     from bertscope.core.analyses.representations import DEFAULT_MAX_ROWS, stream_sample
 
     if neighbours < 1:
@@ -277,10 +278,10 @@ def representation_geometry(
         [session], sentences, unit=unit, max_rows=max_rows or DEFAULT_MAX_ROWS, seed=seed, batch_size=batch_size,
         mask=mask, ablation=ablation, cancel=cancel,
     ):
-        if step.sample is not None:
-            sample = step.sample
+        if step.result is not None:
+            sample = step.result
             break
-        yield GeometryProgress("representations", step.sentences, total)
+        yield Progress("representations", step.done, total)
     if sample is None:
         return  # cancelled
     notes = []
@@ -296,7 +297,7 @@ def representation_geometry(
         if isinstance(item, dict):
             figures = item
         else:
-            yield GeometryProgress(*item)
+            yield Progress(*item)
     if figures["neighbours"] < neighbours:
         notes.append(f"only {sample.size} rows: neighbourhoods of {figures['neighbours']} instead of {neighbours}")
     result = GeometryResult(
@@ -304,4 +305,4 @@ def representation_geometry(
         labels=sample.labels, texts=sample.texts, seed=seed,
         mask=mask.spec() if mask is not None else "", ablation=ablation, notes=tuple(notes), **figures,
     )
-    yield GeometryProgress("done", 1, 1, result)
+    yield Progress("done", 1, 1, result)

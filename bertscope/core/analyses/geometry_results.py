@@ -89,16 +89,6 @@ class GeometryResult:
 
 
 @dataclass(frozen=True)
-class GeometryProgress:
-    """A stage of a geometry run (`done` of `total`; total None while the corpus streams); the last carries the result."""
-
-    stage: str
-    done: int
-    total: int | None
-    result: GeometryResult | None = None
-
-
-@dataclass(frozen=True)
 class ProbeDifference:
     """One probing task scored on every layer of both models."""
 
@@ -169,11 +159,3 @@ class ComparisonResult:
             "probes": [probe.as_json() for probe in self.probes],
             "notes": list(self.notes),
         }
-
-
-@dataclass(frozen=True)
-class ComparisonProgress:
-    stage: str
-    done: int
-    total: int | None
-    result: ComparisonResult | None = None

@@ -26,9 +26,7 @@ import torch
 from bertscope.core.analyses.importance_results import (
     METHODS,
     CurvePoint,
-    CurveProgress,
     HeadImportance,
-    ImportanceProgress,
     Measurement,
     PruningCurve,
     check_fraction,
@@ -38,9 +36,10 @@ from bertscope.core.data.batching import MAX_TOKENS
 from bertscope.core.errors import InputError
 from bertscope.core.model.masks import Ablation, HeadMask, check_ablation
 from bertscope.core.model.pruning import pruned_heads_of
+from bertscope.core.progress import Progress
 
 __all__ = [
-    "CurvePoint", "CurveProgress", "HeadImportance", "ImportanceProgress", "Measurement", "PruningCurve", "check_fraction",
+    "CurvePoint", "HeadImportance", "Measurement", "PruningCurve", "check_fraction",
     "head_importance", "gradient_importance", "ablation_importance", "measure", "pruning_curve", "normalize_per_layer",
 ]
 
@@ -88,7 +87,7 @@ def measure(objective: Objective, mask: HeadMask | None = None, ablation: Ablati
 def gradient_importance(
     objective: Objective, *, ablation: Ablation = "zero", normalize: bool = True, base: HeadMask | None = None,
     seed: int = 0, cancel: threading.Event | None = None,
-) -> Iterator[ImportanceProgress]:
+) -> Iterator[Progress[HeadImportance]]:
     """Michel et al.'s gradient importance, one forward and one backward pass per batch."""
     ablation = check_ablation(ablation)
     session = objective.session
@@ -108,19 +107,19 @@ def gradient_importance(
             loss += float(scores.loss.detach().sum())
             metric_sum += float(scores.metric_sum.detach().sum())
             metric_count += float(scores.metric_count.detach().sum())
-            yield ImportanceProgress("gradients", index + 1, len(batches))
+            yield Progress("gradients", index + 1, len(batches))
     raw = total / max(objective.sentences, 1)
     if base is not None and objective.name == "preserve":
         baseline = measure(objective, base, ablation)  # movement from the unmasked model, not from the masked one
     else:
         baseline = Measurement(loss / max(objective.sentences, 1), metric_sum / metric_count if metric_count else float("nan"))
-    yield ImportanceProgress("done", len(batches), len(batches), _result(objective, "gradient", ablation, normalize, raw, None, baseline, base))
+    yield Progress("done", len(batches), len(batches), _result(objective, "gradient", ablation, normalize, raw, None, baseline, base))
 
 
 def ablation_importance(
     objective: Objective, *, ablation: Ablation = "zero", normalize: bool = True, base: HeadMask | None = None,
     layers: bool = True, max_rows: int = MAX_ROWS, cancel: threading.Event | None = None,
-) -> Iterator[ImportanceProgress]:
+) -> Iterator[Progress[HeadImportance]]:
     """Exact loss change of switching off each head (and each whole layer), masks batched as rows."""
     ablation = check_ablation(ablation)
     session = objective.session
@@ -158,17 +157,17 @@ def ablation_importance(
                 gates = torch.stack(chunk).repeat_interleave(batch.size, dim=0)  # row k·B + b: mask k on sentence b
                 losses = objective.scores(batch.repeated(len(chunk)), gates, ablation).loss.view(len(chunk), batch.size)
                 deltas[first : first + len(chunk)] += (losses - plain.loss[None]).sum(1).double().cpu().numpy()
-            yield ImportanceProgress("ablations", index + 1, len(batches))
+            yield Progress("ablations", index + 1, len(batches))
     deltas /= max(objective.sentences, 1)
     raw = np.zeros((num_layers, num_heads), dtype=np.float64)
     for (layer, head), delta in zip(heads, deltas[: len(heads)]):
         raw[layer, head] = delta
     layer_deltas = deltas[len(heads) :] if layers else None
     baseline = Measurement(base_loss / max(objective.sentences, 1), metric_sum / metric_count if metric_count else float("nan"))
-    yield ImportanceProgress("done", len(batches), len(batches), _result(objective, "ablation", ablation, normalize, raw, layer_deltas, baseline, base))
+    yield Progress("done", len(batches), len(batches), _result(objective, "ablation", ablation, normalize, raw, layer_deltas, baseline, base))
 
 
-def head_importance(objective: Objective, method: str = "gradient", **options) -> Iterator[ImportanceProgress]:
+def head_importance(objective: Objective, method: str = "gradient", **options) -> Iterator[Progress[HeadImportance]]:
     """Importance by `method` (gradient or ablation); a generator of progress, the last item with the result."""
     if method not in METHODS:
         raise InputError(f"unknown importance method {method!r}; use one of: {', '.join(METHODS)}")
@@ -208,7 +207,7 @@ def pruning_curve(
     objective: Objective, *, importance: HeadImportance | None = None, method: str = "gradient", ablation: Ablation = "zero",
     step: float = 0.1, reestimate: bool = False, normalize: bool = True, max_drop: float = 0.01,
     cancel: threading.Event | None = None,
-) -> Iterator[CurveProgress]:
+) -> Iterator[Progress[PruningCurve]]:
     """Remove the least important heads `step` of all heads at a time, measuring the objective at each step.
 
     With `reestimate`, importance is estimated again under the heads removed so far before
@@ -238,6 +237,6 @@ def pruning_curve(
             mask = HeadMask(mask.num_layers, mask.num_heads, mask.off | frozenset(chosen))
         measured = measure(objective, mask if len(mask) else None, ablation)
         points.append(CurvePoint(count / total_heads, count, measured.loss, measured.metric, mask.spec()))
-        yield CurveProgress(f"{count} of {total_heads} heads removed", index + 1, steps)
+        yield Progress(f"{count} of {total_heads} heads removed", index + 1, steps)
     curve = PruningCurve(objective.name, objective.metric, method, ablation, reestimate, tuple(points), max_drop, tuple(objective.notes))
-    yield CurveProgress("done", steps, steps, curve)
+    yield Progress("done", steps, steps, curve)

@@ -89,16 +89,6 @@ class HeadImportance:
 
 
 @dataclass(frozen=True)
-class ImportanceProgress:
-    """One batch done; the last item carries the result."""
-
-    stage: str
-    done: int
-    total: int
-    result: HeadImportance | None = None
-
-
-@dataclass(frozen=True)
 class Measurement:
     """The objective over all its sentences under one mask."""
 
@@ -155,14 +145,6 @@ class PruningCurve:
             "prunable": {"fraction": round(best.fraction, 6), "heads_pruned": best.heads_pruned, "mask": best.mask},
             "notes": list(self.notes),
         }
-
-
-@dataclass(frozen=True)
-class CurveProgress:
-    stage: str
-    done: int
-    total: int
-    curve: PruningCurve | None = None
 
 
 def check_fraction(value: float, what: str = "fraction") -> float:

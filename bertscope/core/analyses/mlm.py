@@ -26,6 +26,7 @@ from bertscope.core.data.corpus import ReadReport, _checked, _lines, packaged_da
 from bertscope.core.errors import InputError, NoMLMHeadError
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding, MaskPrediction
+from bertscope.core.progress import Progress
 
 MASK_TEXT = "[MASK]"  # what users write; replaced by the tokenizer's own mask token (RoBERTa: <mask>)
 PRECISION_AT = (1, 10)
@@ -157,12 +158,6 @@ class ClozeResult:
         return {"queries": self.queries, **final, "layers": layers, "answers": self.answers}
 
 
-@dataclass(frozen=True)
-class ClozeProgress:
-    sentences: int  # queries scored so far
-    result: ClozeResult | None = None
-
-
 def read_cloze(path, report: ReadReport | None = None) -> list[ClozeQuery]:
     """Queries from a cloze file: `query<TAB>answer` lines, or LAMA's JSON lines.
 
@@ -228,7 +223,7 @@ def cloze_scores(
     batch_size: int = 32,
     report: ReadReport | None = None,
     cancel: threading.Event | None = None,
-) -> Iterator[ClozeProgress]:
+) -> Iterator[Progress[ClozeResult]]:
     """P@1 and P@10 of the gold answer per layer; progress per batch, the result on the last item.
 
     The rank of the answer is the number of vocabulary entries with a larger logit, at the
@@ -283,9 +278,9 @@ def cloze_scores(
             answers[index] = {"query": query.text, "answer": query.answer, "prediction": guess, "rank": int(rank)}
         done += len(batch)
         del inputs, gold, rows, columns, outputs, hidden, logits, gold_logit  # nothing of a batch outlives it
-        yield ClozeProgress(done)
+        yield Progress("queries", done, len(kept))
     result = ClozeResult(queries=len(kept), precision={k: hits[k] / len(kept) for k in PRECISION_AT}, answers=answers)
-    yield ClozeProgress(len(kept), result)
+    yield Progress("queries", len(kept), len(kept), result)
 
 
 def sample_cloze() -> str:

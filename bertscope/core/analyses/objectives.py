@@ -31,6 +31,7 @@ from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
 from bertscope.core.model.allocator import release_freed_memory
 from bertscope.core.model.masks import Ablation
+from bertscope.core.progress import outcome
 
 MLM_RATE = 0.15
 CHUNK = 1024  # sentences tokenised at a time on a walk over the corpus
@@ -391,8 +392,8 @@ class ProbeObjective(Objective):
         options = FeatureOptions(level=level)
         features = {}
         for name in ("train", "dev"):
-            for step in extract_features(session, getattr(split, name), options, cache_dir=False, batch_size=batch_size):
-                features[name] = step.features
+            steps = extract_features(session, getattr(split, name), options, cache_dir=False, batch_size=batch_size)
+            features[name] = outcome(steps, f"features of the {name} split")
 
         def labels_of(name: str, rows=None) -> list[str]:
             group = getattr(split, name)

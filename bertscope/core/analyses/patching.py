@@ -34,18 +34,9 @@ from bertscope.core.analyses.patching_results import DIRECTIONS, METRICS, SWEEPS
 from bertscope.core.data.batching import MAX_TOKENS
 from bertscope.core.errors import InputError
 from bertscope.core.model.results import Encoding
+from bertscope.core.progress import Progress
 
 SAME = 1e-6  # metrics closer than this: the inputs do not differ in the behaviour, and no effect can be normalised
-
-
-@dataclass(frozen=True)
-class PatchProgress:
-    """A stage of a patching run; the last item carries the result."""
-
-    stage: str
-    done: int
-    total: int
-    result: PatchingResult | None = None
 
 
 @dataclass
@@ -95,7 +86,7 @@ def patch(
     per_position: bool = False,
     cache_dir=None,
     cancel: threading.Event | None = None,
-) -> Iterator[PatchProgress]:
+) -> Iterator[Progress[PatchingResult]]:
     """Patch every component of the chosen sweeps between `clean` and `corrupt`; a generator of progress.
 
     `metric`: mlm (`answers` A,B at the [MASK]: logit A - logit B; default the clean and the
@@ -122,10 +113,10 @@ def patch(
 
         for step in decision_probe(session, _required(task, "task", "a probe metric needs a probing task"), data=data,
                                    layer=probe_layer, cache_dir=cache_dir, cancel=cancel):
-            if step.probe is not None:
-                probe = step.probe
+            if step.result is not None:
+                probe = step.result
                 break
-            yield PatchProgress(step.stage, step.done, step.total)
+            yield step
         else:
             return  # cancelled
     measure = _metric(session, metric, clean_encoding, clean_run, corrupt_run, answers, classes, probe)
@@ -149,12 +140,12 @@ def patch(
             hidden = _patched_hidden(session, base, source, group, rows, measure.layer)
             values.append(measure.score(hidden).double().cpu().numpy())
             done += rows.stop - rows.start
-            yield PatchProgress("patching", done, total)
+            yield Progress("patching", done, total)
         group.store(np.concatenate(values))
     spread = clean_metric - corrupt_metric
     for name, values in effects.items():
         effects[name] = ((values - corrupt_metric) if direction == "denoise" else (clean_metric - values)) / spread
-    yield PatchProgress("patching", total, total, PatchingResult(
+    yield Progress("patching", total, total, PatchingResult(
         metric=metric, metric_description=measure.description, direction=direction,
         tokens=clean_encoding.tokens, corrupt_tokens=corrupt_encoding.tokens, differing=differing,
         clean_metric=clean_metric, corrupt_metric=corrupt_metric,

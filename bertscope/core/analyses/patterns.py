@@ -46,7 +46,8 @@ from bertscope.core.data.corpus import Sentence, chunked
 from bertscope.core.errors import InputError
 from bertscope.core.model.allocator import release_freed_memory
 from bertscope.core.model.masks import Ablation, HeadMask
-from bertscope.core.model.results import PATTERNS, STATISTICS, PatternProgress, PatternResult
+from bertscope.core.model.results import PATTERNS, STATISTICS, PatternResult
+from bertscope.core.progress import Progress
 
 STRIPES, MIXED, BLOCK = 0.6, 0.2, 0.85
 TOP_COLUMNS = 2
@@ -208,8 +209,8 @@ def pattern_statistics(
     max_tokens: int = MAX_TOKENS,
     max_square: int = MAX_SQUARE,
     cancel: threading.Event | None = None,
-) -> Iterator[PatternProgress]:
-    """Stream a corpus through the model; yield progress after every batch, the last one `done`.
+) -> Iterator[Progress[PatternResult]]:
+    """Stream a corpus through the model; yield the statistics so far (`partial`) after every batch, then the result.
 
     Sentences are read `chunk_size` at a time and sorted by length within the chunk, so
     batches carry little padding. Memory is flat in the corpus: each layer's attention maps
@@ -231,10 +232,11 @@ def pattern_statistics(
                 return
             batch = [encoded[index] for index in indices]
             _add_batch(session, accumulator, batch, punctuation_of, gates, ablation)
-            yield PatternProgress(accumulator.sentences, accumulator.result())
+            yield Progress("sentences", accumulator.sentences, partial=accumulator.result())
     if accumulator.sentences == 0:
         raise InputError("no sentences to analyse; the corpus is empty")
-    yield PatternProgress(accumulator.sentences, accumulator.result(), done=True)
+    result = accumulator.result()
+    yield Progress("sentences", accumulator.sentences, result=result, partial=result)
 
 
 def _add_batch(session, accumulator: _Accumulator, batch: list[EncodedSentence], punctuation_of, gates, ablation) -> None:

@@ -34,6 +34,7 @@ from bertscope.core.data.cache import default_cache_dir
 from bertscope.core.data.corpus import Sentence, read_sentences
 from bertscope.core.data.files import atomic_write
 from bertscope.core.errors import InputError
+from bertscope.core.progress import Progress
 
 POOLINGS = ("cls", "mean")
 _trained: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # session -> {key: DecisionProbe}
@@ -75,16 +76,6 @@ class DecisionProbe:
         }
 
 
-@dataclass(frozen=True)
-class ProbeTraining:
-    """A stage of training a decision probe; the last item carries it."""
-
-    stage: str
-    done: int
-    total: int
-    probe: DecisionProbe | None = None
-
-
 def decision_probe(
     session,
     task: str,
@@ -95,7 +86,7 @@ def decision_probe(
     pooling: str = "cls",
     cache_dir=None,
     cancel: threading.Event | None = None,
-) -> Iterator[ProbeTraining]:
+) -> Iterator[Progress[DecisionProbe]]:
     """Train (or take from memory or the disk cache) the probe for a sentence-level `task`, yielding progress.
 
     The sentences are, in order of precedence: `sentences`, the SentEval file `data`, or
@@ -128,10 +119,10 @@ def decision_probe(
         for name in ("train", "dev", "test"):
             split = getattr(splits, name)
             for step in extract_features(session, split, options, cache_dir=cache_dir, cancel=cancel):
-                if step.features is not None:
-                    features[name] = step.features.X
+                if step.result is not None:
+                    features[name] = step.result.X
                     break
-                yield ProbeTraining(f"probe features ({name})", done + step.sentences, total)
+                yield Progress(f"probe features ({name})", done + step.done, total)
             else:
                 return  # cancelled
             done += len(split)
@@ -140,7 +131,7 @@ def decision_probe(
             raise InputError(f"{source}: a sentence has no label; probing a decision needs split<TAB>label<TAB>sentence lines")
         encoded = encode_labels(*labels)
         y_train, y_dev, y_test, classes = encoded.train, encoded.dev, encoded.test, encoded.classes
-        yield ProbeTraining("training the probe", total, total)
+        yield Progress("training the probe", total, total)
         try:
             trained = probes.train_probes(
                 encoded.rows("train", features["train"]), y_train, encoded.rows("dev", features["dev"]), y_dev,
@@ -158,7 +149,7 @@ def decision_probe(
     with _training_lock:
         _trained[session][key] = known
     chosen = layer if layer is not None else int(np.argmax(known.trained.dev_accuracy.max(0)))
-    yield ProbeTraining("done", 1, 1, _with_layer(known, chosen))
+    yield Progress("done", 1, 1, _with_layer(known, chosen))
 
 
 def _with_layer(probe: DecisionProbe, layer: int) -> DecisionProbe:

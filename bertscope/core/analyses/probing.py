@@ -27,6 +27,7 @@ from bertscope.core.analyses.features import FeatureOptions, Features, extract_f
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, WORD_TASKS
 from bertscope.core.errors import InputError
+from bertscope.core.progress import Progress
 
 MIN_EXAMPLES = 2  # labels with fewer training examples are left out (probing's --min-examples)
 
@@ -50,14 +51,6 @@ class ProbeReport:
             "center_of_gravity": None if np.isnan(self.center_of_gravity) else round(self.center_of_gravity, 4),
             "baselines": self.baselines, "counts": self.counts, "notes": self.notes,
         }
-
-
-@dataclass(frozen=True)
-class ProbeProgress:
-    stage: str
-    done: int
-    total: int
-    report: ProbeReport | None = None
 
 
 @dataclass(frozen=True)
@@ -197,7 +190,7 @@ def run_probe(
     cache_dir=None,
     seed: int = 0,
     cancel: threading.Event | None = None,
-) -> Iterator[ProbeProgress]:
+) -> Iterator[Progress[ProbeReport]]:
     """Probe every layer for `task`; yield progress by stage, the last item carrying the report.
 
     Labels with fewer than `min_examples` training examples are left out (see `encode_labels`).
@@ -214,18 +207,18 @@ def run_probe(
         for name in ("train", "dev", "test"):
             sentences = getattr(splits, name)
             for step in extract_features(source, sentences, options, cache_dir=cache_dir, cancel=cancel):
-                if step.features is not None:
-                    features[which, name] = step.features
+                if step.result is not None:
+                    features[which, name] = step.result
                     break
-                yield ProbeProgress(f"features ({which}, {name})", done + step.sentences, total)
+                yield Progress(f"features ({which}, {name})", done + step.done, total)
             else:
                 return  # cancelled
             done += len(sentences)
-            yield ProbeProgress(f"features ({which}, {name})", done, total)
+            yield Progress(f"features ({which}, {name})", done, total)
     if cancel is not None and cancel.is_set():
         return
     device = str(session.device)
-    yield ProbeProgress("training probes", total, total)
+    yield Progress("training probes", total, total)
     try:
         if task in STRUCTURAL_TASKS:
             report = _structural_report(task, splits, features, random_baseline, device, seed, cancel)
@@ -239,7 +232,7 @@ def run_probe(
     if truncated:
         report.notes.append(f"{truncated} words of sentences longer than the model's maximum were left out")
     report.notes[:0] = splits.notes
-    yield ProbeProgress("done", total, total, report)
+    yield Progress("done", total, total, report)
 
 
 def _classification_report(

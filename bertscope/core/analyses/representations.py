@@ -33,6 +33,7 @@ from bertscope.core.data.corpus import Sentence, chunked
 from bertscope.core.errors import InputError
 from bertscope.core.model.allocator import release_freed_memory
 from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.progress import Progress
 
 LABELS = {"token": ("token",), "word": ("upos", "xpos", "deprel"), "sentence": ("label",)}
 DEFAULT_MAX_ROWS = 4000
@@ -54,12 +55,6 @@ class Sample:
     @property
     def size(self) -> int:
         return len(self.texts)
-
-
-@dataclass(frozen=True)
-class SampleProgress:
-    sentences: int
-    sample: Sample | None = None  # set on the last item
 
 
 @dataclass
@@ -220,7 +215,7 @@ def stream_sample(
     attentions: bool = False,
     on_batch: Callable[[list, PreparedBatch], None] | None = None,
     cancel: threading.Event | None = None,
-) -> Iterator[SampleProgress]:
+) -> Iterator[Progress[Sample]]:
     """Run the corpus through every session; yield progress per batch, the last item carrying the Sample.
 
     `mask` applies to the first session only. With `attentions`, `on_batch(outputs, prepared)`
@@ -274,7 +269,7 @@ def stream_sample(
             read += len(batch)
             truncated += prepared.truncated
             del prepared
-            yield SampleProgress(read)
+            yield Progress("representations", read)
     if read == 0:
         raise InputError("no sentences to analyse; the corpus is empty")
     size = min(reservoir.seen, max_rows)
@@ -285,6 +280,6 @@ def stream_sample(
         unit=unit, states=tuple(store[:size] for store in stores), labels=present, texts=tuple(texts[:size]),
         sentences=read, seen=reservoir.seen, truncated=truncated,
     )
-    yield SampleProgress(read, sample)
+    yield Progress("representations", read, result=sample)
 
 

@@ -36,6 +36,7 @@ from scipy.stats import rankdata
 
 from bertscope.core.errors import InputError
 from bertscope.core.model.device import resolve_device
+from bertscope.core.progress import Progress, outcome
 
 SPEARMAN_LENGTHS = (5, 50)  # the paper averages Spearman over sentences of 5 to 50 words
 INIT_RANGE = 0.05
@@ -105,21 +106,6 @@ class StructuralProbes:
     depth_epoch: np.ndarray  # [L]
     distance_loss: np.ndarray  # [L] dev loss at that epoch
     depth_loss: np.ndarray  # [L]
-
-
-@dataclass(frozen=True)
-class StructuralProgress:
-    """One finished epoch: dev losses `[L]` of the current parameters; `probes` on the last."""
-
-    epoch: int
-    epochs: int
-    distance_loss: np.ndarray
-    depth_loss: np.ndarray
-    probes: StructuralProbes | None = None
-
-    @property
-    def done(self) -> bool:
-        return self.probes is not None
 
 
 @dataclass(frozen=True)
@@ -284,8 +270,10 @@ def iter_structural_training(
     device="cpu",
     seed: int = 0,
     cancel: threading.Event | None = None,
-) -> Iterator[StructuralProgress]:
-    """Train distance and depth probes for every layer; yield after each epoch, the last one `done`.
+) -> Iterator[Progress[StructuralProbes]]:
+    """Train distance and depth probes for every layer; yield after each epoch, the probes on the last.
+
+    Each item's `partial` is that epoch's dev losses `[2, L]` (distance, depth) of the current parameters.
 
     Batches hold sentences of similar length; their composition is drawn once (from `seed`)
     and their order reshuffled every epoch. Training stops early once no probe of any
@@ -348,7 +336,7 @@ def iter_structural_training(
                 distance_loss=best_loss[0].astype(np.float32),
                 depth_loss=best_loss[1].astype(np.float32),
             )
-        yield StructuralProgress(epoch, epochs, loss[0].copy(), loss[1].copy(), probes)
+        yield Progress(f"epoch {epoch}", epoch, epochs, result=probes, partial=loss.copy())
         if finished:
             return
 
@@ -371,13 +359,11 @@ def train_structural_probes(
     cancel: threading.Event | None = None,
 ) -> StructuralProbes:
     """`iter_structural_training` run to the end, for callers that need no progress."""
-    for progress in iter_structural_training(
+    steps = iter_structural_training(
         X_train, sent_train, trees_train, X_dev, sent_dev, trees_dev, rank=rank, epochs=epochs, lr=lr,
         batch_size=batch_size, patience=patience, device=device, seed=seed, cancel=cancel,
-    ):  # fmt: skip
-        if progress.done:
-            return progress.probes
-    raise AssertionError("training ended without a result")
+    )  # fmt: skip
+    return outcome(steps, "structural probe training")
 
 
 # --- scoring -------------------------------------------------------------------------------

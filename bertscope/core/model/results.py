@@ -143,14 +143,5 @@ class PatternResult:
                 "heads": heads, "layers": layers}
 
 
-@dataclass(frozen=True)
-class PatternProgress:
-    """One step of a corpus run: how far it is, and the statistics so far."""
-
-    sentences: int
-    result: PatternResult
-    done: bool = False
-
-
 def _shares(values: np.ndarray) -> dict[str, float]:
     return {name: round(float(value), 6) for name, value in zip(PATTERNS, values)}
