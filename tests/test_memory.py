@@ -130,3 +130,61 @@ def test_plan_keeps_every_sentence_once(cap):
     lengths = rng.integers(1, 300, size=500).tolist()
     batches = list(plan_batches(lengths, 16, max_tokens=2048, max_square=cap))
     assert sorted(i for b in batches for i in b) == list(range(500))
+
+
+def test_corpus_heap_maps_large_blocks_only_while_a_job_runs(monkeypatch):
+    """Corpus jobs serve large blocks with mmap (no fragmented heap growing chunk after chunk), nested
+    jobs included; the interactive threshold comes back when the last one ends."""
+    from bertscope.core import allocator
+
+    calls = []
+    monkeypatch.setattr(allocator, "_tuned", True)
+    monkeypatch.setattr(allocator, "_mallopt", lambda option, value: calls.append((option, value)))
+    outer = allocator.corpus_heap_over(iter(range(3)))
+    assert next(outer) == 0
+    assert list(allocator.corpus_heap_over(iter("ab"))) == ["a", "b"]  # a nested job (a pruning curve's importance)
+    assert calls == [(allocator.M_MMAP_THRESHOLD, allocator.STREAMING_THRESHOLD)]
+    assert list(outer) == [1, 2]
+    assert calls[-1] == (allocator.M_MMAP_THRESHOLD, allocator._kept)
+    abandoned = allocator.corpus_heap_over(iter(range(3)))
+    next(abandoned)
+    del abandoned  # a cancelled job: dropping its generator restores the threshold too
+    gc.collect()
+    assert calls[-1] == (allocator.M_MMAP_THRESHOLD, allocator._kept) and len(calls) == 4
+
+
+def test_probe_training_holds_a_block_of_rows_not_the_whole_layer(monkeypatch):
+    """Beyond FIT_BLOCK rows a linear probe is fitted on blocks read from the features; the
+    probes are those of the in-memory fit, and no float32 copy of a whole layer is alive."""
+    from bertscope.core import lbfgs, probes
+
+    rng = np.random.default_rng(0)
+    n, dim, classes = 6000, 32, 4
+    y = rng.integers(0, classes, n)
+    X = (rng.normal(size=(n, 2, dim)) + 0.4 * rng.normal(size=(classes, 1, dim))[y]).astype(np.float16)
+    X_dev, y_dev = X[:700].copy(), y[:700].copy()
+    whole = probes.train_probes(X, y, X_dev, y_dev, num_classes=classes, seed=0)
+
+    monkeypatch.setattr(probes, "FIT_BLOCK", 500)
+    seen = []
+    minimise = lbfgs.minimise
+
+    def watched(function, theta, **options):  # live tensors at the first step of every fit, the final ones included
+        first = []
+
+        def measured(theta):
+            if not first:
+                first.append(True)
+                seen.append(live_tensor_bytes())
+            return function(theta)
+        return minimise(measured, theta, **options)
+
+    monkeypatch.setattr(lbfgs, "minimise", watched)
+    blocks = probes.train_probes(X, y, X_dev, y_dev, num_classes=classes, seed=0)
+    assert blocks.l2.tolist() == whole.l2.tolist()
+    np.testing.assert_allclose(blocks.mean, whole.mean, atol=1e-5)
+    np.testing.assert_allclose(blocks.std, whole.std, rtol=1e-5)
+    assert np.abs(blocks.weights - whole.weights).max() < 2e-3 * np.abs(whole.weights).max()
+    assert np.abs(blocks.dev_accuracy - whole.dev_accuracy).max() <= 2 / len(y_dev)
+    layer_copy = n * dim * 4  # what the in-memory fit holds: 768 KB
+    assert max(seen) < layer_copy / 2, f"{max(seen):,} bytes of tensors alive while fitting; a whole layer is {layer_copy:,}"

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from bertscope.core.allocator import corpus_heap_over
 from bertscope.core.batching import plan_batches
 from bertscope.core.corpus import ReadReport, _checked, _lines
 from bertscope.core.errors import BertscopeError, InputError
@@ -272,7 +273,7 @@ def cloze_scores(
     done = 0
     # Batches capped by tokens (core.batching); the MLM head runs on the [MASK] positions only,
     # never over every token of the batch (B·T·vocabulary floats: hundreds of MB for long queries).
-    for indices in plan_batches(lengths, batch_size):
+    for indices in corpus_heap_over(plan_batches(lengths, batch_size)):  # one heap setting for batches of every shape (core.allocator)
         if cancel is not None and cancel.is_set():
             return
         batch = [kept[index] for index in indices]

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from bertscope.core.allocator import release_freed_memory
+from bertscope.core.allocator import corpus_heap_over, release_freed_memory
 from bertscope.core.batching import MAX_TOKENS, plan_batches
 from bertscope.core.corpus import Sentence
 from bertscope.core.errors import InputError
@@ -103,7 +103,7 @@ class Batches:
 
     def __iter__(self) -> Iterator[Batch]:
         number = 0
-        for chunk, encoded in self.chunks():
+        for chunk, encoded in corpus_heap_over(self.chunks()):  # one heap setting for batches of every shape (core.allocator)
             for indices in self._plan(encoded):
                 padded = self.session.tokenizer.pad({k: [v[i] for i in indices] for k, v in encoded.items()}, return_tensors="pt")
                 yield self.finish(number, [chunk[i] for i in indices], encoded, indices, padded)

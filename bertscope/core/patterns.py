@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bertscope.core.allocator import release_freed_memory
+from bertscope.core.allocator import corpus_heap_over, release_freed_memory
 from bertscope.core.batching import MAX_SQUARE, MAX_TOKENS, plan_batches
 from bertscope.core.corpus import Sentence, chunked
 from bertscope.core.errors import InputError
@@ -220,7 +220,7 @@ def pattern_statistics(
     accumulator = _Accumulator(session.num_layers, session.num_heads, session.device)
     gates = session.gate_tensor(mask)
     punctuation_of: dict[int, bool] = {}  # bounded by the vocabulary
-    for chunk in chunked(sentences, chunk_size):
+    for chunk in corpus_heap_over(chunked(sentences, chunk_size)):  # one heap setting for batches of every shape (core.allocator)
         release_freed_memory()  # what the last chunk's batches freed (core.allocator)
         encoded = encode_sorted(session, chunk)
         del chunk

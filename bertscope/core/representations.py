@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from bertscope.core.allocator import release_freed_memory
+from bertscope.core.allocator import corpus_heap_over, release_freed_memory
 from bertscope.core.batching import MAX_SQUARE, plan_batches
 from bertscope.core.corpus import Sentence, chunked
 from bertscope.core.errors import InputError
@@ -236,7 +236,7 @@ def stream_sample(
     labels: dict[str, list[str]] = {}
     texts: list[str] = [""] * max_rows
     read = truncated = 0
-    for chunk in chunked(sentences, CHUNK):
+    for chunk in corpus_heap_over(chunked(sentences, CHUNK)):  # one heap setting for batches of every shape (core.allocator)
         release_freed_memory()  # what the last chunk's batches freed (core.allocator)
         if read == 0:
             unit = check_unit(unit, chunk)
