@@ -184,6 +184,7 @@ def _extract(session, sentences, options, gates, path, dtype, batch_size, cancel
                 filled[start_slot : start_slot + len(words)] = True
                 row = end_row
             done += len(indices)
+            del inputs, special, outputs, pooled, block  # nothing of a batch outlives it (the next pass would stack on it)
             yield FeatureProgress(done, len(sentences))
     finally:
         complete = bool(filled.all())
