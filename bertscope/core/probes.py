@@ -105,8 +105,12 @@ class TrainedProbes:
         return out
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """`[N, L]` predicted class of every layer's probe."""
-        return self.logits(X).argmax(-1)
+        """`[N, L]` predicted class of every layer's probe, EVAL_BATCH rows at a time (no `[N, L, C]` scores held)."""
+        X = _check_features(X, self.mean.shape[0], self.mean.shape[1])
+        predicted = np.empty((X.shape[0], self.num_layers), dtype=np.int64)
+        for start in range(0, X.shape[0], EVAL_BATCH):
+            predicted[start : start + EVAL_BATCH] = self.logits(X[start : start + EVAL_BATCH]).argmax(-1)
+        return predicted
 
 
 def train_probes(
