@@ -130,3 +130,86 @@ def test_plan_keeps_every_sentence_once(cap):
     lengths = rng.integers(1, 300, size=500).tolist()
     batches = list(plan_batches(lengths, 16, max_tokens=2048, max_square=cap))
     assert sorted(i for b in batches for i in b) == list(range(500))
+
+
+def test_corpus_heap_maps_large_blocks_only_while_a_job_runs(monkeypatch):
+    """Corpus jobs serve large blocks with mmap (no fragmented heap growing chunk after chunk), nested
+    jobs included; the interactive threshold comes back when the last one ends."""
+    from bertscope.core.model import allocator
+
+    calls = []
+    monkeypatch.setattr(allocator, "_tuned", True)
+    monkeypatch.setattr(allocator, "_mallopt", lambda option, value: calls.append((option, value)))
+    outer = allocator.corpus_heap_over(iter(range(3)))
+    assert next(outer) == 0
+    assert list(allocator.corpus_heap_over(iter("ab"))) == ["a", "b"]  # a nested job (a pruning curve's importance)
+    assert calls == [(allocator.M_MMAP_THRESHOLD, allocator.STREAMING_THRESHOLD)]
+    assert list(outer) == [1, 2]
+    assert calls[-1] == (allocator.M_MMAP_THRESHOLD, allocator._kept)
+    abandoned = allocator.corpus_heap_over(iter(range(3)))
+    next(abandoned)
+    del abandoned  # a cancelled job: dropping its generator restores the threshold too
+    gc.collect()
+    assert calls[-1] == (allocator.M_MMAP_THRESHOLD, allocator._kept) and len(calls) == 4
+
+
+def test_probe_training_holds_a_block_of_rows_not_the_whole_layer(monkeypatch):
+    """Beyond FIT_BLOCK rows a linear probe is fitted on blocks read from the features; the
+    probes are those of the in-memory fit, and no float32 copy of a whole layer is alive."""
+    from bertscope.core.analyses import lbfgs, probes
+
+    rng = np.random.default_rng(0)
+    n, dim, classes = 1200, 16, 4
+    y = rng.integers(0, classes, n)
+    X = (rng.normal(size=(n, 2, dim)) + 0.4 * rng.normal(size=(classes, 1, dim))[y]).astype(np.float16)
+    X_dev, y_dev = X[:300].copy(), y[:300].copy()
+    whole = probes.train_probes(X, y, X_dev, y_dev, num_classes=classes, seed=0, epochs=25)
+
+    monkeypatch.setattr(probes, "FIT_BLOCK", 150)
+    seen = []
+    minimise = lbfgs.minimise
+
+    def watched(function, theta, **options):  # live tensors at the first step of every fit, the final ones included
+        first = []
+
+        def measured(theta):
+            if not first:
+                first.append(True)
+                seen.append(live_tensor_bytes())
+            return function(theta)
+        return minimise(measured, theta, **options)
+
+    monkeypatch.setattr(lbfgs, "minimise", watched)
+    before = live_tensor_bytes()
+    blocks = probes.train_probes(X, y, X_dev, y_dev, num_classes=classes, seed=0, epochs=25)
+    assert blocks.l2.tolist() == whole.l2.tolist()
+    np.testing.assert_allclose(blocks.mean, whole.mean, atol=1e-5)
+    np.testing.assert_allclose(blocks.std, whole.std, rtol=1e-5)
+    assert np.abs(blocks.weights - whole.weights).max() < 2e-3 * np.abs(whole.weights).max()
+    assert np.abs(blocks.dev_accuracy - whole.dev_accuracy).max() <= 2 / len(y_dev)
+    layer_copy = n * dim * 4  # what the in-memory fit holds: 77 KB
+    held = max(seen) - before
+    assert held < layer_copy / 2, f"{held:,} bytes of tensors alive while fitting; a whole layer is {layer_copy:,}"
+
+
+def test_feature_extraction_tokenises_a_chunk_at_a_time_and_keeps_no_batch(tiny_session, tmp_path, monkeypatch):
+    """Probing's features: a chunk's tokens and a batch's tensors are gone once done; only the
+    features (here a memory-mapped cache entry) grow with the corpus."""
+    from bertscope.core.analyses import features
+
+    monkeypatch.setattr(features, "CHUNK", 16)
+    encode = features._encode
+    chunk_sizes = []
+
+    def counted(session, sentences, level):
+        chunk_sizes.append(len(sentences))
+        return encode(session, sentences, level)
+
+    monkeypatch.setattr(features, "_encode", counted)
+    sentences = generate_treebank(40, seed=3)
+    steps = features.extract_features(tiny_session, sentences, features.FeatureOptions(level="word"), cache_dir=tmp_path, batch_size=8)
+    first, most = growth_between_batches(step for step in steps if step.features is None)
+    assert most <= first + SLACK, f"live tensors grew from {first:,} to {most:,} bytes as batches were read"
+    assert chunk_sizes and max(chunk_sizes) <= 16 and sum(chunk_sizes) == len(sentences)
+    result = list(features.extract_features(tiny_session, sentences, features.FeatureOptions(level="word"), cache_dir=tmp_path))[-1].features
+    assert result.from_cache and len(result.X) == sum(len(sentence.words) for sentence in sentences)

@@ -27,10 +27,12 @@ from bertscope.core.data.cache import default_cache_dir
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.files import atomic_write, publish, reserve_space, temporary_beside
 from bertscope.core.errors import InputError
+from bertscope.core.model.allocator import corpus_heap_over, release_freed_memory
 from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import Progress
 
 CACHE_VERSION = 4  # 2: rows name their word (a word with no tokens has no row); 3: stored layer by layer; 4: float16
+CHUNK = 1024  # sentences tokenised at a time
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 WORD_POOLING = ("first", "mean")
 SENTENCE_POOLING = ("cls", "mean")
@@ -119,11 +121,11 @@ def extract_features(
             yield Progress("features", len(sentences), len(sentences), cached)
             return
     gates = session.gate_tensor(session.mask(options.mask))
-    encoded = _encode(session, sentences, options.level)
+    _check_pairs(sentences, options.level)
     features = None
     for dtype in (np.float16, np.float32):
         try:
-            features = yield from _extract(session, sentences, options, encoded, gates, path, dtype, batch_size, cancel)
+            features = yield from _extract(session, sentences, options, gates, path, dtype, batch_size, cancel)
             break
         except _BeyondFloat16:
             continue  # again in float32, from the first batch
@@ -135,7 +137,7 @@ class _BeyondFloat16(Exception):
     """A hidden state too large for float16 (not seen in a post-LayerNorm encoder, but possible)."""
 
 
-def _extract(session, sentences, options, encoded, gates, path, dtype, batch_size, cancel) -> Iterator[Progress[Features]]:
+def _extract(session, sentences, options, gates, path, dtype, batch_size, cancel) -> Iterator[Progress[Features]]:
     """The batches' forward passes, yielding progress; returns the Features, or None if cancelled."""
     # Rows go straight to their place in input order, layer-major (each layer one contiguous
     # matrix for the probes): a sentence gets one slot per word (one for sentence level), and
@@ -149,20 +151,21 @@ def _extract(session, sentences, options, encoded, gates, path, dtype, batch_siz
     filled = np.zeros(sum(slots), dtype=bool)
     word_index = np.zeros(sum(slots), dtype=np.int64)
     lost = 0
-    lengths = [len(ids) for ids in encoded["input_ids"]]
     done = 0
     try:
-        for indices in plan_batches(lengths, batch_size):  # capped by tokens: long sentences do not raise the peak
+        # Sentences are tokenised a chunk at a time (a whole split's tokens would grow with it), batches are
+        # capped by tokens, so long sentences do not raise the peak, and one heap setting serves batches of every shape (core.model.allocator).
+        for encoded, indices, in_chunk in corpus_heap_over(_chunk_batches(session, sentences, options.level, batch_size)):
             if cancel is not None and cancel.is_set():
                 return None
-            inputs, special = _pad(session, encoded, indices)
+            inputs, special = _pad(session, encoded, in_chunk)
             with torch.inference_mode():
                 outputs = session.run(inputs, gates=gates, ablation=options.ablation, attentions=False, hidden_states=True)
                 if options.level == "sentence":
                     pooled = _pool_sentences(outputs.hidden_states, inputs["attention_mask"], special, options.sentence_pooling)
                     present = [[0]] * len(indices)
                 else:
-                    pooled, present = _pool_words(outputs.hidden_states, [encoded.word_ids(index) for index in indices], options.word_pooling)
+                    pooled, present = _pool_words(outputs.hidden_states, [encoded.word_ids(index) for index in in_chunk], options.word_pooling)
                     lost += sum(len(sentences[index].words) - (words[-1] + 1 if words else 0) for index, words in zip(indices, present, strict=True))
                 if dtype == np.float16 and pooled.abs().amax() > FLOAT16_MAX:
                     raise _BeyondFloat16
@@ -175,6 +178,7 @@ def _extract(session, sentences, options, encoded, gates, path, dtype, batch_siz
                 filled[start_slot : start_slot + len(words)] = True
                 row = end_row
             done += len(indices)
+            del inputs, special, outputs, pooled, block  # nothing of a batch outlives it (the next pass would stack on it)
             yield Progress("features", done, len(sentences))
     finally:
         complete = bool(filled.all())
@@ -190,15 +194,30 @@ def _extract(session, sentences, options, encoded, gates, path, dtype, batch_siz
     return features
 
 
+def _chunk_batches(session, sentences: Sequence[Sentence], level: str, batch_size: int):
+    """(a chunk's tokenisation, a batch's indices into `sentences`, the same into the chunk), chunk after chunk."""
+    for start in range(0, len(sentences), CHUNK):
+        release_freed_memory()  # what the last chunk's batches freed (core.model.allocator)
+        encoded = _encode(session, sentences[start : start + CHUNK], level)
+        lengths = [len(ids) for ids in encoded["input_ids"]]
+        for in_chunk in plan_batches(lengths, batch_size):
+            yield encoded, [start + index for index in in_chunk], in_chunk
+
+
+def _check_pairs(sentences: Sequence[Sentence], level: str) -> None:
+    if level == "sentence":
+        pairs = [sentence.pair is not None for sentence in sentences]
+        if any(pairs) and not all(pairs):
+            raise InputError("the corpus mixes single sentences and pairs; give one kind of input per corpus")
+
+
 def _encode(session, sentences: Sequence[Sentence], level: str):
-    """Every sentence tokenised in one call (the fast tokenizer runs it in parallel), unpadded."""
+    """A chunk of sentences tokenised in one call (the fast tokenizer runs it in parallel), unpadded."""
     options = dict(truncation=True, max_length=session.max_length)
     if level == "word":  # single sequences: the token types are all 0, and padding makes the attention mask
         return session.tokenizer([list(sentence.words) for sentence in sentences], is_split_into_words=True,
                                  return_attention_mask=False, return_token_type_ids=False, **options)
     pairs = [sentence.pair for sentence in sentences]
-    if any(pair is not None for pair in pairs) and not all(pair is not None for pair in pairs):
-        raise InputError("the corpus mixes single sentences and pairs; give one kind of input per corpus")
     texts = [sentence.text for sentence in sentences]
     return session.tokenizer(texts, pairs if pairs[0] is not None else None, return_special_tokens_mask=True, **options)
 

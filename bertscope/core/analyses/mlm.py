@@ -24,6 +24,7 @@ import torch
 from bertscope.core.data.batching import plan_batches
 from bertscope.core.data.corpus import ReadReport, _checked, _lines, packaged_data
 from bertscope.core.errors import InputError, NoMLMHeadError
+from bertscope.core.model.allocator import corpus_heap_over
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding, MaskPrediction
 from bertscope.core.progress import Progress
@@ -257,7 +258,7 @@ def cloze_scores(
     done = 0
     # Batches capped by tokens (core.data.batching); the MLM head runs on the [MASK] positions only,
     # never over every token of the batch (B·T·vocabulary floats: hundreds of MB for long queries).
-    for indices in plan_batches(lengths, batch_size):
+    for indices in corpus_heap_over(plan_batches(lengths, batch_size)):  # one heap setting for batches of every shape (core.model.allocator)
         if cancel is not None and cancel.is_set():
             return
         batch = [kept[index] for index in indices]

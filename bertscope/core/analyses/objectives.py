@@ -29,7 +29,7 @@ from torch import Tensor
 from bertscope.core.data.batching import MAX_TOKENS, plan_batches
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
-from bertscope.core.model.allocator import release_freed_memory
+from bertscope.core.model.allocator import corpus_heap_over, release_freed_memory
 from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import outcome
 
@@ -103,7 +103,7 @@ class Batches:
 
     def __iter__(self) -> Iterator[Batch]:
         number = 0
-        for chunk, encoded in self.chunks():
+        for chunk, encoded in corpus_heap_over(self.chunks()):  # one heap setting for batches of every shape (core.model.allocator)
             for indices in self._plan(encoded):
                 padded = self.session.tokenizer.pad({k: [v[i] for i in indices] for k, v in encoded.items()}, return_tensors="pt")
                 yield self.finish(number, [chunk[i] for i in indices], encoded, indices, padded)

@@ -44,7 +44,7 @@ from bertscope.core.analyses.headstats import is_punctuation
 from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS, plan_batches
 from bertscope.core.data.corpus import Sentence, chunked
 from bertscope.core.errors import InputError
-from bertscope.core.model.allocator import release_freed_memory
+from bertscope.core.model.allocator import corpus_heap_over, release_freed_memory
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import PATTERNS, STATISTICS, PatternResult
 from bertscope.core.progress import Progress
@@ -221,7 +221,7 @@ def pattern_statistics(
     accumulator = _Accumulator(session.num_layers, session.num_heads, session.device)
     gates = session.gate_tensor(mask)
     punctuation_of: dict[int, bool] = {}  # bounded by the vocabulary
-    for chunk in chunked(sentences, chunk_size):
+    for chunk in corpus_heap_over(chunked(sentences, chunk_size)):  # one heap setting for batches of every shape (core.model.allocator)
         release_freed_memory()  # what the last chunk's batches freed (core.model.allocator)
         encoded = encode_sorted(session, chunk)
         del chunk

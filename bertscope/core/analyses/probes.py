@@ -47,6 +47,7 @@ STD_FLOOR = 1e-6  # a feature constant on the training set stays 0 after standar
 SELECTION_ROWS = 4096  # linear probes choose L2 on at most this many training rows, then fit once on all
 EVAL_BATCH = 4096  # rows per forward pass when predicting, so memory stays flat in N
 STATISTICS_BLOCK = 2048  # rows per block when summing squares for the std
+FIT_BLOCK = 16384  # linear probes: more training (or dev) rows than this are standardised a block at a time
 
 
 class Cancelled(Exception):
@@ -105,8 +106,12 @@ class TrainedProbes:
         return out
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """`[N, L]` predicted class of every layer's probe."""
-        return self.logits(X).argmax(-1)
+        """`[N, L]` predicted class of every layer's probe, EVAL_BATCH rows at a time (no `[N, L, C]` scores held)."""
+        X = _check_features(X, self.mean.shape[0], self.mean.shape[1])
+        predicted = np.empty((X.shape[0], self.num_layers), dtype=np.int64)
+        for start in range(0, X.shape[0], EVAL_BATCH):
+            predicted[start : start + EVAL_BATCH] = self.logits(X[start : start + EVAL_BATCH]).argmax(-1)
+        return predicted
 
 
 def train_probes(
@@ -301,7 +306,7 @@ def _standardise_layer(X: np.ndarray, device: torch.device, mean=None, std=None,
 
 
 def _train_linear(X_train, y_train, X_dev, y_dev, grid, num_classes, max_iter, device, generator, cancel) -> TrainedProbes:
-    """Fit each layer's linear probe in turn; only one layer's standardised copy is held at a time.
+    """Fit each layer's linear probe in turn; at most FIT_BLOCK standardised rows are held at a time.
 
     Per layer: every L2 strength of the grid, from the strongest to the weakest, each fit
     starting from the last (a weakly regularised fit needs ten times the iterations of a
@@ -314,36 +319,45 @@ def _train_linear(X_train, y_train, X_dev, y_dev, grid, num_classes, max_iter, d
     SELECTION_TOLERANCE, the final one at GRADIENT_TOLERANCE: on the generated treebank's
     deprel this takes 57% of the subset's iterations off; no layer's test accuracy fell by
     more than 0.05 point (one rose 0.6, choosing another strength).
+
+    Memory is flat in the number of rows (issue 15): beyond FIT_BLOCK rows the final fit and
+    the dev scores read the features (often a memory map) a block at a time, standardising
+    each block into one reused buffer, instead of holding a float32 copy of the whole layer.
     """
     n, num_layers, dim = X_train.shape
     y = torch.as_tensor(y_train, device=device)
     y_dev = torch.as_tensor(y_dev, device=device)
-    subset = torch.randperm(n, generator=generator)[:SELECTION_ROWS].to(device) if n > SELECTION_ROWS else None
+    subset = torch.randperm(n, generator=generator)[:SELECTION_ROWS] if n > SELECTION_ROWS else None
     strongest_first = sorted(range(len(grid)), key=lambda index: -grid[index])
     mean, std = np.empty((num_layers, dim), np.float32), np.empty((num_layers, dim), np.float32)
     weights, bias = np.empty((num_layers, dim, num_classes), np.float32), np.empty((num_layers, num_classes), np.float32)
     dev_correct, chosen_l2 = np.empty((num_layers, len(grid)), np.int64), np.empty(num_layers)
-    # One buffer for every layer's copy: fresh memory costs page faults, 0.3-0.5 s per
+    # One buffer of each kind for every layer: fresh memory costs page faults, 0.3-0.5 s per
     # 0.4 GB on the 2-core virtual machines this was measured on.
-    Z, Z_dev = torch.empty(n, dim, device=device), torch.empty(len(X_dev), dim, device=device)
+    buffer = torch.empty(min(n, FIT_BLOCK), dim, device=device)
+    dev_buffer = torch.empty(min(len(X_dev), FIT_BLOCK), dim, device=device)
     for layer in range(num_layers):
-        layer_mean, layer_std, _ = _standardise_layer(X_train[:, layer], device, out=Z)
-        _standardise_layer(X_dev[:, layer], device, layer_mean, layer_std, out=Z_dev)
-        Z_path, y_path = (Z, y) if subset is None else (Z[subset], y[subset])
+        rows = _Rows(X_train[:, layer], y, device, buffer)
+        dev_rows = _Rows(X_dev[:, layer], y_dev, device, dev_buffer, rows.mean, rows.std)
+        if subset is None:
+            path_rows = rows
+        else:
+            picked = np.asarray(X_train[subset.numpy(), layer])  # a bounded copy: SELECTION_ROWS rows
+            path_rows = _Rows(picked, y[subset.to(device)], device, None, rows.mean, rows.std)
         W = torch.zeros(num_classes, dim, device=device)
-        b = torch.log(torch.bincount(y_path, minlength=num_classes).float().clamp_min(0.5) / len(y_path))  # W = 0's optimum
+        b = torch.log(torch.bincount(path_rows.y, minlength=num_classes).float().clamp_min(0.5) / len(path_rows.y))  # W = 0's optimum
         path = {}
         tolerance = GRADIENT_TOLERANCE if subset is None else SELECTION_TOLERANCE  # halves the subset's iterations
         for index in strongest_first:
-            W, b = path[index] = _fit_logistic(Z_path, y_path, float(grid[index]), W, b, max_iter, tolerance, cancel)
-            dev_correct[layer, index] = int((cpu_linear.product(Z_dev, W, b).argmax(1) == y_dev).sum())
+            W, b = path[index] = _fit_logistic(path_rows, float(grid[index]), W, b, max_iter, tolerance, cancel)
+            dev_correct[layer, index] = sum(int((cpu_linear.product(Z, W, b).argmax(1) == labels).sum()) for Z, labels in dev_rows.blocks())
         chosen = int(_choose(dev_correct[layer : layer + 1], grid)[0])
         W, b = path[chosen]
         chosen_l2[layer] = grid[chosen]
         if subset is not None:
             chosen_l2[layer] = grid[chosen] * len(subset) / n
-            W, b = _fit_logistic(Z, y, float(chosen_l2[layer]), W, b, max_iter, GRADIENT_TOLERANCE, cancel)
-        mean[layer], std[layer] = layer_mean.cpu().numpy(), layer_std.cpu().numpy()
+            W, b = _fit_logistic(rows, float(chosen_l2[layer]), W, b, max_iter, GRADIENT_TOLERANCE, cancel)
+        mean[layer], std[layer] = rows.mean.cpu().numpy(), rows.std.cpu().numpy()
         weights[layer], bias[layer] = W.T.cpu().numpy(), b.cpu().numpy()
     return TrainedProbes(
         kind="linear", mean=mean, std=std, weights=weights, bias=bias, l2=chosen_l2, l2_grid=grid,
@@ -351,33 +365,91 @@ def _train_linear(X_train, y_train, X_dev, y_dev, grid, num_classes, max_iter, d
     )
 
 
-def _fit_logistic(Z, y, l2: float, weights, bias, max_iter, tolerance, cancel):
-    """Multinomial logistic regression on `Z` `[N, D]` by L-BFGS from `weights` `[C, D]`, `bias` `[C]`.
+class _Rows:
+    """One layer's feature rows `[N, D]` and labels, standardised, handed out as blocks of at most FIT_BLOCK rows.
+
+    Up to FIT_BLOCK rows are standardised once into `buffer` (a fresh tensor if None) and
+    handed out whole; more are read from `X` again, a block at a time into the buffer, on
+    every call of `blocks` (each L-BFGS iteration), so that memory does not grow with N.
+    Mean and std (population) come from X itself unless given; std is floored at STD_FLOOR.
+    """
+
+    def __init__(self, X: np.ndarray, y: torch.Tensor, device, buffer: torch.Tensor | None, mean=None, std=None):
+        self.X, self.y, self.device = X, y, device
+        n = len(X)
+        self.buffer = buffer if buffer is not None else torch.empty(min(n, FIT_BLOCK), X.shape[1], device=device)
+        self.whole = None
+        if n <= FIT_BLOCK:
+            self.mean, self.std, self.whole = _standardise_layer(X, device, mean, std, out=self.buffer[:n])
+        elif mean is None:
+            self.mean, self.std = _streamed_statistics(X, device, self.buffer)
+        else:
+            self.mean, self.std = mean, std
+
+    def blocks(self):
+        """(standardised rows, their labels), block after block; the block is only valid until the next one."""
+        if self.whole is not None:
+            yield self.whole, self.y
+            return
+        for start in range(0, len(self.X), FIT_BLOCK):
+            end = min(start + FIT_BLOCK, len(self.X))
+            _, _, Z = _standardise_layer(self.X[start:end], self.device, self.mean, self.std, out=self.buffer[: end - start])
+            yield Z, self.y[start:end]
+
+
+def _streamed_statistics(X: np.ndarray, device, buffer: torch.Tensor):
+    """Mean and std (population, floored at STD_FLOOR) of the rows of X, read a block at a time into `buffer`."""
+    total = torch.zeros(X.shape[1], dtype=torch.float64, device=device)
+    for start in range(0, len(X), len(buffer)):
+        block = _copy_rows(X[start : start + len(buffer)], buffer)
+        total += block.sum(0, dtype=torch.float64)
+    mean = (total / len(X)).float()
+    squares = torch.zeros_like(total)
+    for start in range(0, len(X), len(buffer)):
+        block = _copy_rows(X[start : start + len(buffer)], buffer).sub_(mean)
+        squares += block.square().sum(0, dtype=torch.float64)
+    return mean, (squares / len(X)).sqrt().float().clamp_min_(STD_FLOOR)
+
+
+def _copy_rows(X: np.ndarray, buffer: torch.Tensor) -> torch.Tensor:
+    """The rows of X as float32 in the first rows of `buffer`."""
+    with warnings.catch_warnings():  # features are often a read-only memory map; they are only read here
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
+        return buffer[: len(X)].copy_(torch.from_numpy(np.asarray(X)))
+
+
+def _fit_logistic(rows: _Rows, l2: float, weights, bias, max_iter, tolerance, cancel):
+    """Multinomial logistic regression on `rows` by L-BFGS from `weights` `[C, D]`, `bias` `[C]`.
 
     Loss: mean cross-entropy + `l2 * ||W||²`; its gradient is computed by hand (no autograd
-    graph for one product and a softmax). The optimiser sees the bias divided by
-    `sqrt(p (1 - p))`, p the class frequencies: the loss's curvature along a bias is about
-    its class's p (1 - p), and unpenalised biases of rare classes would otherwise be the
-    slowest directions of the fit (this takes a third to two thirds of the iterations off
-    strongly penalised fits).
+    graph for one product and a softmax), summed over the rows' blocks. The optimiser sees
+    the bias divided by `sqrt(p (1 - p))`, p the class frequencies: the loss's curvature
+    along a bias is about its class's p (1 - p), and unpenalised biases of rare classes
+    would otherwise be the slowest directions of the fit (this takes a third to two thirds
+    of the iterations off strongly penalised fits).
     """
-    n, dim = Z.shape
+    n, dim = len(rows.y), weights.shape[1]
     classes = len(bias)
-    frequency = torch.bincount(y, minlength=classes).float() / n
+    frequency = torch.bincount(rows.y, minlength=classes).float() / n
     scale = torch.rsqrt((frequency * (1 - frequency)).clamp_min(1 / n))
-    target = torch.arange(n, device=Z.device) * classes + y  # each row's true class in the flattened [N, C] logits
 
     def loss_and_gradient(theta):
         _check_cancel(cancel)
         W, b = theta[: classes * dim].view(classes, dim), theta[classes * dim :] * scale
-        logits = cpu_linear.product(Z, W, b)  # [N, C]; oneDNN is 2-3x faster than MKL here (core.model.cpu_linear)
-        log_normaliser = torch.logsumexp(logits, 1)
-        cross_entropy = (log_normaliser.sum(dtype=torch.float64) - logits.view(-1)[target].sum(dtype=torch.float64)) / n
-        residual = logits.sub_(log_normaliser[:, None]).exp_()  # softmax
-        residual.view(-1)[target] -= 1  # minus the one-hot labels: n × the loss's gradient in the logits
-        gradient_W = cpu_linear.product(residual.T, Z.T).div_(n).add_(W, alpha=2 * l2)
-        gradient_b = residual.sum(0).div_(n).mul_(scale)
-        return float(cross_entropy + l2 * W.square().sum()), torch.cat([gradient_W.view(-1), gradient_b])
+        cross_entropy = 0.0
+        gradient_W, gradient_b = torch.zeros_like(W), torch.zeros_like(b)
+        for Z, y in rows.blocks():
+            target = torch.arange(len(Z), device=Z.device) * classes + y  # each row's true class in the flattened [N, C] logits
+            logits = cpu_linear.product(Z, W, b)  # [N, C]; oneDNN is 2-3x faster than MKL here (core.model.cpu_linear)
+            log_normaliser = torch.logsumexp(logits, 1)
+            cross_entropy += float(log_normaliser.sum(dtype=torch.float64) - logits.view(-1)[target].sum(dtype=torch.float64))
+            residual = logits.sub_(log_normaliser[:, None]).exp_()  # softmax
+            residual.view(-1)[target] -= 1  # minus the one-hot labels: n × the loss's gradient in the logits
+            gradient_W += cpu_linear.product(residual.T, Z.T)
+            gradient_b += residual.sum(0)
+        gradient_W.div_(n).add_(W, alpha=2 * l2)
+        gradient_b.div_(n).mul_(scale)
+        return cross_entropy / n + l2 * float(W.square().sum()), torch.cat([gradient_W.view(-1), gradient_b])
 
     theta = torch.cat([weights.reshape(-1), bias / scale])
     theta, _ = lbfgs.minimise(loss_and_gradient, theta, max_iter=max_iter, tolerance=tolerance)

@@ -31,7 +31,7 @@ from bertscope.core.analyses.headstats import is_punctuation
 from bertscope.core.data.batching import MAX_SQUARE, plan_batches
 from bertscope.core.data.corpus import Sentence, chunked
 from bertscope.core.errors import InputError
-from bertscope.core.model.allocator import release_freed_memory
+from bertscope.core.model.allocator import corpus_heap_over, release_freed_memory
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
 
@@ -231,7 +231,7 @@ def stream_sample(
     labels: dict[str, list[str]] = {}
     texts: list[str] = [""] * max_rows
     read = truncated = 0
-    for chunk in chunked(sentences, CHUNK):
+    for chunk in corpus_heap_over(chunked(sentences, CHUNK)):  # one heap setting for batches of every shape (core.model.allocator)
         release_freed_memory()  # what the last chunk's batches freed (core.model.allocator)
         if read == 0:
             unit = check_unit(unit, chunk)

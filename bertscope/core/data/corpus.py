@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -348,7 +349,7 @@ def _conllu_sentence(
     return Sentence(
         text,
         location=start,
-        words=tuple(word["form"] for word in words),
+        words=tuple(sys.intern(word["form"]) for word in words),
         upos=_column(words, "upos"),
         xpos=_column(words, "xpos"),
         heads=heads,
@@ -373,7 +374,7 @@ def _with_space(token: dict) -> str:
 
 def _column(words: list[dict], column: str) -> tuple[str, ...] | None:
     """A column's values for every word (`_` where missing), or None if it is `_` throughout."""
-    values = tuple(word.get(column) or "_" for word in words)
+    values = tuple(sys.intern(word.get(column) or "_") for word in words)  # one copy of each tag: a corpus's Sentences stay small
     return None if all(value == "_" for value in values) else values
 
 
