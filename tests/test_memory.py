@@ -208,8 +208,8 @@ def test_feature_extraction_tokenises_a_chunk_at_a_time_and_keeps_no_batch(tiny_
     monkeypatch.setattr(features, "_encode", counted)
     sentences = generate_treebank(40, seed=3)
     steps = features.extract_features(tiny_session, sentences, features.FeatureOptions(level="word"), cache_dir=tmp_path, batch_size=8)
-    first, most = growth_between_batches(step for step in steps if step.features is None)
+    first, most = growth_between_batches(step for step in steps if step.result is None)
     assert most <= first + SLACK, f"live tensors grew from {first:,} to {most:,} bytes as batches were read"
     assert chunk_sizes and max(chunk_sizes) <= 16 and sum(chunk_sizes) == len(sentences)
-    result = list(features.extract_features(tiny_session, sentences, features.FeatureOptions(level="word"), cache_dir=tmp_path))[-1].features
+    result = list(features.extract_features(tiny_session, sentences, features.FeatureOptions(level="word"), cache_dir=tmp_path))[-1].result
     assert result.from_cache and len(result.X) == sum(len(sentence.words) for sentence in sentences)
