@@ -1,7 +1,29 @@
-"""bertscope: a terminal explorer for BERT-family encoders.
+"""bertscope: a terminal explorer for BERT-family encoders, and the Python API beneath it.
 
-Importing this package stays cheap (no torch) so `bertscope --help` and the first
-frame of the UI appear at once; the model core lives in `bertscope.core`.
+    import bertscope
+    model = bertscope.load()
+    stats = bertscope.patterns(model, data="corpus.txt")
+
+The API's functions are in `bertscope.api` and reachable from here. Importing this package
+stays cheap (no torch) so `bertscope --help` and the explorer's first frame appear at once:
+the names below are looked up on first use.
 """
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "BertscopeError", "BertscopeNote", "Cancelled", "attribute", "cloze", "compare", "corpus", "fill", "geometry",
+    "importance", "load", "objective", "patterns", "probe", "prune", "pruning_curve",
+]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from bertscope import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'bertscope' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

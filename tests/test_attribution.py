@@ -144,8 +144,9 @@ def test_a_named_target_and_a_chosen_mask_position(tiny_mlm_session):
 
 
 def test_probe_decisions_on_a_model_without_an_mlm_head(tiny_session, tmp_path):
-    with pytest.raises(InputError, match="neither an MLM head nor a classifier.*--probe"):
+    with pytest.raises(InputError, match="neither an MLM head nor a classifier.*probe's decision") as refused:
         list(attribute(tiny_session, "The keys are here.", method="gradient"))
+    assert refused.value.setting == "probe"  # the CLI names --probe, the explorer its probe box
     sentences = generate("subject_number", train=80, dev=20, test=20)
     data = tmp_path / "subject_number.tsv"
     write_senteval(data, sentences)

@@ -105,7 +105,7 @@ def test_attribute_a_probe_decision_on_a_model_without_an_mlm_head(run, tiny_ber
     assert result.exit_code == 0, result.output
     target = json.loads(result.stdout)["target"]
     assert target["kind"] == "probe" and target["label"] == "NNS" and target["layer"] == 2 and target["classes"] == ["NN", "NNS"]
-    assert_one_line_error(run("attribute", "The keys are here.", *args, "--layer", "9"), "--layer 9 is out of range")
+    assert_one_line_error(run("attribute", "The keys are here.", *args, "--layer", "9"), "layer 9 is out of range")
     assert_one_line_error(run("attribute", "The keys are here.", *args, "--target", "VB"), "not a class here")
 
 

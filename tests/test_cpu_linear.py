@@ -7,18 +7,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import bertscope
 from bertscope.core.model import cpu_linear
 
 needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch was built without oneDNN")
 
 
 @needs_onednn
-def test_a_cpu_session_runs_its_linear_layers_through_onednn(tiny_session, monkeypatch):
-    linears = [module for module in tiny_session.model.modules() if isinstance(module, nn.Linear)]
+def test_a_session_told_to_use_onednn_runs_its_linear_layers_through_it(tiny_bert_dir, monkeypatch):
+    session = bertscope.load(str(tiny_bert_dir), device="cpu", cpu_linear="onednn")
+    assert session.linear_path == "onednn"
+    linears = [module for module in session.model.modules() if isinstance(module, nn.Linear)]
     assert linears and all(type(module) is cpu_linear.OneDNNLinear for module in linears)
-    fast = tiny_session.forward("The keys to the cabinet are on the table.", attentions=True)
+    assert session.random_copy().linear_path == "onednn"  # a probing baseline runs on the same kernels
+    fast = session.forward("The keys to the cabinet are on the table.", attentions=True)
     monkeypatch.setattr(cpu_linear, "_available", False)
-    blas = tiny_session.forward("The keys to the cabinet are on the table.", attentions=True)
+    blas = session.forward("The keys to the cabinet are on the table.", attentions=True)
     assert abs(fast.hidden_states - blas.hidden_states).max() < 1e-5
     assert abs(fast.attentions - blas.attentions).max() < 1e-5
 
@@ -73,3 +77,20 @@ def test_an_operator_that_fails_falls_back_for_good(monkeypatch):
     a, weight, bias = torch.randn(5, 4), torch.randn(3, 4), torch.randn(3)
     assert torch.allclose(cpu_linear.product(a, weight, bias), a @ weight.T + bias)
     assert not cpu_linear.onednn_enabled()
+
+
+def test_blas_keeps_torch_default_and_auto_chooses_by_timing(monkeypatch):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.Linear(256, 64))
+    assert cpu_linear.choose(model, "blas") == "blas"
+    assert all(type(module) is nn.Linear for module in model)
+    if not cpu_linear.onednn_enabled():
+        return
+    timings = {F.linear: 1.0, cpu_linear.product: 0.5}  # oneDNN twice as fast: taken
+    monkeypatch.setattr(cpu_linear, "_seconds", lambda weight, linear: timings[linear])
+    assert cpu_linear.choose(model, "auto") == "onednn" and type(model[0]) is cpu_linear.OneDNNLinear
+    other = nn.Sequential(nn.Linear(64, 256))
+    timings[cpu_linear.product] = 0.95  # within the margin: torch's default stays
+    assert cpu_linear.choose(other, "auto") == "blas" and type(other[0]) is nn.Linear
+    monkeypatch.setenv("BERTSCOPE_CPU_LINEAR", "onednn")
+    assert cpu_linear.choose(other) == "onednn"

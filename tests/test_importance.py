@@ -47,6 +47,37 @@ def test_pruned_model_equals_masked_original(pruned_pair):
     assert written.max_abs_difference < 1e-5
 
 
+def test_a_zeroed_export_loads_in_plain_transformers_and_equals_the_masked_model(tiny_mlm_session, tmp_path):
+    """transformers 5 ignores pruned_heads, so the zeroed format keeps the shapes and zeroes the heads' output instead."""
+    from transformers import AutoModel, AutoModelForMaskedLM
+
+    remove = [(0, 1), (0, 3), (2, 0), (2, 1), (2, 2), (2, 3)]
+    written = write_pruned_model(tiny_mlm_session, remove, tmp_path / "zeroed", timing_texts=TEXTS[:8], extra={}, format="zeroed")
+    config = json.loads((written.directory / "config.json").read_text())
+    assert "pruned_heads" not in config or not config["pruned_heads"]
+    assert (written.directory / "model.safetensors").is_file()
+    record = json.loads((written.directory / "bertscope-pruning.json").read_text())
+    assert record["format"] == "zeroed" and record["pruned_heads"] == {"0": [1, 3], "2": [0, 1, 2, 3]}
+    assert written.parameters_after == written.parameters_before and written.max_abs_difference < 1e-5
+    encoder = AutoModel.from_pretrained(written.directory).eval()  # plain transformers, no bertscope code
+    with_head = AutoModelForMaskedLM.from_pretrained(written.directory).eval()
+    for text in TEXTS[:3]:
+        masked = tiny_mlm_session.forward(text, attentions=False, mask="0:1,0:3,2:*", ablation="zero")
+        inputs = tiny_mlm_session.tokenizer(text, return_tensors="pt")
+        with torch.inference_mode():
+            hidden = encoder(**inputs).last_hidden_state[0].numpy()
+            logits = with_head(**inputs).logits[0].numpy()
+        np.testing.assert_allclose(hidden, masked.hidden_states[-1], atol=1e-5)
+        np.testing.assert_allclose(logits, masked.mlm_logits, atol=1e-4)
+
+
+def test_a_zeroed_export_of_a_sliced_model_is_refused(pruned_pair, tmp_path):
+    _, pruned, _ = pruned_pair
+    with pytest.raises(InputError, match="sliced out already"):
+        write_pruned_model(pruned, [(1, 0)], tmp_path / "again", timing_texts=TEXTS[:2], extra={}, format="zeroed")
+    assert not (tmp_path / "again").exists()
+
+
 def test_pruned_model_is_smaller_and_says_what_it_pruned(pruned_pair):
     original, pruned, written = pruned_pair
     head_params = 3 * (32 * 8 + 8) + 8 * 32  # q, k, v rows and the output projection's columns of one head

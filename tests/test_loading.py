@@ -142,8 +142,9 @@ def test_missing_weights(tmp_path, tiny_bert_dir):
 
 def test_name_not_in_cache_offers_download(tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
-    with pytest.raises(ModelLoadError, match="--allow-download"):
+    with pytest.raises(ModelLoadError, match="allow downloads") as refused:
         load_model("bert-base-uncased")
+    assert refused.value.setting == "allow_download"
 
 
 def test_name_in_cache_loads_offline(tmp_path, monkeypatch, tiny_bert_dir):

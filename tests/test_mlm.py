@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from bertscope.core.analyses.mlm import NoMLMHeadError, cloze_scores, fill, read_cloze, sample_cloze
+from bertscope.core.analyses.mlm import cloze_scores, fill, read_cloze, sample_cloze
 from bertscope.core.data.corpus import ReadReport
-from bertscope.core.errors import InputError
+from bertscope.core.errors import InputError, NoMLMHeadError
 
 TEXT = "Dante was born in [MASK] and died in [MASK]."
 
@@ -75,7 +75,7 @@ def test_a_head_mask_changes_the_guesses_and_keeps_the_unmasked_ones(tiny_mlm_se
 def test_fill_refuses_text_without_a_mask_and_models_without_a_head(tiny_mlm_session, tiny_session):
     with pytest.raises(InputError, match=r"no \[MASK\]"):
         fill(tiny_mlm_session, "Dante was born in Florence.")
-    with pytest.raises(NoMLMHeadError, match="no masked-LM head.*attribute"):
+    with pytest.raises(NoMLMHeadError, match="no masked-LM head.*MLM head"):
         fill(tiny_session, TEXT)
 
 

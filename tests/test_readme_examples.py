@@ -47,6 +47,7 @@ def readme_examples() -> list[str]:
 
 
 EXAMPLES = readme_examples()
+PYTHON_EXAMPLES = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
 
 
 @pytest.fixture(scope="module")
@@ -156,3 +157,17 @@ def _make_pruned_model(stand_ins) -> None:
         main, ["prune", "--data", stand_ins["wiki.txt"], "--limit", "16", "--objective", "preserve", "--fraction", "0.3", "-o", str(target)]
     )
     assert result.exit_code == 0, result.stderr
+
+
+@pytest.mark.parametrize("block", PYTHON_EXAMPLES, ids=lambda block: block.splitlines()[-1][:60])
+def test_readme_python_example_runs(block, stand_ins, monkeypatch, capsys):
+    """The Python API examples run as written, and print what their comments say they print."""
+    monkeypatch.setenv("BERTSCOPE_CACHE_DIR", stand_ins["cache_dir"])
+    exec(compile(block, "README.md", "exec"), {"__name__": "readme"})
+    printed = capsys.readouterr().out.splitlines()
+    # `print(x)  # (6, 12): what it is` promises that `(6, 12)` is printed
+    promised = [re.match(r"\s*(\(.*?\))(:|$)", line.split("#", 1)[1]).group(1)
+                for line in block.splitlines() if line.startswith("print(") and re.search(r"#\s*\(", line)]
+    assert promised
+    for value in promised:
+        assert value in printed, (value, printed)

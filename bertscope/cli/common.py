@@ -51,7 +51,7 @@ class BertscopeGroup(click.Group):
         try:
             return super().invoke(ctx)
         except BertscopeError as error:
-            click.echo(f"bertscope: error: {error}", err=True)
+            click.echo(f"bertscope: error: {error_line(error)}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
         except KeyboardInterrupt:
             # Files are written whole or not at all (temporary file, then rename), so a stop
@@ -59,6 +59,23 @@ class BertscopeGroup(click.Group):
             what = ctx.invoked_subcommand or "bertscope"
             click.echo(f"bertscope: interrupted: {what} stopped before it finished; no file was left half written", err=True)
             ctx.exit(EXIT_INTERRUPTED)
+
+
+# The flag of each setting an error can name (BertscopeError.setting), where it is not
+# simply the setting with dashes: the core speaks of settings, the CLI of flags.
+FLAGS = {"probe": "--probe TASK", "data": "--data FILE", "task": "--task", "unit": "--unit", "format": "--format"}
+
+
+def error_line(error: BertscopeError) -> str:
+    """The error's message, with the flag that sets what it is about, and the CLI's own advice."""
+    from bertscope.core.errors import NoMLMHeadError
+
+    line = str(error)
+    if error.setting is not None:
+        line += f" ({FLAGS.get(error.setting, '--' + error.setting.replace('_', '-'))})"
+    if isinstance(error, NoMLMHeadError):
+        line += "; or use what works without one: `bertscope attribute TEXT --probe TASK`, `bertscope probe`, `bertscope attention`"
+    return line
 
 
 @click.group(cls=BertscopeGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -19,7 +19,7 @@ from bertscope.cli.common import (
     run_stages,
     warn,
 )
-from bertscope.core.errors import BertscopeError
+from bertscope.core.errors import BertscopeError, ModelLoadError
 
 
 def sample_options(command):
@@ -122,7 +122,12 @@ def compare(text, data, data_format, limit, model_b, unit, max_rows, seed, batch
     sentences, source, report = read_corpus(text, data, data_format, limit)
     other_model = dataclasses.replace(model, name=model_b)
     model.judge_files()
-    other_model.judge_files()
+    try:
+        other_model.judge_files()
+    except ModelLoadError as error:
+        if error.setting == "model":
+            error.setting = "model_b"  # the fault is in --model-b
+        raise
     from bertscope.core.analyses.compare import compare_models, probe_data
 
     probes = [(task, probe_data(task, sentences)) for task in probe_tasks]

@@ -71,7 +71,7 @@ def attribute(
     if score not in SCORES:
         raise InputError(f"unknown score {score!r}; use one of: {', '.join(SCORES)}")
     if steps is not None and not 1 <= steps <= 4096:
-        raise InputError(f"--steps {steps}: give 1 to 4096 integration steps")
+        raise InputError(f"{steps} integration steps asked for; give 1 to 4096", setting="steps")
     target = target or Target()
     encoding = text if isinstance(text, Encoding) else session.encode(with_mask_token(session.tokenizer, text), pair)
     head_mask = mask if mask is not None else session.mask(None)
@@ -171,10 +171,10 @@ def _integrated_gradients(decision: _Decision, steps: int | None, cancel):
     if abs(difference) < SATURATED:
         notes.append(
             f"the explained output barely differs between the input and the baseline (f(x) - f(b) = {difference:.2g}), "
-            "so the attributions are near 0 and the completeness error is ill-conditioned; try --score logit"
+            "so the attributions are near 0 and the completeness error is ill-conditioned; try the logit score"
         )
     if error >= COMPLETENESS_GOAL:
-        notes.append(f"completeness error {error:.1%} after {count} steps; try --steps {count * 2}")
+        notes.append(f"completeness error {error:.1%} after {count} steps; try {count * 2} steps")
     yield scores.float().cpu().numpy(), float(ends[1]), error, count, notes
 
 
@@ -191,18 +191,21 @@ def _target_kind(session, encoding: Encoding, target: Target) -> TargetKind:
     else:
         kind = "mlm"
     if kind == "probe" and target.probe is None:
-        raise InputError("a probe decision needs a task: --probe TASK (e.g. subject_number)")
+        raise InputError("a probe decision needs a probing task (e.g. subject_number)", setting="probe")
     if kind == "class" and not session.is_classifier:
-        raise InputError(f"{session.info.architecture} is not a sequence classifier; explain an MLM guess or a probe (--probe TASK)")
+        raise InputError(f"{session.info.architecture} is not a sequence classifier; explain an MLM guess or a probe's decision",
+                         setting="probe")
     if kind == "mlm":
         if session.mlm_head is None or session.tokenizer.mask_token_id is None:
             raise InputError(
                 f"{session.info.source} has neither an MLM head nor a classifier: explain a probe's decision instead, "
-                "e.g. --probe subject_number (a built-in task) or --probe TASK --data FILE.tsv"
+                "e.g. of the built-in task subject_number, or of a task in a SentEval file",
+                setting="probe",
             )
         if not len(mask_positions(session.tokenizer, encoding)):
             raise InputError(
-                f"the text has no {MASK_TEXT} for the MLM head to fill; write one, or explain a probe's decision with --probe TASK"
+                f"the text has no {MASK_TEXT} for the MLM head to fill; write one, or explain a probe's decision",
+                setting="probe",
             )
     return kind
 
@@ -234,7 +237,8 @@ class _Decision:
                 self.position = int(target.position)
             else:
                 where = ", ".join(str(p) for p in positions)
-                raise InputError(f"--position {target.position} is not a {MASK_TEXT}; the text's [MASK] positions are {where}")
+                raise InputError(f"position {target.position} is not a {MASK_TEXT}; the text's [MASK] positions are {where}",
+                                 setting="position")
             self.read_rows = np.array([self.position])
         elif kind == "probe":
             self.read_layer = probe.layer
@@ -277,7 +281,7 @@ class _Decision:
         if self.kind == "mlm":
             index = answer_id(self.session.tokenizer, label)
             if index is None:
-                raise InputError(f"--target {label!r} is not one token of this model's vocabulary; give a one-token word")
+                raise InputError(f"target {label!r} is not one token of this model's vocabulary; give a one-token word", setting="target")
             return index, self._name(index)
         names = self._class_names(self.num_classes)
         lowered = {name.lower(): i for i, name in enumerate(names)}
@@ -285,7 +289,7 @@ class _Decision:
             return lowered[label.lower()], names[lowered[label.lower()]]
         if label.isdigit() and int(label) < len(names):
             return int(label), names[int(label)]
-        raise InputError(f"--target {label!r} is not a class here; classes: {', '.join(names)}")
+        raise InputError(f"target {label!r} is not a class here; classes: {', '.join(names)}", setting="target")
 
     def _class_names(self, count: int) -> list[str]:
         if self.kind == "probe":

@@ -163,14 +163,13 @@ def _probe(session, task: str, data: Sequence[Sentence], cache_dir, seed: int, c
 
 def probe_data(task: str, corpus: Sequence[Sentence] | None) -> list[Sentence]:
     """The sentences to probe `task` on: a built-in task is generated; else the corpus must carry its labels."""
-    from bertscope.core.analyses.probing import STRUCTURAL_TASKS, WORD_TASKS
-    from bertscope.core.data.probing_tasks import TASKS, generate
+    from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, TASKS, WORD_TASKS, generate
 
     if task in TASKS:
         return generate(task)
     if task in WORD_TASKS + STRUCTURAL_TASKS:
         if not corpus or corpus[0].words is None:
-            raise InputError(f"probe task {task!r} needs a CoNLL-U corpus (--data FILE.conllu)")
+            raise InputError(f"probe task {task!r} needs a CoNLL-U corpus", setting="data")
         return list(corpus)
     if not corpus or corpus[0].label is None:
         raise InputError(

@@ -25,7 +25,7 @@ import torch
 from bertscope.core.data.batching import plan_batches
 from bertscope.core.data.cache import default_cache_dir
 from bertscope.core.data.corpus import Sentence
-from bertscope.core.data.files import atomic_write, publish, temporary_beside
+from bertscope.core.data.files import atomic_write, publish, reserve_space, temporary_beside
 from bertscope.core.errors import InputError
 from bertscope.core.model.masks import Ablation
 
@@ -287,13 +287,7 @@ class _MappedEntry:
             path.parent.mkdir(parents=True, exist_ok=True)
             temporary = temporary_beside(path.with_suffix(".npy"))
             array = np.lib.format.open_memmap(temporary, mode="w+", dtype=dtype, shape=shape)
-            # Reserve the blocks now: a full disk is then an error here, not a crash (SIGBUS)
-            # when a page of the map is first written.
-            descriptor = os.open(temporary, os.O_RDWR)
-            try:
-                os.posix_fallocate(descriptor, 0, os.fstat(descriptor).st_size)
-            finally:
-                os.close(descriptor)
+            reserve_space(temporary, start=array.offset)  # a full disk is an error here, not a crash when a page is first written
             return cls(temporary, array)
         except (OSError, ValueError):
             if temporary is not None:

@@ -270,7 +270,7 @@ def representation_geometry(
     from bertscope.core.analyses.representations import DEFAULT_MAX_ROWS, stream_sample
 
     if neighbours < 1:
-        raise InputError(f"--neighbours must be 1 or more, not {neighbours}")
+        raise InputError(f"neighbours must be 1 or more, not {neighbours}", setting="neighbours")
     total = len(sentences) if hasattr(sentences, "__len__") else None
     sample = None
     for step in stream_sample(

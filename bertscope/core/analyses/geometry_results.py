@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+UNITS = ("token", "word", "sentence")
+"""What a row of a geometry sample is: every token, a CoNLL-U word (its first sub-word), or a sentence (mean of its tokens)."""
+
 
 def _number(value: float, digits: int = 6) -> float | None:
     value = float(value)

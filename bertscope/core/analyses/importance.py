@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from bertscope.core.analyses.importance_results import (
+    METHODS,
     CurvePoint,
     CurveProgress,
     HeadImportance,
@@ -43,7 +44,6 @@ __all__ = [
     "head_importance", "gradient_importance", "ablation_importance", "measure", "pruning_curve", "normalize_per_layer",
 ]
 
-METHODS = ("gradient", "ablation")
 MAX_ROWS = 256  # sentences × masks per forward pass in ablation sweeps
 MAX_ROW_TOKENS = 2 * MAX_TOKENS  # ... and at most this many padded tokens, so long sentences do not raise the peak
 

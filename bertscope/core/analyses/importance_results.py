@@ -14,6 +14,11 @@ import numpy as np
 from bertscope.core.errors import InputError
 from bertscope.core.model.masks import Ablation, HeadMask
 
+OBJECTIVES = ("mlm", "classification", "probe", "preserve")
+"""What importance is measured on (core.analyses.objectives)."""
+METHODS = ("gradient", "ablation")
+"""How importance is measured: Michel et al.'s gate gradient, or the exact loss change of switching a head off."""
+
 
 def finite(value: float) -> float | None:
     """A float for JSON: NaN and infinities become None."""

@@ -23,7 +23,7 @@ import torch
 
 from bertscope.core.data.batching import plan_batches
 from bertscope.core.data.corpus import ReadReport, _lines, packaged_data, readable_file
-from bertscope.core.errors import BertscopeError, InputError
+from bertscope.core.errors import InputError, NoMLMHeadError
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding, MaskPrediction
 
@@ -31,17 +31,13 @@ MASK_TEXT = "[MASK]"  # what users write; replaced by the tokenizer's own mask t
 PRECISION_AT = (1, 10)
 
 
-class NoMLMHeadError(BertscopeError):
-    """The model cannot fill in blanks: it was saved without its masked-LM head."""
-
-
 def require_mlm_head(session) -> None:
-    """Raise a one-line NoMLMHeadError naming what works instead, unless the model has an MLM head."""
+    """Raise a one-line NoMLMHeadError unless the model has an MLM head (the CLI and UI add what works instead)."""
     if session.mlm_head is None or session.tokenizer.mask_token_id is None:
         raise NoMLMHeadError(
             f"{session.info.source} ({session.info.architecture}) has no masked-LM head, so it cannot fill in [MASK]; "
-            "give --model a model saved with its MLM head (e.g. a BertForMaskedLM), or use what works without one: "
-            "`bertscope attribute TEXT --probe TASK`, `bertscope probe`, `bertscope attention`"
+            "load a model saved with its MLM head (e.g. a BertForMaskedLM)",
+            setting="model",
         )
 
 
@@ -98,7 +94,7 @@ def fill(
     """The top-`top` guesses at every [MASK] of `text`, per layer, under `mask` (and without it)."""
     require_mlm_head(session)
     if top < 1:
-        raise InputError(f"--top {top}: give 1 or more guesses to show")
+        raise InputError(f"{top} guesses asked for; give 1 or more", setting="top")
     encoding = text if isinstance(text, Encoding) else session.encode(with_mask_token(session.tokenizer, text))
     positions = mask_positions(session.tokenizer, encoding)
     if not len(positions):
@@ -106,8 +102,8 @@ def fill(
             f"the text has no {MASK_TEXT}; write {MASK_TEXT} where the missing word goes, e.g. \"Dante was born in [MASK].\""
         )
     head_mask = mask if mask is not None else session.mask(None)
-    plain = session.forward(encoding)
-    current = session.forward(encoding, mask=head_mask, ablation=ablation, reuse=plain) if len(head_mask) else plain
+    plain = session.forward(encoding, attentions=False)
+    current = session.forward(encoding, attentions=False, mask=head_mask, ablation=ablation, reuse=plain) if len(head_mask) else plain
     final = session.mask_predictions(current, top=top)
     unmasked = session.mask_predictions(plain, top=top) if len(head_mask) else [None] * len(final)
     per_layer = _layer_predictions(session, current.hidden_states[:, positions], top) if layers else [()] * len(positions)

@@ -32,7 +32,6 @@ from bertscope.core.errors import InputError
 from bertscope.core.model.allocator import release_freed_memory
 from bertscope.core.model.masks import Ablation
 
-OBJECTIVES = ("mlm", "classification", "probe", "preserve")
 MLM_RATE = 0.15
 CHUNK = 1024  # sentences tokenised at a time on a walk over the corpus
 WORD_COLUMNS = {"upos": "upos", "xpos": "xpos", "deprel": "deprels"}  # a word task's Sentence attribute
@@ -372,11 +371,12 @@ class ProbeObjective(Objective):
     def build(cls, session, sentences, *, batch_size, seed, task, layer, splits) -> ProbeObjective:
         from bertscope.core.analyses import probes
         from bertscope.core.analyses.features import FeatureOptions, extract_features
-        from bertscope.core.analyses.probing import STRUCTURAL_TASKS, WORD_TASKS, encode_labels, make_splits, word_labels
-        from bertscope.core.data.probing_tasks import TASKS, generate
+        from bertscope.core.analyses.probing import encode_labels, make_splits, word_labels
+        from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, TASKS, WORD_TASKS, generate
 
         if task is None:
-            raise InputError("the probe objective needs a task: --task (a built-in task, a SentEval file's labels, or upos/xpos/deprel)")
+            raise InputError("the probe objective needs a task: a built-in task, a SentEval file's labels, or upos/xpos/deprel",
+                             setting="task")
         if task in STRUCTURAL_TASKS:
             raise InputError(f"task {task!r} is a structural probe; the probe objective takes classification tasks")
         layer = session.num_layers if layer is None else layer
@@ -384,7 +384,7 @@ class ProbeObjective(Objective):
             raise InputError(f"probe layer {layer} is out of range: hidden-state layers are 0 (embeddings) to {session.num_layers}")
         if not sentences:
             if task not in TASKS:
-                raise InputError(f"unknown built-in task {task!r}; give --data FILE, or one of: {', '.join(TASKS)}")
+                raise InputError(f"unknown built-in task {task!r}; give a data file, or one of: {', '.join(TASKS)}", setting="task")
             sentences = generate(task, train=600, dev=150, test=250, seed=seed)
         level = "word" if task in WORD_TASKS else "sentence"
         split = make_splits(sentences, None, None, seed=seed) if splits is None else splits

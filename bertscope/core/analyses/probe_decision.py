@@ -105,7 +105,7 @@ def decision_probe(
         raise InputError(f"unknown sentence pooling {pooling!r}; use one of: {', '.join(POOLINGS)}")
     if layer is not None and not 0 <= layer <= session.num_layers:
         raise InputError(
-            f"--layer {layer} is out of range: probes read hidden states 0-{session.num_layers} (0 = embeddings)"
+            f"layer {layer} is out of range: probes read hidden states 0-{session.num_layers} (0 = embeddings)", setting="layer"
         )
     if sentences is None:
         sentences, source = _task_sentences(task, data)
@@ -173,7 +173,8 @@ def _task_sentences(task: str, data) -> tuple[list[Sentence], str]:
         return sentences, str(data)
     if task not in TASKS:
         raise InputError(
-            f"unknown probing task {task!r}; built-in tasks: {', '.join(TASKS)}; or give --data FILE (SentEval: split<TAB>label<TAB>sentence)"
+            f"unknown probing task {task!r}; built-in tasks: {', '.join(TASKS)}; or give a SentEval data file "
+            "(split<TAB>label<TAB>sentence)", setting="probe",
         )
     return list(_generated(task)), "built-in task"
 

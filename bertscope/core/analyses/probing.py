@@ -25,10 +25,9 @@ import numpy as np
 from bertscope.core.analyses import probes, structural
 from bertscope.core.analyses.features import FeatureOptions, Features, extract_features
 from bertscope.core.data.corpus import Sentence
+from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, WORD_TASKS
 from bertscope.core.errors import InputError
 
-WORD_TASKS = ("upos", "xpos", "deprel")
-STRUCTURAL_TASKS = ("depth", "distance")
 MIN_EXAMPLES = 2  # labels with fewer training examples are left out (probing's --min-examples)
 
 

@@ -20,8 +20,11 @@ from pathlib import Path
 import torch
 
 from bertscope.core.data.files import check_new_directory
-from bertscope.core.model.pruning import PRUNING_FILE, apply_pruning, pruned_heads_of
+from bertscope.core.errors import InputError
+from bertscope.core.model.pruning import PRUNING_FILE, apply_pruning, pruned_heads_of, zero_heads
 from bertscope.core.model.session import Session
+
+FORMATS = ("sliced", "zeroed")
 
 
 @dataclass(frozen=True)
@@ -35,27 +38,41 @@ class PrunedModel:
     seconds_before: float
     seconds_after: float
     max_abs_difference: float  # pruned model vs the original masked with `zero`, on the timing sentences
+    format: str = "sliced"
 
     @property
     def speedup(self) -> float:
         return self.seconds_before / self.seconds_after if self.seconds_after > 0 else float("nan")
 
 
-def write_pruned_model(session: Session, remove: Sequence[tuple[int, int]], directory: str | Path, *, timing_texts: Sequence[str], extra: dict) -> PrunedModel:
-    """Save a copy of the session's model with heads `remove` physically removed, then load it back and measure it.
+def write_pruned_model(session: Session, remove: Sequence[tuple[int, int]], directory: str | Path, *, timing_texts: Sequence[str],
+                       extra: dict, format: str = "sliced") -> PrunedModel:
+    """Save a copy of the session's model without heads `remove`, then load it back and measure it.
 
+    `sliced`: the heads cut out of the weights (smaller and faster; loads in bertscope and
+    transformers 4, which honour config.json's `pruned_heads`). `zeroed`: the same shapes,
+    the heads' columns of the attention output projection zeroed (loads in any transformers,
+    including 5, and computes what the masked model does, at the same speed).
     Written to a temporary directory beside `directory` and renamed into place when complete,
     so a failure never leaves half a model. `extra` goes into the pruning JSON file.
     """
+    if format not in FORMATS:
+        raise InputError(f"unknown pruned-model format {format!r}; use one of: {', '.join(FORMATS)}", setting="format")
     target = Path(directory).expanduser()
     check_new_directory(target)
     already = pruned_heads_of(session.model.config)
+    if format == "zeroed" and already:
+        raise InputError("a zeroed copy keeps every head's weights, but this model has heads sliced out already; "
+                         "write it sliced, or start from the unpruned model", setting="format")
     pruned = {layer: sorted(set(already.get(layer, [])) | {h for (l, h) in remove if l == layer}) for layer in range(session.num_layers)}
     pruned = {layer: heads for layer, heads in pruned.items() if heads}
     model = copy.deepcopy(session.model).float().cpu()
-    new_only = {layer: [h for h in heads if h not in already.get(layer, [])] for layer, heads in pruned.items()}
-    apply_pruning(model, session.loaded.family, new_only)
-    model.config.pruned_heads = {str(layer): heads for layer, heads in pruned.items()}
+    if format == "zeroed":
+        zero_heads(model, session.loaded.family, pruned)
+    else:
+        new_only = {layer: [h for h in heads if h not in already.get(layer, [])] for layer, heads in pruned.items()}
+        apply_pruning(model, session.loaded.family, new_only)
+        model.config.pruned_heads = {str(layer): heads for layer, heads in pruned.items()}
     model.config.architectures = [session.loaded.architecture.removeprefix("encoder of ").split(" ")[0]]
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
@@ -65,16 +82,18 @@ def write_pruned_model(session: Session, remove: Sequence[tuple[int, int]], dire
         model.save_pretrained(staging)
         session.tokenizer.save_pretrained(staging)
         reloaded = Session.open(str(staging), device=str(session.device))
+        reloaded.choose_cpu_linear(session.linear_path)  # timed on the same kernels as the original
         difference = _max_difference(session, reloaded, pruned, timing_texts[:8])
         before = time_forward(session, timing_texts)
         after = time_forward(reloaded, timing_texts)
         result = PrunedModel(
             directory=target, pruned=pruned, parameters_before=session.info.parameters,
             parameters_after=sum(p.numel() for p in reloaded.model.parameters()),
-            seconds_before=before, seconds_after=after, max_abs_difference=difference,
+            seconds_before=before, seconds_after=after, max_abs_difference=difference, format=format,
         )
         summary = {
             "source": session.info.source,
+            "format": format,
             "pruned_heads": {str(layer): heads for layer, heads in pruned.items()},
             "heads_pruned": sum(len(h) for h in pruned.values()),
             "heads_total": session.num_layers * session.num_heads,
@@ -83,6 +102,7 @@ def write_pruned_model(session: Session, remove: Sequence[tuple[int, int]], dire
             "speedup": round(result.speedup, 4),
             "max_abs_difference_vs_masked": difference,
             "head_numbers": "original: masks and heatmaps of the pruned model use the unpruned model's head numbers",
+            "loads_with": "any transformers (AutoModel.from_pretrained)" if format == "zeroed" else "bertscope, or transformers 4 (pruned_heads)",
             **extra,
         }
         (staging / PRUNING_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

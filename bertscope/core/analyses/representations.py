@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from bertscope.core.analyses.geometry_results import UNITS
 from bertscope.core.analyses.headstats import is_punctuation
 from bertscope.core.data.batching import MAX_SQUARE, plan_batches
 from bertscope.core.data.corpus import Sentence, chunked
@@ -33,7 +34,6 @@ from bertscope.core.errors import InputError
 from bertscope.core.model.allocator import release_freed_memory
 from bertscope.core.model.masks import Ablation, HeadMask
 
-UNITS = ("token", "word", "sentence")
 LABELS = {"token": ("token",), "word": ("upos", "xpos", "deprel"), "sentence": ("label",)}
 DEFAULT_MAX_ROWS = 4000
 CHUNK = 1024
@@ -112,7 +112,7 @@ def check_unit(unit: str, sentences: Sequence[Sentence]) -> str:
     if unit not in UNITS:
         raise InputError(f"unknown unit {unit!r}; use auto, {', '.join(UNITS)}")
     if unit == "word" and first is not None and first.words is None:
-        raise InputError("word units need sentences split into words: give a CoNLL-U file, or --unit token")
+        raise InputError("word units need sentences split into words: give a CoNLL-U file, or use token units", setting="unit")
     return unit
 
 

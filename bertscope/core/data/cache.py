@@ -79,7 +79,7 @@ def _usage(directory: str | Path, files: list[Path]) -> CacheUsage:
 def _checked(directory: str | Path) -> Path:
     directory = Path(directory).expanduser()
     if directory.exists() and not directory.is_dir():
-        raise InputError(f"the cache directory {directory} is a file; give a directory (--cache-dir or $BERTSCOPE_CACHE_DIR)")
+        raise InputError(f"the cache directory {directory} is a file; give a directory (or set $BERTSCOPE_CACHE_DIR)", setting="cache_dir")
     return directory
 
 

@@ -219,8 +219,9 @@ def _stream(
             why = f"{len(report.skipped):,} skipped, first: {location}: {reason}"
         else:
             why = "only blank lines and comments"
-        others = " or ".join(f"--format {other}" for other in FORMATS if other != format)
-        raise CorpusError(f"{name}: no sentences found as {format} ({why}); is it the right format? use {others}")
+        others = " or ".join(other for other in FORMATS if other != format)
+        raise CorpusError(f"{name}: no sentences found as {format} ({why}); is it the right format? read it as {others}",
+                          setting="format")
 
 
 # --- the formats ----------------------------------------------------------------------------

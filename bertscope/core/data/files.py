@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from collections.abc import Iterator
@@ -94,3 +95,30 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def reserve_space(path: str | Path, start: int = 0, chunk: int = 1 << 20) -> None:
+    """Make the file's blocks from `start` to its end real on disk, so a full disk fails here and not later.
+
+    A memory-mapped file that is sparse gets its blocks only when a page is first written,
+    and a full disk then kills the process (SIGBUS) instead of raising. `posix_fallocate`
+    reserves them at once where the system and file system have it; elsewhere (macOS,
+    Windows, some network file systems) the bytes are written as zeros (a new file's
+    content, so nothing changes but the blocks).
+    Raises OSError when the space is not there.
+    """
+    with open(path, "r+b") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if hasattr(os, "posix_fallocate"):
+            try:
+                os.posix_fallocate(handle.fileno(), start, max(size - start, 0))
+                return
+            except OSError as error:
+                if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    raise
+        zeros = bytes(chunk)
+        handle.seek(start)
+        for offset in range(start, size, chunk):
+            handle.write(zeros[: min(chunk, size - offset)])
+        handle.flush()
+        os.fsync(handle.fileno())

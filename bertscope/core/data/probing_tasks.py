@@ -57,6 +57,12 @@ LENGTH_BINS = ((5, 7), (8, 9), (10, 11), (12, 13), (14, 16), (17, 20))
 
 MIN_WORDS, MAX_WORDS = 5, 20
 
+WORD_TASKS = ("upos", "xpos", "deprel")
+"""Tasks over a treebank's words, read from CoNLL-U columns (or the built-in treebank)."""
+STRUCTURAL_TASKS = ("depth", "distance")
+"""Hewitt & Manning's structural probes, over a treebank's dependency tree."""
+TREEBANK_TASKS = WORD_TASKS + STRUCTURAL_TASKS
+
 TASKS: dict[str, ProbingTask] = {
     task.name: task
     for task in (

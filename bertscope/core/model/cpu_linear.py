@@ -8,20 +8,27 @@ within 1e-5 (benchmarks/probe_layers.py, forward_latency.py).
 torch's own matmul only sends fp32 products to oneDNN when allowed to round them to
 bfloat16, so `product` calls the operator torch's compiler uses directly.
 
-Where a gradient is wanted (attribution, head importance), on other devices and dtypes, or
-where torch lacks the operator, everything goes through `F.linear` as before. Setting
-`BERTSCOPE_CPU_LINEAR=blas` keeps the BLAS everywhere.
+Which one is faster depends on the processor (on Intel, MKL may win), so the choice is a
+measurement: `choose` times both on the model's own layer shapes when the model is loaded
+(`bertscope.load`, every command, the explorer) and keeps oneDNN only where it is faster.
+`BERTSCOPE_CPU_LINEAR=blas` or `=onednn` decides without measuring. Where a gradient is
+wanted (attribution, head importance), on other devices and dtypes, or where torch lacks
+the operator, everything goes through `F.linear` as before.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-_available = torch.backends.mkldnn.is_available() and os.environ.get("BERTSCOPE_CPU_LINEAR", "onednn") != "blas"
+MODES = ("auto", "onednn", "blas")
+FASTER_BY = 1.1  # oneDNN is kept only when at least this many times as fast: a tie is not worth a private operator
+
+_available = torch.backends.mkldnn.is_available()
 
 
 def onednn_enabled() -> bool:
@@ -50,6 +57,41 @@ class OneDNNLinear(nn.Linear):
 
     def forward(self, input: Tensor) -> Tensor:
         return product(input, self.weight, self.bias)
+
+
+def choose(model: nn.Module, mode: str | None = None) -> str:
+    """Put the model's linear layers on the faster CPU path; returns the one chosen, `onednn` or `blas`.
+
+    `mode` (default: `$BERTSCOPE_CPU_LINEAR`, else `auto`) is `auto` (time both on the
+    model's largest linear layer, about 0.1 s), `onednn` or `blas`.
+    """
+    mode = mode or os.environ.get("BERTSCOPE_CPU_LINEAR", "auto")
+    if mode not in MODES:
+        mode = "auto"
+    linears = [module for module in model.modules() if type(module) is nn.Linear]
+    if mode == "blas" or not _available or not linears:
+        return "blas"
+    if mode == "auto":
+        largest = max(linears, key=lambda module: module.weight.numel())
+        if largest.weight.device.type != "cpu" or largest.weight.dtype != torch.float32:
+            return "blas"
+        blas, onednn = _seconds(largest.weight, F.linear), _seconds(largest.weight, product)
+        if not blas > onednn * FASTER_BY:
+            return "blas"
+    return "onednn" if use_onednn(model) else "blas"
+
+
+def _seconds(weight: Tensor, linear, rows: int = 1024, repeats: int = 3) -> float:
+    """Best wall-clock time of `linear` over a `[rows, in]` batch (after one warm-up)."""
+    batch = torch.randn(rows, weight.shape[1], dtype=weight.dtype)
+    best = float("inf")
+    with torch.inference_mode():
+        linear(batch, weight)
+        for _ in range(repeats):
+            started = time.perf_counter()
+            linear(batch, weight)
+            best = min(best, time.perf_counter() - started)
+    return best
 
 
 def use_onednn(model: nn.Module) -> int:

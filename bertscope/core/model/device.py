@@ -22,11 +22,11 @@ def resolve_device(name: str = "auto") -> torch.device:
     except RuntimeError:
         raise InputError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise InputError(f"device {name!r} asked for, but torch sees no CUDA GPU here; use --device cpu or auto")
+        raise InputError(f"device {name!r} asked for, but torch sees no CUDA GPU here; use cpu or auto", setting="device")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         raise InputError(f"device {name!r} does not exist: torch sees {torch.cuda.device_count()} CUDA GPU(s)")
     if device.type == "mps" and not torch.backends.mps.is_available():
-        raise InputError(f"device {name!r} asked for, but MPS is not available here; use --device cpu or auto")
+        raise InputError(f"device {name!r} asked for, but MPS is not available here; use cpu or auto", setting="device")
     if device.type not in ("cpu", "cuda", "mps"):
         raise InputError(f"unsupported device {name!r}; use auto, cpu, cuda, cuda:N or mps")
     return device
@@ -37,5 +37,5 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name not in DTYPES:
         raise InputError(f"unknown dtype {name!r}; use one of: {', '.join(DTYPES)}")
     if name != "float32" and device.type == "cpu":
-        raise InputError(f"--dtype {name} is for GPUs; on the CPU use float32")
+        raise InputError(f"dtype {name} is for GPUs; on the CPU use float32", setting="dtype")
     return DTYPES[name]

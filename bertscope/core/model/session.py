@@ -19,7 +19,6 @@ from torch import Tensor
 
 from bertscope.core.model import cpu_linear
 from bertscope.core.model.ablation import attention_pass
-from bertscope.core.model.allocator import keep_freed_memory
 from bertscope.core.model.effects import softmax
 from bertscope.core.model.loading import LoadedModel, load_model
 from bertscope.core.model.masks import Ablation, HeadMask, check_ablation
@@ -33,9 +32,6 @@ class Session:
     """A model ready for analysis. Thread-safe: forwards are serialised by `lock`."""
 
     def __init__(self, loaded: LoadedModel):
-        keep_freed_memory()  # large attention arrays would otherwise be page-faulted in on every pass
-        if loaded.device.type == "cpu":
-            cpu_linear.use_onednn(loaded.model)  # 1.9x faster passes on AMD CPUs, where MKL is slow
         self.loaded = loaded
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
@@ -51,6 +47,7 @@ class Session:
         self.mlm_head = family.mlm_head(self.model)
         # A physically pruned model: per layer, the original numbers of the heads it still has (core.model.pruning).
         self.kept_heads = pruned_layout(config)
+        self.linear_path = "blas"  # or "onednn", once `choose_cpu_linear` found it faster
 
     @classmethod
     def open(
@@ -69,7 +66,20 @@ class Session:
             self.loaded, model=model, source=f"{self.loaded.source} (random init, seed {seed})",
             fingerprint=f"random{seed}-{self.loaded.fingerprint}",
         )
-        return Session(loaded)
+        copy = Session(loaded)
+        if self.linear_path == "onednn":
+            copy.choose_cpu_linear("onednn")
+        return copy
+
+    def choose_cpu_linear(self, mode: str | None = None) -> str:
+        """Run the model's linear layers on the faster CPU path, measured (`core.model.cpu_linear.choose`).
+
+        Called where a model is loaded for use (`bertscope.load`, so every command and the
+        explorer), not on every session: tests and baselines keep torch's default.
+        """
+        if self.device.type == "cpu":
+            self.linear_path = cpu_linear.choose(self.model, mode)
+        return self.linear_path
 
     @property
     def is_classifier(self) -> bool:
@@ -115,13 +125,14 @@ class Session:
         text: str | Encoding,
         pair: str | None = None,
         *,
-        attentions: bool = False,
+        attentions: bool = True,
         mask: HeadMask | str | None = None,
         ablation: Ablation = "zero",
         mlm_logits: bool = True,
         reuse: ForwardResult | None = None,
     ) -> ForwardResult:
-        """One sentence (or pair) through the model, as numpy arrays.
+        """One sentence (or pair) through the model, as numpy arrays: tokens, attentions `[L, H, T, T]`
+        (unless `attentions=False`, which is faster), hidden states `[L+1, T, D]`, logits.
 
         `reuse` is an unmasked result for the same input: the layers below the first masked
         one are then taken from it instead of being computed again (a toggle in layer 4 of 6

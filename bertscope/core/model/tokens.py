@@ -13,7 +13,7 @@ def encode(tokenizer, text: str, pair: str | None, max_length: int) -> Encoding:
     if not isinstance(text, str) or not text.strip():
         raise InputError("the text is empty; give a sentence to analyse")
     if pair is not None and not pair.strip():
-        raise InputError("the pair text is empty; give a second sentence or leave --pair out")
+        raise InputError("the pair text is empty; give a second sentence or leave the pair out", setting="pair")
     options = dict(add_special_tokens=True, return_token_type_ids=True, return_special_tokens_mask=True, verbose=False)
     encoded = tokenizer(text, pair, truncation=False, **options)
     full_length = len(encoded["input_ids"])

@@ -1,0 +1,450 @@
+"""bertscope's Python API: every analysis of the command line, for notebooks and scripts.
+
+    import bertscope
+
+    model = bertscope.load()                                  # the bundled all-MiniLM-L6-v2
+    out = model.forward("The keys to the cabinet are on the table.", attentions=True)
+    out.tokens, out.attentions.shape, out.hidden_states.shape  # [L, H, T, T], [L+1, T, D]
+    stats = bertscope.patterns(model, ["The cat sat.", "A dog barked twice."])
+    report = bertscope.probe(model, "upos", data="en_ewt-ud-train.conllu")
+
+Results are frozen dataclasses holding numpy arrays, the same objects the CLI prints and
+the explorer draws. Each function takes the command's options as keyword arguments (the
+CLI's `--batch-size` is `batch_size=`). Corpus functions read `texts` (a string or strings),
+or `data` (a corpus file), or else the sample corpus shipped with bertscope, and take
+`progress` (called with each `Progress` record) and `cancel` (a `threading.Event`: set it
+and the function raises `Cancelled`). Notes a person should see (lines skipped in a file,
+sentences cut at the model's limit) are issued as `BertscopeNote` warnings.
+
+torch is imported when a function runs, not when this module is imported.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bertscope.core.data.corpus import ReadReport, Sentence, read_sentences, sample_corpus
+from bertscope.core.data.probing_tasks import TREEBANK_TASKS
+from bertscope.core.errors import BertscopeError, BertscopeNote, Cancelled, InputError
+from bertscope.core.model.masks import Ablation, HeadMask
+
+if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyses are not
+    from bertscope.core.analyses.attribution_results import Attribution
+    from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryResult
+    from bertscope.core.analyses.importance_results import HeadImportance, PruningCurve
+    from bertscope.core.analyses.mlm import ClozeResult, FillResult
+    from bertscope.core.analyses.objectives import Objective
+    from bertscope.core.analyses.patterns import PatternResult
+    from bertscope.core.analyses.probing import ProbeReport
+    from bertscope.core.analyses.pruned_export import PrunedModel
+    from bertscope.core.model.session import Session
+
+Texts = str | Iterable[str] | None
+ProgressCallback = Callable[[Any], None] | None
+
+
+
+def note(message: str) -> None:
+    """Tell the caller something about the result, as a `BertscopeNote` warning."""
+    warnings.warn(message, BertscopeNote, stacklevel=3)
+
+
+def load(model: str | None = None, *, device: str = "auto", dtype: str = "float32", allow_download: bool = False,
+         cpu_linear: str | None = None) -> Session:
+    """A model ready for analysis: None for the bundled all-MiniLM-L6-v2, a directory, or a name in the HF cache.
+
+    `device` is auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps; `dtype` float32,
+    float16 or bfloat16. Nothing is downloaded unless `allow_download`. On the CPU the
+    linear layers take the faster of torch's BLAS and oneDNN, timed on this machine
+    (`cpu_linear`: auto, onednn or blas; default `$BERTSCOPE_CPU_LINEAR`, else auto).
+    """
+    from bertscope.core.model.session import Session
+
+    session = Session.open(model, device=device, dtype=dtype, allow_download=allow_download)
+    session.choose_cpu_linear(cpu_linear)
+    return session
+
+
+@dataclass
+class Corpus:
+    """Sentences to analyse and where they came from (`source`, as the CLI's JSON names it)."""
+
+    sentences: Iterable[Sentence]
+    source: str
+    report: ReadReport
+
+    def notes(self) -> None:
+        """Warn about skipped lines, once the sentences have been read."""
+        if self.report.skipped:
+            note(self.report.summary())
+
+
+def corpus(texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto", limit: int | None = None,
+           sample: bool = True) -> Corpus:
+    """The sentences of `texts` or of the file `data` (streamed), or else the sample corpus.
+
+    With `sample=False` and neither given, an empty corpus (an analysis with its own default data).
+    """
+    report = ReadReport()
+    if texts is not None and data is not None:
+        raise InputError("give either texts or a data file, not both")
+    if texts is not None:
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        if not texts or not all(text.strip() for text in texts):
+            raise InputError("the text is empty; give a sentence, or a corpus file")
+        report.sentences = len(texts)
+        location = "TEXT" if len(texts) == 1 else "text {}"
+        return Corpus([Sentence(text=text, location=location.format(i + 1)) for i, text in enumerate(texts)], "TEXT", report)
+    if data is None and not sample:
+        return Corpus([], "", report)
+    path = data if data is not None else sample_corpus()
+    return Corpus(read_sentences(path, data_format, limit=limit, report=report), str(path), report)
+
+
+def head_mask(model: Session, mask: str | HeadMask | None) -> HeadMask:
+    """A mask spec (`0:3,2:*`) or mask, checked against the model."""
+    return mask if isinstance(mask, HeadMask) else model.mask(mask)
+
+
+def outcome(steps: Iterator, progress: ProgressCallback = None, cancel: threading.Event | None = None, field: str = "result"):
+    """Run a core generator of progress records to its end; the last record's outcome.
+
+    Each record goes to `progress`. A set `cancel` event raises `Cancelled`.
+    """
+    last = None
+    for last in steps:
+        if progress is not None:
+            progress(last)
+        if cancel is not None and cancel.is_set():
+            break
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("cancelled before it finished")
+    value = getattr(last, field, None) if last is not None else None
+    if value is None:
+        raise BertscopeError("the analysis stopped before it finished")
+    return value
+
+
+# attention over a corpus
+
+
+def patterns(model: Session, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
+             limit: int | None = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero", batch_size: int = 32,
+             progress: ProgressCallback = None, cancel: threading.Event | None = None) -> PatternResult:
+    """Attention statistics and Kovaleva pattern classes of every head, streamed over a corpus."""
+    from bertscope.core.analyses.patterns import pattern_statistics
+
+    sentences = corpus(texts, data=data, data_format=data_format, limit=limit)
+    steps = pattern_statistics(model, sentences.sentences, mask=head_mask(model, mask), ablation=ablation,
+                               batch_size=batch_size, cancel=cancel)
+    result = outcome(steps, progress, cancel)
+    sentences.notes()
+    if result.truncated:
+        note(f"{result.truncated:,} tokens were cut from sentences longer than the model's maximum of {model.max_length}")
+    return result
+
+
+# what each layer knows
+
+
+def probe(model: Session, task: str, *, data: str | Path | None = None, dev: str | Path | None = None,
+          test: str | Path | None = None, data_format: str = "auto", limit: int | None = None, word_pooling: str = "first",
+          sentence_pooling: str = "cls", kind: str = "linear", control: bool = True, random_baseline: bool = True,
+          min_examples: int = 2, cache_dir: str | Path | None | bool = None, mask: str | HeadMask | None = None,
+          ablation: Ablation = "zero", seed: int = 0, progress: ProgressCallback = None,
+          cancel: threading.Event | None = None) -> ProbeReport:
+    """A probe per layer for `task`, with its baselines (control task, random-init model).
+
+    `task`: upos, xpos, deprel, depth or distance (a CoNLL-U `data`, else the built-in
+    treebank), a SentEval task of `data`, or a built-in task. `cache_dir=False` keeps no cache.
+    """
+    from bertscope.core.analyses.probing import make_splits, run_probe
+
+    train, dev_sentences, test_sentences, source, notes = probe_sentences(task, data, dev, test, data_format, limit)
+    splits = make_splits(train, dev_sentences, test_sentences, seed=seed)
+    steps = run_probe(
+        model, task, splits, word_pooling=word_pooling, sentence_pooling=sentence_pooling, mask=head_mask(model, mask).spec(),
+        ablation=ablation, kind=kind, control=control, random_baseline=random_baseline, min_examples=min_examples,
+        cache_dir=cache_dir, seed=seed, cancel=cancel,
+    )
+    report = outcome(steps, progress, cancel, field="report")
+    report.notes[:0] = notes
+    return report
+
+
+def probe_sentences(task: str, data, dev, test, data_format: str = "auto", limit: int | None = None):
+    """The train, dev and test sentences of a probing task, where they came from, and notes on the choice."""
+    from bertscope.core.data.probing_tasks import TASKS, generate
+
+    if data is None:
+        if dev is not None or test is not None:
+            raise InputError("a dev or test file needs a training file too")
+        if task in TREEBANK_TASKS:
+            from bertscope.core.data.treebank import DEFAULT_SENTENCES, generate_treebank
+
+            size = limit or DEFAULT_SENTENCES
+            message = (f"no data given: probing a generated treebank of {size:,} sentences (bertscope's built-in grammar; "
+                    "`bertscope treebank -o FILE.conllu` writes it out)")
+            return generate_treebank(size), None, None, f"built-in treebank ({size:,} sentences)", [message]
+        if task not in TASKS:
+            raise InputError(f"unknown task {task!r} without data; built-in tasks: {', '.join((*TASKS, *TREEBANK_TASKS))}; "
+                             "or give a corpus file")
+        return generate(task), None, None, f"built-in task {task}", []
+    reports = []
+
+    def read(path):
+        if path is None:
+            return None
+        report = ReadReport()
+        sentences = list(read_sentences(path, data_format, limit=limit, report=report))
+        reports.append(report)
+        return sentences
+
+    train, dev_sentences, test_sentences = read(data), read(dev), read(test)
+    words = train[0].words is not None
+    if words and task not in TREEBANK_TASKS:
+        raise InputError(f"a CoNLL-U file probes {', '.join(TREEBANK_TASKS)}; not {task!r}")
+    if not words and task in TREEBANK_TASKS:
+        raise InputError(f"task {task!r} needs a CoNLL-U file; {data} is not one")
+    notes = [report.summary() for report in reports if report.skipped]
+    return train, dev_sentences, test_sentences, str(data), notes
+
+
+# which heads matter
+
+
+def objective(model: Session, name: str, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
+              limit: int | None = None, task: str | None = None, probe_layer: int | None = None, batch_size: int = 32,
+              seed: int = 0) -> tuple[Objective, str]:
+    """What importance and pruning are measured on, prepared over the data; and the data's source.
+
+    `name`: mlm (an MLM head), classification (a classifier and labelled data), probe
+    (`task`, `probe_layer`; no data: a built-in task), preserve (any encoder).
+    """
+    from bertscope.core.analyses.objectives import check_objective, make_objective
+
+    check_objective(model, name)
+    if name == "classification" and texts is None and data is None:
+        raise InputError("the classification objective needs labelled data: a SentEval file (split<TAB>label<TAB>sentence)")
+    sentences = corpus(texts, data=data, data_format=data_format, limit=limit, sample=name != "probe")
+    source = sentences.source or f"built-in task {task}"
+    if name != "probe" and task is not None:
+        note(f"a probing task is for the probe objective; the {name} objective ignores it")
+    prepared = make_objective(model, name, list(sentences.sentences), batch_size=batch_size, seed=seed, probe_task=task,
+                              probe_layer=probe_layer)
+    sentences.notes()
+    for message in prepared.notes:
+        note(message)
+    return prepared, source
+
+
+def importance(model: Session, objective_name: str, texts: Texts = None, *, data: str | Path | None = None,
+               data_format: str = "auto", limit: int | None = None, task: str | None = None, probe_layer: int | None = None,
+               method: str = "gradient", ablation: Ablation = "zero", normalize: bool = True, batch_size: int = 32, seed: int = 0,
+               progress: ProgressCallback = None, cancel: threading.Event | None = None) -> HeadImportance:
+    """How much each head matters for an objective: Michel et al.'s gradient, or exact ablation."""
+    prepared, _ = objective(model, objective_name, texts, data=data, data_format=data_format, limit=limit, task=task,
+                            probe_layer=probe_layer, batch_size=batch_size, seed=seed)
+    return importance_of(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, progress=progress,
+                         cancel=cancel)
+
+
+def importance_of(prepared: Objective, *, method: str = "gradient", ablation: Ablation = "zero", normalize: bool = True,
+                  seed: int = 0, progress: ProgressCallback = None, cancel: threading.Event | None = None) -> HeadImportance:
+    """Head importance for an objective already prepared (see `objective`)."""
+    from bertscope.core.analyses.importance import head_importance
+
+    steps = head_importance(prepared, method, ablation=ablation, normalize=normalize, seed=seed, cancel=cancel)
+    return outcome(steps, progress, cancel)
+
+
+def pruning_curve(model: Session, objective_name: str, texts: Texts = None, *, data: str | Path | None = None,
+                  data_format: str = "auto", limit: int | None = None, task: str | None = None, probe_layer: int | None = None,
+                  method: str = "gradient", ablation: Ablation = "zero", normalize: bool = True, batch_size: int = 32,
+                  seed: int = 0, step: float = 0.1, reestimate: bool = False, max_drop: float = 0.01,
+                  progress: ProgressCallback = None, cancel: threading.Event | None = None) -> PruningCurve:
+    """The objective as ever more of the least important heads are removed, `step` of them at a time."""
+    from bertscope.core.analyses.importance import check_fraction
+    from bertscope.core.analyses.importance import pruning_curve as curve_steps
+
+    check_fraction(step, "step")
+    prepared, _ = objective(model, objective_name, texts, data=data, data_format=data_format, limit=limit, task=task,
+                            probe_layer=probe_layer, batch_size=batch_size, seed=seed)
+    ranking = importance_of(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, progress=progress,
+                            cancel=cancel)
+    steps = curve_steps(prepared, importance=ranking, method=method, ablation=ablation, step=step, reestimate=reestimate,
+                        normalize=normalize, max_drop=max_drop, cancel=cancel)
+    return outcome(steps, progress, cancel, field="curve")
+
+
+def prune(model: Session, objective_name: str, texts: Texts = None, *, fraction: float, output: str | Path | None = None,
+          format: str = "sliced", data: str | Path | None = None, data_format: str = "auto", limit: int | None = None, task: str | None = None,
+          probe_layer: int | None = None, method: str = "gradient", ablation: Ablation = "zero", normalize: bool = True,
+          batch_size: int = 32, seed: int = 0, progress: ProgressCallback = None,
+          cancel: threading.Event | None = None) -> Pruning:
+    """Choose the least important `fraction` of all heads, measure the objective without them, and with
+    `output` write a copy of the model without them: `format` sliced (the heads cut out of the
+    weights: smaller and faster, for bertscope and transformers 4) or zeroed (same shapes,
+    their output projection zeroed: loads in any transformers)."""
+    from bertscope.core.analyses.importance import check_fraction, measure, pruned_set
+    from bertscope.core.analyses.pruned_export import FORMATS
+
+    check_fraction(fraction)
+    if format not in FORMATS:
+        raise InputError(f"unknown pruned-model format {format!r}; use one of: {', '.join(FORMATS)}", setting="format")
+    if output is not None:
+        from bertscope.core.data.files import check_new_directory
+
+        check_new_directory(Path(output))
+    prepared, source = objective(model, objective_name, texts, data=data, data_format=data_format, limit=limit, task=task,
+                                 probe_layer=probe_layer, batch_size=batch_size, seed=seed)
+    ranking = importance_of(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, progress=progress,
+                            cancel=cancel)
+    total = model.num_layers * model.num_heads
+    count = round(fraction * total) - len(pruned_set(model))
+    if count <= 0:
+        raise InputError(f"a fraction of {fraction:g} is {round(fraction * total)} of {total} heads, and the model already has "
+                         f"{total - len(ranking.order())} pruned; give a larger fraction")
+    chosen = ranking.least_important(count)
+    mask = HeadMask(model.num_layers, model.num_heads, frozenset(chosen))
+    after = measure(prepared, mask, "zero")
+    written = None
+    if output is not None:
+        from bertscope.core.analyses.pruned_export import write_pruned_model
+
+        written = write_pruned_model(model, chosen, output, timing_texts=prepared.texts, format=format, extra={
+            "objective": prepared.name, "method": method, "ranking_ablation": ablation, "fraction": fraction, "data": source,
+            "metric": prepared.metric, "before": {"loss": ranking.baseline_loss, "metric": ranking.baseline_metric},
+            "after": {"loss": after.loss, "metric": after.metric},
+        })
+    return Pruning(objective=prepared.name, metric=prepared.metric, source=source, mask=mask, importance=ranking,
+                   loss_after=after.loss, metric_after=after.metric, written=written, timed_sentences=len(prepared.texts))
+
+
+@dataclass(frozen=True)
+class Pruning:
+    """What `prune` removed and what it cost the objective (`written`: the model saved, if any)."""
+
+    objective: str
+    metric: str
+    source: str
+    mask: HeadMask
+    importance: HeadImportance
+    loss_after: float
+    metric_after: float
+    written: PrunedModel | None
+    timed_sentences: int
+
+
+# the masked-LM head
+
+
+def fill(model: Session, text: str, *, top: int = 10, layers: bool = True, mask: str | HeadMask | None = None,
+         ablation: Ablation = "zero") -> FillResult:
+    """The MLM head's top guesses at every [MASK] of `text` (also `<mask>` or `___`), and read off every layer."""
+    from bertscope.core.analyses.mlm import fill as fill_in
+    from bertscope.core.analyses.mlm import require_mlm_head, with_mask_token
+
+    if not text.strip():
+        raise InputError("the text is empty; give a sentence with [MASK] where the missing word goes")
+    require_mlm_head(model)
+    encoding = model.encode(with_mask_token(model.tokenizer, text))
+    if encoding.truncated:
+        note(f"the text was cut to the model's maximum of {model.max_length} tokens")
+    return fill_in(model, encoding, top=top, mask=head_mask(model, mask), ablation=ablation, layers=layers)
+
+
+def cloze(model: Session, data: str | Path = "sample", *, batch_size: int = 32, mask: str | HeadMask | None = None,
+          ablation: Ablation = "zero", progress: ProgressCallback = None, cancel: threading.Event | None = None) -> ClozeResult:
+    """Precision at 1 and 10 of a cloze file's one-token answers, per layer (LAMA); "sample" for the shipped one."""
+    from bertscope.core.analyses.mlm import cloze_scores, read_cloze, require_mlm_head, sample_cloze
+
+    require_mlm_head(model)
+    source = sample_cloze() if str(data) == "sample" else data
+    report = ReadReport()
+    queries = read_cloze(source, report)
+    steps = cloze_scores(model, queries, mask=head_mask(model, mask), ablation=ablation, batch_size=batch_size, report=report)
+    result = outcome(steps, progress, cancel)
+    if report.skipped:
+        location, reason = report.skipped[0]
+        note(f"scored {result.queries} queries; skipped {len(report.skipped)} (first: {location}: {reason})")
+    return result
+
+
+# attribution
+
+
+def attribute(model: Session, text: str, pair: str | None = None, *, method: str = "integrated-gradients",
+              target: str | None = None, position: int | None = None, probe: str | None = None,
+              data: str | Path | None = None, layer: int | None = None, sentence_pooling: str = "cls",
+              score: str = "log-probability", steps: int | None = None, cache_dir: str | Path | None | bool = None,
+              mask: str | HeadMask | None = None, ablation: Ablation = "zero", progress: ProgressCallback = None,
+              cancel: threading.Event | None = None) -> Attribution:
+    """Which tokens of `text` a decision rests on: a probe's (`probe=TASK`), a classifier's class, or an MLM guess.
+
+    `target` is the label, class or token to explain (default: the model's top choice).
+    """
+    from bertscope.core.analyses.attribution import Target
+    from bertscope.core.analyses.attribution import attribute as attribution_steps
+    from bertscope.core.analyses.mlm import with_mask_token
+
+    if not text.strip():
+        raise InputError("the text is empty; give a sentence to explain")
+    if (data is not None or layer is not None) and probe is None:
+        raise InputError("a probe's data and layer need the probe's task too")
+    encoding = model.encode(with_mask_token(model.tokenizer, text), pair)
+    if encoding.truncated:
+        note(f"the text was cut to the model's maximum of {model.max_length} tokens")
+    chosen = Target(label=target, position=position, probe=probe, data=data, layer=layer, pooling=sentence_pooling)
+    run = attribution_steps(model, encoding, method=method, target=chosen, score=score, steps=steps,
+                            mask=head_mask(model, mask), ablation=ablation, cache_dir=cache_dir, cancel=cancel)
+    result = outcome(run, progress, cancel)
+    for message in result.notes:
+        note(message)
+    return result
+
+
+# representation geometry
+
+
+def geometry(model: Session, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
+             limit: int | None = None, unit: str = "auto", max_rows: int | None = 4000, neighbours: int = 10, seed: int = 0,
+             batch_size: int = 32, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
+             progress: ProgressCallback = None, cancel: threading.Event | None = None) -> GeometryResult:
+    """Per layer on a seeded sample of rows: PCA, linear CKA, TwoNN intrinsic dimension, neighbourhood overlap."""
+    from bertscope.core.analyses.geometry import representation_geometry
+
+    sentences = corpus(texts, data=data, data_format=data_format, limit=limit)
+    chosen = head_mask(model, mask)
+    run = representation_geometry(model, sentences.sentences, unit=unit, max_rows=max_rows, neighbours=neighbours, seed=seed,
+                                  batch_size=batch_size, mask=chosen if len(chosen) else None, ablation=ablation, cancel=cancel)
+    result = outcome(run, progress, cancel)
+    sentences.notes()
+    return result
+
+
+def compare(model: Session, other: Session | str, texts: Texts = None, *, data: str | Path | None = None,
+            data_format: str = "auto", limit: int | None = None, unit: str = "auto", max_rows: int | None = 4000,
+            seed: int = 0, batch_size: int = 32, probes: Iterable[str] = (), cache_dir: str | Path | None | bool = None,
+            allow_download: bool = False, progress: ProgressCallback = None,
+            cancel: threading.Event | None = None) -> ComparisonResult:
+    """`model` against `other` (a loaded model, or one to load on the same device): per-head attention
+    similarity, CKA between their layers, and with `probes` a probe per layer on both."""
+    from bertscope.core.analyses.compare import compare_models, probe_data
+
+    sentences = corpus(texts, data=data, data_format=data_format, limit=limit)
+    rows = list(sentences.sentences)
+    tasks = [(task, probe_data(task, rows)) for task in probes]
+    if isinstance(other, str):
+        dtype = str(model.loaded.dtype).removeprefix("torch.")
+        other = load(other, device=str(model.device), dtype=dtype, allow_download=allow_download)
+    run = compare_models(model, other, rows, unit=unit, max_rows=max_rows, seed=seed, batch_size=batch_size, probes=tasks,
+                         cache_dir=cache_dir, cancel=cancel)
+    result = outcome(run, progress, cancel)
+    sentences.notes()
+    return result
