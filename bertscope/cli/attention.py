@@ -47,11 +47,11 @@ def explore(text, pair, theme, session_file, export_dir, glyphs, model: ModelCho
 
     def open_backend(report):
         report("importing torch and transformers…")
-        from bertscope.core.model.session import Session
+        from bertscope.api import load
         from bertscope.session_backend import SessionBackend
 
         report(f"loading {model.name or 'the bundled all-MiniLM-L6-v2'}…")
-        return SessionBackend(Session.open(model.name, device=model.device, dtype=model.dtype, allow_download=model.allow_download))
+        return SessionBackend(load(model.name, device=model.device, dtype=model.dtype, allow_download=model.allow_download))
 
     app = ExplorerApp(
         open_backend, text=text, pair=pair, theme=theme, session_file=session_file, export_dir=export_dir, glyphs=glyphs

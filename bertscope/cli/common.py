@@ -88,6 +88,9 @@ def main() -> None:
     model directory or a model already in the Hugging Face cache. Layers and heads count
     from 0. Head masks are LAYER:HEAD items separated by commas, LAYER:* for a whole layer.
     """
+    from bertscope.core.model.allocator import keep_freed_memory
+
+    keep_freed_memory()  # process-wide, so set here at the entry point: forwards reuse freed attention memory
 
 
 # --- the model ---------------------------------------------------------------------------------
@@ -162,9 +165,9 @@ class ModelChoice:
             self.judge_files()
             console = Console(stderr=True)
             with console.status("loading model…") if console.is_terminal else contextlib.nullcontext():
-                from bertscope.core.model.session import Session
+                from bertscope.api import load
 
-                self._session = Session.open(self.name, device=self.device, dtype=self.dtype, allow_download=self.allow_download)
+                self._session = load(self.name, device=self.device, dtype=self.dtype, allow_download=self.allow_download)
         return self._session
 
 

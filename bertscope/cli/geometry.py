@@ -19,13 +19,14 @@ from bertscope.cli.common import (
     run_stages,
     warn,
 )
+from bertscope.core.analyses.geometry_results import UNITS
 from bertscope.core.errors import BertscopeError, ModelLoadError
 
 
 def sample_options(command):
     """Which rows are sampled and how many: shared by geometry and compare."""
     options = [
-        click.option("--unit", default="auto", show_default=True, type=click.Choice(["auto", "token", "word", "sentence"]),
+        click.option("--unit", default="auto", show_default=True, type=click.Choice(["auto", *UNITS]),
                      help="Rows: every token; CoNLL-U words (first sub-word); or sentences (mean of their tokens). auto: word for CoNLL-U, sentence for SentEval, else token."),
         click.option("--max-rows", type=click.IntRange(min=4), default=4000, show_default=True, metavar="N",
                      help="At most N rows, a seeded uniform sample of the corpus (memory stays bounded)."),

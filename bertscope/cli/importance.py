@@ -15,10 +15,9 @@ from bertscope.cli.common import (
     run_stages,
     warn,
 )
+from bertscope.core.analyses.importance_results import METHODS, OBJECTIVES
 from bertscope.core.errors import BertscopeError
 from bertscope.core.model.masks import ABLATIONS
-
-OBJECTIVE_CHOICES = ("mlm", "classification", "probe", "preserve")
 
 
 def objective_options(command):
@@ -29,12 +28,12 @@ def objective_options(command):
         click.option("--format", "data_format", default="auto", show_default=True, type=click.Choice(["auto", "text", "conllu", "senteval"])),
         click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="Read at most N sentences."),
         click.option(
-            "--objective", "-O", "objective", required=True, type=click.Choice(OBJECTIVE_CHOICES),
+            "--objective", "-O", "objective", required=True, type=click.Choice(OBJECTIVES),
             help="mlm (MLM head), classification (classifier, labelled data), probe (--task, --probe-layer), preserve (any encoder).",
         ),
         click.option("--task", "-t", default=None, help="probe objective: a built-in task, the labels of a SentEval file, or upos/xpos/deprel (CoNLL-U)."),
         click.option("--probe-layer", type=int, default=None, metavar="N", help="probe objective: hidden-state layer, 0 = embeddings. Default: the last."),
-        click.option("--method", default="gradient", show_default=True, type=click.Choice(["gradient", "ablation"]),
+        click.option("--method", default="gradient", show_default=True, type=click.Choice(METHODS),
                      help="gradient: Michel et al.'s E|dL/dgate| (one backward pass per batch); ablation: exact loss change per head and per layer."),
         click.option("--ablation", default="zero", show_default=True, type=click.Choice(ABLATIONS),
                      help="zero: remove the head's output (Michel et al.); uniform: the head attends evenly (Kovaleva et al.)."),

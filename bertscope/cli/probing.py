@@ -52,9 +52,9 @@ def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pool
     Layers are indexed as hidden states: 0 is the embeddings, l+1 the output of layer l.
     """
     from bertscope.core.data.corpus import ReadReport, read_sentences
-    from bertscope.core.data.probing_tasks import TASKS, generate
+    from bertscope.core.data.probing_tasks import TASKS, TREEBANK_TASKS, generate
 
-    word_tasks = ("upos", "xpos", "deprel", "depth", "distance")
+    word_tasks = TREEBANK_TASKS
     reports, notes = [], []
 
     def read(path):
