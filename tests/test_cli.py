@@ -240,7 +240,7 @@ def test_ctrl_c_exits_130_with_one_line(run, monkeypatch, tmp_path):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("bertscope.cli.open_session", interrupted)
+    monkeypatch.setattr("bertscope.cli.common.ModelChoice.open", interrupted)
     result = run("export", SENTENCE, "-o", str(tmp_path / "x.npz"))
     assert result.exit_code == 130
     assert result.stderr.strip().splitlines() == [

@@ -10,7 +10,7 @@ import ast
 import re
 from pathlib import Path
 
-from bertscope.cli import error_line
+from bertscope.cli.common import error_line
 from bertscope.core.errors import InputError, NoMLMHeadError
 
 CORE = Path(__file__).resolve().parent.parent / "bertscope" / "core"

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from bertscope.core.data.batching import plan_batches
-from bertscope.core.data.corpus import ReadReport, _checked, _lines, packaged_data
+from bertscope.core.data.corpus import ReadReport, _lines, packaged_data, readable_file
 from bertscope.core.errors import InputError, NoMLMHeadError
 from bertscope.core.model.allocator import corpus_heap_over
 from bertscope.core.model.masks import Ablation, HeadMask
@@ -166,7 +166,7 @@ def read_cloze(path, report: ReadReport | None = None) -> list[ClozeQuery]:
     used) or `masked_sentence`, and `obj_label`. Blank lines and `#` comments are ignored;
     a malformed line is skipped and recorded in `report`.
     """
-    target, name = _checked(path)
+    target, name = readable_file(path)
     report = report if report is not None else ReadReport()
     queries = []
     for number, line in _lines(target, name):

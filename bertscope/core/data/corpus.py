@@ -111,7 +111,7 @@ def detect_format(path: str | os.PathLike) -> str:
     ID) is CoNLL-U too, so a treebank under another name is not read as plain text;
     anything else is plain text.
     """
-    target, name = _checked(path)
+    target, name = readable_file(path)
     if target.suffix.lower() in _CONLLU_SUFFIXES:
         return "conllu"
     first_line = True
@@ -143,7 +143,7 @@ def read_sentences(
     are skipped and recorded in `report`. A file that yields no sentence at all raises a
     `CorpusError` when reading reaches its end.
     """
-    target, name = _checked(path)
+    target, name = readable_file(path)
     if format != "auto" and format not in FORMATS:
         raise CorpusError(f"{name}: unknown format {format!r}; use auto, {', '.join(FORMATS)}")
     if limit is not None and limit < 1:
@@ -158,7 +158,7 @@ def read_sentences(
 # --- reading lines ---------------------------------------------------------------------------
 
 
-def _checked(path: str | os.PathLike) -> tuple[Path, str]:
+def readable_file(path: str | os.PathLike) -> tuple[Path, str]:
     """The path, checked to be a readable file, and its name as the user wrote it."""
     name = os.fspath(path)
     target = Path(name).expanduser()

@@ -1,28 +1,23 @@
-"""`bertscope importance` and `bertscope prune`: which heads matter, and a physically smaller model.
-
-Registered on the main command group by bertscope.cli; imports stay light until a command runs.
-"""
+"""`bertscope importance` and `bertscope prune`: which heads matter, and a physically smaller model."""
 
 from __future__ import annotations
 
-import csv
-import io
-
 import click
 
-from bertscope.cli import (
-    BertscopeError,
+from bertscope.cli.common import (
+    ModelChoice,
+    check_hidden_layer,
+    corpus_sentences,
     format_options,
-    main,
     model_options,
-    open_session,
+    print_csv,
     print_json,
     run_stages,
     warn,
 )
+from bertscope.core.analyses.importance_results import METHODS, OBJECTIVES
+from bertscope.core.errors import BertscopeError
 from bertscope.core.model.masks import ABLATIONS
-
-OBJECTIVE_CHOICES = ("mlm", "classification", "probe", "preserve")
 
 
 def objective_options(command):
@@ -33,12 +28,12 @@ def objective_options(command):
         click.option("--format", "data_format", default="auto", show_default=True, type=click.Choice(["auto", "text", "conllu", "senteval"])),
         click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="Read at most N sentences."),
         click.option(
-            "--objective", "-O", "objective", required=True, type=click.Choice(OBJECTIVE_CHOICES),
+            "--objective", "-O", "objective", required=True, type=click.Choice(OBJECTIVES),
             help="mlm (MLM head), classification (classifier, labelled data), probe (--task, --probe-layer), preserve (any encoder).",
         ),
         click.option("--task", "-t", default=None, help="probe objective: a built-in task, the labels of a SentEval file, or upos/xpos/deprel (CoNLL-U)."),
         click.option("--probe-layer", type=int, default=None, metavar="N", help="probe objective: hidden-state layer, 0 = embeddings. Default: the last."),
-        click.option("--method", default="gradient", show_default=True, type=click.Choice(["gradient", "ablation"]),
+        click.option("--method", default="gradient", show_default=True, type=click.Choice(METHODS),
                      help="gradient: Michel et al.'s E|dL/dgate| (one backward pass per batch); ablation: exact loss change per head and per layer."),
         click.option("--ablation", default="zero", show_default=True, type=click.Choice(ABLATIONS),
                      help="zero: remove the head's output (Michel et al.); uniform: the head attends evenly (Kovaleva et al.)."),
@@ -51,36 +46,38 @@ def objective_options(command):
     return command
 
 
-def build_objective(session, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed):
-    """Read the data and prepare the objective; returns (objective, description of the data)."""
-    from bertscope.core.analyses.objectives import check_objective, make_objective
-    from bertscope.core.data.corpus import ReadReport, Sentence, read_sentences, sample_corpus
+def objective_data(objective, text, data, data_format, limit, task):
+    """The sentences the objective is measured on, and where they come from; read before the model loads."""
+    from bertscope.core.data.corpus import ReadReport
 
-    check_objective(session, objective)
-    if text is not None and data is not None:
-        raise BertscopeError("give either TEXT or --data FILE, not both")
     report = ReadReport()
-    if text is not None:
-        if not text.strip():
-            raise BertscopeError("the text is empty; give a sentence, or --data FILE for a corpus")
-        sentences, source = [Sentence(text=text, location="TEXT")], "TEXT"
-    elif data is not None:
-        sentences, source = list(read_sentences(data, data_format, limit=limit, report=report)), data
-    elif objective == "probe":
+    if text is None and data is None and objective == "probe":
         sentences, source = [], f"built-in task {task}"
-    elif objective == "classification":
+    elif text is None and data is None and objective == "classification":
         raise BertscopeError("the classification objective needs labelled data: --data FILE (SentEval TSV: split<TAB>label<TAB>sentence)")
     else:
-        path = sample_corpus()
-        sentences, source = list(read_sentences(path, limit=limit, report=report)), str(path)
+        sentences, source = corpus_sentences(text, data, data_format, limit, report)
+        sentences = list(sentences)
     if report.skipped:
         warn(report.summary())
     if objective != "probe" and task is not None:
         warn(f"--task is for the probe objective; the {objective} objective ignores it")
+    return sentences, source
+
+
+def load_objective(model: ModelChoice, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed):
+    """(session, the objective ready to measure, where its data comes from): the data and the probe layer judged before the model loads."""
+    sentences, source = objective_data(objective, text, data, data_format, limit, task)
+    if objective == "probe":
+        check_hidden_layer(probe_layer, model.shape(), "--probe-layer")
+    session = model.open()
+    from bertscope.core.analyses.objectives import check_objective, make_objective
+
+    check_objective(session, objective)
     prepared = make_objective(session, objective, sentences, batch_size=batch_size, seed=seed, probe_task=task, probe_layer=probe_layer)
     for note in prepared.notes:
         warn(note)
-    return prepared, source
+    return session, prepared, source
 
 
 def compute_importance(prepared, method, ablation, normalize, seed):
@@ -90,12 +87,12 @@ def compute_importance(prepared, method, ablation, normalize, seed):
     return run_stages(steps, "head importance")
 
 
-@main.command()
+@click.command()
 @objective_options
 @format_options
 @model_options
 def importance(text, data, data_format, limit, objective, task, probe_layer, method, ablation, normalize, batch_size, seed,
-               output_format, model, device, dtype, allow_download):
+               output_format, model: ModelChoice):
     """How much each head matters for an objective (Michel et al.; Kovaleva et al.).
 
     gradient: I_h = E|dL/d gate_h| from one backward pass per batch through float head
@@ -103,21 +100,18 @@ def importance(text, data, data_format, limit, objective, task, probe_layer, met
     itself has zero gradient); ablation: the exact loss change when each head, and each
     whole layer, is switched off. Higher means more important.
     """
-    session = open_session(model, device, dtype, allow_download)
-    prepared, source = build_objective(session, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed)
+    session, prepared, source = load_objective(model, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed)
     result = compute_importance(prepared, method, ablation, normalize, seed)
     if output_format == "json":
         print_json(result.as_json(session.info.source) | {"data": source})
         return
     if output_format == "csv":
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(["layer", "head", "importance", "raw", "pruned"])
-        for layer in range(session.num_layers):
-            for head in range(session.num_heads):
-                writer.writerow([layer, head, f"{result.importance[layer, head]:.8g}", f"{result.raw[layer, head]:.8g}",
-                                 int((layer, head) in result.pruned)])
-        click.echo(buffer.getvalue(), nl=False)
+        rows = (
+            [layer, head, f"{result.importance[layer, head]:.8g}", f"{result.raw[layer, head]:.8g}", int((layer, head) in result.pruned)]
+            for layer in range(session.num_layers)
+            for head in range(session.num_heads)
+        )
+        print_csv([["layer", "head", "importance", "raw", "pruned"], *rows])
         return
     from rich.console import Console
 
@@ -126,7 +120,7 @@ def importance(text, data, data_format, limit, objective, task, probe_layer, met
     Console().print(importance_report(result, session.info.source, source))
 
 
-@main.command()
+@click.command()
 @objective_options
 @click.option("--curve", is_flag=True, help="Measure the objective as ever more heads are removed.")
 @click.option("--step", type=float, default=0.1, show_default=True, help="--curve: the share of all heads removed per step.")
@@ -138,7 +132,7 @@ def importance(text, data, data_format, limit, objective, task, probe_layer, met
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 @model_options
 def prune(text, data, data_format, limit, objective, task, probe_layer, method, ablation, normalize, batch_size, seed,
-          curve, step, reestimate, max_drop, fraction, output, as_json, model, device, dtype, allow_download):
+          curve, step, reestimate, max_drop, fraction, output, as_json, model: ModelChoice):
     """Remove the least important heads: a pruning curve, or a physically smaller model.
 
     --curve removes --step of the heads at a time and measures the objective at each step,
@@ -148,7 +142,7 @@ def prune(text, data, data_format, limit, objective, task, probe_layer, method, 
     outputs equal the original with those heads masked (zero ablation). Head numbers stay
     those of the original model.
     """
-    from bertscope.core.analyses.importance import check_fraction
+    from bertscope.core.analyses.importance_results import check_fraction
 
     if curve == (fraction is not None):
         raise BertscopeError("give --curve for a pruning curve, or --fraction F (with -o DIR) to prune")
@@ -164,8 +158,7 @@ def prune(text, data, data_format, limit, objective, task, probe_layer, method, 
         from bertscope.core.data.files import check_new_directory
 
         check_new_directory(Path(output))
-    session = open_session(model, device, dtype, allow_download)
-    prepared, source = build_objective(session, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed)
+    session, prepared, source = load_objective(model, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed)
     if curve:
         _curve(session, prepared, source, method, ablation, normalize, step, reestimate, max_drop, seed, as_json)
     else:

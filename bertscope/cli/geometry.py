@@ -1,32 +1,32 @@
-"""`bertscope geometry` and `bertscope compare`: representation geometry per layer, and two models side by side.
-
-Registered on the main command group by bertscope.cli; imports stay light until a command runs.
-"""
+"""`bertscope geometry` and `bertscope compare`: representation geometry per layer, and two models side by side."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 
-from bertscope.cli import (
-    BertscopeError,
-    _heatmap_colormap,
-    check_index,
+from bertscope.cli.common import (
+    ModelChoice,
+    check_hidden_layer,
+    chosen_theme,
     corpus_sentences,
     data_options,
-    main,
+    head_mask,
     mask_options,
     model_options,
-    open_session,
     print_json,
     run_stages,
     warn,
 )
+from bertscope.core.analyses.geometry_results import UNITS
+from bertscope.core.errors import BertscopeError, ModelLoadError
 
 
 def sample_options(command):
     """Which rows are sampled and how many: shared by geometry and compare."""
     options = [
-        click.option("--unit", default="auto", show_default=True, type=click.Choice(["auto", "token", "word", "sentence"]),
+        click.option("--unit", default="auto", show_default=True, type=click.Choice(["auto", *UNITS]),
                      help="Rows: every token; CoNLL-U words (first sub-word); or sentences (mean of their tokens). auto: word for CoNLL-U, sentence for SentEval, else token."),
         click.option("--max-rows", type=click.IntRange(min=4), default=4000, show_default=True, metavar="N",
                      help="At most N rows, a seeded uniform sample of the corpus (memory stays bounded)."),
@@ -46,7 +46,7 @@ def read_corpus(text, data, data_format, limit):
     return list(sentences), source, report
 
 
-@main.command()
+@click.command()
 @data_options
 @sample_options
 @click.option("--neighbours", "-k", type=click.IntRange(min=1), default=10, show_default=True, help="k of the neighbourhood overlap.")
@@ -59,7 +59,7 @@ def read_corpus(text, data, data_format, limit):
 @mask_options
 @model_options
 def geometry(text, data, data_format, limit, unit, max_rows, seed, batch_size, neighbours, layer, colour_by, points, as_json,
-             theme, mask_spec, ablation, model, device, dtype, allow_download):
+             theme, mask_spec, ablation, model: ModelChoice):
     """Representation geometry per layer over a corpus (van Aken; Kornblith; Valeriani et al.).
 
     On a seeded sample of at most --max-rows tokens, words or sentences: each layer's PCA
@@ -67,16 +67,16 @@ def geometry(text, data, data_format, limit, unit, max_rows, seed, batch_size, n
     form in JSON), the TwoNN intrinsic dimension, and the overlap of each row's k nearest
     neighbours between consecutive layers. Layers are hidden states: 0 is the embeddings.
     """
+    colormap = None if as_json else chosen_theme(theme).heatmap
+    sentences, source, report = read_corpus(text, data, data_format, limit)
+    shape = model.shape()
+    check_hidden_layer(layer, shape)
+    mask = head_mask(mask_spec, shape)
+    session = model.open()
     from bertscope.core.analyses.geometry import representation_geometry
 
-    colormap = None if as_json else _heatmap_colormap(theme)
-    sentences, source, report = read_corpus(text, data, data_format, limit)
-    session = open_session(model, device, dtype, allow_download)
-    if layer is not None:
-        check_index(layer, session.num_layers + 1, "layer")
-    head_mask = session.mask(mask_spec)
     steps = representation_geometry(session, sentences, unit=unit, max_rows=max_rows, neighbours=neighbours, seed=seed,
-                                    batch_size=batch_size, mask=head_mask if len(head_mask) else None, ablation=ablation)
+                                    batch_size=batch_size, mask=mask if len(mask) else None, ablation=ablation)
     result = run_stages(steps, "geometry")
     if report.skipped:
         warn(report.summary())
@@ -94,15 +94,15 @@ def geometry(text, data, data_format, limit, unit, max_rows, seed, batch_size, n
 
     console = Console()
     glyphs = console.no_color or console.color_system not in ("256", "truecolor")
-    mask = f" · mask {head_mask.spec()} ({ablation})" if len(head_mask) else ""
+    masked = f" · mask {mask.spec()} ({ablation})" if len(mask) else ""
     console.print(f"[bold]{session.info.source}[/] · {result.sentences:,} sentences from {source} · "
-                  f"{result.size:,} of {result.seen:,} {result.unit}s{mask}", highlight=False)
+                  f"{result.size:,} of {result.seen:,} {result.unit}s{masked}", highlight=False)
     chosen = session.num_layers if layer is None else layer
     console.print(geometry_report(result, colormap, layer=chosen, label=colour_by, glyphs=glyphs,
                                   scatter_width=min(console.width, 100), scatter_height=22))
 
 
-@main.command()
+@click.command()
 @data_options
 @click.option("--model-b", "model_b", required=True, metavar="B", help="The model to compare with: a directory or a Hugging Face name in the cache (same tokenizer as --model).")
 @sample_options
@@ -112,21 +112,28 @@ def geometry(text, data, data_format, limit, unit, max_rows, seed, batch_size, n
 @click.option("--theme", default=None, help="Heatmap colours: a theme name or a theme file.")
 @model_options
 def compare(text, data, data_format, limit, model_b, unit, max_rows, seed, batch_size, probe_tasks, as_json, theme,
-            model, device, dtype, allow_download):
+            model: ModelChoice):
     """Compare model A (--model) with model B (--model-b): same tokenizer, e.g. before and after fine-tuning.
 
     Per head, the cosine similarity of its attention maps in A and B averaged over the
     sentences (Kovaleva et al. 2019, Fig. 4); linear CKA between every layer of A and
     every layer of B on the same sampled rows; with --probe, a probe per layer on both.
     """
-    from bertscope.core.analyses.compare import compare_models, probe_data
-    from bertscope.core.model.session import Session
-
-    colormap = None if as_json else _heatmap_colormap(theme)
+    colormap = None if as_json else chosen_theme(theme).heatmap
     sentences, source, report = read_corpus(text, data, data_format, limit)
+    other_model = dataclasses.replace(model, name=model_b)
+    model.judge_files()
+    try:
+        other_model.judge_files()
+    except ModelLoadError as error:
+        if error.setting == "model":
+            error.setting = "model_b"  # the fault is in --model-b
+        raise
+    from bertscope.core.analyses.compare import compare_models, probe_data
+
     probes = [(task, probe_data(task, sentences)) for task in probe_tasks]
-    session = open_session(model, device, dtype, allow_download)
-    other = Session.open(model_b, device=str(session.device), dtype=dtype, allow_download=allow_download)
+    session = model.open()
+    other = dataclasses.replace(other_model, device=str(session.device)).open()
     steps = compare_models(session, other, sentences, unit=unit, max_rows=max_rows, seed=seed, batch_size=batch_size, probes=probes)
     result = run_stages(steps, "comparing")
     if report.skipped:

@@ -1,27 +1,29 @@
-"""`bertscope fill` and `bertscope attribute`: masked-LM knowledge probes and token attribution.
-
-Registered on the click group by bertscope.cli; imports stay light until a command runs.
-"""
+"""`bertscope fill` and `bertscope attribute`: masked-LM knowledge probes and token attribution."""
 
 from __future__ import annotations
 
 import click
 
-from bertscope.cli import (
+from bertscope.cli.common import (
+    ModelChoice,
+    check_hidden_layer,
+    check_readable,
+    check_text,
+    chosen_theme,
     encode_or_warn,
-    main,
+    head_mask,
     mask_options,
     model_options,
-    open_session,
     print_json,
     run_stages,
+    run_with_progress,
     warn,
 )
 from bertscope.core.analyses.attribution_results import METHODS, SCORES
 from bertscope.core.errors import BertscopeError
 
 
-@main.command()
+@click.command()
 @click.argument("text", required=False)
 @click.option("--top", "-k", type=click.IntRange(1, 1000), default=10, show_default=True, help="Guesses per [MASK].")
 @click.option("--layers/--no-layers", default=True, show_default=True, help="Also read the guesses off every layer.")
@@ -33,7 +35,7 @@ from bertscope.core.errors import BertscopeError
 @mask_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 @model_options
-def fill(text, top, layers, cloze, batch_size, mask_spec, ablation, as_json, model, device, dtype, allow_download):
+def fill(text, top, layers, cloze, batch_size, mask_spec, ablation, as_json, model: ModelChoice):
     """Fill in every [MASK] of TEXT with the masked-LM head (Petroni et al. 2019, LAMA).
 
     Shows the top guesses with their probabilities, the same read off every layer (the MLM
@@ -46,20 +48,24 @@ def fill(text, top, layers, cloze, batch_size, mask_spec, ablation, as_json, mod
         raise BertscopeError("give either TEXT or --cloze FILE, not both")
     if text is None and cloze is None:
         raise BertscopeError('give a TEXT with [MASK] in it, e.g. "Dante was born in [MASK].", or --cloze FILE')
-    if text is not None and not text.strip():
-        raise BertscopeError("the text is empty; give a sentence with [MASK] where the missing word goes")
+    check_text(text, "give a sentence with [MASK] where the missing word goes")
+    if cloze is not None and cloze != "sample":
+        check_readable(cloze)
+    shape = model.shape()
+    if text is not None and shape.vocab_size is not None and top > shape.vocab_size:
+        raise BertscopeError(f"--top {top} is more guesses than this model has tokens ({shape.vocab_size:,}); give at most that")
+    mask = head_mask(mask_spec, shape)
+    session = model.open()
     from bertscope.core.analyses.mlm import require_mlm_head
 
-    session = open_session(model, device, dtype, allow_download)
     require_mlm_head(session)
-    head_mask = session.mask(mask_spec)
     if cloze is not None:
-        return _cloze(session, cloze, head_mask, ablation, batch_size, as_json)
+        return _cloze(session, cloze, mask, ablation, batch_size, as_json)
     from bertscope.core.analyses.mlm import fill as fill_in
     from bertscope.core.analyses.mlm import with_mask_token
 
     encoding = encode_or_warn(session, with_mask_token(session.tokenizer, text), None)
-    result = fill_in(session, encoding, top=top, mask=head_mask, ablation=ablation, layers=layers)
+    result = fill_in(session, encoding, top=top, mask=mask, ablation=ablation, layers=layers)
     if as_json:
         print_json({"model": session.info.source, "text": text, **result.as_json()})
         return
@@ -70,21 +76,20 @@ def fill(text, top, layers, cloze, batch_size, mask_spec, ablation, as_json, mod
     Console().print(fill_report(result, session.info.source))
 
 
-def _cloze(session, path, head_mask, ablation, batch_size, as_json):
-    from bertscope.cli import run_with_progress
+def _cloze(session, path, mask, ablation, batch_size, as_json):
     from bertscope.core.analyses.mlm import cloze_scores, read_cloze, sample_cloze
     from bertscope.core.data.corpus import ReadReport
 
     source = sample_cloze() if path == "sample" else path
     report = ReadReport()
     queries = read_cloze(source, report)
-    steps = cloze_scores(session, queries, mask=head_mask, ablation=ablation, batch_size=batch_size, report=report)
+    steps = cloze_scores(session, queries, mask=mask, ablation=ablation, batch_size=batch_size, report=report)
     result = run_with_progress(steps, len(queries), "cloze queries")
     if report.skipped:
         location, reason = report.skipped[0]
         warn(f"scored {result.queries} queries; skipped {len(report.skipped)} (first: {location}: {reason})")
     if as_json:
-        payload = {"model": session.info.source, "data": str(source), "mask": head_mask.spec(), "ablation": ablation,
+        payload = {"model": session.info.source, "data": str(source), "mask": mask.spec(), "ablation": ablation,
                    "skipped": len(report.skipped), **result.as_json()}
         print_json(payload)
         return
@@ -95,7 +100,7 @@ def _cloze(session, path, head_mask, ablation, batch_size, as_json):
     Console().print(cloze_report(result, session.info.source, str(source)))
 
 
-@main.command()
+@click.command()
 @click.argument("text")
 @click.option("--pair", default=None, metavar="TEXT2", help="A second segment (sentence pair input).")
 @click.option("--method", default="integrated-gradients", show_default=True, type=click.Choice(METHODS))
@@ -114,7 +119,7 @@ def _cloze(session, path, head_mask, ablation, batch_size, as_json):
 @click.option("--theme", default=None, help="Colours of the shaded sentence: a theme name or file.")
 @model_options
 def attribute(text, pair, method, label, position, probe_task, data, layer, sentence_pooling, score, steps, cache_dir,
-              no_cache, mask_spec, ablation, as_json, theme, model, device, dtype, allow_download):
+              no_cache, mask_spec, ablation, as_json, theme, model: ModelChoice):
     """Which tokens of TEXT a decision rests on: an MLM guess, a class, or a probe's decision.
 
     The decision is, in order: a probe's (--probe TASK; Mohebbi et al. 2021), a sequence
@@ -123,23 +128,24 @@ def attribute(text, pair, method, label, position, probe_task, data, layer, sent
     [CLS], [SEP] and [MASK] kept; reports the completeness error), attention-rollout
     (Abnar & Zuidema 2020). Works on the bundled model for probe decisions.
     """
-    if not text.strip():
-        raise BertscopeError("the text is empty; give a sentence to explain")
+    check_text(text, "give a sentence to explain", pair)
     if (data is not None or layer is not None) and probe_task is None:
         raise BertscopeError("--data and --layer choose a probe: add --probe TASK")
-    theme_spec = None
-    if not as_json:
-        theme_spec = _theme(theme)
+    if data is not None:
+        check_readable(data)
+    theme_spec = None if as_json else chosen_theme(theme)
+    shape = model.shape()
+    check_hidden_layer(layer, shape)
+    mask = head_mask(mask_spec, shape)
+    session = model.open()
     from bertscope.core.analyses.attribution import Target
     from bertscope.core.analyses.attribution import attribute as run_attribution
     from bertscope.core.analyses.mlm import with_mask_token
 
-    session = open_session(model, device, dtype, allow_download)
-    head_mask = session.mask(mask_spec)
     encoding = encode_or_warn(session, with_mask_token(session.tokenizer, text), pair)
     target = Target(label=label, position=position, probe=probe_task, data=data, layer=layer, pooling=sentence_pooling)
     steps_iter = run_attribution(
-        session, encoding, method=method, target=target, score=score, steps=steps, mask=head_mask, ablation=ablation,
+        session, encoding, method=method, target=target, score=score, steps=steps, mask=mask, ablation=ablation,
         cache_dir=False if no_cache else cache_dir,
     )
     result = run_stages(steps_iter, "attribution")
@@ -154,11 +160,3 @@ def attribute(text, pair, method, label, position, probe_task, data, layer, sent
 
     Console().print(attribution_report(result, session.info.source, theme_spec, notes=False))  # notes went to stderr
 
-
-def _theme(theme):
-    from bertscope.theming import DEFAULT_THEME, ThemeError, load_theme
-
-    try:
-        return load_theme(theme or DEFAULT_THEME)
-    except ThemeError as error:
-        raise BertscopeError(str(error)) from None

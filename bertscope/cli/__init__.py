@@ -1,0 +1,20 @@
+"""The command line: `bertscope` opens the explorer, `bertscope COMMAND` runs an analysis headless.
+
+`common` holds the group and what the commands share; each other module holds one family
+of commands, registered on the group here, in one place, so no module imports it back.
+"""
+
+from bertscope.cli import attention, fill_attribute, geometry, importance, patterns, probing
+from bertscope.cli.common import main
+
+for command in (
+    attention.explore, attention.info, attention.attention, attention.export,
+    patterns.patterns,
+    probing.probe, probing.treebank, probing.cache,
+    importance.importance, importance.prune,
+    fill_attribute.fill, fill_attribute.attribute,
+    geometry.geometry, geometry.compare,
+):
+    main.add_command(command)
+
+__all__ = ["main"]

@@ -1,0 +1,200 @@
+"""The model and one input through it: `explore` (the explorer), `info`, `attention` and `export`."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from bertscope.cli.common import (
+    ModelChoice,
+    check_index,
+    check_text,
+    chosen_theme,
+    encode_or_warn,
+    format_options,
+    head_mask,
+    mask_options,
+    model_options,
+    print_csv,
+    print_json,
+)
+from bertscope.core.errors import BertscopeError
+
+
+@click.command()
+@click.argument("text", required=False)
+@click.option("--pair", default=None, metavar="TEXT2", help="A second segment (sentence pair input).")
+@click.option("--theme", default=None, help="dark, light, colorblind, or a theme of your own (see the README).")
+@click.option("--session", "session_file", default=None, metavar="FILE", help="Restore the sentence, masks and selection from FILE, and keep saving them there.")
+@click.option("--export-dir", default=".", show_default=True, type=click.Path(file_okay=False), help="Where `e` saves SVG and CSV exports.")
+@click.option(
+    "--glyphs/--colours", "glyphs", default=None,
+    help="Draw heatmaps with shade characters, or with colours. Default: colours when the terminal has 256 or more and NO_COLOR is unset.",
+)
+@model_options
+def explore(text, pair, theme, session_file, export_dir, glyphs, model: ModelChoice):
+    """Open the explorer on TEXT (default: an example sentence, or the one in --session)."""
+    from bertscope.core.data.files import check_writable
+
+    check_text(text, "give a sentence, or leave it out for the example")
+    if theme is not None:
+        chosen_theme(theme)  # an unknown theme fails here, with the list of themes
+    if session_file is not None:
+        check_writable(session_file)
+    model.judge_files()  # a model the explorer cannot read is refused here, like any command's
+    from bertscope.ui.app import ExplorerApp
+
+    def open_backend(report):
+        report("importing torch and transformers…")
+        from bertscope.api import load
+        from bertscope.session_backend import SessionBackend
+
+        report(f"loading {model.name or 'the bundled all-MiniLM-L6-v2'}…")
+        return SessionBackend(load(model.name, device=model.device, dtype=model.dtype, allow_download=model.allow_download))
+
+    app = ExplorerApp(
+        open_backend, text=text, pair=pair, theme=theme, session_file=session_file, export_dir=export_dir, glyphs=glyphs
+    )
+    app.run()
+    if app.load_error is not None:  # the files looked right, but the model would not load
+        raise BertscopeError(app.load_error)
+    sys.exit(app.return_code or 0)
+
+
+INFO_LABELS = {
+    "source": "model", "family": "family", "architecture": "architecture", "num_layers": "layers",
+    "num_heads": "heads per layer", "hidden_size": "hidden size", "vocab_size": "vocabulary",
+    "max_length": "max tokens", "has_mlm_head": "MLM head", "num_labels": "labels",
+    "device": "device", "dtype": "dtype", "parameters": "parameters", "fingerprint": "fingerprint",
+    "pruned_heads": "pruned heads",
+}
+
+
+@click.command()
+@model_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
+def info(model: ModelChoice, as_json):
+    """What the model is: family, layers, heads, sizes, MLM head, device."""
+    details = model.open().info.as_dict()
+    if as_json:
+        print_json(details)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None, padding=(0, 2))
+    for key, label in INFO_LABELS.items():
+        value = details[key]
+        if key == "num_labels" and value is None or key == "pruned_heads" and not value:
+            continue
+        if isinstance(value, bool):
+            value = "yes" if value else "no (fill-in needs a model with an MLM head)"
+        elif key == "parameters":
+            value = f"{value:,} ({value / 1e6:.1f} M)"
+        table.add_row(f"[bold]{label}[/]", str(value))
+    Console().print(table)
+
+
+@click.command()
+@click.argument("text")
+@click.option("--pair", default=None, metavar="TEXT2", help="A second segment (sentence pair input).")
+@click.option("--layer", "-l", type=int, required=True, help="Layer, from 0.")
+@click.option("--head", "-H", "head", type=int, required=True, help="Head, from 0.")
+@mask_options
+@format_options
+@click.option("--theme", default=None, help="Heatmap colours: a theme name or a theme file.")
+@click.option(
+    "--scale", type=click.Choice(["max", "row", "fixed", "log"]), default="max", show_default=True,
+    help="Colour scale: 0 to the map's largest weight, each row to its own largest, fixed 0–1, or three decades (log).",
+)
+@click.option("--dense", is_flag=True, help="Two query rows a line (half blocks), for long inputs; needs 256 colours.")
+@model_options
+def attention(text, pair, layer, head, mask_spec, ablation, output_format, theme, scale, dense, model: ModelChoice):
+    """Show one head's attention over TEXT as a heatmap (rows attend to columns)."""
+    check_text(text, "give a sentence to analyse", pair)
+    colormap = chosen_theme(theme).heatmap if output_format is None else None
+    shape = model.shape()
+    check_index(layer, shape.num_layers, "layer")
+    check_index(head, shape.num_heads, "head")
+    mask = head_mask(mask_spec, shape)
+    session = model.open()
+    result = session.forward(encode_or_warn(session, text, pair), attentions=True, mask=mask, ablation=ablation)
+    weights = result.attentions[layer, head]
+    tokens = list(result.tokens)
+    if output_format == "json":
+        print_json(
+            {
+                "model": session.info.source,
+                "layer": layer,
+                "head": head,
+                "mask": mask.spec(),
+                "ablation": ablation,
+                "masked": mask.is_masked(layer, head),
+                "tokens": tokens,
+                "attention": weights.round(6).tolist(),
+            }
+        )
+        return
+    if output_format == "csv":
+        print_csv([["from \\ to", *tokens], *([token, *(f"{value:.6f}" for value in row)] for token, row in zip(tokens, weights))])
+        return
+    from rich.console import Console
+
+    from bertscope.render.heatmap import AttentionHeatmap
+
+    title = f"layer {layer} · head {head}"
+    if len(mask):
+        title += f" · mask {mask.spec()} ({ablation})"
+    Console().print(
+        AttentionHeatmap(
+            weights, tokens, tokens, colormap, title=title, masked=mask.is_masked(layer, head),
+            scale=scale, dense=dense, cell_width=None, label_width=None,
+        )
+    )
+
+
+@click.command()
+@click.argument("text")
+@click.option("--pair", default=None, metavar="TEXT2", help="A second segment (sentence pair input).")
+@mask_options
+@click.option("--output", "-o", required=True, metavar="FILE.npz", help="Where to write the arrays.")
+@model_options
+def export(text, pair, mask_spec, ablation, output, model: ModelChoice):
+    """Write tokens, attentions, hidden states (and MLM logits) of TEXT to an .npz file.
+
+    Arrays: tokens [T], input_ids [T], token_type_ids [T], word_ids [T] (-1 for special
+    tokens), special [T], attentions [L,H,T,T], hidden_states [L+1,T,D] (0 = embeddings),
+    mlm_logits [T,V] when the model has an MLM head, and the mask spec and ablation.
+    """
+    import numpy as np
+
+    from bertscope.core.data.files import atomic_write, check_writable
+
+    check_text(text, "give a sentence to analyse", pair)
+    check_writable(output)
+    mask = head_mask(mask_spec, model.shape())
+    session = model.open()
+    result = session.forward(encode_or_warn(session, text, pair), attentions=True, mask=mask, ablation=ablation)
+    encoding = result.encoding
+    arrays = {
+        "tokens": np.array(encoding.tokens),
+        "input_ids": encoding.input_ids,
+        "token_type_ids": encoding.token_type_ids,
+        "word_ids": np.array([-1 if word is None else word for word in encoding.word_ids], dtype=np.int64),
+        "special": encoding.special,
+        "attentions": result.attentions,
+        "hidden_states": result.hidden_states,
+        "mask": np.array(mask.spec()),
+        "ablation": np.array(ablation),
+        "model": np.array(session.info.source),
+    }
+    if result.mlm_logits is not None:
+        arrays["mlm_logits"] = result.mlm_logits
+    try:
+        with atomic_write(output) as handle:
+            np.savez(handle, **arrays)
+    except OSError as error:
+        raise BertscopeError(f"cannot write {output}: {error.strerror or error}") from None
+    shapes = ", ".join(f"{name} {list(arrays[name].shape)}" for name in ("attentions", "hidden_states", "mlm_logits") if name in arrays)
+    click.echo(f"wrote {output}: {len(encoding)} tokens; {shapes}", err=True)

@@ -1,0 +1,359 @@
+"""What every command shares: the group, its options, the model and corpus they name, themes, progress, output.
+
+Nothing here imports torch at module level, so `bertscope --help` answers at once. A
+command judges all it can without the model first — the text, the files it reads and
+writes, the mask, and layer and head numbers against the model's config.json read as
+JSON — and imports the core's torch modules only once that passed, so such a mistake
+is refused in a fraction of a second. Errors the user can fix print one line and exit
+with status 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import functools
+import io
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import click
+
+from bertscope import __version__
+from bertscope.core.errors import BertscopeError
+from bertscope.core.model.masks import ABLATIONS, HeadMask
+
+if TYPE_CHECKING:
+    from bertscope.core.data.corpus import ReadReport
+    from bertscope.core.model.model_files import ModelFiles
+    from bertscope.core.model.session import Session
+    from bertscope.theming import ThemeSpec
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a Ctrl-C
+
+
+class BertscopeGroup(click.Group):
+    """A click group that turns user errors into one line and exit status 2.
+
+    A bare `bertscope`, or one whose first word is not a command (`bertscope "a text"`,
+    `bertscope --model DIR`), opens the explorer.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("-h", "--help", "-V", "--version")):
+            args = ["explore", *args]
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BertscopeError as error:
+            click.echo(f"bertscope: error: {error_line(error)}", err=True)
+            ctx.exit(EXIT_BAD_INPUT)
+        except KeyboardInterrupt:
+            # Files are written whole or not at all (temporary file, then rename), so a stop
+            # leaves only what was complete before it.
+            what = ctx.invoked_subcommand or "bertscope"
+            click.echo(f"bertscope: interrupted: {what} stopped before it finished; no file was left half written", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+# The flag of each setting an error can name (BertscopeError.setting), where it is not
+# simply the setting with dashes: the core speaks of settings, the CLI of flags.
+FLAGS = {"probe": "--probe TASK", "data": "--data FILE", "task": "--task", "unit": "--unit", "format": "--format"}
+
+
+def error_line(error: BertscopeError) -> str:
+    """The error's message, with the flag that sets what it is about, and the CLI's own advice."""
+    from bertscope.core.errors import NoMLMHeadError
+
+    line = str(error)
+    if error.setting is not None:
+        line += f" ({FLAGS.get(error.setting, '--' + error.setting.replace('_', '-'))})"
+    if isinstance(error, NoMLMHeadError):
+        line += "; or use what works without one: `bertscope attribute TEXT --probe TASK`, `bertscope probe`, `bertscope attention`"
+    return line
+
+
+@click.group(cls=BertscopeGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", "-V", prog_name="bertscope")
+def main() -> None:
+    """bertscope: explore what the attention heads and layers of BERT-family encoders do.
+
+    `bertscope [TEXT]` opens the explorer; the commands below run the analyses headless.
+    Every command works on the bundled all-MiniLM-L6-v2 unless --model names a local
+    model directory or a model already in the Hugging Face cache. Layers and heads count
+    from 0. Head masks are LAYER:HEAD items separated by commas, LAYER:* for a whole layer.
+    """
+    from bertscope.core.model.allocator import keep_freed_memory
+
+    keep_freed_memory()  # process-wide, so set here at the entry point: forwards reuse freed attention memory
+
+
+# --- the model ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A model's layer and head counts and vocabulary: enough to judge numbers without loading it."""
+
+    num_layers: int
+    num_heads: int
+    vocab_size: int | None
+
+    @classmethod
+    def from_config(cls, config: dict) -> ModelShape | None:
+        """The shape config.json states; None if it leaves the counts to transformers' defaults."""
+        layers, heads, vocab = (config.get(key) for key in ("num_hidden_layers", "num_attention_heads", "vocab_size"))
+        if not (isinstance(layers, int) and isinstance(heads, int)):
+            return None
+        return cls(layers, heads, vocab if isinstance(vocab, int) else None)
+
+
+@dataclass
+class ModelChoice:
+    """The model a command was given (--model, --device, --dtype, --allow-download).
+
+    Its files and its shape are judged from disk without torch; `open` loads it, once.
+    """
+
+    name: str | None
+    device: str = "auto"
+    dtype: str = "float32"
+    allow_download: bool = False
+    _files: ModelFiles | None = field(default=None, init=False, repr=False)
+    _session: Session | None = field(default=None, init=False, repr=False)
+
+    def judge_files(self) -> ModelFiles | None:
+        """Its files, checked without torch, so a wrong --model fails at once.
+
+        None with --allow-download: the files may not be here yet, and loading fetches
+        them, once, and judges them then.
+        """
+        if self.allow_download:
+            return None
+        if self._files is None:
+            from bertscope.core.model.model_files import find_model
+
+            self._files = find_model(self.name)
+        return self._files
+
+    def shape(self) -> ModelShape:
+        """Its layers and heads as config.json states them, read before torch is imported.
+
+        Where the files are not here yet (--allow-download) or config.json leaves the
+        counts out, the model is loaded to tell.
+        """
+        files = self.judge_files()
+        if files is not None:
+            from bertscope.core.model.model_files import read_config
+
+            shape = ModelShape.from_config(read_config(files.directory))
+            if shape is not None:
+                return shape
+        session = self.open()
+        return ModelShape(session.num_layers, session.num_heads, session.info.vocab_size)
+
+    def open(self) -> Session:
+        """Load the model, with a spinner on a terminal so a person knows what is happening."""
+        if self._session is None:
+            from rich.console import Console
+
+            self.judge_files()
+            console = Console(stderr=True)
+            with console.status("loading model…") if console.is_terminal else contextlib.nullcontext():
+                from bertscope.api import load
+
+                self._session = load(self.name, device=self.device, dtype=self.dtype, allow_download=self.allow_download)
+        return self._session
+
+
+MODEL_OPTIONS = [
+    click.option(
+        "--model", "-m", "model", default=None, metavar="M",
+        help="Model directory, or a Hugging Face name already in the cache. Default: bundled all-MiniLM-L6-v2.",
+    ),
+    click.option("--device", default="auto", show_default=True, help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."),
+    click.option(
+        "--dtype", default="float32", show_default=True, type=click.Choice(["float32", "float16", "bfloat16"]),
+        help="Precision; the half precisions are for GPUs.",
+    ),
+    click.option("--allow-download", is_flag=True, help="Fetch a Hugging Face model that is not in the cache."),
+]
+
+
+def model_options(command):
+    """--model, --device, --dtype and --allow-download, handed to the command as one `model`: a ModelChoice."""
+
+    @functools.wraps(command)
+    def with_model_choice(*, model, device, dtype, allow_download, **options):
+        return command(model=ModelChoice(model, device, dtype, allow_download), **options)
+
+    for option in reversed(MODEL_OPTIONS):
+        with_model_choice = option(with_model_choice)
+    return with_model_choice
+
+
+# --- checks that need no model --------------------------------------------------------------
+
+
+def check_text(text: str | None, advice: str, pair: str | None = None) -> None:
+    """Refuse an empty TEXT or --pair before the model loads; `advice` says what to give instead."""
+    if text is not None and not text.strip():
+        raise BertscopeError(f"the text is empty; {advice}")
+    if pair is not None and not pair.strip():
+        raise BertscopeError("the pair text is empty; give a second sentence or leave --pair out")
+
+
+def check_index(value: int, count: int, name: str) -> None:
+    if not 0 <= value < count:
+        raise BertscopeError(f"--{name} {value} is out of range: this model has {count} {name}s (0-{count - 1})")
+
+
+def check_hidden_layer(value: int | None, shape: ModelShape, flag: str = "--layer") -> None:
+    """A hidden-state layer: 0 is the embeddings, l+1 the output of layer l."""
+    if value is not None and not 0 <= value <= shape.num_layers:
+        raise BertscopeError(f"{flag} {value} is out of range: hidden-state layers are 0 (embeddings) to {shape.num_layers}")
+
+
+def check_readable(path: str) -> None:
+    """Refuse a missing, unreadable or directory input file before the model loads."""
+    from bertscope.core.data.corpus import readable_file
+
+    readable_file(path)
+
+
+def head_mask(spec: str | None, shape: ModelShape) -> HeadMask:
+    """The --mask spec as a HeadMask, its layers and heads checked against the model's shape."""
+    return HeadMask.parse(spec, shape.num_layers, shape.num_heads)
+
+
+def mask_options(command):
+    command = click.option(
+        "--ablation", default="zero", show_default=True, type=click.Choice(ABLATIONS),
+        help="zero: remove the head's output (Michel et al.); uniform: the head attends evenly to all tokens (Kovaleva et al.).",
+    )(command)
+    return click.option(
+        "--mask", "mask_spec", default=None, metavar="SPEC", callback=_checked_mask_spec, help="Heads to switch off, e.g. 0:3,2:*."
+    )(command)
+
+
+def _checked_mask_spec(ctx, param, spec: str | None) -> str | None:
+    """A malformed mask is refused while the options are read; `head_mask` checks its numbers against the model."""
+    HeadMask.check_spec(spec)
+    return spec
+
+
+def format_options(command):
+    command = click.option("--csv", "output_format", flag_value="csv", help="Print CSV for programs.")(command)
+    return click.option("--json", "output_format", flag_value="json", help="Print JSON for programs.")(command)
+
+
+def chosen_theme(theme: str | None) -> ThemeSpec:
+    """The theme named by --theme (a built-in name or a file; default: dark), an unknown one refused in one line."""
+    from bertscope.theming import DEFAULT_THEME, ThemeError, load_theme
+
+    try:
+        return load_theme(theme or DEFAULT_THEME)
+    except ThemeError as error:
+        raise BertscopeError(str(error)) from None
+
+
+# --- corpora ---------------------------------------------------------------------------------
+
+
+def data_options(command):
+    """TEXT or --data FILE (with --format and --limit), shared by the corpus commands."""
+    command = click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="Read at most N sentences.")(command)
+    command = click.option(
+        "--format", "data_format", default="auto", show_default=True,
+        type=click.Choice(["auto", "text", "conllu", "senteval"]),
+        help="text: one sentence a line; conllu: CoNLL-U; senteval: split<TAB>label<TAB>sentence.",
+    )(command)
+    command = click.option("--data", "data", default=None, metavar="FILE", help="A corpus file. Default: the sample corpus shipped with bertscope.")(command)
+    return click.argument("text", required=False)(command)
+
+
+def corpus_sentences(text: str | None, data: str | None, data_format: str, limit: int | None, report: ReadReport):
+    """The sentences to analyse and where they come from: TEXT, or the --data file, or the shipped sample corpus.
+
+    A file is checked at once (missing, unreadable, a directory) and read lazily.
+    """
+    from bertscope.core.data.corpus import Sentence, read_sentences, sample_corpus
+
+    if text is not None and data is not None:
+        raise BertscopeError("give either TEXT or --data FILE, not both")
+    if text is not None:
+        check_text(text, "give a sentence, or --data FILE for a corpus")
+        report.sentences = 1
+        return [Sentence(text=text, location="TEXT")], "TEXT"
+    if data is None:
+        path = sample_corpus()
+        return read_sentences(path, limit=limit, report=report), str(path)
+    return read_sentences(data, data_format, limit=limit, report=report), data
+
+
+# --- running and printing ------------------------------------------------------------------------
+
+
+def run_with_progress(steps, total: int | None, what: str):
+    """Drain a core generator, showing a progress bar of sentences on a terminal; return its result."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from bertscope.core.progress import outcome
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return outcome(steps, what)
+    columns = [TextColumn(what), BarColumn(), MofNCompleteColumn(), TextColumn("sentences"), TimeElapsedColumn()]
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task(what, total=total)
+        return outcome(steps, what, on_step=lambda step: progress.update(task, completed=step.done, total=step.total or total))
+
+
+def run_stages(steps, what: str):
+    """Drain a staged core generator (core.progress) with a progress bar on a terminal; its result."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from bertscope.core.progress import outcome
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return outcome(steps, what)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True) as progress:
+        task = progress.add_task(what, total=None)
+
+        def show(step) -> None:
+            progress.update(task, description=f"{what}: {step.stage}", completed=step.done, total=step.total)
+
+        return outcome(steps, what, on_step=show)
+
+
+def warn(message: str) -> None:
+    click.echo(f"bertscope: warning: {message}", err=True)
+
+
+def encode_or_warn(session, text: str, pair: str | None):
+    encoding = session.encode(text, pair)
+    if encoding.truncated:
+        warn(
+            f"the input is {len(encoding) + encoding.truncated} tokens; cut {encoding.truncated} "
+            f"to fit the model's maximum of {session.max_length}"
+        )
+    return encoding
+
+
+def print_json(payload: dict) -> None:
+    click.echo(json.dumps(payload, indent=None, separators=(",", ":")))
+
+
+def print_csv(rows: Iterable[Sequence]) -> None:
+    """Rows (the header first) as CSV on stdout, for programs."""
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(rows)
+    click.echo(buffer.getvalue(), nl=False)

@@ -1,0 +1,170 @@
+"""Probing what each layer knows: `probe`, and its helpers `treebank` (the built-in data) and `cache`."""
+
+from __future__ import annotations
+
+import click
+
+from bertscope.cli.common import (
+    ModelChoice,
+    format_options,
+    head_mask,
+    mask_options,
+    model_options,
+    print_csv,
+    print_json,
+    run_stages,
+    warn,
+)
+from bertscope.core.errors import BertscopeError
+
+
+@click.command()
+@click.option("--task", "-t", required=True, help="upos, xpos, deprel, depth, distance (CoNLL-U); a SentEval task; or a built-in task.")
+@click.option(
+    "--data", default=None, metavar="TRAIN",
+    help="Training file: CoNLL-U or SentEval. Without it, a built-in task or the built-in treebank is generated.",
+)
+@click.option("--dev", default=None, metavar="DEV", help="Dev file (chooses the L2 strength). Default: the SentEval va split, or 10% of train.")
+@click.option("--test", default=None, metavar="TEST", help="Test file. Default: the SentEval te split, or 20% of train.")
+@click.option("--format", "data_format", default="auto", show_default=True, type=click.Choice(["auto", "conllu", "senteval"]))
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=None, metavar="N",
+    help="Read at most N sentences per file; without --data, the size of the generated treebank (default 4000).",
+)
+@click.option("--word-pooling", default="first", show_default=True, type=click.Choice(["first", "mean"]), help="A word from its sub-words.")
+@click.option("--sentence-pooling", default="cls", show_default=True, type=click.Choice(["cls", "mean"]), help="A sentence from its tokens.")
+@click.option("--probe", "kind", default="linear", show_default=True, type=click.Choice(["linear", "mlp"]))
+@click.option("--control/--no-control", default=True, show_default=True, help="Control task and selectivity (word-level tasks).")
+@click.option("--random-baseline/--no-random-baseline", default=True, show_default=True, help="The same probe on a randomly initialised copy of the model.")
+@click.option(
+    "--min-examples", type=click.IntRange(min=1), default=2, show_default=True, metavar="N",
+    help="Leave out (and count) labels with fewer than N training examples, as for a treebank's rare tags.",
+)
+@click.option("--cache-dir", default=None, metavar="DIR", help="Feature cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.")
+@click.option("--no-cache", is_flag=True, help="Compute features afresh and keep nothing.")
+@mask_options
+@format_options
+@model_options
+def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pooling, kind, control, random_baseline,
+          min_examples, cache_dir, no_cache, mask_spec, ablation, output_format, model: ModelChoice):
+    """What each layer knows: a probe per layer, with baselines (Conneau; Jawahar; Tenney; Hewitt).
+
+    Layers are indexed as hidden states: 0 is the embeddings, l+1 the output of layer l.
+    """
+    from bertscope.core.data.corpus import ReadReport, read_sentences
+    from bertscope.core.data.probing_tasks import TASKS, TREEBANK_TASKS, generate
+
+    word_tasks = TREEBANK_TASKS
+    reports, notes = [], []
+
+    def read(path):
+        if path is None:
+            return None
+        report = ReadReport()
+        sentences = list(read_sentences(path, data_format, limit=limit, report=report))
+        reports.append(report)
+        return sentences
+
+    if data is None:
+        if dev is not None or test is not None:
+            raise BertscopeError("--dev and --test need --data TRAIN")
+        if task in word_tasks:
+            from bertscope.core.data.treebank import DEFAULT_SENTENCES, generate_treebank
+
+            size = limit or DEFAULT_SENTENCES
+            train_sentences, dev_sentences, test_sentences = generate_treebank(size), None, None
+            source = f"built-in treebank ({size:,} sentences)"
+            notes.append(
+                f"no --data: probing a generated treebank of {size:,} sentences (bertscope's built-in grammar; "
+                "`bertscope treebank -o FILE.conllu` writes it out)"
+            )
+        elif task not in TASKS:
+            choices = ", ".join((*TASKS, *word_tasks))
+            raise BertscopeError(f"unknown task {task!r} without --data; built-in tasks: {choices}; or give --data FILE")
+        else:
+            train_sentences, dev_sentences, test_sentences, source = generate(task), None, None, f"built-in task {task}"
+    else:
+        train_sentences, dev_sentences, test_sentences, source = read(data), read(dev), read(test), data
+        words = train_sentences[0].words is not None
+        if words and task not in word_tasks:
+            raise BertscopeError(f"a CoNLL-U file probes {', '.join(word_tasks)}; not {task!r}")
+        if not words and task in word_tasks:
+            raise BertscopeError(f"task {task!r} needs a CoNLL-U file; {data} is not one")
+    mask = head_mask(mask_spec, model.shape())
+    session = model.open()
+    from bertscope.core.analyses.probing import make_splits, run_probe
+
+    splits = make_splits(train_sentences, dev_sentences, test_sentences)
+    steps = run_probe(
+        session, task, splits, word_pooling=word_pooling, sentence_pooling=sentence_pooling, mask=mask.spec(),
+        ablation=ablation, kind=kind, control=control, random_baseline=random_baseline, min_examples=min_examples,
+        cache_dir=False if no_cache else cache_dir,
+    )
+    report = run_stages(steps, "probing")
+    report.notes[:0] = notes
+    for read_report in reports:
+        if read_report.skipped:
+            warn(read_report.summary())
+    for note in report.notes:
+        warn(note)
+    if output_format == "json":
+        payload = report.as_json() | {"model": session.info.source, "data": source, "mask": mask.spec()}
+        print_json(payload)
+        return
+    columns = list(report.layers[0])
+    if output_format == "csv":
+        print_csv([columns, *([row.get(column, "") for column in columns] for row in report.layers)])
+        return
+    from rich.console import Console
+
+    from bertscope.render.probing import probe_report
+
+    Console().print(probe_report(report, session.info.source, source))
+
+
+@click.command()
+@click.option("--output", "-o", required=True, metavar="FILE.conllu", help="Where to write the treebank.")
+@click.option("--sentences", "-n", type=click.IntRange(min=1), default=4000, show_default=True, help="How many sentences.")
+@click.option("--seed", type=int, default=0, show_default=True, help="The same seed gives the same treebank.")
+def treebank(output, sentences, seed):
+    """Write the built-in generated treebank as CoNLL-U (what `probe --task upos` uses without --data).
+
+    English sentences from a seeded grammar, annotated as Universal Dependencies v2:
+    UPOS, Penn Treebank XPOS, heads and relations, right by construction.
+    """
+    from bertscope.core.data.files import check_writable
+    from bertscope.core.data.treebank import generate_treebank, write_conllu
+
+    check_writable(output)
+    generated = generate_treebank(sentences, seed)
+    try:
+        write_conllu(output, generated, id_prefix=f"bertscope-s{seed}")
+    except OSError as error:
+        raise BertscopeError(f"cannot write {output}: {error.strerror or error}") from None
+    words = sum(len(sentence.words) for sentence in generated)
+    click.echo(f"wrote {output}: {len(generated):,} sentences, {words:,} words (seed {seed})", err=True)
+
+
+@click.command()
+@click.option("--cache-dir", default=None, metavar="DIR", help="The cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.")
+@click.option("--clear", is_flag=True, help="Remove every cached feature set and probe.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
+def cache(cache_dir, clear, as_json):
+    """How much the feature and probe cache holds, or clear it.
+
+    Entries of an older bertscope, or of data you no longer use, are never read again but
+    stay on disk until cleared; the next run of a probe computes what it needs anew.
+    """
+    from bertscope.core.data.cache import cache_usage, clear_cache, default_cache_dir
+
+    directory = cache_dir if cache_dir is not None else default_cache_dir()
+    usage = clear_cache(directory) if clear else cache_usage(directory)
+    if as_json:
+        print_json(usage.as_json() | {"cleared": clear})
+        return
+    held = (f"{usage.bytes / 1e6:,.1f} MB in {usage.files} files ({usage.feature_entries} feature "
+            f"set{'s' * (usage.feature_entries != 1)}, {usage.probes} probe{'s' * (usage.probes != 1)})")
+    if clear:
+        click.echo(f"{usage.directory}: removed {held}" if usage.files else f"{usage.directory}: nothing to remove")
+    else:
+        click.echo(f"{usage.directory}: {held}" if usage.files else f"{usage.directory}: empty")
