@@ -116,3 +116,18 @@ def test_prune_writes_a_smaller_model_that_loads(run, tiny_bert_dir, data_file, 
     # writing again into the same directory is refused before any work
     again = run("prune", "--data", data_file, "-O", "preserve", "--fraction", "0.5", "-o", str(out), "-m", str(tiny_bert_dir))
     assert_one_line_error(again, "not an empty directory")
+
+
+def test_prune_weights_zeroed_writes_a_model_plain_transformers_loads(run, tiny_bert_dir, data_file, tmp_path):
+    from transformers import AutoModel
+
+    out = tmp_path / "zeroed"
+    result = run("prune", "--data", data_file, "-O", "preserve", "--fraction", "0.25", "-o", str(out), "--weights", "zeroed",
+                 "--json", "-m", str(tiny_bert_dir))
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["weights"] == "zeroed" and payload["parameters_after"] == payload["parameters_before"]
+    assert payload["max_abs_difference_vs_masked"] < 1e-5
+    record = json.loads((out / "bertscope-pruning.json").read_text())
+    assert record["format"] == "zeroed" and record["heads_pruned"] == payload["heads_pruned"] == 3
+    assert AutoModel.from_pretrained(out).config.num_attention_heads == 4  # every head's weights kept, no pruned_heads needed

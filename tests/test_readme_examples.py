@@ -84,6 +84,7 @@ def stand_ins(tmp_path_factory) -> dict[str, str]:
         "~/checkpoints/bert-sst2": str(classifier),
         "./minilm-finetuned": str(finetuned),
         "pruned-minilm/": str(root / "pruned-minilm"),
+        "zeroed-minilm/": str(root / "zeroed-minilm"),
         "work.json": str(root / "work.json"),
         "train.conllu": treebanks["train"],
         "dev.conllu": treebanks["dev"],
@@ -136,7 +137,7 @@ def test_readme_example_runs(example, stand_ins, explorer_runs, monkeypatch):
     for word in shlex.split(example)[1:]:
         args.append(stand_ins.get(word, word))
     if example.startswith("bertscope prune") and "-o" in args:
-        shutil.rmtree(stand_ins["pruned-minilm/"], ignore_errors=True)  # -o takes a new directory
+        shutil.rmtree(args[args.index("-o") + 1], ignore_errors=True)  # -o takes a new directory
     elif "pruned-minilm/" in example:
         _make_pruned_model(stand_ins)
     result = CliRunner().invoke(main, args, catch_exceptions=False)

@@ -4,7 +4,7 @@
 of commands, registered on the group here, in one place, so no module imports it back.
 """
 
-from bertscope.cli import attention, fill_attribute, geometry, importance, patterns, probing
+from bertscope.cli import attention, fill_attribute, geometry, importance, patching, patterns, probing
 from bertscope.cli.common import main
 
 for command in (
@@ -14,6 +14,7 @@ for command in (
     importance.importance, importance.prune,
     fill_attribute.fill, fill_attribute.attribute,
     geometry.geometry, geometry.compare,
+    patching.patch,
 ):
     main.add_command(command)
 

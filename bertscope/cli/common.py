@@ -334,6 +334,33 @@ def run_stages(steps, what: str):
         return outcome(steps, what, on_step=show)
 
 
+@contextlib.contextmanager
+def api_call(what: str):
+    """Run a `bertscope.api` function: yields its `progress=` callback (a bar on a terminal), and
+    prints each `BertscopeNote` it issues as a `bertscope: warning:` line."""
+    import warnings
+
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from bertscope.core.errors import BertscopeNote
+
+    console = Console(stderr=True)
+    with warnings.catch_warnings(record=True) as notes:
+        warnings.simplefilter("always", BertscopeNote)
+        if not console.is_terminal:
+            yield None
+        else:
+            with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
+                task = bar.add_task(what, total=None)
+                yield lambda step: bar.update(task, description=f"{what}: {step.stage}", completed=step.done, total=step.total)
+    for note in notes:
+        if issubclass(note.category, BertscopeNote):
+            warn(str(note.message))
+        else:
+            warnings.warn_explicit(note.message, note.category, note.filename, note.lineno)
+
+
 def warn(message: str) -> None:
     click.echo(f"bertscope: warning: {message}", err=True)
 

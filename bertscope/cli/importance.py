@@ -129,10 +129,15 @@ def importance(text, data, data_format, limit, objective, task, probe_layer, met
               help="--curve: the largest fall in the objective's metric (accuracy, or cosine for preserve) still called harmless.")
 @click.option("--fraction", type=float, default=None, metavar="F", help="Prune this share of all heads, 0 < F < 1 (the least important first).")
 @click.option("--output", "-o", default=None, metavar="DIR", help="--fraction: write the physically pruned model to DIR (new or empty).")
+@click.option(
+    "--weights", "weights", default="sliced", show_default=True, type=click.Choice(["sliced", "zeroed"]),
+    help="-o: sliced cuts the heads out (smaller, faster; bertscope or transformers 4 load it); zeroed keeps the shapes "
+         "and zeroes their output projection (any transformers loads it).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 @model_options
 def prune(text, data, data_format, limit, objective, task, probe_layer, method, ablation, normalize, batch_size, seed,
-          curve, step, reestimate, max_drop, fraction, output, as_json, model: ModelChoice):
+          curve, step, reestimate, max_drop, fraction, output, weights, as_json, model: ModelChoice):
     """Remove the least important heads: a pruning curve, or a physically smaller model.
 
     --curve removes --step of the heads at a time and measures the objective at each step,
@@ -140,7 +145,8 @@ def prune(text, data, data_format, limit, objective, task, probe_layer, method, 
     the model with those heads sliced out of its weights (listed in config.json's
     pruned_heads and in DIR/bertscope-pruning.json); `--model DIR` loads it, and its
     outputs equal the original with those heads masked (zero ablation). Head numbers stay
-    those of the original model.
+    those of the original model. --weights zeroed writes the same shapes with the heads'
+    output projection zeroed instead: plain transformers 5 loads it.
     """
     from bertscope.core.analyses.importance_results import check_fraction
 
@@ -162,7 +168,7 @@ def prune(text, data, data_format, limit, objective, task, probe_layer, method, 
     if curve:
         _curve(session, prepared, source, method, ablation, normalize, step, reestimate, max_drop, seed, as_json)
     else:
-        _prune_to(session, prepared, source, method, ablation, normalize, fraction, output, seed, as_json)
+        _prune_to(session, prepared, source, method, ablation, normalize, fraction, output, weights, seed, as_json)
 
 
 def _curve(session, prepared, source, method, ablation, normalize, step, reestimate, max_drop, seed, as_json):
@@ -182,7 +188,7 @@ def _curve(session, prepared, source, method, ablation, normalize, step, reestim
     Console().print(curve_report(result, session.info.source, source))
 
 
-def _prune_to(session, prepared, source, method, ablation, normalize, fraction, output, seed, as_json):
+def _prune_to(session, prepared, source, method, ablation, normalize, fraction, output, weights, seed, as_json):
     from bertscope.core.analyses.importance import measure, pruned_set
     from bertscope.core.model.masks import HeadMask
 
@@ -205,12 +211,12 @@ def _prune_to(session, prepared, source, method, ablation, normalize, fraction, 
         from bertscope.core.analyses.pruned_export import write_pruned_model
 
         texts = prepared.texts
-        written = write_pruned_model(session, chosen, output, timing_texts=texts, extra={
+        written = write_pruned_model(session, chosen, output, timing_texts=texts, format=weights, extra={
             "objective": prepared.name, "method": method, "ranking_ablation": ablation, "fraction": fraction,
             "data": source, "metric": prepared.metric, "before": payload["before"], "after": payload["after"],
         })
         payload |= {
-            "output": str(written.directory), "parameters_before": written.parameters_before,
+            "output": str(written.directory), "weights": weights, "parameters_before": written.parameters_before,
             "parameters_after": written.parameters_after, "speedup": round(written.speedup, 4),
             "encoder_seconds_before": round(written.seconds_before, 6), "encoder_seconds_after": round(written.seconds_after, 6),
             "timed_sentences": len(texts), "max_abs_difference_vs_masked": written.max_abs_difference,
@@ -230,7 +236,8 @@ def _prune_to(session, prepared, source, method, ablation, normalize, fraction, 
         console.print(f"wrote {payload['output']}: parameters {before:,} → {after_p:,} ({(after_p - before) / before:+.1%}); "
                       f"encoder forward {payload['speedup']:.2f}× as fast (measured on {len(texts)} sentences); "
                       f"outputs equal the masked original within {payload['max_abs_difference_vs_masked']:.2g}", highlight=False)
-        console.print(f"load it with: bertscope --model {payload['output']}", style="dim", highlight=False)
+        loader = "bertscope --model" if weights == "sliced" else "bertscope --model, or transformers' AutoModel.from_pretrained on"
+        console.print(f"load it with: {loader} {payload['output']}", style="dim", highlight=False)
     else:
         console.print("give -o DIR to write the pruned model", style="dim")
 

@@ -82,7 +82,7 @@ def patching_report(result, model: str) -> Group:
     parts = [
         Text.assemble(("activation patching", "bold"), f" · {result.direction} · {model}"),
         Text(f"m = {result.metric_description}", style="dim"),
-        Text(f"m(clean) = {result.clean_metric:.4g}, m(corrupt) = {result.corrupt_metric:.4g}; tokens that differ: {differing}"),
+        Text(f"m(clean) = {result.clean_metric + 0.0:.4g}, m(corrupt) = {result.corrupt_metric + 0.0:.4g}; tokens that differ: {differing}"),
         Text(f"effect = {EFFECTS[result.direction]}", style="dim"),
     ]
     if result.heads is not None:
