@@ -2,7 +2,7 @@
 
     python benchmarks/patching.py [--device D] [--dtype float32] [--repeats 3] [-o FILE.json]
 
-For a 16-token sentence pair (clean and corrupted differ in one word) on the bundled
+For an 18-token sentence pair (clean and corrupted differ in two words) on the bundled
 MiniLM and on a bert-base-sized model with random weights (12 layers × 12 heads, hidden
 768; weights do not change the timing), times in the same run:
 - `forward_ms`: one bare transformers forward of the input (the unit);

@@ -125,7 +125,7 @@ def test_the_readme_has_examples_of_every_command():
     from bertscope.cli import main as group
 
     shown = {shlex.split(example)[1] for example in EXAMPLES if len(shlex.split(example)) > 1}
-    analyses = {"probe", "fill", "attribute", "importance", "prune", "geometry", "compare", "info"}
+    analyses = {"probe", "fill", "attribute", "importance", "prune", "geometry", "compare", "info", "patch"}
     assert analyses <= shown, analyses - shown
     assert analyses <= set(group.commands)
 
