@@ -1,6 +1,6 @@
 """What activation patching costs, as a multiple of one forward pass of the same input.
 
-    python benchmarks/patching.py [--device D] [--dtype float32] [--repeats 3] [-o FILE.json]
+    python benchmarks/patching.py [--device D] [--dtype float32] [--repeats 2] [--per-position] [-o FILE.json]
 
 For an 18-token sentence pair (clean and corrupted differ in two words) on the bundled
 MiniLM and on a bert-base-sized model with random weights (12 layers × 12 heads, hidden
