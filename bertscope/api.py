@@ -166,17 +166,17 @@ def probe_sentences(task: str, data, dev, test, data_format: str = "auto", limit
 
     if data is None:
         if dev is not None or test is not None:
-            raise InputError("a dev or test file needs a training file too")
+            raise InputError("a dev or test file needs a training file too", setting="data")
         if task in TREEBANK_TASKS:
             from bertscope.core.data.treebank import DEFAULT_SENTENCES, generate_treebank
 
             size = limit or DEFAULT_SENTENCES
             message = (f"no data given: probing a generated treebank of {size:,} sentences (bertscope's built-in grammar; "
-                    "`bertscope treebank -o FILE.conllu` writes it out)")
+                       "the treebank command writes it out as CoNLL-U)")
             return generate_treebank(size), None, None, f"built-in treebank ({size:,} sentences)", [message]
         if task not in TASKS:
             raise InputError(f"unknown task {task!r} without data; built-in tasks: {', '.join((*TASKS, *TREEBANK_TASKS))}; "
-                             "or give a corpus file")
+                             "or give a corpus file", setting="task")
         return generate(task), None, None, f"built-in task {task}", []
     reports = []
 
@@ -191,9 +191,9 @@ def probe_sentences(task: str, data, dev, test, data_format: str = "auto", limit
     train, dev_sentences, test_sentences = read(data), read(dev), read(test)
     words = train[0].words is not None
     if words and task not in TREEBANK_TASKS:
-        raise InputError(f"a CoNLL-U file probes {', '.join(TREEBANK_TASKS)}; not {task!r}")
+        raise InputError(f"a CoNLL-U file probes {', '.join(TREEBANK_TASKS)}; not {task!r}", setting="task")
     if not words and task in TREEBANK_TASKS:
-        raise InputError(f"task {task!r} needs a CoNLL-U file; {data} is not one")
+        raise InputError(f"task {task!r} needs a CoNLL-U file; {data} is not one", setting="task")
     notes = [report.summary() for report in reports if report.skipped]
     return train, dev_sentences, test_sentences, str(data), notes
 
@@ -274,7 +274,7 @@ def prune(model: Session, objective_name: str, texts: Texts = None, *, fraction:
     `output` write a copy of the model without them: `format` sliced (the heads cut out of the
     weights: smaller and faster, for bertscope and transformers 4) or zeroed (same shapes,
     their output projection zeroed: loads in any transformers)."""
-    from bertscope.core.analyses.importance import check_fraction, measure, pruned_set
+    from bertscope.core.analyses.importance import check_fraction
     from bertscope.core.analyses.pruned_export import FORMATS
 
     check_fraction(fraction)
@@ -288,6 +288,16 @@ def prune(model: Session, objective_name: str, texts: Texts = None, *, fraction:
                                  probe_layer=probe_layer, batch_size=batch_size, seed=seed)
     ranking = importance_of(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, progress=progress,
                             cancel=cancel)
+    return prune_by(model, prepared, ranking, fraction=fraction, output=output, format=format, source=source, method=method,
+                    ablation=ablation)
+
+
+def prune_by(model: Session, prepared: Objective, ranking: HeadImportance, *, fraction: float, output: str | Path | None = None,
+             format: str = "sliced", source: str = "", method: str = "gradient", ablation: Ablation = "zero") -> Pruning:
+    """`prune`'s second half, for an objective and a ranking already at hand: remove the least
+    important `fraction` of the heads, measure, and with `output` write the pruned copy."""
+    from bertscope.core.analyses.importance import measure, pruned_set
+
     total = model.num_layers * model.num_heads
     count = round(fraction * total) - len(pruned_set(model))
     if count <= 0:

@@ -120,7 +120,7 @@ def test_probe_cli_json(tiny_bert_dir, tmp_path):
         (["--task", "nonsense"], "unknown task 'nonsense'"),
         (["--task", "upos", "--data", "SENTEVAL"], "needs a CoNLL-U file"),
         (["--task", "length", "--data", "CONLLU"], "a CoNLL-U file probes"),
-        (["--task", "length", "--dev", "x"], "--dev and --test need --data"),
+        (["--task", "length", "--dev", "x"], "a dev or test file needs a training file too (--data FILE)"),
     ],
 )
 def test_probe_cli_bad_input(tiny_bert_dir, args, fragment):

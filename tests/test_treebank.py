@@ -274,6 +274,6 @@ def test_probe_without_data_uses_the_treebank(tiny_bert_dir, tmp_path, task, met
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["metric"] == metric and data["data"] == "built-in treebank (60 sentences)"
-    assert data["notes"][0].startswith("no --data: probing a generated treebank of 60 sentences")
+    assert data["notes"][0].startswith("no data given: probing a generated treebank of 60 sentences")
     words = sum(len(s.words) for s in generate_treebank(60))
     assert data["counts"]["train"] + data["counts"]["dev"] + data["counts"]["test"] == (words if task == "upos" else 60)

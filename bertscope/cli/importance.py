@@ -189,32 +189,21 @@ def _curve(session, prepared, source, method, ablation, normalize, step, reestim
 
 
 def _prune_to(session, prepared, source, method, ablation, normalize, fraction, output, weights, seed, as_json):
-    from bertscope.core.analyses.importance import measure, pruned_set
-    from bertscope.core.model.masks import HeadMask
+    from bertscope.api import prune_by
 
-    result = compute_importance(prepared, method, ablation, normalize, seed)
+    ranking = compute_importance(prepared, method, ablation, normalize, seed)
+    pruning = prune_by(session, prepared, ranking, fraction=fraction, output=output, format=weights, source=source,
+                       method=method, ablation=ablation)
+    result, mask, chosen, written = ranking, pruning.mask, pruning.mask.off, pruning.written
     total = session.num_layers * session.num_heads
-    count = round(fraction * total) - len(pruned_set(session))
-    if count <= 0:
-        raise BertscopeError(f"--fraction {fraction:g} is {round(fraction * total)} of {total} heads, and the model already has "
-                             f"{total - len(result.order())} pruned; give a larger fraction")
-    chosen = result.least_important(count)
-    mask = HeadMask(session.num_layers, session.num_heads, frozenset(chosen))
-    after = measure(prepared, mask, "zero")
     payload = {
         "model": session.info.source, "data": source, "objective": prepared.name, "method": method, "ablation": ablation,
         "fraction": fraction, "heads_pruned": len(chosen), "heads_total": total, "mask": mask.spec(), "metric": prepared.metric,
         "before": {"loss": result.baseline_loss, "metric": result.baseline_metric},
-        "after": {"loss": after.loss, "metric": after.metric},
+        "after": {"loss": pruning.loss_after, "metric": pruning.metric_after},
     }
-    if output is not None:
-        from bertscope.core.analyses.pruned_export import write_pruned_model
-
-        texts = prepared.texts
-        written = write_pruned_model(session, chosen, output, timing_texts=texts, format=weights, extra={
-            "objective": prepared.name, "method": method, "ranking_ablation": ablation, "fraction": fraction,
-            "data": source, "metric": prepared.metric, "before": payload["before"], "after": payload["after"],
-        })
+    texts = prepared.texts
+    if written is not None:
         payload |= {
             "output": str(written.directory), "weights": weights, "parameters_before": written.parameters_before,
             "parameters_after": written.parameters_after, "speedup": round(written.speedup, 4),
@@ -229,8 +218,8 @@ def _prune_to(session, prepared, source, method, ablation, normalize, fraction, 
     console = Console()
     console.print(f"[bold]pruned {len(chosen)} of {total} heads[/] ({len(chosen) / total:.0%}) by {method} importance "
                   f"for {prepared.name} on {source}: {mask.spec()}", highlight=False)
-    console.print(f"{prepared.metric}: {result.baseline_metric:.4f} → {after.metric:.4f}; loss {result.baseline_loss:.4g} → {after.loss:.4g}",
-                  highlight=False)
+    console.print(f"{prepared.metric}: {result.baseline_metric:.4f} → {pruning.metric_after:.4f}; "
+                  f"loss {result.baseline_loss:.4g} → {pruning.loss_after:.4g}", highlight=False)
     if output is not None:
         before, after_p = payload["parameters_before"], payload["parameters_after"]
         console.print(f"wrote {payload['output']}: parameters {before:,} → {after_p:,} ({(after_p - before) / before:+.1%}); "

@@ -51,45 +51,9 @@ def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pool
 
     Layers are indexed as hidden states: 0 is the embeddings, l+1 the output of layer l.
     """
-    from bertscope.core.data.corpus import ReadReport, read_sentences
-    from bertscope.core.data.probing_tasks import TASKS, TREEBANK_TASKS, generate
+    from bertscope.api import probe_sentences
 
-    word_tasks = TREEBANK_TASKS
-    reports, notes = [], []
-
-    def read(path):
-        if path is None:
-            return None
-        report = ReadReport()
-        sentences = list(read_sentences(path, data_format, limit=limit, report=report))
-        reports.append(report)
-        return sentences
-
-    if data is None:
-        if dev is not None or test is not None:
-            raise BertscopeError("--dev and --test need --data TRAIN")
-        if task in word_tasks:
-            from bertscope.core.data.treebank import DEFAULT_SENTENCES, generate_treebank
-
-            size = limit or DEFAULT_SENTENCES
-            train_sentences, dev_sentences, test_sentences = generate_treebank(size), None, None
-            source = f"built-in treebank ({size:,} sentences)"
-            notes.append(
-                f"no --data: probing a generated treebank of {size:,} sentences (bertscope's built-in grammar; "
-                "`bertscope treebank -o FILE.conllu` writes it out)"
-            )
-        elif task not in TASKS:
-            choices = ", ".join((*TASKS, *word_tasks))
-            raise BertscopeError(f"unknown task {task!r} without --data; built-in tasks: {choices}; or give --data FILE")
-        else:
-            train_sentences, dev_sentences, test_sentences, source = generate(task), None, None, f"built-in task {task}"
-    else:
-        train_sentences, dev_sentences, test_sentences, source = read(data), read(dev), read(test), data
-        words = train_sentences[0].words is not None
-        if words and task not in word_tasks:
-            raise BertscopeError(f"a CoNLL-U file probes {', '.join(word_tasks)}; not {task!r}")
-        if not words and task in word_tasks:
-            raise BertscopeError(f"task {task!r} needs a CoNLL-U file; {data} is not one")
+    train_sentences, dev_sentences, test_sentences, source, notes = probe_sentences(task, data, dev, test, data_format, limit)
     mask = head_mask(mask_spec, model.shape())
     session = model.open()
     from bertscope.core.analyses.probing import make_splits, run_probe
@@ -102,9 +66,6 @@ def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pool
     )
     report = run_stages(steps, "probing")
     report.notes[:0] = notes
-    for read_report in reports:
-        if read_report.skipped:
-            warn(read_report.summary())
     for note in report.notes:
         warn(note)
     if output_format == "json":
