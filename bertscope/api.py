@@ -86,12 +86,16 @@ class Corpus:
             note(self.report.summary())
 
 
-def corpus(texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto", limit: int | None = None,
-           sample: bool = True) -> Corpus:
+def corpus(texts: Texts | Corpus = None, *, data: str | Path | None = None, data_format: str = "auto",
+           limit: int | None = None, sample: bool = True) -> Corpus:
     """The sentences of `texts` or of the file `data` (streamed), or else the sample corpus.
 
-    With `sample=False` and neither given, an empty corpus (an analysis with its own default data).
+    A `Corpus` already chosen (as the CLI chooses it, before the model loads) is taken as it
+    is. With `sample=False` and neither given, an empty corpus (an analysis with its own
+    default data).
     """
+    if isinstance(texts, Corpus):
+        return texts
     report = ReadReport()
     if texts is not None and data is not None:
         raise InputError("give either texts or a data file, not both")

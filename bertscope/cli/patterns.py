@@ -6,6 +6,7 @@ import click
 
 from bertscope.cli.common import (
     ModelChoice,
+    api_call,
     corpus_sentences,
     data_options,
     format_options,
@@ -14,8 +15,6 @@ from bertscope.cli.common import (
     model_options,
     print_csv,
     print_json,
-    run_with_progress,
-    warn,
 )
 
 
@@ -40,14 +39,12 @@ def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, ou
     sentences, source = corpus_sentences(text, data, data_format, limit, report)
     mask = head_mask(mask_spec, model.shape())
     session = model.open()
-    from bertscope.core.analyses.patterns import PATTERNS, STATISTICS, pattern_statistics
+    from bertscope import api
+    from bertscope.core.analyses.patterns import PATTERNS, STATISTICS
 
-    steps = pattern_statistics(session, sentences, mask=mask, ablation=ablation, batch_size=batch_size)
-    result = run_with_progress(steps, limit, "attention statistics")
-    if report.skipped:
-        warn(report.summary())
-    if result.truncated:
-        warn(f"{result.truncated:,} tokens were cut from sentences longer than the model's maximum of {session.max_length}")
+    with api_call("attention statistics") as progress:
+        result = api.patterns(session, api.Corpus(sentences, source, report), mask=mask, ablation=ablation,
+                                    batch_size=batch_size, progress=progress)
     if output_format == "json":
         payload = result.as_json(session.info.source)
         payload.update({"data": source, "mask": mask.spec(), "ablation": ablation, "skipped": len(report.skipped)})
