@@ -112,6 +112,15 @@ def corpus(texts: Texts | Corpus = None, *, data: str | Path | None = None, data
     return Corpus(read_sentences(path, data_format, limit=limit, report=report), str(path), report)
 
 
+def encoded(model: Session, text: str, pair: str | None = None):
+    """The text tokenised for the model, with a note when it had to be cut to fit."""
+    encoding = model.encode(text, pair)
+    if encoding.truncated:
+        note(f"the input is {len(encoding) + encoding.truncated} tokens; cut {encoding.truncated} "
+             f"to fit the model's maximum of {model.max_length}")
+    return encoding
+
+
 def head_mask(model: Session, mask: str | HeadMask | None) -> HeadMask:
     """A mask spec (`0:3,2:*`) or mask, checked against the model."""
     return mask if isinstance(mask, HeadMask) else model.mask(mask)
@@ -350,9 +359,7 @@ def fill(model: Session, text: str, *, top: int = 10, layers: bool = True, mask:
     if not text.strip():
         raise InputError("the text is empty; give a sentence with [MASK] where the missing word goes")
     require_mlm_head(model)
-    encoding = model.encode(with_mask_token(model.tokenizer, text))
-    if encoding.truncated:
-        note(f"the text was cut to the model's maximum of {model.max_length} tokens")
+    encoding = encoded(model, with_mask_token(model.tokenizer, text))
     return fill_in(model, encoding, top=top, mask=head_mask(model, mask), ablation=ablation, layers=layers)
 
 
@@ -394,9 +401,7 @@ def attribute(model: Session, text: str, pair: str | None = None, *, method: str
         raise InputError("the text is empty; give a sentence to explain")
     if (data is not None or layer is not None) and probe is None:
         raise InputError("a probe's data and layer need the probe's task too")
-    encoding = model.encode(with_mask_token(model.tokenizer, text), pair)
-    if encoding.truncated:
-        note(f"the text was cut to the model's maximum of {model.max_length} tokens")
+    encoding = encoded(model, with_mask_token(model.tokenizer, text), pair)
     chosen = Target(label=target, position=position, probe=probe, data=data, layer=layer, pooling=sentence_pooling)
     run = attribution_steps(model, encoding, method=method, target=chosen, score=score, steps=steps,
                             mask=head_mask(model, mask), ablation=ablation, cache_dir=cache_dir, cancel=cancel)

@@ -6,16 +6,15 @@ import click
 
 from bertscope.cli.common import (
     ModelChoice,
+    api_call,
     check_hidden_layer,
     check_readable,
     check_text,
     chosen_theme,
-    encode_or_warn,
     head_mask,
     mask_options,
     model_options,
     print_json,
-    run_stages,
     run_with_progress,
     warn,
 )
@@ -61,11 +60,10 @@ def fill(text, top, layers, cloze, batch_size, mask_spec, ablation, as_json, mod
     require_mlm_head(session)
     if cloze is not None:
         return _cloze(session, cloze, mask, ablation, batch_size, as_json)
-    from bertscope.core.analyses.mlm import fill as fill_in
-    from bertscope.core.analyses.mlm import with_mask_token
+    from bertscope import api
 
-    encoding = encode_or_warn(session, with_mask_token(session.tokenizer, text), None)
-    result = fill_in(session, encoding, top=top, mask=mask, ablation=ablation, layers=layers)
+    with api_call("filling in"):
+        result = api.fill(session, text, top=top, layers=layers, mask=mask, ablation=ablation)
     if as_json:
         print_json({"model": session.info.source, "text": text, **result.as_json()})
         return
@@ -138,19 +136,12 @@ def attribute(text, pair, method, label, position, probe_task, data, layer, sent
     check_hidden_layer(layer, shape)
     mask = head_mask(mask_spec, shape)
     session = model.open()
-    from bertscope.core.analyses.attribution import Target
-    from bertscope.core.analyses.attribution import attribute as run_attribution
-    from bertscope.core.analyses.mlm import with_mask_token
+    from bertscope import api
 
-    encoding = encode_or_warn(session, with_mask_token(session.tokenizer, text), pair)
-    target = Target(label=label, position=position, probe=probe_task, data=data, layer=layer, pooling=sentence_pooling)
-    steps_iter = run_attribution(
-        session, encoding, method=method, target=target, score=score, steps=steps, mask=mask, ablation=ablation,
-        cache_dir=False if no_cache else cache_dir,
-    )
-    result = run_stages(steps_iter, "attribution")
-    for note in result.notes:
-        warn(note)
+    with api_call("attribution") as progress:
+        result = api.attribute(session, text, pair, method=method, target=label, position=position, probe=probe_task, data=data,
+                               layer=layer, sentence_pooling=sentence_pooling, score=score, steps=steps, mask=mask,
+                               ablation=ablation, cache_dir=False if no_cache else cache_dir, progress=progress)
     if as_json:
         print_json({"model": session.info.source, "text": text, "pair": pair, **result.as_json()})
         return

@@ -8,6 +8,7 @@ import click
 
 from bertscope.cli.common import (
     ModelChoice,
+    api_call,
     check_hidden_layer,
     chosen_theme,
     corpus_sentences,
@@ -73,13 +74,12 @@ def geometry(text, data, data_format, limit, unit, max_rows, seed, batch_size, n
     check_hidden_layer(layer, shape)
     mask = head_mask(mask_spec, shape)
     session = model.open()
-    from bertscope.core.analyses.geometry import representation_geometry
+    from bertscope import api
 
-    steps = representation_geometry(session, sentences, unit=unit, max_rows=max_rows, neighbours=neighbours, seed=seed,
-                                    batch_size=batch_size, mask=mask if len(mask) else None, ablation=ablation)
-    result = run_stages(steps, "geometry")
-    if report.skipped:
-        warn(report.summary())
+    with api_call("geometry") as progress:
+        result = api.geometry(session, api.Corpus(sentences, source, report), unit=unit, max_rows=max_rows,
+                              neighbours=neighbours, seed=seed, batch_size=batch_size, mask=mask, ablation=ablation,
+                              progress=progress)
     for note in result.notes:
         warn(note)
     if colour_by is not None and colour_by not in result.labels:
