@@ -159,18 +159,30 @@ def probe(model: Session, task: str, *, data: str | Path | None = None, dev: str
     `task`: upos, xpos, deprel, depth or distance (a CoNLL-U `data`, else the built-in
     treebank), a SentEval task of `data`, or a built-in task. `cache_dir=False` keeps no cache.
     """
+    train, dev_sentences, test_sentences, _, notes = probe_sentences(task, data, dev, test, data_format, limit)
+    report = probe_on(model, task, train, dev_sentences, test_sentences, word_pooling=word_pooling,
+                      sentence_pooling=sentence_pooling, kind=kind, control=control, random_baseline=random_baseline,
+                      min_examples=min_examples, cache_dir=cache_dir, mask=mask, ablation=ablation, seed=seed,
+                      progress=progress, cancel=cancel)
+    report.notes[:0] = notes
+    return report
+
+
+def probe_on(model: Session, task: str, train: list[Sentence], dev: list[Sentence] | None = None,
+             test: list[Sentence] | None = None, *, word_pooling: str = "first", sentence_pooling: str = "cls",
+             kind: str = "linear", control: bool = True, random_baseline: bool = True, min_examples: int = 2,
+             cache_dir: str | Path | None | bool = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
+             seed: int = 0, progress: ProgressCallback = None, cancel: threading.Event | None = None) -> ProbeReport:
+    """`probe` on sentences already read (see `probe_sentences`); dev and test default to splits of train."""
     from bertscope.core.analyses.probing import make_splits, run_probe
 
-    train, dev_sentences, test_sentences, source, notes = probe_sentences(task, data, dev, test, data_format, limit)
-    splits = make_splits(train, dev_sentences, test_sentences, seed=seed)
+    splits = make_splits(train, dev, test, seed=seed)
     steps = run_probe(
         model, task, splits, word_pooling=word_pooling, sentence_pooling=sentence_pooling, mask=head_mask(model, mask).spec(),
         ablation=ablation, kind=kind, control=control, random_baseline=random_baseline, min_examples=min_examples,
         cache_dir=cache_dir, seed=seed, cancel=cancel,
     )
-    report = outcome(steps, on_step=progress, cancel=cancel)
-    report.notes[:0] = notes
-    return report
+    return outcome(steps, "probing", on_step=progress, cancel=cancel)
 
 
 def probe_sentences(task: str, data, dev, test, data_format: str = "auto", limit: int | None = None):
@@ -266,16 +278,25 @@ def pruning_curve(model: Session, objective_name: str, texts: Texts = None, *, d
                   progress: ProgressCallback = None, cancel: threading.Event | None = None) -> PruningCurve:
     """The objective as ever more of the least important heads are removed, `step` of them at a time."""
     from bertscope.core.analyses.importance import check_fraction
-    from bertscope.core.analyses.importance import pruning_curve as curve_steps
 
     check_fraction(step, "step")
     prepared, _ = objective(model, objective_name, texts, data=data, data_format=data_format, limit=limit, task=task,
                             probe_layer=probe_layer, batch_size=batch_size, seed=seed)
     ranking = importance_of(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, progress=progress,
                             cancel=cancel)
+    return curve_of(prepared, ranking, method=method, ablation=ablation, step=step, reestimate=reestimate, normalize=normalize,
+                    max_drop=max_drop, progress=progress, cancel=cancel)
+
+
+def curve_of(prepared: Objective, ranking: HeadImportance, *, method: str = "gradient", ablation: Ablation = "zero",
+             step: float = 0.1, reestimate: bool = False, normalize: bool = True, max_drop: float = 0.01,
+             progress: ProgressCallback = None, cancel: threading.Event | None = None) -> PruningCurve:
+    """`pruning_curve`'s second half, for an objective and a ranking already at hand."""
+    from bertscope.core.analyses.importance import pruning_curve as curve_steps
+
     steps = curve_steps(prepared, importance=ranking, method=method, ablation=ablation, step=step, reestimate=reestimate,
                         normalize=normalize, max_drop=max_drop, cancel=cancel)
-    return outcome(steps, on_step=progress, cancel=cancel)
+    return outcome(steps, "pruning curve", on_step=progress, cancel=cancel)
 
 
 def prune(model: Session, objective_name: str, texts: Texts = None, *, fraction: float, output: str | Path | None = None,

@@ -6,13 +6,13 @@ import click
 
 from bertscope.cli.common import (
     ModelChoice,
+    api_call,
     check_hidden_layer,
     corpus_sentences,
     format_options,
     model_options,
     print_csv,
     print_json,
-    run_stages,
     warn,
 )
 from bertscope.core.analyses.importance_results import METHODS, OBJECTIVES
@@ -81,10 +81,10 @@ def load_objective(model: ModelChoice, objective, text, data, data_format, limit
 
 
 def compute_importance(prepared, method, ablation, normalize, seed):
-    from bertscope.core.analyses.importance import head_importance
+    from bertscope.api import importance_of
 
-    steps = head_importance(prepared, method, ablation=ablation, normalize=normalize, seed=seed)
-    return run_stages(steps, "head importance")
+    with api_call("head importance") as progress:
+        return importance_of(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, progress=progress)
 
 
 @click.command()
@@ -172,12 +172,12 @@ def prune(text, data, data_format, limit, objective, task, probe_layer, method, 
 
 
 def _curve(session, prepared, source, method, ablation, normalize, step, reestimate, max_drop, seed, as_json):
-    from bertscope.core.analyses.importance import pruning_curve
+    from bertscope.api import curve_of
 
     importance_result = compute_importance(prepared, method, ablation, normalize, seed)
-    steps = pruning_curve(prepared, importance=importance_result, method=method, ablation=ablation, step=step,
-                          reestimate=reestimate, normalize=normalize, max_drop=max_drop)
-    result = run_stages(steps, "pruning curve")
+    with api_call("pruning curve") as progress:
+        result = curve_of(prepared, importance_result, method=method, ablation=ablation, step=step, reestimate=reestimate,
+                          normalize=normalize, max_drop=max_drop, progress=progress)
     if as_json:
         print_json(result.as_json(session.info.source) | {"data": source, "sentences": prepared.sentences})
         return

@@ -6,13 +6,13 @@ import click
 
 from bertscope.cli.common import (
     ModelChoice,
+    api_call,
     format_options,
     head_mask,
     mask_options,
     model_options,
     print_csv,
     print_json,
-    run_stages,
     warn,
 )
 from bertscope.core.errors import BertscopeError
@@ -56,15 +56,13 @@ def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pool
     train_sentences, dev_sentences, test_sentences, source, notes = probe_sentences(task, data, dev, test, data_format, limit)
     mask = head_mask(mask_spec, model.shape())
     session = model.open()
-    from bertscope.core.analyses.probing import make_splits, run_probe
+    from bertscope.api import probe_on
 
-    splits = make_splits(train_sentences, dev_sentences, test_sentences)
-    steps = run_probe(
-        session, task, splits, word_pooling=word_pooling, sentence_pooling=sentence_pooling, mask=mask.spec(),
-        ablation=ablation, kind=kind, control=control, random_baseline=random_baseline, min_examples=min_examples,
-        cache_dir=False if no_cache else cache_dir,
-    )
-    report = run_stages(steps, "probing")
+    with api_call("probing") as progress:
+        report = probe_on(session, task, train_sentences, dev_sentences, test_sentences, word_pooling=word_pooling,
+                          sentence_pooling=sentence_pooling, kind=kind, control=control, random_baseline=random_baseline,
+                          min_examples=min_examples, cache_dir=False if no_cache else cache_dir, mask=mask, ablation=ablation,
+                          progress=progress)
     report.notes[:0] = notes
     for note in report.notes:
         warn(note)
