@@ -13,7 +13,6 @@ from bertscope.cli.common import (
     model_options,
     print_csv,
     print_json,
-    warn,
 )
 from bertscope.core.analyses.importance_results import METHODS, OBJECTIVES
 from bertscope.core.errors import BertscopeError
@@ -47,36 +46,30 @@ def objective_options(command):
 
 
 def objective_data(objective, text, data, data_format, limit, task):
-    """The sentences the objective is measured on, and where they come from; read before the model loads."""
+    """The sentences the objective is measured on (an api.Corpus), read before the model loads."""
+    from bertscope.api import Corpus
     from bertscope.core.data.corpus import ReadReport
 
     report = ReadReport()
     if text is None and data is None and objective == "probe":
-        sentences, source = [], f"built-in task {task}"
-    elif text is None and data is None and objective == "classification":
+        return Corpus([], f"built-in task {task}", report)
+    if text is None and data is None and objective == "classification":
         raise BertscopeError("the classification objective needs labelled data: --data FILE (SentEval TSV: split<TAB>label<TAB>sentence)")
-    else:
-        sentences, source = corpus_sentences(text, data, data_format, limit, report)
-        sentences = list(sentences)
-    if report.skipped:
-        warn(report.summary())
-    if objective != "probe" and task is not None:
-        warn(f"--task is for the probe objective; the {objective} objective ignores it")
-    return sentences, source
+    sentences, source = corpus_sentences(text, data, data_format, limit, report)
+    return Corpus(list(sentences), source, report)
 
 
 def load_objective(model: ModelChoice, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed):
     """(session, the objective ready to measure, where its data comes from): the data and the probe layer judged before the model loads."""
-    sentences, source = objective_data(objective, text, data, data_format, limit, task)
+    sentences = objective_data(objective, text, data, data_format, limit, task)
     if objective == "probe":
         check_hidden_layer(probe_layer, model.shape(), "--probe-layer")
     session = model.open()
-    from bertscope.core.analyses.objectives import check_objective, make_objective
+    from bertscope import api
 
-    check_objective(session, objective)
-    prepared = make_objective(session, objective, sentences, batch_size=batch_size, seed=seed, probe_task=task, probe_layer=probe_layer)
-    for note in prepared.notes:
-        warn(note)
+    with api_call("preparing the objective"):
+        prepared, source = api.objective(session, objective, sentences, task=task, probe_layer=probe_layer, batch_size=batch_size,
+                                         seed=seed)
     return session, prepared, source
 
 
