@@ -125,3 +125,25 @@ def test_inputs_that_score_the_same_are_refused(tiny_session, tiny_mlm_session):
         run(tiny_session, metric="class")
     with pytest.raises(InputError, match="not one token"):
         run(tiny_mlm_session, "the cat [MASK] here", "the dog [MASK] here", metric="mlm", answers=("is", "zzqxv"))
+
+
+def test_class_metric_compares_two_classes_of_a_classifier(tmp_path):
+    from bertscope.core.model.session import Session
+    from tests.conftest import save_tiny
+
+    directory = save_tiny(tmp_path / "classifier", "BertForSequenceClassification", seed=3, num_labels=3,
+                          id2label={0: "negative", 1: "neutral", 2: "positive"},
+                          label2id={"negative": 0, "neutral": 1, "positive": 2})
+    session = Session.open(str(directory), device="cpu")
+    result = run(session, metric="class", classes=("positive", "negative"), sweeps=("positions",))
+    assert result.metric_description == "logit(positive) - logit(negative) of the classifier"
+    with torch.inference_mode():
+        logits = [session.model(**session.tokenizer(text, return_tensors="pt")).logits[0] for text in (CLEAN, CORRUPT)]
+    expected = [float(values[2] - values[0]) for values in logits]  # the classifier's own forward, not the patching code
+    assert result.clean_metric == pytest.approx(expected[0], abs=1e-4)
+    assert result.corrupt_metric == pytest.approx(expected[1], abs=1e-4)
+    # BERT's classifier reads [CLS] of the last layer; a random tiny classifier's two logits differ by little, so float
+    # rounding in batches of another size is a larger share of the difference than on a trained model
+    tolerance = 1e-5 / abs(result.clean_metric - result.corrupt_metric)
+    assert result.positions[-1, 0] == pytest.approx(1.0, abs=tolerance)
+    np.testing.assert_allclose(result.positions[-1, 1:], 0.0, atol=tolerance)

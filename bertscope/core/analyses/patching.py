@@ -120,8 +120,9 @@ def patch(
         else:
             return  # cancelled
     measure = _metric(session, metric, clean_encoding, clean_run, corrupt_run, answers, classes, probe)
-    clean_metric = float(measure.score(clean_run.hidden[measure.layer][None])[0])
-    corrupt_metric = float(measure.score(corrupt_run.hidden[measure.layer][None])[0])
+    with torch.inference_mode():
+        clean_metric = float(measure.score(clean_run.hidden[measure.layer][None])[0])
+        corrupt_metric = float(measure.score(corrupt_run.hidden[measure.layer][None])[0])
     if abs(clean_metric - corrupt_metric) < SAME:
         raise InputError(f"the clean and corrupted inputs score the same on {measure.description} ({clean_metric:.4g}): "
                          "there is no difference for a component to carry; choose inputs or answers that differ", setting="metric")
@@ -138,7 +139,8 @@ def patch(
                 return
             rows = slice(first, min(first + rows_per_batch, group.rows))
             hidden = _patched_hidden(session, base, source, group, rows, measure.layer)
-            values.append(measure.score(hidden).double().cpu().numpy())
+            with torch.inference_mode():
+                values.append(measure.score(hidden).double().cpu().numpy())
             done += rows.stop - rows.start
             yield Progress("patching", done, total)
         group.store(np.concatenate(values))

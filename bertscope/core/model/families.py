@@ -44,10 +44,10 @@ class Family:
         classifier = getattr(model, "classifier", None)
         if classifier is None:
             return None
-        pooler = getattr(model.base_model, "pooler", None)
-        if isinstance(classifier, nn.Linear) and pooler is not None:  # BERT: pooler (tanh of [CLS]) then a linear layer
-            return lambda hidden: classifier(pooler(hidden))
-        return classifier  # RoBERTa, ELECTRA: a head that reads the first token itself
+        if hasattr(classifier, "out_proj"):  # RoBERTa, ELECTRA: a head that reads the first token itself
+            return classifier
+        pooler = model.base_model.pooler  # BERT: the pooler (tanh of a projection of [CLS]), then a linear layer
+        return lambda hidden: classifier(pooler(hidden))
 
     def mlm_head(self, model: nn.Module) -> Callable[[Tensor], Tensor] | None:
         """A function from hidden states `[..., D]` to vocabulary logits, if the model has one."""
