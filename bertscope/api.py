@@ -65,8 +65,10 @@ def load(model: str | None = None, *, device: str = "auto", dtype: str = "float3
     linear layers take the faster of torch's BLAS and oneDNN, timed on this machine
     (`cpu_linear`: auto, onednn or blas; default `$BERTSCOPE_CPU_LINEAR`, else auto).
     """
+    from bertscope.core.model import cpu_linear as linear_kernels
     from bertscope.core.model.session import Session
 
+    linear_kernels.bound_primitive_cache()  # before the model's first pass (issue 15: one primitive per batch shape)
     session = Session.open(model, device=device, dtype=dtype, allow_download=allow_download)
     session.choose_cpu_linear(cpu_linear)
     return session

@@ -33,8 +33,16 @@ _available = torch.backends.mkldnn.is_available()
 # oneDNN keeps up to 1,024 primitives, one per input shape, and a corpus job's batches come in ever new
 # shapes: `fill --cloze` over 16,000 varied queries (small MLM) ended with 200 MB of malloc in use instead of
 # 171 MB, peak 477 MB instead of 447 MB, with 64 kept (issue 15). 64 still hold every shape of a pass.
-# Read by oneDNN when it makes its first primitive, so set here, before any; the user's own setting wins.
-os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
+PRIMITIVE_CACHE = "64"
+
+
+def bound_primitive_cache() -> None:
+    """Keep oneDNN's primitive cache small (process-wide: called where a model is loaded for use, `bertscope.load`).
+
+    oneDNN reads the setting when it makes its first primitive, so this must run before any
+    pass; the user's own ONEDNN_PRIMITIVE_CACHE_CAPACITY wins.
+    """
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", PRIMITIVE_CACHE)
 
 
 def onednn_enabled() -> bool:
