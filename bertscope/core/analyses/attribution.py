@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -43,6 +44,9 @@ from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding
 from bertscope.core.progress import Progress
 
+if TYPE_CHECKING:
+    from bertscope.core.model.session import Session
+
 __all__ = ["METHODS", "SCORES", "Attribution", "Target", "attribute", "gauss_legendre", "rollout"]
 
 DEFAULT_STEPS = 32  # first try of the adaptive rule; see benchmarks/attribution.py for measured errors
@@ -53,7 +57,7 @@ SATURATED = 1e-3  # |f(x) - f(b)| below this: a saturated softmax, say so
 
 
 def attribute(
-    session,
+    session: Session,
     text: str | Encoding,
     pair: str | None = None,
     *,
@@ -182,7 +186,7 @@ def _integrated_gradients(decision: _Decision, steps: int | None, cancel):
 # --- the decision: one scalar function of the word embeddings ------------------------------
 
 
-def _target_kind(session, encoding: Encoding, target: Target) -> TargetKind:
+def _target_kind(session: Session, encoding: Encoding, target: Target) -> TargetKind:
     if target.kind is not None:
         kind = target.kind
     elif target.probe is not None:
@@ -214,7 +218,7 @@ def _target_kind(session, encoding: Encoding, target: Target) -> TargetKind:
 class _Decision:
     """f(word embeddings `[B, T, D]`) → `[B]` for one target, plus where it reads the sequence."""
 
-    def __init__(self, session, encoding: Encoding, kind: TargetKind, target: Target, probe, score: str, gates, ablation):
+    def __init__(self, session: Session, encoding: Encoding, kind: TargetKind, target: Target, probe, score: str, gates, ablation):
         self.session, self.kind, self.probe, self.score_name = session, kind, probe, score
         self.gates, self.ablation = gates, ablation
         device = session.device

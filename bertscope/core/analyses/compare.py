@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -22,6 +23,9 @@ from bertscope.core.analyses.geometry_results import ComparisonResult, ProbeDiff
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
 from bertscope.core.progress import Progress
+
+if TYPE_CHECKING:
+    from bertscope.core.model.session import Session
 
 _PROBE_TEXT = "Hello, World! Ünïcode, straße and 3.14 — naïve café [MASK] ##ing"
 
@@ -155,7 +159,7 @@ def compare_models(
     yield Progress("done", 1, 1, result)
 
 
-def _probe(session, task: str, data: Sequence[Sentence], cache_dir, seed: int, cancel):
+def _probe(session: Session, task: str, data: Sequence[Sentence], cache_dir, seed: int, cancel):
     from bertscope.core.analyses.probing import make_splits, run_probe
 
     splits = make_splits(list(data), None, None, seed=seed)

@@ -18,6 +18,7 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -30,6 +31,9 @@ from bertscope.core.errors import InputError
 from bertscope.core.model.allocator import corpus_heap_over, release_freed_memory
 from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import Progress
+
+if TYPE_CHECKING:
+    from bertscope.core.model.session import Session
 
 CACHE_VERSION = 4  # 2: rows name their word (a word with no tokens has no row); 3: stored layer by layer; 4: float16
 CHUNK = 1024  # sentences tokenised at a time
@@ -93,7 +97,7 @@ def cache_key(fingerprint: str, sentences: Sequence[Sentence], options: FeatureO
 
 
 def extract_features(
-    session,
+    session: Session,
     sentences: Sequence[Sentence],
     options: FeatureOptions,
     *,
@@ -137,7 +141,7 @@ class _BeyondFloat16(Exception):
     """A hidden state too large for float16 (not seen in a post-LayerNorm encoder, but possible)."""
 
 
-def _extract(session, sentences, options, gates, path, dtype, batch_size, cancel) -> Iterator[Progress[Features]]:
+def _extract(session: Session, sentences, options, gates, path, dtype, batch_size, cancel) -> Iterator[Progress[Features]]:
     """The batches' forward passes, yielding progress; returns the Features, or None if cancelled."""
     # Rows go straight to their place in input order, layer-major (each layer one contiguous
     # matrix for the probes): a sentence gets one slot per word (one for sentence level), and
@@ -194,7 +198,7 @@ def _extract(session, sentences, options, gates, path, dtype, batch_size, cancel
     return features
 
 
-def _chunk_batches(session, sentences: Sequence[Sentence], level: str, batch_size: int):
+def _chunk_batches(session: Session, sentences: Sequence[Sentence], level: str, batch_size: int):
     """(a chunk's tokenisation, a batch's indices into `sentences`, the same into the chunk), chunk after chunk."""
     for start in range(0, len(sentences), CHUNK):
         release_freed_memory()  # what the last chunk's batches freed (core.model.allocator)
@@ -211,7 +215,7 @@ def _check_pairs(sentences: Sequence[Sentence], level: str) -> None:
             raise InputError("the corpus mixes single sentences and pairs; give one kind of input per corpus")
 
 
-def _encode(session, sentences: Sequence[Sentence], level: str):
+def _encode(session: Session, sentences: Sequence[Sentence], level: str):
     """A chunk of sentences tokenised in one call (the fast tokenizer runs it in parallel), unpadded."""
     options = dict(truncation=True, max_length=session.max_length)
     if level == "word":  # single sequences: the token types are all 0, and padding makes the attention mask
@@ -222,7 +226,7 @@ def _encode(session, sentences: Sequence[Sentence], level: str):
     return session.tokenizer(texts, pairs if pairs[0] is not None else None, return_special_tokens_mask=True, **options)
 
 
-def _pad(session, encoded, indices: list[int]):
+def _pad(session: Session, encoded, indices: list[int]):
     """The model inputs of one batch of encoded sentences, padded, on the session's device, and
     the special-tokens mask (sentence level) or None."""
     batch = session.tokenizer.pad({name: [values[index] for index in indices] for name, values in encoded.items()}, return_tensors="pt")

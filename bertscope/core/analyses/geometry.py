@@ -25,6 +25,7 @@ matrix products, their distances then recomputed exactly in float64.
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -32,6 +33,9 @@ from torch import Tensor
 
 from bertscope.core.errors import InputError
 from bertscope.core.progress import Progress
+
+if TYPE_CHECKING:
+    from bertscope.core.model.session import Session
 
 TWONN_DISCARD = 0.1  # the share of the largest μ left out of the TwoNN fit (Facco et al.)
 BLOCK = 512  # rows per block when searching neighbours
@@ -250,7 +254,7 @@ def analyse_layers(states: np.ndarray, neighbours: int = DEFAULT_NEIGHBOURS, can
 
 
 def representation_geometry(
-    session,
+    session: Session,
     sentences,
     *,
     unit: str = "auto",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -37,6 +38,9 @@ from bertscope.core.errors import InputError
 from bertscope.core.model.masks import Ablation, HeadMask, check_ablation
 from bertscope.core.model.pruning import pruned_heads_of
 from bertscope.core.progress import Progress
+
+if TYPE_CHECKING:
+    from bertscope.core.model.session import Session
 
 __all__ = [
     "CurvePoint", "HeadImportance", "Measurement", "PruningCurve", "check_fraction",
@@ -60,13 +64,13 @@ def _no_weight_gradients(model):
             p.requires_grad_(flag)
 
 
-def _base_gates(session, base: HeadMask | None, rows: int | None = None) -> torch.Tensor:
+def _base_gates(session: Session, base: HeadMask | None, rows: int | None = None) -> torch.Tensor:
     gates = torch.as_tensor(base.gates() if base is not None else np.ones((session.num_layers, session.num_heads), np.float32))
     gates = gates.to(session.device)
     return gates if rows is None else gates.expand(rows, -1, -1).clone()
 
 
-def pruned_set(session) -> frozenset[tuple[int, int]]:
+def pruned_set(session: Session) -> frozenset[tuple[int, int]]:
     return frozenset((layer, head) for layer, heads in pruned_heads_of(session.model.config).items() for head in heads)
 
 

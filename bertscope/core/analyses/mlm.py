@@ -17,6 +17,7 @@ import json
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -29,11 +30,14 @@ from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding, MaskPrediction
 from bertscope.core.progress import Progress
 
+if TYPE_CHECKING:
+    from bertscope.core.model.session import Session
+
 MASK_TEXT = "[MASK]"  # what users write; replaced by the tokenizer's own mask token (RoBERTa: <mask>)
 PRECISION_AT = (1, 10)
 
 
-def require_mlm_head(session) -> None:
+def require_mlm_head(session: Session) -> None:
     """Raise a one-line NoMLMHeadError unless the model has an MLM head (the CLI and UI add what works instead)."""
     if session.mlm_head is None or session.tokenizer.mask_token_id is None:
         raise NoMLMHeadError(
@@ -85,7 +89,7 @@ class FillResult:
 
 
 def fill(
-    session,
+    session: Session,
     text: str | Encoding,
     *,
     top: int = 10,
@@ -116,7 +120,7 @@ def fill(
     return FillResult(encoding=encoding, blanks=blanks, mask=head_mask, ablation=ablation)
 
 
-def _layer_predictions(session, hidden: np.ndarray, top: int) -> list[list[MaskPrediction]]:
+def _layer_predictions(session: Session, hidden: np.ndarray, top: int) -> list[list[MaskPrediction]]:
     """`hidden` `[L+1, M, D]` at the M mask positions → per mask, per layer, the top guesses."""
     probabilities = torch.softmax(session.mlm_head_logits(torch.as_tensor(hidden)).double(), dim=-1)  # [L+1, M, V]
     values, indices = probabilities.topk(top, dim=-1)
@@ -216,7 +220,7 @@ def answer_id(tokenizer, answer: str) -> int | None:
 
 
 def cloze_scores(
-    session,
+    session: Session,
     queries: Sequence[ClozeQuery],
     *,
     mask: HeadMask | None = None,

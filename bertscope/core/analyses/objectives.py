@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -32,6 +33,9 @@ from bertscope.core.errors import InputError
 from bertscope.core.model.allocator import corpus_heap_over, release_freed_memory
 from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import outcome
+
+if TYPE_CHECKING:
+    from bertscope.core.model.session import Session
 
 MLM_RATE = 0.15
 CHUNK = 1024  # sentences tokenised at a time on a walk over the corpus
@@ -73,7 +77,7 @@ class Batches:
     the objective's Batch.
     """
 
-    def __init__(self, session, sentences: Sequence[Sentence], batch_size: int, finish, *, words: bool = False,
+    def __init__(self, session: Session, sentences: Sequence[Sentence], batch_size: int, finish, *, words: bool = False,
                  max_tokens: int = MAX_TOKENS) -> None:
         self.session, self.sentences, self.batch_size = session, sentences, batch_size
         self.finish, self.words, self.max_tokens = finish, words, max_tokens
@@ -132,7 +136,7 @@ class Objective:
     metric = ""
     description = ""
 
-    def __init__(self, session, batches: Batches, sentences: int, notes: list[str] | None = None) -> None:
+    def __init__(self, session: Session, batches: Batches, sentences: int, notes: list[str] | None = None) -> None:
         self.session = session
         self.batches = batches
         self.sentences = sentences
@@ -156,7 +160,7 @@ class Objective:
         return scores.loss.sum(), False, scores
 
 
-def available(session) -> dict[str, str | None]:
+def available(session: Session) -> dict[str, str | None]:
     """Each objective, with None where this model can serve it, or the reason it cannot."""
     info = session.info
     return {
@@ -167,7 +171,7 @@ def available(session) -> dict[str, str | None]:
     }
 
 
-def check_objective(session, name: str) -> str:
+def check_objective(session: Session, name: str) -> str:
     """`name` if this model can serve it, else an InputError listing the objectives that work."""
     reasons = available(session)
     working = ", ".join(o for o, reason in reasons.items() if reason is None)
@@ -179,7 +183,7 @@ def check_objective(session, name: str) -> str:
 
 
 def make_objective(
-    session,
+    session: Session,
     name: str,
     sentences: Sequence[Sentence],
     *,
@@ -207,7 +211,7 @@ def make_objective(
     return objective
 
 
-def _batches(session, sentences: Sequence[Sentence], batch_size: int, targets=None, then=None) -> Batches:
+def _batches(session: Session, sentences: Sequence[Sentence], batch_size: int, targets=None, then=None) -> Batches:
     """Length-grouped padded batches, made on each walk; `targets(sentence)` gives a sentence's target
     values, and `then(batch)`, if given, finishes each batch (the mlm objective masks its tokens there)."""
 
@@ -361,7 +365,7 @@ class ProbeObjective(Objective):
     metric = "probe accuracy"
     description = "loss of a probe trained on one layer for one task"
 
-    def __init__(self, session, batches, sentences, notes, *, task, layer, level, weights, probe_accuracy) -> None:
+    def __init__(self, session: Session, batches, sentences, notes, *, task, layer, level, weights, probe_accuracy) -> None:
         super().__init__(session, batches, sentences, notes)
         self.task, self.layer, self.level = task, layer, level
         self.weights = weights  # torch tensors of the chosen layer's probe
@@ -455,7 +459,7 @@ class ProbeObjective(Objective):
         return Scores(loss_sum / count.clamp(min=1), correct, count)
 
 
-def _word_batches(session, sentences, task, index, batch_size) -> Batches:
+def _word_batches(session: Session, sentences, task, index, batch_size) -> Batches:
     """Batches of pre-split words with each word's label at its first sub-word (-100 elsewhere)."""
     column = WORD_COLUMNS[task]
     for sentence in sentences:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -35,6 +36,9 @@ from bertscope.core.data.batching import MAX_TOKENS
 from bertscope.core.errors import InputError
 from bertscope.core.model.results import Encoding
 from bertscope.core.progress import Progress
+
+if TYPE_CHECKING:
+    from bertscope.core.model.session import Session
 
 SAME = 1e-6  # metrics closer than this: the inputs do not differ in the behaviour, and no effect can be normalised
 
@@ -69,7 +73,7 @@ class _Metric:
 
 
 def patch(
-    session,
+    session: Session,
     clean: str,
     corrupt: str,
     *,
@@ -192,7 +196,7 @@ def _notes(probe, clean: Encoding, corrupt: Encoding) -> list[str]:
     return notes
 
 
-def _activations(session, encoding: Encoding) -> _Activations:
+def _activations(session: Session, encoding: Encoding) -> _Activations:
     """Run the input once, unpatched, keeping what every component wrote."""
     family = session.family
     run = _Activations(hidden=torch.empty(0))
@@ -225,7 +229,7 @@ def _activations(session, encoding: Encoding) -> _Activations:
     return run
 
 
-def _metric(session, kind: str, encoding: Encoding, clean: _Activations, corrupt: _Activations, answers, classes, probe) -> _Metric:
+def _metric(session: Session, kind: str, encoding: Encoding, clean: _Activations, corrupt: _Activations, answers, classes, probe) -> _Metric:
     """m as a function of the hidden states it reads, with the two answers or classes it compares."""
     last = session.num_layers
     if kind == "preserve":
@@ -281,7 +285,7 @@ def _top_two(logits: Callable[[Tensor], Tensor], clean: _Activations, corrupt: _
     return (first, corrupt_top) if corrupt_top != first else (first, int(clean_order[1]))
 
 
-def _answer_ids(session, answers: Sequence[str]) -> tuple[int, int]:
+def _answer_ids(session: Session, answers: Sequence[str]) -> tuple[int, int]:
     if len(answers) != 2:
         raise InputError(f"give two answers to compare (e.g. is,are), not {len(answers)}", setting="answers")
     ids = []
@@ -308,7 +312,7 @@ def _class_ids(classes: Sequence[str], names: Sequence[str]) -> tuple[int, int]:
     return ids[0], ids[1]
 
 
-def _groups(session, sweeps, per_position: bool, base: _Activations, source: _Activations, length: int,
+def _groups(session: Session, sweeps, per_position: bool, base: _Activations, source: _Activations, length: int,
             effects: dict[str, np.ndarray]) -> list[_Group]:
     """The patched runs of every sweep, grouped by the layer they start from."""
     family = session.family
@@ -361,7 +365,7 @@ def _groups(session, sweeps, per_position: bool, base: _Activations, source: _Ac
     return groups
 
 
-def _patched_hidden(session, base: _Activations, source: _Activations, group: _Group, rows: slice, read: int) -> Tensor:
+def _patched_hidden(session: Session, base: _Activations, source: _Activations, group: _Group, rows: slice, read: int) -> Tensor:
     """The hidden states at index `read` of the group's rows `rows`, each run with its own patch."""
     count = rows.stop - rows.start
     start = group.start

@@ -35,6 +35,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -48,6 +49,9 @@ from bertscope.core.model.allocator import corpus_heap_over, release_freed_memor
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import PATTERNS, STATISTICS, PatternResult
 from bertscope.core.progress import Progress
+
+if TYPE_CHECKING:
+    from bertscope.core.model.session import Session
 
 STRIPES, MIXED, BLOCK = 0.6, 0.2, 0.85
 TOP_COLUMNS = 2
@@ -199,7 +203,7 @@ class _Accumulator:
 
 
 def pattern_statistics(
-    session,
+    session: Session,
     sentences: Iterable[Sentence],
     *,
     mask: HeadMask | None = None,
@@ -239,7 +243,7 @@ def pattern_statistics(
     yield Progress("sentences", accumulator.sentences, result=result, partial=result)
 
 
-def _add_batch(session, accumulator: _Accumulator, batch: list[EncodedSentence], punctuation_of, gates, ablation) -> None:
+def _add_batch(session: Session, accumulator: _Accumulator, batch: list[EncodedSentence], punctuation_of, gates, ablation) -> None:
     """One forward pass, its attention maps reduced layer by layer; nothing of it outlives the call."""
     inputs, masks = batch_tensors(session, batch, punctuation_of)
 
@@ -261,7 +265,7 @@ class EncodedSentence:
     truncated: int
 
 
-def encode_sorted(session, chunk: list[Sentence]) -> list[EncodedSentence]:
+def encode_sorted(session: Session, chunk: list[Sentence]) -> list[EncodedSentence]:
     """Tokenise a chunk (one call for single sentences, one for pairs), truncate, sort by length."""
     encoded = []
     for with_pairs in (False, True):
@@ -272,7 +276,7 @@ def encode_sorted(session, chunk: list[Sentence]) -> list[EncodedSentence]:
     return encoded
 
 
-def _encode_group(session, group: list[Sentence], with_pairs: bool) -> list[EncodedSentence]:
+def _encode_group(session: Session, group: list[Sentence], with_pairs: bool) -> list[EncodedSentence]:
     tokenizer, limit = session.tokenizer, session.max_length
     options = dict(add_special_tokens=True, return_special_tokens_mask=True, return_token_type_ids=True, verbose=False)
     texts = [sentence.text for sentence in group]
@@ -297,7 +301,7 @@ def _encode_group(session, group: list[Sentence], with_pairs: bool) -> list[Enco
     return encoded
 
 
-def batch_tensors(session, batch: list[EncodedSentence], punctuation_of: dict[int, bool]) -> tuple[dict[str, Tensor], BatchMasks]:
+def batch_tensors(session: Session, batch: list[EncodedSentence], punctuation_of: dict[int, bool]) -> tuple[dict[str, Tensor], BatchMasks]:
     """Pad a length-sorted batch into model inputs and the masks the statistics need."""
     length = max(len(item.input_ids) for item in batch)
     pad_id = session.tokenizer.pad_token_id or 0

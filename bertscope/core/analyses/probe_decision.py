@@ -23,6 +23,7 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -35,6 +36,9 @@ from bertscope.core.data.corpus import Sentence, read_sentences
 from bertscope.core.data.files import atomic_write
 from bertscope.core.errors import InputError
 from bertscope.core.progress import Progress
+
+if TYPE_CHECKING:
+    from bertscope.core.model.session import Session
 
 POOLINGS = ("cls", "mean")
 _trained: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # session -> {key: DecisionProbe}
@@ -77,7 +81,7 @@ class DecisionProbe:
 
 
 def decision_probe(
-    session,
+    session: Session,
     task: str,
     *,
     data: str | Path | None = None,
@@ -189,7 +193,7 @@ CACHE_VERSION = 1
 _ARRAYS = ("mean", "std", "weights", "bias", "l2", "l2_grid", "dev_accuracy")
 
 
-def _cache_key(session, key: tuple) -> str:
+def _cache_key(session: Session, key: tuple) -> str:
     payload = json.dumps({"v": CACHE_VERSION, "model": session.info.fingerprint, "max_length": session.max_length, "key": key})
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 

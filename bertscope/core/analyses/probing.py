@@ -19,6 +19,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,6 +29,9 @@ from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, WORD_TASKS
 from bertscope.core.errors import InputError
 from bertscope.core.progress import Progress
+
+if TYPE_CHECKING:
+    from bertscope.core.model.session import Session
 
 MIN_EXAMPLES = 2  # labels with fewer training examples are left out (probing's --min-examples)
 
@@ -175,7 +179,7 @@ def encode_labels(train: list[str], dev: list[str], test: list[str], min_example
 
 
 def run_probe(
-    session,
+    session: Session,
     task: str,
     splits: Splits,
     *,

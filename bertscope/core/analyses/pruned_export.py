@@ -128,7 +128,7 @@ def _max_difference(original, pruned_session, pruned: dict[int, list[int]], text
     return float((want[real].float().cpu() - got[real].float().cpu()).abs().max())
 
 
-def time_forward(session, texts: Sequence[str], batch_size: int = 32, repeats: int = 3) -> float:
+def time_forward(session: Session, texts: Sequence[str], batch_size: int = 32, repeats: int = 3) -> float:
     """Best of `repeats` wall-clock seconds for one batched pass of the encoder over `texts`.
 
     The encoder alone: pruning acts there, and an MLM head's vocabulary projection would
