@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyse
     from bertscope.core.analyses.objectives import Objective
     from bertscope.core.analyses.patching_results import PatchingResult
     from bertscope.core.analyses.patterns import PatternResult
-    from bertscope.core.analyses.probing import ProbeReport
+    from bertscope.core.analyses.probing_results import ProbeReport
     from bertscope.core.analyses.pruned_export import PrunedModel
     from bertscope.core.model.session import Session
 

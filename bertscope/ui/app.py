@@ -38,8 +38,8 @@ from bertscope.ui.focus import focus_main, leave_input
 from bertscope.ui.geometry import ComparisonScreen, GeometryScreen
 from bertscope.ui.help import HelpScreen
 from bertscope.ui.importance import IMPORTANCE_FIGURE, ObjectivePanel, PruneToScreen, PruningCurveScreen, importance_overlay
-from bertscope.ui.kept import KeptResults
 from bertscope.ui.job_run import JobRun
+from bertscope.ui.kept import KeptResults
 from bertscope.ui.messages import Analysis, ModelLoaded, ModelLoadFailed
 from bertscope.ui.overview import OverviewScreen
 from bertscope.ui.probing import ProbingScreen

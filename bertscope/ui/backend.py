@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Protocol
 from bertscope.core.analyses.attribution_results import Attribution, Target
 from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryResult
 from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
+from bertscope.core.analyses.probing_results import ProbeReport
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo, PatternResult
 from bertscope.core.progress import Progress
 
-if TYPE_CHECKING:  # the types only: these modules import torch
-    from bertscope.core.analyses.probing import ProbeReport
+if TYPE_CHECKING:
     from bertscope.core.data.corpus import Sentence
 
 

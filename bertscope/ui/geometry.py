@@ -23,10 +23,10 @@ from textual.widgets import Footer, Input, ProgressBar, Static
 from bertscope.core.data.corpus import ReadReport, read_sentences, sample_corpus
 from bertscope.core.data.treebank import generate_treebank
 from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.progress import Progress
 from bertscope.render.geometry import cka_heatmap, scatter
 from bertscope.render.patterns import layer_bars
 from bertscope.ui.export import json_text, save_screen
-from bertscope.core.progress import Progress
 from bertscope.ui.focus import leave_input
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun

@@ -23,8 +23,8 @@ from bertscope.core.data.corpus import read_sentences
 from bertscope.core.data.probing_tasks import TASKS, generate
 from bertscope.core.data.treebank import generate_treebank
 from bertscope.core.model.masks import Ablation, HeadMask
-from bertscope.ui.export import json_text, save_screen
 from bertscope.core.progress import Progress
+from bertscope.ui.export import json_text, save_screen
 from bertscope.ui.focus import leave_input
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults

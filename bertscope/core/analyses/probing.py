@@ -18,13 +18,14 @@ import random
 import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bertscope.core.analyses import probes, structural
 from bertscope.core.analyses.features import FeatureOptions, Features, extract_features
+from bertscope.core.analyses.probing_results import ProbeReport
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, WORD_TASKS
 from bertscope.core.errors import InputError
@@ -34,27 +35,6 @@ if TYPE_CHECKING:
     from bertscope.core.model.session import Session
 
 MIN_EXAMPLES = 2  # labels with fewer training examples are left out (probing's --min-examples)
-
-
-@dataclass(frozen=True)
-class ProbeReport:
-    """Per layer (hidden-state indexing) scores of one task, with its baselines."""
-
-    task: str
-    metric: str
-    layers: list[dict]
-    best_layer: int
-    center_of_gravity: float
-    baselines: dict
-    counts: dict
-    notes: list[str] = field(default_factory=list)
-
-    def as_json(self) -> dict:
-        return {
-            "task": self.task, "metric": self.metric, "layers": self.layers, "best_layer": self.best_layer,
-            "center_of_gravity": None if np.isnan(self.center_of_gravity) else round(self.center_of_gravity, 4),
-            "baselines": self.baselines, "counts": self.counts, "notes": self.notes,
-        }
 
 
 @dataclass(frozen=True)
