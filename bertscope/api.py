@@ -387,13 +387,16 @@ def fill(model: Session, text: str, *, top: int = 10, layers: bool = True, mask:
 
 
 def cloze(model: Session, data: str | Path = "sample", *, batch_size: int = 32, mask: str | HeadMask | None = None,
-          ablation: Ablation = "zero", progress: ProgressCallback = None, cancel: threading.Event | None = None) -> ClozeResult:
-    """Precision at 1 and 10 of a cloze file's one-token answers, per layer (LAMA); "sample" for the shipped one."""
+          ablation: Ablation = "zero", report: ReadReport | None = None, progress: ProgressCallback = None,
+          cancel: threading.Event | None = None) -> ClozeResult:
+    """Precision at 1 and 10 of a cloze file's one-token answers, per layer (LAMA); "sample" for the shipped one.
+
+    `report`, if given, is filled with what reading the file skipped."""
     from bertscope.core.analyses.mlm import cloze_scores, read_cloze, require_mlm_head, sample_cloze
 
     require_mlm_head(model)
     source = sample_cloze() if str(data) == "sample" else data
-    report = ReadReport()
+    report = report if report is not None else ReadReport()
     queries = read_cloze(source, report)
     steps = cloze_scores(model, queries, mask=head_mask(model, mask), ablation=ablation, batch_size=batch_size, report=report)
     result = outcome(steps, on_step=progress, cancel=cancel)
@@ -486,7 +489,7 @@ def geometry(model: Session, texts: Texts = None, *, data: str | Path | None = N
 
 def compare(model: Session, other: Session | str, texts: Texts = None, *, data: str | Path | None = None,
             data_format: str = "auto", limit: int | None = None, unit: str = "auto", max_rows: int | None = 4000,
-            seed: int = 0, batch_size: int = 32, probes: Iterable[str] = (), cache_dir: str | Path | None | bool = None,
+            seed: int = 0, batch_size: int = 32, probes: Iterable[str | tuple[str, list[Sentence]]] = (), cache_dir: str | Path | None | bool = None,
             allow_download: bool = False, progress: ProgressCallback = None,
             cancel: threading.Event | None = None) -> ComparisonResult:
     """`model` against `other` (a loaded model, or one to load on the same device): per-head attention
@@ -495,7 +498,7 @@ def compare(model: Session, other: Session | str, texts: Texts = None, *, data: 
 
     sentences = corpus(texts, data=data, data_format=data_format, limit=limit)
     rows = list(sentences.sentences)
-    tasks = [(task, probe_data(task, rows)) for task in probes]
+    tasks = [(task, probe_data(task, rows)) if isinstance(task, str) else task for task in probes]  # names, or (name, sentences)
     if isinstance(other, str):
         dtype = str(model.loaded.dtype).removeprefix("torch.")
         other = load(other, device=str(model.device), dtype=dtype, allow_download=allow_download)

@@ -8,10 +8,10 @@ import click
 
 from bertscope.cli.common import (
     ModelChoice,
+    api_call,
     check_index,
     check_text,
     chosen_theme,
-    encode_or_warn,
     format_options,
     head_mask,
     mask_options,
@@ -119,7 +119,11 @@ def attention(text, pair, layer, head, mask_spec, ablation, output_format, theme
     check_index(head, shape.num_heads, "head")
     mask = head_mask(mask_spec, shape)
     session = model.open()
-    result = session.forward(encode_or_warn(session, text, pair), attentions=True, mask=mask, ablation=ablation)
+    from bertscope import api
+
+    with api_call("attention"):
+        encoding = api.encoded(session, text, pair)
+    result = session.forward(encoding, attentions=True, mask=mask, ablation=ablation)
     weights = result.attentions[layer, head]
     tokens = list(result.tokens)
     if output_format == "json":
@@ -175,7 +179,11 @@ def export(text, pair, mask_spec, ablation, output, model: ModelChoice):
     check_writable(output)
     mask = head_mask(mask_spec, model.shape())
     session = model.open()
-    result = session.forward(encode_or_warn(session, text, pair), attentions=True, mask=mask, ablation=ablation)
+    from bertscope import api
+
+    with api_call("attention"):
+        encoding = api.encoded(session, text, pair)
+    result = session.forward(encoding, attentions=True, mask=mask, ablation=ablation)
     encoding = result.encoding
     arrays = {
         "tokens": np.array(encoding.tokens),

@@ -299,41 +299,6 @@ def corpus_sentences(text: str | None, data: str | None, data_format: str, limit
 # --- running and printing ------------------------------------------------------------------------
 
 
-def run_with_progress(steps, total: int | None, what: str):
-    """Drain a core generator, showing a progress bar of sentences on a terminal; return its result."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from bertscope.core.progress import outcome
-
-    console = Console(stderr=True)
-    if not console.is_terminal:
-        return outcome(steps, what)
-    columns = [TextColumn(what), BarColumn(), MofNCompleteColumn(), TextColumn("sentences"), TimeElapsedColumn()]
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task(what, total=total)
-        return outcome(steps, what, on_step=lambda step: progress.update(task, completed=step.done, total=step.total or total))
-
-
-def run_stages(steps, what: str):
-    """Drain a staged core generator (core.progress) with a progress bar on a terminal; its result."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from bertscope.core.progress import outcome
-
-    console = Console(stderr=True)
-    if not console.is_terminal:
-        return outcome(steps, what)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True) as progress:
-        task = progress.add_task(what, total=None)
-
-        def show(step) -> None:
-            progress.update(task, description=f"{what}: {step.stage}", completed=step.done, total=step.total)
-
-        return outcome(steps, what, on_step=show)
-
-
 @contextlib.contextmanager
 def api_call(what: str):
     """Run a `bertscope.api` function: yields its `progress=` callback (a bar on a terminal), and
@@ -363,16 +328,6 @@ def api_call(what: str):
 
 def warn(message: str) -> None:
     click.echo(f"bertscope: warning: {message}", err=True)
-
-
-def encode_or_warn(session, text: str, pair: str | None):
-    encoding = session.encode(text, pair)
-    if encoding.truncated:
-        warn(
-            f"the input is {len(encoding) + encoding.truncated} tokens; cut {encoding.truncated} "
-            f"to fit the model's maximum of {session.max_length}"
-        )
-    return encoding
 
 
 def print_json(payload: dict) -> None:

@@ -15,8 +15,6 @@ from bertscope.cli.common import (
     mask_options,
     model_options,
     print_json,
-    run_with_progress,
-    warn,
 )
 from bertscope.core.analyses.attribution_results import METHODS, SCORES
 from bertscope.core.errors import BertscopeError
@@ -75,17 +73,14 @@ def fill(text, top, layers, cloze, batch_size, mask_spec, ablation, as_json, mod
 
 
 def _cloze(session, path, mask, ablation, batch_size, as_json):
-    from bertscope.core.analyses.mlm import cloze_scores, read_cloze, sample_cloze
+    from bertscope import api
+    from bertscope.core.analyses.mlm import sample_cloze
     from bertscope.core.data.corpus import ReadReport
 
     source = sample_cloze() if path == "sample" else path
     report = ReadReport()
-    queries = read_cloze(source, report)
-    steps = cloze_scores(session, queries, mask=mask, ablation=ablation, batch_size=batch_size, report=report)
-    result = run_with_progress(steps, len(queries), "cloze queries")
-    if report.skipped:
-        location, reason = report.skipped[0]
-        warn(f"scored {result.queries} queries; skipped {len(report.skipped)} (first: {location}: {reason})")
+    with api_call("cloze queries") as progress:
+        result = api.cloze(session, source, batch_size=batch_size, mask=mask, ablation=ablation, report=report, progress=progress)
     if as_json:
         payload = {"model": session.info.source, "data": str(source), "mask": mask.spec(), "ablation": ablation,
                    "skipped": len(report.skipped), **result.as_json()}

@@ -17,7 +17,6 @@ from bertscope.cli.common import (
     mask_options,
     model_options,
     print_json,
-    run_stages,
     warn,
 )
 from bertscope.core.analyses.geometry_results import UNITS
@@ -129,15 +128,15 @@ def compare(text, data, data_format, limit, model_b, unit, max_rows, seed, batch
         if error.setting == "model":
             error.setting = "model_b"  # the fault is in --model-b
         raise
-    from bertscope.core.analyses.compare import compare_models, probe_data
+    from bertscope import api
+    from bertscope.core.analyses.compare import probe_data
 
     probes = [(task, probe_data(task, sentences)) for task in probe_tasks]
     session = model.open()
     other = dataclasses.replace(other_model, device=str(session.device)).open()
-    steps = compare_models(session, other, sentences, unit=unit, max_rows=max_rows, seed=seed, batch_size=batch_size, probes=probes)
-    result = run_stages(steps, "comparing")
-    if report.skipped:
-        warn(report.summary())
+    with api_call("comparing") as progress:
+        result = api.compare(session, other, api.Corpus(sentences, source, report), unit=unit, max_rows=max_rows, seed=seed,
+                             batch_size=batch_size, probes=probes, progress=progress)
     for note in result.notes:
         warn(note)
     if as_json:
