@@ -33,6 +33,8 @@ def test_a_corrupted_sentence_shades_the_heads_and_enter_opens_one():
 
     async def steps(pilot):
         screen = await open_patching(pilot)
+        assert isinstance(screen.focused, EffectGrid)  # keys are commands until `/` chooses the box
+        assert "no run yet" in rendered(screen.query_one(EffectGrid))
         assert "metric preserve" in rendered(screen.query_one("#patch-settings"))
         assert not screen.query_one("#patch-argument").display  # preserve needs nothing more
         await type_corrupted(pilot, screen)

@@ -37,8 +37,8 @@ from bertscope.ui.overview import PatternGrid
 
 DEFAULT_TASK = "subject_number"  # the number of the subject's head noun: the worked example's question
 DIRECTION_NOTES = {
-    "denoise": "clean activations patched into the corrupted run: 1 = restores all of m(clean) − m(corrupt)",
-    "noise": "corrupted activations patched into the clean run: 1 = destroys all of m(clean) − m(corrupt)",
+    "denoise": "clean into corrupted: 1 = restores all of m(clean) − m(corrupt)",
+    "noise": "corrupted into clean: 1 = destroys all of m(clean) − m(corrupt)",
 }
 ARGUMENTS = {  # what the box beside the corrupted sentence asks for, per metric
     "probe": "probing task [class A,B], e.g. subject_number",
@@ -84,8 +84,20 @@ def _pair_of(words: list[str], what: str) -> tuple[str, str] | None:
     return names[0], names[1]
 
 
+SCALES = (0.05, 0.1, 0.2, 0.25, 0.5, 1.0)  # the head grid's colours reach full strength at ± one of these
+
+
+def grid_scale(effects: np.ndarray) -> float:
+    """The smallest of SCALES that holds the largest effect: one head rarely carries much, and ±1 would leave them all white."""
+    largest = float(np.nanmax(np.abs(effects))) if np.isfinite(effects).any() else 1.0
+    return next((scale for scale in SCALES if largest <= scale), 1.0)
+
+
 class EffectGrid(PatternGrid):
-    """The head grid on the diverging effect scale of render.patching: red +, white 0, blue −, saturated at ±1."""
+    """The head grid on the diverging effect scale of render.patching: red +, white 0, blue −, full at ± `value_range`."""
+
+    def _legend(self) -> str:
+        return "no run yet: / and Enter" if self.values is None else super()._legend()
 
     def _append_cell(self, text: Text, layer: int, head: int) -> None:
         if self.values is None:
@@ -93,26 +105,27 @@ class EffectGrid(PatternGrid):
         value = float(self.values[layer, head])
         chosen = (layer, head) == self.selected
         if self.glyphs:  # no colour: the sign and a shade of the size
-            glyph = "·" if not np.isfinite(value) else GLYPHS[round(min(abs(value), 1.0) * (len(GLYPHS) - 1))]
+            glyph = "·" if not np.isfinite(value) else GLYPHS[round(min(abs(value) / self.value_range[1], 1.0) * (len(GLYPHS) - 1))]
             sign = "−" if value < 0 else "+"
             text.append(f"[{glyph}]" if chosen else f"{sign}{glyph} ", style=Style(bold=chosen, reverse=chosen))
             return
-        style = effect_style(value)
+        style = effect_style(value / self.value_range[1])
         text.append("▸ ◂" if chosen else "   ", style=style + Style(bold=True) if chosen else style)
 
     def _append_range(self, text: Text) -> None:
-        """The selected head's effect, then the scale: −1, blue to white to red, +1."""
+        """The selected head's effect, then the scale: −s, blue to white to red, +s."""
         layer, head = self.selected
         value = f"{layer}:{head} = {float(self.values[layer, head]):+.3f}"
-        text.append(f"{value}  −1 ", style="dim")
+        scale = f"{self.value_range[1]:g}"
+        text.append(f"{value}  −{scale} ", style="dim")
         if self.glyphs:
             text.append("−" + "".join(reversed(GLYPHS)) + "+" + "".join(GLYPHS), style="dim")
         else:
-            cells = max(3, min(9, self._width() - len(value) - 9))
+            cells = max(3, min(9, self._width() - len(value) - 6 - 2 * len(scale)))
             cells -= 1 - cells % 2  # odd: white in the middle
             for index in range(cells):
                 text.append(" ", style=effect_style(-1.0 + 2.0 * index / (cells - 1)))
-        text.append(" +1", style="dim")
+        text.append(f" +{scale}", style="dim")
 
 
 def compact_positions(effects: np.ndarray, tokens, differing=()) -> Table:
@@ -163,7 +176,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
     PatchingScreen #patch-settings { height: auto; width: auto; padding: 0 1; }
     PatchingScreen #patch-inputs { height: auto; }
     PatchingScreen #patch-corrupt, PatchingScreen #patch-corrupt-pair { width: 1fr; }
-    PatchingScreen #patch-argument { width: 1fr; max-width: 40; }
+    PatchingScreen #patch-argument { width: 28; }
     PatchingScreen .progress-line { height: auto; padding: 0 1; }
     PatchingScreen .progress-text { padding-left: 2; width: 1fr; }
     PatchingScreen #patch-body { height: 1fr; }
@@ -230,7 +243,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
                 self.call_after_refresh(self.draw)
         self.show_settings()
         if self.result is None:
-            self.say("/ edits the corrupted sentence (change a word), then Enter · m metric · d direction")
+            self.say("/ types the corrupted sentence, Enter runs")
 
     def say(self, line: str) -> None:
         self.query_one(".progress-text", Static).update(line)
@@ -355,7 +368,8 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
         grid = self.query_one(EffectGrid)
         layer, head = self.selected
         if result.heads is not None:
-            grid.show(result.heads, (-1.0, 1.0), f"effect ({result.direction})", HeadMask.none(*result.heads.shape),
+            scale = grid_scale(result.heads)
+            grid.show(result.heads, (-scale, scale), f"effect ({result.direction})", HeadMask.none(*result.heads.shape),
                       self.selected)
         lines = []
         if result.heads is not None:
@@ -373,11 +387,10 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
         width = self.query_one("#patch-side").content_size.width or 40
         parts = [
             Text.assemble(("m", "bold"), f" = {result.metric_description}"),
-            Text.assemble("m(clean) ", (f"{result.clean_metric:.4g}", "bold"), " · m(corrupt) ", (f"{result.corrupt_metric:.4g}", "bold")),
+            Text.assemble("m(clean) ", (f"{result.clean_metric + 0.0:.4g}", "bold"), " · m(corrupt) ", (f"{result.corrupt_metric + 0.0:.4g}", "bold")),
             Text(DIRECTION_NOTES[result.direction], style="dim"),
+            *(Text(note, style="dim italic") for note in result.notes),
         ]
-        if result.layers is not None:
-            parts += [Text("\neach layer's writes", style="bold"), layers_table(result.layers)]
         if result.positions is not None:
             parts.append(Text("\nresidual stream: token × hidden state (0 = embeddings)", style="bold"))
             wide = FULL_GRID_WIDTH + 6 * result.positions.shape[0] <= width
@@ -387,5 +400,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
                 parts += [compact_positions(result.positions, result.tokens, set(result.differing)),
                           strongest(result.positions, result.tokens)]
             parts.append(Text("* / bold: the tokens that differ", style="dim") if not wide else Text("bold: the tokens that differ", style="dim"))
+        if result.layers is not None:
+            parts += [Text("\neach layer's writes", style="bold"), layers_table(result.layers)]
         parts += [Text(), legend()]
         return Group(*parts)
