@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import json
 
-from bertscope.ui.patching import EffectGrid, PatchingScreen, metrics_for, parse_argument
+import pytest
+
+from bertscope.ui.patching import EffectGrid, PatchingScreen, compact_positions, metrics_for, parse_argument
 from tests.fake_backend import FakeBackend
 from tests.test_ui import heatmap_text, make_app, rendered, run, settle
 
 CLEAN = "the keys to the cabinet are on the table"
 CORRUPT = "the key to the cabinet is on the table"
+
+
+def console_text(renderable) -> str:
+    from rich.console import Console
+
+    console = Console(width=120, record=True, color_system=None, file=open("/dev/null", "w"))
+    console.print(renderable)
+    return console.export_text()
 
 
 async def open_patching(pilot) -> PatchingScreen:
@@ -166,3 +176,47 @@ def test_the_result_is_kept_and_exported(tmp_path):
         assert "kept from before" in rendered(again.query_one(".progress-text"))
 
     run(app, steps)
+
+
+@pytest.mark.slow
+def test_patching_screen_on_the_bundled_model(bundled_session):
+    """The worked example through SessionBackend: the residual stream at the last layer shares out the whole difference."""
+    from bertscope.session_backend import SessionBackend
+    from bertscope.ui.app import ExplorerApp
+
+    app = ExplorerApp(lambda report: SessionBackend(bundled_session), text="The keys to the cabinet are on the table.")
+
+    async def steps(pilot):
+        screen = await open_patching(pilot)
+        await pilot.press("slash")
+        screen.query_one("#patch-corrupt").value = "The key to the cabinet is on the table."
+        await pilot.press("enter")
+        await settle(pilot)
+        result = screen.result
+        assert result is not None and result.heads.shape == (6, 12) and result.positions.shape == (7, 12)
+        assert [result.tokens[i] for i in result.differing] == ["keys", "are"]
+        assert result.positions[-1].sum() == pytest.approx(1.0, abs=1e-3)  # preserve: per-position effects at the output add to 1
+        assert result.positions[0, list(result.differing)].sum() > 0.9  # the embeddings of the changed words carry it
+        assert "keys→key, are→is" in rendered(screen.query_one(".progress-text"))
+        screen.query_one("#patch-corrupt").value = "The key to the big cabinet is on the table."
+        await screen.query_one("#patch-corrupt").action_submit()
+        await settle(pilot)
+        assert any("have 12 and 13 tokens" in n.message for n in app._notifications) and screen.result is result
+
+    run(app, steps)
+
+
+def test_without_colour_the_effects_are_signs_and_shades():
+    app = make_app(text=CLEAN, glyphs=True)
+
+    async def steps(pilot):
+        screen = await open_patching(pilot)
+        await type_corrupted(pilot, screen)
+        grid = rendered(screen.query_one(EffectGrid)).splitlines()
+        assert grid[1].startswith("  0 [░]+  +░ +▒ ")  # 0:0 chosen (-0.25), then 0, +0.25, +0.5
+        assert grid[3].startswith("  2 +▒ +▓ −░ +  ")  # +0.5, +0.75, -0.25, 0
+        compact = console_text(compact_positions(screen.result.positions, screen.result.tokens, {2, 6}, glyphs=True))
+        assert " 2*keys   +▒ +░ +░ +  " in compact  # 0.5, 0.33, 0.17, 0 at the first differing token (five shades)
+        assert "10 [SEP]  +  +░ +▓ +█ " in compact
+
+    run(app, steps, size=(80, 24))

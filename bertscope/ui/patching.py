@@ -105,9 +105,8 @@ class EffectGrid(PatternGrid):
         value = float(self.values[layer, head])
         chosen = (layer, head) == self.selected
         if self.glyphs:  # no colour: the sign and a shade of the size
-            glyph = "·" if not np.isfinite(value) else GLYPHS[round(min(abs(value) / self.value_range[1], 1.0) * (len(GLYPHS) - 1))]
-            sign = "−" if value < 0 else "+"
-            text.append(f"[{glyph}]" if chosen else f"{sign}{glyph} ", style=Style(bold=chosen, reverse=chosen))
+            cell = glyph_cell(value / self.value_range[1])
+            text.append(f"[{cell[1]}]" if chosen else cell, style=Style(bold=chosen, reverse=chosen))  # the value line gives the sign
             return
         style = effect_style(value / self.value_range[1])
         text.append("▸ ◂" if chosen else "   ", style=style + Style(bold=True) if chosen else style)
@@ -128,8 +127,15 @@ class EffectGrid(PatternGrid):
         text.append(f" +{scale}", style="dim")
 
 
-def compact_positions(effects: np.ndarray, tokens, differing=()) -> Table:
-    """The residual-stream grid in 3 columns a hidden state (colour only; the numbers are in the wide grid and the export)."""
+def glyph_cell(value: float) -> str:
+    """An effect without colour: its sign and a shade of its size (saturated at ±1)."""
+    if not np.isfinite(value):
+        return " · "
+    return ("−" if value < 0 else "+") + GLYPHS[round(min(abs(value), 1.0) * (len(GLYPHS) - 1))] + " "
+
+
+def compact_positions(effects: np.ndarray, tokens, differing=(), glyphs: bool = False) -> Table:
+    """The residual-stream grid in 3 columns a hidden state (colour, or glyphs; the numbers are in the wide grid and the export)."""
     table = Table(box=None, padding=(0, 0), show_edge=False, pad_edge=False)
     table.add_column("token", no_wrap=True)
     for layer in range(effects.shape[0]):
@@ -139,7 +145,8 @@ def compact_positions(effects: np.ndarray, tokens, differing=()) -> Table:
         label = Text(f"{position:>2} {name}".ljust(COMPACT_TOKEN), style="bold" if position in differing else "dim")
         if position in differing:
             label = Text(f"{position:>2}*{name}".ljust(COMPACT_TOKEN), style="bold")
-        table.add_row(label, *(Text("   ", style=effect_style(value)) for value in effects[:, position]))
+        cells = (Text(glyph_cell(value)) if glyphs else Text("   ", style=effect_style(value)) for value in effects[:, position])
+        table.add_row(label, *cells)
     return table
 
 
@@ -397,7 +404,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
             if wide:
                 parts.append(positions_grid(result.positions, result.tokens, set(result.differing)))
             else:
-                parts += [compact_positions(result.positions, result.tokens, set(result.differing)),
+                parts += [compact_positions(result.positions, result.tokens, set(result.differing), self.glyphs),
                           strongest(result.positions, result.tokens)]
             parts.append(Text("* / bold: the tokens that differ", style="dim") if not wide else Text("bold: the tokens that differ", style="dim"))
         if result.layers is not None:
