@@ -37,8 +37,8 @@ from bertscope.ui.overview import PatternGrid
 
 DEFAULT_TASK = "subject_number"  # the number of the subject's head noun: the worked example's question
 DIRECTION_NOTES = {
-    "denoise": "clean into corrupted: 1 = restores all of m(clean) − m(corrupt)",
-    "noise": "corrupted into clean: 1 = destroys all of m(clean) − m(corrupt)",
+    "denoise": "clean into corrupted: 1 restores the whole difference",
+    "noise": "corrupted into clean: 1 destroys the whole difference",
 }
 ARGUMENTS = {  # what the box beside the corrupted sentence asks for, per metric
     "probe": "probing task [class A,B], e.g. subject_number",
@@ -399,7 +399,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
             *(Text(note, style="dim italic") for note in result.notes),
         ]
         if result.positions is not None:
-            parts.append(Text("\nresidual stream: token × hidden state (0 = embeddings)", style="bold"))
+            parts.append(Text("\nresidual stream (0 = embeddings)", style="bold"))
             wide = FULL_GRID_WIDTH + 6 * result.positions.shape[0] <= width
             if wide:
                 parts.append(positions_grid(result.positions, result.tokens, set(result.differing)))
