@@ -168,12 +168,23 @@ def test_the_result_is_kept_and_exported(tmp_path):
         assert {"layer": 2, "head": 1, "effect": 0.75} in data["heads"]
         assert {"layer": 0, "position": 2, "token": "keys", "effect": 0.5} in data["positions"]
         assert next(tmp_path.glob("bertscope-patching-*.svg")).read_text().startswith("<svg")
+        await pilot.press("down", "right")  # head 1:1
         await pilot.press("escape")
         await settle(pilot)
         again = await open_patching(pilot)
         assert again is not screen and again.result is screen.result and len(app.fake.patch_calls) == 1
+        assert again.query_one(EffectGrid).selected == (1, 1) and "head 1:1" in rendered(again.query_one("#patch-head"))
         assert again.query_one("#patch-corrupt").value == CORRUPT
         assert "kept from before" in rendered(again.query_one(".progress-text"))
+        await pilot.press("escape")
+        await settle(pilot)
+        await pilot.press("slash")
+        app.query_one("#sentence").value = "the dogs in the garden are asleep"
+        await pilot.press("enter")
+        await settle(pilot)
+        other = await open_patching(pilot)  # another clean sentence: the old result does not belong to it
+        assert other.result is None and other.query_one("#patch-corrupt").value == "the dogs in the garden are asleep"
+        assert "no run yet" in rendered(other.query_one(EffectGrid))
 
     run(app, steps)
 

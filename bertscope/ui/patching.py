@@ -245,6 +245,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
                 if self.clean_pair:
                     self.query_one("#patch-corrupt-pair", Input).value = view["corrupt_pair"] or ""
                 self.result = kept.result
+                self.selected = tuple(view.get("selected", self.selected))
                 self.query_one(ProgressBar).update(total=1, progress=1)
                 self.say(f"{self.done_text()} · kept from before (r runs again)")
                 self.call_after_refresh(self.draw)
@@ -341,6 +342,15 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
         result = self.result
         differing = ", ".join(f"{result.tokens[i]}→{result.corrupt_tokens[i]}" for i in result.differing)
         return f"{result.metric} · {result.direction} · {differing}"
+
+    def on_screen_suspend(self) -> None:
+        """Keep the head last looked at with the result, to come back to it."""
+        kept = self.kept.runs.get(self.name_kept)
+        if kept is not None and kept.result is self.result:
+            self.kept.runs[self.name_kept] = KeptRun(kept.data, kept.mask, kept.ablation, kept.result, kept.view | {"selected": self.selected})
+
+    def on_unmount(self) -> None:
+        self.on_screen_suspend()
 
     def action_back(self) -> None:
         if leave_input(self):
