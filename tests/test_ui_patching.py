@@ -231,3 +231,26 @@ def test_without_colour_the_effects_are_signs_and_shades():
         assert "10 [SEP]  +  +░ +▓ +█ " in compact
 
     run(app, steps, size=(80, 24))
+
+
+def test_a_pair_gets_its_own_corrupted_box():
+    app = make_app(text=CLEAN, pair="they are here")
+
+    async def steps(pilot):
+        screen = await open_patching(pilot)
+        assert "‖ they are here" in rendered(screen.query_one("#patch-clean"))
+        box = screen.query_one("#patch-corrupt-pair")
+        assert box.value == "they are here"
+        box.value = "they is here"
+        await type_corrupted(pilot, screen, CLEAN)  # the first segment unchanged, the second corrupted
+        call = app.fake.patch_calls[-1]
+        assert (call["clean_pair"], call["corrupt"], call["corrupt_pair"]) == ("they are here", CLEAN, "they is here")
+        assert screen.result.differing == (12,) and "are→is" in rendered(screen.query_one(".progress-text"))
+        await pilot.press("escape")
+        await settle(pilot)
+        await pilot.press("space")  # head 0:0 off in the explorer
+        await settle(pilot)
+        await open_patching(pilot)
+        assert any("the mask here (0:0) does not apply there" in n.message for n in app._notifications)
+
+    run(app, steps)

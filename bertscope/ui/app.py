@@ -531,6 +531,8 @@ class ExplorerApp(App[None]):
         if self.backend is None or self.mask is None:
             self.notify("the model is still loading", severity="warning")
             return
+        if len(self.mask):
+            self.notify(f"patching runs the whole model: the mask here ({self.mask.spec()}) does not apply there", timeout=5)
         screen = PatchingScreen(self.backend, self.state.text, self.state.pair or None, self._colormap(), self.glyphs,
                                 (self.state.layer, self.state.head), self.kept)
         self.push_screen(screen, self._open_head)
