@@ -60,6 +60,8 @@ def test_a_corrupted_sentence_shades_the_heads_and_enter_opens_one():
         assert "m(clean) 0 · m(corrupt) -4" in charts and "minus the squared distance" in charts
         assert "feed-forward" in charts and "-0.15" in charts  # layer 2's feed-forward write
         assert "keys" in charts and "effect:" in charts
+        await pilot.press("X")  # the main screen's key: no second patching screen on top
+        assert app.screen is screen and len(app.screen_stack) == 2
         await pilot.press("enter")
         await settle(pilot)
         assert not isinstance(app.screen, PatchingScreen)
