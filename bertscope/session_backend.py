@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator
 
-from bertscope.core.analyses import attribution, compare, geometry, objectives, patterns, probing
+from bertscope.core.analyses import attribution, compare, geometry, objectives, patching, patterns, probing
 from bertscope.core.analyses.importance import head_importance, measure, pruning_curve
 from bertscope.core.analyses.importance_results import HeadImportance, Measurement
 from bertscope.core.data.corpus import Sentence
@@ -83,6 +83,13 @@ class SessionBackend:
         method = importance.method if importance is not None else "gradient"  # re-estimates rank heads as the first ranking did
         return pruning_curve(self._prepared_objective(objective, sentences), importance=importance, method=method, ablation=ablation,
                              step=step, reestimate=reestimate, max_drop=max_drop, cancel=cancel)
+
+    def patch(self, clean: str, corrupt: str, *, clean_pair: str | None = None, corrupt_pair: str | None = None,
+              metric: str = "preserve", answers: tuple[str, str] | None = None, classes: tuple[str, str] | None = None,
+              task: str | None = None, sweeps: tuple[str, ...] = ("heads", "layers", "positions"), direction: str = "denoise",
+              cancel: threading.Event | None = None) -> Iterator:
+        return patching.patch(self.session, clean, corrupt, clean_pair=clean_pair, corrupt_pair=corrupt_pair, metric=metric,
+                              answers=answers, classes=classes, task=task, sweeps=sweeps, direction=direction, cancel=cancel)
 
     def _prepared_objective(self, objective: str, sentences) -> objectives.Objective:
         """The objective prepared once for the last sentences asked about (tokenised, masked, probe trained).

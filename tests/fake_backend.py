@@ -44,6 +44,7 @@ class FakeBackend:
         self.attributions: list[tuple] = []  # (text, method, target kind, probe task, mask spec) of each attribution
         self.importance_calls: list[tuple[str, int]] = []  # (objective, sentences) of each importance estimate
         self.probe_calls: list[tuple[str, list]] = []  # (task, training sentences) of each probe run
+        self.patch_calls: list[dict] = []  # the arguments of each patching run
 
     @property
     def info(self) -> ModelInfo:
@@ -263,6 +264,51 @@ class FakeBackend:
         yield Progress("done", 1, 1, ComparisonResult(
             model_a="fake-bert", model_b=other, sentences=len(sentences), tokens=5 * len(sentences), unit="token",
             rows_sampled=5 * len(sentences), head_cosine=cosine, head_cosine_std=np.full_like(cosine, 0.01), cka=cka, cka_debiased=cka,
+        ))
+
+    def patch(self, clean, corrupt, *, clean_pair=None, corrupt_pair=None, metric="preserve", answers=None, classes=None, task=None,
+              sweeps=("heads", "layers", "positions"), direction="denoise", cancel=None):
+        """Known effects: head (l, h) has ((l·H + h) % 5 - 1) / 4 (so -0.25 to 0.75); layer l's attention write
+        0.1 (l + 1), its feed-forward write -0.05 (l + 1); the hidden state k at a differing token 1 - k / L
+        (shared among them), at the last token k / L. A probe metric first trains (two steps); then one step per layer.
+        """
+        from bertscope.core.analyses.patching_results import PatchingResult
+
+        self.patch_calls.append(dict(clean=clean, corrupt=corrupt, clean_pair=clean_pair, corrupt_pair=corrupt_pair, metric=metric,
+                                     answers=answers, classes=classes, task=task, sweeps=tuple(sweeps), direction=direction))
+        clean_encoding, corrupt_encoding = self.encode(clean, clean_pair), self.encode(corrupt, corrupt_pair)
+        if len(clean_encoding) != len(corrupt_encoding):
+            raise InputError(f"the clean and corrupted inputs have {len(clean_encoding)} and {len(corrupt_encoding)} tokens; "
+                             "patching needs the same number")
+        differing = tuple(i for i, (a, b) in enumerate(zip(clean_encoding.tokens, corrupt_encoding.tokens)) if a != b)
+        if not differing:
+            raise InputError("the clean and corrupted inputs are the same tokens; change the corrupted one")
+        steps = [("probe features (train)", done, 2) for done in (1, 2)] if metric == "probe" else []
+        steps += [("patching", done, LAYERS) for done in range(1, LAYERS + 1)]
+        for stage, done, total in steps:
+            if cancel is not None and cancel.is_set():
+                return
+            self.release.wait(timeout=10)
+            time.sleep(self.delay)
+            yield Progress(stage, done, total)
+        length = len(clean_encoding)
+        heads = np.fromfunction(lambda l, h: ((l * HEADS + h) % 5 - 1) / 4, (LAYERS, HEADS))
+        layers = np.stack([0.1 * np.arange(1, LAYERS + 1), -0.05 * np.arange(1, LAYERS + 1)], axis=1)
+        positions = np.zeros((LAYERS + 1, length))
+        share = (1 - np.arange(LAYERS + 1) / LAYERS) / len(differing)
+        for position in differing:
+            positions[:, position] = share
+        positions[:, length - 1] += np.arange(LAYERS + 1) / LAYERS
+        described = {"preserve": "minus the squared distance of the final hidden states to the clean run's",
+                     "probe": f"logit(NNS) - logit(NN) of the {task} probe at hidden state 2",
+                     "mlm": f"logit({(answers or ('paris', 'lyon'))[0]}) - logit({(answers or ('paris', 'lyon'))[1]}) at the [MASK]",
+                     "class": "logit(A) - logit(B) of the classifier"}
+        yield Progress("patching", LAYERS, LAYERS, PatchingResult(
+            metric=metric, metric_description=described[metric], direction=direction, tokens=clean_encoding.tokens,
+            corrupt_tokens=corrupt_encoding.tokens, differing=differing, clean_metric=0.0 if metric == "preserve" else 2.5,
+            corrupt_metric=-4.0 if metric == "preserve" else -1.5,
+            heads=heads if "heads" in sweeps else None, layers=layers if "layers" in sweeps else None,
+            positions=positions if "positions" in sweeps else None,
         ))
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:

@@ -42,6 +42,7 @@ from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults
 from bertscope.ui.messages import Analysis, ModelLoaded, ModelLoadFailed
 from bertscope.ui.overview import OverviewScreen
+from bertscope.ui.patching import PatchingScreen
 from bertscope.ui.probing import ProbingScreen
 from bertscope.ui.state import ExplorerState, fit_to_model, load_state, save_state
 from bertscope.ui.theme import heatmap_for, load_all_themes, textual_theme
@@ -55,7 +56,7 @@ HEATMAP_ACTIONS = {"zoom", "next_scale", "toggle_dense"}  # keys of the explorer
 # do nothing rather than act on a view the person cannot see or stack another screen on top.
 MAIN_SCREEN_ACTIONS = HEATMAP_ACTIONS | {
     "focus_sentence", "clear_mask", "toggle_ablation", "next_figure", "next_view", "export", "overview", "probing",
-    "next_attribution", "next_attribution_target", "importance", "prune_to", "pruning_curve", "geometry", "compare",
+    "next_attribution", "next_attribution_target", "importance", "prune_to", "pruning_curve", "geometry", "compare", "patching",
 }
 SCALE_NOTES = {
     "max": "0 to the map's largest weight",
@@ -116,6 +117,7 @@ class ExplorerApp(App[None]):
         Binding("C", "pruning_curve", "pruning curve", show=False),
         Binding("g", "geometry", "geometry", show=False),
         Binding("c", "compare", "compare models", show=False),
+        Binding("X", "patching", "patching", show=False),
         Binding("escape", "cancel", "cancel", show=False),
         Binding("ctrl+q", "quit", "quit", priority=True),
     ]
@@ -522,6 +524,17 @@ class ExplorerApp(App[None]):
             self.notify("the model is still loading", severity="warning")
             return
         screen = ComparisonScreen(self.backend, self._colormap(), self.glyphs, (self.state.layer, self.state.head), self.kept)
+        self.push_screen(screen, self._open_head)
+
+    def action_patching(self) -> None:
+        """Activation patching between this sentence and a corrupted one; the head chosen there opens here."""
+        if self.backend is None or self.mask is None:
+            self.notify("the model is still loading", severity="warning")
+            return
+        if len(self.mask):
+            self.notify(f"patching runs the whole model: the mask here ({self.mask.spec()}) does not apply there", timeout=5)
+        screen = PatchingScreen(self.backend, self.state.text, self.state.pair or None, self._colormap(), self.glyphs,
+                                (self.state.layer, self.state.head), self.kept)
         self.push_screen(screen, self._open_head)
 
     # head importance (ui.importance)

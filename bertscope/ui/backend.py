@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from bertscope.core.analyses.attribution_results import Attribution, Target
 from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryResult
 from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
+from bertscope.core.analyses.patching_results import PatchingResult
 from bertscope.core.analyses.probing_results import ProbeReport
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo, PatternResult
@@ -150,4 +151,28 @@ class Backend(Protocol):
         cancel: threading.Event | None = None,
     ) -> Iterator[Progress[PruningCurve]]:
         """`importance`: the ranking to prune by (estimated first when None, or again at each step with `reestimate`)."""
+        ...
+
+    # activation patching between a clean and a corrupted sentence
+
+    def patch(
+        self,
+        clean: str,
+        corrupt: str,
+        *,
+        clean_pair: str | None = None,
+        corrupt_pair: str | None = None,
+        metric: str = "preserve",
+        answers: tuple[str, str] | None = None,
+        classes: tuple[str, str] | None = None,
+        task: str | None = None,
+        sweeps: tuple[str, ...] = ("heads", "layers", "positions"),
+        direction: str = "denoise",
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Progress[PatchingResult]]:
+        """Every component of `sweeps` patched between the two inputs (same token count); `metric` as in core.analyses.patching.
+
+        `answers` (mlm) and `classes` (class, probe): the two compared, None for the top guesses;
+        `task`: the probe's built-in task, trained once and cached.
+        """
         ...

@@ -40,6 +40,7 @@ and every pane shows the effect.
 | `C` | pruning curve: the objective as ever more of the least important heads go; Enter masks the prunable ones |
 | `g` | geometry: each layer's PCA scatter over a corpus coloured by label (arrows move through the layers, `f` changes the label), CKA layer × layer, TwoNN intrinsic dimension |
 | `c` | compare with a model B of the same tokenizer (a fine-tuned checkpoint, say): the grid shaded by each head's attention cosine A·B, CKA per layer; Enter opens a head here |
+| `X` | activation patching: type a corrupted copy of the sentence (a word changed, same token count); `m` chooses what is measured (`preserve` the final hidden states, a `probe`'s decision for a task, an `mlm` answer, a `class`), `d` denoise (clean into corrupted: what restores) or noise (what breaks); the grid shows each head's effect (red: carries the difference, blue: works against), beside each layer's attention and feed-forward writes and the residual stream token × hidden state; Enter opens a head here |
 | `o` | overview: every head's pattern class and statistics over a corpus (Enter opens a head here) |
 | `escape` | leave a box; cancel the computation in progress; on another screen, go back |
 | `ctrl+p` | command palette: every action by name |
@@ -48,11 +49,11 @@ and every pane shows the effect.
 
 Keys are commands unless you chose a box on purpose (`/`, a click, `tab`); Enter and
 `escape` give them back. Every screen opens on its main part: the grid, the curves, the
-scatter. What the overview, probing, geometry, compare and pruning-curve screens computed
+scatter. What the overview, probing, geometry, compare, patching and pruning-curve screens computed
 stays while you move between screens: coming back shows it again (`r` runs again), and `m`
 re-scores the kept probes under the current mask. `e` there saves the screen as SVG and
 its data: the per-head table (CSV), the probe curves (JSON), the scatter coordinates and
-CKA matrices (JSON), the per-head cosines and CKA (JSON), the pruning curve (CSV).
+CKA matrices (JSON), the per-head cosines and CKA (JSON), the patching effects (JSON), the pruning curve (CSV).
 
 The grid shades each head by the chosen figure for this sentence (the line under it gives
 the selected head's value and the range of the shades); `×` marks a head that is
