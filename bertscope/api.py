@@ -46,9 +46,7 @@ if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyse
     from bertscope.core.analyses.pruned_export import PrunedModel
     from bertscope.core.model.session import Session
 
-Texts = str | Iterable[str] | None
 ProgressCallback = Callable[[Any], None] | None
-
 
 
 def note(message: str) -> None:
@@ -88,7 +86,10 @@ class Corpus:
             note(self.report.summary())
 
 
-def corpus(texts: Texts | Corpus = None, *, data: str | Path | None = None, data_format: str = "auto",
+Texts = str | Iterable[str] | Corpus | None  # a sentence, sentences, or a corpus already chosen
+
+
+def corpus(texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
            limit: int | None = None, sample: bool = True) -> Corpus:
     """The sentences of `texts` or of the file `data` (streamed), or else the sample corpus.
 
@@ -375,7 +376,7 @@ class Pruning:
 
 def fill(model: Session, text: str, *, top: int = 10, layers: bool = True, mask: str | HeadMask | None = None,
          ablation: Ablation = "zero") -> FillResult:
-    """The MLM head's top guesses at every [MASK] of `text` (also `<mask>` or `___`), and read off every layer."""
+    """The MLM head's top guesses at every [MASK] of `text`, at the output and read off every layer."""
     from bertscope.core.analyses.mlm import fill as fill_in
     from bertscope.core.analyses.mlm import require_mlm_head, with_mask_token
 
@@ -426,7 +427,7 @@ def attribute(model: Session, text: str, pair: str | None = None, *, method: str
     if not text.strip():
         raise InputError("the text is empty; give a sentence to explain")
     if (data is not None or layer is not None) and probe is None:
-        raise InputError("a probe's data and layer need the probe's task too")
+        raise InputError("a probe's data and layer need the probe's task too", setting="probe")
     encoding = encoded(model, with_mask_token(model.tokenizer, text), pair)
     chosen = Target(label=target, position=position, probe=probe, data=data, layer=layer, pooling=sentence_pooling)
     run = attribution_steps(model, encoding, method=method, target=chosen, score=score, steps=steps,
