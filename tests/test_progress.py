@@ -160,3 +160,21 @@ def test_a_job_that_ends_without_its_result_says_so():
         assert app.failures == ["the run stopped before it finished"]
 
     drive(steps)
+
+
+def test_relay_passes_a_sub_jobs_steps_on_and_returns_its_result():
+    from bertscope.core.progress import Progress, relay
+
+    def job(finished: bool):
+        yield Progress("a", 1, 2)
+        if finished:
+            yield Progress("a", 2, 2, result="done")
+
+    def outer(finished: bool):
+        result = yield from relay(job(finished), lambda step: Progress("outer " + step.stage, step.done, 4))
+        yield Progress("outer", 4, 4, result=result)
+
+    steps = list(outer(True))
+    assert [(step.stage, step.done, step.total) for step in steps[:-1]] == [("outer a", 1, 4)]
+    assert steps[-1].result == "done"  # the sub-job's last step is its result, not passed on as a step
+    assert list(outer(False))[-1].result is None  # a sub-job that stopped (cancelled) returns None

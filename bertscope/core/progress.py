@@ -34,6 +34,19 @@ class Progress(Generic[T]):
         return self.result is not None
 
 
+def relay(steps: Iterable[Progress[T]], relabel: Callable[[Progress[T]], Progress] | None = None):
+    """Run a sub-job inside a job: `result = yield from relay(steps)`.
+
+    Yields the sub-job's steps (through `relabel`, to say them in the outer job's terms) and
+    returns its result, or None when it ended without one (it was cancelled).
+    """
+    for step in steps:
+        if step.result is not None:
+            return step.result
+        yield relabel(step) if relabel is not None else step
+    return None
+
+
 class Unfinished(BertscopeError):
     """A job ended without its outcome: it was cancelled, or its generator stopped early."""
 

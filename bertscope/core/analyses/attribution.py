@@ -42,7 +42,7 @@ from bertscope.core.analyses.mlm import MASK_TEXT, answer_id, mask_positions, wi
 from bertscope.core.errors import InputError
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding
-from bertscope.core.progress import Progress
+from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
     from bertscope.core.model.session import Session
@@ -85,14 +85,10 @@ def attribute(
     if kind == "probe":
         from bertscope.core.analyses.probe_decision import decision_probe
 
-        for step in decision_probe(
+        probe = yield from relay(decision_probe(
             session, target.probe, data=target.data, layer=target.layer, pooling=target.pooling, cache_dir=cache_dir, cancel=cancel
-        ):
-            if step.result is not None:
-                probe = step.result
-                break
-            yield step
-        else:
+        ))
+        if probe is None:
             return  # cancelled
     decision = _Decision(session, encoding, kind, target, probe, score, session.gate_tensor(head_mask), ablation)
     common = dict(encoding=encoding, method=method, target=decision.describe(), score=score, mask=head_mask, ablation=ablation)

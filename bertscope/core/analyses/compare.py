@@ -22,7 +22,7 @@ from bertscope.core.analyses.geometry import cka_matrices
 from bertscope.core.analyses.geometry_results import ComparisonResult, ProbeDifference
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
-from bertscope.core.progress import Progress
+from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
     from bertscope.core.model.session import Session
@@ -109,7 +109,6 @@ def compare_models(
         notes.append(f"{pruned} has physically pruned heads; attention maps are compared head by head only between unpruned models")
     heads = _HeadCosines(a.num_layers, a.num_heads, a.device) if same_shape else None
     total = len(sentences) if hasattr(sentences, "__len__") else None
-    sample = None
     counted = {"sentences": 0, "tokens": 0}
 
     def on_batch(outputs, prepared) -> None:
@@ -118,14 +117,10 @@ def compare_models(
         counted["sentences"] += int(prepared.real.shape[0])
         counted["tokens"] += int(prepared.real.sum())
 
-    for step in stream_sample(
+    sample = yield from relay(stream_sample(
         [a, b], sentences, unit=unit, max_rows=max_rows or DEFAULT_MAX_ROWS, seed=seed, batch_size=batch_size,
         attentions=same_shape, on_batch=on_batch, cancel=cancel,
-    ):
-        if step.result is not None:
-            sample = step.result
-            break
-        yield Progress("attention and representations", step.done, total)
+    ), lambda step: Progress("attention and representations", step.done, total))
     if sample is None:
         return
     if sample.size < 4:

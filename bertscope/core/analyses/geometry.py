@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from bertscope.core.errors import InputError
-from bertscope.core.progress import Progress
+from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
     from bertscope.core.model.session import Session
@@ -277,15 +277,10 @@ def representation_geometry(
     if neighbours < 1:
         raise InputError(f"neighbours must be 1 or more, not {neighbours}", setting="neighbours")
     total = len(sentences) if hasattr(sentences, "__len__") else None
-    sample = None
-    for step in stream_sample(
+    sample = yield from relay(stream_sample(
         [session], sentences, unit=unit, max_rows=max_rows or DEFAULT_MAX_ROWS, seed=seed, batch_size=batch_size,
         mask=mask, ablation=ablation, cancel=cancel,
-    ):
-        if step.result is not None:
-            sample = step.result
-            break
-        yield Progress("representations", step.done, total)
+    ), lambda step: Progress("representations", step.done, total))
     if sample is None:
         return  # cancelled
     notes = []

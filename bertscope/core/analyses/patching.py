@@ -35,7 +35,7 @@ from bertscope.core.analyses.patching_results import DIRECTIONS, METRICS, SWEEPS
 from bertscope.core.data.batching import MAX_TOKENS
 from bertscope.core.errors import InputError
 from bertscope.core.model.results import Encoding
-from bertscope.core.progress import Progress
+from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
     from bertscope.core.model.session import Session
@@ -115,13 +115,9 @@ def patch(
     if metric == "probe":
         from bertscope.core.analyses.probe_decision import decision_probe
 
-        for step in decision_probe(session, _required(task, "task", "a probe metric needs a probing task"), data=data,
-                                   layer=probe_layer, cache_dir=cache_dir, cancel=cancel):
-            if step.result is not None:
-                probe = step.result
-                break
-            yield step
-        else:
+        probe = yield from relay(decision_probe(session, _required(task, "task", "a probe metric needs a probing task"),
+                                                data=data, layer=probe_layer, cache_dir=cache_dir, cancel=cancel))
+        if probe is None:
             return  # cancelled
     measure = _metric(session, metric, clean_encoding, clean_run, corrupt_run, answers, classes, probe)
     with torch.inference_mode():

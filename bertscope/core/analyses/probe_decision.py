@@ -35,7 +35,7 @@ from bertscope.core.data.cache import default_cache_dir
 from bertscope.core.data.corpus import Sentence, read_sentences
 from bertscope.core.data.files import atomic_write
 from bertscope.core.errors import InputError
-from bertscope.core.progress import Progress
+from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
     from bertscope.core.model.session import Session
@@ -122,13 +122,11 @@ def decision_probe(
         done = 0
         for name in ("train", "dev", "test"):
             split = getattr(splits, name)
-            for step in extract_features(session, split, options, cache_dir=cache_dir, cancel=cancel):
-                if step.result is not None:
-                    features[name] = step.result.X
-                    break
-                yield Progress(f"probe features ({name})", done + step.done, total)
-            else:
+            extracted = yield from relay(extract_features(session, split, options, cache_dir=cache_dir, cancel=cancel),
+                                         lambda step, name=name, done=done: Progress(f"probe features ({name})", done + step.done, total))
+            if extracted is None:
                 return  # cancelled
+            features[name] = extracted.X
             done += len(split)
         labels = [[s.label for s in getattr(splits, name)] for name in ("train", "dev", "test")]
         if any(label is None for split in labels for label in split):

@@ -29,7 +29,7 @@ from bertscope.core.analyses.probing_results import ProbeReport
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, WORD_TASKS
 from bertscope.core.errors import InputError
-from bertscope.core.progress import Progress
+from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
     from bertscope.core.model.session import Session
@@ -190,13 +190,12 @@ def run_probe(
     for which, source in sessions:
         for name in ("train", "dev", "test"):
             sentences = getattr(splits, name)
-            for step in extract_features(source, sentences, options, cache_dir=cache_dir, cancel=cancel):
-                if step.result is not None:
-                    features[which, name] = step.result
-                    break
-                yield Progress(f"features ({which}, {name})", done + step.done, total)
-            else:
+            stage = f"features ({which}, {name})"
+            extracted = yield from relay(extract_features(source, sentences, options, cache_dir=cache_dir, cancel=cancel),
+                                         lambda step, stage=stage, done=done: Progress(stage, done + step.done, total))
+            if extracted is None:
                 return  # cancelled
+            features[which, name] = extracted
             done += len(sentences)
             yield Progress(f"features ({which}, {name})", done, total)
     if cancel is not None and cancel.is_set():
