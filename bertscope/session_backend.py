@@ -65,8 +65,10 @@ class SessionBackend:
 
     def compare(self, other: str, sentences, *, unit: str = "token", max_rows: int | None = None,
                 cancel: threading.Event | None = None) -> Iterator:
-        loaded = self.session.loaded
-        other_session = Session.open(other, device=str(self.session.device), dtype=str(loaded.dtype).removeprefix("torch."))
+        from bertscope.api import load
+
+        dtype = str(self.session.loaded.dtype).removeprefix("torch.")
+        other_session = load(other, device=str(self.session.device), dtype=dtype)  # the same kernel choice as model A
         return compare.compare_models(self.session, other_session, sentences, unit=unit, max_rows=max_rows, cancel=cancel)
 
     def head_importance(self, objective: str, sentences, *, method: str = "gradient", ablation: Ablation = "zero",

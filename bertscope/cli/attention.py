@@ -8,7 +8,6 @@ import click
 
 from bertscope.cli.common import (
     ModelChoice,
-    api_call,
     check_index,
     check_text,
     chosen_theme,
@@ -16,6 +15,7 @@ from bertscope.cli.common import (
     head_mask,
     mask_options,
     model_options,
+    notes_as_warnings,
     print_csv,
     print_json,
 )
@@ -121,7 +121,7 @@ def attention(text, pair, layer, head, mask_spec, ablation, output_format, theme
     session = model.open()
     from bertscope import api
 
-    with api_call("attention"):
+    with notes_as_warnings():
         encoding = api.encoded(session, text, pair)
     result = session.forward(encoding, attentions=True, mask=mask, ablation=ablation)
     weights = result.attentions[layer, head]
@@ -181,7 +181,7 @@ def export(text, pair, mask_spec, ablation, output, model: ModelChoice):
     session = model.open()
     from bertscope import api
 
-    with api_call("attention"):
+    with notes_as_warnings():
         encoding = api.encoded(session, text, pair)
     result = session.forward(encoding, attentions=True, mask=mask, ablation=ablation)
     encoding = result.encoding

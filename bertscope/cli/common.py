@@ -300,30 +300,37 @@ def corpus_sentences(text: str | None, data: str | None, data_format: str, limit
 
 
 @contextlib.contextmanager
-def api_call(what: str):
-    """Run a `bertscope.api` function: yields its `progress=` callback (a bar on a terminal), and
-    prints each `BertscopeNote` it issues as a `bertscope: warning:` line."""
+def notes_as_warnings():
+    """Print each `BertscopeNote` the API issues inside the block as a `bertscope: warning:` line."""
     import warnings
-
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from bertscope.core.errors import BertscopeNote
 
-    console = Console(stderr=True)
     with warnings.catch_warnings(record=True) as notes:
         warnings.simplefilter("always", BertscopeNote)
-        if not console.is_terminal:
-            yield None
-        else:
-            with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
-                task = bar.add_task(what, total=None)
-                yield lambda step: bar.update(task, description=f"{what}: {step.stage}", completed=step.done, total=step.total)
+        yield
     for note in notes:
         if issubclass(note.category, BertscopeNote):
             warn(str(note.message))
         else:
             warnings.warn_explicit(note.message, note.category, note.filename, note.lineno)
+
+
+@contextlib.contextmanager
+def api_call(what: str):
+    """Run a long `bertscope.api` function: yields its `progress=` callback (a bar on a terminal),
+    with its notes printed as warnings."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    with notes_as_warnings():
+        if not console.is_terminal:
+            yield None
+            return
+        with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
+            task = bar.add_task(what, total=None)
+            yield lambda step: bar.update(task, description=f"{what}: {step.stage}", completed=step.done, total=step.total)
 
 
 def warn(message: str) -> None:

@@ -14,6 +14,7 @@ from bertscope.cli.common import (
     head_mask,
     mask_options,
     model_options,
+    notes_as_warnings,
     print_json,
 )
 from bertscope.core.analyses.attribution_results import METHODS, SCORES
@@ -60,7 +61,7 @@ def fill(text, top, layers, cloze, batch_size, mask_spec, ablation, as_json, mod
         return _cloze(session, cloze, mask, ablation, batch_size, as_json)
     from bertscope import api
 
-    with api_call("filling in"):
+    with notes_as_warnings():
         result = api.fill(session, text, top=top, layers=layers, mask=mask, ablation=ablation)
     if as_json:
         print_json({"model": session.info.source, "text": text, **result.as_json()})

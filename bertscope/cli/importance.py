@@ -67,7 +67,7 @@ def load_objective(model: ModelChoice, objective, text, data, data_format, limit
     session = model.open()
     from bertscope import api
 
-    with api_call("preparing the objective"):
+    with api_call("preparing the objective"):  # a bar with its clock: the probe objective trains a probe first
         prepared, source = api.objective(session, objective, sentences, task=task, probe_layer=probe_layer, batch_size=batch_size,
                                          seed=seed)
     return session, prepared, source
