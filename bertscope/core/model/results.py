@@ -70,7 +70,9 @@ class ForwardResult:
     when asked for; a head switched off with `zero` ablation has all-zero weights (as the
     old `head_mask` reported), one with `uniform` ablation has the uniform distribution.
     `hidden_states` is `[L+1, T, D]`; `mlm_logits` is `[T, V]` for models with an MLM
-    head; `class_logits` is `[C]` for sequence-classification models.
+    head; `class_logits` is `[C]` for sequence-classification models. `norms`, when asked
+    for, is `[L, H, T, T]`: the value-weighted norms ‖α_ij f_h(x_j)‖ of Kobayashi et al. 2020
+    (how much of token j each head moves into token i; core.model.norms says which definition).
     """
 
     encoding: Encoding
@@ -80,6 +82,7 @@ class ForwardResult:
     class_logits: np.ndarray | None
     mask: HeadMask
     ablation: Ablation
+    norms: np.ndarray | None = None
 
     @property
     def tokens(self) -> tuple[str, ...]:
