@@ -86,3 +86,79 @@ def test_reusing_lower_layers_gives_the_same_norms(tiny_session, spec):
     without = tiny_session.forward(SENTENCE)  # a result without norms cannot be reused for them
     again = tiny_session.forward(without.encoding, mask=spec, norms=True, reuse=without)
     np.testing.assert_allclose(again.norms, fresh.norms, rtol=1e-5, atol=1e-6)
+
+
+# --- over a corpus: shares of norm beside shares of weight ------------------------------------
+
+
+class Text:
+    def __init__(self, text, pair=None):
+        self.text, self.pair = text, pair
+
+
+CORPUS = ["The keys to the cabinet are on the table.", "A dog barked, loudly!", "Is it (really) over?", "Yes."]
+
+
+def corpus_result(session, texts, **options):
+    from bertscope.core.analyses.patterns import pattern_statistics
+
+    return list(pattern_statistics(session, [Text(t) for t in texts], **options))[-1].result
+
+
+def test_norm_shares_equal_the_per_sentence_shares_of_the_norm_rows(tiny_session):
+    """Each share of norm is the share of weight computed on the norm map with its rows scaled to sum to one."""
+    from bertscope.core.analyses.headstats import head_figures
+    from bertscope.core.model.results import NORM_SHARES
+
+    result = corpus_result(tiny_session, CORPUS, batch_size=3, norms=True)
+    expected = {name: 0.0 for name in NORM_SHARES}
+    for text in CORPUS:
+        single = tiny_session.forward(text, norms=True)
+        rows = single.norms / single.norms.sum(-1, keepdims=True)
+        figures = head_figures(rows, single.tokens, single.encoding.special)
+        for name in NORM_SHARES:
+            expected[name] = expected[name] + figures[name] / len(CORPUS)
+    for name in NORM_SHARES:
+        np.testing.assert_allclose(result.statistics[f"norm_{name}"], expected[name], atol=1e-5, err_msg=name)
+
+
+def test_norms_leave_the_weight_statistics_as_they_were(tiny_session):
+    from bertscope.core.model.results import STATISTICS
+
+    plain = corpus_result(tiny_session, CORPUS)
+    with_norms = corpus_result(tiny_session, CORPUS, norms=True)
+    assert not plain.has_norms and with_norms.has_norms
+    for name in STATISTICS:
+        np.testing.assert_allclose(with_norms.statistics[name], plain.statistics[name], atol=1e-6)
+    np.testing.assert_array_equal(with_norms.pattern_shares, plain.pattern_shares)
+
+
+def test_norm_shares_are_shares_and_vanish_for_a_zeroed_head(tiny_session):
+    result = corpus_result(tiny_session, CORPUS, norms=True, mask=tiny_session.mask("1:2"))
+    norm = {name: result.statistics[f"norm_{name}"] for name in ("cls", "sep", "punct", "self", "prev", "next")}
+    for values in norm.values():
+        assert np.all(values >= 0) and np.all(values <= 1 + 1e-6)
+    assert np.all(norm["cls"] + norm["sep"] + norm["punct"] <= 1 + 1e-5)  # disjoint sets of keys
+    assert all(values[1, 2] == 0 for values in norm.values())  # a head switched off moves nothing
+    assert norm["cls"][1, 1] > 0
+
+
+def test_equal_value_norms_give_the_weight_shares(tiny_session):
+    """Where every value has the same norm, a share of norm is the share of weight."""
+    from bertscope.core.analyses.patterns import batch_tensors, encode_sorted, norm_shares, shares
+
+    encoded = encode_sorted(tiny_session, [Text(t) for t in CORPUS])
+    inputs, masks = batch_tensors(tiny_session, encoded, {})
+    with torch.inference_mode():
+        weights = tiny_session.run(inputs, attentions=True, hidden_states=False).attentions[0]
+    by_weight, by_norm = shares(weights, masks), norm_shares(weights * 3.5, masks)
+    for name, value in by_weight.items():
+        torch.testing.assert_close(by_norm[name], value, atol=1e-6, rtol=1e-5)
+
+
+def test_norm_shares_do_not_depend_on_the_batching(tiny_session):
+    texts = [" ".join(["word"] * (3 + i % 9)) + ", end." for i in range(24)]
+    one = corpus_result(tiny_session, texts, batch_size=1, chunk_size=5, norms=True)
+    many = corpus_result(tiny_session, texts, batch_size=16, chunk_size=24, norms=True)
+    for name, values in one.statistics.items():
+        np.testing.assert_allclose(values, many.statistics[name], atol=1e-5, err_msg=name)

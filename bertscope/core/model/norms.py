@@ -9,16 +9,14 @@ not per token j, so it belongs to no pair.
 Since α_ij ≥ 0, ‖α_ij f_h(x_j)‖ = α_ij ‖f_h(x_j)‖, and ‖f_h(x_j)‖² = v_j G_h v_jᵀ with the
 head's Gram matrix G_h = W_O^h W_O^hᵀ (d × d): the norms cost a d × d product per token
 and head, not a projection to the hidden size. Computed inside the attention function,
-in the same forward pass as the weights (core.model.ablation).
+in the same forward pass as the weights (core.model.ablation). Outputs name this definition
+with `results.NORM_DEFINITION`.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-
-DEFINITION = "‖α_ij f_h(x_j)‖, f_h(x) = (x W_V^h + b_V^h) W_O^h, without the bias of W_O (Kobayashi et al. 2020)"
-"""What the norms are, in one line, for outputs that must say which definition they use."""
 
 
 def value_norms(value: Tensor, output_projection: nn.Linear) -> Tensor:
