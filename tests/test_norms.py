@@ -162,3 +162,28 @@ def test_norm_shares_do_not_depend_on_the_batching(tiny_session):
     many = corpus_result(tiny_session, texts, batch_size=16, chunk_size=24, norms=True)
     for name, values in one.statistics.items():
         np.testing.assert_allclose(values, many.statistics[name], atol=1e-5, err_msg=name)
+
+
+def test_a_pruned_model_gives_the_masked_models_norms(tiny_mlm_session, tmp_path):
+    """Heads sliced out of the weights: the kept heads' norms in their original numbers, the pruned ones zero."""
+    from bertscope.core.analyses.pruned_export import write_pruned_model
+    from bertscope.core.model.session import Session
+
+    remove = [(0, 1), (0, 3), (2, 0), (2, 1), (2, 2), (2, 3)]
+    write_pruned_model(tiny_mlm_session, remove, tmp_path / "model", timing_texts=CORPUS, extra={})
+    pruned = Session.open(str(tmp_path / "model"), device="cpu")
+    small = pruned.forward(SENTENCE, norms=True)
+    masked = tiny_mlm_session.forward(SENTENCE, mask="0:1,0:3,2:*", norms=True)
+    np.testing.assert_allclose(small.norms, masked.norms, rtol=1e-4, atol=1e-5)
+    assert not small.norms[2].any() and not small.norms[0, 1].any() and small.norms[0, 0].max() > 0
+
+
+def test_the_public_api_gives_norms_as_numpy(tiny_session):
+    import bertscope
+
+    out = tiny_session.forward(SENTENCE, norms=True)  # `bertscope.load()` returns this session type
+    assert isinstance(out.norms, np.ndarray) and out.norms.dtype == np.float32
+    stats = bertscope.patterns(tiny_session, CORPUS, norms=True)
+    assert stats.has_norms and isinstance(stats.statistics["norm_sep"], np.ndarray)
+    assert stats.statistics["norm_sep"].shape == (tiny_session.num_layers, tiny_session.num_heads)
+    assert not bertscope.patterns(tiny_session, CORPUS).has_norms
