@@ -157,23 +157,28 @@ def head_mask(model: Session, mask: str | HeadMask | None) -> HeadMask:
 
 def patterns(model: Session, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
              limit: int | None = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero", batch_size: int = 32,
-             progress: ProgressCallback = None, cancel: threading.Event | None = None) -> PatternResult:
-    """Attention statistics and Kovaleva pattern classes of every head, streamed over a corpus."""
+             norms: bool = False, progress: ProgressCallback = None, cancel: threading.Event | None = None) -> PatternResult:
+    """Attention statistics and Kovaleva pattern classes of every head, streamed over a corpus.
+
+    `norms=True` also takes the shares to [CLS], [SEP], punctuation, self, previous and next
+    of the value-weighted norms ‖α_ij f_h(x_j)‖ (Kobayashi et al. 2020), from the same passes:
+    `result.statistics["norm_sep"]` beside `result.statistics["sep"]`.
+    """
     steps = patterns_steps(model, texts, data=data, data_format=data_format, limit=limit, mask=mask, ablation=ablation,
-                           batch_size=batch_size, cancel=cancel)
+                           batch_size=batch_size, norms=norms, cancel=cancel)
     return outcome(steps, on_step=progress, cancel=cancel)
 
 
 def patterns_steps(model: Session, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
                    limit: int | None = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
-                   batch_size: int = 32, cancel: threading.Event | None = None,
+                   batch_size: int = 32, norms: bool = False, cancel: threading.Event | None = None,
                    tell: Tell = note) -> Iterator[Progress[PatternResult]]:
     """`patterns` as a stream; each record's `partial` holds the statistics so far."""
     from bertscope.core.analyses.patterns import pattern_statistics
 
     sentences = corpus(texts, data=data, data_format=data_format, limit=limit)
     steps = pattern_statistics(model, sentences.sentences, mask=head_mask(model, mask), ablation=ablation,
-                               batch_size=batch_size, cancel=cancel)
+                               batch_size=batch_size, cancel=cancel, norms=norms)
 
     def told(result: PatternResult) -> None:
         sentences.notes(tell)

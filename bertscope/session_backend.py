@@ -59,8 +59,9 @@ class SessionBackend:
     def encode(self, text: str, pair: str | None = None) -> Encoding:
         return self.session.encode(text, pair)
 
-    def forward(self, text, pair=None, *, attentions=False, mask=None, ablation: Ablation = "zero", reuse=None) -> ForwardResult:
-        return self.session.forward(text, pair, attentions=attentions, mask=mask, ablation=ablation, reuse=reuse)
+    def forward(self, text, pair=None, *, attentions=False, mask=None, ablation: Ablation = "zero", reuse=None,
+                norms: bool = False) -> ForwardResult:
+        return self.session.forward(text, pair, attentions=attentions, mask=mask, ablation=ablation, reuse=reuse, norms=norms)
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
         return self.session.mask_predictions(result, top)
