@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bertscope.core import distributed
 from bertscope.core.data.corpus import ReadReport, Sentence, read_sentences, sample_corpus
 from bertscope.core.data.probing_tasks import TREEBANK_TASKS
 from bertscope.core.errors import BertscopeError, BertscopeNote, Cancelled, InputError  # noqa: F401 - the first and third re-exported (bertscope.__all__)
@@ -67,6 +68,7 @@ def load(model: str | None = None, *, device: str = "auto", dtype: str = "float3
     from bertscope.core.model.session import Session
 
     linear_kernels.bound_primitive_cache()  # before the model's first pass (issue 15: one primitive per batch shape)
+    device = distributed.start(device)  # under torchrun: join the process group; auto is cuda:LOCAL_RANK or the CPU
     session = Session.open(model, device=device, dtype=dtype, allow_download=allow_download)
     session.choose_cpu_linear(cpu_linear)
     return session
@@ -139,9 +141,10 @@ def patterns(model: Session, texts: Texts = None, *, data: str | Path | None = N
     from bertscope.core.analyses.patterns import pattern_statistics
 
     sentences = corpus(texts, data=data, data_format=data_format, limit=limit)
-    steps = pattern_statistics(model, sentences.sentences, mask=head_mask(model, mask), ablation=ablation,
-                               batch_size=batch_size, cancel=cancel)
-    result = outcome(steps, on_step=progress, cancel=cancel)
+    with distributed.failures_shared():
+        steps = pattern_statistics(model, distributed.shard(sentences.sentences), mask=head_mask(model, mask), ablation=ablation,
+                                   batch_size=batch_size, cancel=cancel)
+        result = outcome(steps, on_step=distributed.whole_corpus(progress), cancel=cancel)
     sentences.notes()
     if result.truncated:
         note(f"{result.truncated:,} tokens were cut from sentences longer than the model's maximum of {model.max_length}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from bertscope.cli.common import (
+    output_option,
     ModelChoice,
     api_call,
     check_hidden_layer,
@@ -82,6 +83,7 @@ def compute_importance(prepared, method, ablation, normalize, seed):
 
 @click.command()
 @objective_options
+@output_option
 @format_options
 @model_options
 def importance(text, data, data_format, limit, objective, task, probe_layer, method, ablation, normalize, batch_size, seed,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from bertscope.cli.common import (
+    output_option,
     ModelChoice,
     api_call,
     corpus_sentences,
@@ -22,6 +23,7 @@ from bertscope.cli.common import (
 @data_options
 @mask_options
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True, help="Sentences per forward pass.")
+@output_option
 @format_options
 @model_options
 def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, output_format, model: ModelChoice):
