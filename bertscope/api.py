@@ -188,7 +188,8 @@ def probe_on(model: Session, task: str, train: list[Sentence], dev: list[Sentenc
         ablation=ablation, kind=kind, control=control, random_baseline=random_baseline, min_examples=min_examples,
         cache_dir=cache_dir, seed=seed, cancel=cancel,
     )
-    return outcome(steps, "probing", on_step=progress, cancel=cancel)
+    with distributed.failures_shared():
+        return outcome(steps, "probing", on_step=distributed.whole_corpus(progress, summed=False), cancel=cancel)
 
 
 def probe_sentences(task: str, data, dev, test, data_format: str = "auto", limit: int | None = None):

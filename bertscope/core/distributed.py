@@ -246,16 +246,21 @@ def sum_across(values: dict[str, Any]) -> dict[str, Any]:
     return summed
 
 
-def gather(value: T) -> list[T]:
-    """Every rank's `value` (any picklable object), in rank order, on every rank."""
+def gather(value: T, *, to_main: bool = False) -> list[T]:
+    """Every rank's `value` (any picklable object), in rank order, on every rank; with `to_main`
+    on rank 0 only (the others get an empty list), so rows are not held twice on every rank."""
     if not started():
         return [value]
     import torch.distributed as dist
 
     arrive()
-    gathered: list[Any] = [None] * world().size
-    dist.all_gather_object(gathered, value)
-    return gathered
+    if not to_main:
+        gathered: list[Any] = [None] * world().size
+        dist.all_gather_object(gathered, value)
+        return gathered
+    gathered = [None] * world().size if world().main else None
+    dist.gather_object(value, gathered, dst=0)
+    return gathered or []
 
 
 def from_main(value: T) -> T:
@@ -270,8 +275,9 @@ def from_main(value: T) -> T:
     return box[0]
 
 
-def whole_corpus(progress: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
-    """A progress callback for a sharded job: every rank publishes its count, rank 0 shows the sum.
+def whole_corpus(progress: Callable[[Any], None] | None, *, summed: bool = True) -> Callable[[Any], None] | None:
+    """A progress callback for a sharded job: every rank publishes its count, rank 0 shows the sum
+    (`summed=False`: a job whose steps already speak of the whole corpus; rank 0 shows its own).
 
     It also checks, at most every PUBLISH_EVERY_S, whether another rank failed.
     """
@@ -287,6 +293,9 @@ def whole_corpus(progress: Callable[[Any], None] | None) -> Callable[[Any], None
         check()
         store.set(f"progress/{here.rank}", f"{step.done} {step.total if step.total is not None else -1}")
         if progress is None or not here.main:
+            return
+        if not summed:
+            progress(step)
             return
         done = total = 0
         for rank in range(here.size):
