@@ -275,7 +275,8 @@ def importance_of(prepared: Objective, *, method: str = "gradient", ablation: Ab
     from bertscope.core.analyses.importance import head_importance
 
     steps = head_importance(prepared, method, ablation=ablation, normalize=normalize, seed=seed, cancel=cancel)
-    return outcome(steps, on_step=progress, cancel=cancel)
+    with distributed.failures_shared():
+        return outcome(steps, on_step=distributed.whole_corpus(progress), cancel=cancel)
 
 
 def pruning_curve(model: Session, objective_name: str, texts: Texts = None, *, data: str | Path | None = None,
@@ -303,7 +304,8 @@ def curve_of(prepared: Objective, ranking: HeadImportance, *, method: str = "gra
 
     steps = curve_steps(prepared, importance=ranking, method=method, ablation=ablation, step=step, reestimate=reestimate,
                         normalize=normalize, max_drop=max_drop, cancel=cancel)
-    return outcome(steps, "pruning curve", on_step=progress, cancel=cancel)
+    with distributed.failures_shared():
+        return outcome(steps, "pruning curve", on_step=distributed.whole_corpus(progress, summed=False), cancel=cancel)
 
 
 def prune(model: Session, objective_name: str, texts: Texts = None, *, fraction: float, output: str | Path | None = None,
