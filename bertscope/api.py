@@ -350,7 +350,7 @@ def prune_by(model: Session, prepared: Objective, ranking: HeadImportance, *, fr
     mask = HeadMask(model.num_layers, model.num_heads, frozenset(chosen))
     after = measure(prepared, mask, "zero")
     written = None
-    if output is not None:
+    if output is not None and distributed.is_main():  # under torchrun, rank 0 writes the model
         from bertscope.core.analyses.pruned_export import write_pruned_model
 
         written = write_pruned_model(model, chosen, output, timing_texts=prepared.texts, format=format, extra={

@@ -13,8 +13,8 @@ import sys
 
 from bertscope.core import distributed
 
-PATTERN_SENTENCES = 40
-IMPORTANCE_SENTENCES = 24
+PATTERN_SENTENCES = 24
+IMPORTANCE_SENTENCES = 10
 
 
 def equal(out: str) -> None:
@@ -25,7 +25,7 @@ def equal(out: str) -> None:
     model = bertscope.load(device="cpu")
     results = {"world": distributed.world().size}
     results["patterns"] = bertscope.patterns(model, limit=PATTERN_SENTENCES)
-    train, _, _, _, _ = probe_sentences("upos", str(sample_corpus("conllu")), None, None)
+    train, _, _, _, _ = probe_sentences("upos", str(sample_corpus("conllu")), None, None, limit=70)
     results["probe"] = bertscope.api.probe_on(model, "upos", train, control=False, random_baseline=False, cache_dir=False)
     for method in ("ablation", "gradient"):
         results[method] = bertscope.importance(model, "preserve", limit=IMPORTANCE_SENTENCES, method=method)
@@ -50,7 +50,7 @@ def fail(out: str) -> None:
             return original(*args, **kwargs)
 
         patterns._add_batch = running_out
-    main(["patterns", "--batch-size", "4", "--limit", "60", "--json", "-o", out])
+    main(["patterns", "--batch-size", "4", "--limit", "40", "--json", "-o", out])
 
 
 if __name__ == "__main__":

@@ -60,8 +60,8 @@ def test_shards_take_every_sentence_once(monkeypatch):
 
 def test_patterns_over_two_ranks_equal_one_process(two_ranks, model):
     assert two_ranks["world"] == 2
-    one, two = bertscope.patterns(model, limit=40), two_ranks["patterns"]
-    assert (two.sentences, two.tokens, two.truncated) == (one.sentences, one.tokens, one.truncated) == (40, two.tokens, 0)
+    one, two = bertscope.patterns(model, limit=24), two_ranks["patterns"]
+    assert (two.sentences, two.tokens, two.truncated) == (one.sentences, one.tokens, one.truncated) == (24, two.tokens, 0)
     for name, values in one.statistics.items():
         np.testing.assert_allclose(two.statistics[name], values, atol=1e-6, err_msg=name)
     np.testing.assert_array_equal(two.pattern_shares, one.pattern_shares)  # counts of classes: identical
@@ -69,7 +69,7 @@ def test_patterns_over_two_ranks_equal_one_process(two_ranks, model):
 
 
 def test_probe_over_two_ranks_equals_one_process(two_ranks, model):
-    train, _, _, _, _ = probe_sentences("upos", str(sample_corpus("conllu")), None, None)
+    train, _, _, _, _ = probe_sentences("upos", str(sample_corpus("conllu")), None, None, limit=70)
     one = bertscope.api.probe_on(model, "upos", train, control=False, random_baseline=False, cache_dir=False)
     two = two_ranks["probe"]
     assert two.as_json() == one.as_json()  # the same rows, back in input order, and the probes trained once
@@ -77,9 +77,9 @@ def test_probe_over_two_ranks_equals_one_process(two_ranks, model):
 
 @pytest.mark.parametrize("method", ["ablation", "gradient"])
 def test_importance_over_two_ranks_equals_one_process(two_ranks, model, method):
-    one = bertscope.importance(model, "preserve", limit=24, method=method)
+    one = bertscope.importance(model, "preserve", limit=10, method=method)
     two = two_ranks[method]
-    assert two.sentences == one.sentences == 24
+    assert two.sentences == one.sentences == 10
     np.testing.assert_allclose(two.raw, one.raw, rtol=1e-4, atol=1e-7)  # float32 forwards in other batches: ~1e-6 relative
     assert two.baseline_loss == pytest.approx(one.baseline_loss, abs=1e-6)
     assert list(two.order())[:10] == list(one.order())[:10]
