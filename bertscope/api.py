@@ -406,7 +406,8 @@ def cloze(model: Session, data: str | Path = "sample", *, batch_size: int = 32, 
     report = report if report is not None else ReadReport()
     queries = read_cloze(source, report)
     steps = cloze_scores(model, queries, mask=head_mask(model, mask), ablation=ablation, batch_size=batch_size, report=report)
-    result = outcome(steps, on_step=progress, cancel=cancel)
+    with distributed.failures_shared():
+        result = outcome(steps, on_step=distributed.whole_corpus(progress), cancel=cancel)
     if report.skipped:
         location, reason = report.skipped[0]
         note(f"scored {result.queries} queries; skipped {len(report.skipped)} (first: {location}: {reason})")
