@@ -14,6 +14,11 @@ polls the store, so a slow rank never runs into a collective timeout and a faile
 leaves the others blocked in a collective. A rank killed outright (the kernel's OOM killer)
 is seen by torchrun, which stops the whole group.
 
+A job joins in three places: its sentences through `shard` (where it reads them), its
+float64 sums and integer counts through `sum_across` where it finalises them (or `gather` for
+rows and samples, `from_main` for work done once on rank 0), and its `outcome` inside
+`failures_shared()` with `whole_corpus(progress)` (bertscope.api does this for each job).
+
 Torch is imported inside the functions: the CLI reads the environment before torch loads.
 """
 
@@ -117,7 +122,8 @@ def start(device: str = "auto") -> str:
     # The launcher's key-value store: no collective, so a rank can post and read without the others.
     store = dist.PrefixStore("bertscope/", dist.distributed_c10d._get_default_store())
     _state.update(store=store, backend=backend, device=device, arrivals=0, published=0.0)
-    signal.signal(signal.SIGTERM, _interrupt)  # torchrun stops the group with SIGTERM: unwind as on Ctrl-C
+    with contextlib.suppress(ValueError):  # only the main thread may set it
+        signal.signal(signal.SIGTERM, _interrupt)  # torchrun stops the group with SIGTERM: unwind as on Ctrl-C
     return device
 
 

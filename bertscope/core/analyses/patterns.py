@@ -200,7 +200,7 @@ class _Accumulator:
     def sum_across_ranks(self) -> None:
         """Every rank's sums in this one (nothing changes in a single process)."""
         summed = distributed.sum_across(self.statistics())
-        self.sums = {name: summed[f"sum/{name}"] for name in STATISTICS}
+        self.sums = {name: summed[f"sum/{name}"] for name in self.sums}
         self.counts, self.sentences, self.tokens, self.truncated = (summed[key] for key in ("counts", "sentences", "tokens", "truncated"))
 
     def result(self) -> PatternResult:
