@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from bertscope.core import distributed
 from bertscope.core.data.corpus import ReadReport, Sentence, read_sentences, sample_corpus
 from bertscope.core.data.probing_tasks import TREEBANK_TASKS
 from bertscope.core.errors import BertscopeError, BertscopeNote, Cancelled, InputError  # noqa: F401 - the first and third re-exported (bertscope.__all__)
@@ -90,6 +91,7 @@ def load(model: str | None = None, *, device: str = "auto", dtype: str = "float3
     from bertscope.core.model.session import Session
 
     linear_kernels.bound_primitive_cache()  # before the model's first pass (issue 15: one primitive per batch shape)
+    device = distributed.start(device)  # under torchrun: join the process group; auto is cuda:LOCAL_RANK or the CPU
     session = Session.open(model, device=device, dtype=dtype, allow_download=allow_download)
     session.choose_cpu_linear(cpu_linear)
     return session
@@ -164,9 +166,10 @@ def patterns(model: Session, texts: Texts = None, *, data: str | Path | None = N
     of the value-weighted norms ‖α_ij f_h(x_j)‖ (Kobayashi et al. 2020), from the same passes:
     `result.statistics["norm_sep"]` beside `result.statistics["sep"]`.
     """
-    steps = patterns_steps(model, texts, data=data, data_format=data_format, limit=limit, mask=mask, ablation=ablation,
-                           batch_size=batch_size, norms=norms, cancel=cancel)
-    return outcome(steps, on_step=progress, cancel=cancel)
+    with distributed.failures_shared():  # under torchrun: each rank its shard, a failure on one stops all
+        steps = patterns_steps(model, texts, data=data, data_format=data_format, limit=limit, mask=mask, ablation=ablation,
+                               batch_size=batch_size, norms=norms, cancel=cancel)
+        return outcome(steps, on_step=distributed.whole_corpus(progress), cancel=cancel)
 
 
 def patterns_steps(model: Session, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
@@ -177,7 +180,7 @@ def patterns_steps(model: Session, texts: Texts = None, *, data: str | Path | No
     from bertscope.core.analyses.patterns import pattern_statistics
 
     sentences = corpus(texts, data=data, data_format=data_format, limit=limit)
-    steps = pattern_statistics(model, sentences.sentences, mask=head_mask(model, mask), ablation=ablation,
+    steps = pattern_statistics(model, distributed.shard(sentences.sentences), mask=head_mask(model, mask), ablation=ablation,
                                batch_size=batch_size, cancel=cancel, norms=norms)
 
     def told(result: PatternResult) -> None:
@@ -217,10 +220,11 @@ def probe_on(model: Session, task: str, train: list[Sentence], dev: list[Sentenc
              cache_dir: str | Path | None | bool = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
              seed: int = 0, progress: ProgressCallback = None, cancel: threading.Event | None = None) -> ProbeReport:
     """`probe` on sentences already read (see `probe_sentences`); dev and test default to splits of train."""
-    steps = probe_steps(model, task, train, dev, test, word_pooling=word_pooling, sentence_pooling=sentence_pooling, kind=kind,
-                        control=control, random_baseline=random_baseline, min_examples=min_examples, cache_dir=cache_dir,
-                        mask=mask, ablation=ablation, seed=seed, cancel=cancel)
-    return outcome(steps, "probing", on_step=progress, cancel=cancel)
+    with distributed.failures_shared():
+        steps = probe_steps(model, task, train, dev, test, word_pooling=word_pooling, sentence_pooling=sentence_pooling,
+                            kind=kind, control=control, random_baseline=random_baseline, min_examples=min_examples,
+                            cache_dir=cache_dir, mask=mask, ablation=ablation, seed=seed, cancel=cancel)
+        return outcome(steps, "probing", on_step=distributed.whole_corpus(progress, summed=False), cancel=cancel)
 
 
 def probe_steps(model: Session, task: str, train: list[Sentence], dev: list[Sentence] | None = None,
@@ -319,8 +323,9 @@ def importance(model: Session, objective_name: str, texts: Texts = None, *, data
 def importance_of(prepared: Objective, *, method: str = "gradient", ablation: Ablation = "zero", normalize: bool = True,
                   seed: int = 0, progress: ProgressCallback = None, cancel: threading.Event | None = None) -> HeadImportance:
     """Head importance for an objective already prepared (see `objective`)."""
-    steps = importance_steps(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, cancel=cancel)
-    return outcome(steps, on_step=progress, cancel=cancel)
+    with distributed.failures_shared():
+        steps = importance_steps(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, cancel=cancel)
+        return outcome(steps, on_step=distributed.whole_corpus(progress), cancel=cancel)
 
 
 def importance_steps(prepared: Objective, *, method: str = "gradient", ablation: Ablation = "zero", normalize: bool = True,
@@ -360,9 +365,10 @@ def curve_of(prepared: Objective, ranking: HeadImportance | None, *, method: str
              step: float = 0.1, reestimate: bool = False, normalize: bool = True, max_drop: float = 0.01,
              progress: ProgressCallback = None, cancel: threading.Event | None = None) -> PruningCurve:
     """`pruning_curve`'s second half, for an objective and a ranking already at hand (None: estimated first)."""
-    steps = curve_steps(prepared, ranking, method=method, ablation=ablation, step=step, reestimate=reestimate,
-                        normalize=normalize, max_drop=max_drop, cancel=cancel)
-    return outcome(steps, "pruning curve", on_step=progress, cancel=cancel)
+    with distributed.failures_shared():
+        steps = curve_steps(prepared, ranking, method=method, ablation=ablation, step=step, reestimate=reestimate,
+                            normalize=normalize, max_drop=max_drop, cancel=cancel)
+        return outcome(steps, "pruning curve", on_step=distributed.whole_corpus(progress, summed=False), cancel=cancel)
 
 
 def curve_steps(prepared: Objective, ranking: HeadImportance | None, *, method: str = "gradient", ablation: Ablation = "zero",
@@ -419,7 +425,7 @@ def prune_by(model: Session, prepared: Objective, ranking: HeadImportance, *, fr
     mask = HeadMask(model.num_layers, model.num_heads, frozenset(chosen))
     after = measure(prepared, mask, "zero")
     written = None
-    if output is not None:
+    if output is not None and distributed.is_main():  # under torchrun, rank 0 writes the model
         from bertscope.core.analyses.pruned_export import write_pruned_model
 
         written = write_pruned_model(model, chosen, output, timing_texts=prepared.texts, format=format, extra={
@@ -475,7 +481,8 @@ def cloze(model: Session, data: str | Path = "sample", *, batch_size: int = 32, 
     report = report if report is not None else ReadReport()
     queries = read_cloze(source, report)
     steps = cloze_scores(model, queries, mask=head_mask(model, mask), ablation=ablation, batch_size=batch_size, report=report)
-    result = outcome(steps, on_step=progress, cancel=cancel)
+    with distributed.failures_shared():
+        result = outcome(steps, on_step=distributed.whole_corpus(progress), cancel=cancel)
     if report.skipped:
         location, reason = report.skipped[0]
         note(f"scored {result.queries} queries; skipped {len(report.skipped)} (first: {location}: {reason})")

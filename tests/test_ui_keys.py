@@ -9,7 +9,7 @@ import json
 from textual import events
 from textual.widgets import Input, Select
 
-from bertscope.ui.geometry import ComparisonScreen, GeometryScreen, Scatter
+from bertscope.ui.geometry import GeometryScreen, Scatter
 from bertscope.ui.importance import PruningCurveScreen
 from bertscope.ui.overview import OverviewScreen, PatternGrid
 from bertscope.ui.probing import ProbingScreen

@@ -15,6 +15,7 @@ import csv
 import functools
 import io
 import json
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -48,17 +49,46 @@ class BertscopeGroup(click.Group):
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context):
+        from bertscope.core import distributed
+
+        here = distributed.world()
         try:
-            return super().invoke(ctx)
+            with quiet_unless_main(here), distributed.failures_shared():
+                return super().invoke(ctx)
+        except distributed.RankFailed as error:  # another rank's failure, said once, by rank 0
+            if here.main:
+                click.echo(f"bertscope: error: {error}", err=True)
+            ctx.exit(error.status)
         except BertscopeError as error:
-            click.echo(f"bertscope: error: {error_line(error)}", err=True)
+            if here.main:
+                prefix = f"rank {here.rank}: " if distributed.started() else ""  # before the group starts, every rank sees the same
+                click.echo(f"bertscope: error: {prefix}{error_line(error)}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
         except KeyboardInterrupt:
             # Files are written whole or not at all (temporary file, then rename), so a stop
             # leaves only what was complete before it.
             what = ctx.invoked_subcommand or "bertscope"
-            click.echo(f"bertscope: interrupted: {what} stopped before it finished; no file was left half written", err=True)
+            if here.main:
+                click.echo(f"bertscope: interrupted: {what} stopped before it finished; no file was left half written", err=True)
             ctx.exit(EXIT_INTERRUPTED)
+        except Exception as error:
+            if not here.active:
+                raise
+            if here.main:  # out of memory, or a bug: one line naming the rank; the traceback with BERTSCOPE_DEBUG=1
+                click.echo(f"bertscope: error: rank {here.rank}: {distributed.failure_line(error)}", err=True)
+            if os.environ.get("BERTSCOPE_DEBUG"):
+                raise
+            ctx.exit(1)
+
+
+@contextlib.contextmanager
+def quiet_unless_main(here):
+    """Under torchrun, ranks other than 0 print nothing: rank 0 speaks for the job (and writes its files)."""
+    if here.main:
+        yield
+        return
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        yield
 
 
 # The flag of each setting an error can name (BertscopeError.setting), where it is not
@@ -346,3 +376,28 @@ def print_csv(rows: Iterable[Sequence]) -> None:
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerows(rows)
     click.echo(buffer.getvalue(), nl=False)
+
+
+def output_option(command):
+    """`--output/-o FILE`: what the command prints goes to FILE instead, written whole or not at all.
+
+    The file is checked before the model loads; under torchrun only rank 0 writes it.
+    """
+
+    @functools.wraps(command)
+    def with_output(*, output, **options):
+        if output is None:
+            return command(**options)
+        from bertscope.core import distributed
+        from bertscope.core.data.files import atomic_write, check_writable
+
+        if not distributed.is_main():
+            return command(**options)  # its printing goes nowhere (quiet_unless_main)
+        check_writable(output)
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            command(**options)
+        with atomic_write(output, "w") as handle:
+            handle.write(buffer.getvalue())
+
+    return click.option("--output", "-o", default=None, metavar="FILE", help="Write to FILE (atomically) instead of printing.")(with_output)

@@ -11,6 +11,7 @@ from bertscope.cli.common import (
     corpus_sentences,
     format_options,
     model_options,
+    output_option,
     print_csv,
     print_json,
 )
@@ -82,6 +83,7 @@ def compute_importance(prepared, method, ablation, normalize, seed):
 
 @click.command()
 @objective_options
+@output_option
 @format_options
 @model_options
 def importance(text, data, data_format, limit, objective, task, probe_layer, method, ablation, normalize, batch_size, seed,

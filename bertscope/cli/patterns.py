@@ -13,6 +13,7 @@ from bertscope.cli.common import (
     head_mask,
     mask_options,
     model_options,
+    output_option,
     print_csv,
     print_json,
 )
@@ -26,6 +27,7 @@ from bertscope.cli.common import (
     "--norms", is_flag=True,
     help="Also every share of the value-weighted norms ‖α f(x)‖ (Kobayashi et al. 2020), beside the share of weight.",
 )
+@output_option
 @format_options
 @model_options
 def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, norms, output_format, model: ModelChoice):

@@ -11,6 +11,7 @@ from bertscope.cli.common import (
     head_mask,
     mask_options,
     model_options,
+    output_option,
     print_csv,
     print_json,
     warn,
@@ -43,6 +44,7 @@ from bertscope.core.errors import BertscopeError
 @click.option("--cache-dir", default=None, metavar="DIR", help="Feature cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.")
 @click.option("--no-cache", is_flag=True, help="Compute features afresh and keep nothing.")
 @mask_options
+@output_option
 @format_options
 @model_options
 def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pooling, kind, control, random_baseline,

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from bertscope.core import distributed
 from bertscope.core.data.batching import plan_batches
 from bertscope.core.data.cache import default_cache_dir
 from bertscope.core.data.corpus import Sentence
@@ -30,7 +31,7 @@ from bertscope.core.data.files import atomic_write, publish, reserve_space, temp
 from bertscope.core.errors import InputError
 from bertscope.core.model.allocator import corpus_heap_over, release_freed_memory
 from bertscope.core.model.masks import Ablation
-from bertscope.core.progress import Progress
+from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
     from bertscope.core.model.session import Session
@@ -371,3 +372,38 @@ def _load(path: Path, session) -> Features | None:
         return None
     return Features(X=by_layer.transpose(1, 0, 2), sentence_index=sentence_index, word_index=word_index,
                     truncated_words=truncated, from_cache=True)
+
+
+def extract_sharded(session: Session, sentences: Sequence[Sentence], options: FeatureOptions, **extract) -> Iterator[Progress[Features]]:
+    """`extract_features` under torchrun: each rank takes the features of its shard (sentence i when
+    i % size == rank) and rank 0 gets every rank's rows, back in input order: the very Features of
+    one process (the other ranks get their own shard's). In a single process, `extract_features` itself.
+    """
+    if not distributed.world().active:
+        yield from extract_features(session, sentences, options, **extract)
+        return
+    here = distributed.world()
+    part = list(distributed.shard(sentences))
+    local = None
+    if part:
+        whole = len(sentences)  # progress in the whole corpus's terms: every rank is about as far as this one
+        local = yield from relay(extract_features(session, part, options, **extract),
+                                 lambda step: Progress(step.stage, min(step.done * here.size, whole), whole))
+        if local is None:
+            return  # cancelled
+    rows = None if local is None else (np.ascontiguousarray(local.X), local.sentence_index * here.size + here.rank,
+                                       local.word_index, local.truncated_words)
+    parts = [piece for piece in distributed.gather(rows, to_main=True) if piece is not None]
+    if not here.main:
+        empty = np.zeros((0, session.num_layers + 1, session.hidden_size), np.float16)
+        yield Progress("features", len(part), len(part), local or Features(empty, np.zeros(0, np.int64), np.zeros(0, np.int64), 0))
+        return
+    X = np.concatenate([piece[0] for piece in parts])
+    sentence_index = np.concatenate([piece[1] for piece in parts])
+    word_index = np.concatenate([piece[2] for piece in parts])
+    order = np.lexsort((word_index, sentence_index))  # input order: by sentence, then word
+    by_layer = np.ascontiguousarray(X[order].transpose(1, 0, 2))
+    by_layer.flags.writeable = False
+    features = Features(X=by_layer.transpose(1, 0, 2), sentence_index=sentence_index[order], word_index=word_index[order],
+                        truncated_words=sum(piece[3] for piece in parts))
+    yield Progress("features", len(sentences), len(sentences), features)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from bertscope.core import distributed
 from bertscope.core.analyses.importance_results import (
     METHODS,
     CurvePoint,
@@ -85,6 +86,8 @@ def measure(objective: Objective, mask: HeadMask | None = None, ablation: Ablati
             loss += float(scores.loss.sum())
             metric_sum += float(scores.metric_sum.sum())
             metric_count += float(scores.metric_count.sum())
+    summed = distributed.sum_across({"loss": loss, "metric_sum": metric_sum, "metric_count": metric_count})
+    loss, metric_sum, metric_count = (summed[key] for key in ("loss", "metric_sum", "metric_count"))
     return Measurement(loss / max(objective.sentences, 1), metric_sum / metric_count if metric_count else float("nan"))
 
 
@@ -112,6 +115,8 @@ def gradient_importance(
             metric_sum += float(scores.metric_sum.detach().sum())
             metric_count += float(scores.metric_count.detach().sum())
             yield Progress("gradients", index + 1, len(batches))
+    summed = distributed.sum_across({"total": total, "loss": loss, "metric_sum": metric_sum, "metric_count": metric_count})
+    total, loss, metric_sum, metric_count = (summed[key] for key in ("total", "loss", "metric_sum", "metric_count"))
     raw = total / max(objective.sentences, 1)
     if base is not None and objective.name == "preserve":
         baseline = measure(objective, base, ablation)  # movement from the unmasked model, not from the masked one
@@ -162,6 +167,8 @@ def ablation_importance(
                 losses = objective.scores(batch.repeated(len(chunk)), gates, ablation).loss.view(len(chunk), batch.size)
                 deltas[first : first + len(chunk)] += (losses - plain.loss[None]).sum(1).double().cpu().numpy()
             yield Progress("ablations", index + 1, len(batches))
+    summed = distributed.sum_across({"deltas": deltas, "loss": base_loss, "metric_sum": metric_sum, "metric_count": metric_count})
+    deltas, base_loss, metric_sum, metric_count = (summed[key] for key in ("deltas", "loss", "metric_sum", "metric_count"))
     deltas /= max(objective.sentences, 1)
     raw = np.zeros((num_layers, num_heads), dtype=np.float64)
     for (layer, head), delta in zip(heads, deltas[: len(heads)]):

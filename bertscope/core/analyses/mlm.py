@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from bertscope.core import distributed
 from bertscope.core.data.batching import plan_batches
 from bertscope.core.data.corpus import ReadReport, _lines, packaged_data, readable_file
 from bertscope.core.errors import InputError, NoMLMHeadError
@@ -262,7 +263,9 @@ def cloze_scores(
     done = 0
     # Batches capped by tokens (core.data.batching); the MLM head runs on the [MASK] positions only,
     # never over every token of the batch (B·T·vocabulary floats: hundreds of MB for long queries).
-    for indices in corpus_heap_over(plan_batches(lengths, batch_size)):  # one heap setting for batches of every shape (core.model.allocator)
+    mine = list(distributed.shard(range(len(kept))))  # under torchrun, this rank's queries; all of them in one process
+    for batch in corpus_heap_over(plan_batches([lengths[index] for index in mine], batch_size)):  # one heap setting for batches of every shape (core.model.allocator)
+        indices = [mine[index] for index in batch]
         if cancel is not None and cancel.is_set():
             return
         batch = [kept[index] for index in indices]
@@ -284,6 +287,12 @@ def cloze_scores(
         done += len(batch)
         del inputs, gold, rows, columns, outputs, hidden, logits, gold_logit  # nothing of a batch outlives it
         yield Progress("queries", done, len(kept))
+    if distributed.world().active:  # every rank's hits added, its answers put in their places
+        summed = distributed.sum_across({str(k): hits[k] for k in PRECISION_AT})
+        hits = {k: summed[str(k)] for k in PRECISION_AT}
+        for found in distributed.gather({index: answers[index] for index in mine}):
+            for index, answer in found.items():
+                answers[index] = answer
     result = ClozeResult(queries=len(kept), precision={k: hits[k] / len(kept) for k in PRECISION_AT}, answers=answers)
     yield Progress("queries", len(kept), len(kept), result)
 

@@ -18,6 +18,7 @@ pruning curves:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -27,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from bertscope.core import distributed
 from bertscope.core.data.batching import MAX_TOKENS, plan_batches
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
@@ -79,6 +81,9 @@ class Batches:
 
     def __init__(self, session: Session, sentences: Sequence[Sentence], batch_size: int, finish, *, words: bool = False,
                  max_tokens: int = MAX_TOKENS) -> None:
+        # Under torchrun each rank walks its own shard (sentence i when i % size == rank); the objective's
+        # `sentences` stays the whole corpus's count, and the sums are added across ranks (core.distributed).
+        sentences = list(distributed.shard(sentences)) if distributed.world().active else sentences
         self.session, self.sentences, self.batch_size = session, sentences, batch_size
         self.finish, self.words, self.max_tokens = finish, words, max_tokens
         self._count: int | None = None
@@ -229,6 +234,12 @@ def _batches(session: Session, sentences: Sequence[Sentence], batch_size: int, t
     return Batches(session, sentences, batch_size, finish)
 
 
+def sentence_generator(seed: int, token_ids: Tensor) -> torch.Generator:
+    """A random generator for one sentence, seeded by `seed` and its token ids (not its place in a batch)."""
+    digest = hashlib.sha256(f"{seed}:".encode() + token_ids.detach().cpu().to(torch.int64).numpy().tobytes()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+
+
 def _per_row_mean(values: Tensor, rows: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:
     """Sum and count of `values` grouped by `rows` (for token-level losses per sentence)."""
     total = values.new_zeros(num_rows).index_add(0, rows, values)
@@ -248,12 +259,15 @@ class MLMObjective(Objective):
             raise InputError("the tokenizer has no [MASK] token; the mlm objective needs one")
 
         def mask_tokens(batch: Batch) -> Batch:
-            generator = torch.Generator().manual_seed(seed * 1_000_003 + batch.number)  # the same masks on every walk
             ids = batch.inputs["input_ids"]
             candidates = (batch.inputs["attention_mask"].bool() & ~batch.target["special"]).cpu()
-            chosen = (torch.rand(ids.shape, generator=generator) < MLM_RATE) & candidates
-            for row in range(ids.shape[0]):  # every sentence gets at least one masked token
-                if not chosen[row].any() and candidates[row].any():
+            chosen = torch.zeros(ids.shape, dtype=torch.bool)
+            for row in range(ids.shape[0]):
+                # Each sentence's masks follow from the seed and its tokens alone: the same on every walk,
+                # in any batch, on any rank (a corpus sharded by torchrun masks what one process masks).
+                generator = sentence_generator(seed, ids[row][batch.inputs["attention_mask"][row].bool()])
+                chosen[row, : ids.shape[1]] = (torch.rand(ids.shape[1], generator=generator) < MLM_RATE) & candidates[row]
+                if not chosen[row].any() and candidates[row].any():  # every sentence gets at least one masked token
                     options = torch.nonzero(candidates[row]).squeeze(-1)
                     chosen[row, options[torch.randint(len(options), (1,), generator=generator)]] = True
             chosen = chosen.to(ids.device)
@@ -353,7 +367,12 @@ class PreserveObjective(Objective):
         """
         hidden = self._hidden(batch, gates, ablation).float()
         real = batch.inputs["attention_mask"].float()[..., None]
-        direction = torch.randn(hidden.shape, generator=generator).to(hidden.device) * real
+        direction = torch.zeros(hidden.shape)
+        for row, ids in enumerate(batch.inputs["input_ids"]):  # per sentence, from the seed and its tokens: any batch, any rank
+            present = batch.inputs["attention_mask"][row].bool().cpu()
+            row_generator = sentence_generator(generator.initial_seed(), ids.cpu()[present])
+            direction[row, present] = torch.randn((int(present.sum()), hidden.shape[-1]), generator=row_generator)
+        direction = direction.to(hidden.device) * real
         size = (hidden.detach().pow(2) * real).sum((1, 2))
         ones = torch.ones_like(size)
         unmoved = Scores(torch.zeros_like(size), ones, ones)  # the pass at gates 1 is its own reference

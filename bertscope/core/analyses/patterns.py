@@ -47,6 +47,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bertscope.core import distributed
 from bertscope.core.analyses.headstats import is_punctuation
 from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS, plan_batches
 from bertscope.core.data.corpus import Sentence, chunked
@@ -229,6 +230,17 @@ class _Accumulator:
         for name in NORM_SHARES:
             self.sums[f"norm_{name}"][layer] += features[name].sum(0).double()
 
+    def statistics(self) -> dict:
+        """The sufficient statistics: what ranks add up (core.distributed.sum_across)."""
+        return {**{f"sum/{name}": total for name, total in self.sums.items()}, "counts": self.counts,
+                "sentences": self.sentences, "tokens": self.tokens, "truncated": self.truncated}
+
+    def sum_across_ranks(self) -> None:
+        """Every rank's sums in this one (nothing changes in a single process)."""
+        summed = distributed.sum_across(self.statistics())
+        self.sums = {name: summed[f"sum/{name}"] for name in self.sums}
+        self.counts, self.sentences, self.tokens, self.truncated = (summed[key] for key in ("counts", "sentences", "tokens", "truncated"))
+
     def result(self) -> PatternResult:
         sentences = max(self.sentences, 1)
         return PatternResult(
@@ -277,6 +289,7 @@ def pattern_statistics(
             batch = [encoded[index] for index in indices]
             _add_batch(session, accumulator, batch, punctuation_of, gates, ablation, norms)
             yield Progress("sentences", accumulator.sentences, partial=accumulator.result())
+    accumulator.sum_across_ranks()  # under torchrun: the whole corpus's sums on every rank
     if accumulator.sentences == 0:
         raise InputError("no sentences to analyse; the corpus is empty")
     result = accumulator.result()

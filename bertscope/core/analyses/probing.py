@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bertscope.core import distributed
 from bertscope.core.analyses import probes, structural
-from bertscope.core.analyses.features import FeatureOptions, Features, extract_features
+from bertscope.core.analyses.features import FeatureOptions, Features, extract_sharded
 from bertscope.core.analyses.probing_results import ProbeReport
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, WORD_TASKS
@@ -191,7 +192,7 @@ def run_probe(
         for name in ("train", "dev", "test"):
             sentences = getattr(splits, name)
             stage = f"features ({which}, {name})"
-            extracted = yield from relay(extract_features(source, sentences, options, cache_dir=cache_dir, cancel=cancel),
+            extracted = yield from relay(extract_sharded(source, sentences, options, cache_dir=cache_dir, cancel=cancel),
                                          lambda step, stage=stage, done=done: Progress(stage, done + step.done, total))
             if extracted is None:
                 return  # cancelled
@@ -202,19 +203,22 @@ def run_probe(
         return
     device = str(session.device)
     yield Progress("training probes", total, total)
-    try:
-        if task in STRUCTURAL_TASKS:
-            report = _structural_report(task, splits, features, random_baseline, device, seed, cancel)
-        else:
-            report = _classification_report(
-                task, splits, features, level, kind, control, random_baseline, min_examples, device, seed, cancel
-            )
-    except (probes.Cancelled, structural.Cancelled):
-        return
-    truncated = sum(features["model", name].truncated_words for name in ("train", "dev", "test"))
-    if truncated:
-        report.notes.append(f"{truncated} words of sentences longer than the model's maximum were left out")
-    report.notes[:0] = splits.notes
+    report = None
+    if distributed.is_main():  # under torchrun, rank 0 holds every row (extract_sharded) and trains the probes, once
+        try:
+            if task in STRUCTURAL_TASKS:
+                report = _structural_report(task, splits, features, random_baseline, device, seed, cancel)
+            else:
+                report = _classification_report(
+                    task, splits, features, level, kind, control, random_baseline, min_examples, device, seed, cancel
+                )
+        except (probes.Cancelled, structural.Cancelled):
+            return
+        truncated = sum(features["model", name].truncated_words for name in ("train", "dev", "test"))
+        if truncated:
+            report.notes.append(f"{truncated} words of sentences longer than the model's maximum were left out")
+        report.notes[:0] = splits.notes
+    report = distributed.from_main(report)
     yield Progress("done", total, total, report)
 
 

@@ -1,0 +1,57 @@
+"""Run by tests/test_distributed.py under torchrun (two gloo ranks on the CPU): not a test module itself.
+
+    torchrun --standalone --nproc-per-node 2 tests/distributed_job.py equal OUT.json
+    torchrun --standalone --nproc-per-node 2 tests/distributed_job.py fail OUT.json
+
+`equal`: patterns, probe and importance (both methods) through the public API, rank 0 saving
+the results for the test to hold against one process. `fail`: `bertscope patterns -o OUT.json`
+through the command line, with rank 1 running out of memory at its third batch.
+"""
+
+import pickle
+import sys
+
+from bertscope.core import distributed
+
+PATTERN_SENTENCES = 24
+IMPORTANCE_SENTENCES = 10
+
+
+def equal(out: str) -> None:
+    import bertscope
+    from bertscope.api import probe_sentences
+    from bertscope.core.data.corpus import sample_corpus
+
+    model = bertscope.load(device="cpu")
+    results = {"world": distributed.world().size}
+    results["patterns"] = bertscope.patterns(model, limit=PATTERN_SENTENCES)
+    train, _, _, _, _ = probe_sentences("upos", str(sample_corpus("conllu")), None, None, limit=70)
+    results["probe"] = bertscope.api.probe_on(model, "upos", train, control=False, random_baseline=False, cache_dir=False)
+    for method in ("ablation", "gradient"):
+        results[method] = bertscope.importance(model, "preserve", limit=IMPORTANCE_SENTENCES, method=method)
+    if distributed.is_main():
+        with open(out, "wb") as handle:
+            pickle.dump(results, handle)
+
+
+def fail(out: str) -> None:
+    import torch
+
+    from bertscope.cli import main
+    from bertscope.core.analyses import patterns
+
+    if distributed.world().rank == 1:
+        original, calls = patterns._add_batch, []
+
+        def running_out(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 3:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return original(*args, **kwargs)
+
+        patterns._add_batch = running_out
+    main(["patterns", "--batch-size", "4", "--limit", "40", "--json", "-o", out])
+
+
+if __name__ == "__main__":
+    {"equal": equal, "fail": fail}[sys.argv[1]](sys.argv[2])

@@ -1,0 +1,94 @@
+"""Corpus jobs across two gloo ranks on the CPU (torchrun) equal one process; a failing rank stops the job.
+
+Each test launches `torchrun --standalone --nproc-per-node 2` on tests/distributed_job.py with
+the bundled model, and holds rank 0's results against the same job run here, in one process.
+"""
+
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import bertscope
+from bertscope.api import probe_sentences
+from bertscope.core import distributed
+from bertscope.core.data.corpus import sample_corpus
+
+JOB = Path(__file__).with_name("distributed_job.py")
+
+
+def torchrun(mode: str, out: Path) -> subprocess.CompletedProcess:
+    environment = {key: value for key, value in os.environ.items() if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    environment["OMP_NUM_THREADS"] = "1"
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(JOB), mode, str(out)],
+        capture_output=True, text=True, env=environment, timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    out = tmp_path_factory.mktemp("distributed") / "results.pkl"
+    launched = torchrun("equal", out)
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    return pickle.loads(out.read_bytes())
+
+
+@pytest.fixture(scope="module")
+def model():
+    return bertscope.load(device="cpu")
+
+
+def test_outside_torchrun_nothing_is_sharded_or_started():
+    assert distributed.world() == distributed.World(0, 1, 0) and not distributed.started()
+    assert list(distributed.shard(range(5))) == [0, 1, 2, 3, 4]
+    assert distributed.sum_across({"a": 1}) == {"a": 1}
+
+
+def test_shards_take_every_sentence_once(monkeypatch):
+    taken = []
+    for rank in range(3):
+        monkeypatch.setenv("WORLD_SIZE", "3")
+        monkeypatch.setenv("RANK", str(rank))
+        taken.append(list(distributed.shard(iter(range(10)))))
+    assert taken == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
+
+
+def test_patterns_over_two_ranks_equal_one_process(two_ranks, model):
+    assert two_ranks["world"] == 2
+    one, two = bertscope.patterns(model, limit=24), two_ranks["patterns"]
+    assert (two.sentences, two.tokens, two.truncated) == (one.sentences, one.tokens, one.truncated) == (24, two.tokens, 0)
+    for name, values in one.statistics.items():
+        np.testing.assert_allclose(two.statistics[name], values, atol=1e-6, err_msg=name)
+    np.testing.assert_array_equal(two.pattern_shares, one.pattern_shares)  # counts of classes: identical
+    np.testing.assert_array_equal(two.dominant, one.dominant)
+
+
+def test_probe_over_two_ranks_equals_one_process(two_ranks, model):
+    train, _, _, _, _ = probe_sentences("upos", str(sample_corpus("conllu")), None, None, limit=70)
+    one = bertscope.api.probe_on(model, "upos", train, control=False, random_baseline=False, cache_dir=False)
+    two = two_ranks["probe"]
+    assert two.as_json() == one.as_json()  # the same rows, back in input order, and the probes trained once
+
+
+@pytest.mark.parametrize("method", ["ablation", "gradient"])
+def test_importance_over_two_ranks_equals_one_process(two_ranks, model, method):
+    one = bertscope.importance(model, "preserve", limit=10, method=method)
+    two = two_ranks[method]
+    assert two.sentences == one.sentences == 10
+    np.testing.assert_allclose(two.raw, one.raw, rtol=1e-4, atol=1e-7)  # float32 forwards in other batches: ~1e-6 relative
+    assert two.baseline_loss == pytest.approx(one.baseline_loss, abs=1e-6)
+    assert list(two.order())[:10] == list(one.order())[:10]
+
+
+def test_a_rank_that_runs_out_of_memory_stops_the_job_with_one_line(tmp_path):
+    out = tmp_path / "patterns.json"
+    launched = torchrun("fail", out)
+    assert launched.returncode != 0
+    ours = [line for line in launched.stderr.splitlines() if line.startswith("bertscope:")]
+    assert ours == ["bertscope: error: rank 1: out of memory (CUDA out of memory. Tried to allocate 2.00 GiB); use a smaller --batch-size"]
+    assert not out.exists() and not list(tmp_path.iterdir())  # no output, not even a temporary file
