@@ -213,3 +213,31 @@ def test_feature_extraction_tokenises_a_chunk_at_a_time_and_keeps_no_batch(tiny_
     assert chunk_sizes and max(chunk_sizes) <= 16 and sum(chunk_sizes) == len(sentences)
     result = list(features.extract_features(tiny_session, sentences, features.FeatureOptions(level="word"), cache_dir=tmp_path))[-1].result
     assert result.from_cache and len(result.X) == sum(len(sentence.words) for sentence in sentences)
+
+
+def test_probe_training_runs_on_the_corpus_heap(tiny_session, monkeypatch):
+    """A probe's fit streams blocks of rows and their float64 sums through malloc: on the heap that
+    interactive passes keep, each block's temporaries left freed holes and the heap grew with the
+    number of blocks (EWT, 8,000 sentences: +107 MB). Training must run with corpus jobs' heap
+    setting (blocks of 1 MB and more mapped and handed back), after the feature passes' freed
+    memory is trimmed, and give the interactive setting back when done."""
+    from bertscope.core.analyses import probes, probing
+    from bertscope.core.model import allocator
+
+    calls, streaming_while_fitting = [], []
+    monkeypatch.setattr(allocator, "_tuned", True)
+    monkeypatch.setattr(allocator, "_mallopt", lambda option, value: calls.append((option, value)))
+    trims = []
+    monkeypatch.setattr(probing, "release_freed_memory", lambda: trims.append(len(calls)))
+    train_probes = probes.train_probes
+
+    def watched(*args, **options):
+        streaming_while_fitting.append(allocator._streaming > 0 and calls[-1] == (allocator.M_MMAP_THRESHOLD, allocator.STREAMING_THRESHOLD))
+        return train_probes(*args, **options)
+
+    monkeypatch.setattr(probes, "train_probes", watched)
+    splits = probing.make_splits(list(generate_treebank(60, seed=3)), None, None)
+    steps = list(probing.run_probe(tiny_session, "upos", splits, control=False, random_baseline=False, cache_dir=False))
+    assert steps[-1].result is not None and streaming_while_fitting == [True]
+    assert trims, "the feature passes' freed memory was not trimmed before training"
+    assert calls[-1] == (allocator.M_MMAP_THRESHOLD, allocator._kept) and allocator._streaming == 0

@@ -32,7 +32,7 @@ from bertscope.core import distributed
 from bertscope.core.data.batching import MAX_TOKENS, plan_batches
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
-from bertscope.core.model.allocator import corpus_heap_over, release_freed_memory
+from bertscope.core.model.allocator import corpus_heap, corpus_heap_over, release_freed_memory
 from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import outcome
 
@@ -430,11 +430,13 @@ class ProbeObjective(Objective):
         test_labels = [] if level == "word" else labels_of("test")
         encoded = encode_labels(labels_of("train", features["train"]), labels_of("dev", features["dev"]), test_labels)
         classes = encoded.classes
-        trained = probes.train_probes(
-            encoded.rows("train", features["train"].X[:, layer : layer + 1]), encoded.train,
-            encoded.rows("dev", features["dev"].X[:, layer : layer + 1]), encoded.dev,
-            num_classes=len(classes), kind="linear", device=str(session.device), seed=seed,
-        )
+        release_freed_memory()
+        with corpus_heap():  # the fit's per-block temporaries mapped and handed back, not heap holes (issue 15)
+            trained = probes.train_probes(
+                encoded.rows("train", features["train"].X[:, layer : layer + 1]), encoded.train,
+                encoded.rows("dev", features["dev"].X[:, layer : layer + 1]), encoded.dev,
+                num_classes=len(classes), kind="linear", device=str(session.device), seed=seed,
+            )
         weights = {
             name: torch.as_tensor(getattr(trained, name)[0], device=session.device)
             for name in ("mean", "std", "weights", "bias")
