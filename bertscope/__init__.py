@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BertscopeError", "BertscopeNote", "Cancelled", "attribute", "cloze", "compare", "corpus", "fill", "geometry",
-    "importance", "load", "objective", "patch", "patterns", "probe", "prune", "pruning_curve",
+    "importance", "load", "objective", "patch", "patterns", "probe", "prune", "pruning_curve", "syntax",
 ]
 
 
