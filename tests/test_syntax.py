@@ -184,3 +184,13 @@ def test_shards_merge_into_the_whole(tiny_session):
         for name in ("counts", "correct", "baseline_correct"):
             assert np.array_equal(getattr(merged, name)[merged.index(relation)], getattr(whole, name)[whole.index(relation)])
     assert isinstance(merged, SyntaxResult)
+
+
+def test_the_public_api_reads_the_sample_treebank_by_default(tiny_session):
+    import bertscope
+
+    result = bertscope.syntax(tiny_session, limit=12)
+    assert result.sentences == 12 and "det" in result.relations
+    assert result.correct.dtype == np.int64 and result.correct.shape[2:] == (3, 4)
+    with pytest.raises(InputError, match="unknown dependency relation"):
+        bertscope.api.check_relations(["det", "subj"])
