@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator
 
-from bertscope.core.analyses import attribution, compare, geometry, objectives, patching, patterns, probing
+from bertscope.core.analyses import attribution, compare, geometry, objectives, patching, patterns, probing, syntax
 from bertscope.core.analyses.importance import head_importance, measure, pruning_curve
 from bertscope.core.analyses.importance_results import HeadImportance, Measurement
 from bertscope.core.data.corpus import Sentence
@@ -51,6 +51,10 @@ class SessionBackend:
     def attention_patterns(self, sentences: Iterable[Sentence], *, mask: HeadMask | None = None, ablation: Ablation = "zero",
                            cancel: threading.Event | None = None) -> Iterator:
         return patterns.pattern_statistics(self.session, sentences, mask=mask, ablation=ablation, cancel=cancel)
+
+    def syntax_heads(self, sentences: Iterable[Sentence], *, mask: HeadMask | None = None, ablation: Ablation = "zero",
+                     cancel: threading.Event | None = None) -> Iterator:
+        return syntax.syntax_heads(self.session, sentences, mask=mask, ablation=ablation, cancel=cancel)
 
     def probe(self, task: str, train, dev=None, test=None, *, mask: HeadMask | None = None, ablation: Ablation = "zero",
               kind: str = "linear", cancel: threading.Event | None = None) -> Iterator:
