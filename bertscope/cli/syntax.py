@@ -61,5 +61,5 @@ def syntax(data, limit, relations, min_count, mask_spec, ablation, batch_size, o
     console.print(f"[bold]{session.info.source}[/] · {result.sentences:,} sentences, {result.words:,} words from {corpus.source}"
                   + (f" · mask {mask.spec()} ({ablation})" if len(mask) else ""), highlight=False)
     console.print(syntax_table(rows, min_count=min_count))
-    console.print(f"[dim]best head as layer-head; baseline: the best fixed offset in words; * fewer than {min_count} instances[/]",
+    console.print(f"[dim]best head as layer:head, from 0; baseline: the best fixed offset in words; * fewer than {min_count} instances[/]",
                   highlight=False)

@@ -114,8 +114,8 @@ class ExplorerApp(App[None]):
         Binding("b", "next_attribution", "attribution", show=False),
         Binding("B", "next_attribution_target", "explain what", show=False),
         Binding("i", "importance", "importance", show=False),
-        Binding("r", "syntax_relation", "tracks relation", show=False),
-        Binding("R", "syntax_direction", "relation direction", show=False),
+        Binding("y", "syntax_relation", "tracks relation", show=False),
+        Binding("Y", "syntax_direction", "relation direction", show=False),
         Binding("P", "prune_to", "prune to X%", show=False),
         Binding("C", "pruning_curve", "pruning curve", show=False),
         Binding("g", "geometry", "geometry", show=False),
@@ -468,7 +468,7 @@ class ExplorerApp(App[None]):
         panel.show_for(self.mask, self.state.ablation)
 
     def action_syntax_relation(self) -> None:
-        """`r`: shade the grid by the heads that track a relation, or go on to the next relation."""
+        """`y`: shade the grid by the heads that track a relation, or go on to the next relation."""
         if self.state.figure != SYNTAX_FIGURE:
             self.state = self.state.with_(figure=SYNTAX_FIGURE)
             self._follow_syntax()
@@ -478,7 +478,7 @@ class ExplorerApp(App[None]):
         self.query_one(SyntaxPanel).next_relation()
 
     def action_syntax_direction(self) -> None:
-        """`R`: dependent→head or head→dependent."""
+        """`Y`: dependent→head or head→dependent."""
         if self.state.figure == SYNTAX_FIGURE:
             self.query_one(SyntaxPanel).next_direction()
 

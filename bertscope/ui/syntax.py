@@ -1,7 +1,7 @@
 """Heads that track syntax in the explorer: the grid's "tracks <relation>" figure (Clark et al. 2019 §4).
 
-`f` reaches the figure, `r` goes to it or on to the next relation (most frequent first),
-`R` turns the direction (dependent→head, head→dependent). Each head is shaded by how often
+`f` reaches the figure, `y` goes to it or on to the next relation (most frequent first),
+`Y` turns the direction (dependent→head, head→dependent). Each head is shaded by how often
 the word it attends to most is the right one over the shipped sample treebank, under the
 explorer's mask; the panel under the grid names the best head and the best fixed-offset
 baseline beside it. `SyntaxPanel` owns the run and the result; the app asks it for the
@@ -36,6 +36,30 @@ def syntax_label(relation: str, direction: str) -> str:
 def syntax_overlay(result: SyntaxResult, relation: str, direction: str) -> tuple[np.ndarray, tuple[float, float], str]:
     """(values, range, label) to shade the head grid by each head's accuracy for the relation."""
     return result.accuracy(relation, direction), (0.0, 1.0), syntax_label(relation, direction)
+
+
+def counted_relations(result: SyntaxResult | None) -> list[str]:
+    """The relations with at least one arc, most frequent first."""
+    if result is None:
+        return []
+    return [name for name in result.by_frequency() if result.counts[result.index(name), 0] > 0]
+
+
+def next_relation(result: SyntaxResult | None, current: str | None) -> str | None:
+    """The relation after `current` (round), or the first one."""
+    relations = counted_relations(result)
+    if not relations:
+        return None
+    index = relations.index(current) + 1 if current in relations else 0
+    return relations[index % len(relations)]
+
+
+def kept_relation(result: SyntaxResult | None, current: str | None) -> str | None:
+    """`current` while the result has it; else det (Clark et al.'s clearest case) or the most frequent."""
+    relations = counted_relations(result)
+    if current in relations:
+        return current
+    return "det" if "det" in relations else (relations[0] if relations else None)
 
 
 class SyntaxPanel(Static):
@@ -88,20 +112,12 @@ class SyntaxPanel(Static):
         self.display = False
 
     def next_relation(self) -> None:
-        relations = self.relations()
-        if relations:
-            index = relations.index(self.relation) + 1 if self.relation in relations else 0
-            self.relation = relations[index % len(relations)]
-            self._draw()
+        self.relation = next_relation(self.result, self.relation)
+        self._draw()
 
     def next_direction(self) -> None:
         self.direction = DIRECTIONS[(DIRECTIONS.index(self.direction) + 1) % len(DIRECTIONS)]
         self._draw()
-
-    def relations(self) -> list[str]:
-        if self.result is None:
-            return []
-        return [name for name in self.result.by_frequency() if self.result.counts[self.result.index(name), 0] > 0]
 
     def overlay(self) -> tuple[np.ndarray, tuple[float, float], str] | None:
         """The grid's figure, or None while no arc has been counted."""
@@ -114,9 +130,7 @@ class SyntaxPanel(Static):
     def _stepped(self, progress: Progress[SyntaxResult]) -> None:
         self.result = progress.partial
         self.finished = progress.finished
-        if self.relation is None or self.relation not in self.result.relations:
-            relations = self.relations()
-            self.relation = "det" if "det" in relations else (relations[0] if relations else None)
+        self.relation = kept_relation(self.result, self.relation)
         self._draw(None if progress.finished else f"{progress.done}/{len(self.sentences)} sentences")
 
     def _failed(self, reason: str) -> None:
@@ -141,6 +155,6 @@ class SyntaxPanel(Static):
         if stage:
             lines.append(f"\n{stage}…", style="dim")
         else:
-            lines.append("\nr relation · R direction", style="dim")
+            lines.append("\ny relation · Y direction", style="dim")
         self.update(lines)
         self._on_changed()
