@@ -55,18 +55,24 @@ if TYPE_CHECKING:
 # --- word-level attention and the most-attended other word ------------------------------------
 
 
-def word_attention(attention: Tensor, word_of: Tensor, words: int) -> Tensor:
-    """`[B, H, W, W]` word-level attention from token-level `[B, H, T, T]`.
+def word_pooling(word_of: Tensor, words: int) -> tuple[Tensor, Tensor]:
+    """(`[B, W, T]` mean over each word's sub-word rows, `[B, T, W]` sum over its sub-word columns), once per batch.
 
     `word_of[b, t]` is token t's word (0..W-1), or -1 for special tokens and padding, whose
-    rows and columns are left out. Columns are summed over a word's sub-words, rows averaged.
+    rows and columns are left out.
     """
-    onehot = torch.zeros(*word_of.shape, words, dtype=attention.dtype, device=attention.device)  # [B, T, W]
+    onehot = torch.zeros(*word_of.shape, words, device=word_of.device)  # [B, T, W]
     inside = word_of >= 0
     onehot[inside.nonzero(as_tuple=True) + (word_of[inside],)] = 1
     pieces = onehot.sum(1).clamp(min=1)  # [B, W]
-    rows = (onehot / pieces[:, None, :]).transpose(1, 2)  # [B, W, T]: the mean over a word's rows
-    return rows[:, None] @ attention @ onehot[:, None]
+    return (onehot / pieces[:, None, :]).transpose(1, 2), onehot
+
+
+def word_attention(attention: Tensor, word_of: Tensor, words: int, pooling: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """`[B, H, W, W]` word-level attention from token-level `[B, H, T, T]` (float32): columns summed over
+    a word's sub-words, rows averaged, [CLS], [SEP] and padding left out (`word_pooling`)."""
+    rows, columns = pooling if pooling is not None else word_pooling(word_of, words)
+    return rows[:, None] @ attention @ columns[:, None]
 
 
 def most_attended_other(word_level: Tensor, present: Tensor) -> Tensor:
@@ -203,8 +209,10 @@ def _add_batch(session: Session, counts: _Counts, batch: list[_Encoded], gates, 
     sentence, dependent, head, relation = (torch.tensor(values, dtype=torch.long, device=device)
                                            for values in (sentence, dependent, head, relation))
 
+    pooling = word_pooling(word_of, words)
+
     def reduce(layer: int, attention: Tensor) -> None:
-        predicted = most_attended_other(word_attention(attention.float(), word_of, words), present).transpose(1, 2)  # [B, W, H]
+        predicted = most_attended_other(word_attention(attention.float(), word_of, words, pooling), present).transpose(1, 2)  # [B, W, H]
         for direction, (query, answer) in enumerate(((dependent, head), (head, dependent))):
             hits = (predicted[sentence, query] == answer[:, None]).long()  # [N, H]
             counts.correct[:, direction, layer].index_add_(0, relation, hits)
