@@ -16,28 +16,35 @@ or `data` (a corpus file), or else the sample corpus shipped with bertscope, and
 and the function raises `Cancelled`). Notes a person should see (lines skipped in a file,
 sentences cut at the model's limit) are issued as `BertscopeNote` warnings.
 
+Each long function also comes as a stream, `patterns_steps`, `probe_steps`, ...: the same
+arguments, but it returns a generator of `Progress` records whose last carries the result
+(earlier ones, for patterns, the statistics so far), for live displays — the explorer runs
+these — and it hands its notes to `tell` (a function of one string) instead of warning.
+
 torch is imported when a function runs, not when this module is imported.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bertscope.core.data.corpus import ReadReport, Sentence, read_sentences, sample_corpus
 from bertscope.core.data.probing_tasks import TREEBANK_TASKS
 from bertscope.core.errors import BertscopeError, BertscopeNote, Cancelled, InputError  # noqa: F401 - the first and third re-exported (bertscope.__all__)
 from bertscope.core.model.masks import Ablation, HeadMask
-from bertscope.core.progress import outcome
+from bertscope.core.progress import Progress, outcome
 
 if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyses are not
     from bertscope.core.analyses.attribution_results import Attribution
     from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryResult
-    from bertscope.core.analyses.importance_results import HeadImportance, PruningCurve
+    from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
     from bertscope.core.analyses.mlm import ClozeResult, FillResult
     from bertscope.core.analyses.objectives import Objective
     from bertscope.core.analyses.patching_results import PatchingResult
@@ -45,14 +52,30 @@ if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyse
     from bertscope.core.analyses.probing_results import ProbeReport
     from bertscope.core.analyses.syntax_results import SyntaxResult
     from bertscope.core.analyses.pruned_export import PrunedModel
+    from bertscope.core.model.results import Encoding
     from bertscope.core.model.session import Session
 
+T = TypeVar("T")
 ProgressCallback = Callable[[Any], None] | None
+Tell = Callable[[str], None]  # where a stream's notes go
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
 
 def note(message: str) -> None:
-    """Tell the caller something about the result, as a `BertscopeNote` warning."""
-    warnings.warn(message, BertscopeNote, stacklevel=3)
+    """Tell the caller something about the result, as a `BertscopeNote` warning attributed to the caller's line."""
+    level, frame = 2, sys._getframe(1)  # 2: the function that called note
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+        level, frame = level + 1, frame.f_back  # past bertscope's own frames, to the line that called it
+    warnings.warn(message, BertscopeNote, stacklevel=level)
+
+
+def _telling(steps: Iterable[Progress[T]], on_result: Callable[[T], None]) -> Iterator[Progress[T]]:
+    """`steps`, with `on_result(result)` called just before the last one is yielded: where a stream tells its notes."""
+    for step in steps:
+        if step.finished:
+            on_result(step.result)
+        yield step
 
 
 def load(model: str | None = None, *, device: str = "auto", dtype: str = "float32", allow_download: bool = False,
@@ -81,10 +104,10 @@ class Corpus:
     source: str
     report: ReadReport
 
-    def notes(self) -> None:
-        """Warn about skipped lines, once the sentences have been read."""
+    def notes(self, tell: Tell = note) -> None:
+        """Say what reading skipped, once the sentences have been read."""
         if self.report.skipped:
-            note(self.report.summary())
+            tell(self.report.summary())
 
 
 Texts = str | Iterable[str] | Corpus | None  # a sentence, sentences, or a corpus already chosen
@@ -116,11 +139,11 @@ def corpus(texts: Texts = None, *, data: str | Path | None = None, data_format: 
     return Corpus(read_sentences(path, data_format, limit=limit, report=report), str(path), report)
 
 
-def encoded(model: Session, text: str, pair: str | None = None):
+def encoded(model: Session, text: str, pair: str | None = None, *, tell: Tell = note) -> Encoding:
     """The text tokenised for the model, with a note when it had to be cut to fit."""
     encoding = model.encode(text, pair)
     if encoding.truncated:
-        note(f"the input is {len(encoding) + encoding.truncated} tokens; cut {encoding.truncated} "
+        tell(f"the input is {len(encoding) + encoding.truncated} tokens; cut {encoding.truncated} "
              f"to fit the model's maximum of {model.max_length}")
     return encoding
 
@@ -135,18 +158,35 @@ def head_mask(model: Session, mask: str | HeadMask | None) -> HeadMask:
 
 def patterns(model: Session, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
              limit: int | None = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero", batch_size: int = 32,
-             progress: ProgressCallback = None, cancel: threading.Event | None = None) -> PatternResult:
-    """Attention statistics and Kovaleva pattern classes of every head, streamed over a corpus."""
+             norms: bool = False, progress: ProgressCallback = None, cancel: threading.Event | None = None) -> PatternResult:
+    """Attention statistics and Kovaleva pattern classes of every head, streamed over a corpus.
+
+    `norms=True` also takes the shares to [CLS], [SEP], punctuation, self, previous and next
+    of the value-weighted norms ‖α_ij f_h(x_j)‖ (Kobayashi et al. 2020), from the same passes:
+    `result.statistics["norm_sep"]` beside `result.statistics["sep"]`.
+    """
+    steps = patterns_steps(model, texts, data=data, data_format=data_format, limit=limit, mask=mask, ablation=ablation,
+                           batch_size=batch_size, norms=norms, cancel=cancel)
+    return outcome(steps, on_step=progress, cancel=cancel)
+
+
+def patterns_steps(model: Session, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
+                   limit: int | None = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
+                   batch_size: int = 32, norms: bool = False, cancel: threading.Event | None = None,
+                   tell: Tell = note) -> Iterator[Progress[PatternResult]]:
+    """`patterns` as a stream; each record's `partial` holds the statistics so far."""
     from bertscope.core.analyses.patterns import pattern_statistics
 
     sentences = corpus(texts, data=data, data_format=data_format, limit=limit)
     steps = pattern_statistics(model, sentences.sentences, mask=head_mask(model, mask), ablation=ablation,
-                               batch_size=batch_size, cancel=cancel)
-    result = outcome(steps, on_step=progress, cancel=cancel)
-    sentences.notes()
-    if result.truncated:
-        note(f"{result.truncated:,} tokens were cut from sentences longer than the model's maximum of {model.max_length}")
-    return result
+                               batch_size=batch_size, cancel=cancel, norms=norms)
+
+    def told(result: PatternResult) -> None:
+        sentences.notes(tell)
+        if result.truncated:
+            tell(f"{result.truncated:,} tokens were cut from sentences longer than the model's maximum of {model.max_length}")
+
+    return _telling(steps, told)
 
 
 # heads that track syntax
@@ -198,17 +238,27 @@ def syntax(model: Session, data: str | Path | Iterable[Sentence] | Corpus | None
     best fixed-offset baseline (offsets -3 to 3). `result.rows(relations, min_count)` gives
     what `bertscope syntax --json` prints; the counts are integers, summable across shards.
     """
+    steps = syntax_steps(model, data, limit=limit, mask=mask, ablation=ablation, batch_size=batch_size, cancel=cancel)
+    return outcome(steps, on_step=progress, cancel=cancel)
+
+
+def syntax_steps(model: Session, data: str | Path | Iterable[Sentence] | Corpus | None = None, *, limit: int | None = None,
+                 mask: str | HeadMask | None = None, ablation: Ablation = "zero", batch_size: int = 32,
+                 cancel: threading.Event | None = None, tell: Tell = note) -> Iterator[Progress[SyntaxResult]]:
+    """`syntax` as a stream; each record's `partial` holds the counts so far."""
     from bertscope.core.analyses.syntax import syntax_heads
 
     sentences = treebank(data, limit=limit)
     steps = syntax_heads(model, sentences.sentences, mask=head_mask(model, mask), ablation=ablation, batch_size=batch_size,
                          cancel=cancel)
-    result = outcome(steps, on_step=progress, cancel=cancel)
-    sentences.notes()
-    if result.truncated:
-        note(f"{result.truncated:,} sentences were cut to the model's maximum of {model.max_length} tokens; "
-             "arcs to the words beyond the cut are not counted")
-    return result
+
+    def told(result: SyntaxResult) -> None:
+        sentences.notes(tell)
+        if result.truncated:
+            tell(f"{result.truncated:,} sentences were cut to the model's maximum of {model.max_length} tokens; "
+                 "arcs to the words beyond the cut are not counted")
+
+    return _telling(steps, told)
 
 
 # what each layer knows
@@ -240,15 +290,26 @@ def probe_on(model: Session, task: str, train: list[Sentence], dev: list[Sentenc
              cache_dir: str | Path | None | bool = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
              seed: int = 0, progress: ProgressCallback = None, cancel: threading.Event | None = None) -> ProbeReport:
     """`probe` on sentences already read (see `probe_sentences`); dev and test default to splits of train."""
+    steps = probe_steps(model, task, train, dev, test, word_pooling=word_pooling, sentence_pooling=sentence_pooling, kind=kind,
+                        control=control, random_baseline=random_baseline, min_examples=min_examples, cache_dir=cache_dir,
+                        mask=mask, ablation=ablation, seed=seed, cancel=cancel)
+    return outcome(steps, "probing", on_step=progress, cancel=cancel)
+
+
+def probe_steps(model: Session, task: str, train: list[Sentence], dev: list[Sentence] | None = None,
+                test: list[Sentence] | None = None, *, word_pooling: str = "first", sentence_pooling: str = "cls",
+                kind: str = "linear", control: bool = True, random_baseline: bool = True, min_examples: int = 2,
+                cache_dir: str | Path | None | bool = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
+                seed: int = 0, cancel: threading.Event | None = None) -> Iterator[Progress[ProbeReport]]:
+    """`probe_on` as a stream (its notes are in the report's `notes`)."""
     from bertscope.core.analyses.probing import make_splits, run_probe
 
     splits = make_splits(train, dev, test, seed=seed)
-    steps = run_probe(
+    return run_probe(
         model, task, splits, word_pooling=word_pooling, sentence_pooling=sentence_pooling, mask=head_mask(model, mask).spec(),
         ablation=ablation, kind=kind, control=control, random_baseline=random_baseline, min_examples=min_examples,
         cache_dir=cache_dir, seed=seed, cancel=cancel,
     )
-    return outcome(steps, "probing", on_step=progress, cancel=cancel)
 
 
 def probe_sentences(task: str, data, dev, test, data_format: str = "auto", limit: int | None = None):
@@ -294,7 +355,7 @@ def probe_sentences(task: str, data, dev, test, data_format: str = "auto", limit
 
 def objective(model: Session, name: str, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
               limit: int | None = None, task: str | None = None, probe_layer: int | None = None, batch_size: int = 32,
-              seed: int = 0) -> tuple[Objective, str]:
+              seed: int = 0, tell: Tell = note) -> tuple[Objective, str]:
     """What importance and pruning are measured on, prepared over the data; and the data's source.
 
     `name`: mlm (an MLM head), classification (a classifier and labelled data), probe
@@ -308,12 +369,12 @@ def objective(model: Session, name: str, texts: Texts = None, *, data: str | Pat
     sentences = corpus(texts, data=data, data_format=data_format, limit=limit, sample=name != "probe")
     source = sentences.source or f"built-in task {task}"
     if name != "probe" and task is not None:
-        note(f"a probing task is for the probe objective; the {name} objective ignores it")
+        tell(f"a probing task is for the probe objective; the {name} objective ignores it")
     prepared = make_objective(model, name, list(sentences.sentences), batch_size=batch_size, seed=seed, probe_task=task,
                               probe_layer=probe_layer)
-    sentences.notes()
+    sentences.notes(tell)
     for message in prepared.notes:
-        note(message)
+        tell(message)
     return prepared, source
 
 
@@ -331,10 +392,24 @@ def importance(model: Session, objective_name: str, texts: Texts = None, *, data
 def importance_of(prepared: Objective, *, method: str = "gradient", ablation: Ablation = "zero", normalize: bool = True,
                   seed: int = 0, progress: ProgressCallback = None, cancel: threading.Event | None = None) -> HeadImportance:
     """Head importance for an objective already prepared (see `objective`)."""
+    steps = importance_steps(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, cancel=cancel)
+    return outcome(steps, on_step=progress, cancel=cancel)
+
+
+def importance_steps(prepared: Objective, *, method: str = "gradient", ablation: Ablation = "zero", normalize: bool = True,
+                     seed: int = 0, cancel: threading.Event | None = None) -> Iterator[Progress[HeadImportance]]:
+    """`importance_of` as a stream."""
     from bertscope.core.analyses.importance import head_importance
 
-    steps = head_importance(prepared, method, ablation=ablation, normalize=normalize, seed=seed, cancel=cancel)
-    return outcome(steps, on_step=progress, cancel=cancel)
+    return head_importance(prepared, method, ablation=ablation, normalize=normalize, seed=seed, cancel=cancel)
+
+
+def measure(prepared: Objective, mask: str | HeadMask | None = None, ablation: Ablation = "zero") -> Measurement:
+    """The objective's loss and metric with the heads of `mask` switched off (quick to repeat: the explorer's toggles)."""
+    from bertscope.core.analyses.importance import measure as measured
+
+    chosen = head_mask(prepared.session, mask)
+    return measured(prepared, chosen if len(chosen) else None, ablation)
 
 
 def pruning_curve(model: Session, objective_name: str, texts: Texts = None, *, data: str | Path | None = None,
@@ -354,15 +429,25 @@ def pruning_curve(model: Session, objective_name: str, texts: Texts = None, *, d
                     max_drop=max_drop, progress=progress, cancel=cancel)
 
 
-def curve_of(prepared: Objective, ranking: HeadImportance, *, method: str = "gradient", ablation: Ablation = "zero",
+def curve_of(prepared: Objective, ranking: HeadImportance | None, *, method: str = "gradient", ablation: Ablation = "zero",
              step: float = 0.1, reestimate: bool = False, normalize: bool = True, max_drop: float = 0.01,
              progress: ProgressCallback = None, cancel: threading.Event | None = None) -> PruningCurve:
-    """`pruning_curve`'s second half, for an objective and a ranking already at hand."""
-    from bertscope.core.analyses.importance import pruning_curve as curve_steps
-
-    steps = curve_steps(prepared, importance=ranking, method=method, ablation=ablation, step=step, reestimate=reestimate,
+    """`pruning_curve`'s second half, for an objective and a ranking already at hand (None: estimated first)."""
+    steps = curve_steps(prepared, ranking, method=method, ablation=ablation, step=step, reestimate=reestimate,
                         normalize=normalize, max_drop=max_drop, cancel=cancel)
     return outcome(steps, "pruning curve", on_step=progress, cancel=cancel)
+
+
+def curve_steps(prepared: Objective, ranking: HeadImportance | None, *, method: str = "gradient", ablation: Ablation = "zero",
+                step: float = 0.1, reestimate: bool = False, normalize: bool = True, max_drop: float = 0.01,
+                cancel: threading.Event | None = None) -> Iterator[Progress[PruningCurve]]:
+    """`curve_of` as a stream."""
+    from bertscope.core.analyses.importance import check_fraction
+    from bertscope.core.analyses.importance import pruning_curve as curve
+
+    check_fraction(step, "step")
+    return curve(prepared, importance=ranking, method=method, ablation=ablation, step=step, reestimate=reestimate,
+                 normalize=normalize, max_drop=max_drop, cancel=cancel)
 
 
 def prune(model: Session, objective_name: str, texts: Texts = None, *, fraction: float, output: str | Path | None = None,
@@ -483,22 +568,33 @@ def attribute(model: Session, text: str, pair: str | None = None, *, method: str
 
     `target` is the label, class or token to explain (default: the model's top choice).
     """
+    run = attribute_steps(model, text, pair, method=method, target=target, position=position, probe=probe, data=data,
+                          layer=layer, sentence_pooling=sentence_pooling, score=score, steps=steps, cache_dir=cache_dir,
+                          mask=mask, ablation=ablation, cancel=cancel)
+    return outcome(run, on_step=progress, cancel=cancel)
+
+
+def attribute_steps(model: Session, text: str | Encoding, pair: str | None = None, *, method: str = "integrated-gradients",
+                    target: str | None = None, position: int | None = None, probe: str | None = None,
+                    data: str | Path | None = None, layer: int | None = None, sentence_pooling: str = "cls",
+                    score: str = "log-probability", steps: int | None = None, cache_dir: str | Path | None | bool = None,
+                    mask: str | HeadMask | None = None, ablation: Ablation = "zero", cancel: threading.Event | None = None,
+                    tell: Tell = note) -> Iterator[Progress[Attribution]]:
+    """`attribute` as a stream; `text` may be an `Encoding` already made (the explorer's)."""
     from bertscope.core.analyses.attribution import Target
     from bertscope.core.analyses.attribution import attribute as attribution_steps
     from bertscope.core.analyses.mlm import with_mask_token
 
-    if not text.strip():
+    if isinstance(text, str) and not text.strip():
         raise InputError("the text is empty; give a sentence to explain")
     if (data is not None or layer is not None) and probe is None:
         raise InputError("a probe's data and layer need the probe's task too", setting="probe")
-    encoding = encoded(model, with_mask_token(model.tokenizer, text), pair)
+    if isinstance(text, str):
+        text = encoded(model, with_mask_token(model.tokenizer, text), pair, tell=tell)
     chosen = Target(label=target, position=position, probe=probe, data=data, layer=layer, pooling=sentence_pooling)
-    run = attribution_steps(model, encoding, method=method, target=chosen, score=score, steps=steps,
-                            mask=head_mask(model, mask), ablation=ablation, cache_dir=cache_dir, cancel=cancel)
-    result = outcome(run, on_step=progress, cancel=cancel)
-    for message in result.notes:
-        note(message)
-    return result
+    run = attribution_steps(model, text, method=method, target=chosen, score=score, steps=steps, mask=head_mask(model, mask),
+                            ablation=ablation, cache_dir=cache_dir, cancel=cancel)
+    return _telling(run, lambda result: [tell(message) for message in result.notes])
 
 
 # activation patching
@@ -517,19 +613,29 @@ def patch(model: Session, clean: str, corrupt: str, *, clean_pair: str | None = 
     preserve (any model). `direction`: denoise (clean into corrupted) or noise. Effects are
     shares of m(clean) - m(corrupt): 1 when the component carries all of it.
     """
-    from bertscope.core.analyses.patching import patch as patch_steps
+    run = patch_steps(model, clean, corrupt, clean_pair=clean_pair, corrupt_pair=corrupt_pair, metric=metric, answers=answers,
+                      classes=classes, task=task, data=data, probe_layer=probe_layer, sweeps=sweeps, direction=direction,
+                      per_position=per_position, cache_dir=cache_dir, cancel=cancel)
+    return outcome(run, on_step=progress, cancel=cancel)
+
+
+def patch_steps(model: Session, clean: str, corrupt: str, *, clean_pair: str | None = None, corrupt_pair: str | None = None,
+                metric: str = "preserve", answers: Iterable[str] | None = None, classes: Iterable[str] | None = None,
+                task: str | None = None, data: str | Path | None = None, probe_layer: int | None = None,
+                sweeps: Iterable[str] = ("heads", "layers", "positions"), direction: str = "denoise", per_position: bool = False,
+                cache_dir: str | Path | None | bool = None, cancel: threading.Event | None = None,
+                tell: Tell = note) -> Iterator[Progress[PatchingResult]]:
+    """`patch` as a stream."""
+    from bertscope.core.analyses.patching import patch as patching_steps
 
     for text in (clean, corrupt):
         if not text.strip():
             raise InputError("the text is empty; give a clean and a corrupted sentence", setting="corrupt" if text is corrupt else None)
-    run = patch_steps(model, clean, corrupt, clean_pair=clean_pair, corrupt_pair=corrupt_pair, metric=metric,
-                      answers=tuple(answers) if answers else None, classes=tuple(classes) if classes else None, task=task,
-                      data=data, probe_layer=probe_layer, sweeps=tuple(sweeps), direction=direction, per_position=per_position,
-                      cache_dir=cache_dir, cancel=cancel)
-    result = outcome(run, on_step=progress, cancel=cancel)
-    for message in result.notes:
-        note(message)
-    return result
+    run = patching_steps(model, clean, corrupt, clean_pair=clean_pair, corrupt_pair=corrupt_pair, metric=metric,
+                         answers=tuple(answers) if answers else None, classes=tuple(classes) if classes else None, task=task,
+                         data=data, probe_layer=probe_layer, sweeps=tuple(sweeps), direction=direction,
+                         per_position=per_position, cache_dir=cache_dir, cancel=cancel)
+    return _telling(run, lambda result: [tell(message) for message in result.notes])
 
 
 # representation geometry
@@ -540,15 +646,23 @@ def geometry(model: Session, texts: Texts = None, *, data: str | Path | None = N
              batch_size: int = 32, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
              progress: ProgressCallback = None, cancel: threading.Event | None = None) -> GeometryResult:
     """Per layer on a seeded sample of rows: PCA, linear CKA, TwoNN intrinsic dimension, neighbourhood overlap."""
+    run = geometry_steps(model, texts, data=data, data_format=data_format, limit=limit, unit=unit, max_rows=max_rows,
+                         neighbours=neighbours, seed=seed, batch_size=batch_size, mask=mask, ablation=ablation, cancel=cancel)
+    return outcome(run, on_step=progress, cancel=cancel)
+
+
+def geometry_steps(model: Session, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
+                   limit: int | None = None, unit: str = "auto", max_rows: int | None = 4000, neighbours: int = 10,
+                   seed: int = 0, batch_size: int = 32, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
+                   cancel: threading.Event | None = None, tell: Tell = note) -> Iterator[Progress[GeometryResult]]:
+    """`geometry` as a stream."""
     from bertscope.core.analyses.geometry import representation_geometry
 
     sentences = corpus(texts, data=data, data_format=data_format, limit=limit)
     chosen = head_mask(model, mask)
     run = representation_geometry(model, sentences.sentences, unit=unit, max_rows=max_rows, neighbours=neighbours, seed=seed,
                                   batch_size=batch_size, mask=chosen if len(chosen) else None, ablation=ablation, cancel=cancel)
-    result = outcome(run, on_step=progress, cancel=cancel)
-    sentences.notes()
-    return result
+    return _telling(run, lambda result: sentences.notes(tell))
 
 
 def compare(model: Session, other: Session | str, texts: Texts = None, *, data: str | Path | None = None,
@@ -558,6 +672,18 @@ def compare(model: Session, other: Session | str, texts: Texts = None, *, data: 
             cancel: threading.Event | None = None) -> ComparisonResult:
     """`model` against `other` (a loaded model, or one to load on the same device): per-head attention
     similarity, CKA between their layers, and with `probes` a probe per layer on both."""
+    run = compare_steps(model, other, texts, data=data, data_format=data_format, limit=limit, unit=unit, max_rows=max_rows,
+                        seed=seed, batch_size=batch_size, probes=probes, cache_dir=cache_dir, allow_download=allow_download,
+                        cancel=cancel)
+    return outcome(run, on_step=progress, cancel=cancel)
+
+
+def compare_steps(model: Session, other: Session | str, texts: Texts = None, *, data: str | Path | None = None,
+                  data_format: str = "auto", limit: int | None = None, unit: str = "auto", max_rows: int | None = 4000,
+                  seed: int = 0, batch_size: int = 32, probes: Iterable[str | tuple[str, list[Sentence]]] = (),
+                  cache_dir: str | Path | None | bool = None, allow_download: bool = False,
+                  cancel: threading.Event | None = None, tell: Tell = note) -> Iterator[Progress[ComparisonResult]]:
+    """`compare` as a stream; model B, given by name, is loaded when it is called (same device and dtype as `model`)."""
     from bertscope.core.analyses.compare import compare_models, probe_data
 
     sentences = corpus(texts, data=data, data_format=data_format, limit=limit)
@@ -568,6 +694,4 @@ def compare(model: Session, other: Session | str, texts: Texts = None, *, data: 
         other = load(other, device=str(model.device), dtype=dtype, allow_download=allow_download)
     run = compare_models(model, other, rows, unit=unit, max_rows=max_rows, seed=seed, batch_size=batch_size, probes=tasks,
                          cache_dir=cache_dir, cancel=cancel)
-    result = outcome(run, on_step=progress, cancel=cancel)
-    sentences.notes()
-    return result
+    return _telling(run, lambda result: sentences.notes(tell))

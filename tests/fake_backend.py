@@ -73,7 +73,7 @@ class FakeBackend:
             segment_ids=tuple(None if s else t for s, t in zip(special, types)), truncated=cut,
         )
 
-    def forward(self, text, pair=None, *, attentions=False, mask=None, ablation="zero", reuse=None) -> ForwardResult:
+    def forward(self, text, pair=None, *, attentions=False, mask=None, ablation="zero", reuse=None, norms=False) -> ForwardResult:
         encoding = text if isinstance(text, Encoding) else self.encode(text, pair)
         mask = mask or HeadMask.none(LAYERS, HEADS)
         self.calls.append((encoding.text, mask.spec()))
@@ -90,9 +90,11 @@ class FakeBackend:
         hidden = np.repeat(rng.normal(size=(1, length, WIDTH)), LAYERS + 1, axis=0)
         for layer, _ in mask.off:
             hidden[layer + 1 :] += 0.3 * rng.normal(size=(length, WIDTH))
+        value_norms = 0.5 + np.arange(length) % 4  # norms: each key's value has a known size, [CLS] the smallest
         return ForwardResult(
             encoding=encoding, hidden_states=hidden.astype(np.float32), attentions=weights.astype(np.float32) if attentions else None,
             mlm_logits=None, class_logits=None, mask=mask, ablation=ablation,
+            norms=(weights * value_norms).astype(np.float32) if norms else None,
         )
 
     def attention_patterns(self, sentences, *, mask=None, ablation="zero", cancel=None):

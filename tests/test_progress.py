@@ -178,3 +178,18 @@ def test_relay_passes_a_sub_jobs_steps_on_and_returns_its_result():
     assert [(step.stage, step.done, step.total) for step in steps[:-1]] == [("outer a", 1, 4)]
     assert steps[-1].result == "done"  # the sub-job's last step is its result, not passed on as a step
     assert list(outer(False))[-1].result is None  # a sub-job that stopped (cancelled) returns None
+
+
+def test_the_notes_of_an_outcome_are_shown_once_it_arrives():
+    def noted(cancel):
+        yield Progress("reading", 1, 2)
+        yield Progress("reading", 2, 2, "done", notes=("skipped 3 lines of corpus.txt (first: line 7: empty)",))
+
+    async def steps(app, pilot):
+        app.job.start(noted)
+        await until(pilot, lambda: app.steps and app.steps[-1].finished)
+        await pilot.pause(0.1)
+        assert [(n.title, n.message) for n in app._notifications] == [("job", "skipped 3 lines of corpus.txt (first: line 7: empty)")]
+        assert not app.failures
+
+    drive(steps)

@@ -83,6 +83,14 @@ async def zoomed(pilot):
     await settle(pilot)
 
 
+async def norms(pilot):
+    await main_screen(pilot)
+    await pilot.press("n")  # the heatmap of value-weighted norms ‖αf‖, its legend and title say so
+    await settle(pilot)
+    pilot.app.clear_notifications()  # the legend under the note
+    await pilot.pause()
+
+
 async def help_screen(pilot):
     await settle(pilot)
     await pilot.press("question_mark")
@@ -93,6 +101,7 @@ SCREENS = {
     "main": main_screen, "zoomed": zoomed, "overview": overview, "probing": probing, "importance": importance,
     "pruning_curve": pruning_curve, "geometry": geometry, "compare": compare, "help": help_screen,
 }
+SCREENS["norms"] = norms
 
 
 @pytest.fixture

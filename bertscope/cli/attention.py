@@ -109,10 +109,21 @@ def info(model: ModelChoice, as_json):
     help="Colour scale: 0 to the map's largest weight, each row to its own largest, fixed 0–1, or three decades (log).",
 )
 @click.option("--dense", is_flag=True, help="Two query rows a line (half blocks), for long inputs; needs 256 colours.")
+@click.option(
+    "--norms", is_flag=True,
+    help="Show the value-weighted norms ‖α_ij f_h(x_j)‖ (Kobayashi et al. 2020) instead of the weights α_ij.",
+)
 @model_options
-def attention(text, pair, layer, head, mask_spec, ablation, output_format, theme, scale, dense, model: ModelChoice):
-    """Show one head's attention over TEXT as a heatmap (rows attend to columns)."""
+def attention(text, pair, layer, head, mask_spec, ablation, output_format, theme, scale, dense, norms, model: ModelChoice):
+    """Show one head's attention over TEXT as a heatmap (rows attend to columns).
+
+    With --norms, each cell is ‖α_ij f_h(x_j)‖, f_h(x) = (x W_V + b_V) W_O of the head, the
+    bias of W_O left out (Kobayashi et al. 2020): how much the head moves from token j into
+    token i, not only where it looks.
+    """
     check_text(text, "give a sentence to analyse", pair)
+    if norms and scale == "fixed":
+        raise BertscopeError("--scale fixed is the 0–1 range of weights; norms have no fixed range: use --scale max, row or log")
     colormap = chosen_theme(theme).heatmap if output_format is None else None
     shape = model.shape()
     check_index(layer, shape.num_layers, "layer")
@@ -123,39 +134,50 @@ def attention(text, pair, layer, head, mask_spec, ablation, output_format, theme
 
     with notes_as_warnings():
         encoding = api.encoded(session, text, pair)
-    result = session.forward(encoding, attentions=True, mask=mask, ablation=ablation)
-    weights = result.attentions[layer, head]
+    result = session.forward(encoding, attentions=True, mask=mask, ablation=ablation, norms=norms)
+    weights = (result.norms if norms else result.attentions)[layer, head]
     tokens = list(result.tokens)
     if output_format == "json":
-        print_json(
-            {
-                "model": session.info.source,
-                "layer": layer,
-                "head": head,
-                "mask": mask.spec(),
-                "ablation": ablation,
-                "masked": mask.is_masked(layer, head),
-                "tokens": tokens,
-                "attention": weights.round(6).tolist(),
-            }
-        )
+        payload = {
+            "model": session.info.source,
+            "layer": layer,
+            "head": head,
+            "mask": mask.spec(),
+            "ablation": ablation,
+            "masked": mask.is_masked(layer, head),
+            "tokens": tokens,
+            "attention": result.attentions[layer, head].round(6).tolist(),
+        }
+        if norms:
+            from bertscope.core.model.results import NORM_DEFINITION
+
+            payload.update({"norms": weights.round(6).tolist(), "norm_definition": NORM_DEFINITION})
+        print_json(payload)
         return
     if output_format == "csv":
         print_csv([["from \\ to", *tokens], *([token, *(f"{value:.6f}" for value in row)] for token, row in zip(tokens, weights))])
+        if norms:
+            from bertscope.core.model.results import NORM_DEFINITION
+
+            click.echo(f"cells: {NORM_DEFINITION}", err=True)
         return
     from rich.console import Console
 
     from bertscope.render.heatmap import AttentionHeatmap
 
-    title = f"layer {layer} · head {head}"
+    title = f"layer {layer} · head {head}" + (" · value-weighted norms ‖α f(x)‖" if norms else "")
     if len(mask):
         title += f" · mask {mask.spec()} ({ablation})"
     Console().print(
         AttentionHeatmap(
             weights, tokens, tokens, colormap, title=title, masked=mask.is_masked(layer, head),
-            scale=scale, dense=dense, cell_width=None, label_width=None,
+            scale=scale, dense=dense, cell_width=None, label_width=None, quantity="‖αf‖" if norms else None,
         )
     )
+    if norms:
+        from bertscope.core.model.results import NORM_DEFINITION
+
+        Console(stderr=True).print(f"[dim]cells: {NORM_DEFINITION}[/]", highlight=False)
 
 
 @click.command()
@@ -168,8 +190,10 @@ def export(text, pair, mask_spec, ablation, output, model: ModelChoice):
     """Write tokens, attentions, hidden states (and MLM logits) of TEXT to an .npz file.
 
     Arrays: tokens [T], input_ids [T], token_type_ids [T], word_ids [T] (-1 for special
-    tokens), special [T], attentions [L,H,T,T], hidden_states [L+1,T,D] (0 = embeddings),
-    mlm_logits [T,V] when the model has an MLM head, and the mask spec and ablation.
+    tokens), special [T], attentions [L,H,T,T], norms [L,H,T,T] (the value-weighted norms
+    ‖α_ij f_h(x_j)‖ of Kobayashi et al. 2020, named in norm_definition), hidden_states
+    [L+1,T,D] (0 = embeddings), mlm_logits [T,V] when the model has an MLM head, and the mask
+    spec and ablation.
     """
     import numpy as np
 
@@ -183,8 +207,10 @@ def export(text, pair, mask_spec, ablation, output, model: ModelChoice):
 
     with notes_as_warnings():
         encoding = api.encoded(session, text, pair)
-    result = session.forward(encoding, attentions=True, mask=mask, ablation=ablation)
+    result = session.forward(encoding, attentions=True, mask=mask, ablation=ablation, norms=True)
     encoding = result.encoding
+    from bertscope.core.model.results import NORM_DEFINITION
+
     arrays = {
         "tokens": np.array(encoding.tokens),
         "input_ids": encoding.input_ids,
@@ -192,6 +218,8 @@ def export(text, pair, mask_spec, ablation, output, model: ModelChoice):
         "word_ids": np.array([-1 if word is None else word for word in encoding.word_ids], dtype=np.int64),
         "special": encoding.special,
         "attentions": result.attentions,
+        "norms": result.norms,
+        "norm_definition": np.array(NORM_DEFINITION),
         "hidden_states": result.hidden_states,
         "mask": np.array(mask.spec()),
         "ablation": np.array(ablation),
@@ -204,5 +232,5 @@ def export(text, pair, mask_spec, ablation, output, model: ModelChoice):
             np.savez(handle, **arrays)
     except OSError as error:
         raise BertscopeError(f"cannot write {output}: {error.strerror or error}") from None
-    shapes = ", ".join(f"{name} {list(arrays[name].shape)}" for name in ("attentions", "hidden_states", "mlm_logits") if name in arrays)
+    shapes = ", ".join(f"{name} {list(arrays[name].shape)}" for name in ("attentions", "norms", "hidden_states", "mlm_logits") if name in arrays)
     click.echo(f"wrote {output}: {len(encoding)} tokens; {shapes}", err=True)

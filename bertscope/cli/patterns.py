@@ -22,9 +22,13 @@ from bertscope.cli.common import (
 @data_options
 @mask_options
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True, help="Sentences per forward pass.")
+@click.option(
+    "--norms", is_flag=True,
+    help="Also every share of the value-weighted norms ‖α f(x)‖ (Kobayashi et al. 2020), beside the share of weight.",
+)
 @format_options
 @model_options
-def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, output_format, model: ModelChoice):
+def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, norms, output_format, model: ModelChoice):
     """Attention statistics and pattern classes of every head (Kovaleva et al.; Clark et al.).
 
     Over TEXT, or a corpus (--data FILE; default: the sample corpus shipped with bertscope).
@@ -32,6 +36,11 @@ def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, ou
     previous and next token and its own segment, the attention entropy (nats) and mean
     distance, averaged over real tokens and sentences; and the share of sentences in which
     the head's map is vertical, diagonal, vertical+diagonal, block or heterogeneous.
+
+    With --norms, the shares to [CLS], [SEP], punctuation, self, previous and next are also
+    taken of ‖α_ij f_h(x_j)‖, f_h(x) = (x W_V + b_V) W_O of the head, the bias of W_O left
+    out (Kobayashi et al. 2020): how much of what a head moves comes from there, not only
+    where it looks. Same forward passes.
     """
     from bertscope.core.data.corpus import ReadReport
 
@@ -40,26 +49,31 @@ def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, ou
     mask = head_mask(mask_spec, model.shape())
     session = model.open()
     from bertscope import api
-    from bertscope.core.analyses.patterns import PATTERNS, STATISTICS
+    from bertscope.core.analyses.patterns import NORM_SHARES, PATTERNS, STATISTICS
 
     with api_call("attention statistics") as progress:
         result = api.patterns(session, api.Corpus(sentences, source, report), mask=mask, ablation=ablation,
-                                    batch_size=batch_size, progress=progress)
+                                    batch_size=batch_size, norms=norms, progress=progress)
     if output_format == "json":
         payload = result.as_json(session.info.source)
         payload.update({"data": source, "mask": mask.spec(), "ablation": ablation, "skipped": len(report.skipped)})
         print_json(payload)
         return
     if output_format == "csv":
-        header = ["layer", "head", "pattern", *(f"share_{name}" for name in PATTERNS), *STATISTICS]
+        statistics = [*STATISTICS, *(f"norm_{name}" for name in NORM_SHARES)] if norms else STATISTICS
+        header = ["layer", "head", "pattern", *(f"share_{name}" for name in PATTERNS), *statistics]
         rows = (
             [layer, head, PATTERNS[result.dominant[layer, head]]]
             + [f"{share:.6f}" for share in result.pattern_shares[layer, head]]
-            + [f"{result.statistics[name][layer, head]:.6f}" for name in STATISTICS]
+            + [f"{result.statistics[name][layer, head]:.6f}" for name in statistics]
             for layer in range(session.num_layers)
             for head in range(session.num_heads)
         )
         print_csv([header, *rows])
+        if norms:
+            from bertscope.core.model.results import NORM_DEFINITION
+
+            click.echo(f"norm_* columns: the same shares of {NORM_DEFINITION}", err=True)
         return
     from rich.console import Console
 

@@ -28,6 +28,7 @@ class Progress(Generic[T]):
     total: int | None = None
     result: T | None = None  # set on the last item only
     partial: Any = None  # what is known so far, where the job can say (e.g. the statistics so far)
+    notes: tuple[str, ...] = ()  # on the last item: what a person should be told about the outcome (lines skipped, text cut)
 
     @property
     def finished(self) -> bool:

@@ -62,6 +62,7 @@ class AttentionHeatmap:
     ``split_columns`` prints a grid wider than the console in column blocks, like numpy
     prints wide arrays; turn it off where a scrolling container shows the full width.
     ``glyphs`` forces shade glyphs (True) or colours (False); None decides from the console.
+    ``quantity`` names what the cells hold in the legend (e.g. value-weighted norms; None: weights).
     """
 
     def __init__(
@@ -84,6 +85,7 @@ class AttentionHeatmap:
         label_height: int = MAX_LABEL_HEIGHT,
         legend: bool = True,
         glyphs: bool | None = None,
+        quantity: str | None = None,
     ) -> None:
         weights = np.asarray(weights, dtype=float)
         if weights.ndim != 2:
@@ -124,6 +126,7 @@ class AttentionHeatmap:
         self.label_height = max(0, label_height)
         self.legend = legend
         self.glyphs = glyphs  # None: decide from the console's colours
+        self.quantity = quantity
 
     def layout(self, use_colour: bool, cell_width: int | None = None) -> HeatmapLayout:
         """The picture's lines for a console with (or without) enough colours."""
@@ -223,7 +226,13 @@ class AttentionHeatmap:
         return top if top > 0 else 1.0
 
     def legend_text(self) -> tuple[str, str, str]:
-        """The legend's words: the scale's name, the low end, the high end."""
+        """The legend's words: the quantity and the scale's name, the low end, the high end."""
+        name, low, high = self._scale_text()
+        if self.quantity:
+            name = f"{self.quantity} {name}".strip()
+        return name, low, high
+
+    def _scale_text(self) -> tuple[str, str, str]:
         _, low, high = self.scaled()
         if self.scale == "row":
             high_text = "row max" + (f" {_number(high)}" if self.cursor is not None else "")

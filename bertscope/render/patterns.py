@@ -78,9 +78,64 @@ def layer_pattern_table(layer_shares: np.ndarray, patterns: tuple[str, ...], sho
     return table
 
 
-def patterns_report(result, patterns: tuple[str, ...]) -> Group:
-    """Everything a person wants from one run, top to bottom."""
+SHARE_LABELS = {"cls": "[CLS]", "sep": "[SEP]", "punct": "punct", "self": "self", "prev": "prev", "next": "next"}
+
+
+def weight_norm_table(result) -> Table:
+    """Per layer, each share of weight beside the same share of value-weighted norm (Kobayashi et al. 2020)."""
+    table = Table(box=None, padding=(0, 1), title="share of weight │ share of norm, per layer", title_justify="left")
+    table.add_column("layer", justify="right", style="dim")
+    for name, label in SHARE_LABELS.items():
+        table.add_column(f"{label:>4} │", justify="right", no_wrap=True)
+    for layer in range(result.pattern_shares.shape[0]):
+        cells = [
+            Text.assemble(f"{result.layer_statistics(name)[layer]:.2f}", ("│", "dim"), (f"{result.layer_statistics('norm_' + name)[layer]:.2f}", "bold"))
+            for name in SHARE_LABELS
+        ]
+        table.add_row(str(layer), *cells)
+    return table
+
+
+def weight_norm_grid(result, name: str) -> Table:
+    """Per head, one share of weight │ of norm in percent: heads that look at a token but move little from it stand out."""
+    weights, norms = result.statistics[name], result.statistics[f"norm_{name}"]
+    num_layers, num_heads = weights.shape
+    table = Table(box=None, padding=(0, 1, 0, 0), show_edge=False,
+                  title=f"share to {SHARE_LABELS[name]} per head, % of weight │ % of norm", title_justify="left")
+    table.add_column("layer", justify="right", style="dim")
+    for head in range(num_heads):
+        table.add_column(f"{head:>2}", justify="left", header_style="dim", no_wrap=True)
+    for layer in range(num_layers):
+        cells = [
+            Text.assemble(_percent(weights[layer, head]).rjust(2), ("│", "dim"), (_percent(norms[layer, head]).ljust(2), "bold"))
+            for head in range(num_heads)
+        ]
+        table.add_row(str(layer), *cells)
+    return table
+
+
+def _percent(share: float) -> str:
+    """Two characters at most, so twelve heads fit 80 columns: 100% reads 99."""
+    return f"{min(round(float(share) * 100), 99)}"
+
+
+def norms_report(result) -> Group:
+    """The value-weighted view (Kobayashi et al. 2020): shares of weight beside shares of norm."""
+    from bertscope.core.model.results import NORM_DEFINITION
+
     return Group(
+        Text(f"value-weighted norms: {NORM_DEFINITION}", style="dim"),
+        weight_norm_table(result),
+        Text(),
+        weight_norm_grid(result, "sep"),
+        Text(),
+        weight_norm_grid(result, "punct"),
+    )
+
+
+def patterns_report(result, patterns: tuple[str, ...]) -> Group:
+    """Everything a person wants from one run, top to bottom (and the norms beside the weights, when computed)."""
+    parts = [
         Text("dominant pattern per head", style="bold"),
         pattern_grid(result.dominant, patterns, result.pattern_shares),
         pattern_legend(patterns),
@@ -91,4 +146,7 @@ def patterns_report(result, patterns: tuple[str, ...]) -> Group:
             {name: result.layer_statistics(name) for name in ("cls", "sep", "punct")},
             "mean attention per layer to [CLS], [SEP] and punctuation",
         ),
-    )
+    ]
+    if result.has_norms:
+        parts += [Text(), norms_report(result)]
+    return Group(*parts)

@@ -56,9 +56,11 @@ HEATMAP_ACTIONS = {"zoom", "next_scale", "toggle_dense"}  # keys of the explorer
 # The main screen's commands: on a screen pushed over it (overview, probing, ...) these keys
 # do nothing rather than act on a view the person cannot see or stack another screen on top.
 MAIN_SCREEN_ACTIONS = HEATMAP_ACTIONS | {
-    "focus_sentence", "clear_mask", "toggle_ablation", "next_figure", "next_view", "export", "overview", "probing",
-    "next_attribution", "next_attribution_target", "importance", "syntax_relation", "syntax_direction", "prune_to", "pruning_curve", "geometry", "compare", "patching",
+    "focus_sentence", "clear_mask", "toggle_ablation", "next_figure", "next_view", "toggle_norms", "export", "overview", "probing",
+    "next_attribution", "next_attribution_target", "importance", "syntax_relation", "syntax_direction", "prune_to", "pruning_curve",
+    "geometry", "compare", "patching",
 }
+NORMS_LABEL = "‖αf‖"  # the heatmap's cells in norms mode: ‖α_ij f_h(x_j)‖ (core.model.norms)
 SCALE_NOTES = {
     "max": "0 to the map's largest weight",
     "row": "each query row to its own largest weight",
@@ -104,6 +106,7 @@ class ExplorerApp(App[None]):
         Binding("a", "toggle_ablation", "ablation"),
         Binding("f", "next_figure", "figure"),
         Binding("v", "next_view", "view"),
+        Binding("n", "toggle_norms", "weights/norms"),
         Binding("t", "next_theme", "theme"),
         Binding("e", "export", "export"),
         Binding("z", "zoom", "zoom"),
@@ -171,6 +174,7 @@ class ExplorerApp(App[None]):
         self._glyphs_wanted = glyphs  # None: shade glyphs only where colours are too few or off
         self.glyphs = bool(glyphs)
         self.heatmap_scale = "max"  # the heatmap's colour scale, one of SCALES (`s`)
+        self.heatmap_norms = False  # the heatmap shows value-weighted norms ‖α f(x)‖ instead of weights (`n`)
         self.heatmap_dense: bool | None = None  # two query rows a line; None: where the map would not fit (`d`)
         self._focus_before_zoom = None
         self._figure_before_importance = "entropy"  # the grid's figure to go back to from the importance overlay (`i`)
@@ -281,12 +285,12 @@ class ExplorerApp(App[None]):
         backend = self.backend
         plain = job.plain
         if plain is None:
-            plain = backend.forward(backend.encode(job.text, job.pair), attentions=True)
+            plain = backend.forward(backend.encode(job.text, job.pair), attentions=True, norms=True)
         if cancel.is_set():
             return
         current = plain
         if len(job.mask):
-            current = backend.forward(plain.encoding, attentions=True, mask=job.mask, ablation=job.ablation, reuse=plain)
+            current = backend.forward(plain.encoding, attentions=True, mask=job.mask, ablation=job.ablation, reuse=plain, norms=True)
         if cancel.is_set():
             return
         yield Progress("analysed", 1, 1, Analysis(
@@ -354,26 +358,42 @@ class ExplorerApp(App[None]):
         view.show(
             weights, analysis.current.tokens, self._colormap(), title=title, masked=masked, glyphs=self.glyphs,
             cursor=cursor, scale=self.heatmap_scale, dense=self.heatmap_dense,
+            quantity=NORMS_LABEL if self._norms_shown() else None, vmax=self._fixed_top(),
         )
         self.state = self.state.with_(cursor=view.cursor)
         row = view.cursor[0]
-        self.query_one(TokenPanel).show(analysis.current.tokens, weights[row], row)
+        self.query_one(TokenPanel).show(analysis.current.tokens, weights[row], row, norms=self._norms_shown())
         self.query_one(EffectPanel).show(
             analysis.cosines, len(analysis.current.mask), analysis.predictions_plain, analysis.predictions_current, analysis.current.tokens
         )
+
+    def _norms_shown(self) -> bool:
+        """Whether the heatmap shows norms: asked for (`n`) and computed by the backend."""
+        return self.heatmap_norms and self.analysis is not None and self.analysis.current.norms is not None
+
+    def _shown_maps(self, result) -> np.ndarray:
+        """`[L, H, T, T]`: the weights, or the value-weighted norms in norms mode."""
+        return result.norms if self._norms_shown() else result.attentions
+
+    def _fixed_top(self) -> float:
+        """The top of the `fixed` scale: 1 for weights; for norms, the largest of the sentence (comparable across heads)."""
+        if not self._norms_shown():
+            return 1.0
+        return max(float(self.analysis.plain.norms.max()), float(self.analysis.current.norms.max()), 1e-12)
 
     def _displayed_matrix(self) -> tuple[np.ndarray, str, bool]:
         analysis = self.analysis
         layer, head = self.state.layer, self.state.head
         mask = analysis.current.mask
+        what = f" · {NORMS_LABEL}" if self._norms_shown() else ""
         if self.state.view == "average":
-            weights = analysis.current.attentions[layer].mean(0)
+            weights = self._shown_maps(analysis.current)[layer].mean(0)
             heads = analysis.current.attentions.shape[1]
-            return weights, f"layer {layer} · mean of {heads} heads{self._mask_note()}", False
+            return weights, f"layer {layer} · mean of {heads} heads{what}{self._mask_note()}", False
         if mask.is_masked(layer, head):
-            title = f"layer {layer} · head {head} · before masking"
-            return analysis.plain.attentions[layer, head], title, True
-        return analysis.current.attentions[layer, head], f"layer {layer} · head {head}{self._mask_note()}", False
+            title = f"layer {layer} · head {head}{what} · before masking"
+            return self._shown_maps(analysis.plain)[layer, head], title, True
+        return self._shown_maps(analysis.current)[layer, head], f"layer {layer} · head {head}{what}{self._mask_note()}", False
 
     def _mask_note(self) -> str:
         mask = self.analysis.current.mask
@@ -388,6 +408,7 @@ class ExplorerApp(App[None]):
         status.set_facts(
             f"{info.source} · {info.device} · {info.num_layers}×{info.num_heads} heads · "
             f"{masked} masked ({self.state.ablation}) · {self.state.view} · {self.state.figure}"
+            + (f" · {NORMS_LABEL} norms" if self.heatmap_norms else "")
         )
 
     def _set_busy(self, busy: bool) -> None:
@@ -511,7 +532,23 @@ class ExplorerApp(App[None]):
     def action_next_scale(self) -> None:
         """The heatmap's colour scale: max, row, fixed (0–1), log (the legend shows its numbers)."""
         self.heatmap_scale = SCALES[(SCALES.index(self.heatmap_scale) + 1) % len(SCALES)]
-        self.notify(f"colour scale: {self.heatmap_scale} ({SCALE_NOTES[self.heatmap_scale]})", timeout=3)
+        note = SCALE_NOTES[self.heatmap_scale]
+        if self._norms_shown():
+            note = "0 to the sentence's largest norm, comparable across heads" if self.heatmap_scale == "fixed" else note.replace("weight", "norm")
+        self.notify(f"colour scale: {self.heatmap_scale} ({note})", timeout=3)
+        self._repaint()
+
+    def action_toggle_norms(self) -> None:
+        """The heatmap's cells: attention weights α, or the value-weighted norms ‖α f(x)‖ (Kobayashi et al. 2020)."""
+        if self.analysis is not None and self.analysis.current.norms is None:
+            self.notify("this backend gives no value-weighted norms; showing the weights", severity="warning", timeout=4)
+            return
+        self.heatmap_norms = not self.heatmap_norms
+        if self.heatmap_norms:
+            self.notify(f"heatmap: value-weighted norms {NORMS_LABEL} (how much each head moves from a token; "
+                        "Kobayashi et al. 2020)", timeout=4)
+        else:
+            self.notify("heatmap: attention weights α", timeout=2)
         self._repaint()
 
     def action_toggle_dense(self) -> None:
@@ -678,7 +715,7 @@ class ExplorerApp(App[None]):
         try:
             svg_path, csv_path = export_view(
                 self.export_dir, svg=self.export_screenshot(), matrix=weights, row_labels=tokens, col_labels=tokens,
-                layer=self.state.layer, head=head, view=self.state.view,
+                layer=self.state.layer, head=head, view=self.state.view, norms=self._norms_shown(),
             )
         except BertscopeError as error:
             self.notify(str(error), severity="error", timeout=10)
@@ -695,6 +732,7 @@ class ExplorerApp(App[None]):
         yield SystemCommand("Switch view", "One head, or the average over the layer's heads", self.action_next_view)
         yield SystemCommand("Zoom heatmap", "The heatmap alone on the screen, and back", self.action_zoom)
         yield SystemCommand("Colour scale", "Heatmap colours: max, row, fixed 0–1, log", self.action_next_scale)
+        yield SystemCommand("Weights or norms", "Heatmap of attention weights, or of value-weighted norms ‖α f(x)‖", self.action_toggle_norms)
         yield SystemCommand("Dense heatmap", "Two query rows a line (half blocks), or one", self.action_toggle_dense)
         yield SystemCommand("Export view", "Save the screen as SVG and the matrix as CSV", self.action_export)
         yield SystemCommand("Overview", "Patterns and statistics of every head over a corpus", self.action_overview)

@@ -50,8 +50,10 @@ class Backend(Protocol):
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
         reuse: ForwardResult | None = None,
+        norms: bool = False,
     ) -> ForwardResult:
-        """`reuse`: the unmasked result of the same encoding, whose layers below the first masked one are kept."""
+        """`reuse`: the unmasked result of the same encoding, whose layers below the first masked one are kept.
+        `norms`: also the value-weighted norms ‖α f(x)‖ `[L, H, T, T]` (Kobayashi et al. 2020), from the same pass."""
         ...
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]: ...

@@ -67,10 +67,14 @@ def export_view(
     head: int | None,
     view: str,
     when: datetime | None = None,
+    norms: bool = False,
 ) -> tuple[Path, Path]:
-    """Write the view as `<stem>.svg` and `<stem>.csv` under one free stem; both or neither are kept."""
+    """Write the view as `<stem>.svg` and `<stem>.csv` under one free stem; both or neither are kept.
+
+    `norms`: the matrix holds value-weighted norms, and the stem ends in `-norms` to say so."""
     directory = Path(directory).expanduser()
-    stem = _free_stem(directory, export_stem(layer, head, view, when), (".svg", ".csv"))
+    stem = export_stem(layer, head, view, when) + ("-norms" if norms else "")
+    stem = _free_stem(directory, stem, (".svg", ".csv"))
     svg_path = write_svg(directory / f"{stem}.svg", svg)
     try:
         csv_path = write_matrix_csv(directory / f"{stem}.csv", matrix, row_labels, col_labels)

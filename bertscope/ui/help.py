@@ -30,6 +30,7 @@ and every pane shows the effect.
 | `a` | ablation: `zero` (remove the head's output, Michel et al.) or `uniform` (attend evenly, Kovaleva et al.) |
 | `f` | the figure that shades the grid: entropy, attention to [CLS], [SEP], punctuation, self, previous, next token, distance, tracks a dependency relation (`y`) |
 | `v` | view: one head, or the average over the layer's heads |
+| `n` | the heatmap's cells: attention weights α, or value-weighted norms ‖αf‖ = ‖α_ij f_h(x_j)‖, f_h(x) = (x W_V + b_V) W_O of the head without W_O's bias (Kobayashi et al. 2020: how much a head moves from a token, not only where it looks; heavy attention to [CLS], [SEP] or punctuation often moves little). The legend, title and status line say which is shown; `fixed` scale then runs from 0 to the sentence's largest norm |
 | `t` | next theme (the heatmap colours follow it) |
 | `e` | export, on every screen: the screen as SVG and its data (here the heatmap's matrix as CSV), never overwriting |
 | `p` | probing: what each layer knows, several tasks side by side; `m` there re-scores under this mask |

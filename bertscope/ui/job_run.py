@@ -4,7 +4,8 @@ Every corpus screen (and the attribution row, and head importance) needs the sam
 start the job in an exclusive thread worker, stop the one before it, bring each Progress to
 the UI thread (a backlog collapses to the newest step, so a slow repaint never queues up
 stale ones), drop what a cancelled or replaced run still sends, and show a failure as a
-notification, never a traceback. `JobRun` is that machinery once. It is a plain object
+notification, never a traceback; the notes that come with the outcome are shown as
+notifications too. `JobRun` is that machinery once. It is a plain object
 held by its owner (the widget whose workers run the job, and which ends them when it is
 removed); steps reach the owner's callbacks through `call_later`, so the owner needs no
 message handler of its own.
@@ -102,6 +103,8 @@ class JobRun:
         progress = latest[1]
         if progress.finished:
             self.running = False
+            for note in progress.notes:
+                self._owner.app.notify(note, title=self.title, timeout=8)
         self._on_step(progress)
 
     def _failed(self, run: int, reason: str) -> None:

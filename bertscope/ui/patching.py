@@ -330,9 +330,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
         self.result = progress.result
         self.kept.runs[self.name_kept] = KeptRun(self._asked["corrupt"], "", "", self.result, self._asked)
         bar.update(total=1, progress=1)
-        self.say(self.done_text())
-        for note in self.result.notes:
-            self.notify(note, timeout=6)
+        self.say(self.done_text())  # the result's notes come as notifications with the step (JobRun)
         self.draw()
 
     def failed(self, reason: str) -> None:

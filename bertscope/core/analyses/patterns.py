@@ -25,6 +25,12 @@ Per head and per sentence, on the real (non-padding) tokens:
   CNN on 400 hand-labelled maps instead; rules trade a little accuracy for being readable
   and reproducible on any model.
 
+With `norms`, the six shares ([CLS], [SEP], punctuation, self, previous, next) are also
+taken of the value-weighted norms ‖α_ij f_h(x_j)‖ (Kobayashi et al. 2020, core.model.norms):
+each query's row of norms divided by its sum, so a share of norm says how much of what the
+head moves into the token comes from there, as a share of weight says where it looks. They
+come from the same forward pass and accumulate as more per-head sums (`norm_cls`, ...).
+
 Over a corpus, each head gets the share of sentences in each class and its dominant class;
 each layer the mean of its heads. Statistics accumulate batch by batch on the model's
 device, so memory does not grow with the corpus.
@@ -47,7 +53,7 @@ from bertscope.core.data.corpus import Sentence, chunked
 from bertscope.core.errors import InputError
 from bertscope.core.model.allocator import corpus_heap_over, release_freed_memory
 from bertscope.core.model.masks import Ablation, HeadMask
-from bertscope.core.model.results import PATTERNS, STATISTICS, PatternResult
+from bertscope.core.model.results import NORM_SHARES, PATTERNS, STATISTICS, PatternResult
 from bertscope.core.progress import Progress
 
 if TYPE_CHECKING:
@@ -72,6 +78,50 @@ class BatchMasks:
     two_segments: Tensor  # [B] bool: the input is a pair
 
 
+def _query_mean(per_query: Tensor, weight: Tensor) -> Tensor:
+    """Mean of `[B, H, T]` over the queries marked by `weight` `[B, T]`."""
+    return (per_query * weight[:, None, :]).sum(-1) / weight.sum(-1).clamp(min=1)[:, None]
+
+
+def _to_keys(attention: Tensor, keys: Tensor) -> Tensor:
+    """`[B, H, T]`: each query's attention to the marked keys (a product: no `[B, H, T, T]` temporary)."""
+    return (attention @ keys[:, None, :, None].float()).squeeze(-1)
+
+
+def shares(attention: Tensor, masks: BatchMasks) -> dict[str, Tensor]:
+    """Per sentence and head (`[B, H]`), the NORM_SHARES of rows that sum to one: to [CLS], [SEP],
+    punctuation, the token itself, the previous and the next token, each averaged over real queries."""
+    batch, heads, length, _ = attention.shape
+    queries = masks.real.float()  # [B, T]
+    features = {
+        "cls": _query_mean(_to_keys(attention, masks.first_special), queries),
+        "sep": _query_mean(_to_keys(attention, masks.later_special), queries),
+        "punct": _query_mean(_to_keys(attention, masks.punctuation), queries),
+        "self": _query_mean(torch.diagonal(attention, dim1=-2, dim2=-1), queries),
+    }
+    prev = attention.new_zeros(batch, heads, length)
+    prev[..., 1:] = torch.diagonal(attention, offset=-1, dim1=-2, dim2=-1)
+    has_prev = queries.clone()
+    has_prev[:, 0] = 0
+    features["prev"] = _query_mean(prev, has_prev)
+    following = attention.new_zeros(batch, heads, length)
+    following[..., :-1] = torch.diagonal(attention, offset=1, dim1=-2, dim2=-1)
+    has_next = torch.zeros_like(queries)
+    has_next[:, :-1] = queries[:, :-1] * queries[:, 1:]
+    features["next"] = _query_mean(following, has_next)
+    return features
+
+
+def norm_shares(norms: Tensor, masks: BatchMasks) -> dict[str, Tensor]:
+    """The NORM_SHARES of value-weighted norms `[B, H, T, T]`: each query's row divided by its sum first.
+
+    A row whose norms are all zero (a head switched off) has no share anywhere.
+    """
+    norms = norms.float()
+    rows = norms / norms.sum(-1, keepdim=True).clamp(min=1e-12)
+    return shares(rows, masks)
+
+
 def head_features(attention: Tensor, masks: BatchMasks) -> dict[str, Tensor]:
     """Per sentence and head (`[B, H]`), every statistic and the V, D, B pattern features.
 
@@ -85,33 +135,16 @@ def head_features(attention: Tensor, masks: BatchMasks) -> dict[str, Tensor]:
 
     def query_mean(per_query: Tensor, weight: Tensor | None = None) -> Tensor:
         """Mean over real queries of `[B, H, T]`, optionally over a subset of queries."""
-        weight = queries if weight is None else weight
-        return (per_query * weight[:, None, :]).sum(-1) / weight.sum(-1).clamp(min=1)[:, None]
+        return _query_mean(per_query, queries if weight is None else weight)
 
     def to_keys(keys: Tensor) -> Tensor:
-        """`[B, H, T]`: each query's attention to the marked keys (a product: no `[B, H, T, T]` temporary)."""
-        return (attention @ keys[:, None, :, None].float()).squeeze(-1)
+        return _to_keys(attention, keys)
 
     positions = torch.arange(length, device=device)
     distance = (positions[:, None] - positions[None, :]).abs().float()
-    features = {
-        "cls": query_mean(to_keys(masks.first_special)),
-        "sep": query_mean(to_keys(masks.later_special)),
-        "punct": query_mean(to_keys(masks.punctuation)),
-        "self": query_mean(torch.diagonal(attention, dim1=-2, dim2=-1)),
-        "entropy": query_mean(torch.special.entr(attention).sum(-1)),
-        "distance": query_mean((attention * distance).sum(-1)),
-    }
-    prev = torch.zeros(batch, heads, length, device=device)
-    prev[..., 1:] = torch.diagonal(attention, offset=-1, dim1=-2, dim2=-1)
-    has_prev = queries.clone()
-    has_prev[:, 0] = 0
-    features["prev"] = query_mean(prev, has_prev)
-    following = torch.zeros(batch, heads, length, device=device)
-    following[..., :-1] = torch.diagonal(attention, offset=1, dim1=-2, dim2=-1)
-    has_next = torch.zeros_like(queries)
-    has_next[:, :-1] = queries[:, :-1] * queries[:, 1:]
-    features["next"] = query_mean(following, has_next)
+    features = shares(attention, masks)
+    features["entropy"] = query_mean(torch.special.entr(attention).sum(-1))
+    features["distance"] = query_mean((attention * distance).sum(-1))
 
     words = real & (masks.segment >= 0)  # real, non-special tokens
     to_words = to_keys(words)
@@ -178,8 +211,9 @@ def classify_map(weights: np.ndarray, special: np.ndarray, segments: np.ndarray 
 class _Accumulator:
     """Sums over sentences, kept on the device as float64 `[L, H]` tensors."""
 
-    def __init__(self, num_layers: int, num_heads: int, device: torch.device):
-        self.sums = {name: torch.zeros(num_layers, num_heads, dtype=torch.float64, device=device) for name in STATISTICS}
+    def __init__(self, num_layers: int, num_heads: int, device: torch.device, norms: bool = False):
+        names = [*STATISTICS, *(f"norm_{name}" for name in NORM_SHARES)] if norms else STATISTICS
+        self.sums = {name: torch.zeros(num_layers, num_heads, dtype=torch.float64, device=device) for name in names}
         self.counts = torch.zeros(num_layers, num_heads, len(PATTERNS), dtype=torch.float64, device=device)
         self.sentences = 0
         self.tokens = 0
@@ -190,6 +224,10 @@ class _Accumulator:
             self.sums[name][layer] += features[name].sum(0).double()
         pattern = classify(features["V"], features["D"], features["B"])  # [B, H]
         self.counts[layer] += torch.nn.functional.one_hot(pattern, len(PATTERNS)).sum(0).double()
+
+    def add_norms(self, layer: int, features: dict[str, Tensor]) -> None:
+        for name in NORM_SHARES:
+            self.sums[f"norm_{name}"][layer] += features[name].sum(0).double()
 
     def result(self) -> PatternResult:
         sentences = max(self.sentences, 1)
@@ -213,6 +251,7 @@ def pattern_statistics(
     max_tokens: int = MAX_TOKENS,
     max_square: int = MAX_SQUARE,
     cancel: threading.Event | None = None,
+    norms: bool = False,
 ) -> Iterator[Progress[PatternResult]]:
     """Stream a corpus through the model; yield the statistics so far (`partial`) after every batch, then the result.
 
@@ -220,9 +259,10 @@ def pattern_statistics(
     batches carry little padding. Memory is flat in the corpus: each layer's attention maps
     are reduced to per-head sums as the pass computes them (one layer's maps alive at a
     time), and batches are capped by padded tokens and by B·T² (core.data.batching), so a
-    chunk's longest sentences cost no more than its shortest.
+    chunk's longest sentences cost no more than its shortest. `norms` adds the shares of
+    value-weighted norms, from the same passes (module docstring).
     """
-    accumulator = _Accumulator(session.num_layers, session.num_heads, session.device)
+    accumulator = _Accumulator(session.num_layers, session.num_heads, session.device, norms)
     gates = session.gate_tensor(mask)
     punctuation_of: dict[int, bool] = {}  # bounded by the vocabulary
     for chunk in corpus_heap_over(chunked(sentences, chunk_size)):  # one heap setting for batches of every shape (core.model.allocator)
@@ -235,7 +275,7 @@ def pattern_statistics(
             if cancel is not None and cancel.is_set():
                 return
             batch = [encoded[index] for index in indices]
-            _add_batch(session, accumulator, batch, punctuation_of, gates, ablation)
+            _add_batch(session, accumulator, batch, punctuation_of, gates, ablation, norms)
             yield Progress("sentences", accumulator.sentences, partial=accumulator.result())
     if accumulator.sentences == 0:
         raise InputError("no sentences to analyse; the corpus is empty")
@@ -243,15 +283,21 @@ def pattern_statistics(
     yield Progress("sentences", accumulator.sentences, result=result, partial=result)
 
 
-def _add_batch(session: Session, accumulator: _Accumulator, batch: list[EncodedSentence], punctuation_of, gates, ablation) -> None:
-    """One forward pass, its attention maps reduced layer by layer; nothing of it outlives the call."""
+def _add_batch(
+    session: Session, accumulator: _Accumulator, batch: list[EncodedSentence], punctuation_of, gates, ablation, norms: bool = False
+) -> None:
+    """One forward pass, its attention maps (and norms) reduced layer by layer; nothing of it outlives the call."""
     inputs, masks = batch_tensors(session, batch, punctuation_of)
 
     def reduce(layer: int, attention: Tensor) -> None:
         accumulator.add(layer, head_features(attention, masks))
 
+    def reduce_norms(layer: int, layer_norms: Tensor) -> None:
+        accumulator.add_norms(layer, norm_shares(layer_norms, masks))
+
     with torch.inference_mode():
-        session.run(inputs, gates=gates, ablation=ablation, attentions=True, hidden_states=False, encoder_only=True, on_attention=reduce)
+        session.run(inputs, gates=gates, ablation=ablation, attentions=True, hidden_states=False, encoder_only=True,
+                    on_attention=reduce, on_norms=reduce_norms if norms else None)
     accumulator.sentences += len(batch)
     accumulator.tokens += int(masks.real.sum())
 

@@ -25,6 +25,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
 from bertscope.core.model.masks import Ablation
+from bertscope.core.model.norms import weighted_norms
 
 ATTENTION_IMPLEMENTATION = "bertscope"
 
@@ -41,6 +42,8 @@ class _PassState:
     recorded: dict[int, Tensor]  # layer -> the weights it reported (when layers are run one by one)
     kept: Sequence[Tensor | None] | None = None  # per layer, the original numbers of its heads (pruned models)
     on_weights: Callable[[int, Tensor], None] | None = None  # takes each layer's weights instead of `recorded`
+    on_norms: Callable[[int, Tensor], None] | None = None  # takes each layer's value-weighted norms (core.model.norms)
+    projection_of: dict[int, nn.Module] | None = None  # id(self-attention module) -> its attention output projection
 
 
 _current_pass: ContextVar[_PassState | None] = ContextVar("bertscope_pass", default=None)
@@ -83,8 +86,13 @@ def bertscope_attention(
     if state.gates is not None:
         output, weights = _ablate(state, module, key, value, output, weights)
     if weights is not None:
+        norms = None
+        if state.on_norms is not None:  # from the same weights and values: no second pass
+            norms = _in_original_heads(state, module, weighted_norms(weights, value, state.projection_of[id(module)]))
         weights = _in_original_heads(state, module, weights)
         _report(state, state.layer_of[id(module)], weights)
+        if norms is not None:
+            state.on_norms(state.layer_of[id(module)], norms)
     return output, weights
 
 
@@ -115,6 +123,8 @@ def empty_attention(module: nn.Module, hidden_states: Tensor) -> tuple[Tensor, T
         return output, None
     weights = hidden_states.new_zeros((batch, module.bertscope_num_heads, length, length))
     _report(state, state.layer_of[id(module)], weights)
+    if state.on_norms is not None:
+        state.on_norms(state.layer_of[id(module)], weights.float())
     return output, weights
 
 
@@ -173,6 +183,7 @@ def attention_pass(
     want_weights: bool = False,
     kept: Sequence[Tensor | None] | None = None,
     on_weights: Callable[[int, Tensor], None] | None = None,
+    on_norms: Callable[[int, Tensor], None] | None = None,
 ) -> Iterator[dict[int, Tensor]]:
     """Run the forward passes inside this block with these gates and this ablation.
 
@@ -184,7 +195,9 @@ def attention_pass(
     model's map from each layer's remaining heads to their original numbers (core.model.pruning).
     `on_weights(layer, weights)`, when given, receives each layer's weights as the pass
     computes them (it implies `want_weights`), and the dict stays empty: a corpus job then
-    holds one layer's attention maps at a time, not all of them.
+    holds one layer's attention maps at a time, not all of them. `on_norms(layer, norms)`
+    likewise receives each layer's value-weighted norms `[B, H, T, T]` (core.model.norms),
+    computed from the same weights and values (it implies `want_weights`).
     """
     if gates is not None:
         expected = len(layers)
@@ -195,10 +208,12 @@ def attention_pass(
         gates=gates,
         ablation=ablation,
         padding_mask=padding_mask,
-        want_weights=want_weights or on_weights is not None,
+        want_weights=want_weights or on_weights is not None or on_norms is not None,
         recorded={},
         kept=kept,
         on_weights=on_weights,
+        on_norms=on_norms,
+        projection_of={id(attention): projection for attention, projection in layers},
     )
     handles = []
     token = _current_pass.set(state)

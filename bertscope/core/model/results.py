@@ -70,7 +70,9 @@ class ForwardResult:
     when asked for; a head switched off with `zero` ablation has all-zero weights (as the
     old `head_mask` reported), one with `uniform` ablation has the uniform distribution.
     `hidden_states` is `[L+1, T, D]`; `mlm_logits` is `[T, V]` for models with an MLM
-    head; `class_logits` is `[C]` for sequence-classification models.
+    head; `class_logits` is `[C]` for sequence-classification models. `norms`, when asked
+    for, is `[L, H, T, T]`: the value-weighted norms ‖α_ij f_h(x_j)‖ of Kobayashi et al. 2020
+    (how much of token j each head moves into token i; core.model.norms says which definition).
     """
 
     encoding: Encoding
@@ -80,6 +82,7 @@ class ForwardResult:
     class_logits: np.ndarray | None
     mask: HeadMask
     ablation: Ablation
+    norms: np.ndarray | None = None
 
     @property
     def tokens(self) -> tuple[str, ...]:
@@ -99,11 +102,19 @@ PATTERNS = ("vertical", "diagonal", "vertical+diagonal", "block", "heterogeneous
 """Attention pattern classes after Kovaleva et al. 2019 (how they are told apart: core.analyses.patterns)."""
 STATISTICS = ("cls", "sep", "punct", "self", "prev", "next", "block", "entropy", "distance")
 """Per-head attention statistics, each averaged over real query tokens and sentences."""
+NORM_SHARES = ("cls", "sep", "punct", "self", "prev", "next")
+"""The statistics that are shares of a row, taken also of value-weighted norms (`norm_<name>` in `statistics`)."""
+NORM_DEFINITION = "‖α_ij f_h(x_j)‖ with f_h(x) = (x W_V^h + b_V^h) W_O^h, the bias of W_O left out (Kobayashi et al. 2020)"
+"""Which value-weighted norm bertscope computes (core.model.norms), for outputs that must say so."""
 
 
 @dataclass(frozen=True)
 class PatternResult:
-    """Corpus-level attention statistics: `[L, H]` arrays, `pattern_shares` `[L, H, 5]`."""
+    """Corpus-level attention statistics: `[L, H]` arrays, `pattern_shares` `[L, H, 5]`.
+
+    When norms were asked for, `statistics` also holds `norm_cls`, `norm_sep`, ... (NORM_SHARES):
+    the same shares taken of the value-weighted norms instead of the weights.
+    """
 
     sentences: int
     tokens: int
@@ -116,6 +127,10 @@ class PatternResult:
         """`[L, H]` index into PATTERNS of each head's most frequent class."""
         return self.pattern_shares.argmax(-1)
 
+    @property
+    def has_norms(self) -> bool:
+        return all(f"norm_{name}" in self.statistics for name in NORM_SHARES)
+
     def layer_statistics(self, name: str) -> np.ndarray:
         return self.statistics[name].mean(-1)
 
@@ -125,22 +140,28 @@ class PatternResult:
     def as_json(self, model: str) -> dict:
         heads = []
         num_layers, num_heads = self.pattern_shares.shape[:2]
+        names = [*STATISTICS, *(f"norm_{name}" for name in NORM_SHARES)] if self.has_norms else STATISTICS
+        per_layer = ("cls", "sep", "punct")
+        if self.has_norms:
+            per_layer = (*NORM_SHARES, *(f"norm_{name}" for name in NORM_SHARES))
         for layer in range(num_layers):
             for head in range(num_heads):
                 entry = {"layer": layer, "head": head, "pattern": PATTERNS[self.dominant[layer, head]]}
                 entry["pattern_shares"] = _shares(self.pattern_shares[layer, head])
-                entry.update({name: round(float(self.statistics[name][layer, head]), 6) for name in STATISTICS})
+                entry.update({name: round(float(self.statistics[name][layer, head]), 6) for name in names})
                 heads.append(entry)
         layers = [
             {
                 "layer": layer,
                 "pattern_shares": _shares(self.layer_pattern_shares()[layer]),
-                **{name: round(float(self.layer_statistics(name)[layer]), 6) for name in ("cls", "sep", "punct")},
+                **{name: round(float(self.layer_statistics(name)[layer]), 6) for name in per_layer},
             }
             for layer in range(num_layers)
         ]
-        return {"model": model, "sentences": self.sentences, "tokens": self.tokens, "truncated": self.truncated,
-                "heads": heads, "layers": layers}
+        payload = {"model": model, "sentences": self.sentences, "tokens": self.tokens, "truncated": self.truncated}
+        if self.has_norms:
+            payload["norms"] = NORM_DEFINITION
+        return {**payload, "heads": heads, "layers": layers}
 
 
 def _shares(values: np.ndarray) -> dict[str, float]:

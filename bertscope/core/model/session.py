@@ -131,9 +131,12 @@ class Session:
         ablation: Ablation = "zero",
         mlm_logits: bool = True,
         reuse: ForwardResult | None = None,
+        norms: bool = False,
     ) -> ForwardResult:
         """One sentence (or pair) through the model, as numpy arrays: tokens, attentions `[L, H, T, T]`
         (unless `attentions=False`, which is faster), hidden states `[L+1, T, D]`, logits.
+        `norms=True` adds the value-weighted norms ‖α_ij f_h(x_j)‖ `[L, H, T, T]` of
+        Kobayashi et al. (core.model.norms), from the same pass (it implies attentions).
 
         `reuse` is an unmasked result for the same input: the layers below the first masked
         one are then taken from it instead of being computed again (a toggle in layer 4 of 6
@@ -142,15 +145,20 @@ class Session:
         encoding = text if isinstance(text, Encoding) else self.encode(text, pair)
         head_mask = mask if isinstance(mask, HeadMask) else self.mask(mask)
         ablation = check_ablation(ablation)
-        start = self._reusable_layers(reuse, encoding, head_mask, attentions)
+        attentions = attentions or norms
+        start = self._reusable_layers(reuse, encoding, head_mask, attentions, norms)
         if start:
-            return self._forward_from(reuse, start, head_mask, ablation, attentions, mlm_logits)
+            return self._forward_from(reuse, start, head_mask, ablation, attentions, mlm_logits, norms)
         inputs = {
             "input_ids": torch.as_tensor(encoding.input_ids, device=self.device)[None],
             "token_type_ids": torch.as_tensor(encoding.token_type_ids, device=self.device)[None],
         }
+        layer_norms: dict[int, Tensor] = {}
         with torch.inference_mode():
-            outputs = self.run(inputs, gates=self.gate_tensor(head_mask), ablation=ablation, attentions=attentions)
+            outputs = self.run(
+                inputs, gates=self.gate_tensor(head_mask), ablation=ablation, attentions=attentions,
+                on_norms=layer_norms.__setitem__ if norms else None,
+            )
             hidden = torch.stack(outputs.hidden_states)[:, 0]
             mlm = None
             if self.mlm_head is not None and mlm_logits:
@@ -164,27 +172,33 @@ class Session:
                 class_logits=_numpy(class_logits) if class_logits is not None else None,
                 mask=head_mask,
                 ablation=ablation,
+                norms=_numpy(torch.stack([layer_norms[i][0] for i in range(self.num_layers)])) if norms else None,
             )
 
-    def _reusable_layers(self, reuse: ForwardResult | None, encoding: Encoding, mask: HeadMask, attentions: bool) -> int:
+    def _reusable_layers(
+        self, reuse: ForwardResult | None, encoding: Encoding, mask: HeadMask, attentions: bool, norms: bool = False
+    ) -> int:
         """How many layers of `reuse` stay valid under `mask` (0: run the whole model)."""
         if reuse is None or not len(mask) or len(reuse.mask) or reuse.class_logits is not None:
             return 0
-        if attentions and reuse.attentions is None:
+        if attentions and reuse.attentions is None or norms and reuse.norms is None:
             return 0
         if reuse.encoding is not encoding and not np.array_equal(reuse.encoding.input_ids, encoding.input_ids):
             return 0
         return min(layer for layer, _ in mask.off)
 
     def _forward_from(
-        self, plain: ForwardResult, start: int, mask: HeadMask, ablation: Ablation, attentions: bool, mlm_logits: bool
+        self, plain: ForwardResult, start: int, mask: HeadMask, ablation: Ablation, attentions: bool, mlm_logits: bool,
+        norms: bool = False,
     ) -> ForwardResult:
         """Run layers `start`.. on the unmasked hidden state entering layer `start`."""
         layers = self.loaded.family.layers(self.model)
         hidden = torch.as_tensor(plain.hidden_states[start], device=self.device, dtype=self.loaded.dtype)[None]
         states = []
+        layer_norms: dict[int, Tensor] = {}
         with torch.inference_mode(), self.lock, attention_pass(
-            self._layers, gates=self.gate_tensor(mask), ablation=ablation, want_weights=attentions, kept=self.kept_heads
+            self._layers, gates=self.gate_tensor(mask), ablation=ablation, want_weights=attentions, kept=self.kept_heads,
+            on_norms=layer_norms.__setitem__ if norms else None,
         ) as recorded:
             for layer in layers[start:]:
                 hidden = layer(hidden)  # one unpadded sequence: no attention mask, as in the full pass
@@ -192,6 +206,7 @@ class Session:
             mlm = self.mlm_head(hidden[0]) if self.mlm_head is not None and mlm_logits else None
             upper = _numpy(torch.stack(states))
             upper_attentions = _numpy(torch.stack([recorded[i][0] for i in range(start, self.num_layers)])) if attentions else None
+            upper_norms = _numpy(torch.stack([layer_norms[i][0] for i in range(start, self.num_layers)])) if norms else None
         return ForwardResult(
             encoding=plain.encoding,
             hidden_states=np.concatenate([plain.hidden_states[: start + 1], upper]),
@@ -200,6 +215,7 @@ class Session:
             class_logits=None,
             mask=mask,
             ablation=ablation,
+            norms=np.concatenate([plain.norms[:start], upper_norms]) if norms else None,
         )
 
     def run(
@@ -212,6 +228,7 @@ class Session:
         hidden_states: bool = True,
         encoder_only: bool = False,
         on_attention: Callable[[int, Tensor], None] | None = None,
+        on_norms: Callable[[int, Tensor], None] | None = None,
     ):
         """The model's own output for a batch, under head gates, holding the lock.
 
@@ -222,6 +239,8 @@ class Session:
         `on_attention(layer, weights)` receives each layer's `[B, H, T, T]` attention
         weights as the pass computes them, and the output then carries none: a corpus job
         that reduces the maps holds one layer of them at a time instead of every layer's.
+        `on_norms(layer, norms)` receives each layer's value-weighted norms `[B, H, T, T]`
+        (core.model.norms) from the same pass, after that layer's `on_attention`.
         """
         padding_mask = inputs.get("attention_mask")
         with self.lock, attention_pass(
@@ -232,6 +251,7 @@ class Session:
             want_weights=attentions,
             kept=self.kept_heads,
             on_weights=on_attention,
+            on_norms=on_norms,
         ):
             model = self.model.base_model if encoder_only else self.model
             return model(**inputs, output_hidden_states=hidden_states, output_attentions=attentions and on_attention is None)

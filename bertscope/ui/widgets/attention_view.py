@@ -88,12 +88,20 @@ class AttentionView(ScrollView, can_focus=True):
         cursor: tuple[int, int],
         scale: str = "max",
         dense: bool | None = None,
+        quantity: str | None = None,
+        vmax: float = 1.0,
     ) -> None:
-        """Draw a map; ``dense`` None draws two rows a line only where the map would not fit the pane."""
+        """Draw a map; ``dense`` None draws two rows a line only where the map would not fit the pane.
+
+        ``quantity`` names what the cells hold in the legend (None: attention weights); ``vmax``
+        is the top of the `fixed` scale."""
         self.weights = weights
         rows, cols = weights.shape
         self.cursor = (min(cursor[0], rows - 1), min(cursor[1], cols - 1))
-        self._request = dict(tokens=tokens, colormap=colormap, title=title, masked=masked, glyphs=glyphs, scale=scale, dense=dense)
+        self._request = dict(
+            tokens=tokens, colormap=colormap, title=title, masked=masked, glyphs=glyphs, scale=scale, dense=dense,
+            quantity=quantity, vmax=vmax,
+        )
         self.border_title = f"{title}{' (masked)' if masked else ''}"
         self._rebuild()
 
@@ -136,6 +144,7 @@ class AttentionView(ScrollView, can_focus=True):
             weights, tokens, tokens, request["colormap"], scale=request["scale"], masked=request["masked"],
             cursor=self.cursor, split_columns=False, cell_width=cell_width, dense=dense,
             label_width=max(1, gutter - 1), label_height=max(0, label_height), glyphs=request["glyphs"],
+            quantity=request["quantity"], vmax=request["vmax"],
         )
         self.map_layout = layout = self.heatmap.layout(use_colour, cell_width).with_gutter(gutter)
         self.dense_shown = layout.rows_per_line == 2

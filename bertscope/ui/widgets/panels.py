@@ -31,15 +31,17 @@ def update_keeping_layout(panel: Static, content, rows: object) -> None:
 class TokenPanel(Static):
     """For the query token under the cursor, the tokens it attends to most, as bars."""
 
-    def show(self, tokens: tuple[str, ...], row: np.ndarray, query: int, top: int = 5) -> None:
+    def show(self, tokens: tuple[str, ...], row: np.ndarray, query: int, top: int = 5, norms: bool = False) -> None:
+        """`norms`: the row holds value-weighted norms ‖α f(x)‖ (no upper bound of 1), not weights."""
         table = Table.grid(padding=(0, 1))
+        top_value = max(float(row.max()), 1e-12) if norms else 1.0
         table.add_column(justify="right", max_width=12, no_wrap=True)
         table.add_column(width=16)
         table.add_column(justify="right")
         for index in np.argsort(-row, kind="stable")[:top]:
             weight = float(row[index])
-            table.add_row(Text(f"{index}:{tokens[index]}"), bar(self, 1.0, weight), f"{weight:.3f}")
-        self.border_title = Text(f"{query}:{tokens[query]} attends to")
+            table.add_row(Text(f"{index}:{tokens[index]}"), bar(self, top_value, weight), f"{weight:.3f}")
+        self.border_title = Text(f"{query}:{tokens[query]} {'takes most from (‖αf‖)' if norms else 'attends to'}")
         update_keeping_layout(self, table, rows=min(top, len(tokens)))
 
 

@@ -1,0 +1,70 @@
+"""The explorer's real backend runs the public API's streams, and brings their notes to the UI as data.
+
+Warnings are the API's way of telling a script (`BertscopeNote`), but the filter that
+catches them is process-wide: in the explorer's worker threads the notes must instead
+arrive on the last `Progress` record, where `JobRun` shows them.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from bertscope import api
+from bertscope.core.data.corpus import Sentence
+from bertscope.core.progress import outcome
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_session):
+    from bertscope.session_backend import SessionBackend
+
+    return SessionBackend(tiny_session)
+
+
+def last(steps):
+    steps = list(steps)
+    assert steps and steps[-1].finished
+    return steps[-1]
+
+
+def test_patterns_through_the_backend_equal_the_api_and_carry_the_note_on_the_last_step(backend, tiny_session):
+    too_long = " ".join(["word"] * 200)  # past the tiny model's 64 positions: cut, and said so
+    sentences = [Sentence("The cat sat on the mat."), Sentence(too_long)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning here would be an exception: the backend must not warn
+        step = last(backend.attention_patterns(sentences))
+    assert len(step.notes) == 1 and "tokens were cut" in step.notes[0] and "maximum of 64" in step.notes[0]
+    with pytest.warns(api.BertscopeNote, match="tokens were cut"):
+        direct = api.patterns(tiny_session, [s.text for s in sentences])
+    assert step.result.sentences == direct.sentences == 2 and step.result.truncated == direct.truncated > 0
+    for name, values in direct.statistics.items():
+        assert np.allclose(step.result.statistics[name], values), name
+
+
+def test_a_note_warns_from_the_callers_line(tiny_session):
+    """A script sees the note at its own call, not somewhere inside bertscope."""
+    with pytest.warns(api.BertscopeNote) as caught:
+        api.patterns(tiny_session, ["The cat sat.", " ".join(["word"] * 200)])
+    assert caught[0].filename == __file__
+
+
+def test_a_stream_is_the_function_step_by_step(tiny_session):
+    told = []
+    steps = api.geometry_steps(tiny_session, ["The cat sat on the mat.", "A dog barked twice at the moon."], max_rows=50,
+                               tell=told.append)
+    streamed = outcome(steps)
+    direct = api.geometry(tiny_session, ["The cat sat on the mat.", "A dog barked twice at the moon."], max_rows=50)
+    assert np.allclose(streamed.cka, direct.cka) and told == []
+
+
+def test_the_objective_is_prepared_once_and_measured_through_the_api(backend):
+    sentences = [Sentence("The cat sat on the mat."), Sentence("A dog barked twice.")]
+    before = backend.measure_objective("preserve", sentences)
+    ranking = last(backend.head_importance("preserve", sentences)).result
+    assert backend._objective_cache is not None and ranking.importance.shape == (backend.num_layers, backend.num_heads)
+    prepared = backend._objective_cache[1]
+    again = backend.measure_objective("preserve", sentences)
+    assert backend._objective_cache[1] is prepared and again.metric == pytest.approx(before.metric)
