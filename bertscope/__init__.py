@@ -13,10 +13,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BertscopeError", "BertscopeNote", "Cancelled", "attribute", "cloze", "compare", "corpus", "fill", "geometry",
-    "importance", "load", "measure", "objective", "patch", "patterns", "probe", "prune", "pruning_curve",
+    "importance", "load", "measure", "objective", "patch", "patterns", "probe", "prune", "pruning_curve", "syntax",
     # the long analyses as streams of progress records (for live displays)
     "attribute_steps", "compare_steps", "curve_steps", "geometry_steps", "importance_steps", "patch_steps", "patterns_steps",
-    "probe_steps",
+    "probe_steps", "syntax_steps",
 ]
 
 

@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyse
     from bertscope.core.analyses.patching_results import PatchingResult
     from bertscope.core.analyses.patterns import PatternResult
     from bertscope.core.analyses.probing_results import ProbeReport
+    from bertscope.core.analyses.syntax_results import SyntaxResult
     from bertscope.core.analyses.pruned_export import PrunedModel
     from bertscope.core.model.results import Encoding
     from bertscope.core.model.session import Session
@@ -187,6 +188,78 @@ def patterns_steps(model: Session, texts: Texts = None, *, data: str | Path | No
         sentences.notes(tell)
         if result.truncated:
             tell(f"{result.truncated:,} tokens were cut from sentences longer than the model's maximum of {model.max_length}")
+
+    return _telling(steps, told)
+
+
+# heads that track syntax
+
+
+def treebank(data: str | Path | Iterable[Sentence] | Corpus | None = None, *, limit: int | None = None) -> Corpus:
+    """A dependency treebank to read: a CoNLL-U file (streamed), annotated sentences, or else the shipped sample treebank.
+
+    A file that is not CoNLL-U is refused at once, before any model runs.
+    """
+    from bertscope.core.data.corpus import detect_format
+
+    if isinstance(data, Corpus):
+        return data
+    report = ReadReport()
+    if data is None or isinstance(data, (str, Path)):
+        path = sample_corpus("conllu") if data is None else data
+        if detect_format(path) != "conllu":
+            raise InputError(f"{path} is not a CoNLL-U treebank; give a .conllu file with dependency heads", setting="data")
+        return Corpus(read_sentences(path, "conllu", limit=limit, report=report), str(path), report)
+    sentences = list(data)[:limit]
+    report.sentences = len(sentences)
+    return Corpus(sentences, "sentences", report)
+
+
+def check_relations(relations: Iterable[str] | None) -> list[str] | None:
+    """Relation names as the treebank labels them (Clark et al.'s `dobj` is `obj`), each a UD v2 relation."""
+    from bertscope.core.analyses.syntax_results import UD_RELATIONS, is_known_relation, relation_name
+
+    if relations is None:
+        return None
+    names = [relation_name(name) for name in relations if name.strip()]
+    unknown = [name for name in names if not is_known_relation(name)]
+    if unknown or not names:
+        raise InputError(f"unknown dependency relation {unknown[0]!r}; use UD v2 relations such as "
+                         f"{', '.join(sorted(UD_RELATIONS)[:6])}, … (subtypes as nmod:poss)" if unknown
+                         else "no relation named; give UD v2 relations such as det,nsubj,obj", setting="relations")
+    return list(dict.fromkeys(names))
+
+
+def syntax(model: Session, data: str | Path | Iterable[Sentence] | Corpus | None = None, *, limit: int | None = None,
+           mask: str | HeadMask | None = None, ablation: Ablation = "zero", batch_size: int = 32,
+           progress: ProgressCallback = None, cancel: threading.Event | None = None) -> SyntaxResult:
+    """Heads that track dependency relations (Clark et al. 2019 §4), streamed over a treebank.
+
+    For every relation of `data` (a CoNLL-U file, annotated sentences, or else the shipped
+    sample treebank) and both directions, each head's share of the arcs whose most-attended
+    other word (word-level attention, [CLS]/[SEP] left out) is the right one, against the
+    best fixed-offset baseline (offsets -3 to 3). `result.rows(relations, min_count)` gives
+    what `bertscope syntax --json` prints; the counts are integers, summable across shards.
+    """
+    steps = syntax_steps(model, data, limit=limit, mask=mask, ablation=ablation, batch_size=batch_size, cancel=cancel)
+    return outcome(steps, on_step=progress, cancel=cancel)
+
+
+def syntax_steps(model: Session, data: str | Path | Iterable[Sentence] | Corpus | None = None, *, limit: int | None = None,
+                 mask: str | HeadMask | None = None, ablation: Ablation = "zero", batch_size: int = 32,
+                 cancel: threading.Event | None = None, tell: Tell = note) -> Iterator[Progress[SyntaxResult]]:
+    """`syntax` as a stream; each record's `partial` holds the counts so far."""
+    from bertscope.core.analyses.syntax import syntax_heads
+
+    sentences = treebank(data, limit=limit)
+    steps = syntax_heads(model, sentences.sentences, mask=head_mask(model, mask), ablation=ablation, batch_size=batch_size,
+                         cancel=cancel)
+
+    def told(result: SyntaxResult) -> None:
+        sentences.notes(tell)
+        if result.truncated:
+            tell(f"{result.truncated:,} sentences were cut to the model's maximum of {model.max_length} tokens; "
+                 "arcs to the words beyond the cut are not counted")
 
     return _telling(steps, told)
 

@@ -80,6 +80,11 @@ class SessionBackend:
         return with_notes(lambda tell: api.patterns_steps(self.session, chosen(sentences), mask=mask, ablation=ablation,
                                                           cancel=cancel, tell=tell))
 
+    def syntax_heads(self, sentences: Iterable[Sentence], *, mask: HeadMask | None = None, ablation: Ablation = "zero",
+                     cancel: threading.Event | None = None) -> Iterator:
+        return with_notes(lambda tell: api.syntax_steps(self.session, chosen(sentences), mask=mask, ablation=ablation,
+                                                        cancel=cancel, tell=tell))
+
     def probe(self, task: str, train, dev=None, test=None, *, mask: HeadMask | None = None, ablation: Ablation = "zero",
               kind: str = "linear", cancel: threading.Event | None = None) -> Iterator:
         return api.probe_steps(self.session, task, train, dev, test, mask=mask, ablation=ablation, kind=kind, cancel=cancel)

@@ -45,6 +45,7 @@ class FakeBackend:
         self.importance_calls: list[tuple[str, int]] = []  # (objective, sentences) of each importance estimate
         self.probe_calls: list[tuple[str, list]] = []  # (task, training sentences) of each probe run
         self.patch_calls: list[dict] = []  # the arguments of each patching run
+        self.syntax_calls: list[str] = []  # the mask spec of each syntax run
 
     @property
     def info(self) -> ModelInfo:
@@ -124,6 +125,42 @@ class FakeBackend:
         if done == 0:
             raise InputError("no sentences to analyse; the corpus is empty")
         yield progress(final=True)
+
+    def syntax_heads(self, sentences, *, mask=None, ablation="zero", cancel=None):
+        """Known counts: per sentence one arc of each of det, nsubj, obj; head (1, 2) always finds det's head,
+        (2, 0) nsubj's, (0, 3) obj's (dependent to head) and half the others; the +1 offset finds det's head
+        in half the sentences. Under a mask the masked heads find nothing. One sentence a step."""
+        from bertscope.core.analyses.syntax_results import OFFSETS, SyntaxResult
+
+        relations, best = ("det", "nsubj", "obj"), ((1, 2), (2, 0), (0, 3))
+        done = 0
+        self.syntax_calls.append(mask.spec() if mask is not None else "")
+
+        def result_after(count: int) -> SyntaxResult:
+            correct = np.zeros((3, 2, LAYERS, HEADS), dtype=np.int64)
+            correct[:] = count // 2
+            for r, (layer, head) in enumerate(best):
+                correct[r, 0, layer, head] = count
+            if mask is not None:
+                for layer, head in mask.off:
+                    correct[:, :, layer, head] = 0
+            baseline = np.zeros((3, 2, len(OFFSETS)), dtype=np.int64)
+            baseline[0, 0, OFFSETS.index(1)] = count // 2
+            return SyntaxResult(relations, np.full((3, 2), count, dtype=np.int64), correct, baseline,
+                                sentences=count, words=4 * count, truncated=0)
+
+        for sentence in sentences:
+            if sentence.heads is None:
+                raise InputError(f"{sentence.location or 'a sentence'} has no dependency heads; give a CoNLL-U treebank")
+            if cancel is not None and cancel.is_set():
+                return
+            self.release.wait(timeout=10)
+            time.sleep(self.delay)
+            done += 1
+            yield Progress("sentences", done, partial=result_after(done))
+        if done == 0:
+            raise InputError("no sentences to analyse; the treebank is empty")
+        yield Progress("sentences", done, result=result_after(done), partial=result_after(done))
 
     def probe(self, task, train, dev=None, test=None, *, mask=None, ablation="zero", kind="linear", cancel=None):
         """Two feature stages, then a report whose layer l scores 0.5 + 0.1 l (less under a mask)."""

@@ -90,6 +90,7 @@ def stand_ins(tmp_path_factory) -> dict[str, str]:
         "dev.conllu": treebanks["dev"],
         "test.conllu": treebanks["test"],
         "en_ewt-ud-train.conllu": treebanks["treebank"],
+        "en_ewt-ud-dev.conllu": treebanks["dev"],
         "treebank.conllu": treebanks["treebank"],
         "bertscope/data/sample.conllu": str(DATA / "sample.conllu"),
         "probing.tsv": str(DATA / "sample.tsv"),

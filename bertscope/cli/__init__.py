@@ -4,7 +4,7 @@
 of commands, registered on the group here, in one place, so no module imports it back.
 """
 
-from bertscope.cli import attention, fill_attribute, geometry, importance, patching, patterns, probing
+from bertscope.cli import attention, fill_attribute, geometry, importance, patching, patterns, probing, syntax
 from bertscope.cli.common import main
 
 for command in (
@@ -15,6 +15,7 @@ for command in (
     fill_attribute.fill, fill_attribute.attribute,
     geometry.geometry, geometry.compare,
     patching.patch,
+    syntax.syntax,
 ):
     main.add_command(command)
 

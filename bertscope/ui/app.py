@@ -44,6 +44,7 @@ from bertscope.ui.messages import Analysis, ModelLoaded, ModelLoadFailed
 from bertscope.ui.overview import OverviewScreen
 from bertscope.ui.patching import PatchingScreen
 from bertscope.ui.probing import ProbingScreen
+from bertscope.ui.syntax import SYNTAX_FIGURE, SyntaxPanel
 from bertscope.ui.state import ExplorerState, fit_to_model, load_state, save_state
 from bertscope.ui.theme import heatmap_for, load_all_themes, textual_theme
 from bertscope.ui.widgets.attention_view import AttentionView
@@ -56,7 +57,8 @@ HEATMAP_ACTIONS = {"zoom", "next_scale", "toggle_dense"}  # keys of the explorer
 # do nothing rather than act on a view the person cannot see or stack another screen on top.
 MAIN_SCREEN_ACTIONS = HEATMAP_ACTIONS | {
     "focus_sentence", "clear_mask", "toggle_ablation", "next_figure", "next_view", "toggle_norms", "export", "overview", "probing",
-    "next_attribution", "next_attribution_target", "importance", "prune_to", "pruning_curve", "geometry", "compare", "patching",
+    "next_attribution", "next_attribution_target", "importance", "syntax_relation", "syntax_direction", "prune_to", "pruning_curve",
+    "geometry", "compare", "patching",
 }
 NORMS_LABEL = "‖αf‖"  # the heatmap's cells in norms mode: ‖α_ij f_h(x_j)‖ (core.model.norms)
 SCALE_NOTES = {
@@ -115,6 +117,8 @@ class ExplorerApp(App[None]):
         Binding("b", "next_attribution", "attribution", show=False),
         Binding("B", "next_attribution_target", "explain what", show=False),
         Binding("i", "importance", "importance", show=False),
+        Binding("y", "syntax_relation", "tracks relation", show=False),
+        Binding("Y", "syntax_direction", "relation direction", show=False),
         Binding("P", "prune_to", "prune to X%", show=False),
         Binding("C", "pruning_curve", "pruning curve", show=False),
         Binding("g", "geometry", "geometry", show=False),
@@ -190,6 +194,7 @@ class ExplorerApp(App[None]):
             with VerticalScroll(id="side", can_focus=False):
                 yield HeadGrid(colormap, id="grid")
                 yield ObjectivePanel(id="objective")  # hidden until `i` (ui.importance)
+                yield SyntaxPanel(self._repaint, id="syntax")  # shown with the grid's syntax figure (ui.syntax)
                 yield TokenPanel(id="tokens")
                 yield EffectPanel(id="effect")
             yield AttentionView(id="heatmap")
@@ -239,7 +244,7 @@ class ExplorerApp(App[None]):
     def on_model_loaded(self, message: ModelLoaded) -> None:
         self.backend = backend = message.backend
         self.state, warnings = fit_to_model(self.state, backend.num_layers, backend.num_heads)
-        if self.state.figure not in FIGURES and self.state.figure != IMPORTANCE_FIGURE:
+        if self.state.figure not in FIGURES and self.state.figure not in (IMPORTANCE_FIGURE, SYNTAX_FIGURE):
             warnings.append(f"unknown grid figure {self.state.figure!r}; showing entropy")
             self.state = self.state.with_(figure="entropy")
         for warning in warnings:
@@ -248,6 +253,8 @@ class ExplorerApp(App[None]):
         self.query_one(HeadGrid).set_shape(backend.num_layers, backend.num_heads)
         self.query_one(AttributionRow).set_model(backend.info)
         self.query_one(ObjectivePanel).set_backend(backend)
+        self.query_one(SyntaxPanel).set_backend(backend)
+        self._follow_syntax()
         self.sub_title = backend.info.source
         self._analyse(reuse_plain=False)
 
@@ -336,8 +343,12 @@ class ExplorerApp(App[None]):
         length = len(analysis.current.tokens)
         figure = self.state.figure if self.state.figure in FIGURES else "entropy"
         importance = self.query_one(ObjectivePanel).importance
+        syntax = self.query_one(SyntaxPanel).overlay() if self.state.figure == SYNTAX_FIGURE else None
         if self.state.figure == IMPORTANCE_FIGURE and importance is not None:
             grid.show(*importance_overlay(importance), self.mask, (layer, head))
+        elif self.state.figure == SYNTAX_FIGURE:
+            values, value_range, label = syntax if syntax is not None else (None, (0.0, 1.0), "")
+            grid.show(values, value_range, label, self.mask, (layer, head))  # None: "computing…"
         else:
             grid.show(analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), self.mask, (layer, head))
         weights, title, masked = self._displayed_matrix()
@@ -441,6 +452,7 @@ class ExplorerApp(App[None]):
         self._update_status()
         self._analyse(reuse_plain=True)
         self.query_one(ObjectivePanel).follow(mask, self.state.ablation)
+        self._follow_syntax()
 
     def action_clear_mask(self) -> None:
         if self.mask is not None and len(self.mask):
@@ -453,16 +465,43 @@ class ExplorerApp(App[None]):
         if self.mask is not None and len(self.mask):
             self._analyse(reuse_plain=True)
             self.query_one(ObjectivePanel).follow(self.mask, self.state.ablation)
+            self._follow_syntax()
         else:
             self._save_state()
 
     def action_next_figure(self) -> None:
-        names = list(FIGURES) + ([IMPORTANCE_FIGURE] if self.query_one(ObjectivePanel).importance is not None else [])
+        names = list(FIGURES) + [SYNTAX_FIGURE] + ([IMPORTANCE_FIGURE] if self.query_one(ObjectivePanel).importance is not None else [])
         if self.state.figure not in names:
             self.state = self.state.with_(figure=names[-1])
         self.state = self.state.with_(figure=names[(names.index(self.state.figure) + 1) % len(names)])
+        self._follow_syntax()
         self._repaint()
         self._save_state()
+
+    # heads that track syntax (ui.syntax)
+
+    def _follow_syntax(self) -> None:
+        """Show the syntax panel (running over the sample treebank under the mask) while the grid shows its figure."""
+        panel = self.query_one(SyntaxPanel)
+        if self.state.figure != SYNTAX_FIGURE or self.backend is None or self.mask is None:
+            panel.hide()
+            return
+        panel.show_for(self.mask, self.state.ablation)
+
+    def action_syntax_relation(self) -> None:
+        """`y`: shade the grid by the heads that track a relation, or go on to the next relation."""
+        if self.state.figure != SYNTAX_FIGURE:
+            self.state = self.state.with_(figure=SYNTAX_FIGURE)
+            self._follow_syntax()
+            self._repaint()
+            self._save_state()
+            return
+        self.query_one(SyntaxPanel).next_relation()
+
+    def action_syntax_direction(self) -> None:
+        """`Y`: dependent→head or head→dependent."""
+        if self.state.figure == SYNTAX_FIGURE:
+            self.query_one(SyntaxPanel).next_direction()
 
     def action_next_view(self) -> None:
         self.state = self.state.with_(view=VIEWS[(VIEWS.index(self.state.view) + 1) % len(VIEWS)])
@@ -586,6 +625,7 @@ class ExplorerApp(App[None]):
         """`i`: shade the grid by head importance (estimated on first use), or back to the previous figure."""
         if self.state.figure == IMPORTANCE_FIGURE and self.query_one(ObjectivePanel).importance is not None:
             self.state = self.state.with_(figure=self._figure_before_importance)
+            self._follow_syntax()
             self._repaint()
             return
 
@@ -593,6 +633,7 @@ class ExplorerApp(App[None]):
             if self.state.figure != IMPORTANCE_FIGURE:
                 self._figure_before_importance = self.state.figure
             self.state = self.state.with_(figure=IMPORTANCE_FIGURE)
+            self._follow_syntax()
             self._repaint()
 
         self._with_importance(show)

@@ -19,6 +19,7 @@ from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryR
 from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
 from bertscope.core.analyses.patching_results import PatchingResult
 from bertscope.core.analyses.probing_results import ProbeReport
+from bertscope.core.analyses.syntax_results import SyntaxResult
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo, PatternResult
 from bertscope.core.progress import Progress
@@ -81,6 +82,17 @@ class Backend(Protocol):
         cancel: threading.Event | None = None,
     ) -> Iterator[Progress[PatternResult]]:
         """Each item's `partial` holds the statistics so far."""
+        ...
+
+    def syntax_heads(
+        self,
+        sentences: Iterable[Sentence],
+        *,
+        mask: HeadMask | None = None,
+        ablation: Ablation = "zero",
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Progress[SyntaxResult]]:
+        """Heads that track dependency relations over a treebank (Clark et al. §4); each item's `partial` holds the counts so far."""
         ...
 
     def probe(

@@ -28,7 +28,7 @@ and every pane shows the effect.
 | `l` | switch the selected head's whole layer off, or back on |
 | `x` | switch every head back on |
 | `a` | ablation: `zero` (remove the head's output, Michel et al.) or `uniform` (attend evenly, Kovaleva et al.) |
-| `f` | the figure that shades the grid: entropy, attention to [CLS], [SEP], punctuation, self, previous, next token, distance |
+| `f` | the figure that shades the grid: entropy, attention to [CLS], [SEP], punctuation, self, previous, next token, distance, tracks a dependency relation (`y`) |
 | `v` | view: one head, or the average over the layer's heads |
 | `n` | the heatmap's cells: attention weights α, or value-weighted norms ‖αf‖ = ‖α_ij f_h(x_j)‖, f_h(x) = (x W_V + b_V) W_O of the head without W_O's bias (Kobayashi et al. 2020: how much a head moves from a token, not only where it looks; heavy attention to [CLS], [SEP] or punctuation often moves little). The legend, title and status line say which is shown; `fixed` scale then runs from 0 to the sentence's largest norm |
 | `t` | next theme (the heatmap colours follow it) |
@@ -37,6 +37,7 @@ and every pane shows the effect.
 | `b` | attribution: shade the sentence's tokens by gradient, gradient × input, integrated gradients or attention rollout, or switch it off |
 | `B` | what attribution explains: the MLM guess at the first `[MASK]`, the predicted class, or a probe's decision (trained once per task, then cached) |
 | `i` | head importance (Michel et al.'s gradient, for `mlm` with an MLM head, else `preserve`, on the sample corpus): shades the grid, and the objective pane then follows every mask; `i` again goes back |
+| `y` / `Y` | heads that track syntax (Clark et al.): the grid shaded by how often each head's most-attended other word is the dependency head (`Y`: the dependent) for a relation, over the sample treebank under the mask; `y` again: the next relation (the overview has them too, over its CoNLL-U corpus) |
 | `P` | prune to X%: switch off the least important X% of the heads |
 | `C` | pruning curve: the objective as ever more of the least important heads go; Enter masks the prunable ones |
 | `g` | geometry: each layer's PCA scatter over a corpus coloured by label (arrows move through the layers, `f` changes the label), CKA layer × layer, TwoNN intrinsic dimension |

@@ -2,7 +2,10 @@
 
 The layer × head grid is coloured by each head's dominant pattern class (Kovaleva et al.)
 or shaded by any statistic; beside it, per layer, the attention to [CLS], [SEP] and
-punctuation (Clark et al., Fig. 1). The corpus streams through the model in a worker with
+punctuation (Clark et al., Fig. 1). A CoNLL-U corpus also gives the heads that track
+dependency relations (Clark et al. §4): a table of the best head per relation against the
+fixed-offset baseline, and a shading of the grid by one relation (`y` the next, `Y` the
+direction). The corpus streams through the model in a worker with
 live progress and can be cancelled; Enter opens the selected head in the explorer.
 """
 
@@ -20,18 +23,23 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Input, ProgressBar, Static
 
-from bertscope.core.data.corpus import ReadReport, read_sentences, sample_corpus
+from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
+from bertscope.core.data.corpus import ReadReport, detect_format, read_sentences, sample_corpus
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import PATTERNS, STATISTICS, PatternResult
 from bertscope.core.progress import Progress
 from bertscope.render.patterns import PATTERN_LETTERS, layer_bars, layer_pattern_table
+from bertscope.render.syntax import syntax_table
 from bertscope.ui.export import csv_text, save_screen
 from bertscope.ui.focus import leave_input
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
+from bertscope.ui.syntax import SYNTAX_FIGURE, kept_relation, next_relation, syntax_label, syntax_overlay
 from bertscope.ui.widgets.head_grid import CELL, HeadGrid
 
-SHADINGS = ("pattern", *STATISTICS)
+SHADINGS = ("pattern", *STATISTICS)  # and SYNTAX_FIGURE, once a CoNLL-U corpus gave heads that track syntax
+SYNTAX_ROWS = 8  # relations in the overview's table, most frequent first
+SYNTAX_MIN_COUNT = 20
 STATISTIC_NAMES = {  # short: the grid's legend is 40 columns wide at 12 heads, and its number must show
     "cls": "attn to [CLS]", "sep": "attn to [SEP]", "punct": "attn to punctuation",
     "self": "attn to itself", "prev": "attn to previous", "next": "attn to next",
@@ -108,6 +116,8 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         Binding("enter", "open_head", "open head"),
         Binding("f", "next_shading", "shading"),
         Binding("r", "run", "run again"),
+        Binding("y", "syntax_relation", "relation", show=False),
+        Binding("Y", "syntax_direction", "direction", show=False),
         Binding("e", "export", "export"),
         Binding("slash", "focus_corpus", "corpus", show=False),
     ]
@@ -136,6 +146,10 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         self.shading = "pattern"
         self.result: PatternResult | None = None
         self.job = JobRun(self, self.patterns_stepped, name="patterns", on_failed=self.patterns_failed)
+        self.syntax: SyntaxResult | None = None  # heads that track syntax, for a CoNLL-U corpus
+        self.relation: str | None = None
+        self.direction = DIRECTIONS[0]
+        self.syntax_job = JobRun(self, self.syntax_stepped, name="syntax", title="syntactic heads")
         self._path = ""  # the corpus of the run under way
         self._read = ReadReport()  # what reading it skipped
 
@@ -167,6 +181,10 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
             return
         self.query_one("#corpus", Input).value = kept.data
         self.result = kept.result
+        kept_syntax = self.kept.runs.get("overview-syntax")
+        if kept_syntax is not None and kept_syntax.data == kept.data:
+            self.syntax = kept_syntax.result
+            self.relation = kept_relation(self.syntax, None)
         self.query_one(ProgressBar).update(total=1, progress=1)
         self.query_one("#progress-text", Static).update(
             f"{kept.result.sentences:,} sentences · kept from before (r runs again){kept.mask_note()}"
@@ -189,6 +207,32 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
             return self.backend.attention_patterns(sentences, mask=self.mask, ablation=self.ablation, cancel=cancel)
 
         self.job.start(job)
+        self._run_syntax(path)
+
+    def _run_syntax(self, path: str) -> None:
+        """Heads that track syntax beside the patterns, when the corpus is a treebank (CoNLL-U)."""
+        self.syntax = None
+        if self.shading == SYNTAX_FIGURE:
+            self.shading = "pattern"
+        try:
+            treebank = detect_format(path) == "conllu"
+        except Exception:  # a missing file: the patterns run says so
+            treebank = False
+        if not treebank:
+            self.syntax_job.cancel()
+            return
+
+        def job(cancel):
+            return self.backend.syntax_heads(read_sentences(path, "conllu"), mask=self.mask, ablation=self.ablation, cancel=cancel)
+
+        self.syntax_job.start(job)
+
+    def syntax_stepped(self, progress: Progress[SyntaxResult]) -> None:
+        self.syntax = progress.partial
+        self.relation = kept_relation(self.syntax, self.relation)
+        if progress.finished:
+            self.kept.runs["overview-syntax"] = KeptRun(self._path, self.mask.spec(), self.ablation, progress.result)
+        self._draw()
 
     @on(Input.Submitted, "#corpus")
     def corpus_submitted(self) -> None:
@@ -221,6 +265,9 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         grid = self.query_one(PatternGrid)
         if self.shading == "pattern":
             grid.show_classes(result.dominant, self._class_colours(), self.selected, "pattern")
+        elif self.shading == SYNTAX_FIGURE and self.syntax is not None and self.relation is not None:
+            values, value_range, label = syntax_overlay(self.syntax, self.relation, self.direction)
+            grid.show(values, value_range, label, HeadMask.none(*values.shape), self.selected)
         else:
             values = result.statistics[self.shading]
             high = 1.0 if self.shading not in ("entropy", "distance") else max(float(values.max()), 1e-6)
@@ -228,6 +275,8 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         layer, head = self.selected
         items = [f"{name} {share:.0%}" for name, share in zip(PATTERNS, result.pattern_shares[layer, head]) if share > 0]
         items += [f"{name} {result.statistics[name][layer, head]:.2f}" for name in STATISTICS]
+        if self.syntax is not None and self.relation is not None:
+            items.append(f"{syntax_label(self.relation, self.direction)} {self.syntax.accuracy(self.relation, self.direction)[layer, head]:.0%}")
         width = self.query_one("#head-details").content_size.width or 36
         details = Text.assemble((f"head {layer}:{head}", "bold"), "\n", packed(items, width))
         self.query_one("#head-details", Static).update(details)
@@ -240,6 +289,11 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
             Text(),
             layer_pattern_table(result.layer_pattern_shares(), PATTERNS, short=True),
         ]
+        if self.syntax is not None and self.syntax.relations:
+            relations = self.syntax.by_frequency()[:SYNTAX_ROWS]
+            done = "" if not self.syntax_job.running else f" · {self.syntax.sentences:,} sentences so far"
+            charts += [Text(), Text(f"heads that track syntax (Clark et al.){done}", style="bold"),
+                       syntax_table(self.syntax.rows(relations, SYNTAX_MIN_COUNT), min_count=SYNTAX_MIN_COUNT, short=True)]
         self.query_one("#charts-content", Static).update(Group(*charts))
 
     def on_resize(self) -> None:
@@ -265,11 +319,29 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         message.stop()
 
     def action_next_shading(self) -> None:
-        self.shading = SHADINGS[(SHADINGS.index(self.shading) + 1) % len(SHADINGS)]
+        shadings = SHADINGS + ((SYNTAX_FIGURE,) if self.syntax is not None and self.relation is not None else ())
+        self.shading = shadings[(shadings.index(self.shading) + 1) % len(shadings)] if self.shading in shadings else "pattern"
         self._draw()
+
+    def action_syntax_relation(self) -> None:
+        """`y`: shade the grid by the heads that track a relation, or go on to the next relation."""
+        if self.syntax is None:
+            self.notify("heads that track syntax need a CoNLL-U corpus; give one above", severity="warning")
+            return
+        if self.shading == SYNTAX_FIGURE:
+            self.relation = next_relation(self.syntax, self.relation)
+        self.shading = SYNTAX_FIGURE
+        self._draw()
+
+    def action_syntax_direction(self) -> None:
+        """`Y`: dependent→head or head→dependent."""
+        if self.syntax is not None:
+            self.direction = DIRECTIONS[(DIRECTIONS.index(self.direction) + 1) % len(DIRECTIONS)]
+            self._draw()
 
     def action_open_head(self) -> None:
         self.job.cancel()
+        self.syntax_job.cancel()
         self.dismiss(self.selected)
 
     def action_focus_corpus(self) -> None:
@@ -296,6 +368,7 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
     def action_back(self) -> None:
         if leave_input(self):
             return
+        self.syntax_job.cancel()
         if self.job.cancel():
             done = self.result.sentences if self.result is not None else 0
             self.query_one("#progress-text", Static).update(f"cancelled after {done:,} sentences (r runs again)")

@@ -1,0 +1,225 @@
+"""Heads that track syntactic relations (Clark et al. 2019, "What Does BERT Look At?", §4).
+
+For every dependency arc of a treebank (a dependent, its head, their relation) and every
+attention head, two questions, as Clark et al. ask them:
+
+- dependent_to_head: is the word the dependent attends to most (itself left out) its head?
+- head_to_dependent: is the word the head attends to most (itself left out) this dependent?
+  (A head with two dependents of one relation can get at most one of them right, as in
+  Clark et al.'s evaluation.)
+
+Attention is made word-level first, as Clark et al. convert it: a word's attention to
+another word is the sum over the other word's sub-word columns, averaged over its own
+sub-word rows, so each word's row is still a distribution over tokens. [CLS] and [SEP] are
+not words: their columns are left out of the word-level map (a word's row then sums to
+less than one), so a head that parks its attention on [SEP] is judged by where the rest
+goes, as Clark et al. take "the most-attended-to other word" over words only.
+
+The baseline is the best fixed offset: the word 1, 2 or 3 places to the left or right of
+the query (Clark et al.'s "predict the word at a fixed offset"), per relation and direction.
+
+Relations are the treebank's labels, subtypes kept apart (`nmod:poss`, `obl:tmod`,
+`nsubj:pass` are their own relations, as `poss`, `tmod` and `nsubjpass` were in the Stanford
+Dependencies Clark et al. used); `syntax_results.ALIASES` maps their names to UD v2's.
+Arcs to the root, and arcs with a word cut off by the model's length limit, are not counted.
+
+Streamed: chunks of sentences are sorted by length and batched under the attention caps of
+core.data.batching; each layer's attention is reduced to per-head hit counts inside the
+forward pass (`Session.run(on_attention=...)`), so memory does not grow with the corpus.
+The counts are integers, summable across shards.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from bertscope.core.analyses.syntax_results import OFFSETS, SyntaxResult
+from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS, plan_batches
+from bertscope.core.data.corpus import Sentence, chunked
+from bertscope.core.errors import InputError
+from bertscope.core.model.allocator import corpus_heap_over, release_freed_memory
+from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.progress import Progress
+
+if TYPE_CHECKING:
+    from bertscope.core.model.session import Session
+
+
+# --- word-level attention and the most-attended other word ------------------------------------
+
+
+def word_pooling(word_of: Tensor, words: int) -> tuple[Tensor, Tensor]:
+    """(`[B, W, T]` mean over each word's sub-word rows, `[B, T, W]` sum over its sub-word columns), once per batch.
+
+    `word_of[b, t]` is token t's word (0..W-1), or -1 for special tokens and padding, whose
+    rows and columns are left out.
+    """
+    onehot = torch.zeros(*word_of.shape, words, device=word_of.device)  # [B, T, W]
+    inside = word_of >= 0
+    onehot[inside.nonzero(as_tuple=True) + (word_of[inside],)] = 1
+    pieces = onehot.sum(1).clamp(min=1)  # [B, W]
+    return (onehot / pieces[:, None, :]).transpose(1, 2), onehot
+
+
+def word_attention(attention: Tensor, word_of: Tensor, words: int, pooling: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """`[B, H, W, W]` word-level attention from token-level `[B, H, T, T]` (float32): columns summed over
+    a word's sub-words, rows averaged, [CLS], [SEP] and padding left out (`word_pooling`)."""
+    rows, columns = pooling if pooling is not None else word_pooling(word_of, words)
+    return rows[:, None] @ attention @ columns[:, None]
+
+
+def most_attended_other(word_level: Tensor, present: Tensor) -> Tensor:
+    """`[B, H, W]`: for each query word, the index of the other present word it attends to most.
+
+    `present[b, w]`: word w exists in sentence b (not padding, not cut off, has sub-words).
+    """
+    words = word_level.shape[-1]
+    excluded = torch.eye(words, dtype=torch.bool, device=word_level.device)[None] | ~present[:, None, :]  # [B, W, W]
+    return word_level.masked_fill(excluded[:, None], float("-inf")).argmax(-1)
+
+
+# --- over a corpus ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    input_ids: list[int]
+    word_of: list[int]  # per token: its word, -1 for special tokens
+    arcs: list[tuple[int, int, str]]  # (dependent, head, relation), words from 0, both present
+    words: int
+    truncated: bool
+
+
+class _Counts:
+    """Integer hit counts per relation, kept on the model's device; relations registered as they appear."""
+
+    def __init__(self, num_layers: int, num_heads: int, device: torch.device):
+        self.relations: dict[str, int] = {}
+        self.shape, self.device = (num_layers, num_heads), device
+        self.correct = torch.zeros(0, 2, num_layers, num_heads, dtype=torch.long, device=device)
+        self.counts = np.zeros((0, 2), dtype=np.int64)
+        self.baseline = np.zeros((0, 2, len(OFFSETS)), dtype=np.int64)
+        self.sentences = self.words = self.truncated = 0
+
+    def relation_index(self, relation: str) -> int:
+        if relation not in self.relations:
+            self.relations[relation] = len(self.relations)
+            self.correct = torch.cat([self.correct, self.correct.new_zeros(1, 2, *self.shape)])
+            self.counts = np.concatenate([self.counts, np.zeros((1, 2), dtype=np.int64)])
+            self.baseline = np.concatenate([self.baseline, np.zeros((1, 2, len(OFFSETS)), dtype=np.int64)])
+        return self.relations[relation]
+
+    def add_baselines(self, dependent: int, head: int, relation: int) -> None:
+        self.counts[relation] += 1
+        for direction, offset in enumerate((head - dependent, dependent - head)):
+            if offset in OFFSETS:
+                self.baseline[relation, direction, OFFSETS.index(offset)] += 1
+
+    def result(self) -> SyntaxResult:
+        return SyntaxResult(
+            relations=tuple(self.relations), counts=self.counts.copy(), correct=self.correct.cpu().numpy().copy(),
+            baseline_correct=self.baseline.copy(), sentences=self.sentences, words=self.words, truncated=self.truncated,
+        )
+
+
+def syntax_heads(
+    session: Session,
+    sentences: Iterable[Sentence],
+    *,
+    mask: HeadMask | None = None,
+    ablation: Ablation = "zero",
+    batch_size: int = 32,
+    chunk_size: int = 1024,
+    max_tokens: int = MAX_TOKENS,
+    max_square: int = MAX_SQUARE,
+    cancel: threading.Event | None = None,
+) -> Iterator[Progress[SyntaxResult]]:
+    """Stream a treebank through the model; yield the counts so far (`partial`) after every batch, then the result."""
+    counts = _Counts(session.num_layers, session.num_heads, session.device)
+    gates = session.gate_tensor(mask)
+    for chunk in corpus_heap_over(chunked(sentences, chunk_size)):
+        release_freed_memory()
+        encoded = _encode(session, chunk)
+        del chunk
+        lengths = [len(item.input_ids) for item in encoded]
+        for indices in plan_batches(lengths, batch_size, max_tokens=max_tokens, max_square=max_square):
+            if cancel is not None and cancel.is_set():
+                return
+            _add_batch(session, counts, [encoded[index] for index in indices], gates, ablation)
+            yield Progress("sentences", counts.sentences, partial=counts.result())
+    if counts.sentences == 0:
+        raise InputError("no sentences to analyse; the treebank is empty")
+    result = counts.result()
+    yield Progress("sentences", counts.sentences, result=result, partial=result)
+
+
+def _encode(session: Session, chunk: list[Sentence]) -> list[_Encoded]:
+    """Tokenise a chunk of treebank sentences by their words, in one call; keep the arcs whose words both reach the model."""
+    for sentence in chunk:
+        if sentence.heads is None or sentence.deprels is None or sentence.words is None:
+            raise InputError(f"{sentence.location or 'a sentence'} has no dependency heads; give a CoNLL-U treebank", setting="data")
+    tokens = session.tokenizer([list(sentence.words) for sentence in chunk], is_split_into_words=True, truncation=True,
+                               max_length=session.max_length, return_attention_mask=False, return_token_type_ids=False)
+    encoded = []
+    for row, sentence in enumerate(chunk):
+        word_ids = tokens.word_ids(row)
+        present = {word for word in word_ids if word is not None}
+        arcs = [
+            (dependent, head - 1, relation)
+            for dependent, (head, relation) in enumerate(zip(sentence.heads, sentence.deprels))
+            if head > 0 and dependent in present and head - 1 in present
+        ]
+        last = max(present, default=-1)
+        encoded.append(_Encoded(
+            input_ids=tokens["input_ids"][row],
+            word_of=[-1 if word is None else word for word in word_ids],
+            arcs=arcs,
+            words=len(sentence.words),
+            truncated=last < len(sentence.words) - 1 and len(word_ids) >= session.max_length,
+        ))
+    encoded.sort(key=lambda item: len(item.input_ids))
+    return encoded
+
+
+def _add_batch(session: Session, counts: _Counts, batch: list[_Encoded], gates, ablation) -> None:
+    """One forward pass; each layer's attention becomes hit counts as the pass computes it."""
+    length = max(len(item.input_ids) for item in batch)
+    words = max(item.words for item in batch)
+    pad_id = session.tokenizer.pad_token_id or 0
+    device = session.device
+    input_ids = torch.tensor([item.input_ids + [pad_id] * (length - len(item.input_ids)) for item in batch], device=device)
+    real = torch.tensor([[1] * len(item.input_ids) + [0] * (length - len(item.input_ids)) for item in batch], device=device)
+    word_of = torch.tensor([item.word_of + [-1] * (length - len(item.word_of)) for item in batch], device=device)
+    present = torch.zeros(len(batch), words, dtype=torch.bool, device=device)
+    present[(word_of >= 0).nonzero(as_tuple=True)[0], word_of[word_of >= 0]] = True
+
+    sentence, dependent, head, relation = [], [], [], []
+    for row, item in enumerate(batch):
+        for dep, hd, name in item.arcs:
+            index = counts.relation_index(name)
+            counts.add_baselines(dep, hd, index)
+            sentence.append(row), dependent.append(dep), head.append(hd), relation.append(index)
+    sentence, dependent, head, relation = (torch.tensor(values, dtype=torch.long, device=device)
+                                           for values in (sentence, dependent, head, relation))
+
+    pooling = word_pooling(word_of, words)
+
+    def reduce(layer: int, attention: Tensor) -> None:
+        predicted = most_attended_other(word_attention(attention.float(), word_of, words, pooling), present).transpose(1, 2)  # [B, W, H]
+        for direction, (query, answer) in enumerate(((dependent, head), (head, dependent))):
+            hits = (predicted[sentence, query] == answer[:, None]).long()  # [N, H]
+            counts.correct[:, direction, layer].index_add_(0, relation, hits)
+
+    with torch.inference_mode():
+        session.run({"input_ids": input_ids, "attention_mask": real, "token_type_ids": torch.zeros_like(input_ids)},
+                    gates=gates, ablation=ablation, attentions=True, hidden_states=False, encoder_only=True, on_attention=reduce)
+    counts.sentences += len(batch)
+    counts.words += sum(item.words for item in batch)
+    counts.truncated += sum(item.truncated for item in batch)

@@ -1,0 +1,196 @@
+"""Heads that track syntax (Clark et al. 2019 §4): hand-made maps with known answers, and the streamed
+batched counts against a sentence-by-sentence reference on the generated treebank."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from bertscope.core.analyses.syntax import most_attended_other, syntax_heads, word_attention
+from bertscope.core.analyses.syntax_results import DIRECTIONS, OFFSETS, SyntaxResult, relation_name
+from bertscope.core.data.corpus import Sentence
+from bertscope.core.data.treebank import generate_treebank
+from bertscope.core.errors import InputError
+from bertscope.core.model.model_files import bundled_model_dir
+from bertscope.core.progress import outcome
+
+
+def test_word_attention_sums_a_words_columns_and_averages_its_rows():
+    # tokens: [CLS] play ##ing cats [SEP] -> words 0 (play ##ing) and 1 (cats); [CLS] and [SEP] are no word
+    attention = torch.tensor([
+        [0.2, 0.2, 0.2, 0.2, 0.2],
+        [0.1, 0.1, 0.3, 0.4, 0.1],
+        [0.5, 0.3, 0.0, 0.2, 0.0],
+        [0.0, 0.6, 0.1, 0.1, 0.2],
+        [0.2, 0.2, 0.2, 0.2, 0.2],
+    ])[None, None]
+    word_of = torch.tensor([[-1, 0, 0, 1, -1]])
+    words = word_attention(attention, word_of, 2)[0, 0]
+    # row 0: mean of token rows 1 and 2; column 0: tokens 1 + 2, column 1: token 3
+    expected = [[((0.1 + 0.3) + (0.3 + 0.0)) / 2, (0.4 + 0.2) / 2], [0.6 + 0.1, 0.1]]
+    assert words.numpy() == pytest.approx(np.array(expected))
+
+
+def test_the_most_attended_other_word_leaves_out_the_word_itself_and_absent_words():
+    word_level = torch.tensor([[[0.9, 0.05, 0.05], [0.1, 0.8, 0.6], [0.2, 0.3, 0.5]]])[None]  # [1, 1, 3, 3]
+    present = torch.tensor([[True, True, True]])
+    assert most_attended_other(word_level, present)[0, 0].tolist() == [1, 2, 1]
+    present = torch.tensor([[True, False, True]])  # word 1 cut off: word 2 falls back to word 0
+    assert most_attended_other(word_level, present)[0, 0].tolist()[::2] == [2, 0]
+
+
+# "the cat sat on the mat ." with its UD tree; every word is one WordPiece of the bundled vocabulary
+WORDS = ("the", "cat", "sat", "on", "the", "mat", ".")
+HEADS = (2, 3, 0, 6, 6, 3, 3)
+RELATIONS = ("det", "nsubj", "root", "case", "det", "obl", "punct")
+
+
+class MapSession:
+    """A stand-in model whose heads attend by fixed rules over tokens, so the answers are known by hand.
+
+    Head 0 looks at the next token; head 1 keeps 0.6 on itself and 0.4 on the previous word,
+    the first word's previous being the last (so it is right only if the word itself is left
+    out); heads repeat over two layers.
+    """
+
+    num_layers, num_heads, max_length, device = 2, 2, 64, torch.device("cpu")
+
+    def __init__(self):
+        self.tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+
+    def gate_tensor(self, mask):
+        return None
+
+    def run(self, inputs, *, on_attention, **options):
+        real = inputs["attention_mask"]
+        batch, length = real.shape
+        attention = torch.zeros(batch, self.num_heads, length, length)
+        for row in range(batch):
+            size = int(real[row].sum())
+            for token in range(size):
+                attention[row, 0, token, min(token + 1, size - 1)] = 1.0
+                attention[row, 1, token, token] += 0.6
+                previous = token - 1 if token > 1 else size - 2  # [CLS] and [SEP] at 0 and size - 1
+                attention[row, 1, token, previous] += 0.4
+        for layer in range(self.num_layers):
+            on_attention(layer, attention)
+
+
+def sentence(location="s1") -> Sentence:
+    return Sentence(text=" ".join(WORDS), location=location, words=WORDS, heads=HEADS, deprels=RELATIONS)
+
+
+def test_hand_made_heads_get_the_answers_worked_out_by_hand():
+    assert all(len(MapSession().tokenizer.tokenize(word)) == 1 for word in WORDS)
+    result = outcome(syntax_heads(MapSession(), [sentence("a"), sentence("b")], batch_size=1))
+    assert result.sentences == 2 and result.words == 14
+    assert set(result.relations) == {"det", "nsubj", "case", "obl", "punct"}  # root arcs are not counted
+    assert int(result.counts[result.index("det"), 0]) == 4
+
+    def accuracy(relation, direction):
+        return result.accuracy(relation, direction)[0].tolist()  # layer 0: [head 0 (next), head 1 (previous)]
+
+    # dependent -> head. Next word: the->cat and the->mat right, cat->sat right, on->the (not mat), mat->. (not sat)
+    assert accuracy("det", "dependent_to_head") == [1.0, 0.0]
+    assert accuracy("nsubj", "dependent_to_head") == [1.0, 0.0]
+    assert accuracy("case", "dependent_to_head") == [0.0, 0.0]
+    assert accuracy("obl", "dependent_to_head") == [0.0, 0.0]  # previous word: the->. (first word), the->on: det 0
+    # head -> dependent. Previous word (itself left out): cat->the and mat->the right; sat->cat is nsubj
+    assert accuracy("det", "head_to_dependent") == [0.0, 1.0]
+    assert accuracy("nsubj", "head_to_dependent") == [0.0, 1.0]
+    assert accuracy("case", "head_to_dependent") == [0.0, 0.0]  # mat->the, not on
+    assert result.accuracy("det", "head_to_dependent")[1].tolist() == [0.0, 1.0]  # the second layer counts alike
+    assert result.best("nsubj", "head_to_dependent") == (0, 1, 1.0)
+
+    # fixed offsets: det +1 (the cat, the mat); case +2 (on _ mat); obl -3 (sat _ _ mat); punct -4: no offset reaches it
+    assert result.baseline("det", "dependent_to_head") == (1, 1.0)
+    assert result.baseline("det", "head_to_dependent") == (-1, 1.0)
+    assert result.baseline("case", "dependent_to_head") == (2, 1.0)
+    assert result.baseline("obl", "dependent_to_head") == (-3, 1.0)
+    assert result.baseline("obl", "head_to_dependent") == (3, 1.0)
+    assert result.baseline("punct", "dependent_to_head")[1] == 0.0
+    assert OFFSETS == (-3, -2, -1, 1, 2, 3)
+
+
+def test_rows_flag_rare_relations_report_absent_ones_and_take_clarks_names():
+    result = outcome(syntax_heads(MapSession(), [sentence()]))
+    rows = result.rows(["dobj", "det", "nsubj"], min_count=2)
+    assert [(row["relation"], row["direction"]) for row in rows[:2]] == [("obj", d) for d in DIRECTIONS]
+    assert rows[0]["count"] == 0 and rows[0]["few"] and rows[0]["heads"] == []
+    det = rows[2]
+    assert det["count"] == 2 and not det["few"] and det["best"]["accuracy"] == 1.0
+    assert np.array(det["heads"]).shape == (2, 2)
+    assert rows[4]["relation"] == "nsubj" and rows[4]["few"]
+    assert relation_name("poss") == "nmod:poss"
+
+
+def test_a_corpus_without_trees_is_refused():
+    with pytest.raises(InputError, match="no dependency heads"):
+        outcome(syntax_heads(MapSession(), [Sentence(text="just text", location="x.txt:1")]))
+
+
+def reference_counts(session, sentences) -> dict[tuple[str, int], np.ndarray]:
+    """Sentence by sentence, with loops: the tiny model's own attentions, word level by hand, argmax over other words."""
+    hits: dict[tuple[str, int], np.ndarray] = {}
+    tokenizer = session.tokenizer
+    for item in sentences:
+        pieces = [tokenizer.tokenize(word) for word in item.words]
+        ids = [tokenizer.cls_token_id] + [i for piece in pieces for i in tokenizer.convert_tokens_to_ids(piece)] + [tokenizer.sep_token_id]
+        with torch.inference_mode():
+            out = session.run({"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long),
+                               "token_type_ids": torch.zeros(1, len(ids), dtype=torch.long)}, attentions=True, encoder_only=True)
+        attention = torch.stack(out.attentions)[:, 0].numpy()  # [L, H, T, T]
+        spans, start = [], 1
+        for piece in pieces:
+            spans.append(range(start, start + len(piece)))
+            start += len(piece)
+        n = len(item.words)
+        level = np.zeros(attention.shape[:2] + (n, n))
+        for i in range(n):
+            for j in range(n):
+                level[:, :, i, j] = np.mean([attention[:, :, r, list(spans[j])].sum(-1) for r in spans[i]], axis=0)
+        for dependent, (head, relation) in enumerate(zip(item.heads, item.deprels)):
+            if head == 0:
+                continue
+            head -= 1
+            for direction, (query, answer) in enumerate(((dependent, head), (head, dependent))):
+                row = level[:, :, query].copy()
+                row[:, :, query] = -np.inf
+                tally = hits.setdefault((relation, direction), np.zeros(attention.shape[:2], dtype=np.int64))
+                tally += row.argmax(-1) == answer
+    return hits
+
+
+def test_streamed_batches_equal_a_sentence_by_sentence_reference_on_the_generated_treebank(tiny_session):
+    treebank = generate_treebank(40, seed=3)
+    result = outcome(syntax_heads(tiny_session, treebank, batch_size=7, chunk_size=16))
+    reference = reference_counts(tiny_session, treebank)
+    assert result.sentences == 40 and result.truncated == 0
+    assert set(result.relations) == {relation for relation, _ in reference}
+    for (relation, direction), hits in reference.items():
+        assert np.array_equal(result.correct[result.index(relation), direction], hits), (relation, direction)
+    arcs = sum(sum(1 for head in item.heads if head > 0) for item in treebank)
+    assert int(result.counts[:, 0].sum()) == arcs
+
+
+def test_shards_merge_into_the_whole(tiny_session):
+    treebank = generate_treebank(30, seed=5)
+    whole = outcome(syntax_heads(tiny_session, treebank))
+    merged = outcome(syntax_heads(tiny_session, treebank[:11])).merged(outcome(syntax_heads(tiny_session, treebank[11:])))
+    assert merged.sentences == whole.sentences and merged.words == whole.words
+    for relation in whole.relations:
+        for name in ("counts", "correct", "baseline_correct"):
+            assert np.array_equal(getattr(merged, name)[merged.index(relation)], getattr(whole, name)[whole.index(relation)])
+    assert isinstance(merged, SyntaxResult)
+
+
+def test_the_public_api_reads_the_sample_treebank_by_default(tiny_session):
+    import bertscope
+
+    result = bertscope.syntax(tiny_session, limit=12)
+    assert result.sentences == 12 and "det" in result.relations
+    assert result.correct.dtype == np.int64 and result.correct.shape[2:] == (3, 4)
+    with pytest.raises(InputError, match="unknown dependency relation"):
+        bertscope.api.check_relations(["det", "subj"])
