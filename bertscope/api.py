@@ -51,8 +51,8 @@ if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyse
     from bertscope.core.analyses.patching_results import PatchingResult
     from bertscope.core.analyses.patterns import PatternResult
     from bertscope.core.analyses.probing_results import ProbeReport
-    from bertscope.core.analyses.syntax_results import SyntaxResult
     from bertscope.core.analyses.pruned_export import PrunedModel
+    from bertscope.core.analyses.syntax_results import SyntaxResult
     from bertscope.core.model.results import Encoding
     from bertscope.core.model.session import Session
 
@@ -241,8 +241,9 @@ def syntax(model: Session, data: str | Path | Iterable[Sentence] | Corpus | None
     best fixed-offset baseline (offsets -3 to 3). `result.rows(relations, min_count)` gives
     what `bertscope syntax --json` prints; the counts are integers, summable across shards.
     """
-    steps = syntax_steps(model, data, limit=limit, mask=mask, ablation=ablation, batch_size=batch_size, cancel=cancel)
-    return outcome(steps, on_step=progress, cancel=cancel)
+    with distributed.failures_shared():
+        steps = syntax_steps(model, data, limit=limit, mask=mask, ablation=ablation, batch_size=batch_size, cancel=cancel)
+        return outcome(steps, on_step=distributed.whole_corpus(progress), cancel=cancel)
 
 
 def syntax_steps(model: Session, data: str | Path | Iterable[Sentence] | Corpus | None = None, *, limit: int | None = None,
@@ -252,7 +253,7 @@ def syntax_steps(model: Session, data: str | Path | Iterable[Sentence] | Corpus 
     from bertscope.core.analyses.syntax import syntax_heads
 
     sentences = treebank(data, limit=limit)
-    steps = syntax_heads(model, sentences.sentences, mask=head_mask(model, mask), ablation=ablation, batch_size=batch_size,
+    steps = syntax_heads(model, distributed.shard(sentences.sentences), mask=head_mask(model, mask), ablation=ablation, batch_size=batch_size,
                          cancel=cancel)
 
     def told(result: SyntaxResult) -> None:

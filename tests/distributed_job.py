@@ -3,7 +3,7 @@
     torchrun --standalone --nproc-per-node 2 tests/distributed_job.py equal OUT.json
     torchrun --standalone --nproc-per-node 2 tests/distributed_job.py fail OUT.json
 
-`equal`: patterns, probe and importance (both methods) through the public API, rank 0 saving
+`equal`: patterns (with norms), syntax, probe and importance (both methods) through the public API, rank 0 saving
 the results for the test to hold against one process. `fail`: `bertscope patterns -o OUT.json`
 through the command line, with rank 1 running out of memory at its third batch.
 """
@@ -15,6 +15,7 @@ from bertscope.core import distributed
 
 PATTERN_SENTENCES = 24
 IMPORTANCE_SENTENCES = 10
+SYNTAX_SENTENCES = 30
 
 
 def equal(out: str) -> None:
@@ -24,7 +25,8 @@ def equal(out: str) -> None:
 
     model = bertscope.load(device="cpu")
     results = {"world": distributed.world().size}
-    results["patterns"] = bertscope.patterns(model, limit=PATTERN_SENTENCES)
+    results["patterns"] = bertscope.patterns(model, limit=PATTERN_SENTENCES, norms=True)
+    results["syntax"] = bertscope.api.syntax(model, limit=SYNTAX_SENTENCES)
     train, _, _, _, _ = probe_sentences("upos", str(sample_corpus("conllu")), None, None, limit=70)
     results["probe"] = bertscope.api.probe_on(model, "upos", train, control=False, random_baseline=False, cache_dir=False)
     for method in ("ablation", "gradient"):

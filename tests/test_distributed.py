@@ -60,12 +60,19 @@ def test_shards_take_every_sentence_once(monkeypatch):
 
 def test_patterns_over_two_ranks_equal_one_process(two_ranks, model):
     assert two_ranks["world"] == 2
-    one, two = bertscope.patterns(model, limit=24), two_ranks["patterns"]
+    one, two = bertscope.patterns(model, limit=24, norms=True), two_ranks["patterns"]
+    assert "norm_sep" in two.statistics  # the value-weighted norms' sums are added across ranks too
     assert (two.sentences, two.tokens, two.truncated) == (one.sentences, one.tokens, one.truncated) == (24, two.tokens, 0)
     for name, values in one.statistics.items():
         np.testing.assert_allclose(two.statistics[name], values, atol=1e-6, err_msg=name)
     np.testing.assert_array_equal(two.pattern_shares, one.pattern_shares)  # counts of classes: identical
     np.testing.assert_array_equal(two.dominant, one.dominant)
+
+
+def test_syntax_over_two_ranks_equals_one_process(two_ranks, model):
+    one, two = bertscope.api.syntax(model, limit=30), two_ranks["syntax"]
+    assert (two.sentences, two.words) == (one.sentences, one.words) == (30, one.words)
+    assert two.rows() == one.rows()  # integer counts per relation, matched by name across the shards
 
 
 def test_probe_over_two_ranks_equals_one_process(two_ranks, model):

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import click
 
-from bertscope.cli.common import ModelChoice, api_call, format_options, head_mask, mask_options, model_options, print_csv, print_json
+from bertscope.cli.common import (
+    ModelChoice,
+    api_call,
+    format_options,
+    head_mask,
+    mask_options,
+    model_options,
+    print_csv,
+    print_json,
+)
 
 DEFAULT_MIN_COUNT = 100  # as core.analyses.syntax_results.DEFAULT_MIN_COUNT (not imported: numpy stays out of --help)
 

@@ -44,8 +44,8 @@ from bertscope.ui.messages import Analysis, ModelLoaded, ModelLoadFailed
 from bertscope.ui.overview import OverviewScreen
 from bertscope.ui.patching import PatchingScreen
 from bertscope.ui.probing import ProbingScreen
-from bertscope.ui.syntax import SYNTAX_FIGURE, SyntaxPanel
 from bertscope.ui.state import ExplorerState, fit_to_model, load_state, save_state
+from bertscope.ui.syntax import SYNTAX_FIGURE, SyntaxPanel
 from bertscope.ui.theme import heatmap_for, load_all_themes, textual_theme
 from bertscope.ui.widgets.attention_view import AttentionView
 from bertscope.ui.widgets.head_grid import HeadGrid

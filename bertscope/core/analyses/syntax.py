@@ -31,6 +31,7 @@ The counts are integers, summable across shards.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bertscope.core import distributed
 from bertscope.core.analyses.syntax_results import OFFSETS, SyntaxResult
 from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS, plan_batches
 from bertscope.core.data.corpus import Sentence, chunked
@@ -154,10 +156,11 @@ def syntax_heads(
                 return
             _add_batch(session, counts, [encoded[index] for index in indices], gates, ablation)
             yield Progress("sentences", counts.sentences, partial=counts.result())
-    if counts.sentences == 0:
+    shards = distributed.gather(counts.result())  # under torchrun: every rank's counts (relations matched by name)
+    result = functools.reduce(SyntaxResult.merged, shards)
+    if result.sentences == 0:
         raise InputError("no sentences to analyse; the treebank is empty")
-    result = counts.result()
-    yield Progress("sentences", counts.sentences, result=result, partial=result)
+    yield Progress("sentences", result.sentences, result=result, partial=result)
 
 
 def _encode(session: Session, chunk: list[Sentence]) -> list[_Encoded]:

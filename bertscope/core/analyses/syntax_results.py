@@ -77,8 +77,8 @@ class SyntaxResult:
         return OFFSETS[k], float(self.baseline_correct[r, d, k] / max(int(self.counts[r, d]), 1))
 
     def by_frequency(self) -> list[str]:
-        """The relations, most frequent first."""
-        return [self.relations[r] for r in np.argsort(-self.counts[:, 0], kind="stable")]
+        """The relations, most frequent first, ties by name (the same order however the corpus was sharded)."""
+        return sorted(self.relations, key=lambda name: (-int(self.counts[self.relations.index(name), 0]), name))
 
     def merged(self, other: SyntaxResult) -> SyntaxResult:
         """The sums of two results over disjoint sentences (shards of one corpus), relations matched by name."""
