@@ -40,3 +40,17 @@ def synchronise(device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
+
+
+def bare_forward_seconds(bare, batches, device) -> float:
+    """One plain transformers pass with attention weights over every batch: the unit corpus jobs are measured in."""
+    import time
+
+    import torch
+
+    started = time.perf_counter()
+    with torch.inference_mode():
+        for batch in batches:
+            bare(**batch, output_attentions=True)
+    synchronise(device)
+    return time.perf_counter() - started

@@ -20,7 +20,7 @@ import itertools
 import os
 import time
 
-from common import emit, synchronise  # benchmarks/common.py, found beside this script
+from common import bare_forward_seconds, emit, synchronise  # benchmarks/common.py, found beside this script
 
 
 def main() -> None:
@@ -54,12 +54,7 @@ def main() -> None:
             batches.append(session.tokenizer.pad({"input_ids": rows}, return_tensors="pt").to(session.device))
 
     def time_bare() -> float:
-        started = time.perf_counter()
-        with torch.inference_mode():
-            for batch in batches:
-                bare(**batch, output_attentions=True)
-        synchronise(session.device)
-        return time.perf_counter() - started
+        return bare_forward_seconds(bare, batches, session.device)
 
     def time_patterns(norms: bool) -> float:
         started = time.perf_counter()
