@@ -49,10 +49,10 @@ from torch import Tensor
 
 from bertscope.core import distributed
 from bertscope.core.analyses.headstats import is_punctuation
-from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS, plan_batches
-from bertscope.core.data.corpus import Sentence, chunked
+from bertscope.core.analyses.streaming import encoded_batches
+from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS
+from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
-from bertscope.core.model.allocator import corpus_heap_over, release_freed_memory
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import NORM_SHARES, PATTERNS, STATISTICS, PatternResult
 from bertscope.core.progress import Progress
@@ -277,18 +277,14 @@ def pattern_statistics(
     accumulator = _Accumulator(session.num_layers, session.num_heads, session.device, norms)
     gates = session.gate_tensor(mask)
     punctuation_of: dict[int, bool] = {}  # bounded by the vocabulary
-    for chunk in corpus_heap_over(chunked(sentences, chunk_size)):  # one heap setting for batches of every shape (core.model.allocator)
-        release_freed_memory()  # what the last chunk's batches freed (core.model.allocator)
-        encoded = encode_sorted(session, chunk)
-        del chunk
-        accumulator.truncated += sum(item.truncated for item in encoded)
-        lengths = [len(item.input_ids) for item in encoded]
-        for indices in plan_batches(lengths, batch_size, max_tokens=max_tokens, max_square=max_square):
-            if cancel is not None and cancel.is_set():
-                return
-            batch = [encoded[index] for index in indices]
-            _add_batch(session, accumulator, batch, punctuation_of, gates, ablation, norms)
-            yield Progress("sentences", accumulator.sentences, partial=accumulator.result())
+    batches = encoded_batches(sentences, lambda chunk: encode_sorted(session, chunk), batch_size, chunk_size=chunk_size,
+                              max_tokens=max_tokens, max_square=max_square)
+    for batch in batches:
+        if cancel is not None and cancel.is_set():
+            return
+        accumulator.truncated += sum(item.truncated for item in batch)
+        _add_batch(session, accumulator, batch, punctuation_of, gates, ablation, norms)
+        yield Progress("sentences", accumulator.sentences, partial=accumulator.result())
     accumulator.sum_across_ranks()  # under torchrun: the whole corpus's sums on every rank
     if accumulator.sentences == 0:
         raise InputError("no sentences to analyse; the corpus is empty")

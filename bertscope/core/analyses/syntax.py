@@ -42,11 +42,11 @@ import torch
 from torch import Tensor
 
 from bertscope.core import distributed
+from bertscope.core.analyses.streaming import encoded_batches
 from bertscope.core.analyses.syntax_results import OFFSETS, SyntaxResult
-from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS, plan_batches
-from bertscope.core.data.corpus import Sentence, chunked
+from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS
+from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
-from bertscope.core.model.allocator import corpus_heap_over, release_freed_memory
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
 
@@ -146,16 +146,13 @@ def syntax_heads(
     """Stream a treebank through the model; yield the counts so far (`partial`) after every batch, then the result."""
     counts = _Counts(session.num_layers, session.num_heads, session.device)
     gates = session.gate_tensor(mask)
-    for chunk in corpus_heap_over(chunked(sentences, chunk_size)):
-        release_freed_memory()
-        encoded = _encode(session, chunk)
-        del chunk
-        lengths = [len(item.input_ids) for item in encoded]
-        for indices in plan_batches(lengths, batch_size, max_tokens=max_tokens, max_square=max_square):
-            if cancel is not None and cancel.is_set():
-                return
-            _add_batch(session, counts, [encoded[index] for index in indices], gates, ablation)
-            yield Progress("sentences", counts.sentences, partial=counts.result())
+    batches = encoded_batches(sentences, lambda chunk: _encode(session, chunk), batch_size, chunk_size=chunk_size,
+                              max_tokens=max_tokens, max_square=max_square)
+    for batch in batches:
+        if cancel is not None and cancel.is_set():
+            return
+        _add_batch(session, counts, batch, gates, ablation)
+        yield Progress("sentences", counts.sentences, partial=counts.result())
     shards = distributed.gather(counts.result())  # under torchrun: every rank's counts (relations matched by name)
     result = functools.reduce(SyntaxResult.merged, shards)
     if result.sentences == 0:
