@@ -21,18 +21,23 @@ MAX_HALVINGS = 30  # a line search that halves the step this often is at float p
 RELATIVE_CHANGE = 1e-10  # a step that changes the loss less than this (relative) means no progress is left
 
 
-def minimise(fun: Objective, x: torch.Tensor, *, max_iter: int, tolerance: float, history: int = 20) -> tuple[torch.Tensor, int]:
+def minimise(
+    fun: Objective, x: torch.Tensor, *, max_iter: int, tolerance: float, history: int = 20,
+    size: Callable[[torch.Tensor], float] | None = None,
+) -> tuple[torch.Tensor, int]:
     """Minimise `fun(x) -> (loss, gradient)` from `x`; return the minimiser and the number of evaluations.
 
-    Stops once no gradient entry is larger than `tolerance` (scikit-learn's criterion for
-    its `tol`), after `max_iter` iterations, or when a step no longer lowers the loss
-    beyond float precision. `fun` may raise to abandon the run (cancelling).
+    Stops once the gradient's `size` is at most `tolerance` (default: its largest entry,
+    scikit-learn's criterion for its `tol`; a caller that minimises in changed coordinates
+    measures the gradient in the original ones), after `max_iter` iterations, or when a step
+    no longer lowers the loss beyond float precision. `fun` may raise to abandon the run (cancelling).
     """
+    size = size or (lambda gradient: float(gradient.abs().max()))
     loss, gradient = fun(x)
     evaluations = 1
     pairs: list[tuple[torch.Tensor, torch.Tensor, float]] = []  # (s_k, y_k, 1 / s_k·y_k), s the step, y the gradient's change
     for _ in range(max_iter):
-        if gradient.abs().max() <= tolerance:
+        if size(gradient) <= tolerance:
             break
         direction = _direction(gradient, pairs)
         slope = float(torch.dot(gradient, direction))
@@ -45,7 +50,7 @@ def minimise(fun: Objective, x: torch.Tensor, *, max_iter: int, tolerance: float
             candidate = x + step * direction
             new_loss, new_gradient = fun(candidate)
             evaluations += 1
-            if new_loss <= loss + SUFFICIENT_DECREASE * step * slope or new_gradient.abs().max() <= tolerance:
+            if new_loss <= loss + SUFFICIENT_DECREASE * step * slope or size(new_gradient) <= tolerance:
                 break
             step /= 2
         else:

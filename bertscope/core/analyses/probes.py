@@ -93,6 +93,13 @@ class TrainedProbes:
     def num_classes(self) -> int:
         return self.bias.shape[1]
 
+    @property
+    def chosen_strengths(self) -> np.ndarray:
+        """`[L]` the grid value each layer chose on dev (`l2` may be it rescaled to more rows); give it as another
+        probe's `layer_l2` to train that probe at the same strengths."""
+        tried = np.nan_to_num(self.dev_accuracy.T, nan=-1.0)  # [L, G]; NaN: a strength this layer did not try
+        return self.l2_grid[_choose(tried, self.l2_grid)]
+
     def logits(self, X: np.ndarray) -> np.ndarray:
         """`[N, L, C]` class scores of every layer's probe on `X` `[N, L, D]`."""
         X = _check_features(X, self.mean.shape[0], self.mean.shape[1])
@@ -123,6 +130,7 @@ def train_probes(
     num_classes: int,
     kind: ProbeKind = "linear",
     l2_grid: Sequence[float] = L2_GRID,
+    layer_l2: Sequence[float] | None = None,
     hidden: int = 256,
     epochs: int | None = None,
     patience: int = 10,
@@ -147,6 +155,11 @@ def train_probes(
     at most `epochs` epochs (default 100), keeping each probe's best dev epoch and stopping
     once no probe improved for `patience` epochs.
 
+    `layer_l2` (linear probes only): one strength per layer, chosen elsewhere (another probe's
+    `chosen_strengths`), instead of the search over `l2_grid`: baselines trained as the same
+    probes as the task's (Hewitt & Liang 2019 train the control task with the task's
+    hyperparameters). `dev_accuracy` is then NaN for the strengths a layer did not try.
+
     Tensors live on `device` ("auto" picks the GPU). Deterministic for a given `seed`
     and device. Raises `Cancelled` soon after `cancel` is set.
     """
@@ -160,6 +173,11 @@ def train_probes(
         raise InputError("the L2 grid must be one or more non-negative numbers")
     if kind not in ("linear", "mlp"):
         raise InputError(f"unknown probe kind {kind!r}; use linear or mlp")
+    if layer_l2 is not None:
+        layer_l2 = np.asarray(layer_l2, dtype=np.float64)
+        if kind != "linear" or layer_l2.shape != (num_layers,) or np.any(layer_l2 < 0):
+            raise InputError(f"fixed L2 strengths are for linear probes, one non-negative number per layer ({num_layers})")
+        grid = np.unique(layer_l2)
     if min(hidden, patience, batch_size, 1 if epochs is None else epochs) < 1:
         raise InputError("hidden units, epochs, patience and batch size must be at least 1")
     if epochs is None:
@@ -168,7 +186,7 @@ def train_probes(
     generator = torch.Generator().manual_seed(seed)
 
     if kind == "linear":
-        return _train_linear(X_train, y_train, X_dev, y_dev, grid, num_classes, epochs, device, generator, cancel)
+        return _train_linear(X_train, y_train, X_dev, y_dev, grid, num_classes, epochs, device, generator, cancel, layer_l2)
     mean, std, Z = _standardise(X_train, device)
     _, _, Z_dev = _standardise(X_dev, device, mean, std)
     y = torch.as_tensor(y_train, device=device)
@@ -305,7 +323,7 @@ def _standardise_layer(X: np.ndarray, device: torch.device, mean=None, std=None,
     return mean, std, Z.div_(std)
 
 
-def _train_linear(X_train, y_train, X_dev, y_dev, grid, num_classes, max_iter, device, generator, cancel) -> TrainedProbes:
+def _train_linear(X_train, y_train, X_dev, y_dev, grid, num_classes, max_iter, device, generator, cancel, layer_l2=None) -> TrainedProbes:
     """Fit each layer's linear probe in turn; at most FIT_BLOCK standardised rows are held at a time.
 
     Per layer: every L2 strength of the grid, from the strongest to the weakest, each fit
@@ -331,7 +349,7 @@ def _train_linear(X_train, y_train, X_dev, y_dev, grid, num_classes, max_iter, d
     strongest_first = sorted(range(len(grid)), key=lambda index: -grid[index])
     mean, std = np.empty((num_layers, dim), np.float32), np.empty((num_layers, dim), np.float32)
     weights, bias = np.empty((num_layers, dim, num_classes), np.float32), np.empty((num_layers, num_classes), np.float32)
-    dev_correct, chosen_l2 = np.empty((num_layers, len(grid)), np.int64), np.empty(num_layers)
+    dev_correct, chosen_l2 = np.full((num_layers, len(grid)), -1, np.int64), np.empty(num_layers)  # -1: not tried
     # One buffer of each kind for every layer: fresh memory costs page faults, 0.3-0.5 s per
     # 0.4 GB on the 2-core virtual machines this was measured on.
     buffer = torch.empty(min(n, FIT_BLOCK), dim, device=device)
@@ -344,33 +362,38 @@ def _train_linear(X_train, y_train, X_dev, y_dev, grid, num_classes, max_iter, d
         else:
             picked = np.asarray(X_train[subset.numpy(), layer])  # a bounded copy: SELECTION_ROWS rows
             path_rows = _Rows(picked, y[subset.to(device)], device, None, rows.mean, rows.std)
+        shape = _Correlation.of(path_rows)
         W = torch.zeros(num_classes, dim, device=device)
         b = torch.log(torch.bincount(path_rows.y, minlength=num_classes).float().clamp_min(0.5) / len(path_rows.y))  # W = 0's optimum
         path = {}
         tolerance = GRADIENT_TOLERANCE if subset is None else SELECTION_TOLERANCE  # halves the subset's iterations
-        for index in strongest_first:
-            W, b = path[index] = _fit_logistic(path_rows, float(grid[index]), W, b, max_iter, tolerance, cancel)
-            dev_correct[layer, index] = sum(int((cpu_linear.product(Z, W, b).argmax(1) == labels).sum()) for Z, labels in dev_rows.blocks())
+        tried = strongest_first if layer_l2 is None else [int(np.searchsorted(grid, layer_l2[layer]))]
+        for index in tried:
+            W, b = path[index] = _fit_logistic(path_rows, float(grid[index]), W, b, shape, max_iter, tolerance, cancel)
+            dev_correct[layer, index] = dev_rows.correct(W, b)
         chosen = int(_choose(dev_correct[layer : layer + 1], grid)[0])
         W, b = path[chosen]
         chosen_l2[layer] = grid[chosen]
         if subset is not None:
             chosen_l2[layer] = grid[chosen] * len(subset) / n
-            W, b = _fit_logistic(rows, float(chosen_l2[layer]), W, b, max_iter, GRADIENT_TOLERANCE, cancel)
+            shape = _Correlation.of(path_rows, W, b)
+            W, b = _fit_logistic(rows, float(chosen_l2[layer]), W, b, shape, max_iter, GRADIENT_TOLERANCE, cancel)
         mean[layer], std[layer] = rows.mean.cpu().numpy(), rows.std.cpu().numpy()
         weights[layer], bias[layer] = W.T.cpu().numpy(), b.cpu().numpy()
+    dev_accuracy = np.where(dev_correct.T < 0, np.nan, dev_correct.T / len(y_dev))
     return TrainedProbes(
-        kind="linear", mean=mean, std=std, weights=weights, bias=bias, l2=chosen_l2, l2_grid=grid,
-        dev_accuracy=dev_correct.T.astype(np.float64) / len(y_dev),
+        kind="linear", mean=mean, std=std, weights=weights, bias=bias, l2=chosen_l2, l2_grid=grid, dev_accuracy=dev_accuracy,
     )
 
 
 class _Rows:
-    """One layer's feature rows `[N, D]` and labels, standardised, handed out as blocks of at most FIT_BLOCK rows.
+    """One layer's feature rows `[N, D]` and labels, as float32, handed out as blocks of at most FIT_BLOCK rows.
 
-    Up to FIT_BLOCK rows are standardised once into `buffer` (a fresh tensor if None) and
+    The rows are not standardised: a probe's weights on standardised features are folded
+    into weights on the raw ones (`raw_weights`), so a block is only converted to float32.
+    Up to FIT_BLOCK rows are converted once into `buffer` (a fresh tensor if None) and
     handed out whole; more are read from `X` again, a block at a time into the buffer, on
-    every call of `blocks` (each L-BFGS iteration), so that memory does not grow with N.
+    every call of `blocks` (each L-BFGS evaluation), so that memory does not grow with N.
     Mean and std (population) come from X itself unless given; std is floored at STD_FLOOR.
     """
 
@@ -378,37 +401,57 @@ class _Rows:
         self.X, self.y, self.device = X, y, device
         n = len(X)
         self.buffer = buffer if buffer is not None else torch.empty(min(n, FIT_BLOCK), X.shape[1], device=device)
-        self.whole = None
-        if n <= FIT_BLOCK:
-            self.mean, self.std, self.whole = _standardise_layer(X, device, mean, std, out=self.buffer[:n])
-        elif mean is None:
-            self.mean, self.std = _streamed_statistics(X, device, self.buffer)
+        self.whole = _copy_rows(X, self.buffer) if n <= FIT_BLOCK else None
+        if mean is None:
+            self.mean, self.std = _streamed_statistics(self.blocks)
         else:
             self.mean, self.std = mean, std
+        self._class_sums = None
 
     def blocks(self):
-        """(standardised rows, their labels), block after block; the block is only valid until the next one."""
+        """(raw float32 rows, their labels), block after block; the block is only valid until the next one."""
         if self.whole is not None:
             yield self.whole, self.y
             return
         for start in range(0, len(self.X), FIT_BLOCK):
             end = min(start + FIT_BLOCK, len(self.X))
-            _, _, Z = _standardise_layer(self.X[start:end], self.device, self.mean, self.std, out=self.buffer[: end - start])
-            yield Z, self.y[start:end]
+            yield _copy_rows(self.X[start:end], self.buffer), self.y[start:end]
+
+    def raw_weights(self, W: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Weights and bias on the raw rows equal to `W`, `b` on the standardised ones: z·w + b = x·(w/std) + b − mean·(w/std)."""
+        A = W / self.std
+        return A, b - A @ self.mean
+
+    def class_sums(self, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`[C, D]` float64 sums of the raw rows of each class, and `[C]` the class counts (computed once)."""
+        if self._class_sums is None:
+            sums = torch.zeros(classes, self.X.shape[1], dtype=torch.float64, device=self.device)
+            for X, y in self.blocks():
+                sums.index_add_(0, y, X.double())
+            self._class_sums = sums, torch.bincount(self.y, minlength=classes).double()
+        return self._class_sums
+
+    def correct(self, W: torch.Tensor, b: torch.Tensor) -> int:
+        """How many rows the probe `W`, `b` (on standardised features) gets right."""
+        A, c = self.raw_weights(W, b)
+        return sum(int((cpu_linear.product(X, A, c).argmax(1) == y).sum()) for X, y in self.blocks())
 
 
-def _streamed_statistics(X: np.ndarray, device, buffer: torch.Tensor):
-    """Mean and std (population, floored at STD_FLOOR) of the rows of X, read a block at a time into `buffer`."""
-    total = torch.zeros(X.shape[1], dtype=torch.float64, device=device)
-    for start in range(0, len(X), len(buffer)):
-        block = _copy_rows(X[start : start + len(buffer)], buffer)
-        total += block.sum(0, dtype=torch.float64)
-    mean = (total / len(X)).float()
+def _streamed_statistics(blocks):
+    """Mean and std (population, floored at STD_FLOOR) of a layer's rows, from `blocks()` (two passes: no float64 copy)."""
+    total, count = None, 0
+    for X, _ in blocks():
+        block_sum = X.sum(0, dtype=torch.float64)
+        total = block_sum if total is None else total + block_sum
+        count += len(X)
+    mean = (total / count).float()
     squares = torch.zeros_like(total)
-    for start in range(0, len(X), len(buffer)):
-        block = _copy_rows(X[start : start + len(buffer)], buffer).sub_(mean)
-        squares += block.square().sum(0, dtype=torch.float64)
-    return mean, (squares / len(X)).sqrt().float().clamp_min_(STD_FLOOR)
+    for X, _ in blocks():
+        # Sums of squares over slices of rows that stay in the cache: several times faster on
+        # the CPU than one reduction over the whole matrix.
+        for start in range(0, len(X), STATISTICS_BLOCK):
+            squares += (X[start : start + STATISTICS_BLOCK] - mean).square().sum(0, dtype=torch.float64)
+    return mean, (squares / count).sqrt().float().clamp_min_(STD_FLOOR)
 
 
 def _copy_rows(X: np.ndarray, buffer: torch.Tensor) -> torch.Tensor:
@@ -418,42 +461,103 @@ def _copy_rows(X: np.ndarray, buffer: torch.Tensor) -> torch.Tensor:
         return buffer[: len(X)].copy_(torch.from_numpy(np.asarray(X)))
 
 
-def _fit_logistic(rows: _Rows, l2: float, weights, bias, max_iter, tolerance, cancel):
-    """Multinomial logistic regression on `rows` by L-BFGS from `weights` `[C, D]`, `bias` `[C]`.
+@dataclass(frozen=True, eq=False)
+class _Correlation:
+    """Eigenvalues `[D]` and eigenvectors `[D, D]` of the standardised features' correlation matrix.
+
+    It shapes the loss's curvature: at the start of a fit (W = 0, the biases at the class
+    frequencies p) the Hessian of the mean cross-entropy in class c's weights is
+    p_c (1 − p_c) R, R this matrix, and the penalty adds 2 l2 I. `_fit_logistic` runs
+    L-BFGS in coordinates where that block-diagonal estimate is the identity.
+    """
+
+    values: torch.Tensor
+    vectors: torch.Tensor
+
+    scales: torch.Tensor | None = None  # [C] p_c (1 - p_c) where measured at given weights; else from the class frequencies
+
+    @classmethod
+    def of(cls, rows: _Rows, W: torch.Tensor | None = None, b: torch.Tensor | None = None) -> _Correlation:
+        """At W = 0 (None) the plain correlation; at given weights, rows weighted by how unsure the probe is of them."""
+        dim = rows.X.shape[1]
+        gram = torch.zeros(dim, dim, dtype=torch.float64, device=rows.device)
+        total, scales = 0.0, None
+        for X, _ in rows.blocks():
+            Z = (X - rows.mean) / rows.std
+            if W is None:
+                gram += (Z.T @ Z).double()
+                total += len(Z)
+                continue
+            p = torch.softmax(cpu_linear.product(Z, W, b), 1)
+            unsure = p * (1 - p)  # [N, C]
+            weight = unsure.sum(1)
+            gram += ((Z * weight[:, None]).T @ Z).double()
+            total += float(weight.sum())
+            scales = unsure.sum(0) if scales is None else scales + unsure.sum(0)
+        values, vectors = torch.linalg.eigh(gram / max(total, 1e-12))
+        return cls(values.clamp_min(0).float(), vectors.float(), None if scales is None else scales / len(rows.y))
+
+
+def _fit_logistic(rows: _Rows, l2: float, weights, bias, shape: _Correlation, max_iter, tolerance, cancel):
+    """Multinomial logistic regression on `rows` by L-BFGS from `weights` `[C, D]`, `bias` `[C]` (standardised features).
 
     Loss: mean cross-entropy + `l2 * ||W||²`; its gradient is computed by hand (no autograd
-    graph for one product and a softmax), summed over the rows' blocks. The optimiser sees
-    the bias divided by `sqrt(p (1 - p))`, p the class frequencies: the loss's curvature
-    along a bias is about its class's p (1 - p), and unpenalised biases of rare classes
-    would otherwise be the slowest directions of the fit (this takes a third to two thirds
-    of the iterations off strongly penalised fits).
+    graph for one product and a softmax), summed over the rows' blocks, in the `[C, N]`
+    layout whose softmax reduces across rows of contiguous memory. The sum of the true
+    classes' logits is linear in the weights, from each class's row sum (`class_sums`), so
+    no per-row gather or one-hot is needed.
+
+    L-BFGS starts from a scaled identity as its Hessian estimate, which standardised but
+    strongly correlated hidden states make a poor one: its steps follow the few largest
+    directions of the features. It therefore works in coordinates `V` where the loss's
+    block-diagonal curvature at the start, `p_c (1 − p_c) R + 2 l2 I` for class c's weights
+    (`_Correlation`), is the identity: `W_c = V_c diag(s_c) Uᵀ`, `s_c = (p_c (1 − p_c) λ + 2 l2)^−½`,
+    and the bias divided by `sqrt(p (1 − p))` likewise. Same loss, same minimum, in a
+    fraction of the evaluations (EWT UPOS on MiniLM: benchmarks/probe_layers.py). It stops
+    when no coordinate of that gradient exceeds `tolerance`.
     """
-    n, dim = len(rows.y), weights.shape[1]
-    classes = len(bias)
-    frequency = torch.bincount(rows.y, minlength=classes).float() / n
-    scale = torch.rsqrt((frequency * (1 - frequency)).clamp_min(1 / n))
+    n = len(rows.y)
+    classes, dim = weights.shape
+    curvature = torch.bincount(rows.y, minlength=classes).float() / n
+    curvature = (curvature * (1 - curvature) if shape.scales is None else shape.scales).clamp_min(1 / n)
+    bias_scale = curvature.rsqrt()
+    scale = (curvature[:, None] * shape.values[None, :] + 2 * l2).clamp_min(1e-12).rsqrt()  # [C, D]
+    U = shape.vectors
+    sums, counts = rows.class_sums(classes)
+
+    def unpack(theta):
+        V, beta = theta[: classes * dim].view(classes, dim), theta[classes * dim :]
+        return (V * scale) @ U.T, beta * bias_scale
 
     def loss_and_gradient(theta):
         _check_cancel(cancel)
-        W, b = theta[: classes * dim].view(classes, dim), theta[classes * dim :] * scale
-        cross_entropy = 0.0
-        gradient_W, gradient_b = torch.zeros_like(W), torch.zeros_like(b)
-        for Z, y in rows.blocks():
-            target = torch.arange(len(Z), device=Z.device) * classes + y  # each row's true class in the flattened [N, C] logits
-            logits = cpu_linear.product(Z, W, b)  # [N, C]; oneDNN is 2-3x faster than MKL here (core.model.cpu_linear)
-            log_normaliser = torch.logsumexp(logits, 1)
-            cross_entropy += float(log_normaliser.sum(dtype=torch.float64) - logits.view(-1)[target].sum(dtype=torch.float64))
-            residual = logits.sub_(log_normaliser[:, None]).exp_()  # softmax
-            residual.view(-1)[target] -= 1  # minus the one-hot labels: n × the loss's gradient in the logits
-            gradient_W += cpu_linear.product(residual.T, Z.T)
-            gradient_b += residual.sum(0)
-        gradient_W.div_(n).add_(W, alpha=2 * l2)
-        gradient_b.div_(n).mul_(scale)
-        return cross_entropy / n + l2 * float(W.square().sum()), torch.cat([gradient_W.view(-1), gradient_b])
+        W, b = unpack(theta)
+        A, c = rows.raw_weights(W, b)
+        log_normalisers = 0.0
+        gradient_A, gradient_c = torch.zeros_like(A), torch.zeros_like(c)
+        for X, _ in rows.blocks():
+            logits = cpu_linear.product(A, X).add_(c[:, None])  # [C, N]
+            top = logits.amax(0)
+            total = logits.sub_(top).exp_().sum(0)
+            log_normalisers += float(total.log().add_(top).sum(dtype=torch.float64))
+            probabilities = logits.div_(total)
+            gradient_A += probabilities @ X
+            gradient_c += probabilities.sum(1)
+        true_logits = float((A.double() * sums).sum() + (c.double() * counts).sum())
+        gradient_A -= sums.float()  # minus the one-hot labels: n × the gradient in the raw weights
+        gradient_c -= counts.float()
+        gradient_W = (gradient_A - gradient_c[:, None] * rows.mean).div_(rows.std).div_(n).add_(W, alpha=2 * l2)
+        gradient_b = gradient_c.div_(n)
+        loss = (log_normalisers - true_logits) / n + l2 * float(W.square().sum())
+        return loss, torch.cat([((gradient_W @ U) * scale).view(-1), gradient_b * bias_scale])
 
-    theta = torch.cat([weights.reshape(-1), bias / scale])
-    theta, _ = lbfgs.minimise(loss_and_gradient, theta, max_iter=max_iter, tolerance=tolerance)
-    return theta[: classes * dim].view(classes, dim), theta[classes * dim :] * scale
+    def original_size(gradient):  # the largest entry of the gradient in W and b, as without the change of coordinates
+        gradient_W = (gradient[: classes * dim].view(classes, dim) / scale) @ U.T
+        return max(float(gradient_W.abs().max()), float((gradient[classes * dim :] / bias_scale).abs().max()))
+
+    theta = torch.cat([((weights @ U) / scale).reshape(-1), bias / bias_scale])
+    theta, _ = lbfgs.minimise(loss_and_gradient, theta, max_iter=max_iter, tolerance=tolerance, size=original_size)
+    return unpack(theta)
 
 
 def _mlp_logits(params, Z):
