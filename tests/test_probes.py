@@ -270,3 +270,49 @@ def test_the_plain_matmul_fallback_trains_the_same_probes(layered_sets, monkeypa
     fallback = train_probes(X_train, y_train, X_dev, y_dev, num_classes=4)
     assert fallback.l2.tolist() == default.l2.tolist()
     assert np.abs(fallback.weights - default.weights).max() < 1e-3 * np.abs(default.weights).max()
+
+
+def test_baselines_train_at_the_strengths_another_probe_chose(layered_sets):
+    """`layer_l2` trains each layer at one given strength (a baseline at the task's), and lands where the search did."""
+    (X_train, y_train), (X_dev, y_dev), (X_test, y_test) = layered_sets
+    grid = (1e-3, 1e-1, 3.0)
+    task = train_probes(X_train, y_train, X_dev, y_dev, num_classes=4, l2_grid=grid)
+    fixed = train_probes(X_train, y_train, X_dev, y_dev, num_classes=4, layer_l2=task.chosen_strengths)
+    assert set(task.chosen_strengths) <= set(grid)
+    assert fixed.chosen_strengths.tolist() == task.chosen_strengths.tolist()
+    assert fixed.l2.tolist() == task.l2.tolist()
+    tried = ~np.isnan(fixed.dev_accuracy)  # [G, L]: each layer tried its own strength only
+    assert tried.sum(0).tolist() == [1, 1, 1]
+    # The same loss from another start (zero, not the path's warm start): the same probes, to the tolerance.
+    agree = (fixed.predict(X_test) == task.predict(X_test)).mean(0)
+    assert agree.min() > 0.99, agree
+    with pytest.raises(InputError, match="one non-negative number per layer"):
+        train_probes(X_train, y_train, X_dev, y_dev, num_classes=4, layer_l2=[1e-3])
+    with pytest.raises(InputError, match="linear probes"):
+        train_probes(X_train, y_train, X_dev, y_dev, num_classes=4, kind="mlp", layer_l2=task.chosen_strengths)
+
+
+def test_a_fit_that_starts_far_from_its_optimum_still_reaches_scikit_learns(layered_sets):
+    """The fit runs in coordinates whitened by the features' correlation; strongly correlated features
+    (each layer a mix of the same few directions) are where plain L-BFGS crawls: the minimum must not move."""
+    linear_model = pytest.importorskip("sklearn.linear_model")
+    rng = np.random.default_rng(7)
+    n, dim = 2000, 24
+    mixing = rng.normal(size=(dim, dim)) * np.geomspace(1, 1e-3, dim)[:, None]  # condition number ~1e3
+    latent = rng.normal(size=(n, dim))
+    y = (latent[:, :3] @ rng.normal(size=(3, 3))).argmax(1)
+    X = (latent @ mixing)[:, None, :].astype(np.float32)
+    l2 = 1e-4
+    probes = train_probes(X[:1500], y[:1500], X[1500:], y[1500:], num_classes=3, l2_grid=(l2,))
+    standardised = (X[:, 0] - probes.mean[0]) / probes.std[0]
+    reference = linear_model.LogisticRegression(C=1 / (2 * l2 * 1500), max_iter=20_000, tol=1e-10).fit(standardised[:1500], y[:1500])
+    assert np.mean(reference.predict(standardised[1500:]) == probes.predict(X[1500:])[:, 0]) > 0.99
+
+    def loss(weights, bias):  # ours: mean cross-entropy + l2 ||W||²; flat directions leave the weights loose, not the loss
+        logits = standardised[:1500].astype(np.float64) @ weights + bias
+        top = logits.max(1, keepdims=True)
+        log_normaliser = np.log(np.exp(logits - top).sum(1)) + top[:, 0]
+        return np.mean(log_normaliser - logits[np.arange(1500), y[:1500]]) + l2 * np.square(weights).sum()
+
+    best = loss(reference.coef_.T, reference.intercept_)
+    assert loss(probes.weights[0], probes.bias[0]) - best < 2e-3 * best  # the gradient tolerance (1e-4) leaves about 1e-3

@@ -42,6 +42,29 @@ def test_word_task_with_control_and_selectivity(tiny_session, tmp_path):
     assert report.counts["unit"] == "words" and report.counts["test"] == sum(len(s.words) for s in treebank[5:])
 
 
+def test_baselines_are_the_task_probes_at_the_task_strengths(tiny_session, tmp_path, monkeypatch):
+    """The control task and the random-init baseline train linear probes at the L2 strength the task chose per
+    layer (Hewitt & Liang's same probe), instead of a search of their own."""
+    from bertscope.core.analyses import probes
+
+    calls = []
+    train = probes.train_probes
+
+    def recorded(*args, **options):
+        trained = train(*args, **options)
+        calls.append((options.get("layer_l2"), trained))
+        return trained
+
+    monkeypatch.setattr(probes, "train_probes", recorded)
+    treebank = list(read_sentences(sample_corpus("conllu"), limit=20))
+    splits = make_splits(treebank * 3, treebank[:5], treebank[5:])
+    report_of(run_probe(tiny_session, "upos", splits, cache_dir=tmp_path))
+    (task_strengths, task), *baselines = calls
+    assert task_strengths is None and len(baselines) == 2  # the random-init baseline, then the control task
+    for strengths, trained in baselines:
+        assert strengths.tolist() == task.chosen_strengths.tolist() == trained.chosen_strengths.tolist()
+
+
 def test_structural_task(tiny_session, tmp_path):
     treebank = list(read_sentences(sample_corpus("conllu"), limit=20))
     splits = make_splits(treebank * 2, treebank[:5], treebank[5:])

@@ -47,7 +47,7 @@ STD_FLOOR = 1e-6  # a feature constant on the training set stays 0 after standar
 SELECTION_ROWS = 4096  # linear probes choose L2 on at most this many training rows, then fit once on all
 EVAL_BATCH = 4096  # rows per forward pass when predicting, so memory stays flat in N
 STATISTICS_BLOCK = 2048  # rows per block when summing squares for the std
-FIT_BLOCK = 16384  # linear probes: more training (or dev) rows than this are standardised a block at a time
+FIT_BLOCK = 16384  # linear probes: more training (or dev) rows than this are read a block at a time
 
 
 class Cancelled(Exception):
@@ -339,8 +339,12 @@ def _train_linear(X_train, y_train, X_dev, y_dev, grid, num_classes, max_iter, d
     more than 0.05 point (one rose 0.6, choosing another strength).
 
     Memory is flat in the number of rows (issue 15): beyond FIT_BLOCK rows the final fit and
-    the dev scores read the features (often a memory map) a block at a time, standardising
+    the dev scores read the features (often a memory map) a block at a time, converting
     each block into one reused buffer, instead of holding a float32 copy of the whole layer.
+
+    Speed (issue 19; EWT UPOS on MiniLM, benchmarks/probe_layers.py): the rows are never
+    standardised, the weights are (`_Rows.raw_weights`); L-BFGS runs in whitened coordinates
+    (`_Correlation`, `_fit_logistic`); with `layer_l2` each layer fits one strength only.
     """
     n, num_layers, dim = X_train.shape
     y = torch.as_tensor(y_train, device=device)
