@@ -249,6 +249,9 @@ def main() -> None:
     payload = {"sizes": sizes, "jobs": results, "budget_growth": 0.10, "cpu_count": os.cpu_count(),
                "corpus": str(args.conllu) if args.conllu else "generated treebank, varied",
                "model": "small random BERT (2 layers, hidden 128)" if args.tiny else "bundled all-MiniLM-L6-v2",
+               # auto times BLAS against oneDNN at load and may choose differently from run to run (a small model's
+               # peak differs by ~70 MB between them): pin it with BERTSCOPE_CPU_LINEAR to compare runs
+               "cpu_linear": os.environ.get("BERTSCOPE_CPU_LINEAR", "auto"),
                "load_average": [round(load, 2) for load in os.getloadavg()]}
     lines = [f"{job}: " + " → ".join(f"{results[job][str(s)].get('peak_rss_mb')} MB" for s in sizes)
              + f" ({results[job].get('growth_rss', float('nan')):+.1%})" for job in jobs]

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -94,3 +99,55 @@ def test_blas_keeps_torch_default_and_auto_chooses_by_timing(monkeypatch):
     assert cpu_linear.choose(other, "auto") == "blas" and type(other[0]) is nn.Linear
     monkeypatch.setenv("BERTSCOPE_CPU_LINEAR", "onednn")
     assert cpu_linear.choose(other) == "onednn"
+
+
+# Products over 100 new input shapes after 100 others, in a fresh process (the caches read their
+# capacity once): malloc's bytes in use, grown. A 512×512 layer's cached computation holds about
+# half a MB, so 100 kept shapes are tens of MB; bounded caches are full after the first 100 and keep nothing more.
+SHAPES_SCRIPT = r"""
+import ctypes, sys, torch
+from torch import nn
+import bertscope
+from bertscope.core.model import cpu_linear
+
+class Info(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
+mallinfo2.restype = Info
+session = bertscope.load(sys.argv[1], device="cpu", cpu_linear="onednn")
+layer = nn.Linear(512, 512)
+with torch.inference_mode():
+    for rows in range(1, 101):
+        cpu_linear.product(torch.randn(rows, 512), layer.weight, layer.bias)
+    before = mallinfo2().uordblks
+    for rows in range(101, 201):
+        cpu_linear.product(torch.randn(rows, 512), layer.weight, layer.bias)
+    print(mallinfo2().uordblks - before)
+"""
+
+
+def _growth_over_new_shapes(model_dir, **environment) -> int:
+    env = {key: value for key, value in os.environ.items() if key not in ("LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY")}
+    done = subprocess.run([sys.executable, "-c", SHAPES_SCRIPT, str(model_dir)], capture_output=True, text=True,
+                          env={**env, "OMP_NUM_THREADS": "1", **environment}, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return int(done.stdout.strip().splitlines()[-1])
+
+
+@needs_onednn
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="needs glibc's mallinfo2")
+def test_new_input_shapes_do_not_grow_memory_after_load(tiny_bert_dir):
+    """A corpus job's batches come in ever new shapes; torch's oneDNN bridge kept one computation per shape (issue 15)."""
+    assert _growth_over_new_shapes(tiny_bert_dir) < 2 << 20
+    # the user's own setting wins, and with ideep's default of 1,024 the same loop keeps tens of MB
+    assert _growth_over_new_shapes(tiny_bert_dir, LRU_CACHE_CAPACITY="1024") > 10 << 20
+
+
+def test_bounding_the_caches_keeps_the_users_settings(monkeypatch):
+    monkeypatch.delenv("LRU_CACHE_CAPACITY", raising=False)
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "8")
+    cpu_linear.bound_primitive_cache()
+    assert os.environ["LRU_CACHE_CAPACITY"] == cpu_linear.IDEEP_CACHE
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "8"
