@@ -431,7 +431,9 @@ class _Rows:
         if self._class_sums is None:
             sums = torch.zeros(classes, self.X.shape[1], dtype=torch.float64, device=self.device)
             for X, y in self.blocks():
-                sums.index_add_(0, y, X.double())
+                for start in range(0, len(X), STATISTICS_BLOCK):  # float32 partial sums of a few rows: no float64 copy of a block
+                    part = torch.zeros(classes, X.shape[1], device=self.device)
+                    sums += part.index_add_(0, y[start : start + STATISTICS_BLOCK], X[start : start + STATISTICS_BLOCK])
             self._class_sums = sums, torch.bincount(self.y, minlength=classes).double()
         return self._class_sums
 
