@@ -18,6 +18,7 @@ import numpy as np
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Input
@@ -305,6 +306,10 @@ class ExplorerApp(App[None]):
     def _analysed(self, progress: Progress[Analysis]) -> None:
         self._set_busy(False)
         self.analysis = analysis = progress.result
+        try:
+            self.query_one(HeadGrid)
+        except NoMatches:
+            return  # the explorer is closing: its panes are gone before the run's result arrived
         current = analysis.current
         if current.encoding.truncated:
             self.notify(
