@@ -6,7 +6,7 @@ Both contenders see the same sentences (the shipped sample corpus, cycled to --s
 the same run:
 - `bare`: the session's model on pre-tokenised batches of 32, `output_hidden_states=True`;
 - `geometry`: `bertscope.core.analyses.geometry.representation_geometry` end to end (tokenising, the
-  forward, the seeded reservoir of --max-rows tokens, PCA, TwoNN, neighbours and CKA per layer).
+  forward, the seeded sample of --max-rows tokens, PCA, TwoNN, neighbours and CKA per layer).
 The analysis after the forward costs O(rows² · d) per layer, independent of the corpus
 length; the resident memory is sampled as the corpus streams: it should stay flat.
 Prints JSON; exit status 0 whatever the numbers.

@@ -654,9 +654,10 @@ def geometry(model: Session, texts: Texts = None, *, data: str | Path | None = N
              batch_size: int = 32, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
              progress: ProgressCallback = None, cancel: threading.Event | None = None) -> GeometryResult:
     """Per layer on a seeded sample of rows: PCA, linear CKA, TwoNN intrinsic dimension, neighbourhood overlap."""
-    run = geometry_steps(model, texts, data=data, data_format=data_format, limit=limit, unit=unit, max_rows=max_rows,
-                         neighbours=neighbours, seed=seed, batch_size=batch_size, mask=mask, ablation=ablation, cancel=cancel)
-    return outcome(run, on_step=progress, cancel=cancel)
+    with distributed.failures_shared():  # under torchrun: each rank samples its shard, rank 0 measures the merged sample
+        run = geometry_steps(model, texts, data=data, data_format=data_format, limit=limit, unit=unit, max_rows=max_rows,
+                             neighbours=neighbours, seed=seed, batch_size=batch_size, mask=mask, ablation=ablation, cancel=cancel)
+        return outcome(run, on_step=distributed.whole_corpus(progress), cancel=cancel)
 
 
 def geometry_steps(model: Session, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
@@ -680,10 +681,11 @@ def compare(model: Session, other: Session | str, texts: Texts = None, *, data: 
             cancel: threading.Event | None = None) -> ComparisonResult:
     """`model` against `other` (a loaded model, or one to load on the same device): per-head attention
     similarity, CKA between their layers, and with `probes` a probe per layer on both."""
-    run = compare_steps(model, other, texts, data=data, data_format=data_format, limit=limit, unit=unit, max_rows=max_rows,
-                        seed=seed, batch_size=batch_size, probes=probes, cache_dir=cache_dir, allow_download=allow_download,
-                        cancel=cancel)
-    return outcome(run, on_step=progress, cancel=cancel)
+    with distributed.failures_shared():  # under torchrun: each rank its shard, rank 0 the merged sample's CKA
+        run = compare_steps(model, other, texts, data=data, data_format=data_format, limit=limit, unit=unit,
+                            max_rows=max_rows, seed=seed, batch_size=batch_size, probes=probes, cache_dir=cache_dir,
+                            allow_download=allow_download, cancel=cancel)
+        return outcome(run, on_step=distributed.whole_corpus(progress), cancel=cancel)
 
 
 def compare_steps(model: Session, other: Session | str, texts: Texts = None, *, data: str | Path | None = None,

@@ -1,10 +1,11 @@
 """Run by tests/test_distributed.py under torchrun (two gloo ranks on the CPU): not a test module itself.
 
-    torchrun --standalone --nproc-per-node 2 tests/distributed_job.py equal OUT.json
+    torchrun --standalone --nproc-per-node 2 tests/distributed_job.py equal OUT.json TINY_A TINY_B
     torchrun --standalone --nproc-per-node 2 tests/distributed_job.py fail OUT.json
 
-`equal`: patterns (with norms), syntax, probe and importance (both methods) through the public API, rank 0 saving
-the results for the test to hold against one process. `fail`: `bertscope patterns -o OUT.json`
+`equal`: patterns (with norms), syntax, probe, importance (both methods), geometry, and compare (of two tiny
+random models saved by the test, TINY_A and TINY_B) through the public API, rank 0 saving the results for the test
+to hold against one process. `fail`: `bertscope patterns -o OUT.json`
 through the command line, with rank 1 running out of memory at its third batch.
 """
 
@@ -16,9 +17,11 @@ from bertscope.core import distributed
 PATTERN_SENTENCES = 24
 IMPORTANCE_SENTENCES = 10
 SYNTAX_SENTENCES = 30
+GEOMETRY = dict(limit=16, max_rows=60)  # fewer rows than the sentences' tokens: the ranks' samples are merged
+COMPARE = dict(limit=30, max_rows=80)
 
 
-def equal(out: str) -> None:
+def equal(out: str, tiny_a: str, tiny_b: str) -> None:
     import bertscope
     from bertscope.api import probe_sentences
     from bertscope.core.data.corpus import sample_corpus
@@ -31,12 +34,14 @@ def equal(out: str) -> None:
     results["probe"] = bertscope.api.probe_on(model, "upos", train, control=False, random_baseline=False, cache_dir=False)
     for method in ("ablation", "gradient"):
         results[method] = bertscope.importance(model, "preserve", limit=IMPORTANCE_SENTENCES, method=method)
+    results["geometry"] = bertscope.api.geometry(model, **GEOMETRY)
+    results["compare"] = bertscope.api.compare(bertscope.load(tiny_a, device="cpu"), tiny_b, **COMPARE)
     if distributed.is_main():
         with open(out, "wb") as handle:
             pickle.dump(results, handle)
 
 
-def fail(out: str) -> None:
+def fail(out: str, *_) -> None:
     import torch
 
     from bertscope.cli import main
@@ -56,4 +61,4 @@ def fail(out: str) -> None:
 
 
 if __name__ == "__main__":
-    {"equal": equal, "fail": fail}[sys.argv[1]](sys.argv[2])
+    {"equal": equal, "fail": fail}[sys.argv[1]](*sys.argv[2:])

@@ -17,23 +17,30 @@ import bertscope
 from bertscope.api import probe_sentences
 from bertscope.core import distributed
 from bertscope.core.data.corpus import sample_corpus
+from tests.conftest import save_tiny
+from tests.distributed_job import COMPARE, GEOMETRY
 
 JOB = Path(__file__).with_name("distributed_job.py")
 
 
-def torchrun(mode: str, out: Path) -> subprocess.CompletedProcess:
+def torchrun(mode: str, out: Path, *arguments: Path) -> subprocess.CompletedProcess:
     environment = {key: value for key, value in os.environ.items() if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     environment["OMP_NUM_THREADS"] = "1"
     return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(JOB), mode, str(out)],
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(JOB), mode, str(out), *map(str, arguments)],
         capture_output=True, text=True, env=environment, timeout=300,
     )
 
 
 @pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory):
+def other_tiny_dir(tmp_path_factory) -> Path:
+    return save_tiny(tmp_path_factory.mktemp("tiny-b"), "BertModel", seed=5, initializer_range=0.5)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory, tiny_bert_dir, other_tiny_dir):
     out = tmp_path_factory.mktemp("distributed") / "results.pkl"
-    launched = torchrun("equal", out)
+    launched = torchrun("equal", out, tiny_bert_dir, other_tiny_dir)
     assert launched.returncode == 0, launched.stderr[-3000:]
     return pickle.loads(out.read_bytes())
 
@@ -90,6 +97,27 @@ def test_importance_over_two_ranks_equals_one_process(two_ranks, model, method):
     np.testing.assert_allclose(two.raw, one.raw, rtol=1e-4, atol=1e-7)  # float32 forwards in other batches: ~1e-6 relative
     assert two.baseline_loss == pytest.approx(one.baseline_loss, abs=1e-6)
     assert list(two.order())[:10] == list(one.order())[:10]
+
+
+def test_geometry_over_two_ranks_samples_the_same_rows_as_one_process(two_ranks, model):
+    one, two = bertscope.api.geometry(model, **GEOMETRY), two_ranks["geometry"]
+    assert (two.sentences, two.seen, two.truncated) == (one.sentences, one.seen, one.truncated) == (16, one.seen, 0)
+    assert two.size == one.size == 60 < one.seen  # a sample, merged from both ranks' shards
+    assert two.texts == one.texts and two.labels == one.labels  # the same rows, in the same (corpus) order
+    np.testing.assert_allclose(two.cka, one.cka, atol=1e-5)
+    np.testing.assert_allclose(two.projection, one.projection, atol=1e-4)
+    np.testing.assert_allclose(two.intrinsic_dimension, one.intrinsic_dimension, rtol=1e-4)
+    np.testing.assert_allclose(two.neighbourhood_overlap, one.neighbourhood_overlap, atol=1e-9)
+
+
+def test_compare_over_two_ranks_equals_one_process(two_ranks, tiny_bert_dir, other_tiny_dir):
+    one = bertscope.api.compare(bertscope.load(str(tiny_bert_dir), device="cpu"), str(other_tiny_dir), **COMPARE)
+    two = two_ranks["compare"]
+    assert (two.sentences, two.tokens, two.rows_sampled) == (one.sentences, one.tokens, one.rows_sampled) == (30, one.tokens, 80)
+    np.testing.assert_allclose(two.head_cosine, one.head_cosine, atol=1e-6)  # sums over both shards' sentences
+    np.testing.assert_allclose(two.head_cosine_std, one.head_cosine_std, atol=1e-5)
+    np.testing.assert_allclose(two.cka, one.cka, atol=1e-5)
+    np.testing.assert_allclose(two.cka_debiased, one.cka_debiased, atol=1e-5)
 
 
 def test_a_rank_that_runs_out_of_memory_stops_the_job_with_one_line(tmp_path):

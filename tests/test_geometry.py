@@ -14,7 +14,7 @@ from bertscope.core.analyses.geometry import (
     representation_geometry,
     twonn_dimension,
 )
-from bertscope.core.analyses.representations import Reservoir, stream_sample
+from bertscope.core.analyses.representations import SmallestKeys, row_keys, stream_sample
 from bertscope.core.data.corpus import Sentence, read_sentences, sample_corpus
 from bertscope.core.errors import InputError
 
@@ -135,19 +135,27 @@ def test_pca_recovers_the_main_axes_and_their_variance():
     np.testing.assert_array_equal(projection, pca_2d(raw @ rotation(3, 12))[0])  # reproducible signs
 
 
-def test_reservoir_is_uniform_seeded_and_bounded():
+def test_the_sample_is_uniform_seeded_bounded_and_blind_to_batching():
     kept = np.zeros(100)
+    sentence_of, place = np.arange(100) // 5, np.arange(100) % 5  # 20 sentences of 5 rows
+
+    def sample(seed, batch):
+        sampler, slots = SmallestKeys(10), np.full(10, -1)
+        for start in range(0, 100, batch):
+            rows = np.arange(start, min(start + batch, 100))
+            origins = np.stack([sentence_of[rows], place[rows]], axis=1)
+            chosen, where = sampler.offer(row_keys(seed, origins[:, 0], origins[:, 1]), origins)
+            slots[where] = rows[chosen]
+        return slots
+
     for seed in range(400):
-        reservoir, slots = Reservoir(10, seed), np.full(10, -1)
-        for start in range(0, 100, 7):  # batches of 7 rows
-            count = min(7, 100 - start)
-            rows, where = reservoir.offer(count)
-            slots[where] = start + rows
+        slots = sample(seed, 7)
         assert (slots >= 0).all() and len(set(slots)) == 10
         kept[slots] += 1
+        if seed < 20:  # the same rows whatever the batches they come in
+            assert set(slots) == set(sample(seed, 3)) == set(sample(seed, 100))
     assert kept.min() > 10 and kept.max() < 70  # each row kept about 40 times in 400 runs
-    first, second = Reservoir(10, 3), Reservoir(10, 3)
-    np.testing.assert_array_equal(first.offer(50)[1], second.offer(50)[1])
+    assert set(sample(3, 7)) != set(sample(4, 7))
 
 
 SENTENCES = [Sentence(text) for text in (
@@ -188,7 +196,7 @@ def test_same_seed_same_sample_other_seed_other_sample(tiny_session):
 def test_sampled_rows_are_the_models_own_hidden_states(tiny_session):
     sentences = SENTENCES[:2]
     sample = [step for step in stream_sample([tiny_session], sentences, unit="token", max_rows=1000)][-1].result
-    expected = np.concatenate([tiny_session.forward(s.text).hidden_states.transpose(1, 0, 2) for s in sorted(sentences, key=lambda s: len(s.text))])
+    expected = np.concatenate([tiny_session.forward(s.text).hidden_states.transpose(1, 0, 2) for s in sentences])  # corpus order
     np.testing.assert_allclose(sample.states[0], expected, atol=1e-5)
 
 

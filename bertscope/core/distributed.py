@@ -199,6 +199,12 @@ def shard(items: Iterable[T]) -> Iterator[T]:
             yield item
 
 
+def shard_size(count: int) -> int:
+    """How many of `count` items `shard` gives this rank (all of them outside torchrun)."""
+    here = world()
+    return len(range(here.rank, count, here.size))
+
+
 def arrive() -> None:
     """Wait until every rank got here (or one failed: `RankFailed`), by polling the store, without a timeout.
 
@@ -283,7 +289,8 @@ def from_main(value: T) -> T:
 
 def whole_corpus(progress: Callable[[Any], None] | None, *, summed: bool = True) -> Callable[[Any], None] | None:
     """A progress callback for a sharded job: every rank publishes its count, rank 0 shows the sum
-    (`summed=False`: a job whose steps already speak of the whole corpus; rank 0 shows its own).
+    over the ranks at its stage (`summed=False`: a job whose steps already speak of the whole
+    corpus; rank 0 shows its own). A stage that runs on rank 0 alone, after the shards, shows as it is.
 
     It also checks, at most every PUBLISH_EVERY_S, whether another rank failed.
     """
@@ -297,7 +304,7 @@ def whole_corpus(progress: Callable[[Any], None] | None, *, summed: bool = True)
             return
         _state["published"] = now
         check()
-        store.set(f"progress/{here.rank}", f"{step.done} {step.total if step.total is not None else -1}")
+        store.set(f"progress/{here.rank}", f"{step.done} {step.total if step.total is not None else -1} {step.stage}")
         if progress is None or not here.main:
             return
         if not summed:
@@ -308,7 +315,10 @@ def whole_corpus(progress: Callable[[Any], None] | None, *, summed: bool = True)
             key = f"progress/{rank}"
             if not store.check([key]):
                 continue
-            rank_done, rank_total = (int(part) for part in store.get(key).decode().split())
+            rank_done, rank_total, stage = store.get(key).decode().split(" ", 2)
+            if stage != step.stage:
+                continue
+            rank_done, rank_total = int(rank_done), int(rank_total)
             done += rank_done
             total = None if total is None or rank_total < 0 else total + rank_total
         progress(type(step)(step.stage, done, total or None))

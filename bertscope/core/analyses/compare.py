@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from bertscope.core import distributed
 from bertscope.core.analyses.geometry import cka_matrices
 from bertscope.core.analyses.geometry_results import ComparisonResult, ProbeDifference
 from bertscope.core.data.corpus import Sentence
@@ -71,9 +72,11 @@ class _HeadCosines:
         self.tokens += int(real.sum())
 
     def result(self) -> tuple[np.ndarray, np.ndarray]:
-        count = max(self.sentences, 1)
-        mean = self.sums / count
-        variance = (self.squares / count - mean.pow(2)).clamp(min=0)
+        """Mean and spread over the whole corpus (under torchrun, every rank's sums added)."""
+        summed = distributed.sum_across({"sums": self.sums, "squares": self.squares, "sentences": self.sentences})
+        count = max(summed["sentences"], 1)
+        mean = summed["sums"] / count
+        variance = (summed["squares"] / count - mean.pow(2)).clamp(min=0)
         return mean.float().cpu().numpy(), variance.sqrt().float().cpu().numpy()
 
 
@@ -108,7 +111,7 @@ def compare_models(
         pruned = " and ".join(name for name, model in (("model A", a), ("model B", b)) if model.kept_heads)
         notes.append(f"{pruned} has physically pruned heads; attention maps are compared head by head only between unpruned models")
     heads = _HeadCosines(a.num_layers, a.num_heads, a.device) if same_shape else None
-    total = len(sentences) if hasattr(sentences, "__len__") else None
+    total = distributed.shard_size(len(sentences)) if hasattr(sentences, "__len__") else None  # this rank's share
     counted = {"sentences": 0, "tokens": 0}
 
     def on_batch(outputs, prepared) -> None:
@@ -123,17 +126,13 @@ def compare_models(
     ), lambda step: Progress("attention and representations", step.done, total))
     if sample is None:
         return
-    if sample.size < 4:
-        raise InputError(f"only {sample.size} {sample.unit}s to compare; CKA needs at least 4 (give more sentences)")
-    if sample.seen > sample.size:
-        notes.append(f"CKA on a seeded sample of {sample.size:,} of the corpus's {sample.seen:,} {sample.unit}s (seed {seed})")
-    yield Progress("CKA", 0, 1)
-    states_a, states_b = sample.states
-    biased, debiased = cka_matrices(
-        [states_a[:, layer] for layer in range(states_a.shape[1])], [states_b[:, layer] for layer in range(states_b.shape[1])]
-    )
+    counted = distributed.sum_across(counted)
+    cosine, spread = heads.result() if heads is not None else (None, None)
+    cka = (None, None)
+    if distributed.is_main():  # under torchrun rank 0 holds the merged sample
+        cka = yield from _layer_cka(sample, seed, notes)
     differences = []
-    for number, (task, data) in enumerate(probes):
+    for number, (task, data) in enumerate(probes):  # every rank: probing shards its feature passes itself
         scores = []
         for which, session in (("A", a), ("B", b)):
             report = None
@@ -145,13 +144,27 @@ def compare_models(
                 return  # cancelled
             scores.append(tuple(float(entry[report.metric]) for entry in report.layers))
         differences.append(ProbeDifference(task=task, metric=report.metric, a=scores[0], b=scores[1]))
-    cosine, spread = heads.result() if heads is not None else (None, None)
-    result = ComparisonResult(
-        model_a=a.info.source, model_b=b.info.source, sentences=counted["sentences"], tokens=counted["tokens"],
-        unit=sample.unit, rows_sampled=sample.size, head_cosine=cosine, head_cosine_std=spread,
-        cka=biased, cka_debiased=debiased, probes=tuple(differences), notes=tuple(notes),
+    result = None
+    if distributed.is_main():
+        result = ComparisonResult(
+            model_a=a.info.source, model_b=b.info.source, sentences=counted["sentences"], tokens=counted["tokens"],
+            unit=sample.unit, rows_sampled=sample.size, head_cosine=cosine, head_cosine_std=spread,
+            cka=cka[0], cka_debiased=cka[1], probes=tuple(differences), notes=tuple(notes),
+        )
+    yield Progress("done", 1, 1, distributed.from_main(result))
+
+
+def _layer_cka(sample, seed: int, notes: list[str]):
+    """Linear and debiased CKA between every layer of A and every layer of B, on the sample (a generator returning them)."""
+    if sample.size < 4:
+        raise InputError(f"only {sample.size} {sample.unit}s to compare; CKA needs at least 4 (give more sentences)")
+    if sample.seen > sample.size:
+        notes.append(f"CKA on a seeded sample of {sample.size:,} of the corpus's {sample.seen:,} {sample.unit}s (seed {seed})")
+    yield Progress("CKA", 0, 1)
+    states_a, states_b = sample.states
+    return cka_matrices(
+        [states_a[:, layer] for layer in range(states_a.shape[1])], [states_b[:, layer] for layer in range(states_b.shape[1])]
     )
-    yield Progress("done", 1, 1, result)
 
 
 def _probe(session: Session, task: str, data: Sequence[Sentence], cache_dir, seed: int, cancel):

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bertscope.core import distributed
 from bertscope.core.errors import InputError
 from bertscope.core.progress import Progress, relay
 
@@ -271,18 +272,30 @@ def representation_geometry(
     A generator of Progress; the last item carries the GeometryResult. `max_rows`
     (default core.analyses.representations.DEFAULT_MAX_ROWS) bounds the sample and so the memory.
     """
-    from bertscope.core.analyses.geometry_results import GeometryResult
     from bertscope.core.analyses.representations import DEFAULT_MAX_ROWS, stream_sample
 
     if neighbours < 1:
         raise InputError(f"neighbours must be 1 or more, not {neighbours}", setting="neighbours")
-    total = len(sentences) if hasattr(sentences, "__len__") else None
+    total = distributed.shard_size(len(sentences)) if hasattr(sentences, "__len__") else None  # this rank's share
     sample = yield from relay(stream_sample(
         [session], sentences, unit=unit, max_rows=max_rows or DEFAULT_MAX_ROWS, seed=seed, batch_size=batch_size,
         mask=mask, ablation=ablation, cancel=cancel,
     ), lambda step: Progress("representations", step.done, total))
     if sample is None:
         return  # cancelled
+    result = None
+    if distributed.is_main():  # under torchrun rank 0 holds the merged sample and measures it, once
+        result = yield from _measure(session, sample, neighbours, seed, mask, ablation, cancel)
+        if result is None:
+            return  # cancelled
+    result = distributed.from_main(result)
+    yield Progress("done", 1, 1, result)
+
+
+def _measure(session, sample, neighbours, seed, mask, ablation, cancel):
+    """Every layer's figures on the sample: a generator of Progress returning the GeometryResult (None when cancelled)."""
+    from bertscope.core.analyses.geometry_results import GeometryResult
+
     notes = []
     if sample.seen > sample.size:
         notes.append(f"a seeded sample of {sample.size:,} of the corpus's {sample.seen:,} {sample.unit}s (seed {seed})")
@@ -292,16 +305,15 @@ def representation_geometry(
     figures = None
     for item in analyse_layers(sample.states[0], neighbours, cancel):
         if item is None:
-            return
+            return None
         if isinstance(item, dict):
             figures = item
         else:
             yield Progress(*item)
     if figures["neighbours"] < neighbours:
         notes.append(f"only {sample.size} rows: neighbourhoods of {figures['neighbours']} instead of {neighbours}")
-    result = GeometryResult(
+    return GeometryResult(
         unit=sample.unit, sentences=sample.sentences, seen=sample.seen, truncated=sample.truncated,
         labels=sample.labels, texts=sample.texts, seed=seed,
         mask=mask.spec() if mask is not None else "", ablation=ablation, notes=tuple(notes), **figures,
     )
-    yield Progress("done", 1, 1, result)

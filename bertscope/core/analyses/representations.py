@@ -2,10 +2,13 @@
 
 The corpus streams through the model(s) in length-sorted batches capped by tokens (and by
 B·T² where attention maps are kept: core.data.batching);
-each batch's rows — tokens, words or sentences — are offered to a reservoir sample
-(Vitter's algorithm R) of at most `max_rows`, so every row of the corpus has the same
-chance to be kept, the same seed keeps the same rows, and memory is `max_rows × (L+1) × D`
-floats however long the corpus. With several models (the same tokenizer), every model sees
+each batch's rows — tokens, words or sentences — are offered to a seeded bottom-k sample
+of at most `max_rows` (`SmallestKeys`): every row gets a key hashed from the seed, its
+sentence's number in the corpus and its place in the sentence, and the rows of the
+smallest keys are kept. So every row has the same chance to be kept, the same seed keeps
+the same rows whatever the batching or the number of torchrun ranks (each rank keeps its
+own shard's smallest, rank 0 the smallest of those), and memory is `max_rows × (L+1) × D`
+floats however long the corpus. The kept rows come in corpus order. With several models (the same tokenizer), every model sees
 the same batches and the same rows are kept for all of them, so their layers can be
 compared row for row.
 
@@ -21,11 +24,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
+from bertscope.core import distributed
 from bertscope.core.analyses.geometry_results import UNITS
 from bertscope.core.analyses.headstats import is_punctuation
 from bertscope.core.data.batching import MAX_SQUARE, plan_batches
@@ -57,33 +61,62 @@ class Sample:
         return len(self.texts)
 
 
+EMPTY = np.uint64(np.iinfo(np.uint64).max)  # the key of an empty slot: above every row's key
+_ORDINAL_BITS = np.uint64(20)  # a row's place in its sentence takes the low bits of its identity
+
+
+def _mix(values: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser on uint64 arrays (wrapping arithmetic): nearby inputs, unrelated outputs."""
+    values = values + np.uint64(0x9E3779B97F4A7C15)
+    values = (values ^ (values >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    values = (values ^ (values >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return values ^ (values >> np.uint64(31))
+
+
+def row_keys(seed: int, sentences: np.ndarray, ordinals: np.ndarray) -> np.ndarray:
+    """Each row's sampling key: a seeded hash of (its sentence's number in the corpus, its place in the sentence)."""
+    identity = (sentences.astype(np.uint64) << _ORDINAL_BITS) | ordinals.astype(np.uint64)
+    salt = _mix(np.array([seed % (1 << 64)], dtype=np.uint64))
+    return _mix(identity ^ salt) >> np.uint64(1)  # below EMPTY
+
+
 @dataclass
-class Reservoir:
-    """Algorithm R over a stream of rows: which incoming rows to keep and in which slot."""
+class SmallestKeys:
+    """Bottom-k sampling: of all rows offered, keep the `capacity` whose keys are smallest.
+
+    With keys from `row_keys` the kept rows are a uniform sample without replacement that
+    depends on the seed and the corpus only, not on the order rows arrive in.
+    """
 
     capacity: int
-    seed: int = 0
     seen: int = 0
-    rng: np.random.Generator = field(init=False)
+    keys: np.ndarray = field(init=False)
+    origins: np.ndarray = field(init=False)  # [capacity, 2]: each slot's (sentence number, place in the sentence)
 
     def __post_init__(self) -> None:
         if self.capacity < 1:
             raise InputError(f"the sample must hold at least one row, not {self.capacity}")
-        self.rng = np.random.default_rng(self.seed)
+        self.keys = np.full(self.capacity, EMPTY, dtype=np.uint64)
+        self.origins = np.zeros((self.capacity, 2), dtype=np.int64)
 
-    def offer(self, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """For `count` new rows: the indices among them to keep and the slots they go to (a later row wins a slot)."""
-        positions = np.arange(self.seen, self.seen + count)
-        self.seen += count
-        slots = positions.copy()
-        late = positions >= self.capacity
-        if late.any():
-            slots[late] = self.rng.integers(0, positions[late] + 1)
-        keep = slots < self.capacity
-        rows, slots = np.flatnonzero(keep), slots[keep]
-        _, last = np.unique(slots[::-1], return_index=True)  # one row per slot: the last offered
-        chosen = np.sort(len(slots) - 1 - last)
-        return rows[chosen], slots[chosen]
+    def offer(self, keys: np.ndarray, origins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For new rows' keys: the indices among them to keep and the slots they take (from rows now dropped, or empty)."""
+        self.seen += len(keys)
+        rows = np.flatnonzero(keys < self.keys.max())
+        if not len(rows):
+            return rows, rows
+        pool = np.concatenate([self.keys, keys[rows]])
+        chosen = np.zeros(len(pool), dtype=bool)
+        chosen[np.argpartition(pool, self.capacity - 1)[: self.capacity]] = True
+        admitted = rows[chosen[self.capacity :]]
+        slots = np.flatnonzero(~chosen[: self.capacity])  # as many as admitted: the capacity stays full
+        self.keys[slots], self.origins[slots] = keys[admitted], origins[admitted]
+        return admitted, slots
+
+    @property
+    def filled(self) -> np.ndarray:
+        """The slots that hold a row."""
+        return np.flatnonzero(self.keys != EMPTY)
 
 
 @dataclass
@@ -92,6 +125,8 @@ class PreparedBatch:
     real: torch.Tensor  # [B, T] bool
     special: torch.Tensor  # [B, T] bool
     positions: np.ndarray  # [R] flat b·T + t of each row's token (token and word units)
+    owners: np.ndarray  # [R] the batch row (sentence) each row belongs to
+    ordinals: np.ndarray  # [R] each row's place among its sentence's rows
     labels: dict[str, list[str]]
     texts: list[str]
     truncated: int
@@ -125,6 +160,8 @@ def prepare(tokenizer, max_length: int, batch: list[Sentence], unit: str, device
     real = encoded["attention_mask"].bool()
     length = real.shape[1]
     positions: list[int] = []
+    owners: list[int] = []
+    ordinals: list[int] = []
     labels: dict[str, list[str]] = {name: [] for name in LABELS[unit]}
     texts: list[str] = []
     truncated = 0
@@ -132,12 +169,15 @@ def prepare(tokenizer, max_length: int, batch: list[Sentence], unit: str, device
         word_ids = encoded.word_ids(row)
         ids = encoded["input_ids"][row]
         if unit == "sentence":
+            owners.append(row)
+            ordinals.append(0)
             texts.append(sentence.text)
             labels["label"].append(sentence.label if sentence.label is not None else "")
             truncated += _cut_tokens(tokenizer, sentence, int(real[row].sum()), max_length)
             continue
         seen_words: set[int] = set()
         previous = None
+        first_row = len(positions)
         for position in range(length):
             if not real[row, position]:
                 break
@@ -162,12 +202,15 @@ def prepare(tokenizer, max_length: int, batch: list[Sentence], unit: str, device
             positions.append(row * length + position)
             texts.append(token)
             labels["token"].append(kind)
+        owners.extend([row] * (len(positions) - first_row))
+        ordinals.extend(range(len(positions) - first_row))
         if unit == "word":
             truncated += len(sentence.words) - len(seen_words)
         else:
             truncated += _cut_tokens(tokenizer, sentence, int(real[row].sum()), max_length)
     inputs = {name: tensor.to(device) for name, tensor in encoded.items()}
-    return PreparedBatch(inputs, real.to(device), special.to(device), np.asarray(positions, dtype=np.int64), labels, texts, truncated)
+    return PreparedBatch(inputs, real.to(device), special.to(device), np.asarray(positions, dtype=np.int64),
+                         np.asarray(owners, dtype=np.int64), np.asarray(ordinals, dtype=np.int64), labels, texts, truncated)
 
 
 def _cut_tokens(tokenizer, sentence: Sentence, kept: int, max_length: int) -> int:
@@ -220,10 +263,12 @@ def stream_sample(
 
     `mask` applies to the first session only. With `attentions`, `on_batch(outputs, prepared)`
     sees every batch's outputs (one per session) before they are dropped (core.analyses.compare uses it).
+    Under torchrun each rank runs its shard of the corpus; the Sample's counts are the whole
+    corpus's on every rank, its rows are on rank 0 only (the others' Sample has none).
     """
     if not sessions:
         raise ValueError("no session to run")
-    reservoir = Reservoir(max_rows, seed)
+    sampler = SmallestKeys(max_rows)
     lead = sessions[0]
     max_length = min(session.max_length for session in sessions)
     gates = lead.gate_tensor(mask)
@@ -231,8 +276,11 @@ def stream_sample(
     labels: dict[str, list[str]] = {}
     texts: list[str] = [""] * max_rows
     read = truncated = 0
-    for chunk in corpus_heap_over(chunked(sentences, CHUNK)):  # one heap setting for batches of every shape (core.model.allocator)
+    numbered = distributed.shard(enumerate(sentences))  # (number in the corpus, sentence): this rank's share
+    for chunk in corpus_heap_over(chunked(numbered, CHUNK)):  # one heap setting for batches of every shape (core.model.allocator)
         release_freed_memory()  # what the last chunk's batches freed (core.model.allocator)
+        numbers = np.array([number for number, _ in chunk], dtype=np.int64)
+        chunk = [sentence for _, sentence in chunk]
         if read == 0:
             unit = check_unit(unit, chunk)
             labels = {name: [""] * max_rows for name in LABELS[unit]}
@@ -242,8 +290,8 @@ def stream_sample(
                 return
             batch = [chunk[index] for index in indices]
             prepared = prepare(lead.tokenizer, max_length, batch, unit, lead.device)
-            count = len(batch) if unit == "sentence" else len(prepared.positions)
-            rows, slots = reservoir.offer(count)
+            origins = np.stack([numbers[indices][prepared.owners], prepared.ordinals], axis=1)
+            rows, slots = sampler.offer(row_keys(seed, origins[:, 0], origins[:, 1]), origins)
             outputs = []
             for index, session in enumerate(sessions):
                 inputs = prepared.inputs if session.device == lead.device else {k: v.to(session.device) for k, v in prepared.inputs.items()}
@@ -270,16 +318,53 @@ def stream_sample(
             truncated += prepared.truncated
             del prepared
             yield Progress("representations", read)
-    if read == 0:
+    counts = distributed.sum_across({"read": read, "seen": sampler.seen, "truncated": truncated})  # the whole corpus's
+    if counts["read"] == 0:
         raise InputError("no sentences to analyse; the corpus is empty")
-    size = min(reservoir.seen, max_rows)
-    if size == 0:
-        raise InputError(f"no {unit}s to analyse: every sentence came out empty")
-    present = {name: tuple(values[:size]) for name, values in labels.items() if any(values[:size])}
-    sample = Sample(
-        unit=unit, states=tuple(store[:size] for store in stores), labels=present, texts=tuple(texts[:size]),
-        sentences=read, seen=reservoir.seen, truncated=truncated,
-    )
-    yield Progress("representations", read, result=sample)
+    if counts["seen"] == 0:
+        raise InputError(f"no {unit if unit != 'auto' else 'row'}s to analyse: every sentence came out empty")
+    filled = sampler.filled
+    every_key = np.concatenate(distributed.gather(sampler.keys[filled]))  # 8 bytes a kept row, from every rank
+    if len(every_key) > max_rows:  # send rank 0 only the rows that make the whole corpus's sample
+        filled = filled[sampler.keys[filled] <= np.partition(every_key, max_rows - 1)[max_rows - 1]]
+    mine = _Kept(unit if read else "", sampler.keys[filled], sampler.origins[filled],
+                 tuple(store[filled] for store in stores) if len(filled) else (),
+                 {name: [values[slot] for slot in filled] for name, values in labels.items()}, [texts[slot] for slot in filled])
+    del stores, labels, texts
+    parts = distributed.gather(mine, to_main=True)  # one process: [mine]; under torchrun every rank's on rank 0
+    whole = Sample(unit=unit, states=(), labels={}, texts=(), sentences=counts["read"], seen=counts["seen"],
+                   truncated=counts["truncated"])
+    yield Progress("representations", read, result=_smallest_of(parts, max_rows, len(sessions), whole))
 
 
+@dataclass(frozen=True, eq=False)
+class _Kept:
+    """One rank's kept rows with their keys, before the ranks' samples are merged."""
+
+    unit: str  # "" for a rank that read no sentence
+    keys: np.ndarray
+    origins: np.ndarray  # [n, 2] (sentence number, place in the sentence)
+    states: tuple[np.ndarray, ...]  # per model [n, L+1, D]; () when none was kept
+    labels: dict[str, list[str]]
+    texts: list[str]
+
+
+def _smallest_of(parts: list[_Kept], max_rows: int, models: int, whole: Sample) -> Sample:
+    """`whole` (the corpus's counts) with the rows of the `max_rows` smallest keys over every part, in corpus order.
+
+    No part holds a row on ranks other than 0: `whole` as it is.
+    """
+    parts = [part for part in parts if len(part.keys)]
+    if not parts:
+        return whole
+    keys = np.concatenate([part.keys for part in parts])
+    origins = np.concatenate([part.origins for part in parts])
+    chosen = np.argsort(keys, kind="stable")[:max_rows]
+    chosen = chosen[np.lexsort((origins[chosen, 1], origins[chosen, 0]))]  # by sentence, then place in it
+    states = tuple(np.concatenate([part.states[model] for part in parts])[chosen] for model in range(models))
+    texts = [text for part in parts for text in part.texts]
+    names = parts[0].labels
+    labels = {name: tuple(label for part in parts for label in part.labels[name]) for name in names}
+    present = {name: tuple(values[index] for index in chosen) for name, values in labels.items()}
+    present = {name: values for name, values in present.items() if any(values)}
+    return replace(whole, unit=parts[0].unit, states=states, labels=present, texts=tuple(texts[index] for index in chosen))
