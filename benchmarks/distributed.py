@@ -10,7 +10,8 @@ start-up and model loading included:
 - `one`: `OMP_NUM_THREADS=2 bertscope JOB ...`;
 - `two`: `OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node 2 -m bertscope JOB ...`;
 - `start`: `bertscope patterns "One sentence."` (start-up and model load, the part that does not shrink).
-Jobs: `patterns` and `importance --objective preserve --method gradient`. The two outputs are
+Jobs: `patterns`, `importance --objective preserve --method gradient` and `geometry` (a seeded
+sample of 4,000 tokens). The two outputs are
 compared (largest difference of any number). The load average is printed beside the times:
 on a shared machine the ratio is what the other processes left. Exit status 0 whatever the numbers.
 """
@@ -31,14 +32,17 @@ from common import emit  # benchmarks/common.py, found beside this script
 JOBS = {
     "patterns": ["patterns", "--json"],
     "importance": ["importance", "--objective", "preserve", "--method", "gradient", "--json"],
+    "geometry": ["geometry", "--unit", "token", "--json"],
 }
 
 
-def run(command: list[str], threads: int) -> float:
+def run(command: list[str], threads: int, output: Path | None = None) -> float:
+    """Seconds the command took; its standard output goes to `output` (rank 0's, under torchrun)."""
     environment = {key: value for key, value in os.environ.items() if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     environment["OMP_NUM_THREADS"] = str(threads)
     started = time.perf_counter()
-    subprocess.run(command, check=True, env=environment, stdout=subprocess.DEVNULL)
+    with open(output or os.devnull, "w") as out:
+        subprocess.run(command, check=True, env=environment, stdout=out)
     return time.perf_counter() - started
 
 
@@ -72,8 +76,8 @@ def main() -> None:
     report["start_s"] = min(run([*bertscope, "patterns", "One sentence."], 2) for _ in range(args.repeats))
     for job, words in JOBS.items():
         arguments = [*words, "--data", str(corpus)]
-        one = min(run([*bertscope, *arguments, "-o", str(folder / f"{job}-one.json")], 2) for _ in range(args.repeats))
-        two = min(run([*torchrun, *arguments, "-o", str(folder / f"{job}-two.json")], 1) for _ in range(args.repeats))
+        one = min(run([*bertscope, *arguments], 2, folder / f"{job}-one.json") for _ in range(args.repeats))
+        two = min(run([*torchrun, *arguments], 1, folder / f"{job}-two.json") for _ in range(args.repeats))
         a, b = (numbers(json.loads((folder / f"{job}-{n}.json").read_text())) for n in ("one", "two"))
         report["jobs"][job] = {
             "one_process_2_threads_s": round(one, 2), "two_ranks_1_thread_s": round(two, 2),

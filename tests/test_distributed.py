@@ -65,6 +65,39 @@ def test_shards_take_every_sentence_once(monkeypatch):
     assert taken == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
 
 
+class _Store:
+    """The launcher's key-value store, as far as progress uses it."""
+
+    def __init__(self):
+        self.values = {}
+
+    def set(self, key, value):
+        self.values[key] = value.encode()
+
+    def get(self, key):
+        return self.values[key]
+
+    def check(self, keys):
+        return all(key in self.values for key in keys)
+
+
+def test_progress_adds_the_ranks_at_rank_0s_stage_only(monkeypatch):
+    from bertscope.core.progress import Progress
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    store = _Store()
+    monkeypatch.setattr(distributed, "_state", {"store": store, "published": 0.0})
+    store.set("progress/1", "40 50 representations")  # rank 1 has done 40 of its 50 sentences
+    shown = []
+    publish = distributed.whole_corpus(shown.append)
+    publish(Progress("representations", 30, 50, result=1))  # `finished` steps are published at once
+    publish(Progress("PCA, TwoNN and neighbours", 2, 7, result=1))  # a stage rank 0 runs alone, after the shards
+    assert [(step.stage, step.done, step.total) for step in shown] == [
+        ("representations", 70, 100), ("PCA, TwoNN and neighbours", 2, 7),
+    ]
+
+
 def test_patterns_over_two_ranks_equal_one_process(two_ranks, model):
     assert two_ranks["world"] == 2
     one, two = bertscope.patterns(model, limit=24, norms=True), two_ranks["patterns"]
