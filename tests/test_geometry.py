@@ -143,7 +143,7 @@ def test_the_sample_is_uniform_seeded_bounded_and_blind_to_batching():
         sampler, slots = SmallestKeys(10), np.full(10, -1)
         for start in range(0, 100, batch):
             rows = np.arange(start, min(start + batch, 100))
-            origins = np.stack([sentence_of[rows], place[rows]], axis=1)
+            origins = np.stack([sentence_of[rows], place[rows], np.zeros_like(rows)], axis=1)
             chosen, where = sampler.offer(row_keys(seed, origins[:, 0], origins[:, 1]), origins)
             slots[where] = rows[chosen]
         return slots
@@ -225,3 +225,15 @@ def test_geometry_can_be_cancelled(tiny_session):
     next(steps)
     cancel.set()
     assert all(step.result is None for step in steps)
+
+
+def test_an_equal_sentence_gives_equal_rows_whatever_batch_it_ran_in(tiny_session, monkeypatch):
+    from bertscope.core.analyses import representations
+
+    monkeypatch.setattr(representations, "CHUNK", 2)  # the first copy runs padded beside a long sentence, the second alone
+    short, long = SENTENCES[0], Sentence("A much longer sentence, which pads the short one in its batch to many more tokens.")
+    sample = list(stream_sample([tiny_session], [short, long, short], unit="token", max_rows=1000))[-1].result
+    first, second = (np.flatnonzero(np.array(sample.texts) == "cat")[[0, 1]])
+    np.testing.assert_array_equal(sample.states[0][first], sample.states[0][second])  # exact: TwoNN counts them as one
+    geometry = run_geometry(tiny_session, [short, long, short], max_rows=1000)
+    assert (geometry.duplicates[1:] == len(tiny_session.encode(short.text).input_ids)).all()

@@ -22,6 +22,7 @@ Units:
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -91,13 +92,13 @@ class SmallestKeys:
     capacity: int
     seen: int = 0
     keys: np.ndarray = field(init=False)
-    origins: np.ndarray = field(init=False)  # [capacity, 2]: each slot's (sentence number, place in the sentence)
+    origins: np.ndarray = field(init=False)  # [capacity, 3]: each slot's (sentence number, place in it, content: `_content`)
 
     def __post_init__(self) -> None:
         if self.capacity < 1:
             raise InputError(f"the sample must hold at least one row, not {self.capacity}")
         self.keys = np.full(self.capacity, EMPTY, dtype=np.uint64)
-        self.origins = np.zeros((self.capacity, 2), dtype=np.int64)
+        self.origins = np.zeros((self.capacity, 3), dtype=np.int64)
 
     def offer(self, keys: np.ndarray, origins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For new rows' keys: the indices among them to keep and the slots they take (from rows now dropped, or empty)."""
@@ -290,7 +291,8 @@ def stream_sample(
                 return
             batch = [chunk[index] for index in indices]
             prepared = prepare(lead.tokenizer, max_length, batch, unit, lead.device)
-            origins = np.stack([numbers[indices][prepared.owners], prepared.ordinals], axis=1)
+            contents = np.array([_content(sentence, unit) for sentence in batch], dtype=np.int64)
+            origins = np.stack([numbers[indices][prepared.owners], prepared.ordinals, contents[prepared.owners]], axis=1)
             rows, slots = sampler.offer(row_keys(seed, origins[:, 0], origins[:, 1]), origins)
             outputs = []
             for index, session in enumerate(sessions):
@@ -337,13 +339,20 @@ def stream_sample(
     yield Progress("representations", read, result=_smallest_of(parts, max_rows, len(sessions), whole))
 
 
+def _content(sentence: Sentence, unit: str) -> int:
+    """What a sentence's rows depend on, hashed (the same in every process, unlike `hash`)."""
+    words = sentence.words if unit == "word" else None
+    digest = hashlib.blake2b(repr((sentence.text, sentence.pair, words)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
 @dataclass(frozen=True, eq=False)
 class _Kept:
     """One rank's kept rows with their keys, before the ranks' samples are merged."""
 
     unit: str  # "" for a rank that read no sentence
     keys: np.ndarray
-    origins: np.ndarray  # [n, 2] (sentence number, place in the sentence)
+    origins: np.ndarray  # [n, 3] (sentence number, place in the sentence, content)
     states: tuple[np.ndarray, ...]  # per model [n, L+1, D]; () when none was kept
     labels: dict[str, list[str]]
     texts: list[str]
@@ -361,7 +370,12 @@ def _smallest_of(parts: list[_Kept], max_rows: int, models: int, whole: Sample) 
     origins = np.concatenate([part.origins for part in parts])
     chosen = np.argsort(keys, kind="stable")[:max_rows]
     chosen = chosen[np.lexsort((origins[chosen, 1], origins[chosen, 0]))]  # by sentence, then place in it
-    states = tuple(np.concatenate([part.states[model] for part in parts])[chosen] for model in range(models))
+    # Rows of the same input (an equal sentence, the same place) are equal in exact arithmetic; the forward's float
+    # rounding depends on the batch a sentence ran in (its padding, its rank), which would leave them near-duplicates
+    # that TwoNN and the neighbours count as distinct points. Each such row takes the first one's vector.
+    _, first, same = np.unique(origins[chosen, 1:], axis=0, return_index=True, return_inverse=True)
+    chosen_first = chosen[first[same.reshape(-1)]]
+    states = tuple(np.concatenate([part.states[model] for part in parts])[chosen_first] for model in range(models))
     texts = [text for part in parts for text in part.texts]
     names = parts[0].labels
     labels = {name: tuple(label for part in parts for label in part.labels[name]) for name in names}
