@@ -39,6 +39,8 @@ from common import emit  # benchmarks/common.py, found beside this script
 
 JOBS = {
     "patterns": ["patterns", "--data", "{text}", "--json"],
+    "patterns-norms": ["patterns", "--data", "{text}", "--norms", "--json"],
+    "syntax": ["syntax", "--data", "{conllu}", "--json"],
     "importance-gradient": ["importance", "--data", "{text}", "-O", "preserve", "--json"],
     "importance-ablation": ["importance", "--data", "{text}", "-O", "preserve", "--method", "ablation", "--json"],
     "prune-curve": ["prune", "--data", "{text}", "-O", "preserve", "--curve", "--step", "0.25", "--json"],

@@ -159,7 +159,7 @@ def head_mask(model: Session, mask: str | HeadMask | None) -> HeadMask:
 
 
 def patterns(model: Session, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
-             limit: int | None = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero", batch_size: int = 32,
+             limit: int | None = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero", batch_size: int | None = None,
              norms: bool = False, progress: ProgressCallback = None, cancel: threading.Event | None = None) -> PatternResult:
     """Attention statistics and Kovaleva pattern classes of every head, streamed over a corpus.
 
@@ -175,7 +175,7 @@ def patterns(model: Session, texts: Texts = None, *, data: str | Path | None = N
 
 def patterns_steps(model: Session, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
                    limit: int | None = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
-                   batch_size: int = 32, norms: bool = False, cancel: threading.Event | None = None,
+                   batch_size: int | None = None, norms: bool = False, cancel: threading.Event | None = None,
                    tell: Tell = note) -> Iterator[Progress[PatternResult]]:
     """`patterns` as a stream; each record's `partial` holds the statistics so far."""
     from bertscope.core.analyses.patterns import pattern_statistics
@@ -231,7 +231,7 @@ def check_relations(relations: Iterable[str] | None) -> list[str] | None:
 
 
 def syntax(model: Session, data: str | Path | Iterable[Sentence] | Corpus | None = None, *, limit: int | None = None,
-           mask: str | HeadMask | None = None, ablation: Ablation = "zero", batch_size: int = 32,
+           mask: str | HeadMask | None = None, ablation: Ablation = "zero", batch_size: int | None = None,
            progress: ProgressCallback = None, cancel: threading.Event | None = None) -> SyntaxResult:
     """Heads that track dependency relations (Clark et al. 2019 §4), streamed over a treebank.
 
@@ -247,7 +247,7 @@ def syntax(model: Session, data: str | Path | Iterable[Sentence] | Corpus | None
 
 
 def syntax_steps(model: Session, data: str | Path | Iterable[Sentence] | Corpus | None = None, *, limit: int | None = None,
-                 mask: str | HeadMask | None = None, ablation: Ablation = "zero", batch_size: int = 32,
+                 mask: str | HeadMask | None = None, ablation: Ablation = "zero", batch_size: int | None = None,
                  cancel: threading.Event | None = None, tell: Tell = note) -> Iterator[Progress[SyntaxResult]]:
     """`syntax` as a stream; each record's `partial` holds the counts so far."""
     from bertscope.core.analyses.syntax import syntax_heads
@@ -359,7 +359,7 @@ def probe_sentences(task: str, data, dev, test, data_format: str = "auto", limit
 
 
 def objective(model: Session, name: str, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
-              limit: int | None = None, task: str | None = None, probe_layer: int | None = None, batch_size: int = 32,
+              limit: int | None = None, task: str | None = None, probe_layer: int | None = None, batch_size: int | None = None,
               seed: int = 0, tell: Tell = note) -> tuple[Objective, str]:
     """What importance and pruning are measured on, prepared over the data; and the data's source.
 
@@ -385,7 +385,7 @@ def objective(model: Session, name: str, texts: Texts = None, *, data: str | Pat
 
 def importance(model: Session, objective_name: str, texts: Texts = None, *, data: str | Path | None = None,
                data_format: str = "auto", limit: int | None = None, task: str | None = None, probe_layer: int | None = None,
-               method: str = "gradient", ablation: Ablation = "zero", normalize: bool = True, batch_size: int = 32, seed: int = 0,
+               method: str = "gradient", ablation: Ablation = "zero", normalize: bool = True, batch_size: int | None = None, seed: int = 0,
                progress: ProgressCallback = None, cancel: threading.Event | None = None) -> HeadImportance:
     """How much each head matters for an objective: Michel et al.'s gradient, or exact ablation."""
     prepared, _ = objective(model, objective_name, texts, data=data, data_format=data_format, limit=limit, task=task,
@@ -420,7 +420,7 @@ def measure(prepared: Objective, mask: str | HeadMask | None = None, ablation: A
 
 def pruning_curve(model: Session, objective_name: str, texts: Texts = None, *, data: str | Path | None = None,
                   data_format: str = "auto", limit: int | None = None, task: str | None = None, probe_layer: int | None = None,
-                  method: str = "gradient", ablation: Ablation = "zero", normalize: bool = True, batch_size: int = 32,
+                  method: str = "gradient", ablation: Ablation = "zero", normalize: bool = True, batch_size: int | None = None,
                   seed: int = 0, step: float = 0.1, reestimate: bool = False, max_drop: float = 0.01,
                   progress: ProgressCallback = None, cancel: threading.Event | None = None) -> PruningCurve:
     """The objective as ever more of the least important heads are removed, `step` of them at a time."""
@@ -460,7 +460,7 @@ def curve_steps(prepared: Objective, ranking: HeadImportance | None, *, method: 
 def prune(model: Session, objective_name: str, texts: Texts = None, *, fraction: float, output: str | Path | None = None,
           format: str = "sliced", data: str | Path | None = None, data_format: str = "auto", limit: int | None = None, task: str | None = None,
           probe_layer: int | None = None, method: str = "gradient", ablation: Ablation = "zero", normalize: bool = True,
-          batch_size: int = 32, seed: int = 0, progress: ProgressCallback = None,
+          batch_size: int | None = None, seed: int = 0, progress: ProgressCallback = None,
           cancel: threading.Event | None = None) -> Pruning:
     """Choose the least important `fraction` of all heads, measure the objective without them, and with
     `output` write a copy of the model without them: `format` sliced (the heads cut out of the
@@ -542,7 +542,7 @@ def fill(model: Session, text: str, *, top: int = 10, layers: bool = True, mask:
     return fill_in(model, encoding, top=top, mask=head_mask(model, mask), ablation=ablation, layers=layers)
 
 
-def cloze(model: Session, data: str | Path = "sample", *, batch_size: int = 32, mask: str | HeadMask | None = None,
+def cloze(model: Session, data: str | Path = "sample", *, batch_size: int | None = None, mask: str | HeadMask | None = None,
           ablation: Ablation = "zero", report: ReadReport | None = None, progress: ProgressCallback = None,
           cancel: threading.Event | None = None) -> ClozeResult:
     """Precision at 1 and 10 of a cloze file's one-token answers, per layer (LAMA); "sample" for the shipped one.
@@ -651,7 +651,7 @@ def patch_steps(model: Session, clean: str, corrupt: str, *, clean_pair: str | N
 
 def geometry(model: Session, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
              limit: int | None = None, unit: str = "auto", max_rows: int | None = 4000, neighbours: int = 10, seed: int = 0,
-             batch_size: int = 32, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
+             batch_size: int | None = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
              progress: ProgressCallback = None, cancel: threading.Event | None = None) -> GeometryResult:
     """Per layer on a seeded sample of rows: PCA, linear CKA, TwoNN intrinsic dimension, neighbourhood overlap."""
     with distributed.failures_shared():  # under torchrun: each rank samples its shard, rank 0 measures the merged sample
@@ -662,7 +662,7 @@ def geometry(model: Session, texts: Texts = None, *, data: str | Path | None = N
 
 def geometry_steps(model: Session, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
                    limit: int | None = None, unit: str = "auto", max_rows: int | None = 4000, neighbours: int = 10,
-                   seed: int = 0, batch_size: int = 32, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
+                   seed: int = 0, batch_size: int | None = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
                    cancel: threading.Event | None = None, tell: Tell = note) -> Iterator[Progress[GeometryResult]]:
     """`geometry` as a stream."""
     from bertscope.core.analyses.geometry import representation_geometry
@@ -676,7 +676,7 @@ def geometry_steps(model: Session, texts: Texts = None, *, data: str | Path | No
 
 def compare(model: Session, other: Session | str, texts: Texts = None, *, data: str | Path | None = None,
             data_format: str = "auto", limit: int | None = None, unit: str = "auto", max_rows: int | None = 4000,
-            seed: int = 0, batch_size: int = 32, probes: Iterable[str | tuple[str, list[Sentence]]] = (), cache_dir: str | Path | None | bool = None,
+            seed: int = 0, batch_size: int | None = None, probes: Iterable[str | tuple[str, list[Sentence]]] = (), cache_dir: str | Path | None | bool = None,
             allow_download: bool = False, progress: ProgressCallback = None,
             cancel: threading.Event | None = None) -> ComparisonResult:
     """`model` against `other` (a loaded model, or one to load on the same device): per-head attention
@@ -690,7 +690,7 @@ def compare(model: Session, other: Session | str, texts: Texts = None, *, data: 
 
 def compare_steps(model: Session, other: Session | str, texts: Texts = None, *, data: str | Path | None = None,
                   data_format: str = "auto", limit: int | None = None, unit: str = "auto", max_rows: int | None = 4000,
-                  seed: int = 0, batch_size: int = 32, probes: Iterable[str | tuple[str, list[Sentence]]] = (),
+                  seed: int = 0, batch_size: int | None = None, probes: Iterable[str | tuple[str, list[Sentence]]] = (),
                   cache_dir: str | Path | None | bool = None, allow_download: bool = False,
                   cancel: threading.Event | None = None, tell: Tell = note) -> Iterator[Progress[ComparisonResult]]:
     """`compare` as a stream; model B, given by name, is loaded when it is called (same device and dtype as `model`)."""

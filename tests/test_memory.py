@@ -72,6 +72,21 @@ def test_batches_are_capped_by_tokens_and_by_the_square():
     assert max(len(b) for b in batches if lengths[b[0]] == 100) == 5  # 5 · 100² = 50,000
 
 
+def test_batches_fill_the_caps_so_the_largest_batch_does_not_follow_the_corpus():
+    """With no sentence count given, a small corpus's largest batch is as large as a big one's."""
+
+    def largest(lengths, **caps):
+        return max(len(batch) * max(lengths[i] for i in batch) for batch in plan_batches(lengths, max_tokens=4096, **caps))
+
+    rng = np.random.default_rng(0)
+    big = rng.integers(5, 130, size=16_000).tolist()  # a big corpus holds longer sentences...
+    small = [min(length, 79) for length in big[:1_000]]  # ... than its first thousand
+    assert largest(small) > 0.95 * 4096 and largest(big) > 0.95 * 4096
+    assert max(len(batch) for batch in plan_batches([10] * 1000, max_tokens=4096)) == 409  # not 32 sentences
+    square = [len(batch) * max(big[i] for i in batch) ** 2 for batch in plan_batches(big, max_tokens=4096, max_square=300_000)]
+    assert max(square) <= 300_000
+
+
 def test_pattern_statistics_keep_no_batch(tiny_session):
     from bertscope.core.analyses.patterns import pattern_statistics
 

@@ -31,7 +31,8 @@ def sample_options(command):
         click.option("--max-rows", type=click.IntRange(min=4), default=4000, show_default=True, metavar="N",
                      help="At most N rows, a seeded uniform sample of the corpus (memory stays bounded)."),
         click.option("--seed", type=int, default=0, show_default=True, help="Which rows the sample keeps."),
-        click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True, help="Sentences per forward pass."),
+        click.option("--batch-size", type=click.IntRange(min=1), default=None, metavar="N",
+                     help="At most N sentences per forward pass (default: as many as fit 4,096 padded tokens)."),
     ]
     for option in reversed(options):
         command = option(command)

@@ -38,7 +38,8 @@ def objective_options(command):
         click.option("--ablation", default="zero", show_default=True, type=click.Choice(ABLATIONS),
                      help="zero: remove the head's output (Michel et al.); uniform: the head attends evenly (Kovaleva et al.)."),
         click.option("--normalize/--no-normalize", default=True, show_default=True, help="Divide each layer's scores by their l2 norm (Michel et al.)."),
-        click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True),
+        click.option("--batch-size", type=click.IntRange(min=1), default=None, metavar="N",
+                     help="At most N sentences per forward pass (default: as many as fit 4,096 padded tokens)."),
         click.option("--seed", type=int, default=0, show_default=True, help="MLM masking, probe training and random projections."),
     ]
     for option in reversed(options):

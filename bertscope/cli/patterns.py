@@ -22,7 +22,8 @@ from bertscope.cli.common import (
 @click.command()
 @data_options
 @mask_options
-@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True, help="Sentences per forward pass.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None, metavar="N",
+              help="At most N sentences per forward pass (default: as many as fit 4,096 padded tokens).")
 @click.option(
     "--norms", is_flag=True,
     help="Also every share of the value-weighted norms ‖α f(x)‖ (Kobayashi et al. 2020), beside the share of weight.",

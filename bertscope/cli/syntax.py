@@ -27,7 +27,8 @@ DEFAULT_MIN_COUNT = 100  # as core.analyses.syntax_results.DEFAULT_MIN_COUNT (no
 @click.option("--min-count", type=click.IntRange(min=1), default=DEFAULT_MIN_COUNT, show_default=True, metavar="N",
               help="Flag relations with fewer instances than N as too rare to trust.")
 @mask_options
-@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True, help="Sentences per forward pass.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None, metavar="N",
+              help="At most N sentences per forward pass (default: as many as fit 4,096 padded tokens).")
 @format_options
 @model_options
 def syntax(data, limit, relations, min_count, mask_spec, ablation, batch_size, output_format, model: ModelChoice):

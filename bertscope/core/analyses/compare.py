@@ -88,7 +88,7 @@ def compare_models(
     unit: str = "token",
     max_rows: int | None = None,
     seed: int = 0,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     probes: Sequence[tuple[str, Sequence[Sentence]]] = (),
     cache_dir=None,
     cancel: threading.Event | None = None,

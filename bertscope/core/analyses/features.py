@@ -103,7 +103,7 @@ def extract_features(
     options: FeatureOptions,
     *,
     cache_dir: str | Path | None = None,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[Features]]:
     """Yield progress per batch; the last item carries the Features (from the cache when it holds them).
@@ -199,7 +199,7 @@ def _extract(session: Session, sentences, options, gates, path, dtype, batch_siz
     return features
 
 
-def _chunk_batches(session: Session, sentences: Sequence[Sentence], level: str, batch_size: int):
+def _chunk_batches(session: Session, sentences: Sequence[Sentence], level: str, batch_size: int | None):
     """(a chunk's tokenisation, a batch's indices into `sentences`, the same into the chunk), chunk after chunk."""
     for start in range(0, len(sentences), CHUNK):
         release_freed_memory()  # what the last chunk's batches freed (core.model.allocator)

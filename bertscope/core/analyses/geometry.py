@@ -262,7 +262,7 @@ def representation_geometry(
     max_rows: int | None = None,
     neighbours: int = DEFAULT_NEIGHBOURS,
     seed: int = 0,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     mask=None,
     ablation: str = "zero",
     cancel=None,

@@ -226,7 +226,7 @@ def cloze_scores(
     *,
     mask: HeadMask | None = None,
     ablation: Ablation = "zero",
-    batch_size: int = 32,
+    batch_size: int | None = None,
     report: ReadReport | None = None,
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[ClozeResult]]:

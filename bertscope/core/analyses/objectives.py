@@ -79,7 +79,7 @@ class Batches:
     the objective's Batch.
     """
 
-    def __init__(self, session: Session, sentences: Sequence[Sentence], batch_size: int, finish, *, words: bool = False,
+    def __init__(self, session: Session, sentences: Sequence[Sentence], batch_size: int | None, finish, *, words: bool = False,
                  max_tokens: int = MAX_TOKENS) -> None:
         # Under torchrun each rank walks its own shard (sentence i when i % size == rank); the objective's
         # `sentences` stays the whole corpus's count, and the sums are added across ranks (core.distributed).
@@ -192,7 +192,7 @@ def make_objective(
     name: str,
     sentences: Sequence[Sentence],
     *,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     seed: int = 0,
     probe_task: str | None = None,
     probe_layer: int | None = None,
@@ -216,7 +216,7 @@ def make_objective(
     return objective
 
 
-def _batches(session: Session, sentences: Sequence[Sentence], batch_size: int, targets=None, then=None) -> Batches:
+def _batches(session: Session, sentences: Sequence[Sentence], batch_size: int | None, targets=None, then=None) -> Batches:
     """Length-grouped padded batches, made on each walk; `targets(sentence)` gives a sentence's target
     values, and `then(batch)`, if given, finishes each batch (the mlm objective masks its tokens there)."""
 

@@ -253,7 +253,7 @@ def stream_sample(
     unit: str = "auto",
     max_rows: int = DEFAULT_MAX_ROWS,
     seed: int = 0,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     mask: HeadMask | None = None,
     ablation: Ablation = "zero",
     attentions: bool = False,

@@ -27,7 +27,7 @@ E = TypeVar("E", bound=Encoded)
 def encoded_batches(
     sentences: Iterable[Sentence],
     encode: Callable[[list[Sentence]], list[E]],
-    batch_size: int,
+    batch_size: int | None,
     *,
     chunk_size: int = 1024,
     max_tokens: int = MAX_TOKENS,

@@ -137,7 +137,7 @@ def syntax_heads(
     *,
     mask: HeadMask | None = None,
     ablation: Ablation = "zero",
-    batch_size: int = 32,
+    batch_size: int | None = None,
     chunk_size: int = 1024,
     max_tokens: int = MAX_TOKENS,
     max_square: int = MAX_SQUARE,

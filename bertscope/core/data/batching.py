@@ -11,6 +11,12 @@ sentences, 1,523 MB at 2,000, on real text). Capping `B·T` and `B·T²` bounds 
 by the budget, whatever the corpus; a sentence longer than the budget allows still gets a
 batch of its own.
 
+Batches are filled up to the caps, not to a number of sentences (unless the caller gives
+one): with at most 32 sentences a batch, the peak is the batch of a chunk's 32 longest
+sentences, and a larger corpus has longer ones (EWT's first 1,000 sentences reach 79 tokens
+there, its chunks of 16,000 up to 129), so the peak still grew with the corpus. Filled to
+the caps, every corpus of a few thousand tokens reaches them, and the peak is the caps'.
+
 The defaults let one sentence of 512 tokens (BERT's usual maximum) fit each cap, so for
 such models the peak of a corpus job does not depend on its sentences at all.
 """
@@ -25,18 +31,20 @@ MAX_SQUARE = 32 * 96 * 96  # B·T² per batch where attention maps are kept (≥
 
 def plan_batches(
     lengths: Sequence[int],
-    batch_size: int,
+    batch_size: int | None = None,
     *,
     max_tokens: int = MAX_TOKENS,
     max_square: int | None = None,
 ) -> Iterator[list[int]]:
     """Indices into `lengths`, grouped into batches of similar length, shortest first.
 
-    A batch has at most `batch_size` sentences, at most `max_tokens` padded tokens (its
-    size times its longest length) and, when `max_square` is given (passes that keep
-    attention maps), at most `max_square` for its size times the square of its longest
-    length. A sentence that alone exceeds a cap is a batch of one.
+    A batch has at most `max_tokens` padded tokens (its size times its longest length),
+    when `max_square` is given (passes that keep attention maps) at most `max_square` for
+    its size times the square of its longest length, and at most `batch_size` sentences
+    when that is given. A sentence that alone exceeds a cap is a batch of one.
     """
+    if batch_size is None:
+        batch_size = len(lengths) or 1
     if batch_size < 1:
         raise ValueError(f"batch_size must be 1 or more, not {batch_size}")
     order = sorted(range(len(lengths)), key=lambda index: lengths[index])
