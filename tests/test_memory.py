@@ -207,6 +207,48 @@ def test_probe_training_holds_a_block_of_rows_not_the_whole_layer(monkeypatch):
     assert held < layer_copy / 2, f"{held:,} bytes of tensors alive while fitting; a whole layer is {layer_copy:,}"
 
 
+def test_probes_read_the_rows_kept_of_a_memory_map_a_block_at_a_time(monkeypatch, tmp_path):
+    """A rare label left out keeps a subset of the rows: the probes are those trained on a copy
+    of that subset, and no copy of the split (or of a layer of it) is made to train or score them."""
+    import tracemalloc
+
+    from bertscope.core.analyses import probes
+    from bertscope.core.analyses.probing import encode_labels
+
+    rng = np.random.default_rng(1)
+    n, dim, classes = 3000, 64, 3
+    y = rng.integers(0, classes, n)
+    X = np.lib.format.open_memmap(tmp_path / "features.npy", mode="w+", dtype=np.float16, shape=(n, 3, dim))
+    X[:] = rng.normal(size=(n, 3, dim)) + 0.5 * rng.normal(size=(classes, 1, dim))[y]
+    X.flush()
+    X = np.load(tmp_path / "features.npy", mmap_mode="r")
+    names = [f"c{label}" for label in y]
+    names[10] = "rare"  # one training example: left out, so every split's rows are a subset
+    labels = encode_labels(names, names[:1000], names[:1000])
+    assert labels.keep["train"] is not None and len(labels.keep["train"]) == n - 1
+
+    monkeypatch.setattr(probes, "FIT_BLOCK", 250)
+    monkeypatch.setattr(probes, "SELECTION_ROWS", 200)  # the L2 search's own bounded copy of rows
+    monkeypatch.setattr(probes, "EVAL_BATCH", 100)  # and scoring's
+    options = dict(num_classes=len(labels.classes), seed=0, epochs=10)
+    copied = probes.train_probes(X[labels.keep["train"]], labels.train, X[labels.keep["dev"]], labels.dev, **options)
+    tracemalloc.start()
+    try:
+        lazy = probes.train_probes(labels.rows("train", X), labels.train, labels.rows("dev", X), labels.dev, **options)
+        _, training = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        accuracy = probes.score(lazy, labels.rows("test", X), labels.test, len(labels.classes)).accuracy
+        _, scoring = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(lazy.weights, copied.weights)
+    np.testing.assert_array_equal(accuracy, probes.score(copied, X[labels.keep["test"]], labels.test, len(labels.classes)).accuracy)
+    layer = n * dim * 2  # one layer of the training rows, float16: 384 KB
+    assert training < layer / 4, f"{training:,} bytes of arrays traced while training; a layer of the split is {layer:,}"
+    test_split = len(labels.test) * 3 * dim * 2  # 384 KB
+    assert scoring < test_split / 2, f"{scoring:,} bytes of arrays traced while scoring; the test split is {test_split:,}"
+
+
 def test_feature_extraction_tokenises_a_chunk_at_a_time_and_keeps_no_batch(tiny_session, tmp_path, monkeypatch):
     """Probing's features: a chunk's tokens and a batch's tensors are gone once done; only the
     features (here a memory-mapped cache entry) grow with the corpus."""

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 MASK_TEXT = "[MASK]"  # what users write; replaced by the tokenizer's own mask token (RoBERTa: <mask>)
 PRECISION_AT = (1, 10)
+MAX_SCORES = 1 << 22  # vocabulary scores of one layer's MLM head per cloze batch (16 MB): 137 queries for BERT's 30,522
 
 
 def require_mlm_head(session: Session) -> None:
@@ -261,8 +262,10 @@ def cloze_scores(
     hits = {k: np.zeros(session.num_layers + 1) for k in PRECISION_AT}
     answers: list[dict | None] = [None] * len(kept)  # in the file's order
     done = 0
-    # Batches capped by tokens (core.data.batching); the MLM head runs on the [MASK] positions only,
-    # never over every token of the batch (B·T·vocabulary floats: hundreds of MB for long queries).
+    # Batches capped by tokens (core.data.batching) and by the head's scores: the MLM head runs on the [MASK]
+    # positions only (never B·T·vocabulary floats), a layer at a time, on at most MAX_SCORES // V queries.
+    most = max(1, MAX_SCORES // session.info.vocab_size)
+    batch_size = most if batch_size is None else min(batch_size, most)
     mine = list(distributed.shard(range(len(kept))))  # under torchrun, this rank's queries; all of them in one process
     for batch in corpus_heap_over(plan_batches([lengths[index] for index in mine], batch_size)):  # one heap setting for batches of every shape (core.model.allocator)
         indices = [mine[index] for index in batch]
@@ -274,18 +277,18 @@ def cloze_scores(
         rows, columns = torch.nonzero(inputs["input_ids"] == tokenizer.mask_token_id, as_tuple=True)  # one per query
         with torch.inference_mode():
             outputs = session.run(inputs, gates=gates, ablation=ablation, encoder_only=True)
-            hidden = torch.stack(outputs.hidden_states)[:, rows, columns]  # [L+1, B, D]
-            logits = session.mlm_head_logits(hidden)  # [L+1, B, V]
-            gold_logit = logits.gather(-1, gold.view(1, -1, 1).expand(logits.shape[0], -1, 1))
-            ranks = (logits > gold_logit).sum(-1).cpu().numpy()  # [L+1, B]
-            top1 = logits[-1].argmax(-1).cpu().tolist()
+            ranks = np.empty((len(outputs.hidden_states), len(batch)), dtype=np.int64)
+            for layer, states in enumerate(outputs.hidden_states):
+                logits = session.mlm_head_logits(states[rows, columns])  # [B, V]
+                ranks[layer] = (logits > logits.gather(-1, gold[:, None])).sum(-1).cpu().numpy()
+            top1 = logits.argmax(-1).cpu().tolist()  # the last layer's guesses
         for k in PRECISION_AT:
             hits[k] += (ranks < k).sum(1)
         for index, guess, rank in zip(indices, tokenizer.convert_ids_to_tokens(top1), ranks[-1], strict=True):
             query = kept[index][0]
             answers[index] = {"query": query.text, "answer": query.answer, "prediction": guess, "rank": int(rank)}
         done += len(batch)
-        del inputs, gold, rows, columns, outputs, hidden, logits, gold_logit  # nothing of a batch outlives it
+        del inputs, gold, rows, columns, outputs, states, logits  # nothing of a batch outlives it
         yield Progress("queries", done, len(kept))
     if distributed.world().active:  # every rank's hits added, its answers put in their places
         summed = distributed.sum_across({str(k): hits[k] for k in PRECISION_AT})

@@ -650,7 +650,8 @@ def _check_cancel(cancel: threading.Event | None) -> None:
 
 
 def _check_features(X, num_layers: int | None = None, dim: int | None = None) -> np.ndarray:
-    X = np.asarray(X)
+    if not hasattr(X, "shape"):  # arrays, memory maps and probing's KeptRows are read where they are, never copied
+        X = np.asarray(X)
     if X.ndim != 3 or X.shape[0] == 0:
         raise InputError(f"probe features must be [examples, layers, hidden size] with at least one example, got shape {X.shape}")
     if num_layers is not None and X.shape[1:] != (num_layers, dim):

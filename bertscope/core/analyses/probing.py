@@ -110,10 +110,10 @@ class EncodedLabels:
     left_out: dict[str, int]  # label -> its number of training examples, for the labels left out
     rows_left_out: dict[str, int]  # split -> rows left out
 
-    def rows(self, name: str, X: np.ndarray) -> np.ndarray:
-        """The rows of `X` (one split's features) that the probe sees."""
+    def rows(self, name: str, X: np.ndarray) -> np.ndarray | KeptRows:
+        """The rows of `X` (one split's features) that the probe sees, read when the probe reads them."""
         keep = self.keep[name]
-        return X if keep is None else X[keep]
+        return X if keep is None else KeptRows(X, keep)
 
     def note(self, min_examples: int) -> str | None:
         """One sentence for the report, when labels were left out."""
@@ -127,6 +127,43 @@ class EncodedLabels:
     def as_json(self, min_examples: int) -> dict:
         return {"min_examples": min_examples, "labels_left_out": dict(sorted(self.left_out.items())),
                 "examples_left_out": dict(self.rows_left_out)}
+
+
+class KeptRows:
+    """Some rows of a features array (a memory map), read only as the probes read blocks or layers of them.
+
+    `X[keep]` would copy every kept row into memory: a whole split of (L+1) × D features a
+    word, a gigabyte for MiniLM at 16,000 sentences, whenever one rare label is left out
+    (issue 15). The probes take a layer (`X[:, layer]`, still lazy) and then blocks of rows
+    (`X[start:stop]`), so only a block is ever copied; `np.asarray` gives every row at once.
+    """
+
+    def __init__(self, X: np.ndarray, keep: np.ndarray) -> None:
+        self.X, self.keep = X, keep
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (len(self.keep), *self.X.shape[1:])
+
+    @property
+    def ndim(self) -> int:
+        return self.X.ndim
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.X.dtype
+
+    def __len__(self) -> int:
+        return len(self.keep)
+
+    def __getitem__(self, key):
+        rows, rest = (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
+        if isinstance(rows, slice) and rows == slice(None):  # every row, some columns: still lazy
+            return KeptRows(self.X[(slice(None), *rest)], self.keep)
+        return self.X[(self.keep[rows], *rest)]  # only these rows' chosen columns are read
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return np.asarray(self.X[self.keep], dtype=dtype)
 
 
 def encode_labels(train: list[str], dev: list[str], test: list[str], min_examples: int = MIN_EXAMPLES) -> EncodedLabels:
