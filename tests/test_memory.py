@@ -181,6 +181,7 @@ def test_probe_training_holds_a_block_of_rows_not_the_whole_layer(monkeypatch):
     whole = probes.train_probes(X, y, X_dev, y_dev, num_classes=classes, seed=0, epochs=25)
 
     monkeypatch.setattr(probes, "FIT_BLOCK", 150)
+    monkeypatch.setattr(probes, "SCORE_BLOCK", 100)
     seen = []
     minimise = lbfgs.minimise
 
@@ -228,6 +229,7 @@ def test_probes_read_the_rows_kept_of_a_memory_map_a_block_at_a_time(monkeypatch
     assert labels.keep["train"] is not None and len(labels.keep["train"]) == n - 1
 
     monkeypatch.setattr(probes, "FIT_BLOCK", 250)
+    monkeypatch.setattr(probes, "SCORE_BLOCK", 100)
     monkeypatch.setattr(probes, "SELECTION_ROWS", 200)  # the L2 search's own bounded copy of rows
     monkeypatch.setattr(probes, "EVAL_BATCH", 100)  # and scoring's
     options = dict(num_classes=len(labels.classes), seed=0, epochs=10)
@@ -298,3 +300,18 @@ def test_probe_training_runs_on_the_corpus_heap(tiny_session, monkeypatch):
     assert steps[-1].result is not None and streaming_while_fitting == [True]
     assert trims, "the feature passes' freed memory was not trimmed before training"
     assert calls[-1] == (allocator.M_MMAP_THRESHOLD, allocator._kept) and allocator._streaming == 0
+
+
+def test_probing_keeps_only_the_treebank_columns_its_task_reads(tmp_path):
+    """Probing holds every sentence of its splits: the columns its task never reads are not kept."""
+    from bertscope.api import probe_sentences
+    from bertscope.core.data.treebank import generate_treebank, write_conllu
+
+    path = tmp_path / "treebank.conllu"
+    write_conllu(path, generate_treebank(20, seed=1))
+    upos, *_ = probe_sentences("upos", path, None, None)
+    assert all(s.words and s.upos and s.xpos is None and s.heads is None and s.deprels is None for s in upos)
+    depth, *_ = probe_sentences("depth", path, None, None)
+    assert all(s.heads and s.upos and s.xpos is None and s.deprels is None for s in depth)  # PUNCT is skipped by its UPOS
+    deprel, *_ = probe_sentences("deprel", path, None, None)
+    assert [s.deprels for s in deprel] == [tree.deprels for tree in generate_treebank(20, seed=1)]

@@ -47,7 +47,8 @@ STD_FLOOR = 1e-6  # a feature constant on the training set stays 0 after standar
 SELECTION_ROWS = 4096  # linear probes choose L2 on at most this many training rows, then fit once on all
 EVAL_BATCH = 4096  # rows per forward pass when predicting, so memory stays flat in N
 STATISTICS_BLOCK = 2048  # rows per block when summing squares for the std
-FIT_BLOCK = 16384  # linear probes: more training (or dev) rows than this are read a block at a time
+FIT_BLOCK = 16384  # linear probes: more training rows than this are read a block at a time
+SCORE_BLOCK = 4096  # dev rows are read this many at a time: only scored, once per L2 strength, they need no larger block
 
 
 class Cancelled(Exception):
@@ -338,9 +339,10 @@ def _train_linear(X_train, y_train, X_dev, y_dev, grid, num_classes, max_iter, d
     deprel this takes 57% of the subset's iterations off; no layer's test accuracy fell by
     more than 0.05 point (one rose 0.6, choosing another strength).
 
-    Memory is flat in the number of rows (issue 15): beyond FIT_BLOCK rows the final fit and
-    the dev scores read the features (often a memory map) a block at a time, converting
-    each block into one reused buffer, instead of holding a float32 copy of the whole layer.
+    Memory is flat in the number of rows (issue 15): beyond FIT_BLOCK rows the final fit, and
+    beyond SCORE_BLOCK rows the dev scores, read the features (often a memory map) a block
+    at a time, converting each block into one reused buffer, instead of holding a float32
+    copy of the whole layer.
 
     Speed (issue 19; EWT UPOS on MiniLM, benchmarks/probe_layers.py): the rows are never
     standardised, the weights are (`_Rows.raw_weights`); L-BFGS runs in whitened coordinates
@@ -357,10 +359,10 @@ def _train_linear(X_train, y_train, X_dev, y_dev, grid, num_classes, max_iter, d
     # One buffer of each kind for every layer: fresh memory costs page faults, 0.3-0.5 s per
     # 0.4 GB on the 2-core virtual machines this was measured on.
     buffer = torch.empty(min(n, FIT_BLOCK), dim, device=device)
-    dev_buffer = torch.empty(min(len(X_dev), FIT_BLOCK), dim, device=device)
+    dev_buffer = torch.empty(min(len(X_dev), SCORE_BLOCK), dim, device=device)
     for layer in range(num_layers):
         rows = _Rows(X_train[:, layer], y, device, buffer)
-        dev_rows = _Rows(X_dev[:, layer], y_dev, device, dev_buffer, rows.mean, rows.std)
+        dev_rows = _Rows(X_dev[:, layer], y_dev, device, dev_buffer, rows.mean, rows.std, block=SCORE_BLOCK)
         if subset is None:
             path_rows = rows
         else:
@@ -391,21 +393,23 @@ def _train_linear(X_train, y_train, X_dev, y_dev, grid, num_classes, max_iter, d
 
 
 class _Rows:
-    """One layer's feature rows `[N, D]` and labels, as float32, handed out as blocks of at most FIT_BLOCK rows.
+    """One layer's feature rows `[N, D]` and labels, as float32, handed out as blocks of at most `block` rows.
 
     The rows are not standardised: a probe's weights on standardised features are folded
     into weights on the raw ones (`raw_weights`), so a block is only converted to float32.
-    Up to FIT_BLOCK rows are converted once into `buffer` (a fresh tensor if None) and
+    Up to `block` (FIT_BLOCK) rows are converted once into `buffer` (a fresh tensor if None) and
     handed out whole; more are read from `X` again, a block at a time into the buffer, on
     every call of `blocks` (each L-BFGS evaluation), so that memory does not grow with N.
     Mean and std (population) come from X itself unless given; std is floored at STD_FLOOR.
     """
 
-    def __init__(self, X: np.ndarray, y: torch.Tensor, device, buffer: torch.Tensor | None, mean=None, std=None):
+    def __init__(self, X: np.ndarray, y: torch.Tensor, device, buffer: torch.Tensor | None, mean=None, std=None,
+                 block: int | None = None):
         self.X, self.y, self.device = X, y, device
         n = len(X)
-        self.buffer = buffer if buffer is not None else torch.empty(min(n, FIT_BLOCK), X.shape[1], device=device)
-        self.whole = _copy_rows(X, self.buffer) if n <= FIT_BLOCK else None
+        self.block = block or FIT_BLOCK
+        self.buffer = buffer if buffer is not None else torch.empty(min(n, self.block), X.shape[1], device=device)
+        self.whole = _copy_rows(X, self.buffer) if n <= self.block else None
         if mean is None:
             self.mean, self.std = _streamed_statistics(self.blocks)
         else:
@@ -417,8 +421,8 @@ class _Rows:
         if self.whole is not None:
             yield self.whole, self.y
             return
-        for start in range(0, len(self.X), FIT_BLOCK):
-            end = min(start + FIT_BLOCK, len(self.X))
+        for start in range(0, len(self.X), self.block):
+            end = min(start + self.block, len(self.X))
             yield _copy_rows(self.X[start:end], self.buffer), self.y[start:end]
 
     def raw_weights(self, W: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -35,7 +35,7 @@ _CONLLU_COLUMNS = ("id", "form", "lemma", "upos", "xpos", "feats", "head", "depr
 _SNIFF_LINES = 100
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # no __dict__: a corpus job may hold many thousands of them
 class Sentence:
     """One sentence of a corpus, with whatever annotation its format carries.
 
