@@ -32,7 +32,6 @@ from torch import Tensor, nn
 
 from bertscope.core.analyses.mlm import answer_id, mask_positions, with_mask_token
 from bertscope.core.analyses.patching_results import DIRECTIONS, METRICS, SWEEPS, PatchingResult
-from bertscope.core.data.batching import MAX_TOKENS
 from bertscope.core.errors import InputError
 from bertscope.core.model.results import Encoding
 from bertscope.core.progress import Progress, relay
@@ -40,6 +39,7 @@ from bertscope.core.progress import Progress, relay
 if TYPE_CHECKING:
     from bertscope.core.model.session import Session
 
+PATCHED_TOKENS = 4096  # padded tokens of the patched runs batched together (benchmarks/patching.py measured this)
 SAME = 1e-6  # metrics closer than this: the inputs do not differ in the behaviour, and no effect can be normalised
 
 
@@ -131,7 +131,7 @@ def patch(
     groups = _groups(session, sweeps, per_position, base, source, len(clean_encoding), effects)
     total = sum(group.rows for group in groups)
     done = 0
-    rows_per_batch = max(1, MAX_TOKENS // len(clean_encoding))
+    rows_per_batch = max(1, PATCHED_TOKENS // len(clean_encoding))
     for group in groups:
         values = []
         for first in range(0, group.rows, rows_per_batch):
