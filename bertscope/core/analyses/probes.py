@@ -451,8 +451,9 @@ def _streamed_statistics(blocks):
     """Mean and std (population, floored at STD_FLOOR) of a layer's rows, from `blocks()` (two passes: no float64 copy)."""
     total, count = None, 0
     for X, _ in blocks():
-        block_sum = X.sum(0, dtype=torch.float64)
-        total = block_sum if total is None else total + block_sum
+        for start in range(0, len(X), STATISTICS_BLOCK):  # a sum in float64 converts its rows first: a few at a time
+            block_sum = X[start : start + STATISTICS_BLOCK].sum(0, dtype=torch.float64)
+            total = block_sum if total is None else total + block_sum
         count += len(X)
     mean = (total / count).float()
     squares = torch.zeros_like(total)
@@ -494,18 +495,19 @@ class _Correlation:
         dim = rows.X.shape[1]
         gram = torch.zeros(dim, dim, dtype=torch.float64, device=rows.device)
         total, scales = 0.0, None
-        for X, _ in rows.blocks():
-            Z = (X - rows.mean) / rows.std
-            if W is None:
-                gram += (Z.T @ Z).double()
-                total += len(Z)
-                continue
-            p = torch.softmax(cpu_linear.product(Z, W, b), 1)
-            unsure = p * (1 - p)  # [N, C]
-            weight = unsure.sum(1)
-            gram += ((Z * weight[:, None]).T @ Z).double()
-            total += float(weight.sum())
-            scales = unsure.sum(0) if scales is None else scales + unsure.sum(0)
+        for block, _ in rows.blocks():
+            for start in range(0, len(block), STATISTICS_BLOCK):  # standardised copies of a few rows, not of a block
+                Z = (block[start : start + STATISTICS_BLOCK] - rows.mean) / rows.std
+                if W is None:
+                    gram += (Z.T @ Z).double()
+                    total += len(Z)
+                    continue
+                p = torch.softmax(cpu_linear.product(Z, W, b), 1)
+                unsure = p * (1 - p)  # [N, C]
+                weight = unsure.sum(1)
+                gram += ((Z * weight[:, None]).T @ Z).double()
+                total += float(weight.sum())
+                scales = unsure.sum(0) if scales is None else scales + unsure.sum(0)
         values, vectors = torch.linalg.eigh(gram / max(total, 1e-12))
         return cls(values.clamp_min(0).float(), vectors.float(), None if scales is None else scales / len(rows.y))
 
