@@ -1,9 +1,11 @@
 """Attention statistics over a corpus against a bare batched forward with attentions.
 
-    python benchmarks/pattern_stats.py [--model M] [--device D] [--sentences 2000] [--batch-size 32] [-o FILE.json]
+    python benchmarks/pattern_stats.py [--model M] [--device D] [--data FILE] [--sentences 2000] [--batch-size N] [-o FILE.json]
 
-Both contenders see the same sentences (the shipped sample corpus, cycled to --sentences),
-in the same length-sorted batches, in the same run:
+Both contenders see the same sentences (the first --sentences lines of --data, one sentence
+a line; without it the shipped sample corpus, cycled, which repetition makes kinder than
+real text), in the same length-sorted batches (those `patterns` plans: capped by tokens and
+B·T², at most --batch-size sentences if given), in the same run:
 - `bare`: an eager transformers model, inputs tokenised beforehand, timed as
   `model(**batch, output_attentions=True)` per batch;
 - `patterns`: `bertscope.core.analyses.patterns.pattern_statistics` end to end (tokenising, the
@@ -26,8 +28,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--data", default=None, help="Plain text, one sentence a line (default: the sample corpus, cycled).")
     parser.add_argument("--sentences", type=int, default=2000)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("-o", "--output", default=None)
     args = parser.parse_args()
 
@@ -35,19 +38,23 @@ def main() -> None:
     from transformers import AutoModel
 
     from bertscope.core.analyses.patterns import encode_sorted, pattern_statistics
+    from bertscope.core.data.batching import MAX_SQUARE, plan_batches
     from bertscope.core.data.corpus import read_sentences, sample_corpus
     from bertscope.core.model.session import Session
 
     session = Session.open(args.model, device=args.device)
-    sentences = list(itertools.islice(itertools.cycle(list(read_sentences(sample_corpus()))), args.sentences))
+    if args.data:
+        sentences = list(itertools.islice(read_sentences(args.data, "text"), args.sentences))
+    else:
+        sentences = list(itertools.islice(itertools.cycle(list(read_sentences(sample_corpus()))), args.sentences))
     bare = AutoModel.from_pretrained(session.loaded.directory, attn_implementation="eager").to(session.device).eval()
 
     chunk = 1024  # the same chunks and length order as pattern_statistics uses by default
     batches = []
     for start in range(0, len(sentences), chunk):
         encoded = encode_sorted(session, sentences[start : start + chunk])
-        for first in range(0, len(encoded), args.batch_size):
-            rows = [item.input_ids for item in encoded[first : first + args.batch_size]]
+        for indices in plan_batches([len(item.input_ids) for item in encoded], args.batch_size, max_square=MAX_SQUARE):
+            rows = [encoded[index].input_ids for index in indices]
             batches.append(session.tokenizer.pad({"input_ids": rows}, return_tensors="pt").to(session.device))
 
     def time_bare() -> float:
@@ -57,8 +64,8 @@ def main() -> None:
 
     def time_patterns() -> float:
         started = time.perf_counter()
-        for step in pattern_statistics(session, sentences, batch_size=args.batch_size):
-            if step.done % (args.batch_size * 8) == 0 or step.finished:
+        for number, step in enumerate(pattern_statistics(session, sentences, batch_size=args.batch_size)):
+            if number % 8 == 0 or step.finished:
                 memory.append((step.done, round(rss_mb(), 1)))
         synchronise(session.device)
         return time.perf_counter() - started
@@ -76,6 +83,8 @@ def main() -> None:
         "threads": torch.get_num_threads(),
         "sentences": len(sentences),
         "batch_size": args.batch_size,
+        "batches": len(batches),
+        "data": args.data or "sample corpus, cycled",
         "tokens": int(sum(int(b["attention_mask"].sum()) for b in batches)),
         "bare_forward_with_attentions_s": round(bare_s, 3),
         "patterns_s": round(patterns_s, 3),
