@@ -30,7 +30,7 @@ from bertscope.core.errors import BertscopeError
     help="Score a cloze file instead: query<TAB>answer lines or LAMA JSON lines; `sample` for the shipped one.",
 )
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, metavar="N",
-              help="At most N cloze queries per forward pass (default: as many as fit 4,096 padded tokens).")
+              help="At most N cloze queries per forward pass (default: as many as the caps on tokens and on the MLM head's scores allow).")
 @mask_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 @model_options

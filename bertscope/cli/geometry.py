@@ -20,6 +20,7 @@ from bertscope.cli.common import (
     warn,
 )
 from bertscope.core.analyses.geometry_results import UNITS
+from bertscope.core.data.batching import MAX_TOKENS
 from bertscope.core.errors import BertscopeError, ModelLoadError
 
 
@@ -32,7 +33,7 @@ def sample_options(command):
                      help="At most N rows, a seeded uniform sample of the corpus (memory stays bounded)."),
         click.option("--seed", type=int, default=0, show_default=True, help="Which rows the sample keeps."),
         click.option("--batch-size", type=click.IntRange(min=1), default=None, metavar="N",
-                     help="At most N sentences per forward pass (default: as many as fit 4,096 padded tokens)."),
+                     help=f"At most N sentences per forward pass (default: as many as fit {MAX_TOKENS:,} padded tokens)."),
     ]
     for option in reversed(options):
         command = option(command)

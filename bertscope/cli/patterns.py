@@ -17,13 +17,14 @@ from bertscope.cli.common import (
     print_csv,
     print_json,
 )
+from bertscope.core.data.batching import MAX_TOKENS
 
 
 @click.command()
 @data_options
 @mask_options
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, metavar="N",
-              help="At most N sentences per forward pass (default: as many as fit 4,096 padded tokens).")
+              help=f"At most N sentences per forward pass (default: as many as fit {MAX_TOKENS:,} padded tokens).")
 @click.option(
     "--norms", is_flag=True,
     help="Also every share of the value-weighted norms ‖α f(x)‖ (Kobayashi et al. 2020), beside the share of weight.",

@@ -14,6 +14,7 @@ from bertscope.cli.common import (
     print_csv,
     print_json,
 )
+from bertscope.core.data.batching import MAX_TOKENS
 
 DEFAULT_MIN_COUNT = 100  # as core.analyses.syntax_results.DEFAULT_MIN_COUNT (not imported: numpy stays out of --help)
 
@@ -28,7 +29,7 @@ DEFAULT_MIN_COUNT = 100  # as core.analyses.syntax_results.DEFAULT_MIN_COUNT (no
               help="Flag relations with fewer instances than N as too rare to trust.")
 @mask_options
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, metavar="N",
-              help="At most N sentences per forward pass (default: as many as fit 4,096 padded tokens).")
+              help=f"At most N sentences per forward pass (default: as many as fit {MAX_TOKENS:,} padded tokens).")
 @format_options
 @model_options
 def syntax(data, limit, relations, min_count, mask_spec, ablation, batch_size, output_format, model: ModelChoice):
