@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import click
 
 from bertscope import __version__
+from bertscope.core.data.batching import MAX_TOKENS
 from bertscope.core.errors import BertscopeError
 from bertscope.core.model.masks import ABLATIONS, HeadMask
 
@@ -275,6 +276,14 @@ def _checked_mask_spec(ctx, param, spec: str | None) -> str | None:
     """A malformed mask is refused while the options are read; `head_mask` checks its numbers against the model."""
     HeadMask.check_spec(spec)
     return spec
+
+
+def batch_size_option(command):
+    """`--batch-size N`: an upper bound on a corpus job's sentences a pass; by default batches fill the token cap."""
+    return click.option(
+        "--batch-size", type=click.IntRange(min=1), default=None, metavar="N",
+        help=f"At most N sentences per forward pass (default: as many as fit {MAX_TOKENS:,} padded tokens).",
+    )(command)
 
 
 def format_options(command):

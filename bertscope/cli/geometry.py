@@ -9,6 +9,7 @@ import click
 from bertscope.cli.common import (
     ModelChoice,
     api_call,
+    batch_size_option,
     check_hidden_layer,
     chosen_theme,
     corpus_sentences,
@@ -20,7 +21,6 @@ from bertscope.cli.common import (
     warn,
 )
 from bertscope.core.analyses.geometry_results import UNITS
-from bertscope.core.data.batching import MAX_TOKENS
 from bertscope.core.errors import BertscopeError, ModelLoadError
 
 
@@ -32,8 +32,7 @@ def sample_options(command):
         click.option("--max-rows", type=click.IntRange(min=4), default=4000, show_default=True, metavar="N",
                      help="At most N rows, a seeded uniform sample of the corpus (memory stays bounded)."),
         click.option("--seed", type=int, default=0, show_default=True, help="Which rows the sample keeps."),
-        click.option("--batch-size", type=click.IntRange(min=1), default=None, metavar="N",
-                     help=f"At most N sentences per forward pass (default: as many as fit {MAX_TOKENS:,} padded tokens)."),
+        batch_size_option,
     ]
     for option in reversed(options):
         command = option(command)

@@ -7,6 +7,7 @@ import click
 from bertscope.cli.common import (
     ModelChoice,
     api_call,
+    batch_size_option,
     check_hidden_layer,
     corpus_sentences,
     format_options,
@@ -16,7 +17,6 @@ from bertscope.cli.common import (
     print_json,
 )
 from bertscope.core.analyses.importance_results import METHODS, OBJECTIVES
-from bertscope.core.data.batching import MAX_TOKENS
 from bertscope.core.errors import BertscopeError
 from bertscope.core.model.masks import ABLATIONS
 
@@ -39,8 +39,7 @@ def objective_options(command):
         click.option("--ablation", default="zero", show_default=True, type=click.Choice(ABLATIONS),
                      help="zero: remove the head's output (Michel et al.); uniform: the head attends evenly (Kovaleva et al.)."),
         click.option("--normalize/--no-normalize", default=True, show_default=True, help="Divide each layer's scores by their l2 norm (Michel et al.)."),
-        click.option("--batch-size", type=click.IntRange(min=1), default=None, metavar="N",
-                     help=f"At most N sentences per forward pass (default: as many as fit {MAX_TOKENS:,} padded tokens)."),
+        batch_size_option,
         click.option("--seed", type=int, default=0, show_default=True, help="MLM masking, probe training and random projections."),
     ]
     for option in reversed(options):

@@ -7,6 +7,7 @@ import click
 from bertscope.cli.common import (
     ModelChoice,
     api_call,
+    batch_size_option,
     corpus_sentences,
     data_options,
     format_options,
@@ -17,14 +18,12 @@ from bertscope.cli.common import (
     print_csv,
     print_json,
 )
-from bertscope.core.data.batching import MAX_TOKENS
 
 
 @click.command()
 @data_options
 @mask_options
-@click.option("--batch-size", type=click.IntRange(min=1), default=None, metavar="N",
-              help=f"At most N sentences per forward pass (default: as many as fit {MAX_TOKENS:,} padded tokens).")
+@batch_size_option
 @click.option(
     "--norms", is_flag=True,
     help="Also every share of the value-weighted norms ‖α f(x)‖ (Kobayashi et al. 2020), beside the share of weight.",

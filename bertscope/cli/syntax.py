@@ -7,6 +7,7 @@ import click
 from bertscope.cli.common import (
     ModelChoice,
     api_call,
+    batch_size_option,
     format_options,
     head_mask,
     mask_options,
@@ -14,7 +15,6 @@ from bertscope.cli.common import (
     print_csv,
     print_json,
 )
-from bertscope.core.data.batching import MAX_TOKENS
 
 DEFAULT_MIN_COUNT = 100  # as core.analyses.syntax_results.DEFAULT_MIN_COUNT (not imported: numpy stays out of --help)
 
@@ -28,8 +28,7 @@ DEFAULT_MIN_COUNT = 100  # as core.analyses.syntax_results.DEFAULT_MIN_COUNT (no
 @click.option("--min-count", type=click.IntRange(min=1), default=DEFAULT_MIN_COUNT, show_default=True, metavar="N",
               help="Flag relations with fewer instances than N as too rare to trust.")
 @mask_options
-@click.option("--batch-size", type=click.IntRange(min=1), default=None, metavar="N",
-              help=f"At most N sentences per forward pass (default: as many as fit {MAX_TOKENS:,} padded tokens).")
+@batch_size_option
 @format_options
 @model_options
 def syntax(data, limit, relations, min_count, mask_spec, ablation, batch_size, output_format, model: ModelChoice):

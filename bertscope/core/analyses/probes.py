@@ -411,7 +411,7 @@ class _Rows:
         self.buffer = buffer if buffer is not None else torch.empty(min(n, self.block), X.shape[1], device=device)
         self.whole = _copy_rows(X, self.buffer) if n <= self.block else None
         if mean is None:
-            self.mean, self.std = _streamed_statistics(self.blocks)
+            self.mean, self.std = _streamed_statistics(self.slices)
         else:
             self.mean, self.std = mean, std
         self._class_sums = None
@@ -425,6 +425,13 @@ class _Rows:
             end = min(start + self.block, len(self.X))
             yield _copy_rows(self.X[start:end], self.buffer), self.y[start:end]
 
+    def slices(self):
+        """`blocks`, cut into STATISTICS_BLOCK rows: sums and standardised copies of a few rows stay in the caches,
+        and their temporaries (a float64 sum converts its rows first) stay small."""
+        for X, y in self.blocks():
+            for start in range(0, len(X), STATISTICS_BLOCK):
+                yield X[start : start + STATISTICS_BLOCK], y[start : start + STATISTICS_BLOCK]
+
     def raw_weights(self, W: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Weights and bias on the raw rows equal to `W`, `b` on the standardised ones: z·w + b = x·(w/std) + b − mean·(w/std)."""
         A = W / self.std
@@ -434,10 +441,8 @@ class _Rows:
         """`[C, D]` float64 sums of the raw rows of each class, and `[C]` the class counts (computed once)."""
         if self._class_sums is None:
             sums = torch.zeros(classes, self.X.shape[1], dtype=torch.float64, device=self.device)
-            for X, y in self.blocks():
-                for start in range(0, len(X), STATISTICS_BLOCK):  # float32 partial sums of a few rows: no float64 copy of a block
-                    part = torch.zeros(classes, X.shape[1], device=self.device)
-                    sums += part.index_add_(0, y[start : start + STATISTICS_BLOCK], X[start : start + STATISTICS_BLOCK])
+            for X, y in self.slices():  # float32 partial sums of a few rows: no float64 copy of a block
+                sums += torch.zeros(classes, X.shape[1], device=self.device).index_add_(0, y, X)
             self._class_sums = sums, torch.bincount(self.y, minlength=classes).double()
         return self._class_sums
 
@@ -447,21 +452,17 @@ class _Rows:
         return sum(int((cpu_linear.product(X, A, c).argmax(1) == y).sum()) for X, y in self.blocks())
 
 
-def _streamed_statistics(blocks):
-    """Mean and std (population, floored at STD_FLOOR) of a layer's rows, from `blocks()` (two passes: no float64 copy)."""
+def _streamed_statistics(slices):
+    """Mean and std (population, floored at STD_FLOOR) of a layer's rows, from `slices()` (two passes: no float64 copy)."""
     total, count = None, 0
-    for X, _ in blocks():
-        for start in range(0, len(X), STATISTICS_BLOCK):  # a sum in float64 converts its rows first: a few at a time
-            block_sum = X[start : start + STATISTICS_BLOCK].sum(0, dtype=torch.float64)
-            total = block_sum if total is None else total + block_sum
+    for X, _ in slices():
+        part = X.sum(0, dtype=torch.float64)
+        total = part if total is None else total + part
         count += len(X)
     mean = (total / count).float()
     squares = torch.zeros_like(total)
-    for X, _ in blocks():
-        # Sums of squares over slices of rows that stay in the cache: several times faster on
-        # the CPU than one reduction over the whole matrix.
-        for start in range(0, len(X), STATISTICS_BLOCK):
-            squares += (X[start : start + STATISTICS_BLOCK] - mean).square().sum(0, dtype=torch.float64)
+    for X, _ in slices():  # slices that stay in the cache: several times faster on the CPU than one reduction over all rows
+        squares += (X - mean).square().sum(0, dtype=torch.float64)
     return mean, (squares / count).sqrt().float().clamp_min_(STD_FLOOR)
 
 
@@ -495,19 +496,18 @@ class _Correlation:
         dim = rows.X.shape[1]
         gram = torch.zeros(dim, dim, dtype=torch.float64, device=rows.device)
         total, scales = 0.0, None
-        for block, _ in rows.blocks():
-            for start in range(0, len(block), STATISTICS_BLOCK):  # standardised copies of a few rows, not of a block
-                Z = (block[start : start + STATISTICS_BLOCK] - rows.mean) / rows.std
-                if W is None:
-                    gram += (Z.T @ Z).double()
-                    total += len(Z)
-                    continue
-                p = torch.softmax(cpu_linear.product(Z, W, b), 1)
-                unsure = p * (1 - p)  # [N, C]
-                weight = unsure.sum(1)
-                gram += ((Z * weight[:, None]).T @ Z).double()
-                total += float(weight.sum())
-                scales = unsure.sum(0) if scales is None else scales + unsure.sum(0)
+        for X, _ in rows.slices():  # standardised copies of a few rows, not of a block
+            Z = (X - rows.mean) / rows.std
+            if W is None:
+                gram += (Z.T @ Z).double()
+                total += len(Z)
+                continue
+            p = torch.softmax(cpu_linear.product(Z, W, b), 1)
+            unsure = p * (1 - p)  # [N, C]
+            weight = unsure.sum(1)
+            gram += ((Z * weight[:, None]).T @ Z).double()
+            total += float(weight.sum())
+            scales = unsure.sum(0) if scales is None else scales + unsure.sum(0)
         values, vectors = torch.linalg.eigh(gram / max(total, 1e-12))
         return cls(values.clamp_min(0).float(), vectors.float(), None if scales is None else scales / len(rows.y))
 

@@ -149,10 +149,6 @@ class KeptRows:
     def ndim(self) -> int:
         return self.X.ndim
 
-    @property
-    def dtype(self) -> np.dtype:
-        return self.X.dtype
-
     def __len__(self) -> int:
         return len(self.keep)
 
