@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyse
     from bertscope.core.analyses.probing_results import ProbeReport
     from bertscope.core.analyses.pruned_export import PrunedModel
     from bertscope.core.analyses.syntax_results import SyntaxResult
+    from bertscope.core.model.deferred import DeferredSession
     from bertscope.core.model.results import Encoding
     from bertscope.core.model.session import Session
 
@@ -288,7 +289,7 @@ def probe(model: Session, task: str, *, data: str | Path | None = None, dev: str
     return report
 
 
-def probe_on(model: Session, task: str, train: list[Sentence], dev: list[Sentence] | None = None,
+def probe_on(model: Session | DeferredSession, task: str, train: list[Sentence], dev: list[Sentence] | None = None,
              test: list[Sentence] | None = None, *, word_pooling: str = "first", sentence_pooling: str = "cls",
              kind: str = "linear", control: bool = True, random_baseline: bool = True, min_examples: int = 2,
              cache_dir: str | Path | None | bool = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
@@ -301,7 +302,7 @@ def probe_on(model: Session, task: str, train: list[Sentence], dev: list[Sentenc
         return outcome(steps, "probing", on_step=distributed.whole_corpus(progress, summed=False), cancel=cancel)
 
 
-def probe_steps(model: Session, task: str, train: list[Sentence], dev: list[Sentence] | None = None,
+def probe_steps(model: Session | DeferredSession, task: str, train: list[Sentence], dev: list[Sentence] | None = None,
                 test: list[Sentence] | None = None, *, word_pooling: str = "first", sentence_pooling: str = "cls",
                 kind: str = "linear", control: bool = True, random_baseline: bool = True, min_examples: int = 2,
                 cache_dir: str | Path | None | bool = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero",

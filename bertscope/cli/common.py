@@ -29,6 +29,7 @@ from bertscope.core.model.masks import ABLATIONS, HeadMask
 
 if TYPE_CHECKING:
     from bertscope.core.data.corpus import ReadReport
+    from bertscope.core.model.deferred import DeferredSession
     from bertscope.core.model.model_files import ModelFiles
     from bertscope.core.model.session import Session
     from bertscope.theming import ThemeSpec
@@ -188,18 +189,30 @@ class ModelChoice:
         session = self.open()
         return ModelShape(session.num_layers, session.num_heads, session.info.vocab_size)
 
-    def open(self) -> Session:
-        """Load the model, with a spinner on a terminal so a person knows what is happening."""
+    def open(self, spinner: bool = True) -> Session:
+        """Load the model, with a spinner on a terminal so a person knows what is happening (none inside a progress bar)."""
         if self._session is None:
             from rich.console import Console
 
             self.judge_files()
             console = Console(stderr=True)
-            with console.status("loading model…") if console.is_terminal else contextlib.nullcontext():
+            with console.status("loading model…") if spinner and console.is_terminal else contextlib.nullcontext():
                 from bertscope.api import load
 
                 self._session = load(self.name, device=self.device, dtype=self.dtype, allow_download=self.allow_download)
         return self._session
+
+    def deferred(self) -> Session | DeferredSession:
+        """The model for a job whose passes may all be cached (`probe`): loaded only if one is not, within the job.
+
+        Where the files are not here yet (--allow-download), loaded now.
+        """
+        files = self.judge_files()
+        if files is None or self._session is not None:
+            return self.open()
+        from bertscope.core.model.deferred import DeferredSession
+
+        return DeferredSession(files, self.device, lambda: self.open(spinner=False))
 
 
 MODEL_OPTIONS = [

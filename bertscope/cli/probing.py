@@ -57,7 +57,7 @@ def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pool
 
     train_sentences, dev_sentences, test_sentences, source, notes = probe_sentences(task, data, dev, test, data_format, limit)
     mask = head_mask(mask_spec, model.shape())
-    session = model.open()
+    session = model.deferred()  # with every feature set cached, the fit needs neither transformers nor the weights
     from bertscope.api import probe_on
 
     with api_call("probing") as progress:
@@ -69,7 +69,7 @@ def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pool
     for note in report.notes:
         warn(note)
     if output_format == "json":
-        payload = report.as_json() | {"model": session.info.source, "data": source, "mask": mask.spec()}
+        payload = report.as_json() | {"model": session.source, "data": source, "mask": mask.spec()}
         print_json(payload)
         return
     columns = list(report.layers[0])
@@ -80,7 +80,7 @@ def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pool
 
     from bertscope.render.probing import probe_report
 
-    Console().print(probe_report(report, session.info.source, source))
+    Console().print(probe_report(report, session.source, source))
 
 
 @click.command()

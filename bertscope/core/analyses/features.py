@@ -34,6 +34,7 @@ from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
+    from bertscope.core.model.deferred import DeferredSession
     from bertscope.core.model.session import Session
 
 CACHE_VERSION = 4  # 2: rows name their word (a word with no tokens has no row); 3: stored layer by layer; 4: float16
@@ -88,17 +89,17 @@ def data_hash(sentences: Sequence[Sentence], level: str) -> str:
     return digest.hexdigest()[:24]
 
 
-def cache_key(fingerprint: str, sentences: Sequence[Sentence], options: FeatureOptions, max_length: int) -> str:
+def cache_key(fingerprint: str, data: str, options: FeatureOptions, max_length: int) -> str:
+    """The name of a cache entry: the model's fingerprint and maximum length, the `data_hash` and the options."""
     payload = json.dumps(
-        {"v": CACHE_VERSION, "model": fingerprint, "data": data_hash(sentences, options.level),
-         "options": asdict(options), "max_length": max_length},
+        {"v": CACHE_VERSION, "model": fingerprint, "data": data, "options": asdict(options), "max_length": max_length},
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 
 def extract_features(
-    session: Session,
+    model: Session | DeferredSession,
     sentences: Sequence[Sentence],
     options: FeatureOptions,
     *,
@@ -110,7 +111,7 @@ def extract_features(
 
     `cache_dir=None` uses the default cache; pass `False` to switch the cache off. The
     cache entry is written by a background thread while the caller goes on; reading that
-    entry waits for the write.
+    entry waits for the write. A `DeferredSession` is loaded only when the cache misses.
     """
     if not sentences:
         raise InputError("no sentences to take features from")
@@ -119,12 +120,20 @@ def extract_features(
     path = None
     if cache_dir is not False:
         directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        key = cache_key(session.info.fingerprint, sentences, options, session.max_length)
-        path = directory / f"features-{key}"  # .npy: the layer-major features; .npz: which word each row is
-        cached = _load(path, session)
+        data = data_hash(sentences, options.level)
+
+        def entry(source) -> Path:  # .npy: the layer-major features; .npz: which word each row is
+            return directory / f"features-{cache_key(source.fingerprint, data, options, source.max_length)}"
+
+        path = None if model.max_length is None else entry(model)
+        cached = None if path is None else _load(path, model)
+        if cached is None and model.ready() is not model:  # a miss: a DeferredSession loads its model now
+            path = entry(model.ready())  # its own key, in case the files told its maximum length wrongly
+            cached = _load(path, model.ready())
         if cached is not None:
             yield Progress("features", len(sentences), len(sentences), cached)
             return
+    session = model.ready()
     gates = session.gate_tensor(session.mask(options.mask))
     _check_pairs(sentences, options.level)
     features = None
@@ -350,7 +359,7 @@ def _finish(path: Path, features: Features, entry: _MappedEntry | None) -> None:
             entry.discard()  # a cache that cannot be written only costs time next run
 
 
-def _load(path: Path, session) -> Features | None:
+def _load(path: Path, session: Session | DeferredSession) -> Features | None:
     """The cached features (a read-only memory map), or None when the entry is missing or damaged
     (then it is recomputed).
 
@@ -374,7 +383,8 @@ def _load(path: Path, session) -> Features | None:
                     truncated_words=truncated, from_cache=True)
 
 
-def extract_sharded(session: Session, sentences: Sequence[Sentence], options: FeatureOptions, **extract) -> Iterator[Progress[Features]]:
+def extract_sharded(session: Session | DeferredSession, sentences: Sequence[Sentence], options: FeatureOptions,
+                    **extract) -> Iterator[Progress[Features]]:
     """`extract_features` under torchrun: each rank takes the features of its shard (sentence i when
     i % size == rank) and rank 0 gets every rank's rows, back in input order: the very Features of
     one process (the other ranks get their own shard's). In a single process, `extract_features` itself.

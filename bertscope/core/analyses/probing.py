@@ -34,6 +34,7 @@ from bertscope.core.model.allocator import corpus_heap, release_freed_memory
 from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
+    from bertscope.core.model.deferred import DeferredSession
     from bertscope.core.model.session import Session
 
 MIN_EXAMPLES = 2  # labels with fewer training examples are left out (probing's --min-examples)
@@ -194,7 +195,7 @@ def encode_labels(train: list[str], dev: list[str], test: list[str], min_example
 
 
 def run_probe(
-    session: Session,
+    session: Session | DeferredSession,
     task: str,
     splits: Splits,
     *,

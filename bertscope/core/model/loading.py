@@ -6,7 +6,6 @@ remote code; prefers safetensors and reads `.bin` checkpoints only with `weights
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from bertscope.core.errors import ModelLoadError
 from bertscope.core.model import ablation, pruning
 from bertscope.core.model.device import resolve_device, resolve_dtype
 from bertscope.core.model.families import SUPPORTED_HEADS, Family
-from bertscope.core.model.model_files import find_model, first_line
+from bertscope.core.model.model_files import find_model, fingerprint, first_line, usable_length
 
 
 @dataclass
@@ -132,18 +131,4 @@ def _load_tokenizer(directory: Path):
 
 
 def _max_length(tokenizer, config, family: Family) -> int:
-    limit = config.max_position_embeddings - family.reserved_positions
-    model_max = tokenizer.model_max_length
-    return min(limit, model_max) if model_max and model_max < 1_000_000 else limit
-
-
-def fingerprint(directory: Path, weights: Path) -> str:
-    """A short hash that changes when the config or the weights change (for caches)."""
-    digest = hashlib.sha256((directory / "config.json").read_bytes())
-    size = weights.stat().st_size
-    digest.update(f"{weights.name}:{size}".encode())
-    with weights.open("rb") as handle:
-        digest.update(handle.read(1 << 20))
-        handle.seek(max(0, size - (1 << 20)))
-        digest.update(handle.read(1 << 20))
-    return digest.hexdigest()[:16]
+    return usable_length(config.max_position_embeddings, family, tokenizer.model_max_length)

@@ -8,6 +8,7 @@ transformers have loaded. Reading the weights themselves is `loading`'s job.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -119,6 +120,38 @@ def weights_file(directory: Path) -> Path:
         if (directory / name).is_file():
             return directory / name
     raise ModelLoadError(f"{directory} has no weights (model.safetensors or pytorch_model.bin); save the model again")
+
+
+def fingerprint(directory: Path, weights: Path) -> str:
+    """A short hash that changes when the config or the weights change (for caches)."""
+    digest = hashlib.sha256((directory / "config.json").read_bytes())
+    size = weights.stat().st_size
+    digest.update(f"{weights.name}:{size}".encode())
+    with weights.open("rb") as handle:
+        digest.update(handle.read(1 << 20))
+        handle.seek(max(0, size - (1 << 20)))
+        digest.update(handle.read(1 << 20))
+    return digest.hexdigest()[:16]
+
+
+UNLIMITED = 1_000_000  # a tokenizer's model_max_length at or above this means "no limit of its own" (transformers' default is 1e30)
+
+
+def usable_length(max_positions: int, family: Family, tokenizer_limit: int | None) -> int:
+    """The most tokens a model takes: its position embeddings less those its family reserves, or the tokenizer's
+    own limit where that is smaller."""
+    limit = max_positions - family.reserved_positions
+    return min(limit, tokenizer_limit) if tokenizer_limit and tokenizer_limit < UNLIMITED else limit
+
+
+def tokenizer_limit(directory: Path) -> int | None:
+    """The `model_max_length` that tokenizer_config.json states (what transformers' tokenizer reads), None if none."""
+    try:
+        stated = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    value = stated.get("model_max_length", stated.get("max_len")) if isinstance(stated, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def first_line(error: BaseException) -> str:

@@ -83,6 +83,20 @@ class Session:
         return self.linear_path
 
     @property
+    def source(self) -> str:
+        """The model's name as people see it."""
+        return self.loaded.source
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes with the model's config and weights: what names its cache entries."""
+        return self.loaded.fingerprint
+
+    def ready(self) -> Session:
+        """This session: a loaded model (`DeferredSession.ready` loads one)."""
+        return self
+
+    @property
     def is_classifier(self) -> bool:
         """A sequence-classification model: its forward gives class logits."""
         return self.loaded.architecture.endswith("ForSequenceClassification")
