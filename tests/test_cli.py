@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from bertscope.cli import main
+from bertscope.core.data.corpus import sample_corpus
 from tests.conftest import write_config
 
 SENTENCE = "The keys to the cabinet are on the table."
@@ -380,3 +381,20 @@ def test_patterns_bad_arguments(run, tiny_bert_dir, tmp_path):
     assert_one_line_error(run("patterns", "--data", str(tmp_path / "missing.txt"), "-m", str(tiny_bert_dir)), "missing.txt")
     assert_one_line_error(run("patterns", "x", "--data", "y", "-m", str(tiny_bert_dir)), "either TEXT or --data")
     assert_one_line_error(run("patterns", "--data", str(tmp_path), "-m", str(tiny_bert_dir)), "directory")
+
+
+@pytest.mark.parametrize("command", [
+    ("syntax", "--data", "CONLLU", "--limit", "20", "--json"),
+    ("geometry", "--data", "CONLLU", "--limit", "20", "--json"),
+    ("compare", "--data", "CONLLU", "--limit", "20", "--model-b", "MLM", "--json"),
+    ("fill", "--cloze", "sample", "--json", "-m", "MLM"),
+])
+def test_corpus_commands_write_what_they_print_to_output_files(run, command, tiny_bert_dir, tiny_mlm_dir, tmp_path):
+    """Every corpus job takes -o FILE (written atomically, by rank 0 alone under torchrun), as patterns, probe and importance do."""
+    args = [{"CONLLU": str(sample_corpus("conllu")), "MLM": str(tiny_mlm_dir)}.get(a, a) for a in command]
+    args += [] if "-m" in args else ["-m", str(tiny_bert_dir)]
+    printed = run(*args)
+    assert printed.exit_code == 0, printed.output
+    written = run(*args, "-o", str(tmp_path / "out.json"))
+    assert written.exit_code == 0 and written.stdout == ""
+    assert (tmp_path / "out.json").read_text() == printed.stdout and json.loads(printed.stdout)

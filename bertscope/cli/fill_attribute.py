@@ -15,6 +15,7 @@ from bertscope.cli.common import (
     mask_options,
     model_options,
     notes_as_warnings,
+    output_option,
     print_json,
 )
 from bertscope.core.analyses.attribution_results import METHODS, SCORES
@@ -33,6 +34,7 @@ from bertscope.core.errors import BertscopeError
               help="At most N cloze queries per forward pass (default: as many as the caps on tokens and on the MLM head's scores allow).")
 @mask_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
+@output_option
 @model_options
 def fill(text, top, layers, cloze, batch_size, mask_spec, ablation, as_json, model: ModelChoice):
     """Fill in every [MASK] of TEXT with the masked-LM head (Petroni et al. 2019, LAMA).

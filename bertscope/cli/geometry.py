@@ -17,6 +17,7 @@ from bertscope.cli.common import (
     head_mask,
     mask_options,
     model_options,
+    output_option,
     print_json,
     warn,
 )
@@ -58,6 +59,7 @@ def read_corpus(text, data, data_format, limit):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 @click.option("--theme", default=None, help="Heatmap colours: a theme name or a theme file.")
 @mask_options
+@output_option
 @model_options
 def geometry(text, data, data_format, limit, unit, max_rows, seed, batch_size, neighbours, layer, colour_by, points, as_json,
              theme, mask_spec, ablation, model: ModelChoice):
@@ -110,6 +112,7 @@ def geometry(text, data, data_format, limit, unit, max_rows, seed, batch_size, n
               help="Probe every layer of both models for TASK (repeatable): a built-in task, upos/xpos/deprel with a CoNLL-U --data, or the labels of a SentEval --data.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 @click.option("--theme", default=None, help="Heatmap colours: a theme name or a theme file.")
+@output_option
 @model_options
 def compare(text, data, data_format, limit, model_b, unit, max_rows, seed, batch_size, probe_tasks, as_json, theme,
             model: ModelChoice):

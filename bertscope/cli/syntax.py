@@ -12,6 +12,7 @@ from bertscope.cli.common import (
     head_mask,
     mask_options,
     model_options,
+    output_option,
     print_csv,
     print_json,
 )
@@ -29,6 +30,7 @@ DEFAULT_MIN_COUNT = 100  # as core.analyses.syntax_results.DEFAULT_MIN_COUNT (no
               help="Flag relations with fewer instances than N as too rare to trust.")
 @mask_options
 @batch_size_option
+@output_option
 @format_options
 @model_options
 def syntax(data, limit, relations, min_count, mask_spec, ablation, batch_size, output_format, model: ModelChoice):
