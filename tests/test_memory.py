@@ -183,19 +183,19 @@ def test_probe_training_holds_a_block_of_rows_not_the_whole_layer(monkeypatch):
     monkeypatch.setattr(probes, "FIT_BLOCK", 150)
     monkeypatch.setattr(probes, "SCORE_BLOCK", 100)
     seen = []
-    minimise = lbfgs.minimise
+    minimise_together = lbfgs.minimise_together
 
-    def watched(function, theta, **options):  # live tensors at the first step of every fit, the final ones included
+    def watched(function, starts, **options):  # live tensors at the first step of every fit, the final ones included
         first = []
 
-        def measured(theta):
+        def measured(points):
             if not first:
                 first.append(True)
                 seen.append(live_tensor_bytes())
-            return function(theta)
-        return minimise(measured, theta, **options)
+            return function(points)
+        return minimise_together(measured, starts, **options)
 
-    monkeypatch.setattr(lbfgs, "minimise", watched)
+    monkeypatch.setattr(lbfgs, "minimise_together", watched)
     before = live_tensor_bytes()
     blocks = probes.train_probes(X, y, X_dev, y_dev, num_classes=classes, seed=0, epochs=25)
     assert blocks.l2.tolist() == whole.l2.tolist()

@@ -14,6 +14,7 @@ from bertscope.core.analyses.probes import (
     score,
     selectivity,
     train_probes,
+    train_with_control,
 )
 from bertscope.core.errors import InputError
 
@@ -316,3 +317,21 @@ def test_a_fit_that_starts_far_from_its_optimum_still_reaches_scikit_learns(laye
 
     best = loss(reference.coef_.T, reference.intercept_)
     assert loss(probes.weights[0], probes.bias[0]) - best < 2e-3 * best  # the gradient tolerance (1e-4) leaves about 1e-3
+
+
+def test_a_task_and_its_control_trained_together_are_the_probes_trained_apart():
+    """`train_with_control` shares the two final fits' passes over the rows; each probe is the one trained alone."""
+    from bertscope.core.analyses.probes import SELECTION_ROWS
+
+    (X, y), (X_dev, y_dev) = layered(SELECTION_ROWS + 1500, 8), layered(600, 9)
+    words = np.random.default_rng(10).integers(0, 50, len(X) + len(X_dev))  # a word type per row
+    by_type = np.random.default_rng(11).integers(0, 4, 50)
+    control, control_dev = by_type[words[: len(X)]], by_type[words[len(X) :]]
+    task, control_probes = train_with_control(X, y, X_dev, y_dev, control, control_dev, num_classes=4)
+    alone = train_probes(X, y, X_dev, y_dev, num_classes=4)
+    control_alone = train_probes(X, control, X_dev, control_dev, num_classes=4, layer_l2=alone.chosen_strengths)
+    for together, apart in ((task, alone), (control_probes, control_alone)):
+        assert together.l2.tolist() == apart.l2.tolist() and together.l2_grid.tolist() == apart.l2_grid.tolist()
+        np.testing.assert_array_equal(np.isnan(together.dev_accuracy), np.isnan(apart.dev_accuracy))
+        np.testing.assert_allclose(together.weights, apart.weights, rtol=1e-4, atol=1e-5 * np.abs(apart.weights).max())
+        np.testing.assert_allclose(together.bias, apart.bias, rtol=1e-4, atol=1e-5)

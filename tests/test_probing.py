@@ -48,19 +48,25 @@ def test_baselines_are_the_task_probes_at_the_task_strengths(tiny_session, tmp_p
     from bertscope.core.analyses import probes
 
     calls = []
-    train = probes.train_probes
+    train, together = probes.train_probes, probes.train_with_control
 
     def recorded(*args, **options):
         trained = train(*args, **options)
         calls.append((options.get("layer_l2"), trained))
         return trained
 
+    def recorded_together(*args, **options):
+        task, control = together(*args, **options)
+        calls[:0] = [(None, task), (task.chosen_strengths, control)]  # the control: trained at the task's strengths
+        return task, control
+
     monkeypatch.setattr(probes, "train_probes", recorded)
+    monkeypatch.setattr(probes, "train_with_control", recorded_together)
     treebank = list(read_sentences(sample_corpus("conllu"), limit=20))
     splits = make_splits(treebank * 3, treebank[:5], treebank[5:])
     report_of(run_probe(tiny_session, "upos", splits, cache_dir=tmp_path))
     (task_strengths, task), *baselines = calls
-    assert task_strengths is None and len(baselines) == 2  # the random-init baseline, then the control task
+    assert task_strengths is None and len(baselines) == 2  # the control task, then the random-init baseline
     for strengths, trained in baselines:
         assert strengths.tolist() == task.chosen_strengths.tolist() == trained.chosen_strengths.tolist()
 

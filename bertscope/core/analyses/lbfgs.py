@@ -32,8 +32,39 @@ def minimise(
     measures the gradient in the original ones), after `max_iter` iterations, or when a step
     no longer lowers the loss beyond float precision. `fun` may raise to abandon the run (cancelling).
     """
+    ((x, evaluations),) = minimise_together(lambda points: [fun(point) for _, point in points], [x], max_iter=max_iter,
+                                            tolerance=tolerance, history=history, sizes=[size])
+    return x, evaluations
+
+
+def minimise_together(
+    fun: Callable[[list[tuple[int, torch.Tensor]]], list[tuple[float, torch.Tensor]]], starts: list[torch.Tensor], *,
+    max_iter: int, tolerance: float, history: int = 20, sizes: list[Callable[[torch.Tensor], float] | None] | None = None,
+) -> list[tuple[torch.Tensor, int]]:
+    """Several independent minimisations, each step for step what `minimise` does alone, whose evaluations are asked
+    for together: `fun([(i, x_i), ...])` gets the next point of every problem still running and returns their
+    `(loss, gradient)` in that order. Problems that read the same data (a probe and its control task on the same
+    features) then share each pass over it. Returns `(minimiser, evaluations)` per problem.
+    """
+    sizes = sizes or [None] * len(starts)
+    runs = [_steps(x, max_iter, tolerance, history, size) for x, size in zip(starts, sizes, strict=True)]
+    waiting = {index: next(run) for index, run in enumerate(runs)}  # problem -> the point it wants evaluated
+    results: list[tuple[torch.Tensor, int] | None] = [None] * len(runs)
+    while waiting:
+        asked = list(waiting.items())
+        for (index, _), answer in zip(asked, fun(asked), strict=True):
+            try:
+                waiting[index] = runs[index].send(answer)
+            except StopIteration as finished:
+                results[index] = finished.value
+                del waiting[index]
+    return results
+
+
+def _steps(x: torch.Tensor, max_iter: int, tolerance: float, history: int, size: Callable[[torch.Tensor], float] | None):
+    """`minimise` as a generator: yields each point to evaluate, is sent its `(loss, gradient)`, returns `(x, evaluations)`."""
     size = size or (lambda gradient: float(gradient.abs().max()))
-    loss, gradient = fun(x)
+    loss, gradient = yield x
     evaluations = 1
     pairs: list[tuple[torch.Tensor, torch.Tensor, float]] = []  # (s_k, y_k, 1 / s_k·y_k), s the step, y the gradient's change
     for _ in range(max_iter):
@@ -48,7 +79,7 @@ def minimise(
         step = 1.0
         for _ in range(MAX_HALVINGS):
             candidate = x + step * direction
-            new_loss, new_gradient = fun(candidate)
+            new_loss, new_gradient = yield candidate
             evaluations += 1
             if new_loss <= loss + SUFFICIENT_DECREASE * step * slope or size(new_gradient) <= tolerance:
                 break

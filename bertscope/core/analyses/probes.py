@@ -21,6 +21,7 @@ minus control accuracy.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import threading
 import warnings
@@ -187,7 +188,7 @@ def train_probes(
     generator = torch.Generator().manual_seed(seed)
 
     if kind == "linear":
-        return _train_linear(X_train, y_train, X_dev, y_dev, grid, num_classes, epochs, device, generator, cancel, layer_l2)
+        return _train_linear(X_train, [(y_train, y_dev)], X_dev, grid, num_classes, epochs, device, generator, cancel, layer_l2)[0]
     mean, std, Z = _standardise(X_train, device)
     _, _, Z_dev = _standardise(X_dev, device, mean, std)
     y = torch.as_tensor(y_train, device=device)
@@ -204,6 +205,37 @@ def train_probes(
     numpy = [p[layers, :, chosen] if p.ndim == 4 else p[layers, chosen] for p in numpy]
     hidden_weights, hidden_bias, weights, bias = numpy
     return TrainedProbes(weights=weights, bias=bias, hidden_weights=hidden_weights, hidden_bias=hidden_bias, **common)
+
+
+def train_with_control(
+    X_train: np.ndarray,
+    y_train: np.ndarray,
+    X_dev: np.ndarray,
+    y_dev: np.ndarray,
+    control_train: np.ndarray,
+    control_dev: np.ndarray,
+    *,
+    num_classes: int,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    cancel: threading.Event | None = None,
+) -> tuple[TrainedProbes, TrainedProbes]:
+    """Linear probes for a task and for its control task (Hewitt & Liang 2019) on the same features.
+
+    The same two results as `train_probes` for the task and then `train_probes(...,
+    layer_l2=task.chosen_strengths)` for the control labels, at the cost of fewer passes over
+    the rows: the two final fits per layer share each one (`_fit_together`).
+    """
+    X_train = _check_features(X_train)
+    num_layers, dim = X_train.shape[1:]
+    X_dev = _check_features(X_dev, num_layers, dim)
+    label_sets = [(_check_labels(train, len(X_train), num_classes, "training"), _check_labels(dev, len(X_dev), num_classes, "dev"))
+                  for train, dev in ((y_train, y_dev), (control_train, control_dev))]
+    device = device if isinstance(device, torch.device) else resolve_device(device)
+    generator = torch.Generator().manual_seed(seed)
+    grid = np.asarray(L2_GRID, dtype=np.float64)
+    task, control = _train_linear(X_train, label_sets, X_dev, grid, num_classes, LINEAR_MAX_ITER, device, generator, cancel)
+    return task, control
 
 
 def score(probes: TrainedProbes, X: np.ndarray, y: np.ndarray, num_classes: int) -> ProbeScores:
@@ -324,7 +356,7 @@ def _standardise_layer(X: np.ndarray, device: torch.device, mean=None, std=None,
     return mean, std, Z.div_(std)
 
 
-def _train_linear(X_train, y_train, X_dev, y_dev, grid, num_classes, max_iter, device, generator, cancel, layer_l2=None) -> TrainedProbes:
+def _train_linear(X_train, label_sets, X_dev, grid, num_classes, max_iter, device, generator, cancel, layer_l2=None) -> list[TrainedProbes]:
     """Fit each layer's linear probe in turn; at most FIT_BLOCK standardised rows are held at a time.
 
     Per layer: every L2 strength of the grid, from the strongest to the weakest, each fit
@@ -339,6 +371,11 @@ def _train_linear(X_train, y_train, X_dev, y_dev, grid, num_classes, max_iter, d
     deprel this takes 57% of the subset's iterations off; no layer's test accuracy fell by
     more than 0.05 point (one rose 0.6, choosing another strength).
 
+    `label_sets`: `(y_train, y_dev)` pairs on the same features, one TrainedProbes each. The
+    first chooses each layer's strength; the others are trained at it, each exactly as with
+    `layer_l2` set to the first's `chosen_strengths` (Hewitt & Liang's control task), their
+    final fits sharing every pass over the rows with the first's (`_fit_together`).
+
     Memory is flat in the number of rows (issue 15): beyond FIT_BLOCK rows the final fit, and
     beyond SCORE_BLOCK rows the dev scores, read the features (often a memory map) a block
     at a time, converting each block into one reused buffer, instead of holding a float32
@@ -346,50 +383,88 @@ def _train_linear(X_train, y_train, X_dev, y_dev, grid, num_classes, max_iter, d
 
     Speed (issue 19; EWT UPOS on MiniLM, benchmarks/probe_layers.py): the rows are never
     standardised, the weights are (`_Rows.raw_weights`); L-BFGS runs in whitened coordinates
-    (`_Correlation`, `_fit_logistic`); with `layer_l2` each layer fits one strength only.
+    (`_Correlation`, `_Logistic`); with `layer_l2` each layer fits one strength only.
     """
     n, num_layers, dim = X_train.shape
-    y = torch.as_tensor(y_train, device=device)
-    y_dev = torch.as_tensor(y_dev, device=device)
+    labels = [(torch.as_tensor(y, device=device), torch.as_tensor(y_dev, device=device)) for y, y_dev in label_sets]
     subset = torch.randperm(n, generator=generator)[:SELECTION_ROWS] if n > SELECTION_ROWS else None
     strongest_first = sorted(range(len(grid)), key=lambda index: -grid[index])
-    mean, std = np.empty((num_layers, dim), np.float32), np.empty((num_layers, dim), np.float32)
-    weights, bias = np.empty((num_layers, dim, num_classes), np.float32), np.empty((num_layers, num_classes), np.float32)
-    dev_correct, chosen_l2 = np.full((num_layers, len(grid)), -1, np.int64), np.empty(num_layers)  # -1: not tried
+    found = [_Found.empty(num_layers, dim, num_classes, len(grid)) for _ in labels]
     # One buffer of each kind for every layer: fresh memory costs page faults, 0.3-0.5 s per
     # 0.4 GB on the 2-core virtual machines this was measured on.
     buffer = torch.empty(min(n, FIT_BLOCK), dim, device=device)
     dev_buffer = torch.empty(min(len(X_dev), SCORE_BLOCK), dim, device=device)
+    tolerance = GRADIENT_TOLERANCE if subset is None else SELECTION_TOLERANCE  # halves the subset's iterations
     for layer in range(num_layers):
-        rows = _Rows(X_train[:, layer], y, device, buffer)
-        dev_rows = _Rows(X_dev[:, layer], y_dev, device, dev_buffer, rows.mean, rows.std, block=SCORE_BLOCK)
+        rows = _Rows(X_train[:, layer], labels[0][0], device, buffer)
+        dev_rows = _Rows(X_dev[:, layer], labels[0][1], device, dev_buffer, rows.mean, rows.std, block=SCORE_BLOCK)
         if subset is None:
             path_rows = rows
         else:
             picked = np.asarray(X_train[subset.numpy(), layer])  # a bounded copy: SELECTION_ROWS rows
-            path_rows = _Rows(picked, y[subset.to(device)], device, None, rows.mean, rows.std)
-        shape = _Correlation.of(path_rows)
-        W = torch.zeros(num_classes, dim, device=device)
-        b = torch.log(torch.bincount(path_rows.y, minlength=num_classes).float().clamp_min(0.5) / len(path_rows.y))  # W = 0's optimum
-        path = {}
-        tolerance = GRADIENT_TOLERANCE if subset is None else SELECTION_TOLERANCE  # halves the subset's iterations
+            path_rows = _Rows(picked, labels[0][0][subset.to(device)], device, None, rows.mean, rows.std)
+        shape = _Correlation.of(path_rows)  # of the rows alone: every label set's
         tried = strongest_first if layer_l2 is None else [int(np.searchsorted(grid, layer_l2[layer]))]
-        for index in tried:
-            W, b = path[index] = _fit_logistic(path_rows, float(grid[index]), W, b, shape, max_iter, tolerance, cancel)
-            dev_correct[layer, index] = dev_rows.correct(W, b)
-        chosen = int(_choose(dev_correct[layer : layer + 1], grid)[0])
-        W, b = path[chosen]
-        chosen_l2[layer] = grid[chosen]
+        fits = []  # per label set: (all its rows, the rows of its path, the path's chosen W and b)
+        for number, (y, y_dev) in enumerate(labels):
+            own = (rows, dev_rows, path_rows) if number == 0 else (
+                rows.relabelled(y), dev_rows.relabelled(y_dev), rows.relabelled(y) if subset is None else path_rows.relabelled(y[subset]))
+            chosen, W, b = _walk(own[2], own[1], grid, tried, shape, found[number].dev_correct[layer], num_classes, max_iter,
+                                 tolerance, cancel)
+            tried = [chosen]  # the others at the first's strength
+            fits.append((own[0], own[2], W, b))
+        l2 = grid[chosen] if subset is None else grid[chosen] * len(subset) / n
         if subset is not None:
-            chosen_l2[layer] = grid[chosen] * len(subset) / n
-            shape = _Correlation.of(path_rows, W, b)
-            W, b = _fit_logistic(rows, float(chosen_l2[layer]), W, b, shape, max_iter, GRADIENT_TOLERANCE, cancel)
-        mean[layer], std[layer] = rows.mean.cpu().numpy(), rows.std.cpu().numpy()
-        weights[layer], bias[layer] = W.T.cpu().numpy(), b.cpu().numpy()
-    dev_accuracy = np.where(dev_correct.T < 0, np.nan, dev_correct.T / len(y_dev))
-    return TrainedProbes(
-        kind="linear", mean=mean, std=std, weights=weights, bias=bias, l2=chosen_l2, l2_grid=grid, dev_accuracy=dev_accuracy,
-    )
+            problems = [_Logistic(every, l2, W, b, _Correlation.of(path, W, b)) for every, path, W, b in fits]
+            fits = [(None, None, W, b) for W, b in _fit_together(problems, max_iter, GRADIENT_TOLERANCE, cancel)]
+        for result, (_, _, W, b) in zip(found, fits, strict=True):
+            result.keep(layer, rows, W, b, l2)
+    return [result.probes(grid, len(y_dev), only_tried=number > 0) for number, (result, (_, y_dev)) in enumerate(zip(found, labels))]
+
+
+def _walk(path_rows, dev_rows, grid, tried, shape, dev_correct, num_classes, max_iter, tolerance, cancel):
+    """Fit the strengths `tried` in turn on `path_rows`, each from the last's weights, counting each one's dev rows
+    right into `dev_correct` `[G]`; return the index of the best on dev (ties: the stronger) and its weights."""
+    W = torch.zeros(num_classes, path_rows.X.shape[1], device=path_rows.device)
+    b = torch.log(torch.bincount(path_rows.y, minlength=num_classes).float().clamp_min(0.5) / len(path_rows.y))  # W = 0's optimum
+    path = {}
+    for index in tried:
+        W, b = path[index] = _fit_logistic(path_rows, float(grid[index]), W, b, shape, max_iter, tolerance, cancel)
+        dev_correct[index] = dev_rows.correct(W, b)
+    chosen = int(_choose(dev_correct[None], grid)[0])
+    return chosen, *path[chosen]
+
+
+@dataclass
+class _Found:
+    """What `_train_linear` keeps of each layer's probe for one label set."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    weights: np.ndarray
+    bias: np.ndarray
+    l2: np.ndarray
+    dev_correct: np.ndarray  # [L, G], -1 where a strength was not tried
+
+    @classmethod
+    def empty(cls, num_layers, dim, num_classes, strengths) -> _Found:
+        return cls(np.empty((num_layers, dim), np.float32), np.empty((num_layers, dim), np.float32),
+                   np.empty((num_layers, dim, num_classes), np.float32), np.empty((num_layers, num_classes), np.float32),
+                   np.empty(num_layers), np.full((num_layers, strengths), -1, np.int64))
+
+    def keep(self, layer, rows, W, b, l2) -> None:
+        self.mean[layer], self.std[layer] = rows.mean.cpu().numpy(), rows.std.cpu().numpy()
+        self.weights[layer], self.bias[layer], self.l2[layer] = W.T.cpu().numpy(), b.cpu().numpy(), l2
+
+    def probes(self, grid, dev_rows: int, only_tried: bool) -> TrainedProbes:
+        """The TrainedProbes; `only_tried`: over the strengths some layer tried, as `layer_l2` gives them."""
+        dev_correct = self.dev_correct
+        if only_tried:
+            columns = np.flatnonzero((dev_correct >= 0).any(0))
+            grid, dev_correct = grid[columns], dev_correct[:, columns]
+        dev_accuracy = np.where(dev_correct.T < 0, np.nan, dev_correct.T / dev_rows)
+        return TrainedProbes(kind="linear", mean=self.mean, std=self.std, weights=self.weights, bias=self.bias, l2=self.l2,
+                             l2_grid=grid, dev_accuracy=dev_accuracy)
 
 
 class _Rows:
@@ -415,6 +490,12 @@ class _Rows:
         else:
             self.mean, self.std = mean, std
         self._class_sums = None
+
+    def relabelled(self, y: torch.Tensor) -> _Rows:
+        """The same rows (their buffer, statistics and converted block) with other labels: a control task's."""
+        other = copy.copy(self)
+        other.y, other._class_sums = y, None
+        return other
 
     def blocks(self):
         """(raw float32 rows, their labels), block after block; the block is only valid until the next one."""
@@ -515,11 +596,63 @@ class _Correlation:
 def _fit_logistic(rows: _Rows, l2: float, weights, bias, shape: _Correlation, max_iter, tolerance, cancel):
     """Multinomial logistic regression on `rows` by L-BFGS from `weights` `[C, D]`, `bias` `[C]` (standardised features).
 
+    Loss: mean cross-entropy + `l2 * ||W||²`; see `_Logistic` for how it is computed and the
+    coordinates L-BFGS runs in. Returns the fitted `(W, b)`.
+    """
+    return _fit_together([_Logistic(rows, l2, weights, bias, shape)], max_iter, tolerance, cancel)[0]
+
+
+def _fit_together(problems: list[_Logistic], max_iter, tolerance, cancel) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Fit probes whose rows are the same features (a task and its control task), each exactly as alone, their
+    evaluations sharing each pass over the rows: one product for all their classes per block, the rows read once."""
+    rows = problems[0].rows
+
+    def evaluate(points: list[tuple[int, torch.Tensor]]) -> list[tuple[float, torch.Tensor]]:
+        _check_cancel(cancel)
+        asked = [(problems[index], *problems[index].unpack(theta)) for index, theta in points]  # (problem, W, b)
+        raw = [rows.raw_weights(W, b) for _, W, b in asked]
+        passes = _passes(rows, raw)
+        return [problem.loss_and_gradient(W, b, *weights, *sums)
+                for (problem, W, b), weights, sums in zip(asked, raw, passes, strict=True)]
+
+    found = lbfgs.minimise_together(evaluate, [problem.start for problem in problems], max_iter=max_iter, tolerance=tolerance,
+                                    sizes=[problem.original_size for problem in problems])
+    return [problem.unpack(theta) for problem, (theta, _) in zip(problems, found, strict=True)]
+
+
+def _passes(rows: _Rows, raw: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[float, torch.Tensor, torch.Tensor]]:
+    """For probes `(A, c)` on the raw rows: each one's sum of log-normalisers, and `[C, D]`, `[C]` sums of its class
+    probabilities times the rows, in one pass over the rows' blocks whatever the number of probes.
+
+    In the `[C, N]` layout the softmax reduces across rows of contiguous memory; the probes' classes are stacked
+    so that one product per block serves them all (a block is read once, and small products waste most of a
+    kernel's width: 17 or 34 classes cost the same on a 2-core Xeon).
+    """
+    A, c = raw[0] if len(raw) == 1 else (torch.cat([weights for weights, _ in raw]), torch.cat([bias for _, bias in raw]))
+    ends = np.cumsum([len(bias) for _, bias in raw]).tolist()
+    log_normalisers = [0.0] * len(raw)
+    gradient_A, gradient_c = torch.zeros_like(A), torch.zeros_like(c)
+    for X, _ in rows.blocks():
+        logits = cpu_linear.product(A, X).add_(c[:, None])  # [ΣC, N]
+        for number, (begin, end) in enumerate(zip([0, *ends], ends)):
+            part = logits[begin:end]  # one probe's classes, turned into its probabilities in place
+            top = part.amax(0)
+            total = part.sub_(top).exp_().sum(0)
+            log_normalisers[number] += float(total.log().add_(top).sum(dtype=torch.float64))
+            part.div_(total)
+        gradient_A += logits @ X
+        gradient_c += logits.sum(1)
+    return [(log_normalisers[number], gradient_A[begin:end], gradient_c[begin:end])
+            for number, (begin, end) in enumerate(zip([0, *ends], ends))]
+
+
+class _Logistic:
+    """One probe's loss on standardised features, in the coordinates its L-BFGS runs in.
+
     Loss: mean cross-entropy + `l2 * ||W||²`; its gradient is computed by hand (no autograd
-    graph for one product and a softmax), summed over the rows' blocks, in the `[C, N]`
-    layout whose softmax reduces across rows of contiguous memory. The sum of the true
-    classes' logits is linear in the weights, from each class's row sum (`class_sums`), so
-    no per-row gather or one-hot is needed.
+    graph for one product and a softmax), summed over the rows' blocks by `_passes`. The sum
+    of the true classes' logits is linear in the weights, from each class's row sum
+    (`class_sums`), so no per-row gather or one-hot is needed.
 
     L-BFGS starts from a scaled identity as its Hessian estimate, which standardised but
     strongly correlated hidden states make a poor one: its steps follow the few largest
@@ -528,50 +661,42 @@ def _fit_logistic(rows: _Rows, l2: float, weights, bias, shape: _Correlation, ma
     (`_Correlation`), is the identity: `W_c = V_c diag(s_c) Uᵀ`, `s_c = (p_c (1 − p_c) λ + 2 l2)^−½`,
     and the bias divided by `sqrt(p (1 − p))` likewise. Same loss, same minimum, in fewer
     evaluations (EWT UPOS on MiniLM, 21 final fits: 1,891 → 1,214). It stops as before, when
-    no entry of the gradient in W and b (not in V) exceeds `tolerance`.
+    no entry of the gradient in W and b (not in V) exceeds the tolerance (`original_size`).
     """
-    n = len(rows.y)
-    classes, dim = weights.shape
-    curvature = torch.bincount(rows.y, minlength=classes).float() / n
-    curvature = (curvature * (1 - curvature) if shape.scales is None else shape.scales).clamp_min(1 / n)
-    bias_scale = curvature.rsqrt()
-    scale = (curvature[:, None] * shape.values[None, :] + 2 * l2).clamp_min(1e-12).rsqrt()  # [C, D]
-    U = shape.vectors
-    sums, counts = rows.class_sums(classes)
 
-    def unpack(theta):
-        V, beta = theta[: classes * dim].view(classes, dim), theta[classes * dim :]
-        return (V * scale) @ U.T, beta * bias_scale
+    def __init__(self, rows: _Rows, l2: float, weights: torch.Tensor, bias: torch.Tensor, shape: _Correlation):
+        self.rows, self.l2 = rows, l2
+        n = len(rows.y)
+        self.classes, self.dim = weights.shape
+        curvature = torch.bincount(rows.y, minlength=self.classes).float() / n
+        curvature = (curvature * (1 - curvature) if shape.scales is None else shape.scales).clamp_min(1 / n)
+        self.bias_scale = curvature.rsqrt()
+        self.scale = (curvature[:, None] * shape.values[None, :] + 2 * l2).clamp_min(1e-12).rsqrt()  # [C, D]
+        self.U = shape.vectors
+        self.sums, self.counts = rows.class_sums(self.classes)
+        self.start = torch.cat([((weights @ self.U) / self.scale).reshape(-1), bias / self.bias_scale])
 
-    def loss_and_gradient(theta):
-        _check_cancel(cancel)
-        W, b = unpack(theta)
-        A, c = rows.raw_weights(W, b)
-        log_normalisers = 0.0
-        gradient_A, gradient_c = torch.zeros_like(A), torch.zeros_like(c)
-        for X, _ in rows.blocks():
-            logits = cpu_linear.product(A, X).add_(c[:, None])  # [C, N]
-            top = logits.amax(0)
-            total = logits.sub_(top).exp_().sum(0)
-            log_normalisers += float(total.log().add_(top).sum(dtype=torch.float64))
-            probabilities = logits.div_(total)
-            gradient_A += probabilities @ X
-            gradient_c += probabilities.sum(1)
-        true_logits = float((A.double() * sums).sum() + (c.double() * counts).sum())
-        gradient_A -= sums.float()  # minus the one-hot labels: n × the gradient in the raw weights
-        gradient_c -= counts.float()
+    def unpack(self, theta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(W, b)` on the standardised features."""
+        V, beta = theta[: self.classes * self.dim].view(self.classes, self.dim), theta[self.classes * self.dim :]
+        return (V * self.scale) @ self.U.T, beta * self.bias_scale
+
+    def loss_and_gradient(self, W: torch.Tensor, b: torch.Tensor, A: torch.Tensor, c: torch.Tensor, log_normalisers: float,
+                          gradient_A: torch.Tensor, gradient_c: torch.Tensor) -> tuple[float, torch.Tensor]:
+        """The loss at `W`, `b` (`A`, `c` on the raw rows) and its gradient in these coordinates, from `_passes`' sums."""
+        rows, n, l2 = self.rows, len(self.rows.y), self.l2
+        true_logits = float((A.double() * self.sums).sum() + (c.double() * self.counts).sum())
+        gradient_A = gradient_A.sub_(self.sums.float())  # minus the one-hot labels: n × the gradient in the raw weights
+        gradient_c = gradient_c.sub_(self.counts.float())
         gradient_W = (gradient_A - gradient_c[:, None] * rows.mean).div_(rows.std).div_(n).add_(W, alpha=2 * l2)
         gradient_b = gradient_c.div_(n)
         loss = (log_normalisers - true_logits) / n + l2 * float(W.square().sum())
-        return loss, torch.cat([((gradient_W @ U) * scale).view(-1), gradient_b * bias_scale])
+        return loss, torch.cat([((gradient_W @ self.U) * self.scale).view(-1), gradient_b * self.bias_scale])
 
-    def original_size(gradient):  # the largest entry of the gradient in W and b, as without the change of coordinates
-        gradient_W = (gradient[: classes * dim].view(classes, dim) / scale) @ U.T
-        return max(float(gradient_W.abs().max()), float((gradient[classes * dim :] / bias_scale).abs().max()))
-
-    theta = torch.cat([((weights @ U) / scale).reshape(-1), bias / bias_scale])
-    theta, _ = lbfgs.minimise(loss_and_gradient, theta, max_iter=max_iter, tolerance=tolerance, size=original_size)
-    return unpack(theta)
+    def original_size(self, gradient: torch.Tensor) -> float:
+        """The largest entry of the gradient in W and b, as without the change of coordinates."""
+        gradient_W = (gradient[: self.classes * self.dim].view(self.classes, self.dim) / self.scale) @ self.U.T
+        return max(float(gradient_W.abs().max()), float((gradient[self.classes * self.dim :] / self.bias_scale).abs().max()))
 
 
 def _mlp_logits(params, Z):

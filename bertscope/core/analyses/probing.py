@@ -279,29 +279,40 @@ def _classification_report(
     labels = encode_labels(labels_of("train"), labels_of("dev"), labels_of("test"), min_examples)
     y_train, y_dev, y_test, num_classes = labels.train, labels.dev, labels.test, len(labels.classes)
 
-    def fit_and_score(which: str, y_tr, y_dv, y_te, layer_l2=None) -> probes.ProbeScores:
-        trained = probes.train_probes(
-            labels.rows("train", features[which, "train"].X), y_tr, labels.rows("dev", features[which, "dev"].X), y_dv,
-            num_classes=num_classes, kind=kind, layer_l2=layer_l2, device=device, seed=seed, cancel=cancel,
-        )
-        return probes.score(trained, labels.rows("test", features[which, "test"].X), y_te, num_classes), trained
+    def rows(which: str, name: str):
+        return labels.rows(name, features[which, name].X)
 
-    scores, task_probes = fit_and_score("model", y_train, y_dev, y_test)
+    def fit(which: str, y_tr, y_dv, layer_l2=None) -> probes.TrainedProbes:
+        return probes.train_probes(rows(which, "train"), y_tr, rows(which, "dev"), y_dv, num_classes=num_classes, kind=kind,
+                                   layer_l2=layer_l2, device=device, seed=seed, cancel=cancel)
+
     # The baselines are the task's probes on other features or labels: linear ones at the task's strength per layer
     # (Hewitt & Liang train the control task with the task's hyperparameters), which also spares their L2 search.
+    control_labels = _control_labels(splits, features, labels, seed) if control and level == "word" else None
+    control_probes = None
+    if control_labels is not None and kind == "linear":  # the control reads the task's features: their fits share the passes
+        task_probes, control_probes = probes.train_with_control(
+            rows("model", "train"), y_train, rows("model", "dev"), y_dev, control_labels[0], control_labels[1],
+            num_classes=num_classes, device=device, seed=seed, cancel=cancel)
+    else:
+        task_probes = fit("model", y_train, y_dev)
     same_strengths = task_probes.chosen_strengths if kind == "linear" else None
+    if control_labels is not None and control_probes is None:
+        control_probes = fit("model", control_labels[0], control_labels[1], layer_l2=same_strengths)
+    test_rows = rows("model", "test")
+    scores = probes.score(task_probes, test_rows, y_test, num_classes)
     layers = [
         {"layer": layer, "accuracy": round(float(acc), 6), "f1": round(float(f1), 6), "l2": float(l2)}
         for layer, (acc, f1, l2) in enumerate(zip(scores.accuracy, scores.macro_f1, scores.l2, strict=True))
     ]
     baselines = {"majority": round(probes.majority_baseline(y_train, y_test), 6)}
     if random_baseline:
-        random_scores, _ = fit_and_score("random", y_train, y_dev, y_test, same_strengths)
+        random_scores = probes.score(fit("random", y_train, y_dev, same_strengths), rows("random", "test"), y_test, num_classes)
         for entry, accuracy in zip(layers, random_scores.accuracy, strict=True):
             entry["random_init_accuracy"] = round(float(accuracy), 6)
         baselines["random_init"] = round(float(random_scores.accuracy.max()), 6)
-    if control and level == "word":
-        control_scores, _ = fit_and_score("model", *_control_labels(splits, features, labels, seed), layer_l2=same_strengths)
+    if control_probes is not None:
+        control_scores = probes.score(control_probes, test_rows, control_labels[2], num_classes)
         for entry, accuracy in zip(layers, control_scores.accuracy, strict=True):
             entry["control_accuracy"] = round(float(accuracy), 6)
             entry["selectivity"] = round(entry["accuracy"] - float(accuracy), 6)
