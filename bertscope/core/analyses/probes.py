@@ -106,21 +106,36 @@ class TrainedProbes:
         """`[N, L, C]` class scores of every layer's probe on `X` `[N, L, D]`."""
         X = _check_features(X, self.mean.shape[0], self.mean.shape[1])
         out = np.empty((X.shape[0], self.num_layers, self.num_classes), dtype=np.float32)
-        for layer in range(self.num_layers):
-            for start in range(0, X.shape[0], EVAL_BATCH):
-                z = (X[start : start + EVAL_BATCH, layer].astype(np.float32) - self.mean[layer]) / self.std[layer]
-                if self.kind == "mlp":
-                    z = np.maximum(z @ self.hidden_weights[layer] + self.hidden_bias[layer], 0)
-                out[start : start + EVAL_BATCH, layer] = z @ self.weights[layer] + self.bias[layer]
+        for layer, start, scores in self._scores(X):
+            out[start : start + len(scores), layer] = scores.numpy()
         return out
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """`[N, L]` predicted class of every layer's probe, EVAL_BATCH rows at a time (no `[N, L, C]` scores held)."""
         X = _check_features(X, self.mean.shape[0], self.mean.shape[1])
         predicted = np.empty((X.shape[0], self.num_layers), dtype=np.int64)
-        for start in range(0, X.shape[0], EVAL_BATCH):
-            predicted[start : start + EVAL_BATCH] = self.logits(X[start : start + EVAL_BATCH]).argmax(-1)
+        for layer, start, scores in self._scores(X):
+            predicted[start : start + len(scores), layer] = scores.argmax(1).numpy()
         return predicted
+
+    def _scores(self, X: np.ndarray):
+        """`(layer, first row, [rows, C] scores)`, a layer and EVAL_BATCH rows at a time.
+
+        The standardisation is folded into the first weights (z·w + b = x·(w/std) + b − mean·(w/std)), so a
+        block of rows is only converted to float32, as in training (`_Rows.raw_weights`): no standardised copy.
+        """
+        buffer = torch.empty(min(len(X), EVAL_BATCH), X.shape[2])
+        first, first_bias = (self.hidden_weights, self.hidden_bias) if self.kind == "mlp" else (self.weights, self.bias)
+        for layer in range(self.num_layers):
+            scaled = first[layer] / self.std[layer][:, None]  # [D, H or C]
+            weights = torch.from_numpy(np.ascontiguousarray(scaled.T, dtype=np.float32))
+            shift = torch.from_numpy((first_bias[layer] - self.mean[layer] @ scaled).astype(np.float32))
+            rows = X[:, layer]
+            for start in range(0, len(X), EVAL_BATCH):
+                scores = cpu_linear.product(_copy_rows(rows[start : start + EVAL_BATCH], buffer), weights, shift)
+                if self.kind == "mlp":
+                    scores = scores.relu_() @ torch.from_numpy(self.weights[layer]) + torch.from_numpy(self.bias[layer])
+                yield layer, start, scores
 
 
 def train_probes(
