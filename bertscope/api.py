@@ -387,8 +387,9 @@ def objective(model: Session, name: str, texts: Texts = None, *, data: str | Pat
     source = sentences.source or f"built-in task {task}"
     if name != "probe" and task is not None:
         tell(f"a probing task is for the probe objective; the {name} objective ignores it")
-    prepared = make_objective(model, name, list(sentences.sentences), batch_size=batch_size, seed=seed, probe_task=task,
-                              probe_layer=probe_layer)
+    with distributed.failures_shared():  # the probe objective trains on rank 0 alone: its failure must stop the others
+        prepared = make_objective(model, name, list(sentences.sentences), batch_size=batch_size, seed=seed, probe_task=task,
+                                  probe_layer=probe_layer)
     sentences.notes(tell)
     for message in prepared.notes:
         tell(message)

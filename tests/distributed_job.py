@@ -3,8 +3,8 @@
     torchrun --standalone --nproc-per-node 2 tests/distributed_job.py equal OUT.json TINY_A TINY_B
     torchrun --standalone --nproc-per-node 2 tests/distributed_job.py fail OUT.json
 
-`equal`: patterns (with norms), syntax, probe, importance (both methods), geometry, and compare (of two tiny
-random models saved by the test, TINY_A and TINY_B) through the public API, rank 0 saving the results for the test
+`equal`: patterns (with norms), syntax, probe, importance (both methods, and for a probe's loss on TINY_A),
+geometry, and compare (of two tiny random models saved by the test, TINY_A and TINY_B) through the public API, rank 0 saving the results for the test
 to hold against one process. `fail`: `bertscope patterns -o OUT.json`
 through the command line, with rank 1 running out of memory at its third batch.
 """
@@ -19,6 +19,7 @@ IMPORTANCE_SENTENCES = 10
 SYNTAX_SENTENCES = 30
 GEOMETRY = dict(limit=16, max_rows=60)  # fewer rows than the sentences' tokens: the ranks' samples are merged
 COMPARE = dict(limit=30, max_rows=80)
+PROBE_TASK = "subject_number"  # the probe objective's built-in task
 
 
 def equal(out: str, tiny_a: str, tiny_b: str) -> None:
@@ -36,9 +37,29 @@ def equal(out: str, tiny_a: str, tiny_b: str) -> None:
         results[method] = bertscope.importance(model, "preserve", limit=IMPORTANCE_SENTENCES, method=method)
     results["geometry"] = bertscope.api.geometry(model, **GEOMETRY)
     results["compare"] = bertscope.api.compare(bertscope.load(tiny_a, device="cpu"), tiny_b, **COMPARE)
+    results["probe_objective"], fits = probe_objective(bertscope.load(tiny_a, device="cpu"))
+    results["probe_fits"] = distributed.gather(fits)
     if distributed.is_main():
         with open(out, "wb") as handle:
             pickle.dump(results, handle)
+
+
+def probe_objective(model):
+    """Head importance for a probe's loss, counting the probes this rank trains."""
+    import bertscope
+    from bertscope.core.analyses import probes
+
+    original, fits = probes.train_probes, []
+
+    def counted(*args, **options):
+        fits.append(1)
+        return original(*args, **options)
+
+    probes.train_probes = counted
+    try:
+        return bertscope.importance(model, "probe", task=PROBE_TASK, method="gradient"), len(fits)
+    finally:
+        probes.train_probes = original
 
 
 def fail(out: str, *_) -> None:

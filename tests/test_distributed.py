@@ -18,7 +18,7 @@ from bertscope.api import probe_sentences
 from bertscope.core import distributed
 from bertscope.core.data.corpus import sample_corpus
 from tests.conftest import save_tiny
-from tests.distributed_job import COMPARE, GEOMETRY
+from tests.distributed_job import COMPARE, GEOMETRY, PROBE_TASK
 
 JOB = Path(__file__).with_name("distributed_job.py")
 
@@ -130,6 +130,14 @@ def test_importance_over_two_ranks_equals_one_process(two_ranks, model, method):
     np.testing.assert_allclose(two.raw, one.raw, rtol=1e-4, atol=1e-7)  # float32 forwards in other batches: ~1e-6 relative
     assert two.baseline_loss == pytest.approx(one.baseline_loss, abs=1e-6)
     assert list(two.order())[:10] == list(one.order())[:10]
+
+
+def test_the_probe_objective_is_trained_once_on_rank_0(two_ranks, tiny_bert_dir):
+    one = bertscope.importance(bertscope.load(str(tiny_bert_dir), device="cpu"), "probe", task=PROBE_TASK, method="gradient")
+    two = two_ranks["probe_objective"]
+    assert two_ranks["probe_fits"] == [1, 0]  # rank 1 received rank 0's probe
+    assert two.sentences == one.sentences
+    np.testing.assert_allclose(two.raw, one.raw, rtol=1e-4, atol=1e-7)
 
 
 def test_geometry_over_two_ranks_samples_the_same_rows_as_one_process(two_ranks, model):

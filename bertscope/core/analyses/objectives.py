@@ -393,9 +393,7 @@ class ProbeObjective(Objective):
 
     @classmethod
     def build(cls, session, sentences, *, batch_size, seed, task, layer, splits) -> ProbeObjective:
-        from bertscope.core.analyses import probes
-        from bertscope.core.analyses.features import FeatureOptions, extract_features
-        from bertscope.core.analyses.probing import encode_labels, make_splits, word_labels
+        from bertscope.core.analyses.probing import make_splits
         from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, TASKS, WORD_TASKS, generate
 
         if task is None:
@@ -412,31 +410,10 @@ class ProbeObjective(Objective):
             sentences = generate(task, train=600, dev=150, test=250, seed=seed)
         level = "word" if task in WORD_TASKS else "sentence"
         split = make_splits(sentences, None, None, seed=seed) if splits is None else splits
-        options = FeatureOptions(level=level)
-        features = {}
-        for name in ("train", "dev"):
-            steps = extract_features(session, getattr(split, name), options, cache_dir=False, batch_size=batch_size)
-            features[name] = outcome(steps, f"features of the {name} split")
-
-        def labels_of(name: str, rows=None) -> list[str]:
-            group = getattr(split, name)
-            if level == "word":
-                return word_labels(group, rows, task)
-            missing = [s.location for s in group if s.label is None]
-            if missing:
-                raise InputError(f"{missing[0]}: no label; a sentence-level probe needs a SentEval file (split, label, sentence)")
-            return [s.label for s in group]
-
-        test_labels = [] if level == "word" else labels_of("test")
-        encoded = encode_labels(labels_of("train", features["train"]), labels_of("dev", features["dev"]), test_labels)
-        classes = encoded.classes
-        release_freed_memory()
-        with corpus_heap():  # the fit's per-block temporaries mapped and handed back, not heap holes (issue 15)
-            trained = probes.train_probes(
-                encoded.rows("train", features["train"].X[:, layer : layer + 1]), encoded.train,
-                encoded.rows("dev", features["dev"].X[:, layer : layer + 1]), encoded.dev,
-                num_classes=len(classes), kind="linear", device=str(session.device), seed=seed,
-            )
+        trained, classes = None, None
+        if distributed.is_main():  # under torchrun rank 0 alone trains the probe, on every sentence; the others receive it
+            trained, classes = _train_probe(session, split, task, level, layer, batch_size, seed)
+        trained, classes = distributed.from_main((trained, classes))
         weights = {
             name: torch.as_tensor(getattr(trained, name)[0], device=session.device)
             for name in ("mean", "std", "weights", "bias")
@@ -478,6 +455,39 @@ class ProbeObjective(Objective):
         loss_sum, count = _per_row_mean(F.cross_entropy(logits, wanted, reduction="none"), rows, labels.shape[0])
         correct, _ = _per_row_mean((logits.argmax(-1) == wanted).float(), rows, labels.shape[0])
         return Scores(loss_sum / count.clamp(min=1), correct, count)
+
+
+def _train_probe(session, split, task, level, layer, batch_size, seed):
+    """The probe objective's linear probe at hidden-state `layer`, trained on `split`'s train and dev sentences, and its classes."""
+    from bertscope.core.analyses import probes
+    from bertscope.core.analyses.features import FeatureOptions, extract_features
+    from bertscope.core.analyses.probing import encode_labels, word_labels
+
+    options = FeatureOptions(level=level)
+    features = {}
+    for name in ("train", "dev"):
+        steps = extract_features(session, getattr(split, name), options, cache_dir=False, batch_size=batch_size)
+        features[name] = outcome(steps, f"features of the {name} split")
+
+    def labels_of(name: str, rows=None) -> list[str]:
+        group = getattr(split, name)
+        if level == "word":
+            return word_labels(group, rows, task)
+        missing = [s.location for s in group if s.label is None]
+        if missing:
+            raise InputError(f"{missing[0]}: no label; a sentence-level probe needs a SentEval file (split, label, sentence)")
+        return [s.label for s in group]
+
+    test_labels = [] if level == "word" else labels_of("test")
+    encoded = encode_labels(labels_of("train", features["train"]), labels_of("dev", features["dev"]), test_labels)
+    release_freed_memory()
+    with corpus_heap():  # the fit's per-block temporaries mapped and handed back, not heap holes (issue 15)
+        trained = probes.train_probes(
+            encoded.rows("train", features["train"].X[:, layer : layer + 1]), encoded.train,
+            encoded.rows("dev", features["dev"].X[:, layer : layer + 1]), encoded.dev,
+            num_classes=len(encoded.classes), kind="linear", device=str(session.device), seed=seed,
+        )
+    return trained, encoded.classes
 
 
 def _word_batches(session: Session, sentences, task, index, batch_size) -> Batches:
