@@ -21,7 +21,7 @@ def deferred(directory, session, loads: list) -> DeferredSession:
         loads.append(1)
         return session
 
-    return DeferredSession(find_model(None if directory is None else str(directory)), "cpu", load)
+    return DeferredSession.from_files(find_model(None if directory is None else str(directory)), "cpu", load)
 
 
 def test_the_files_tell_what_the_loaded_model_would(tiny_bert_dir, tiny_session, bundled_session):

@@ -18,7 +18,7 @@ from bertscope.api import probe_sentences
 from bertscope.core import distributed
 from bertscope.core.data.corpus import sample_corpus
 from tests.conftest import save_tiny
-from tests.distributed_job import COMPARE, GEOMETRY, PROBE_TASK
+from tests.distributed_job import COMPARE, GEOMETRY, PROBE_TASK, cached_probe_arguments
 
 JOB = Path(__file__).with_name("distributed_job.py")
 
@@ -168,3 +168,22 @@ def test_a_rank_that_runs_out_of_memory_stops_the_job_with_one_line(tmp_path):
     ours = [line for line in launched.stderr.splitlines() if line.startswith("bertscope:")]
     assert ours == ["bertscope: error: rank 1: out of memory (CUDA out of memory. Tried to allocate 2.00 GiB); use a smaller --batch-size"]
     assert not out.exists() and not list(tmp_path.iterdir())  # no output, not even a temporary file
+
+
+def test_ranks_and_one_process_share_the_feature_cache(tmp_path, tiny_bert_dir):
+    """Rank 0 writes the whole corpus's features under one process's key: a later single process finds them all
+    (and so needs neither transformers nor the weights), with the same report."""
+    cache, out = tmp_path / "cache", tmp_path / "ranks.json"
+    launched = torchrun("cached_probe", out, cache, tiny_bert_dir)
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    script = (
+        "import sys\n"
+        "from bertscope.cli import main\n"
+        "try:\n"
+        f"    main({[*cached_probe_arguments(str(cache), str(tiny_bert_dir)), '-o', str(tmp_path / 'one.json')]!r})\n"
+        "except SystemExit as stop:\n"
+        "    print(stop.code, 'transformers' in sys.modules)\n"
+    )
+    one = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert one.stdout.split() == ["0", "False"], one.stderr
+    assert (tmp_path / "one.json").read_text() == out.read_text()

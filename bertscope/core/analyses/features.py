@@ -119,17 +119,10 @@ def extract_features(
         raise InputError("word-level features need sentences split into words (a CoNLL-U file)")
     path = None
     if cache_dir is not False:
-        directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        data = data_hash(sentences, options.level)
-
-        def entry(source) -> Path:  # .npy: the layer-major features; .npz: which word each row is
-            return directory / f"features-{cache_key(source.fingerprint, data, options, source.max_length)}"
-
-        path = None if model.max_length is None else entry(model)
-        cached = None if path is None else _load(path, model)
+        directory, data = _directory(cache_dir), data_hash(sentences, options.level)
+        path, cached = _lookup(model, directory, data, options)
         if cached is None and model.ready() is not model:  # a miss: a DeferredSession loads its model now
-            path = entry(model.ready())  # its own key, in case the files told its maximum length wrongly
-            cached = _load(path, model.ready())
+            path, cached = _lookup(model.ready(), directory, data, options)  # its own key, if the files told it wrongly
         if cached is not None:
             yield Progress("features", len(sentences), len(sentences), cached)
             return
@@ -145,6 +138,19 @@ def extract_features(
             continue  # again in float32, from the first batch
     if features is not None:
         yield Progress("features", len(sentences), len(sentences), features)
+
+
+def _directory(cache_dir: str | Path | None) -> Path:
+    return Path(cache_dir) if cache_dir is not None else default_cache_dir()
+
+
+def _lookup(model: Session | DeferredSession, directory: Path, data: str, options: FeatureOptions) -> tuple[Path | None, Features | None]:
+    """The cache entry `model` names for the data (.npy: the layer-major features; .npz: which word each row is),
+    and its features if the cache holds them. No path where the model's maximum length is not known yet."""
+    if model.max_length is None:
+        return None, None
+    path = directory / f"features-{cache_key(model.fingerprint, data, options, model.max_length)}"
+    return path, _load(path, model)
 
 
 class _BeyondFloat16(Exception):
@@ -349,6 +355,7 @@ def _finish(path: Path, features: Features, entry: _MappedEntry | None) -> None:
             entry.array.flush()
             publish(entry.temporary, path.with_suffix(".npy"))
         else:
+            path.parent.mkdir(parents=True, exist_ok=True)
             with atomic_write(path.with_suffix(".npy")) as handle:
                 np.save(handle, features.X.transpose(1, 0, 2))
         with atomic_write(path.with_suffix(".npz")) as handle:
@@ -387,17 +394,29 @@ def extract_sharded(session: Session | DeferredSession, sentences: Sequence[Sent
                     **extract) -> Iterator[Progress[Features]]:
     """`extract_features` under torchrun: each rank takes the features of its shard (sentence i when
     i % size == rank) and rank 0 gets every rank's rows, back in input order: the very Features of
-    one process (the other ranks get their own shard's). In a single process, `extract_features` itself.
+    one process (the other ranks get their own shard's, or none when rank 0 found the whole corpus's
+    in the cache, which it writes). In a single process, `extract_features` itself.
     """
     if not distributed.world().active:
         yield from extract_features(session, sentences, options, **extract)
         return
-    here = distributed.world()
+    here, cache_dir = distributed.world(), extract.pop("cache_dir", None)
+    empty = Features(np.zeros((0, session.num_layers + 1, session.hidden_size), np.float16), np.zeros(0, np.int64),
+                     np.zeros(0, np.int64), 0)
+    # The cache holds the whole corpus's entry, as one process names it, so that one process and any number of ranks
+    # share it: rank 0 looks, and every rank follows its answer (nodes need not share a disk).
+    cached = None
+    if here.main and cache_dir is not False:
+        directory, data = _directory(cache_dir), data_hash(sentences, options.level)
+        _, cached = _lookup(session, directory, data, options)
+    if distributed.from_main(cached is not None):
+        yield Progress("features", len(sentences), len(sentences), cached if here.main else empty)
+        return
     part = list(distributed.shard(sentences))
     local = None
     if part:
         whole = len(sentences)  # progress in the whole corpus's terms: every rank is about as far as this one
-        local = yield from relay(extract_features(session, part, options, **extract),
+        local = yield from relay(extract_features(session, part, options, cache_dir=False, **extract),
                                  lambda step: Progress(step.stage, min(step.done * here.size, whole), whole))
         if local is None:
             return  # cancelled
@@ -405,8 +424,7 @@ def extract_sharded(session: Session | DeferredSession, sentences: Sequence[Sent
                                        local.word_index, local.truncated_words)
     parts = [piece for piece in distributed.gather(rows, to_main=True) if piece is not None]
     if not here.main:
-        empty = np.zeros((0, session.num_layers + 1, session.hidden_size), np.float16)
-        yield Progress("features", len(part), len(part), local or Features(empty, np.zeros(0, np.int64), np.zeros(0, np.int64), 0))
+        yield Progress("features", len(part), len(part), local or empty)
         return
     X = np.concatenate([piece[0] for piece in parts])
     sentence_index = np.concatenate([piece[1] for piece in parts])
@@ -416,4 +434,7 @@ def extract_sharded(session: Session | DeferredSession, sentences: Sequence[Sent
     by_layer.flags.writeable = False
     features = Features(X=by_layer.transpose(1, 0, 2), sentence_index=sentence_index[order], word_index=word_index[order],
                         truncated_words=sum(piece[3] for piece in parts))
+    if cache_dir is not False:
+        path, _ = _lookup(session.ready(), directory, data, options)  # the loaded model's own key, as one process writes it
+        _finish_in_background(path, features, None)
     yield Progress("features", len(sentences), len(sentences), features)

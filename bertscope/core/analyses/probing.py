@@ -31,10 +31,10 @@ from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, WORD_TASKS
 from bertscope.core.errors import InputError
 from bertscope.core.model.allocator import corpus_heap, release_freed_memory
+from bertscope.core.model.deferred import DeferredSession
 from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
-    from bertscope.core.model.deferred import DeferredSession
     from bertscope.core.model.session import Session
 
 MIN_EXAMPLES = 2  # labels with fewer training examples are left out (probing's --min-examples)
@@ -218,8 +218,8 @@ def run_probe(
     level = "word" if task in WORD_TASKS + STRUCTURAL_TASKS else "sentence"
     options = FeatureOptions(level=level, word_pooling=word_pooling, sentence_pooling=sentence_pooling, mask=mask, ablation=ablation)
     sessions = [("model", session)]
-    if random_baseline:
-        sessions.append(("random", session.random_copy(seed)))
+    if random_baseline:  # its weights drawn only if its features are not cached
+        sessions.append(("random", DeferredSession.random_copy_of(session, seed)))
     features: dict[tuple[str, str], Features] = {}
     total = sum(len(getattr(splits, name)) for name in ("train", "dev", "test")) * len(sessions)
     done = 0

@@ -5,7 +5,8 @@ model's fingerprint and maximum length), the shape of its hidden states and a de
 fit on. Loading the model imports transformers and reads the weights: on a warm cache that
 was more than the probes' fitting itself (EWT UPOS on MiniLM: 3.9 s of loading before 3.1 s
 of fitting, issue 19). `DeferredSession` tells those things from the files and loads the
-`Session` the first time a pass is wanted (`ready`).
+`Session` the first time a pass is wanted (`ready`). A random-init copy is deferred the same
+way: its weights are drawn only if its features are not cached.
 
 If the files tell the maximum length wrongly (a tokenizer that sets its limit in code), the
 cache entries are not found under it, the model is loaded and its own key is looked up:
@@ -25,26 +26,41 @@ if TYPE_CHECKING:
 
     from bertscope.core.model.session import Session
 
+Counts = tuple[int, int, int]  # layers, heads, hidden size
+
 
 class DeferredSession:
-    """Stands in for a `Session` where only the files are needed; `ready()` gives the loaded one."""
+    """Stands in for a `Session` where only what names its cache entries is needed; `ready()` gives the loaded one."""
 
-    def __init__(self, files: ModelFiles, device: str, load: Callable[[], Session], *, name: str | None = None,
-                 fingerprint_prefix: str = "") -> None:
+    def __init__(self, *, source: str, fingerprint: str, max_length: int | None, counts: Counts | None,
+                 device: torch.device, load: Callable[[], Session]) -> None:
+        self.source, self.fingerprint, self.max_length, self.device = source, fingerprint, max_length, device
+        self._counts, self._load = counts, load  # counts None: asked of the loaded model
+        self._session: Session | None = None
+
+    @classmethod
+    def from_files(cls, files: ModelFiles, device: str, load: Callable[[], Session]) -> DeferredSession:
+        """The model in `files`, to run on `device` (auto, cpu, cuda…); `load()` loads it as a `Session`."""
         from bertscope.core import distributed
         from bertscope.core.model.device import resolve_device
 
         config = read_config(files.directory)
-        self.files, self._device, self._load = files, device, load
-        # Under torchrun this joins the process group, as loading would: the ranks meet to share their features.
-        self.device: torch.device = resolve_device(distributed.start(device))
-        self.source = name or files.source
-        self.fingerprint = fingerprint_prefix + fingerprint(files.directory, files.weights)
-        counts = [config.get(key) for key in ("num_hidden_layers", "num_attention_heads", "hidden_size", "max_position_embeddings")]
-        # Counts a config leaves to transformers' defaults are asked of the loaded model instead.
-        self._counts = counts if all(isinstance(count, int) and count > 0 for count in counts) else None
-        self.max_length = None if self._counts is None else usable_length(counts[3], files.family, tokenizer_limit(files.directory))
-        self._session: Session | None = None
+        numbers = [config.get(key) for key in ("num_hidden_layers", "num_attention_heads", "hidden_size", "max_position_embeddings")]
+        known = all(isinstance(number, int) and number > 0 for number in numbers)  # else transformers' defaults: load to know
+        return cls(
+            source=files.source, fingerprint=fingerprint(files.directory, files.weights),
+            max_length=usable_length(numbers[3], files.family, tokenizer_limit(files.directory)) if known else None,
+            counts=tuple(numbers[:3]) if known else None,
+            # Under torchrun this joins the process group, as loading would: the ranks meet to share their features.
+            device=resolve_device(distributed.start(device)), load=load,
+        )
+
+    @classmethod
+    def random_copy_of(cls, model: Session | DeferredSession, seed: int = 0) -> DeferredSession:
+        """`model.random_copy(seed)`, drawn only if a pass needs its weights (its features are not cached)."""
+        return cls(source=f"{model.source} (random init, seed {seed})", fingerprint=f"random{seed}-{model.fingerprint}",
+                   max_length=model.max_length, counts=None if model.max_length is None else (model.num_layers, model.num_heads, model.hidden_size),
+                   device=model.device, load=lambda: model.ready().random_copy(seed))
 
     @property
     def num_layers(self) -> int:
@@ -69,6 +85,4 @@ class DeferredSession:
         return self._session
 
     def random_copy(self, seed: int = 0) -> DeferredSession:
-        """`Session.random_copy`, made only if its features are not cached."""
-        return DeferredSession(self.files, self._device, lambda: self.ready().random_copy(seed),
-                               name=f"{self.source} (random init, seed {seed})", fingerprint_prefix=f"random{seed}-")
+        return DeferredSession.random_copy_of(self, seed)
