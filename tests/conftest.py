@@ -79,6 +79,23 @@ def bundled_session():
     return Session.open(device="cpu")
 
 
+def command_in_a_new_process(arguments: list[str], module: str = "transformers") -> tuple[list[str], str]:
+    """`bertscope ARGUMENTS` in a fresh interpreter: ([its exit status, whether it imported `module`], its stderr)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from bertscope.cli import main\n"
+        "try:\n"
+        f"    main({arguments!r})\n"
+        "except SystemExit as stop:\n"
+        f"    print(stop.code, {module!r} in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    return done.stdout.split(), done.stderr
+
+
 def write_config(directory: Path, **config) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config))

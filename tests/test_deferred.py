@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 from click.testing import CliRunner
@@ -14,6 +12,7 @@ from bertscope.core.analyses.features import FeatureOptions, extract_features
 from bertscope.core.data.corpus import read_sentences, sample_corpus
 from bertscope.core.model.deferred import DeferredSession
 from bertscope.core.model.model_files import find_model
+from tests.conftest import command_in_a_new_process
 
 
 def deferred(directory, session, loads: list) -> DeferredSession:
@@ -55,16 +54,8 @@ def test_a_warm_probe_imports_no_transformers_and_reports_the_same(tiny_bert_dir
             "--cache-dir", str(tmp_path / "cache"), "--json"]
     cold = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "cold.json")], catch_exceptions=False)
     assert cold.exit_code == 0, cold.output
-    script = (
-        "import sys\n"
-        "from bertscope.cli import main\n"
-        "try:\n"
-        f"    main({[*args, '-o', str(tmp_path / 'warm.json')]!r})\n"
-        "except SystemExit as stop:\n"
-        "    print(stop.code, 'transformers' in sys.modules)\n"
-    )
-    warm = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert warm.stdout.split() == ["0", "False"], warm.stderr
+    status, errors = command_in_a_new_process([*args, "-o", str(tmp_path / "warm.json")])
+    assert status == ["0", "False"], errors
     report = json.loads((tmp_path / "warm.json").read_text())
     assert "control_accuracy" in report["layers"][1] and "random_init" in report["baselines"]  # the default baselines too
     assert (tmp_path / "warm.json").read_text() == (tmp_path / "cold.json").read_text()

@@ -17,7 +17,7 @@ import bertscope
 from bertscope.api import probe_sentences
 from bertscope.core import distributed
 from bertscope.core.data.corpus import sample_corpus
-from tests.conftest import save_tiny
+from tests.conftest import command_in_a_new_process, save_tiny
 from tests.distributed_job import COMPARE, GEOMETRY, PROBE_TASK, cached_probe_arguments
 
 JOB = Path(__file__).with_name("distributed_job.py")
@@ -176,14 +176,6 @@ def test_ranks_and_one_process_share_the_feature_cache(tmp_path, tiny_bert_dir):
     cache, out = tmp_path / "cache", tmp_path / "ranks.json"
     launched = torchrun("cached_probe", out, cache, tiny_bert_dir)
     assert launched.returncode == 0, launched.stderr[-3000:]
-    script = (
-        "import sys\n"
-        "from bertscope.cli import main\n"
-        "try:\n"
-        f"    main({[*cached_probe_arguments(str(cache), str(tiny_bert_dir)), '-o', str(tmp_path / 'one.json')]!r})\n"
-        "except SystemExit as stop:\n"
-        "    print(stop.code, 'transformers' in sys.modules)\n"
-    )
-    one = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert one.stdout.split() == ["0", "False"], one.stderr
+    status, errors = command_in_a_new_process([*cached_probe_arguments(str(cache), str(tiny_bert_dir)), "-o", str(tmp_path / "one.json")])
+    assert status == ["0", "False"], errors
     assert (tmp_path / "one.json").read_text() == out.read_text()
