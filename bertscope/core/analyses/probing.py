@@ -227,6 +227,7 @@ def run_probe(
         for name in ("train", "dev", "test"):
             sentences = getattr(splits, name)
             stage = f"features ({which}, {name})"
+            yield Progress(stage, done, total)  # shown while a deferred model loads, before the first batch
             extracted = yield from relay(extract_sharded(source, sentences, options, cache_dir=cache_dir, cancel=cancel),
                                          lambda step, stage=stage, done=done: Progress(stage, done + step.done, total))
             if extracted is None:
