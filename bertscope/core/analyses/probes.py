@@ -422,19 +422,23 @@ def _train_linear(X_train, label_sets, X_dev, grid, num_classes, max_iter, devic
         tried = strongest_first if layer_l2 is None else [int(np.searchsorted(grid, layer_l2[layer]))]
         fits = []  # per label set: (all its rows, the rows of its path, the path's chosen W and b)
         for number, (y, y_dev) in enumerate(labels):
-            own = (rows, dev_rows, path_rows) if number == 0 else (
-                rows.relabelled(y), dev_rows.relabelled(y_dev), rows.relabelled(y) if subset is None else path_rows.relabelled(y[subset]))
-            chosen, W, b = _walk(own[2], own[1], grid, tried, shape, found[number].dev_correct[layer], num_classes, max_iter,
+            if number == 0:
+                every, dev, path = rows, dev_rows, path_rows
+            else:  # the same rows with another set's labels (a control task's)
+                every, dev = rows.relabelled(y), dev_rows.relabelled(y_dev)
+                path = every if subset is None else path_rows.relabelled(y[subset.to(device)])
+            chosen, W, b = _walk(path, dev, grid, tried, shape, found[number].dev_correct[layer], num_classes, max_iter,
                                  tolerance, cancel)
             tried = [chosen]  # the others at the first's strength
-            fits.append((own[0], own[2], W, b))
+            fits.append((every, path, W, b))
         l2 = grid[chosen] if subset is None else grid[chosen] * len(subset) / n
         if subset is not None:
             problems = [_Logistic(every, l2, W, b, _Correlation.of(path, W, b)) for every, path, W, b in fits]
             fits = [(None, None, W, b) for W, b in _fit_together(problems, max_iter, GRADIENT_TOLERANCE, cancel)]
         for result, (_, _, W, b) in zip(found, fits, strict=True):
             result.keep(layer, rows, W, b, l2)
-    return [result.probes(grid, len(y_dev), only_tried=number > 0) for number, (result, (_, y_dev)) in enumerate(zip(found, labels))]
+    return [result.probes(grid, len(y_dev), only_tried=number > 0)
+            for number, (result, (_, y_dev)) in enumerate(zip(found, labels, strict=True))]
 
 
 def _walk(path_rows, dev_rows, grid, tried, shape, dev_correct, num_classes, max_iter, tolerance, cancel):
