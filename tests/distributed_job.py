@@ -6,8 +6,8 @@
 `equal`: patterns (with norms), syntax, probe, importance (both methods, and for a probe's loss on TINY_A),
 geometry, and compare (of two tiny random models saved by the test, TINY_A and TINY_B) through the public API, rank 0 saving the results for the test
 to hold against one process. `fail`: `bertscope patterns -o OUT.json`
-through the command line, with rank 1 running out of memory at its third batch. `cached_probe OUT.json CACHE TINY`:
-`bertscope probe` with the feature cache CACHE.
+through the command line, with rank 1 running out of memory at its third batch. `cached_probe OUT.json CACHE TINY DATA`:
+`bertscope probe` on DATA with the feature cache CACHE.
 """
 
 import pickle
@@ -82,18 +82,16 @@ def fail(out: str, *_) -> None:
     main(["patterns", "--batch-size", "4", "--limit", "40", "--json", "-o", out])
 
 
-def cached_probe(out: str, cache_dir: str, tiny: str) -> None:
+def cached_probe(out: str, cache_dir: str, tiny: str, data: str) -> None:
     """`bertscope probe` through the command line with the feature cache `cache_dir`."""
     from bertscope.cli import main
 
-    main([*cached_probe_arguments(cache_dir, tiny), "-o", out])
+    main([*cached_probe_arguments(cache_dir, tiny, data), "-o", out])
 
 
-def cached_probe_arguments(cache_dir: str, tiny: str) -> list[str]:
-    from bertscope.core.data.corpus import sample_corpus
-
-    return ["probe", "--task", "upos", "--data", str(sample_corpus("conllu")), "--limit", "40", "--no-random-baseline",
-            "--cache-dir", cache_dir, "-m", tiny, "--json"]
+def cached_probe_arguments(cache_dir: str, tiny: str, data: str) -> list[str]:
+    return ["probe", "--task", "upos", "--data", data, "--limit", "40", "--no-random-baseline", "--cache-dir", cache_dir,
+            "-m", tiny, "--json"]
 
 
 if __name__ == "__main__":

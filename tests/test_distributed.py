@@ -173,9 +173,10 @@ def test_a_rank_that_runs_out_of_memory_stops_the_job_with_one_line(tmp_path):
 def test_ranks_and_one_process_share_the_feature_cache(tmp_path, tiny_bert_dir):
     """Rank 0 writes the whole corpus's features under one process's key: a later single process finds them all
     (and so needs neither transformers nor the weights), with the same report."""
-    cache, out = tmp_path / "cache", tmp_path / "ranks.json"
-    launched = torchrun("cached_probe", out, cache, tiny_bert_dir)
+    cache, out, data = tmp_path / "cache", tmp_path / "ranks.json", sample_corpus("conllu")  # one path for both runs
+    launched = torchrun("cached_probe", out, cache, tiny_bert_dir, data)
     assert launched.returncode == 0, launched.stderr[-3000:]
-    status, errors = command_in_a_new_process([*cached_probe_arguments(str(cache), str(tiny_bert_dir)), "-o", str(tmp_path / "one.json")])
+    arguments = cached_probe_arguments(str(cache), str(tiny_bert_dir), str(data))
+    status, errors = command_in_a_new_process([*arguments, "-o", str(tmp_path / "one.json")])
     assert status == ["0", "False"], errors
     assert (tmp_path / "one.json").read_text() == out.read_text()
