@@ -277,9 +277,9 @@ def test_feature_extraction_tokenises_a_chunk_at_a_time_and_keeps_no_batch(tiny_
 def test_probe_training_runs_on_the_corpus_heap(tiny_session, monkeypatch):
     """A probe's fit streams blocks of rows and their float64 sums through malloc: on the heap that
     interactive passes keep, each block's temporaries left freed holes and the heap grew with the
-    number of blocks (EWT, 8,000 sentences: +107 MB). Training must run with corpus jobs' heap
-    setting (blocks of 1 MB and more mapped and handed back), after the feature passes' freed
-    memory is trimmed, and give the interactive setting back when done."""
+    number of blocks (EWT, 8,000 sentences: +107 MB). Training must run with blocks of
+    FITTING_THRESHOLD and more mapped and handed back, after the feature passes' freed memory
+    is trimmed, and give the interactive setting back when done."""
     from bertscope.core.analyses import probes, probing
     from bertscope.core.model import allocator
 
@@ -291,7 +291,7 @@ def test_probe_training_runs_on_the_corpus_heap(tiny_session, monkeypatch):
     train_probes = probes.train_probes
 
     def watched(*args, **options):
-        streaming_while_fitting.append(allocator._streaming > 0 and calls[-1] == (allocator.M_MMAP_THRESHOLD, allocator.STREAMING_THRESHOLD))
+        streaming_while_fitting.append(allocator._streaming > 0 and calls[-1] == (allocator.M_MMAP_THRESHOLD, allocator.FITTING_THRESHOLD))
         return train_probes(*args, **options)
 
     monkeypatch.setattr(probes, "train_probes", watched)

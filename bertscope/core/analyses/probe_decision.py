@@ -35,7 +35,7 @@ from bertscope.core.data.cache import default_cache_dir
 from bertscope.core.data.corpus import Sentence, read_sentences
 from bertscope.core.data.files import atomic_write
 from bertscope.core.errors import InputError
-from bertscope.core.model.allocator import corpus_heap, release_freed_memory
+from bertscope.core.model.allocator import FITTING_THRESHOLD, corpus_heap, release_freed_memory
 from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def decision_probe(
         yield Progress("training the probe", total, total)
         release_freed_memory()  # what the feature passes freed (core.model.allocator)
         try:
-            with corpus_heap():  # the fit's per-block temporaries mapped and handed back, not heap holes (issue 15)
+            with corpus_heap(FITTING_THRESHOLD):  # the fit's large blocks mapped and handed back, not heap holes (issue 15)
                 trained = probes.train_probes(
                     encoded.rows("train", features["train"]), y_train, encoded.rows("dev", features["dev"]), y_dev,
                     num_classes=len(classes), device=str(session.device), cancel=cancel,

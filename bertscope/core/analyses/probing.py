@@ -30,7 +30,7 @@ from bertscope.core.analyses.probing_results import ProbeReport
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, WORD_TASKS
 from bertscope.core.errors import InputError
-from bertscope.core.model.allocator import corpus_heap, release_freed_memory
+from bertscope.core.model.allocator import FITTING_THRESHOLD, corpus_heap, release_freed_memory
 from bertscope.core.model.deferred import DeferredSession
 from bertscope.core.progress import Progress, relay
 
@@ -243,10 +243,11 @@ def run_probe(
     if distributed.is_main():  # under torchrun, rank 0 holds every row (extract_sharded) and trains the probes, once
         release_freed_memory()  # what the feature passes freed (core.model.allocator)
         try:
-            # Training streams blocks of FIT_BLOCK rows (and their float64 sums) through the heap: served by mmap
+            # Training streams blocks of FIT_BLOCK rows (and their float64 sums) through memory: served by mmap
             # like a corpus job's batches, they are handed back when freed instead of growing the heap with the
-            # number of blocks (issue 15: +107 MB of freed-but-kept heap at 8,000 EWT sentences without it).
-            with corpus_heap():
+            # number of blocks (issue 15: +107 MB of freed-but-kept heap at 8,000 EWT sentences without it); an
+            # evaluation's smaller temporaries, the same few sizes every time, stay on the heap (FITTING_THRESHOLD).
+            with corpus_heap(FITTING_THRESHOLD):
                 report = _report(task, splits, features, level, kind, control, random_baseline, min_examples, device, seed,
                                  cancel)
         except (probes.Cancelled, structural.Cancelled):
