@@ -76,9 +76,9 @@ class SessionBackend:
             cancel=cancel, tell=tell))
 
     def attention_patterns(self, sentences: Iterable[Sentence], *, mask: HeadMask | None = None, ablation: Ablation = "zero",
-                           cancel: threading.Event | None = None) -> Iterator:
+                           norms: bool = False, cancel: threading.Event | None = None) -> Iterator:
         return with_notes(lambda tell: api.patterns_steps(self.session, chosen(sentences), mask=mask, ablation=ablation,
-                                                          cancel=cancel, tell=tell))
+                                                          norms=norms, cancel=cancel, tell=tell))
 
     def syntax_heads(self, sentences: Iterable[Sentence], *, mask: HeadMask | None = None, ablation: Ablation = "zero",
                      cancel: threading.Event | None = None) -> Iterator:

@@ -15,6 +15,7 @@ import numpy as np
 from bertscope.core.errors import InputError
 from bertscope.core.model.masks import HeadMask
 from bertscope.core.model.results import (
+    NORM_SHARES,
     PATTERNS,
     STATISTICS,
     Encoding,
@@ -97,14 +98,16 @@ class FakeBackend:
             norms=(weights * value_norms).astype(np.float32) if norms else None,
         )
 
-    def attention_patterns(self, sentences, *, mask=None, ablation="zero", cancel=None):
-        """Known statistics: head (l, h) is always of class (l + h) % 5; a batch of 2 per step."""
+    def attention_patterns(self, sentences, *, mask=None, ablation="zero", norms=False, cancel=None):
+        """Known statistics: head (l, h) is always of class (l + h) % 5; a batch of 2 per step; norm shares 0.05 × (i + 1)."""
         done = 0
         shares = np.zeros((LAYERS, HEADS, len(PATTERNS)))
         for layer in range(LAYERS):
             for head in range(HEADS):
                 shares[layer, head, (layer + head) % len(PATTERNS)] = 1.0
         statistics = {name: np.full((LAYERS, HEADS), 0.1 * (i + 1), dtype=np.float32) for i, name in enumerate(STATISTICS)}
+        if norms:
+            statistics |= {f"norm_{name}": np.full((LAYERS, HEADS), 0.05 * (i + 1), dtype=np.float32) for i, name in enumerate(NORM_SHARES)}
         batch_sentences = []
 
         def progress(final=False):

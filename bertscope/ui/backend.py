@@ -79,9 +79,10 @@ class Backend(Protocol):
         *,
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
+        norms: bool = False,
         cancel: threading.Event | None = None,
     ) -> Iterator[Progress[PatternResult]]:
-        """Each item's `partial` holds the statistics so far."""
+        """Each item's `partial` holds the statistics so far; `norms` adds the shares of value-weighted norms."""
         ...
 
     def syntax_heads(

@@ -6,7 +6,9 @@ punctuation (Clark et al., Fig. 1). A CoNLL-U corpus also gives the heads that t
 dependency relations (Clark et al. §4): a table of the best head per relation against the
 fixed-offset baseline, and a shading of the grid by one relation (`y` the next, `Y` the
 direction). The corpus streams through the model in a worker with
-live progress and can be cancelled; Enter opens the selected head in the explorer.
+live progress and can be cancelled; Enter opens the selected head in the explorer. The same
+passes take the shares of value-weighted norms ‖αf‖ (Kobayashi et al.), which `n` shows in
+place of the weights' (1.05× the cost of the weights alone, benchmarks/norms.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from textual.widgets import Footer, Input, ProgressBar, Static
 from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
 from bertscope.core.data.corpus import ReadReport, detect_format, read_sentences, sample_corpus
 from bertscope.core.model.masks import Ablation, HeadMask
-from bertscope.core.model.results import PATTERNS, STATISTICS, PatternResult
+from bertscope.core.model.results import NORM_SHARES, PATTERNS, STATISTICS, PatternResult
 from bertscope.core.progress import Progress
 from bertscope.render.patterns import PATTERN_LETTERS, layer_bars, layer_pattern_table
 from bertscope.render.syntax import syntax_table
@@ -115,6 +117,7 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         Binding("escape", "back", "back / cancel"),
         Binding("enter", "open_head", "open head"),
         Binding("f", "next_shading", "shading"),
+        Binding("n", "toggle_norms", "weights/norms"),
         Binding("r", "run", "run again"),
         Binding("y", "syntax_relation", "relation", show=False),
         Binding("Y", "syntax_direction", "direction", show=False),
@@ -144,6 +147,7 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         self.colormap, self.glyphs = colormap, glyphs
         self.selected = selected
         self.shading = "pattern"
+        self.norms = False  # the shares of value-weighted norms ‖αf‖ (Kobayashi et al.) instead of the weights
         self.result: PatternResult | None = None
         self.job = JobRun(self, self.patterns_stepped, name="patterns", on_failed=self.patterns_failed)
         self.syntax: SyntaxResult | None = None  # heads that track syntax, for a CoNLL-U corpus
@@ -204,7 +208,7 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
 
         def job(cancel):
             sentences = read_sentences(path, report=report)  # read as the run goes
-            return self.backend.attention_patterns(sentences, mask=self.mask, ablation=self.ablation, cancel=cancel)
+            return self.backend.attention_patterns(sentences, mask=self.mask, ablation=self.ablation, norms=True, cancel=cancel)
 
         self.job.start(job)
         self._run_syntax(path)
@@ -269,21 +273,23 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
             values, value_range, label = syntax_overlay(self.syntax, self.relation, self.direction)
             grid.show(values, value_range, label, HeadMask.none(*values.shape), self.selected)
         else:
-            values = result.statistics[self.shading]
+            values = result.statistics[self._shown(self.shading)]
             high = 1.0 if self.shading not in ("entropy", "distance") else max(float(values.max()), 1e-6)
-            grid.show(values, (0.0, high), STATISTIC_NAMES[self.shading], HeadMask.none(*values.shape), self.selected)
+            grid.show(values, (0.0, high), self._label(self.shading), HeadMask.none(*values.shape), self.selected)
         layer, head = self.selected
         items = [f"{name} {share:.0%}" for name, share in zip(PATTERNS, result.pattern_shares[layer, head]) if share > 0]
-        items += [f"{name} {result.statistics[name][layer, head]:.2f}" for name in STATISTICS]
+        items += [f"{'‖αf‖ ' * (self._shown(name) != name)}{name} {result.statistics[self._shown(name)][layer, head]:.2f}"
+                  for name in STATISTICS]
         if self.syntax is not None and self.relation is not None:
             items.append(f"{syntax_label(self.relation, self.direction)} {self.syntax.accuracy(self.relation, self.direction)[layer, head]:.0%}")
         width = self.query_one("#head-details").content_size.width or 36
         details = Text.assemble((f"head {layer}:{head}", "bold"), "\n", packed(items, width))
         self.query_one("#head-details", Static).update(details)
         # three bars and their numbers side by side; where the bars would be too short, the numbers alone
-        layers = {name: result.layer_statistics(name) for name in ("cls", "sep", "punct")}
+        layers = {name: result.layer_statistics(self._shown(name)) for name in ("cls", "sep", "punct")}
+        title = "‖αf‖ (value-weighted norms) per layer" if self._showing_norms else "attention per layer"
         bar_width = min(6, (self.query_one("#charts").content_size.width - 31) // 3)
-        per_layer = layer_bars(layers, "attention per layer", width=bar_width) if bar_width >= 5 else layer_numbers(layers)
+        per_layer = layer_bars(layers, title, width=bar_width) if bar_width >= 5 else layer_numbers(layers)
         charts = [
             per_layer,
             Text(),
@@ -295,6 +301,18 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
             charts += [Text(), Text(f"heads that track syntax (Clark et al.){done}", style="bold"),
                        syntax_table(self.syntax.rows(relations, SYNTAX_MIN_COUNT), min_count=SYNTAX_MIN_COUNT, short=True)]
         self.query_one("#charts-content", Static).update(Group(*charts))
+
+    @property
+    def _showing_norms(self) -> bool:
+        return self.norms and self.result is not None and self.result.has_norms
+
+    def _shown(self, statistic: str) -> str:
+        """The statistic drawn for `statistic`: its share of norm in norms mode, where it has one."""
+        return f"norm_{statistic}" if self._showing_norms and statistic in NORM_SHARES else statistic
+
+    def _label(self, statistic: str) -> str:
+        name = STATISTIC_NAMES[statistic]
+        return name.replace("attn", "‖αf‖", 1) if self._shown(statistic) != statistic else name
 
     def on_resize(self) -> None:
         self._draw()
@@ -317,6 +335,15 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
 
     def on_head_grid_layer_toggled(self, message: HeadGrid.LayerToggled) -> None:
         message.stop()
+
+    def action_toggle_norms(self) -> None:
+        """`n`: the shares of value-weighted norms ‖αf‖ instead of the weights (grid, head, per layer), and back."""
+        if self.result is not None and not self.result.has_norms:
+            self.notify("this run was kept from before bertscope took norms in the overview; r runs it again", severity="warning")
+            return
+        self.norms = not self.norms
+        self.query_one(PatternGrid).border_title = "heads over the corpus" + (" · ‖αf‖ norms" if self.norms else "")
+        self._draw()
 
     def action_next_shading(self) -> None:
         shadings = SHADINGS + ((SYNTAX_FIGURE,) if self.syntax is not None and self.relation is not None else ())
@@ -351,17 +378,18 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         save_screen(self.app, "overview", self.table(), ".csv")
 
     def table(self) -> str | None:
-        """The per-head table: dominant pattern, the share of each pattern, every statistic."""
+        """The per-head table: dominant pattern, the share of each pattern, every statistic (the shares of norm too)."""
         result = self.result
         if result is None:
             return None
-        header = ["layer", "head", "pattern", *(f"share_{name}" for name in PATTERNS), *STATISTICS]
+        statistics = [*STATISTICS, *(f"norm_{name}" for name in NORM_SHARES)] if result.has_norms else list(STATISTICS)
+        header = ["layer", "head", "pattern", *(f"share_{name}" for name in PATTERNS), *statistics]
         rows = []
         for layer, head in np.ndindex(*result.dominant.shape):
             rows.append([
                 layer, head, PATTERNS[result.dominant[layer, head]],
                 *(float(share) for share in result.pattern_shares[layer, head]),
-                *(float(result.statistics[name][layer, head]) for name in STATISTICS),
+                *(float(result.statistics[name][layer, head]) for name in statistics),
             ])
         return csv_text(header, rows)
 
