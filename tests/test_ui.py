@@ -40,6 +40,21 @@ async def settle(pilot) -> None:
         await pilot.pause()
 
 
+async def overview_of(pilot, corpus=None):
+    """`o`, and the overview's run over `corpus` (a path; None: the sample corpus it starts on) to its end."""
+    from bertscope.ui.overview import OverviewScreen
+
+    await pilot.press("o")
+    await pilot.pause()
+    screen = pilot.app.screen
+    assert isinstance(screen, OverviewScreen)
+    if corpus is not None:
+        screen.query_one("#corpus").value = str(corpus)
+        await screen.query_one("#corpus").action_submit()
+    await settle(pilot)
+    return screen
+
+
 def run(app: ExplorerApp, steps, size=(100, 30)):
     async def go():
         async with app.run_test(size=size) as pilot:
@@ -437,13 +452,7 @@ def test_overview_runs_over_a_corpus_and_opens_a_head(tmp_path):
     app = make_app()
 
     async def steps(pilot):
-        await pilot.press("o")
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, OverviewScreen)
-        screen.query_one("#corpus").value = str(corpus)
-        await screen.query_one("#corpus").action_submit()
-        await settle(pilot)
+        screen = await overview_of(pilot, corpus)
         assert screen.result.sentences == 7 and not screen.running
         assert "7 sentences · done" in str(screen.query_one("#progress-text").content)
         grid = screen.query_one(PatternGrid)

@@ -72,21 +72,15 @@ def test_export_in_norms_mode_writes_the_norms(tmp_path):
 def test_n_in_the_overview_shows_the_shares_of_norm(tmp_path):
     """The overview takes the norms in the same passes; `n` shades the grid, fills the head's details and draws the
     per-layer chart from the shares of ‖αf‖ instead of the weights, and back."""
-    from bertscope.ui.overview import OverviewScreen, PatternGrid
-    from tests.test_ui import settle
+    from bertscope.ui.overview import PatternGrid
+    from tests.test_ui import overview_of
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(f"sentence number {i}" for i in range(6)))
     app = make_app()
 
     async def steps(pilot):
-        await pilot.press("o")
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, OverviewScreen)
-        screen.query_one("#corpus").value = str(corpus)
-        await screen.query_one("#corpus").action_submit()
-        await settle(pilot)
+        screen = await overview_of(pilot, corpus)
         assert screen.result.has_norms
         header, first = screen.table().splitlines()[:2]  # what `e` exports: the shares of norm beside the weights'
         assert header.endswith("norm_prev,norm_next") and first.endswith(",0.050000,0.100000,0.150000,0.200000,0.250000,0.300000")

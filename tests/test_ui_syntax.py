@@ -5,7 +5,7 @@ from __future__ import annotations
 from bertscope.core.analyses.headstats import FIGURES
 from bertscope.ui.syntax import SyntaxPanel
 from bertscope.ui.widgets.head_grid import HeadGrid
-from tests.test_ui import make_app, rendered, run, settle
+from tests.test_ui import make_app, overview_of, rendered, run, settle
 
 
 def test_the_f_cycle_reaches_the_syntax_figure_and_shades_heads_by_accuracy():
@@ -67,16 +67,12 @@ def test_the_figure_follows_the_mask():
 
 def test_the_overview_of_a_treebank_tables_and_shades_heads_that_track_syntax():
     from bertscope.core.data.corpus import sample_corpus
-    from bertscope.ui.overview import OverviewScreen, PatternGrid
+    from bertscope.ui.overview import PatternGrid
 
     app = make_app()
 
     async def steps(pilot):
-        await pilot.press("o")
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, OverviewScreen)
-        await settle(pilot)
+        screen = await overview_of(pilot)
         assert screen.syntax is None  # the sample text corpus has no trees
         await pilot.press("y")
         assert screen.shading == "pattern"  # and a notification says what to give
