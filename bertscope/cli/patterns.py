@@ -52,7 +52,7 @@ def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, no
     mask = head_mask(mask_spec, model.shape())
     session = model.open()
     from bertscope import api
-    from bertscope.core.analyses.patterns import NORM_SHARES, PATTERNS, STATISTICS
+    from bertscope.core.analyses.patterns import PATTERNS
 
     with api_call("attention statistics") as progress:
         result = api.patterns(session, api.Corpus(sentences, source, report), mask=mask, ablation=ablation,
@@ -63,7 +63,7 @@ def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, no
         print_json(payload)
         return
     if output_format == "csv":
-        statistics = [*STATISTICS, *(f"norm_{name}" for name in NORM_SHARES)] if norms else STATISTICS
+        statistics = result.statistic_names
         header = ["layer", "head", "pattern", *(f"share_{name}" for name in PATTERNS), *statistics]
         rows = (
             [layer, head, PATTERNS[result.dominant[layer, head]]]

@@ -382,7 +382,7 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         result = self.result
         if result is None:
             return None
-        statistics = [*STATISTICS, *(f"norm_{name}" for name in NORM_SHARES)] if result.has_norms else list(STATISTICS)
+        statistics = result.statistic_names
         header = ["layer", "head", "pattern", *(f"share_{name}" for name in PATTERNS), *statistics]
         rows = []
         for layer, head in np.ndindex(*result.dominant.shape):

@@ -131,6 +131,11 @@ class PatternResult:
     def has_norms(self) -> bool:
         return all(f"norm_{name}" in self.statistics for name in NORM_SHARES)
 
+    @property
+    def statistic_names(self) -> list[str]:
+        """Every statistic it holds, in the order tables list them: STATISTICS, then the shares of norm if taken."""
+        return [*STATISTICS, *(f"norm_{name}" for name in NORM_SHARES)] if self.has_norms else list(STATISTICS)
+
     def layer_statistics(self, name: str) -> np.ndarray:
         return self.statistics[name].mean(-1)
 
@@ -140,7 +145,7 @@ class PatternResult:
     def as_json(self, model: str) -> dict:
         heads = []
         num_layers, num_heads = self.pattern_shares.shape[:2]
-        names = [*STATISTICS, *(f"norm_{name}" for name in NORM_SHARES)] if self.has_norms else STATISTICS
+        names = self.statistic_names
         per_layer = ("cls", "sep", "punct")
         if self.has_norms:
             per_layer = (*NORM_SHARES, *(f"norm_{name}" for name in NORM_SHARES))
