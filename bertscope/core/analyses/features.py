@@ -144,12 +144,16 @@ def _directory(cache_dir: str | Path | None) -> Path:
     return Path(cache_dir) if cache_dir is not None else default_cache_dir()
 
 
+def _entry(model: Session | DeferredSession, directory: Path, data: str, options: FeatureOptions) -> Path:
+    """The cache entry `model` names for the data (.npy: the layer-major features; .npz: which word each row is)."""
+    return directory / f"features-{cache_key(model.fingerprint, data, options, model.max_length)}"
+
+
 def _lookup(model: Session | DeferredSession, directory: Path, data: str, options: FeatureOptions) -> tuple[Path | None, Features | None]:
-    """The cache entry `model` names for the data (.npy: the layer-major features; .npz: which word each row is),
-    and its features if the cache holds them. No path where the model's maximum length is not known yet."""
+    """`_entry` and its features if the cache holds them; neither where the model's maximum length is not known yet."""
     if model.max_length is None:
         return None, None
-    path = directory / f"features-{cache_key(model.fingerprint, data, options, model.max_length)}"
+    path = _entry(model, directory, data, options)
     return path, _load(path, model)
 
 
@@ -435,6 +439,6 @@ def extract_sharded(session: Session | DeferredSession, sentences: Sequence[Sent
     features = Features(X=by_layer.transpose(1, 0, 2), sentence_index=sentence_index[order], word_index=word_index[order],
                         truncated_words=sum(piece[3] for piece in parts))
     if cache_dir is not False:
-        path, _ = _lookup(session.ready(), directory, data, options)  # the loaded model's own key, as one process writes it
-        _finish_in_background(path, features, None)
+        # the loaded model's own key, as one process writes it
+        _finish_in_background(_entry(session.ready(), directory, data, options), features, None)
     yield Progress("features", len(sentences), len(sentences), features)
