@@ -83,6 +83,3 @@ class DeferredSession:
         if self._session is None:
             self._session = self._load()
         return self._session
-
-    def random_copy(self, seed: int = 0) -> DeferredSession:
-        return DeferredSession.random_copy_of(self, seed)
