@@ -1,7 +1,8 @@
 """Every corpus job on one device and in one precision, against a bare forward there (issue 19's single-GPU figures).
 
     python benchmarks/device_jobs.py --conllu TREEBANK.conllu [--sentences 2000] [--small 200] [--device cuda]
-                                     [--dtype float32|bfloat16] [--jobs patterns,norms,...] [--mlm-model DIR] [-o FILE.json]
+                                     [--dtype float32|bfloat16] [--jobs patterns,norms,...] [--mlm-model DIR | --random-mlm]
+                                     [-o FILE.json]
 
 Written so that one call on a lent GPU (whose time is short) takes every figure: run it once per dtype.
 The corpus is the first --sentences sentences of a CoNLL-U treebank: their text for the jobs that read text,
@@ -16,7 +17,9 @@ jobs. Each job runs through the public API on a session loaded in that device an
 - `probe`: UPOS, cold (an empty cache, until its entries are on disk), warm without baselines, warm with the
   control task and the random-init baseline (their features cached by an untimed run first);
 - `cloze` with --mlm-model DIR (a model with its MLM head): each sentence's first one-token noun masked,
-  against a bare forward of that model over the queries.
+  against a bare forward of that model over the queries. With --random-mlm instead, where no MLM weights are at
+  hand (the bundled model has no MLM head): a seeded random-init BertForMaskedLM of the model's configuration and
+  tokenizer, saved to a temporary directory. The same architecture runs at the same speed; its guesses mean nothing.
 Prints JSON; exit status 0 whatever the numbers.
 """
 
@@ -38,6 +41,7 @@ def main() -> None:
     parser.add_argument("--conllu", required=True)
     parser.add_argument("--model", default=None)
     parser.add_argument("--mlm-model", default=None)
+    parser.add_argument("--random-mlm", action="store_true")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--sentences", type=int, default=2000)
@@ -103,6 +107,10 @@ def main() -> None:
     cloze = None
     if "cloze" in jobs and args.mlm_model:
         cloze = cloze_timings(args.mlm_model, args.device, args.dtype, treebank)
+    elif "cloze" in jobs and args.random_mlm:
+        with tempfile.TemporaryDirectory() as directory:
+            cloze = cloze_timings(random_mlm(model, directory), args.device, args.dtype, treebank)
+            cloze["model"] = "random-init BertForMaskedLM of the model's configuration"
     bare_s, small_bare_s = min(unit.time(), *unit.runs), min(small_unit.time(), *small_unit.runs)
     for entry in timings.values():
         entry["ratio"] = round(entry["seconds"] / (small_bare_s if entry["unit"] == "small" else bare_s), 3)
@@ -125,7 +133,8 @@ def main() -> None:
         "jobs": timings,
         "cloze": cloze,
     }
-    table = " · ".join(f"{name} {entry['ratio']}x" for name, entry in timings.items())
+    table = " · ".join([f"{name} {entry['ratio']}x" for name, entry in timings.items()]
+                       + ([f"cloze {cloze['ratio']}x"] if cloze else []))
     emit(result, args.output, f"device_jobs on {result['device']} ({args.dtype}), bare forward {bare_s:.2f}s: {table}")
 
 
@@ -160,6 +169,17 @@ class Bare:
         synchronise(self.session.device)
         self.runs.append(time.perf_counter() - started)
         return self.runs[-1]
+
+
+def random_mlm(session, directory: str) -> str:
+    """A seeded random-init BertForMaskedLM with `session`'s configuration and tokenizer, saved in `directory`."""
+    import torch
+    from transformers import AutoConfig, AutoTokenizer, BertForMaskedLM
+
+    torch.manual_seed(0)
+    BertForMaskedLM(AutoConfig.from_pretrained(session.loaded.directory)).save_pretrained(directory)
+    AutoTokenizer.from_pretrained(session.loaded.directory).save_pretrained(directory)
+    return directory
 
 
 def cloze_timings(mlm_model: str, device: str, dtype: str, treebank) -> dict:

@@ -7,7 +7,8 @@
 geometry, and compare (of two tiny random models saved by the test, TINY_A and TINY_B) through the public API, rank 0 saving the results for the test
 to hold against one process. `fail`: `bertscope patterns -o OUT.json`
 through the command line, with rank 1 running out of memory at its third batch. `cached_probe OUT.json CACHE TINY DATA`:
-`bertscope probe` on DATA with the feature cache CACHE.
+`bertscope probe` on DATA with the feature cache CACHE. `on_gpu OUT.pkl TINY`: patterns (with norms) on the
+device torchrun's environment chooses, saved with that device and the backend of the process group (None for one rank).
 """
 
 import pickle
@@ -79,7 +80,18 @@ def fail(out: str, *_) -> None:
             return original(*args, **kwargs)
 
         patterns._add_batch = running_out
-    main(["patterns", "--batch-size", "4", "--limit", "40", "--json", "-o", out])
+    main(["patterns", "--device", "cpu", "--batch-size", "4", "--limit", "40", "--json", "-o", out])
+
+
+def on_gpu(out: str, tiny: str) -> None:
+    import bertscope
+
+    model = bertscope.load(tiny)
+    result = {"device": str(model.device), "backend": distributed._state.get("backend"),
+              "patterns": bertscope.patterns(model, limit=PATTERN_SENTENCES, norms=True)}
+    if distributed.is_main():
+        with open(out, "wb") as handle:
+            pickle.dump(result, handle)
 
 
 def cached_probe(out: str, cache_dir: str, tiny: str, data: str) -> None:
@@ -91,8 +103,8 @@ def cached_probe(out: str, cache_dir: str, tiny: str, data: str) -> None:
 
 def cached_probe_arguments(cache_dir: str, tiny: str, data: str) -> list[str]:
     return ["probe", "--task", "upos", "--data", data, "--limit", "40", "--no-random-baseline", "--cache-dir", cache_dir,
-            "-m", tiny, "--json"]
+            "-m", tiny, "--device", "cpu", "--json"]
 
 
 if __name__ == "__main__":
-    {"equal": equal, "fail": fail, "cached_probe": cached_probe}[sys.argv[1]](*sys.argv[2:])
+    {"equal": equal, "fail": fail, "cached_probe": cached_probe, "on_gpu": on_gpu}[sys.argv[1]](*sys.argv[2:])

@@ -98,6 +98,24 @@ def test_progress_adds_the_ranks_at_rank_0s_stage_only(monkeypatch):
     ]
 
 
+def test_a_rank_without_a_gpu_of_its_own_says_so_itself(monkeypatch, capsys):
+    """Launched with more ranks than GPUs: rank 1 finds no cuda:1 before any group exists, so rank 1 (not rank 0,
+    which never hears of it) prints the one line, and exits with status 2 before loading anything."""
+    import torch
+
+    from bertscope.cli import main
+
+    for name, value in {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(SystemExit) as stop:
+        main(["patterns", "--limit", "2", "--json"])
+    assert stop.value.code == 2 and not distributed.started()
+    assert capsys.readouterr().err.splitlines() == [
+        "bertscope: error: rank 1 would use cuda:1, but this machine has 1 GPU; launch at most --nproc-per-node 1, or add --device cpu"]
+
+
 def test_patterns_over_two_ranks_equal_one_process(two_ranks, model):
     assert two_ranks["world"] == 2
     one, two = bertscope.patterns(model, limit=24, norms=True), two_ranks["patterns"]

@@ -62,7 +62,7 @@ class BertscopeGroup(click.Group):
                 click.echo(f"bertscope: error: {error}", err=True)
             ctx.exit(error.status)
         except BertscopeError as error:
-            if here.main:
+            if here.main or isinstance(error, distributed.RankSetupFailed):
                 prefix = f"rank {here.rank}: " if distributed.started() else ""  # before the group starts, every rank sees the same
                 click.echo(f"bertscope: error: {prefix}{error_line(error)}", err=True)
             ctx.exit(EXIT_BAD_INPUT)

@@ -68,6 +68,10 @@ class RankFailed(BertscopeError):
         self.status = status
 
 
+class RankSetupFailed(BertscopeError):
+    """This rank alone could not join (no GPU for it): before the group exists rank 0 cannot say so, so this rank does."""
+
+
 def world() -> World:
     """The distributed environment torchrun sets, or a world of one."""
     try:
@@ -115,7 +119,11 @@ def start(device: str = "auto") -> str:
         raise BertscopeError("WORLD_SIZE is set but MASTER_ADDR/MASTER_PORT are not; launch with torchrun")
     backend = "nccl" if device.startswith("cuda") else "gloo"
     if backend == "nccl":
-        torch.cuda.set_device(torch.device(device))
+        chosen, count = torch.device(device), torch.cuda.device_count()
+        if chosen.index is not None and chosen.index >= count:
+            raise RankSetupFailed(f"rank {here.rank} would use {device}, but this machine has {count} GPU{'s' if count != 1 else ''}; "
+                                 f"launch at most --nproc-per-node {count}, or add --device cpu")
+        torch.cuda.set_device(chosen)
     timeout = datetime.timedelta(seconds=float(os.environ.get("BERTSCOPE_COLLECTIVE_TIMEOUT", COLLECTIVE_TIMEOUT_S)))
     if not dist.is_initialized():
         dist.init_process_group(backend, timeout=timeout)

@@ -1,0 +1,206 @@
+"""Every analysis on a CUDA GPU gives the CPU's numbers: skipped on machines without one (CI), run on a lent GPU.
+
+A tiny random BERT (and its MLM twin) loaded on the CPU and on `cuda`, in float32: the same JSON to
+float32 rounding, counts and classes the same. bfloat16 on the GPU: close to float32, the same
+verdicts. The command line and torchrun choose the GPU by themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+
+import bertscope  # noqa: E402
+from bertscope.api import probe_sentences  # noqa: E402
+from bertscope.core.data.corpus import sample_corpus  # noqa: E402
+from tests.distributed_job import PATTERN_SENTENCES  # noqa: E402
+
+JOB = Path(__file__).with_name("distributed_job.py")
+
+TEXTS = ["The keys to the cabinet are on the table.", "Dogs bark at night, loudly.", "A bird sang in the old tree."]
+
+
+def assert_same_numbers(gpu, cpu, rtol=1e-4, atol=1e-5, where="result"):
+    """Two JSON-like results equal: numbers to a tolerance, everything else exactly (the device's name aside)."""
+    if isinstance(cpu, dict):
+        assert set(gpu) == set(cpu), where
+        for key in cpu:
+            if key != "device":
+                assert_same_numbers(gpu[key], cpu[key], rtol, atol, f"{where}.{key}")
+    elif isinstance(cpu, (list, tuple)):
+        assert len(gpu) == len(cpu), where
+        for index, (a, b) in enumerate(zip(gpu, cpu)):
+            assert_same_numbers(a, b, rtol, atol, f"{where}[{index}]")
+    elif isinstance(cpu, float) or isinstance(gpu, float):
+        np.testing.assert_allclose(gpu, cpu, rtol=rtol, atol=atol, err_msg=where)
+    elif isinstance(cpu, np.ndarray):
+        np.testing.assert_allclose(gpu, cpu, rtol=rtol, atol=atol, err_msg=where)
+    else:
+        assert gpu == cpu, where
+
+
+@pytest.fixture(scope="module")
+def cpu(tiny_bert_dir):
+    return bertscope.load(str(tiny_bert_dir), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def gpu(tiny_bert_dir):
+    return bertscope.load(str(tiny_bert_dir), device="cuda")
+
+
+@pytest.fixture(scope="module")
+def gpu_bf16(tiny_bert_dir):
+    return bertscope.load(str(tiny_bert_dir), device="cuda", dtype="bfloat16")
+
+
+def test_the_session_is_on_the_gpu(gpu, gpu_bf16):
+    assert gpu.device.type == "cuda" and gpu_bf16.device.type == "cuda"
+    assert next(gpu.model.parameters()).is_cuda
+    assert next(gpu_bf16.model.parameters()).dtype == torch.bfloat16
+
+
+def test_a_forward_gives_the_cpus_attentions_and_states(gpu, cpu):
+    on_gpu, on_cpu = gpu.forward(TEXTS[0], attentions=True), cpu.forward(TEXTS[0], attentions=True)
+    assert on_gpu.encoding.tokens == on_cpu.encoding.tokens
+    np.testing.assert_allclose(on_gpu.attentions, on_cpu.attentions, atol=1e-5)
+    np.testing.assert_allclose(on_gpu.hidden_states, on_cpu.hidden_states, rtol=1e-4, atol=1e-4)
+
+
+def test_patterns_with_norms(gpu, cpu):
+    one, other = bertscope.patterns(gpu, limit=40, norms=True), bertscope.patterns(cpu, limit=40, norms=True)
+    assert (one.sentences, one.tokens) == (other.sentences, other.tokens)
+    for name, values in other.statistics.items():
+        np.testing.assert_allclose(one.statistics[name], values, rtol=1e-4, atol=1e-5, err_msg=name)
+    np.testing.assert_array_equal(one.dominant, other.dominant)
+
+
+def test_syntax(gpu, cpu):
+    assert bertscope.api.syntax(gpu, limit=40).rows() == bertscope.api.syntax(cpu, limit=40).rows()
+
+
+def test_probe_features_and_report(gpu, cpu):
+    train, _, _, _, _ = probe_sentences("upos", str(sample_corpus("conllu")), None, None, limit=80)
+    one = bertscope.api.probe_on(gpu, "upos", train, control=False, random_baseline=False, cache_dir=False)
+    other = bertscope.api.probe_on(cpu, "upos", train, control=False, random_baseline=False, cache_dir=False)
+    # A probe fitted on features that differ by float32 rounding: accuracies within one test word.
+    words = other.as_json()["test_words"] if "test_words" in other.as_json() else 200
+    for mine, theirs in zip(one.layers, other.layers):
+        assert mine["layer"] == theirs["layer"]
+        assert abs(mine["accuracy"] - theirs["accuracy"]) <= 1.0 / words + 1e-9
+
+
+@pytest.mark.parametrize("method", ["gradient", "ablation"])
+def test_importance(gpu, cpu, method):
+    one = bertscope.importance(gpu, "preserve", TEXTS, method=method)
+    other = bertscope.importance(cpu, "preserve", TEXTS, method=method)
+    np.testing.assert_allclose(one.raw, other.raw, rtol=1e-3, atol=1e-6)
+
+
+def test_pruning_curve_and_a_pruned_copy(gpu, cpu, tmp_path):
+    one = bertscope.pruning_curve(gpu, "preserve", TEXTS, step=0.5).as_json("tiny")
+    other = bertscope.pruning_curve(cpu, "preserve", TEXTS, step=0.5).as_json("tiny")
+    assert_same_numbers(one, other, rtol=1e-3, atol=1e-5)
+    pruned = bertscope.prune(gpu, "preserve", TEXTS, fraction=0.25, output=tmp_path / "pruned")
+    assert pruned.written is not None and pruned.written.max_abs_difference < 1e-4
+
+
+def test_fill_and_cloze(tiny_mlm_dir, tmp_path):
+    gpu, cpu = bertscope.load(str(tiny_mlm_dir), device="cuda"), bertscope.load(str(tiny_mlm_dir), device="cpu")
+    text = "The capital of France is [MASK]."
+    assert_same_numbers(bertscope.fill(gpu, text, top=5).as_json(), bertscope.fill(cpu, text, top=5).as_json())
+    queries = tmp_path / "cloze.tsv"
+    queries.write_text("The cat sat on the [MASK].\tmat\nA dog [MASK] loudly.\tbarked\n", encoding="utf-8")
+    assert_same_numbers(bertscope.cloze(gpu, queries).as_json(), bertscope.cloze(cpu, queries).as_json())
+
+
+@pytest.mark.parametrize("method", ["integrated-gradients", "gradient"])
+def test_attribution_of_an_mlm_guess(tiny_mlm_dir, method):
+    gpu, cpu = bertscope.load(str(tiny_mlm_dir), device="cuda"), bertscope.load(str(tiny_mlm_dir), device="cpu")
+    one = bertscope.attribute(gpu, "The cat slept on the [MASK].", method=method)
+    other = bertscope.attribute(cpu, "The cat slept on the [MASK].", method=method)
+    assert_same_numbers(one.target, other.target)
+    np.testing.assert_allclose(one.scores, other.scores, rtol=1e-3, atol=1e-5)
+
+
+def test_patching(gpu, cpu):
+    clean, corrupt = "the keys to the cabinet are here", "the key to the cabinet are here"
+    one = bertscope.patch(gpu, clean, corrupt).as_json()
+    other = bertscope.patch(cpu, clean, corrupt).as_json()
+    assert_same_numbers(one, other, rtol=1e-3, atol=1e-4)
+
+
+def test_geometry_and_compare(gpu, cpu, tiny_bert_dir):
+    one, other = bertscope.geometry(gpu, limit=30, max_rows=200), bertscope.geometry(cpu, limit=30, max_rows=200)
+    assert_same_numbers(one.as_json("tiny"), other.as_json("tiny"), rtol=1e-3, atol=1e-4)
+    compared = bertscope.compare(gpu, str(tiny_bert_dir), limit=30, max_rows=200)
+    np.testing.assert_allclose(np.diag(compared.cka), 1.0, atol=1e-4)  # the model against its own files
+
+
+def test_bfloat16_is_close_to_float32(gpu_bf16, cpu):
+    one, other = bertscope.patterns(gpu_bf16, limit=40), bertscope.patterns(cpu, limit=40)
+    for name in ("cls", "sep", "self", "entropy"):
+        if name in other.statistics:
+            np.testing.assert_allclose(one.statistics[name], other.statistics[name], rtol=0.05, atol=0.02, err_msg=name)
+    one = bertscope.importance(gpu_bf16, "preserve", TEXTS, method="ablation")
+    other = bertscope.importance(cpu, "preserve", TEXTS, method="ablation")
+    assert np.corrcoef(one.raw.ravel(), other.raw.ravel())[0, 1] > 0.9
+
+
+def _environment() -> dict:
+    environment = {key: value for key, value in os.environ.items() if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parents[1]), environment.get("PYTHONPATH")]))
+    return environment
+
+
+def _bertscope(*arguments: str, launcher=(sys.executable, "-m", "bertscope")) -> subprocess.CompletedProcess:
+    return subprocess.run([*launcher, *arguments], capture_output=True, text=True, env=_environment(), timeout=300)
+
+
+def test_the_command_line_picks_the_gpu_by_itself(tiny_bert_dir, tmp_path):
+    info = _bertscope("info", "--model", str(tiny_bert_dir), "--json")
+    assert info.returncode == 0 and json.loads(info.stdout)["device"].startswith("cuda"), info.stderr[-3000:]
+    for name, device in (("gpu", []), ("cpu", ["--device", "cpu"])):
+        done = _bertscope("patterns", "--model", str(tiny_bert_dir), *device, "--limit", "30", "--norms", "--json",
+                          "-o", str(tmp_path / f"{name}.json"))
+        assert done.returncode == 0, done.stderr[-3000:]
+    on_gpu, on_cpu = (json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8")) for name in ("gpu", "cpu"))
+    assert_same_numbers(on_gpu, on_cpu, rtol=1e-4, atol=1e-5)
+
+
+def test_torchrun_with_one_rank_runs_on_the_gpu(tiny_bert_dir, cpu, tmp_path):
+    """One rank is a world of one: no process group, the GPU as without torchrun. (Two NCCL ranks need two GPUs:
+    NCCL refuses two ranks on one device, which the next test turns into one line.)"""
+    out = tmp_path / "ranked.pkl"
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+                           str(JOB), "on_gpu", str(out), str(tiny_bert_dir)],
+                          capture_output=True, text=True, env=_environment(), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranked = pickle.loads(out.read_bytes())
+    assert ranked["device"].startswith("cuda") and ranked["backend"] is None
+    alone = bertscope.patterns(cpu, limit=PATTERN_SENTENCES, norms=True)
+    for name, values in alone.statistics.items():
+        np.testing.assert_allclose(ranked["patterns"].statistics[name], values, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_more_ranks_than_gpus_is_one_clear_line(tiny_bert_dir, tmp_path):
+    ranks = torch.cuda.device_count() + 1
+    out = tmp_path / "out.json"
+    done = _bertscope("patterns", "--model", str(tiny_bert_dir), "--limit", "8", "--json", "-o", str(out),
+                      launcher=(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
+                                "-m", "bertscope"))
+    assert done.returncode != 0 and not out.exists()
+    ours = [line for line in done.stderr.splitlines() if line.startswith("bertscope:")]
+    assert ours == [f"bertscope: error: rank {ranks - 1} would use cuda:{ranks - 1}, but this machine has {ranks - 1} "
+                    f"GPU{'s' if ranks != 2 else ''}; launch at most --nproc-per-node {ranks - 1}, or add --device cpu"], done.stderr[-3000:]
