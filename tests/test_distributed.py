@@ -116,6 +116,26 @@ def test_a_rank_without_a_gpu_of_its_own_says_so_itself(monkeypatch, capsys):
         "bertscope: error: rank 1 would use cuda:1, but this machine has 1 GPU; launch at most --nproc-per-node 1, or add --device cpu"]
 
 
+@pytest.mark.parametrize("stop, said", [
+    (KeyboardInterrupt, ["bertscope: interrupted: patterns stopped before it finished; no file was left half written"]),
+    (distributed.Terminated, []),  # torchrun's SIGTERM: the rank that failed has said why; rank 0 adds nothing
+])
+def test_rank_0_speaks_of_ctrl_c_but_not_of_torchruns_stop(monkeypatch, capsys, stop, said):
+    from bertscope.cli import main
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+
+    def stopped(*args, **kwargs):
+        raise stop
+
+    monkeypatch.setattr("bertscope.cli.common.ModelChoice.deferred", stopped)
+    monkeypatch.setattr("bertscope.cli.common.ModelChoice.open", stopped)
+    with pytest.raises(SystemExit) as exit_:
+        main(["patterns", "--limit", "2", "--json"])
+    assert exit_.value.code == 130 and capsys.readouterr().err.splitlines() == said
+
+
 def test_patterns_over_two_ranks_equal_one_process(two_ranks, model):
     assert two_ranks["world"] == 2
     one, two = bertscope.patterns(model, limit=24, norms=True), two_ranks["patterns"]

@@ -208,6 +208,19 @@ def test_probe_training_holds_a_block_of_rows_not_the_whole_layer(monkeypatch):
     assert held < layer_copy / 2, f"{held:,} bytes of tensors alive while fitting; a whole layer is {layer_copy:,}"
 
 
+def test_on_a_gpu_a_layer_is_held_whole_and_on_the_cpu_a_block():
+    """The CPU keeps host memory flat in the corpus (FIT_BLOCK rows); a GPU holds a layer whole up to 2 GiB, since
+    each block past the first would be copied from the host at every L-BFGS evaluation."""
+    import torch
+
+    from bertscope.core.analyses import probes
+
+    assert probes.block_rows(torch.device("cpu"), 384, probes.FIT_BLOCK) == probes.FIT_BLOCK
+    held = probes.block_rows(torch.device("cuda", 0), 384, probes.FIT_BLOCK)
+    assert held == (2 << 30) // (4 * 384) and held > 1_000_000  # a million MiniLM rows: 1.5 GB of float32
+    assert probes.block_rows(torch.device("cuda"), 1 << 20, probes.FIT_BLOCK) == probes.FIT_BLOCK  # never fewer
+
+
 def test_probes_read_the_rows_kept_of_a_memory_map_a_block_at_a_time(monkeypatch, tmp_path):
     """A rare label left out keeps a subset of the rows: the probes are those trained on a copy
     of that subset, and no copy of the split (or of a layer of it) is made to train or score them."""

@@ -66,11 +66,11 @@ class BertscopeGroup(click.Group):
                 prefix = f"rank {here.rank}: " if distributed.started() else ""  # before the group starts, every rank sees the same
                 click.echo(f"bertscope: error: {prefix}{error_line(error)}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
             # Files are written whole or not at all (temporary file, then rename), so a stop
             # leaves only what was complete before it.
             what = ctx.invoked_subcommand or "bertscope"
-            if here.main:
+            if here.main and not isinstance(stop, distributed.Terminated):  # the rank that failed has said why
                 click.echo(f"bertscope: interrupted: {what} stopped before it finished; no file was left half written", err=True)
             ctx.exit(EXIT_INTERRUPTED)
         except Exception as error:

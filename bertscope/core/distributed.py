@@ -135,8 +135,12 @@ def start(device: str = "auto") -> str:
     return device
 
 
+class Terminated(KeyboardInterrupt):
+    """torchrun stopped this rank (SIGTERM): another rank failed, and said so itself, or the launcher was stopped."""
+
+
 def _interrupt(signum, frame):
-    raise KeyboardInterrupt
+    raise Terminated
 
 
 # --- failures -------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ EVAL_BATCH = 4096  # rows per forward pass when predicting, so memory stays flat
 STATISTICS_BLOCK = 2048  # rows per block when summing squares for the std
 FIT_BLOCK = 16384  # linear probes: more training rows than this are read a block at a time
 SCORE_BLOCK = 4096  # dev rows are read this many at a time: only scored, once per L2 strength, they need no larger block
+DEVICE_BLOCK_BYTES = 2 << 30  # on a GPU, a layer's rows up to this size are held there whole (see `block_rows`)
 
 
 class Cancelled(Exception):
@@ -372,7 +373,7 @@ def _standardise_layer(X: np.ndarray, device: torch.device, mean=None, std=None,
 
 
 def _train_linear(X_train, label_sets, X_dev, grid, num_classes, max_iter, device, generator, cancel, layer_l2=None) -> list[TrainedProbes]:
-    """Fit each layer's linear probe in turn; at most FIT_BLOCK standardised rows are held at a time.
+    """Fit each layer's linear probe in turn; at most FIT_BLOCK rows are held at a time (on a GPU, see `block_rows`).
 
     Per layer: every L2 strength of the grid, from the strongest to the weakest, each fit
     starting from the last (a weakly regularised fit needs ten times the iterations of a
@@ -407,8 +408,8 @@ def _train_linear(X_train, label_sets, X_dev, grid, num_classes, max_iter, devic
     found = [_Found.empty(num_layers, dim, num_classes, len(grid)) for _ in labels]
     # One buffer of each kind for every layer: fresh memory costs page faults, 0.3-0.5 s per
     # 0.4 GB on the 2-core virtual machines this was measured on.
-    buffer = torch.empty(min(n, FIT_BLOCK), dim, device=device)
-    dev_buffer = torch.empty(min(len(X_dev), SCORE_BLOCK), dim, device=device)
+    buffer = torch.empty(min(n, block_rows(device, dim, FIT_BLOCK)), dim, device=device)
+    dev_buffer = torch.empty(min(len(X_dev), block_rows(device, dim, SCORE_BLOCK)), dim, device=device)
     tolerance = GRADIENT_TOLERANCE if subset is None else SELECTION_TOLERANCE  # halves the subset's iterations
     for layer in range(num_layers):
         rows = _Rows(X_train[:, layer], labels[0][0], device, buffer)
@@ -501,7 +502,7 @@ class _Rows:
                  block: int | None = None):
         self.X, self.y, self.device = X, y, device
         n = len(X)
-        self.block = block or FIT_BLOCK
+        self.block = block_rows(torch.device(device), X.shape[1], block or FIT_BLOCK)
         self.buffer = buffer if buffer is not None else torch.empty(min(n, self.block), X.shape[1], device=device)
         self.whole = _copy_rows(X, self.buffer) if n <= self.block else None
         if mean is None:
@@ -550,6 +551,17 @@ class _Rows:
         """How many rows the probe `W`, `b` (on standardised features) gets right."""
         A, c = self.raw_weights(W, b)
         return sum(int((cpu_linear.product(X, A, c).argmax(1) == y).sum()) for X, y in self.blocks())
+
+
+def block_rows(device: torch.device, dim: int, block: int) -> int:
+    """How many float32 rows of `dim` features a fit holds at once on `device`.
+
+    On the CPU `block` (FIT_BLOCK, SCORE_BLOCK), so that host memory stays flat in the corpus
+    (issue 15). On a GPU the rows past a block would be copied from the host again at every
+    L-BFGS evaluation (on one H100 that made a warm probe slower than on a 2-core CPU), and
+    holding them costs GPU memory, not the host's: up to DEVICE_BLOCK_BYTES there.
+    """
+    return block if device.type == "cpu" else max(block, DEVICE_BLOCK_BYTES // (4 * dim))
 
 
 def _streamed_statistics(slices):
