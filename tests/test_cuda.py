@@ -51,8 +51,13 @@ def assert_same_numbers(gpu, cpu, rtol=1e-4, atol=1e-5, where="result"):
 
 
 @pytest.fixture(scope="module")
-def cpu(tiny_bert_dir):
-    return bertscope.load(str(tiny_bert_dir), device="cpu")
+def cpu(tiny_session):
+    return tiny_session  # the tiny random BERT of conftest.py, on the CPU
+
+
+@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+def loaded_on_gpu(request, tiny_bert_dir):
+    return bertscope.load(str(tiny_bert_dir), device="cuda", dtype=request.param)
 
 
 @pytest.fixture(scope="module")
@@ -60,15 +65,10 @@ def gpu(tiny_bert_dir):
     return bertscope.load(str(tiny_bert_dir), device="cuda")
 
 
-@pytest.fixture(scope="module")
-def gpu_bf16(tiny_bert_dir):
-    return bertscope.load(str(tiny_bert_dir), device="cuda", dtype="bfloat16")
-
-
-def test_the_session_is_on_the_gpu(gpu, gpu_bf16):
-    assert gpu.device.type == "cuda" and gpu_bf16.device.type == "cuda"
-    assert next(gpu.model.parameters()).is_cuda
-    assert next(gpu_bf16.model.parameters()).dtype == torch.bfloat16
+def test_the_session_is_on_the_gpu_in_its_dtype(loaded_on_gpu):
+    weights = next(loaded_on_gpu.model.parameters())
+    assert loaded_on_gpu.device.type == "cuda" and weights.is_cuda
+    assert weights.dtype == getattr(torch, loaded_on_gpu.info.dtype)
 
 
 def test_a_forward_gives_the_cpus_attentions_and_states(gpu, cpu):
@@ -148,7 +148,8 @@ def test_geometry_and_compare(gpu, cpu, tiny_bert_dir):
     np.testing.assert_allclose(np.diag(compared.cka), 1.0, atol=1e-4)  # the model against its own files
 
 
-def test_bfloat16_is_close_to_float32(gpu_bf16, cpu):
+def test_bfloat16_is_close_to_float32(tiny_bert_dir, cpu):
+    gpu_bf16 = bertscope.load(str(tiny_bert_dir), device="cuda", dtype="bfloat16")
     one, other = bertscope.patterns(gpu_bf16, limit=40), bertscope.patterns(cpu, limit=40)
     for name in ("cls", "sep", "self", "entropy"):
         if name in other.statistics:
