@@ -166,22 +166,24 @@ def prepare(tokenizer, max_length: int, batch: list[Sentence], unit: str, device
     labels: dict[str, list[str]] = {name: [] for name in LABELS[unit]}
     texts: list[str] = []
     truncated = 0
+    real_lengths = real.sum(-1).tolist()  # padding is on the right: a row's real tokens come first
     for row, sentence in enumerate(batch):
         word_ids = encoded.word_ids(row)
-        ids = encoded["input_ids"][row]
         if unit == "sentence":
             owners.append(row)
             ordinals.append(0)
             texts.append(sentence.text)
             labels["label"].append(sentence.label if sentence.label is not None else "")
-            truncated += _cut_tokens(tokenizer, sentence, int(real[row].sum()), max_length)
+            truncated += _cut_tokens(tokenizer, sentence, real_lengths[row], max_length)
             continue
         seen_words: set[int] = set()
         previous = None
         first_row = len(positions)
-        for position in range(length):
-            if not real[row, position]:
-                break
+        kept = real_lengths[row]
+        if unit == "token":  # lists, not a tensor element per token: this loop sees every token of the corpus
+            tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"][row, :kept].tolist())
+            specials = special[row, :kept].tolist()
+        for position in range(kept):
             word = word_ids[position]
             if unit == "word":
                 if word is None or word in seen_words:
@@ -192,8 +194,8 @@ def prepare(tokenizer, max_length: int, batch: list[Sentence], unit: str, device
                 for name, column in (("upos", sentence.upos), ("xpos", sentence.xpos), ("deprel", sentence.deprels)):
                     labels[name].append(column[word] if column is not None else "")
                 continue
-            token = tokenizer.convert_ids_to_tokens(int(ids[position]))
-            if special[row, position]:
+            token = tokens[position]
+            if specials[position]:
                 kind = "[CLS]" if position == 0 else "[SEP]"
             elif is_punctuation(token):
                 kind = "punct"
@@ -208,7 +210,7 @@ def prepare(tokenizer, max_length: int, batch: list[Sentence], unit: str, device
         if unit == "word":
             truncated += len(sentence.words) - len(seen_words)
         else:
-            truncated += _cut_tokens(tokenizer, sentence, int(real[row].sum()), max_length)
+            truncated += _cut_tokens(tokenizer, sentence, real_lengths[row], max_length)
     inputs = {name: tensor.to(device) for name, tensor in encoded.items()}
     return PreparedBatch(inputs, real.to(device), special.to(device), np.asarray(positions, dtype=np.int64),
                          np.asarray(owners, dtype=np.int64), np.asarray(ordinals, dtype=np.int64), labels, texts, truncated)
