@@ -432,3 +432,21 @@ def test_import_loads_neither_torch_nor_textual():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(done.stdout.split())
     assert not {"torch", "transformers", "textual", "numpy"} & loaded
+
+
+@pytest.mark.parametrize("column", ["id", "head"])
+def test_ids_and_heads_read_as_the_conllu_library_reads_them(column):
+    """The plain-number shortcut gives the library's value, or its error, for every kind of ID and HEAD."""
+    from conllu.exceptions import ParseException
+    from conllu.parser import DEFAULT_FIELD_PARSERS
+
+    from bertscope.core.data.corpus import _FIELD_PARSERS
+
+    def outcome(parser, value):
+        try:
+            return parser([value], 0)
+        except ParseException as error:
+            return f"ParseException: {error}"
+
+    for value in ("1", "0", "10", "01", "007", "1-2", "3-2", "1.1", "0.1", "_", "", "-1", "-0", "x", "١", "²", "1 "):
+        assert outcome(_FIELD_PARSERS[column], value) == outcome(DEFAULT_FIELD_PARSERS[column], value), value

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import conllu
 from conllu.exceptions import ParseException
+from conllu.parser import parse_id_value, parse_int_value
 
 from bertscope.core.errors import InputError
 
@@ -39,9 +40,22 @@ def _as_written(fields: list[str], index: int) -> str:
     return fields[index]
 
 
+def _whole_number(library_parser):
+    """`library_parser` for ID or HEAD, with the plain case first: digits without a leading zero (or `0`), the
+    strings its regular expression accepts as an integer, are read with `int`; anything else is left to it."""
+    def parse(fields: list[str], index: int):
+        value = fields[index]
+        if value.isascii() and value.isdigit() and (value[0] != "0" or value == "0"):
+            return int(value)
+        return library_parser(value)
+    return parse
+
+
 # Columns bertscope never reads are kept as written instead of parsed into dictionaries and lists:
 # their parsers were a third of reading a treebank (EWT dev + test, 4,078 sentences: 1.0 s -> 0.74 s).
-_UNREAD_COLUMNS = {column: _as_written for column in ("lemma", "feats", "deps", "misc")}
+# IDs and heads that are plain numbers skip the library's regular expressions (0.68 s -> 0.60 s).
+_FIELD_PARSERS = {column: _as_written for column in ("lemma", "feats", "deps", "misc")} | {
+    "id": _whole_number(parse_id_value), "head": _whole_number(parse_int_value)}
 
 
 @dataclass(frozen=True, slots=True)  # no __dict__: a corpus job may hold many thousands of them
@@ -310,7 +324,7 @@ def _conllu_sentence(
     if not word_lines:
         return None  # comments only, e.g. a `# newdoc` block: not a sentence
     try:
-        (tokens,) = conllu.parse("\n".join(text for _, text in block), fields=columns, field_parsers=_UNREAD_COLUMNS)
+        (tokens,) = conllu.parse("\n".join(text for _, text in block), fields=columns, field_parsers=_FIELD_PARSERS)
     except ParseException as error:
         report.skip(_bad_line(block, columns, name) or start, f"not valid CoNLL-U ({str(error).rstrip('.')})")
         return None
@@ -370,7 +384,7 @@ def _bad_line(block: list[tuple[int, str]], columns: list[str], name: str) -> st
     """The location of the first line the library rejects on its own, if there is one."""
     for number, text in block:
         try:
-            conllu.parse(text, fields=columns, field_parsers=_UNREAD_COLUMNS)
+            conllu.parse(text, fields=columns, field_parsers=_FIELD_PARSERS)
         except ParseException:
             return f"{name}:{number}"
     return None
