@@ -204,4 +204,5 @@ def test_more_ranks_than_gpus_is_one_clear_line(tiny_bert_dir, tmp_path):
     assert done.returncode != 0 and not out.exists()
     ours = [line for line in done.stderr.splitlines() if line.startswith("bertscope:")]
     assert ours == [f"bertscope: error: rank {ranks - 1} would use cuda:{ranks - 1}, but this machine has {ranks - 1} "
-                    f"GPU{'s' if ranks != 2 else ''}; launch at most --nproc-per-node {ranks - 1}, or add --device cpu"], done.stderr[-3000:]
+                    f"GPU{'s' if ranks != 2 else ''}; start at most {ranks - 1} rank{'s' if ranks != 2 else ''} on it, or run on the CPU "
+                    "(--device)"], done.stderr[-3000:]

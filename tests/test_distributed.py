@@ -113,7 +113,7 @@ def test_a_rank_without_a_gpu_of_its_own_says_so_itself(monkeypatch, capsys):
         main(["patterns", "--limit", "2", "--json"])
     assert stop.value.code == 2 and not distributed.started()
     assert capsys.readouterr().err.splitlines() == [
-        "bertscope: error: rank 1 would use cuda:1, but this machine has 1 GPU; launch at most --nproc-per-node 1, or add --device cpu"]
+        "bertscope: error: rank 1 would use cuda:1, but this machine has 1 GPU; start at most 1 rank on it, or run on the CPU (--device)"]
 
 
 @pytest.mark.parametrize("stop, said", [

@@ -122,7 +122,7 @@ def start(device: str = "auto") -> str:
         chosen, count = torch.device(device), torch.cuda.device_count()
         if chosen.index is not None and chosen.index >= count:
             raise RankSetupFailed(f"rank {here.rank} would use {device}, but this machine has {count} GPU{'s' if count != 1 else ''}; "
-                                 f"launch at most --nproc-per-node {count}, or add --device cpu")
+                                  f"start at most {count} rank{'s' if count != 1 else ''} on it, or run on the CPU", setting="device")
         torch.cuda.set_device(chosen)
     timeout = datetime.timedelta(seconds=float(os.environ.get("BERTSCOPE_COLLECTIVE_TIMEOUT", COLLECTIVE_TIMEOUT_S)))
     if not dist.is_initialized():
