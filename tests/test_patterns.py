@@ -151,3 +151,36 @@ def test_mask_changes_the_statistics(tiny_session):
     masked = list(pattern_statistics(tiny_session, sentences, mask=tiny_session.mask("0:1")))[-1].result
     assert masked.statistics["entropy"][0, 1] == pytest.approx(0.0)  # a zeroed head reports no attention
     assert not np.array_equal(masked.statistics["entropy"][1], plain.statistics["entropy"][1])  # later layers move
+
+
+def test_a_layers_statistics_take_a_few_tensor_operations_whatever_the_batch(tiny_session):
+    """On a GPU every tensor operation is a launch: a layer's statistics are one table (about 50 operations, 175 when
+    each statistic had its own), and what depends only on the batch is computed once, for the first layer."""
+    from torch.overrides import TorchFunctionMode
+
+    from bertscope.core.analyses.patterns import _feature_table, _norm_share_table
+
+    class Counted(TorchFunctionMode):
+        calls = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            Counted.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    def operations(reduce, attention, masks) -> int:
+        Counted.calls = 0
+        with Counted():
+            reduce(attention, masks)
+        return Counted.calls
+
+    counts = []
+    for size in (2, 9):
+        encoded = encode_sorted(tiny_session, [Text(f"Sentence {i} is here, with a comma.", "And a pair.") for i in range(size)])
+        _, masks = batch_tensors(tiny_session, encoded, {})
+        length = len(encoded[-1].input_ids)
+        attention = torch.rand(size, 4, length, length).softmax(-1)
+        first, later = operations(_feature_table, attention, masks), operations(_feature_table, attention, masks)
+        counts.append((first, later, operations(_norm_share_table, attention, masks)))
+    assert counts[0] == counts[1]  # nothing per sentence
+    first, later, norms = counts[0]
+    assert later < first and later <= 60 and norms <= 25, counts

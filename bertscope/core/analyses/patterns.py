@@ -38,6 +38,7 @@ device, so memory does not grow with the corpus.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -65,6 +66,15 @@ TOP_COLUMNS = 2
 
 
 # --- per batch, on the device -------------------------------------------------------------
+#
+# Every statistic is a mean over query tokens of a per-query figure; they are computed together,
+# as columns of one tensor, with one product of the attention for all the key sets and one
+# weighted mean for all the statistics, and what depends only on the batch once for all layers.
+# On a GPU every tensor operation costs a launch, however small: on one H100, `patterns` took
+# 6.7x a bare forward when each statistic had its own operations (benchmarks/README.md).
+
+# The columns of `_feature_table`: STATISTICS, then the pattern features V, D, B.
+FEATURES = (*STATISTICS, "V", "D", "B")
 
 
 @dataclass
@@ -78,39 +88,77 @@ class BatchMasks:
     segment: Tensor  # long: 0, 1 for the pair's segments; -1 for special tokens and padding
     two_segments: Tensor  # [B] bool: the input is a pair
 
+    @functools.cached_property
+    def key_sets(self) -> Tensor:
+        """`[B, T, 6]` float: the keys whose attention a statistic sums ([CLS], [SEP], punctuation, words,
+        the words of segment 0 and of segment 1), once a batch for every layer."""
+        words = self.real & (self.segment >= 0)
+        return torch.stack([self.first_special, self.later_special, self.punctuation, words,
+                            words & (self.segment == 0), words & (self.segment == 1)], dim=-1).float()
 
-def _query_mean(per_query: Tensor, weight: Tensor) -> Tensor:
-    """Mean of `[B, H, T]` over the queries marked by `weight` `[B, T]`."""
-    return (per_query * weight[:, None, :]).sum(-1) / weight.sum(-1).clamp(min=1)[:, None]
+    @functools.cached_property
+    def query_sets(self) -> tuple[Tensor, Tensor]:
+        """`[B, T, 4]` float: the queries a mean is over (real tokens; those with a previous and with a next
+        real token; words), and `[B, 4]` their counts, at least 1."""
+        real = self.real.float()
+        has_prev = real.clone()
+        has_prev[:, 0] = 0
+        has_next = torch.zeros_like(real)
+        has_next[:, :-1] = real[:, :-1] * real[:, 1:]
+        sets = torch.stack([real, has_prev, has_next, self.key_sets[..., 3]], dim=-1)
+        return sets, sets.sum(1).clamp(min=1)
+
+    def query_weights(self, over: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+        """`[B, T, S]` and `[B, S]`: the columns `over` of `query_sets` and their counts (kept for the batch's other layers)."""
+        cache = self.__dict__.setdefault("_query_weights", {})
+        if over not in cache:
+            sets, counts = self.query_sets
+            index = torch.tensor(over, device=sets.device)
+            cache[over] = sets[..., index], counts[:, index]
+        return cache[over]
+
+    @functools.cached_property
+    def distance(self) -> Tensor:
+        """`[T, T]` float: |i - j| between query i and key j."""
+        positions = torch.arange(self.real.shape[1], device=self.real.device)
+        return (positions[:, None] - positions[None, :]).abs().float()
+
+    @functools.cached_property
+    def band(self) -> Tensor:
+        """`[T, T]` float: 1 where |i - j| <= 1, the diagonal pattern's band."""
+        return (self.distance <= 1).float()
 
 
-def _to_keys(attention: Tensor, keys: Tensor) -> Tensor:
-    """`[B, H, T]`: each query's attention to the marked keys (a product: no `[B, H, T, T]` temporary)."""
-    return (attention @ keys[:, None, :, None].float()).squeeze(-1)
+_REAL, _HAS_PREV, _HAS_NEXT, _WORDS = range(4)  # the columns of `BatchMasks.query_sets`
+# Which queries each share of NORM_SHARES is a mean over.
+_SHARE_QUERIES = (_REAL, _REAL, _REAL, _REAL, _HAS_PREV, _HAS_NEXT)
+
+
+def _query_means(per_query: Tensor, masks: BatchMasks, over: tuple[int, ...]) -> Tensor:
+    """`[B, H, S]`: the mean of each column s of `per_query` `[B, H, T, S]` over the queries `over[s]`."""
+    weights, totals = masks.query_weights(over)  # [B, T, S], [B, S]
+    return (per_query * weights[:, None]).sum(2) / totals[:, None]
+
+
+def _share_columns(attention: Tensor, to_keys: Tensor) -> list[Tensor]:
+    """The per-query figures `[B, H, T]` of NORM_SHARES: attention to [CLS], [SEP], punctuation, the token
+    itself, the previous token and the next one (0 where there is none)."""
+    pad = torch.nn.functional.pad
+    return [to_keys[..., 0], to_keys[..., 1], to_keys[..., 2], torch.diagonal(attention, dim1=-2, dim2=-1),
+            pad(torch.diagonal(attention, offset=-1, dim1=-2, dim2=-1), (1, 0)),
+            pad(torch.diagonal(attention, offset=1, dim1=-2, dim2=-1), (0, 1))]
+
+
+def _share_table(attention: Tensor, masks: BatchMasks) -> Tensor:
+    """`[B, H, 6]`: per sentence and head, the NORM_SHARES of rows that sum to one, each averaged over its queries."""
+    to_keys = attention @ masks.key_sets[:, None, :, :3]  # [B, H, T, 3]: one product for the three key sets
+    return _query_means(torch.stack(_share_columns(attention, to_keys), dim=-1), masks, _SHARE_QUERIES)
 
 
 def shares(attention: Tensor, masks: BatchMasks) -> dict[str, Tensor]:
     """Per sentence and head (`[B, H]`), the NORM_SHARES of rows that sum to one: to [CLS], [SEP],
     punctuation, the token itself, the previous and the next token, each averaged over real queries."""
-    batch, heads, length, _ = attention.shape
-    queries = masks.real.float()  # [B, T]
-    features = {
-        "cls": _query_mean(_to_keys(attention, masks.first_special), queries),
-        "sep": _query_mean(_to_keys(attention, masks.later_special), queries),
-        "punct": _query_mean(_to_keys(attention, masks.punctuation), queries),
-        "self": _query_mean(torch.diagonal(attention, dim1=-2, dim2=-1), queries),
-    }
-    prev = attention.new_zeros(batch, heads, length)
-    prev[..., 1:] = torch.diagonal(attention, offset=-1, dim1=-2, dim2=-1)
-    has_prev = queries.clone()
-    has_prev[:, 0] = 0
-    features["prev"] = _query_mean(prev, has_prev)
-    following = attention.new_zeros(batch, heads, length)
-    following[..., :-1] = torch.diagonal(attention, offset=1, dim1=-2, dim2=-1)
-    has_next = torch.zeros_like(queries)
-    has_next[:, :-1] = queries[:, :-1] * queries[:, 1:]
-    features["next"] = _query_mean(following, has_next)
-    return features
+    return dict(zip(NORM_SHARES, _share_table(attention.float(), masks).unbind(-1), strict=True))
 
 
 def norm_shares(norms: Tensor, masks: BatchMasks) -> dict[str, Tensor]:
@@ -118,9 +166,12 @@ def norm_shares(norms: Tensor, masks: BatchMasks) -> dict[str, Tensor]:
 
     A row whose norms are all zero (a head switched off) has no share anywhere.
     """
+    return dict(zip(NORM_SHARES, _norm_share_table(norms, masks).unbind(-1), strict=True))
+
+
+def _norm_share_table(norms: Tensor, masks: BatchMasks) -> Tensor:
     norms = norms.float()
-    rows = norms / norms.sum(-1, keepdim=True).clamp(min=1e-12)
-    return shares(rows, masks)
+    return _share_table(norms / norms.sum(-1, keepdim=True).clamp(min=1e-12), masks)
 
 
 def head_features(attention: Tensor, masks: BatchMasks) -> dict[str, Tensor]:
@@ -128,49 +179,36 @@ def head_features(attention: Tensor, masks: BatchMasks) -> dict[str, Tensor]:
 
     `attention` is one layer's `[B, H, T, T]`, rows over padding are ignored.
     """
+    return dict(zip(FEATURES, _feature_table(attention, masks).unbind(-1), strict=True))
+
+
+def _feature_table(attention: Tensor, masks: BatchMasks) -> Tensor:
+    """`[B, H, len(FEATURES)]`: `head_features` as the columns of one tensor."""
     attention = attention.float()
     batch, heads, length, _ = attention.shape
-    device = attention.device
-    real = masks.real
-    queries = real.float()  # [B, T]
+    to_keys = attention @ masks.key_sets[:, None]  # [B, H, T, 6]
+    # Attention to words of the query's own segment, and that as a share of the query's attention to words.
+    query_segments = masks.key_sets[:, None, :, 4:6]  # a word query's segment, one-hot: [B, 1, T, 2]
+    inside = (to_keys[..., 4:6] * query_segments).sum(-1)
+    inside_share = inside / to_keys[..., 3].clamp(min=1e-9)
 
-    def query_mean(per_query: Tensor, weight: Tensor | None = None) -> Tensor:
-        """Mean over real queries of `[B, H, T]`, optionally over a subset of queries."""
-        return _query_mean(per_query, queries if weight is None else weight)
-
-    def to_keys(keys: Tensor) -> Tensor:
-        return _to_keys(attention, keys)
-
-    positions = torch.arange(length, device=device)
-    distance = (positions[:, None] - positions[None, :]).abs().float()
-    features = shares(attention, masks)
-    features["entropy"] = query_mean(torch.special.entr(attention).sum(-1))
-    features["distance"] = query_mean((attention * distance).sum(-1))
-
-    words = real & (masks.segment >= 0)  # real, non-special tokens
-    to_words = to_keys(words)
-    inside = torch.zeros_like(to_words)  # attention to words of the query's own segment
-    for segment in (0, 1):
-        in_segment = masks.segment == segment
-        inside += to_keys(words & in_segment) * in_segment[:, None, :].float()
-    word_queries = words.float()
-    features["block"] = query_mean(inside, word_queries)
-    block_ratio = query_mean(inside / to_words.clamp(min=1e-9), word_queries)
-
-    # pattern features
-    received = (attention * queries[:, None, :, None]).sum(-2)  # [B, H, T]: weight each key receives
-    columns = received / queries.sum(-1).clamp(min=1)[:, None, None]  # ... per query, on average
-    columns = columns.masked_fill(~real[:, None, :], -1.0)
+    # Pattern features: V from the two most-attended key columns, D from the band |i - j| <= 1 without them.
+    sets, counts = masks.query_sets
+    received = (attention * sets[:, None, :, _REAL, None]).sum(-2)  # [B, H, T]: weight each key receives
+    columns = (received / counts[:, None, _REAL, None]).masked_fill(~masks.real[:, None, :], -1.0)
     top_values, top_index = columns.topk(min(TOP_COLUMNS, length), dim=-1)
     vertical = top_values.clamp(min=0).sum(-1)
-    top_columns = torch.zeros(batch, heads, length, dtype=torch.bool, device=device)
-    top_columns.scatter_(-1, top_index, True)
-    band = distance <= 1
-    band_mass = (attention * (band[None, None] & ~top_columns[:, :, None, :]).float()).sum(-1)
-    diagonal = query_mean(band_mass)
-    features["V"], features["D"] = vertical, diagonal
-    features["B"] = torch.where(masks.two_segments[:, None], block_ratio, torch.zeros_like(block_ratio))
-    return features
+    off_top = torch.ones(batch, heads, length, device=attention.device).scatter_(-1, top_index, 0.0)
+    band_mass = ((attention * off_top[:, :, None, :]) * masks.band).sum(-1)
+
+    per_query = torch.stack([
+        *_share_columns(attention, to_keys), inside, torch.special.entr(attention).sum(-1),
+        (attention * masks.distance).sum(-1), inside_share, band_mass,
+    ], dim=-1)
+    # cls sep punct self prev next | block entropy distance | the block ratio, D
+    means = _query_means(per_query, masks, (*_SHARE_QUERIES, _WORDS, _REAL, _REAL, _WORDS, _REAL))
+    block = means[..., 9:10] * masks.two_segments[:, None, None]  # B only for pairs
+    return torch.cat([means[..., :9], vertical[..., None], means[..., 10:11], block], dim=-1)
 
 
 def classify(vertical: Tensor, diagonal: Tensor, block: Tensor) -> Tensor:
@@ -210,35 +248,43 @@ def classify_map(weights: np.ndarray, special: np.ndarray, segments: np.ndarray 
 
 
 class _Accumulator:
-    """Sums over sentences, kept on the device as float64 `[L, H]` tensors."""
+    """Sums over sentences, kept on the device as float64 `[L, H, S]` tensors (S: STATISTICS, NORM_SHARES)."""
 
     def __init__(self, num_layers: int, num_heads: int, device: torch.device, norms: bool = False):
-        names = [*STATISTICS, *(f"norm_{name}" for name in NORM_SHARES)] if norms else STATISTICS
-        self.sums = {name: torch.zeros(num_layers, num_heads, dtype=torch.float64, device=device) for name in names}
+        self.table = torch.zeros(num_layers, num_heads, len(STATISTICS), dtype=torch.float64, device=device)
+        self.norm_table = torch.zeros(num_layers, num_heads, len(NORM_SHARES), dtype=torch.float64, device=device) if norms else None
         self.counts = torch.zeros(num_layers, num_heads, len(PATTERNS), dtype=torch.float64, device=device)
         self.sentences = 0
         self.tokens = 0
         self.truncated = 0
 
-    def add(self, layer: int, features: dict[str, Tensor]) -> None:
-        for name in STATISTICS:
-            self.sums[name][layer] += features[name].sum(0).double()
-        pattern = classify(features["V"], features["D"], features["B"])  # [B, H]
-        self.counts[layer] += torch.nn.functional.one_hot(pattern, len(PATTERNS)).sum(0).double()
+    def add(self, layer: int, features: Tensor) -> None:
+        """One layer's `_feature_table` for a batch."""
+        self.table[layer] += features[..., : len(STATISTICS)].sum(0).double()
+        vertical, diagonal, block = features[..., len(STATISTICS) :].unbind(-1)
+        self.counts[layer] += torch.nn.functional.one_hot(classify(vertical, diagonal, block), len(PATTERNS)).sum(0).double()
 
-    def add_norms(self, layer: int, features: dict[str, Tensor]) -> None:
-        for name in NORM_SHARES:
-            self.sums[f"norm_{name}"][layer] += features[name].sum(0).double()
+    def add_norms(self, layer: int, shares: Tensor) -> None:
+        """One layer's `_norm_share_table` for a batch."""
+        self.norm_table[layer] += shares.sum(0).double()
+
+    @property
+    def sums(self) -> dict[str, Tensor]:
+        """Per statistic, `[L, H]`: the sums so far."""
+        sums = dict(zip(STATISTICS, self.table.unbind(-1), strict=True))
+        if self.norm_table is not None:
+            sums |= {f"norm_{name}": total for name, total in zip(NORM_SHARES, self.norm_table.unbind(-1), strict=True)}
+        return sums
 
     def statistics(self) -> dict:
         """The sufficient statistics: what ranks add up (core.distributed.sum_across)."""
-        return {**{f"sum/{name}": total for name, total in self.sums.items()}, "counts": self.counts,
-                "sentences": self.sentences, "tokens": self.tokens, "truncated": self.truncated}
+        tables = {"table": self.table} | ({"norm_table": self.norm_table} if self.norm_table is not None else {})
+        return {**tables, "counts": self.counts, "sentences": self.sentences, "tokens": self.tokens, "truncated": self.truncated}
 
     def sum_across_ranks(self) -> None:
         """Every rank's sums in this one (nothing changes in a single process)."""
         summed = distributed.sum_across(self.statistics())
-        self.sums = {name: summed[f"sum/{name}"] for name in self.sums}
+        self.table, self.norm_table = summed["table"], summed.get("norm_table")
         self.counts, self.sentences, self.tokens, self.truncated = (summed[key] for key in ("counts", "sentences", "tokens", "truncated"))
 
     def result(self) -> PatternResult:
@@ -299,10 +345,10 @@ def _add_batch(
     inputs, masks = batch_tensors(session, batch, punctuation_of)
 
     def reduce(layer: int, attention: Tensor) -> None:
-        accumulator.add(layer, head_features(attention, masks))
+        accumulator.add(layer, _feature_table(attention, masks))
 
     def reduce_norms(layer: int, layer_norms: Tensor) -> None:
-        accumulator.add_norms(layer, norm_shares(layer_norms, masks))
+        accumulator.add_norms(layer, _norm_share_table(layer_norms, masks))
 
     with torch.inference_mode():
         session.run(inputs, gates=gates, ablation=ablation, attentions=True, hidden_states=False, encoder_only=True,
