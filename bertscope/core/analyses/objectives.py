@@ -260,12 +260,14 @@ class MLMObjective(Objective):
 
         def mask_tokens(batch: Batch) -> Batch:
             ids = batch.inputs["input_ids"]
-            candidates = (batch.inputs["attention_mask"].bool() & ~batch.target["special"]).cpu()
+            present = batch.inputs["attention_mask"].bool().cpu()  # on the CPU once, not a GPU read a sentence
+            candidates = present & ~batch.target["special"].cpu()
+            every_ids = ids.cpu()
             chosen = torch.zeros(ids.shape, dtype=torch.bool)
             for row in range(ids.shape[0]):
                 # Each sentence's masks follow from the seed and its tokens alone: the same on every walk,
                 # in any batch, on any rank (a corpus sharded by torchrun masks what one process masks).
-                generator = sentence_generator(seed, ids[row][batch.inputs["attention_mask"][row].bool()])
+                generator = sentence_generator(seed, every_ids[row][present[row]])
                 chosen[row, : ids.shape[1]] = (torch.rand(ids.shape[1], generator=generator) < MLM_RATE) & candidates[row]
                 if not chosen[row].any() and candidates[row].any():  # every sentence gets at least one masked token
                     options = torch.nonzero(candidates[row]).squeeze(-1)
@@ -368,9 +370,11 @@ class PreserveObjective(Objective):
         hidden = self._hidden(batch, gates, ablation).float()
         real = batch.inputs["attention_mask"].float()[..., None]
         direction = torch.zeros(hidden.shape)
-        for row, ids in enumerate(batch.inputs["input_ids"]):  # per sentence, from the seed and its tokens: any batch, any rank
-            present = batch.inputs["attention_mask"][row].bool().cpu()
-            row_generator = sentence_generator(generator.initial_seed(), ids.cpu()[present])
+        # Per sentence, from the seed and its tokens: any batch, any rank. Read on the CPU once a batch, not a
+        # sentence at a time from a GPU (each read of the GPU waits for it).
+        every_ids, every_present = batch.inputs["input_ids"].cpu(), batch.inputs["attention_mask"].bool().cpu()
+        for row, (ids, present) in enumerate(zip(every_ids, every_present, strict=True)):
+            row_generator = sentence_generator(generator.initial_seed(), ids[present])
             direction[row, present] = torch.randn((int(present.sum()), hidden.shape[-1]), generator=row_generator)
         direction = direction.to(hidden.device) * real
         size = (hidden.detach().pow(2) * real).sum((1, 2))
