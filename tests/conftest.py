@@ -19,6 +19,23 @@ def pytest_addoption(parser):
     )
 
 
+@pytest.fixture(autouse=True)
+def auto_is_the_cpu(request, monkeypatch):
+    """`--device auto` takes the CPU in every test but tests/test_cuda.py, on a machine with a GPU too.
+
+    These tests hold the command line's and the explorer's numbers to results computed on the CPU,
+    with tolerances of float32 arithmetic on the CPU; tests/test_cuda.py holds the GPU to the CPU
+    with its own. Subprocesses (torchrun, a fresh interpreter) see no GPU either.
+    """
+    if request.node.path.name == "test_cuda.py":
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
 TINY = dict(
     vocab_size=30522,
     hidden_size=32,
