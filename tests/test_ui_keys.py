@@ -352,3 +352,28 @@ def test_escape_in_a_box_during_a_run_leaves_the_box_and_a_second_escape_cancels
         assert "cancelled" in rendered(screen.query_one(".progress-text"))
 
     run(app, steps)
+
+
+def test_every_screen_shows_and_takes_the_help_key_at_80_columns():
+    """`? help` comes second in every screen's footer (after escape), so 80 columns never cut it off, and it opens
+    the help over that screen; escape comes back to it."""
+    app = make_app()
+
+    async def steps(pilot):
+        for key, screen in (("o", "OverviewScreen"), ("p", "ProbingScreen"), ("g", "GeometryScreen")):
+            await pilot.press(key)
+            await settle(pilot)
+            assert type(app.screen).__name__ == screen
+            shown = [binding.key for binding in app.screen.BINDINGS if binding.show][:2]
+            assert shown == ["escape", "question_mark"], screen
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert type(app.screen).__name__ == "HelpScreen"
+            await pilot.press("escape")
+            await pilot.pause()
+            assert type(app.screen).__name__ == screen
+            await pilot.press("escape")
+            await settle(pilot)
+            assert type(app.screen).__name__ == "MainScreen"
+
+    run(app, steps, size=(80, 24))

@@ -28,6 +28,7 @@ from bertscope.render.geometry import cka_heatmap, scatter
 from bertscope.render.patterns import layer_bars
 from bertscope.ui.export import json_text, save_screen
 from bertscope.ui.focus import leave_input
+from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
 from bertscope.ui.overview import PatternGrid
@@ -147,6 +148,7 @@ class GeometryScreen(_CorpusRunScreen):
     AUTO_FOCUS = "#scatter"
     BINDINGS = [
         Binding("escape", "back", "back / cancel"),
+        HELP_KEY,
         Binding("left,left_square_bracket", "layer(-1)", "layer −"),
         Binding("right,right_square_bracket", "layer(1)", "layer +"),
         Binding("f", "next_label", "colour by"),
@@ -279,6 +281,7 @@ class ComparisonScreen(_CorpusRunScreen):
     AUTO_FOCUS = "#compare-grid"
     BINDINGS = [
         Binding("escape", "back", "back / cancel"),
+        HELP_KEY,
         Binding("enter", "open_head", "open head"),
         Binding("r", "run", "run again"),
         Binding("e", "export", "export"),

@@ -71,6 +71,11 @@ with `--theme NAME` or `t`.
 """
 
 
+# Second in every screen's keys, after escape: the footer lists a screen's keys before the app's, so at 80
+# columns the app's own `? help` was cut off on every screen but the main one.
+HELP_KEY = Binding("question_mark", "app.help", "help")
+
+
 class HelpScreen(ModalScreen[None]):
     AUTO_FOCUS = "VerticalScroll"  # arrows and page keys scroll the help at once
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]

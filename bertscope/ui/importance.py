@@ -29,6 +29,7 @@ from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
 from bertscope.render.importance import curve_chart
 from bertscope.ui.export import csv_text, save_screen
+from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
 
@@ -198,6 +199,7 @@ class PruningCurveScreen(Screen[str | None]):
     AUTO_FOCUS = "#curve"
     BINDINGS = [
         Binding("escape", "back", "back / cancel"),
+        HELP_KEY,
         Binding("enter", "apply", "mask the prunable heads"),
         Binding("r", "reestimate", "re-estimate per step"),
         Binding("e", "export", "export"),

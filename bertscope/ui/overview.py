@@ -34,6 +34,7 @@ from bertscope.render.patterns import PATTERN_LETTERS, layer_bars, layer_pattern
 from bertscope.render.syntax import syntax_table
 from bertscope.ui.export import csv_text, save_screen
 from bertscope.ui.focus import leave_input
+from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
 from bertscope.ui.syntax import SYNTAX_FIGURE, kept_relation, next_relation, syntax_label, syntax_overlay
@@ -115,6 +116,7 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
     AUTO_FOCUS = "#overview-grid"
     BINDINGS = [
         Binding("escape", "back", "back / cancel"),
+        HELP_KEY,
         Binding("enter", "open_head", "open head"),
         Binding("f", "next_shading", "shading"),
         Binding("n", "toggle_norms", "weights/norms"),

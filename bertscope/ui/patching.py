@@ -31,6 +31,7 @@ from bertscope.render.heatmap import GLYPHS
 from bertscope.render.patching import effect_cell, effect_style, layers_table, legend, positions_grid
 from bertscope.ui.export import json_text, save_screen
 from bertscope.ui.focus import leave_input
+from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
 from bertscope.ui.overview import PatternGrid
@@ -170,6 +171,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
     AUTO_FOCUS = "#patch-grid"
     BINDINGS = [
         Binding("escape", "back", "back / cancel"),
+        HELP_KEY,
         Binding("enter", "open_head", "open head"),
         Binding("m", "next_metric", "metric"),
         Binding("d", "next_direction", "direction"),

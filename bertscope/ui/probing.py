@@ -26,6 +26,7 @@ from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
 from bertscope.ui.export import json_text, save_screen
 from bertscope.ui.focus import leave_input
+from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults
 
@@ -40,6 +41,7 @@ class ProbingScreen(Screen[None]):
     AUTO_FOCUS = "#curves"
     BINDINGS = [
         Binding("escape", "back", "back / cancel"),
+        HELP_KEY,
         Binding("r,ctrl+r", "run", "run"),
         Binding("m", "rescore_masked", "re-score with mask"),
         Binding("x", "clear", "clear curves"),
