@@ -75,7 +75,7 @@ def test_pruning_curve_screen_and_applying_its_mask():
         text = rendered(screen.query_one("#curve-content"))
         assert "100%" in text and "cosine" in text
         status = rendered(screen.query_one("#curve-status"))
-        assert "largest fraction within a drop of 0.2: 25%" in status
+        assert "prunable within a drop of 0.2: 25% (3 heads)" in status
         await pilot.press("enter")
         await settle(pilot)
         assert not isinstance(app.screen, PruningCurveScreen)

@@ -256,11 +256,10 @@ class PruningCurveScreen(Screen[str | None]):
         self.curve = curve
         status = self.query_one("#curve-status", Static)
         best = curve.prunable()
-        how = "importance re-estimated at each step" if curve.reestimate else "one ranking (r: re-estimate at each step)"
-        status.update(Text.assemble(
+        how = "re-estimated at each step" if curve.reestimate else "one ranking (r: re-estimate per step)"
+        status.update(Text.assemble(  # two lines that fit 80 columns
             (f"pruning curve · {curve.objective} · {curve.method} ({curve.ablation})", "bold"), f" · {how}\n",
-            f"largest fraction within a drop of {curve.max_drop:g}: {best.fraction:.0%} ({best.heads_pruned} heads); "
-            "Enter masks them in the explorer",
+            f"prunable within a drop of {curve.max_drop:g}: {best.fraction:.0%} ({best.heads_pruned} heads); Enter masks them",
         ))
         self.query_one("#curve-content", Static).update(curve_chart(curve, width=24))
 
