@@ -63,16 +63,8 @@ def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, no
         print_json(payload)
         return
     if output_format == "csv":
-        statistics = result.statistic_names
-        header = ["layer", "head", "pattern", *(f"share_{name}" for name in PATTERNS), *statistics]
-        rows = (
-            [layer, head, PATTERNS[result.dominant[layer, head]]]
-            + [f"{share:.6f}" for share in result.pattern_shares[layer, head]]
-            + [f"{result.statistics[name][layer, head]:.6f}" for name in statistics]
-            for layer in range(session.num_layers)
-            for head in range(session.num_heads)
-        )
-        print_csv([header, *rows])
+        header, rows = result.head_table()
+        print_csv([header, *([f"{value:.6f}" if isinstance(value, float) else value for value in row] for row in rows)])
         if norms:
             from bertscope.core.model.results import NORM_DEFINITION
 

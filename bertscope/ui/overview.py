@@ -384,16 +384,7 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         result = self.result
         if result is None:
             return None
-        statistics = result.statistic_names
-        header = ["layer", "head", "pattern", *(f"share_{name}" for name in PATTERNS), *statistics]
-        rows = []
-        for layer, head in np.ndindex(*result.dominant.shape):
-            rows.append([
-                layer, head, PATTERNS[result.dominant[layer, head]],
-                *(float(share) for share in result.pattern_shares[layer, head]),
-                *(float(result.statistics[name][layer, head]) for name in statistics),
-            ])
-        return csv_text(header, rows)
+        return csv_text(*result.head_table())
 
     def action_back(self) -> None:
         if leave_input(self):

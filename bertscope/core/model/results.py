@@ -139,6 +139,16 @@ class PatternResult:
     def layer_statistics(self, name: str) -> np.ndarray:
         return self.statistics[name].mean(-1)
 
+    def head_table(self) -> tuple[list[str], list[list]]:
+        """One row per head (the `patterns --csv` table and the overview's export): layer, head, dominant pattern,
+        the share of each pattern, every statistic."""
+        names = self.statistic_names
+        header = ["layer", "head", "pattern", *(f"share_{name}" for name in PATTERNS), *names]
+        rows = [[layer, head, PATTERNS[self.dominant[layer, head]], *(float(share) for share in self.pattern_shares[layer, head]),
+                 *(float(self.statistics[name][layer, head]) for name in names)]
+                for layer, head in np.ndindex(*self.dominant.shape)]
+        return header, rows
+
     def layer_pattern_shares(self) -> np.ndarray:
         return self.pattern_shares.mean(1)
 
