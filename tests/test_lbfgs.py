@@ -16,7 +16,9 @@ def test_an_ill_conditioned_quadratic_is_solved_to_the_tolerance():
         residual = x - target
         return float(residual @ hessian @ residual / 2), hessian @ residual
 
-    x, evaluations = minimise(quadratic, torch.zeros(40, dtype=torch.float64), max_iter=1000, tolerance=1e-4)
+    found = minimise(quadratic, torch.zeros(40, dtype=torch.float64), max_iter=1000, tolerance=1e-4)
+    x, evaluations = found.x, found.evaluations
+    assert found.converged and found.gradient <= 1e-4
     assert (hessian @ (x - target)).abs().max() <= 1e-4
     assert torch.allclose(x, target, atol=1e-2)  # |x - target| <= |gradient| / smallest eigenvalue
     assert evaluations < 400  # gradient descent would need tens of thousands
@@ -29,9 +31,10 @@ def test_the_iteration_limit_and_an_abandoned_run():
         calls.append(1)
         return float((x**4).sum()), 4 * x**3  # flat near 0: converges slowly
 
-    x, evaluations = minimise(slow, torch.ones(3, dtype=torch.float64), max_iter=5, tolerance=0.0)
-    assert evaluations == len(calls) and 5 <= evaluations <= 5 * 31
-    assert float((x**4).sum()) < 3
+    found = minimise(slow, torch.ones(3, dtype=torch.float64), max_iter=5, tolerance=0.0)
+    assert found.evaluations == len(calls) and 5 <= found.evaluations <= 5 * 31
+    assert float((found.x**4).sum()) < 3
+    assert found.ending == "iteration limit" and not found.converged and found.gradient > 0
 
     def cancelled(x):
         raise KeyboardInterrupt
@@ -61,8 +64,18 @@ def test_problems_minimised_together_each_take_their_own_steps():
 
     starts = [torch.zeros(len(target), dtype=torch.float64) for _, target in problems]
     together = minimise_together(both, starts, max_iter=1000, tolerance=1e-6)
-    for number, (x, evaluations) in enumerate(together):
-        alone, alone_evaluations = minimise(lambda x, number=number: quadratic(number, x), starts[number], max_iter=1000, tolerance=1e-6)
-        assert torch.equal(x, alone) and evaluations == alone_evaluations
-    assert sum(len(numbers) for numbers in asked) == sum(evaluations for _, evaluations in together)
-    assert asked[0] == [0, 1] and asked[-1] == [int(together[1][1] > together[0][1])]  # the finished one is asked no more
+    for number, found in enumerate(together):
+        alone = minimise(lambda x, number=number: quadratic(number, x), starts[number], max_iter=1000, tolerance=1e-6)
+        assert torch.equal(found.x, alone.x) and found.evaluations == alone.evaluations and found.ending == alone.ending
+    assert sum(len(numbers) for numbers in asked) == sum(found.evaluations for found in together)
+    assert asked[0] == [0, 1] and asked[-1] == [int(together[1].evaluations > together[0].evaluations)]  # the finished one is asked no more
+
+
+def test_a_run_that_can_no_longer_lower_the_loss_says_it_stalled():
+    """A gradient that does not vanish at the loss's minimum (as float noise makes it): the run stops and says so."""
+    def noisy(x):
+        return float(x.square().sum()), 2 * x + 0.01 * torch.sign(x)
+
+    found = minimise(noisy, torch.full((4,), 3.0, dtype=torch.float64), max_iter=1000, tolerance=1e-4)
+    assert found.ending == "stalled" and not found.converged
+    assert found.gradient >= 0.01 and found.evaluations < 1000

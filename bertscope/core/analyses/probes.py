@@ -74,7 +74,10 @@ class TrainedProbes:
     `[L, D, C]`. MLP: `logits = relu(z @ hidden_weights + hidden_bias) @ weights + bias`
     with `hidden_weights` `[L, D, H]`, `hidden_bias` `[L, H]` and `weights` `[L, H, C]`.
     `dev_accuracy` `[G, L]` is each grid value's dev accuracy, for the curve of L2 against
-    accuracy.
+    accuracy. `endings` says per layer whether the kept fit converged: linear fits end
+    `converged` (no gradient entry above the tolerance), `stalled` (no step lowered the loss
+    any more, the gradient still above it) or `iteration limit`; MLP fits `converged` (early
+    stopping on dev ended them) or `epoch limit` (still improving when the epochs ran out).
     """
 
     kind: ProbeKind
@@ -87,6 +90,13 @@ class TrainedProbes:
     dev_accuracy: np.ndarray  # [G, L]
     hidden_weights: np.ndarray | None = None  # [L, D, H] mlp only
     hidden_bias: np.ndarray | None = None  # [L, H] mlp only
+    endings: tuple[str, ...] = ()  # [L] how each layer's kept fit ended (`FitEnding`); () for probes saved before
+    gradient: np.ndarray | None = None  # [L] linear: the largest gradient entry of each kept fit (NaN for mlp)
+
+    @property
+    def unconverged(self) -> list[int]:
+        """The layers whose kept fit did not converge (stopped on its iteration limit, or stalled)."""
+        return [layer for layer, ending in enumerate(self.endings) if ending != "converged"]
 
     @property
     def num_layers(self) -> int:
@@ -122,18 +132,20 @@ class TrainedProbes:
     def _scores(self, X: np.ndarray):
         """`(layer, first row, [rows, C] scores)`, a layer and EVAL_BATCH rows at a time.
 
-        The standardisation is folded into the first weights (z·w + b = x·(w/std) + b − mean·(w/std)), so a
-        block of rows is only converted to float32, as in training (`_Rows.raw_weights`): no standardised copy.
+        Each block of rows is standardised in one reused float32 buffer, as in training (`_Rows`): folding the
+        standardisation into the weights instead (x·(w/std) − mean·(w/std)) cancels large terms in float32 and
+        flips the decisions of features that vary little around a large mean.
         """
         buffer = torch.empty(min(len(X), EVAL_BATCH), X.shape[2])
         first, first_bias = (self.hidden_weights, self.hidden_bias) if self.kind == "mlp" else (self.weights, self.bias)
         for layer in range(self.num_layers):
-            scaled = first[layer] / self.std[layer][:, None]  # [D, H or C]
-            weights = torch.from_numpy(np.ascontiguousarray(scaled.T, dtype=np.float32))
-            shift = torch.from_numpy((first_bias[layer] - self.mean[layer] @ scaled).astype(np.float32))
+            weights = torch.from_numpy(np.ascontiguousarray(first[layer].T, dtype=np.float32))
+            shift = torch.from_numpy(np.asarray(first_bias[layer], dtype=np.float32))
+            mean, std = (torch.from_numpy(np.asarray(value[layer], dtype=np.float32)) for value in (self.mean, self.std))
             rows = X[:, layer]
             for start in range(0, len(X), EVAL_BATCH):
-                scores = cpu_linear.product(_copy_rows(rows[start : start + EVAL_BATCH], buffer), weights, shift)
+                block = _copy_rows(rows[start : start + EVAL_BATCH], buffer).sub_(mean).div_(std)
+                scores = cpu_linear.product(block, weights, shift)
                 if self.kind == "mlp":
                     scores = scores.relu_() @ torch.from_numpy(self.weights[layer]) + torch.from_numpy(self.bias[layer])
                 yield layer, start, scores
@@ -209,12 +221,15 @@ def train_probes(
     _, _, Z_dev = _standardise(X_dev, device, mean, std)
     y = torch.as_tensor(y_train, device=device)
     l2 = torch.as_tensor(grid, dtype=torch.float32, device=device)
-    params, dev_correct = _train_mlp(Z, y, Z_dev, y_dev, l2, num_classes, hidden, epochs, patience, batch_size, lr, generator, cancel)
+    params, dev_correct, stale = _train_mlp(Z, y, Z_dev, y_dev, l2, num_classes, hidden, epochs, patience, batch_size, lr,
+                                            generator, cancel)
     del Z, Z_dev
     chosen = _choose(dev_correct, grid)  # [L]
+    stopped = stale[np.arange(num_layers), chosen] >= patience  # early stopping ended the kept probe's training
     common = {
         "kind": kind, "mean": mean.cpu().numpy(), "std": std.cpu().numpy(), "l2": grid[chosen],
         "l2_grid": grid, "dev_accuracy": dev_correct.T.astype(np.float64) / len(y_dev),
+        "endings": tuple("converged" if done else "epoch limit" for done in stopped), "gradient": np.full(num_layers, np.nan),
     }
     layers = np.arange(num_layers)
     numpy = [p.cpu().numpy() for p in params]  # the grid is axis 2 of 4-d parameters, axis 1 of 3-d ones
@@ -397,9 +412,11 @@ def _train_linear(X_train, label_sets, X_dev, grid, num_classes, max_iter, devic
     at a time, converting each block into one reused buffer, instead of holding a float32
     copy of the whole layer.
 
-    Speed (issue 19; EWT UPOS on MiniLM, benchmarks/probe_layers.py): the rows are never
-    standardised, the weights are (`_Rows.raw_weights`); L-BFGS runs in whitened coordinates
-    (`_Correlation`, `_Logistic`); with `layer_l2` each layer fits one strength only.
+    Speed (issue 19; EWT UPOS on MiniLM, benchmarks/probe_layers.py): L-BFGS runs in whitened
+    coordinates (`_Correlation`, `_Logistic`); with `layer_l2` each layer fits one strength only.
+    Precision (issue 34): the rows themselves are standardised as they are read (`_Rows`), so
+    that features varying little around a large mean ([CLS] of an anisotropic model) are not
+    lost to float32 cancellation, wherever the fit runs and whichever kernels it uses.
     """
     n, num_layers, dim = X_train.shape
     labels = [(torch.as_tensor(y, device=device), torch.as_tensor(y_dev, device=device)) for y, y_dev in label_sets]
@@ -428,31 +445,42 @@ def _train_linear(X_train, label_sets, X_dev, grid, num_classes, max_iter, devic
             else:  # the same rows with another set's labels (a control task's)
                 every, dev = rows.relabelled(y), dev_rows.relabelled(y_dev)
                 path = every if subset is None else path_rows.relabelled(y[subset.to(device)])
-            chosen, W, b = _walk(path, dev, grid, tried, shape, found[number].dev_correct[layer], num_classes, max_iter,
-                                 tolerance, cancel)
+            chosen, fit = _walk(path, dev, grid, tried, shape, found[number].dev_correct[layer], num_classes, max_iter,
+                                tolerance, cancel)
             tried = [chosen]  # the others at the first's strength
-            fits.append((every, path, W, b))
+            fits.append((every, path, fit))
         l2 = grid[chosen] if subset is None else grid[chosen] * len(subset) / n
         if subset is not None:
-            problems = [_Logistic(every, l2, W, b, _Correlation.of(path, W, b)) for every, path, W, b in fits]
-            fits = [(None, None, W, b) for W, b in _fit_together(problems, max_iter, GRADIENT_TOLERANCE, cancel)]
-        for result, (_, _, W, b) in zip(found, fits, strict=True):
-            result.keep(layer, rows, W, b, l2)
+            problems = [_Logistic(every, l2, fit.W, fit.b, _Correlation.of(path, fit.W, fit.b)) for every, path, fit in fits]
+            fits = [(None, None, fit) for fit in _fit_together(problems, max_iter, GRADIENT_TOLERANCE, cancel)]
+        for result, (_, _, fit) in zip(found, fits, strict=True):
+            result.keep(layer, rows, fit, l2)
     return [result.probes(grid, len(y_dev), only_tried=number > 0)
             for number, (result, (_, y_dev)) in enumerate(zip(found, labels, strict=True))]
 
 
 def _walk(path_rows, dev_rows, grid, tried, shape, dev_correct, num_classes, max_iter, tolerance, cancel):
     """Fit the strengths `tried` in turn on `path_rows`, each from the last's weights, counting each one's dev rows
-    right into `dev_correct` `[G]`; return the index of the best on dev (ties: the stronger) and its weights."""
+    right into `dev_correct` `[G]`; return the index of the best on dev (ties: the stronger) and its `_Fit`."""
     W = torch.zeros(num_classes, path_rows.X.shape[1], device=path_rows.device)
     b = torch.log(torch.bincount(path_rows.y, minlength=num_classes).float().clamp_min(0.5) / len(path_rows.y))  # W = 0's optimum
     path = {}
     for index in tried:
-        W, b = path[index] = _fit_logistic(path_rows, float(grid[index]), W, b, shape, max_iter, tolerance, cancel)
+        fit = path[index] = _fit_logistic(path_rows, float(grid[index]), W, b, shape, max_iter, tolerance, cancel)
+        W, b = fit.W, fit.b
         dev_correct[index] = dev_rows.correct(W, b)
     chosen = int(_choose(dev_correct[None], grid)[0])
-    return chosen, *path[chosen]
+    return chosen, path[chosen]
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """One fitted probe on standardised features, `W` `[C, D]` and `b` `[C]`, and how its L-BFGS run ended."""
+
+    W: torch.Tensor
+    b: torch.Tensor
+    ending: str
+    gradient: float
 
 
 @dataclass
@@ -465,16 +493,20 @@ class _Found:
     bias: np.ndarray
     l2: np.ndarray
     dev_correct: np.ndarray  # [L, G], -1 where a strength was not tried
+    endings: list[str]
+    gradient: np.ndarray
 
     @classmethod
     def empty(cls, num_layers, dim, num_classes, strengths) -> _Found:
         return cls(np.empty((num_layers, dim), np.float32), np.empty((num_layers, dim), np.float32),
                    np.empty((num_layers, dim, num_classes), np.float32), np.empty((num_layers, num_classes), np.float32),
-                   np.empty(num_layers), np.full((num_layers, strengths), -1, np.int64))
+                   np.empty(num_layers), np.full((num_layers, strengths), -1, np.int64), [""] * num_layers,
+                   np.empty(num_layers))
 
-    def keep(self, layer, rows, W, b, l2) -> None:
+    def keep(self, layer, rows, fit: _Fit, l2) -> None:
         self.mean[layer], self.std[layer] = rows.mean.cpu().numpy(), rows.std.cpu().numpy()
-        self.weights[layer], self.bias[layer], self.l2[layer] = W.T.cpu().numpy(), b.cpu().numpy(), l2
+        self.weights[layer], self.bias[layer], self.l2[layer] = fit.W.T.cpu().numpy(), fit.b.cpu().numpy(), l2
+        self.endings[layer], self.gradient[layer] = fit.ending, fit.gradient
 
     def probes(self, grid, dev_rows: int, only_tried: bool) -> TrainedProbes:
         """The TrainedProbes; `only_tried`: over the strengths some layer tried, as `layer_l2` gives them."""
@@ -484,18 +516,23 @@ class _Found:
             grid, dev_correct = grid[columns], dev_correct[:, columns]
         dev_accuracy = np.where(dev_correct.T < 0, np.nan, dev_correct.T / dev_rows)
         return TrainedProbes(kind="linear", mean=self.mean, std=self.std, weights=self.weights, bias=self.bias, l2=self.l2,
-                             l2_grid=grid, dev_accuracy=dev_accuracy)
+                             l2_grid=grid, dev_accuracy=dev_accuracy, endings=tuple(self.endings), gradient=self.gradient)
 
 
 class _Rows:
-    """One layer's feature rows `[N, D]` and labels, as float32, handed out as blocks of at most `block` rows.
+    """One layer's feature rows `[N, D]` and labels, standardised float32, handed out as blocks of at most `block` rows.
 
-    The rows are not standardised: a probe's weights on standardised features are folded
-    into weights on the raw ones (`raw_weights`), so a block is only converted to float32.
-    Up to `block` (FIT_BLOCK) rows are converted once into `buffer` (a fresh tensor if None) and
-    handed out whole; more are read from `X` again, a block at a time into the buffer, on
-    every call of `blocks` (each L-BFGS evaluation), so that memory does not grow with N.
-    Mean and std (population) come from X itself unless given; std is floored at STD_FLOOR.
+    Up to `block` (FIT_BLOCK) rows are converted and standardised once, in `buffer` (a fresh
+    tensor if None), and handed out whole; more are read from `X` again, a block at a time
+    into the buffer and standardised there, on every call of `blocks` (each L-BFGS
+    evaluation), so that memory does not grow with N. Mean and std (population) come from X
+    itself unless given; std is floored at STD_FLOOR.
+
+    The rows are standardised, not the weights: with x = mean + δ, a product on the raw rows
+    (x·(w/std) − mean·(w/std)) sums terms of the size of the mean that cancel down to those of
+    δ, and where δ is a thousandth of the mean (MiniLM's [CLS]: a norm of 9.7, a spread of
+    4e-4 per feature) float32 keeps three digits of the answer. Fits then stalled wherever the
+    noise happened to stop them: a probe's accuracy moved by 0.1 between two CPU kernels.
     """
 
     def __init__(self, X: np.ndarray, y: torch.Tensor, device, buffer: torch.Tensor | None, mean=None, std=None,
@@ -504,11 +541,12 @@ class _Rows:
         n = len(X)
         self.block = block_rows(torch.device(device), X.shape[1], block or FIT_BLOCK)
         self.buffer = buffer if buffer is not None else torch.empty(min(n, self.block), X.shape[1], device=device)
-        self.whole = _copy_rows(X, self.buffer) if n <= self.block else None
+        raw = _copy_rows(X, self.buffer) if n <= self.block else None
         if mean is None:
-            self.mean, self.std = _streamed_statistics(self.slices)
+            self.mean, self.std = _streamed_statistics(lambda: _slices(self._raw_blocks(raw)))
         else:
             self.mean, self.std = mean, std
+        self.whole = None if raw is None else raw.sub_(self.mean).div_(self.std)
         self._class_sums = None
 
     def relabelled(self, y: torch.Tensor) -> _Rows:
@@ -517,29 +555,29 @@ class _Rows:
         other.y, other._class_sums = y, None
         return other
 
-    def blocks(self):
-        """(raw float32 rows, their labels), block after block; the block is only valid until the next one."""
-        if self.whole is not None:
-            yield self.whole, self.y
+    def _raw_blocks(self, whole: torch.Tensor | None):
+        """(float32 rows as stored, their labels), block after block: for the statistics, before standardising."""
+        if whole is not None:
+            yield whole, self.y
             return
         for start in range(0, len(self.X), self.block):
             end = min(start + self.block, len(self.X))
             yield _copy_rows(self.X[start:end], self.buffer), self.y[start:end]
 
-    def slices(self):
-        """`blocks`, cut into STATISTICS_BLOCK rows: sums and standardised copies of a few rows stay in the caches,
-        and their temporaries (a float64 sum converts its rows first) stay small."""
-        for X, y in self.blocks():
-            for start in range(0, len(X), STATISTICS_BLOCK):
-                yield X[start : start + STATISTICS_BLOCK], y[start : start + STATISTICS_BLOCK]
+    def blocks(self):
+        """(standardised float32 rows, their labels), block after block; the block is only valid until the next one."""
+        if self.whole is not None:
+            yield self.whole, self.y
+            return
+        for X, y in self._raw_blocks(None):
+            yield X.sub_(self.mean).div_(self.std), y
 
-    def raw_weights(self, W: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Weights and bias on the raw rows equal to `W`, `b` on the standardised ones: z·w + b = x·(w/std) + b − mean·(w/std)."""
-        A = W / self.std
-        return A, b - A @ self.mean
+    def slices(self):
+        """`blocks`, cut into STATISTICS_BLOCK rows (see `_slices`)."""
+        return _slices(self.blocks())
 
     def class_sums(self, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """`[C, D]` float64 sums of the raw rows of each class, and `[C]` the class counts (computed once)."""
+        """`[C, D]` float64 sums of the standardised rows of each class, and `[C]` the class counts (computed once)."""
         if self._class_sums is None:
             sums = torch.zeros(classes, self.X.shape[1], dtype=torch.float64, device=self.device)
             for X, y in self.slices():  # float32 partial sums of a few rows: no float64 copy of a block
@@ -549,8 +587,15 @@ class _Rows:
 
     def correct(self, W: torch.Tensor, b: torch.Tensor) -> int:
         """How many rows the probe `W`, `b` (on standardised features) gets right."""
-        A, c = self.raw_weights(W, b)
-        return sum(int((cpu_linear.product(X, A, c).argmax(1) == y).sum()) for X, y in self.blocks())
+        return sum(int((cpu_linear.product(X, W, b).argmax(1) == y).sum()) for X, y in self.blocks())
+
+
+def _slices(blocks):
+    """Blocks of rows cut into STATISTICS_BLOCK rows: sums over a few rows stay in the caches, and their temporaries
+    (a float64 sum converts its rows first) stay small."""
+    for X, y in blocks:
+        for start in range(0, len(X), STATISTICS_BLOCK):
+            yield X[start : start + STATISTICS_BLOCK], y[start : start + STATISTICS_BLOCK]
 
 
 def block_rows(device: torch.device, dim: int, block: int) -> int:
@@ -608,8 +653,7 @@ class _Correlation:
         dim = rows.X.shape[1]
         gram = torch.zeros(dim, dim, dtype=torch.float64, device=rows.device)
         total, scales = 0.0, None
-        for X, _ in rows.slices():  # standardised copies of a few rows, not of a block
-            Z = (X - rows.mean) / rows.std
+        for Z, _ in rows.slices():
             if W is None:
                 gram += (Z.T @ Z).double()
                 total += len(Z)
@@ -624,16 +668,16 @@ class _Correlation:
         return cls(values.clamp_min(0).float(), vectors.float(), None if scales is None else scales / len(rows.y))
 
 
-def _fit_logistic(rows: _Rows, l2: float, weights, bias, shape: _Correlation, max_iter, tolerance, cancel):
+def _fit_logistic(rows: _Rows, l2: float, weights, bias, shape: _Correlation, max_iter, tolerance, cancel) -> _Fit:
     """Multinomial logistic regression on `rows` by L-BFGS from `weights` `[C, D]`, `bias` `[C]` (standardised features).
 
     Loss: mean cross-entropy + `l2 * ||W||²`; see `_Logistic` for how it is computed and the
-    coordinates L-BFGS runs in. Returns the fitted `(W, b)`.
+    coordinates L-BFGS runs in. Returns the fitted probe and how its run ended.
     """
     return _fit_together([_Logistic(rows, l2, weights, bias, shape)], max_iter, tolerance, cancel)[0]
 
 
-def _fit_together(problems: list[_Logistic], max_iter, tolerance, cancel) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _fit_together(problems: list[_Logistic], max_iter, tolerance, cancel) -> list[_Fit]:
     """Fit probes whose rows are the same features (a task and its control task), each exactly as alone, their
     evaluations sharing each pass over the rows: one product for all their classes per block, the rows read once."""
     rows = problems[0].rows
@@ -641,27 +685,26 @@ def _fit_together(problems: list[_Logistic], max_iter, tolerance, cancel) -> lis
     def evaluate(points: list[tuple[int, torch.Tensor]]) -> list[tuple[float, torch.Tensor]]:
         _check_cancel(cancel)
         asked = [(problems[index], *problems[index].unpack(theta)) for index, theta in points]  # (problem, W, b)
-        raw = [rows.raw_weights(W, b) for _, W, b in asked]
-        passes = _passes(rows, raw)
-        return [problem.loss_and_gradient(W, b, *weights, *sums)
-                for (problem, W, b), weights, sums in zip(asked, raw, passes, strict=True)]
+        passes = _passes(rows, [(W, b) for _, W, b in asked])
+        return [problem.loss_and_gradient(W, b, *sums) for (problem, W, b), sums in zip(asked, passes, strict=True)]
 
     found = lbfgs.minimise_together(evaluate, [problem.start for problem in problems], max_iter=max_iter, tolerance=tolerance,
                                     sizes=[problem.original_size for problem in problems])
-    return [problem.unpack(theta) for problem, (theta, _) in zip(problems, found, strict=True)]
+    return [_Fit(*problem.unpack(minimum.x), minimum.ending, minimum.gradient)
+            for problem, minimum in zip(problems, found, strict=True)]
 
 
-def _passes(rows: _Rows, raw: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[float, torch.Tensor, torch.Tensor]]:
-    """For probes `(A, c)` on the raw rows: each one's sum of log-normalisers, and `[C, D]`, `[C]` sums of its class
-    probabilities times the rows, in one pass over the rows' blocks whatever the number of probes.
+def _passes(rows: _Rows, probes: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[float, torch.Tensor, torch.Tensor]]:
+    """For probes `(W, b)` on the standardised rows: each one's sum of log-normalisers, and `[C, D]`, `[C]` sums of its
+    class probabilities times the rows, in one pass over the rows' blocks whatever the number of probes.
 
     In the `[C, N]` layout the softmax reduces across rows of contiguous memory; the probes' classes are stacked
     so that one product per block serves them all (a block is read once, and small products waste most of a
     kernel's width: 17 or 34 classes cost the same on a 2-core Xeon).
     """
-    A, c = raw[0] if len(raw) == 1 else (torch.cat([weights for weights, _ in raw]), torch.cat([bias for _, bias in raw]))
-    ends = np.cumsum([len(bias) for _, bias in raw]).tolist()
-    log_normalisers = [0.0] * len(raw)
+    A, c = probes[0] if len(probes) == 1 else (torch.cat([weights for weights, _ in probes]), torch.cat([bias for _, bias in probes]))
+    ends = np.cumsum([len(bias) for _, bias in probes]).tolist()
+    log_normalisers = [0.0] * len(probes)
     gradient_A, gradient_c = torch.zeros_like(A), torch.zeros_like(c)
     for X, _ in rows.blocks():
         logits = cpu_linear.product(A, X).add_(c[:, None])  # [ΣC, N]
@@ -712,15 +755,13 @@ class _Logistic:
         V, beta = theta[: self.classes * self.dim].view(self.classes, self.dim), theta[self.classes * self.dim :]
         return (V * self.scale) @ self.U.T, beta * self.bias_scale
 
-    def loss_and_gradient(self, W: torch.Tensor, b: torch.Tensor, A: torch.Tensor, c: torch.Tensor, log_normalisers: float,
-                          gradient_A: torch.Tensor, gradient_c: torch.Tensor) -> tuple[float, torch.Tensor]:
-        """The loss at `W`, `b` (`A`, `c` on the raw rows) and its gradient in these coordinates, from `_passes`' sums."""
-        rows, n, l2 = self.rows, len(self.rows.y), self.l2
-        true_logits = float((A.double() * self.sums).sum() + (c.double() * self.counts).sum())
-        gradient_A = gradient_A.sub_(self.sums.float())  # minus the one-hot labels: n × the gradient in the raw weights
-        gradient_c = gradient_c.sub_(self.counts.float())
-        gradient_W = (gradient_A - gradient_c[:, None] * rows.mean).div_(rows.std).div_(n).add_(W, alpha=2 * l2)
-        gradient_b = gradient_c.div_(n)
+    def loss_and_gradient(self, W: torch.Tensor, b: torch.Tensor, log_normalisers: float, gradient_W: torch.Tensor,
+                          gradient_b: torch.Tensor) -> tuple[float, torch.Tensor]:
+        """The loss at `W`, `b` and its gradient in these coordinates, from `_passes`' sums."""
+        n, l2 = len(self.rows.y), self.l2
+        true_logits = float((W.double() * self.sums).sum() + (b.double() * self.counts).sum())
+        gradient_W = gradient_W.sub_(self.sums.float()).div_(n).add_(W, alpha=2 * l2)  # minus the one-hot labels
+        gradient_b = gradient_b.sub_(self.counts.float()).div_(n)
         loss = (log_normalisers - true_logits) / n + l2 * float(W.square().sum())
         return loss, torch.cat([((gradient_W @ self.U) * self.scale).view(-1), gradient_b * self.bias_scale])
 
@@ -783,7 +824,7 @@ def _train_mlp(Z, y, Z_dev, y_dev, l2, num_classes, width, epochs, patience, bat
             saved.copy_(torch.where(mask, p.detach(), saved))
         if np.all(stale >= patience):
             break
-    return best, best_correct
+    return best, best_correct, stale
 
 
 @torch.no_grad()
