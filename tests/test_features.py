@@ -21,7 +21,11 @@ def features(session, options, **kwargs):
 
 
 def assert_float16_of(actual, expected):
-    """Features are stored in float16: equal to the float32 states to float16's precision (2^-11)."""
+    """Features are stored in float16 (where it rounds away nothing that varies): equal to the float32 states to its
+    precision (2^-11); stored in float32, to float32's."""
+    if actual.dtype == np.float32:
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+        return
     assert actual.dtype == np.float16
     np.testing.assert_allclose(actual.astype(np.float32), expected, rtol=1e-3, atol=1e-4)
 
@@ -141,8 +145,8 @@ def test_a_cache_that_cannot_be_written_only_costs_time(tiny_session, tmp_path):
     np.testing.assert_array_equal(first.X, again.X)
 
 
-def test_hidden_states_beyond_float16_are_kept_in_float32(tiny_bert_dir, tmp_path):
-    """A model whose states overflow float16 gets float32 features, fresh and from the cache."""
+def changed_last_layer(tiny_bert_dir, directory, change):
+    """A session on a copy of the tiny model whose last LayerNorm `change` altered."""
     import shutil
 
     from transformers import AutoModel
@@ -150,12 +154,20 @@ def test_hidden_states_beyond_float16_are_kept_in_float32(tiny_bert_dir, tmp_pat
     from bertscope.core.model.session import Session
 
     model = AutoModel.from_pretrained(tiny_bert_dir)
-    model.encoder.layer[-1].output.LayerNorm.weight.data *= 1e5  # the last layer's states reach ~1e5
-    model.save_pretrained(tmp_path / "large")
+    change(model.encoder.layer[-1].output.LayerNorm)
+    model.save_pretrained(directory)
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         if (tiny_bert_dir / name).exists():
-            shutil.copy(tiny_bert_dir / name, tmp_path / "large" / name)
-    session = Session.open(str(tmp_path / "large"), device="cpu")
+            shutil.copy(tiny_bert_dir / name, directory / name)
+    return Session.open(str(directory), device="cpu")
+
+
+def test_hidden_states_beyond_float16_are_kept_in_float32(tiny_bert_dir, tmp_path):
+    """A model whose states overflow float16 gets float32 features, fresh and from the cache."""
+    def scale(norm):
+        norm.weight.data *= 1e5  # the last layer's states reach ~1e5
+
+    session = changed_last_layer(tiny_bert_dir, tmp_path / "large", scale)
     fresh = features(session, FeatureOptions(level="word"), cache_dir=tmp_path / "cache")
     assert fresh.X.dtype == np.float32 and np.abs(fresh.X[:, -1]).max() > np.finfo(np.float16).max
     result = session.forward(session.encode(SENTENCES[1].text))
@@ -164,3 +176,19 @@ def test_hidden_states_beyond_float16_are_kept_in_float32(tiny_bert_dir, tmp_pat
     cached = features(session, FeatureOptions(level="word"), cache_dir=tmp_path / "cache")
     assert cached.from_cache and cached.X.dtype == np.float32
     np.testing.assert_array_equal(cached.X, fresh.X)
+
+
+def test_features_that_vary_little_around_a_large_value_are_kept_in_float32(tiny_bert_dir, tmp_path):
+    """Float16's steps near 200 are 0.125: a spread of a few tenths there would be rounded to a few steps (the case
+    of an anisotropic model's [CLS], whose probe accuracy then moved with the rounding). Such features are float32,
+    exactly the model's; ordinary ones stay float16."""
+    def shift(norm):
+        norm.bias.data += 200.0  # every feature of the last layer lies near 200, spread as before
+
+    session = changed_last_layer(tiny_bert_dir, tmp_path / "shifted", shift)
+    shifted = features(session, FeatureOptions(level="word"), cache_dir=False)
+    assert shifted.X.dtype == np.float32
+    result = session.forward(session.encode(SENTENCES[1].text))
+    np.testing.assert_allclose(shifted.X[7], result.hidden_states[:, 1], rtol=1e-6, atol=1e-5)
+    assert features(session.__class__.open(str(tiny_bert_dir), device="cpu"), FeatureOptions(level="word"),
+                    cache_dir=False).X.dtype == np.float16

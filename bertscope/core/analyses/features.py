@@ -37,9 +37,14 @@ if TYPE_CHECKING:
     from bertscope.core.model.deferred import DeferredSession
     from bertscope.core.model.session import Session
 
-CACHE_VERSION = 4  # 2: rows name their word (a word with no tokens has no row); 3: stored layer by layer; 4: float16
+CACHE_VERSION = 5  # 2: rows name their word (a word with no tokens has no row); 3: stored layer by layer; 4: float16;
+# 5: float32 where float16 would round away the spread (issue 34)
 CHUNK = 1024  # sentences tokenised at a time
 FLOAT16_MAX = float(np.finfo(np.float16).max)
+# float16 is kept where its rounding noise stays below ROUNDING_SHARE of a feature's spread for all but
+# LOSSY_FEATURES of a layer's features (measured on the first batch; constant features do not count).
+ROUNDING_SHARE = 0.01
+LOSSY_FEATURES = 0.01
 WORD_POOLING = ("first", "mean")
 SENTENCE_POOLING = ("cls", "mean")
 
@@ -66,11 +71,14 @@ class Features:
     """`X` `[N, L+1, D]`: one row per word (or sentence) that fitted the model.
 
     `X` is a read-only view of a layer-major `[L+1, N, D]` array (often a memory map of the
-    cache entry), so that `X[:, layer]` is contiguous. It is float16: half the memory, disk
-    and first-touch page faults of float32 (seconds per corpus on small virtual machines),
-    for probe accuracies within 0.03 point of float32 features' (generated treebank,
-    deprel, every layer of MiniLM). Hidden states of post-LayerNorm encoders lie far
-    inside float16's range; if one does not, the features are float32.
+    cache entry), so that `X[:, layer]` is contiguous. It is float16 where that loses
+    nothing a probe reads: half the memory, disk and first-touch page faults of float32
+    (seconds per corpus on small virtual machines), for probe accuracies within 0.03 point of
+    float32 features' (generated treebank, deprel, every layer of MiniLM). It is float32
+    where float16 would not do: a hidden state beyond its range, or features that vary
+    little around a large value, where float16's steps are as large as the variation itself
+    (MiniLM's [CLS]: values near 0.5, a spread of 4e-4, float16's step there 2.4e-4; see
+    `_float16_would_lose`).
     """
 
     X: np.ndarray
@@ -158,7 +166,26 @@ def _lookup(model: Session | DeferredSession, directory: Path, data: str, option
 
 
 class _BeyondFloat16(Exception):
-    """A hidden state too large for float16 (not seen in a post-LayerNorm encoder, but possible)."""
+    """Features float16 cannot hold: a hidden state too large for it (not seen in a post-LayerNorm encoder, but
+    possible), or a spread it would round away (`_float16_would_lose`)."""
+
+
+def _float16_would_lose(pooled: torch.Tensor) -> bool:
+    """Whether float16 would round away what varies in `[B, L+1, D]` rows: in some layer, more than LOSSY_FEATURES of
+    the features that vary get rounding noise (step / √12) above ROUNDING_SHARE of their spread over the rows.
+
+    A single row shows no spread: float32 then (a one-sentence job costs nothing either way).
+    """
+    if len(pooled) < 2:
+        return True
+    rows = pooled.float()
+    spread = rows.std(0)  # [L+1, D]
+    largest = rows.abs().amax(0)
+    step = torch.exp2(torch.floor(torch.log2(largest.clamp_min(2.0**-14))) - 10)  # float16's spacing at that size
+    varying = spread > 0
+    lossy = varying & (step / 12**0.5 > ROUNDING_SHARE * spread)
+    share = lossy.sum(1).float() / varying.sum(1).clamp_min(1)
+    return bool((share > LOSSY_FEATURES).any())
 
 
 def _extract(session: Session, sentences, options, gates, path, dtype, batch_size, cancel) -> Iterator[Progress[Features]]:
@@ -191,7 +218,7 @@ def _extract(session: Session, sentences, options, gates, path, dtype, batch_siz
                 else:
                     pooled, present = _pool_words(outputs.hidden_states, [encoded.word_ids(index) for index in in_chunk], options.word_pooling)
                     lost += sum(len(sentences[index].words) - (words[-1] + 1 if words else 0) for index, words in zip(indices, present, strict=True))
-                if dtype == np.float16 and pooled.abs().amax() > FLOAT16_MAX:
+                if dtype == np.float16 and (pooled.abs().amax() > FLOAT16_MAX or (done == 0 and _float16_would_lose(pooled))):
                     raise _BeyondFloat16
             block = pooled.to(torch_dtype).cpu().numpy().transpose(1, 0, 2)  # [L+1, rows of the batch, D]
             row = 0
