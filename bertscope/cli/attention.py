@@ -66,8 +66,8 @@ INFO_LABELS = {
     "source": "model", "family": "family", "architecture": "architecture", "num_layers": "layers",
     "num_heads": "heads per layer", "hidden_size": "hidden size", "vocab_size": "vocabulary",
     "max_length": "max tokens", "has_mlm_head": "MLM head", "num_labels": "labels",
-    "device": "device", "dtype": "dtype", "parameters": "parameters", "fingerprint": "fingerprint",
-    "pruned_heads": "pruned heads",
+    "device": "device", "dtype": "dtype", "cpu_linear": "CPU linear kernels", "parameters": "parameters",
+    "fingerprint": "fingerprint", "pruned_heads": "pruned heads",
 }
 
 
@@ -86,7 +86,7 @@ def info(model: ModelChoice, as_json):
     table = Table(show_header=False, box=None, padding=(0, 2))
     for key, label in INFO_LABELS.items():
         value = details[key]
-        if key == "num_labels" and value is None or key == "pruned_heads" and not value:
+        if value is None and key in ("num_labels", "cpu_linear") or key == "pruned_heads" and not value:
             continue
         if isinstance(value, bool):
             value = "yes" if value else "no (fill-in needs a model with an MLM head)"

@@ -212,7 +212,7 @@ class ModelChoice:
             return self.open()
         from bertscope.core.model.deferred import DeferredSession
 
-        return DeferredSession.from_files(files, self.device, lambda: self.open(spinner=False))
+        return DeferredSession.from_files(files, self.device, lambda: self.open(spinner=False), self.dtype)
 
 
 MODEL_OPTIONS = [

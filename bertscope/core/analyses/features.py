@@ -86,6 +86,7 @@ class Features:
     word_index: np.ndarray  # [N] which word of it (0 for sentence-level rows)
     truncated_words: int  # words lost because their sentence was cut to the model's maximum
     from_cache: bool = False
+    numerics: dict | None = None  # the passes' device, dtype and CPU kernel path (`Session.numerics`), kept in the cache
 
 
 def data_hash(sentences: Sequence[Sentence], level: str) -> str:
@@ -97,10 +98,12 @@ def data_hash(sentences: Sequence[Sentence], level: str) -> str:
     return digest.hexdigest()[:24]
 
 
-def cache_key(fingerprint: str, data: str, options: FeatureOptions, max_length: int) -> str:
-    """The name of a cache entry: the model's fingerprint and maximum length, the `data_hash` and the options."""
+def cache_key(fingerprint: str, data: str, options: FeatureOptions, max_length: int, numerics: str = "float32") -> str:
+    """The name of a cache entry: the model's fingerprint, maximum length and `numerics_key`, the `data_hash` and the
+    options."""
     payload = json.dumps(
-        {"v": CACHE_VERSION, "model": fingerprint, "data": data, "options": asdict(options), "max_length": max_length},
+        {"v": CACHE_VERSION, "model": fingerprint, "data": data, "options": asdict(options), "max_length": max_length,
+         "numerics": numerics},
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
@@ -154,7 +157,7 @@ def _directory(cache_dir: str | Path | None) -> Path:
 
 def _entry(model: Session | DeferredSession, directory: Path, data: str, options: FeatureOptions) -> Path:
     """The cache entry `model` names for the data (.npy: the layer-major features; .npz: which word each row is)."""
-    return directory / f"features-{cache_key(model.fingerprint, data, options, model.max_length)}"
+    return directory / f"features-{cache_key(model.fingerprint, data, options, model.max_length, model.numerics_key)}"
 
 
 def _lookup(model: Session | DeferredSession, directory: Path, data: str, options: FeatureOptions) -> tuple[Path | None, Features | None]:
@@ -239,7 +242,8 @@ def _extract(session: Session, sentences, options, gates, path, dtype, batch_siz
     if not complete:
         by_layer, sentence_index, word_index = by_layer[:, filled], sentence_index[filled], word_index[filled]
     by_layer.flags.writeable = False  # a memory map of the cache entry: writing would change the file
-    features = Features(X=by_layer.transpose(1, 0, 2), sentence_index=sentence_index, word_index=word_index, truncated_words=lost)
+    features = Features(X=by_layer.transpose(1, 0, 2), sentence_index=sentence_index, word_index=word_index, truncated_words=lost,
+                        numerics=session.numerics)
     if entry is not None:  # None: no cache, or a directory that cannot hold one
         _finish_in_background(path, features, entry if complete else None)
     return features
@@ -391,7 +395,7 @@ def _finish(path: Path, features: Features, entry: _MappedEntry | None) -> None:
                 np.save(handle, features.X.transpose(1, 0, 2))
         with atomic_write(path.with_suffix(".npz")) as handle:
             np.savez(handle, sentence_index=features.sentence_index, word_index=features.word_index,
-                     truncated_words=np.array(features.truncated_words))
+                     truncated_words=np.array(features.truncated_words), numerics=np.array(json.dumps(features.numerics)))
     except (OSError, InputError):
         if entry is not None:
             entry.discard()  # a cache that cannot be written only costs time next run
@@ -410,15 +414,16 @@ def _load(path: Path, session: Session | DeferredSession) -> Features | None:
     try:
         with np.load(path.with_suffix(".npz"), allow_pickle=False) as rows:
             sentence_index, word_index, truncated = rows["sentence_index"], rows["word_index"], int(rows["truncated_words"])
+            numerics = json.loads(str(rows["numerics"]))
         by_layer = np.load(path.with_suffix(".npy"), mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError):
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError):  # json's errors are ValueErrors
         return None
     if by_layer.ndim != 3 or by_layer.shape[0] != session.num_layers + 1 or by_layer.shape[2] != session.hidden_size:
         return None
     if by_layer.dtype not in (np.float16, np.float32) or len(sentence_index) != by_layer.shape[1] or len(word_index) != by_layer.shape[1]:
         return None
     return Features(X=by_layer.transpose(1, 0, 2), sentence_index=sentence_index, word_index=word_index,
-                    truncated_words=truncated, from_cache=True)
+                    truncated_words=truncated, from_cache=True, numerics=numerics)
 
 
 def extract_sharded(session: Session | DeferredSession, sentences: Sequence[Sentence], options: FeatureOptions,
@@ -464,7 +469,7 @@ def extract_sharded(session: Session | DeferredSession, sentences: Sequence[Sent
     by_layer = np.ascontiguousarray(X[order].transpose(1, 0, 2))
     by_layer.flags.writeable = False
     features = Features(X=by_layer.transpose(1, 0, 2), sentence_index=sentence_index[order], word_index=word_index[order],
-                        truncated_words=sum(piece[3] for piece in parts))
+                        truncated_words=sum(piece[3] for piece in parts), numerics=session.ready().numerics)
     if cache_dir is not False:
         # the loaded model's own key, as one process writes it
         _finish_in_background(_entry(session.ready(), directory, data, options), features, None)

@@ -190,12 +190,13 @@ def _digest(sentences: Sequence[Sentence]) -> str:
     return digest.hexdigest()[:16]
 
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: fitted on standardised rows (issue 34); the dtype (and device below float32) in the key
 _ARRAYS = ("mean", "std", "weights", "bias", "l2", "l2_grid", "dev_accuracy")
 
 
 def _cache_key(session: Session, key: tuple) -> str:
-    payload = json.dumps({"v": CACHE_VERSION, "model": session.info.fingerprint, "max_length": session.max_length, "key": key})
+    payload = json.dumps({"v": CACHE_VERSION, "model": session.info.fingerprint, "max_length": session.max_length, "key": key,
+                          "numerics": session.numerics_key})
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 

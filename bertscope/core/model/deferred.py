@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from bertscope.core.model.masks import HeadMask
-from bertscope.core.model.model_files import ModelFiles, fingerprint, read_config, tokenizer_limit, usable_length
+from bertscope.core.model.model_files import ModelFiles, fingerprint, numerics_key, read_config, tokenizer_limit, usable_length
 
 if TYPE_CHECKING:
     import torch
@@ -33,14 +33,16 @@ class DeferredSession:
     """Stands in for a `Session` where only what names its cache entries is needed; `ready()` gives the loaded one."""
 
     def __init__(self, *, source: str, fingerprint: str, max_length: int | None, counts: Counts | None,
-                 device: torch.device, load: Callable[[], Session]) -> None:
+                 device: torch.device, load: Callable[[], Session], dtype: str = "float32") -> None:
         self.source, self.fingerprint, self.max_length, self.device = source, fingerprint, max_length, device
+        self.numerics_key = numerics_key(dtype, device.type)  # what names its cache entries beside the fingerprint
+        self.dtype = dtype
         self._counts, self._load = counts, load  # counts None: asked of the loaded model
         self._session: Session | None = None
 
     @classmethod
-    def from_files(cls, files: ModelFiles, device: str, load: Callable[[], Session]) -> DeferredSession:
-        """The model in `files`, to run on `device` (auto, cpu, cuda…); `load()` loads it as a `Session`."""
+    def from_files(cls, files: ModelFiles, device: str, load: Callable[[], Session], dtype: str = "float32") -> DeferredSession:
+        """The model in `files`, to run on `device` (auto, cpu, cuda…) in `dtype`; `load()` loads it as a `Session`."""
         from bertscope.core import distributed
         from bertscope.core.model.device import resolve_device
 
@@ -52,7 +54,7 @@ class DeferredSession:
             max_length=usable_length(numbers[3], files.family, tokenizer_limit(files.directory)) if known else None,
             counts=tuple(numbers[:3]) if known else None,
             # Under torchrun this joins the process group, as loading would: the ranks meet to share their features.
-            device=resolve_device(distributed.start(device)), load=load,
+            device=resolve_device(distributed.start(device)), load=load, dtype=dtype,
         )
 
     @classmethod
@@ -60,7 +62,7 @@ class DeferredSession:
         """`model.random_copy(seed)`, drawn only if a pass needs its weights (its features are not cached)."""
         return cls(source=f"{model.source} (random init, seed {seed})", fingerprint=f"random{seed}-{model.fingerprint}",
                    max_length=model.max_length, counts=None if model.max_length is None else (model.num_layers, model.num_heads, model.hidden_size),
-                   device=model.device, load=lambda: model.ready().random_copy(seed))
+                   device=model.device, load=lambda: model.ready().random_copy(seed), dtype=model.dtype)
 
     @property
     def num_layers(self) -> int:

@@ -134,6 +134,17 @@ def fingerprint(directory: Path, weights: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def numerics_key(dtype: str, device_type: str) -> str:
+    """What of a pass's arithmetic names its cache entries, beside the model's fingerprint.
+
+    The dtype always (bfloat16 states are other numbers). The device only for reduced
+    precision, whose accumulation differs between CPU and GPU kernels; float32 states differ
+    by ~1e-6 between devices and CPU kernel paths, which moves no probe by more than one test
+    example (tests/test_probe_numbers.py), so float32 entries are shared between them.
+    """
+    return dtype if dtype == "float32" else f"{dtype}-{device_type}"
+
+
 UNLIMITED = 1_000_000  # a tokenizer's model_max_length at or above this means "no limit of its own" (transformers' default is 1e30)
 
 

@@ -33,6 +33,7 @@ class ModelInfo:
     parameters: int
     fingerprint: str
     pruned_heads: int = 0  # heads physically removed (core.model.pruning); masks still use the original numbers
+    cpu_linear: str | None = None  # on the CPU in float32: onednn or blas, the kernels of its linear layers
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)

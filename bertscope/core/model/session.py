@@ -23,6 +23,7 @@ from bertscope.core.model.ablation import attention_pass
 from bertscope.core.model.effects import softmax
 from bertscope.core.model.loading import LoadedModel, load_model
 from bertscope.core.model.masks import Ablation, HeadMask, check_ablation
+from bertscope.core.model.model_files import numerics_key
 from bertscope.core.model.pruning import kept_heads as pruned_layout
 from bertscope.core.model.pruning import pruned_heads_of
 from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
@@ -92,6 +93,23 @@ class Session:
         """Changes with the model's config and weights: what names its cache entries."""
         return self.loaded.fingerprint
 
+    @property
+    def dtype(self) -> str:
+        """The dtype its passes compute in: float32, bfloat16 or float16."""
+        return str(self.loaded.dtype).removeprefix("torch.")
+
+    @property
+    def numerics_key(self) -> str:
+        """What of its arithmetic names its cache entries beside the fingerprint (`model_files.numerics_key`)."""
+        return numerics_key(self.dtype, self.device.type)
+
+    @property
+    def numerics(self) -> dict:
+        """What its passes' numbers depend on besides the model and the input: device, dtype, and on the CPU in
+        float32 the kernel path of its linear layers (`onednn` or `blas`, `core.model.cpu_linear`)."""
+        linear = self.linear_path if self.device.type == "cpu" and self.dtype == "float32" else None
+        return {"device": self.device.type, "dtype": self.dtype, "cpu_linear": linear}
+
     def ready(self) -> Session:
         """This session: a loaded model (`DeferredSession.ready` loads one)."""
         return self
@@ -122,7 +140,8 @@ class Session:
             has_mlm_head=self.mlm_head is not None,
             num_labels=config.num_labels if self.is_classifier else None,
             device=str(self.device),
-            dtype=str(self.loaded.dtype).removeprefix("torch."),
+            dtype=self.dtype,
+            cpu_linear=self.numerics["cpu_linear"],
             parameters=sum(p.numel() for p in self.model.parameters()),
             fingerprint=self.loaded.fingerprint,
             pruned_heads=sum(len(heads) for heads in pruned_heads_of(config).values()),
