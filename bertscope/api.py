@@ -289,6 +289,18 @@ def probe(model: Session, task: str, *, data: str | Path | None = None, dev: str
     return report
 
 
+def task_sentences(task: str, *, data: str | Path | None = None, dev: str | Path | None = None, test: str | Path | None = None,
+                   data_format: str = "auto", limit: int | None = None, seed: int = 0) -> dict[str, list[Sentence]]:
+    """The train, dev and test sentences `probe` trains and scores on for the same arguments: `{"train": [...],
+    "dev": [...], "test": [...]}`, each a list of `Sentence` (`.text`, `.label` for sentence tasks, `.words` and
+    `.upos`/`.xpos`/`.deprels`/`.heads` for treebank tasks). To check a probe with a pipeline of one's own."""
+    from bertscope.core.data.splits import make_splits
+
+    train, dev_sentences, test_sentences, _, _ = probe_sentences(task, data, dev, test, data_format, limit)
+    splits = make_splits(train, dev_sentences, test_sentences, seed=seed)
+    return {"train": splits.train, "dev": splits.dev, "test": splits.test}
+
+
 def probe_on(model: Session | DeferredSession, task: str, train: list[Sentence], dev: list[Sentence] | None = None,
              test: list[Sentence] | None = None, *, word_pooling: str = "first", sentence_pooling: str = "cls",
              kind: str = "linear", control: bool = True, random_baseline: bool = True, min_examples: int = 2,
@@ -308,7 +320,8 @@ def probe_steps(model: Session | DeferredSession, task: str, train: list[Sentenc
                 cache_dir: str | Path | None | bool = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
                 seed: int = 0, cancel: threading.Event | None = None) -> Iterator[Progress[ProbeReport]]:
     """`probe_on` as a stream (its notes are in the report's `notes`)."""
-    from bertscope.core.analyses.probing import make_splits, run_probe
+    from bertscope.core.analyses.probing import run_probe
+    from bertscope.core.data.splits import make_splits
 
     splits = make_splits(train, dev, test, seed=seed)
     return run_probe(

@@ -16,6 +16,7 @@ import torch
 
 from bertscope.core.data.batching import plan_batches
 from bertscope.core.data.corpus import Sentence
+from bertscope.core.data.splits import make_splits
 from bertscope.core.data.treebank import generate_treebank
 
 # A few KB may appear once (a buffer the framework sizes on first use); one batch of the tiny
@@ -308,7 +309,7 @@ def test_probe_training_runs_on_the_corpus_heap(tiny_session, monkeypatch):
         return train_probes(*args, **options)
 
     monkeypatch.setattr(probes, "train_probes", watched)
-    splits = probing.make_splits(list(generate_treebank(60, seed=3)), None, None)
+    splits = make_splits(list(generate_treebank(60, seed=3)), None, None)
     steps = list(probing.run_probe(tiny_session, "upos", splits, control=False, random_baseline=False, cache_dir=False))
     assert steps[-1].result is not None and streaming_while_fitting == [True]
     assert trims, "the feature passes' freed memory was not trimmed before training"

@@ -68,6 +68,12 @@ def shaded_sentence(
     return text
 
 
+def _trained_on(target: dict) -> str:
+    """`, trained on 2,000` where the probe says (the probing pane and `bertscope probe` show the same probe)."""
+    train = target.get("sentences", {}).get("train")
+    return f", trained on {train:,}" if train else ""
+
+
 def describe(result) -> str:
     """One line: method, what is explained, and the score of the decision."""
     target = result.target
@@ -78,7 +84,7 @@ def describe(result) -> str:
         what = f"{f}(class {target['label']})"
     else:
         what = (f"{f}({target['label']}) of the {target['task']} probe on layer {target['layer']} "
-                f"({target['pooling']} pooling, test accuracy {target['test_accuracy']:.2f})")
+                f"({target['pooling']} pooling, test accuracy {target['test_accuracy']:.3f}{_trained_on(target)})")
     line = f"{METHOD_NAMES[result.method]} of {what} = {result.output:.4g}"
     if result.method == "integrated-gradients":
         error = "n/a" if result.completeness_error != result.completeness_error else f"{result.completeness_error:.2%}"
@@ -100,7 +106,7 @@ def short_describe(result) -> str:
     elif target["kind"] == "class":
         what = f"{f}({target['label']})"
     else:
-        what = f"{target['task']} probe L{target['layer']} (acc {target['test_accuracy']:.2f}): {f}({target['label']})"
+        what = f"{target['task']} probe L{target['layer']} (acc {target['test_accuracy']:.3f}): {f}({target['label']})"
     line = f"{SHORT_METHODS[result.method]} · {what} = {result.output:.3g}"
     if result.method == "integrated-gradients":
         error = "n/a" if result.completeness_error != result.completeness_error else f"{result.completeness_error:.1%}"

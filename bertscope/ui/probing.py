@@ -35,6 +35,12 @@ TREEBANK_SENTENCES = 1000  # for tasks with no file; smaller than the CLI's defa
 FILE_TASKS = ("upos", "xpos", "deprel", "depth", "distance")
 
 
+def trained_on(report) -> str:
+    """`train/dev/test 2,000/400/400 sentences`: what a curve was measured with (the CLI prints the same counts)."""
+    counts = report.counts
+    return f"train/dev/test {counts['train']:,}/{counts['dev']:,}/{counts['test']:,} {counts.get('unit', 'sentences')}"
+
+
 class ProbingScreen(Screen[None]):
     """`p` in the explorer."""
 
@@ -118,8 +124,8 @@ class ProbingScreen(Screen[None]):
         def job(cancel):
             if data:
                 sentences = list(read_sentences(data))
-            elif task in TASKS:
-                sentences = generate(task, train=1000, dev=200, test=200)
+            elif task in TASKS:  # the CLI's sets, as attribution and patching train on: one probe, one number
+                sentences = generate(task)
             else:  # a CoNLL-U task with no file: the generated treebank (core.data.treebank)
                 sentences = generate_treebank(TREEBANK_SENTENCES)
             return self.backend.probe(task, sentences, mask=mask, ablation=self.ablation, cancel=cancel)
@@ -172,7 +178,7 @@ class ProbingScreen(Screen[None]):
             table.add_row(str(layer), *cells)
         baselines = [
             Text(f"{title}: " + ", ".join(f"{k.replace('_', ' ')} {v:.3f}" for k, v in report.baselines.items())
-                 + f"; centre of gravity {report.center_of_gravity:.2f}", style="dim")
+                 + f"; centre of gravity {report.center_of_gravity:.2f}; {trained_on(report)}", style="dim")
             for title, report in reports
         ]
         from rich.console import Group

@@ -168,7 +168,8 @@ def _layer_cka(sample, seed: int, notes: list[str]):
 
 
 def _probe(session: Session, task: str, data: Sequence[Sentence], cache_dir, seed: int, cancel):
-    from bertscope.core.analyses.probing import make_splits, run_probe
+    from bertscope.core.analyses.probing import run_probe
+    from bertscope.core.data.splits import make_splits
 
     splits = make_splits(list(data), None, None, seed=seed)
     return run_probe(session, task, splits, control=False, random_baseline=False, cache_dir=cache_dir, seed=seed, cancel=cancel)

@@ -117,8 +117,12 @@ def extract_features(
     cache_dir: str | Path | None = None,
     batch_size: int | None = None,
     cancel: threading.Event | None = None,
+    dtype: type | None = None,
 ) -> Iterator[Progress[Features]]:
     """Yield progress per batch; the last item carries the Features (from the cache when it holds them).
+
+    `dtype` (np.float16 or np.float32) stores the features so instead of judging from the first
+    batch (`_float16_would_lose`): torchrun's ranks take the one process's choice.
 
     `cache_dir=None` uses the default cache; pass `False` to switch the cache off. The
     cache entry is written by a background thread while the caller goes on; reading that
@@ -141,9 +145,10 @@ def extract_features(
     gates = session.gate_tensor(session.mask(options.mask))
     _check_pairs(sentences, options.level)
     features = None
-    for dtype in (np.float16, np.float32):
+    for stored in (np.float16, np.float32) if dtype is None else (dtype, np.float32):
         try:
-            features = yield from _extract(session, sentences, options, gates, path, dtype, batch_size, cancel)
+            features = yield from _extract(session, sentences, options, gates, path, stored, batch_size, cancel,
+                                           judge=dtype is None)
             break
         except _BeyondFloat16:
             continue  # again in float32, from the first batch
@@ -191,8 +196,11 @@ def _float16_would_lose(pooled: torch.Tensor) -> bool:
     return bool((share > LOSSY_FEATURES).any())
 
 
-def _extract(session: Session, sentences, options, gates, path, dtype, batch_size, cancel) -> Iterator[Progress[Features]]:
-    """The batches' forward passes, yielding progress; returns the Features, or None if cancelled."""
+def _extract(session: Session, sentences, options, gates, path, dtype, batch_size, cancel, judge=True) -> Iterator[Progress[Features]]:
+    """The batches' forward passes, yielding progress; returns the Features, or None if cancelled.
+
+    float16 features give way to float32 (`_BeyondFloat16`) on a state beyond its range, and, if `judge`, where the
+    first batch shows a spread float16 would round away."""
     # Rows go straight to their place in input order, layer-major (each layer one contiguous
     # matrix for the probes): a sentence gets one slot per word (one for sentence level), and
     # the slots of words that have no row (cut off, or tokenised to nothing) are dropped at the end.
@@ -214,14 +222,10 @@ def _extract(session: Session, sentences, options, gates, path, dtype, batch_siz
                 return None
             inputs, special = _pad(session, encoded, in_chunk)
             with torch.inference_mode():
-                outputs = session.run(inputs, gates=gates, ablation=options.ablation, attentions=False, hidden_states=True)
-                if options.level == "sentence":
-                    pooled = _pool_sentences(outputs.hidden_states, inputs["attention_mask"], special, options.sentence_pooling)
-                    present = [[0]] * len(indices)
-                else:
-                    pooled, present = _pool_words(outputs.hidden_states, [encoded.word_ids(index) for index in in_chunk], options.word_pooling)
+                pooled, present = _pooled(session, encoded, in_chunk, inputs, special, gates, options)
+                if options.level == "word":
                     lost += sum(len(sentences[index].words) - (words[-1] + 1 if words else 0) for index, words in zip(indices, present, strict=True))
-                if dtype == np.float16 and (pooled.abs().amax() > FLOAT16_MAX or (done == 0 and _float16_would_lose(pooled))):
+                if dtype == np.float16 and (pooled.abs().amax() > FLOAT16_MAX or (judge and done == 0 and _float16_would_lose(pooled))):
                     raise _BeyondFloat16
             block = pooled.to(torch_dtype).cpu().numpy().transpose(1, 0, 2)  # [L+1, rows of the batch, D]
             row = 0
@@ -232,7 +236,7 @@ def _extract(session: Session, sentences, options, gates, path, dtype, batch_siz
                 filled[start_slot : start_slot + len(words)] = True
                 row = end_row
             done += len(indices)
-            del inputs, special, outputs, pooled, block  # nothing of a batch outlives it (the next pass would stack on it)
+            del inputs, special, pooled, block  # nothing of a batch outlives it (the next pass would stack on it)
             yield Progress("features", done, len(sentences))
     finally:
         complete = bool(filled.all())
@@ -247,6 +251,25 @@ def _extract(session: Session, sentences, options, gates, path, dtype, batch_siz
     if entry is not None:  # None: no cache, or a directory that cannot hold one
         _finish_in_background(path, features, entry if complete else None)
     return features
+
+
+def _pooled(session: Session, encoded, in_chunk, inputs, special, gates, options: FeatureOptions):
+    """`[rows, L+1, D]` float32 features of one batch, and per sentence the words that have a row (sentence level: [0])."""
+    outputs = session.run(inputs, gates=gates, ablation=options.ablation, attentions=False, hidden_states=True)
+    if options.level == "sentence":
+        pooled = _pool_sentences(outputs.hidden_states, inputs["attention_mask"], special, options.sentence_pooling)
+        return pooled, [[0]] * len(in_chunk)
+    return _pool_words(outputs.hidden_states, [encoded.word_ids(index) for index in in_chunk], options.word_pooling)
+
+
+def _one_process_dtype(session: Session, sentences: Sequence[Sentence], options: FeatureOptions, batch_size) -> type:
+    """The dtype one process would store these sentences' features in: it judges on its first batch
+    (`_float16_would_lose`), which each rank of torchrun computes again, so that all store what one process would."""
+    encoded, _, in_chunk = next(_chunk_batches(session, sentences, options.level, batch_size))
+    inputs, special = _pad(session, encoded, in_chunk)
+    with torch.inference_mode():
+        pooled, _ = _pooled(session, encoded, in_chunk, inputs, special, session.gate_tensor(session.mask(options.mask)), options)
+    return np.float32 if pooled.abs().amax() > FLOAT16_MAX or _float16_would_lose(pooled) else np.float16
 
 
 def _chunk_batches(session: Session, sentences: Sequence[Sentence], level: str, batch_size: int | None):
@@ -452,7 +475,8 @@ def extract_sharded(session: Session | DeferredSession, sentences: Sequence[Sent
     local = None
     if part:
         whole = len(sentences)  # progress in the whole corpus's terms: every rank is about as far as this one
-        local = yield from relay(extract_features(session, part, options, cache_dir=False, **extract),
+        dtype = _one_process_dtype(session.ready(), sentences, options, extract.get("batch_size"))
+        local = yield from relay(extract_features(session, part, options, cache_dir=False, dtype=dtype, **extract),
                                  lambda step: Progress(step.stage, min(step.done * here.size, whole), whole))
         if local is None:
             return  # cancelled

@@ -397,7 +397,7 @@ class ProbeObjective(Objective):
 
     @classmethod
     def build(cls, session, sentences, *, batch_size, seed, task, layer, splits) -> ProbeObjective:
-        from bertscope.core.analyses.probing import make_splits
+        from bertscope.core.data.splits import make_splits
         from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, TASKS, WORD_TASKS, generate
 
         if task is None:

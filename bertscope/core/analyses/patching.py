@@ -187,8 +187,8 @@ def _notes(probe, clean: Encoding, corrupt: Encoding) -> list[str]:
     notes = [f"{which} input cut to the model's maximum length" for which, encoding in (("the clean", clean), ("the corrupted", corrupt))
              if encoding.truncated]
     if probe is not None:
-        notes.append(f"probe for {probe.task} reads hidden state {probe.layer} (test accuracy "
-                     f"{float(probe.test_accuracy[probe.layer]):.3f}); components above it cannot change it")
+        notes.append(f"probe for {probe.task} reads hidden state {probe.layer} ({probe.accuracy_text()}); "
+                     "components above it cannot change it")
     return notes
 
 

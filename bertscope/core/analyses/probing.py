@@ -14,7 +14,6 @@ built-in generated tasks of `probing_tasks`.
 
 from __future__ import annotations
 
-import random
 import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -28,6 +27,7 @@ from bertscope.core.analyses import probes, structural
 from bertscope.core.analyses.features import FeatureOptions, Features, extract_sharded
 from bertscope.core.analyses.probing_results import ProbeReport
 from bertscope.core.data.corpus import Sentence
+from bertscope.core.data.splits import Splits
 from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, WORD_TASKS
 from bertscope.core.errors import InputError
 from bertscope.core.model.allocator import FITTING_THRESHOLD, corpus_heap, release_freed_memory
@@ -40,14 +40,6 @@ if TYPE_CHECKING:
 MIN_EXAMPLES = 2  # labels with fewer training examples are left out (probing's --min-examples)
 
 
-@dataclass(frozen=True)
-class Splits:
-    train: list[Sentence]
-    dev: list[Sentence]
-    test: list[Sentence]
-    notes: list[str]
-
-
 def center_of_gravity(scores: np.ndarray) -> float:
     """Tenney et al.'s expected layer, on the running best score.
 
@@ -56,31 +48,6 @@ def center_of_gravity(scores: np.ndarray) -> float:
     a mix could have kept) before the differential formula. The result lies in [1, L].
     """
     return float(probes.expected_layer(np.maximum.accumulate(np.asarray(scores, dtype=np.float64))))
-
-
-def make_splits(train: Sequence[Sentence], dev: Sequence[Sentence] | None, test: Sequence[Sentence] | None, seed: int = 0) -> Splits:
-    """Use the given splits, the SentEval split column, or hold out parts of train (by sentence)."""
-    train, notes = list(train), []
-    if any(sentence.split for sentence in train):  # a SentEval file: its tr rows train; va/te unless given apart
-        by_split = {name: [s for s in train if s.split == name] for name in ("tr", "va", "te")}
-        train = by_split["tr"]
-        dev = dev if dev is not None else by_split["va"]
-        test = test if test is not None else by_split["te"]
-    shuffled = train[:]
-    random.Random(seed).shuffle(shuffled)
-    if test is None or not test:
-        cut = max(1, len(shuffled) // 5)
-        test, shuffled = shuffled[:cut], shuffled[cut:]
-        notes.append(f"no test split: held out {len(test)} training sentences (20%) for testing")
-    if dev is None or not dev:
-        cut = max(1, len(shuffled) // 10)
-        dev, shuffled = shuffled[:cut], shuffled[cut:]
-        notes.append(f"no dev split: held out {len(dev)} training sentences (10%) to choose the L2 strength")
-    train = shuffled if len(notes) else train
-    for name, split in (("train", train), ("dev", dev), ("test", test)):
-        if not split:
-            raise InputError(f"the {name} split is empty; give more sentences or the missing split")
-    return Splits(list(train), list(dev), list(test), notes)
 
 
 def word_labels(sentences: Sequence[Sentence], features: Features, task: str) -> list[str]:
@@ -304,16 +271,21 @@ def _classification_report(
     test_rows = rows("model", "test")
     scores = probes.score(task_probes, test_rows, y_test, num_classes)
     layers = [
-        {"layer": layer, "accuracy": round(float(acc), 6), "f1": round(float(f1), 6), "l2": float(l2)}
+        {"layer": layer, "accuracy": round(float(acc), 6), "f1": round(float(f1), 6), "l2": float(l2),
+         "fit": task_probes.endings[layer]}
         for layer, (acc, f1, l2) in enumerate(zip(scores.accuracy, scores.macro_f1, scores.l2, strict=True))
     ]
+    fitted = [("task", task_probes)]
     baselines = {"majority": round(probes.majority_baseline(y_train, y_test), 6)}
     if random_baseline:
-        random_scores = probes.score(fit("random", y_train, y_dev, same_strengths), rows("random", "test"), y_test, num_classes)
+        random_probes = fit("random", y_train, y_dev, same_strengths)
+        fitted.append(("random-init", random_probes))
+        random_scores = probes.score(random_probes, rows("random", "test"), y_test, num_classes)
         for entry, accuracy in zip(layers, random_scores.accuracy, strict=True):
             entry["random_init_accuracy"] = round(float(accuracy), 6)
         baselines["random_init"] = round(float(random_scores.accuracy.max()), 6)
     if control_probes is not None:
+        fitted.append(("control", control_probes))
         control_scores = probes.score(control_probes, test_rows, control_labels[2], num_classes)
         for entry, accuracy in zip(layers, control_scores.accuracy, strict=True):
             entry["control_accuracy"] = round(float(accuracy), 6)
@@ -327,8 +299,28 @@ def _classification_report(
     return ProbeReport(
         task=task, metric="accuracy", layers=layers, best_layer=int(np.argmax(scores.accuracy)),
         center_of_gravity=center_of_gravity(scores.accuracy), baselines=baselines, counts=counts,
-        notes=[note] if note else [],
+        notes=[note for note in (note, convergence_note(fitted)) if note], numerics=_numerics(features, device),
     )
+
+
+def convergence_note(fitted: Sequence[tuple[str, probes.TrainedProbes]]) -> str | None:
+    """One sentence naming the layers whose probe fit did not converge (per kind of probe), or None when all did."""
+    parts = []
+    for name, trained in fitted:
+        for ending in sorted({trained.endings[layer] for layer in trained.unconverged}):
+            layers = [layer for layer in trained.unconverged if trained.endings[layer] == ending]
+            parts.append(f"{name} probe, layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}: {ending}")
+    if not parts:
+        return None
+    return ("some probe fits did not converge, so their numbers may move with the arithmetic (" + "; ".join(parts)
+            + "); each layer's `fit` in the JSON says how its fit ended")
+
+
+def _numerics(features: dict, fit_device: str) -> dict:
+    """What the report's numbers depend on besides model, data and seed: how the model's features were computed
+    (device, dtype, CPU kernel path; from the cache entry when they were cached) and where the probes were fitted."""
+    made = features["model", "train"].numerics or {}
+    return {"features": made, "fit_device": fit_device}
 
 
 def _control_labels(splits, features, labels: EncodedLabels, seed) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -373,24 +365,32 @@ def _structural_report(task, splits, features, random_baseline, device, seed, ca
         trained = structural.train_structural_probes(
             train[0], train[1], train[2], dev[0], dev[1], dev[2], device=device, seed=seed, cancel=cancel,
         )
-        return structural.score_structural(trained, test[0], test[1], test[2], skip=test[3], device=device)
+        scored = structural.score_structural(trained, test[0], test[1], test[2], skip=test[3], device=device)
+        return scored, trained.distance_endings if task == "distance" else trained.depth_endings
 
-    scores = fit_and_score("model")
+    scores, endings = fit_and_score("model")
     main = scores.spearman if task == "distance" else scores.depth_spearman
     second = ("uuas", scores.uuas) if task == "distance" else ("root_accuracy", scores.root_accuracy)
     layers = [
-        {"layer": layer, "spearman": round(float(main[layer]), 6), second[0]: round(float(second[1][layer]), 6)}
+        {"layer": layer, "spearman": round(float(main[layer]), 6), second[0]: round(float(second[1][layer]), 6),
+         "fit": endings[layer]}
         for layer in range(len(main))
     ]
+    unconverged = [layer for layer, ending in enumerate(endings) if ending != "converged"]
     baselines = {}
     if random_baseline:
-        random_scores = fit_and_score("random")
+        random_scores, _ = fit_and_score("random")
         random_main = random_scores.spearman if task == "distance" else random_scores.depth_spearman
         for entry, value in zip(layers, random_main, strict=True):
             entry["random_init_spearman"] = round(float(value), 6)
         baselines["random_init"] = round(float(np.nanmax(random_main)), 6)
     counts = {name: len(getattr(splits, name)) for name in ("train", "dev", "test")} | {"unit": "sentences"}
+    notes = []
+    if unconverged:
+        notes.append(f"the {task} probe of layer(s) {', '.join(map(str, unconverged))} was still improving on dev when its "
+                     f"epochs ran out; each layer's `fit` in the JSON says how its training ended")
     return ProbeReport(
         task=task, metric="spearman", layers=layers, best_layer=int(np.nanargmax(main)),
-        center_of_gravity=center_of_gravity(np.nan_to_num(main)), baselines=baselines, counts=counts,
+        center_of_gravity=center_of_gravity(np.nan_to_num(main)), baselines=baselines, counts=counts, notes=notes,
+        numerics=_numerics(features, device),
     )

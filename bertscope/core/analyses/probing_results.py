@@ -22,10 +22,11 @@ class ProbeReport:
     baselines: dict
     counts: dict
     notes: list[str] = field(default_factory=list)
+    numerics: dict = field(default_factory=dict)  # how the features were computed and where the probes were fitted
 
     def as_json(self) -> dict:
         return {
             "task": self.task, "metric": self.metric, "layers": self.layers, "best_layer": self.best_layer,
             "center_of_gravity": None if np.isnan(self.center_of_gravity) else round(self.center_of_gravity, 4),
-            "baselines": self.baselines, "counts": self.counts, "notes": self.notes,
+            "baselines": self.baselines, "counts": self.counts, "notes": self.notes, "numerics": self.numerics,
         }

@@ -106,6 +106,9 @@ class StructuralProbes:
     depth_epoch: np.ndarray  # [L]
     distance_loss: np.ndarray  # [L] dev loss at that epoch
     depth_loss: np.ndarray  # [L]
+    # [L] how each layer's training ended: `converged` (no better dev loss for `patience` epochs) or `epoch limit`
+    distance_endings: tuple[str, ...] = ()
+    depth_endings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -328,6 +331,8 @@ def iter_structural_training(
         finished = epoch == epochs or (patience is not None and (epoch - best_epoch).min() >= patience)
         probes = None
         if finished:
+            settled = epoch - best_epoch >= (patience if patience is not None else epochs + 1)  # [2, L]
+            endings = [tuple("converged" if done else "epoch limit" for done in row) for row in settled]
             probes = StructuralProbes(
                 distance=best[0].numpy().copy(),
                 depth=best[1].numpy().copy(),
@@ -335,6 +340,8 @@ def iter_structural_training(
                 depth_epoch=best_epoch[1].copy(),
                 distance_loss=best_loss[0].astype(np.float32),
                 depth_loss=best_loss[1].astype(np.float32),
+                distance_endings=endings[0],
+                depth_endings=endings[1],
             )
         yield Progress(f"epoch {epoch}", epoch, epochs, result=probes, partial=loss.copy())
         if finished:

@@ -1,0 +1,180 @@
+"""Probe numbers a researcher can publish (issue 34): the same on every CPU kernel path, batch size and thread count,
+as high as a standard scikit-learn pipeline reads the same representation, and honest about how each fit ended.
+
+The bundled MiniLM is the hard case: its [CLS] vector is nearly constant across sentences (a norm of ~9.7, a
+spread of ~4e-4 per feature), and what it knows lives in those small variations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import bertscope
+from bertscope.core.analyses import probes
+from bertscope.core.analyses.features import FeatureOptions, extract_features
+from bertscope.core.model import cpu_linear
+from bertscope.core.progress import outcome
+
+SENTENCE_TASKS = ("bigram_shift", "subject_number")
+C_GRID = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)  # wider than bertscope's L2 grid on either side
+
+
+def features_of(session, sentences, options=FeatureOptions(), batch_size=None):
+    return outcome(extract_features(session, sentences, options, cache_dir=False, batch_size=batch_size), "features")
+
+
+def labelled(task: str):
+    """A task's splits as `probe` makes them (`bertscope.task_sentences`) and integer labels over the train classes."""
+    data = bertscope.task_sentences(task)
+    classes = sorted({sentence.label for sentence in data["train"]})
+    labels = {name: np.array([classes.index(s.label) for s in split]) for name, split in data.items()}
+    return data, labels, len(classes)
+
+
+def scikit_learn_accuracy(X: dict, y: dict) -> np.ndarray:
+    """Per layer: StandardScaler + LogisticRegression, C chosen on dev (ties: the smaller C), scored on test."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    accuracies = []
+    for layer in range(X["train"].shape[1]):
+        best = None
+        for C in C_GRID:
+            pipeline = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=5000))
+            pipeline.fit(X["train"][:, layer], y["train"])
+            dev = pipeline.score(X["dev"][:, layer], y["dev"])
+            if best is None or dev > best[0]:
+                best = (dev, pipeline)
+        accuracies.append(best[1].score(X["test"][:, layer], y["test"]))
+    return np.array(accuracies)
+
+
+def bertscope_accuracy(X: dict, y: dict, num_classes: int) -> tuple[np.ndarray, probes.TrainedProbes]:
+    trained = probes.train_probes(X["train"], y["train"], X["dev"], y["dev"], num_classes=num_classes)
+    return probes.score(trained, X["test"], y["test"], num_classes).accuracy, trained
+
+
+@pytest.fixture(scope="module")
+def task_features(bundled_session):
+    """Every sentence task's [CLS] features of every split on the bundled model, as `probe` takes them."""
+    found = {}
+    for task in SENTENCE_TASKS:
+        data, labels, num_classes = labelled(task)
+        X = {name: np.asarray(features_of(bundled_session, split).X, dtype=np.float32) for name, split in data.items()}
+        found[task] = (X, labels, num_classes)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", SENTENCE_TASKS)
+def test_sentence_probes_read_as_much_as_a_standard_pipeline(task_features, task):
+    X, y, num_classes = task_features[task]
+    ours, trained = bertscope_accuracy(X, y, num_classes)
+    reference = scikit_learn_accuracy(X, y)
+    assert np.abs(ours - reference).max() <= 0.03, (ours.round(3), reference.round(3))
+    assert trained.unconverged == []
+    if task == "bigram_shift":  # the issue's case: 0.67 and 0.64 before, a standard pipeline 0.83 and 0.855
+        assert ours[2] > 0.8 and ours[3] > 0.8
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not cpu_linear.onednn_enabled(), reason="this torch has no oneDNN: one CPU kernel path only")
+def test_kernel_path_batch_size_and_threads_move_no_probe_by_more_than_one_test_example(task_features):
+    """The same probe on MiniLM through BLAS (default batches, every thread) and through oneDNN (batches of 7, one
+    thread): hidden states differ by ~1e-6, and no layer's accuracy by more than one test sentence."""
+    from bertscope.core.model.session import Session
+
+    X, y, num_classes = task_features["bigram_shift"]  # computed through torch's default (BLAS) path
+    data, _, _ = labelled("bigram_shift")
+    other = Session.open(device="cpu")
+    assert other.choose_cpu_linear("onednn") == "onednn"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        X_other = {name: np.asarray(features_of(other, split, batch_size=7).X, dtype=np.float32) for name, split in data.items()}
+    finally:
+        torch.set_num_threads(threads)
+    difference = max(np.abs(X[name] - X_other[name]).max() for name in X)
+    assert 0 < difference < 1e-4  # two different computations of the same states
+    first, _ = bertscope_accuracy(X, y, num_classes)
+    second, _ = bertscope_accuracy(X_other, y, num_classes)
+    assert np.abs(first - second).max() <= 1 / len(y["test"]) + 1e-9, (first, second)
+
+
+@pytest.mark.slow
+def test_word_probes_on_the_generated_treebank_read_as_much_as_a_standard_pipeline(bundled_session):
+    from bertscope.core.analyses.probing import encode_labels, word_labels
+
+    data = bertscope.task_sentences("upos", limit=300)
+    found = {name: features_of(bundled_session, split, FeatureOptions(level="word")) for name, split in data.items()}
+    encoded = encode_labels(*(word_labels(data[name], found[name], "upos") for name in ("train", "dev", "test")))
+    X = {name: np.asarray(encoded.rows(name, found[name].X), dtype=np.float32) for name in found}
+    y = {"train": encoded.train, "dev": encoded.dev, "test": encoded.test}
+    ours, trained = bertscope_accuracy(X, y, len(encoded.classes))
+    reference = scikit_learn_accuracy(X, y)
+    assert np.abs(ours - reference).max() <= 0.03, (ours.round(3), reference.round(3))
+    assert trained.unconverged == []
+
+
+def test_a_fit_that_stops_on_its_iteration_limit_says_so(tiny_session, monkeypatch):
+    """In the report's layers (`fit`) and in a note, never silently."""
+    monkeypatch.setattr(probes, "LINEAR_MAX_ITER", 2)
+    report = bertscope.probe(tiny_session, "subject_number", random_baseline=False, cache_dir=False)
+    assert {layer["fit"] for layer in report.layers} == {"iteration limit"}
+    (note,) = [note for note in report.notes if "did not converge" in note]
+    assert "task probe, layers 0, 1, 2, 3: iteration limit" in note
+    assert report.as_json()["numerics"] == {"features": {"device": "cpu", "dtype": "float32", "cpu_linear": "blas"},
+                                            "fit_device": "cpu"}
+
+
+def test_a_converged_report_has_no_convergence_note(tiny_session):
+    report = bertscope.probe(tiny_session, "subject_number", random_baseline=False, cache_dir=False)
+    assert {layer["fit"] for layer in report.layers} == {"converged"}
+    assert not any("converge" in note for note in report.notes)
+
+
+def test_the_probing_pane_attribution_and_patching_read_one_probe(tiny_session):
+    """`probe` on a built-in task and the decision probe that attribution and patching explain: the same sentences,
+    the same fit, the same test accuracy on every layer, and both say what they trained on."""
+    from bertscope.core.analyses.probe_decision import decision_probe
+
+    report = bertscope.probe(tiny_session, "subject_number", random_baseline=False, cache_dir=False)
+    decision = outcome(decision_probe(tiny_session, "subject_number", cache_dir=False), "probe")
+    assert [layer["accuracy"] for layer in report.layers] == pytest.approx(decision.test_accuracy.tolist(), abs=1e-9)
+    sizes = {name: report.counts[name] for name in ("train", "dev", "test")}
+    assert decision.describe()["sentences"] == sizes == {"train": 2000, "dev": 400, "test": 400}
+    assert "(train/dev/test 2,000/400/400 sentences)" in decision.accuracy_text()
+
+
+def test_task_sentences_are_the_splits_probe_uses():
+    data = bertscope.task_sentences("bigram_shift")
+    assert {name: len(split) for name, split in data.items()} == {"train": 2000, "dev": 400, "test": 400}
+    assert {sentence.label for sentence in data["test"]} == {"I", "O"}
+    treebank = bertscope.task_sentences("upos", limit=50)
+    assert sum(len(split) for split in treebank.values()) == 50 and treebank["train"][0].upos is not None
+
+
+def test_the_cache_key_names_the_dtype_and_shares_float32_entries_between_kernel_paths(tiny_bert_dir, tmp_path):
+    """bfloat16 features are other numbers: another entry. float32 ones move no probe by more than one test example
+    between kernel paths (above): one entry. Each entry records how it was computed."""
+    from bertscope.core.analyses import features as feature_module
+    from bertscope.core.data.corpus import Sentence
+    from bertscope.core.model.session import Session
+
+    sentences = [Sentence(text="The keys are on the table."), Sentence(text="A dog barked.")]
+    entries, made = {}, {}
+    for name, dtype, linear in (("blas", "float32", "blas"), ("onednn", "float32", "onednn"), ("bf16", "bfloat16", "blas")):
+        session = Session.open(str(tiny_bert_dir), device="cpu", dtype=dtype)
+        session.choose_cpu_linear(linear)
+        entries[name] = feature_module._entry(session, tmp_path, "data", FeatureOptions())
+        made[name] = features_of(session, sentences).numerics
+    assert entries["blas"] == entries["onednn"] != entries["bf16"]
+    expected_linear = "onednn" if cpu_linear.onednn_enabled() else "blas"
+    assert made == {"blas": {"device": "cpu", "dtype": "float32", "cpu_linear": "blas"},
+                    "onednn": {"device": "cpu", "dtype": "float32", "cpu_linear": expected_linear},
+                    "bf16": {"device": "cpu", "dtype": "bfloat16", "cpu_linear": None}}
+    info = bertscope.load(str(tiny_bert_dir), device="cpu", cpu_linear="blas").info
+    assert (info.dtype, info.cpu_linear) == ("float32", "blas")
