@@ -17,8 +17,12 @@ from bertscope.core.analyses.features import FeatureOptions, extract_features
 from bertscope.core.model import cpu_linear
 from bertscope.core.progress import outcome
 
-SENTENCE_TASKS = ("bigram_shift", "subject_number")
-C_GRID = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)  # wider than bertscope's L2 grid on either side
+# The other built-in tasks are measured the same way by benchmarks/probe_numbers.py (minutes: scikit-learn's L-BFGS
+# needs hundreds of iterations on these features); their figures are in benchmarks/README.md.
+SENTENCE_TASKS = ("bigram_shift",)
+# The reference's penalties: bertscope's grid as scikit-learn's C (C = 1 / (2 · l2 · N)) and one decade weaker, so
+# that a grid too narrow to reach the representation's best would show.
+REFERENCE_L2 = (*probes.L2_GRID, probes.L2_GRID[0] / 10)
 
 
 def features_of(session, sentences, options=FeatureOptions(), batch_size=None):
@@ -34,7 +38,8 @@ def labelled(task: str):
 
 
 def scikit_learn_accuracy(X: dict, y: dict) -> np.ndarray:
-    """Per layer: StandardScaler + LogisticRegression, C chosen on dev (ties: the smaller C), scored on test."""
+    """Per layer: StandardScaler + LogisticRegression, C chosen on dev (the best dev accuracy, ties to the smaller C),
+    scored on test."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -42,8 +47,8 @@ def scikit_learn_accuracy(X: dict, y: dict) -> np.ndarray:
     accuracies = []
     for layer in range(X["train"].shape[1]):
         best = None
-        for C in C_GRID:
-            pipeline = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=5000))
+        for l2 in sorted(REFERENCE_L2, reverse=True):
+            pipeline = make_pipeline(StandardScaler(), LogisticRegression(C=1 / (2 * l2 * len(y["train"])), max_iter=5000))
             pipeline.fit(X["train"][:, layer], y["train"])
             dev = pipeline.score(X["dev"][:, layer], y["dev"])
             if best is None or dev > best[0]:
@@ -123,9 +128,10 @@ def test_a_fit_that_stops_on_its_iteration_limit_says_so(tiny_session, monkeypat
     """In the report's layers (`fit`) and in a note, never silently."""
     monkeypatch.setattr(probes, "LINEAR_MAX_ITER", 2)
     report = bertscope.probe(tiny_session, "subject_number", random_baseline=False, cache_dir=False)
-    assert {layer["fit"] for layer in report.layers} == {"iteration limit"}
+    stopped = [layer["layer"] for layer in report.layers if layer["fit"] == "iteration limit"]
+    assert len(stopped) >= 3 and {layer["fit"] for layer in report.layers} <= {"iteration limit", "converged"}
     (note,) = [note for note in report.notes if "did not converge" in note]
-    assert "task probe, layers 0, 1, 2, 3: iteration limit" in note
+    assert f"task probe, layers {', '.join(map(str, stopped))}: iteration limit" in note
     assert report.as_json()["numerics"] == {"features": {"device": "cpu", "dtype": "float32", "cpu_linear": "blas"},
                                             "fit_device": "cpu"}
 
@@ -164,17 +170,22 @@ def test_the_cache_key_names_the_dtype_and_shares_float32_entries_between_kernel
     from bertscope.core.data.corpus import Sentence
     from bertscope.core.model.session import Session
 
+    from bertscope.core.model.deferred import DeferredSession
+
     sentences = [Sentence(text="The keys are on the table."), Sentence(text="A dog barked.")]
     entries, made = {}, {}
-    for name, dtype, linear in (("blas", "float32", "blas"), ("onednn", "float32", "onednn"), ("bf16", "bfloat16", "blas")):
-        session = Session.open(str(tiny_bert_dir), device="cpu", dtype=dtype)
+    for linear in ("blas", "onednn"):
+        session = Session.open(str(tiny_bert_dir), device="cpu")
         session.choose_cpu_linear(linear)
-        entries[name] = feature_module._entry(session, tmp_path, "data", FeatureOptions())
-        made[name] = features_of(session, sentences).numerics
-    assert entries["blas"] == entries["onednn"] != entries["bf16"]
+        entries[linear] = feature_module._entry(session, tmp_path, "data", FeatureOptions())
+        made[linear] = features_of(session, sentences).numerics
+    for dtype in ("float32", "bfloat16"):  # bfloat16 runs on GPUs: named here without loading
+        gpu = DeferredSession(source="m", fingerprint=session.fingerprint, max_length=session.max_length, counts=None,
+                              device=torch.device("cuda"), load=lambda: None, dtype=dtype)
+        entries[f"cuda {dtype}"] = feature_module._entry(gpu, tmp_path, "data", FeatureOptions())
+    assert entries["blas"] == entries["onednn"] == entries["cuda float32"] != entries["cuda bfloat16"]
     expected_linear = "onednn" if cpu_linear.onednn_enabled() else "blas"
     assert made == {"blas": {"device": "cpu", "dtype": "float32", "cpu_linear": "blas"},
-                    "onednn": {"device": "cpu", "dtype": "float32", "cpu_linear": expected_linear},
-                    "bf16": {"device": "cpu", "dtype": "bfloat16", "cpu_linear": None}}
+                    "onednn": {"device": "cpu", "dtype": "float32", "cpu_linear": expected_linear}}
     info = bertscope.load(str(tiny_bert_dir), device="cpu", cpu_linear="blas").info
     assert (info.dtype, info.cpu_linear) == ("float32", "blas")
