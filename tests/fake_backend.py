@@ -167,7 +167,7 @@ class FakeBackend:
 
     def probe(self, task, train, dev=None, test=None, *, mask=None, ablation="zero", kind="linear", cancel=None):
         """Two feature stages, then a report whose layer l scores 0.5 + 0.1 l (less under a mask)."""
-        from types import SimpleNamespace
+        from bertscope.core.analyses.probing_results import ProbeReport
 
         if not train:
             raise InputError("the train split is empty; give more sentences or the missing split")
@@ -180,8 +180,9 @@ class FakeBackend:
             time.sleep(self.delay)
             yield Progress(f"features {done}", done, 2)
         layers = [{"layer": layer, "accuracy": 0.5 + 0.1 * layer - penalty, "f1": 0.5} for layer in range(LAYERS + 1)]
-        report = SimpleNamespace(task=task, metric="accuracy", layers=layers, best_layer=LAYERS, center_of_gravity=2.0,
-                                 baselines={"majority": 0.5}, notes=[])
+        counts = {"train": len(train), "dev": len(dev or ()), "test": len(test or ()), "classes": 2, "unit": "sentences"}
+        report = ProbeReport(task=task, metric="accuracy", layers=layers, best_layer=LAYERS, center_of_gravity=2.0,
+                             baselines={"majority": 0.5}, counts=counts, notes=[])
         yield Progress("done", 2, 2, report)
 
     def attribute(self, text, pair=None, *, method="integrated-gradients", target=None, steps=None, mask=None, ablation="zero", cancel=None):

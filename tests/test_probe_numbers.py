@@ -20,9 +20,9 @@ from bertscope.core.progress import outcome
 # The other built-in tasks are measured the same way by benchmarks/probe_numbers.py (minutes: scikit-learn's L-BFGS
 # needs hundreds of iterations on these features); their figures are in benchmarks/README.md.
 SENTENCE_TASKS = ("bigram_shift",)
-# The reference's penalties: bertscope's grid as scikit-learn's C (C = 1 / (2 · l2 · N)) and one decade weaker, so
-# that a grid too narrow to reach the representation's best would show.
-REFERENCE_L2 = (*probes.L2_GRID, probes.L2_GRID[0] / 10)
+# The reference's penalties: bertscope's grid as scikit-learn's C (C = 1 / (2 · l2 · N)). benchmarks/probe_numbers.py
+# adds a decade weaker (the slowest fits), so that a grid too narrow to reach the representation's best would show.
+REFERENCE_L2 = probes.L2_GRID
 
 
 def features_of(session, sentences, options=FeatureOptions(), batch_size=None):
@@ -189,3 +189,24 @@ def test_the_cache_key_names_the_dtype_and_shares_float32_entries_between_kernel
                     "onednn": {"device": "cpu", "dtype": "float32", "cpu_linear": expected_linear}}
     info = bertscope.load(str(tiny_bert_dir), device="cpu", cpu_linear="blas").info
     assert (info.dtype, info.cpu_linear) == ("float32", "blas")
+
+
+def test_mlp_and_structural_fits_say_whether_they_ran_out_of_epochs():
+    """An MLP probe still improving on dev when its epochs end, or a structural probe likewise, is not `converged`."""
+    from bertscope.core.analyses.structural import train_structural_probes
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 600)
+    X = (rng.normal(size=(600, 2, 16)) + np.eye(3, 16)[y][:, None] * 2).astype(np.float32)
+    short = probes.train_probes(X[:400], y[:400], X[400:], y[400:], num_classes=3, kind="mlp", epochs=1)
+    assert short.endings == ("epoch limit", "epoch limit") and short.unconverged == [0, 1]
+    done = probes.train_probes(X[:400], y[:400], X[400:], y[400:], num_classes=3, kind="mlp", epochs=200, patience=3)
+    assert done.endings == ("converged", "converged")
+
+    trees = [[2, 0, 2, 3], [0, 1, 1]] * 10
+    sentence_index = np.repeat(np.arange(len(trees)), [len(tree) for tree in trees])
+    words = rng.normal(size=(len(sentence_index), 2, 8)).astype(np.float32)
+    cut = sentence_index < 14
+    structural = train_structural_probes(words[cut], sentence_index[cut], trees[:14], words[~cut], sentence_index[~cut] - 14,
+                                         trees[14:], rank=4, epochs=1)
+    assert structural.distance_endings == ("epoch limit", "epoch limit") == structural.depth_endings
