@@ -168,6 +168,7 @@ class FakeBackend:
     def probe(self, task, train, dev=None, test=None, *, mask=None, ablation="zero", kind="linear", cancel=None):
         """Two feature stages, then a report whose layer l scores 0.5 + 0.1 l (less under a mask)."""
         from bertscope.core.analyses.probing_results import ProbeReport
+        from bertscope.core.data.splits import make_splits
 
         if not train:
             raise InputError("the train split is empty; give more sentences or the missing split")
@@ -180,7 +181,8 @@ class FakeBackend:
             time.sleep(self.delay)
             yield Progress(f"features {done}", done, 2)
         layers = [{"layer": layer, "accuracy": 0.5 + 0.1 * layer - penalty, "f1": 0.5} for layer in range(LAYERS + 1)]
-        counts = {"train": len(train), "dev": len(dev or ()), "test": len(test or ()), "classes": 2, "unit": "sentences"}
+        splits = make_splits(train, dev, test)  # as the real backend's probe_steps splits them
+        counts = {"train": len(splits.train), "dev": len(splits.dev), "test": len(splits.test), "classes": 2, "unit": "sentences"}
         report = ProbeReport(task=task, metric="accuracy", layers=layers, best_layer=LAYERS, center_of_gravity=2.0,
                              baselines={"majority": 0.5}, counts=counts, notes=[])
         yield Progress("done", 2, 2, report)

@@ -36,9 +36,9 @@ FILE_TASKS = ("upos", "xpos", "deprel", "depth", "distance")
 
 
 def trained_on(report) -> str:
-    """`train/dev/test 2,000/400/400 sentences`: what a curve was measured with (the CLI prints the same counts)."""
+    """`trained on 2,000 sentences (dev 400, test 400)`: what a curve was measured with (the CLI prints the same)."""
     counts = report.counts
-    return f"train/dev/test {counts['train']:,}/{counts['dev']:,}/{counts['test']:,} {counts.get('unit', 'sentences')}"
+    return f"trained on {counts['train']:,} {counts.get('unit', 'sentences')} (dev {counts['dev']:,}, test {counts['test']:,})"
 
 
 class ProbingScreen(Screen[None]):
