@@ -111,6 +111,9 @@ def test_a_strength_within_half_a_standard_error_of_the_best_goes_to_the_stronge
     assert _choose(np.array([[0.80, 0.83, 0.84]]), grid, 400).tolist() == [2]
     assert _choose(np.array([[0.80, 0.835, 0.84]]), grid, 0).tolist() == [2]  # no dev size known: the plain best
     assert _choose(np.array([[np.nan, 0.835, 0.84]]), grid, 400).tolist() == [1]  # NaN: not tried
+    # A flat curve, every strength within one whole error (0.025 at 0.5 on 400 rows): nothing to choose, the strongest.
+    assert _choose(np.array([[0.49, 0.50, 0.51]]), grid, 400).tolist() == [0]
+    assert _choose(np.array([[np.nan, 0.50, 0.51]]), grid, 400).tolist() == [1]
 
 
 def test_ties_go_to_the_stronger_penalty():
