@@ -152,7 +152,7 @@ def test_the_probing_pane_attribution_and_patching_read_one_probe(tiny_session):
     assert [layer["accuracy"] for layer in report.layers] == pytest.approx(decision.test_accuracy.tolist(), abs=1e-9)
     sizes = {name: report.counts[name] for name in ("train", "dev", "test")}
     assert decision.describe()["sentences"] == sizes == {"train": 2000, "dev": 400, "test": 400}
-    assert "(train/dev/test 2,000/400/400 sentences)" in decision.accuracy_text()
+    assert decision.accuracy_text().endswith("; trained on 2,000 sentences, dev 400, test 400")
 
 
 def test_task_sentences_are_the_splits_probe_uses():

@@ -436,7 +436,7 @@ class ProbeObjective(Objective):
             skipped = _unscored_words(batches, task, index)
             if skipped:
                 notes.append(f"{skipped} test words with labels left out of training (unseen or too rare there) were left out")
-        dev_accuracy = float(trained.dev_accuracy[:, 0].max())
+        dev_accuracy = float(trained.chosen_dev_accuracy[0])  # at the strength the fit chose
         objective = cls(session, batches, len(test), notes, task=task, layer=layer, level=level, weights=weights, probe_accuracy=dev_accuracy)
         objective.texts = [sentence.text for sentence in test]
         return objective

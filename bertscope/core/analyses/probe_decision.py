@@ -84,10 +84,10 @@ class DecisionProbe:
         }
 
     def accuracy_text(self) -> str:
-        """`test accuracy 0.855 (2,000 / 400 / 400 sentences)`: the number and what it was measured with, as the
-        probing pane and `bertscope probe` report the same probe."""
+        """`test accuracy 0.855; trained on 2,000 sentences, dev 400, test 400`: the number and what it was measured
+        with, as the probing pane and `bertscope probe` report the same probe."""
         train, dev, test = self.trained_on
-        return f"test accuracy {float(self.test_accuracy[self.layer]):.3f} (train/dev/test {train:,}/{dev:,}/{test:,} sentences)"
+        return f"test accuracy {float(self.test_accuracy[self.layer]):.3f}; trained on {train:,} sentences, dev {dev:,}, test {test:,}"
 
 
 def decision_probe(
@@ -163,7 +163,7 @@ def decision_probe(
             _save(path, known)
     with _training_lock:
         _trained[session][key] = known
-    chosen = layer if layer is not None else int(np.argmax(known.trained.dev_accuracy.max(0)))
+    chosen = layer if layer is not None else int(np.argmax(known.trained.chosen_dev_accuracy))  # ties: the lower layer
     yield Progress("done", 1, 1, _with_layer(known, chosen))
 
 

@@ -115,6 +115,12 @@ class TrainedProbes:
         probe's `layer_l2` to train that probe at the same strengths."""
         return self.l2_grid[_choose(self.dev_accuracy.T, self.l2_grid, self.dev_rows)]
 
+    @property
+    def chosen_dev_accuracy(self) -> np.ndarray:
+        """`[L]` each layer's dev accuracy at the strength it chose (what a caller picking a layer should compare)."""
+        chosen = [int(np.flatnonzero(self.l2_grid == strength)[0]) for strength in self.chosen_strengths]
+        return self.dev_accuracy[chosen, np.arange(self.num_layers)]
+
     def logits(self, X: np.ndarray) -> np.ndarray:
         """`[N, L, C]` class scores of every layer's probe on `X` `[N, L, D]`."""
         X = _check_features(X, self.mean.shape[0], self.mean.shape[1])
