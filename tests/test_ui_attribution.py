@@ -69,7 +69,7 @@ def test_B_switches_to_a_probe_decision_and_a_mask_recomputes():
         await pilot.press("B")
         await settle(pilot)
         assert app.fake.attributions[-1][2:4] == ("probe", "subject_number")
-        assert "subject_number probe L2 (acc 0.90): log p(NNS)" in row_text(app)
+        assert "subject_number probe L2 (acc 0.900): log p(NNS)" in row_text(app)
         before = app.query_one(AttributionRow).result.scores.copy()
         await pilot.press("space")  # a head off: the attribution follows the mask
         await settle(pilot)
