@@ -201,7 +201,7 @@ def _digest(sentences: Sequence[Sentence]) -> str:
 
 
 CACHE_VERSION = 2  # 2: fitted on standardised rows (issue 34); the dtype (and device below float32) in the key
-_ARRAYS = ("mean", "std", "weights", "bias", "l2", "l2_grid", "dev_accuracy", "gradient")
+_ARRAYS = ("mean", "std", "weights", "bias", "l2", "l2_grid", "dev_accuracy")
 
 
 def _cache_key(session: Session, key: tuple) -> str:

@@ -94,7 +94,6 @@ class TrainedProbes:
     hidden_bias: np.ndarray | None = None  # [L, H] mlp only
     dev_rows: int = 0  # how many dev rows chose the strengths (0: not known, probes saved before)
     endings: tuple[str, ...] = ()  # [L] how each layer's kept fit ended
-    gradient: np.ndarray | None = None  # [L] linear: the largest gradient entry of each kept fit (NaN for mlp)
 
     @property
     def unconverged(self) -> list[int]:
@@ -113,13 +112,17 @@ class TrainedProbes:
     def chosen_strengths(self) -> np.ndarray:
         """`[L]` the grid value each layer chose on dev (`l2` may be it rescaled to more rows); give it as another
         probe's `layer_l2` to train that probe at the same strengths."""
-        return self.l2_grid[_choose(self.dev_accuracy.T, self.l2_grid, self.dev_rows)]
+        return self.l2_grid[self._chosen]
 
     @property
     def chosen_dev_accuracy(self) -> np.ndarray:
         """`[L]` each layer's dev accuracy at the strength it chose (what a caller picking a layer should compare)."""
-        chosen = [int(np.flatnonzero(self.l2_grid == strength)[0]) for strength in self.chosen_strengths]
-        return self.dev_accuracy[chosen, np.arange(self.num_layers)]
+        return self.dev_accuracy[self._chosen, np.arange(self.num_layers)]
+
+    @property
+    def _chosen(self) -> np.ndarray:
+        """`[L]` the index into `l2_grid` of the strength each layer chose on dev (`_choose`)."""
+        return _choose(self.dev_accuracy.T, self.l2_grid, self.dev_rows)
 
     def logits(self, X: np.ndarray) -> np.ndarray:
         """`[N, L, C]` class scores of every layer's probe on `X` `[N, L, D]`."""
@@ -237,7 +240,7 @@ def train_probes(
     common = {
         "kind": kind, "mean": mean.cpu().numpy(), "std": std.cpu().numpy(), "l2": grid[chosen],
         "l2_grid": grid, "dev_accuracy": dev_correct.T.astype(np.float64) / len(y_dev), "dev_rows": len(y_dev),
-        "endings": tuple("converged" if done else "epoch limit" for done in stopped), "gradient": np.full(num_layers, np.nan),
+        "endings": tuple("converged" if done else "epoch limit" for done in stopped),
     }
     layers = np.arange(num_layers)
     numpy = [p.cpu().numpy() for p in params]  # the grid is axis 2 of 4-d parameters, axis 1 of 3-d ones
@@ -489,7 +492,6 @@ class _Fit:
     W: torch.Tensor
     b: torch.Tensor
     ending: str
-    gradient: float
 
 
 @dataclass
@@ -503,19 +505,17 @@ class _Found:
     l2: np.ndarray
     dev_correct: np.ndarray  # [L, G], -1 where a strength was not tried
     endings: list[str]
-    gradient: np.ndarray
 
     @classmethod
     def empty(cls, num_layers, dim, num_classes, strengths) -> _Found:
         return cls(np.empty((num_layers, dim), np.float32), np.empty((num_layers, dim), np.float32),
                    np.empty((num_layers, dim, num_classes), np.float32), np.empty((num_layers, num_classes), np.float32),
-                   np.empty(num_layers), np.full((num_layers, strengths), -1, np.int64), [""] * num_layers,
-                   np.empty(num_layers))
+                   np.empty(num_layers), np.full((num_layers, strengths), -1, np.int64), [""] * num_layers)
 
     def keep(self, layer, rows, fit: _Fit, l2) -> None:
         self.mean[layer], self.std[layer] = rows.mean.cpu().numpy(), rows.std.cpu().numpy()
         self.weights[layer], self.bias[layer], self.l2[layer] = fit.W.T.cpu().numpy(), fit.b.cpu().numpy(), l2
-        self.endings[layer], self.gradient[layer] = fit.ending, fit.gradient
+        self.endings[layer] = fit.ending
 
     def probes(self, grid, dev_rows: int, only_tried: bool) -> TrainedProbes:
         """The TrainedProbes; `only_tried`: over the strengths some layer tried, as `layer_l2` gives them."""
@@ -525,8 +525,7 @@ class _Found:
             grid, dev_correct = grid[columns], dev_correct[:, columns]
         dev_accuracy = np.where(dev_correct.T < 0, np.nan, dev_correct.T / dev_rows)
         return TrainedProbes(kind="linear", mean=self.mean, std=self.std, weights=self.weights, bias=self.bias, l2=self.l2,
-                             l2_grid=grid, dev_accuracy=dev_accuracy, dev_rows=dev_rows, endings=tuple(self.endings),
-                             gradient=self.gradient)
+                             l2_grid=grid, dev_accuracy=dev_accuracy, dev_rows=dev_rows, endings=tuple(self.endings))
 
 
 class _Rows:
@@ -700,7 +699,7 @@ def _fit_together(problems: list[_Logistic], max_iter, tolerance, cancel) -> lis
 
     found = lbfgs.minimise_together(evaluate, [problem.start for problem in problems], max_iter=max_iter, tolerance=tolerance,
                                     sizes=[problem.original_size for problem in problems])
-    return [_Fit(*problem.unpack(minimum.x), minimum.ending, minimum.gradient)
+    return [_Fit(*problem.unpack(minimum.x), minimum.ending)
             for problem, minimum in zip(problems, found, strict=True)]
 
 
