@@ -275,17 +275,17 @@ def _classification_report(
          "fit": task_probes.endings[layer]}
         for layer, (acc, f1, l2) in enumerate(zip(scores.accuracy, scores.macro_f1, scores.l2, strict=True))
     ]
-    fitted = [("task", task_probes)]
+    fitted = [("task", task_probes.endings)]
     baselines = {"majority": round(probes.majority_baseline(y_train, y_test), 6)}
     if random_baseline:
         random_probes = fit("random", y_train, y_dev, same_strengths)
-        fitted.append(("random-init", random_probes))
+        fitted.append(("random-init", random_probes.endings))
         random_scores = probes.score(random_probes, rows("random", "test"), y_test, num_classes)
         for entry, accuracy in zip(layers, random_scores.accuracy, strict=True):
             entry["random_init_accuracy"] = round(float(accuracy), 6)
         baselines["random_init"] = round(float(random_scores.accuracy.max()), 6)
     if control_probes is not None:
-        fitted.append(("control", control_probes))
+        fitted.append(("control", control_probes.endings))
         control_scores = probes.score(control_probes, test_rows, control_labels[2], num_classes)
         for entry, accuracy in zip(layers, control_scores.accuracy, strict=True):
             entry["control_accuracy"] = round(float(accuracy), 6)
@@ -303,12 +303,13 @@ def _classification_report(
     )
 
 
-def convergence_note(fitted: Sequence[tuple[str, probes.TrainedProbes]]) -> str | None:
-    """One sentence naming the layers whose probe fit did not converge (per kind of probe), or None when all did."""
+def convergence_note(fitted: Sequence[tuple[str, Sequence[str]]]) -> str | None:
+    """One sentence naming the layers whose probe fit did not converge, from each kind of probe's per-layer endings
+    (`TrainedProbes.endings`, `StructuralProbes.distance_endings`...), or None when all did."""
     parts = []
-    for name, trained in fitted:
-        for ending in sorted({trained.endings[layer] for layer in trained.unconverged}):
-            layers = [layer for layer in trained.unconverged if trained.endings[layer] == ending]
+    for name, endings in fitted:
+        for ending in sorted(set(endings) - {"converged"}):
+            layers = [layer for layer, ended in enumerate(endings) if ended == ending]
             parts.append(f"{name} probe, layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}: {ending}")
     if not parts:
         return None
@@ -376,7 +377,6 @@ def _structural_report(task, splits, features, random_baseline, device, seed, ca
          "fit": endings[layer]}
         for layer in range(len(main))
     ]
-    unconverged = [layer for layer, ending in enumerate(endings) if ending != "converged"]
     baselines = {}
     if random_baseline:
         random_scores, _ = fit_and_score("random")
@@ -385,12 +385,10 @@ def _structural_report(task, splits, features, random_baseline, device, seed, ca
             entry["random_init_spearman"] = round(float(value), 6)
         baselines["random_init"] = round(float(np.nanmax(random_main)), 6)
     counts = {name: len(getattr(splits, name)) for name in ("train", "dev", "test")} | {"unit": "sentences"}
-    notes = []
-    if unconverged:
-        notes.append(f"the {task} probe of layer(s) {', '.join(map(str, unconverged))} was still improving on dev when its "
-                     f"epochs ran out; each layer's `fit` in the JSON says how its training ended")
+    note = convergence_note([(task, endings)])
     return ProbeReport(
         task=task, metric="spearman", layers=layers, best_layer=int(np.nanargmax(main)),
-        center_of_gravity=center_of_gravity(np.nan_to_num(main)), baselines=baselines, counts=counts, notes=notes,
+        center_of_gravity=center_of_gravity(np.nan_to_num(main)), baselines=baselines, counts=counts,
+        notes=[note] if note else [],
         numerics=_numerics(features, device),
     )
