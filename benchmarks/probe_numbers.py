@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -39,9 +40,8 @@ def main() -> None:
 
     import bertscope
     from bertscope.core.analyses import probes
-    from bertscope.core.analyses.features import FeatureOptions, extract_features
     from bertscope.core.data.probing_tasks import TASKS
-    from bertscope.core.progress import outcome
+    from tests.test_probe_numbers import bertscope_accuracy, cls_features, labelled, scikit_learn_accuracy
 
     tasks = args.tasks.split(",") if args.tasks else list(TASKS)
     variants = args.variants.split(",")
@@ -51,21 +51,16 @@ def main() -> None:
         sessions[name] = bertscope.load(args.model, device=device, dtype=dtype, cpu_linear=linear)
     results = []
     for task in tasks:
-        data = bertscope.task_sentences(task)
-        classes = sorted({sentence.label for sentence in data["train"]})
-        y = {split: np.array([classes.index(s.label) for s in sentences]) for split, sentences in data.items()}
+        data, y, num_classes = labelled(task)
         entry = {"task": task, "variants": {}}
         first = None
         for name, session in sessions.items():
             started = time.perf_counter()
-            X = {split: np.asarray(outcome(extract_features(session, sentences, FeatureOptions(), cache_dir=False), "f").X,
-                                   dtype=np.float32) for split, sentences in data.items()}
+            X = cls_features(session, data)
             features_s = time.perf_counter() - started
             started = time.perf_counter()
-            trained = probes.train_probes(X["train"], y["train"], X["dev"], y["dev"], num_classes=len(classes),
-                                          device=session.device)
+            accuracy, trained = bertscope_accuracy(X, y, num_classes, device=session.device)  # scoring included
             fit_s = time.perf_counter() - started
-            accuracy = probes.score(trained, X["test"], y["test"], len(classes)).accuracy
             row = {"accuracy": accuracy.round(6).tolist(), "l2": trained.l2.tolist(), "fit": list(trained.endings),
                    "numerics": session.numerics, "features_s": round(features_s, 3), "fit_s": round(fit_s, 3)}
             if first is None:
@@ -75,7 +70,8 @@ def main() -> None:
                 row["test_sentences_apart"] = float(np.abs(accuracy - first[2]).max() * len(y["test"]))
             entry["variants"][name] = row
         if args.sklearn:
-            entry["sklearn"] = scikit_learn(first[1], y, probes.L2_GRID).round(6).tolist()
+            # bertscope's grid and a decade weaker, so that a grid too narrow to reach the best would show
+            entry["sklearn"] = scikit_learn_accuracy(first[1], y, (*probes.L2_GRID, min(probes.L2_GRID) / 10)).round(6).tolist()
             entry["sklearn_largest_gap"] = float(np.abs(np.array(entry["sklearn"]) - first[2]).max())
         results.append(entry)
         print(task, {name: row["accuracy"] for name, row in entry["variants"].items()}, entry.get("sklearn"), file=sys.stderr)
@@ -87,24 +83,6 @@ def main() -> None:
     emit({"first_variant": variants[0], "tasks": results}, args.output, summary)
 
 
-def scikit_learn(X: dict, y: dict, grid) -> np.ndarray:
-    """StandardScaler + LogisticRegression per layer, C = 1 / (2 · l2 · N) chosen on dev by accuracy."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    accuracies = []
-    for layer in range(X["train"].shape[1]):
-        best = None
-        for l2 in sorted((*grid, min(grid) / 10), reverse=True):
-            pipeline = make_pipeline(StandardScaler(), LogisticRegression(C=1 / (2 * l2 * len(y["train"])), max_iter=5000))
-            pipeline.fit(X["train"][:, layer], y["train"])
-            dev = pipeline.score(X["dev"][:, layer], y["dev"])
-            if best is None or dev > best[0]:
-                best = (dev, pipeline)
-        accuracies.append(best[1].score(X["test"][:, layer], y["test"]))
-    return np.array(accuracies)
-
-
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' probe helpers and reference
     main()

@@ -105,20 +105,14 @@ def test_probe_features_and_report(gpu, cpu):
 def test_a_probe_on_minilm_gives_the_cpus_accuracy(bundled_session):
     """The issue-34 case on the GPU: MiniLM's [CLS] varies by 4e-4 around a large mean; features and fit on the GPU
     in float32 give every layer's bigram_shift accuracy within 0.005 (two of 400 test sentences) of the CPU's."""
-    from bertscope.core.analyses import probes
-    from bertscope.core.analyses.features import FeatureOptions, extract_features
-    from bertscope.core.progress import outcome
+    from tests.test_probe_numbers import bertscope_accuracy, cls_features, labelled
 
-    data = bertscope.task_sentences("bigram_shift")
-    classes = sorted({sentence.label for sentence in data["train"]})
-    y = {split: np.array([classes.index(s.label) for s in sentences]) for split, sentences in data.items()}
+    data, y, num_classes = labelled("bigram_shift")
     accuracies = []
     for session in (bundled_session, bertscope.load(device="cuda")):
-        X = {split: np.asarray(outcome(extract_features(session, sentences, FeatureOptions(), cache_dir=False), "f").X,
-                               dtype=np.float32) for split, sentences in data.items()}
-        trained = probes.train_probes(X["train"], y["train"], X["dev"], y["dev"], num_classes=2, device=session.device)
+        accuracy, trained = bertscope_accuracy(cls_features(session, data), y, num_classes, device=session.device)
         assert trained.unconverged == []
-        accuracies.append(probes.score(trained, X["test"], y["test"], 2).accuracy)
+        accuracies.append(accuracy)
     assert np.abs(accuracies[0] - accuracies[1]).max() <= 0.005 + 1e-9, accuracies
     assert accuracies[1][3] > 0.8
 

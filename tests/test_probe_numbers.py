@@ -29,6 +29,11 @@ def features_of(session, sentences, options=FeatureOptions(), batch_size=None):
     return outcome(extract_features(session, sentences, options, cache_dir=False, batch_size=batch_size), "features")
 
 
+def cls_features(session, data: dict, batch_size=None) -> dict:
+    """Every split's [CLS] features of every layer, float32, as `probe` takes them (`task_sentences`' splits)."""
+    return {name: np.asarray(features_of(session, split, batch_size=batch_size).X, dtype=np.float32) for name, split in data.items()}
+
+
 def labelled(task: str):
     """A task's splits as `probe` makes them (`bertscope.task_sentences`) and integer labels over the train classes."""
     data = bertscope.task_sentences(task)
@@ -37,9 +42,9 @@ def labelled(task: str):
     return data, labels, len(classes)
 
 
-def scikit_learn_accuracy(X: dict, y: dict) -> np.ndarray:
-    """Per layer: StandardScaler + LogisticRegression, C chosen on dev (the best dev accuracy, ties to the smaller C),
-    scored on test."""
+def scikit_learn_accuracy(X: dict, y: dict, grid=REFERENCE_L2) -> np.ndarray:
+    """Per layer: StandardScaler + LogisticRegression, C = 1 / (2 · l2 · N) for each l2 of `grid` chosen on dev (the
+    best dev accuracy, ties to the smaller C), scored on test. benchmarks/probe_numbers.py calls it too."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -47,7 +52,7 @@ def scikit_learn_accuracy(X: dict, y: dict) -> np.ndarray:
     accuracies = []
     for layer in range(X["train"].shape[1]):
         best = None
-        for l2 in sorted(REFERENCE_L2, reverse=True):
+        for l2 in sorted(grid, reverse=True):
             pipeline = make_pipeline(StandardScaler(), LogisticRegression(C=1 / (2 * l2 * len(y["train"])), max_iter=5000))
             pipeline.fit(X["train"][:, layer], y["train"])
             dev = pipeline.score(X["dev"][:, layer], y["dev"])
@@ -57,8 +62,9 @@ def scikit_learn_accuracy(X: dict, y: dict) -> np.ndarray:
     return np.array(accuracies)
 
 
-def bertscope_accuracy(X: dict, y: dict, num_classes: int) -> tuple[np.ndarray, probes.TrainedProbes]:
-    trained = probes.train_probes(X["train"], y["train"], X["dev"], y["dev"], num_classes=num_classes)
+def bertscope_accuracy(X: dict, y: dict, num_classes: int, device="cpu") -> tuple[np.ndarray, probes.TrainedProbes]:
+    """Per layer test accuracy of bertscope's linear probes, trained as `bertscope probe` trains them, and the probes."""
+    trained = probes.train_probes(X["train"], y["train"], X["dev"], y["dev"], num_classes=num_classes, device=device)
     return probes.score(trained, X["test"], y["test"], num_classes).accuracy, trained
 
 
@@ -68,8 +74,7 @@ def task_features(bundled_session):
     found = {}
     for task in SENTENCE_TASKS:
         data, labels, num_classes = labelled(task)
-        X = {name: np.asarray(features_of(bundled_session, split).X, dtype=np.float32) for name, split in data.items()}
-        found[task] = (X, labels, num_classes)
+        found[task] = (cls_features(bundled_session, data), labels, num_classes)
     return found
 
 
@@ -99,7 +104,7 @@ def test_kernel_path_batch_size_and_threads_move_no_probe_by_more_than_one_test_
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        X_other = {name: np.asarray(features_of(other, split, batch_size=7).X, dtype=np.float32) for name, split in data.items()}
+        X_other = cls_features(other, data, batch_size=7)
     finally:
         torch.set_num_threads(threads)
     difference = max(np.abs(X[name] - X_other[name]).max() for name in X)
