@@ -7,6 +7,8 @@ spread of ~4e-4 per feature), and what it knows lives in those small variations.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -112,6 +114,29 @@ def test_kernel_path_batch_size_and_threads_move_no_probe_by_more_than_one_test_
     first, _ = bertscope_accuracy(X, y, num_classes)
     second, _ = bertscope_accuracy(X_other, y, num_classes)
     assert np.abs(first - second).max() <= 1 / len(y["test"]) + 1e-9, (first, second)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not cpu_linear.onednn_enabled(), reason="this torch has no oneDNN: one CPU kernel path only")
+def test_the_structural_probe_finds_the_same_edges_on_either_kernel_path(bundled_session):
+    """The distance probe on the shipped sample treebank through BLAS and through oneDNN: no layer's UUAS moves by
+    one test sentence's edges, and every fit ends by early stopping. (Not convex: its Spearman may move more on so
+    small a treebank, as it does with the seed; benchmarks/README.md has EWT's figures.)"""
+    from bertscope.core.model.session import Session
+
+    sample = str(Path(bertscope.__file__).parent / "data" / "sample.conllu")
+    other = Session.open(device="cpu")
+    assert other.choose_cpu_linear("onednn") == "onednn"
+    reports = {linear: bertscope.probe(session, "distance", data=sample, random_baseline=False, cache_dir=False)
+               for linear, session in (("blas", bundled_session), ("onednn", other))}  # the fixture keeps torch's default
+    test = bertscope.task_sentences("distance", data=sample)["test"]
+    edges = [sum(head != 0 and "PUNCT" not in (s.upos[word], s.upos[head - 1]) for word, head in enumerate(s.heads))
+             for s in test]
+    one_sentence = max(edges) / sum(edges)
+    uuas = {linear: np.array([layer["uuas"] for layer in report.layers]) for linear, report in reports.items()}
+    assert np.abs(uuas["blas"] - uuas["onednn"]).max() < one_sentence, uuas
+    assert all(layer["fit"] == "converged" for report in reports.values() for layer in report.layers)
+    assert reports["blas"].numerics["features"]["cpu_linear"] == "blas"
 
 
 @pytest.mark.slow

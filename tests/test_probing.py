@@ -144,6 +144,20 @@ def test_probe_cli_json(tiny_bert_dir, tmp_path):
     assert data["layers"][0]["layer"] == 0 and len(data["layers"]) == 4
 
 
+def test_probe_cli_seed_draws_other_splits_and_says_which(tiny_bert_dir, tmp_path):
+    """`--seed` is how a user sees a probe's spread: another seed holds out other sentences and starts elsewhere."""
+    runs = {}
+    for seed in ("0", "1"):
+        result = CliRunner().invoke(
+            main, ["probe", "--task", "distance", "--data", str(sample_corpus("conllu")), "-m", str(tiny_bert_dir),
+                   "--cache-dir", str(tmp_path), "--no-random-baseline", "--seed", seed, "--json"], catch_exceptions=False,
+        )
+        assert result.exit_code == 0, result.output
+        runs[seed] = json.loads(result.stdout)
+    assert (runs["0"]["seed"], runs["1"]["seed"]) == (0, 1)
+    assert [layer["uuas"] for layer in runs["0"]["layers"]] != [layer["uuas"] for layer in runs["1"]["layers"]]
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [

@@ -123,7 +123,7 @@ def corpora():
 @pytest.fixture(scope="module")
 def probes(corpora):
     train, dev = corpora
-    return train_structural_probes(*train, *dev, rank=HIDDEN, batch_size=20, seed=0)
+    return train_structural_probes(*train, *dev, rank=HIDDEN, batch_size=20, epochs=30, seed=0)
 
 
 def test_identity_probe_scores_perfectly_on_the_planted_layer(corpora):

@@ -25,7 +25,7 @@ from bertscope.core.errors import BertscopeError
     "--data", default=None, metavar="TRAIN",
     help="Training file: CoNLL-U or SentEval. Without it, a built-in task or the built-in treebank is generated.",
 )
-@click.option("--dev", default=None, metavar="DEV", help="Dev file (chooses the L2 strength). Default: the SentEval va split, or 10% of train.")
+@click.option("--dev", default=None, metavar="DEV", help="Dev file (chooses the L2 strength, or when training stops). Default: the SentEval va split, or 10% of train.")
 @click.option("--test", default=None, metavar="TEST", help="Test file. Default: the SentEval te split, or 20% of train.")
 @click.option("--format", "data_format", default="auto", show_default=True, type=click.Choice(["auto", "conllu", "senteval"]))
 @click.option(
@@ -41,6 +41,10 @@ from bertscope.core.errors import BertscopeError
     "--min-examples", type=click.IntRange(min=1), default=2, show_default=True, metavar="N",
     help="Leave out (and count) labels with fewer than N training examples, as for a treebank's rare tags.",
 )
+@click.option(
+    "--seed", type=int, default=0, show_default=True,
+    help="Seed of the held-out splits, the probes' starting weights and the control task: run a few to see a probe's spread.",
+)
 @click.option("--cache-dir", default=None, metavar="DIR", help="Feature cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.")
 @click.option("--no-cache", is_flag=True, help="Compute features afresh and keep nothing.")
 @mask_options
@@ -48,7 +52,7 @@ from bertscope.core.errors import BertscopeError
 @format_options
 @model_options
 def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pooling, kind, control, random_baseline,
-          min_examples, cache_dir, no_cache, mask_spec, ablation, output_format, model: ModelChoice):
+          min_examples, seed, cache_dir, no_cache, mask_spec, ablation, output_format, model: ModelChoice):
     """What each layer knows: a probe per layer, with baselines (Conneau; Jawahar; Tenney; Hewitt).
 
     Layers are indexed as hidden states: 0 is the embeddings, l+1 the output of layer l.
@@ -64,12 +68,12 @@ def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pool
         report = probe_on(session, task, train_sentences, dev_sentences, test_sentences, word_pooling=word_pooling,
                           sentence_pooling=sentence_pooling, kind=kind, control=control, random_baseline=random_baseline,
                           min_examples=min_examples, cache_dir=False if no_cache else cache_dir, mask=mask, ablation=ablation,
-                          progress=progress)
+                          seed=seed, progress=progress)
     report.notes[:0] = notes
     for note in report.notes:
         warn(note)
     if output_format == "json":
-        payload = report.as_json() | {"model": session.source, "data": source, "mask": mask.spec()}
+        payload = report.as_json() | {"model": session.source, "data": source, "mask": mask.spec(), "seed": seed}
         print_json(payload)
         return
     columns = list(report.layers[0])

@@ -37,8 +37,9 @@ if TYPE_CHECKING:
     from bertscope.core.model.deferred import DeferredSession
     from bertscope.core.model.session import Session
 
-CACHE_VERSION = 5  # 2: rows name their word (a word with no tokens has no row); 3: stored layer by layer; 4: float16;
-# 5: float32 where float16 would round away the spread (issue 34)
+CACHE_VERSION = 6  # 2: rows name their word (a word with no tokens has no row); 3: stored layer by layer; 4: float16;
+# 5: float32 where float16 would round away the spread (issue 34); 6: `precision` in the options
+PRECISIONS = ("auto", "float32")
 CHUNK = 1024  # sentences tokenised at a time
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 # float16 is kept where its rounding noise stays below ROUNDING_SHARE of a feature's spread for all but
@@ -56,6 +57,10 @@ class FeatureOptions:
     sentence_pooling: str = "cls"
     mask: str = ""  # head mask spec under which the features are taken
     ablation: Ablation = "zero"
+    # "auto": float16 where its rounding loses nothing a linear probe reads (`_float16_would_lose`), else float32;
+    # "float32" for fits that follow the inputs' last digits (the structural probes are not convex: float16's
+    # rounding flips between CPU kernel paths moved their UUAS by 0.01 on EWT, float32 features by 0.002)
+    precision: str = "auto"
 
     def __post_init__(self) -> None:
         if self.level not in ("word", "sentence"):
@@ -64,6 +69,8 @@ class FeatureOptions:
             raise InputError(f"unknown word pooling {self.word_pooling!r}; use one of: {', '.join(WORD_POOLING)}")
         if self.sentence_pooling not in SENTENCE_POOLING:
             raise InputError(f"unknown sentence pooling {self.sentence_pooling!r}; use one of: {', '.join(SENTENCE_POOLING)}")
+        if self.precision not in PRECISIONS:
+            raise InputError(f"unknown feature precision {self.precision!r}; use one of: {', '.join(PRECISIONS)}")
 
 
 @dataclass(frozen=True)
@@ -122,7 +129,8 @@ def extract_features(
     """Yield progress per batch; the last item carries the Features (from the cache when it holds them).
 
     `dtype` (np.float16 or np.float32) stores the features so instead of judging from the first
-    batch (`_float16_would_lose`): torchrun's ranks take the one process's choice.
+    batch (`_float16_would_lose`): torchrun's ranks take the one process's choice. Options with
+    `precision="float32"` store float32 whatever `dtype` says.
 
     `cache_dir=None` uses the default cache; pass `False` to switch the cache off. The
     cache entry is written by a background thread while the caller goes on; reading that
@@ -145,6 +153,8 @@ def extract_features(
     gates = session.gate_tensor(session.mask(options.mask))
     _check_pairs(sentences, options.level)
     features = None
+    if options.precision == "float32":
+        dtype = np.float32
     for stored in (np.float16, np.float32) if dtype is None else (dtype, np.float32):
         try:
             features = yield from _extract(session, sentences, options, gates, path, stored, batch_size, cancel,
@@ -265,6 +275,8 @@ def _pooled(session: Session, encoded, in_chunk, inputs, special, gates, options
 def _one_process_dtype(session: Session, sentences: Sequence[Sentence], options: FeatureOptions, batch_size) -> type:
     """The dtype one process would store these sentences' features in: it judges on its first batch
     (`_float16_would_lose`), which each rank of torchrun computes again, so that all store what one process would."""
+    if options.precision == "float32":
+        return np.float32
     encoded, _, in_chunk = next(_chunk_batches(session, sentences, options.level, batch_size))
     inputs, special = _pad(session, encoded, in_chunk)
     with torch.inference_mode():

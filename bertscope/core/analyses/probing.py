@@ -183,7 +183,8 @@ def run_probe(
     Labels with fewer than `min_examples` training examples are left out (see `encode_labels`).
     """
     level = "word" if task in WORD_TASKS + STRUCTURAL_TASKS else "sentence"
-    options = FeatureOptions(level=level, word_pooling=word_pooling, sentence_pooling=sentence_pooling, mask=mask, ablation=ablation)
+    options = FeatureOptions(level=level, word_pooling=word_pooling, sentence_pooling=sentence_pooling, mask=mask, ablation=ablation,
+                             precision="float32" if task in STRUCTURAL_TASKS else "auto")
     sessions = [("model", session)]
     if random_baseline:  # its weights drawn only if its features are not cached
         sessions.append(("random", DeferredSession.random_copy_of(session, seed)))
