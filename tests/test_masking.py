@@ -137,7 +137,7 @@ def test_gate_gradient_matches_finite_difference(tiny_session):
 
 
 def hook_count(session) -> int:
-    return sum(len(dense._forward_pre_hooks) for _, dense in session._layers)
+    return sum(len(site.projection._forward_pre_hooks) for site in session._layers)
 
 
 def test_hooks_removed_after_a_forward(tiny_session):

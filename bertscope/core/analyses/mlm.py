@@ -124,7 +124,9 @@ def fill(
 
 def _layer_predictions(session: Session, hidden: np.ndarray, top: int) -> list[list[MaskPrediction]]:
     """`hidden` `[L+1, M, D]` at the M mask positions → per mask, per layer, the top guesses."""
-    probabilities = torch.softmax(session.mlm_head_logits(torch.as_tensor(hidden)).double(), dim=-1)  # [L+1, M, V]
+    states = torch.as_tensor(hidden)
+    logits = torch.stack([session.lens_logits(states[layer], layer) for layer in range(len(states))])
+    probabilities = torch.softmax(logits.double(), dim=-1)  # [L+1, M, V]
     values, indices = probabilities.topk(top, dim=-1)
     values, indices = values.cpu().numpy(), indices.cpu().numpy()
     result = []
@@ -279,7 +281,7 @@ def cloze_scores(
             outputs = session.run(inputs, gates=gates, ablation=ablation, encoder_only=True)
             ranks = np.empty((len(outputs.hidden_states), len(batch)), dtype=np.int64)
             for layer, states in enumerate(outputs.hidden_states):
-                logits = session.mlm_head_logits(states[rows, columns])  # [B, V]
+                logits = session.lens_logits(states[rows, columns], layer)  # [B, V]
                 ranks[layer] = (logits > logits.gather(-1, gold[:, None])).sum(-1).cpu().numpy()
             top1 = logits.argmax(-1).cpu().tolist()  # the last layer's guesses
         for k in PRECISION_AT:

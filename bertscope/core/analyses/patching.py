@@ -383,8 +383,7 @@ def _patched_hidden(session: Session, base: _Activations, source: _Activations, 
                 lambda module, args, output, chosen=chosen, value=value: torch.where(chosen, value[None], output)))
     try:
         with torch.inference_mode(), session.lock:
-            for layer in session.layer_modules[start:read]:
-                hidden = layer(hidden)
+            hidden = session.run_layers(hidden, start, read)
     finally:
         for handle in handles:
             handle.remove()

@@ -7,8 +7,13 @@ that wants weights it computes eager attention; during a `uniform` ablation it m
 chosen heads' output towards uniform attention over the real tokens (Kovaleva et al.).
 
 `zero` ablation (Michel et al., and what `head_mask` did) gates each head's slice of the
-context with a forward pre-hook on the layer's `attention.output.dense`. Gates may be
+context with a forward pre-hook on the layer's attention output projection. Gates may be
 float tensors that require grad: ∂L/∂gate is Michel's head importance.
+
+Families that compute attention in their own code (DeBERTa, MPNet; core.model.families)
+run eager; a forward hook on the module applied to their attention weights alone (their
+dropout) reads the weights and, for `uniform`, replaces them, so the context the model
+computes from them is the ablated one.
 """
 
 from __future__ import annotations
@@ -30,6 +35,16 @@ from bertscope.core.model.norms import weighted_norms
 ATTENTION_IMPLEMENTATION = "bertscope"
 
 
+@dataclass(frozen=True)
+class AttentionSite:
+    """Where a layer's attention can be read and changed (core.model.families)."""
+
+    attention: nn.Module  # the self-attention module (the one handed to the attention function)
+    projection: nn.Linear  # reads the heads' outputs side by side: gated, and W_O of the value norms
+    weights: nn.Module | None = None  # families with their own attention: the module applied to their weights alone
+    values: nn.Linear | None = None  # ... and the projection giving their heads' values [B, T, H·d]
+
+
 @dataclass
 class _PassState:
     """What the current forward pass asks of the attention function (one per pass)."""
@@ -44,6 +59,7 @@ class _PassState:
     on_weights: Callable[[int, Tensor], None] | None = None  # takes each layer's weights instead of `recorded`
     on_norms: Callable[[int, Tensor], None] | None = None  # takes each layer's value-weighted norms (core.model.norms)
     projection_of: dict[int, nn.Module] | None = None  # id(self-attention module) -> its attention output projection
+    values: dict[int, Tensor] | None = None  # families with their own attention: each layer's values [B, H, K, d]
 
 
 _current_pass: ContextVar[_PassState | None] = ContextVar("bertscope_pass", default=None)
@@ -84,7 +100,7 @@ def bertscope_attention(
     if state is None:
         return output, weights
     if state.gates is not None:
-        output, weights = _ablate(state, module, key, value, output, weights)
+        output, weights = _ablate(state, module, key, value, output, weights, attention_mask)
     if weights is not None:
         norms = None
         if state.on_norms is not None:  # from the same weights and values: no second pass
@@ -128,16 +144,16 @@ def empty_attention(module: nn.Module, hidden_states: Tensor) -> tuple[Tensor, T
     return output, weights
 
 
-def _ablate(state: _PassState, module, key, value, output, weights):
+def _ablate(state: _PassState, module, key, value, output, weights, attention_mask=None):
     """Apply this layer's gates: uniform mixes the output itself; zero only reports it (the hook gates)."""
     gates = layer_gates(state.gates, state.layer_of[id(module)], state.kept).to(output.dtype)  # [B|1, 1, H, 1]
     if state.ablation == "uniform":
-        uniform = _uniform_weights(state.padding_mask, key)  # [B, K]
-        uniform_output = torch.einsum("bk,bhkd->bhd", uniform.to(value.dtype), value).unsqueeze(1)
+        uniform = _uniform_weights(attention_mask, key.shape[-2], key.device)  # [B|1, Q|1, K]
+        uniform_output = torch.einsum("bqk,bhkd->bqhd", uniform.to(value.dtype), value)
         output = gates * output + (1 - gates) * uniform_output
         if weights is not None:
             head_gates = gates.transpose(1, 2)  # [B|1, H, 1, 1]
-            weights = head_gates * weights + (1 - head_gates) * uniform[:, None, None, :].to(weights.dtype)
+            weights = head_gates * weights + (1 - head_gates) * uniform[:, None].to(weights.dtype)
     elif weights is not None:
         # zero: the output is gated by the pre-hook; report what the head contributes.
         weights = weights * gates.transpose(1, 2)
@@ -160,13 +176,15 @@ def _eager_attention(module, query, key, value, attention_mask, scaling, dropout
     return output, weights
 
 
-def _uniform_weights(padding_mask: Tensor | None, key: Tensor) -> Tensor:
-    """`[B, K]`: 1/n on each of the n real (non-padding) tokens of every sequence."""
-    batch, _, length, _ = key.shape
-    if padding_mask is None:
-        return torch.full((batch, length), 1.0 / length, device=key.device)
-    real = padding_mask.to(device=key.device, dtype=torch.float32)
-    return real / real.sum(dim=-1, keepdim=True)
+def _uniform_weights(attention_mask: Tensor | None, length: int, device) -> Tensor:
+    """`[B|1, Q|1, K]`: for each query, 1/n on each of the n tokens it may attend to: the real (not padding) tokens,
+    and in a local layer (ModernBERT) those within its window. `attention_mask` is the pass's own: SDPA's boolean
+    `[B, 1, Q, K]` (True = may attend), an additive float one, or None (every token)."""
+    if attention_mask is None:
+        return torch.full((1, 1, length), 1.0 / length, device=device)
+    allowed = attention_mask[:, 0] if attention_mask.dtype == torch.bool else attention_mask[:, 0] > torch.finfo(attention_mask.dtype).min / 2
+    allowed = allowed.to(device=device, dtype=torch.float32)
+    return allowed / allowed.sum(dim=-1, keepdim=True).clamp_min(1)
 
 
 AttentionInterface.register(ATTENTION_IMPLEMENTATION, bertscope_attention)
@@ -175,7 +193,7 @@ AttentionMaskInterface.register(ATTENTION_IMPLEMENTATION, sdpa_mask)
 
 @contextlib.contextmanager
 def attention_pass(
-    layers: Sequence[tuple[nn.Module, nn.Linear]],
+    layers: Sequence[AttentionSite],
     *,
     gates: Tensor | None = None,
     ablation: Ablation = "zero",
@@ -187,7 +205,7 @@ def attention_pass(
 ) -> Iterator[dict[int, Tensor]]:
     """Run the forward passes inside this block with these gates and this ablation.
 
-    `layers` holds each layer's (self-attention module, attention output projection).
+    `layers` holds each layer's `AttentionSite`.
     `gates` is `[L, H]` (one mask for the batch) or `[B, L, H]` (a mask per sequence).
     Yields a dict that collects each layer's attention weights when they are wanted (for
     callers that run layers one by one, without transformers' output capturing). Hooks and
@@ -204,7 +222,7 @@ def attention_pass(
         if gates.dim() not in (2, 3) or gates.shape[-2] != expected:
             raise ValueError(f"gates must be [L, H] or [B, L, H] with L={expected}; got {tuple(gates.shape)}")
     state = _PassState(
-        layer_of={id(attention): index for index, (attention, _) in enumerate(layers)},
+        layer_of={id(site.attention): index for index, site in enumerate(layers)},
         gates=gates,
         ablation=ablation,
         padding_mask=padding_mask,
@@ -213,19 +231,60 @@ def attention_pass(
         kept=kept,
         on_weights=on_weights,
         on_norms=on_norms,
-        projection_of={id(attention): projection for attention, projection in layers},
+        projection_of={id(site.attention): site.projection for site in layers},
+        values={},
     )
     handles = []
     token = _current_pass.set(state)
     try:
         if gates is not None and ablation == "zero":
-            for index, (_, output_projection) in enumerate(layers):
-                handles.append(output_projection.register_forward_pre_hook(_zero_gate_hook(gates, index, kept)))
+            for index, site in enumerate(layers):
+                handles.append(site.projection.register_forward_pre_hook(_zero_gate_hook(gates, index, kept)))
+        for index, site in enumerate(layers):
+            if site.weights is not None and (state.want_weights or gates is not None):
+                handles.append(site.weights.register_forward_hook(_own_attention_hook(state, index, site)))
+                if state.on_norms is not None:
+                    handles.append(site.values.register_forward_hook(_keep_values(state, index, site)))
         yield state.recorded
     finally:
         for handle in handles:
             handle.remove()
         _current_pass.reset(token)
+
+
+def _keep_values(state: _PassState, layer: int, site: AttentionSite):
+    """Keep a layer's values `[B, H, K, d]` for its value-weighted norms (families with their own attention)."""
+    def keep(_module: nn.Module, _args, output: Tensor) -> None:
+        heads = site.projection.in_features // site.attention.attention_head_size
+        batch, length, _ = output.shape
+        state.values[layer] = output.view(batch, length, heads, -1).transpose(1, 2)
+
+    return keep
+
+
+def _own_attention_hook(state: _PassState, layer: int, site: AttentionSite):
+    """On the module that takes a layer's attention weights `[B, H, T, K]` alone: `uniform` replaces them for the
+    masked heads (so the model's context is the ablated one); the weights, as a masked head contributes them,
+    are reported, with their value-weighted norms when asked."""
+    def on_weights(_module: nn.Module, _args, weights: Tensor) -> Tensor:
+        used = reported = weights
+        if state.gates is not None:
+            head_gates = layer_gates(state.gates, layer, state.kept).to(weights.dtype).transpose(1, 2)  # [B|1, H, 1, 1]
+            if state.ablation == "uniform":
+                padding = None if state.padding_mask is None else state.padding_mask[:, None, None, :]  # [B, 1, 1, K]
+                uniform = _uniform_weights(padding, weights.shape[-1], weights.device)
+                used = reported = head_gates * weights + (1 - head_gates) * uniform[:, None].to(weights.dtype)
+            else:
+                reported = weights * head_gates  # the pre-hook on the projection gates the context
+        if state.want_weights:
+            if state.on_norms is not None:
+                norms = weighted_norms(reported, state.values.pop(layer), site.projection)
+            _report(state, layer, reported)
+            if state.on_norms is not None:
+                state.on_norms(layer, norms)
+        return used
+
+    return on_weights
 
 
 def _zero_gate_hook(gates: Tensor, layer: int, kept: Sequence[Tensor | None] | None):

@@ -1,18 +1,27 @@
-"""Family adapters: where each supported encoder family keeps its modules.
+"""Family adapters: where each supported encoder family keeps its modules, and how to run its layers.
 
-BERT, RoBERTa (and XLM-R, CamemBERT) and ELECTRA share one layout in transformers 5:
-`base_model.encoder.layer[i].attention.self` computes attention through the
-AttentionInterface and `...attention.output.dense` projects the concatenated heads.
-They differ in where the masked-LM head lives and in how many positions are reserved.
+Every analysis reads a model through these few questions: its layers, each layer's
+attention module and the projection that reads the heads' outputs side by side (where heads
+are gated), the feed-forward output projection, how to run layers one by one, and its MLM
+and classifier heads. BERT, RoBERTa (XLM-R, CamemBERT) and ELECTRA share one layout in
+transformers 5; DistilBERT, ALBERT, DeBERTa-v2/v3, ModernBERT and MPNet each differ in
+some of these answers (their transformers modeling files, 5.24).
+
+Two ways of computing attention: families whose attention goes through transformers'
+AttentionInterface run with bertscope's own implementation (core.model.ablation); DeBERTa
+and MPNet compute attention in their own code, so they run eager and bertscope reads and
+replaces their attention weights at the dropout applied to them (`weights_module`).
+
+This module imports no torch at load time: the model files are judged before torch loads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # only in annotations: the model files are judged before torch is imported
+if TYPE_CHECKING:  # only in annotations
     from torch import Tensor, nn
 
 from bertscope.core.errors import ModelLoadError
@@ -20,15 +29,29 @@ from bertscope.core.errors import ModelLoadError
 
 @dataclass(frozen=True)
 class Family:
+    """The BERT layout; other families override what differs."""
+
     name: str
     model_types: frozenset[str]
-    # Positions the model reserves before the first token (RoBERTa offsets by padding_idx + 1).
+    # Positions the model reserves before the first token (RoBERTa and MPNet offset by padding_idx + 1).
     reserved_positions: int = 0
+    token_types: bool = True  # the model reads token_type_ids (segment embeddings)
+    # "interface": attention through transformers' AttentionInterface, run as bertscope's implementation;
+    # "own": the family's own attention code, run eager, its weights read at `weights_module`.
+    attention: str = "interface"
+    # Heads can be sliced out of the weights (core.model.pruning); else `--weights zeroed` only.
+    physical_pruning: bool = True
+
+    # --- modules ---------------------------------------------------------------------------
+
+    def prepare(self, model: nn.Module) -> None:
+        """Make a freshly built or loaded model readable layer by layer (ALBERT: one module per application)."""
 
     def layers(self, model: nn.Module) -> list[nn.Module]:
         return list(model.base_model.encoder.layer)
 
     def self_attention(self, layer: nn.Module) -> nn.Module:
+        """The module that computes the layer's attention (for "interface" families: the one handed to it)."""
         return layer.attention.self
 
     def attention_output(self, layer: nn.Module) -> nn.Linear:
@@ -39,12 +62,49 @@ class Family:
         """The feed-forward block's output projection (its write, before the residual and LayerNorm)."""
         return layer.output.dense
 
+    def weights_module(self, layer: nn.Module) -> nn.Module | None:
+        """For "own" families: the module applied to the attention weights `[B, H, T, K]` alone (their dropout)."""
+        return None
+
+    def value_projection(self, layer: nn.Module) -> nn.Linear | None:
+        """For "own" families: the projection giving the heads' values `[B, T, H·d]` (value-weighted norms)."""
+        return None
+
+    def query_key_value(self, layer: nn.Module) -> tuple[str, ...]:
+        """Attribute names (on `self_attention`) of the query, key and value projections, for physical pruning."""
+        return ("query", "key", "value")
+
+    def set_attention_output(self, layer: nn.Module, projection: nn.Linear) -> None:
+        """Put a (pruned) output projection back where `attention_output` found it."""
+        layer.attention.output.dense = projection
+
+    def window(self, model: nn.Module, layer: int) -> int | None:
+        """How far a head of `layer` sees (|i - j| at most this), where it cannot see the whole input."""
+        return None
+
+    # --- running ---------------------------------------------------------------------------
+
+    def run_layers(self, model: nn.Module, hidden: Tensor, start: int, stop: int) -> Iterator[Tensor]:
+        """Run layers `start`..`stop - 1` on `hidden` (what enters layer `start`, one unpadded batch: no attention
+        mask) and yield what each leaves, as the model's `hidden_states` reports it."""
+        for layer in self.layers(model)[start:stop]:
+            hidden = layer(hidden)
+            yield hidden
+
+    def inputs(self, inputs: dict) -> dict:
+        """The tokenizer's tensors this family's forward takes (no segment ids where it has none)."""
+        if self.token_types:
+            return inputs
+        return {name: value for name, value in inputs.items() if name != "token_type_ids"}
+
+    # --- heads -----------------------------------------------------------------------------
+
     def classifier_head(self, model: nn.Module) -> Callable[[Tensor], Tensor] | None:
         """A function from the last hidden states `[B, T, D]` to class logits, for a sequence classifier."""
         classifier = getattr(model, "classifier", None)
         if classifier is None:
             return None
-        if hasattr(classifier, "out_proj"):  # RoBERTa, ELECTRA: a head that reads the first token itself
+        if hasattr(classifier, "out_proj"):  # RoBERTa, ELECTRA, MPNet: a head that reads the first token itself
             return classifier
         pooler = model.base_model.pooler  # BERT: the pooler (tanh of a projection of [CLS]), then a linear layer
         return lambda hidden: classifier(pooler(hidden))
@@ -52,19 +112,257 @@ class Family:
     def mlm_head(self, model: nn.Module) -> Callable[[Tensor], Tensor] | None:
         """A function from hidden states `[..., D]` to vocabulary logits, if the model has one."""
         if hasattr(model, "cls") and hasattr(model.cls, "predictions"):
-            return model.cls.predictions  # BertForMaskedLM, BertForPreTraining
+            return model.cls.predictions  # BertForMaskedLM, BertForPreTraining, DeBERTa-v2 (legacy head)
         if hasattr(model, "lm_head"):
-            return model.lm_head  # RoBERTa, XLM-R, CamemBERT
+            return model.lm_head  # RoBERTa, XLM-R, CamemBERT, MPNet
         if hasattr(model, "generator_lm_head"):  # ELECTRA generator
             predictions, lm_head = model.generator_predictions, model.generator_lm_head
             return lambda hidden: lm_head(predictions(hidden))
         return None
+
+    def lens_norm(self, model: nn.Module) -> Callable[[Tensor], Tensor] | None:
+        """What the MLM head expects applied to a layer's output before it reads it, beyond the layer itself
+        (a pre-LN model's final norm, which only the last hidden state has been through)."""
+        return None
+
+    def describe(self) -> str:
+        """What this family's hidden states are, for the README and `info`."""
+        return "index 0: the embeddings; index l: the output of layer l"
+
+
+@dataclass(frozen=True)
+class DistilBert(Family):
+    def layers(self, model):
+        return list(model.base_model.transformer.layer)
+
+    def self_attention(self, layer):
+        return layer.attention
+
+    def attention_output(self, layer):
+        return layer.attention.out_lin
+
+    def feed_forward_output(self, layer):
+        return layer.ffn.lin2
+
+    def query_key_value(self, layer):
+        return ("q_lin", "k_lin", "v_lin")
+
+    def set_attention_output(self, layer, projection):
+        layer.attention.out_lin = projection
+
+    def classifier_head(self, model):
+        if not hasattr(model, "pre_classifier"):
+            return None
+        import torch
+
+        return lambda hidden: model.classifier(torch.relu(model.pre_classifier(hidden[:, 0])))
+
+    def mlm_head(self, model):
+        if not hasattr(model, "vocab_projector"):
+            return None
+        return lambda hidden: model.vocab_projector(model.vocab_layer_norm(model.activation(model.vocab_transform(hidden))))
+
+
+@dataclass(frozen=True)
+class Albert(Family):
+    """One layer's weights applied N times. `prepare` gives each application its own module objects over the
+    same parameters, so that a hook, a gate or a statistic belongs to an application, not to the shared weights."""
+
+    def prepare(self, model):
+        import copy
+
+        encoder = model.base_model.encoder
+        config = encoder.config
+        groups = encoder.albert_layer_groups
+        if len(groups) == config.num_hidden_layers and getattr(encoder, "bertscope_unshared", False):
+            return
+        per_group = config.num_hidden_layers / config.num_hidden_groups
+        applications = []
+        for index in range(config.num_hidden_layers):
+            group = groups[int(index / per_group)]
+            shared = {id(tensor): tensor for tensor in [*group.parameters(), *group.buffers()]}
+            applications.append(copy.deepcopy(group, memo=shared))  # new modules, the same parameters
+        import torch
+
+        encoder.albert_layer_groups = torch.nn.ModuleList(applications)
+        encoder.config = copy.copy(config)  # the model's own config (saved with it) keeps the real group count
+        encoder.config.num_hidden_groups = config.num_hidden_layers
+        encoder.bertscope_unshared = True
+
+    def layers(self, model):
+        return [layer for group in model.base_model.encoder.albert_layer_groups for layer in group.albert_layers]
+
+    def self_attention(self, layer):
+        return layer.attention
+
+    def attention_output(self, layer):
+        return layer.attention.dense
+
+    def feed_forward_output(self, layer):
+        return layer.ffn_output
+
+    def set_attention_output(self, layer, projection):
+        layer.attention.dense = projection
+
+    def classifier_head(self, model):
+        if getattr(model, "classifier", None) is None:
+            return None
+        base = model.base_model
+        return lambda hidden: model.classifier(base.pooler_activation(base.pooler(hidden[:, 0])))
+
+    def mlm_head(self, model):
+        return getattr(model, "predictions", None)
+
+
+@dataclass(frozen=True)
+class DebertaV2(Family):
+    attention: str = "own"
+
+    def weights_module(self, layer):
+        return layer.attention.self.dropout
+
+    def value_projection(self, layer):
+        return layer.attention.self.value_proj
+
+    def query_key_value(self, layer):
+        return ("query_proj", "key_proj", "value_proj")
+
+    def run_layers(self, model, hidden, start, stop):
+        import torch
+
+        encoder = model.base_model.encoder
+        ones = torch.ones(hidden.shape[:2], dtype=torch.long, device=hidden.device)
+        mask = encoder.get_attention_mask(ones)
+        relative = encoder.get_rel_pos(hidden)
+        embeddings = encoder.get_rel_embedding()
+        for index, layer in enumerate(self.layers(model)[start:stop], start=start):
+            output = layer(hidden, mask, relative_pos=relative, rel_embeddings=embeddings)[0]
+            if index == 0 and encoder.conv is not None:
+                output = encoder.conv(hidden, output, ones)
+            hidden = output
+            yield hidden
+
+    def classifier_head(self, model):
+        if getattr(model, "classifier", None) is None:
+            return None
+        return lambda hidden: model.classifier(model.pooler(hidden))
+
+    def mlm_head(self, model):
+        if hasattr(model, "lm_predictions"):  # the head of `legacy=False` configs reads the tied word embeddings
+            embeddings = model.base_model.embeddings.word_embeddings
+            return lambda hidden: model.lm_predictions(hidden, embeddings)
+        return super().mlm_head(model)
+
+
+@dataclass(frozen=True)
+class ModernBert(Family):
+    """Pre-LN; fused Wqkv; local layers attend within ±local_attention/2 tokens. As transformers reports them, hidden
+    states 0..L-1 are the residual stream entering each layer, and L is the final norm of the last layer's output."""
+
+    token_types: bool = False
+    physical_pruning: bool = False  # the fused Wqkv: zeroed weights only, for now
+
+    def layers(self, model):
+        return list(model.base_model.layers)
+
+    def self_attention(self, layer):
+        return layer.attn
+
+    def attention_output(self, layer):
+        return layer.attn.Wo
+
+    def feed_forward_output(self, layer):
+        return layer.mlp.Wo
+
+    def set_attention_output(self, layer, projection):
+        layer.attn.Wo = projection
+
+    def window(self, model, layer):
+        config = model.config
+        return config.local_attention // 2 if config.layer_types[layer] == "sliding_attention" else None
+
+    def run_layers(self, model, hidden, start, stop):
+        import torch
+        from transformers.masking_utils import create_bidirectional_mask, create_bidirectional_sliding_window_mask
+
+        base = model.base_model
+        config = base.config
+        masks = {
+            "full_attention": create_bidirectional_mask(config=config, inputs_embeds=hidden, attention_mask=None),
+            "sliding_attention": create_bidirectional_sliding_window_mask(config=config, inputs_embeds=hidden, attention_mask=None),
+        }
+        positions = torch.arange(hidden.shape[1], device=hidden.device)[None]
+        rotary = {kind: base.rotary_emb(hidden, positions, kind) for kind in set(config.layer_types)}
+        layers = self.layers(model)
+        for index, layer in enumerate(layers[start:stop], start=start):
+            hidden = layer(hidden, attention_mask=masks[layer.attention_type], position_embeddings=rotary[layer.attention_type])
+            yield base.final_norm(hidden) if index == len(layers) - 1 else hidden
+
+    def classifier_head(self, model):
+        if getattr(model, "classifier", None) is None:
+            return None
+
+        def logits(hidden):
+            if model.config.classifier_pooling == "mean":  # one unpadded sequence per row: every token counts
+                pooled = hidden.mean(1)
+            else:
+                pooled = hidden[:, 0]
+            return model.classifier(model.drop(model.head(pooled)))
+
+        return logits
+
+    def mlm_head(self, model):
+        if not hasattr(model, "decoder"):
+            return None
+        return lambda hidden: model.decoder(model.head(hidden))
+
+    def lens_norm(self, model):
+        return model.base_model.final_norm
+
+    def describe(self):
+        return "index 0: the embeddings (after their norm); index l < L: the residual stream after layer l; index L: the final norm of it"
+
+
+@dataclass(frozen=True)
+class MPNet(Family):
+    attention: str = "own"
+    token_types: bool = False
+    physical_pruning: bool = False  # the relative position bias is shared by every layer's heads
+
+    def self_attention(self, layer):
+        return layer.attention.attn
+
+    def attention_output(self, layer):
+        return layer.attention.attn.o
+
+    def weights_module(self, layer):
+        return layer.attention.attn.dropout
+
+    def value_projection(self, layer):
+        return layer.attention.attn.v
+
+    def query_key_value(self, layer):
+        return ("q", "k", "v")
+
+    def set_attention_output(self, layer, projection):
+        layer.attention.attn.o = projection
+
+    def run_layers(self, model, hidden, start, stop):
+        bias = model.base_model.encoder.compute_position_bias(hidden)
+        for layer in self.layers(model)[start:stop]:
+            hidden = layer(hidden, None, bias)[0]
+            yield hidden
 
 
 FAMILIES: tuple[Family, ...] = (
     Family("BERT", frozenset({"bert"})),
     Family("RoBERTa", frozenset({"roberta", "xlm-roberta", "camembert"}), reserved_positions=2),
     Family("ELECTRA", frozenset({"electra"})),
+    DistilBert("DistilBERT", frozenset({"distilbert"}), token_types=False),
+    Albert("ALBERT", frozenset({"albert"}), physical_pruning=False),
+    DebertaV2("DeBERTa-v2", frozenset({"deberta-v2"})),
+    ModernBert("ModernBERT", frozenset({"modernbert"})),
+    MPNet("MPNet", frozenset({"mpnet"}), reserved_positions=2),
 )
 
 # Heads we can load on top of each family's encoder; anything else loads the bare encoder.
@@ -78,5 +376,5 @@ def family_for(model_type: str, architecture: str) -> Family:
     names = ", ".join(sorted(t for f in FAMILIES for t in f.model_types))
     raise ModelLoadError(
         f"unsupported architecture {architecture} (model_type {model_type!r}); "
-        f"bertscope reads BERT-architecture encoders: {names}"
+        f"bertscope reads bidirectional encoders: {names}"
     )

@@ -98,7 +98,8 @@ def _load_weights(model_class, architecture, directory, config, weights, torch_d
         use_safetensors=weights.name.startswith("model.safetensors"),
         weights_only=True,  # never unpickle arbitrary objects from a .bin checkpoint
         dtype=torch_dtype,
-        attn_implementation=ablation.ATTENTION_IMPLEMENTATION,
+        # "own"-attention families (DeBERTa, MPNet) never call the AttentionInterface: eager, read by hooks instead
+        attn_implementation=ablation.ATTENTION_IMPLEMENTATION if family.attention == "interface" else "eager",
     )
     try:
         model, info = model_class.from_pretrained(directory, output_loading_info=True, **options)
@@ -110,6 +111,7 @@ def _load_weights(model_class, architecture, directory, config, weights, torch_d
             f"could not read the weights in {weights}: {first_line(error)}; the file may be damaged or "
             "incomplete, save or download the model again"
         ) from None
+    family.prepare(model)
     return model, architecture
 
 

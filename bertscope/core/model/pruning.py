@@ -60,18 +60,19 @@ def kept_heads(config) -> list[Tensor | None] | None:
     ]
 
 
-def prune_layer(self_attention: nn.Module, output_projection: nn.Linear, remove: Sequence[int], num_heads: int) -> nn.Linear:
+def prune_layer(self_attention: nn.Module, output_projection: nn.Linear, remove: Sequence[int], num_heads: int,
+                projections: Sequence[str] = ("query", "key", "value")) -> nn.Linear:
     """Remove heads `remove` (original numbers) from one layer in place; returns the new output projection.
 
     The caller puts the returned projection back where the old one was (its parent module).
     Heads already missing from the layer (`self_attention.bertscope_kept`) are skipped.
     """
-    head_dim = self_attention.attention_head_size
     present = list(getattr(self_attention, "bertscope_kept", range(num_heads)))
+    head_dim = output_projection.in_features // len(present) if present else 0
     keep = [head for head in present if head not in set(remove)]
     positions = [present.index(head) for head in keep]
     rows = torch.cat([torch.arange(p * head_dim, (p + 1) * head_dim) for p in positions]) if positions else torch.zeros(0, dtype=torch.long)
-    for name in ("query", "key", "value"):
+    for name in projections:
         setattr(self_attention, name, _slice_linear(getattr(self_attention, name), rows, dim=0))
     new_output = _slice_linear(output_projection, rows, dim=1)
     self_attention.num_attention_heads = len(keep)
@@ -113,8 +114,8 @@ def apply_pruning(model: nn.Module, family, pruned: Mapping[int, Sequence[int]])
         if not remove:
             continue
         attention = family.self_attention(layer)
-        output = layer.attention.output
-        output.dense = prune_layer(attention, family.attention_output(layer), remove, num_heads)
+        family.set_attention_output(layer, prune_layer(attention, family.attention_output(layer), remove, num_heads,
+                                                       family.query_key_value(layer)))
 
 
 def zero_heads(model: nn.Module, family, heads: Mapping[int, Sequence[int]]) -> None:
@@ -125,8 +126,8 @@ def zero_heads(model: nn.Module, family, heads: Mapping[int, Sequence[int]]) -> 
     transformers loads the result, with no `pruned_heads` to honour.
     """
     for layer_index, layer in enumerate(family.layers(model)):
-        head_dim = family.self_attention(layer).attention_head_size
         weight = family.attention_output(layer).weight
+        head_dim = weight.shape[1] // model.config.num_attention_heads
         with torch.no_grad():
             for head in heads.get(layer_index, ()):
                 weight[:, head * head_dim : (head + 1) * head_dim] = 0.0

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from bertscope.core.errors import InputError
 from bertscope.core.model import cpu_linear
-from bertscope.core.model.ablation import attention_pass
+from bertscope.core.model.ablation import AttentionSite, attention_pass
 from bertscope.core.model.effects import softmax
 from bertscope.core.model.loading import LoadedModel, load_model
 from bertscope.core.model.masks import Ablation, HeadMask, check_ablation
@@ -40,12 +40,17 @@ class Session:
         self.device = loaded.device
         self.lock = threading.RLock()
         config = self.model.config
-        self.num_layers: int = config.num_hidden_layers
+        family = loaded.family
+        layers = family.layers(self.model)
+        self.num_layers: int = len(layers)  # ALBERT: applications of its shared layers
         self.num_heads: int = config.num_attention_heads
         self.hidden_size: int = config.hidden_size
         self.max_length: int = loaded.max_length
-        family = loaded.family
-        self._layers = [(family.self_attention(layer), family.attention_output(layer)) for layer in family.layers(self.model)]
+        self._layers = [
+            AttentionSite(family.self_attention(layer), family.attention_output(layer), family.weights_module(layer),
+                          family.value_projection(layer))
+            for layer in layers
+        ]
         self.mlm_head = family.mlm_head(self.model)
         # A physically pruned model: per layer, the original numbers of the heads it still has (core.model.pruning).
         self.kept_heads = pruned_layout(config)
@@ -63,6 +68,7 @@ class Session:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = type(self.model)(self.model.config)
+        self.loaded.family.prepare(model)
         model.to(device=self.device, dtype=self.loaded.dtype).eval()
         loaded = dataclasses.replace(
             self.loaded, model=model, source=f"{self.loaded.source} (random init, seed {seed})",
@@ -225,7 +231,6 @@ class Session:
         norms: bool = False,
     ) -> ForwardResult:
         """Run layers `start`.. on the unmasked hidden state entering layer `start`."""
-        layers = self.loaded.family.layers(self.model)
         hidden = torch.as_tensor(plain.hidden_states[start], device=self.device, dtype=self.loaded.dtype)[None]
         states = []
         layer_norms: dict[int, Tensor] = {}
@@ -233,9 +238,8 @@ class Session:
             self._layers, gates=self.gate_tensor(mask), ablation=ablation, want_weights=attentions, kept=self.kept_heads,
             on_norms=layer_norms.__setitem__ if norms else None,
         ) as recorded:
-            for layer in layers[start:]:
-                hidden = layer(hidden)  # one unpadded sequence: no attention mask, as in the full pass
-                states.append(hidden[0])
+            for hidden in self.loaded.family.run_layers(self.model, hidden, start, self.num_layers):
+                states.append(hidden[0])  # one unpadded sequence: no attention mask, as in the full pass
             mlm = self.mlm_head(hidden[0]) if self.mlm_head is not None and mlm_logits else None
             upper = _numpy(torch.stack(states))
             upper_attentions = _numpy(torch.stack([recorded[i][0] for i in range(start, self.num_layers)])) if attentions else None
@@ -285,9 +289,14 @@ class Session:
             kept=self.kept_heads,
             on_weights=on_attention,
             on_norms=on_norms,
-        ):
+        ) as recorded:
             model = self.model.base_model if encoder_only else self.model
-            return model(**inputs, output_hidden_states=hidden_states, output_attentions=attentions and on_attention is None)
+            own = self.loaded.family.attention == "own"  # its weights come from bertscope's hooks, not its outputs
+            outputs = model(**self.loaded.family.inputs(inputs), output_hidden_states=hidden_states,
+                            output_attentions=attentions and on_attention is None and not own)
+            if own and attentions and on_attention is None:
+                outputs.attentions = tuple(recorded[layer] for layer in range(self.num_layers))
+            return outputs
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
         """The top guesses at every [MASK] of a result (empty without an MLM head or a [MASK])."""
@@ -312,10 +321,26 @@ class Session:
         with torch.inference_mode(), self.lock:
             return self.mlm_head(hidden.to(device=self.device, dtype=self.loaded.dtype)).float()
 
+    def lens_logits(self, hidden: Tensor, layer: int) -> Tensor:
+        """The MLM head on hidden states `[..., D]` at index `layer` (the logit lens): in a pre-LN model the states
+        below the last first go through its final norm, which the last one has had (core.model.families)."""
+        norm = self.loaded.family.lens_norm(self.model)
+        if norm is None or layer >= self.num_layers:
+            return self.mlm_head_logits(hidden)
+        with torch.inference_mode(), self.lock:
+            return self.mlm_head_logits(norm(hidden.to(device=self.device, dtype=self.loaded.dtype)))
+
     @property
     def family(self):
         """The family adapter: where this model keeps its layers and projections (core.model.families)."""
         return self.loaded.family
+
+    def run_layers(self, hidden: Tensor, start: int, stop: int) -> Tensor:
+        """Layers `start`..`stop - 1` on `hidden` (entering layer `start`, unpadded rows): the hidden state at
+        index `stop`, as the full pass reports it. Call under the session's lock and any pass state wanted."""
+        for hidden in self.loaded.family.run_layers(self.model, hidden, start, stop):
+            pass
+        return hidden
 
     @property
     def layer_modules(self) -> list:

@@ -1,0 +1,213 @@
+"""Every encoder family opens, and bertscope reads it exactly (issue 30).
+
+The references are written here, on the plain transformers model loaded with eager attention, with hooks of
+this file's own (module paths spelled out below, not taken from bertscope's adapters): head masking by zeroing
+the head's slice of the input of its output projection, uniform attention by replacing that slice with the mean
+of the values the head may see, value-weighted norms from the eager weights and the values by hand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+import bertscope
+from bertscope.core.errors import ModelLoadError
+from tests.family_models import FAMILIES, save_tiny_family
+
+TEXT = "The keys to the cabinet are on the table."
+BATCH = ("The keys to the cabinet are on the table.", "The cat sat.")  # padded: uniform must skip the padding
+
+
+def _layers(model, family):
+    base = model.base_model
+    if family == "distilbert":
+        return list(base.transformer.layer)
+    if family == "albert":  # the shared layer, once: its hooks fire at every application
+        return [base.encoder.albert_layer_groups[0].albert_layers[0]]
+    if family == "modernbert":
+        return list(base.layers)
+    return list(base.encoder.layer)
+
+
+# per family: (output projection of the heads, its values [B, T, H·d]) of a layer, as the modeling files name them
+PATHS = {
+    "distilbert": lambda layer: (layer.attention.out_lin, layer.attention.v_lin, None),
+    "albert": lambda layer: (layer.attention.dense, layer.attention.value, None),
+    "deberta-v2": lambda layer: (layer.attention.output.dense, layer.attention.self.value_proj, None),
+    "modernbert": lambda layer: (layer.attn.Wo, layer.attn.Wqkv, slice(2, 3)),  # Wqkv: [q | k | v]
+    "mpnet": lambda layer: (layer.attention.attn.o, layer.attention.attn.v, None),
+}
+
+
+class Reference:
+    """The plain transformers model (eager) with hooks that mask or read heads, layer by layer application."""
+
+    def __init__(self, directory, family):
+        config = transformers.AutoConfig.from_pretrained(directory)
+        model_class = getattr(transformers, config.architectures[0])
+        self.model = model_class.from_pretrained(directory, attn_implementation="eager").eval()
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+        self.family, self.config = family, config
+        self.heads = config.num_attention_heads
+
+    def window(self, layer):
+        if self.family == "modernbert" and self.config.layer_types[layer] == "sliding_attention":
+            return self.config.local_attention // 2
+        return None
+
+    def run(self, texts, masked=(), ablation="zero"):
+        """Outputs of `texts` with heads `masked` ([(layer, head)]) switched off, and each layer's values."""
+        batch = self.tokenizer(list(texts), padding=True, return_tensors="pt")
+        if self.family in ("distilbert", "modernbert", "mpnet"):
+            batch.pop("token_type_ids", None)
+        real = batch["attention_mask"].bool()
+        calls = {"values": 0, "output": 0}
+        values = {}
+        handles = []
+        for layer in _layers(self.model, self.family):
+            projection, value_projection, part = PATHS[self.family](layer)
+
+            def keep_values(module, args, output, part=part):
+                if part is not None:  # the fused projection: the value third
+                    output = output.chunk(3, dim=-1)[2]
+                values[calls["values"]] = output
+                calls["values"] += 1
+
+            def mask_heads(module, args):
+                index = calls["output"]
+                calls["output"] += 1
+                context = args[0].clone()
+                size = context.shape[-1] // self.heads
+                for layer_index, head in masked:
+                    if layer_index != index:
+                        continue
+                    span = slice(head * size, (head + 1) * size)
+                    if ablation == "zero":
+                        context[..., span] = 0
+                    else:  # the mean of the values the head may see, for every query
+                        allowed = real[:, None, :].expand(-1, context.shape[1], -1).clone()  # [B, Q, K]
+                        if self.window(index) is not None:
+                            positions = torch.arange(context.shape[1])
+                            allowed &= (positions[:, None] - positions[None, :]).abs() <= self.window(index)
+                        weights = allowed.float() / allowed.float().sum(-1, keepdim=True).clamp_min(1)  # padding rows: none
+                        context[..., span] = weights @ values[index][..., span]
+                return (context, *args[1:])
+
+            handles.append(value_projection.register_forward_hook(keep_values))
+            handles.append(projection.register_forward_pre_hook(mask_heads))
+        try:
+            with torch.no_grad():
+                outputs = self.model(**batch, output_hidden_states=True, output_attentions=True)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return outputs, values, real
+
+    def norms(self, outputs, values):
+        """‖α_ij f_h(x_j)‖ by hand: each head's value through its slice of the output projection."""
+        result = []
+        for index, weights in enumerate(outputs.attentions):
+            weights = weights.detach()
+            layer = _layers(self.model, self.family)[0 if self.family == "albert" else index]
+            projection = PATHS[self.family](layer)[0].weight.detach()  # [D, H·d]
+            size = projection.shape[1] // self.heads
+            per_head = []
+            for head in range(self.heads):
+                span = slice(head * size, (head + 1) * size)
+                moved = values[index][0][:, span] @ projection[:, span].T  # [K, D]
+                per_head.append(weights[0, head] * moved.norm(dim=-1)[None, :])
+            result.append(torch.stack(per_head))
+        return torch.stack(result).numpy()
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family_models(request, tmp_path_factory):
+    """A bare, an MLM and a classifier model of one family, loaded by bertscope and by the reference."""
+    family = request.param
+    made = {}
+    for head in ("Model", "ForMaskedLM", "ForSequenceClassification"):
+        directory = save_tiny_family(tmp_path_factory.mktemp(f"{family}-{head}"), family, head, seed=3)
+        made[head] = (bertscope.load(str(directory), device="cpu"), Reference(directory, family))
+    return family, made
+
+
+def test_hidden_states_attentions_and_heads_are_the_models_own(family_models):
+    family, made = family_models
+    for head, (session, reference) in made.items():
+        ours = session.forward(TEXT)
+        theirs, _, _ = reference.run([TEXT])
+        np.testing.assert_allclose(ours.hidden_states, torch.stack(theirs.hidden_states)[:, 0].numpy(), atol=2e-5)
+        np.testing.assert_allclose(ours.attentions, torch.stack(theirs.attentions)[:, 0].numpy(), atol=2e-6)
+        if head == "ForMaskedLM":
+            np.testing.assert_allclose(ours.mlm_logits, theirs.logits[0].numpy(), atol=1e-4)
+        if head == "ForSequenceClassification":
+            np.testing.assert_allclose(ours.class_logits, theirs.logits[0].numpy(), atol=1e-5)
+            last = torch.as_tensor(ours.hidden_states[-1])[None]
+            np.testing.assert_allclose(session.class_logits(last)[0].detach().numpy(), theirs.logits[0].numpy(), atol=1e-5)
+        assert session.info.family.lower().replace("-", "") == family.replace("-", "")
+
+
+@pytest.mark.parametrize("ablation", ["zero", "uniform"])
+def test_masked_heads_match_an_independent_masked_forward(family_models, ablation):
+    family, made = family_models
+    session, reference = made["ForMaskedLM"]
+    masked = [(0, 1), (1, 0), (1, 3), (session.num_layers - 1, 2)]
+    spec = ",".join(f"{layer}:{head}" for layer, head in masked)
+    theirs, _, real = reference.run(BATCH, masked, ablation)
+    inputs = session.tokenize_batch(list(BATCH))
+    with torch.inference_mode():
+        ours = session.run(inputs, gates=session.gate_tensor(session.mask(spec)), ablation=ablation, attentions=True)
+    for index in range(session.num_layers + 1):
+        np.testing.assert_allclose(ours.hidden_states[index][real], theirs.hidden_states[index][real], atol=3e-5)
+    np.testing.assert_allclose(ours.logits[real], theirs.logits[real], atol=3e-4)
+    for layer, head in masked:
+        weights = ours.attentions[layer][0, head]  # the first sentence: no padding
+        if ablation == "zero":
+            assert float(weights.abs().max()) == 0.0
+        else:  # uniform over what the head may see
+            window = reference.window(layer)
+            seen = weights > 0
+            assert torch.allclose(weights.sum(-1), torch.ones(len(weights)), atol=1e-5)
+            if window is not None:
+                distance = (torch.arange(len(weights))[:, None] - torch.arange(len(weights))[None, :]).abs()
+                assert bool((seen == (distance <= window)).all())
+    # the one-sentence path (with the reused lower layers) agrees with the batched one
+    plain = session.forward(BATCH[0])
+    single = session.forward(BATCH[0], mask=spec, ablation=ablation, reuse=plain)
+    np.testing.assert_allclose(single.hidden_states, torch.stack(ours.hidden_states)[:, 0].numpy(), atol=3e-5)
+
+
+def test_value_weighted_norms_equal_a_hand_computation(family_models):
+    family, made = family_models
+    session, reference = made["Model"]
+    ours = session.forward(TEXT, norms=True)
+    theirs, values, _ = reference.run([TEXT])
+    np.testing.assert_allclose(ours.norms, reference.norms(theirs, values), rtol=1e-4, atol=1e-6)
+
+
+def test_albert_masks_one_application_of_its_shared_layer(tmp_path):
+    """Switching off head 3 of layer 1 leaves layers 0 and 2, which run the same weights, untouched."""
+    session = bertscope.load(str(save_tiny_family(tmp_path / "albert", "albert")), device="cpu")
+    plain, masked = session.forward(TEXT), session.forward(TEXT, mask="1:3")
+    assert session.num_layers == 3
+    np.testing.assert_array_equal(plain.attentions[0], masked.attentions[0])
+    np.testing.assert_array_equal(plain.hidden_states[:2], masked.hidden_states[:2])
+    assert float(np.abs(masked.attentions[1, 3]).max()) == 0.0 and float(np.abs(plain.attentions[1, 3]).max()) > 0
+    assert float(np.abs(masked.attentions[2, 3]).max()) > 0  # the next application of the same head still attends
+    assert not np.allclose(plain.hidden_states[2], masked.hidden_states[2])
+    shared = {id(p) for p in session.model.parameters()}
+    assert len(shared) == len(list(session.model.parameters()))  # one set of weights, not three copies
+    assert session.info.parameters == sum(p.numel() for p in transformers.AutoModel.from_pretrained(
+        tmp_path / "albert").parameters())
+
+
+def test_other_architectures_are_refused_in_one_line(tmp_path):
+    config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=50)
+    transformers.GPT2Model(config).save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError) as raised:
+        bertscope.load(str(tmp_path), device="cpu")
+    message = str(raised.value)
+    assert "\n" not in message and "gpt2" in message and "modernbert" in message and "deberta-v2" in message
