@@ -211,3 +211,45 @@ def test_other_architectures_are_refused_in_one_line(tmp_path):
         bertscope.load(str(tmp_path), device="cpu")
     message = str(raised.value)
     assert "\n" not in message and "gpt2" in message and "modernbert" in message and "deberta-v2" in message
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_zeroed_copy_loads_in_plain_transformers_and_computes_the_masked_model(family, tmp_path):
+    from bertscope.core.analyses.pruned_export import write_pruned_model
+
+    session = bertscope.load(str(save_tiny_family(tmp_path / "model", family, "ForMaskedLM")), device="cpu")
+    heads = [(layer, 1) for layer in range(session.num_layers)]  # ALBERT: the same head of every application
+    written = write_pruned_model(session, heads, tmp_path / "zeroed", timing_texts=[TEXT], extra={}, format="zeroed")
+    assert written.max_abs_difference == 0.0
+    plain = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "zeroed", attn_implementation="eager").eval()
+    batch = session.tokenizer([TEXT], return_tensors="pt")
+    if family in ("distilbert", "modernbert", "mpnet"):
+        batch.pop("token_type_ids", None)
+    with torch.no_grad():
+        theirs = plain(**batch).logits[0].numpy()
+    ours = session.forward(TEXT, mask=",".join(f"{layer}:{head}" for layer, head in heads))
+    np.testing.assert_allclose(ours.mlm_logits, theirs, atol=1e-4)
+
+
+@pytest.mark.parametrize("family", ["albert", "modernbert", "mpnet"])
+def test_families_whose_heads_cannot_be_sliced_say_to_zero_them(family, tmp_path):
+    from bertscope.core.analyses.pruned_export import write_pruned_model
+    from bertscope.core.errors import InputError
+
+    session = bertscope.load(str(save_tiny_family(tmp_path / "model", family)), device="cpu")
+    with pytest.raises(InputError, match="zeroed instead") as raised:
+        write_pruned_model(session, [(0, 1)], tmp_path / "sliced", timing_texts=[TEXT], extra={}, format="sliced")
+    assert raised.value.setting == "weights" and not (tmp_path / "sliced").exists()
+    if family == "albert":  # one application's head is not something a saved copy can remove
+        with pytest.raises(InputError, match="run the same weights"):
+            write_pruned_model(session, [(0, 1)], tmp_path / "zeroed", timing_texts=[TEXT], extra={}, format="zeroed")
+
+
+@pytest.mark.parametrize("family", ["distilbert", "deberta-v2"])
+def test_sliced_copies_are_smaller_and_compute_the_masked_model(family, tmp_path):
+    from bertscope.core.analyses.pruned_export import write_pruned_model
+
+    session = bertscope.load(str(save_tiny_family(tmp_path / "model", family, "ForMaskedLM")), device="cpu")
+    written = write_pruned_model(session, [(0, 1), (1, 0), (1, 2)], tmp_path / "sliced", timing_texts=[TEXT], extra={})
+    assert written.parameters_after < written.parameters_before
+    assert written.max_abs_difference < 1e-4

@@ -57,15 +57,20 @@ def write_pruned_model(session: Session, remove: Sequence[tuple[int, int]], dire
     so a failure never leaves half a model. `extra` goes into the pruning JSON file.
     """
     if format not in FORMATS:
-        raise InputError(f"unknown pruned-model format {format!r}; use one of: {', '.join(FORMATS)}", setting="format")
+        raise InputError(f"unknown pruned-model format {format!r}; use one of: {', '.join(FORMATS)}", setting="weights")
     target = Path(directory).expanduser()
     check_new_directory(target)
     already = pruned_heads_of(session.model.config)
     if format == "zeroed" and already:
         raise InputError("a zeroed copy keeps every head's weights, but this model has heads sliced out already; "
-                         "write it sliced, or start from the unpruned model", setting="format")
+                         "write it sliced, or start from the unpruned model", setting="weights")
     pruned = {layer: sorted(set(already.get(layer, [])) | {h for (l, h) in remove if l == layer}) for layer in range(session.num_layers)}
     pruned = {layer: heads for layer, heads in pruned.items() if heads}
+    family = session.loaded.family
+    if format == "sliced" and not family.physical_pruning:
+        raise InputError(f"{family.name} heads cannot be sliced out of its weights; write a copy with the heads' weights "
+                         "zeroed instead", setting="weights")
+    _check_shared_weights(session, pruned)
     model = copy.deepcopy(session.model).float().cpu()
     if format == "zeroed":
         zero_heads(model, session.loaded.family, pruned)
@@ -73,6 +78,7 @@ def write_pruned_model(session: Session, remove: Sequence[tuple[int, int]], dire
         new_only = {layer: [h for h in heads if h not in already.get(layer, [])] for layer, heads in pruned.items()}
         apply_pruning(model, session.loaded.family, new_only)
         model.config.pruned_heads = {str(layer): heads for layer, heads in pruned.items()}
+    family.restore(model)  # ALBERT: saved with its one shared layer, as it was loaded
     model.config.architectures = [session.loaded.architecture.removeprefix("encoder of ").split(" ")[0]]
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
@@ -113,6 +119,21 @@ def write_pruned_model(session: Session, remove: Sequence[tuple[int, int]], dire
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return result
+
+
+def _check_shared_weights(session: Session, pruned: dict[int, list[int]]) -> None:
+    """Layers that run the same weights (ALBERT's applications of one layer) must lose the same heads: a saved copy
+    can only change the weights, and so every application of them."""
+    by_weights: dict[int, list[int]] = {}
+    for layer, module in enumerate(session.layer_modules):
+        by_weights.setdefault(id(session.loaded.family.attention_output(module).weight), []).append(layer)
+    for layers in by_weights.values():
+        if len({tuple(pruned.get(layer, ())) for layer in layers}) > 1:
+            differs = next(layer for layer in layers if pruned.get(layer, []) != pruned.get(layers[0], []))
+            raise InputError(
+                f"layers {layers[0]}-{layers[-1]} run the same weights, so a saved copy removes a head from all of them, "
+                f"but layers {layers[0]} and {differs} lose different heads; analyse with --mask instead, or prune "
+                "the same heads in every layer")
 
 
 def _max_difference(original, pruned_session, pruned: dict[int, list[int]], texts: Sequence[str]) -> float:

@@ -47,6 +47,9 @@ class Family:
     def prepare(self, model: nn.Module) -> None:
         """Make a freshly built or loaded model readable layer by layer (ALBERT: one module per application)."""
 
+    def restore(self, model: nn.Module) -> None:
+        """Undo `prepare` on a copy about to be saved, so that it saves in the family's own layout."""
+
     def layers(self, model: nn.Module) -> list[nn.Module]:
         return list(model.base_model.encoder.layer)
 
@@ -184,10 +187,17 @@ class Albert(Family):
             applications.append(copy.deepcopy(group, memo=shared))  # new modules, the same parameters
         import torch
 
+        encoder.__dict__["bertscope_shared"] = (groups, config)  # not a submodule: parameters are counted once
         encoder.albert_layer_groups = torch.nn.ModuleList(applications)
         encoder.config = copy.copy(config)  # the model's own config (saved with it) keeps the real group count
         encoder.config.num_hidden_groups = config.num_hidden_layers
         encoder.bertscope_unshared = True
+
+    def restore(self, model):
+        encoder = model.base_model.encoder
+        if getattr(encoder, "bertscope_unshared", False):
+            encoder.albert_layer_groups, encoder.config = encoder.__dict__.pop("bertscope_shared")
+            encoder.bertscope_unshared = False
 
     def layers(self, model):
         return [layer for group in model.base_model.encoder.albert_layer_groups for layer in group.albert_layers]
