@@ -173,7 +173,7 @@ def test_explorer_refuses_a_model_it_cannot_read_before_importing_torch(tmp_path
     assert done.stdout.split() == ["2", "False", "False"], done.stderr
     assert done.stderr.strip().splitlines() == [
         "bertscope: error: unsupported architecture GPT2LMHeadModel (model_type 'gpt2'); "
-        "bertscope reads BERT-architecture encoders: bert, camembert, electra, roberta, xlm-roberta"
+        "bertscope reads bidirectional encoders: albert, bert, camembert, deberta-v2, distilbert, electra, modernbert, mpnet, roberta, xlm-roberta"
     ]
 
 
