@@ -132,8 +132,8 @@ def _check_shared_weights(session: Session, pruned: dict[int, list[int]]) -> Non
             differs = next(layer for layer in layers if pruned.get(layer, []) != pruned.get(layers[0], []))
             raise InputError(
                 f"layers {layers[0]}-{layers[-1]} run the same weights, so a saved copy removes a head from all of them, "
-                f"but layers {layers[0]} and {differs} lose different heads; switch the heads off with a head mask instead, or prune "
-                "the same heads in every layer")
+                f"but layers {layers[0]} and {differs} lose different heads; switch the heads off with a head mask "
+                "instead, or prune the same heads in every layer")
 
 
 def _max_difference(original, pruned_session, pruned: dict[int, list[int]], texts: Sequence[str]) -> float:
