@@ -250,6 +250,11 @@ def test_sliced_copies_are_smaller_and_compute_the_masked_model(family, tmp_path
     from bertscope.core.analyses.pruned_export import write_pruned_model
 
     session = bertscope.load(str(save_tiny_family(tmp_path / "model", family, "ForMaskedLM")), device="cpu")
-    written = write_pruned_model(session, [(0, 1), (1, 0), (1, 2)], tmp_path / "sliced", timing_texts=[TEXT], extra={})
+    remove = [(0, 1), *((1, head) for head in range(session.num_heads))]  # layer 1 loses every head
+    written = write_pruned_model(session, remove, tmp_path / "sliced", timing_texts=[TEXT], extra={})
     assert written.parameters_after < written.parameters_before
     assert written.max_abs_difference < 1e-4
+    pruned = bertscope.load(str(tmp_path / "sliced"), device="cpu").forward(TEXT, norms=True)
+    masked = session.forward(TEXT, mask=",".join(f"{layer}:{head}" for layer, head in remove), norms=True)
+    for name in ("hidden_states", "attentions", "norms", "mlm_logits"):
+        np.testing.assert_allclose(getattr(pruned, name), getattr(masked, name), atol=1e-5)

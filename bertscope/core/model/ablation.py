@@ -278,7 +278,9 @@ def _own_attention_hook(state: _PassState, layer: int, site: AttentionSite):
                 reported = weights * head_gates  # the pre-hook on the projection gates the context
         if state.want_weights:
             if state.on_norms is not None:
-                norms = weighted_norms(reported, state.values.pop(layer), site.projection)
+                norms = _in_original_heads(state, site.attention,
+                                           weighted_norms(reported, state.values.pop(layer), site.projection))
+            reported = _in_original_heads(state, site.attention, reported)
             _report(state, layer, reported)
             if state.on_norms is not None:
                 state.on_norms(layer, norms)

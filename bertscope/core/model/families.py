@@ -41,6 +41,7 @@ class Family:
     attention: str = "interface"
     # Heads can be sliced out of the weights (core.model.pruning); else `--weights zeroed` only.
     physical_pruning: bool = True
+    projects_in_attention: bool = False  # `self_attention` applies `attention_output` itself (DistilBERT)
 
     # --- modules ---------------------------------------------------------------------------
 
@@ -368,7 +369,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("BERT", frozenset({"bert"})),
     Family("RoBERTa", frozenset({"roberta", "xlm-roberta", "camembert"}), reserved_positions=2),
     Family("ELECTRA", frozenset({"electra"})),
-    DistilBert("DistilBERT", frozenset({"distilbert"}), token_types=False),
+    DistilBert("DistilBERT", frozenset({"distilbert"}), token_types=False, projects_in_attention=True),
     Albert("ALBERT", frozenset({"albert"}), physical_pruning=False),
     DebertaV2("DeBERTa-v2", frozenset({"deberta-v2"})),
     ModernBert("ModernBERT", frozenset({"modernbert"})),

@@ -61,11 +61,13 @@ def kept_heads(config) -> list[Tensor | None] | None:
 
 
 def prune_layer(self_attention: nn.Module, output_projection: nn.Linear, remove: Sequence[int], num_heads: int,
-                projections: Sequence[str] = ("query", "key", "value")) -> nn.Linear:
+                projections: Sequence[str] = ("query", "key", "value"), projects_itself: bool = False) -> nn.Linear:
     """Remove heads `remove` (original numbers) from one layer in place; returns the new output projection.
 
     The caller puts the returned projection back where the old one was (its parent module).
     Heads already missing from the layer (`self_attention.bertscope_kept`) are skipped.
+    `projects_itself`: the attention module applies its output projection itself (DistilBERT),
+    so a layer left with no head must still add that projection's bias.
     """
     present = list(getattr(self_attention, "bertscope_kept", range(num_heads)))
     head_dim = output_projection.in_features // len(present) if present else 0
@@ -80,7 +82,9 @@ def prune_layer(self_attention: nn.Module, output_projection: nn.Linear, remove:
     self_attention.bertscope_kept = tuple(keep)
     self_attention.bertscope_num_heads = num_heads
     if not keep:
-        self_attention.forward = types.MethodType(_no_heads_forward, self_attention)
+        forward = _no_heads_projected_forward if projects_itself else _no_heads_forward
+        self_attention.forward = types.MethodType(forward, self_attention)
+        self_attention.__dict__["bertscope_output"] = new_output  # not a second submodule: the same projection
     return new_output
 
 
@@ -106,6 +110,12 @@ def _no_heads_forward(self, hidden_states: Tensor, attention_mask=None, *args, *
     return empty_attention(self, hidden_states)
 
 
+def _no_heads_projected_forward(self, hidden_states: Tensor, attention_mask=None, *args, **kwargs):
+    """The same, for an attention module that applies its output projection itself: the projection's bias."""
+    context, weights = _no_heads_forward(self, hidden_states)
+    return self.bertscope_output(context), weights
+
+
 def apply_pruning(model: nn.Module, family, pruned: Mapping[int, Sequence[int]]) -> None:
     """Remove `pruned` heads (original numbers) from `model` in place."""
     num_heads = model.config.num_attention_heads
@@ -115,7 +125,7 @@ def apply_pruning(model: nn.Module, family, pruned: Mapping[int, Sequence[int]])
             continue
         attention = family.self_attention(layer)
         family.set_attention_output(layer, prune_layer(attention, family.attention_output(layer), remove, num_heads,
-                                                       family.query_key_value(layer)))
+                                                       family.query_key_value(layer), family.projects_in_attention))
 
 
 def zero_heads(model: nn.Module, family, heads: Mapping[int, Sequence[int]]) -> None:
