@@ -67,7 +67,7 @@ INFO_LABELS = {
     "num_heads": "heads per layer", "hidden_size": "hidden size", "vocab_size": "vocabulary",
     "max_length": "max tokens", "has_mlm_head": "MLM head", "num_labels": "labels",
     "device": "device", "dtype": "dtype", "cpu_linear": "CPU linear kernels", "parameters": "parameters",
-    "fingerprint": "fingerprint", "pruned_heads": "pruned heads",
+    "fingerprint": "fingerprint", "pruned_heads": "pruned heads", "hidden_states": "hidden states",
 }
 
 

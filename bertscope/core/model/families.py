@@ -130,7 +130,7 @@ class Family:
         return None
 
     def describe(self) -> str:
-        """What this family's hidden states are, for the README and `info`."""
+        """What this family's hidden states are, for `info`."""
         return "index 0: the embeddings; index l: the output of layer l"
 
 
@@ -223,6 +223,10 @@ class Albert(Family):
 
     def mlm_head(self, model):
         return getattr(model, "predictions", None)
+
+    def describe(self):
+        return ("index 0: the embeddings projected to the hidden size; index l: the output of the l-th application "
+                "of the shared layer")
 
 
 @dataclass(frozen=True)
@@ -331,7 +335,8 @@ class ModernBert(Family):
         return model.base_model.final_norm
 
     def describe(self):
-        return "index 0: the embeddings (after their norm); index l < L: the residual stream after layer l; index L: the final norm of it"
+        return ("index 0: the embeddings (after their norm); index l < L: the residual stream after layer l; "
+                "index L: its final norm")
 
 
 @dataclass(frozen=True)

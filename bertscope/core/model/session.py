@@ -151,6 +151,7 @@ class Session:
             parameters=sum(p.numel() for p in self.model.parameters()),
             fingerprint=self.loaded.fingerprint,
             pruned_heads=sum(len(heads) for heads in pruned_heads_of(config).values()),
+            hidden_states=self.loaded.family.describe(),
         )
 
     def mask(self, spec: str | None = None) -> HeadMask:

@@ -1,0 +1,66 @@
+"""Every command opens a model of every family (issue 30): the tiny models of tests/family_models.py through the CLI,
+as a user runs them. The numbers themselves are held to independent references in tests/test_families.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from bertscope.cli import main
+from bertscope.core.data.corpus import sample_corpus
+from tests.family_models import FAMILIES, save_tiny_family
+
+TEXT = "The keys to the cabinet are on the table."
+TREEBANK = str(sample_corpus("conllu"))
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def models(request, tmp_path_factory):
+    family = request.param
+    made = {head: save_tiny_family(tmp_path_factory.mktemp(f"{family}-{head}"), family, head, seed=2)
+            for head in ("ForMaskedLM", "ForSequenceClassification")}
+    return family, made
+
+
+def run(*arguments) -> dict | list:
+    result = CliRunner().invoke(main, [str(argument) for argument in arguments], catch_exceptions=False)
+    assert result.exit_code == 0, (arguments, result.output)
+    return json.loads(result.stdout) if "--json" in arguments else result.stdout
+
+
+COMMANDS = {
+    "attention": ("attention", TEXT, "--layer", 1, "--head", 2, "--norms", "--json"),
+    "patterns": ("patterns", "--json"),
+    "syntax": ("syntax", "--data", TREEBANK, "--limit", 40, "--json"),
+    "probe": ("probe", "--task", "upos", "--data", TREEBANK, "--limit", 60, "--no-random-baseline", "--no-control",
+              "--no-cache", "--json"),
+    "structural": ("probe", "--task", "depth", "--data", TREEBANK, "--limit", 60, "--no-random-baseline", "--no-cache",
+                   "--json"),
+    "fill": ("fill", "The cat sat on the [MASK].", "--json"),
+    "attribute": ("attribute", "The cat sat on the [MASK].", "--json"),
+    "importance": ("importance", "--objective", "mlm", "--json"),
+    "geometry": ("geometry", "--json"),
+    "patch": ("patch", "The cat sat on the mat.", "--corrupt", "The mat sat on the cat.", "--metric", "preserve", "--sweep",
+              "layers", "--json"),  # the same words swapped: the same number of tokens in every tokenizer
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_opens_every_family(models, command):
+    family, made = models
+    output = run(*COMMANDS[command], "-m", made["ForMaskedLM"])
+    assert output
+
+
+def test_info_export_and_a_classifier(models, tmp_path):
+    family, made = models
+    info = run("info", "-m", made["ForMaskedLM"], "--json")
+    assert info["family"].lower().replace("-", "") == family.replace("-", "") and info["has_mlm_head"]
+    assert "index 0" in info["hidden_states"]
+    run("export", TEXT, "-m", made["ForMaskedLM"], "-o", tmp_path / "out.npz")
+    assert (tmp_path / "out.npz").stat().st_size > 0
+    attribution = run("attribute", TEXT, "--target", 1, "-m", made["ForSequenceClassification"], "--json")
+    assert attribution
+    run("compare", "-m", made["ForMaskedLM"], "--model-b", made["ForMaskedLM"], "--json")
