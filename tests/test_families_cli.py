@@ -64,3 +64,12 @@ def test_info_export_and_a_classifier(models, tmp_path):
     attribution = run("attribute", TEXT, "--target", 1, "-m", made["ForSequenceClassification"], "--json")
     assert attribution
     run("compare", "-m", made["ForMaskedLM"], "--model-b", made["ForMaskedLM"], "--json")
+
+
+def test_a_local_layer_says_how_far_its_heads_see(tmp_path):
+    directory = save_tiny_family(tmp_path / "modernbert", "modernbert")
+    result = CliRunner().invoke(main, ["attention", TEXT, "-l", 1, "-H", 0, "-m", str(directory), "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["window"] == 4
+    assert "layer 1 is local: its heads see ±4 tokens" in result.stderr
+    result = CliRunner().invoke(main, ["attention", TEXT, "-l", 0, "-H", 0, "-m", str(directory), "--json"])
+    assert json.loads(result.stdout)["window"] is None and "local" not in result.stderr

@@ -184,3 +184,46 @@ def test_a_layers_statistics_take_a_few_tensor_operations_whatever_the_batch(tin
     assert counts[0] == counts[1]  # nothing per sentence
     first, later, norms = counts[0]
     assert later < first and later <= 60 and norms <= 25, counts
+
+
+def _one_sentence_masks(length: int):
+    from bertscope.core.analyses.patterns import BatchMasks
+
+    real = torch.ones(1, length, dtype=torch.bool)
+    first = torch.zeros(1, length, dtype=torch.bool)
+    first[0, 0] = True
+    later = torch.zeros(1, length, dtype=torch.bool)
+    later[0, -1] = True
+    segment = torch.zeros(1, length, dtype=torch.long)
+    segment[0, [0, -1]] = -1
+    return BatchMasks(real=real, first_special=first, later_special=later, punctuation=torch.zeros_like(real),
+                      segment=segment, two_segments=torch.tensor([False]))
+
+
+def test_a_local_head_is_measured_over_the_keys_it_can_see():
+    """ModernBERT's local heads see ±w tokens: a head that puts all it can on [CLS] has a [CLS] share of 1 over the
+    queries within reach of [CLS], not (w + 1) / T; what its window hides is not attention it chose not to pay."""
+    length, window = 20, 4
+    attention = torch.zeros(length, length)
+    for query in range(length):
+        attention[query, 0 if query <= window else query] = 1.0  # [CLS] where it can, else itself
+    masks = _one_sentence_masks(length)
+    local = head_features(attention[None, None], masks, window=window)
+    unaware = head_features(attention[None, None], masks)
+    assert float(local["cls"]) == pytest.approx(1.0)
+    assert float(unaware["cls"]) == pytest.approx((window + 1) / length)
+    assert float(local["self"]) == pytest.approx(unaware["self"])  # what every query can see is unchanged
+    # the [CLS] column is full for every query that can see it: V counts it whole
+    assert float(local["V"]) > float(unaware["V"]) and float(local["V"]) >= 1.0
+    # a window wider than the input changes nothing
+    short, maps = _one_sentence_masks(8), torch.rand(1, 2, 8, 8).softmax(-1)
+    wide, plain = head_features(maps, short, window=7), head_features(maps, short)
+    assert all(torch.equal(wide[name], plain[name]) for name in plain)
+
+
+def test_modernbert_local_layers_report_their_window(tmp_path):
+    import bertscope
+    from tests.family_models import save_tiny_family
+
+    session = bertscope.load(str(save_tiny_family(tmp_path / "modernbert", "modernbert")), device="cpu")
+    assert [session.attention_window(layer) for layer in range(session.num_layers)] == [None, 4, 4, None]

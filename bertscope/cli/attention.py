@@ -18,6 +18,7 @@ from bertscope.cli.common import (
     notes_as_warnings,
     print_csv,
     print_json,
+    warn,
 )
 from bertscope.core.errors import BertscopeError
 
@@ -137,11 +138,16 @@ def attention(text, pair, layer, head, mask_spec, ablation, output_format, theme
     result = session.forward(encoding, attentions=True, mask=mask, ablation=ablation, norms=norms)
     weights = (result.norms if norms else result.attentions)[layer, head]
     tokens = list(result.tokens)
+    window = session.attention_window(layer)
+    if window is not None and len(tokens) > window + 1:
+        warn(f"layer {layer} is local: its heads see ±{window} tokens, so the cells beyond are out of their reach, "
+             "not attention they chose not to pay")
     if output_format == "json":
         payload = {
             "model": session.info.source,
             "layer": layer,
             "head": head,
+            "window": window,
             "mask": mask.spec(),
             "ablation": ablation,
             "masked": mask.is_masked(layer, head),

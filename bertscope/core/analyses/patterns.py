@@ -31,6 +31,11 @@ each query's row of norms divided by its sum, so a share of norm says how much o
 head moves into the token comes from there, as a share of weight says where it looks. They
 come from the same forward pass and accumulate as more per-head sums (`norm_cls`, ...).
 
+A local head (ModernBERT's sliding-window layers) sees only keys within ±w of its query: on
+inputs longer than its window, a share to [CLS], [SEP] or punctuation averages over the
+queries that can see such a token, and V's columns over the queries that can see them, so
+that what the window hides is not read as attention the head chose not to pay.
+
 Over a corpus, each head gets the share of sentences in each class and its dominant class;
 each layer the mean of its heads. Statistics accumulate batch by batch on the model's
 device, so memory does not grow with the corpus.
@@ -108,14 +113,41 @@ class BatchMasks:
         sets = torch.stack([real, has_prev, has_next, self.key_sets[..., 3]], dim=-1)
         return sets, sets.sum(1).clamp(min=1)
 
-    def query_weights(self, over: tuple[int, ...]) -> tuple[Tensor, Tensor]:
-        """`[B, T, S]` and `[B, S]`: the columns `over` of `query_sets` and their counts (kept for the batch's other layers)."""
-        cache = self.__dict__.setdefault("_query_weights", {})
-        if over not in cache:
+    def visible(self, window: int | None) -> Tensor | None:
+        """`[T, T]` float: 1 where a head with this window sees the key; None where it sees every key."""
+        if window is None or self.real.shape[1] <= window + 1:
+            return None
+        cache = self.__dict__.setdefault("_visible", {})
+        if window not in cache:
+            cache[window] = (self.distance <= window).float()
+        return cache[window]
+
+    def windowed_query_sets(self, window: int | None) -> tuple[Tensor, Tensor]:
+        """`query_sets` and three more columns: the real queries within the window of a [CLS], of a [SEP] and of a
+        punctuation token (for a head that sees every key: the real queries, as `_REAL`)."""
+        cache = self.__dict__.setdefault("_windowed_query_sets", {})
+        if window not in cache:
             sets, counts = self.query_sets
+            visible = self.visible(window)
+            if visible is None:
+                extra = sets[..., [_REAL] * 3]
+            else:
+                extra = ((self.key_sets[..., :3].transpose(1, 2) @ visible).transpose(1, 2) > 0).float() * sets[..., _REAL, None]
+            sets = torch.cat([sets, extra], dim=-1)
+            cache[window] = sets, sets.sum(1).clamp(min=1)
+        return cache[window]
+
+    def query_weights(self, over: tuple[int, ...], window: int | None = None) -> tuple[Tensor, Tensor]:
+        """`[B, T, S]` and `[B, S]`: the columns `over` of `windowed_query_sets` and their counts (kept for the
+        batch's other layers)."""
+        if self.visible(window) is None:
+            window = None
+        cache = self.__dict__.setdefault("_query_weights", {})
+        if (over, window) not in cache:
+            sets, counts = self.windowed_query_sets(window)
             index = torch.tensor(over, device=sets.device)
-            cache[over] = sets[..., index], counts[:, index]
-        return cache[over]
+            cache[over, window] = sets[..., index], counts[:, index]
+        return cache[over, window]
 
     @functools.cached_property
     def distance(self) -> Tensor:
@@ -130,13 +162,14 @@ class BatchMasks:
 
 
 _REAL, _HAS_PREV, _HAS_NEXT, _WORDS = range(4)  # the columns of `BatchMasks.query_sets`
+_SEES_CLS, _SEES_SEP, _SEES_PUNCTUATION = range(4, 7)  # and those `windowed_query_sets` adds
 # Which queries each share of NORM_SHARES is a mean over.
-_SHARE_QUERIES = (_REAL, _REAL, _REAL, _REAL, _HAS_PREV, _HAS_NEXT)
+_SHARE_QUERIES = (_SEES_CLS, _SEES_SEP, _SEES_PUNCTUATION, _REAL, _HAS_PREV, _HAS_NEXT)
 
 
-def _query_means(per_query: Tensor, masks: BatchMasks, over: tuple[int, ...]) -> Tensor:
+def _query_means(per_query: Tensor, masks: BatchMasks, over: tuple[int, ...], window: int | None = None) -> Tensor:
     """`[B, H, S]`: the mean of each column s of `per_query` `[B, H, T, S]` over the queries `over[s]`."""
-    weights, totals = masks.query_weights(over)  # [B, T, S], [B, S]
+    weights, totals = masks.query_weights(over, window)  # [B, T, S], [B, S]
     return (per_query * weights[:, None]).sum(2) / totals[:, None]
 
 
@@ -149,40 +182,42 @@ def _share_columns(attention: Tensor, to_keys: Tensor) -> list[Tensor]:
             pad(torch.diagonal(attention, offset=1, dim1=-2, dim2=-1), (0, 1))]
 
 
-def _share_table(attention: Tensor, masks: BatchMasks) -> Tensor:
+def _share_table(attention: Tensor, masks: BatchMasks, window: int | None = None) -> Tensor:
     """`[B, H, 6]`: per sentence and head, the NORM_SHARES of rows that sum to one, each averaged over its queries."""
     to_keys = attention @ masks.key_sets[:, None, :, :3]  # [B, H, T, 3]: one product for the three key sets
-    return _query_means(torch.stack(_share_columns(attention, to_keys), dim=-1), masks, _SHARE_QUERIES)
+    return _query_means(torch.stack(_share_columns(attention, to_keys), dim=-1), masks, _SHARE_QUERIES, window)
 
 
-def shares(attention: Tensor, masks: BatchMasks) -> dict[str, Tensor]:
+def shares(attention: Tensor, masks: BatchMasks, window: int | None = None) -> dict[str, Tensor]:
     """Per sentence and head (`[B, H]`), the NORM_SHARES of rows that sum to one: to [CLS], [SEP],
-    punctuation, the token itself, the previous and the next token, each averaged over real queries."""
-    return dict(zip(NORM_SHARES, _share_table(attention.float(), masks).unbind(-1), strict=True))
+    punctuation, the token itself, the previous and the next token, each averaged over real queries
+    (those that can see such a token, for a head whose `window` hides some keys)."""
+    return dict(zip(NORM_SHARES, _share_table(attention.float(), masks, window).unbind(-1), strict=True))
 
 
-def norm_shares(norms: Tensor, masks: BatchMasks) -> dict[str, Tensor]:
+def norm_shares(norms: Tensor, masks: BatchMasks, window: int | None = None) -> dict[str, Tensor]:
     """The NORM_SHARES of value-weighted norms `[B, H, T, T]`: each query's row divided by its sum first.
 
     A row whose norms are all zero (a head switched off) has no share anywhere.
     """
-    return dict(zip(NORM_SHARES, _norm_share_table(norms, masks).unbind(-1), strict=True))
+    return dict(zip(NORM_SHARES, _norm_share_table(norms, masks, window).unbind(-1), strict=True))
 
 
-def _norm_share_table(norms: Tensor, masks: BatchMasks) -> Tensor:
+def _norm_share_table(norms: Tensor, masks: BatchMasks, window: int | None = None) -> Tensor:
     norms = norms.float()
-    return _share_table(norms / norms.sum(-1, keepdim=True).clamp(min=1e-12), masks)
+    return _share_table(norms / norms.sum(-1, keepdim=True).clamp(min=1e-12), masks, window)
 
 
-def head_features(attention: Tensor, masks: BatchMasks) -> dict[str, Tensor]:
+def head_features(attention: Tensor, masks: BatchMasks, window: int | None = None) -> dict[str, Tensor]:
     """Per sentence and head (`[B, H]`), every statistic and the V, D, B pattern features.
 
-    `attention` is one layer's `[B, H, T, T]`, rows over padding are ignored.
+    `attention` is one layer's `[B, H, T, T]`, rows over padding are ignored; `window`: its heads see only keys
+    within ±window of the query (module docstring).
     """
-    return dict(zip(FEATURES, _feature_table(attention, masks).unbind(-1), strict=True))
+    return dict(zip(FEATURES, _feature_table(attention, masks, window).unbind(-1), strict=True))
 
 
-def _feature_table(attention: Tensor, masks: BatchMasks) -> Tensor:
+def _feature_table(attention: Tensor, masks: BatchMasks, window: int | None = None) -> Tensor:
     """`[B, H, len(FEATURES)]`: `head_features` as the columns of one tensor."""
     attention = attention.float()
     batch, heads, length, _ = attention.shape
@@ -195,7 +230,10 @@ def _feature_table(attention: Tensor, masks: BatchMasks) -> Tensor:
     # Pattern features: V from the two most-attended key columns, D from the band |i - j| <= 1 without them.
     sets, counts = masks.query_sets
     received = (attention * sets[:, None, :, _REAL, None]).sum(-2)  # [B, H, T]: weight each key receives
-    columns = (received / counts[:, None, _REAL, None]).masked_fill(~masks.real[:, None, :], -1.0)
+    visible = masks.visible(window)
+    # over the queries that can see each key: all real ones, or those within the window
+    seen_by = counts[:, None, _REAL, None] if visible is None else (sets[:, :, _REAL] @ visible).clamp(min=1)[:, None]
+    columns = (received / seen_by).masked_fill(~masks.real[:, None, :], -1.0)
     top_values, top_index = columns.topk(min(TOP_COLUMNS, length), dim=-1)
     vertical = top_values.clamp(min=0).sum(-1)
     off_top = torch.ones(batch, heads, length, device=attention.device).scatter_(-1, top_index, 0.0)
@@ -206,7 +244,7 @@ def _feature_table(attention: Tensor, masks: BatchMasks) -> Tensor:
         (attention * masks.distance).sum(-1), inside_share, band_mass,
     ], dim=-1)
     # cls sep punct self prev next | block entropy distance | the block ratio, D
-    means = _query_means(per_query, masks, (*_SHARE_QUERIES, _WORDS, _REAL, _REAL, _WORDS, _REAL))
+    means = _query_means(per_query, masks, (*_SHARE_QUERIES, _WORDS, _REAL, _REAL, _WORDS, _REAL), window)
     block = means[..., 9:10] * masks.two_segments[:, None, None]  # B only for pairs
     return torch.cat([means[..., :9], vertical[..., None], means[..., 10:11], block], dim=-1)
 
@@ -345,10 +383,10 @@ def _add_batch(
     inputs, masks = batch_tensors(session, batch, punctuation_of)
 
     def reduce(layer: int, attention: Tensor) -> None:
-        accumulator.add(layer, _feature_table(attention, masks))
+        accumulator.add(layer, _feature_table(attention, masks, session.attention_window(layer)))
 
     def reduce_norms(layer: int, layer_norms: Tensor) -> None:
-        accumulator.add_norms(layer, _norm_share_table(layer_norms, masks))
+        accumulator.add_norms(layer, _norm_share_table(layer_norms, masks, session.attention_window(layer)))
 
     with torch.inference_mode():
         session.run(inputs, gates=gates, ablation=ablation, attentions=True, hidden_states=False, encoder_only=True,

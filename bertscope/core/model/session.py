@@ -336,6 +336,10 @@ class Session:
         """The family adapter: where this model keeps its layers and projections (core.model.families)."""
         return self.loaded.family
 
+    def attention_window(self, layer: int) -> int | None:
+        """How far a head of `layer` sees (keys within ±this of the query); None where it sees the whole input."""
+        return self.loaded.family.window(self.model, layer)
+
     def run_layers(self, hidden: Tensor, start: int, stop: int) -> Tensor:
         """Layers `start`..`stop - 1` on `hidden` (entering layer `start`, unpadded rows): the hidden state at
         index `stop`, as the full pass reports it. Call under the session's lock and any pass state wanted."""
