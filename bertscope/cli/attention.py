@@ -135,9 +135,9 @@ def attention(text, pair, layer, head, mask_spec, ablation, output_format, theme
 
     with notes_as_warnings():
         encoding = api.encoded(session, text, pair)
-    result = session.forward(encoding, attentions=True, mask=mask, ablation=ablation, norms=norms)
-    weights = (result.norms if norms else result.attentions)[layer, head]
-    tokens = list(result.tokens)
+    attention, layer_norms = session.layer_maps(encoding, layer, mask=mask, ablation=ablation, norms=norms)
+    weights = (layer_norms if norms else attention)[head]
+    tokens = list(encoding.tokens)
     window = session.attention_window(layer)
     if window is not None and len(tokens) > window + 1:
         warn(f"layer {layer} is local: its heads see ±{window} tokens, so the cells beyond are out of their reach, "
@@ -152,7 +152,7 @@ def attention(text, pair, layer, head, mask_spec, ablation, output_format, theme
             "ablation": ablation,
             "masked": mask.is_masked(layer, head),
             "tokens": tokens,
-            "attention": result.attentions[layer, head].round(6).tolist(),
+            "attention": attention[head].round(6).tolist(),
         }
         if norms:
             from bertscope.core.model.results import NORM_DEFINITION

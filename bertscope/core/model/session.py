@@ -215,6 +215,29 @@ class Session:
                 norms=_numpy(torch.stack([layer_norms[i][0] for i in range(self.num_layers)])) if norms else None,
             )
 
+    def layer_maps(self, encoding: Encoding, layer: int, *, mask: HeadMask | str | None = None,
+                   ablation: Ablation = "zero", norms: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+        """One layer's attention weights `[H, T, T]` (and value-weighted norms) for one input, keeping no other
+        layer's: a 2,000-token input's maps take H·T² floats, not L·H·T² (what `forward` would hold)."""
+        head_mask = mask if isinstance(mask, HeadMask) else self.mask(mask)
+        kept: dict[str, Tensor] = {}
+
+        def keep(name: str):
+            def take(index: int, maps: Tensor) -> None:
+                if index == layer:
+                    kept[name] = maps[0].float().cpu()
+            return take
+
+        inputs = {
+            "input_ids": torch.as_tensor(encoding.input_ids, device=self.device)[None],
+            "token_type_ids": torch.as_tensor(encoding.token_type_ids, device=self.device)[None],
+        }
+        with torch.inference_mode():
+            self.run(inputs, gates=self.gate_tensor(head_mask), ablation=check_ablation(ablation), attentions=True,
+                     hidden_states=False, encoder_only=True, on_attention=keep("weights"),
+                     on_norms=keep("norms") if norms else None)
+        return kept["weights"].numpy(), kept["norms"].numpy() if norms else None
+
     def _reusable_layers(
         self, reuse: ForwardResult | None, encoding: Encoding, mask: HeadMask, attentions: bool, norms: bool = False
     ) -> int:

@@ -1,0 +1,86 @@
+"""Peak memory of `bertscope attention` on a long ModernBERT input, against bare forwards (issue 30).
+
+    python benchmarks/long_input.py [--tokens 2000] [--layers 22] [-o FILE.json]
+
+A random ModernBERT of base size (22 layers × 12 heads × 768, local layers ±64 tokens,
+8,192 positions) with the tiny BPE tokenizer of tests/family_models.py; a text of
+`--tokens` tokens. Each contender runs in a fresh process and reports its own peak
+resident memory (ru_maxrss): `attention` (the command, one layer's maps kept: H·T²),
+a bare SDPA forward (no weights), and a bare eager forward with `output_attentions=True`
+(every layer's maps: L·H·T², what holding them all would cost). Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from common import emit  # benchmarks/common.py, found beside this script
+
+BARE = """
+import resource, sys, time, torch, transformers
+directory, text, implementation = sys.argv[1:4]
+tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+model = transformers.AutoModel.from_pretrained(directory, attn_implementation=implementation).eval()
+inputs = tokenizer(text, return_tensors="pt")
+inputs.pop("token_type_ids", None)
+start = time.perf_counter()
+with torch.inference_mode():
+    model(**inputs, output_attentions=implementation == "eager")
+print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+"""
+
+COMMAND = """
+import resource, sys, time
+from click.testing import CliRunner
+from bertscope.cli import main
+directory, text = sys.argv[1:3]
+start = time.perf_counter()
+result = CliRunner().invoke(main, ["attention", text, "-l", "1", "-H", "0", "-m", directory, "--json"])
+assert result.exit_code == 0, result.output[-500:]
+print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=2000)
+    parser.add_argument("--layers", type=int, default=22)
+    parser.add_argument("-o", "--output", default=None)
+    args = parser.parse_args()
+
+    from tests.family_models import save_tiny_family
+
+    import bertscope
+
+    results = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = save_tiny_family(Path(scratch) / "modernbert", "modernbert", hidden_size=768, num_hidden_layers=args.layers,
+                                     num_attention_heads=12, intermediate_size=1152, local_attention=128,
+                                     max_position_embeddings=8192)
+        session = bertscope.load(str(directory), device="cpu")
+        words = "the cat sat on the mat and the dog slept near the window".split()
+        while len(session.encode(" ".join(words))) < args.tokens:
+            words.extend(words[:12])
+        while len(session.encode(" ".join(words))) > args.tokens:
+            words.pop()
+        text = " ".join(words)
+        length = len(session.encode(text))
+        del session
+        for name, script, extra in (("attention command", COMMAND, []), ("bare sdpa, no weights", BARE, ["sdpa"]),
+                                    ("bare eager, every layer's weights", BARE, ["eager"])):
+            done = subprocess.run([sys.executable, "-c", script, str(directory), text, *extra], capture_output=True, text=True,
+                                  check=True, cwd=Path(__file__).resolve().parent.parent)
+            seconds, peak = map(float, done.stdout.split()[-2:])
+            results[name] = {"seconds": round(seconds, 2), "peak_mb": round(peak)}
+    summary = ", ".join(f"{name}: {row['peak_mb']} MB ({row['seconds']} s)" for name, row in results.items())
+    emit({"tokens": length, "layers": args.layers, "heads": 12, "hidden": 768, "results": results}, args.output, summary)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/family_models.py
+    main()
