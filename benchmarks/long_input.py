@@ -6,6 +6,7 @@ A random ModernBERT of base size (22 layers × 12 heads × 768, local layers ±6
 8,192 positions) with the tiny BPE tokenizer of tests/family_models.py; a text of
 `--tokens` tokens. Each contender runs in a fresh process and reports its own peak
 resident memory (ru_maxrss): `attention` (the command, one layer's maps kept: H·T²),
+`export` (every layer's maps and norms written to the .npz, one layer in memory at a time),
 a bare SDPA forward (no weights), and a bare eager forward with `output_attentions=True`
 (every layer's maps: L·H·T², what holding them all would cost). Prints JSON.
 """
@@ -13,7 +14,6 @@ a bare SDPA forward (no weights), and a bare eager forward with `output_attentio
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -38,9 +38,11 @@ COMMAND = """
 import resource, sys, time
 from click.testing import CliRunner
 from bertscope.cli import main
-directory, text = sys.argv[1:3]
+directory, text, command = sys.argv[1:4]
 start = time.perf_counter()
-result = CliRunner().invoke(main, ["attention", text, "-l", "1", "-H", "0", "-m", directory, "--json"])
+arguments = {"attention": ["attention", text, "-l", "1", "-H", "0", "--json"],
+             "export": ["export", text, "-o", directory + "/export.npz"]}[command]
+result = CliRunner().invoke(main, [*arguments, "-m", directory])
 assert result.exit_code == 0, result.output[-500:]
 print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 """
@@ -71,7 +73,8 @@ def main() -> None:
         text = " ".join(words)
         length = len(session.encode(text))
         del session
-        for name, script, extra in (("attention command", COMMAND, []), ("bare sdpa, no weights", BARE, ["sdpa"]),
+        for name, script, extra in (("attention command", COMMAND, ["attention"]), ("export command", COMMAND, ["export"]),
+                                    ("bare sdpa, no weights", BARE, ["sdpa"]),
                                     ("bare eager, every layer's weights", BARE, ["eager"])):
             done = subprocess.run([sys.executable, "-c", script, str(directory), text, *extra], capture_output=True, text=True,
                                   check=True, cwd=Path(__file__).resolve().parent.parent)

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
+
+import bertscope
 
 from bertscope.cli import main
 from bertscope.core.data.corpus import sample_corpus
@@ -59,8 +62,12 @@ def test_info_export_and_a_classifier(models, tmp_path):
     info = run("info", "-m", made["ForMaskedLM"], "--json")
     assert info["family"].lower().replace("-", "") == family.replace("-", "") and info["has_mlm_head"]
     assert "index 0" in info["hidden_states"]
-    run("export", TEXT, "-m", made["ForMaskedLM"], "-o", tmp_path / "out.npz")
-    assert (tmp_path / "out.npz").stat().st_size > 0
+    run("export", TEXT, "-m", made["ForMaskedLM"], "--mask", "1:2", "-o", tmp_path / "out.npz")
+    expected = bertscope.load(str(made["ForMaskedLM"]), device="cpu").forward(TEXT, mask="1:2", norms=True)
+    with np.load(tmp_path / "out.npz") as written:  # streamed layer by layer, the same numbers as one forward
+        for name in ("attentions", "norms", "hidden_states", "mlm_logits"):
+            np.testing.assert_allclose(written[name], getattr(expected, name), atol=1e-5)
+    assert [path.name for path in tmp_path.iterdir()] == ["out.npz"]
     attribution = run("attribute", TEXT, "--target", 1, "-m", made["ForSequenceClassification"], "--json")
     assert attribution
     run("compare", "-m", made["ForMaskedLM"], "--model-b", made["ForMaskedLM"], "--json")

@@ -199,11 +199,9 @@ def export(text, pair, mask_spec, ablation, output, model: ModelChoice):
     tokens), special [T], attentions [L,H,T,T], norms [L,H,T,T] (the value-weighted norms
     ‖α_ij f_h(x_j)‖ of Kobayashi et al. 2020, named in norm_definition), hidden_states
     [L+1,T,D] (0 = embeddings), mlm_logits [T,V] when the model has an MLM head, and the mask
-    spec and ablation.
+    spec and ablation. Written with one layer's maps in memory at a time (core.analyses.export).
     """
-    import numpy as np
-
-    from bertscope.core.data.files import atomic_write, check_writable
+    from bertscope.core.data.files import check_writable
 
     check_text(text, "give a sentence to analyse", pair)
     check_writable(output)
@@ -213,30 +211,11 @@ def export(text, pair, mask_spec, ablation, output, model: ModelChoice):
 
     with notes_as_warnings():
         encoding = api.encoded(session, text, pair)
-    result = session.forward(encoding, attentions=True, mask=mask, ablation=ablation, norms=True)
-    encoding = result.encoding
-    from bertscope.core.model.results import NORM_DEFINITION
+    from bertscope.core.analyses.export import export_input
 
-    arrays = {
-        "tokens": np.array(encoding.tokens),
-        "input_ids": encoding.input_ids,
-        "token_type_ids": encoding.token_type_ids,
-        "word_ids": np.array([-1 if word is None else word for word in encoding.word_ids], dtype=np.int64),
-        "special": encoding.special,
-        "attentions": result.attentions,
-        "norms": result.norms,
-        "norm_definition": np.array(NORM_DEFINITION),
-        "hidden_states": result.hidden_states,
-        "mask": np.array(mask.spec()),
-        "ablation": np.array(ablation),
-        "model": np.array(session.info.source),
-    }
-    if result.mlm_logits is not None:
-        arrays["mlm_logits"] = result.mlm_logits
     try:
-        with atomic_write(output) as handle:
-            np.savez(handle, **arrays)
+        written = export_input(session, encoding, mask, ablation, output)
     except OSError as error:
         raise BertscopeError(f"cannot write {output}: {error.strerror or error}") from None
-    shapes = ", ".join(f"{name} {list(arrays[name].shape)}" for name in ("attentions", "norms", "hidden_states", "mlm_logits") if name in arrays)
+    shapes = ", ".join(f"{name} {written[name]}" for name in ("attentions", "norms", "hidden_states", "mlm_logits") if name in written)
     click.echo(f"wrote {output}: {len(encoding)} tokens; {shapes}", err=True)
