@@ -522,6 +522,12 @@ def prune_by(model: Session, prepared: Objective, ranking: HeadImportance, *, fr
         raise InputError(f"a fraction of {fraction:g} is {round(fraction * total)} of {total} heads, and the model already has "
                          f"{total - len(ranking.order())} pruned; give a larger fraction")
     chosen = ranking.least_important(count)
+    if output is not None:
+        from bertscope.core.analyses.pruned_export import least_important_shared, weight_sharing_groups
+
+        groups = weight_sharing_groups(model)
+        if any(len(layers) > 1 for layers in groups):  # ALBERT: a saved copy removes a head from every application
+            chosen = least_important_shared(ranking, groups, count)
     mask = HeadMask(model.num_layers, model.num_heads, frozenset(chosen))
     after = measure(prepared, mask, "zero")
     written = None

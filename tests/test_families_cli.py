@@ -80,3 +80,16 @@ def test_a_local_layer_says_how_far_its_heads_see(tmp_path):
     assert "layer 1 is local: its heads see ±4 tokens" in result.stderr
     result = CliRunner().invoke(main, ["attention", TEXT, "-l", 0, "-H", 0, "-m", str(directory), "--json"])
     assert json.loads(result.stdout)["window"] is None and "local" not in result.stderr
+
+
+def test_albert_prunes_heads_of_its_shared_layer_from_every_application(tmp_path):
+    """A saved ALBERT can only lose a head of its one layer everywhere it runs: `prune -o` ranks those heads by their
+    importance summed over the applications, and the zeroed copy is the masked model."""
+    directory = save_tiny_family(tmp_path / "albert", "albert", "ForMaskedLM")
+    result = CliRunner().invoke(main, ["prune", "--objective", "preserve", "--fraction", "0.5", "-o", str(tmp_path / "out"),
+                                       "--weights", "zeroed", "-m", str(directory)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    written = json.loads((tmp_path / "out" / "bertscope-pruning.json").read_text())
+    pruned = written["pruned_heads"]
+    assert set(pruned) == {"0", "1", "2"} and pruned["0"] == pruned["1"] == pruned["2"] and len(pruned["0"]) == 2
+    assert written["max_abs_difference_vs_masked"] == 0.0

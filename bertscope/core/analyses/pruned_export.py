@@ -121,13 +121,33 @@ def write_pruned_model(session: Session, remove: Sequence[tuple[int, int]], dire
     return result
 
 
-def _check_shared_weights(session: Session, pruned: dict[int, list[int]]) -> None:
-    """Layers that run the same weights (ALBERT's applications of one layer) must lose the same heads: a saved copy
-    can only change the weights, and so every application of them."""
+def weight_sharing_groups(session: Session) -> list[list[int]]:
+    """The layers that run the same weights, together (ALBERT: every application of its one layer; else one each)."""
     by_weights: dict[int, list[int]] = {}
     for layer, module in enumerate(session.layer_modules):
         by_weights.setdefault(id(session.loaded.family.attention_output(module).weight), []).append(layer)
-    for layers in by_weights.values():
+    return list(by_weights.values())
+
+
+def least_important_shared(ranking, groups: list[list[int]], count: int) -> list[tuple[int, int]]:
+    """About `count` heads to remove where layers share weights: a head of the shared weights goes from every layer
+    that runs them, ranked by its importance summed over those layers (ties: the lower layer and head)."""
+    num_heads = ranking.importance.shape[1]
+    candidates = sorted(((sum(float(ranking.importance[layer, head]) for layer in layers), layers[0], head, layers)
+                         for layers in groups for head in range(num_heads)
+                         if not any((layer, head) in ranking.pruned for layer in layers)))
+    chosen: list[tuple[int, int]] = []
+    for _, _, head, layers in candidates:
+        if chosen and len(chosen) + len(layers) / 2 > count:
+            break
+        chosen += [(layer, head) for layer in layers]
+    return chosen
+
+
+def _check_shared_weights(session: Session, pruned: dict[int, list[int]]) -> None:
+    """Layers that run the same weights (ALBERT's applications of one layer) must lose the same heads: a saved copy
+    can only change the weights, and so every application of them."""
+    for layers in weight_sharing_groups(session):
         if len({tuple(pruned.get(layer, ())) for layer in layers}) > 1:
             differs = next(layer for layer in layers if pruned.get(layer, []) != pruned.get(layers[0], []))
             raise InputError(
