@@ -93,3 +93,11 @@ def test_albert_prunes_heads_of_its_shared_layer_from_every_application(tmp_path
     pruned = written["pruned_heads"]
     assert set(pruned) == {"0", "1", "2"} and pruned["0"] == pruned["1"] == pruned["2"] and len(pruned["0"]) == 2
     assert written["max_abs_difference_vs_masked"] == 0.0
+
+
+def test_a_local_heads_heatmap_draws_the_cells_out_of_reach_apart(tmp_path):
+    directory = save_tiny_family(tmp_path / "modernbert", "modernbert")
+    result = CliRunner().invoke(main, ["attention", TEXT, "-l", 1, "-H", 0, "-m", str(directory)], env={"NO_COLOR": "1"})
+    assert result.exit_code == 0 and "local: sees ±4" in result.stdout
+    first_row = next(line for line in result.stdout.splitlines() if line.strip().startswith("[CLS]"))
+    assert first_row.rstrip().endswith("··")  # [CLS] cannot reach the far end of the sentence

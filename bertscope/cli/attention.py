@@ -169,14 +169,15 @@ def attention(text, pair, layer, head, mask_spec, ablation, output_format, theme
         return
     from rich.console import Console
 
-    from bertscope.render.heatmap import AttentionHeatmap
+    from bertscope.render.heatmap import AttentionHeatmap, beyond_reach, reach_note
 
     title = f"layer {layer} · head {head}" + (" · value-weighted norms ‖α f(x)‖" if norms else "")
     if len(mask):
         title += f" · mask {mask.spec()} ({ablation})"
+    title += reach_note(window, len(tokens))
     Console().print(
         AttentionHeatmap(
-            weights, tokens, tokens, colormap, title=title, masked=mask.is_masked(layer, head),
+            beyond_reach(weights, window), tokens, tokens, colormap, title=title, masked=mask.is_masked(layer, head),
             scale=scale, dense=dense, cell_width=None, label_width=None, quantity="‖αf‖" if norms else None,
         )
     )

@@ -51,6 +51,21 @@ _CURSOR = -2
 _NONE = -3  # below the last row of a dense map with an odd number of rows
 
 
+def beyond_reach(weights: np.ndarray, window: int | None) -> np.ndarray:
+    """`weights` `[T, T]` with the cells a local head cannot see (|i - j| > window) as NaN, drawn apart from low
+    attention; the same array where the head sees every key."""
+    length = weights.shape[-1]
+    if window is None or length <= window + 1:
+        return weights
+    positions = np.arange(length)
+    return np.where(np.abs(positions[:, None] - positions[None, :]) > window, np.nan, weights)
+
+
+def reach_note(window: int | None, length: int) -> str:
+    """What a heatmap's title says of a local layer (empty where the head sees every key)."""
+    return f" · local: sees ±{window}" if window is not None and length > window + 1 else ""
+
+
 class AttentionHeatmap:
     """An attention matrix with token labels on both axes, a legend and an optional cursor.
 
@@ -344,7 +359,9 @@ class HeatmapLayout:
         if heatmap.cursor is None:
             return []
         row, col = heatmap.cursor
-        text = f"▸ {row}:{heatmap.row_labels[row]} → {col}:{heatmap.col_labels[col]}  {_number(heatmap.weights[row, col], 3)}"
+        value = heatmap.weights[row, col]
+        shown = "out of reach" if np.isnan(value) else _number(value, 3)
+        text = f"▸ {row}:{heatmap.row_labels[row]} → {col}:{heatmap.col_labels[col]}  {shown}"
         return [[Segment(text, self.palette.emphasis)]]
 
     def legend(self, indent: int = 0, width: int | None = None) -> list[Segment]:

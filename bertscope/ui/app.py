@@ -30,7 +30,7 @@ from bertscope.core.model.effects import layer_cosines
 from bertscope.core.model.masks import HeadMask
 from bertscope.core.model.results import ForwardResult
 from bertscope.core.progress import Progress
-from bertscope.render.heatmap import SCALES
+from bertscope.render.heatmap import SCALES, beyond_reach, reach_note
 from bertscope.theming import DEFAULT_THEME, load_theme
 from bertscope.ui.attribution import AttributionRow
 from bertscope.ui.backend import Backend
@@ -360,8 +360,11 @@ class ExplorerApp(App[None]):
         view = self.query_one(AttentionView)
         # Once the view shows a map it owns the cursor: keys it has handled may not have reached the state yet.
         cursor = view.cursor if view.weights is not None else self.state.cursor
+        windows = self.backend.info.attention_windows if self.backend is not None else ()
+        window = windows[layer] if layer < len(windows) else None
         view.show(
-            weights, analysis.current.tokens, self._colormap(), title=title, masked=masked, glyphs=self.glyphs,
+            beyond_reach(weights, window), analysis.current.tokens, self._colormap(), title=title + reach_note(window, length),
+            masked=masked, glyphs=self.glyphs,
             cursor=cursor, scale=self.heatmap_scale, dense=self.heatmap_dense,
             quantity=NORMS_LABEL if self._norms_shown() else None, vmax=self._fixed_top(),
         )

@@ -35,6 +35,8 @@ class ModelInfo:
     pruned_heads: int = 0  # heads physically removed (core.model.pruning); masks still use the original numbers
     cpu_linear: str | None = None  # on the CPU in float32: onednn or blas, the kernels of its linear layers
     hidden_states: str = "index 0: the embeddings; index l: the output of layer l"  # the family's convention
+    # per layer, how far its heads see (keys within ±w of the query; ModernBERT's local layers), None: everything
+    attention_windows: tuple[int | None, ...] = ()
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)

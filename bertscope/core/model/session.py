@@ -152,6 +152,7 @@ class Session:
             fingerprint=self.loaded.fingerprint,
             pruned_heads=sum(len(heads) for heads in pruned_heads_of(config).values()),
             hidden_states=self.loaded.family.describe(),
+            attention_windows=tuple(self.attention_window(layer) for layer in range(self.num_layers)),
         )
 
     def mask(self, spec: str | None = None) -> HeadMask:
