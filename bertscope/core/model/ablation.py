@@ -182,7 +182,9 @@ def _uniform_weights(attention_mask: Tensor | None, length: int, device) -> Tens
     `[B, 1, Q, K]` (True = may attend), an additive float one, or None (every token)."""
     if attention_mask is None:
         return torch.full((1, 1, length), 1.0 / length, device=device)
-    allowed = attention_mask[:, 0] if attention_mask.dtype == torch.bool else attention_mask[:, 0] > torch.finfo(attention_mask.dtype).min / 2
+    allowed = attention_mask[:, 0]
+    if allowed.dtype != torch.bool:  # additive: 0 where allowed, the dtype's minimum where not
+        allowed = allowed > torch.finfo(allowed.dtype).min / 2
     allowed = allowed.to(device=device, dtype=torch.float32)
     return allowed / allowed.sum(dim=-1, keepdim=True).clamp_min(1)
 

@@ -302,15 +302,15 @@ class ModernBert(Family):
 
         base = model.base_model
         config = base.config
-        masks = {
-            "full_attention": create_bidirectional_mask(config=config, inputs_embeds=hidden, attention_mask=None),
-            "sliding_attention": create_bidirectional_sliding_window_mask(config=config, inputs_embeds=hidden, attention_mask=None),
-        }
+        unpadded = dict(config=config, inputs_embeds=hidden, attention_mask=None)
+        masks = {"full_attention": create_bidirectional_mask(**unpadded),
+                 "sliding_attention": create_bidirectional_sliding_window_mask(**unpadded)}
         positions = torch.arange(hidden.shape[1], device=hidden.device)[None]
         rotary = {kind: base.rotary_emb(hidden, positions, kind) for kind in set(config.layer_types)}
         layers = self.layers(model)
         for index, layer in enumerate(layers[start:stop], start=start):
-            hidden = layer(hidden, attention_mask=masks[layer.attention_type], position_embeddings=rotary[layer.attention_type])
+            kind = layer.attention_type
+            hidden = layer(hidden, attention_mask=masks[kind], position_embeddings=rotary[kind])
             yield base.final_norm(hidden) if index == len(layers) - 1 else hidden
 
     def classifier_head(self, model):
