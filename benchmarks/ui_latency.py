@@ -195,6 +195,8 @@ def sentence_of(session, tokens: int) -> str:
         if len(session.encode(candidate)) > tokens:
             break
         text = candidate
+    while len(session.encode(text)) < tokens:  # the next word took several pieces: top up with a one-piece word
+        text += " the"
     if len(session.encode(text)) != tokens:
         raise SystemExit(f"could not build a text of exactly {tokens} tokens")
     return text
