@@ -40,10 +40,7 @@ def export_input(session: Session, encoding: Encoding, mask: HeadMask, ablation:
                 files[name].write(values[0].float().cpu().numpy().tobytes())
             return write
 
-        inputs = {
-            "input_ids": torch.as_tensor(encoding.input_ids, device=session.device)[None],
-            "token_type_ids": torch.as_tensor(encoding.token_type_ids, device=session.device)[None],
-        }
+        inputs = session.tensors(encoding)
         with torch.inference_mode():
             outputs = session.run(inputs, gates=session.gate_tensor(mask), ablation=ablation, attentions=True,
                                   encoder_only=True, on_attention=into("attentions"), on_norms=into("norms"))

@@ -207,10 +207,7 @@ def _activations(session: Session, encoding: Encoding) -> _Activations:
 
         handles.append(family.attention_output(layer).register_forward_hook(keep_attention))
         handles.append(family.feed_forward_output(layer).register_forward_hook(keep_feed_forward))
-    inputs = {
-        "input_ids": torch.as_tensor(encoding.input_ids, device=session.device)[None],
-        "token_type_ids": torch.as_tensor(encoding.token_type_ids, device=session.device)[None],
-    }
+    inputs = session.tensors(encoding)
     try:
         with torch.inference_mode():
             outputs = session.run(inputs, hidden_states=True, encoder_only=True)

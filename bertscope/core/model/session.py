@@ -190,10 +190,7 @@ class Session:
         start = self._reusable_layers(reuse, encoding, head_mask, attentions, norms)
         if start:
             return self._forward_from(reuse, start, head_mask, ablation, attentions, mlm_logits, norms)
-        inputs = {
-            "input_ids": torch.as_tensor(encoding.input_ids, device=self.device)[None],
-            "token_type_ids": torch.as_tensor(encoding.token_type_ids, device=self.device)[None],
-        }
+        inputs = self.tensors(encoding)
         layer_norms: dict[int, Tensor] = {}
         with torch.inference_mode():
             outputs = self.run(
@@ -216,6 +213,13 @@ class Session:
                 norms=_numpy(torch.stack([layer_norms[i][0] for i in range(self.num_layers)])) if norms else None,
             )
 
+    def tensors(self, encoding: Encoding) -> dict[str, Tensor]:
+        """One encoded input as the model's batch of one, on the session's device (for `run`)."""
+        return {
+            "input_ids": torch.as_tensor(encoding.input_ids, device=self.device)[None],
+            "token_type_ids": torch.as_tensor(encoding.token_type_ids, device=self.device)[None],
+        }
+
     def layer_maps(self, encoding: Encoding, layer: int, *, mask: HeadMask | str | None = None,
                    ablation: Ablation = "zero", norms: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
         """One layer's attention weights `[H, T, T]` (and value-weighted norms) for one input, keeping no other
@@ -229,10 +233,7 @@ class Session:
                     kept[name] = maps[0].float().cpu()
             return take
 
-        inputs = {
-            "input_ids": torch.as_tensor(encoding.input_ids, device=self.device)[None],
-            "token_type_ids": torch.as_tensor(encoding.token_type_ids, device=self.device)[None],
-        }
+        inputs = self.tensors(encoding)
         with torch.inference_mode():
             self.run(inputs, gates=self.gate_tensor(head_mask), ablation=check_ablation(ablation), attentions=True,
                      hidden_states=False, encoder_only=True, on_attention=keep("weights"),
