@@ -1,7 +1,8 @@
 """Every encoder family at BERT-base size: the session's forward (with and without attention weights) against a
 bare transformers forward in the same run (issue 30).
 
-    python benchmarks/families.py [--families bert,distilbert,...] [--length 128] [--repeats 10] [-o FILE.json]
+    python benchmarks/families.py [--families bert,distilbert,...] [--length 128] [--repeats 10]
+                                  [--device cpu|cuda] [--dtype float32|bfloat16] [-o FILE.json]
 
 For each family a random model of 12 layers × 12 heads × 768 (DistilBERT's 6 layers are
 its real depth; ALBERT shares one layer 12 times; ModernBERT alternates local and global
@@ -37,6 +38,8 @@ def main() -> None:
     parser.add_argument("--families", default=",".join(SIZES))
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
     parser.add_argument("-o", "--output", default=None)
     args = parser.parse_args()
 
@@ -56,14 +59,15 @@ def main() -> None:
                 save_tiny_family(directory, family, **SIZES[family], max_position_embeddings=positions)
             report = Path(scratch) / f"{family}.json"
             forward_latency.main(["--model", str(directory), "--lengths", str(args.length), "--repeats", str(args.repeats),
-                                  "--device", "cpu", "-o", str(report)])
+                                  "--device", args.device, "--dtype", args.dtype, "-o", str(report)])
             found = json.loads(report.read_text())
             results[family] = {"family": found["model"]["family"], "max_abs_diff": found["max_abs_diff"],
                                "results": found["results"], "load_average": found["load_average"]}
     summary = "\n".join(
         f"{family}: " + ", ".join(f"{'attn' if row['attentions'] else 'plain'} {row['ratio']:.2f}" for row in found["results"])
         for family, found in results.items())
-    emit({"length": args.length, "repeats": args.repeats, "families": results}, args.output, summary)
+    emit({"length": args.length, "repeats": args.repeats, "device": args.device, "dtype": args.dtype,
+          "device_name": found["device_name"], "families": results}, args.output, summary)
 
 
 if __name__ == "__main__":

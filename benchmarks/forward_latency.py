@@ -43,6 +43,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="model directory or cached name (default: the bundled model)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="where to run (default auto)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"),
+                        help="weights' precision; the half precisions only on a GPU (default float32)")
     parser.add_argument("--repeats", type=int, default=20, help="timed runs per case and contender (default 20)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed runs per case and contender first (default 3)")
     parser.add_argument("--lengths", default="16,64,256", help="token counts, special tokens included (default 16,64,256)")
@@ -126,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     from bertscope.core.model.session import Session
 
     try:
-        session = Session.open(args.model, device=args.device)
+        session = Session.open(args.model, device=args.device, dtype=args.dtype)
     except (InputError, ModelLoadError) as error:
         print(f"forward_latency: {error}", file=sys.stderr)
         return 2

@@ -1,6 +1,6 @@
 """Peak memory of `bertscope attention` on a long ModernBERT input, against bare forwards (issue 30).
 
-    python benchmarks/long_input.py [--tokens 2000] [--layers 22] [-o FILE.json]
+    python benchmarks/long_input.py [--tokens 2000] [--layers 22] [--device cpu|cuda] [-o FILE.json]
 
 A random ModernBERT of base size (22 layers × 12 heads × 768, local layers ±64 tokens,
 8,192 positions) with the tiny BPE tokenizer of tests/family_models.py; a text of
@@ -23,28 +23,29 @@ from common import emit  # benchmarks/common.py, found beside this script
 
 BARE = """
 import resource, sys, time, torch, transformers
-directory, text, implementation = sys.argv[1:4]
+directory, text, implementation, device = sys.argv[1:5]
 tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
-model = transformers.AutoModel.from_pretrained(directory, attn_implementation=implementation).eval()
-inputs = tokenizer(text, return_tensors="pt")
-inputs.pop("token_type_ids", None)
+model = transformers.AutoModel.from_pretrained(directory, attn_implementation=implementation).eval().to(device)
+inputs = {name: tensor.to(device) for name, tensor in tokenizer(text, return_tensors="pt").items() if name != "token_type_ids"}
 start = time.perf_counter()
 with torch.inference_mode():
     model(**inputs, output_attentions=implementation == "eager")
-print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+gpu = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else 0
+print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, gpu)
 """
 
 COMMAND = """
-import resource, sys, time
+import resource, sys, time, torch
 from click.testing import CliRunner
 from bertscope.cli import main
-directory, text, command = sys.argv[1:4]
+directory, text, command, device = sys.argv[1:5]
 start = time.perf_counter()
 arguments = {"attention": ["attention", text, "-l", "1", "-H", "0", "--json"],
              "export": ["export", text, "-o", directory + "/export.npz"]}[command]
-result = CliRunner().invoke(main, [*arguments, "-m", directory])
+result = CliRunner().invoke(main, [*arguments, "-m", directory, "--device", device])
 assert result.exit_code == 0, result.output[-500:]
-print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+gpu = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else 0
+print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, gpu)
 """
 
 
@@ -52,6 +53,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=2000)
     parser.add_argument("--layers", type=int, default=22)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="where the model runs; on cuda each contender also reports its peak GPU memory")
     parser.add_argument("-o", "--output", default=None)
     args = parser.parse_args()
 
@@ -76,12 +79,16 @@ def main() -> None:
         for name, script, extra in (("attention command", COMMAND, ["attention"]), ("export command", COMMAND, ["export"]),
                                     ("bare sdpa, no weights", BARE, ["sdpa"]),
                                     ("bare eager, every layer's weights", BARE, ["eager"])):
-            done = subprocess.run([sys.executable, "-c", script, str(directory), text, *extra], capture_output=True, text=True,
-                                  check=True, cwd=Path(__file__).resolve().parent.parent)
-            seconds, peak = map(float, done.stdout.split()[-2:])
+            done = subprocess.run([sys.executable, "-c", script, str(directory), text, *extra, args.device], capture_output=True,
+                                  text=True, check=True, cwd=Path(__file__).resolve().parent.parent)
+            seconds, peak, gpu_peak = map(float, done.stdout.split()[-3:])
             results[name] = {"seconds": round(seconds, 2), "peak_mb": round(peak)}
-    summary = ", ".join(f"{name}: {row['peak_mb']} MB ({row['seconds']} s)" for name, row in results.items())
-    emit({"tokens": length, "layers": args.layers, "heads": 12, "hidden": 768, "results": results}, args.output, summary)
+            if args.device == "cuda":
+                results[name]["gpu_peak_mb"] = round(gpu_peak)
+    summary = ", ".join(f"{name}: {row['peak_mb']} MB{' host, %d MB GPU' % row['gpu_peak_mb'] if 'gpu_peak_mb' in row else ''} "
+                        f"({row['seconds']} s)" for name, row in results.items())
+    emit({"tokens": length, "layers": args.layers, "heads": 12, "hidden": 768, "device": args.device, "results": results},
+         args.output, summary)
 
 
 if __name__ == "__main__":

@@ -25,8 +25,10 @@ import bertscope  # noqa: E402
 from bertscope.api import probe_sentences  # noqa: E402
 from bertscope.core.data.corpus import sample_corpus  # noqa: E402
 from tests.distributed_job import PATTERN_SENTENCES  # noqa: E402
+from tests.family_models import FAMILIES, save_tiny_family  # noqa: E402
 
 JOB = Path(__file__).with_name("distributed_job.py")
+GPU = "cuda"
 
 TEXTS = ["The keys to the cabinet are on the table.", "Dogs bark at night, loudly.", "A bird sang in the old tree."]
 
@@ -222,3 +224,65 @@ def test_more_ranks_than_gpus_is_one_clear_line(tiny_bert_dir, tmp_path):
     assert ours == [f"bertscope: error: rank {ranks - 1} would use cuda:{ranks - 1}, but this machine has {ranks - 1} "
                     f"GPU{'s' if ranks != 2 else ''}; start at most {ranks - 1} rank{'s' if ranks != 2 else ''} on it, or run on the CPU "
                     "(--device)"], done.stderr[-3000:]
+
+
+# ---- every encoder family (issue 30): the hooks that mask, read and replace heads work on the GPU, in both dtypes
+
+FAMILY_TEXTS = ("The keys to the cabinet are on the table.", "The cat sat.")
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family_on_both(request, tmp_path_factory):
+    """A tiny MLM model of one family, loaded by bertscope on the CPU and on the GPU (float32)."""
+    directory = save_tiny_family(tmp_path_factory.mktemp(request.param), request.param, "ForMaskedLM", seed=3)
+    return request.param, directory, bertscope.load(str(directory), device="cpu"), bertscope.load(str(directory), device=GPU)
+
+
+def test_each_family_reads_and_masks_heads_as_on_the_cpu(family_on_both):
+    family, _, cpu_session, gpu_session = family_on_both
+    last = cpu_session.num_layers - 1
+    for mask in (None, f"0:1,1:0,{last}:2"):
+        for ablation in ("zero", "uniform") if mask else ("zero",):
+            one = gpu_session.forward(FAMILY_TEXTS[0], mask=mask, ablation=ablation, norms=True)
+            other = cpu_session.forward(FAMILY_TEXTS[0], mask=mask, ablation=ablation, norms=True)
+            where = f"{family} mask={mask} {ablation}"
+            for name in ("attentions", "norms"):
+                np.testing.assert_allclose(getattr(one, name), getattr(other, name), atol=1e-5, err_msg=f"{where} {name}")
+            np.testing.assert_allclose(one.hidden_states, other.hidden_states, rtol=1e-4, atol=1e-4, err_msg=where)
+            np.testing.assert_allclose(one.mlm_logits, other.mlm_logits, rtol=1e-4, atol=1e-4, err_msg=where)
+            if mask and ablation == "zero":
+                assert float(np.abs(one.attentions[last, 2]).max()) == 0.0
+
+
+def test_each_familys_corpus_statistics_importance_and_patching_match_the_cpu(family_on_both):
+    family, _, cpu_session, gpu_session = family_on_both
+    one, other = bertscope.patterns(gpu_session, limit=30, norms=True), bertscope.patterns(cpu_session, limit=30, norms=True)
+    for name, values in other.statistics.items():
+        np.testing.assert_allclose(one.statistics[name], values, rtol=1e-4, atol=1e-5, err_msg=f"{family} {name}")
+    one = bertscope.importance(gpu_session, "preserve", FAMILY_TEXTS, method="gradient")
+    other = bertscope.importance(cpu_session, "preserve", FAMILY_TEXTS, method="gradient")
+    np.testing.assert_allclose(one.raw, other.raw, rtol=1e-3, atol=1e-6, err_msg=family)
+    clean, corrupt = "The cat sat on the mat.", "The mat sat on the cat."
+    assert_same_numbers(bertscope.patch(gpu_session, clean, corrupt).as_json(),
+                        bertscope.patch(cpu_session, clean, corrupt).as_json(), rtol=1e-3, atol=1e-4, where=family)
+
+
+def test_each_family_prunes_to_a_zeroed_copy_on_the_gpu(family_on_both, tmp_path):
+    family, _, _, gpu_session = family_on_both
+    pruned = bertscope.prune(gpu_session, "preserve", FAMILY_TEXTS, fraction=0.25, output=tmp_path / "zeroed",
+                             format="zeroed")
+    assert pruned.written is not None and pruned.written.max_abs_difference < 1e-4, family
+
+
+def test_each_family_in_bfloat16_is_close_and_masks_exactly(family_on_both):
+    family, directory, cpu_session, _ = family_on_both
+    session = bertscope.load(str(directory), device=GPU, dtype="bfloat16")
+    plain = session.forward(FAMILY_TEXTS[0])
+    np.testing.assert_allclose(plain.attentions, cpu_session.forward(FAMILY_TEXTS[0]).attentions, atol=0.03, err_msg=family)
+    zeroed = session.forward(FAMILY_TEXTS[0], mask="1:1")
+    assert float(np.abs(zeroed.attentions[1, 1]).max()) == 0.0
+    uniform = session.forward(FAMILY_TEXTS[0], mask="1:1", ablation="uniform").attentions[1, 1]
+    np.testing.assert_allclose(uniform.sum(-1), 1.0, atol=0.01, err_msg=family)
+    seen = uniform > 0
+    np.testing.assert_allclose(uniform[seen], np.broadcast_to(1.0 / seen.sum(-1, keepdims=True), uniform.shape)[seen],
+                               rtol=0.01, err_msg=family)
