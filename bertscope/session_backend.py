@@ -16,8 +16,11 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
+import numpy as np
+
 from bertscope import api
 from bertscope.core.analyses.attribution_results import Target
+from bertscope.core.analyses.headstats import FIGURES, head_figures
 from bertscope.core.analyses.importance_results import HeadImportance, Measurement
 from bertscope.core.data.corpus import ReadReport, Sentence
 from bertscope.core.model.masks import Ablation, HeadMask
@@ -60,8 +63,27 @@ class SessionBackend:
         return self.session.encode(text, pair)
 
     def forward(self, text, pair=None, *, attentions=False, mask=None, ablation: Ablation = "zero", reuse=None,
-                norms: bool = False) -> ForwardResult:
-        return self.session.forward(text, pair, attentions=attentions, mask=mask, ablation=ablation, reuse=reuse, norms=norms)
+                norms: bool = False, figures: bool = False) -> ForwardResult:
+        if not figures:
+            return self.session.forward(text, pair, attentions=attentions, mask=mask, ablation=ablation, reuse=reuse,
+                                        norms=norms)
+        encoding = text if isinstance(text, Encoding) else self.session.encode(text, pair)
+        rows: dict[int, dict[str, np.ndarray]] = {}
+
+        def reduce(layer: int, weights: np.ndarray, _norms) -> None:  # one layer's maps, dropped once reduced
+            rows[layer] = head_figures(weights[None], encoding.tokens, encoding.special)
+
+        result = self.session.forward(encoding, attentions=attentions, mask=mask, ablation=ablation, reuse=reuse,
+                                      norms=norms, on_layer=reduce)
+        reused = min(rows) if rows else self.num_layers  # the layers below were taken from `reuse`, figures too
+        figures = {name: np.concatenate([*([reuse.figures[name][:reused]] if reused else []),
+                                         *(rows[layer][name] for layer in sorted(rows))]) for name in FIGURES}
+        return dataclasses.replace(result, figures=figures)
+
+    def layer_maps(self, text: Encoding, layer: int, *, mask: HeadMask | None = None, ablation: Ablation = "zero",
+                   start_from: ForwardResult | None = None) -> tuple[np.ndarray, np.ndarray]:
+        weights, norms = self.session.layer_maps(text, layer, mask=mask, ablation=ablation, norms=True, start_from=start_from)
+        return weights, norms
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
         return self.session.mask_predictions(result, top)

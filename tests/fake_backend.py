@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 
+from bertscope.core.analyses.headstats import head_figures
 from bertscope.core.errors import InputError
 from bertscope.core.model.masks import HeadMask
 from bertscope.core.model.results import (
@@ -47,6 +48,7 @@ class FakeBackend:
         self.probe_calls: list[tuple[str, list]] = []  # (task, training sentences) of each probe run
         self.patch_calls: list[dict] = []  # the arguments of each patching run
         self.syntax_calls: list[str] = []  # the mask spec of each syntax run
+        self.layer_calls: list[tuple[int, str, bool]] = []  # (layer, mask spec, from a result) of each layer_maps
 
     @property
     def info(self) -> ModelInfo:
@@ -74,7 +76,8 @@ class FakeBackend:
             segment_ids=tuple(None if s else t for s, t in zip(special, types)), truncated=cut,
         )
 
-    def forward(self, text, pair=None, *, attentions=False, mask=None, ablation="zero", reuse=None, norms=False) -> ForwardResult:
+    def forward(self, text, pair=None, *, attentions=False, mask=None, ablation="zero", reuse=None, norms=False,
+                figures=False) -> ForwardResult:
         encoding = text if isinstance(text, Encoding) else self.encode(text, pair)
         mask = mask or HeadMask.none(LAYERS, HEADS)
         self.calls.append((encoding.text, mask.spec()))
@@ -84,19 +87,34 @@ class FakeBackend:
         if self.fail_with is not None:
             raise self.fail_with
         length = len(encoding.tokens)
-        weights = np.stack([np.stack([pattern(layer + head, length) for head in range(HEADS)]) for layer in range(LAYERS)])
-        for layer, head in mask.off:
-            weights[layer, head] = 0.0 if ablation == "zero" else 1.0 / length
+        weights, weighted_norms = self._maps(encoding, mask, ablation)
         rng = np.random.default_rng(length)
         hidden = np.repeat(rng.normal(size=(1, length, WIDTH)), LAYERS + 1, axis=0)
         for layer, _ in mask.off:
             hidden[layer + 1 :] += 0.3 * rng.normal(size=(length, WIDTH))
-        value_norms = 0.5 + np.arange(length) % 4  # norms: each key's value has a known size, [CLS] the smallest
         return ForwardResult(
-            encoding=encoding, hidden_states=hidden.astype(np.float32), attentions=weights.astype(np.float32) if attentions else None,
+            encoding=encoding, hidden_states=hidden.astype(np.float32), attentions=weights if attentions else None,
             mlm_logits=None, class_logits=None, mask=mask, ablation=ablation,
-            norms=(weights * value_norms).astype(np.float32) if norms else None,
+            norms=weighted_norms if norms else None,
+            figures=head_figures(weights, encoding.tokens, encoding.special) if figures else None,
         )
+
+    def layer_maps(self, text, layer, *, mask=None, ablation="zero", start_from=None):
+        mask = mask or HeadMask.none(LAYERS, HEADS)
+        self.layer_calls.append((layer, mask.spec(), start_from is not None))
+        self.release.wait(timeout=10)
+        weights, weighted_norms = self._maps(text, mask, ablation)
+        return weights[layer], weighted_norms[layer]
+
+    @staticmethod
+    def _maps(encoding, mask, ablation):
+        """Every layer's weights and value-weighted norms `[L, H, T, T]` under `mask`."""
+        length = len(encoding.tokens)
+        weights = np.stack([np.stack([pattern(layer + head, length) for head in range(HEADS)]) for layer in range(LAYERS)])
+        for layer, head in mask.off:
+            weights[layer, head] = 0.0 if ablation == "zero" else 1.0 / length
+        value_norms = 0.5 + np.arange(length) % 4  # norms: each key's value has a known size, [CLS] the smallest
+        return weights.astype(np.float32), (weights * value_norms).astype(np.float32)
 
     def attention_patterns(self, sentences, *, mask=None, ablation="zero", norms=False, cancel=None):
         """Known statistics: head (l, h) is always of class (l + h) % 5; a batch of 2 per step; norm shares 0.05 × (i + 1)."""

@@ -188,6 +188,32 @@ def test_value_weighted_norms_equal_a_hand_computation(family_models):
     np.testing.assert_allclose(ours.norms, reference.norms(theirs, values), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("ablation", ["zero", "uniform"])
+def test_one_layer_run_alone_and_figures_reduced_layer_by_layer_equal_a_full_pass(family_models, ablation):
+    """What the explorer holds of a long input: every layer's figures without its maps, then one layer's maps
+    computed from the hidden state entering it."""
+    from bertscope.core.analyses.headstats import head_figures
+    from bertscope.session_backend import SessionBackend
+
+    family, made = family_models
+    session, _ = made["ForMaskedLM"]
+    backend = SessionBackend(session)
+    mask = session.mask("1:0,1:2")
+    full = session.forward(TEXT, mask=mask, ablation=ablation, norms=True)
+    plain = backend.forward(TEXT, figures=True)
+    current = backend.forward(plain.encoding, mask=mask, ablation=ablation, reuse=plain, figures=True)  # layers 1.. again
+    assert plain.attentions is None and current.attentions is None and current.norms is None
+    np.testing.assert_allclose(current.hidden_states, full.hidden_states, atol=3e-5)
+    for name, values in head_figures(full.attentions, full.tokens, full.encoding.special).items():
+        np.testing.assert_allclose(current.figures[name], values, rtol=1e-5, atol=1e-6, err_msg=f"{family} {name}")
+    for layer in range(session.num_layers):
+        weights, norms = backend.layer_maps(plain.encoding, layer, mask=mask, ablation=ablation, start_from=current)
+        np.testing.assert_allclose(weights, full.attentions[layer], atol=2e-6, err_msg=f"{family} layer {layer}")
+        np.testing.assert_allclose(norms, full.norms[layer], rtol=1e-4, atol=1e-6, err_msg=f"{family} layer {layer}")
+    with pytest.raises(ValueError, match="start_from"):  # maps of another mask than the result's states
+        backend.layer_maps(plain.encoding, 1, mask=mask, ablation=ablation, start_from=plain)
+
+
 def test_albert_masks_one_application_of_its_shared_layer(tmp_path):
     """Switching off head 3 of layer 1 leaves layers 0 and 2, which run the same weights, untouched."""
     session = bertscope.load(str(save_tiny_family(tmp_path / "albert", "albert")), device="cpu")

@@ -5,7 +5,9 @@ its progress through the callback it is passed); a thread worker calls it, so th
 frame appears before the model (and torch) have loaded.
 Every model run happens in an exclusive thread worker (ui.job_run): a newer request cancels
 the older one, whose result is dropped. Moving between heads of the same sentence repaints
-from the arrays already in memory.
+from the arrays already in memory; for a long input, whose every layer's maps would not fit
+(EVERY_LAYER_CELLS), only the shown layer's are held, and moving to another layer runs that
+layer alone in a worker.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input
 from textual.worker import Worker, WorkerState
 
-from bertscope.core.analyses.headstats import FIGURES, figure_range, head_figures
+from bertscope.core.analyses.headstats import FIGURES, figure_range
 from bertscope.core.errors import BertscopeError
 from bertscope.core.model.effects import layer_cosines
 from bertscope.core.model.masks import HeadMask
@@ -41,7 +43,7 @@ from bertscope.ui.help import HelpScreen
 from bertscope.ui.importance import IMPORTANCE_FIGURE, ObjectivePanel, PruneToScreen, PruningCurveScreen, importance_overlay
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults
-from bertscope.ui.messages import Analysis, ModelLoaded, ModelLoadFailed
+from bertscope.ui.messages import Analysis, LayerMaps, ModelLoaded, ModelLoadFailed
 from bertscope.ui.overview import OverviewScreen
 from bertscope.ui.patching import PatchingScreen
 from bertscope.ui.probing import ProbingScreen
@@ -53,6 +55,10 @@ from bertscope.ui.widgets.head_grid import HeadGrid
 from bertscope.ui.widgets.panels import EffectPanel, StatusLine, TokenPanel
 
 VIEWS = ("head", "average")
+# Attention cells (L·H·T²) up to which the explorer holds every layer's maps: weights and norms, before and
+# under the mask, four arrays of at most 256 MB (BERT-base at 512 tokens: 38M). Above, a long input, it holds
+# the shown layer's alone: a 2,000-token ModernBERT-base would need 4 × 4.2 GB.
+EVERY_LAYER_CELLS = 64_000_000
 HEATMAP_ACTIONS = {"zoom", "next_scale", "toggle_dense"}  # keys of the explorer's own screen
 # The main screen's commands: on a screen pushed over it (overview, probing, ...) these keys
 # do nothing rather than act on a view the person cannot see or stack another screen on top.
@@ -89,6 +95,7 @@ class AnalysisJob:
     mask: HeadMask
     ablation: str
     plain: ForwardResult | None  # the unmasked result to reuse, when only the mask changed
+    layer: int  # the layer shown: a long input's maps are computed for it alone
 
 
 class MainScreen(Screen):
@@ -163,6 +170,8 @@ class ExplorerApp(App[None]):
         self.analysis: Analysis | None = None
         self.kept = KeptResults()  # the corpus screens' finished results (ui.kept)
         self.analysing = JobRun(self, self._analysed, name="analysis", on_failed=lambda _reason: self._set_busy(False))
+        self.layer_loading = JobRun(self, self._layer_loaded, name="layer maps", on_failed=self._layer_failed)
+        self._layer_wanted: tuple[Analysis, int] | None = None  # a long input's layer being computed
         self.theme_specs, theme_warnings = load_all_themes()
         self._startup_notes.extend(theme_warnings)
         if theme and theme not in self.theme_specs:  # a theme file given by its path
@@ -276,6 +285,7 @@ class ExplorerApp(App[None]):
             mask=self.mask,
             ablation=self.state.ablation,
             plain=self.analysis.plain if reuse_plain and self.analysis is not None else None,
+            layer=self.state.layer,
         )
         self._set_busy(True)
         self.analysing.start(lambda cancel: self._analysis_steps(job, cancel))
@@ -285,23 +295,29 @@ class ExplorerApp(App[None]):
         """In the worker: the plain pass (unless reused), the masked one, and what the views show of them."""
         backend = self.backend
         plain = job.plain
+        encoding = plain.encoding if plain is not None else backend.encode(job.text, job.pair)
+        every_layer = backend.num_layers * backend.num_heads * len(encoding) ** 2 <= EVERY_LAYER_CELLS
         if plain is None:
-            plain = backend.forward(backend.encode(job.text, job.pair), attentions=True, norms=True)
+            plain = backend.forward(encoding, attentions=every_layer, norms=every_layer, figures=True)
         if cancel.is_set():
             return
         current = plain
         if len(job.mask):
-            current = backend.forward(plain.encoding, attentions=True, mask=job.mask, ablation=job.ablation, reuse=plain, norms=True)
+            current = backend.forward(encoding, attentions=every_layer, mask=job.mask, ablation=job.ablation, reuse=plain,
+                                      norms=every_layer, figures=True)
         if cancel.is_set():
             return
-        yield Progress("analysed", 1, 1, Analysis(
+        analysis = Analysis(
             plain=plain,
             current=current,
             cosines=layer_cosines(current.hidden_states, plain.hidden_states),
-            figures=head_figures(current.attentions, current.tokens, current.encoding.special),
+            figures=current.figures,
             predictions_plain=backend.mask_predictions(plain),
             predictions_current=backend.mask_predictions(current),
-        ))
+        )
+        if not every_layer:  # the first screen shows the chosen layer's maps at once
+            analysis.layers[job.layer] = layer_maps_of(backend, analysis, job.layer)
+        yield Progress("analysed", 1, 1, analysis)
 
     def _analysed(self, progress: Progress[Analysis]) -> None:
         self._set_busy(False)
@@ -318,6 +334,30 @@ class ExplorerApp(App[None]):
             )
         self._repaint()
         self.query_one(AttributionRow).analysed(self.backend, current.encoding, current.mask, current.ablation)
+
+    # a long input's maps, one layer at a time
+
+    def _load_layer(self, layer: int) -> None:
+        """Compute the shown layer's maps of a long input in a worker (unless they are on their way)."""
+        analysis, backend = self.analysis, self.backend
+        wanted = self._layer_wanted
+        if wanted is not None and wanted[0] is analysis and wanted[1] == layer:
+            return
+        self._layer_wanted = (analysis, layer)
+        self.layer_loading.start(lambda _cancel: iter([Progress("layer", 1, 1, (analysis, layer, layer_maps_of(backend, analysis, layer)))]))
+
+    def _layer_loaded(self, progress: Progress) -> None:
+        analysis, layer, maps = progress.result
+        self._layer_wanted = None
+        if analysis is not self.analysis:
+            return  # a newer sentence or mask: its own maps are on their way
+        analysis.layers.clear()  # one layer's maps held at a time
+        analysis.layers[layer] = maps
+        self._repaint()
+
+    def _layer_failed(self, _reason: str) -> None:
+        self._layer_wanted = None
+        self.query_one(AttentionView).show_message(f"layer {self.state.layer}'s maps could not be computed")
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """Any unexpected failure of a worker becomes a notification, never a crash."""
@@ -356,8 +396,16 @@ class ExplorerApp(App[None]):
             grid.show(values, value_range, label, self.mask, (layer, head))  # None: "computing…"
         else:
             grid.show(analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), self.mask, (layer, head))
-        weights, title, masked = self._displayed_matrix()
         view = self.query_one(AttentionView)
+        shown = self._displayed_matrix()
+        if shown is None:  # a long input's layer not computed yet
+            view.show_message(f"layer {layer} of a {length}-token input: computing its maps…")
+            self._load_layer(layer)
+            self.query_one(EffectPanel).show(
+                analysis.cosines, len(analysis.current.mask), analysis.predictions_plain, analysis.predictions_current, analysis.current.tokens
+            )
+            return
+        weights, title, masked = shown
         # Once the view shows a map it owns the cursor: keys it has handled may not have reached the state yet.
         cursor = view.cursor if view.weights is not None else self.state.cursor
         windows = self.backend.info.attention_windows if self.backend is not None else ()
@@ -377,31 +425,39 @@ class ExplorerApp(App[None]):
 
     def _norms_shown(self) -> bool:
         """Whether the heatmap shows norms: asked for (`n`) and computed by the backend."""
-        return self.heatmap_norms and self.analysis is not None and self.analysis.current.norms is not None
+        return self.heatmap_norms and self._norms_available()
 
-    def _shown_maps(self, result) -> np.ndarray:
-        """`[L, H, T, T]`: the weights, or the value-weighted norms in norms mode."""
-        return result.norms if self._norms_shown() else result.attentions
+    def _norms_available(self) -> bool:
+        analysis = self.analysis
+        return analysis is not None and (not analysis.every_layer or analysis.current.norms is not None)
 
     def _fixed_top(self) -> float:
-        """The top of the `fixed` scale: 1 for weights; for norms, the largest of the sentence (comparable across heads)."""
+        """The top of the `fixed` scale: 1 for weights; for norms, the largest of the sentence (of the shown
+        layer, for a long input), comparable across heads."""
         if not self._norms_shown():
             return 1.0
-        return max(float(self.analysis.plain.norms.max()), float(self.analysis.current.norms.max()), 1e-12)
+        analysis, layer = self.analysis, self.state.layer
+        if analysis.every_layer:
+            return max(float(analysis.plain.norms.max()), float(analysis.current.norms.max()), 1e-12)
+        return max(float(analysis.maps(layer, norms=True).max()), float(analysis.maps(layer, plain=True, norms=True).max()), 1e-12)
 
-    def _displayed_matrix(self) -> tuple[np.ndarray, str, bool]:
+    def _displayed_matrix(self) -> tuple[np.ndarray, str, bool] | None:
+        """The heatmap's matrix, its title, and whether it shows a masked head before masking; None while a long
+        input's layer is being computed."""
         analysis = self.analysis
         layer, head = self.state.layer, self.state.head
         mask = analysis.current.mask
-        what = f" · {NORMS_LABEL}" if self._norms_shown() else ""
+        norms = self._norms_shown()
+        what = f" · {NORMS_LABEL}" if norms else ""
+        before = self.state.view != "average" and mask.is_masked(layer, head)
+        maps = analysis.maps(layer, plain=before, norms=norms)
+        if maps is None:
+            return None
         if self.state.view == "average":
-            weights = self._shown_maps(analysis.current)[layer].mean(0)
-            heads = analysis.current.attentions.shape[1]
-            return weights, f"layer {layer} · mean of {heads} heads{what}{self._mask_note()}", False
-        if mask.is_masked(layer, head):
-            title = f"layer {layer} · head {head}{what} · before masking"
-            return self._shown_maps(analysis.plain)[layer, head], title, True
-        return self._shown_maps(analysis.current)[layer, head], f"layer {layer} · head {head}{what}{self._mask_note()}", False
+            return maps.mean(0), f"layer {layer} · mean of {len(maps)} heads{what}{self._mask_note()}", False
+        if before:
+            return maps[head], f"layer {layer} · head {head}{what} · before masking", True
+        return maps[head], f"layer {layer} · head {head}{what}{self._mask_note()}", False
 
     def _mask_note(self) -> str:
         mask = self.analysis.current.mask
@@ -542,13 +598,14 @@ class ExplorerApp(App[None]):
         self.heatmap_scale = SCALES[(SCALES.index(self.heatmap_scale) + 1) % len(SCALES)]
         note = SCALE_NOTES[self.heatmap_scale]
         if self._norms_shown():
-            note = "0 to the sentence's largest norm, comparable across heads" if self.heatmap_scale == "fixed" else note.replace("weight", "norm")
+            whose = "the sentence's" if self.analysis.every_layer else "this layer's"
+            note = f"0 to {whose} largest norm, comparable across heads" if self.heatmap_scale == "fixed" else note.replace("weight", "norm")
         self.notify(f"colour scale: {self.heatmap_scale} ({note})", timeout=3)
         self._repaint()
 
     def action_toggle_norms(self) -> None:
         """The heatmap's cells: attention weights α, or the value-weighted norms ‖α f(x)‖ (Kobayashi et al. 2020)."""
-        if self.analysis is not None and self.analysis.current.norms is None:
+        if self.analysis is not None and not self._norms_available():
             self.notify("this backend gives no value-weighted norms; showing the weights", severity="warning", timeout=4)
             return
         self.heatmap_norms = not self.heatmap_norms
@@ -717,7 +774,11 @@ class ExplorerApp(App[None]):
         if self.analysis is None:
             self.notify("nothing to export yet", severity="warning")
             return
-        weights, _, _ = self._displayed_matrix()
+        shown = self._displayed_matrix()
+        if shown is None:
+            self.notify(f"layer {self.state.layer}'s maps are still being computed; export once they show", severity="warning")
+            return
+        weights, _, _ = shown
         tokens = list(self.analysis.current.tokens)
         head = None if self.state.view == "average" else self.state.head
         try:
@@ -767,3 +828,14 @@ class ExplorerApp(App[None]):
 
     def on_unmount(self) -> None:
         self._save_state()
+
+
+def layer_maps_of(backend: Backend, analysis: Analysis, layer: int) -> LayerMaps:
+    """One layer's maps of a long input (in a worker): under the mask, and before it where a head of the layer is off."""
+    current = analysis.current
+    weights, norms = backend.layer_maps(current.encoding, layer, mask=current.mask, ablation=current.ablation,
+                                        start_from=current)
+    plain_weights = plain_norms = None
+    if any(current.mask.is_masked(layer, head) for head in range(backend.num_heads)):
+        plain_weights, plain_norms = backend.layer_maps(current.encoding, layer, start_from=analysis.plain)
+    return LayerMaps(weights, norms, plain_weights, plain_norms)

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
+import numpy as np
+
 from bertscope.core.analyses.attribution_results import Attribution, Target
 from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryResult
 from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
@@ -51,9 +53,26 @@ class Backend(Protocol):
         ablation: Ablation = "zero",
         reuse: ForwardResult | None = None,
         norms: bool = False,
+        figures: bool = False,
     ) -> ForwardResult:
         """`reuse`: the unmasked result of the same encoding, whose layers below the first masked one are kept.
-        `norms`: also the value-weighted norms ‖α f(x)‖ `[L, H, T, T]` (Kobayashi et al. 2020), from the same pass."""
+        `norms`: also the value-weighted norms ‖α f(x)‖ `[L, H, T, T]` (Kobayashi et al. 2020), from the same pass.
+        `figures`: the result's `figures` holds each head's figures `[L, H]` (core.analyses.headstats), reduced
+        layer by layer, so they come without `attentions` too (with `reuse`, which must then carry its own)."""
+        ...
+
+    def layer_maps(
+        self,
+        text: Encoding,
+        layer: int,
+        *,
+        mask: HeadMask | None = None,
+        ablation: Ablation = "zero",
+        start_from: ForwardResult | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One layer's attention weights and value-weighted norms `[H, T, T]`, where holding every layer's would not
+        fit (a long input). `start_from`: a `forward` result of the same input, mask and ablation, whose hidden
+        state entering `layer` lets the layer run alone."""
         ...
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]: ...

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from textual.message import Message
@@ -23,6 +23,16 @@ class ModelLoadFailed(Message):
         self.reason = reason
 
 
+@dataclass(frozen=True)
+class LayerMaps:
+    """One layer's maps `[H, T, T]` of a long input, whose every layer's would not fit in memory."""
+
+    weights: np.ndarray  # under the mask
+    norms: np.ndarray
+    plain_weights: np.ndarray | None  # before masking: only where a head of this layer is masked
+    plain_norms: np.ndarray | None
+
+
 @dataclass(frozen=True, eq=False)
 class Analysis:
     """Everything the views show for one sentence under one mask."""
@@ -33,3 +43,24 @@ class Analysis:
     figures: dict[str, np.ndarray]  # per-head figures of `current`, each [L, H]
     predictions_plain: list[MaskPrediction]
     predictions_current: list[MaskPrediction]
+    # A long input's maps: the shown layer's only (the results then hold no `attentions`); empty otherwise.
+    layers: dict[int, LayerMaps] = field(default_factory=dict)
+
+    @property
+    def every_layer(self) -> bool:
+        """Whether the results hold every layer's maps (a short input), or only `layers` has maps."""
+        return self.current.attentions is not None
+
+    def maps(self, layer: int, *, plain: bool = False, norms: bool = False) -> np.ndarray | None:
+        """One layer's weights (or norms) `[H, T, T]`, under the mask or before it; None while a long input's
+        layer is not computed yet."""
+        if self.every_layer:
+            result = self.plain if plain else self.current
+            stack = result.norms if norms else result.attentions
+            return None if stack is None else stack[layer]
+        found = self.layers.get(layer)
+        if found is None:
+            return None
+        if plain and found.plain_weights is not None:
+            return found.plain_norms if norms else found.plain_weights
+        return found.norms if norms else found.weights

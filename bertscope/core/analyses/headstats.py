@@ -30,26 +30,33 @@ def is_punctuation(token: str) -> bool:
 
 
 def head_figures(attentions: np.ndarray, tokens: Sequence[str], special: np.ndarray) -> dict[str, np.ndarray]:
-    """Every figure of FIGURES as an `[L, H]` array, from `[L, H, T, T]` attentions."""
+    """Every figure of FIGURES as an `[L, H]` array, from `[L, H, T, T]` attentions.
+
+    Written to make no `[L, H, T, T]` temporaries beyond one (the logarithms): the shares go
+    through one matrix product, the sums over keys through einsum, so that a 2,000-token
+    layer (48M weights) is reduced in a fraction of a second."""
+    attentions = np.asarray(attentions, dtype=np.float32)
     length = attentions.shape[-1]
     special = np.asarray(special, dtype=bool)
     first_special = np.zeros(length, dtype=bool)
     first_special[0] = special[0]  # [CLS] / <s>
     later_special = special & ~first_special  # [SEP] / </s>
     punctuation = np.array([is_punctuation(t) and not s for t, s in zip(tokens, special)], dtype=bool)
-    positions = np.arange(length)
+    keys = np.stack([first_special, later_special, punctuation], axis=1).astype(np.float32)  # [T, 3]
+    shares = (attentions @ keys).mean(-2)  # [L, H, 3]: the share of each row on those keys, averaged over rows
+    positions = np.arange(length, dtype=np.float32)
     distance = np.abs(positions[:, None] - positions[None, :])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        plogp = np.where(attentions > 0, attentions * np.log(attentions), 0.0)
+    logs = np.zeros_like(attentions)
+    np.log(attentions, out=logs, where=attentions > 0)  # 0 · log 0 counts as 0
     figures = {
-        "entropy": -plogp.sum(-1).mean(-1),
-        "cls": attentions[..., first_special].sum(-1).mean(-1),
-        "sep": attentions[..., later_special].sum(-1).mean(-1),
-        "punct": attentions[..., punctuation].sum(-1).mean(-1),
+        "entropy": -np.einsum("...ij,...ij->...i", attentions, logs).mean(-1),
+        "cls": shares[..., 0],
+        "sep": shares[..., 1],
+        "punct": shares[..., 2],
         "self": np.diagonal(attentions, axis1=-2, axis2=-1).mean(-1),
         "prev": _offset_mean(attentions, -1),
         "next": _offset_mean(attentions, 1),
-        "distance": (attentions * distance).sum(-1).mean(-1),
+        "distance": np.einsum("...ij,ij->...i", attentions, distance).mean(-1),
     }
     return {name: figures[name].astype(np.float32) for name in FIGURES}
 

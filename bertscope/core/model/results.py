@@ -77,6 +77,9 @@ class ForwardResult:
     head; `class_logits` is `[C]` for sequence-classification models. `norms`, when asked
     for, is `[L, H, T, T]`: the value-weighted norms ‖α_ij f_h(x_j)‖ of Kobayashi et al. 2020
     (how much of token j each head moves into token i; core.model.norms says which definition).
+    `figures`, when asked for, holds each head's per-head figures `[L, H]`
+    (core.analyses.headstats), reduced layer by layer as the pass ran: a long input's
+    figures without its `[L, H, T, T]` maps.
     """
 
     encoding: Encoding
@@ -87,6 +90,7 @@ class ForwardResult:
     mask: HeadMask
     ablation: Ablation
     norms: np.ndarray | None = None
+    figures: dict[str, np.ndarray] | None = None
 
     @property
     def tokens(self) -> tuple[str, ...]:

@@ -173,6 +173,7 @@ class Session:
         mlm_logits: bool = True,
         reuse: ForwardResult | None = None,
         norms: bool = False,
+        on_layer: Callable[[int, np.ndarray, np.ndarray | None], None] | None = None,
     ) -> ForwardResult:
         """One sentence (or pair) through the model, as numpy arrays: tokens, attentions `[L, H, T, T]`
         (unless `attentions=False`, which is faster), hidden states `[L+1, T, D]`, logits.
@@ -182,35 +183,44 @@ class Session:
         `reuse` is an unmasked result for the same input: the layers below the first masked
         one are then taken from it instead of being computed again (a toggle in layer 4 of 6
         runs two layers, not six). The result is the same as without it.
+
+        `on_layer(layer, weights, norms)` receives each layer's maps `[H, T, T]` (its norms
+        with `norms=True`, else None) as the pass computes them; with `reuse`, only the layers
+        run again. A caller that reduces them (the explorer's per-head figures of a long input)
+        then holds one layer's maps at a time: the result keeps them only with `attentions=True`.
         """
         encoding = text if isinstance(text, Encoding) else self.encode(text, pair)
         head_mask = mask if isinstance(mask, HeadMask) else self.mask(mask)
         ablation = check_ablation(ablation)
-        attentions = attentions or norms
-        start = self._reusable_layers(reuse, encoding, head_mask, attentions, norms)
+        attentions = attentions or norms and on_layer is None
+        start = self._reusable_layers(reuse, encoding, head_mask, attentions, norms and attentions)
         if start:
-            return self._forward_from(reuse, start, head_mask, ablation, attentions, mlm_logits, norms)
+            return self._forward_from(reuse, start, head_mask, ablation, attentions, mlm_logits, norms, on_layer)
         inputs = self.tensors(encoding)
-        layer_norms: dict[int, Tensor] = {}
+        taker = _LayerTaker(attentions, norms, on_layer)
         with torch.inference_mode():
             outputs = self.run(
                 inputs, gates=self.gate_tensor(head_mask), ablation=ablation, attentions=attentions,
-                on_norms=layer_norms.__setitem__ if norms else None,
+                on_attention=taker.weights if on_layer is not None else None,
+                on_norms=taker.norms if norms else None,
             )
             hidden = torch.stack(outputs.hidden_states)[:, 0]
             mlm = None
             if self.mlm_head is not None and mlm_logits:
                 mlm = _mlm_logits(outputs)[0]
             class_logits = outputs.logits[0] if self.is_classifier else None
+            weights = None
+            if attentions:
+                weights = taker.stacked_weights() if on_layer is not None else _numpy(torch.stack(outputs.attentions)[:, 0])
             return ForwardResult(
                 encoding=encoding,
                 hidden_states=_numpy(hidden),
-                attentions=_numpy(torch.stack(outputs.attentions)[:, 0]) if attentions else None,
+                attentions=weights,
                 mlm_logits=_numpy(mlm) if mlm is not None else None,
                 class_logits=_numpy(class_logits) if class_logits is not None else None,
                 mask=head_mask,
                 ablation=ablation,
-                norms=_numpy(torch.stack([layer_norms[i][0] for i in range(self.num_layers)])) if norms else None,
+                norms=taker.stacked_norms() if norms and attentions else None,
             )
 
     def tensors(self, encoding: Encoding) -> dict[str, Tensor]:
@@ -221,10 +231,17 @@ class Session:
         }
 
     def layer_maps(self, encoding: Encoding, layer: int, *, mask: HeadMask | str | None = None,
-                   ablation: Ablation = "zero", norms: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+                   ablation: Ablation = "zero", norms: bool = False,
+                   start_from: ForwardResult | None = None) -> tuple[np.ndarray, np.ndarray | None]:
         """One layer's attention weights `[H, T, T]` (and value-weighted norms) for one input, keeping no other
-        layer's: a 2,000-token input's maps take H·T² floats, not L·H·T² (what `forward` would hold)."""
+        layer's: a 2,000-token input's maps take H·T² floats, not L·H·T² (what `forward` would hold).
+
+        `start_from`: a `forward` result of this input under this mask and ablation; the layer then
+        runs alone, on the hidden state that result says enters it (one layer's work, not the model's)."""
         head_mask = mask if isinstance(mask, HeadMask) else self.mask(mask)
+        ablation = check_ablation(ablation)
+        if start_from is not None:
+            return self._one_layer_maps(start_from, layer, head_mask, ablation, norms)
         kept: dict[str, Tensor] = {}
 
         def keep(name: str):
@@ -240,6 +257,22 @@ class Session:
                      on_norms=keep("norms") if norms else None)
         return kept["weights"].numpy(), kept["norms"].numpy() if norms else None
 
+    def _one_layer_maps(self, result: ForwardResult, layer: int, mask: HeadMask, ablation: Ablation,
+                        norms: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """`layer_maps` from the hidden state entering `layer` in `result` (the same input, mask and ablation)."""
+        if result.mask.spec() != mask.spec() or (len(mask) and result.ablation != ablation):
+            raise ValueError(f"start_from was run under mask {result.mask.spec()!r} ({result.ablation}), "
+                             f"not {mask.spec()!r} ({ablation})")
+        taker = _LayerTaker(True, norms, None)
+        hidden = torch.as_tensor(result.hidden_states[layer], device=self.device, dtype=self.loaded.dtype)[None]
+        with torch.inference_mode(), self.lock, attention_pass(
+            self._layers, gates=self.gate_tensor(mask), ablation=ablation, want_weights=True, kept=self.kept_heads,
+            on_weights=taker.weights, on_norms=taker.norms if norms else None,
+        ):
+            for _ in self.loaded.family.run_layers(self.model, hidden, layer, layer + 1):
+                pass
+        return taker.stacked_weights()[0], taker.stacked_norms()[0] if norms else None
+
     def _reusable_layers(
         self, reuse: ForwardResult | None, encoding: Encoding, mask: HeadMask, attentions: bool, norms: bool = False
     ) -> int:
@@ -254,31 +287,29 @@ class Session:
 
     def _forward_from(
         self, plain: ForwardResult, start: int, mask: HeadMask, ablation: Ablation, attentions: bool, mlm_logits: bool,
-        norms: bool = False,
+        norms: bool = False, on_layer: Callable[[int, np.ndarray, np.ndarray | None], None] | None = None,
     ) -> ForwardResult:
         """Run layers `start`.. on the unmasked hidden state entering layer `start`."""
         hidden = torch.as_tensor(plain.hidden_states[start], device=self.device, dtype=self.loaded.dtype)[None]
         states = []
-        layer_norms: dict[int, Tensor] = {}
+        taker = _LayerTaker(attentions, norms, on_layer)
         with torch.inference_mode(), self.lock, attention_pass(
             self._layers, gates=self.gate_tensor(mask), ablation=ablation, want_weights=attentions, kept=self.kept_heads,
-            on_norms=layer_norms.__setitem__ if norms else None,
-        ) as recorded:
+            on_weights=taker.weights if attentions or on_layer is not None else None, on_norms=taker.norms if norms else None,
+        ):
             for hidden in self.loaded.family.run_layers(self.model, hidden, start, self.num_layers):
                 states.append(hidden[0])  # one unpadded sequence: no attention mask, as in the full pass
             mlm = self.mlm_head(hidden[0]) if self.mlm_head is not None and mlm_logits else None
             upper = _numpy(torch.stack(states))
-            upper_attentions = _numpy(torch.stack([recorded[i][0] for i in range(start, self.num_layers)])) if attentions else None
-            upper_norms = _numpy(torch.stack([layer_norms[i][0] for i in range(start, self.num_layers)])) if norms else None
         return ForwardResult(
             encoding=plain.encoding,
             hidden_states=np.concatenate([plain.hidden_states[: start + 1], upper]),
-            attentions=np.concatenate([plain.attentions[:start], upper_attentions]) if attentions else None,
+            attentions=np.concatenate([plain.attentions[:start], taker.stacked_weights()]) if attentions else None,
             mlm_logits=_numpy(mlm) if mlm is not None else None,
             class_logits=None,
             mask=mask,
             ablation=ablation,
-            norms=np.concatenate([plain.norms[:start], upper_norms]) if norms else None,
+            norms=np.concatenate([plain.norms[:start], taker.stacked_norms()]) if norms and attentions else None,
         )
 
     def run(
@@ -401,3 +432,40 @@ def _mlm_logits(outputs) -> Tensor:
 
 def _numpy(tensor: Tensor) -> np.ndarray:
     return tensor.detach().float().cpu().numpy()
+
+
+class _LayerTaker:
+    """Each layer's maps of a pass `[H, T, T]`: kept (with `keep`; stacked into numpy at the end, one copy off the
+    device) and handed to `on_layer` as numpy, with the same layer's norms when `norms` (a pass reports a layer's
+    weights, then its norms)."""
+
+    def __init__(self, keep: bool, norms: bool, on_layer: Callable[[int, np.ndarray, np.ndarray | None], None] | None):
+        self.keep, self.with_norms, self.on_layer = keep, norms, on_layer
+        self.kept_weights: list[Tensor] = []
+        self.kept_norms: list[Tensor] = []
+        self._waiting: Tensor | None = None  # this layer's weights, until its norms come
+
+    def weights(self, layer: int, weights: Tensor) -> None:
+        if self.with_norms:
+            self._waiting = weights[0]
+        else:
+            self._take(layer, weights[0], None)
+
+    def norms(self, layer: int, norms: Tensor) -> None:
+        weights, self._waiting = self._waiting, None
+        self._take(layer, weights, norms[0])
+
+    def _take(self, layer: int, weights: Tensor | None, norms: Tensor | None) -> None:
+        if self.keep:
+            if weights is not None:
+                self.kept_weights.append(weights)
+            if norms is not None:
+                self.kept_norms.append(norms)
+        if self.on_layer is not None:
+            self.on_layer(layer, _numpy(weights), None if norms is None else _numpy(norms))
+
+    def stacked_weights(self) -> np.ndarray:
+        return _numpy(torch.stack(self.kept_weights))
+
+    def stacked_norms(self) -> np.ndarray:
+        return _numpy(torch.stack(self.kept_norms))
