@@ -7,6 +7,8 @@ A random ModernBERT of base size (22 layers × 12 heads × 768, local layers ±6
 `--tokens` tokens. Each contender runs in a fresh process and reports its own peak
 resident memory (ru_maxrss): `attention` (the command, one layer's maps kept: H·T²),
 `export` (every layer's maps and norms written to the .npz, one layer in memory at a time),
+the explorer (headless, 160×48: its first screen, a move to the next layer, to the next head,
+and a head switched off; only the shown layer's maps held),
 a bare SDPA forward (no weights), and a bare eager forward with `output_attentions=True`
 (every layer's maps: L·H·T², what holding them all would cost). Prints JSON.
 """
@@ -48,6 +50,43 @@ gpu = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else 0
 print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, gpu)
 """
 
+EXPLORER = """
+import asyncio, resource, sys, time
+from textual.worker import WorkerCancelled
+from bertscope.api import load
+from bertscope.session_backend import SessionBackend
+from bertscope.ui.app import ExplorerApp
+directory, text, _, device = sys.argv[1:5]
+start = time.perf_counter()
+app = ExplorerApp(lambda report: SessionBackend(load(directory, device=device)), text=text)
+times = {}
+
+async def settle(pilot):
+    for _ in range(3):
+        try:
+            await app.workers.wait_for_complete()
+        except WorkerCancelled:
+            pass
+        await pilot.pause()
+
+async def go():
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        times["first screen"] = time.perf_counter() - start
+        for name, key in (("next layer", "down"), ("next head", "right"), ("mask a head", "space")):
+            begun = time.perf_counter()
+            await pilot.press(key)
+            await settle(pilot)
+            times[name] = time.perf_counter() - begun
+        assert app.analysis is not None and app.state.mask == "1:1", app.state.mask
+        times["holds every layer"] = float(app.analysis.every_layer)
+
+asyncio.run(go())
+gpu = __import__("torch").cuda.max_memory_allocated() / 2**20 if device == "cuda" else 0
+print("steps", *(f"{name.replace(' ', '_')}={seconds:.2f}" for name, seconds in times.items()))
+print(times["first screen"], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, gpu)
+"""
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -77,12 +116,16 @@ def main() -> None:
         length = len(session.encode(text))
         del session
         for name, script, extra in (("attention command", COMMAND, ["attention"]), ("export command", COMMAND, ["export"]),
+                                    ("explorer", EXPLORER, ["explore"]),
                                     ("bare sdpa, no weights", BARE, ["sdpa"]),
                                     ("bare eager, every layer's weights", BARE, ["eager"])):
             done = subprocess.run([sys.executable, "-c", script, str(directory), text, *extra, args.device], capture_output=True,
                                   text=True, check=True, cwd=Path(__file__).resolve().parent.parent)
             seconds, peak, gpu_peak = map(float, done.stdout.split()[-3:])
             results[name] = {"seconds": round(seconds, 2), "peak_mb": round(peak)}
+            if script is EXPLORER:  # seconds to each screen
+                steps = next(line for line in done.stdout.splitlines() if line.startswith("steps "))
+                results[name]["steps"] = {key: float(value) for key, value in (item.split("=") for item in steps.split()[1:])}
             if args.device == "cuda":
                 results[name]["gpu_peak_mb"] = round(gpu_peak)
     summary = ", ".join(f"{name}: {row['peak_mb']} MB{' host, %d MB GPU' % row['gpu_peak_mb'] if 'gpu_peak_mb' in row else ''} "

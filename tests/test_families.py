@@ -230,6 +230,13 @@ def test_albert_masks_one_application_of_its_shared_layer(tmp_path):
         tmp_path / "albert").parameters())
 
 
+def test_albert_with_several_layers_per_group_is_refused_before_loading(tmp_path):
+    save_tiny_family(tmp_path / "albert", "albert", inner_group_num=2)
+    with pytest.raises(ModelLoadError, match="inner_group_num=2") as raised:
+        bertscope.load(str(tmp_path / "albert"), device="cpu")
+    assert "\n" not in str(raised.value) and raised.value.setting == "model"
+
+
 def test_other_architectures_are_refused_in_one_line(tmp_path):
     config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=50)
     transformers.GPT2Model(config).save_pretrained(tmp_path)

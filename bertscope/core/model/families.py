@@ -43,6 +43,9 @@ class Family:
     physical_pruning: bool = True
     projects_in_attention: bool = False  # `self_attention` applies `attention_output` itself (DistilBERT)
 
+    def check_config(self, config: dict, architecture: str) -> None:
+        """Refuse, before loading, a layout of this family that bertscope cannot read layer by layer."""
+
     # --- modules ---------------------------------------------------------------------------
 
     def prepare(self, model: nn.Module) -> None:
@@ -171,6 +174,14 @@ class DistilBert(Family):
 class Albert(Family):
     """One layer's weights applied N times. `prepare` gives each application its own module objects over the
     same parameters, so that a hook, a gate or a statistic belongs to an application, not to the shared weights."""
+
+    def check_config(self, config, architecture):
+        inner = config.get("inner_group_num", 1)
+        if inner != 1:
+            raise ModelLoadError(
+                f"{architecture} runs {inner} layers in each application of a layer group (inner_group_num={inner}), "
+                "and transformers reports one hidden state per application, not per layer; bertscope reads ALBERT "
+                "with one layer per group (inner_group_num=1, as in every released ALBERT)", setting="model")
 
     def prepare(self, model):
         import copy

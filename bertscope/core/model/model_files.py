@@ -42,6 +42,7 @@ def find_model(model: str | None = None, allow_download: bool = False) -> ModelF
     model_type = str(config.get("model_type", "?"))
     architecture = (config.get("architectures") or [f"{model_type} (no architectures listed)"])[0]
     family = family_for(model_type, architecture)
+    family.check_config(config, architecture)
     if config.get("is_decoder"):
         raise ModelLoadError(f"{architecture} in {directory} is configured as a decoder; bertscope reads bidirectional encoders")
     weights = weights_file(directory)
