@@ -64,24 +64,24 @@ async def measure(args) -> dict:
         def on_mount(self) -> None:
             self.call_after_refresh(lambda: marks.setdefault("first_frame", time.perf_counter()))
 
-        def on_analysis_computed(self, message) -> None:
-            super().on_analysis_computed(message)  # repaint first, then take the time
-            message.prevent_default()  # and stop Textual from calling it a second time
+        def _analysed(self, progress) -> None:
+            super()._analysed(progress)  # repaint first, then take the time
             marks["repainted"] = time.perf_counter()
             repainted.set()
 
     def open_backend(report):
         from bertscope.core.model.session import Session
+        from bertscope.session_backend import SessionBackend
 
-        session = Session.open(args.model, device=args.device)
+        backend = SessionBackend(Session.open(args.model, device=args.device))
         marks["model_ready"] = time.perf_counter()
-        return session
+        return backend
 
     app = TimedExplorer(open_backend, text="The keys to the cabinet are on the table.", glyphs=False)
     app_started = time.perf_counter()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        session = app.backend
+        session = app.backend.session
         text = sentence_of(session, args.tokens)
         sentence = app.query_one("#sentence")
         sentence.value = text
@@ -208,7 +208,7 @@ def bare_forward_times(session, text: str, repeats: int) -> list[float]:
     from transformers import AutoModel
 
     model = AutoModel.from_pretrained(session.loaded.directory, attn_implementation="eager").to(session.device).eval()
-    inputs = {k: v.to(session.device) for k, v in session.tokenizer(text, return_tensors="pt").items()}
+    inputs = {k: v.to(session.device) for k, v in session.loaded.family.inputs(dict(session.tokenizer(text, return_tensors="pt"))).items()}
     times = []
     with torch.inference_mode():
         for step in range(repeats + 3):
