@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -73,11 +73,22 @@ def atomic_write(path: str | Path, mode: str = "wb") -> Iterator[IO]:
 
 
 def temporary_beside(path: str | Path) -> Path:
-    """A new empty file in `path`'s directory, hidden, to be filled and then `publish`ed over `path`."""
+    """A new empty file in `path`'s directory, hidden, to be filled and then `publish`ed over `path`.
+
+    Made with the permissions a plain open() gives (0o666 less the umask, which the system
+    applies), so the published file has them too. The umask is never read by setting it:
+    that changes it for the whole process, and a file or directory another thread makes in
+    that moment (the feature cache writes from one) would be open to everyone."""
     target = Path(path)
-    handle = tempfile.NamedTemporaryFile("wb", dir=target.parent, prefix=f".{target.name}.", suffix=".tmp", delete=False)
-    handle.close()
-    return Path(handle.name)
+    for _ in range(100):
+        candidate = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            descriptor = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+        os.close(descriptor)
+        return candidate
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(target.parent))
 
 
 def publish(temporary: str | Path, path: str | Path) -> None:
@@ -87,14 +98,7 @@ def publish(temporary: str | Path, path: str | Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
-    os.chmod(temporary, 0o666 & ~_umask())  # as a plain open() would have made it
     os.replace(temporary, path)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def reserve_space(path: str | Path, start: int = 0, chunk: int = 1 << 20) -> None:
