@@ -484,20 +484,20 @@ def curve_steps(prepared: Objective, ranking: HeadImportance | None, *, method: 
 
 
 def prune(model: Session, objective_name: str, texts: Texts = None, *, fraction: float, output: str | Path | None = None,
-          format: str = "sliced", data: str | Path | None = None, data_format: str = "auto", limit: int | None = None, task: str | None = None,
+          weights: str = "sliced", data: str | Path | None = None, data_format: str = "auto", limit: int | None = None, task: str | None = None,
           probe_layer: int | None = None, method: str = "gradient", ablation: Ablation = "zero", normalize: bool = True,
           batch_size: int | None = None, seed: int = 0, progress: ProgressCallback = None,
           cancel: threading.Event | None = None) -> Pruning:
     """Choose the least important `fraction` of all heads, measure the objective without them, and with
-    `output` write a copy of the model without them: `format` sliced (the heads cut out of the
+    `output` write a copy of the model without them: `weights` sliced (the heads cut out of the
     weights: smaller and faster, for bertscope and transformers 4) or zeroed (same shapes,
     their output projection zeroed: loads in any transformers)."""
     from bertscope.core.analyses.importance import check_fraction
     from bertscope.core.analyses.pruned_export import FORMATS
 
     check_fraction(fraction)
-    if format not in FORMATS:
-        raise InputError(f"unknown pruned-model format {format!r}; use one of: {', '.join(FORMATS)}", setting="format")
+    if weights not in FORMATS:
+        raise InputError(f"unknown pruned-model weights {weights!r}; use one of: {', '.join(FORMATS)}", setting="weights")
     if output is not None:
         from bertscope.core.data.files import check_new_directory
 
@@ -506,12 +506,12 @@ def prune(model: Session, objective_name: str, texts: Texts = None, *, fraction:
                                  probe_layer=probe_layer, batch_size=batch_size, seed=seed)
     ranking = importance_of(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, progress=progress,
                             cancel=cancel)
-    return prune_by(model, prepared, ranking, fraction=fraction, output=output, format=format, source=source, method=method,
+    return prune_by(model, prepared, ranking, fraction=fraction, output=output, weights=weights, source=source, method=method,
                     ablation=ablation)
 
 
 def prune_by(model: Session, prepared: Objective, ranking: HeadImportance, *, fraction: float, output: str | Path | None = None,
-             format: str = "sliced", source: str = "", method: str = "gradient", ablation: Ablation = "zero") -> Pruning:
+             weights: str = "sliced", source: str = "", method: str = "gradient", ablation: Ablation = "zero") -> Pruning:
     """`prune`'s second half, for an objective and a ranking already at hand: remove the least
     important `fraction` of the heads, measure, and with `output` write the pruned copy."""
     from bertscope.core.analyses.importance import measure, pruned_set
@@ -534,7 +534,7 @@ def prune_by(model: Session, prepared: Objective, ranking: HeadImportance, *, fr
     if output is not None and distributed.is_main():  # under torchrun, rank 0 writes the model
         from bertscope.core.analyses.pruned_export import write_pruned_model
 
-        written = write_pruned_model(model, chosen, output, timing_texts=prepared.texts, format=format, extra={
+        written = write_pruned_model(model, chosen, output, timing_texts=prepared.texts, weights=weights, extra={
             "objective": prepared.name, "method": method, "ranking_ablation": ablation, "fraction": fraction, "data": source,
             "metric": prepared.metric, "before": {"loss": ranking.baseline_loss, "metric": ranking.baseline_metric},
             "after": {"loss": after.loss, "metric": after.metric},

@@ -270,7 +270,7 @@ def test_each_familys_corpus_statistics_importance_and_patching_match_the_cpu(fa
 def test_each_family_prunes_to_a_zeroed_copy_on_the_gpu(family_on_both, tmp_path):
     family, _, _, gpu_session = family_on_both
     pruned = bertscope.prune(gpu_session, "preserve", FAMILY_TEXTS, fraction=0.25, output=tmp_path / "zeroed",
-                             format="zeroed")
+                             weights="zeroed")
     assert pruned.written is not None and pruned.written.max_abs_difference < 1e-4, family
 
 

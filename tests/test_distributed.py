@@ -212,7 +212,7 @@ def test_a_rank_that_runs_out_of_memory_stops_the_job_with_one_line(tmp_path):
     launched = torchrun("fail", out)
     assert launched.returncode != 0
     ours = [line for line in launched.stderr.splitlines() if line.startswith("bertscope:")]
-    assert ours == ["bertscope: error: rank 1: out of memory (CUDA out of memory. Tried to allocate 2.00 GiB); use a smaller --batch-size"]
+    assert ours == ["bertscope: error: rank 1: out of memory (CUDA out of memory. Tried to allocate 2.00 GiB); use a smaller batch size (--batch-size N)"]
     assert not out.exists() and not list(tmp_path.iterdir())  # no output, not even a temporary file
 
 

@@ -252,7 +252,7 @@ def test_a_zeroed_copy_loads_in_plain_transformers_and_computes_the_masked_model
 
     session = bertscope.load(str(save_tiny_family(tmp_path / "model", family, "ForMaskedLM")), device="cpu")
     heads = [(layer, 1) for layer in range(session.num_layers)]  # ALBERT: the same head of every application
-    written = write_pruned_model(session, heads, tmp_path / "zeroed", timing_texts=[TEXT], extra={}, format="zeroed")
+    written = write_pruned_model(session, heads, tmp_path / "zeroed", timing_texts=[TEXT], extra={}, weights="zeroed")
     assert written.max_abs_difference == 0.0
     plain = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "zeroed", attn_implementation="eager").eval()
     batch = session.tokenizer([TEXT], return_tensors="pt")
@@ -271,11 +271,11 @@ def test_families_whose_heads_cannot_be_sliced_say_to_zero_them(family, tmp_path
 
     session = bertscope.load(str(save_tiny_family(tmp_path / "model", family)), device="cpu")
     with pytest.raises(InputError, match="zeroed instead") as raised:
-        write_pruned_model(session, [(0, 1)], tmp_path / "sliced", timing_texts=[TEXT], extra={}, format="sliced")
+        write_pruned_model(session, [(0, 1)], tmp_path / "sliced", timing_texts=[TEXT], extra={}, weights="sliced")
     assert raised.value.setting == "weights" and not (tmp_path / "sliced").exists()
     if family == "albert":  # one application's head is not something a saved copy can remove
         with pytest.raises(InputError, match="run the same weights"):
-            write_pruned_model(session, [(0, 1)], tmp_path / "zeroed", timing_texts=[TEXT], extra={}, format="zeroed")
+            write_pruned_model(session, [(0, 1)], tmp_path / "zeroed", timing_texts=[TEXT], extra={}, weights="zeroed")
 
 
 @pytest.mark.parametrize("family", ["distilbert", "deberta-v2"])

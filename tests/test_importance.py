@@ -52,7 +52,7 @@ def test_a_zeroed_export_loads_in_plain_transformers_and_equals_the_masked_model
     from transformers import AutoModel, AutoModelForMaskedLM
 
     remove = [(0, 1), (0, 3), (2, 0), (2, 1), (2, 2), (2, 3)]
-    written = write_pruned_model(tiny_mlm_session, remove, tmp_path / "zeroed", timing_texts=TEXTS[:8], extra={}, format="zeroed")
+    written = write_pruned_model(tiny_mlm_session, remove, tmp_path / "zeroed", timing_texts=TEXTS[:8], extra={}, weights="zeroed")
     config = json.loads((written.directory / "config.json").read_text())
     assert "pruned_heads" not in config or not config["pruned_heads"]
     assert (written.directory / "model.safetensors").is_file()
@@ -74,7 +74,7 @@ def test_a_zeroed_export_loads_in_plain_transformers_and_equals_the_masked_model
 def test_a_zeroed_export_of_a_sliced_model_is_refused(pruned_pair, tmp_path):
     _, pruned, _ = pruned_pair
     with pytest.raises(InputError, match="sliced out already"):
-        write_pruned_model(pruned, [(1, 0)], tmp_path / "again", timing_texts=TEXTS[:2], extra={}, format="zeroed")
+        write_pruned_model(pruned, [(1, 0)], tmp_path / "again", timing_texts=TEXTS[:2], extra={}, weights="zeroed")
     assert not (tmp_path / "again").exists()
 
 

@@ -59,12 +59,13 @@ class BertscopeGroup(click.Group):
                 return super().invoke(ctx)
         except distributed.RankFailed as error:  # another rank's failure, said once, by rank 0
             if here.main:
-                click.echo(f"bertscope: error: {error}", err=True)
+                click.echo(f"bertscope: error: {error_line(error, self.commands.get(ctx.invoked_subcommand or ''))}", err=True)
             ctx.exit(error.status)
         except BertscopeError as error:
             if here.main or isinstance(error, distributed.RankSetupFailed):
                 prefix = f"rank {here.rank}: " if distributed.started() else ""  # before the group starts, every rank sees the same
-                click.echo(f"bertscope: error: {prefix}{error_line(error)}", err=True)
+                command = self.commands.get(ctx.invoked_subcommand or "")
+                click.echo(f"bertscope: error: {prefix}{error_line(error, command)}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
         except KeyboardInterrupt as stop:
             # Files are written whole or not at all (temporary file, then rename), so a stop
@@ -77,7 +78,11 @@ class BertscopeGroup(click.Group):
             if not here.active:
                 raise
             if here.main:  # out of memory, or a bug: one line naming the rank; the traceback with BERTSCOPE_DEBUG=1
-                click.echo(f"bertscope: error: rank {here.rank}: {distributed.failure_line(error)}", err=True)
+                line = distributed.failure_line(error)
+                setting = distributed.failure_setting(error)  # out of memory: the flag that makes passes smaller
+                if setting is not None:
+                    line += f" ({flag_for(setting, self.commands.get(ctx.invoked_subcommand or ''))})"
+                click.echo(f"bertscope: error: rank {here.rank}: {line}", err=True)
             if os.environ.get("BERTSCOPE_DEBUG"):
                 raise
             ctx.exit(1)
@@ -93,18 +98,26 @@ def quiet_unless_main(here):
         yield
 
 
-# The flag of each setting an error can name (BertscopeError.setting), where it is not
-# simply the setting with dashes: the core speaks of settings, the CLI of flags.
-FLAGS = {"probe": "--probe TASK", "data": "--data FILE", "task": "--task", "unit": "--unit", "format": "--format"}
+def flag_for(setting: str, command: click.Command | None = None) -> str:
+    """The flag that sets `setting` (a BertscopeError's: the core speaks of settings, the CLI of flags): the
+    command's own option of that name as click declares it (`prune`'s `weights` is --weights, its `data_format`
+    --format), else the setting with dashes."""
+    dashed = "--" + setting.replace("_", "-")
+    options = [param for param in (command.params if command is not None else ()) if isinstance(param, click.Option)]
+    for option in sorted(options, key=lambda option: option.name != setting):  # its name first, then its flag
+        if option.name == setting or dashed in option.opts:
+            flag = max(option.opts, key=len)
+            return f"{flag} {option.metavar}" if option.metavar and not option.is_flag else flag
+    return dashed
 
 
-def error_line(error: BertscopeError) -> str:
-    """The error's message, with the flag that sets what it is about, and the CLI's own advice."""
+def error_line(error: BertscopeError, command: click.Command | None = None) -> str:
+    """The error's message, with the flag of `command` that sets what it is about, and the CLI's own advice."""
     from bertscope.core.errors import NoMLMHeadError
 
     line = str(error)
     if error.setting is not None:
-        line += f" ({FLAGS.get(error.setting, '--' + error.setting.replace('_', '-'))})"
+        line += f" ({flag_for(error.setting, command)})"
     if isinstance(error, NoMLMHeadError):
         line += "; or use what works without one: `bertscope attribute TEXT --probe TASK`, `bertscope probe`, `bertscope attention`"
     return line

@@ -188,7 +188,7 @@ def _prune_to(session, prepared, source, method, ablation, normalize, fraction, 
     from bertscope.api import prune_by
 
     ranking = compute_importance(prepared, method, ablation, normalize, seed)
-    pruning = prune_by(session, prepared, ranking, fraction=fraction, output=output, format=weights, source=source,
+    pruning = prune_by(session, prepared, ranking, fraction=fraction, output=output, weights=weights, source=source,
                        method=method, ablation=ablation)
     result, mask, chosen, written = ranking, pruning.mask, pruning.mask.off, pruning.written
     total = session.num_layers * session.num_heads

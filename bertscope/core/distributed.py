@@ -63,8 +63,8 @@ class World:
 class RankFailed(BertscopeError):
     """Another rank failed; its message names the rank and the cause. `status`: the exit status to end with."""
 
-    def __init__(self, message: str, status: int = 1):
-        super().__init__(message)
+    def __init__(self, message: str, status: int = 1, setting: str | None = None):
+        super().__init__(message, setting=setting)
         self.status = status
 
 
@@ -151,10 +151,17 @@ def failure_line(error: BaseException) -> str:
     import torch
 
     if isinstance(error, torch.OutOfMemoryError):
-        return f"out of memory ({str(error).splitlines()[0] if str(error) else 'no detail'}); use a smaller --batch-size"
+        return f"out of memory ({str(error).splitlines()[0] if str(error) else 'no detail'}); use a smaller batch size"
     if isinstance(error, BertscopeError):
         return str(error)
     return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'no message'}"
+
+
+def failure_setting(error: BaseException) -> str | None:
+    """The setting that would have avoided a rank's failure: a user error's own; out of memory, the batch size."""
+    if isinstance(error, BertscopeError):
+        return error.setting
+    return "batch_size" if type(error).__name__ == "OutOfMemoryError" else None
 
 
 def share_failure(error: BaseException) -> None:
@@ -167,8 +174,9 @@ def share_failure(error: BaseException) -> None:
         line, status = "interrupted", 130
     else:
         line = failure_line(error)
+    setting = failure_setting(error) or "-"
     if store.add("failures", 1) == 1:
-        store.set("failed", f"{status} rank {rank}: {line}")
+        store.set("failed", f"{status} {setting} rank {rank}: {line}")
     if rank != 0:  # rank 0 says it; torchrun stops the group as soon as this process exits
         deadline = time.monotonic() + ACK_WAIT_S
         while time.monotonic() < deadline and not store.check(["acknowledged"]):
@@ -181,10 +189,10 @@ def check() -> None:
         return
     store = _state["store"]
     if store.check(["failed"]):
-        status, _, line = store.get("failed").decode().partition(" ")
+        status, setting, line = store.get("failed").decode().split(" ", 2)
         if world().main:
             store.set("acknowledged", "1")
-        raise RankFailed(line, int(status))
+        raise RankFailed(line, int(status), None if setting == "-" else setting)
 
 
 @contextlib.contextmanager

@@ -46,7 +46,7 @@ class PrunedModel:
 
 
 def write_pruned_model(session: Session, remove: Sequence[tuple[int, int]], directory: str | Path, *, timing_texts: Sequence[str],
-                       extra: dict, format: str = "sliced") -> PrunedModel:
+                       extra: dict, weights: str = "sliced") -> PrunedModel:
     """Save a copy of the session's model without heads `remove`, then load it back and measure it.
 
     `sliced`: the heads cut out of the weights (smaller and faster; loads in bertscope and
@@ -56,23 +56,23 @@ def write_pruned_model(session: Session, remove: Sequence[tuple[int, int]], dire
     Written to a temporary directory beside `directory` and renamed into place when complete,
     so a failure never leaves half a model. `extra` goes into the pruning JSON file.
     """
-    if format not in FORMATS:
-        raise InputError(f"unknown pruned-model format {format!r}; use one of: {', '.join(FORMATS)}", setting="weights")
+    if weights not in FORMATS:
+        raise InputError(f"unknown pruned-model weights {weights!r}; use one of: {', '.join(FORMATS)}", setting="weights")
     target = Path(directory).expanduser()
     check_new_directory(target)
     already = pruned_heads_of(session.model.config)
-    if format == "zeroed" and already:
+    if weights == "zeroed" and already:
         raise InputError("a zeroed copy keeps every head's weights, but this model has heads sliced out already; "
                          "write it sliced, or start from the unpruned model", setting="weights")
     pruned = {layer: sorted(set(already.get(layer, [])) | {h for (l, h) in remove if l == layer}) for layer in range(session.num_layers)}
     pruned = {layer: heads for layer, heads in pruned.items() if heads}
     family = session.loaded.family
-    if format == "sliced" and not family.physical_pruning:
+    if weights == "sliced" and not family.physical_pruning:
         raise InputError(f"{family.name} heads cannot be sliced out of its weights; write a copy with the heads' weights "
                          "zeroed instead", setting="weights")
     _check_shared_weights(session, pruned)
     model = copy.deepcopy(session.model).float().cpu()
-    if format == "zeroed":
+    if weights == "zeroed":
         zero_heads(model, session.loaded.family, pruned)
     else:
         new_only = {layer: [h for h in heads if h not in already.get(layer, [])] for layer, heads in pruned.items()}
@@ -95,11 +95,11 @@ def write_pruned_model(session: Session, remove: Sequence[tuple[int, int]], dire
         result = PrunedModel(
             directory=target, pruned=pruned, parameters_before=session.info.parameters,
             parameters_after=sum(p.numel() for p in reloaded.model.parameters()),
-            seconds_before=before, seconds_after=after, max_abs_difference=difference, format=format,
+            seconds_before=before, seconds_after=after, max_abs_difference=difference, format=weights,
         )
         summary = {
             "source": session.info.source,
-            "format": format,
+            "format": weights,
             "pruned_heads": {str(layer): heads for layer, heads in pruned.items()},
             "heads_pruned": sum(len(h) for h in pruned.values()),
             "heads_total": session.num_layers * session.num_heads,
@@ -108,7 +108,7 @@ def write_pruned_model(session: Session, remove: Sequence[tuple[int, int]], dire
             "speedup": round(result.speedup, 4),
             "max_abs_difference_vs_masked": difference,
             "head_numbers": "original: masks and heatmaps of the pruned model use the unpruned model's head numbers",
-            "loads_with": "any transformers (AutoModel.from_pretrained)" if format == "zeroed" else "bertscope, or transformers 4 (pruned_heads)",
+            "loads_with": "any transformers (AutoModel.from_pretrained)" if weights == "zeroed" else "bertscope, or transformers 4 (pruned_heads)",
             **extra,
         }
         (staging / PRUNING_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

@@ -245,7 +245,7 @@ def _stream(
             why = "only blank lines and comments"
         others = " or ".join(other for other in FORMATS if other != format)
         raise CorpusError(f"{name}: no sentences found as {format} ({why}); is it the right format? read it as {others}",
-                          setting="format")
+                          setting="data_format")
 
 
 # --- the formats ----------------------------------------------------------------------------
