@@ -92,8 +92,8 @@ MISSING_OR_UNWRITABLE_FILE = [
     (("export", SENTENCE, "-o", "AFILE/x.npz"), "cannot write AFILE/x.npz: AFILE is a file, not a directory"),
     (("prune", "-O", "preserve", "--fraction", "0.3", "-o", "AFILE/pruned"), "cannot write AFILE/pruned: AFILE is a file, not a directory"),
     (("prune", "-O", "preserve", "--fraction", "1.5"), "--fraction 1.5 must lie strictly between 0 and 1 (e.g. 0.3 for 30% of the heads)"),
-    (("info", "-m", "MISSING"), "model MISSING: no such directory; give a model directory or a Hugging Face name (--model)"),
-    (("compare", "--limit", "3", "--model-b", "MISSING"), "model MISSING: no such directory; give a model directory or a Hugging Face name (--model-b)"),
+    (("info", "-m", "MISSING"), "model MISSING: no such directory; give a model directory or a Hugging Face name (--model M)"),
+    (("compare", "--limit", "3", "--model-b", "MISSING"), "model MISSING: no such directory; give a model directory or a Hugging Face name (--model-b B)"),
 ]
 
 OUT_OF_RANGE_TINY = [  # 3 layers x 4 heads, hidden states 0-3

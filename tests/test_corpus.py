@@ -372,7 +372,7 @@ def test_no_sentences_names_the_first_skip(tmp_path):
     message = one_line(error)
     assert message.startswith(f"{path}: no sentences found as senteval (2 skipped, first: {path}:1: expected 3")
     assert message.endswith("read it as text or conllu")
-    assert error.value.setting == "format"
+    assert error.value.setting == "data_format"
     assert report.sentences == 0 and len(report.skipped) == 2
 
 

@@ -164,7 +164,7 @@ def test_probe_cli_seed_draws_other_splits_and_says_which(tiny_bert_dir, tmp_pat
         (["--task", "nonsense"], "unknown task 'nonsense'"),
         (["--task", "upos", "--data", "SENTEVAL"], "needs a CoNLL-U file"),
         (["--task", "length", "--data", "CONLLU"], "a CoNLL-U file probes"),
-        (["--task", "length", "--dev", "x"], "a dev or test file needs a training file too (--data FILE)"),
+        (["--task", "length", "--dev", "x"], "a dev or test file needs a training file too (--data TRAIN)"),
     ],
 )
 def test_probe_cli_bad_input(tiny_bert_dir, args, fragment):

@@ -35,7 +35,7 @@ from bertscope.core.data.cache import default_cache_dir
 from bertscope.core.data.corpus import Sentence, read_sentences
 from bertscope.core.data.files import atomic_write
 from bertscope.core.data.splits import make_splits
-from bertscope.core.errors import InputError
+from bertscope.core.errors import Cancelled, InputError
 from bertscope.core.model.allocator import FITTING_THRESHOLD, corpus_heap, release_freed_memory
 from bertscope.core.progress import Progress, relay
 
@@ -151,7 +151,7 @@ def decision_probe(
                     encoded.rows("train", features["train"]), y_train, encoded.rows("dev", features["dev"]), y_dev,
                     num_classes=len(classes), device=str(session.device), cancel=cancel,
                 )
-        except probes.Cancelled:
+        except Cancelled:
             return
         scores = probes.score(trained, encoded.rows("test", features["test"]), y_test, len(classes))
         known = DecisionProbe(

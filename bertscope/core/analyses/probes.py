@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from bertscope.core.analyses import lbfgs
-from bertscope.core.errors import InputError
+from bertscope.core.errors import Cancelled, InputError
 from bertscope.core.model import cpu_linear
 from bertscope.core.model.device import resolve_device
 
@@ -53,10 +53,6 @@ STATISTICS_BLOCK = 2048  # rows per block when summing squares for the std
 FIT_BLOCK = 16384  # linear probes: more training rows than this are read a block at a time
 SCORE_BLOCK = 4096  # dev rows are read this many at a time: only scored, once per L2 strength, they need no larger block
 DEVICE_BLOCK_BYTES = 2 << 30  # on a GPU, a layer's rows up to this size are held there whole (see `block_rows`)
-
-
-class Cancelled(Exception):
-    """Training was stopped through its cancel event."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -876,7 +872,7 @@ def _choose(dev_accuracy: np.ndarray, grid: np.ndarray, dev_rows: int) -> np.nda
 
 def _check_cancel(cancel: threading.Event | None) -> None:
     if cancel is not None and cancel.is_set():
-        raise Cancelled("probe training cancelled")
+        raise Cancelled("probe training was cancelled")
 
 
 # --- checks and scores, in numpy ----------------------------------------------------------

@@ -29,7 +29,7 @@ from bertscope.core.analyses.probing_results import ProbeReport
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.splits import Splits
 from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, WORD_TASKS
-from bertscope.core.errors import InputError
+from bertscope.core.errors import Cancelled, InputError
 from bertscope.core.model.allocator import FITTING_THRESHOLD, corpus_heap, release_freed_memory
 from bertscope.core.model.deferred import DeferredSession
 from bertscope.core.progress import Progress, relay
@@ -218,7 +218,7 @@ def run_probe(
             with corpus_heap(FITTING_THRESHOLD):
                 report = _report(task, splits, features, level, kind, control, random_baseline, min_examples, device, seed,
                                  cancel)
-        except (probes.Cancelled, structural.Cancelled):
+        except Cancelled:
             return
         truncated = sum(features["model", name].truncated_words for name in ("train", "dev", "test"))
         if truncated:

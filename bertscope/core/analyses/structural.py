@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bertscope.core.errors import InputError
+from bertscope.core.errors import Cancelled, InputError
 from bertscope.core.model.device import resolve_device
 from bertscope.core.progress import Progress, outcome
 
@@ -48,10 +48,6 @@ SCORE_PAIRS = 1 << 18  # word pairs per scoring batch
 # The paper's 30 epochs were over the Penn Treebank's 40,000 sentences; on 119 (the shipped sample) an epoch is 4 Adam
 # steps and most layers were still improving at 30. Early stopping ends real treebanks sooner (EWT: 11-19 epochs).
 EPOCHS = 100
-
-
-class Cancelled(Exception):
-    """Training stopped because the cancel event was set."""
 
 
 # --- trees ---------------------------------------------------------------------------------
@@ -316,7 +312,7 @@ def iter_structural_training(
     for epoch in range(1, epochs + 1):
         for index in rng.permutation(len(train_batches)):
             if cancel is not None and cancel.is_set():
-                raise Cancelled
+                raise Cancelled("structural probe training was cancelled")
             batch = train_batches[index]
             weights = torch.cat([torch.stack(parts[0]), torch.stack(parts[1])], dim=-1)
             distance, depth = _losses(project_train, weights, batch, rank)
