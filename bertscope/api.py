@@ -92,7 +92,7 @@ def load(model: str | None = None, *, device: str = "auto", dtype: str = "float3
     from bertscope.core.model import cpu_linear as linear_kernels
     from bertscope.core.model.session import Session
 
-    linear_kernels.bound_primitive_cache()  # before the model's first pass (issue 15: one primitive per batch shape)
+    linear_kernels.bound_primitive_cache()  # before the model's first pass: one primitive per batch shape
     device = distributed.start(device)  # under torchrun: join the process group; auto is cuda:LOCAL_RANK or the CPU
     session = Session.open(model, device=device, dtype=dtype, allow_download=allow_download)
     session.choose_cpu_linear(cpu_linear)
@@ -374,7 +374,7 @@ _TASK_COLUMNS = {"upos": {"upos"}, "xpos": {"xpos"}, "deprel": {"deprels"}, "dep
 
 def _only_the_columns_of(task: str, sentence: Sentence) -> Sentence:
     """The sentence without the treebank columns `task` never reads: probing holds every sentence of its
-    splits, and each unused column is a tuple a word long (0.5 KB a sentence for three of them; issue 15)."""
+    splits, and each unused column is a tuple a word long."""
     if sentence.words is None or task not in _TASK_COLUMNS:
         return sentence
     return replace(sentence, **{column: None for column in ("upos", "xpos", "heads", "deprels") if column not in _TASK_COLUMNS[task]})

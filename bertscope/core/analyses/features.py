@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from bertscope.core.model.session import Session
 
 CACHE_VERSION = 6  # 2: rows name their word (a word with no tokens has no row); 3: stored layer by layer; 4: float16;
-# 5: float32 where float16 would round away the spread (issue 34); 6: `precision` in the options
+# 5: float32 where float16 would round away the spread; 6: `precision` in the options
 PRECISIONS = ("auto", "float32")
 CHUNK = 1024  # sentences tokenised at a time
 FLOAT16_MAX = float(np.finfo(np.float16).max)

@@ -485,7 +485,7 @@ def _train_probe(session, split, task, level, layer, batch_size, seed):
     test_labels = [] if level == "word" else labels_of("test")
     encoded = encode_labels(labels_of("train", features["train"]), labels_of("dev", features["dev"]), test_labels)
     release_freed_memory()
-    with corpus_heap(FITTING_THRESHOLD):  # the fit's large blocks mapped and handed back, not heap holes (issue 15)
+    with corpus_heap(FITTING_THRESHOLD):  # the fit's large blocks mapped and handed back, not heap holes
         trained = probes.train_probes(
             encoded.rows("train", features["train"].X[:, layer : layer + 1]), encoded.train,
             encoded.rows("dev", features["dev"].X[:, layer : layer + 1]), encoded.dev,

@@ -146,7 +146,7 @@ def decision_probe(
         yield Progress("training the probe", total, total)
         release_freed_memory()  # what the feature passes freed (core.model.allocator)
         try:
-            with corpus_heap(FITTING_THRESHOLD):  # the fit's large blocks mapped and handed back, not heap holes (issue 15)
+            with corpus_heap(FITTING_THRESHOLD):  # the fit's large blocks mapped and handed back, not heap holes
                 trained = probes.train_probes(
                     encoded.rows("train", features["train"]), y_train, encoded.rows("dev", features["dev"]), y_dev,
                     num_classes=len(classes), device=str(session.device), cancel=cancel,
@@ -200,7 +200,7 @@ def _digest(sentences: Sequence[Sentence]) -> str:
     return digest.hexdigest()[:16]
 
 
-CACHE_VERSION = 2  # 2: fitted on standardised rows (issue 34); the dtype (and device below float32) in the key
+CACHE_VERSION = 2  # 2: fitted on standardised rows; the dtype (and device below float32) in the key
 _ARRAYS = ("mean", "std", "weights", "bias", "l2", "l2_grid", "dev_accuracy")
 
 

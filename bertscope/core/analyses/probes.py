@@ -414,24 +414,23 @@ def _train_linear(X_train, label_sets, X_dev, grid, num_classes, max_iter, devic
     `layer_l2` set to the first's `chosen_strengths` (Hewitt & Liang's control task), their
     final fits sharing every pass over the rows with the first's (`_fit_together`).
 
-    Memory is flat in the number of rows (issue 15): beyond FIT_BLOCK rows the final fit, and
-    beyond SCORE_BLOCK rows the dev scores, read the features (often a memory map) a block
-    at a time, converting each block into one reused buffer, instead of holding a float32
-    copy of the whole layer.
+    Memory is flat in the number of rows: beyond FIT_BLOCK rows the final fit, and beyond
+    SCORE_BLOCK rows the dev scores, read the features (often a memory map) a block at a
+    time, converting each block into one reused buffer, instead of holding a float32 copy of
+    the whole layer.
 
-    Speed (issue 19; EWT UPOS on MiniLM, benchmarks/probe_layers.py): L-BFGS runs in whitened
-    coordinates (`_Correlation`, `_Logistic`); with `layer_l2` each layer fits one strength only.
-    Precision (issue 34): the rows themselves are standardised as they are read (`_Rows`), so
-    that features varying little around a large mean ([CLS] of an anisotropic model) are not
-    lost to float32 cancellation, wherever the fit runs and whichever kernels it uses.
+    Speed: L-BFGS runs in whitened coordinates (`_Correlation`, `_Logistic`); with `layer_l2`
+    each layer fits one strength only. Precision: the rows themselves are standardised as
+    they are read (`_Rows`), so that features varying little around a large mean ([CLS] of an
+    anisotropic model) are not lost to float32 cancellation, wherever the fit runs and
+    whichever kernels it uses.
     """
     n, num_layers, dim = X_train.shape
     labels = [(torch.as_tensor(y, device=device), torch.as_tensor(y_dev, device=device)) for y, y_dev in label_sets]
     subset = torch.randperm(n, generator=generator)[:SELECTION_ROWS] if n > SELECTION_ROWS else None
     strongest_first = sorted(range(len(grid)), key=lambda index: -grid[index])
     found = [_Found.empty(num_layers, dim, num_classes, len(grid)) for _ in labels]
-    # One buffer of each kind for every layer: fresh memory costs page faults, 0.3-0.5 s per
-    # 0.4 GB on the 2-core virtual machines this was measured on.
+    # One buffer of each kind for every layer: fresh memory costs page faults.
     buffer = torch.empty(min(n, block_rows(device, dim, FIT_BLOCK)), dim, device=device)
     dev_buffer = torch.empty(min(len(X_dev), block_rows(device, dim, SCORE_BLOCK)), dim, device=device)
     tolerance = GRADIENT_TOLERANCE if subset is None else SELECTION_TOLERANCE  # halves the subset's iterations
@@ -606,10 +605,9 @@ def _slices(blocks):
 def block_rows(device: torch.device, dim: int, block: int) -> int:
     """How many float32 rows of `dim` features a fit holds at once on `device`.
 
-    On the CPU `block` (FIT_BLOCK, SCORE_BLOCK), so that host memory stays flat in the corpus
-    (issue 15). On a GPU the rows past a block would be copied from the host again at every
-    L-BFGS evaluation (on one H100 that made a warm probe slower than on a 2-core CPU), and
-    holding them costs GPU memory, not the host's: up to DEVICE_BLOCK_BYTES there.
+    On the CPU `block` (FIT_BLOCK, SCORE_BLOCK), so that host memory stays flat in the corpus.
+    On a GPU the rows past a block would be copied from the host again at every L-BFGS
+    evaluation, and holding them costs GPU memory, not the host's: up to DEVICE_BLOCK_BYTES there.
     """
     return block if device.type == "cpu" else max(block, DEVICE_BLOCK_BYTES // (4 * dim))
 

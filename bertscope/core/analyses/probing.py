@@ -101,8 +101,8 @@ class KeptRows:
     """Some rows of a features array (a memory map), read only as the probes read blocks or layers of them.
 
     `X[keep]` would copy every kept row into memory: a whole split of (L+1) × D features a
-    word, a gigabyte for MiniLM at 16,000 sentences, whenever one rare label is left out
-    (issue 15). The probes take a layer (`X[:, layer]`, still lazy) and then blocks of rows
+    word, a gigabyte for MiniLM at 16,000 sentences, whenever one rare label is left out.
+    The probes take a layer (`X[:, layer]`, still lazy) and then blocks of rows
     (`X[start:stop]`), so only a block is ever copied; `np.asarray` gives every row at once.
     """
 
@@ -213,7 +213,7 @@ def run_probe(
         try:
             # Training streams blocks of FIT_BLOCK rows (and their float64 sums) through memory: served by mmap
             # like a corpus job's batches, they are handed back when freed instead of growing the heap with the
-            # number of blocks (issue 15: +107 MB of freed-but-kept heap at 8,000 EWT sentences without it); an
+            # number of blocks; an
             # evaluation's smaller temporaries, the same few sizes every time, stay on the heap (FITTING_THRESHOLD).
             with corpus_heap(FITTING_THRESHOLD):
                 report = _report(task, splits, features, level, kind, control, random_baseline, min_examples, device, seed,

@@ -1,30 +1,14 @@
-"""Batches of length-sorted sentences, capped by tokens and, where attention maps are kept, by T².
+"""Batches of length-sorted sentences, capped by padded tokens and, where attention maps are kept, by T².
 
-Why a cap beyond a number of sentences: a forward pass holds `B × T × D` hidden states
-(four times that in the feed-forward layer), and an eager pass with attention weights
-`B × H × T²` floats per layer, several times over while softmax and the statistics run.
-A fixed 32 sentences a batch lets the batch of a chunk's longest sentences cost many
-times a typical one: 32 sentences of 229 tokens make 80 MB per layer of MiniLM's maps,
-where 32 of 30 tokens make 1.4 MB. Peak memory then follows the longest sentences the
-corpus happens to contain, and so grows with the corpus (issue 15: 764 MB at 1,000
-sentences, 1,523 MB at 2,000, on real text). Capping `B·T` and `B·T²` bounds every pass
-by the budget, whatever the corpus; a sentence longer than the budget allows still gets a
-batch of its own.
-
-Batches are filled up to the caps, not to a number of sentences (unless the caller gives
-one): with at most 32 sentences a batch, the peak is the batch of a chunk's 32 longest
-sentences, and a larger corpus has longer ones (EWT's first 1,000 sentences reach 79 tokens
-there, its chunks of 16,000 up to 129), so the peak still grew with the corpus. Filled to
-the caps, every corpus of a few thousand tokens reaches them, and the peak is the caps'.
-
-Why 1,024 tokens: on a CPU smaller batches run faster per token, their tensors staying in
-the caches (MiniLM, `patterns` over 1,500 EWT sentences, one thread: 10.8 s with batches of
-4,096 tokens, 9.6 s with 2,048, 8.0 s with 1,024, 6.9 s with 512, and 8.4 s with the
-earlier 32 sentences a batch). A GPU may prefer larger batches; not measured (no GPU was
-lent to the sessions that wrote this).
-
-The defaults let one sentence of 512 tokens (BERT's usual maximum) fit each cap, so for
-such models the peak of a corpus job does not depend on its sentences at all.
+A pass holds `B × T × D` hidden states, and an eager pass with attention weights
+`B × H × T²` floats per layer. A fixed number of sentences a batch would let the batch of a
+corpus' longest sentences cost many times a typical one, so that peak memory followed the
+longest sentences the corpus happens to contain, and grew with the corpus. Capping `B·T`
+and `B·T²` bounds every pass, whatever the corpus; a sentence longer than a cap still gets
+a batch of its own. Batches are filled up to the caps, so every corpus of a few thousand
+tokens reaches them and the peak is the caps'. The defaults let one sentence of 512 tokens
+fit each cap. The measurements behind these numbers are in benchmarks/README.md
+("Measurements behind the code's settings").
 """
 
 from __future__ import annotations

@@ -30,15 +30,12 @@ FASTER_BY = 1.1  # oneDNN is kept only when at least this many times as fast: a 
 
 _available = torch.backends.mkldnn.is_available()
 
-# oneDNN keeps up to 1,024 primitives, one per input shape, and a corpus job's batches come in ever new
-# shapes: `fill --cloze` over 16,000 varied queries (small MLM) ended with 200 MB of malloc in use instead of
-# 171 MB, peak 477 MB instead of 447 MB, with 64 kept (issue 15). 64 still hold every shape of a pass.
+# oneDNN keeps up to 1,024 primitives, one per input shape, and a corpus job's batches come in ever new shapes,
+# so its memory would grow with the corpus; 64 still hold every shape of a pass.
 PRIMITIVE_CACHE = "64"
 # Above oneDNN, torch's bridge to it (ideep) keeps a cache of its own: per thread, up to LRU_CACHE_CAPACITY
 # (default 1,024) linear computations, one per input and weight shape, each holding memory of the size of its
-# weights (pytorch/pytorch#27971). MiniLM over 96 batch shapes: 602 MB of anonymous memory with the default,
-# 468 MB with 1, at the same speed; `importance --method ablation` over 16,000 EWT sentences on a small BERT:
-# malloc in use 147 -> 255 MB with the default, flat at 173 MB with 1 (issue 15, benchmarks/README.md).
+# weights (pytorch/pytorch#27971); one is as fast. Measured: benchmarks/README.md.
 IDEEP_CACHE = "1"
 
 

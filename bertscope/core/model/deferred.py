@@ -3,8 +3,7 @@
 A `probe` whose features are all in the cache needs only what names the cache entries (the
 model's fingerprint and maximum length), the shape of its hidden states and a device to
 fit on. Loading the model imports transformers and reads the weights: on a warm cache that
-was more than the probes' fitting itself (EWT UPOS on MiniLM: 3.9 s of loading before 3.1 s
-of fitting, issue 19). `DeferredSession` tells those things from the files and loads the
+was more than the probes' fitting itself. `DeferredSession` tells those things from the files and loads the
 `Session` the first time a pass is wanted (`ready`). A random-init copy is deferred the same
 way: its weights are drawn only if its features are not cached.
 
