@@ -12,12 +12,36 @@ the names below are looked up on first use.
 __version__ = "0.1.0"
 
 __all__ = [
-    "BertscopeError", "BertscopeNote", "Cancelled", "attribute", "cloze", "compare", "corpus", "fill", "geometry",
-    "importance", "load", "measure", "objective", "patch", "patterns", "probe", "prune", "pruning_curve", "syntax",
+    "BertscopeError",
+    "BertscopeNote",
+    "Cancelled",
+    "attribute",
+    "cloze",
+    "compare",
+    "corpus",
+    "fill",
+    "geometry",
+    "importance",
+    "load",
+    "measure",
+    "objective",
+    "patch",
+    "patterns",
+    "probe",
+    "prune",
+    "pruning_curve",
+    "syntax",
     "task_sentences",
     # the long analyses as streams of progress records (for live displays)
-    "attribute_steps", "compare_steps", "curve_steps", "geometry_steps", "importance_steps", "patch_steps", "patterns_steps",
-    "probe_steps", "syntax_steps",
+    "attribute_steps",
+    "compare_steps",
+    "curve_steps",
+    "geometry_steps",
+    "importance_steps",
+    "patch_steps",
+    "patterns_steps",
+    "probe_steps",
+    "syntax_steps",
 ]
 
 

@@ -80,8 +80,9 @@ def _telling(steps: Iterable[Progress[T]], on_result: Callable[[T], None]) -> It
         yield step
 
 
-def load(model: str | None = None, *, device: str = "auto", dtype: str = "float32", allow_download: bool = False,
-         cpu_linear: str | None = None) -> Session:
+def load(
+    model: str | None = None, *, device: str = "auto", dtype: str = "float32", allow_download: bool = False, cpu_linear: str | None = None
+) -> Session:
     """A model ready for analysis: None for the bundled all-MiniLM-L6-v2, a directory, or a name in the HF cache.
 
     `device` is auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps; `dtype` float32,
@@ -116,8 +117,9 @@ class Corpus:
 Texts = str | Iterable[str] | Corpus | None  # a sentence, sentences, or a corpus already chosen
 
 
-def corpus(texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
-           limit: int | None = None, sample: bool = True) -> Corpus:
+def corpus(
+    texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto", limit: int | None = None, sample: bool = True
+) -> Corpus:
     """The sentences of `texts` or of the file `data` (streamed), or else the sample corpus.
 
     A `Corpus` already chosen (as the CLI chooses it, before the model loads) is taken as it
@@ -146,8 +148,10 @@ def encoded(model: Session, text: str, pair: str | None = None, *, tell: Tell = 
     """The text tokenised for the model, with a note when it had to be cut to fit."""
     encoding = model.encode(text, pair)
     if encoding.truncated:
-        tell(f"the input is {len(encoding) + encoding.truncated} tokens; cut {encoding.truncated} "
-             f"to fit the model's maximum of {model.max_length}")
+        tell(
+            f"the input is {len(encoding) + encoding.truncated} tokens; cut {encoding.truncated} "
+            f"to fit the model's maximum of {model.max_length}"
+        )
     return encoding
 
 
@@ -159,9 +163,20 @@ def head_mask(model: Session, mask: str | HeadMask | None) -> HeadMask:
 # attention over a corpus
 
 
-def patterns(model: Session, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
-             limit: int | None = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero", batch_size: int | None = None,
-             norms: bool = False, progress: ProgressCallback = None, cancel: threading.Event | None = None) -> PatternResult:
+def patterns(
+    model: Session,
+    texts: Texts = None,
+    *,
+    data: str | Path | None = None,
+    data_format: str = "auto",
+    limit: int | None = None,
+    mask: str | HeadMask | None = None,
+    ablation: Ablation = "zero",
+    batch_size: int | None = None,
+    norms: bool = False,
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> PatternResult:
     """Attention statistics and Kovaleva pattern classes of every head, streamed over a corpus.
 
     `norms=True` also takes the shares to [CLS], [SEP], punctuation, self, previous and next
@@ -169,21 +184,48 @@ def patterns(model: Session, texts: Texts = None, *, data: str | Path | None = N
     `result.statistics["norm_sep"]` beside `result.statistics["sep"]`.
     """
     with distributed.failures_shared():  # under torchrun: each rank its shard, a failure on one stops all
-        steps = patterns_steps(model, texts, data=data, data_format=data_format, limit=limit, mask=mask, ablation=ablation,
-                               batch_size=batch_size, norms=norms, cancel=cancel)
+        steps = patterns_steps(
+            model,
+            texts,
+            data=data,
+            data_format=data_format,
+            limit=limit,
+            mask=mask,
+            ablation=ablation,
+            batch_size=batch_size,
+            norms=norms,
+            cancel=cancel,
+        )
         return outcome(steps, on_step=distributed.whole_corpus(progress), cancel=cancel)
 
 
-def patterns_steps(model: Session, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
-                   limit: int | None = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
-                   batch_size: int | None = None, norms: bool = False, cancel: threading.Event | None = None,
-                   tell: Tell = note) -> Iterator[Progress[PatternResult]]:
+def patterns_steps(
+    model: Session,
+    texts: Texts = None,
+    *,
+    data: str | Path | None = None,
+    data_format: str = "auto",
+    limit: int | None = None,
+    mask: str | HeadMask | None = None,
+    ablation: Ablation = "zero",
+    batch_size: int | None = None,
+    norms: bool = False,
+    cancel: threading.Event | None = None,
+    tell: Tell = note,
+) -> Iterator[Progress[PatternResult]]:
     """`patterns` as a stream; each record's `partial` holds the statistics so far."""
     from bertscope.core.analyses.patterns import pattern_statistics
 
     sentences = corpus(texts, data=data, data_format=data_format, limit=limit)
-    steps = pattern_statistics(model, distributed.shard(sentences.sentences), mask=head_mask(model, mask), ablation=ablation,
-                               batch_size=batch_size, cancel=cancel, norms=norms)
+    steps = pattern_statistics(
+        model,
+        distributed.shard(sentences.sentences),
+        mask=head_mask(model, mask),
+        ablation=ablation,
+        batch_size=batch_size,
+        cancel=cancel,
+        norms=norms,
+    )
 
     def told(result: PatternResult) -> None:
         sentences.notes(tell)
@@ -225,15 +267,27 @@ def check_relations(relations: Iterable[str] | None) -> list[str] | None:
     names = [relation_name(name) for name in relations if name.strip()]
     unknown = [name for name in names if not is_known_relation(name)]
     if unknown or not names:
-        raise InputError(f"unknown dependency relation {unknown[0]!r}; use UD v2 relations such as "
-                         f"{', '.join(sorted(UD_RELATIONS)[:6])}, … (subtypes as nmod:poss)" if unknown
-                         else "no relation named; give UD v2 relations such as det,nsubj,obj", setting="relations")
+        raise InputError(
+            f"unknown dependency relation {unknown[0]!r}; use UD v2 relations such as "
+            f"{', '.join(sorted(UD_RELATIONS)[:6])}, … (subtypes as nmod:poss)"
+            if unknown
+            else "no relation named; give UD v2 relations such as det,nsubj,obj",
+            setting="relations",
+        )
     return list(dict.fromkeys(names))
 
 
-def syntax(model: Session, data: str | Path | Iterable[Sentence] | Corpus | None = None, *, limit: int | None = None,
-           mask: str | HeadMask | None = None, ablation: Ablation = "zero", batch_size: int | None = None,
-           progress: ProgressCallback = None, cancel: threading.Event | None = None) -> SyntaxResult:
+def syntax(
+    model: Session,
+    data: str | Path | Iterable[Sentence] | Corpus | None = None,
+    *,
+    limit: int | None = None,
+    mask: str | HeadMask | None = None,
+    ablation: Ablation = "zero",
+    batch_size: int | None = None,
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> SyntaxResult:
     """Heads that track dependency relations (Clark et al. 2019 §4), streamed over a treebank.
 
     For every relation of `data` (a CoNLL-U file, annotated sentences, or else the shipped
@@ -247,21 +301,32 @@ def syntax(model: Session, data: str | Path | Iterable[Sentence] | Corpus | None
         return outcome(steps, on_step=distributed.whole_corpus(progress), cancel=cancel)
 
 
-def syntax_steps(model: Session, data: str | Path | Iterable[Sentence] | Corpus | None = None, *, limit: int | None = None,
-                 mask: str | HeadMask | None = None, ablation: Ablation = "zero", batch_size: int | None = None,
-                 cancel: threading.Event | None = None, tell: Tell = note) -> Iterator[Progress[SyntaxResult]]:
+def syntax_steps(
+    model: Session,
+    data: str | Path | Iterable[Sentence] | Corpus | None = None,
+    *,
+    limit: int | None = None,
+    mask: str | HeadMask | None = None,
+    ablation: Ablation = "zero",
+    batch_size: int | None = None,
+    cancel: threading.Event | None = None,
+    tell: Tell = note,
+) -> Iterator[Progress[SyntaxResult]]:
     """`syntax` as a stream; each record's `partial` holds the counts so far."""
     from bertscope.core.analyses.syntax import syntax_heads
 
     sentences = treebank(data, limit=limit)
-    steps = syntax_heads(model, distributed.shard(sentences.sentences), mask=head_mask(model, mask), ablation=ablation, batch_size=batch_size,
-                         cancel=cancel)
+    steps = syntax_heads(
+        model, distributed.shard(sentences.sentences), mask=head_mask(model, mask), ablation=ablation, batch_size=batch_size, cancel=cancel
+    )
 
     def told(result: SyntaxResult) -> None:
         sentences.notes(tell)
         if result.truncated:
-            tell(f"{result.truncated:,} sentences were cut to the model's maximum of {model.max_length} tokens; "
-                 "arcs to the words beyond the cut are not counted")
+            tell(
+                f"{result.truncated:,} sentences were cut to the model's maximum of {model.max_length} tokens; "
+                "arcs to the words beyond the cut are not counted"
+            )
 
     return _telling(steps, told)
 
@@ -269,28 +334,67 @@ def syntax_steps(model: Session, data: str | Path | Iterable[Sentence] | Corpus 
 # what each layer knows
 
 
-def probe(model: Session, task: str, *, data: str | Path | None = None, dev: str | Path | None = None,
-          test: str | Path | None = None, data_format: str = "auto", limit: int | None = None, word_pooling: str = "first",
-          sentence_pooling: str = "cls", kind: str = "linear", control: bool = True, random_baseline: bool = True,
-          min_examples: int = 2, cache_dir: str | Path | None | bool = None, mask: str | HeadMask | None = None,
-          ablation: Ablation = "zero", seed: int = 0, progress: ProgressCallback = None,
-          cancel: threading.Event | None = None) -> ProbeReport:
+def probe(
+    model: Session,
+    task: str,
+    *,
+    data: str | Path | None = None,
+    dev: str | Path | None = None,
+    test: str | Path | None = None,
+    data_format: str = "auto",
+    limit: int | None = None,
+    word_pooling: str = "first",
+    sentence_pooling: str = "cls",
+    kind: str = "linear",
+    control: bool = True,
+    random_baseline: bool = True,
+    min_examples: int = 2,
+    cache_dir: str | Path | None | bool = None,
+    mask: str | HeadMask | None = None,
+    ablation: Ablation = "zero",
+    seed: int = 0,
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> ProbeReport:
     """A probe per layer for `task`, with its baselines (control task, random-init model).
 
     `task`: upos, xpos, deprel, depth or distance (a CoNLL-U `data`, else the built-in
     treebank), a SentEval task of `data`, or a built-in task. `cache_dir=False` keeps no cache.
     """
     train, dev_sentences, test_sentences, _, notes = probe_sentences(task, data, dev, test, data_format, limit)
-    report = probe_on(model, task, train, dev_sentences, test_sentences, word_pooling=word_pooling,
-                      sentence_pooling=sentence_pooling, kind=kind, control=control, random_baseline=random_baseline,
-                      min_examples=min_examples, cache_dir=cache_dir, mask=mask, ablation=ablation, seed=seed,
-                      progress=progress, cancel=cancel)
+    report = probe_on(
+        model,
+        task,
+        train,
+        dev_sentences,
+        test_sentences,
+        word_pooling=word_pooling,
+        sentence_pooling=sentence_pooling,
+        kind=kind,
+        control=control,
+        random_baseline=random_baseline,
+        min_examples=min_examples,
+        cache_dir=cache_dir,
+        mask=mask,
+        ablation=ablation,
+        seed=seed,
+        progress=progress,
+        cancel=cancel,
+    )
     report.notes[:0] = notes
     return report
 
 
-def task_sentences(task: str, *, data: str | Path | None = None, dev: str | Path | None = None, test: str | Path | None = None,
-                   data_format: str = "auto", limit: int | None = None, seed: int = 0) -> dict[str, list[Sentence]]:
+def task_sentences(
+    task: str,
+    *,
+    data: str | Path | None = None,
+    dev: str | Path | None = None,
+    test: str | Path | None = None,
+    data_format: str = "auto",
+    limit: int | None = None,
+    seed: int = 0,
+) -> dict[str, list[Sentence]]:
     """The train, dev and test sentences `probe` trains and scores on for the same arguments: `{"train": [...],
     "dev": [...], "test": [...]}`, each a list of `Sentence` (`.text`, `.label` for sentence tasks, `.words` and
     `.upos`/`.xpos`/`.deprels`/`.heads` for treebank tasks). To check a probe with a pipeline of one's own."""
@@ -301,33 +405,88 @@ def task_sentences(task: str, *, data: str | Path | None = None, dev: str | Path
     return {"train": splits.train, "dev": splits.dev, "test": splits.test}
 
 
-def probe_on(model: Session | DeferredSession, task: str, train: list[Sentence], dev: list[Sentence] | None = None,
-             test: list[Sentence] | None = None, *, word_pooling: str = "first", sentence_pooling: str = "cls",
-             kind: str = "linear", control: bool = True, random_baseline: bool = True, min_examples: int = 2,
-             cache_dir: str | Path | None | bool = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
-             seed: int = 0, progress: ProgressCallback = None, cancel: threading.Event | None = None) -> ProbeReport:
+def probe_on(
+    model: Session | DeferredSession,
+    task: str,
+    train: list[Sentence],
+    dev: list[Sentence] | None = None,
+    test: list[Sentence] | None = None,
+    *,
+    word_pooling: str = "first",
+    sentence_pooling: str = "cls",
+    kind: str = "linear",
+    control: bool = True,
+    random_baseline: bool = True,
+    min_examples: int = 2,
+    cache_dir: str | Path | None | bool = None,
+    mask: str | HeadMask | None = None,
+    ablation: Ablation = "zero",
+    seed: int = 0,
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> ProbeReport:
     """`probe` on sentences already read (see `probe_sentences`); dev and test default to splits of train."""
     with distributed.failures_shared():
-        steps = probe_steps(model, task, train, dev, test, word_pooling=word_pooling, sentence_pooling=sentence_pooling,
-                            kind=kind, control=control, random_baseline=random_baseline, min_examples=min_examples,
-                            cache_dir=cache_dir, mask=mask, ablation=ablation, seed=seed, cancel=cancel)
+        steps = probe_steps(
+            model,
+            task,
+            train,
+            dev,
+            test,
+            word_pooling=word_pooling,
+            sentence_pooling=sentence_pooling,
+            kind=kind,
+            control=control,
+            random_baseline=random_baseline,
+            min_examples=min_examples,
+            cache_dir=cache_dir,
+            mask=mask,
+            ablation=ablation,
+            seed=seed,
+            cancel=cancel,
+        )
         return outcome(steps, "probing", on_step=distributed.whole_corpus(progress, summed=False), cancel=cancel)
 
 
-def probe_steps(model: Session | DeferredSession, task: str, train: list[Sentence], dev: list[Sentence] | None = None,
-                test: list[Sentence] | None = None, *, word_pooling: str = "first", sentence_pooling: str = "cls",
-                kind: str = "linear", control: bool = True, random_baseline: bool = True, min_examples: int = 2,
-                cache_dir: str | Path | None | bool = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
-                seed: int = 0, cancel: threading.Event | None = None) -> Iterator[Progress[ProbeReport]]:
+def probe_steps(
+    model: Session | DeferredSession,
+    task: str,
+    train: list[Sentence],
+    dev: list[Sentence] | None = None,
+    test: list[Sentence] | None = None,
+    *,
+    word_pooling: str = "first",
+    sentence_pooling: str = "cls",
+    kind: str = "linear",
+    control: bool = True,
+    random_baseline: bool = True,
+    min_examples: int = 2,
+    cache_dir: str | Path | None | bool = None,
+    mask: str | HeadMask | None = None,
+    ablation: Ablation = "zero",
+    seed: int = 0,
+    cancel: threading.Event | None = None,
+) -> Iterator[Progress[ProbeReport]]:
     """`probe_on` as a stream (its notes are in the report's `notes`)."""
     from bertscope.core.analyses.probing import run_probe
     from bertscope.core.data.splits import make_splits
 
     splits = make_splits(train, dev, test, seed=seed)
     return run_probe(
-        model, task, splits, word_pooling=word_pooling, sentence_pooling=sentence_pooling, mask=head_mask(model, mask).spec(),
-        ablation=ablation, kind=kind, control=control, random_baseline=random_baseline, min_examples=min_examples,
-        cache_dir=cache_dir, seed=seed, cancel=cancel,
+        model,
+        task,
+        splits,
+        word_pooling=word_pooling,
+        sentence_pooling=sentence_pooling,
+        mask=head_mask(model, mask).spec(),
+        ablation=ablation,
+        kind=kind,
+        control=control,
+        random_baseline=random_baseline,
+        min_examples=min_examples,
+        cache_dir=cache_dir,
+        seed=seed,
+        cancel=cancel,
     )
 
 
@@ -342,12 +501,16 @@ def probe_sentences(task: str, data, dev, test, data_format: str = "auto", limit
             from bertscope.core.data.treebank import DEFAULT_SENTENCES, generate_treebank
 
             size = limit or DEFAULT_SENTENCES
-            message = (f"no data given: probing a generated treebank of {size:,} sentences (bertscope's built-in grammar; "
-                       "the treebank command writes it out as CoNLL-U)")
+            message = (
+                f"no data given: probing a generated treebank of {size:,} sentences (bertscope's built-in grammar; "
+                "the treebank command writes it out as CoNLL-U)"
+            )
             return generate_treebank(size), None, None, f"built-in treebank ({size:,} sentences)", [message]
         if task not in TASKS:
-            raise InputError(f"unknown task {task!r} without data; built-in tasks: {', '.join((*TASKS, *TREEBANK_TASKS))}; "
-                             "or give a corpus file", setting="task")
+            raise InputError(
+                f"unknown task {task!r} without data; built-in tasks: {', '.join((*TASKS, *TREEBANK_TASKS))}; or give a corpus file",
+                setting="task",
+            )
         return generate(task), None, None, f"built-in task {task}", []
     reports = []
 
@@ -383,9 +546,20 @@ def _only_the_columns_of(task: str, sentence: Sentence) -> Sentence:
 # which heads matter
 
 
-def objective(model: Session, name: str, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
-              limit: int | None = None, task: str | None = None, probe_layer: int | None = None, batch_size: int | None = None,
-              seed: int = 0, tell: Tell = note) -> tuple[Objective, str]:
+def objective(
+    model: Session,
+    name: str,
+    texts: Texts = None,
+    *,
+    data: str | Path | None = None,
+    data_format: str = "auto",
+    limit: int | None = None,
+    task: str | None = None,
+    probe_layer: int | None = None,
+    batch_size: int | None = None,
+    seed: int = 0,
+    tell: Tell = note,
+) -> tuple[Objective, str]:
     """What importance and pruning are measured on, prepared over the data; and the data's source.
 
     `name`: mlm (an MLM head), classification (a classifier and labelled data), probe
@@ -401,35 +575,74 @@ def objective(model: Session, name: str, texts: Texts = None, *, data: str | Pat
     if name != "probe" and task is not None:
         tell(f"a probing task is for the probe objective; the {name} objective ignores it")
     with distributed.failures_shared():  # the probe objective trains on rank 0 alone: its failure must stop the others
-        prepared = make_objective(model, name, list(sentences.sentences), batch_size=batch_size, seed=seed, probe_task=task,
-                                  probe_layer=probe_layer)
+        prepared = make_objective(
+            model, name, list(sentences.sentences), batch_size=batch_size, seed=seed, probe_task=task, probe_layer=probe_layer
+        )
     sentences.notes(tell)
     for message in prepared.notes:
         tell(message)
     return prepared, source
 
 
-def importance(model: Session, objective_name: str, texts: Texts = None, *, data: str | Path | None = None,
-               data_format: str = "auto", limit: int | None = None, task: str | None = None, probe_layer: int | None = None,
-               method: str = "gradient", ablation: Ablation = "zero", normalize: bool = True, batch_size: int | None = None, seed: int = 0,
-               progress: ProgressCallback = None, cancel: threading.Event | None = None) -> HeadImportance:
+def importance(
+    model: Session,
+    objective_name: str,
+    texts: Texts = None,
+    *,
+    data: str | Path | None = None,
+    data_format: str = "auto",
+    limit: int | None = None,
+    task: str | None = None,
+    probe_layer: int | None = None,
+    method: str = "gradient",
+    ablation: Ablation = "zero",
+    normalize: bool = True,
+    batch_size: int | None = None,
+    seed: int = 0,
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> HeadImportance:
     """How much each head matters for an objective: Michel et al.'s gradient, or exact ablation."""
-    prepared, _ = objective(model, objective_name, texts, data=data, data_format=data_format, limit=limit, task=task,
-                            probe_layer=probe_layer, batch_size=batch_size, seed=seed)
-    return importance_of(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, progress=progress,
-                         cancel=cancel)
+    prepared, _ = objective(
+        model,
+        objective_name,
+        texts,
+        data=data,
+        data_format=data_format,
+        limit=limit,
+        task=task,
+        probe_layer=probe_layer,
+        batch_size=batch_size,
+        seed=seed,
+    )
+    return importance_of(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, progress=progress, cancel=cancel)
 
 
-def importance_of(prepared: Objective, *, method: str = "gradient", ablation: Ablation = "zero", normalize: bool = True,
-                  seed: int = 0, progress: ProgressCallback = None, cancel: threading.Event | None = None) -> HeadImportance:
+def importance_of(
+    prepared: Objective,
+    *,
+    method: str = "gradient",
+    ablation: Ablation = "zero",
+    normalize: bool = True,
+    seed: int = 0,
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> HeadImportance:
     """Head importance for an objective already prepared (see `objective`)."""
     with distributed.failures_shared():
         steps = importance_steps(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, cancel=cancel)
         return outcome(steps, on_step=distributed.whole_corpus(progress), cancel=cancel)
 
 
-def importance_steps(prepared: Objective, *, method: str = "gradient", ablation: Ablation = "zero", normalize: bool = True,
-                     seed: int = 0, cancel: threading.Event | None = None) -> Iterator[Progress[HeadImportance]]:
+def importance_steps(
+    prepared: Objective,
+    *,
+    method: str = "gradient",
+    ablation: Ablation = "zero",
+    normalize: bool = True,
+    seed: int = 0,
+    cancel: threading.Event | None = None,
+) -> Iterator[Progress[HeadImportance]]:
     """`importance_of` as a stream."""
     from bertscope.core.analyses.importance import head_importance
 
@@ -444,50 +657,138 @@ def measure(prepared: Objective, mask: str | HeadMask | None = None, ablation: A
     return measured(prepared, chosen if len(chosen) else None, ablation)
 
 
-def pruning_curve(model: Session, objective_name: str, texts: Texts = None, *, data: str | Path | None = None,
-                  data_format: str = "auto", limit: int | None = None, task: str | None = None, probe_layer: int | None = None,
-                  method: str = "gradient", ablation: Ablation = "zero", normalize: bool = True, batch_size: int | None = None,
-                  seed: int = 0, step: float = 0.1, reestimate: bool = False, max_drop: float = 0.01,
-                  progress: ProgressCallback = None, cancel: threading.Event | None = None) -> PruningCurve:
+def pruning_curve(
+    model: Session,
+    objective_name: str,
+    texts: Texts = None,
+    *,
+    data: str | Path | None = None,
+    data_format: str = "auto",
+    limit: int | None = None,
+    task: str | None = None,
+    probe_layer: int | None = None,
+    method: str = "gradient",
+    ablation: Ablation = "zero",
+    normalize: bool = True,
+    batch_size: int | None = None,
+    seed: int = 0,
+    step: float = 0.1,
+    reestimate: bool = False,
+    max_drop: float = 0.01,
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> PruningCurve:
     """The objective as ever more of the least important heads are removed, `step` of them at a time."""
     from bertscope.core.analyses.importance import check_fraction
 
     check_fraction(step, "step")
-    prepared, _ = objective(model, objective_name, texts, data=data, data_format=data_format, limit=limit, task=task,
-                            probe_layer=probe_layer, batch_size=batch_size, seed=seed)
-    ranking = importance_of(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, progress=progress,
-                            cancel=cancel)
-    return curve_of(prepared, ranking, method=method, ablation=ablation, step=step, reestimate=reestimate, normalize=normalize,
-                    max_drop=max_drop, progress=progress, cancel=cancel)
+    prepared, _ = objective(
+        model,
+        objective_name,
+        texts,
+        data=data,
+        data_format=data_format,
+        limit=limit,
+        task=task,
+        probe_layer=probe_layer,
+        batch_size=batch_size,
+        seed=seed,
+    )
+    ranking = importance_of(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, progress=progress, cancel=cancel)
+    return curve_of(
+        prepared,
+        ranking,
+        method=method,
+        ablation=ablation,
+        step=step,
+        reestimate=reestimate,
+        normalize=normalize,
+        max_drop=max_drop,
+        progress=progress,
+        cancel=cancel,
+    )
 
 
-def curve_of(prepared: Objective, ranking: HeadImportance | None, *, method: str = "gradient", ablation: Ablation = "zero",
-             step: float = 0.1, reestimate: bool = False, normalize: bool = True, max_drop: float = 0.01,
-             progress: ProgressCallback = None, cancel: threading.Event | None = None) -> PruningCurve:
+def curve_of(
+    prepared: Objective,
+    ranking: HeadImportance | None,
+    *,
+    method: str = "gradient",
+    ablation: Ablation = "zero",
+    step: float = 0.1,
+    reestimate: bool = False,
+    normalize: bool = True,
+    max_drop: float = 0.01,
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> PruningCurve:
     """`pruning_curve`'s second half, for an objective and a ranking already at hand (None: estimated first)."""
     with distributed.failures_shared():
-        steps = curve_steps(prepared, ranking, method=method, ablation=ablation, step=step, reestimate=reestimate,
-                            normalize=normalize, max_drop=max_drop, cancel=cancel)
+        steps = curve_steps(
+            prepared,
+            ranking,
+            method=method,
+            ablation=ablation,
+            step=step,
+            reestimate=reestimate,
+            normalize=normalize,
+            max_drop=max_drop,
+            cancel=cancel,
+        )
         return outcome(steps, "pruning curve", on_step=distributed.whole_corpus(progress, summed=False), cancel=cancel)
 
 
-def curve_steps(prepared: Objective, ranking: HeadImportance | None, *, method: str = "gradient", ablation: Ablation = "zero",
-                step: float = 0.1, reestimate: bool = False, normalize: bool = True, max_drop: float = 0.01,
-                cancel: threading.Event | None = None) -> Iterator[Progress[PruningCurve]]:
+def curve_steps(
+    prepared: Objective,
+    ranking: HeadImportance | None,
+    *,
+    method: str = "gradient",
+    ablation: Ablation = "zero",
+    step: float = 0.1,
+    reestimate: bool = False,
+    normalize: bool = True,
+    max_drop: float = 0.01,
+    cancel: threading.Event | None = None,
+) -> Iterator[Progress[PruningCurve]]:
     """`curve_of` as a stream."""
     from bertscope.core.analyses.importance import check_fraction
     from bertscope.core.analyses.importance import pruning_curve as curve
 
     check_fraction(step, "step")
-    return curve(prepared, importance=ranking, method=method, ablation=ablation, step=step, reestimate=reestimate,
-                 normalize=normalize, max_drop=max_drop, cancel=cancel)
+    return curve(
+        prepared,
+        importance=ranking,
+        method=method,
+        ablation=ablation,
+        step=step,
+        reestimate=reestimate,
+        normalize=normalize,
+        max_drop=max_drop,
+        cancel=cancel,
+    )
 
 
-def prune(model: Session, objective_name: str, texts: Texts = None, *, fraction: float, output: str | Path | None = None,
-          weights: str = "sliced", data: str | Path | None = None, data_format: str = "auto", limit: int | None = None, task: str | None = None,
-          probe_layer: int | None = None, method: str = "gradient", ablation: Ablation = "zero", normalize: bool = True,
-          batch_size: int | None = None, seed: int = 0, progress: ProgressCallback = None,
-          cancel: threading.Event | None = None) -> Pruning:
+def prune(
+    model: Session,
+    objective_name: str,
+    texts: Texts = None,
+    *,
+    fraction: float,
+    output: str | Path | None = None,
+    weights: str = "sliced",
+    data: str | Path | None = None,
+    data_format: str = "auto",
+    limit: int | None = None,
+    task: str | None = None,
+    probe_layer: int | None = None,
+    method: str = "gradient",
+    ablation: Ablation = "zero",
+    normalize: bool = True,
+    batch_size: int | None = None,
+    seed: int = 0,
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> Pruning:
     """Choose the least important `fraction` of all heads, measure the objective without them, and with
     `output` write a copy of the model without them: `weights` sliced (the heads cut out of the
     weights: smaller and faster, for bertscope and transformers 4) or zeroed (same shapes,
@@ -502,16 +803,36 @@ def prune(model: Session, objective_name: str, texts: Texts = None, *, fraction:
         from bertscope.core.data.files import check_new_directory
 
         check_new_directory(Path(output))
-    prepared, source = objective(model, objective_name, texts, data=data, data_format=data_format, limit=limit, task=task,
-                                 probe_layer=probe_layer, batch_size=batch_size, seed=seed)
-    ranking = importance_of(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, progress=progress,
-                            cancel=cancel)
-    return prune_by(model, prepared, ranking, fraction=fraction, output=output, weights=weights, source=source, method=method,
-                    ablation=ablation)
+    prepared, source = objective(
+        model,
+        objective_name,
+        texts,
+        data=data,
+        data_format=data_format,
+        limit=limit,
+        task=task,
+        probe_layer=probe_layer,
+        batch_size=batch_size,
+        seed=seed,
+    )
+    ranking = importance_of(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, progress=progress, cancel=cancel)
+    return prune_by(
+        model, prepared, ranking, fraction=fraction, output=output, weights=weights, source=source, method=method, ablation=ablation
+    )
 
 
-def prune_by(model: Session, prepared: Objective, ranking: HeadImportance, *, fraction: float, output: str | Path | None = None,
-             weights: str = "sliced", source: str = "", method: str = "gradient", ablation: Ablation = "zero") -> Pruning:
+def prune_by(
+    model: Session,
+    prepared: Objective,
+    ranking: HeadImportance,
+    *,
+    fraction: float,
+    output: str | Path | None = None,
+    weights: str = "sliced",
+    source: str = "",
+    method: str = "gradient",
+    ablation: Ablation = "zero",
+) -> Pruning:
     """`prune`'s second half, for an objective and a ranking already at hand: remove the least
     important `fraction` of the heads, measure, and with `output` write the pruned copy."""
     from bertscope.core.analyses.importance import measure, pruned_set
@@ -519,8 +840,10 @@ def prune_by(model: Session, prepared: Objective, ranking: HeadImportance, *, fr
     total = model.num_layers * model.num_heads
     count = round(fraction * total) - len(pruned_set(model))
     if count <= 0:
-        raise InputError(f"a fraction of {fraction:g} is {round(fraction * total)} of {total} heads, and the model already has "
-                         f"{total - len(ranking.order())} pruned; give a larger fraction")
+        raise InputError(
+            f"a fraction of {fraction:g} is {round(fraction * total)} of {total} heads, and the model already has "
+            f"{total - len(ranking.order())} pruned; give a larger fraction"
+        )
     chosen = ranking.least_important(count)
     if output is not None:
         from bertscope.core.analyses.pruned_export import least_important_shared, weight_sharing_groups
@@ -534,13 +857,34 @@ def prune_by(model: Session, prepared: Objective, ranking: HeadImportance, *, fr
     if output is not None and distributed.is_main():  # under torchrun, rank 0 writes the model
         from bertscope.core.analyses.pruned_export import write_pruned_model
 
-        written = write_pruned_model(model, chosen, output, timing_texts=prepared.texts, weights=weights, extra={
-            "objective": prepared.name, "method": method, "ranking_ablation": ablation, "fraction": fraction, "data": source,
-            "metric": prepared.metric, "before": {"loss": ranking.baseline_loss, "metric": ranking.baseline_metric},
-            "after": {"loss": after.loss, "metric": after.metric},
-        })
-    return Pruning(objective=prepared.name, metric=prepared.metric, source=source, mask=mask, importance=ranking,
-                   loss_after=after.loss, metric_after=after.metric, written=written, timed_sentences=len(prepared.texts))
+        written = write_pruned_model(
+            model,
+            chosen,
+            output,
+            timing_texts=prepared.texts,
+            weights=weights,
+            extra={
+                "objective": prepared.name,
+                "method": method,
+                "ranking_ablation": ablation,
+                "fraction": fraction,
+                "data": source,
+                "metric": prepared.metric,
+                "before": {"loss": ranking.baseline_loss, "metric": ranking.baseline_metric},
+                "after": {"loss": after.loss, "metric": after.metric},
+            },
+        )
+    return Pruning(
+        objective=prepared.name,
+        metric=prepared.metric,
+        source=source,
+        mask=mask,
+        importance=ranking,
+        loss_after=after.loss,
+        metric_after=after.metric,
+        written=written,
+        timed_sentences=len(prepared.texts),
+    )
 
 
 @dataclass(frozen=True)
@@ -561,8 +905,9 @@ class Pruning:
 # the masked-LM head
 
 
-def fill(model: Session, text: str, *, top: int = 10, layers: bool = True, mask: str | HeadMask | None = None,
-         ablation: Ablation = "zero") -> FillResult:
+def fill(
+    model: Session, text: str, *, top: int = 10, layers: bool = True, mask: str | HeadMask | None = None, ablation: Ablation = "zero"
+) -> FillResult:
     """The MLM head's top guesses at every [MASK] of `text`, at the output and read off every layer."""
     from bertscope.core.analyses.mlm import fill as fill_in
     from bertscope.core.analyses.mlm import require_mlm_head, with_mask_token
@@ -574,9 +919,17 @@ def fill(model: Session, text: str, *, top: int = 10, layers: bool = True, mask:
     return fill_in(model, encoding, top=top, mask=head_mask(model, mask), ablation=ablation, layers=layers)
 
 
-def cloze(model: Session, data: str | Path = "sample", *, batch_size: int | None = None, mask: str | HeadMask | None = None,
-          ablation: Ablation = "zero", report: ReadReport | None = None, progress: ProgressCallback = None,
-          cancel: threading.Event | None = None) -> ClozeResult:
+def cloze(
+    model: Session,
+    data: str | Path = "sample",
+    *,
+    batch_size: int | None = None,
+    mask: str | HeadMask | None = None,
+    ablation: Ablation = "zero",
+    report: ReadReport | None = None,
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> ClozeResult:
     """Precision at 1 and 10 of a cloze file's one-token answers, per layer (LAMA); "sample" for the shipped one.
 
     `report`, if given, is filled with what reading the file skipped."""
@@ -598,28 +951,71 @@ def cloze(model: Session, data: str | Path = "sample", *, batch_size: int | None
 # attribution
 
 
-def attribute(model: Session, text: str, pair: str | None = None, *, method: str = "integrated-gradients",
-              target: str | None = None, position: int | None = None, probe: str | None = None,
-              data: str | Path | None = None, layer: int | None = None, sentence_pooling: str = "cls",
-              score: str = "log-probability", steps: int | None = None, cache_dir: str | Path | None | bool = None,
-              mask: str | HeadMask | None = None, ablation: Ablation = "zero", progress: ProgressCallback = None,
-              cancel: threading.Event | None = None) -> Attribution:
+def attribute(
+    model: Session,
+    text: str,
+    pair: str | None = None,
+    *,
+    method: str = "integrated-gradients",
+    target: str | None = None,
+    position: int | None = None,
+    probe: str | None = None,
+    data: str | Path | None = None,
+    layer: int | None = None,
+    sentence_pooling: str = "cls",
+    score: str = "log-probability",
+    steps: int | None = None,
+    cache_dir: str | Path | None | bool = None,
+    mask: str | HeadMask | None = None,
+    ablation: Ablation = "zero",
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> Attribution:
     """Which tokens of `text` a decision rests on: a probe's (`probe=TASK`), a classifier's class, or an MLM guess.
 
     `target` is the label, class or token to explain (default: the model's top choice).
     """
-    run = attribute_steps(model, text, pair, method=method, target=target, position=position, probe=probe, data=data,
-                          layer=layer, sentence_pooling=sentence_pooling, score=score, steps=steps, cache_dir=cache_dir,
-                          mask=mask, ablation=ablation, cancel=cancel)
+    run = attribute_steps(
+        model,
+        text,
+        pair,
+        method=method,
+        target=target,
+        position=position,
+        probe=probe,
+        data=data,
+        layer=layer,
+        sentence_pooling=sentence_pooling,
+        score=score,
+        steps=steps,
+        cache_dir=cache_dir,
+        mask=mask,
+        ablation=ablation,
+        cancel=cancel,
+    )
     return outcome(run, on_step=progress, cancel=cancel)
 
 
-def attribute_steps(model: Session, text: str | Encoding, pair: str | None = None, *, method: str = "integrated-gradients",
-                    target: str | None = None, position: int | None = None, probe: str | None = None,
-                    data: str | Path | None = None, layer: int | None = None, sentence_pooling: str = "cls",
-                    score: str = "log-probability", steps: int | None = None, cache_dir: str | Path | None | bool = None,
-                    mask: str | HeadMask | None = None, ablation: Ablation = "zero", cancel: threading.Event | None = None,
-                    tell: Tell = note) -> Iterator[Progress[Attribution]]:
+def attribute_steps(
+    model: Session,
+    text: str | Encoding,
+    pair: str | None = None,
+    *,
+    method: str = "integrated-gradients",
+    target: str | None = None,
+    position: int | None = None,
+    probe: str | None = None,
+    data: str | Path | None = None,
+    layer: int | None = None,
+    sentence_pooling: str = "cls",
+    score: str = "log-probability",
+    steps: int | None = None,
+    cache_dir: str | Path | None | bool = None,
+    mask: str | HeadMask | None = None,
+    ablation: Ablation = "zero",
+    cancel: threading.Event | None = None,
+    tell: Tell = note,
+) -> Iterator[Progress[Attribution]]:
     """`attribute` as a stream; `text` may be an `Encoding` already made (the explorer's)."""
     from bertscope.core.analyses.attribution import Target
     from bertscope.core.analyses.attribution import attribute as attribution_steps
@@ -632,20 +1028,44 @@ def attribute_steps(model: Session, text: str | Encoding, pair: str | None = Non
     if isinstance(text, str):
         text = encoded(model, with_mask_token(model.tokenizer, text), pair, tell=tell)
     chosen = Target(label=target, position=position, probe=probe, data=data, layer=layer, pooling=sentence_pooling)
-    run = attribution_steps(model, text, method=method, target=chosen, score=score, steps=steps, mask=head_mask(model, mask),
-                            ablation=ablation, cache_dir=cache_dir, cancel=cancel)
+    run = attribution_steps(
+        model,
+        text,
+        method=method,
+        target=chosen,
+        score=score,
+        steps=steps,
+        mask=head_mask(model, mask),
+        ablation=ablation,
+        cache_dir=cache_dir,
+        cancel=cancel,
+    )
     return _telling(run, lambda result: [tell(message) for message in result.notes])
 
 
 # activation patching
 
 
-def patch(model: Session, clean: str, corrupt: str, *, clean_pair: str | None = None, corrupt_pair: str | None = None,
-          metric: str = "preserve", answers: Iterable[str] | None = None, classes: Iterable[str] | None = None,
-          task: str | None = None, data: str | Path | None = None, probe_layer: int | None = None,
-          sweeps: Iterable[str] = ("heads", "layers", "positions"), direction: str = "denoise", per_position: bool = False,
-          cache_dir: str | Path | None | bool = None, progress: ProgressCallback = None,
-          cancel: threading.Event | None = None) -> PatchingResult:
+def patch(
+    model: Session,
+    clean: str,
+    corrupt: str,
+    *,
+    clean_pair: str | None = None,
+    corrupt_pair: str | None = None,
+    metric: str = "preserve",
+    answers: Iterable[str] | None = None,
+    classes: Iterable[str] | None = None,
+    task: str | None = None,
+    data: str | Path | None = None,
+    probe_layer: int | None = None,
+    sweeps: Iterable[str] = ("heads", "layers", "positions"),
+    direction: str = "denoise",
+    per_position: bool = False,
+    cache_dir: str | Path | None | bool = None,
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> PatchingResult:
     """Which heads, layers and positions carry the difference between `clean` and `corrupt` (activation patching).
 
     Both texts must have the same number of tokens. `metric`: mlm (`answers` A,B at the
@@ -653,78 +1073,209 @@ def patch(model: Session, clean: str, corrupt: str, *, clean_pair: str | None = 
     preserve (any model). `direction`: denoise (clean into corrupted) or noise. Effects are
     shares of m(clean) - m(corrupt): 1 when the component carries all of it.
     """
-    run = patch_steps(model, clean, corrupt, clean_pair=clean_pair, corrupt_pair=corrupt_pair, metric=metric, answers=answers,
-                      classes=classes, task=task, data=data, probe_layer=probe_layer, sweeps=sweeps, direction=direction,
-                      per_position=per_position, cache_dir=cache_dir, cancel=cancel)
+    run = patch_steps(
+        model,
+        clean,
+        corrupt,
+        clean_pair=clean_pair,
+        corrupt_pair=corrupt_pair,
+        metric=metric,
+        answers=answers,
+        classes=classes,
+        task=task,
+        data=data,
+        probe_layer=probe_layer,
+        sweeps=sweeps,
+        direction=direction,
+        per_position=per_position,
+        cache_dir=cache_dir,
+        cancel=cancel,
+    )
     return outcome(run, on_step=progress, cancel=cancel)
 
 
-def patch_steps(model: Session, clean: str, corrupt: str, *, clean_pair: str | None = None, corrupt_pair: str | None = None,
-                metric: str = "preserve", answers: Iterable[str] | None = None, classes: Iterable[str] | None = None,
-                task: str | None = None, data: str | Path | None = None, probe_layer: int | None = None,
-                sweeps: Iterable[str] = ("heads", "layers", "positions"), direction: str = "denoise", per_position: bool = False,
-                cache_dir: str | Path | None | bool = None, cancel: threading.Event | None = None,
-                tell: Tell = note) -> Iterator[Progress[PatchingResult]]:
+def patch_steps(
+    model: Session,
+    clean: str,
+    corrupt: str,
+    *,
+    clean_pair: str | None = None,
+    corrupt_pair: str | None = None,
+    metric: str = "preserve",
+    answers: Iterable[str] | None = None,
+    classes: Iterable[str] | None = None,
+    task: str | None = None,
+    data: str | Path | None = None,
+    probe_layer: int | None = None,
+    sweeps: Iterable[str] = ("heads", "layers", "positions"),
+    direction: str = "denoise",
+    per_position: bool = False,
+    cache_dir: str | Path | None | bool = None,
+    cancel: threading.Event | None = None,
+    tell: Tell = note,
+) -> Iterator[Progress[PatchingResult]]:
     """`patch` as a stream."""
     from bertscope.core.analyses.patching import patch as patching_steps
 
     for text in (clean, corrupt):
         if not text.strip():
             raise InputError("the text is empty; give a clean and a corrupted sentence", setting="corrupt" if text is corrupt else None)
-    run = patching_steps(model, clean, corrupt, clean_pair=clean_pair, corrupt_pair=corrupt_pair, metric=metric,
-                         answers=tuple(answers) if answers else None, classes=tuple(classes) if classes else None, task=task,
-                         data=data, probe_layer=probe_layer, sweeps=tuple(sweeps), direction=direction,
-                         per_position=per_position, cache_dir=cache_dir, cancel=cancel)
+    run = patching_steps(
+        model,
+        clean,
+        corrupt,
+        clean_pair=clean_pair,
+        corrupt_pair=corrupt_pair,
+        metric=metric,
+        answers=tuple(answers) if answers else None,
+        classes=tuple(classes) if classes else None,
+        task=task,
+        data=data,
+        probe_layer=probe_layer,
+        sweeps=tuple(sweeps),
+        direction=direction,
+        per_position=per_position,
+        cache_dir=cache_dir,
+        cancel=cancel,
+    )
     return _telling(run, lambda result: [tell(message) for message in result.notes])
 
 
 # representation geometry
 
 
-def geometry(model: Session, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
-             limit: int | None = None, unit: str = "auto", max_rows: int | None = 4000, neighbours: int = 10, seed: int = 0,
-             batch_size: int | None = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
-             progress: ProgressCallback = None, cancel: threading.Event | None = None) -> GeometryResult:
+def geometry(
+    model: Session,
+    texts: Texts = None,
+    *,
+    data: str | Path | None = None,
+    data_format: str = "auto",
+    limit: int | None = None,
+    unit: str = "auto",
+    max_rows: int | None = 4000,
+    neighbours: int = 10,
+    seed: int = 0,
+    batch_size: int | None = None,
+    mask: str | HeadMask | None = None,
+    ablation: Ablation = "zero",
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> GeometryResult:
     """Per layer on a seeded sample of rows: PCA, linear CKA, TwoNN intrinsic dimension, neighbourhood overlap."""
     with distributed.failures_shared():  # under torchrun: each rank samples its shard, rank 0 measures the merged sample
-        run = geometry_steps(model, texts, data=data, data_format=data_format, limit=limit, unit=unit, max_rows=max_rows,
-                             neighbours=neighbours, seed=seed, batch_size=batch_size, mask=mask, ablation=ablation, cancel=cancel)
+        run = geometry_steps(
+            model,
+            texts,
+            data=data,
+            data_format=data_format,
+            limit=limit,
+            unit=unit,
+            max_rows=max_rows,
+            neighbours=neighbours,
+            seed=seed,
+            batch_size=batch_size,
+            mask=mask,
+            ablation=ablation,
+            cancel=cancel,
+        )
         return outcome(run, on_step=distributed.whole_corpus(progress), cancel=cancel)
 
 
-def geometry_steps(model: Session, texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto",
-                   limit: int | None = None, unit: str = "auto", max_rows: int | None = 4000, neighbours: int = 10,
-                   seed: int = 0, batch_size: int | None = None, mask: str | HeadMask | None = None, ablation: Ablation = "zero",
-                   cancel: threading.Event | None = None, tell: Tell = note) -> Iterator[Progress[GeometryResult]]:
+def geometry_steps(
+    model: Session,
+    texts: Texts = None,
+    *,
+    data: str | Path | None = None,
+    data_format: str = "auto",
+    limit: int | None = None,
+    unit: str = "auto",
+    max_rows: int | None = 4000,
+    neighbours: int = 10,
+    seed: int = 0,
+    batch_size: int | None = None,
+    mask: str | HeadMask | None = None,
+    ablation: Ablation = "zero",
+    cancel: threading.Event | None = None,
+    tell: Tell = note,
+) -> Iterator[Progress[GeometryResult]]:
     """`geometry` as a stream."""
     from bertscope.core.analyses.geometry import representation_geometry
 
     sentences = corpus(texts, data=data, data_format=data_format, limit=limit)
     chosen = head_mask(model, mask)
-    run = representation_geometry(model, sentences.sentences, unit=unit, max_rows=max_rows, neighbours=neighbours, seed=seed,
-                                  batch_size=batch_size, mask=chosen if len(chosen) else None, ablation=ablation, cancel=cancel)
+    run = representation_geometry(
+        model,
+        sentences.sentences,
+        unit=unit,
+        max_rows=max_rows,
+        neighbours=neighbours,
+        seed=seed,
+        batch_size=batch_size,
+        mask=chosen if len(chosen) else None,
+        ablation=ablation,
+        cancel=cancel,
+    )
     return _telling(run, lambda result: sentences.notes(tell))
 
 
-def compare(model: Session, other: Session | str, texts: Texts = None, *, data: str | Path | None = None,
-            data_format: str = "auto", limit: int | None = None, unit: str = "auto", max_rows: int | None = 4000,
-            seed: int = 0, batch_size: int | None = None, probes: Iterable[str | tuple[str, list[Sentence]]] = (), cache_dir: str | Path | None | bool = None,
-            allow_download: bool = False, progress: ProgressCallback = None,
-            cancel: threading.Event | None = None) -> ComparisonResult:
+def compare(
+    model: Session,
+    other: Session | str,
+    texts: Texts = None,
+    *,
+    data: str | Path | None = None,
+    data_format: str = "auto",
+    limit: int | None = None,
+    unit: str = "auto",
+    max_rows: int | None = 4000,
+    seed: int = 0,
+    batch_size: int | None = None,
+    probes: Iterable[str | tuple[str, list[Sentence]]] = (),
+    cache_dir: str | Path | None | bool = None,
+    allow_download: bool = False,
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> ComparisonResult:
     """`model` against `other` (a loaded model, or one to load on the same device): per-head attention
     similarity, CKA between their layers, and with `probes` a probe per layer on both."""
     with distributed.failures_shared():  # under torchrun: each rank its shard, rank 0 the merged sample's CKA
-        run = compare_steps(model, other, texts, data=data, data_format=data_format, limit=limit, unit=unit,
-                            max_rows=max_rows, seed=seed, batch_size=batch_size, probes=probes, cache_dir=cache_dir,
-                            allow_download=allow_download, cancel=cancel)
+        run = compare_steps(
+            model,
+            other,
+            texts,
+            data=data,
+            data_format=data_format,
+            limit=limit,
+            unit=unit,
+            max_rows=max_rows,
+            seed=seed,
+            batch_size=batch_size,
+            probes=probes,
+            cache_dir=cache_dir,
+            allow_download=allow_download,
+            cancel=cancel,
+        )
         return outcome(run, on_step=distributed.whole_corpus(progress), cancel=cancel)
 
 
-def compare_steps(model: Session, other: Session | str, texts: Texts = None, *, data: str | Path | None = None,
-                  data_format: str = "auto", limit: int | None = None, unit: str = "auto", max_rows: int | None = 4000,
-                  seed: int = 0, batch_size: int | None = None, probes: Iterable[str | tuple[str, list[Sentence]]] = (),
-                  cache_dir: str | Path | None | bool = None, allow_download: bool = False,
-                  cancel: threading.Event | None = None, tell: Tell = note) -> Iterator[Progress[ComparisonResult]]:
+def compare_steps(
+    model: Session,
+    other: Session | str,
+    texts: Texts = None,
+    *,
+    data: str | Path | None = None,
+    data_format: str = "auto",
+    limit: int | None = None,
+    unit: str = "auto",
+    max_rows: int | None = 4000,
+    seed: int = 0,
+    batch_size: int | None = None,
+    probes: Iterable[str | tuple[str, list[Sentence]]] = (),
+    cache_dir: str | Path | None | bool = None,
+    allow_download: bool = False,
+    cancel: threading.Event | None = None,
+    tell: Tell = note,
+) -> Iterator[Progress[ComparisonResult]]:
     """`compare` as a stream; model B, given by name, is loaded when it is called (same device and dtype as `model`)."""
     from bertscope.core.analyses.compare import compare_models, probe_data
 
@@ -734,6 +1285,7 @@ def compare_steps(model: Session, other: Session | str, texts: Texts = None, *, 
     if isinstance(other, str):
         dtype = str(model.loaded.dtype).removeprefix("torch.")
         other = load(other, device=str(model.device), dtype=dtype, allow_download=allow_download)
-    run = compare_models(model, other, rows, unit=unit, max_rows=max_rows, seed=seed, batch_size=batch_size, probes=tasks,
-                         cache_dir=cache_dir, cancel=cancel)
+    run = compare_models(
+        model, other, rows, unit=unit, max_rows=max_rows, seed=seed, batch_size=batch_size, probes=tasks, cache_dir=cache_dir, cancel=cancel
+    )
     return _telling(run, lambda result: sentences.notes(tell))

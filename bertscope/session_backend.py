@@ -62,88 +62,225 @@ class SessionBackend:
     def encode(self, text: str, pair: str | None = None) -> Encoding:
         return self.session.encode(text, pair)
 
-    def forward(self, text, pair=None, *, attentions=False, mask=None, ablation: Ablation = "zero", reuse=None,
-                norms: bool = False, figures: bool = False) -> ForwardResult:
+    def forward(
+        self,
+        text,
+        pair=None,
+        *,
+        attentions=False,
+        mask=None,
+        ablation: Ablation = "zero",
+        reuse=None,
+        norms: bool = False,
+        figures: bool = False,
+    ) -> ForwardResult:
         if not figures:
-            return self.session.forward(text, pair, attentions=attentions, mask=mask, ablation=ablation, reuse=reuse,
-                                        norms=norms)
+            return self.session.forward(text, pair, attentions=attentions, mask=mask, ablation=ablation, reuse=reuse, norms=norms)
         encoding = text if isinstance(text, Encoding) else self.session.encode(text, pair)
         rows: dict[int, dict[str, np.ndarray]] = {}
 
         def reduce(layer: int, weights: np.ndarray, _norms) -> None:  # one layer's maps, dropped once reduced
             rows[layer] = head_figures(weights[None], encoding.tokens, encoding.special)
 
-        result = self.session.forward(encoding, attentions=attentions, mask=mask, ablation=ablation, reuse=reuse,
-                                      norms=norms, on_layer=reduce)
+        result = self.session.forward(
+            encoding, attentions=attentions, mask=mask, ablation=ablation, reuse=reuse, norms=norms, on_layer=reduce
+        )
         reused = min(rows) if rows else self.num_layers  # the layers below were taken from `reuse`, figures too
-        figures = {name: np.concatenate([*([reuse.figures[name][:reused]] if reused else []),
-                                         *(rows[layer][name] for layer in sorted(rows))]) for name in FIGURES}
+        figures = {
+            name: np.concatenate([*([reuse.figures[name][:reused]] if reused else []), *(rows[layer][name] for layer in sorted(rows))])
+            for name in FIGURES
+        }
         return dataclasses.replace(result, figures=figures)
 
-    def layer_maps(self, text: Encoding, layer: int, *, mask: HeadMask | None = None, ablation: Ablation = "zero",
-                   start_from: ForwardResult | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def layer_maps(
+        self,
+        text: Encoding,
+        layer: int,
+        *,
+        mask: HeadMask | None = None,
+        ablation: Ablation = "zero",
+        start_from: ForwardResult | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         weights, norms = self.session.layer_maps(text, layer, mask=mask, ablation=ablation, norms=True, start_from=start_from)
         return weights, norms
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
         return self.session.mask_predictions(result, top)
 
-    def attribute(self, text, pair=None, *, method: str = "integrated-gradients", target: Target | None = None,
-                  steps: int | None = None, mask: HeadMask | None = None, ablation: Ablation = "zero",
-                  cancel: threading.Event | None = None) -> Iterator:
+    def attribute(
+        self,
+        text,
+        pair=None,
+        *,
+        method: str = "integrated-gradients",
+        target: Target | None = None,
+        steps: int | None = None,
+        mask: HeadMask | None = None,
+        ablation: Ablation = "zero",
+        cancel: threading.Event | None = None,
+    ) -> Iterator:
         target = target or Target()
-        return with_notes(lambda tell: api.attribute_steps(
-            self.session, text, pair, method=method, target=target.label, position=target.position, probe=target.probe,
-            data=target.data, layer=target.layer, sentence_pooling=target.pooling, steps=steps, mask=mask, ablation=ablation,
-            cancel=cancel, tell=tell))
+        return with_notes(
+            lambda tell: api.attribute_steps(
+                self.session,
+                text,
+                pair,
+                method=method,
+                target=target.label,
+                position=target.position,
+                probe=target.probe,
+                data=target.data,
+                layer=target.layer,
+                sentence_pooling=target.pooling,
+                steps=steps,
+                mask=mask,
+                ablation=ablation,
+                cancel=cancel,
+                tell=tell,
+            )
+        )
 
-    def attention_patterns(self, sentences: Iterable[Sentence], *, mask: HeadMask | None = None, ablation: Ablation = "zero",
-                           norms: bool = False, cancel: threading.Event | None = None) -> Iterator:
-        return with_notes(lambda tell: api.patterns_steps(self.session, chosen(sentences), mask=mask, ablation=ablation,
-                                                          norms=norms, cancel=cancel, tell=tell))
+    def attention_patterns(
+        self,
+        sentences: Iterable[Sentence],
+        *,
+        mask: HeadMask | None = None,
+        ablation: Ablation = "zero",
+        norms: bool = False,
+        cancel: threading.Event | None = None,
+    ) -> Iterator:
+        return with_notes(
+            lambda tell: api.patterns_steps(
+                self.session, chosen(sentences), mask=mask, ablation=ablation, norms=norms, cancel=cancel, tell=tell
+            )
+        )
 
-    def syntax_heads(self, sentences: Iterable[Sentence], *, mask: HeadMask | None = None, ablation: Ablation = "zero",
-                     cancel: threading.Event | None = None) -> Iterator:
-        return with_notes(lambda tell: api.syntax_steps(self.session, chosen(sentences), mask=mask, ablation=ablation,
-                                                        cancel=cancel, tell=tell))
+    def syntax_heads(
+        self,
+        sentences: Iterable[Sentence],
+        *,
+        mask: HeadMask | None = None,
+        ablation: Ablation = "zero",
+        cancel: threading.Event | None = None,
+    ) -> Iterator:
+        return with_notes(
+            lambda tell: api.syntax_steps(self.session, chosen(sentences), mask=mask, ablation=ablation, cancel=cancel, tell=tell)
+        )
 
-    def probe(self, task: str, train, dev=None, test=None, *, mask: HeadMask | None = None, ablation: Ablation = "zero",
-              kind: str = "linear", cancel: threading.Event | None = None) -> Iterator:
+    def probe(
+        self,
+        task: str,
+        train,
+        dev=None,
+        test=None,
+        *,
+        mask: HeadMask | None = None,
+        ablation: Ablation = "zero",
+        kind: str = "linear",
+        cancel: threading.Event | None = None,
+    ) -> Iterator:
         return api.probe_steps(self.session, task, train, dev, test, mask=mask, ablation=ablation, kind=kind, cancel=cancel)
 
-    def geometry(self, sentences, *, unit: str = "auto", max_rows: int | None = None, mask: HeadMask | None = None,
-                 ablation: Ablation = "zero", cancel: threading.Event | None = None) -> Iterator:
-        return with_notes(lambda tell: api.geometry_steps(self.session, chosen(sentences), unit=unit, max_rows=max_rows, mask=mask,
-                                                          ablation=ablation, cancel=cancel, tell=tell))
+    def geometry(
+        self,
+        sentences,
+        *,
+        unit: str = "auto",
+        max_rows: int | None = None,
+        mask: HeadMask | None = None,
+        ablation: Ablation = "zero",
+        cancel: threading.Event | None = None,
+    ) -> Iterator:
+        return with_notes(
+            lambda tell: api.geometry_steps(
+                self.session, chosen(sentences), unit=unit, max_rows=max_rows, mask=mask, ablation=ablation, cancel=cancel, tell=tell
+            )
+        )
 
-    def compare(self, other: str, sentences, *, unit: str = "token", max_rows: int | None = None,
-                cancel: threading.Event | None = None) -> Iterator:
-        return with_notes(lambda tell: api.compare_steps(self.session, other, chosen(sentences), unit=unit, max_rows=max_rows,
-                                                         cancel=cancel, tell=tell))
+    def compare(
+        self, other: str, sentences, *, unit: str = "token", max_rows: int | None = None, cancel: threading.Event | None = None
+    ) -> Iterator:
+        return with_notes(
+            lambda tell: api.compare_steps(self.session, other, chosen(sentences), unit=unit, max_rows=max_rows, cancel=cancel, tell=tell)
+        )
 
-    def head_importance(self, objective: str, sentences, *, method: str = "gradient", ablation: Ablation = "zero",
-                        normalize: bool = True, cancel: threading.Event | None = None) -> Iterator:
-        return with_notes(lambda tell: api.importance_steps(self._prepared_objective(objective, sentences, tell), method=method,
-                                                            ablation=ablation, normalize=normalize, cancel=cancel))
+    def head_importance(
+        self,
+        objective: str,
+        sentences,
+        *,
+        method: str = "gradient",
+        ablation: Ablation = "zero",
+        normalize: bool = True,
+        cancel: threading.Event | None = None,
+    ) -> Iterator:
+        return with_notes(
+            lambda tell: api.importance_steps(
+                self._prepared_objective(objective, sentences, tell), method=method, ablation=ablation, normalize=normalize, cancel=cancel
+            )
+        )
 
     def measure_objective(self, objective: str, sentences, mask: HeadMask | None = None, ablation: Ablation = "zero") -> Measurement:
         return api.measure(self._prepared_objective(objective, sentences), mask, ablation)
 
-    def pruning_curve(self, objective: str, sentences, *, importance: HeadImportance | None = None, ablation: Ablation = "zero",
-                      step: float = 0.1, reestimate: bool = False, max_drop: float = 0.01,
-                      cancel: threading.Event | None = None) -> Iterator:
+    def pruning_curve(
+        self,
+        objective: str,
+        sentences,
+        *,
+        importance: HeadImportance | None = None,
+        ablation: Ablation = "zero",
+        step: float = 0.1,
+        reestimate: bool = False,
+        max_drop: float = 0.01,
+        cancel: threading.Event | None = None,
+    ) -> Iterator:
         method = importance.method if importance is not None else "gradient"  # re-estimates rank heads as the first ranking did
-        return with_notes(lambda tell: api.curve_steps(self._prepared_objective(objective, sentences, tell), importance,
-                                                       method=method, ablation=ablation, step=step, reestimate=reestimate,
-                                                       max_drop=max_drop, cancel=cancel))
+        return with_notes(
+            lambda tell: api.curve_steps(
+                self._prepared_objective(objective, sentences, tell),
+                importance,
+                method=method,
+                ablation=ablation,
+                step=step,
+                reestimate=reestimate,
+                max_drop=max_drop,
+                cancel=cancel,
+            )
+        )
 
-    def patch(self, clean: str, corrupt: str, *, clean_pair: str | None = None, corrupt_pair: str | None = None,
-              metric: str = "preserve", answers: tuple[str, str] | None = None, classes: tuple[str, str] | None = None,
-              task: str | None = None, sweeps: tuple[str, ...] = ("heads", "layers", "positions"), direction: str = "denoise",
-              cancel: threading.Event | None = None) -> Iterator:
-        return with_notes(lambda tell: api.patch_steps(
-            self.session, clean, corrupt, clean_pair=clean_pair, corrupt_pair=corrupt_pair, metric=metric, answers=answers,
-            classes=classes, task=task, sweeps=sweeps, direction=direction, cancel=cancel, tell=tell))
+    def patch(
+        self,
+        clean: str,
+        corrupt: str,
+        *,
+        clean_pair: str | None = None,
+        corrupt_pair: str | None = None,
+        metric: str = "preserve",
+        answers: tuple[str, str] | None = None,
+        classes: tuple[str, str] | None = None,
+        task: str | None = None,
+        sweeps: tuple[str, ...] = ("heads", "layers", "positions"),
+        direction: str = "denoise",
+        cancel: threading.Event | None = None,
+    ) -> Iterator:
+        return with_notes(
+            lambda tell: api.patch_steps(
+                self.session,
+                clean,
+                corrupt,
+                clean_pair=clean_pair,
+                corrupt_pair=corrupt_pair,
+                metric=metric,
+                answers=answers,
+                classes=classes,
+                task=task,
+                sweeps=sweeps,
+                direction=direction,
+                cancel=cancel,
+                tell=tell,
+            )
+        )
 
     def _prepared_objective(self, objective: str, sentences, tell: api.Tell | None = None) -> Objective:
         """The objective prepared once for the last sentences asked about (tokenised, masked, probe trained).

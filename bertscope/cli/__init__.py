@@ -8,12 +8,20 @@ from bertscope.cli import attention, fill_attribute, geometry, importance, patch
 from bertscope.cli.common import main
 
 for command in (
-    attention.explore, attention.info, attention.attention, attention.export,
+    attention.explore,
+    attention.info,
+    attention.attention,
+    attention.export,
     patterns.patterns,
-    probing.probe, probing.treebank, probing.cache,
-    importance.importance, importance.prune,
-    fill_attribute.fill, fill_attribute.attribute,
-    geometry.geometry, geometry.compare,
+    probing.probe,
+    probing.treebank,
+    probing.cache,
+    importance.importance,
+    importance.prune,
+    fill_attribute.fill,
+    fill_attribute.attribute,
+    geometry.geometry,
+    geometry.compare,
     patching.patch,
     syntax.syntax,
 ):

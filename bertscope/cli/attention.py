@@ -27,10 +27,18 @@ from bertscope.core.errors import BertscopeError
 @click.argument("text", required=False)
 @click.option("--pair", default=None, metavar="TEXT2", help="A second segment (sentence pair input).")
 @click.option("--theme", default=None, help="dark, light, colorblind, or a theme of your own (see the README).")
-@click.option("--session", "session_file", default=None, metavar="FILE", help="Restore the sentence, masks and selection from FILE, and keep saving them there.")
+@click.option(
+    "--session",
+    "session_file",
+    default=None,
+    metavar="FILE",
+    help="Restore the sentence, masks and selection from FILE, and keep saving them there.",
+)
 @click.option("--export-dir", default=".", show_default=True, type=click.Path(file_okay=False), help="Where `e` saves SVG and CSV exports.")
 @click.option(
-    "--glyphs/--colours", "glyphs", default=None,
+    "--glyphs/--colours",
+    "glyphs",
+    default=None,
     help="Draw heatmaps with shade characters, or with colours. Default: colours when the terminal has 256 or more and NO_COLOR is unset.",
 )
 @model_options
@@ -54,9 +62,7 @@ def explore(text, pair, theme, session_file, export_dir, glyphs, model: ModelCho
         report(f"loading {model.name or 'the bundled all-MiniLM-L6-v2'}…")
         return SessionBackend(load(model.name, device=model.device, dtype=model.dtype, allow_download=model.allow_download))
 
-    app = ExplorerApp(
-        open_backend, text=text, pair=pair, theme=theme, session_file=session_file, export_dir=export_dir, glyphs=glyphs
-    )
+    app = ExplorerApp(open_backend, text=text, pair=pair, theme=theme, session_file=session_file, export_dir=export_dir, glyphs=glyphs)
     app.run()
     if app.load_error is not None:  # the files looked right, but the model would not load
         raise BertscopeError(app.load_error)
@@ -64,11 +70,23 @@ def explore(text, pair, theme, session_file, export_dir, glyphs, model: ModelCho
 
 
 INFO_LABELS = {
-    "source": "model", "family": "family", "architecture": "architecture", "num_layers": "layers",
-    "num_heads": "heads per layer", "hidden_size": "hidden size", "vocab_size": "vocabulary",
-    "max_length": "max tokens", "has_mlm_head": "MLM head", "num_labels": "labels",
-    "device": "device", "dtype": "dtype", "cpu_linear": "CPU linear kernels", "parameters": "parameters",
-    "fingerprint": "fingerprint", "pruned_heads": "pruned heads", "hidden_states": "hidden states",
+    "source": "model",
+    "family": "family",
+    "architecture": "architecture",
+    "num_layers": "layers",
+    "num_heads": "heads per layer",
+    "hidden_size": "hidden size",
+    "vocab_size": "vocabulary",
+    "max_length": "max tokens",
+    "has_mlm_head": "MLM head",
+    "num_labels": "labels",
+    "device": "device",
+    "dtype": "dtype",
+    "cpu_linear": "CPU linear kernels",
+    "parameters": "parameters",
+    "fingerprint": "fingerprint",
+    "pruned_heads": "pruned heads",
+    "hidden_states": "hidden states",
 }
 
 
@@ -106,12 +124,16 @@ def info(model: ModelChoice, as_json):
 @format_options
 @click.option("--theme", default=None, help="Heatmap colours: a theme name or a theme file.")
 @click.option(
-    "--scale", type=click.Choice(["max", "row", "fixed", "log"]), default="max", show_default=True,
+    "--scale",
+    type=click.Choice(["max", "row", "fixed", "log"]),
+    default="max",
+    show_default=True,
     help="Colour scale: 0 to the map's largest weight, each row to its own largest, fixed 0–1, or three decades (log).",
 )
 @click.option("--dense", is_flag=True, help="Two query rows a line (half blocks), for long inputs; needs 256 colours.")
 @click.option(
-    "--norms", is_flag=True,
+    "--norms",
+    is_flag=True,
     help="Show the value-weighted norms ‖α_ij f_h(x_j)‖ (Kobayashi et al. 2020) instead of the weights α_ij.",
 )
 @model_options
@@ -140,8 +162,10 @@ def attention(text, pair, layer, head, mask_spec, ablation, output_format, theme
     tokens = list(encoding.tokens)
     window = session.attention_window(layer)
     if window is not None and len(tokens) > window + 1:
-        warn(f"layer {layer} is local: its heads see ±{window} tokens, so the cells beyond are out of their reach, "
-             "not attention they chose not to pay")
+        warn(
+            f"layer {layer} is local: its heads see ±{window} tokens, so the cells beyond are out of their reach, "
+            "not attention they chose not to pay"
+        )
     if output_format == "json":
         payload = {
             "model": session.info.source,
@@ -177,8 +201,17 @@ def attention(text, pair, layer, head, mask_spec, ablation, output_format, theme
     title += reach_note(window, len(tokens))
     Console().print(
         AttentionHeatmap(
-            beyond_reach(weights, window), tokens, tokens, colormap, title=title, masked=mask.is_masked(layer, head),
-            scale=scale, dense=dense, cell_width=None, label_width=None, quantity="‖αf‖" if norms else None,
+            beyond_reach(weights, window),
+            tokens,
+            tokens,
+            colormap,
+            title=title,
+            masked=mask.is_masked(layer, head),
+            scale=scale,
+            dense=dense,
+            cell_width=None,
+            label_width=None,
+            quantity="‖αf‖" if norms else None,
         )
     )
     if norms:

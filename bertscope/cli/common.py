@@ -230,12 +230,19 @@ class ModelChoice:
 
 MODEL_OPTIONS = [
     click.option(
-        "--model", "-m", "model", default=None, metavar="M",
+        "--model",
+        "-m",
+        "model",
+        default=None,
+        metavar="M",
         help="Model directory, or a Hugging Face name already in the cache. Default: bundled all-MiniLM-L6-v2.",
     ),
     click.option("--device", default="auto", show_default=True, help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."),
     click.option(
-        "--dtype", default="float32", show_default=True, type=click.Choice(["float32", "float16", "bfloat16"]),
+        "--dtype",
+        default="float32",
+        show_default=True,
+        type=click.Choice(["float32", "float16", "bfloat16"]),
         help="Precision; the half precisions are for GPUs.",
     ),
     click.option("--allow-download", is_flag=True, help="Fetch a Hugging Face model that is not in the cache."),
@@ -290,7 +297,10 @@ def head_mask(spec: str | None, shape: ModelShape) -> HeadMask:
 
 def mask_options(command):
     command = click.option(
-        "--ablation", default="zero", show_default=True, type=click.Choice(ABLATIONS),
+        "--ablation",
+        default="zero",
+        show_default=True,
+        type=click.Choice(ABLATIONS),
         help="zero: remove the head's output (Michel et al.); uniform: the head attends evenly to all tokens (Kovaleva et al.).",
     )(command)
     return click.option(
@@ -307,7 +317,10 @@ def _checked_mask_spec(ctx, param, spec: str | None) -> str | None:
 def batch_size_option(command):
     """`--batch-size N`: an upper bound on a corpus job's sentences a pass; by default batches fill the token cap."""
     return click.option(
-        "--batch-size", type=click.IntRange(min=1), default=None, metavar="N",
+        "--batch-size",
+        type=click.IntRange(min=1),
+        default=None,
+        metavar="N",
         help=f"At most N sentences per forward pass (default: as many as fit {MAX_TOKENS:,} padded tokens).",
     )(command)
 
@@ -334,11 +347,16 @@ def data_options(command):
     """TEXT or --data FILE (with --format and --limit), shared by the corpus commands."""
     command = click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="Read at most N sentences.")(command)
     command = click.option(
-        "--format", "data_format", default="auto", show_default=True,
+        "--format",
+        "data_format",
+        default="auto",
+        show_default=True,
         type=click.Choice(["auto", "text", "conllu", "senteval"]),
         help="text: one sentence a line; conllu: CoNLL-U; senteval: split<TAB>label<TAB>sentence.",
     )(command)
-    command = click.option("--data", "data", default=None, metavar="FILE", help="A corpus file. Default: the sample corpus shipped with bertscope.")(command)
+    command = click.option(
+        "--data", "data", default=None, metavar="FILE", help="A corpus file. Default: the sample corpus shipped with bertscope."
+    )(command)
     return click.argument("text", required=False)(command)
 
 

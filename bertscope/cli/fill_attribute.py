@@ -27,11 +27,18 @@ from bertscope.core.errors import BertscopeError
 @click.option("--top", "-k", type=click.IntRange(1, 1000), default=10, show_default=True, help="Guesses per [MASK].")
 @click.option("--layers/--no-layers", default=True, show_default=True, help="Also read the guesses off every layer.")
 @click.option(
-    "--cloze", default=None, metavar="FILE",
+    "--cloze",
+    default=None,
+    metavar="FILE",
     help="Score a cloze file instead: query<TAB>answer lines or LAMA JSON lines; `sample` for the shipped one.",
 )
-@click.option("--batch-size", type=click.IntRange(min=1), default=None, metavar="N",
-              help="At most N cloze queries per forward pass (default: as many as the caps on tokens and on the MLM head's scores allow).")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="At most N cloze queries per forward pass (default: as many as the caps on tokens and on the MLM head's scores allow).",
+)
 @mask_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 @output_option
@@ -86,8 +93,14 @@ def _cloze(session, path, mask, ablation, batch_size, as_json):
     with api_call("cloze queries") as progress:
         result = api.cloze(session, source, batch_size=batch_size, mask=mask, ablation=ablation, report=report, progress=progress)
     if as_json:
-        payload = {"model": session.info.source, "data": str(source), "mask": mask.spec(), "ablation": ablation,
-                   "skipped": len(report.skipped), **result.as_json()}
+        payload = {
+            "model": session.info.source,
+            "data": str(source),
+            "mask": mask.spec(),
+            "ablation": ablation,
+            "skipped": len(report.skipped),
+            **result.as_json(),
+        }
         print_json(payload)
         return
     from rich.console import Console
@@ -101,22 +114,61 @@ def _cloze(session, path, mask, ablation, batch_size, as_json):
 @click.argument("text")
 @click.option("--pair", default=None, metavar="TEXT2", help="A second segment (sentence pair input).")
 @click.option("--method", default="integrated-gradients", show_default=True, type=click.Choice(METHODS))
-@click.option("--target", "label", default=None, metavar="LABEL", help="The token (MLM) or class (classifier, probe) to explain. Default: the model's top choice.")
+@click.option(
+    "--target",
+    "label",
+    default=None,
+    metavar="LABEL",
+    help="The token (MLM) or class (classifier, probe) to explain. Default: the model's top choice.",
+)
 @click.option("--position", type=int, default=None, help="Which [MASK], by token position. Default: the first.")
-@click.option("--probe", "probe_task", default=None, metavar="TASK", help="Explain a probe's decision: a built-in task (e.g. subject_number) or, with --data, a SentEval task.")
+@click.option(
+    "--probe",
+    "probe_task",
+    default=None,
+    metavar="TASK",
+    help="Explain a probe's decision: a built-in task (e.g. subject_number) or, with --data, a SentEval task.",
+)
 @click.option("--data", default=None, metavar="FILE", help="SentEval file (split<TAB>label<TAB>sentence) to train the probe on.")
 @click.option("--layer", "-l", type=int, default=None, help="Hidden-state layer the probe reads (0 = embeddings). Default: best on dev.")
-@click.option("--sentence-pooling", default="cls", show_default=True, type=click.Choice(["cls", "mean"]), help="How the probe reads a sentence.")
+@click.option(
+    "--sentence-pooling", default="cls", show_default=True, type=click.Choice(["cls", "mean"]), help="How the probe reads a sentence."
+)
 @click.option("--score", default="log-probability", show_default=True, type=click.Choice(SCORES), help="The output explained.")
-@click.option("--steps", type=click.IntRange(1, 4096), default=None, help="Integrated-gradients steps. Default: 32, doubled up to 256 until the completeness error is under 5%.")
-@click.option("--cache-dir", default=None, metavar="DIR", help="Probe feature cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.")
+@click.option(
+    "--steps",
+    type=click.IntRange(1, 4096),
+    default=None,
+    help="Integrated-gradients steps. Default: 32, doubled up to 256 until the completeness error is under 5%.",
+)
+@click.option(
+    "--cache-dir", default=None, metavar="DIR", help="Probe feature cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope."
+)
 @click.option("--no-cache", is_flag=True, help="Compute probe features afresh and keep nothing.")
 @mask_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 @click.option("--theme", default=None, help="Colours of the shaded sentence: a theme name or file.")
 @model_options
-def attribute(text, pair, method, label, position, probe_task, data, layer, sentence_pooling, score, steps, cache_dir,
-              no_cache, mask_spec, ablation, as_json, theme, model: ModelChoice):
+def attribute(
+    text,
+    pair,
+    method,
+    label,
+    position,
+    probe_task,
+    data,
+    layer,
+    sentence_pooling,
+    score,
+    steps,
+    cache_dir,
+    no_cache,
+    mask_spec,
+    ablation,
+    as_json,
+    theme,
+    model: ModelChoice,
+):
     """Which tokens of TEXT a decision rests on: an MLM guess, a class, or a probe's decision.
 
     The decision is, in order: a probe's (--probe TASK; Mohebbi et al. 2021), a sequence
@@ -138,9 +190,24 @@ def attribute(text, pair, method, label, position, probe_task, data, layer, sent
     from bertscope import api
 
     with api_call("attribution") as progress:
-        result = api.attribute(session, text, pair, method=method, target=label, position=position, probe=probe_task, data=data,
-                               layer=layer, sentence_pooling=sentence_pooling, score=score, steps=steps, mask=mask,
-                               ablation=ablation, cache_dir=False if no_cache else cache_dir, progress=progress)
+        result = api.attribute(
+            session,
+            text,
+            pair,
+            method=method,
+            target=label,
+            position=position,
+            probe=probe_task,
+            data=data,
+            layer=layer,
+            sentence_pooling=sentence_pooling,
+            score=score,
+            steps=steps,
+            mask=mask,
+            ablation=ablation,
+            cache_dir=False if no_cache else cache_dir,
+            progress=progress,
+        )
     if as_json:
         print_json({"model": session.info.source, "text": text, "pair": pair, **result.as_json()})
         return
@@ -149,4 +216,3 @@ def attribute(text, pair, method, label, position, probe_task, data, layer, sent
     from bertscope.render.attribution import attribution_report
 
     Console().print(attribution_report(result, session.info.source, theme_spec, notes=False))  # notes went to stderr
-

@@ -28,10 +28,22 @@ from bertscope.core.errors import BertscopeError, ModelLoadError
 def sample_options(command):
     """Which rows are sampled and how many: shared by geometry and compare."""
     options = [
-        click.option("--unit", default="auto", show_default=True, type=click.Choice(["auto", *UNITS]),
-                     help="Rows: every token; CoNLL-U words (first sub-word); or sentences (mean of their tokens). auto: word for CoNLL-U, sentence for SentEval, else token."),
-        click.option("--max-rows", type=click.IntRange(min=4), default=4000, show_default=True, metavar="N",
-                     help="At most N rows, a seeded uniform sample of the corpus (memory stays bounded)."),
+        click.option(
+            "--unit",
+            default="auto",
+            show_default=True,
+            type=click.Choice(["auto", *UNITS]),
+            help="Rows: every token; CoNLL-U words (first sub-word); or sentences (mean of their tokens). "
+            "auto: word for CoNLL-U, sentence for SentEval, else token.",
+        ),
+        click.option(
+            "--max-rows",
+            type=click.IntRange(min=4),
+            default=4000,
+            show_default=True,
+            metavar="N",
+            help="At most N rows, a seeded uniform sample of the corpus (memory stays bounded).",
+        ),
         click.option("--seed", type=int, default=0, show_default=True, help="Which rows the sample keeps."),
         batch_size_option,
     ]
@@ -52,17 +64,43 @@ def read_corpus(text, data, data_format, limit):
 @data_options
 @sample_options
 @click.option("--neighbours", "-k", type=click.IntRange(min=1), default=10, show_default=True, help="k of the neighbourhood overlap.")
-@click.option("--layer", "-l", type=int, default=None, help="Hidden-state layer whose PCA scatter is drawn (0 = embeddings). Default: the last.")
-@click.option("--colour-by", "--color-by", "colour_by", default=None, metavar="LABEL",
-              help="Colour the scatter by upos, xpos or deprel (CoNLL-U words), token (kind of token) or label (SentEval). Default: the first the data has.")
+@click.option(
+    "--layer", "-l", type=int, default=None, help="Hidden-state layer whose PCA scatter is drawn (0 = embeddings). Default: the last."
+)
+@click.option(
+    "--colour-by",
+    "--color-by",
+    "colour_by",
+    default=None,
+    metavar="LABEL",
+    help="Colour the scatter by upos, xpos or deprel (CoNLL-U words), token (kind of token) or label (SentEval). "
+    "Default: the first the data has.",
+)
 @click.option("--points", is_flag=True, help="With --json: every layer's 2-D PCA coordinates and each row's text and labels.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 @click.option("--theme", default=None, help="Heatmap colours: a theme name or a theme file.")
 @mask_options
 @output_option
 @model_options
-def geometry(text, data, data_format, limit, unit, max_rows, seed, batch_size, neighbours, layer, colour_by, points, as_json,
-             theme, mask_spec, ablation, model: ModelChoice):
+def geometry(
+    text,
+    data,
+    data_format,
+    limit,
+    unit,
+    max_rows,
+    seed,
+    batch_size,
+    neighbours,
+    layer,
+    colour_by,
+    points,
+    as_json,
+    theme,
+    mask_spec,
+    ablation,
+    model: ModelChoice,
+):
     """Representation geometry per layer over a corpus (van Aken; Kornblith; Valeriani et al.).
 
     On a seeded sample of at most --max-rows tokens, words or sentences: each layer's PCA
@@ -79,9 +117,18 @@ def geometry(text, data, data_format, limit, unit, max_rows, seed, batch_size, n
     from bertscope import api
 
     with api_call("geometry") as progress:
-        result = api.geometry(session, api.Corpus(sentences, source, report), unit=unit, max_rows=max_rows,
-                              neighbours=neighbours, seed=seed, batch_size=batch_size, mask=mask, ablation=ablation,
-                              progress=progress)
+        result = api.geometry(
+            session,
+            api.Corpus(sentences, source, report),
+            unit=unit,
+            max_rows=max_rows,
+            neighbours=neighbours,
+            seed=seed,
+            batch_size=batch_size,
+            mask=mask,
+            ablation=ablation,
+            progress=progress,
+        )
     for note in result.notes:
         warn(note)
     if colour_by is not None and colour_by not in result.labels:
@@ -97,25 +144,42 @@ def geometry(text, data, data_format, limit, unit, max_rows, seed, batch_size, n
     console = Console()
     glyphs = console.no_color or console.color_system not in ("256", "truecolor")
     masked = f" · mask {mask.spec()} ({ablation})" if len(mask) else ""
-    console.print(f"[bold]{session.info.source}[/] · {result.sentences:,} sentences from {source} · "
-                  f"{result.size:,} of {result.seen:,} {result.unit}s{masked}", highlight=False)
+    console.print(
+        f"[bold]{session.info.source}[/] · {result.sentences:,} sentences from {source} · "
+        f"{result.size:,} of {result.seen:,} {result.unit}s{masked}",
+        highlight=False,
+    )
     chosen = session.num_layers if layer is None else layer
-    console.print(geometry_report(result, colormap, layer=chosen, label=colour_by, glyphs=glyphs,
-                                  scatter_width=min(console.width, 100), scatter_height=22))
+    console.print(
+        geometry_report(
+            result, colormap, layer=chosen, label=colour_by, glyphs=glyphs, scatter_width=min(console.width, 100), scatter_height=22
+        )
+    )
 
 
 @click.command()
 @data_options
-@click.option("--model-b", "model_b", required=True, metavar="B", help="The model to compare with: a directory or a Hugging Face name in the cache (same tokenizer as --model).")
+@click.option(
+    "--model-b",
+    "model_b",
+    required=True,
+    metavar="B",
+    help="The model to compare with: a directory or a Hugging Face name in the cache (same tokenizer as --model).",
+)
 @sample_options
-@click.option("--probe", "probe_tasks", multiple=True, metavar="TASK",
-              help="Probe every layer of both models for TASK (repeatable): a built-in task, upos/xpos/deprel with a CoNLL-U --data, or the labels of a SentEval --data.")
+@click.option(
+    "--probe",
+    "probe_tasks",
+    multiple=True,
+    metavar="TASK",
+    help="Probe every layer of both models for TASK (repeatable): a built-in task, upos/xpos/deprel with a CoNLL-U --data, "
+    "or the labels of a SentEval --data.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 @click.option("--theme", default=None, help="Heatmap colours: a theme name or a theme file.")
 @output_option
 @model_options
-def compare(text, data, data_format, limit, model_b, unit, max_rows, seed, batch_size, probe_tasks, as_json, theme,
-            model: ModelChoice):
+def compare(text, data, data_format, limit, model_b, unit, max_rows, seed, batch_size, probe_tasks, as_json, theme, model: ModelChoice):
     """Compare model A (--model) with model B (--model-b): same tokenizer, e.g. before and after fine-tuning.
 
     Per head, the cosine similarity of its attention maps in A and B averaged over the
@@ -139,8 +203,17 @@ def compare(text, data, data_format, limit, model_b, unit, max_rows, seed, batch
     session = model.open()
     other = dataclasses.replace(other_model, device=str(session.device)).open()
     with api_call("comparing") as progress:
-        result = api.compare(session, other, api.Corpus(sentences, source, report), unit=unit, max_rows=max_rows, seed=seed,
-                             batch_size=batch_size, probes=probes, progress=progress)
+        result = api.compare(
+            session,
+            other,
+            api.Corpus(sentences, source, report),
+            unit=unit,
+            max_rows=max_rows,
+            seed=seed,
+            batch_size=batch_size,
+            probes=probes,
+            progress=progress,
+        )
     for note in result.notes:
         warn(note)
     if as_json:
@@ -152,6 +225,9 @@ def compare(text, data, data_format, limit, model_b, unit, max_rows, seed, batch
 
     console = Console()
     glyphs = console.no_color or console.color_system not in ("256", "truecolor")
-    console.print(f"[bold]A[/] {result.model_a}\n[bold]B[/] {result.model_b}\n"
-                  f"{result.sentences:,} sentences from {source} · {result.tokens:,} tokens", highlight=False)
+    console.print(
+        f"[bold]A[/] {result.model_a}\n[bold]B[/] {result.model_b}\n"
+        f"{result.sentences:,} sentences from {source} · {result.tokens:,} tokens",
+        highlight=False,
+    )
     console.print(comparison_report(result, colormap, glyphs=glyphs))

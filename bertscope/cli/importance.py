@@ -25,20 +25,58 @@ def objective_options(command):
     """What importance is measured on: the objective, its data and its options."""
     options = [
         click.argument("text", required=False),
-        click.option("--data", default=None, metavar="FILE", help="Sentences: plain text, CoNLL-U or SentEval TSV. Default: the shipped sample corpus (the probe objective: a built-in task)."),
-        click.option("--format", "data_format", default="auto", show_default=True, type=click.Choice(["auto", "text", "conllu", "senteval"])),
+        click.option(
+            "--data",
+            default=None,
+            metavar="FILE",
+            help="Sentences: plain text, CoNLL-U or SentEval TSV. "
+            "Default: the shipped sample corpus (the probe objective: a built-in task).",
+        ),
+        click.option(
+            "--format", "data_format", default="auto", show_default=True, type=click.Choice(["auto", "text", "conllu", "senteval"])
+        ),
         click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="Read at most N sentences."),
         click.option(
-            "--objective", "-O", "objective", required=True, type=click.Choice(OBJECTIVES),
+            "--objective",
+            "-O",
+            "objective",
+            required=True,
+            type=click.Choice(OBJECTIVES),
             help="mlm (MLM head), classification (classifier, labelled data), probe (--task, --probe-layer), preserve (any encoder).",
         ),
-        click.option("--task", "-t", default=None, help="probe objective: a built-in task, the labels of a SentEval file, or upos/xpos/deprel (CoNLL-U)."),
-        click.option("--probe-layer", type=int, default=None, metavar="N", help="probe objective: hidden-state layer, 0 = embeddings. Default: the last."),
-        click.option("--method", default="gradient", show_default=True, type=click.Choice(METHODS),
-                     help="gradient: Michel et al.'s E|dL/dgate| (one backward pass per batch); ablation: exact loss change per head and per layer."),
-        click.option("--ablation", default="zero", show_default=True, type=click.Choice(ABLATIONS),
-                     help="zero: remove the head's output (Michel et al.); uniform: the head attends evenly (Kovaleva et al.)."),
-        click.option("--normalize/--no-normalize", default=True, show_default=True, help="Divide each layer's scores by their l2 norm (Michel et al.)."),
+        click.option(
+            "--task",
+            "-t",
+            default=None,
+            help="probe objective: a built-in task, the labels of a SentEval file, or upos/xpos/deprel (CoNLL-U).",
+        ),
+        click.option(
+            "--probe-layer",
+            type=int,
+            default=None,
+            metavar="N",
+            help="probe objective: hidden-state layer, 0 = embeddings. Default: the last.",
+        ),
+        click.option(
+            "--method",
+            default="gradient",
+            show_default=True,
+            type=click.Choice(METHODS),
+            help="gradient: Michel et al.'s E|dL/dgate| (one backward pass per batch); ablation: exact loss change per head and per layer.",
+        ),
+        click.option(
+            "--ablation",
+            default="zero",
+            show_default=True,
+            type=click.Choice(ABLATIONS),
+            help="zero: remove the head's output (Michel et al.); uniform: the head attends evenly (Kovaleva et al.).",
+        ),
+        click.option(
+            "--normalize/--no-normalize",
+            default=True,
+            show_default=True,
+            help="Divide each layer's scores by their l2 norm (Michel et al.).",
+        ),
         batch_size_option,
         click.option("--seed", type=int, default=0, show_default=True, help="MLM masking, probe training and random projections."),
     ]
@@ -70,8 +108,9 @@ def load_objective(model: ModelChoice, objective, text, data, data_format, limit
     from bertscope import api
 
     with api_call("preparing the objective"):  # a bar with its clock: the probe objective trains a probe first
-        prepared, source = api.objective(session, objective, sentences, task=task, probe_layer=probe_layer, batch_size=batch_size,
-                                         seed=seed)
+        prepared, source = api.objective(
+            session, objective, sentences, task=task, probe_layer=probe_layer, batch_size=batch_size, seed=seed
+        )
     return session, prepared, source
 
 
@@ -87,8 +126,22 @@ def compute_importance(prepared, method, ablation, normalize, seed):
 @output_option
 @format_options
 @model_options
-def importance(text, data, data_format, limit, objective, task, probe_layer, method, ablation, normalize, batch_size, seed,
-               output_format, model: ModelChoice):
+def importance(
+    text,
+    data,
+    data_format,
+    limit,
+    objective,
+    task,
+    probe_layer,
+    method,
+    ablation,
+    normalize,
+    batch_size,
+    seed,
+    output_format,
+    model: ModelChoice,
+):
     """How much each head matters for an objective (Michel et al.; Kovaleva et al.).
 
     gradient: I_h = E|dL/d gate_h| from one backward pass per batch through float head
@@ -121,19 +174,51 @@ def importance(text, data, data_format, limit, objective, task, probe_layer, met
 @click.option("--curve", is_flag=True, help="Measure the objective as ever more heads are removed.")
 @click.option("--step", type=float, default=0.1, show_default=True, help="--curve: the share of all heads removed per step.")
 @click.option("--reestimate", is_flag=True, help="--curve: estimate importance again after every step (iterative pruning).")
-@click.option("--max-drop", type=click.FloatRange(min=0), default=0.01, show_default=True,
-              help="--curve: the largest fall in the objective's metric (accuracy, or cosine for preserve) still called harmless.")
-@click.option("--fraction", type=float, default=None, metavar="F", help="Prune this share of all heads, 0 < F < 1 (the least important first).")
+@click.option(
+    "--max-drop",
+    type=click.FloatRange(min=0),
+    default=0.01,
+    show_default=True,
+    help="--curve: the largest fall in the objective's metric (accuracy, or cosine for preserve) still called harmless.",
+)
+@click.option(
+    "--fraction", type=float, default=None, metavar="F", help="Prune this share of all heads, 0 < F < 1 (the least important first)."
+)
 @click.option("--output", "-o", default=None, metavar="DIR", help="--fraction: write the physically pruned model to DIR (new or empty).")
 @click.option(
-    "--weights", "weights", default="sliced", show_default=True, type=click.Choice(["sliced", "zeroed"]),
+    "--weights",
+    "weights",
+    default="sliced",
+    show_default=True,
+    type=click.Choice(["sliced", "zeroed"]),
     help="-o: sliced cuts the heads out (smaller, faster; bertscope or transformers 4 load it); zeroed keeps the shapes "
-         "and zeroes their output projection (any transformers loads it).",
+    "and zeroes their output projection (any transformers loads it).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 @model_options
-def prune(text, data, data_format, limit, objective, task, probe_layer, method, ablation, normalize, batch_size, seed,
-          curve, step, reestimate, max_drop, fraction, output, weights, as_json, model: ModelChoice):
+def prune(
+    text,
+    data,
+    data_format,
+    limit,
+    objective,
+    task,
+    probe_layer,
+    method,
+    ablation,
+    normalize,
+    batch_size,
+    seed,
+    curve,
+    step,
+    reestimate,
+    max_drop,
+    fraction,
+    output,
+    weights,
+    as_json,
+    model: ModelChoice,
+):
     """Remove the least important heads: a pruning curve, or a physically smaller model.
 
     --curve removes --step of the heads at a time and measures the objective at each step,
@@ -172,8 +257,17 @@ def _curve(session, prepared, source, method, ablation, normalize, step, reestim
 
     importance_result = compute_importance(prepared, method, ablation, normalize, seed)
     with api_call("pruning curve") as progress:
-        result = curve_of(prepared, importance_result, method=method, ablation=ablation, step=step, reestimate=reestimate,
-                          normalize=normalize, max_drop=max_drop, progress=progress)
+        result = curve_of(
+            prepared,
+            importance_result,
+            method=method,
+            ablation=ablation,
+            step=step,
+            reestimate=reestimate,
+            normalize=normalize,
+            max_drop=max_drop,
+            progress=progress,
+        )
     if as_json:
         print_json(result.as_json(session.info.source) | {"data": source, "sentences": prepared.sentences})
         return
@@ -188,23 +282,37 @@ def _prune_to(session, prepared, source, method, ablation, normalize, fraction, 
     from bertscope.api import prune_by
 
     ranking = compute_importance(prepared, method, ablation, normalize, seed)
-    pruning = prune_by(session, prepared, ranking, fraction=fraction, output=output, weights=weights, source=source,
-                       method=method, ablation=ablation)
+    pruning = prune_by(
+        session, prepared, ranking, fraction=fraction, output=output, weights=weights, source=source, method=method, ablation=ablation
+    )
     result, mask, chosen, written = ranking, pruning.mask, pruning.mask.off, pruning.written
     total = session.num_layers * session.num_heads
     payload = {
-        "model": session.info.source, "data": source, "objective": prepared.name, "method": method, "ablation": ablation,
-        "fraction": fraction, "heads_pruned": len(chosen), "heads_total": total, "mask": mask.spec(), "metric": prepared.metric,
+        "model": session.info.source,
+        "data": source,
+        "objective": prepared.name,
+        "method": method,
+        "ablation": ablation,
+        "fraction": fraction,
+        "heads_pruned": len(chosen),
+        "heads_total": total,
+        "mask": mask.spec(),
+        "metric": prepared.metric,
         "before": {"loss": result.baseline_loss, "metric": result.baseline_metric},
         "after": {"loss": pruning.loss_after, "metric": pruning.metric_after},
     }
     texts = prepared.texts
     if written is not None:
         payload |= {
-            "output": str(written.directory), "weights": weights, "parameters_before": written.parameters_before,
-            "parameters_after": written.parameters_after, "speedup": round(written.speedup, 4),
-            "encoder_seconds_before": round(written.seconds_before, 6), "encoder_seconds_after": round(written.seconds_after, 6),
-            "timed_sentences": len(texts), "max_abs_difference_vs_masked": written.max_abs_difference,
+            "output": str(written.directory),
+            "weights": weights,
+            "parameters_before": written.parameters_before,
+            "parameters_after": written.parameters_after,
+            "speedup": round(written.speedup, 4),
+            "encoder_seconds_before": round(written.seconds_before, 6),
+            "encoder_seconds_after": round(written.seconds_after, 6),
+            "timed_sentences": len(texts),
+            "max_abs_difference_vs_masked": written.max_abs_difference,
         }
     if as_json:
         print_json(payload)
@@ -212,17 +320,25 @@ def _prune_to(session, prepared, source, method, ablation, normalize, fraction, 
     from rich.console import Console
 
     console = Console()
-    console.print(f"[bold]pruned {len(chosen)} of {total} heads[/] ({len(chosen) / total:.0%}) by {method} importance "
-                  f"for {prepared.name} on {source}: {mask.spec()}", highlight=False)
-    console.print(f"{prepared.metric}: {result.baseline_metric:.4f} → {pruning.metric_after:.4f}; "
-                  f"loss {result.baseline_loss:.4g} → {pruning.loss_after:.4g}", highlight=False)
+    console.print(
+        f"[bold]pruned {len(chosen)} of {total} heads[/] ({len(chosen) / total:.0%}) by {method} importance "
+        f"for {prepared.name} on {source}: {mask.spec()}",
+        highlight=False,
+    )
+    console.print(
+        f"{prepared.metric}: {result.baseline_metric:.4f} → {pruning.metric_after:.4f}; "
+        f"loss {result.baseline_loss:.4g} → {pruning.loss_after:.4g}",
+        highlight=False,
+    )
     if output is not None:
         before, after_p = payload["parameters_before"], payload["parameters_after"]
-        console.print(f"wrote {payload['output']}: parameters {before:,} → {after_p:,} ({(after_p - before) / before:+.1%}); "
-                      f"encoder forward {payload['speedup']:.2f}× as fast (measured on {len(texts)} sentences); "
-                      f"outputs equal the masked original within {payload['max_abs_difference_vs_masked']:.2g}", highlight=False)
+        console.print(
+            f"wrote {payload['output']}: parameters {before:,} → {after_p:,} ({(after_p - before) / before:+.1%}); "
+            f"encoder forward {payload['speedup']:.2f}× as fast (measured on {len(texts)} sentences); "
+            f"outputs equal the masked original within {payload['max_abs_difference_vs_masked']:.2g}",
+            highlight=False,
+        )
         loader = "bertscope --model" if weights == "sliced" else "bertscope --model, or transformers' AutoModel.from_pretrained on"
         console.print(f"load it with: {loader} {payload['output']}", style="dim", highlight=False)
     else:
         console.print("give -o DIR to write the pruned model", style="dim")
-

@@ -35,26 +35,57 @@ def _pair_of(value: str | None, flag: str) -> tuple[str, str] | None:
 @click.option("--pair", default=None, metavar="TEXT2", help="A second segment of the clean input.")
 @click.option("--corrupt-pair", default=None, metavar="TEXT2", help="A second segment of the corrupted input.")
 @click.option(
-    "--metric", default="preserve", show_default=True, type=click.Choice(METRICS),
+    "--metric",
+    default="preserve",
+    show_default=True,
+    type=click.Choice(METRICS),
     help="mlm: logit difference of --answers at the [MASK]; class: of --classes of a classifier; "
-         "probe: of --classes of a --task probe; preserve: how close the output stays to the clean one (any model).",
+    "probe: of --classes of a --task probe; preserve: how close the output stays to the clean one (any model).",
 )
 @click.option("--answers", default=None, metavar="A,B", help="mlm: the two answers compared (default: each input's top guess).")
 @click.option("--classes", default=None, metavar="A,B", help="class, probe: the two classes compared (default: each input's choice).")
 @click.option("--task", "-t", default=None, help="probe: a built-in sentence task (e.g. subject_number) or, with --data, a SentEval task.")
 @click.option("--data", default=None, metavar="FILE", help="probe: a SentEval file to train the probe on.")
-@click.option("--probe-layer", type=int, default=None, metavar="N", help="probe: the hidden state it reads (0 = embeddings). Default: best on dev.")
-@click.option("--sweep", "sweeps", multiple=True, type=click.Choice(SWEEPS),
-              help="What to patch (repeatable). Default: all three.")
-@click.option("--direction", default="denoise", show_default=True, type=click.Choice(DIRECTIONS),
-              help="denoise: clean activations into the corrupted run; noise: corrupted into the clean run.")
+@click.option(
+    "--probe-layer", type=int, default=None, metavar="N", help="probe: the hidden state it reads (0 = embeddings). Default: best on dev."
+)
+@click.option("--sweep", "sweeps", multiple=True, type=click.Choice(SWEEPS), help="What to patch (repeatable). Default: all three.")
+@click.option(
+    "--direction",
+    default="denoise",
+    show_default=True,
+    type=click.Choice(DIRECTIONS),
+    help="denoise: clean activations into the corrupted run; noise: corrupted into the clean run.",
+)
 @click.option("--per-position", is_flag=True, help="heads: also patch each head at each position.")
-@click.option("--cache-dir", default=None, metavar="DIR", help="probe: the feature and probe cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.")
+@click.option(
+    "--cache-dir",
+    default=None,
+    metavar="DIR",
+    help="probe: the feature and probe cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.",
+)
 @click.option("--no-cache", is_flag=True, help="probe: compute features afresh and keep nothing.")
 @format_options
 @model_options
-def patch(clean, corrupt, pair, corrupt_pair, metric, answers, classes, task, data, probe_layer, sweeps, direction, per_position,
-          cache_dir, no_cache, output_format, model: ModelChoice):
+def patch(
+    clean,
+    corrupt,
+    pair,
+    corrupt_pair,
+    metric,
+    answers,
+    classes,
+    task,
+    data,
+    probe_layer,
+    sweeps,
+    direction,
+    per_position,
+    cache_dir,
+    no_cache,
+    output_format,
+    model: ModelChoice,
+):
     """Which heads, layers and positions carry a behaviour: activation patching (Vig et al.; Meng et al.).
 
     Runs CLEAN and --corrupt (same number of tokens), copies one component's activation from
@@ -81,9 +112,22 @@ def patch(clean, corrupt, pair, corrupt_pair, metric, answers, classes, task, da
 
     with api_call("patching") as progress:
         result = bertscope.patch(
-            session, clean, corrupt, clean_pair=pair, corrupt_pair=corrupt_pair, metric=metric, answers=answer_pair,
-            classes=class_pair, task=task, data=data, probe_layer=probe_layer, sweeps=sweeps or SWEEPS, direction=direction,
-            per_position=per_position, cache_dir=False if no_cache else cache_dir, progress=progress,
+            session,
+            clean,
+            corrupt,
+            clean_pair=pair,
+            corrupt_pair=corrupt_pair,
+            metric=metric,
+            answers=answer_pair,
+            classes=class_pair,
+            task=task,
+            data=data,
+            probe_layer=probe_layer,
+            sweeps=sweeps or SWEEPS,
+            direction=direction,
+            per_position=per_position,
+            cache_dir=False if no_cache else cache_dir,
+            progress=progress,
         )
     if output_format == "json":
         print_json({"model": session.info.source, "clean": clean, "corrupt": corrupt, **result.as_json()})

@@ -25,7 +25,8 @@ from bertscope.cli.common import (
 @mask_options
 @batch_size_option
 @click.option(
-    "--norms", is_flag=True,
+    "--norms",
+    is_flag=True,
     help="Also every share of the value-weighted norms ‖α f(x)‖ (Kobayashi et al. 2020), beside the share of weight.",
 )
 @output_option
@@ -55,8 +56,15 @@ def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, no
     from bertscope.core.analyses.patterns import PATTERNS
 
     with api_call("attention statistics") as progress:
-        result = api.patterns(session, api.Corpus(sentences, source, report), mask=mask, ablation=ablation,
-                                    batch_size=batch_size, norms=norms, progress=progress)
+        result = api.patterns(
+            session,
+            api.Corpus(sentences, source, report),
+            mask=mask,
+            ablation=ablation,
+            batch_size=batch_size,
+            norms=norms,
+            progress=progress,
+        )
     if output_format == "json":
         payload = result.as_json(session.info.source)
         payload.update({"data": source, "mask": mask.spec(), "ablation": ablation, "skipped": len(report.skipped)})
@@ -76,6 +84,9 @@ def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, no
 
     console = Console()
     sentences = f"{result.sentences:,} sentence{'' if result.sentences == 1 else 's'}"
-    console.print(f"[bold]{session.info.source}[/] · {sentences} from {source} · {result.tokens:,} tokens"
-                  + (f" · mask {mask.spec()} ({ablation})" if len(mask) else ""), highlight=False)
+    console.print(
+        f"[bold]{session.info.source}[/] · {sentences} from {source} · {result.tokens:,} tokens"
+        + (f" · mask {mask.spec()} ({ablation})" if len(mask) else ""),
+        highlight=False,
+    )
     console.print(patterns_report(result, PATTERNS))

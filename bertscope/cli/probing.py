@@ -22,27 +22,51 @@ from bertscope.core.errors import BertscopeError
 @click.command()
 @click.option("--task", "-t", required=True, help="upos, xpos, deprel, depth, distance (CoNLL-U); a SentEval task; or a built-in task.")
 @click.option(
-    "--data", default=None, metavar="TRAIN",
+    "--data",
+    default=None,
+    metavar="TRAIN",
     help="Training file: CoNLL-U or SentEval. Without it, a built-in task or the built-in treebank is generated.",
 )
-@click.option("--dev", default=None, metavar="DEV", help="Dev file (chooses the L2 strength, or when training stops). Default: the SentEval va split, or 10% of train.")
+@click.option(
+    "--dev",
+    default=None,
+    metavar="DEV",
+    help="Dev file (chooses the L2 strength, or when training stops). Default: the SentEval va split, or 10% of train.",
+)
 @click.option("--test", default=None, metavar="TEST", help="Test file. Default: the SentEval te split, or 20% of train.")
 @click.option("--format", "data_format", default="auto", show_default=True, type=click.Choice(["auto", "conllu", "senteval"]))
 @click.option(
-    "--limit", type=click.IntRange(min=1), default=None, metavar="N",
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
     help="Read at most N sentences per file; without --data, the size of the generated treebank (default 4000).",
 )
 @click.option("--word-pooling", default="first", show_default=True, type=click.Choice(["first", "mean"]), help="A word from its sub-words.")
-@click.option("--sentence-pooling", default="cls", show_default=True, type=click.Choice(["cls", "mean"]), help="A sentence from its tokens.")
+@click.option(
+    "--sentence-pooling", default="cls", show_default=True, type=click.Choice(["cls", "mean"]), help="A sentence from its tokens."
+)
 @click.option("--probe", "kind", default="linear", show_default=True, type=click.Choice(["linear", "mlp"]))
 @click.option("--control/--no-control", default=True, show_default=True, help="Control task and selectivity (word-level tasks).")
-@click.option("--random-baseline/--no-random-baseline", default=True, show_default=True, help="The same probe on a randomly initialised copy of the model.")
 @click.option(
-    "--min-examples", type=click.IntRange(min=1), default=2, show_default=True, metavar="N",
+    "--random-baseline/--no-random-baseline",
+    default=True,
+    show_default=True,
+    help="The same probe on a randomly initialised copy of the model.",
+)
+@click.option(
+    "--min-examples",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    metavar="N",
     help="Leave out (and count) labels with fewer than N training examples, as for a treebank's rare tags.",
 )
 @click.option(
-    "--seed", type=int, default=0, show_default=True,
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
     help="Seed of the held-out splits, the probes' starting weights and the control task: run a few to see a probe's spread.",
 )
 @click.option("--cache-dir", default=None, metavar="DIR", help="Feature cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.")
@@ -51,8 +75,27 @@ from bertscope.core.errors import BertscopeError
 @output_option
 @format_options
 @model_options
-def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pooling, kind, control, random_baseline,
-          min_examples, seed, cache_dir, no_cache, mask_spec, ablation, output_format, model: ModelChoice):
+def probe(
+    task,
+    data,
+    dev,
+    test,
+    data_format,
+    limit,
+    word_pooling,
+    sentence_pooling,
+    kind,
+    control,
+    random_baseline,
+    min_examples,
+    seed,
+    cache_dir,
+    no_cache,
+    mask_spec,
+    ablation,
+    output_format,
+    model: ModelChoice,
+):
     """What each layer knows: a probe per layer, with baselines (Conneau; Jawahar; Tenney; Hewitt).
 
     Layers are indexed as hidden states: 0 is the embeddings, l+1 the output of layer l.
@@ -65,10 +108,24 @@ def probe(task, data, dev, test, data_format, limit, word_pooling, sentence_pool
     from bertscope.api import probe_on
 
     with api_call("probing") as progress:
-        report = probe_on(session, task, train_sentences, dev_sentences, test_sentences, word_pooling=word_pooling,
-                          sentence_pooling=sentence_pooling, kind=kind, control=control, random_baseline=random_baseline,
-                          min_examples=min_examples, cache_dir=False if no_cache else cache_dir, mask=mask, ablation=ablation,
-                          seed=seed, progress=progress)
+        report = probe_on(
+            session,
+            task,
+            train_sentences,
+            dev_sentences,
+            test_sentences,
+            word_pooling=word_pooling,
+            sentence_pooling=sentence_pooling,
+            kind=kind,
+            control=control,
+            random_baseline=random_baseline,
+            min_examples=min_examples,
+            cache_dir=False if no_cache else cache_dir,
+            mask=mask,
+            ablation=ablation,
+            seed=seed,
+            progress=progress,
+        )
     report.notes[:0] = notes
     for note in report.notes:
         warn(note)
@@ -127,8 +184,10 @@ def cache(cache_dir, clear, as_json):
     if as_json:
         print_json(usage.as_json() | {"cleared": clear})
         return
-    held = (f"{usage.bytes / 1e6:,.1f} MB in {usage.files} files ({usage.feature_entries} feature "
-            f"set{'s' * (usage.feature_entries != 1)}, {usage.probes} probe{'s' * (usage.probes != 1)})")
+    held = (
+        f"{usage.bytes / 1e6:,.1f} MB in {usage.files} files ({usage.feature_entries} feature "
+        f"set{'s' * (usage.feature_entries != 1)}, {usage.probes} probe{'s' * (usage.probes != 1)})"
+    )
     if clear:
         click.echo(f"{usage.directory}: removed {held}" if usage.files else f"{usage.directory}: nothing to remove")
     else:

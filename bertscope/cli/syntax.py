@@ -21,13 +21,28 @@ DEFAULT_MIN_COUNT = 100  # as core.analyses.syntax_results.DEFAULT_MIN_COUNT (no
 
 
 @click.command()
-@click.option("--data", "data", default=None, metavar="FILE",
-              help="A CoNLL-U treebank. Default: the sample treebank shipped with bertscope (164 sentences).")
+@click.option(
+    "--data",
+    "data",
+    default=None,
+    metavar="FILE",
+    help="A CoNLL-U treebank. Default: the sample treebank shipped with bertscope (164 sentences).",
+)
 @click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="Read at most N sentences.")
-@click.option("--relations", default=None, metavar="LIST",
-              help="Relations to report, e.g. det,nsubj,obj (UD v2 labels; Clark et al.'s dobj and poss are obj and nmod:poss). Default: all.")
-@click.option("--min-count", type=click.IntRange(min=1), default=DEFAULT_MIN_COUNT, show_default=True, metavar="N",
-              help="Flag relations with fewer instances than N as too rare to trust.")
+@click.option(
+    "--relations",
+    default=None,
+    metavar="LIST",
+    help="Relations to report, e.g. det,nsubj,obj (UD v2 labels; Clark et al.'s dobj and poss are obj and nmod:poss). Default: all.",
+)
+@click.option(
+    "--min-count",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MIN_COUNT,
+    show_default=True,
+    metavar="N",
+    help="Flag relations with fewer instances than N as too rare to trust.",
+)
 @mask_options
 @batch_size_option
 @output_option
@@ -54,24 +69,66 @@ def syntax(data, limit, relations, min_count, mask_spec, ablation, batch_size, o
         result = api.syntax(session, corpus, mask=mask, ablation=ablation, batch_size=batch_size, progress=progress)
     rows = result.rows(wanted, min_count=min_count)
     if output_format == "json":
-        print_json({"model": session.info.source, "data": corpus.source, "sentences": result.sentences, "words": result.words,
-                    "truncated": result.truncated, "skipped": len(corpus.report.skipped), "mask": mask.spec(), "ablation": ablation,
-                    "min_count": min_count, "attention": "word-level: sub-word columns summed, rows averaged; [CLS], [SEP] and the word itself left out",
-                    "relations": rows})
+        print_json(
+            {
+                "model": session.info.source,
+                "data": corpus.source,
+                "sentences": result.sentences,
+                "words": result.words,
+                "truncated": result.truncated,
+                "skipped": len(corpus.report.skipped),
+                "mask": mask.spec(),
+                "ablation": ablation,
+                "min_count": min_count,
+                "attention": "word-level: sub-word columns summed, rows averaged; [CLS], [SEP] and the word itself left out",
+                "relations": rows,
+            }
+        )
         return
     if output_format == "csv":
-        header = ["relation", "direction", "count", "few", "best_layer", "best_head", "best_accuracy", "baseline_offset", "baseline_accuracy"]
-        print_csv([header, *([row["relation"], row["direction"], row["count"], int(row["few"]), row["best"]["layer"], row["best"]["head"],
-                              f"{row['best']['accuracy']:.6f}", row["baseline"]["offset"], f"{row['baseline']['accuracy']:.6f}"]
-                             for row in rows)])
+        header = [
+            "relation",
+            "direction",
+            "count",
+            "few",
+            "best_layer",
+            "best_head",
+            "best_accuracy",
+            "baseline_offset",
+            "baseline_accuracy",
+        ]
+        print_csv(
+            [
+                header,
+                *(
+                    [
+                        row["relation"],
+                        row["direction"],
+                        row["count"],
+                        int(row["few"]),
+                        row["best"]["layer"],
+                        row["best"]["head"],
+                        f"{row['best']['accuracy']:.6f}",
+                        row["baseline"]["offset"],
+                        f"{row['baseline']['accuracy']:.6f}",
+                    ]
+                    for row in rows
+                ),
+            ]
+        )
         return
     from rich.console import Console
 
     from bertscope.render.syntax import syntax_table
 
     console = Console()
-    console.print(f"[bold]{session.info.source}[/] · {result.sentences:,} sentences, {result.words:,} words from {corpus.source}"
-                  + (f" · mask {mask.spec()} ({ablation})" if len(mask) else ""), highlight=False)
+    console.print(
+        f"[bold]{session.info.source}[/] · {result.sentences:,} sentences, {result.words:,} words from {corpus.source}"
+        + (f" · mask {mask.spec()} ({ablation})" if len(mask) else ""),
+        highlight=False,
+    )
     console.print(syntax_table(rows, min_count=min_count))
-    console.print(f"[dim]best head as layer:head, from 0; baseline: the best fixed offset in words; * fewer than {min_count} instances[/]",
-                  highlight=False)
+    console.print(
+        f"[dim]best head as layer:head, from 0; baseline: the best fixed offset in words; * fewer than {min_count} instances[/]",
+        highlight=False,
+    )

@@ -121,8 +121,11 @@ def start(device: str = "auto") -> str:
     if backend == "nccl":
         chosen, count = torch.device(device), torch.cuda.device_count()
         if chosen.index is not None and chosen.index >= count:
-            raise RankSetupFailed(f"rank {here.rank} would use {device}, but this machine has {count} GPU{'s' if count != 1 else ''}; "
-                                  f"start at most {count} rank{'s' if count != 1 else ''} on it, or run on the CPU", setting="device")
+            raise RankSetupFailed(
+                f"rank {here.rank} would use {device}, but this machine has {count} GPU{'s' if count != 1 else ''}; "
+                f"start at most {count} rank{'s' if count != 1 else ''} on it, or run on the CPU",
+                setting="device",
+            )
         torch.cuda.set_device(chosen)
     timeout = datetime.timedelta(seconds=float(os.environ.get("BERTSCOPE_COLLECTIVE_TIMEOUT", COLLECTIVE_TIMEOUT_S)))
     if not dist.is_initialized():
@@ -258,8 +261,14 @@ def sum_across(values: dict[str, Any]) -> dict[str, Any]:
     arrive()
     transport = torch.device(_state["device"]) if _state["backend"] == "nccl" else torch.device("cpu")
     names = sorted(values)
-    flat = torch.cat([torch.as_tensor(np.asarray(values[name].detach().cpu() if torch.is_tensor(values[name]) else values[name]),
-                                      dtype=torch.float64).reshape(-1) for name in names]).to(transport)
+    flat = torch.cat(
+        [
+            torch.as_tensor(
+                np.asarray(values[name].detach().cpu() if torch.is_tensor(values[name]) else values[name]), dtype=torch.float64
+            ).reshape(-1)
+            for name in names
+        ]
+    ).to(transport)
     dist.all_reduce(flat)
     summed, offset = {}, 0
     for name in names:

@@ -48,7 +48,12 @@ def token_style(value: float, background: str, foreground: str) -> Style:
 
 
 def shaded_sentence(
-    tokens, scores: np.ndarray, special: np.ndarray, *, background: str = "#000000", foreground: str = "#e6e3f0",
+    tokens,
+    scores: np.ndarray,
+    special: np.ndarray,
+    *,
+    background: str = "#000000",
+    foreground: str = "#e6e3f0",
     glyphs: bool = False,
 ) -> Text:
     """The tokens in order, each shaded by its score; word pieces join their word."""
@@ -83,8 +88,10 @@ def describe(result) -> str:
     elif target["kind"] == "class":
         what = f"{f}(class {target['label']})"
     else:
-        what = (f"{f}({target['label']}) of the {target['task']} probe on layer {target['layer']} "
-                f"({target['pooling']} pooling, test accuracy {target['test_accuracy']:.3f}{_trained_on(target)})")
+        what = (
+            f"{f}({target['label']}) of the {target['task']} probe on layer {target['layer']} "
+            f"({target['pooling']} pooling, test accuracy {target['test_accuracy']:.3f}{_trained_on(target)})"
+        )
     line = f"{METHOD_NAMES[result.method]} of {what} = {result.output:.4g}"
     if result.method == "integrated-gradients":
         error = "n/a" if result.completeness_error != result.completeness_error else f"{result.completeness_error:.2%}"

@@ -40,7 +40,13 @@ def label_groups(labels: Sequence[str] | None, limit: int = MAX_CLASSES) -> list
 
 
 def scatter(
-    points: np.ndarray, labels: Sequence[str] | None, *, width: int, height: int, title: str = "", glyphs: bool = False,
+    points: np.ndarray,
+    labels: Sequence[str] | None,
+    *,
+    width: int,
+    height: int,
+    title: str = "",
+    glyphs: bool = False,
 ) -> Text:
     """A terminal scatter of `[n, 2]` points, coloured (or, with `glyphs`, marked) by label."""
     import plotext
@@ -79,24 +85,43 @@ def layer_summary(result, title: str = "per layer (0 = embeddings)") -> Table:
         overlap = f"{result.neighbourhood_overlap[layer]:.2f}" if layer < result.num_layers - 1 else ""
         previous = f"{result.cka[layer, layer - 1]:.3f}" if layer else ""
         table.add_row(
-            str(layer), f"{dimension:.1f}", Bar(highest or 1.0, 0, dimension if np.isfinite(dimension) else 0, width=12, color="magenta"),
-            overlap, previous, f"{result.explained[layer].sum():.1%}",
+            str(layer),
+            f"{dimension:.1f}",
+            Bar(highest or 1.0, 0, dimension if np.isfinite(dimension) else 0, width=12, color="magenta"),
+            overlap,
+            previous,
+            f"{result.explained[layer].sum():.1%}",
         )
     return table
 
 
-def cka_heatmap(matrix: np.ndarray, colormap: Colormap, *, title: str, rows: str = "", cols: str = "", glyphs: bool | None = None) -> AttentionHeatmap:
+def cka_heatmap(
+    matrix: np.ndarray, colormap: Colormap, *, title: str, rows: str = "", cols: str = "", glyphs: bool | None = None
+) -> AttentionHeatmap:
     """A CKA matrix on a 0-1 scale with layer numbers on both axes."""
     row_labels = [f"{rows}{i}" for i in range(matrix.shape[0])]
     col_labels = [f"{cols}{j}" for j in range(matrix.shape[1])]
     return AttentionHeatmap(
-        np.nan_to_num(matrix), row_labels, col_labels, colormap, title=title, label_width=max(3, len(row_labels[-1]) + 1),
+        np.nan_to_num(matrix),
+        row_labels,
+        col_labels,
+        colormap,
+        title=title,
+        label_width=max(3, len(row_labels[-1]) + 1),
         glyphs=glyphs,
     )
 
 
-def geometry_report(result, colormap: Colormap, *, layer: int, scatter_width: int = 72, scatter_height: int = 20,
-                    label: str | None = None, glyphs: bool = False) -> Group:
+def geometry_report(
+    result,
+    colormap: Colormap,
+    *,
+    layer: int,
+    scatter_width: int = 72,
+    scatter_height: int = 20,
+    label: str | None = None,
+    glyphs: bool = False,
+) -> Group:
     """What `bertscope geometry` prints: the per-layer table, the CKA heatmap and one layer's scatter."""
     label = label if label is not None else next(iter(result.labels), None)
     explained = result.explained[layer]
@@ -108,8 +133,14 @@ def geometry_report(result, colormap: Colormap, *, layer: int, scatter_width: in
         Text(),
         cka_heatmap(result.cka, colormap, title="linear CKA, layer × layer", glyphs=glyphs),
         Text(),
-        scatter(result.projection[layer], result.labels.get(label) if label else None, width=scatter_width,
-                height=scatter_height, title=title, glyphs=glyphs),
+        scatter(
+            result.projection[layer],
+            result.labels.get(label) if label else None,
+            width=scatter_width,
+            height=scatter_height,
+            title=title,
+            glyphs=glyphs,
+        ),
     ]
     return Group(*parts)
 
@@ -119,8 +150,17 @@ def cosine_grid(cosine: np.ndarray, colormap: Colormap, glyphs: bool | None = No
     rows = [str(layer) for layer in range(cosine.shape[0])]
     cols = [str(head) for head in range(cosine.shape[1])]
     low = min(float(np.floor(np.nanmin(cosine) * 10) / 10), 0.9)  # a scale that shows differences near 1
-    return AttentionHeatmap(cosine, rows, cols, colormap, title="attention cosine A·B per head (layer ↓, head →)",
-                            label_width=3, glyphs=glyphs, vmin=max(low, 0.0), vmax=1.0)
+    return AttentionHeatmap(
+        cosine,
+        rows,
+        cols,
+        colormap,
+        title="attention cosine A·B per head (layer ↓, head →)",
+        label_width=3,
+        glyphs=glyphs,
+        vmin=max(low, 0.0),
+        vmax=1.0,
+    )
 
 
 def comparison_report(result, colormap: Colormap, glyphs: bool | None = None, lowest: int = 8) -> Group:
@@ -146,9 +186,17 @@ def comparison_report(result, colormap: Colormap, glyphs: bool | None = None, lo
     for layer in range(result.cka.shape[0]):
         value = float(matched[layer]) if matched is not None else float("nan")
         cosine = f"{layer_cosine[layer - 1]:.3f}" if layer_cosine is not None and layer >= 1 else ""
-        layers.add_row(str(layer), f"{value:.3f}" if np.isfinite(value) else "–",
-                       Bar(1.0, 0, value if np.isfinite(value) else 0, width=12, color="magenta"), cosine)
-    parts += [layers, Text(), cka_heatmap(result.cka, colormap, title="linear CKA, A layers ↓ × B layers →", rows="A", cols="B", glyphs=glyphs)]
+        layers.add_row(
+            str(layer),
+            f"{value:.3f}" if np.isfinite(value) else "–",
+            Bar(1.0, 0, value if np.isfinite(value) else 0, width=12, color="magenta"),
+            cosine,
+        )
+    parts += [
+        layers,
+        Text(),
+        cka_heatmap(result.cka, colormap, title="linear CKA, A layers ↓ × B layers →", rows="A", cols="B", glyphs=glyphs),
+    ]
     for probe in result.probes:
         table = Table(title=f"probe {probe.task} ({probe.metric})", title_justify="left", box=None, padding=(0, 1))
         for name in ("layer", "A", "B", "B − A"):

@@ -108,8 +108,7 @@ class AttentionHeatmap:
         rows, cols = weights.shape
         if len(row_labels) != rows or len(col_labels) != cols:
             raise ValueError(
-                f"{len(row_labels)} row labels and {len(col_labels)} column labels "
-                f"do not match weights of shape {rows}×{cols}"
+                f"{len(row_labels)} row labels and {len(col_labels)} column labels do not match weights of shape {rows}×{cols}"
             )
         if cursor is not None and not (0 <= cursor[0] < rows and 0 <= cursor[1] < cols):
             raise ValueError(f"cursor {tuple(cursor)} is outside the {rows}×{cols} grid")
@@ -324,10 +323,7 @@ class HeatmapLayout:
         upper = self.codes[2 * line, start:stop].tolist()
         lower = self.codes[2 * line + 1, start:stop].tolist() if 2 * line + 1 < len(self.codes) else [_NONE] * len(upper)
         halves, width = self.palette.halves, self.cell_width
-        return [
-            Segment(UPPER_HALF * (width * sum(1 for _ in run)), halves(pair))
-            for pair, run in groupby(zip(upper, lower))
-        ]
+        return [Segment(UPPER_HALF * (width * sum(1 for _ in run)), halves(pair)) for pair, run in groupby(zip(upper, lower))]
 
     def column_label_lines(self, start: int = 0, stop: int | None = None) -> list[list[Segment]]:
         """Column labels written downwards, one character per line, ending at the grid.
@@ -372,7 +368,14 @@ class HeatmapLayout:
             room = width - indent - cell_len(name + low + high) - 3
             cells = max(4, min(LEGEND_CELLS, room))
             bar = self.palette.colour_bar(cells)
-        return [Segment(" " * indent), Segment(name, Style(bold=True)), Segment(" " if name else ""), Segment(low + " "), *bar, Segment(" " + high)]
+        return [
+            Segment(" " * indent),
+            Segment(name, Style(bold=True)),
+            Segment(" " if name else ""),
+            Segment(low + " "),
+            *bar,
+            Segment(" " + high),
+        ]
 
     def text_width(self) -> int:
         """Width of the title, header and legend lines, so a measuring container does not crop them."""
@@ -431,10 +434,7 @@ class _Palette:
         return text, style
 
     def colour_bar(self, cells: int) -> list[Segment]:
-        return [
-            Segment(" ", self.cells[round(i * (self.levels - 1) / max(1, cells - 1))][1])
-            for i in range(cells)
-        ]
+        return [Segment(" ", self.cells[round(i * (self.levels - 1) / max(1, cells - 1))][1]) for i in range(cells)]
 
     def halves(self, pair: tuple[int, int]) -> Style:
         """The style of a half-block cell: the upper row's colour in front, the lower row's behind."""

@@ -38,8 +38,8 @@ def importance_grid(importance: np.ndarray, pruned=frozenset()) -> Table:
 def importance_report(result, model: str, source: str, top: int = 8) -> Group:
     order = result.order()
     fmt = "{:.3g}"
-    least = ", ".join(f"{l}:{h}" for l, h in order[:top])
-    most = ", ".join(f"{l}:{h}" for l, h in reversed(order[-top:]))
+    least = ", ".join(f"{layer}:{head}" for layer, head in order[:top])
+    most = ", ".join(f"{layer}:{head}" for layer, head in reversed(order[-top:]))
     parts = [
         Text.assemble((f"head importance · {result.objective}", "bold"), f" · {result.method} ({result.ablation}) · {model} · {source}"),
         Text(
@@ -84,9 +84,12 @@ def curve_chart(curve, width: int = 30) -> Table:
         mark = " *" if point is best else ""
         over = drop > curve.max_drop + 1e-12
         table.add_row(
-            f"{point.fraction:.0%}{mark}", str(point.heads_pruned),
+            f"{point.fraction:.0%}{mark}",
+            str(point.heads_pruned),
             Bar(high - low or 1.0, 0, max(point.metric - low, 0.0), width=width, color="red" if over else "green"),
-            f"{point.metric:.4f}", Text(f"{drop:+.4f}", style="red" if over else None), f"{point.loss:.4g}",
+            f"{point.metric:.4f}",
+            Text(f"{drop:+.4f}", style="red" if over else None),
+            f"{point.loss:.4g}",
         )
     return table
 

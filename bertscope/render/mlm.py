@@ -30,7 +30,13 @@ def fill_report(result, model: str, layer_guesses: int = 3) -> Group:
             table.add_row(str(rank + 1), *before, token, f"{probability:.4f}", Bar(1.0, 0.0, probability, width=20, color="magenta"))
         parts.append(table)
         if blank.layers:
-            layers = Table(box=None, padding=(0, 1), title="read off each layer (the MLM head on its hidden state)", title_justify="left", title_style="dim")
+            layers = Table(
+                box=None,
+                padding=(0, 1),
+                title="read off each layer (the MLM head on its hidden state)",
+                title_justify="left",
+                title_style="dim",
+            )
             layers.add_column("layer", justify="right", style="dim")
             layers.add_column(f"top {layer_guesses}")
             for layer, guesses in enumerate(blank.layers):
@@ -52,8 +58,10 @@ def cloze_report(result, model: str, source: str) -> Group:
     for layer in range(len(p1)):
         table.add_row(
             "0 (embeddings)" if layer == 0 else str(layer),
-            f"{p1[layer]:.3f}", Bar(1.0, 0.0, float(p1[layer]), width=20, color="magenta"),
-            f"{p10[layer]:.3f}", Bar(1.0, 0.0, float(p10[layer]), width=20, color="cyan"),
+            f"{p1[layer]:.3f}",
+            Bar(1.0, 0.0, float(p1[layer]), width=20, color="magenta"),
+            f"{p10[layer]:.3f}",
+            Bar(1.0, 0.0, float(p10[layer]), width=20, color="cyan"),
         )
     return Group(
         Text.assemble(("cloze", "bold"), f" · {model} · {source} · {result.queries} queries"),

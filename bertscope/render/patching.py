@@ -82,7 +82,9 @@ def patching_report(result, model: str) -> Group:
     parts = [
         Text.assemble(("activation patching", "bold"), f" · {result.direction} · {model}"),
         Text(f"m = {result.metric_description}", style="dim"),
-        Text(f"m(clean) = {result.clean_metric + 0.0:.4g}, m(corrupt) = {result.corrupt_metric + 0.0:.4g}; tokens that differ: {differing}"),
+        Text(
+            f"m(clean) = {result.clean_metric + 0.0:.4g}, m(corrupt) = {result.corrupt_metric + 0.0:.4g}; tokens that differ: {differing}"
+        ),
         Text(f"effect = {EFFECTS[result.direction]}", style="dim"),
     ]
     if result.heads is not None:
@@ -90,7 +92,9 @@ def patching_report(result, model: str) -> Group:
     if result.layers is not None:
         parts += [Text("\neach layer's writes (before the residual sum and LayerNorm)", style="bold"), layers_table(result.layers)]
     if result.positions is not None:
-        parts += [Text("\nthe residual stream: hidden state (0 = embeddings) × token", style="bold"),
-                  positions_grid(result.positions, result.tokens, set(result.differing))]
+        parts += [
+            Text("\nthe residual stream: hidden state (0 = embeddings) × token", style="bold"),
+            positions_grid(result.positions, result.tokens, set(result.differing)),
+        ]
     parts.append(legend())
     return Group(*parts)

@@ -85,11 +85,15 @@ def weight_norm_table(result) -> Table:
     """Per layer, each share of weight beside the same share of value-weighted norm (Kobayashi et al. 2020)."""
     table = Table(box=None, padding=(0, 1), title="share of weight │ share of norm, per layer", title_justify="left")
     table.add_column("layer", justify="right", style="dim")
-    for name, label in SHARE_LABELS.items():
+    for label in SHARE_LABELS.values():
         table.add_column(f"{label:>4} │", justify="right", no_wrap=True)
     for layer in range(result.pattern_shares.shape[0]):
         cells = [
-            Text.assemble(f"{result.layer_statistics(name)[layer]:.2f}", ("│", "dim"), (f"{result.layer_statistics('norm_' + name)[layer]:.2f}", "bold"))
+            Text.assemble(
+                f"{result.layer_statistics(name)[layer]:.2f}",
+                ("│", "dim"),
+                (f"{result.layer_statistics('norm_' + name)[layer]:.2f}", "bold"),
+            )
             for name in SHARE_LABELS
         ]
         table.add_row(str(layer), *cells)
@@ -100,8 +104,13 @@ def weight_norm_grid(result, name: str) -> Table:
     """Per head, one share of weight │ of norm in percent: heads that look at a token but move little from it stand out."""
     weights, norms = result.statistics[name], result.statistics[f"norm_{name}"]
     num_layers, num_heads = weights.shape
-    table = Table(box=None, padding=(0, 1, 0, 0), show_edge=False,
-                  title=f"share to {SHARE_LABELS[name]} per head, % of weight │ % of norm", title_justify="left")
+    table = Table(
+        box=None,
+        padding=(0, 1, 0, 0),
+        show_edge=False,
+        title=f"share to {SHARE_LABELS[name]} per head, % of weight │ % of norm",
+        title_justify="left",
+    )
     table.add_column("layer", justify="right", style="dim")
     for head in range(num_heads):
         table.add_column(f"{head:>2}", justify="left", header_style="dim", no_wrap=True)

@@ -26,12 +26,23 @@ def syntax_table(rows: list[dict], *, min_count: int, short: bool = False) -> Ta
             table.add_column(name, justify=justify)
         for row in rows:
             few = row["count"] < min_count
-            cells = (f"{row['best']['layer']}:{row['best']['head']}", f"{row['best']['accuracy']:.0%}",
-                     f"{row['baseline']['accuracy']:.0%}") if row["count"] else ("–", "–", "–")
+            cells = (
+                (f"{row['best']['layer']}:{row['best']['head']}", f"{row['best']['accuracy']:.0%}", f"{row['baseline']['accuracy']:.0%}")
+                if row["count"]
+                else ("–", "–", "–")
+            )
             table.add_row(row["relation"] + ("*" if few else ""), SHORT_ARROWS[row["direction"]], *cells, style="dim" if few else "")
         return table
-    for name, justify in (("relation", "left"), ("direction", "left"), ("count", "right"), ("best head", "right"),
-                          ("accuracy", "right"), ("baseline", "right"), ("offset", "right"), ("gain", "right")):
+    for name, justify in (
+        ("relation", "left"),
+        ("direction", "left"),
+        ("count", "right"),
+        ("best head", "right"),
+        ("accuracy", "right"),
+        ("baseline", "right"),
+        ("offset", "right"),
+        ("gain", "right"),
+    ):
         table.add_column(name, justify=justify)
     for row in rows:
         best, baseline = row["best"], row["baseline"]
@@ -39,9 +50,13 @@ def syntax_table(rows: list[dict], *, min_count: int, short: bool = False) -> Ta
         gain = best["accuracy"] - baseline["accuracy"]
         style = "dim" if few else ("bold" if gain > 0 else "")
         table.add_row(
-            row["relation"] + (" *" if few else ""), ARROWS[row["direction"]], f"{row['count']:,}",
-            f"{best['layer']}:{best['head']}" if row["count"] else "–", f"{best['accuracy']:.1%}" if row["count"] else "–",
-            f"{baseline['accuracy']:.1%}" if row["count"] else "–", f"{baseline['offset']:+d}" if row["count"] else "–",
+            row["relation"] + (" *" if few else ""),
+            ARROWS[row["direction"]],
+            f"{row['count']:,}",
+            f"{best['layer']}:{best['head']}" if row["count"] else "–",
+            f"{best['accuracy']:.1%}" if row["count"] else "–",
+            f"{baseline['accuracy']:.1%}" if row["count"] else "–",
+            f"{baseline['offset']:+d}" if row["count"] else "–",
             Text(f"{gain:+.1%}" if row["count"] else "–", style="green" if gain > 0 and not few else ""),
             style=style,
         )

@@ -63,9 +63,25 @@ HEATMAP_ACTIONS = {"zoom", "next_scale", "toggle_dense"}  # keys of the explorer
 # The main screen's commands: on a screen pushed over it (overview, probing, ...) these keys
 # do nothing rather than act on a view the person cannot see or stack another screen on top.
 MAIN_SCREEN_ACTIONS = HEATMAP_ACTIONS | {
-    "focus_sentence", "clear_mask", "toggle_ablation", "next_figure", "next_view", "toggle_norms", "export", "overview", "probing",
-    "next_attribution", "next_attribution_target", "importance", "syntax_relation", "syntax_direction", "prune_to", "pruning_curve",
-    "geometry", "compare", "patching",
+    "focus_sentence",
+    "clear_mask",
+    "toggle_ablation",
+    "next_figure",
+    "next_view",
+    "toggle_norms",
+    "export",
+    "overview",
+    "probing",
+    "next_attribution",
+    "next_attribution_target",
+    "importance",
+    "syntax_relation",
+    "syntax_direction",
+    "prune_to",
+    "pruning_curve",
+    "geometry",
+    "compare",
+    "patching",
 }
 NORMS_LABEL = "‖αf‖"  # the heatmap's cells in norms mode: ‖α_ij f_h(x_j)‖ (core.model.norms)
 SCALE_NOTES = {
@@ -303,8 +319,9 @@ class ExplorerApp(App[None]):
             return
         current = plain
         if len(job.mask):
-            current = backend.forward(encoding, attentions=every_layer, mask=job.mask, ablation=job.ablation, reuse=plain,
-                                      norms=every_layer, figures=True)
+            current = backend.forward(
+                encoding, attentions=every_layer, mask=job.mask, ablation=job.ablation, reuse=plain, norms=every_layer, figures=True
+            )
         if cancel.is_set():
             return
         analysis = Analysis(
@@ -344,7 +361,9 @@ class ExplorerApp(App[None]):
         if wanted is not None and wanted[0] is analysis and wanted[1] == layer:
             return
         self._layer_wanted = (analysis, layer)
-        self.layer_loading.start(lambda _cancel: iter([Progress("layer", 1, 1, (analysis, layer, layer_maps_of(backend, analysis, layer)))]))
+        self.layer_loading.start(
+            lambda _cancel: iter([Progress("layer", 1, 1, (analysis, layer, layer_maps_of(backend, analysis, layer)))])
+        )
 
     def _layer_loaded(self, progress: Progress) -> None:
         analysis, layer, maps = progress.result
@@ -395,14 +414,20 @@ class ExplorerApp(App[None]):
             values, value_range, label = syntax if syntax is not None else (None, (0.0, 1.0), "")
             grid.show(values, value_range, label, self.mask, (layer, head))  # None: "computing…"
         else:
-            grid.show(analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), self.mask, (layer, head))
+            grid.show(
+                analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), self.mask, (layer, head)
+            )
         view = self.query_one(AttentionView)
         shown = self._displayed_matrix()
         if shown is None:  # a long input's layer not computed yet
             view.show_message(f"layer {layer} of a {length}-token input: computing its maps…")
             self._load_layer(layer)
             self.query_one(EffectPanel).show(
-                analysis.cosines, len(analysis.current.mask), analysis.predictions_plain, analysis.predictions_current, analysis.current.tokens
+                analysis.cosines,
+                len(analysis.current.mask),
+                analysis.predictions_plain,
+                analysis.predictions_current,
+                analysis.current.tokens,
             )
             return
         weights, title, masked = shown
@@ -411,10 +436,17 @@ class ExplorerApp(App[None]):
         windows = self.backend.info.attention_windows if self.backend is not None else ()
         window = windows[layer] if layer < len(windows) else None
         view.show(
-            beyond_reach(weights, window), analysis.current.tokens, self._colormap(), title=title + reach_note(window, length),
-            masked=masked, glyphs=self.glyphs,
-            cursor=cursor, scale=self.heatmap_scale, dense=self.heatmap_dense,
-            quantity=NORMS_LABEL if self._norms_shown() else None, vmax=self._fixed_top(),
+            beyond_reach(weights, window),
+            analysis.current.tokens,
+            self._colormap(),
+            title=title + reach_note(window, length),
+            masked=masked,
+            glyphs=self.glyphs,
+            cursor=cursor,
+            scale=self.heatmap_scale,
+            dense=self.heatmap_dense,
+            quantity=NORMS_LABEL if self._norms_shown() else None,
+            vmax=self._fixed_top(),
         )
         self.state = self.state.with_(cursor=view.cursor)
         row = view.cursor[0]
@@ -599,7 +631,9 @@ class ExplorerApp(App[None]):
         note = SCALE_NOTES[self.heatmap_scale]
         if self._norms_shown():
             whose = "the sentence's" if self.analysis.every_layer else "this layer's"
-            note = f"0 to {whose} largest norm, comparable across heads" if self.heatmap_scale == "fixed" else note.replace("weight", "norm")
+            note = (
+                f"0 to {whose} largest norm, comparable across heads" if self.heatmap_scale == "fixed" else note.replace("weight", "norm")
+            )
         self.notify(f"colour scale: {self.heatmap_scale} ({note})", timeout=3)
         self._repaint()
 
@@ -610,8 +644,9 @@ class ExplorerApp(App[None]):
             return
         self.heatmap_norms = not self.heatmap_norms
         if self.heatmap_norms:
-            self.notify(f"heatmap: value-weighted norms {NORMS_LABEL} (how much each head moves from a token; "
-                        "Kobayashi et al. 2020)", timeout=4)
+            self.notify(
+                f"heatmap: value-weighted norms {NORMS_LABEL} (how much each head moves from a token; Kobayashi et al. 2020)", timeout=4
+            )
         else:
             self.notify("heatmap: attention weights α", timeout=2)
         self._repaint()
@@ -673,8 +708,15 @@ class ExplorerApp(App[None]):
             return
         if len(self.mask):
             self.notify(f"patching runs the whole model: the mask here ({self.mask.spec()}) does not apply there", timeout=5)
-        screen = PatchingScreen(self.backend, self.state.text, self.state.pair or None, self._colormap(), self.glyphs,
-                                (self.state.layer, self.state.head), self.kept)
+        screen = PatchingScreen(
+            self.backend,
+            self.state.text,
+            self.state.pair or None,
+            self._colormap(),
+            self.glyphs,
+            (self.state.layer, self.state.head),
+            self.kept,
+        )
         self.push_screen(screen, self._open_head)
 
     # head importance (ui.importance)
@@ -783,8 +825,15 @@ class ExplorerApp(App[None]):
         head = None if self.state.view == "average" else self.state.head
         try:
             svg_path, csv_path = export_view(
-                self.export_dir, svg=self.export_screenshot(), matrix=weights, row_labels=tokens, col_labels=tokens,
-                layer=self.state.layer, head=head, view=self.state.view, norms=self._norms_shown(),
+                self.export_dir,
+                svg=self.export_screenshot(),
+                matrix=weights,
+                row_labels=tokens,
+                col_labels=tokens,
+                layer=self.state.layer,
+                head=head,
+                view=self.state.view,
+                norms=self._norms_shown(),
             )
         except BertscopeError as error:
             self.notify(str(error), severity="error", timeout=10)
@@ -801,16 +850,26 @@ class ExplorerApp(App[None]):
         yield SystemCommand("Switch view", "One head, or the average over the layer's heads", self.action_next_view)
         yield SystemCommand("Zoom heatmap", "The heatmap alone on the screen, and back", self.action_zoom)
         yield SystemCommand("Colour scale", "Heatmap colours: max, row, fixed 0–1, log", self.action_next_scale)
-        yield SystemCommand("Weights or norms", "Heatmap of attention weights, or of value-weighted norms ‖α f(x)‖", self.action_toggle_norms)
+        yield SystemCommand(
+            "Weights or norms", "Heatmap of attention weights, or of value-weighted norms ‖α f(x)‖", self.action_toggle_norms
+        )
         yield SystemCommand("Dense heatmap", "Two query rows a line (half blocks), or one", self.action_toggle_dense)
         yield SystemCommand("Export view", "Save the screen as SVG and the matrix as CSV", self.action_export)
         yield SystemCommand("Overview", "Patterns and statistics of every head over a corpus", self.action_overview)
         yield SystemCommand("Probing", "What each layer knows: probes per layer, several tasks side by side", self.action_probing)
-        yield SystemCommand("Attribution method", "Shade the tokens by gradient, gradient × input, integrated gradients, rollout, or off", self.action_next_attribution)
-        yield SystemCommand("Attribution target", "Explain the MLM guess, the class, or a probe's decision", self.action_next_attribution_target)
+        yield SystemCommand(
+            "Attribution method",
+            "Shade the tokens by gradient, gradient × input, integrated gradients, rollout, or off",
+            self.action_next_attribution,
+        )
+        yield SystemCommand(
+            "Attribution target", "Explain the MLM guess, the class, or a probe's decision", self.action_next_attribution_target
+        )
         yield SystemCommand("Head importance", "Shade the grid by each head's importance for the model's objective", self.action_importance)
         yield SystemCommand("Prune to X%", "Switch off the least important X% of the heads", self.action_prune_to)
-        yield SystemCommand("Pruning curve", "The objective as ever more of the least important heads are removed", self.action_pruning_curve)
+        yield SystemCommand(
+            "Pruning curve", "The objective as ever more of the least important heads are removed", self.action_pruning_curve
+        )
         yield SystemCommand("Geometry", "PCA scatter per layer, CKA layer × layer, intrinsic dimension over a corpus", self.action_geometry)
         yield SystemCommand("Compare models", "Attention cosine per head and CKA per layer against a model B", self.action_compare)
         yield SystemCommand("Cancel", "Cancel the computation in progress", self.action_cancel)
@@ -833,8 +892,7 @@ class ExplorerApp(App[None]):
 def layer_maps_of(backend: Backend, analysis: Analysis, layer: int) -> LayerMaps:
     """One layer's maps of a long input (in a worker): under the mask, and before it where a head of the layer is off."""
     current = analysis.current
-    weights, norms = backend.layer_maps(current.encoding, layer, mask=current.mask, ablation=current.ablation,
-                                        start_from=current)
+    weights, norms = backend.layer_maps(current.encoding, layer, mask=current.mask, ablation=current.ablation, start_from=current)
     plain_weights = plain_norms = None
     if any(current.mask.is_masked(layer, head) for head in range(backend.num_heads)):
         plain_weights, plain_norms = backend.layer_maps(current.encoding, layer, start_from=analysis.plain)

@@ -110,7 +110,9 @@ class AttributionRow(Static):
         backend, encoding, mask, ablation = self._last
         method, target = self.method, self.target
         self._draw_status(f"{METHOD_NAMES[method]} of the {target_name(target)}…", self.result)
-        self.job.start(lambda cancel: backend.attribute(encoding, method=method, target=target, mask=mask, ablation=ablation, cancel=cancel))
+        self.job.start(
+            lambda cancel: backend.attribute(encoding, method=method, target=target, mask=mask, ablation=ablation, cancel=cancel)
+        )
 
     def explained(self, progress: Progress[Attribution]) -> None:
         if not progress.finished:
@@ -138,8 +140,14 @@ class AttributionRow(Static):
         theme = self.app.current_theme
         parts = [header]
         if result is not None:
-            parts.append(shaded_sentence(
-                result.tokens, result.scores, result.encoding.special, background=theme.background or "#000000",
-                foreground=theme.foreground or "#e6e3f0", glyphs=getattr(self.app, "glyphs", False),
-            ))
+            parts.append(
+                shaded_sentence(
+                    result.tokens,
+                    result.scores,
+                    result.encoding.special,
+                    background=theme.background or "#000000",
+                    foreground=theme.foreground or "#e6e3f0",
+                    glyphs=getattr(self.app, "glyphs", False),
+                )
+            )
         self.update(Group(*parts))

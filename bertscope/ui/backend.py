@@ -167,7 +167,11 @@ class Backend(Protocol):
     ) -> Iterator[Progress[HeadImportance]]: ...
 
     def measure_objective(
-        self, objective: str, sentences: list[Sentence], mask: HeadMask | None = None, ablation: Ablation = "zero",
+        self,
+        objective: str,
+        sentences: list[Sentence],
+        mask: HeadMask | None = None,
+        ablation: Ablation = "zero",
     ) -> Measurement:
         """The objective under `mask`; quick to repeat for the same objective and sentences (the explorer's toggles)."""
         ...

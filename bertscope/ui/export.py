@@ -84,9 +84,7 @@ def export_view(
     return svg_path, csv_path
 
 
-def export_screen(
-    directory: str | Path, name: str, *, svg: str, data: str, suffix: str, when: datetime | None = None
-) -> tuple[Path, Path]:
+def export_screen(directory: str | Path, name: str, *, svg: str, data: str, suffix: str, when: datetime | None = None) -> tuple[Path, Path]:
     """Write a screen as `bertscope-<name>-<time>.svg` and its data beside it (`suffix` .csv or .json).
 
     Both share one free stem, so an earlier export is never overwritten; both or neither are kept.

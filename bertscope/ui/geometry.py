@@ -259,7 +259,14 @@ class GeometryScreen(_CorpusRunScreen):
         title = f"layer {self.shown_layer} · PC1 {explained[0]:.0%} PC2 {explained[1]:.0%}" + (f" · {self.label}" if self.label else "")
         labels = result.labels.get(self.label) if self.label else None
         self.query_one("#scatter", Static).update(
-            scatter(result.projection[self.shown_layer], labels, width=max(area.width, 20), height=max(area.height, 8), title=title, glyphs=self.glyphs)
+            scatter(
+                result.projection[self.shown_layer],
+                labels,
+                width=max(area.width, 20),
+                height=max(area.height, 8),
+                title=title,
+                glyphs=self.glyphs,
+            )
         )
         dimension = result.intrinsic_dimension
         charts = Group(
@@ -267,9 +274,15 @@ class GeometryScreen(_CorpusRunScreen):
             Text(),
             layer_bars({"TwoNN ID": np.nan_to_num(dimension)}, "intrinsic dimension", scale=float(np.nanmax(dimension)) or 1.0, width=14),
             Text(),
-            Text(f"layer {self.shown_layer}: ID {dimension[self.shown_layer]:.1f}"
-                 + (f", {result.neighbourhood_overlap[self.shown_layer]:.0%} of {result.neighbours} neighbours kept in layer {self.shown_layer + 1}"
-                    if self.shown_layer < result.num_layers - 1 else "")),
+            Text(
+                f"layer {self.shown_layer}: ID {dimension[self.shown_layer]:.1f}"
+                + (
+                    f", {result.neighbourhood_overlap[self.shown_layer]:.0%} of {result.neighbours} neighbours kept "
+                    f"in layer {self.shown_layer + 1}"
+                    if self.shown_layer < result.num_layers - 1
+                    else ""
+                )
+            ),
         )
         self.query_one("#geometry-charts", Static).update(charts)
 
@@ -365,8 +378,10 @@ class ComparisonScreen(_CorpusRunScreen):
             low = max(0.0, min(float(np.floor(np.nanmin(result.head_cosine) * 10) / 10), 0.9))
             grid.show(result.head_cosine, (low, 1.0), "cosine", HeadMask.none(*result.head_cosine.shape), self.selected)
             layer, head = self.selected
-            details.update(f"head {layer}:{head}: cosine {result.head_cosine[layer, head]:.3f} ± {result.head_cosine_std[layer, head]:.3f}"
-                           f" over {result.sentences:,} sentences (scale {low:.1f}–1)")
+            details.update(
+                f"head {layer}:{head}: cosine {result.head_cosine[layer, head]:.3f} ± {result.head_cosine_std[layer, head]:.3f}"
+                f" over {result.sentences:,} sentences (scale {low:.1f}–1)"
+            )
         else:
             details.update("the two models' heads do not line up; CKA only")
         matched = result.matched_cka()

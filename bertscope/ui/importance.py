@@ -95,7 +95,9 @@ class ObjectivePanel(Static):
         self._draw(None)
         self.notify(f"estimating head importance for {objective} on {len(sentences)} sample sentences…", timeout=4)
         backend = self.backend
-        self.estimating.start(lambda cancel: backend.head_importance(objective, sentences, method="gradient", ablation=ablation, cancel=cancel))
+        self.estimating.start(
+            lambda cancel: backend.head_importance(objective, sentences, method="gradient", ablation=ablation, cancel=cancel)
+        )
 
     def follow(self, mask: HeadMask, ablation: Ablation) -> None:
         """The explorer's mask or ablation changed: measure the objective under it (once importance is known)."""
@@ -240,9 +242,16 @@ class PruningCurveScreen(Screen[str | None]):
         self.query_one("#curve-status", Static).update(f"pruning curve for {self.objective}: starting…")
         backend, objective, sentences, ablation = self.backend, self.objective, self.sentences, self.ablation
         importance = None if reestimate else self.importance
-        self.job.start(lambda cancel: backend.pruning_curve(
-            objective, sentences, importance=importance, ablation=ablation, reestimate=reestimate, cancel=cancel,
-        ))
+        self.job.start(
+            lambda cancel: backend.pruning_curve(
+                objective,
+                sentences,
+                importance=importance,
+                ablation=ablation,
+                reestimate=reestimate,
+                cancel=cancel,
+            )
+        )
 
     def stepped(self, progress: Progress[PruningCurve]) -> None:
         if not progress.finished:
@@ -257,10 +266,13 @@ class PruningCurveScreen(Screen[str | None]):
         status = self.query_one("#curve-status", Static)
         best = curve.prunable()
         how = "re-estimated at each step" if curve.reestimate else "one ranking (r: re-estimate per step)"
-        status.update(Text.assemble(  # two lines that fit 80 columns
-            (f"pruning curve · {curve.objective} · {curve.method} ({curve.ablation})", "bold"), f" · {how}\n",
-            f"prunable within a drop of {curve.max_drop:g}: {best.fraction:.0%} ({best.heads_pruned} heads); Enter masks them",
-        ))
+        status.update(
+            Text.assemble(  # two lines that fit 80 columns
+                (f"pruning curve · {curve.objective} · {curve.method} ({curve.ablation})", "bold"),
+                f" · {how}\n",
+                f"prunable within a drop of {curve.max_drop:g}: {best.fraction:.0%} ({best.heads_pruned} heads); Enter masks them",
+            )
+        )
         self.query_one("#curve-content", Static).update(curve_chart(curve, width=24))
 
     def action_export(self) -> None:
@@ -271,8 +283,10 @@ class PruningCurveScreen(Screen[str | None]):
         curve = self.curve
         if curve is None:
             return None
-        rows = [[round(p.fraction, 6), p.heads_pruned, float(p.loss), float(p.metric), float(drop), p.mask]
-                for p, drop in zip(curve.points, curve.drops())]
+        rows = [
+            [round(p.fraction, 6), p.heads_pruned, float(p.loss), float(p.metric), float(drop), p.mask]
+            for p, drop in zip(curve.points, curve.drops())
+        ]
         return csv_text(["fraction", "heads_pruned", "loss", "metric", "drop", "mask"], rows)
 
     def action_apply(self) -> None:

@@ -53,8 +53,9 @@ class JobRun:
         self._run += 1
         self.running = True
         run = self._run
-        self._owner.run_worker(lambda: self._drain(job, run, cancel), name=self.name, group=self.name, thread=True,
-                               exclusive=True, exit_on_error=False)
+        self._owner.run_worker(
+            lambda: self._drain(job, run, cancel), name=self.name, group=self.name, thread=True, exclusive=True, exit_on_error=False
+        )
 
     def cancel(self) -> bool:
         """Stop the run under way and drop whatever it still sends; True when one was running."""

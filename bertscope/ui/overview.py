@@ -44,9 +44,15 @@ SHADINGS = ("pattern", *STATISTICS)  # and SYNTAX_FIGURE, once a CoNLL-U corpus 
 SYNTAX_ROWS = 8  # relations in the overview's table, most frequent first
 SYNTAX_MIN_COUNT = 20
 STATISTIC_NAMES = {  # short: the grid's legend is 40 columns wide at 12 heads, and its number must show
-    "cls": "attn to [CLS]", "sep": "attn to [SEP]", "punct": "attn to punctuation",
-    "self": "attn to itself", "prev": "attn to previous", "next": "attn to next",
-    "block": "attn within segment", "entropy": "entropy (nats)", "distance": "mean distance",
+    "cls": "attn to [CLS]",
+    "sep": "attn to [SEP]",
+    "punct": "attn to punctuation",
+    "self": "attn to itself",
+    "prev": "attn to previous",
+    "next": "attn to next",
+    "block": "attn within segment",
+    "entropy": "entropy (nats)",
+    "distance": "mean distance",
 }
 
 
@@ -140,7 +146,13 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
     """
 
     def __init__(
-        self, backend, mask: HeadMask, ablation: Ablation, colormap, glyphs: bool, selected: tuple[int, int],
+        self,
+        backend,
+        mask: HeadMask,
+        ablation: Ablation,
+        colormap,
+        glyphs: bool,
+        selected: tuple[int, int],
         kept: KeptResults | None = None,
     ) -> None:
         super().__init__()
@@ -280,10 +292,13 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
             grid.show(values, (0.0, high), self._label(self.shading), HeadMask.none(*values.shape), self.selected)
         layer, head = self.selected
         items = [f"{name} {share:.0%}" for name, share in zip(PATTERNS, result.pattern_shares[layer, head]) if share > 0]
-        items += [f"{'‖αf‖ ' * (self._shown(name) != name)}{name} {result.statistics[self._shown(name)][layer, head]:.2f}"
-                  for name in STATISTICS]
+        items += [
+            f"{'‖αf‖ ' * (self._shown(name) != name)}{name} {result.statistics[self._shown(name)][layer, head]:.2f}" for name in STATISTICS
+        ]
         if self.syntax is not None and self.relation is not None:
-            items.append(f"{syntax_label(self.relation, self.direction)} {self.syntax.accuracy(self.relation, self.direction)[layer, head]:.0%}")
+            items.append(
+                f"{syntax_label(self.relation, self.direction)} {self.syntax.accuracy(self.relation, self.direction)[layer, head]:.0%}"
+            )
         width = self.query_one("#head-details").content_size.width or 36
         details = Text.assemble((f"head {layer}:{head}", "bold"), "\n", packed(items, width))
         self.query_one("#head-details", Static).update(details)
@@ -300,8 +315,11 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         if self.syntax is not None and self.syntax.relations:
             relations = self.syntax.by_frequency()[:SYNTAX_ROWS]
             done = "" if not self.syntax_job.running else f" · {self.syntax.sentences:,} sentences so far"
-            charts += [Text(), Text(f"heads that track syntax (Clark et al.){done}", style="bold"),
-                       syntax_table(self.syntax.rows(relations, SYNTAX_MIN_COUNT), min_count=SYNTAX_MIN_COUNT, short=True)]
+            charts += [
+                Text(),
+                Text(f"heads that track syntax (Clark et al.){done}", style="bold"),
+                syntax_table(self.syntax.rows(relations, SYNTAX_MIN_COUNT), min_count=SYNTAX_MIN_COUNT, short=True),
+            ]
         self.query_one("#charts-content", Static).update(Group(*charts))
 
     @property

@@ -196,8 +196,16 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
     PatchingScreen #patch-side:focus { background: $boost; }
     """
 
-    def __init__(self, backend, clean: str, clean_pair: str | None, colormap, glyphs: bool, selected: tuple[int, int],
-                 kept: KeptResults | None = None) -> None:
+    def __init__(
+        self,
+        backend,
+        clean: str,
+        clean_pair: str | None,
+        colormap,
+        glyphs: bool,
+        selected: tuple[int, int],
+        kept: KeptResults | None = None,
+    ) -> None:
         super().__init__()
         self.backend, self.colormap, self.glyphs = backend, colormap, glyphs
         self.clean, self.clean_pair = clean, clean_pair or None
@@ -264,8 +272,9 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
         box.display = self.metric in ARGUMENTS
         box.placeholder = ARGUMENTS.get(self.metric, "")
         box.value = self.arguments.get(self.metric, "")
-        self.query_one("#patch-settings", Static).update(Text.assemble(
-            ("m", "bold"), "etric ", (self.metric, "bold"), " · ", ("d", "bold"), "irection ", (self.direction, "bold")))
+        self.query_one("#patch-settings", Static).update(
+            Text.assemble(("m", "bold"), "etric ", (self.metric, "bold"), " · ", ("d", "bold"), "irection ", (self.direction, "bold"))
+        )
 
     # settings
 
@@ -310,15 +319,32 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
             self.notify(str(error), severity="error", timeout=8)
             return
         self.query_one(EffectGrid).focus()
-        self._asked = {"clean": self.clean, "clean_pair": self.clean_pair, "corrupt": corrupt, "corrupt_pair": corrupt_pair,
-                       "metric": self.metric, "direction": self.direction, "arguments": dict(self.arguments)}
+        self._asked = {
+            "clean": self.clean,
+            "clean_pair": self.clean_pair,
+            "corrupt": corrupt,
+            "corrupt_pair": corrupt_pair,
+            "metric": self.metric,
+            "direction": self.direction,
+            "arguments": dict(self.arguments),
+        }
         self.say(f"patching ({self.metric}, {self.direction})… · escape cancels")
         self.query_one(ProgressBar).update(total=None, progress=0)
         clean, clean_pair, metric, direction = self.clean, self.clean_pair, self.metric, self.direction
 
         def job(cancel):
-            return self.backend.patch(clean, corrupt, clean_pair=clean_pair, corrupt_pair=corrupt_pair, metric=metric, answers=answers,
-                                      classes=classes, task=task, direction=direction, cancel=cancel)
+            return self.backend.patch(
+                clean,
+                corrupt,
+                clean_pair=clean_pair,
+                corrupt_pair=corrupt_pair,
+                metric=metric,
+                answers=answers,
+                classes=classes,
+                task=task,
+                direction=direction,
+                cancel=cancel,
+            )
 
         self.job.start(job)
 
@@ -347,7 +373,9 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
         """Keep the head last looked at with the result, to come back to it."""
         kept = self.kept.runs.get(self.name_kept)
         if kept is not None and kept.result is self.result:
-            self.kept.runs[self.name_kept] = KeptRun(kept.data, kept.mask, kept.ablation, kept.result, kept.view | {"selected": self.selected})
+            self.kept.runs[self.name_kept] = KeptRun(
+                kept.data, kept.mask, kept.ablation, kept.result, kept.view | {"selected": self.selected}
+            )
 
     def on_unmount(self) -> None:
         self.on_screen_suspend()
@@ -386,8 +414,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
         layer, head = self.selected
         if result.heads is not None:
             scale = grid_scale(result.heads)
-            grid.show(result.heads, (-scale, scale), f"effect ({result.direction})", HeadMask.none(*result.heads.shape),
-                      self.selected)
+            grid.show(result.heads, (-scale, scale), f"effect ({result.direction})", HeadMask.none(*result.heads.shape), self.selected)
         lines = []
         if result.heads is not None:
             lines.append((Text(f"head {layer}:{head}".ljust(16), style="bold"), effect_cell(float(result.heads[layer, head]))))
@@ -404,7 +431,9 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
         width = self.query_one("#patch-side").content_size.width or 40
         parts = [
             Text.assemble(("m", "bold"), f" = {result.metric_description}"),
-            Text.assemble("m(clean) ", (f"{result.clean_metric + 0.0:.4g}", "bold"), " · m(corrupt) ", (f"{result.corrupt_metric + 0.0:.4g}", "bold")),
+            Text.assemble(
+                "m(clean) ", (f"{result.clean_metric + 0.0:.4g}", "bold"), " · m(corrupt) ", (f"{result.corrupt_metric + 0.0:.4g}", "bold")
+            ),
             Text(DIRECTION_NOTES[result.direction], style="dim"),
             *(Text(note, style="dim italic") for note in result.notes),
         ]
@@ -414,9 +443,13 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
             if wide:
                 parts.append(positions_grid(result.positions, result.tokens, set(result.differing)))
             else:
-                parts += [compact_positions(result.positions, result.tokens, set(result.differing), self.glyphs),
-                          strongest(result.positions, result.tokens)]
-            parts.append(Text("* / bold: the tokens that differ", style="dim") if not wide else Text("bold: the tokens that differ", style="dim"))
+                parts += [
+                    compact_positions(result.positions, result.tokens, set(result.differing), self.glyphs),
+                    strongest(result.positions, result.tokens),
+                ]
+            parts.append(
+                Text("* / bold: the tokens that differ", style="dim") if not wide else Text("bold: the tokens that differ", style="dim")
+            )
         if result.layers is not None:
             parts += [Text("\neach layer's writes", style="bold"), layers_table(result.layers)]
         parts += [Text(), legend()]

@@ -118,7 +118,9 @@ class ProbingScreen(Screen[None]):
             task, data = self._last
         self.kept.last_probe = (task, data)
         mask = self.mask if masked else None
-        self._title = title = task + (f" · mask {self.mask.spec()}" if masked else "") + ("" if not data else f" · {data.rsplit('/', 1)[-1]}")
+        self._title = title = (
+            task + (f" · mask {self.mask.spec()}" if masked else "") + ("" if not data else f" · {data.rsplit('/', 1)[-1]}")
+        )
         self.query_one("#probe-status", Static).update(f"{title}: starting…")
 
         def job(cancel):
@@ -177,8 +179,12 @@ class ProbingScreen(Screen[None]):
                 cells += [Bar(1.0, 0.0, max(0.0, min(1.0, value)), width=12, color="magenta"), f"{value:.3f}{mark}"]
             table.add_row(str(layer), *cells)
         baselines = [
-            Text(f"{title}: " + ", ".join(f"{k.replace('_', ' ')} {v:.3f}" for k, v in report.baselines.items())
-                 + f"; centre of gravity {report.center_of_gravity:.2f}; {trained_on(report)}", style="dim")
+            Text(
+                f"{title}: "
+                + ", ".join(f"{k.replace('_', ' ')} {v:.3f}" for k, v in report.baselines.items())
+                + f"; centre of gravity {report.center_of_gravity:.2f}; {trained_on(report)}",
+                style="dim",
+            )
             for title, report in reports
         ]
         from rich.console import Group
@@ -205,8 +211,15 @@ class ProbingScreen(Screen[None]):
         if not self.reports:
             return None
         runs = [
-            {"title": title, "task": report.task, "metric": report.metric, "best_layer": report.best_layer,
-             "center_of_gravity": report.center_of_gravity, "baselines": report.baselines, "layers": report.layers}
+            {
+                "title": title,
+                "task": report.task,
+                "metric": report.metric,
+                "best_layer": report.best_layer,
+                "center_of_gravity": report.center_of_gravity,
+                "baselines": report.baselines,
+                "layers": report.layers,
+            }
             for title, report in self.reports.items()
         ]
         return json_text({"model": self.backend.info.source, "runs": runs})
@@ -218,4 +231,3 @@ class ProbingScreen(Screen[None]):
             self.query_one("#probe-status", Static).update("cancelled")
             return
         self.dismiss(None)
-

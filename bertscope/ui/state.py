@@ -158,8 +158,7 @@ def _set_aside(path: Path, reason: str) -> str:
         path.rename(aside)
     except OSError as error:
         return (
-            f"session file {path} is damaged ({reason}) and could not be moved aside "
-            f"({error.strerror or error}); started a fresh session"
+            f"session file {path} is damaged ({reason}) and could not be moved aside ({error.strerror or error}); started a fresh session"
         )
     return f"session file {path} is damaged ({reason}); kept it as {aside} and started a fresh session"
 

@@ -148,7 +148,9 @@ class SyntaxPanel(Static):
         layer, head, accuracy = result.best(relation, direction)
         offset, baseline = result.baseline(relation, direction)
         lines = Text.assemble(
-            (f"tracks {relation} ", "bold"), ARROWS[direction], "\n",
+            (f"tracks {relation} ", "bold"),
+            ARROWS[direction],
+            "\n",
             f"best {layer}:{head} {accuracy:.0%} · offset {offset:+d} {baseline:.0%}\n",
             (f"{count:,} arcs, {result.sentences:,} sample sentences" + (" (few)" if count < MIN_COUNT else ""), "dim"),
         )

@@ -85,16 +85,21 @@ def attribute(
     if kind == "probe":
         from bertscope.core.analyses.probe_decision import decision_probe
 
-        probe = yield from relay(decision_probe(
-            session, target.probe, data=target.data, layer=target.layer, pooling=target.pooling, cache_dir=cache_dir, cancel=cancel
-        ))
+        probe = yield from relay(
+            decision_probe(
+                session, target.probe, data=target.data, layer=target.layer, pooling=target.pooling, cache_dir=cache_dir, cancel=cancel
+            )
+        )
         if probe is None:
             return  # cancelled
     decision = _Decision(session, encoding, kind, target, probe, score, session.gate_tensor(head_mask), ablation)
     common = dict(encoding=encoding, method=method, target=decision.describe(), score=score, mask=head_mask, ablation=ablation)
     if method == "attention-rollout":
-        scores = rollout(session.forward(encoding, attentions=True, mask=head_mask, ablation=ablation, mlm_logits=False).attentions,
-                         decision.read_layer, decision.read_rows)
+        scores = rollout(
+            session.forward(encoding, attentions=True, mask=head_mask, ablation=ablation, mlm_logits=False).attentions,
+            decision.read_layer,
+            decision.read_rows,
+        )
         yield Progress("done", 1, 1, Attribution(scores=scores, output=decision.output, **common))
         return
     if method in ("gradient", "gradient-x-input"):
@@ -113,9 +118,18 @@ def attribute(
         return  # cancelled
     scores, baseline_output, error, used, notes = result
     yield Progress(
-        "done", 1, 1,
-        Attribution(scores=scores, output=decision.output, baseline_output=baseline_output, completeness_error=error,
-                    steps=used, notes=notes, **common),
+        "done",
+        1,
+        1,
+        Attribution(
+            scores=scores,
+            output=decision.output,
+            baseline_output=baseline_output,
+            completeness_error=error,
+            steps=used,
+            notes=notes,
+            **common,
+        ),
     )
 
 
@@ -194,8 +208,9 @@ def _target_kind(session: Session, encoding: Encoding, target: Target) -> Target
     if kind == "probe" and target.probe is None:
         raise InputError("a probe decision needs a probing task (e.g. subject_number)", setting="probe")
     if kind == "class" and not session.is_classifier:
-        raise InputError(f"{session.info.architecture} is not a sequence classifier; explain an MLM guess or a probe's decision",
-                         setting="probe")
+        raise InputError(
+            f"{session.info.architecture} is not a sequence classifier; explain an MLM guess or a probe's decision", setting="probe"
+        )
     if kind == "mlm":
         if session.mlm_head is None or session.tokenizer.mask_token_id is None:
             raise InputError(
@@ -238,8 +253,9 @@ class _Decision:
                 self.position = int(target.position)
             else:
                 where = ", ".join(str(p) for p in positions)
-                raise InputError(f"position {target.position} is not a {MASK_TEXT}; the text's [MASK] positions are {where}",
-                                 setting="position")
+                raise InputError(
+                    f"position {target.position} is not a {MASK_TEXT}; the text's [MASK] positions are {where}", setting="position"
+                )
             self.read_rows = np.array([self.position])
         elif kind == "probe":
             self.read_layer = probe.layer

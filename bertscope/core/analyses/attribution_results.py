@@ -68,24 +68,32 @@ class Attribution:
             if word is not None and not self.encoding.special[index]:
                 groups.setdefault((segment or 0, word), []).append(index)
         return [
-            {"word": "".join(self.tokens[i].removeprefix("##") if n else self.tokens[i] for n, i in enumerate(positions)),
-             "positions": positions, "score": float(self.scores[positions].sum())}
+            {
+                "word": "".join(self.tokens[i].removeprefix("##") if n else self.tokens[i] for n, i in enumerate(positions)),
+                "positions": positions,
+                "score": float(self.scores[positions].sum()),
+            }
             for positions in groups.values()
         ]
 
     def as_json(self) -> dict:
         payload = {
-            "tokens": list(self.tokens), "method": self.method, "target": self.target, "score": self.score,
+            "tokens": list(self.tokens),
+            "method": self.method,
+            "target": self.target,
+            "score": self.score,
             "output": round(self.output, 6),
             "attributions": [
                 {"position": i, "token": token, "score": round(float(s), 6)} for i, (token, s) in enumerate(zip(self.tokens, self.scores))
             ],
             "words": [{**w, "score": round(w["score"], 6)} for w in self.words()],
-            "mask": self.mask.spec() if self.mask is not None else "", "ablation": self.ablation,
+            "mask": self.mask.spec() if self.mask is not None else "",
+            "ablation": self.ablation,
         }
         if self.method == "integrated-gradients":
             payload.update(
-                baseline_output=round(self.baseline_output, 6), steps=self.steps,
+                baseline_output=round(self.baseline_output, 6),
+                steps=self.steps,
                 completeness_error=None if np.isnan(self.completeness_error) else round(self.completeness_error, 6),
                 baseline="[PAD] word embeddings; [CLS], [SEP] and [MASK] kept",
             )

@@ -120,10 +120,20 @@ def compare_models(
         counted["sentences"] += int(prepared.real.shape[0])
         counted["tokens"] += int(prepared.real.sum())
 
-    sample = yield from relay(stream_sample(
-        [a, b], sentences, unit=unit, max_rows=max_rows or DEFAULT_MAX_ROWS, seed=seed, batch_size=batch_size,
-        attentions=same_shape, on_batch=on_batch, cancel=cancel,
-    ), lambda step: Progress("attention and representations", step.done, total))
+    sample = yield from relay(
+        stream_sample(
+            [a, b],
+            sentences,
+            unit=unit,
+            max_rows=max_rows or DEFAULT_MAX_ROWS,
+            seed=seed,
+            batch_size=batch_size,
+            attentions=same_shape,
+            on_batch=on_batch,
+            cancel=cancel,
+        ),
+        lambda step: Progress("attention and representations", step.done, total),
+    )
     if sample is None:
         return
     counted = distributed.sum_across(counted)
@@ -147,9 +157,18 @@ def compare_models(
     result = None
     if distributed.is_main():
         result = ComparisonResult(
-            model_a=a.info.source, model_b=b.info.source, sentences=counted["sentences"], tokens=counted["tokens"],
-            unit=sample.unit, rows_sampled=sample.size, head_cosine=cosine, head_cosine_std=spread,
-            cka=cka[0], cka_debiased=cka[1], probes=tuple(differences), notes=tuple(notes),
+            model_a=a.info.source,
+            model_b=b.info.source,
+            sentences=counted["sentences"],
+            tokens=counted["tokens"],
+            unit=sample.unit,
+            rows_sampled=sample.size,
+            head_cosine=cosine,
+            head_cosine_std=spread,
+            cka=cka[0],
+            cka_debiased=cka[1],
+            probes=tuple(differences),
+            notes=tuple(notes),
         )
     yield Progress("done", 1, 1, distributed.from_main(result))
 

@@ -38,12 +38,20 @@ def export_input(session: Session, encoding: Encoding, mask: HeadMask, ablation:
         def into(name: str):
             def write(layer: int, values: torch.Tensor) -> None:  # layers come in order: appended, not mapped
                 files[name].write(values[0].float().cpu().numpy().tobytes())
+
             return write
 
         inputs = session.tensors(encoding)
         with torch.inference_mode():
-            outputs = session.run(inputs, gates=session.gate_tensor(mask), ablation=ablation, attentions=True,
-                                  encoder_only=True, on_attention=into("attentions"), on_norms=into("norms"))
+            outputs = session.run(
+                inputs,
+                gates=session.gate_tensor(mask),
+                ablation=ablation,
+                attentions=True,
+                encoder_only=True,
+                on_attention=into("attentions"),
+                on_norms=into("norms"),
+            )
             hidden = torch.stack(outputs.hidden_states)[:, 0]
             logits = session.mlm_head_logits(hidden[-1]).cpu().numpy() if session.mlm_head is not None else None
             hidden = hidden.float().cpu().numpy()

@@ -109,8 +109,14 @@ def cache_key(fingerprint: str, data: str, options: FeatureOptions, max_length: 
     """The name of a cache entry: the model's fingerprint, maximum length and `numerics_key`, the `data_hash` and the
     options."""
     payload = json.dumps(
-        {"v": CACHE_VERSION, "model": fingerprint, "data": data, "options": asdict(options), "max_length": max_length,
-         "numerics": numerics},
+        {
+            "v": CACHE_VERSION,
+            "model": fingerprint,
+            "data": data,
+            "options": asdict(options),
+            "max_length": max_length,
+            "numerics": numerics,
+        },
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
@@ -157,8 +163,7 @@ def extract_features(
         dtype = np.float32
     for stored in (np.float16, np.float32) if dtype is None else (dtype, np.float32):
         try:
-            features = yield from _extract(session, sentences, options, gates, path, stored, batch_size, cancel,
-                                           judge=dtype is None)
+            features = yield from _extract(session, sentences, options, gates, path, stored, batch_size, cancel, judge=dtype is None)
             break
         except _BeyondFloat16:
             continue  # again in float32, from the first batch
@@ -226,7 +231,8 @@ def _extract(session: Session, sentences, options, gates, path, dtype, batch_siz
     done = 0
     try:
         # Sentences are tokenised a chunk at a time (a whole split's tokens would grow with it), batches are
-        # capped by tokens, so long sentences do not raise the peak, and one heap setting serves batches of every shape (core.model.allocator).
+        # capped by tokens, so long sentences do not raise the peak, and one heap setting serves batches of every shape
+        # (core.model.allocator).
         for encoded, indices, in_chunk in corpus_heap_over(_chunk_batches(session, sentences, options.level, batch_size)):
             if cancel is not None and cancel.is_set():
                 return None
@@ -234,7 +240,9 @@ def _extract(session: Session, sentences, options, gates, path, dtype, batch_siz
             with torch.inference_mode():
                 pooled, present = _pooled(session, encoded, in_chunk, inputs, special, gates, options)
                 if options.level == "word":
-                    lost += sum(len(sentences[index].words) - (words[-1] + 1 if words else 0) for index, words in zip(indices, present, strict=True))
+                    lost += sum(
+                        len(sentences[index].words) - (words[-1] + 1 if words else 0) for index, words in zip(indices, present, strict=True)
+                    )
                 if dtype == np.float16 and (pooled.abs().amax() > FLOAT16_MAX or (judge and done == 0 and _float16_would_lose(pooled))):
                     raise _BeyondFloat16
             block = pooled.to(torch_dtype).cpu().numpy().transpose(1, 0, 2)  # [L+1, rows of the batch, D]
@@ -256,8 +264,9 @@ def _extract(session: Session, sentences, options, gates, path, dtype, batch_siz
     if not complete:
         by_layer, sentence_index, word_index = by_layer[:, filled], sentence_index[filled], word_index[filled]
     by_layer.flags.writeable = False  # a memory map of the cache entry: writing would change the file
-    features = Features(X=by_layer.transpose(1, 0, 2), sentence_index=sentence_index, word_index=word_index, truncated_words=lost,
-                        numerics=session.numerics)
+    features = Features(
+        X=by_layer.transpose(1, 0, 2), sentence_index=sentence_index, word_index=word_index, truncated_words=lost, numerics=session.numerics
+    )
     if entry is not None:  # None: no cache, or a directory that cannot hold one
         _finish_in_background(path, features, entry if complete else None)
     return features
@@ -305,8 +314,13 @@ def _encode(session: Session, sentences: Sequence[Sentence], level: str):
     """A chunk of sentences tokenised in one call (the fast tokenizer runs it in parallel), unpadded."""
     options = dict(truncation=True, max_length=session.max_length)
     if level == "word":  # single sequences: the token types are all 0, and padding makes the attention mask
-        return session.tokenizer([list(sentence.words) for sentence in sentences], is_split_into_words=True,
-                                 return_attention_mask=False, return_token_type_ids=False, **options)
+        return session.tokenizer(
+            [list(sentence.words) for sentence in sentences],
+            is_split_into_words=True,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+            **options,
+        )
     pairs = [sentence.pair for sentence in sentences]
     texts = [sentence.text for sentence in sentences]
     return session.tokenizer(texts, pairs if pairs[0] is not None else None, return_special_tokens_mask=True, **options)
@@ -429,8 +443,13 @@ def _finish(path: Path, features: Features, entry: _MappedEntry | None) -> None:
             with atomic_write(path.with_suffix(".npy")) as handle:
                 np.save(handle, features.X.transpose(1, 0, 2))
         with atomic_write(path.with_suffix(".npz")) as handle:
-            np.savez(handle, sentence_index=features.sentence_index, word_index=features.word_index,
-                     truncated_words=np.array(features.truncated_words), numerics=np.array(json.dumps(features.numerics)))
+            np.savez(
+                handle,
+                sentence_index=features.sentence_index,
+                word_index=features.word_index,
+                truncated_words=np.array(features.truncated_words),
+                numerics=np.array(json.dumps(features.numerics)),
+            )
     except (OSError, InputError):
         if entry is not None:
             entry.discard()  # a cache that cannot be written only costs time next run
@@ -457,12 +476,19 @@ def _load(path: Path, session: Session | DeferredSession) -> Features | None:
         return None
     if by_layer.dtype not in (np.float16, np.float32) or len(sentence_index) != by_layer.shape[1] or len(word_index) != by_layer.shape[1]:
         return None
-    return Features(X=by_layer.transpose(1, 0, 2), sentence_index=sentence_index, word_index=word_index,
-                    truncated_words=truncated, from_cache=True, numerics=numerics)
+    return Features(
+        X=by_layer.transpose(1, 0, 2),
+        sentence_index=sentence_index,
+        word_index=word_index,
+        truncated_words=truncated,
+        from_cache=True,
+        numerics=numerics,
+    )
 
 
-def extract_sharded(session: Session | DeferredSession, sentences: Sequence[Sentence], options: FeatureOptions,
-                    **extract) -> Iterator[Progress[Features]]:
+def extract_sharded(
+    session: Session | DeferredSession, sentences: Sequence[Sentence], options: FeatureOptions, **extract
+) -> Iterator[Progress[Features]]:
     """`extract_features` under torchrun: each rank takes the features of its shard (sentence i when
     i % size == rank) and rank 0 gets every rank's rows, back in input order: the very Features of
     one process (the other ranks get their own shard's, or none when rank 0 found the whole corpus's
@@ -472,8 +498,9 @@ def extract_sharded(session: Session | DeferredSession, sentences: Sequence[Sent
         yield from extract_features(session, sentences, options, **extract)
         return
     here, cache_dir = distributed.world(), extract.pop("cache_dir", None)
-    empty = Features(np.zeros((0, session.num_layers + 1, session.hidden_size), np.float16), np.zeros(0, np.int64),
-                     np.zeros(0, np.int64), 0)
+    empty = Features(
+        np.zeros((0, session.num_layers + 1, session.hidden_size), np.float16), np.zeros(0, np.int64), np.zeros(0, np.int64), 0
+    )
     # The cache holds the whole corpus's entry, as one process names it, so that one process and any number of ranks
     # share it: rank 0 looks, and every rank follows its answer (nodes need not share a disk).
     cached = None
@@ -488,12 +515,17 @@ def extract_sharded(session: Session | DeferredSession, sentences: Sequence[Sent
     if part:
         whole = len(sentences)  # progress in the whole corpus's terms: every rank is about as far as this one
         dtype = _one_process_dtype(session.ready(), sentences, options, extract.get("batch_size"))
-        local = yield from relay(extract_features(session, part, options, cache_dir=False, dtype=dtype, **extract),
-                                 lambda step: Progress(step.stage, min(step.done * here.size, whole), whole))
+        local = yield from relay(
+            extract_features(session, part, options, cache_dir=False, dtype=dtype, **extract),
+            lambda step: Progress(step.stage, min(step.done * here.size, whole), whole),
+        )
         if local is None:
             return  # cancelled
-    rows = None if local is None else (np.ascontiguousarray(local.X), local.sentence_index * here.size + here.rank,
-                                       local.word_index, local.truncated_words)
+    rows = (
+        None
+        if local is None
+        else (np.ascontiguousarray(local.X), local.sentence_index * here.size + here.rank, local.word_index, local.truncated_words)
+    )
     parts = [piece for piece in distributed.gather(rows, to_main=True) if piece is not None]
     if not here.main:
         yield Progress("features", len(part), len(part), local or empty)
@@ -504,8 +536,13 @@ def extract_sharded(session: Session | DeferredSession, sentences: Sequence[Sent
     order = np.lexsort((word_index, sentence_index))  # input order: by sentence, then word
     by_layer = np.ascontiguousarray(X[order].transpose(1, 0, 2))
     by_layer.flags.writeable = False
-    features = Features(X=by_layer.transpose(1, 0, 2), sentence_index=sentence_index[order], word_index=word_index[order],
-                        truncated_words=sum(piece[3] for piece in parts), numerics=session.ready().numerics)
+    features = Features(
+        X=by_layer.transpose(1, 0, 2),
+        sentence_index=sentence_index[order],
+        word_index=word_index[order],
+        truncated_words=sum(piece[3] for piece in parts),
+        numerics=session.ready().numerics,
+    )
     if cache_dir is not False:
         # the loaded model's own key, as one process writes it
         _finish_in_background(_entry(session.ready(), directory, data, options), features, None)

@@ -249,8 +249,14 @@ def analyse_layers(states: np.ndarray, neighbours: int = DEFAULT_NEIGHBOURS, can
     yield ("CKA", count, count)
     biased, debiased = cka_matrices(layers)
     yield {
-        "projection": projection, "explained": explained, "intrinsic_dimension": dimension, "duplicates": duplicates,
-        "neighbourhood_overlap": overlap, "cka": biased, "cka_debiased": debiased, "neighbours": k,
+        "projection": projection,
+        "explained": explained,
+        "intrinsic_dimension": dimension,
+        "duplicates": duplicates,
+        "neighbourhood_overlap": overlap,
+        "cka": biased,
+        "cka_debiased": debiased,
+        "neighbours": k,
     }
 
 
@@ -277,10 +283,20 @@ def representation_geometry(
     if neighbours < 1:
         raise InputError(f"neighbours must be 1 or more, not {neighbours}", setting="neighbours")
     total = distributed.shard_size(len(sentences)) if hasattr(sentences, "__len__") else None  # this rank's share
-    sample = yield from relay(stream_sample(
-        [session], sentences, unit=unit, max_rows=max_rows or DEFAULT_MAX_ROWS, seed=seed, batch_size=batch_size,
-        mask=mask, ablation=ablation, cancel=cancel,
-    ), lambda step: Progress("representations", step.done, total))
+    sample = yield from relay(
+        stream_sample(
+            [session],
+            sentences,
+            unit=unit,
+            max_rows=max_rows or DEFAULT_MAX_ROWS,
+            seed=seed,
+            batch_size=batch_size,
+            mask=mask,
+            ablation=ablation,
+            cancel=cancel,
+        ),
+        lambda step: Progress("representations", step.done, total),
+    )
     if sample is None:
         return  # cancelled
     result = None
@@ -313,7 +329,15 @@ def _measure(session, sample, neighbours, seed, mask, ablation, cancel):
     if figures["neighbours"] < neighbours:
         notes.append(f"only {sample.size} rows: neighbourhoods of {figures['neighbours']} instead of {neighbours}")
     return GeometryResult(
-        unit=sample.unit, sentences=sample.sentences, seen=sample.seen, truncated=sample.truncated,
-        labels=sample.labels, texts=sample.texts, seed=seed,
-        mask=mask.spec() if mask is not None else "", ablation=ablation, notes=tuple(notes), **figures,
+        unit=sample.unit,
+        sentences=sample.sentences,
+        seen=sample.seen,
+        truncated=sample.truncated,
+        labels=sample.labels,
+        texts=sample.texts,
+        seed=seed,
+        mask=mask.spec() if mask is not None else "",
+        ablation=ablation,
+        notes=tuple(notes),
+        **figures,
     )

@@ -71,8 +71,13 @@ class GeometryResult:
                 entry["points"] = [[round(float(x), 5), round(float(y), 5)] for x, y in self.projection[layer]]
             layers.append(entry)
         payload = {
-            "model": model, "unit": self.unit, "sentences": self.sentences, "rows_seen": self.seen,
-            "rows_sampled": self.size, "seed": self.seed, "neighbours": self.neighbours,
+            "model": model,
+            "unit": self.unit,
+            "sentences": self.sentences,
+            "rows_seen": self.seen,
+            "rows_sampled": self.size,
+            "seed": self.seed,
+            "neighbours": self.neighbours,
             "layers": layers,
             "cka": _matrix(self.cka),
             "cka_debiased": _matrix(self.cka_debiased),
@@ -83,8 +88,9 @@ class GeometryResult:
         if self.mask:
             payload |= {"mask": self.mask, "ablation": self.ablation}
         if points:
-            payload["rows"] = [{"text": text, **{name: values[i] for name, values in self.labels.items()}}
-                               for i, text in enumerate(self.texts)]
+            payload["rows"] = [
+                {"text": text, **{name: values[i] for name, values in self.labels.items()}} for i, text in enumerate(self.texts)
+            ]
         return payload
 
 
@@ -142,20 +148,36 @@ class ComparisonResult:
         if self.head_cosine is not None:
             for layer, row in enumerate(self.head_cosine):
                 for head, value in enumerate(row):
-                    heads.append({"layer": layer, "head": head, "attention_cosine": _number(value),
-                                  "std": _number(self.head_cosine_std[layer, head])})
+                    heads.append(
+                        {
+                            "layer": layer,
+                            "head": head,
+                            "attention_cosine": _number(value),
+                            "std": _number(self.head_cosine_std[layer, head]),
+                        }
+                    )
         matched = self.matched_cka()
         layer_cosine = self.layer_cosine()
-        layers = [{"layer": layer, "cka": _number(matched[layer]) if matched is not None else None}
-                  for layer in range(self.cka.shape[0])]  # hidden-state indexing: 0 = embeddings
-        attention_layers = [] if layer_cosine is None else [
-            {"layer": layer, "mean_attention_cosine": _number(value)} for layer, value in enumerate(layer_cosine)
-        ]
+        layers = [
+            {"layer": layer, "cka": _number(matched[layer]) if matched is not None else None} for layer in range(self.cka.shape[0])
+        ]  # hidden-state indexing: 0 = embeddings
+        attention_layers = (
+            []
+            if layer_cosine is None
+            else [{"layer": layer, "mean_attention_cosine": _number(value)} for layer, value in enumerate(layer_cosine)]
+        )
         return {
-            "model_a": self.model_a, "model_b": self.model_b, "sentences": self.sentences, "tokens": self.tokens,
-            "unit": self.unit, "rows_sampled": self.rows_sampled,
-            "heads": heads, "attention_layers": attention_layers, "layers": layers,
-            "cka": _matrix(self.cka), "cka_debiased": _matrix(self.cka_debiased),
+            "model_a": self.model_a,
+            "model_b": self.model_b,
+            "sentences": self.sentences,
+            "tokens": self.tokens,
+            "unit": self.unit,
+            "rows_sampled": self.rows_sampled,
+            "heads": heads,
+            "attention_layers": attention_layers,
+            "layers": layers,
+            "cka": _matrix(self.cka),
+            "cka_debiased": _matrix(self.cka_debiased),
             "probes": [probe.as_json() for probe in self.probes],
             "notes": list(self.notes),
         }

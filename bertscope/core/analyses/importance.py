@@ -44,8 +44,17 @@ if TYPE_CHECKING:
     from bertscope.core.model.session import Session
 
 __all__ = [
-    "CurvePoint", "HeadImportance", "Measurement", "PruningCurve", "check_fraction",
-    "head_importance", "gradient_importance", "ablation_importance", "measure", "pruning_curve", "normalize_per_layer",
+    "CurvePoint",
+    "HeadImportance",
+    "Measurement",
+    "PruningCurve",
+    "check_fraction",
+    "head_importance",
+    "gradient_importance",
+    "ablation_importance",
+    "measure",
+    "pruning_curve",
+    "normalize_per_layer",
 ]
 
 MAX_ROWS = 256  # sentences × masks per forward pass in ablation sweeps
@@ -92,8 +101,13 @@ def measure(objective: Objective, mask: HeadMask | None = None, ablation: Ablati
 
 
 def gradient_importance(
-    objective: Objective, *, ablation: Ablation = "zero", normalize: bool = True, base: HeadMask | None = None,
-    seed: int = 0, cancel: threading.Event | None = None,
+    objective: Objective,
+    *,
+    ablation: Ablation = "zero",
+    normalize: bool = True,
+    base: HeadMask | None = None,
+    seed: int = 0,
+    cancel: threading.Event | None = None,
 ) -> Iterator[Progress[HeadImportance]]:
     """Michel et al.'s gradient importance, one forward and one backward pass per batch."""
     ablation = check_ablation(ablation)
@@ -126,8 +140,14 @@ def gradient_importance(
 
 
 def ablation_importance(
-    objective: Objective, *, ablation: Ablation = "zero", normalize: bool = True, base: HeadMask | None = None,
-    layers: bool = True, max_rows: int = MAX_ROWS, cancel: threading.Event | None = None,
+    objective: Objective,
+    *,
+    ablation: Ablation = "zero",
+    normalize: bool = True,
+    base: HeadMask | None = None,
+    layers: bool = True,
+    max_rows: int = MAX_ROWS,
+    cancel: threading.Event | None = None,
 ) -> Iterator[Progress[HeadImportance]]:
     """Exact loss change of switching off each head (and each whole layer), masks batched as rows."""
     ablation = check_ablation(ablation)
@@ -135,7 +155,7 @@ def ablation_importance(
     num_layers, num_heads = session.num_layers, session.num_heads
     start = _base_gates(session, base)
     gone = pruned_set(session) | (base.off if base is not None else frozenset())
-    heads = [(l, h) for l in range(num_layers) for h in range(num_heads) if (l, h) not in gone]
+    heads = [(layer, head) for layer in range(num_layers) for head in range(num_heads) if (layer, head) not in gone]
     masks = []
     for layer, head in heads:
         gates = start.clone()
@@ -175,7 +195,9 @@ def ablation_importance(
         raw[layer, head] = delta
     layer_deltas = deltas[len(heads) :] if layers else None
     baseline = Measurement(base_loss / max(objective.sentences, 1), metric_sum / metric_count if metric_count else float("nan"))
-    yield Progress("done", len(batches), len(batches), _result(objective, "ablation", ablation, normalize, raw, layer_deltas, baseline, base))
+    yield Progress(
+        "done", len(batches), len(batches), _result(objective, "ablation", ablation, normalize, raw, layer_deltas, baseline, base)
+    )
 
 
 def head_importance(objective: Objective, method: str = "gradient", **options) -> Iterator[Progress[HeadImportance]]:
@@ -201,10 +223,20 @@ def _result(objective, method, ablation, normalize, raw, layers, baseline: Measu
     if getattr(objective, "probe_accuracy", None) is not None:
         notes.append(f"the probe's dev accuracy on layer {objective.layer}: {objective.probe_accuracy:.3f}")
     return HeadImportance(
-        objective=objective.name, method=method, ablation=ablation, normalized=normalize,
-        importance=scores.astype(np.float64), raw=raw, layers=None if layers is None else np.asarray(layers, dtype=np.float64),
-        baseline_loss=baseline.loss, baseline_metric=baseline.metric, metric=objective.metric, sentences=objective.sentences,
-        pruned=pruned, base_mask=base.spec() if base is not None else "", notes=tuple(notes),
+        objective=objective.name,
+        method=method,
+        ablation=ablation,
+        normalized=normalize,
+        importance=scores.astype(np.float64),
+        raw=raw,
+        layers=None if layers is None else np.asarray(layers, dtype=np.float64),
+        baseline_loss=baseline.loss,
+        baseline_metric=baseline.metric,
+        metric=objective.metric,
+        sentences=objective.sentences,
+        pruned=pruned,
+        base_mask=base.spec() if base is not None else "",
+        notes=tuple(notes),
     )
 
 
@@ -215,8 +247,15 @@ def normalize_per_layer(scores: np.ndarray) -> np.ndarray:
 
 
 def pruning_curve(
-    objective: Objective, *, importance: HeadImportance | None = None, method: str = "gradient", ablation: Ablation = "zero",
-    step: float = 0.1, reestimate: bool = False, normalize: bool = True, max_drop: float = 0.01,
+    objective: Objective,
+    *,
+    importance: HeadImportance | None = None,
+    method: str = "gradient",
+    ablation: Ablation = "zero",
+    step: float = 0.1,
+    reestimate: bool = False,
+    normalize: bool = True,
+    max_drop: float = 0.01,
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[PruningCurve]]:
     """Remove the least important heads `step` of all heads at a time, measuring the objective at each step.
@@ -228,7 +267,9 @@ def pruning_curve(
     session = objective.session
     total_heads = session.num_layers * session.num_heads
     already = len(pruned_set(session))
-    counts = sorted({already} | {min(total_heads, round(k * step * total_heads)) for k in range(1, int(1 / step + 1e-9) + 1)} | {total_heads})
+    counts = sorted(
+        {already} | {min(total_heads, round(k * step * total_heads)) for k in range(1, int(1 / step + 1e-9) + 1)} | {total_heads}
+    )
     counts = [c for c in counts if c >= already]
     steps = len(counts)
     mask = HeadMask.none(session.num_layers, session.num_heads)
@@ -239,8 +280,9 @@ def pruning_curve(
         extra = count - already - len(mask)
         if extra > 0:
             if importance is None or (reestimate and index > 1):
-                for progress in head_importance(objective, method, ablation=ablation, normalize=normalize,
-                                                base=mask if len(mask) else None, cancel=cancel):
+                for progress in head_importance(
+                    objective, method, ablation=ablation, normalize=normalize, base=mask if len(mask) else None, cancel=cancel
+                ):
                     importance = progress.result
                 if importance is None:
                     return  # cancelled

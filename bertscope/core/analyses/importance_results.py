@@ -56,7 +56,7 @@ class HeadImportance:
     def order(self) -> list[tuple[int, int]]:
         """Heads still in the model, least important first (ties: lower layer, then head)."""
         num_layers, num_heads = self.shape
-        heads = [(l, h) for l in range(num_layers) for h in range(num_heads) if (l, h) not in self.pruned]
+        heads = [(layer, head) for layer in range(num_layers) for head in range(num_heads) if (layer, head) not in self.pruned]
         return sorted(heads, key=lambda lh: (self.importance[lh], lh))
 
     def least_important(self, count: int, keep: HeadMask | None = None) -> list[tuple[int, int]]:
@@ -76,10 +76,16 @@ class HeadImportance:
                     entry["pruned"] = True
                 heads.append(entry)
         payload = {
-            "model": model, "objective": self.objective, "method": self.method, "ablation": self.ablation,
-            "normalized": self.normalized, "sentences": self.sentences, "metric": self.metric,
+            "model": model,
+            "objective": self.objective,
+            "method": self.method,
+            "ablation": self.ablation,
+            "normalized": self.normalized,
+            "sentences": self.sentences,
+            "metric": self.metric,
             "baseline": {"loss": finite(self.baseline_loss), "metric": finite(self.baseline_metric)},
-            "heads": heads, "notes": list(self.notes),
+            "heads": heads,
+            "notes": list(self.notes),
         }
         if self.base_mask:
             payload["mask"] = self.base_mask
@@ -135,11 +141,22 @@ class PruningCurve:
     def as_json(self, model: str) -> dict:
         best = self.prunable()
         return {
-            "model": model, "objective": self.objective, "metric": self.metric, "method": self.method,
-            "ablation": self.ablation, "reestimate": self.reestimate, "max_drop": self.max_drop,
+            "model": model,
+            "objective": self.objective,
+            "metric": self.metric,
+            "method": self.method,
+            "ablation": self.ablation,
+            "reestimate": self.reestimate,
+            "max_drop": self.max_drop,
             "points": [
-                {"fraction": round(p.fraction, 6), "heads_pruned": p.heads_pruned, "loss": finite(p.loss),
-                 "metric": finite(p.metric), "drop": finite(d), "mask": p.mask}
+                {
+                    "fraction": round(p.fraction, 6),
+                    "heads_pruned": p.heads_pruned,
+                    "loss": finite(p.loss),
+                    "metric": finite(p.metric),
+                    "drop": finite(d),
+                    "mask": p.mask,
+                }
                 for p, d in zip(self.points, self.drops())
             ],
             "prunable": {"fraction": round(best.fraction, 6), "heads_pruned": best.heads_pruned, "mask": best.mask},
@@ -151,5 +168,3 @@ def check_fraction(value: float, what: str = "fraction") -> float:
     if not 0.0 < value < 1.0:
         raise InputError(f"{what} {value:g} must lie strictly between 0 and 1 (e.g. 0.3 for 30% of the heads)")
     return float(value)
-
-

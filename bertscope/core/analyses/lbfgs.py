@@ -45,7 +45,12 @@ class Minimum:
 
 
 def minimise(
-    fun: Objective, x: torch.Tensor, *, max_iter: int, tolerance: float, history: int = 20,
+    fun: Objective,
+    x: torch.Tensor,
+    *,
+    max_iter: int,
+    tolerance: float,
+    history: int = 20,
     size: Callable[[torch.Tensor], float] | None = None,
 ) -> Minimum:
     """Minimise `fun(x) -> (loss, gradient)` from `x`; return where it ended (`Minimum`).
@@ -55,14 +60,20 @@ def minimise(
     measures the gradient in the original ones), after `max_iter` iterations, or when a step
     no longer lowers the loss beyond float precision. `fun` may raise to abandon the run (cancelling).
     """
-    (found,) = minimise_together(lambda points: [fun(point) for _, point in points], [x], max_iter=max_iter,
-                                 tolerance=tolerance, history=history, sizes=[size])
+    (found,) = minimise_together(
+        lambda points: [fun(point) for _, point in points], [x], max_iter=max_iter, tolerance=tolerance, history=history, sizes=[size]
+    )
     return found
 
 
 def minimise_together(
-    fun: Callable[[list[tuple[int, torch.Tensor]]], list[tuple[float, torch.Tensor]]], starts: list[torch.Tensor], *,
-    max_iter: int, tolerance: float, history: int = 20, sizes: list[Callable[[torch.Tensor], float] | None] | None = None,
+    fun: Callable[[list[tuple[int, torch.Tensor]]], list[tuple[float, torch.Tensor]]],
+    starts: list[torch.Tensor],
+    *,
+    max_iter: int,
+    tolerance: float,
+    history: int = 20,
+    sizes: list[Callable[[torch.Tensor], float] | None] | None = None,
 ) -> list[Minimum]:
     """Several independent minimisations, each step for step what `minimise` does alone, whose evaluations are asked
     for together: `fun([(i, x_i), ...])` gets the next point of every problem still running and returns their

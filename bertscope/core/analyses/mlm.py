@@ -106,9 +106,7 @@ def fill(
     encoding = text if isinstance(text, Encoding) else session.encode(with_mask_token(session.tokenizer, text))
     positions = mask_positions(session.tokenizer, encoding)
     if not len(positions):
-        raise InputError(
-            f"the text has no {MASK_TEXT}; write {MASK_TEXT} where the missing word goes, e.g. \"Dante was born in [MASK].\""
-        )
+        raise InputError(f'the text has no {MASK_TEXT}; write {MASK_TEXT} where the missing word goes, e.g. "Dante was born in [MASK]."')
     head_mask = mask if mask is not None else session.mask(None)
     plain = session.forward(encoding, attentions=False)
     current = session.forward(encoding, attentions=False, mask=head_mask, ablation=ablation, reuse=plain) if len(head_mask) else plain
@@ -247,7 +245,11 @@ def cloze_scores(
     for query in queries:
         gold = answer_id(tokenizer, query.answer)
         problem = None
-        ids = None if gold is None else tokenizer(with_mask_token(tokenizer, query.text), truncation=True, max_length=session.max_length)["input_ids"]
+        ids = (
+            None
+            if gold is None
+            else tokenizer(with_mask_token(tokenizer, query.text), truncation=True, max_length=session.max_length)["input_ids"]
+        )
         if gold is None:
             problem = f"the answer {query.answer!r} is not one token of this model's vocabulary"
         elif tokenizer.mask_token_id not in ids:
@@ -269,7 +271,9 @@ def cloze_scores(
     most = max(1, MAX_SCORES // session.info.vocab_size)
     batch_size = most if batch_size is None else min(batch_size, most)
     mine = list(distributed.shard(range(len(kept))))  # under torchrun, this rank's queries; all of them in one process
-    for batch in corpus_heap_over(plan_batches([lengths[index] for index in mine], batch_size)):  # one heap setting for batches of every shape (core.model.allocator)
+    for batch in corpus_heap_over(
+        plan_batches([lengths[index] for index in mine], batch_size)
+    ):  # one heap setting for batches of every shape (core.model.allocator)
         indices = [mine[index] for index in batch]
         if cancel is not None and cancel.is_set():
             return

@@ -79,8 +79,16 @@ class Batches:
     the objective's Batch.
     """
 
-    def __init__(self, session: Session, sentences: Sequence[Sentence], batch_size: int | None, finish, *, words: bool = False,
-                 max_tokens: int = MAX_TOKENS) -> None:
+    def __init__(
+        self,
+        session: Session,
+        sentences: Sequence[Sentence],
+        batch_size: int | None,
+        finish,
+        *,
+        words: bool = False,
+        max_tokens: int = MAX_TOKENS,
+    ) -> None:
         # Under torchrun each rank walks its own shard (sentence i when i % size == rank); the objective's
         # `sentences` stays the whole corpus's count, and the sums are added across ranks (core.distributed).
         sentences = list(distributed.shard(sentences)) if distributed.world().active else sentences
@@ -103,8 +111,7 @@ class Batches:
         if any(p is not None for p in pairs) and not all(p is not None for p in pairs):
             raise InputError("a batch mixes single sentences and pairs; give one kind of input per corpus")
         texts = [s.text for s in chunk]
-        return tokenizer(texts, pairs if pairs[0] is not None else None, truncation=True, max_length=limit,
-                         return_special_tokens_mask=True)
+        return tokenizer(texts, pairs if pairs[0] is not None else None, truncation=True, max_length=limit, return_special_tokens_mask=True)
 
     def _plan(self, encoded) -> list[list[int]]:
         lengths = [len(ids) for ids in encoded["input_ids"]]
@@ -202,7 +209,9 @@ def make_objective(
     check_objective(session, name)
     sentences = list(sentences)
     if name == "probe":
-        objective = ProbeObjective.build(session, sentences, batch_size=batch_size, seed=seed, task=probe_task, layer=probe_layer, splits=probe_data)
+        objective = ProbeObjective.build(
+            session, sentences, batch_size=batch_size, seed=seed, task=probe_task, layer=probe_layer, splits=probe_data
+        )
         return objective
     if not sentences:
         raise InputError("no sentences to measure the objective on; give a corpus with at least one sentence")
@@ -397,12 +406,13 @@ class ProbeObjective(Objective):
 
     @classmethod
     def build(cls, session, sentences, *, batch_size, seed, task, layer, splits) -> ProbeObjective:
-        from bertscope.core.data.splits import make_splits
         from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, TASKS, WORD_TASKS, generate
+        from bertscope.core.data.splits import make_splits
 
         if task is None:
-            raise InputError("the probe objective needs a task: a built-in task, a SentEval file's labels, or upos/xpos/deprel",
-                             setting="task")
+            raise InputError(
+                "the probe objective needs a task: a built-in task, a SentEval file's labels, or upos/xpos/deprel", setting="task"
+            )
         if task in STRUCTURAL_TASKS:
             raise InputError(f"task {task!r} is a structural probe; the probe objective takes classification tasks")
         layer = session.num_layers if layer is None else layer
@@ -418,10 +428,7 @@ class ProbeObjective(Objective):
         if distributed.is_main():  # under torchrun rank 0 alone trains the probe, on every sentence; the others receive it
             trained, classes = _train_probe(session, split, task, level, layer, batch_size, seed)
         trained, classes = distributed.from_main((trained, classes))
-        weights = {
-            name: torch.as_tensor(getattr(trained, name)[0], device=session.device)
-            for name in ("mean", "std", "weights", "bias")
-        }
+        weights = {name: torch.as_tensor(getattr(trained, name)[0], device=session.device) for name in ("mean", "std", "weights", "bias")}
         index = {label: i for i, label in enumerate(classes)}
         test = split.test
         notes = list(split.notes)
@@ -437,7 +444,9 @@ class ProbeObjective(Objective):
             if skipped:
                 notes.append(f"{skipped} test words with labels left out of training (unseen or too rare there) were left out")
         dev_accuracy = float(trained.chosen_dev_accuracy[0])  # at the strength the fit chose
-        objective = cls(session, batches, len(test), notes, task=task, layer=layer, level=level, weights=weights, probe_accuracy=dev_accuracy)
+        objective = cls(
+            session, batches, len(test), notes, task=task, layer=layer, level=level, weights=weights, probe_accuracy=dev_accuracy
+        )
         objective.texts = [sentence.text for sentence in test]
         return objective
 
@@ -487,9 +496,14 @@ def _train_probe(session, split, task, level, layer, batch_size, seed):
     release_freed_memory()
     with corpus_heap(FITTING_THRESHOLD):  # the fit's large blocks mapped and handed back, not heap holes
         trained = probes.train_probes(
-            encoded.rows("train", features["train"].X[:, layer : layer + 1]), encoded.train,
-            encoded.rows("dev", features["dev"].X[:, layer : layer + 1]), encoded.dev,
-            num_classes=len(encoded.classes), kind="linear", device=str(session.device), seed=seed,
+            encoded.rows("train", features["train"].X[:, layer : layer + 1]),
+            encoded.train,
+            encoded.rows("dev", features["dev"].X[:, layer : layer + 1]),
+            encoded.dev,
+            num_classes=len(encoded.classes),
+            kind="linear",
+            device=str(session.device),
+            seed=seed,
         )
     return trained, encoded.classes
 

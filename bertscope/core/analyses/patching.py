@@ -115,8 +115,16 @@ def patch(
     if metric == "probe":
         from bertscope.core.analyses.probe_decision import decision_probe
 
-        probe = yield from relay(decision_probe(session, _required(task, "task", "a probe metric needs a probing task"),
-                                                data=data, layer=probe_layer, cache_dir=cache_dir, cancel=cancel))
+        probe = yield from relay(
+            decision_probe(
+                session,
+                _required(task, "task", "a probe metric needs a probing task"),
+                data=data,
+                layer=probe_layer,
+                cache_dir=cache_dir,
+                cancel=cancel,
+            )
+        )
         if probe is None:
             return  # cancelled
     measure = _metric(session, metric, clean_encoding, clean_run, corrupt_run, answers, classes, probe)
@@ -124,8 +132,11 @@ def patch(
         clean_metric = float(measure.score(clean_run.hidden[measure.layer][None])[0])
         corrupt_metric = float(measure.score(corrupt_run.hidden[measure.layer][None])[0])
     if abs(clean_metric - corrupt_metric) < SAME:
-        raise InputError(f"the clean and corrupted inputs score the same on {measure.description} ({clean_metric:.4g}): "
-                         "there is no difference for a component to carry; choose inputs or answers that differ", setting="metric")
+        raise InputError(
+            f"the clean and corrupted inputs score the same on {measure.description} ({clean_metric:.4g}): "
+            "there is no difference for a component to carry; choose inputs or answers that differ",
+            setting="metric",
+        )
     base, source = (corrupt_run, clean_run) if direction == "denoise" else (clean_run, corrupt_run)
     effects: dict[str, np.ndarray] = {}
     groups = _groups(session, sweeps, per_position, base, source, len(clean_encoding), effects)
@@ -147,13 +158,26 @@ def patch(
     spread = clean_metric - corrupt_metric
     for name, values in effects.items():
         effects[name] = ((values - corrupt_metric) if direction == "denoise" else (clean_metric - values)) / spread
-    yield Progress("patching", total, total, PatchingResult(
-        metric=metric, metric_description=measure.description, direction=direction,
-        tokens=clean_encoding.tokens, corrupt_tokens=corrupt_encoding.tokens, differing=differing,
-        clean_metric=clean_metric, corrupt_metric=corrupt_metric,
-        heads=effects.get("heads"), head_positions=effects.get("head_positions"), layers=effects.get("layers"),
-        positions=effects.get("positions"), notes=tuple(_notes(probe, clean_encoding, corrupt_encoding)),
-    ))
+    yield Progress(
+        "patching",
+        total,
+        total,
+        PatchingResult(
+            metric=metric,
+            metric_description=measure.description,
+            direction=direction,
+            tokens=clean_encoding.tokens,
+            corrupt_tokens=corrupt_encoding.tokens,
+            differing=differing,
+            clean_metric=clean_metric,
+            corrupt_metric=corrupt_metric,
+            heads=effects.get("heads"),
+            head_positions=effects.get("head_positions"),
+            layers=effects.get("layers"),
+            positions=effects.get("positions"),
+            notes=tuple(_notes(probe, clean_encoding, corrupt_encoding)),
+        ),
+    )
 
 
 def _check_choice(value: str, choices: Sequence[str], setting: str) -> None:
@@ -173,8 +197,8 @@ def _differing_positions(clean: Encoding, corrupt: Encoding) -> tuple[int, ...]:
         first = next((i for i, (a, b) in enumerate(zip(clean.tokens, corrupt.tokens)) if a != b), min(len(clean), len(corrupt)))
         raise InputError(
             f"the clean and corrupted inputs have {len(clean)} and {len(corrupt)} tokens; patching needs the same number. "
-            f"They part at position {first}: clean {' '.join(clean.tokens[first:first + 4])!r} "
-            f"vs corrupted {' '.join(corrupt.tokens[first:first + 4])!r}",
+            f"They part at position {first}: clean {' '.join(clean.tokens[first : first + 4])!r} "
+            f"vs corrupted {' '.join(corrupt.tokens[first : first + 4])!r}",
             setting="corrupt",
         )
     differing = tuple(int(i) for i in np.flatnonzero(clean.input_ids != corrupt.input_ids))
@@ -184,11 +208,15 @@ def _differing_positions(clean: Encoding, corrupt: Encoding) -> tuple[int, ...]:
 
 
 def _notes(probe, clean: Encoding, corrupt: Encoding) -> list[str]:
-    notes = [f"{which} input cut to the model's maximum length" for which, encoding in (("the clean", clean), ("the corrupted", corrupt))
-             if encoding.truncated]
+    notes = [
+        f"{which} input cut to the model's maximum length"
+        for which, encoding in (("the clean", clean), ("the corrupted", corrupt))
+        if encoding.truncated
+    ]
     if probe is not None:
-        notes.append(f"probe for {probe.task} reads hidden state {probe.layer} ({probe.accuracy_text()}); "
-                     "components above it cannot change it")
+        notes.append(
+            f"probe for {probe.task} reads hidden state {probe.layer} ({probe.accuracy_text()}); components above it cannot change it"
+        )
     return notes
 
 
@@ -199,6 +227,7 @@ def _activations(session: Session, encoding: Encoding) -> _Activations:
     contexts, attention, feed_forward = {}, {}, {}
     handles = []
     for index, layer in enumerate(session.layer_modules):
+
         def keep_attention(module, args, output, index=index):
             contexts[index], attention[index] = args[0][0], output[0]
 
@@ -222,13 +251,18 @@ def _activations(session: Session, encoding: Encoding) -> _Activations:
     return run
 
 
-def _metric(session: Session, kind: str, encoding: Encoding, clean: _Activations, corrupt: _Activations, answers, classes, probe) -> _Metric:
+def _metric(
+    session: Session, kind: str, encoding: Encoding, clean: _Activations, corrupt: _Activations, answers, classes, probe
+) -> _Metric:
     """m as a function of the hidden states it reads, with the two answers or classes it compares."""
     last = session.num_layers
     if kind == "preserve":
         target = clean.hidden[last].float()
-        return _Metric(lambda hidden: -((hidden.float() - target) ** 2).sum((1, 2)), last,
-                       "minus the squared distance of the final hidden states to the clean run's")
+        return _Metric(
+            lambda hidden: -((hidden.float() - target) ** 2).sum((1, 2)),
+            last,
+            "minus the squared distance of the final hidden states to the clean run's",
+        )
     if kind == "mlm":
         from bertscope.core.analyses.mlm import require_mlm_head
 
@@ -246,8 +280,9 @@ def _metric(session: Session, kind: str, encoding: Encoding, clean: _Activations
         return _difference(logits, ids, last, f"logit({names[0]}) - logit({names[1]}) at the [MASK] (position {position})")
     if kind == "class":
         if not session.is_classifier:
-            raise InputError(f"{session.info.architecture} is not a sequence classifier; use the mlm, probe or preserve metric",
-                             setting="metric")
+            raise InputError(
+                f"{session.info.architecture} is not a sequence classifier; use the mlm, probe or preserve metric", setting="metric"
+            )
         labels = [session.model.config.id2label.get(i, str(i)) for i in range(session.model.config.num_labels)]
         ids = _class_ids(classes, labels) if classes else _top_two(session.class_logits, clean, corrupt, last)
         return _difference(session.class_logits, ids, last, f"logit({labels[ids[0]]}) - logit({labels[ids[1]]}) of the classifier")
@@ -305,8 +340,9 @@ def _class_ids(classes: Sequence[str], names: Sequence[str]) -> tuple[int, int]:
     return ids[0], ids[1]
 
 
-def _groups(session: Session, sweeps, per_position: bool, base: _Activations, source: _Activations, length: int,
-            effects: dict[str, np.ndarray]) -> list[_Group]:
+def _groups(
+    session: Session, sweeps, per_position: bool, base: _Activations, source: _Activations, length: int, effects: dict[str, np.ndarray]
+) -> list[_Group]:
     """The patched runs of every sweep, grouped by the layer they start from."""
     family = session.family
     layers, heads = session.num_layers, session.num_heads
@@ -324,7 +360,7 @@ def _groups(session: Session, sweeps, per_position: bool, base: _Activations, so
                 spans += [(head, position) for head in range(heads) for position in range(length)]
             mask = torch.zeros((len(spans), length, width), dtype=torch.bool, device=device)
             for row, (head, position) in enumerate(spans):
-                mask[row, slice(None) if position is None else position, head * head_dim:(head + 1) * head_dim] = True
+                mask[row, slice(None) if position is None else position, head * head_dim : (head + 1) * head_dim] = True
 
             def store(values, index=index):
                 effects["heads"][index] = values[:heads]
@@ -344,13 +380,21 @@ def _groups(session: Session, sweeps, per_position: bool, base: _Activations, so
             def store(values, index=index):
                 effects["layers"][index] = values
 
-            groups.append(_Group(index, 2, store, replacements=[
-                (family.attention_output(layer), False, attention_mask, source.attention_writes[index]),
-                (family.feed_forward_output(layer), False, feed_forward_mask, source.feed_forward_writes[index]),
-            ]))
+            groups.append(
+                _Group(
+                    index,
+                    2,
+                    store,
+                    replacements=[
+                        (family.attention_output(layer), False, attention_mask, source.attention_writes[index]),
+                        (family.feed_forward_output(layer), False, feed_forward_mask, source.feed_forward_writes[index]),
+                    ],
+                )
+            )
     if "positions" in sweeps:
         effects["positions"] = np.zeros((layers + 1, length))
         for index in range(layers + 1):
+
             def store(values, index=index):
                 effects["positions"][index] = values
 
@@ -373,11 +417,17 @@ def _patched_hidden(session: Session, base: _Activations, source: _Activations, 
     for module, on_input, mask, value in group.replacements:
         chosen = mask[rows]
         if on_input:
-            handles.append(module.register_forward_pre_hook(
-                lambda module, args, chosen=chosen, value=value: (torch.where(chosen, value[None], args[0]), *args[1:])))
+            handles.append(
+                module.register_forward_pre_hook(
+                    lambda module, args, chosen=chosen, value=value: (torch.where(chosen, value[None], args[0]), *args[1:])
+                )
+            )
         else:
-            handles.append(module.register_forward_hook(
-                lambda module, args, output, chosen=chosen, value=value: torch.where(chosen, value[None], output)))
+            handles.append(
+                module.register_forward_hook(
+                    lambda module, args, output, chosen=chosen, value=value: torch.where(chosen, value[None], output)
+                )
+            )
     try:
         with torch.inference_mode(), session.lock:
             hidden = session.run_layers(hidden, start, read)

@@ -98,8 +98,10 @@ class BatchMasks:
         """`[B, T, 6]` float: the keys whose attention a statistic sums ([CLS], [SEP], punctuation, words,
         the words of segment 0 and of segment 1), once a batch for every layer."""
         words = self.real & (self.segment >= 0)
-        return torch.stack([self.first_special, self.later_special, self.punctuation, words,
-                            words & (self.segment == 0), words & (self.segment == 1)], dim=-1).float()
+        return torch.stack(
+            [self.first_special, self.later_special, self.punctuation, words, words & (self.segment == 0), words & (self.segment == 1)],
+            dim=-1,
+        ).float()
 
     @functools.cached_property
     def query_sets(self) -> tuple[Tensor, Tensor]:
@@ -177,9 +179,14 @@ def _share_columns(attention: Tensor, to_keys: Tensor) -> list[Tensor]:
     """The per-query figures `[B, H, T]` of NORM_SHARES: attention to [CLS], [SEP], punctuation, the token
     itself, the previous token and the next one (0 where there is none)."""
     pad = torch.nn.functional.pad
-    return [to_keys[..., 0], to_keys[..., 1], to_keys[..., 2], torch.diagonal(attention, dim1=-2, dim2=-1),
-            pad(torch.diagonal(attention, offset=-1, dim1=-2, dim2=-1), (1, 0)),
-            pad(torch.diagonal(attention, offset=1, dim1=-2, dim2=-1), (0, 1))]
+    return [
+        to_keys[..., 0],
+        to_keys[..., 1],
+        to_keys[..., 2],
+        torch.diagonal(attention, dim1=-2, dim2=-1),
+        pad(torch.diagonal(attention, offset=-1, dim1=-2, dim2=-1), (1, 0)),
+        pad(torch.diagonal(attention, offset=1, dim1=-2, dim2=-1), (0, 1)),
+    ]
 
 
 def _share_table(attention: Tensor, masks: BatchMasks, window: int | None = None) -> Tensor:
@@ -239,10 +246,17 @@ def _feature_table(attention: Tensor, masks: BatchMasks, window: int | None = No
     off_top = torch.ones(batch, heads, length, device=attention.device).scatter_(-1, top_index, 0.0)
     band_mass = ((attention * off_top[:, :, None, :]) * masks.band).sum(-1)
 
-    per_query = torch.stack([
-        *_share_columns(attention, to_keys), inside, torch.special.entr(attention).sum(-1),
-        (attention * masks.distance).sum(-1), inside_share, band_mass,
-    ], dim=-1)
+    per_query = torch.stack(
+        [
+            *_share_columns(attention, to_keys),
+            inside,
+            torch.special.entr(attention).sum(-1),
+            (attention * masks.distance).sum(-1),
+            inside_share,
+            band_mass,
+        ],
+        dim=-1,
+    )
     # cls sep punct self prev next | block entropy distance | the block ratio, D
     means = _query_means(per_query, masks, (*_SHARE_QUERIES, _WORDS, _REAL, _REAL, _WORDS, _REAL), window)
     block = means[..., 9:10] * masks.two_segments[:, None, None]  # B only for pairs
@@ -361,8 +375,14 @@ def pattern_statistics(
     accumulator = _Accumulator(session.num_layers, session.num_heads, session.device, norms)
     gates = session.gate_tensor(mask)
     punctuation_of: dict[int, bool] = {}  # bounded by the vocabulary
-    batches = encoded_batches(sentences, lambda chunk: encode_sorted(session, chunk), batch_size, chunk_size=chunk_size,
-                              max_tokens=max_tokens, max_square=max_square)
+    batches = encoded_batches(
+        sentences,
+        lambda chunk: encode_sorted(session, chunk),
+        batch_size,
+        chunk_size=chunk_size,
+        max_tokens=max_tokens,
+        max_square=max_square,
+    )
     for batch in batches:
         if cancel is not None and cancel.is_set():
             return
@@ -389,8 +409,16 @@ def _add_batch(
         accumulator.add_norms(layer, _norm_share_table(layer_norms, masks, session.attention_window(layer)))
 
     with torch.inference_mode():
-        session.run(inputs, gates=gates, ablation=ablation, attentions=True, hidden_states=False, encoder_only=True,
-                    on_attention=reduce, on_norms=reduce_norms if norms else None)
+        session.run(
+            inputs,
+            gates=gates,
+            ablation=ablation,
+            attentions=True,
+            hidden_states=False,
+            encoder_only=True,
+            on_attention=reduce,
+            on_norms=reduce_norms if norms else None,
+        )
     accumulator.sentences += len(batch)
     accumulator.tokens += int(masks.real.sum())
 

@@ -77,9 +77,14 @@ class DecisionProbe:
 
     def describe(self) -> dict:
         return {
-            "task": self.task, "data": self.source, "layer": self.layer, "pooling": self.pooling,
-            "classes": list(self.classes), "test_accuracy": round(float(self.test_accuracy[self.layer]), 6),
-            "majority_baseline": round(self.majority, 6), "fit": self.trained.endings[self.layer] if self.trained.endings else None,
+            "task": self.task,
+            "data": self.source,
+            "layer": self.layer,
+            "pooling": self.pooling,
+            "classes": list(self.classes),
+            "test_accuracy": round(float(self.test_accuracy[self.layer]), 6),
+            "majority_baseline": round(self.majority, 6),
+            "fit": self.trained.endings[self.layer] if self.trained.endings else None,
             "sentences": dict(zip(("train", "dev", "test"), self.trained_on, strict=True)),
         }
 
@@ -132,8 +137,10 @@ def decision_probe(
         done = 0
         for name in ("train", "dev", "test"):
             split = getattr(splits, name)
-            extracted = yield from relay(extract_features(session, split, options, cache_dir=cache_dir, cancel=cancel),
-                                         lambda step, name=name, done=done: Progress(f"probe features ({name})", done + step.done, total))
+            extracted = yield from relay(
+                extract_features(session, split, options, cache_dir=cache_dir, cancel=cancel),
+                lambda step, name=name, done=done: Progress(f"probe features ({name})", done + step.done, total),
+            )
             if extracted is None:
                 return  # cancelled
             features[name] = extracted.X
@@ -148,15 +155,26 @@ def decision_probe(
         try:
             with corpus_heap(FITTING_THRESHOLD):  # the fit's large blocks mapped and handed back, not heap holes
                 trained = probes.train_probes(
-                    encoded.rows("train", features["train"]), y_train, encoded.rows("dev", features["dev"]), y_dev,
-                    num_classes=len(classes), device=str(session.device), cancel=cancel,
+                    encoded.rows("train", features["train"]),
+                    y_train,
+                    encoded.rows("dev", features["dev"]),
+                    y_dev,
+                    num_classes=len(classes),
+                    device=str(session.device),
+                    cancel=cancel,
                 )
         except Cancelled:
             return
         scores = probes.score(trained, encoded.rows("test", features["test"]), y_test, len(classes))
         known = DecisionProbe(
-            task=task, source=source, classes=tuple(classes), layer=-1, pooling=pooling, trained=trained,
-            test_accuracy=scores.accuracy, majority=probes.majority_baseline(y_train, y_test),
+            task=task,
+            source=source,
+            classes=tuple(classes),
+            layer=-1,
+            pooling=pooling,
+            trained=trained,
+            test_accuracy=scores.accuracy,
+            majority=probes.majority_baseline(y_train, y_test),
             trained_on=(len(splits.train), len(splits.dev), len(splits.test)),
         )
         if path is not None:
@@ -180,7 +198,8 @@ def _task_sentences(task: str, data) -> tuple[list[Sentence], str]:
     if task not in TASKS:
         raise InputError(
             f"unknown probing task {task!r}; built-in tasks: {', '.join(TASKS)}; or give a SentEval data file "
-            "(split<TAB>label<TAB>sentence)", setting="probe",
+            "(split<TAB>label<TAB>sentence)",
+            setting="probe",
         )
     return list(_generated(task)), "built-in task"
 
@@ -205,8 +224,15 @@ _ARRAYS = ("mean", "std", "weights", "bias", "l2", "l2_grid", "dev_accuracy")
 
 
 def _cache_key(session: Session, key: tuple) -> str:
-    payload = json.dumps({"v": CACHE_VERSION, "model": session.info.fingerprint, "max_length": session.max_length, "key": key,
-                          "numerics": session.numerics_key})
+    payload = json.dumps(
+        {
+            "v": CACHE_VERSION,
+            "model": session.info.fingerprint,
+            "max_length": session.max_length,
+            "key": key,
+            "numerics": session.numerics_key,
+        }
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 
@@ -216,10 +242,16 @@ def _save(path: Path, probe: DecisionProbe) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_write(path) as handle:
-            np.savez(handle, classes=np.array(probe.classes), test_accuracy=probe.test_accuracy,
-                     majority=np.array(probe.majority), endings=np.array(probe.trained.endings),
-                     dev_rows=np.array(probe.trained.dev_rows),
-                     trained_on=np.array(probe.trained_on), **arrays)
+            np.savez(
+                handle,
+                classes=np.array(probe.classes),
+                test_accuracy=probe.test_accuracy,
+                majority=np.array(probe.majority),
+                endings=np.array(probe.trained.endings),
+                dev_rows=np.array(probe.trained.dev_rows),
+                trained_on=np.array(probe.trained_on),
+                **arrays,
+            )
     except (OSError, InputError):
         pass  # a cache that cannot be written only costs time next run
 
@@ -230,9 +262,12 @@ def _load(path: Path, task: str, source: str, pooling: str, session) -> Decision
         return None
     try:
         with np.load(path, allow_pickle=False) as data:
-            trained = probes.TrainedProbes(kind="linear", endings=tuple(str(e) for e in data["endings"]),
-                                           dev_rows=int(data["dev_rows"]),
-                                           **{name: data[name] for name in _ARRAYS})
+            trained = probes.TrainedProbes(
+                kind="linear",
+                endings=tuple(str(e) for e in data["endings"]),
+                dev_rows=int(data["dev_rows"]),
+                **{name: data[name] for name in _ARRAYS},
+            )
             classes = tuple(str(c) for c in data["classes"])
             test_accuracy, majority = data["test_accuracy"], float(data["majority"])
             trained_on = tuple(int(count) for count in data["trained_on"])
@@ -241,5 +276,14 @@ def _load(path: Path, task: str, source: str, pooling: str, session) -> Decision
     layers, dim = session.num_layers + 1, session.hidden_size
     if trained.mean.shape != (layers, dim) or trained.weights.shape != (layers, dim, len(classes)) or test_accuracy.shape != (layers,):
         return None
-    return DecisionProbe(task=task, source=source, classes=classes, layer=-1, pooling=pooling, trained=trained,
-                         test_accuracy=test_accuracy, majority=majority, trained_on=trained_on)
+    return DecisionProbe(
+        task=task,
+        source=source,
+        classes=classes,
+        layer=-1,
+        pooling=pooling,
+        trained=trained,
+        test_accuracy=test_accuracy,
+        majority=majority,
+        trained_on=trained_on,
+    )

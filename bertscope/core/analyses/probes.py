@@ -228,14 +228,20 @@ def train_probes(
     _, _, Z_dev = _standardise(X_dev, device, mean, std)
     y = torch.as_tensor(y_train, device=device)
     l2 = torch.as_tensor(grid, dtype=torch.float32, device=device)
-    params, dev_correct, stale = _train_mlp(Z, y, Z_dev, y_dev, l2, num_classes, hidden, epochs, patience, batch_size, lr,
-                                            generator, cancel)
+    params, dev_correct, stale = _train_mlp(
+        Z, y, Z_dev, y_dev, l2, num_classes, hidden, epochs, patience, batch_size, lr, generator, cancel
+    )
     del Z, Z_dev
     chosen = _choose(dev_correct / len(y_dev), grid, len(y_dev))  # [L]
     stopped = stale[np.arange(num_layers), chosen] >= patience  # early stopping ended the kept probe's training
     common = {
-        "kind": kind, "mean": mean.cpu().numpy(), "std": std.cpu().numpy(), "l2": grid[chosen],
-        "l2_grid": grid, "dev_accuracy": dev_correct.T.astype(np.float64) / len(y_dev), "dev_rows": len(y_dev),
+        "kind": kind,
+        "mean": mean.cpu().numpy(),
+        "std": std.cpu().numpy(),
+        "l2": grid[chosen],
+        "l2_grid": grid,
+        "dev_accuracy": dev_correct.T.astype(np.float64) / len(y_dev),
+        "dev_rows": len(y_dev),
         "endings": tuple("converged" if done else "epoch limit" for done in stopped),
     }
     layers = np.arange(num_layers)
@@ -267,8 +273,10 @@ def train_with_control(
     X_train = _check_features(X_train)
     num_layers, dim = X_train.shape[1:]
     X_dev = _check_features(X_dev, num_layers, dim)
-    label_sets = [(_check_labels(train, len(X_train), num_classes, "training"), _check_labels(dev, len(X_dev), num_classes, "dev"))
-                  for train, dev in ((y_train, y_dev), (control_train, control_dev))]
+    label_sets = [
+        (_check_labels(train, len(X_train), num_classes, "training"), _check_labels(dev, len(X_dev), num_classes, "dev"))
+        for train, dev in ((y_train, y_dev), (control_train, control_dev))
+    ]
     device = device if isinstance(device, torch.device) else resolve_device(device)
     generator = torch.Generator().manual_seed(seed)
     grid = np.asarray(L2_GRID, dtype=np.float64)
@@ -451,8 +459,7 @@ def _train_linear(X_train, label_sets, X_dev, grid, num_classes, max_iter, devic
             else:  # the same rows with another set's labels (a control task's)
                 every, dev = rows.relabelled(y), dev_rows.relabelled(y_dev)
                 path = every if subset is None else path_rows.relabelled(y[subset.to(device)])
-            chosen, fit = _walk(path, dev, grid, tried, shape, found[number].dev_correct[layer], num_classes, max_iter,
-                                tolerance, cancel)
+            chosen, fit = _walk(path, dev, grid, tried, shape, found[number].dev_correct[layer], num_classes, max_iter, tolerance, cancel)
             tried = [chosen]  # the others at the first's strength
             fits.append((every, path, fit))
         l2 = grid[chosen] if subset is None else grid[chosen] * len(subset) / n
@@ -461,8 +468,10 @@ def _train_linear(X_train, label_sets, X_dev, grid, num_classes, max_iter, devic
             fits = [(None, None, fit) for fit in _fit_together(problems, max_iter, GRADIENT_TOLERANCE, cancel)]
         for result, (_, _, fit) in zip(found, fits, strict=True):
             result.keep(layer, rows, fit, l2)
-    return [result.probes(grid, len(y_dev), only_tried=number > 0)
-            for number, (result, (_, y_dev)) in enumerate(zip(found, labels, strict=True))]
+    return [
+        result.probes(grid, len(y_dev), only_tried=number > 0)
+        for number, (result, (_, y_dev)) in enumerate(zip(found, labels, strict=True))
+    ]
 
 
 def _walk(path_rows, dev_rows, grid, tried, shape, dev_correct, num_classes, max_iter, tolerance, cancel):
@@ -503,9 +512,15 @@ class _Found:
 
     @classmethod
     def empty(cls, num_layers, dim, num_classes, strengths) -> _Found:
-        return cls(np.empty((num_layers, dim), np.float32), np.empty((num_layers, dim), np.float32),
-                   np.empty((num_layers, dim, num_classes), np.float32), np.empty((num_layers, num_classes), np.float32),
-                   np.empty(num_layers), np.full((num_layers, strengths), -1, np.int64), [""] * num_layers)
+        return cls(
+            np.empty((num_layers, dim), np.float32),
+            np.empty((num_layers, dim), np.float32),
+            np.empty((num_layers, dim, num_classes), np.float32),
+            np.empty((num_layers, num_classes), np.float32),
+            np.empty(num_layers),
+            np.full((num_layers, strengths), -1, np.int64),
+            [""] * num_layers,
+        )
 
     def keep(self, layer, rows, fit: _Fit, l2) -> None:
         self.mean[layer], self.std[layer] = rows.mean.cpu().numpy(), rows.std.cpu().numpy()
@@ -519,8 +534,18 @@ class _Found:
             columns = np.flatnonzero((dev_correct >= 0).any(0))
             grid, dev_correct = grid[columns], dev_correct[:, columns]
         dev_accuracy = np.where(dev_correct.T < 0, np.nan, dev_correct.T / dev_rows)
-        return TrainedProbes(kind="linear", mean=self.mean, std=self.std, weights=self.weights, bias=self.bias, l2=self.l2,
-                             l2_grid=grid, dev_accuracy=dev_accuracy, dev_rows=dev_rows, endings=tuple(self.endings))
+        return TrainedProbes(
+            kind="linear",
+            mean=self.mean,
+            std=self.std,
+            weights=self.weights,
+            bias=self.bias,
+            l2=self.l2,
+            l2_grid=grid,
+            dev_accuracy=dev_accuracy,
+            dev_rows=dev_rows,
+            endings=tuple(self.endings),
+        )
 
 
 class _Rows:
@@ -539,8 +564,7 @@ class _Rows:
     noise happened to stop them: a probe's accuracy moved by 0.1 between two CPU kernels.
     """
 
-    def __init__(self, X: np.ndarray, y: torch.Tensor, device, buffer: torch.Tensor | None, mean=None, std=None,
-                 block: int | None = None):
+    def __init__(self, X: np.ndarray, y: torch.Tensor, device, buffer: torch.Tensor | None, mean=None, std=None, block: int | None = None):
         self.X, self.y, self.device = X, y, device
         n = len(X)
         self.block = block_rows(torch.device(device), X.shape[1], block or FIT_BLOCK)
@@ -691,10 +715,14 @@ def _fit_together(problems: list[_Logistic], max_iter, tolerance, cancel) -> lis
         passes = _passes(rows, [(W, b) for _, W, b in asked])
         return [problem.loss_and_gradient(W, b, *sums) for (problem, W, b), sums in zip(asked, passes, strict=True)]
 
-    found = lbfgs.minimise_together(evaluate, [problem.start for problem in problems], max_iter=max_iter, tolerance=tolerance,
-                                    sizes=[problem.original_size for problem in problems])
-    return [_Fit(*problem.unpack(minimum.x), minimum.ending)
-            for problem, minimum in zip(problems, found, strict=True)]
+    found = lbfgs.minimise_together(
+        evaluate,
+        [problem.start for problem in problems],
+        max_iter=max_iter,
+        tolerance=tolerance,
+        sizes=[problem.original_size for problem in problems],
+    )
+    return [_Fit(*problem.unpack(minimum.x), minimum.ending) for problem, minimum in zip(problems, found, strict=True)]
 
 
 def _passes(rows: _Rows, probes: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[float, torch.Tensor, torch.Tensor]]:
@@ -719,8 +747,9 @@ def _passes(rows: _Rows, probes: list[tuple[torch.Tensor, torch.Tensor]]) -> lis
             part.div_(total)
         gradient_A += logits @ X
         gradient_c += logits.sum(1)
-    return [(log_normalisers[number], gradient_A[begin:end], gradient_c[begin:end])
-            for number, (begin, end) in enumerate(zip([0, *ends], ends))]
+    return [
+        (log_normalisers[number], gradient_A[begin:end], gradient_c[begin:end]) for number, (begin, end) in enumerate(zip([0, *ends], ends))
+    ]
 
 
 class _Logistic:
@@ -758,8 +787,9 @@ class _Logistic:
         V, beta = theta[: self.classes * self.dim].view(self.classes, self.dim), theta[self.classes * self.dim :]
         return (V * self.scale) @ self.U.T, beta * self.bias_scale
 
-    def loss_and_gradient(self, W: torch.Tensor, b: torch.Tensor, log_normalisers: float, gradient_W: torch.Tensor,
-                          gradient_b: torch.Tensor) -> tuple[float, torch.Tensor]:
+    def loss_and_gradient(
+        self, W: torch.Tensor, b: torch.Tensor, log_normalisers: float, gradient_W: torch.Tensor, gradient_b: torch.Tensor
+    ) -> tuple[float, torch.Tensor]:
         """The loss at `W`, `b` and its gradient in these coordinates, from `_passes`' sums."""
         n, l2 = len(self.rows.y), self.l2
         true_logits = float((W.double() * self.sums).sum() + (b.double() * self.counts).sum())

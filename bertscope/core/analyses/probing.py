@@ -27,8 +27,8 @@ from bertscope.core.analyses import probes, structural
 from bertscope.core.analyses.features import FeatureOptions, Features, extract_sharded
 from bertscope.core.analyses.probing_results import ProbeReport
 from bertscope.core.data.corpus import Sentence
-from bertscope.core.data.splits import Splits
 from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, WORD_TASKS
+from bertscope.core.data.splits import Splits
 from bertscope.core.errors import Cancelled, InputError
 from bertscope.core.model.allocator import FITTING_THRESHOLD, corpus_heap, release_freed_memory
 from bertscope.core.model.deferred import DeferredSession
@@ -89,12 +89,17 @@ class EncodedLabels:
             return None
         labels = ", ".join(f"{label} ({count})" for label, count in sorted(self.left_out.items()))
         rows = ", ".join(f"{count} {name}" for name, count in self.rows_left_out.items() if count)
-        return (f"left out {len(self.left_out)} label(s) with fewer than {min_examples} training examples: {labels}; "
-                f"their examples ({rows}) are neither trained on nor scored")
+        return (
+            f"left out {len(self.left_out)} label(s) with fewer than {min_examples} training examples: {labels}; "
+            f"their examples ({rows}) are neither trained on nor scored"
+        )
 
     def as_json(self, min_examples: int) -> dict:
-        return {"min_examples": min_examples, "labels_left_out": dict(sorted(self.left_out.items())),
-                "examples_left_out": dict(self.rows_left_out)}
+        return {
+            "min_examples": min_examples,
+            "labels_left_out": dict(sorted(self.left_out.items())),
+            "examples_left_out": dict(self.rows_left_out),
+        }
 
 
 class KeptRows:
@@ -183,8 +188,14 @@ def run_probe(
     Labels with fewer than `min_examples` training examples are left out (see `encode_labels`).
     """
     level = "word" if task in WORD_TASKS + STRUCTURAL_TASKS else "sentence"
-    options = FeatureOptions(level=level, word_pooling=word_pooling, sentence_pooling=sentence_pooling, mask=mask, ablation=ablation,
-                             precision="float32" if task in STRUCTURAL_TASKS else "auto")
+    options = FeatureOptions(
+        level=level,
+        word_pooling=word_pooling,
+        sentence_pooling=sentence_pooling,
+        mask=mask,
+        ablation=ablation,
+        precision="float32" if task in STRUCTURAL_TASKS else "auto",
+    )
     sessions = [("model", session)]
     if random_baseline:  # its weights drawn only if its features are not cached
         sessions.append(("random", DeferredSession.random_copy_of(session, seed)))
@@ -196,8 +207,10 @@ def run_probe(
             sentences = getattr(splits, name)
             stage = f"features ({which}, {name})"
             yield Progress(stage, done, total)  # shown while a deferred model loads, before the first batch
-            extracted = yield from relay(extract_sharded(source, sentences, options, cache_dir=cache_dir, cancel=cancel),
-                                         lambda step, stage=stage, done=done: Progress(stage, done + step.done, total))
+            extracted = yield from relay(
+                extract_sharded(source, sentences, options, cache_dir=cache_dir, cancel=cancel),
+                lambda step, stage=stage, done=done: Progress(stage, done + step.done, total),
+            )
             if extracted is None:
                 return  # cancelled
             features[which, name] = extracted
@@ -216,8 +229,7 @@ def run_probe(
             # number of blocks; an
             # evaluation's smaller temporaries, the same few sizes every time, stay on the heap (FITTING_THRESHOLD).
             with corpus_heap(FITTING_THRESHOLD):
-                report = _report(task, splits, features, level, kind, control, random_baseline, min_examples, device, seed,
-                                 cancel)
+                report = _report(task, splits, features, level, kind, control, random_baseline, min_examples, device, seed, cancel)
         except Cancelled:
             return
         truncated = sum(features["model", name].truncated_words for name in ("train", "dev", "test"))
@@ -253,8 +265,18 @@ def _classification_report(
         return labels.rows(name, features[which, name].X)
 
     def fit(which: str, y_tr, y_dv, layer_l2=None) -> probes.TrainedProbes:
-        return probes.train_probes(rows(which, "train"), y_tr, rows(which, "dev"), y_dv, num_classes=num_classes, kind=kind,
-                                   layer_l2=layer_l2, device=device, seed=seed, cancel=cancel)
+        return probes.train_probes(
+            rows(which, "train"),
+            y_tr,
+            rows(which, "dev"),
+            y_dv,
+            num_classes=num_classes,
+            kind=kind,
+            layer_l2=layer_l2,
+            device=device,
+            seed=seed,
+            cancel=cancel,
+        )
 
     # The baselines are the task's probes on other features or labels: linear ones at the task's strength per layer
     # (Hewitt & Liang train the control task with the task's hyperparameters), which also spares their L2 search.
@@ -262,8 +284,17 @@ def _classification_report(
     control_probes = None
     if control_labels is not None and kind == "linear":  # the control reads the task's features: their fits share the passes
         task_probes, control_probes = probes.train_with_control(
-            rows("model", "train"), y_train, rows("model", "dev"), y_dev, control_labels[0], control_labels[1],
-            num_classes=num_classes, device=device, seed=seed, cancel=cancel)
+            rows("model", "train"),
+            y_train,
+            rows("model", "dev"),
+            y_dev,
+            control_labels[0],
+            control_labels[1],
+            num_classes=num_classes,
+            device=device,
+            seed=seed,
+            cancel=cancel,
+        )
     else:
         task_probes = fit("model", y_train, y_dev)
     same_strengths = task_probes.chosen_strengths if kind == "linear" else None
@@ -272,8 +303,7 @@ def _classification_report(
     test_rows = rows("model", "test")
     scores = probes.score(task_probes, test_rows, y_test, num_classes)
     layers = [
-        {"layer": layer, "accuracy": round(float(acc), 6), "f1": round(float(f1), 6), "l2": float(l2),
-         "fit": task_probes.endings[layer]}
+        {"layer": layer, "accuracy": round(float(acc), 6), "f1": round(float(f1), 6), "l2": float(l2), "fit": task_probes.endings[layer]}
         for layer, (acc, f1, l2) in enumerate(zip(scores.accuracy, scores.macro_f1, scores.l2, strict=True))
     ]
     fitted = [("task", task_probes.endings)]
@@ -293,14 +323,23 @@ def _classification_report(
             entry["selectivity"] = round(entry["accuracy"] - float(accuracy), 6)
         baselines["control_best"] = round(float(control_scores.accuracy.max()), 6)
     counts = {
-        "train": int(len(y_train)), "dev": int(len(y_dev)), "test": int(len(y_test)), "classes": num_classes,
+        "train": int(len(y_train)),
+        "dev": int(len(y_dev)),
+        "test": int(len(y_test)),
+        "classes": num_classes,
         "unit": "words" if level == "word" else "sentences",
     } | labels.as_json(min_examples)
     note = labels.note(min_examples)
     return ProbeReport(
-        task=task, metric="accuracy", layers=layers, best_layer=int(np.argmax(scores.accuracy)),
-        center_of_gravity=center_of_gravity(scores.accuracy), baselines=baselines, counts=counts,
-        notes=[note for note in (note, convergence_note(fitted)) if note], numerics=_numerics(features, device),
+        task=task,
+        metric="accuracy",
+        layers=layers,
+        best_layer=int(np.argmax(scores.accuracy)),
+        center_of_gravity=center_of_gravity(scores.accuracy),
+        baselines=baselines,
+        counts=counts,
+        notes=[note for note in (note, convergence_note(fitted)) if note],
+        numerics=_numerics(features, device),
     )
 
 
@@ -314,8 +353,11 @@ def convergence_note(fitted: Sequence[tuple[str, Sequence[str]]]) -> str | None:
             parts.append(f"{name} probe, layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}: {ending}")
     if not parts:
         return None
-    return ("some probe fits did not converge, so their numbers may move with the arithmetic (" + "; ".join(parts)
-            + "); each layer's `fit` in the JSON says how its fit ended")
+    return (
+        "some probe fits did not converge, so their numbers may move with the arithmetic ("
+        + "; ".join(parts)
+        + "); each layer's `fit` in the JSON says how its fit ended"
+    )
 
 
 def _numerics(features: dict, fit_device: str) -> dict:
@@ -327,6 +369,7 @@ def _numerics(features: dict, fit_device: str) -> dict:
 
 def _control_labels(splits, features, labels: EncodedLabels, seed) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Hewitt & Liang's control task: each word type keeps one random label, drawn like the real ones."""
+
     def types(name: str) -> list[str]:
         sentences = getattr(splits, name)
         rows = features["model", name]
@@ -347,13 +390,16 @@ def _whole_trees(sentences: Sequence[Sentence], rows: Features):
     A tree needs every word; a sentence cut to the model's maximum is left out. Punctuation
     is skipped in UUAS and root accuracy, as in Hewitt & Manning.
     """
-    kept = [index for index, sentence in enumerate(sentences)
-            if np.count_nonzero(rows.sentence_index == index) == len(sentence.words)]
+    kept = [index for index, sentence in enumerate(sentences) if np.count_nonzero(rows.sentence_index == index) == len(sentence.words)]
     renumber = {old: new for new, old in enumerate(kept)}
     select = np.isin(rows.sentence_index, kept)
     trees = [sentences[index].heads for index in kept]
-    skip = [np.array([tag == "PUNCT" for tag in (sentences[index].upos or ())], dtype=bool) if sentences[index].upos
-            else np.zeros(len(sentences[index].words), dtype=bool) for index in kept]
+    skip = [
+        np.array([tag == "PUNCT" for tag in (sentences[index].upos or ())], dtype=bool)
+        if sentences[index].upos
+        else np.zeros(len(sentences[index].words), dtype=bool)
+        for index in kept
+    ]
     index = np.array([renumber[i] for i in rows.sentence_index[select]], dtype=np.int64)
     return rows.X[select], index, trees, skip
 
@@ -365,7 +411,15 @@ def _structural_report(task, splits, features, random_baseline, device, seed, ca
     def fit_and_score(which: str):
         train, dev, test = (_whole_trees(getattr(splits, name), features[which, name]) for name in ("train", "dev", "test"))
         trained = structural.train_structural_probes(
-            train[0], train[1], train[2], dev[0], dev[1], dev[2], device=device, seed=seed, cancel=cancel,
+            train[0],
+            train[1],
+            train[2],
+            dev[0],
+            dev[1],
+            dev[2],
+            device=device,
+            seed=seed,
+            cancel=cancel,
         )
         scored = structural.score_structural(trained, test[0], test[1], test[2], skip=test[3], device=device)
         return scored, trained.distance_endings if task == "distance" else trained.depth_endings
@@ -374,8 +428,7 @@ def _structural_report(task, splits, features, random_baseline, device, seed, ca
     main = scores.spearman if task == "distance" else scores.depth_spearman
     second = ("uuas", scores.uuas) if task == "distance" else ("root_accuracy", scores.root_accuracy)
     layers = [
-        {"layer": layer, "spearman": round(float(main[layer]), 6), second[0]: round(float(second[1][layer]), 6),
-         "fit": endings[layer]}
+        {"layer": layer, "spearman": round(float(main[layer]), 6), second[0]: round(float(second[1][layer]), 6), "fit": endings[layer]}
         for layer in range(len(main))
     ]
     baselines = {}
@@ -388,8 +441,13 @@ def _structural_report(task, splits, features, random_baseline, device, seed, ca
     counts = {name: len(getattr(splits, name)) for name in ("train", "dev", "test")} | {"unit": "sentences"}
     note = convergence_note([(task, endings)])
     return ProbeReport(
-        task=task, metric="spearman", layers=layers, best_layer=int(np.nanargmax(main)),
-        center_of_gravity=center_of_gravity(np.nan_to_num(main)), baselines=baselines, counts=counts,
+        task=task,
+        metric="spearman",
+        layers=layers,
+        best_layer=int(np.nanargmax(main)),
+        center_of_gravity=center_of_gravity(np.nan_to_num(main)),
+        baselines=baselines,
+        counts=counts,
         notes=[note] if note else [],
         numerics=_numerics(features, device),
     )

@@ -26,7 +26,13 @@ class ProbeReport:
 
     def as_json(self) -> dict:
         return {
-            "task": self.task, "metric": self.metric, "layers": self.layers, "best_layer": self.best_layer,
+            "task": self.task,
+            "metric": self.metric,
+            "layers": self.layers,
+            "best_layer": self.best_layer,
             "center_of_gravity": None if np.isnan(self.center_of_gravity) else round(self.center_of_gravity, 4),
-            "baselines": self.baselines, "counts": self.counts, "notes": self.notes, "numerics": self.numerics,
+            "baselines": self.baselines,
+            "counts": self.counts,
+            "notes": self.notes,
+            "numerics": self.numerics,
         }

@@ -45,8 +45,15 @@ class PrunedModel:
         return self.seconds_before / self.seconds_after if self.seconds_after > 0 else float("nan")
 
 
-def write_pruned_model(session: Session, remove: Sequence[tuple[int, int]], directory: str | Path, *, timing_texts: Sequence[str],
-                       extra: dict, weights: str = "sliced") -> PrunedModel:
+def write_pruned_model(
+    session: Session,
+    remove: Sequence[tuple[int, int]],
+    directory: str | Path,
+    *,
+    timing_texts: Sequence[str],
+    extra: dict,
+    weights: str = "sliced",
+) -> PrunedModel:
     """Save a copy of the session's model without heads `remove`, then load it back and measure it.
 
     `sliced`: the heads cut out of the weights (smaller and faster; loads in bertscope and
@@ -62,14 +69,21 @@ def write_pruned_model(session: Session, remove: Sequence[tuple[int, int]], dire
     check_new_directory(target)
     already = pruned_heads_of(session.model.config)
     if weights == "zeroed" and already:
-        raise InputError("a zeroed copy keeps every head's weights, but this model has heads sliced out already; "
-                         "write it sliced, or start from the unpruned model", setting="weights")
-    pruned = {layer: sorted(set(already.get(layer, [])) | {h for (l, h) in remove if l == layer}) for layer in range(session.num_layers)}
+        raise InputError(
+            "a zeroed copy keeps every head's weights, but this model has heads sliced out already; "
+            "write it sliced, or start from the unpruned model",
+            setting="weights",
+        )
+    pruned = {
+        layer: sorted(set(already.get(layer, [])) | {head for (at, head) in remove if at == layer}) for layer in range(session.num_layers)
+    }
     pruned = {layer: heads for layer, heads in pruned.items() if heads}
     family = session.loaded.family
     if weights == "sliced" and not family.physical_pruning:
-        raise InputError(f"{family.name} heads cannot be sliced out of its weights; write a copy with the heads' weights "
-                         "zeroed instead", setting="weights")
+        raise InputError(
+            f"{family.name} heads cannot be sliced out of its weights; write a copy with the heads' weights zeroed instead",
+            setting="weights",
+        )
     _check_shared_weights(session, pruned)
     model = copy.deepcopy(session.model).float().cpu()
     if weights == "zeroed":
@@ -93,9 +107,14 @@ def write_pruned_model(session: Session, remove: Sequence[tuple[int, int]], dire
         before = time_forward(session, timing_texts)
         after = time_forward(reloaded, timing_texts)
         result = PrunedModel(
-            directory=target, pruned=pruned, parameters_before=session.info.parameters,
+            directory=target,
+            pruned=pruned,
+            parameters_before=session.info.parameters,
             parameters_after=sum(p.numel() for p in reloaded.model.parameters()),
-            seconds_before=before, seconds_after=after, max_abs_difference=difference, format=weights,
+            seconds_before=before,
+            seconds_after=after,
+            max_abs_difference=difference,
+            format=weights,
         )
         summary = {
             "source": session.info.source,
@@ -108,7 +127,9 @@ def write_pruned_model(session: Session, remove: Sequence[tuple[int, int]], dire
             "speedup": round(result.speedup, 4),
             "max_abs_difference_vs_masked": difference,
             "head_numbers": "original: masks and heatmaps of the pruned model use the unpruned model's head numbers",
-            "loads_with": "any transformers (AutoModel.from_pretrained)" if weights == "zeroed" else "bertscope, or transformers 4 (pruned_heads)",
+            "loads_with": "any transformers (AutoModel.from_pretrained)"
+            if weights == "zeroed"
+            else "bertscope, or transformers 4 (pruned_heads)",
             **extra,
         }
         (staging / PRUNING_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
@@ -133,9 +154,12 @@ def least_important_shared(ranking, groups: list[list[int]], count: int) -> list
     """About `count` heads to remove where layers share weights: a head of the shared weights goes from every layer
     that runs them, ranked by its importance summed over those layers (ties: the lower layer and head)."""
     num_heads = ranking.importance.shape[1]
-    candidates = sorted(((sum(float(ranking.importance[layer, head]) for layer in layers), layers[0], head, layers)
-                         for layers in groups for head in range(num_heads)
-                         if not any((layer, head) in ranking.pruned for layer in layers)))
+    candidates = sorted(
+        (sum(float(ranking.importance[layer, head]) for layer in layers), layers[0], head, layers)
+        for layers in groups
+        for head in range(num_heads)
+        if not any((layer, head) in ranking.pruned for layer in layers)
+    )
     chosen: list[tuple[int, int]] = []
     for _, _, head, layers in candidates:
         if chosen and len(chosen) + len(layers) / 2 > count:
@@ -153,7 +177,8 @@ def _check_shared_weights(session: Session, pruned: dict[int, list[int]]) -> Non
             raise InputError(
                 f"layers {layers[0]}-{layers[-1]} run the same weights, so a saved copy removes a head from all of them, "
                 f"but layers {layers[0]} and {differs} lose different heads; switch the heads off with a head mask "
-                "instead, or prune the same heads in every layer")
+                "instead, or prune the same heads in every layer"
+            )
 
 
 def _max_difference(original, pruned_session, pruned: dict[int, list[int]], texts: Sequence[str]) -> float:

@@ -212,8 +212,17 @@ def prepare(tokenizer, max_length: int, batch: list[Sentence], unit: str, device
         else:
             truncated += _cut_tokens(tokenizer, sentence, real_lengths[row], max_length)
     inputs = {name: tensor.to(device) for name, tensor in encoded.items()}
-    return PreparedBatch(inputs, real.to(device), special.to(device), np.asarray(positions, dtype=np.int64),
-                         np.asarray(owners, dtype=np.int64), np.asarray(ordinals, dtype=np.int64), labels, texts, truncated)
+    return PreparedBatch(
+        inputs,
+        real.to(device),
+        special.to(device),
+        np.asarray(positions, dtype=np.int64),
+        np.asarray(owners, dtype=np.int64),
+        np.asarray(ordinals, dtype=np.int64),
+        labels,
+        texts,
+        truncated,
+    )
 
 
 def _cut_tokens(tokenizer, sentence: Sentence, kept: int, max_length: int) -> int:
@@ -229,8 +238,9 @@ def _token_lengths(tokenizer, max_length: int, chunk: list[Sentence], unit: str)
         encoded = tokenizer([list(s.words) for s in chunk], is_split_into_words=True, truncation=True, max_length=max_length)
     else:
         pairs = [s.pair for s in chunk]
-        encoded = tokenizer([s.text for s in chunk], pairs if all(p is not None for p in pairs) else None,
-                            truncation=True, max_length=max_length)
+        encoded = tokenizer(
+            [s.text for s in chunk], pairs if all(p is not None for p in pairs) else None, truncation=True, max_length=max_length
+        )
     return [len(ids) for ids in encoded["input_ids"]]
 
 
@@ -240,9 +250,11 @@ def batch_rows(hidden_states: Sequence[torch.Tensor], prepared: PreparedBatch, u
         keep = prepared.real & ~prepared.special
         weights = keep.float() / keep.float().sum(-1, keepdim=True).clamp(min=1)
         chosen = torch.as_tensor(rows, device=weights.device)
-        return torch.stack(
-            [torch.einsum("bt,btd->bd", weights[chosen], layer[chosen].float()) for layer in hidden_states], dim=1
-        ).cpu().numpy()
+        return (
+            torch.stack([torch.einsum("bt,btd->bd", weights[chosen], layer[chosen].float()) for layer in hidden_states], dim=1)
+            .cpu()
+            .numpy()
+        )
     batch, length, dim = hidden_states[0].shape
     flat = torch.as_tensor(prepared.positions[rows], device=hidden_states[0].device)
     return torch.stack([layer.reshape(batch * length, dim)[flat].float() for layer in hidden_states], dim=1).cpu().numpy()
@@ -301,8 +313,12 @@ def stream_sample(
                 inputs = prepared.inputs if session.device == lead.device else {k: v.to(session.device) for k, v in prepared.inputs.items()}
                 with torch.inference_mode():
                     output = session.run(
-                        inputs, gates=gates if index == 0 else None, ablation=ablation, attentions=attentions,
-                        hidden_states=True, encoder_only=True,
+                        inputs,
+                        gates=gates if index == 0 else None,
+                        ablation=ablation,
+                        attentions=attentions,
+                        hidden_states=True,
+                        encoder_only=True,
                     )
                     kept = batch_rows(output.hidden_states, prepared, unit, rows) if len(rows) else None
                 if kept is not None:
@@ -331,13 +347,17 @@ def stream_sample(
     every_key = np.concatenate(distributed.gather(sampler.keys[filled]))  # 8 bytes a kept row, from every rank
     if len(every_key) > max_rows:  # send rank 0 only the rows that make the whole corpus's sample
         filled = filled[sampler.keys[filled] <= np.partition(every_key, max_rows - 1)[max_rows - 1]]
-    mine = _Kept(unit if read else "", sampler.keys[filled], sampler.origins[filled],
-                 tuple(store[filled] for store in stores) if len(filled) else (),
-                 {name: [values[slot] for slot in filled] for name, values in labels.items()}, [texts[slot] for slot in filled])
+    mine = _Kept(
+        unit if read else "",
+        sampler.keys[filled],
+        sampler.origins[filled],
+        tuple(store[filled] for store in stores) if len(filled) else (),
+        {name: [values[slot] for slot in filled] for name, values in labels.items()},
+        [texts[slot] for slot in filled],
+    )
     del stores, labels, texts
     parts = distributed.gather(mine, to_main=True)  # one process: [mine]; under torchrun every rank's on rank 0
-    whole = Sample(unit=unit, states=(), labels={}, texts=(), sentences=counts["read"], seen=counts["seen"],
-                   truncated=counts["truncated"])
+    whole = Sample(unit=unit, states=(), labels={}, texts=(), sentences=counts["read"], seen=counts["seen"], truncated=counts["truncated"])
     yield Progress("representations", read, result=_smallest_of(parts, max_rows, len(sessions), whole))
 
 

@@ -172,9 +172,7 @@ def _sentences(X: np.ndarray, sentence_index: np.ndarray, trees: Sequence[Sequen
             raise InputError(f"the words of sentence {sentence.tree} are not one contiguous run in sentence_index")
         seen.add(sentence.tree)
         if len(trees[sentence.tree]) != sentence.length:
-            raise InputError(
-                f"sentence {sentence.tree} has {sentence.length} words but its tree has {len(trees[sentence.tree])}"
-            )
+            raise InputError(f"sentence {sentence.tree} has {sentence.length} words but its tree has {len(trees[sentence.tree])}")
         try:
             tree_depths(trees[sentence.tree])
         except InputError as error:

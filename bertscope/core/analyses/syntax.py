@@ -126,8 +126,13 @@ class _Counts:
 
     def result(self) -> SyntaxResult:
         return SyntaxResult(
-            relations=tuple(self.relations), counts=self.counts.copy(), correct=self.correct.cpu().numpy().copy(),
-            baseline_correct=self.baseline.copy(), sentences=self.sentences, words=self.words, truncated=self.truncated,
+            relations=tuple(self.relations),
+            counts=self.counts.copy(),
+            correct=self.correct.cpu().numpy().copy(),
+            baseline_correct=self.baseline.copy(),
+            sentences=self.sentences,
+            words=self.words,
+            truncated=self.truncated,
         )
 
 
@@ -146,8 +151,9 @@ def syntax_heads(
     """Stream a treebank through the model; yield the counts so far (`partial`) after every batch, then the result."""
     counts = _Counts(session.num_layers, session.num_heads, session.device)
     gates = session.gate_tensor(mask)
-    batches = encoded_batches(sentences, lambda chunk: _encode(session, chunk), batch_size, chunk_size=chunk_size,
-                              max_tokens=max_tokens, max_square=max_square)
+    batches = encoded_batches(
+        sentences, lambda chunk: _encode(session, chunk), batch_size, chunk_size=chunk_size, max_tokens=max_tokens, max_square=max_square
+    )
     for batch in batches:
         if cancel is not None and cancel.is_set():
             return
@@ -165,8 +171,14 @@ def _encode(session: Session, chunk: list[Sentence]) -> list[_Encoded]:
     for sentence in chunk:
         if sentence.heads is None or sentence.deprels is None or sentence.words is None:
             raise InputError(f"{sentence.location or 'a sentence'} has no dependency heads; give a CoNLL-U treebank", setting="data")
-    tokens = session.tokenizer([list(sentence.words) for sentence in chunk], is_split_into_words=True, truncation=True,
-                               max_length=session.max_length, return_attention_mask=False, return_token_type_ids=False)
+    tokens = session.tokenizer(
+        [list(sentence.words) for sentence in chunk],
+        is_split_into_words=True,
+        truncation=True,
+        max_length=session.max_length,
+        return_attention_mask=False,
+        return_token_type_ids=False,
+    )
     encoded = []
     for row, sentence in enumerate(chunk):
         word_ids = tokens.word_ids(row)
@@ -177,13 +189,15 @@ def _encode(session: Session, chunk: list[Sentence]) -> list[_Encoded]:
             if head > 0 and dependent in present and head - 1 in present
         ]
         last = max(present, default=-1)
-        encoded.append(_Encoded(
-            input_ids=tokens["input_ids"][row],
-            word_of=[-1 if word is None else word for word in word_ids],
-            arcs=arcs,
-            words=len(sentence.words),
-            truncated=last < len(sentence.words) - 1 and len(word_ids) >= session.max_length,
-        ))
+        encoded.append(
+            _Encoded(
+                input_ids=tokens["input_ids"][row],
+                word_of=[-1 if word is None else word for word in word_ids],
+                arcs=arcs,
+                words=len(sentence.words),
+                truncated=last < len(sentence.words) - 1 and len(word_ids) >= session.max_length,
+            )
+        )
     encoded.sort(key=lambda item: len(item.input_ids))
     return encoded
 
@@ -206,8 +220,9 @@ def _add_batch(session: Session, counts: _Counts, batch: list[_Encoded], gates, 
             index = counts.relation_index(name)
             counts.add_baselines(dep, hd, index)
             sentence.append(row), dependent.append(dep), head.append(hd), relation.append(index)
-    sentence, dependent, head, relation = (torch.tensor(values, dtype=torch.long, device=device)
-                                           for values in (sentence, dependent, head, relation))
+    sentence, dependent, head, relation = (
+        torch.tensor(values, dtype=torch.long, device=device) for values in (sentence, dependent, head, relation)
+    )
 
     pooling = word_pooling(word_of, words)
 
@@ -218,8 +233,15 @@ def _add_batch(session: Session, counts: _Counts, batch: list[_Encoded], gates, 
             counts.correct[:, direction, layer].index_add_(0, relation, hits)
 
     with torch.inference_mode():
-        session.run({"input_ids": input_ids, "attention_mask": real, "token_type_ids": torch.zeros_like(input_ids)},
-                    gates=gates, ablation=ablation, attentions=True, hidden_states=False, encoder_only=True, on_attention=reduce)
+        session.run(
+            {"input_ids": input_ids, "attention_mask": real, "token_type_ids": torch.zeros_like(input_ids)},
+            gates=gates,
+            ablation=ablation,
+            attentions=True,
+            hidden_states=False,
+            encoder_only=True,
+            on_attention=reduce,
+        )
     counts.sentences += len(batch)
     counts.words += sum(item.words for item in batch)
     counts.truncated += sum(item.truncated for item in batch)

@@ -90,8 +90,13 @@ class SyntaxResult:
                 rows = [relations.index(relation) for relation in part.relations]
                 np.add.at(total, rows, getattr(part, name))
             arrays.append(total)
-        return SyntaxResult(relations, *arrays, sentences=self.sentences + other.sentences, words=self.words + other.words,
-                            truncated=self.truncated + other.truncated)
+        return SyntaxResult(
+            relations,
+            *arrays,
+            sentences=self.sentences + other.sentences,
+            words=self.words + other.words,
+            truncated=self.truncated + other.truncated,
+        )
 
     def rows(self, relations: list[str] | None = None, min_count: int = DEFAULT_MIN_COUNT) -> list[dict]:
         """One entry per relation and direction, as `bertscope syntax --json` prints them.
@@ -110,10 +115,15 @@ class SyntaxResult:
                     heads = np.round(self.accuracy(relation, direction), 6).tolist()
                 else:
                     count, layer, head, accuracy, offset, baseline, heads = 0, 0, 0, 0.0, OFFSETS[0], 0.0, []
-                rows.append({
-                    "relation": relation, "direction": direction, "count": count, "few": count < min_count,
-                    "best": {"layer": layer, "head": head, "accuracy": round(accuracy, 6)},
-                    "baseline": {"offset": offset, "accuracy": round(baseline, 6)},
-                    "heads": heads,
-                })
+                rows.append(
+                    {
+                        "relation": relation,
+                        "direction": direction,
+                        "count": count,
+                        "few": count < min_count,
+                        "best": {"layer": layer, "head": head, "accuracy": round(accuracy, 6)},
+                        "baseline": {"offset": offset, "accuracy": round(baseline, 6)},
+                        "heads": heads,
+                    }
+                )
         return rows

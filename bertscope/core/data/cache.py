@@ -39,8 +39,13 @@ class CacheUsage:
     bytes: int
 
     def as_json(self) -> dict:
-        return {"directory": str(self.directory), "feature_entries": self.feature_entries, "probes": self.probes,
-                "files": self.files, "bytes": self.bytes}
+        return {
+            "directory": str(self.directory),
+            "feature_entries": self.feature_entries,
+            "probes": self.probes,
+            "files": self.files,
+            "bytes": self.bytes,
+        }
 
 
 def cache_files(directory: str | Path) -> list[Path]:

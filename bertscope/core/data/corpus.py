@@ -43,11 +43,13 @@ def _as_written(fields: list[str], index: int) -> str:
 def _whole_number(library_parser):
     """`library_parser` for ID or HEAD, with the plain case first: digits without a leading zero (or `0`), the
     strings its regular expression accepts as an integer, are read with `int`; anything else is left to it."""
+
     def parse(fields: list[str], index: int):
         value = fields[index]
         if value.isascii() and value.isdigit() and (value[0] != "0" or value == "0"):
             return int(value)
         return library_parser(value)
+
     return parse
 
 
@@ -55,7 +57,9 @@ def _whole_number(library_parser):
 # their parsers were a third of reading a treebank (EWT dev + test, 4,078 sentences: 1.0 s -> 0.74 s).
 # IDs and heads that are plain numbers skip the library's regular expressions (0.68 s -> 0.60 s).
 _FIELD_PARSERS = {column: _as_written for column in ("lemma", "feats", "deps", "misc")} | {
-    "id": _whole_number(parse_id_value), "head": _whole_number(parse_int_value)}
+    "id": _whole_number(parse_id_value),
+    "head": _whole_number(parse_int_value),
+}
 
 
 @dataclass(frozen=True, slots=True)  # no __dict__: a corpus job may hold many thousands of them
@@ -227,9 +231,7 @@ def _lines(target: Path, name: str) -> Iterator[tuple[int, str]]:
             yield number, line.rstrip("\r\n")
 
 
-def _stream(
-    sentences: Iterator[Sentence], report: ReadReport, format: str, name: str, limit: int | None
-) -> Iterator[Sentence]:
+def _stream(sentences: Iterator[Sentence], report: ReadReport, format: str, name: str, limit: int | None) -> Iterator[Sentence]:
     """Count and yield sentences up to `limit`; fail at the end if there were none."""
     with contextlib.closing(sentences):
         for sentence in sentences:
@@ -244,8 +246,9 @@ def _stream(
         else:
             why = "only blank lines and comments"
         others = " or ".join(other for other in FORMATS if other != format)
-        raise CorpusError(f"{name}: no sentences found as {format} ({why}); is it the right format? read it as {others}",
-                          setting="data_format")
+        raise CorpusError(
+            f"{name}: no sentences found as {format} ({why}); is it the right format? read it as {others}", setting="data_format"
+        )
 
 
 # --- the formats ----------------------------------------------------------------------------
@@ -315,9 +318,7 @@ def _blocks(lines: Iterator[tuple[int, str]]) -> Iterator[list[tuple[int, str]]]
         yield block
 
 
-def _conllu_sentence(
-    block: list[tuple[int, str]], columns: list[str], name: str, report: ReadReport
-) -> Sentence | None:
+def _conllu_sentence(block: list[tuple[int, str]], columns: list[str], name: str, report: ReadReport) -> Sentence | None:
     """The sentence of one block, or None (recorded in `report`) if the block is unusable."""
     start = f"{name}:{block[0][0]}"
     word_lines = [number for number, text in block if not text.strip().startswith("#")]

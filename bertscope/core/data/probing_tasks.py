@@ -88,8 +88,7 @@ TASKS: dict[str, ProbingTask] = {
         ProbingTask(
             "main_verb_tense",
             "semantic",
-            "past/present tense of the main-clause verb; every sentence has an embedded verb whose tense "
-            "is independent of the label",
+            "past/present tense of the main-clause verb; every sentence has an embedded verb whose tense is independent of the label",
             ("past", "present"),
         ),
         ProbingTask(
@@ -457,9 +456,7 @@ def _verb(rng: random.Random, subject: _Noun, object_kind: str | None) -> _Verb:
         and (
             not verb.takes
             if object_kind is None
-            else verb.takes == "any"
-            or verb.takes == object_kind
-            or (verb.takes == "animate" and object_kind != "thing")
+            else verb.takes == "any" or verb.takes == object_kind or (verb.takes == "animate" and object_kind != "thing")
         )
     ]
     return rng.choice(fits)
@@ -478,9 +475,7 @@ class _Builder:
         self.words.extend(words)
         return len(self.words) - 1
 
-    def modifier(
-        self, head: _Noun, head_number: str, attractor_number: str, tense: str, kinds: tuple[str, ...], richness: float
-    ) -> int:
+    def modifier(self, head: _Noun, head_number: str, attractor_number: str, tense: str, kinds: tuple[str, ...], richness: float) -> int:
         """A prepositional phrase or relative clause after `head`, holding an attractor noun.
 
         Returns the attractor's index. In a subject relative ("who saw the dogs") a present
@@ -548,9 +543,7 @@ def _declarative(
     facts: dict[str, object] = {"subject": build.add(subject_words), "subject_number": subject_number}
     facts["subject_attractor_number"] = subject_attractor = attractor(subject_attractor)
     facts["subject_attractor"] = (
-        None
-        if subject_attractor is None
-        else build.modifier(subject, subject_number, subject_attractor, embedded(), modifiers, richness)
+        None if subject_attractor is None else build.modifier(subject, subject_number, subject_attractor, embedded(), modifiers, richness)
     )
 
     facts.update(verb_number=verb_number, tense=tense, predicate=predicate)
@@ -570,9 +563,7 @@ def _declarative(
         facts.update(object=build.add(object_words), object_number=number)
         facts["object_attractor_number"] = number_of_attractor = attractor(object_attractor)
         if number_of_attractor is not None:
-            facts["object_attractor"] = build.modifier(
-                head, number, number_of_attractor, embedded(), modifiers, richness
-            )
+            facts["object_attractor"] = build.modifier(head, number, number_of_attractor, embedded(), modifiers, richness)
         ends_in_noun = facts["object_attractor"] in (None, len(build.words) - 1)  # not after an object relative
     elif predicate == "copula" or rng.random() < 0.5 + richness / 2:
         build.add([rng.choice(_PLACE_PREPOSITIONS)])

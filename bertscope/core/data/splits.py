@@ -38,7 +38,9 @@ def make_splits(train: Sequence[Sentence], dev: Sequence[Sentence] | None, test:
     if dev is None or not dev:
         cut = max(1, len(shuffled) // 10)
         dev, shuffled = shuffled[:cut], shuffled[cut:]
-        notes.append(f"no dev split: held out {len(dev)} training sentences (10%) as dev (it chooses the L2 strength, or when training stops)")
+        notes.append(
+            f"no dev split: held out {len(dev)} training sentences (10%) as dev (it chooses the L2 strength, or when training stops)"
+        )
     train = shuffled if len(notes) else train
     for name, split in (("train", train), ("dev", dev), ("test", test)):
         if not split:

@@ -519,9 +519,7 @@ class _Grammar:
             return self.add(rng.choice(_NAMES)[0], "PROPN", "NNP")
         return self.noun_phrase(rng.choice(("NN", "NNS")), (kind,)).head
 
-    def noun_phrase(
-        self, number: str, kinds: tuple[str, ...], modifiers: bool = True, predicate: bool = False
-    ) -> _Nominal:
+    def noun_phrase(self, number: str, kinds: tuple[str, ...], modifiers: bool = True, predicate: bool = False) -> _Nominal:
         """Determiner, adjectives, noun; then perhaps a prepositional phrase or a relative clause.
 
         A `predicate` noun phrase (`is a doctor`, `were teachers`) takes `a`, `the` or nothing.

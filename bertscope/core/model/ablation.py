@@ -92,9 +92,7 @@ def bertscope_attention(
     """SDPA, or eager attention with weights, plus uniform ablation; same signature as both."""
     state = _current_pass.get()
     if state is None or not state.want_weights:
-        output, weights = sdpa_attention_forward(
-            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
-        )
+        output, weights = sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
     else:
         output, weights = _eager_attention(module, query, key, value, attention_mask, scaling, dropout)
     if state is None:
@@ -256,6 +254,7 @@ def attention_pass(
 
 def _keep_values(state: _PassState, layer: int, site: AttentionSite):
     """Keep a layer's values `[B, H, K, d]` for its value-weighted norms (families with their own attention)."""
+
     def keep(_module: nn.Module, _args, output: Tensor) -> None:
         heads = site.projection.in_features // site.attention.attention_head_size
         batch, length, _ = output.shape
@@ -268,6 +267,7 @@ def _own_attention_hook(state: _PassState, layer: int, site: AttentionSite):
     """On the module that takes a layer's attention weights `[B, H, T, K]` alone: `uniform` replaces them for the
     masked heads (so the model's context is the ablated one); the weights, as a masked head contributes them,
     are reported, with their value-weighted norms when asked."""
+
     def on_weights(_module: nn.Module, _args, weights: Tensor) -> Tensor:
         used = reported = weights
         if state.gates is not None:
@@ -280,8 +280,7 @@ def _own_attention_hook(state: _PassState, layer: int, site: AttentionSite):
                 reported = weights * head_gates  # the pre-hook on the projection gates the context
         if state.want_weights:
             if state.on_norms is not None:
-                norms = _in_original_heads(state, site.attention,
-                                           weighted_norms(reported, state.values.pop(layer), site.projection))
+                norms = _in_original_heads(state, site.attention, weighted_norms(reported, state.values.pop(layer), site.projection))
             reported = _in_original_heads(state, site.attention, reported)
             _report(state, layer, reported)
             if state.on_norms is not None:

@@ -31,8 +31,17 @@ Counts = tuple[int, int, int]  # layers, heads, hidden size
 class DeferredSession:
     """Stands in for a `Session` where only what names its cache entries is needed; `ready()` gives the loaded one."""
 
-    def __init__(self, *, source: str, fingerprint: str, max_length: int | None, counts: Counts | None,
-                 device: torch.device, load: Callable[[], Session], dtype: str = "float32") -> None:
+    def __init__(
+        self,
+        *,
+        source: str,
+        fingerprint: str,
+        max_length: int | None,
+        counts: Counts | None,
+        device: torch.device,
+        load: Callable[[], Session],
+        dtype: str = "float32",
+    ) -> None:
         self.source, self.fingerprint, self.max_length, self.device = source, fingerprint, max_length, device
         self.numerics_key = numerics_key(dtype, device.type)  # what names its cache entries beside the fingerprint
         self.dtype = dtype
@@ -49,19 +58,28 @@ class DeferredSession:
         numbers = [config.get(key) for key in ("num_hidden_layers", "num_attention_heads", "hidden_size", "max_position_embeddings")]
         known = all(isinstance(number, int) and number > 0 for number in numbers)  # else transformers' defaults: load to know
         return cls(
-            source=files.source, fingerprint=fingerprint(files.directory, files.weights),
+            source=files.source,
+            fingerprint=fingerprint(files.directory, files.weights),
             max_length=usable_length(numbers[3], files.family, tokenizer_limit(files.directory)) if known else None,
             counts=tuple(numbers[:3]) if known else None,
             # Under torchrun this joins the process group, as loading would: the ranks meet to share their features.
-            device=resolve_device(distributed.start(device)), load=load, dtype=dtype,
+            device=resolve_device(distributed.start(device)),
+            load=load,
+            dtype=dtype,
         )
 
     @classmethod
     def random_copy_of(cls, model: Session | DeferredSession, seed: int = 0) -> DeferredSession:
         """`model.random_copy(seed)`, drawn only if a pass needs its weights (its features are not cached)."""
-        return cls(source=f"{model.source} (random init, seed {seed})", fingerprint=f"random{seed}-{model.fingerprint}",
-                   max_length=model.max_length, counts=None if model.max_length is None else (model.num_layers, model.num_heads, model.hidden_size),
-                   device=model.device, load=lambda: model.ready().random_copy(seed), dtype=model.dtype)
+        return cls(
+            source=f"{model.source} (random init, seed {seed})",
+            fingerprint=f"random{seed}-{model.fingerprint}",
+            max_length=model.max_length,
+            counts=None if model.max_length is None else (model.num_layers, model.num_heads, model.hidden_size),
+            device=model.device,
+            load=lambda: model.ready().random_copy(seed),
+            dtype=model.dtype,
+        )
 
     @property
     def num_layers(self) -> int:

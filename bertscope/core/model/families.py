@@ -181,7 +181,9 @@ class Albert(Family):
             raise ModelLoadError(
                 f"{architecture} runs {inner} layers in each application of a layer group (inner_group_num={inner}), "
                 "and transformers reports one hidden state per application, not per layer; bertscope reads ALBERT "
-                "with one layer per group (inner_group_num=1, as in every released ALBERT)", setting="model")
+                "with one layer per group (inner_group_num=1, as in every released ALBERT)",
+                setting="model",
+            )
 
     def prepare(self, model):
         import copy
@@ -236,8 +238,7 @@ class Albert(Family):
         return getattr(model, "predictions", None)
 
     def describe(self):
-        return ("index 0: the embeddings projected to the hidden size; index l: the output of the l-th application "
-                "of the shared layer")
+        return "index 0: the embeddings projected to the hidden size; index l: the output of the l-th application of the shared layer"
 
 
 @dataclass(frozen=True)
@@ -314,8 +315,10 @@ class ModernBert(Family):
         base = model.base_model
         config = base.config
         unpadded = dict(config=config, inputs_embeds=hidden, attention_mask=None)
-        masks = {"full_attention": create_bidirectional_mask(**unpadded),
-                 "sliding_attention": create_bidirectional_sliding_window_mask(**unpadded)}
+        masks = {
+            "full_attention": create_bidirectional_mask(**unpadded),
+            "sliding_attention": create_bidirectional_sliding_window_mask(**unpadded),
+        }
         positions = torch.arange(hidden.shape[1], device=hidden.device)[None]
         rotary = {kind: base.rotary_emb(hidden, positions, kind) for kind in set(config.layer_types)}
         layers = self.layers(model)
@@ -346,8 +349,7 @@ class ModernBert(Family):
         return model.base_model.final_norm
 
     def describe(self):
-        return ("index 0: the embeddings (after their norm); index l < L: the residual stream after layer l; "
-                "index L: its final norm")
+        return "index 0: the embeddings (after their norm); index l < L: the residual stream after layer l; index L: its final norm"
 
 
 @dataclass(frozen=True)
@@ -402,6 +404,5 @@ def family_for(model_type: str, architecture: str) -> Family:
             return family
     names = ", ".join(sorted(t for f in FAMILIES for t in f.model_types))
     raise ModelLoadError(
-        f"unsupported architecture {architecture} (model_type {model_type!r}); "
-        f"bertscope reads bidirectional encoders: {names}"
+        f"unsupported architecture {architecture} (model_type {model_type!r}); bertscope reads bidirectional encoders: {names}"
     )

@@ -37,9 +37,7 @@ class LoadedModel:
     fingerprint: str
 
 
-def load_model(
-    model: str | None = None, *, device: str = "auto", dtype: str = "float32", allow_download: bool = False
-) -> LoadedModel:
+def load_model(model: str | None = None, *, device: str = "auto", dtype: str = "float32", allow_download: bool = False) -> LoadedModel:
     """Load a supported encoder and its tokenizer, ready for `Session`."""
     files = find_model(model, allow_download)
     source, directory, family, architecture, weights = files.source, files.directory, files.family, files.architecture, files.weights

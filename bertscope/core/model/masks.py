@@ -59,9 +59,7 @@ class HeadMask:
     def __post_init__(self) -> None:
         for layer, head in self.off:
             if not (0 <= layer < self.num_layers and 0 <= head < self.num_heads):
-                raise MaskSpecError(
-                    f"head {layer}:{head} is outside this model's {self.num_layers} layers x {self.num_heads} heads"
-                )
+                raise MaskSpecError(f"head {layer}:{head} is outside this model's {self.num_layers} layers x {self.num_heads} heads")
 
     def __len__(self) -> int:
         return len(self.off)

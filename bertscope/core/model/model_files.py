@@ -96,8 +96,7 @@ def _hub_snapshot(name: str, allow_download: bool) -> Path:
         if allow_download:
             raise ModelLoadError(f"could not download {name!r}: {first_line(error)}") from None
         raise ModelLoadError(
-            f"model {name!r} is neither a local directory nor in the Hugging Face cache; "
-            "give a directory, or allow downloads to fetch it",
+            f"model {name!r} is neither a local directory nor in the Hugging Face cache; give a directory, or allow downloads to fetch it",
             setting="allow_download",
         ) from None
     return directory

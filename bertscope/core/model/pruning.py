@@ -60,8 +60,14 @@ def kept_heads(config) -> list[Tensor | None] | None:
     ]
 
 
-def prune_layer(self_attention: nn.Module, output_projection: nn.Linear, remove: Sequence[int], num_heads: int,
-                projections: Sequence[str] = ("query", "key", "value"), projects_itself: bool = False) -> nn.Linear:
+def prune_layer(
+    self_attention: nn.Module,
+    output_projection: nn.Linear,
+    remove: Sequence[int],
+    num_heads: int,
+    projections: Sequence[str] = ("query", "key", "value"),
+    projects_itself: bool = False,
+) -> nn.Linear:
     """Remove heads `remove` (original numbers) from one layer in place; returns the new output projection.
 
     The caller puts the returned projection back where the old one was (its parent module).
@@ -124,8 +130,12 @@ def apply_pruning(model: nn.Module, family, pruned: Mapping[int, Sequence[int]])
         if not remove:
             continue
         attention = family.self_attention(layer)
-        family.set_attention_output(layer, prune_layer(attention, family.attention_output(layer), remove, num_heads,
-                                                       family.query_key_value(layer), family.projects_in_attention))
+        family.set_attention_output(
+            layer,
+            prune_layer(
+                attention, family.attention_output(layer), remove, num_heads, family.query_key_value(layer), family.projects_in_attention
+            ),
+        )
 
 
 def zero_heads(model: nn.Module, family, heads: Mapping[int, Sequence[int]]) -> None:

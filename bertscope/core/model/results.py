@@ -152,9 +152,16 @@ class PatternResult:
         the share of each pattern, every statistic."""
         names = self.statistic_names
         header = ["layer", "head", "pattern", *(f"share_{name}" for name in PATTERNS), *names]
-        rows = [[layer, head, PATTERNS[self.dominant[layer, head]], *(float(share) for share in self.pattern_shares[layer, head]),
-                 *(float(self.statistics[name][layer, head]) for name in names)]
-                for layer, head in np.ndindex(*self.dominant.shape)]
+        rows = [
+            [
+                layer,
+                head,
+                PATTERNS[self.dominant[layer, head]],
+                *(float(share) for share in self.pattern_shares[layer, head]),
+                *(float(self.statistics[name][layer, head]) for name in names),
+            ]
+            for layer, head in np.ndindex(*self.dominant.shape)
+        ]
         return header, rows
 
     def layer_pattern_shares(self) -> np.ndarray:

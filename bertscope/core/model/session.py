@@ -47,8 +47,9 @@ class Session:
         self.hidden_size: int = config.hidden_size
         self.max_length: int = loaded.max_length
         self._layers = [
-            AttentionSite(family.self_attention(layer), family.attention_output(layer), family.weights_module(layer),
-                          family.value_projection(layer))
+            AttentionSite(
+                family.self_attention(layer), family.attention_output(layer), family.weights_module(layer), family.value_projection(layer)
+            )
             for layer in layers
         ]
         self.mlm_head = family.mlm_head(self.model)
@@ -57,9 +58,7 @@ class Session:
         self.linear_path = "blas"  # or "onednn", once `choose_cpu_linear` found it faster
 
     @classmethod
-    def open(
-        cls, model: str | None = None, *, device: str = "auto", dtype: str = "float32", allow_download: bool = False
-    ) -> Session:
+    def open(cls, model: str | None = None, *, device: str = "auto", dtype: str = "float32", allow_download: bool = False) -> Session:
         """Load a model (None = the bundled all-MiniLM-L6-v2) and wrap it in a session."""
         return cls(load_model(model, device=device, dtype=dtype, allow_download=allow_download))
 
@@ -71,7 +70,9 @@ class Session:
         self.loaded.family.prepare(model)
         model.to(device=self.device, dtype=self.loaded.dtype).eval()
         loaded = dataclasses.replace(
-            self.loaded, model=model, source=f"{self.loaded.source} (random init, seed {seed})",
+            self.loaded,
+            model=model,
+            source=f"{self.loaded.source} (random init, seed {seed})",
             fingerprint=f"random{seed}-{self.loaded.fingerprint}",
         )
         copy = Session(loaded)
@@ -200,7 +201,10 @@ class Session:
         taker = _LayerTaker(attentions, norms, on_layer)
         with torch.inference_mode():
             outputs = self.run(
-                inputs, gates=self.gate_tensor(head_mask), ablation=ablation, attentions=attentions,
+                inputs,
+                gates=self.gate_tensor(head_mask),
+                ablation=ablation,
+                attentions=attentions,
                 on_attention=taker.weights if on_layer is not None else None,
                 on_norms=taker.norms if norms else None,
             )
@@ -230,9 +234,16 @@ class Session:
             "token_type_ids": torch.as_tensor(encoding.token_type_ids, device=self.device)[None],
         }
 
-    def layer_maps(self, encoding: Encoding, layer: int, *, mask: HeadMask | str | None = None,
-                   ablation: Ablation = "zero", norms: bool = False,
-                   start_from: ForwardResult | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    def layer_maps(
+        self,
+        encoding: Encoding,
+        layer: int,
+        *,
+        mask: HeadMask | str | None = None,
+        ablation: Ablation = "zero",
+        norms: bool = False,
+        start_from: ForwardResult | None = None,
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """One layer's attention weights `[H, T, T]` (and value-weighted norms) for one input, keeping no other
         layer's: a 2,000-token input's maps take H·T² floats, not L·H·T² (what `forward` would hold).
 
@@ -248,26 +259,43 @@ class Session:
             def take(index: int, maps: Tensor) -> None:
                 if index == layer:
                     kept[name] = maps[0].float().cpu()
+
             return take
 
         inputs = self.tensors(encoding)
         with torch.inference_mode():
-            self.run(inputs, gates=self.gate_tensor(head_mask), ablation=check_ablation(ablation), attentions=True,
-                     hidden_states=False, encoder_only=True, on_attention=keep("weights"),
-                     on_norms=keep("norms") if norms else None)
+            self.run(
+                inputs,
+                gates=self.gate_tensor(head_mask),
+                ablation=check_ablation(ablation),
+                attentions=True,
+                hidden_states=False,
+                encoder_only=True,
+                on_attention=keep("weights"),
+                on_norms=keep("norms") if norms else None,
+            )
         return kept["weights"].numpy(), kept["norms"].numpy() if norms else None
 
-    def _one_layer_maps(self, result: ForwardResult, layer: int, mask: HeadMask, ablation: Ablation,
-                        norms: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    def _one_layer_maps(
+        self, result: ForwardResult, layer: int, mask: HeadMask, ablation: Ablation, norms: bool
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """`layer_maps` from the hidden state entering `layer` in `result` (the same input, mask and ablation)."""
         if result.mask.spec() != mask.spec() or (len(mask) and result.ablation != ablation):
-            raise ValueError(f"start_from was run under mask {result.mask.spec()!r} ({result.ablation}), "
-                             f"not {mask.spec()!r} ({ablation})")
+            raise ValueError(f"start_from was run under mask {result.mask.spec()!r} ({result.ablation}), not {mask.spec()!r} ({ablation})")
         taker = _LayerTaker(True, norms, None)
         hidden = torch.as_tensor(result.hidden_states[layer], device=self.device, dtype=self.loaded.dtype)[None]
-        with torch.inference_mode(), self.lock, attention_pass(
-            self._layers, gates=self.gate_tensor(mask), ablation=ablation, want_weights=True, kept=self.kept_heads,
-            on_weights=taker.weights, on_norms=taker.norms if norms else None,
+        with (
+            torch.inference_mode(),
+            self.lock,
+            attention_pass(
+                self._layers,
+                gates=self.gate_tensor(mask),
+                ablation=ablation,
+                want_weights=True,
+                kept=self.kept_heads,
+                on_weights=taker.weights,
+                on_norms=taker.norms if norms else None,
+            ),
         ):
             for _ in self.loaded.family.run_layers(self.model, hidden, layer, layer + 1):
                 pass
@@ -286,18 +314,34 @@ class Session:
         return min(layer for layer, _ in mask.off)
 
     def _forward_from(
-        self, plain: ForwardResult, start: int, mask: HeadMask, ablation: Ablation, attentions: bool, mlm_logits: bool,
-        norms: bool = False, on_layer: Callable[[int, np.ndarray, np.ndarray | None], None] | None = None,
+        self,
+        plain: ForwardResult,
+        start: int,
+        mask: HeadMask,
+        ablation: Ablation,
+        attentions: bool,
+        mlm_logits: bool,
+        norms: bool = False,
+        on_layer: Callable[[int, np.ndarray, np.ndarray | None], None] | None = None,
     ) -> ForwardResult:
         """Run layers `start`.. on the unmasked hidden state entering layer `start`."""
-        hidden = torch.as_tensor(plain.hidden_states[start], device=self.device, dtype=self.loaded.dtype)[None]
+        entering = torch.as_tensor(plain.hidden_states[start], device=self.device, dtype=self.loaded.dtype)[None]
         states = []
         taker = _LayerTaker(attentions, norms, on_layer)
-        with torch.inference_mode(), self.lock, attention_pass(
-            self._layers, gates=self.gate_tensor(mask), ablation=ablation, want_weights=attentions, kept=self.kept_heads,
-            on_weights=taker.weights if attentions or on_layer is not None else None, on_norms=taker.norms if norms else None,
+        with (
+            torch.inference_mode(),
+            self.lock,
+            attention_pass(
+                self._layers,
+                gates=self.gate_tensor(mask),
+                ablation=ablation,
+                want_weights=attentions,
+                kept=self.kept_heads,
+                on_weights=taker.weights if attentions or on_layer is not None else None,
+                on_norms=taker.norms if norms else None,
+            ),
         ):
-            for hidden in self.loaded.family.run_layers(self.model, hidden, start, self.num_layers):
+            for hidden in self.loaded.family.run_layers(self.model, entering, start, self.num_layers):
                 states.append(hidden[0])  # one unpadded sequence: no attention mask, as in the full pass
             mlm = self.mlm_head(hidden[0]) if self.mlm_head is not None and mlm_logits else None
             upper = _numpy(torch.stack(states))
@@ -337,20 +381,26 @@ class Session:
         (core.model.norms) from the same pass, after that layer's `on_attention`.
         """
         padding_mask = inputs.get("attention_mask")
-        with self.lock, attention_pass(
-            self._layers,
-            gates=gates,
-            ablation=ablation,
-            padding_mask=padding_mask.bool() if padding_mask is not None else None,
-            want_weights=attentions,
-            kept=self.kept_heads,
-            on_weights=on_attention,
-            on_norms=on_norms,
-        ) as recorded:
+        with (
+            self.lock,
+            attention_pass(
+                self._layers,
+                gates=gates,
+                ablation=ablation,
+                padding_mask=padding_mask.bool() if padding_mask is not None else None,
+                want_weights=attentions,
+                kept=self.kept_heads,
+                on_weights=on_attention,
+                on_norms=on_norms,
+            ) as recorded,
+        ):
             model = self.model.base_model if encoder_only else self.model
             own = self.loaded.family.attention == "own"  # its weights come from bertscope's hooks, not its outputs
-            outputs = model(**self.loaded.family.inputs(inputs), output_hidden_states=hidden_states,
-                            output_attentions=attentions and on_attention is None and not own)
+            outputs = model(
+                **self.loaded.family.inputs(inputs),
+                output_hidden_states=hidden_states,
+                output_attentions=attentions and on_attention is None and not own,
+            )
             if own and attentions and on_attention is None:
                 outputs.attentions = tuple(recorded[layer] for layer in range(self.num_layers))
             return outputs
@@ -399,7 +449,7 @@ class Session:
     def run_layers(self, hidden: Tensor, start: int, stop: int) -> Tensor:
         """Layers `start`..`stop - 1` on `hidden` (entering layer `start`, unpadded rows): the hidden state at
         index `stop`, as the full pass reports it. Call under the session's lock and any pass state wanted."""
-        for hidden in self.loaded.family.run_layers(self.model, hidden, start, stop):
+        for hidden in self.loaded.family.run_layers(self.model, hidden, start, stop):  # noqa: B007, B020 - the last is the answer
             pass
         return hidden
 
@@ -418,9 +468,7 @@ class Session:
 
     def tokenize_batch(self, texts: Sequence[str]) -> dict[str, Tensor]:
         """Pad and truncate a batch of sentences into tensors on the session's device."""
-        batch = self.tokenizer(
-            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
-        )
+        batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
         return {name: tensor.to(self.device) for name, tensor in batch.items()}
 
 

@@ -99,8 +99,15 @@ class AttentionView(ScrollView, can_focus=True):
         rows, cols = weights.shape
         self.cursor = (min(cursor[0], rows - 1), min(cursor[1], cols - 1))
         self._request = dict(
-            tokens=tokens, colormap=colormap, title=title, masked=masked, glyphs=glyphs, scale=scale, dense=dense,
-            quantity=quantity, vmax=vmax,
+            tokens=tokens,
+            colormap=colormap,
+            title=title,
+            masked=masked,
+            glyphs=glyphs,
+            scale=scale,
+            dense=dense,
+            quantity=quantity,
+            vmax=vmax,
         )
         self.border_title = f"{title}{' (masked)' if masked else ''}"
         self._rebuild()
@@ -141,10 +148,21 @@ class AttentionView(ScrollView, can_focus=True):
         longest_column = max((len(token) for token in tokens), default=0)
         label_height = min(MAX_LABEL_HEIGHT, longest_column, spare if spare > 0 else (height - fixed) // 5)
         self.heatmap = AttentionHeatmap(
-            weights, tokens, tokens, request["colormap"], scale=request["scale"], masked=request["masked"],
-            cursor=self.cursor, split_columns=False, cell_width=cell_width, dense=dense,
-            label_width=max(1, gutter - 1), label_height=max(0, label_height), glyphs=request["glyphs"],
-            quantity=request["quantity"], vmax=request["vmax"],
+            weights,
+            tokens,
+            tokens,
+            request["colormap"],
+            scale=request["scale"],
+            masked=request["masked"],
+            cursor=self.cursor,
+            split_columns=False,
+            cell_width=cell_width,
+            dense=dense,
+            label_width=max(1, gutter - 1),
+            label_height=max(0, label_height),
+            glyphs=request["glyphs"],
+            quantity=request["quantity"],
+            vmax=request["vmax"],
         )
         self.map_layout = layout = self.heatmap.layout(use_colour, cell_width).with_gutter(gutter)
         self.dense_shown = layout.rows_per_line == 2
