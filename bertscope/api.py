@@ -568,8 +568,7 @@ def objective(
     from bertscope.core.analyses.objectives import check_objective, make_objective
 
     check_objective(model, name)
-    if name == "classification" and texts is None and data is None:
-        raise InputError("the classification objective needs labelled data: a SentEval file (split<TAB>label<TAB>sentence)")
+    check_objective_data(name, texts, data)
     sentences = corpus(texts, data=data, data_format=data_format, limit=limit, sample=name != "probe")
     source = sentences.source or f"built-in task {task}"
     if name != "probe" and task is not None:
@@ -794,11 +793,10 @@ def prune(
     weights: smaller and faster, for bertscope and transformers 4) or zeroed (same shapes,
     their output projection zeroed: loads in any transformers)."""
     from bertscope.core.analyses.importance import check_fraction
-    from bertscope.core.analyses.pruned_export import FORMATS
+    from bertscope.core.analyses.pruned_export import check_weights
 
     check_fraction(fraction)
-    if weights not in FORMATS:
-        raise InputError(f"unknown pruned-model weights {weights!r}; use one of: {', '.join(FORMATS)}", setting="weights")
+    check_weights(weights)
     if output is not None:
         from bertscope.core.data.files import check_new_directory
 
@@ -819,6 +817,12 @@ def prune(
     return prune_by(
         model, prepared, ranking, fraction=fraction, output=output, weights=weights, source=source, method=method, ablation=ablation
     )
+
+
+def check_objective_data(name: str, texts: Texts, data: str | Path | None) -> None:
+    """Refuse, before any model loads, an objective that cannot be measured on no data (torch-free: the CLI calls it)."""
+    if name == "classification" and texts is None and data is None:
+        raise InputError("the classification objective needs labelled data: a SentEval file (split<TAB>label<TAB>sentence)", setting="data")
 
 
 def prune_by(
@@ -853,28 +857,7 @@ def prune_by(
             chosen = least_important_shared(ranking, groups, count)
     mask = HeadMask(model.num_layers, model.num_heads, frozenset(chosen))
     after = measure(prepared, mask, "zero")
-    written = None
-    if output is not None and distributed.is_main():  # under torchrun, rank 0 writes the model
-        from bertscope.core.analyses.pruned_export import write_pruned_model
-
-        written = write_pruned_model(
-            model,
-            chosen,
-            output,
-            timing_texts=prepared.texts,
-            weights=weights,
-            extra={
-                "objective": prepared.name,
-                "method": method,
-                "ranking_ablation": ablation,
-                "fraction": fraction,
-                "data": source,
-                "metric": prepared.metric,
-                "before": {"loss": ranking.baseline_loss, "metric": ranking.baseline_metric},
-                "after": {"loss": after.loss, "metric": after.metric},
-            },
-        )
-    return Pruning(
+    pruning = Pruning(
         objective=prepared.name,
         metric=prepared.metric,
         source=source,
@@ -882,9 +865,20 @@ def prune_by(
         importance=ranking,
         loss_after=after.loss,
         metric_after=after.metric,
-        written=written,
+        written=None,
         timed_sentences=len(prepared.texts),
+        method=method,
+        ablation=ablation,
+        fraction=fraction,
     )
+    if output is not None and distributed.is_main():  # under torchrun, rank 0 writes the model
+        from bertscope.core.analyses.pruned_export import write_pruned_model
+
+        record = pruning.record()
+        record["ranking_ablation"] = record.pop("ablation")
+        written = write_pruned_model(model, chosen, output, timing_texts=prepared.texts, weights=weights, extra=record)
+        pruning = replace(pruning, written=written)
+    return pruning
 
 
 @dataclass(frozen=True)
@@ -900,6 +894,44 @@ class Pruning:
     metric_after: float
     written: PrunedModel | None
     timed_sentences: int
+    method: str = "gradient"  # how the heads were ranked
+    ablation: Ablation = "zero"  # ... under which ablation
+    fraction: float = 0.0
+
+    def record(self) -> dict:
+        """What was pruned and why, as the copy's bertscope-pruning.json and the CLI's JSON both say it."""
+        return {
+            "objective": self.objective,
+            "method": self.method,
+            "ablation": self.ablation,
+            "fraction": self.fraction,
+            "data": self.source,
+            "metric": self.metric,
+            "before": {"loss": self.importance.baseline_loss, "metric": self.importance.baseline_metric},
+            "after": {"loss": self.loss_after, "metric": self.metric_after},
+        }
+
+    def as_json(self, model: str) -> dict:
+        """The CLI's `prune --fraction --json`: the record, the heads, and the copy written (if any)."""
+        record = self.record()
+        payload = {"model": model, "data": record["data"]}
+        payload |= {key: record[key] for key in ("objective", "method", "ablation", "fraction")}
+        payload |= {"heads_pruned": len(self.mask.off), "heads_total": self.mask.num_layers * self.mask.num_heads}
+        payload |= {"mask": self.mask.spec()} | {key: record[key] for key in ("metric", "before", "after")}
+        written = self.written
+        if written is not None:
+            payload |= {
+                "output": str(written.directory),
+                "weights": written.format,
+                "parameters_before": written.parameters_before,
+                "parameters_after": written.parameters_after,
+                "speedup": round(written.speedup, 4),
+                "encoder_seconds_before": round(written.seconds_before, 6),
+                "encoder_seconds_after": round(written.seconds_after, 6),
+                "timed_sentences": self.timed_sentences,
+                "max_abs_difference_vs_masked": written.max_abs_difference,
+            }
+        return payload
 
 
 # the masked-LM head

@@ -62,3 +62,15 @@ def test_a_command_line_error_names_that_commands_flag(tmp_path):
     assert result.exit_code == 2
     line = result.output.strip().splitlines()[-1]
     assert line.startswith("bertscope: error:") and line.endswith("(--format)"), line
+
+
+def test_the_classification_objective_without_data_is_one_line_naming_data():
+    """The API's check, made by the CLI before the model loads: the same words, and the command's flag."""
+    from click.testing import CliRunner
+
+    from bertscope.cli import main
+
+    result = CliRunner().invoke(main, ["importance", "--objective", "classification"])
+    assert result.exit_code == 2
+    line = result.output.strip().splitlines()[-1]
+    assert "needs labelled data" in line and line.endswith("(--data FILE)"), line

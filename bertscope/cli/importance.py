@@ -87,14 +87,13 @@ def objective_options(command):
 
 def objective_data(objective, text, data, data_format, limit, task):
     """The sentences the objective is measured on (an api.Corpus), read before the model loads."""
-    from bertscope.api import Corpus
+    from bertscope.api import Corpus, check_objective_data
     from bertscope.core.data.corpus import ReadReport
 
     report = ReadReport()
     if text is None and data is None and objective == "probe":
         return Corpus([], f"built-in task {task}", report)
-    if text is None and data is None and objective == "classification":
-        raise BertscopeError("the classification objective needs labelled data: --data FILE (SentEval TSV: split<TAB>label<TAB>sentence)")
+    check_objective_data(objective, text, data)
     sentences, source = corpus_sentences(text, data, data_format, limit, report)
     return Corpus(list(sentences), source, report)
 
@@ -285,35 +284,10 @@ def _prune_to(session, prepared, source, method, ablation, normalize, fraction, 
     pruning = prune_by(
         session, prepared, ranking, fraction=fraction, output=output, weights=weights, source=source, method=method, ablation=ablation
     )
-    result, mask, chosen, written = ranking, pruning.mask, pruning.mask.off, pruning.written
+    result, mask, chosen = ranking, pruning.mask, pruning.mask.off
     total = session.num_layers * session.num_heads
-    payload = {
-        "model": session.info.source,
-        "data": source,
-        "objective": prepared.name,
-        "method": method,
-        "ablation": ablation,
-        "fraction": fraction,
-        "heads_pruned": len(chosen),
-        "heads_total": total,
-        "mask": mask.spec(),
-        "metric": prepared.metric,
-        "before": {"loss": result.baseline_loss, "metric": result.baseline_metric},
-        "after": {"loss": pruning.loss_after, "metric": pruning.metric_after},
-    }
+    payload = pruning.as_json(session.info.source)
     texts = prepared.texts
-    if written is not None:
-        payload |= {
-            "output": str(written.directory),
-            "weights": weights,
-            "parameters_before": written.parameters_before,
-            "parameters_after": written.parameters_after,
-            "speedup": round(written.speedup, 4),
-            "encoder_seconds_before": round(written.seconds_before, 6),
-            "encoder_seconds_after": round(written.seconds_after, 6),
-            "timed_sentences": len(texts),
-            "max_abs_difference_vs_masked": written.max_abs_difference,
-        }
     if as_json:
         print_json(payload)
         return

@@ -20,7 +20,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, ProgressBar, Select, Static
 
 from bertscope.core.data.corpus import read_sentences
-from bertscope.core.data.probing_tasks import TASKS, generate
+from bertscope.core.data.probing_tasks import TASKS, TREEBANK_TASKS, generate
 from bertscope.core.data.treebank import generate_treebank
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
@@ -31,8 +31,6 @@ from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults
 
 TREEBANK_SENTENCES = 1000  # for tasks with no file; smaller than the CLI's default: the pane should answer within a minute on a CPU
-
-FILE_TASKS = ("upos", "xpos", "deprel", "depth", "distance")
 
 
 def trained_on(report) -> str:
@@ -81,7 +79,7 @@ class ProbingScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         options = [(f"{task.name} ({task.group})", task.name) for task in TASKS.values()]
-        options += [(f"{name} (treebank)", name) for name in FILE_TASKS]  # a CoNLL-U file, else the built-in one
+        options += [(f"{name} (treebank)", name) for name in TREEBANK_TASKS]  # a CoNLL-U file, else the built-in one
         with Horizontal(id="probe-row"):
             yield Select(options, value="bigram_shift", allow_blank=False, id="task")
             yield Input(placeholder="data file for CoNLL-U / SentEval tasks (empty: built-in), Enter runs", id="probe-data")

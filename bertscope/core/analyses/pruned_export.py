@@ -45,6 +45,12 @@ class PrunedModel:
         return self.seconds_before / self.seconds_after if self.seconds_after > 0 else float("nan")
 
 
+def check_weights(weights: str) -> None:
+    """How a pruned copy keeps its heads' weights: sliced out, or zeroed."""
+    if weights not in FORMATS:
+        raise InputError(f"unknown pruned-model weights {weights!r}; use one of: {', '.join(FORMATS)}", setting="weights")
+
+
 def write_pruned_model(
     session: Session,
     remove: Sequence[tuple[int, int]],
@@ -63,8 +69,7 @@ def write_pruned_model(
     Written to a temporary directory beside `directory` and renamed into place when complete,
     so a failure never leaves half a model. `extra` goes into the pruning JSON file.
     """
-    if weights not in FORMATS:
-        raise InputError(f"unknown pruned-model weights {weights!r}; use one of: {', '.join(FORMATS)}", setting="weights")
+    check_weights(weights)
     target = Path(directory).expanduser()
     check_new_directory(target)
     already = pruned_heads_of(session.model.config)
