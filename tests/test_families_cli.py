@@ -101,3 +101,63 @@ def test_a_local_heads_heatmap_draws_the_cells_out_of_reach_apart(tmp_path):
     assert result.exit_code == 0 and "local: sees ±4" in result.stdout
     first_row = next(line for line in result.stdout.splitlines() if line.strip().startswith("[CLS]"))
     assert first_row.rstrip().endswith("··")  # [CLS] cannot reach the far end of the sentence
+
+
+def test_cloze_ablation_importance_and_pruning(models, tmp_path):
+    """The commands the table above leaves out: `fill --cloze` (answers one token in every family's tokenizer),
+    importance by ablation, a pruning curve, and a zeroed copy, which every family can write."""
+    family, made = models
+    queries = tmp_path / "cloze.tsv"
+    queries.write_text("The cat sat on the [MASK].\tmat\nThe keys to the cabinet are on the [MASK].\ttable\n", encoding="utf-8")
+    cloze = run("fill", "--cloze", queries, "--json", "-m", made["ForMaskedLM"])
+    assert cloze["queries"] >= 1, family
+    importance = run("importance", "--objective", "preserve", "--method", "ablation", "--json", "-m", made["ForMaskedLM"])
+    session = bertscope.load(str(made["ForMaskedLM"]), device="cpu")
+    assert len(importance["heads"]) == session.num_layers * session.num_heads
+    curve = run("prune", "-O", "preserve", "--curve", "--step", "0.25", "--json", "-m", made["ForMaskedLM"])
+    assert curve["points"], family
+    pruned = run("prune", "-O", "preserve", "--fraction", "0.25", "-o", tmp_path / "zeroed", "--weights", "zeroed", "--json",
+                 "-m", made["ForMaskedLM"])
+    assert pruned["weights"] == "zeroed" and pruned["max_abs_difference_vs_masked"] < 1e-4, family
+
+
+@pytest.mark.parametrize("family", ["modernbert", "deberta-v2"])
+def test_torchrun_shards_give_one_process_numbers(family, tmp_path):
+    """Two CPU ranks over a family with local layers (ModernBERT) and one with its own attention code (DeBERTa):
+    `patterns --norms` gives what one process gives."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    directory = save_tiny_family(tmp_path / "model", family, "ForMaskedLM", seed=2)
+    environment = {key: value for key, value in os.environ.items() if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    environment |= {"OMP_NUM_THREADS": "1", "BERTSCOPE_CPU_LINEAR": "blas",
+                    "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1]), environment.get("PYTHONPATH")]))}
+    arguments = ["patterns", "-m", str(directory), "--device", "cpu", "--norms", "--limit", "40", "--json"]
+    launchers = {"two": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "bertscope"],
+                 "one": [sys.executable, "-m", "bertscope"]}
+    for name, launcher in launchers.items():
+        done = subprocess.run([*launcher, *arguments, "-o", str(tmp_path / f"{name}.json")], capture_output=True, text=True,
+                              env=environment, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+    two, one = (json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8")) for name in ("two", "one"))
+    assert two["sentences"] == one["sentences"] == 40 and two["tokens"] == one["tokens"]
+    assert_same_numbers(two["heads"], one["heads"], family)  # every head's statistics, shares and pattern class
+    assert_same_numbers(two["layers"], one["layers"], family)
+
+
+def assert_same_numbers(got, expected, where: str) -> None:
+    """JSON values equal: numbers to 1e-5 (sums over two shards, in another order), everything else exactly."""
+    if isinstance(expected, dict):
+        assert set(got) == set(expected), where
+        for key in expected:
+            assert_same_numbers(got[key], expected[key], f"{where}.{key}")
+    elif isinstance(expected, list):
+        assert len(got) == len(expected), where
+        for index, (a, b) in enumerate(zip(got, expected)):
+            assert_same_numbers(a, b, f"{where}[{index}]")
+    elif isinstance(expected, float):
+        assert abs(got - expected) <= 1e-5, (where, got, expected)
+    else:
+        assert got == expected, (where, got, expected)

@@ -1,0 +1,43 @@
+"""The explorer on every family (issue 30): the real backend over each tiny model of tests/family_models.py, driven as a
+person drives it. What it shows is held to independent references elsewhere; here, that every screen opens and runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import bertscope
+from bertscope.session_backend import SessionBackend
+from bertscope.ui.geometry import GeometryScreen
+from bertscope.ui.overview import OverviewScreen
+from bertscope.ui.widgets.head_grid import HeadGrid
+from tests.family_models import FAMILIES, save_tiny_family
+from tests.test_ui import heatmap_text, make_app, rendered, run, settle
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_screen_of_the_explorer_opens_on_every_family(family, tmp_path):
+    session = bertscope.load(str(save_tiny_family(tmp_path / family, family, "ForMaskedLM", seed=2)), device="cpu")
+    app = make_app(SessionBackend(session), text="The keys to the cabinet are on the table.")
+    failures = []
+    app.notify = lambda message, **options: failures.append(message) if options.get("severity") == "error" else None
+
+    async def steps(pilot):
+        assert app.analysis is not None and "layer 0 · head 0" in heatmap_text(app)
+        await pilot.press("down", "space")  # head 1:0 off
+        await settle(pilot)
+        assert app.analysis.current.mask.spec() == "1:0" and np.all(app.analysis.current.attentions[1, 0] == 0)
+        await pilot.press("i")  # head importance for the MLM objective over the sample corpus
+        await settle(pilot)
+        assert "importance (mlm)" in rendered(app.query_one(HeadGrid))
+        await pilot.press("o")  # the overview: pattern statistics over the sample corpus
+        await settle(pilot)
+        assert isinstance(app.screen, OverviewScreen) and app.screen.result is not None and app.screen.result.sentences > 0
+        await pilot.press("escape", "escape")
+        await pilot.pause()
+        await pilot.press("g")  # geometry over the generated treebank
+        await settle(pilot)
+        assert isinstance(app.screen, GeometryScreen) and app.screen.result is not None
+        assert failures == [], failures
+
+    run(app, steps)
