@@ -130,18 +130,19 @@ def corpus(
         return texts
     report = ReadReport()
     if texts is not None and data is not None:
-        raise InputError("give either texts or a data file, not both")
+        raise InputError("give either a text or a corpus file, not both", setting="data")
     if texts is not None:
         texts = [texts] if isinstance(texts, str) else list(texts)
         if not texts or not all(text.strip() for text in texts):
-            raise InputError("the text is empty; give a sentence, or a corpus file")
+            raise InputError("the text is empty; give a sentence, or a corpus file", setting="data")
         report.sentences = len(texts)
         location = "TEXT" if len(texts) == 1 else "text {}"
         return Corpus([Sentence(text=text, location=location.format(i + 1)) for i, text in enumerate(texts)], "TEXT", report)
     if data is None and not sample:
         return Corpus([], "", report)
-    path = data if data is not None else sample_corpus()
-    return Corpus(read_sentences(path, data_format, limit=limit, report=report), str(path), report)
+    if data is None:  # the sample corpus, in its own format whatever `data_format` says of a file
+        data, data_format = sample_corpus(), "auto"
+    return Corpus(read_sentences(data, data_format, limit=limit, report=report), str(data), report)
 
 
 def encoded(model: Session, text: str, pair: str | None = None, *, tell: Tell = note) -> Encoding:

@@ -379,7 +379,7 @@ def test_patterns_bad_corpora(run, tiny_bert_dir, tmp_path, content, fragment):
 
 def test_patterns_bad_arguments(run, tiny_bert_dir, tmp_path):
     assert_one_line_error(run("patterns", "--data", str(tmp_path / "missing.txt"), "-m", str(tiny_bert_dir)), "missing.txt")
-    assert_one_line_error(run("patterns", "x", "--data", "y", "-m", str(tiny_bert_dir)), "either TEXT or --data")
+    assert_one_line_error(run("patterns", "x", "--data", "y", "-m", str(tiny_bert_dir)), "give either a text or a corpus file, not both (--data FILE)")
     assert_one_line_error(run("patterns", "--data", str(tmp_path), "-m", str(tiny_bert_dir)), "directory")
 
 

@@ -68,9 +68,9 @@ EMPTY_TEXT = [
     (("attention", "", "-l", "0", "-H", "0"), "the text is empty; give a sentence to analyse"),
     (("attention", SENTENCE, "--pair", " ", "-l", "0", "-H", "0"), "the pair text is empty; give a second sentence or leave --pair out"),
     (("export", "  ", "-o", "OUT"), "the text is empty; give a sentence to analyse"),
-    (("patterns", " "), "the text is empty; give a sentence, or --data FILE for a corpus"),
-    (("geometry", ""), "the text is empty; give a sentence, or --data FILE for a corpus"),
-    (("importance", " ", "-O", "preserve"), "the text is empty; give a sentence, or --data FILE for a corpus"),
+    (("patterns", " "), "the text is empty; give a sentence, or a corpus file (--data FILE)"),
+    (("geometry", ""), "the text is empty; give a sentence, or a corpus file (--data FILE)"),
+    (("importance", " ", "-O", "preserve"), "the text is empty; give a sentence, or a corpus file (--data FILE)"),
     (("fill", " "), "the text is empty; give a sentence with [MASK] where the missing word goes"),
     (("attribute", ""), "the text is empty; give a sentence to explain"),
 ]

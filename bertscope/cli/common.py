@@ -28,7 +28,6 @@ from bertscope.core.errors import BertscopeError
 from bertscope.core.model.masks import ABLATIONS, HeadMask
 
 if TYPE_CHECKING:
-    from bertscope.core.data.corpus import ReadReport
     from bertscope.core.model.deferred import DeferredSession
     from bertscope.core.model.model_files import ModelFiles
     from bertscope.core.model.session import Session
@@ -358,25 +357,6 @@ def data_options(command):
         "--data", "data", default=None, metavar="FILE", help="A corpus file. Default: the sample corpus shipped with bertscope."
     )(command)
     return click.argument("text", required=False)(command)
-
-
-def corpus_sentences(text: str | None, data: str | None, data_format: str, limit: int | None, report: ReadReport):
-    """The sentences to analyse and where they come from: TEXT, or the --data file, or the shipped sample corpus.
-
-    A file is checked at once (missing, unreadable, a directory) and read lazily.
-    """
-    from bertscope.core.data.corpus import Sentence, read_sentences, sample_corpus
-
-    if text is not None and data is not None:
-        raise BertscopeError("give either TEXT or --data FILE, not both")
-    if text is not None:
-        check_text(text, "give a sentence, or --data FILE for a corpus")
-        report.sentences = 1
-        return [Sentence(text=text, location="TEXT")], "TEXT"
-    if data is None:
-        path = sample_corpus()
-        return read_sentences(path, limit=limit, report=report), str(path)
-    return read_sentences(data, data_format, limit=limit, report=report), data
 
 
 # --- running and printing ------------------------------------------------------------------------

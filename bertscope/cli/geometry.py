@@ -12,7 +12,6 @@ from bertscope.cli.common import (
     batch_size_option,
     check_hidden_layer,
     chosen_theme,
-    corpus_sentences,
     data_options,
     head_mask,
     mask_options,
@@ -53,11 +52,10 @@ def sample_options(command):
 
 
 def read_corpus(text, data, data_format, limit):
-    from bertscope.core.data.corpus import ReadReport
+    from bertscope.api import corpus
 
-    report = ReadReport()
-    sentences, source = corpus_sentences(text, data, data_format, limit, report)
-    return list(sentences), source, report
+    chosen = corpus(text, data=data, data_format=data_format, limit=limit)
+    return list(chosen.sentences), chosen.source, chosen.report
 
 
 @click.command()

@@ -9,7 +9,6 @@ from bertscope.cli.common import (
     api_call,
     batch_size_option,
     check_hidden_layer,
-    corpus_sentences,
     format_options,
     model_options,
     output_option,
@@ -87,15 +86,14 @@ def objective_options(command):
 
 def objective_data(objective, text, data, data_format, limit, task):
     """The sentences the objective is measured on (an api.Corpus), read before the model loads."""
-    from bertscope.api import Corpus, check_objective_data
+    from bertscope.api import Corpus, check_objective_data, corpus
     from bertscope.core.data.corpus import ReadReport
 
-    report = ReadReport()
     if text is None and data is None and objective == "probe":
-        return Corpus([], f"built-in task {task}", report)
+        return Corpus([], f"built-in task {task}", ReadReport())
     check_objective_data(objective, text, data)
-    sentences, source = corpus_sentences(text, data, data_format, limit, report)
-    return Corpus(list(sentences), source, report)
+    chosen = corpus(text, data=data, data_format=data_format, limit=limit)
+    return Corpus(list(chosen.sentences), chosen.source, chosen.report)
 
 
 def load_objective(model: ModelChoice, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed):

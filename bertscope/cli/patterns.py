@@ -8,7 +8,6 @@ from bertscope.cli.common import (
     ModelChoice,
     api_call,
     batch_size_option,
-    corpus_sentences,
     data_options,
     format_options,
     head_mask,
@@ -46,10 +45,10 @@ def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, no
     out (Kobayashi et al. 2020): how much of what a head moves comes from there, not only
     where it looks. Same forward passes.
     """
-    from bertscope.core.data.corpus import ReadReport
+    from bertscope.api import corpus
 
-    report = ReadReport()
-    sentences, source = corpus_sentences(text, data, data_format, limit, report)
+    chosen = corpus(text, data=data, data_format=data_format, limit=limit)
+    sentences, source, report = chosen.sentences, chosen.source, chosen.report
     mask = head_mask(mask_spec, model.shape())
     session = model.open()
     from bertscope import api
