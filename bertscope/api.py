@@ -491,6 +491,17 @@ def probe_steps(
     )
 
 
+def built_in_treebank(size: int | None = None) -> Corpus:
+    """The generated treebank (core.data.treebank: bertscope's grammar, every word annotated), for word and
+    structural tasks given no file; `size` sentences (None: its default)."""
+    from bertscope.core.data.treebank import DEFAULT_SENTENCES, generate_treebank
+
+    size = size or DEFAULT_SENTENCES
+    report = ReadReport()
+    report.sentences = size
+    return Corpus(generate_treebank(size), f"built-in treebank ({size:,} sentences)", report)
+
+
 def probe_sentences(task: str, data, dev, test, data_format: str = "auto", limit: int | None = None):
     """The train, dev and test sentences of a probing task, where they came from, and notes on the choice."""
     from bertscope.core.data.probing_tasks import TASKS, generate
@@ -499,14 +510,12 @@ def probe_sentences(task: str, data, dev, test, data_format: str = "auto", limit
         if dev is not None or test is not None:
             raise InputError("a dev or test file needs a training file too", setting="data")
         if task in TREEBANK_TASKS:
-            from bertscope.core.data.treebank import DEFAULT_SENTENCES, generate_treebank
-
-            size = limit or DEFAULT_SENTENCES
+            built = built_in_treebank(limit)
             message = (
-                f"no data given: probing a generated treebank of {size:,} sentences (bertscope's built-in grammar; "
-                "the treebank command writes it out as CoNLL-U)"
+                f"no data given: probing a generated treebank of {built.report.sentences:,} sentences (bertscope's built-in "
+                "grammar; the treebank command writes it out as CoNLL-U)"
             )
-            return generate_treebank(size), None, None, f"built-in treebank ({size:,} sentences)", [message]
+            return built.sentences, None, None, built.source, [message]
         if task not in TASKS:
             raise InputError(
                 f"unknown task {task!r} without data; built-in tasks: {', '.join((*TASKS, *TREEBANK_TASKS))}; or give a corpus file",

@@ -20,8 +20,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Input, ProgressBar, Static
 
-from bertscope.core.data.corpus import ReadReport, read_sentences, sample_corpus
-from bertscope.core.data.treebank import generate_treebank
+from bertscope.api import built_in_treebank, corpus
+from bertscope.core.data.corpus import ReadReport, sample_corpus
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
 from bertscope.render.geometry import cka_heatmap, scatter
@@ -82,13 +82,14 @@ class _CorpusRunScreen(Screen[tuple[int, int] | None]):
         `data`, `mask` and `ablation` say what the run is on, to keep with its result.
         """
         self._run_on = (data, mask, ablation)
-        self._read = report = ReadReport()
+        self._read = ReadReport()
         self.query_one(".progress-text", Static).update(describe)
         self.query_one(ProgressBar).update(total=None, progress=0)
 
         def job(cancel):
-            sentences = list(read_sentences(path, report=report)) if path else generate_treebank(TREEBANK_SENTENCES)
-            return analyse(sentences, cancel)
+            chosen = corpus(data=path) if path else built_in_treebank(TREEBANK_SENTENCES)
+            self._read = chosen.report  # filled as the sentences are read
+            return analyse(list(chosen.sentences), cancel)
 
         self.job.start(job)
 

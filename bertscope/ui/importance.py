@@ -23,8 +23,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Label, Static
 
+from bertscope.api import corpus
 from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
-from bertscope.core.data.corpus import read_sentences, sample_corpus
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
 from bertscope.render.importance import curve_chart
@@ -78,7 +78,7 @@ class ObjectivePanel(Static):
     def sentences(self) -> list:
         """The sample corpus's first sentences: what importance is estimated and measured on."""
         if self._sentences is None:
-            self._sentences = list(read_sentences(sample_corpus(), limit=SAMPLE_SENTENCES))
+            self._sentences = list(corpus(limit=SAMPLE_SENTENCES).sentences)
         return self._sentences
 
     def with_importance(self, then: Callable[[HeadImportance], None], mask: HeadMask, ablation: Ablation) -> None:

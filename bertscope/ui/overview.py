@@ -25,8 +25,9 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Input, ProgressBar, Static
 
+from bertscope.api import corpus, treebank
 from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
-from bertscope.core.data.corpus import ReadReport, detect_format, read_sentences, sample_corpus
+from bertscope.core.data.corpus import ReadReport, detect_format, sample_corpus
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import NORM_SHARES, PATTERNS, STATISTICS, PatternResult
 from bertscope.core.progress import Progress
@@ -216,13 +217,14 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         if not path:
             self.notify("give a corpus file, then Enter", severity="warning")
             return
-        self._read = report = ReadReport()
+        self._read = ReadReport()
         self.query_one("#progress-text", Static).update(f"reading {path}…")
         self.query_one(ProgressBar).update(total=None, progress=0)
 
         def job(cancel):
-            sentences = read_sentences(path, report=report)  # read as the run goes
-            return self.backend.attention_patterns(sentences, mask=self.mask, ablation=self.ablation, norms=True, cancel=cancel)
+            chosen = corpus(data=path)  # read as the run goes
+            self._read = chosen.report
+            return self.backend.attention_patterns(chosen.sentences, mask=self.mask, ablation=self.ablation, norms=True, cancel=cancel)
 
         self.job.start(job)
         self._run_syntax(path)
@@ -233,15 +235,15 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         if self.shading == SYNTAX_FIGURE:
             self.shading = "pattern"
         try:
-            treebank = detect_format(path) == "conllu"
+            has_trees = detect_format(path) == "conllu"
         except Exception:  # a missing file: the patterns run says so
-            treebank = False
-        if not treebank:
+            has_trees = False
+        if not has_trees:
             self.syntax_job.cancel()
             return
 
         def job(cancel):
-            return self.backend.syntax_heads(read_sentences(path, "conllu"), mask=self.mask, ablation=self.ablation, cancel=cancel)
+            return self.backend.syntax_heads(treebank(path).sentences, mask=self.mask, ablation=self.ablation, cancel=cancel)
 
         self.syntax_job.start(job)
 

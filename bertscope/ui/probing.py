@@ -19,9 +19,8 @@ from textual.containers import Horizontal, ScrollableContainer
 from textual.screen import Screen
 from textual.widgets import Footer, Input, ProgressBar, Select, Static
 
-from bertscope.core.data.corpus import read_sentences
+from bertscope.api import built_in_treebank, corpus
 from bertscope.core.data.probing_tasks import TASKS, TREEBANK_TASKS, generate
-from bertscope.core.data.treebank import generate_treebank
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
 from bertscope.ui.export import json_text, save_screen
@@ -123,11 +122,11 @@ class ProbingScreen(Screen[None]):
 
         def job(cancel):
             if data:
-                sentences = list(read_sentences(data))
+                sentences = list(corpus(data=data).sentences)
             elif task in TASKS:  # the CLI's sets, as attribution and patching train on: one probe, one number
                 sentences = generate(task)
             else:  # a CoNLL-U task with no file: the generated treebank (core.data.treebank)
-                sentences = generate_treebank(TREEBANK_SENTENCES)
+                sentences = list(built_in_treebank(TREEBANK_SENTENCES).sentences)
             return self.backend.probe(task, sentences, mask=mask, ablation=self.ablation, cancel=cancel)
 
         self.job.start(job)

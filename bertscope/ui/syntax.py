@@ -17,8 +17,8 @@ import numpy as np
 from rich.text import Text
 from textual.widgets import Static
 
+from bertscope.api import treebank
 from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
-from bertscope.core.data.corpus import read_sentences, sample_corpus
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
 from bertscope.ui.job_run import JobRun
@@ -92,7 +92,7 @@ class SyntaxPanel(Static):
     def sentences(self) -> list:
         """The shipped sample treebank (164 sentences annotated by hand in UD v2)."""
         if self._sentences is None:
-            self._sentences = list(read_sentences(sample_corpus("conllu")))
+            self._sentences = list(treebank().sentences)
         return self._sentences
 
     def show_for(self, mask: HeadMask, ablation: Ablation) -> None:
