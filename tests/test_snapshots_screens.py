@@ -111,7 +111,7 @@ def short_sample_path(monkeypatch):
     monkeypatch.chdir(root)
     relative = lambda: Path("bertscope/data/sample.txt")  # noqa: E731
     monkeypatch.setattr("bertscope.ui.overview.sample_corpus", relative)
-    monkeypatch.setattr("bertscope.ui.geometry.sample_corpus", relative)
+    monkeypatch.setattr("bertscope.ui.comparison.sample_corpus", relative)  # the comparison screen's corpus field
 
 
 @pytest.mark.usefixtures("short_sample_path")

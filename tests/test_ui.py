@@ -445,7 +445,8 @@ def test_unknown_figure_in_a_session_file(tmp_path):
 
 
 def test_overview_runs_over_a_corpus_and_opens_a_head(tmp_path):
-    from bertscope.ui.overview import OverviewScreen, PatternGrid
+    from bertscope.ui.overview import OverviewScreen
+    from bertscope.ui.widgets.pattern_grid import PatternGrid
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(f"sentence number {i}" for i in range(7)))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from bertscope.ui.geometry import ComparisonScreen, GeometryScreen
-from bertscope.ui.overview import PatternGrid
+from bertscope.ui.comparison import ComparisonScreen
+from bertscope.ui.geometry import GeometryScreen
+from bertscope.ui.widgets.pattern_grid import PatternGrid
 from tests.fake_backend import FakeBackend
 from tests.test_ui import heatmap_text, make_app, rendered, run, settle
 

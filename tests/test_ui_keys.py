@@ -11,7 +11,8 @@ from textual.widgets import Input, Select
 
 from bertscope.ui.geometry import GeometryScreen, Scatter
 from bertscope.ui.importance import PruningCurveScreen
-from bertscope.ui.overview import OverviewScreen, PatternGrid
+from bertscope.ui.overview import OverviewScreen
+from bertscope.ui.widgets.pattern_grid import PatternGrid
 from bertscope.ui.probing import ProbingScreen
 from bertscope.ui.widgets.head_grid import HeadGrid
 from bertscope.ui.widgets.panels import EffectPanel

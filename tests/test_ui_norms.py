@@ -72,7 +72,7 @@ def test_export_in_norms_mode_writes_the_norms(tmp_path):
 def test_n_in_the_overview_shows_the_shares_of_norm(tmp_path):
     """The overview takes the norms in the same passes; `n` shades the grid, fills the head's details and draws the
     per-layer chart from the shares of ‖αf‖ instead of the weights, and back."""
-    from bertscope.ui.overview import PatternGrid
+    from bertscope.ui.widgets.pattern_grid import PatternGrid
     from tests.test_ui import overview_of
 
     corpus = tmp_path / "corpus.txt"

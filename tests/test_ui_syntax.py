@@ -67,7 +67,7 @@ def test_the_figure_follows_the_mask():
 
 def test_the_overview_of_a_treebank_tables_and_shades_heads_that_track_syntax():
     from bertscope.core.data.corpus import sample_corpus
-    from bertscope.ui.overview import PatternGrid
+    from bertscope.ui.widgets.pattern_grid import PatternGrid
 
     app = make_app()
 

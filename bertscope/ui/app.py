@@ -36,9 +36,10 @@ from bertscope.render.heatmap import SCALES, beyond_reach, reach_note
 from bertscope.theming import DEFAULT_THEME, load_theme
 from bertscope.ui.attribution import AttributionRow
 from bertscope.ui.backend import Backend
+from bertscope.ui.comparison import ComparisonScreen
 from bertscope.ui.export import export_view
 from bertscope.ui.focus import focus_main, leave_input
-from bertscope.ui.geometry import ComparisonScreen, GeometryScreen
+from bertscope.ui.geometry import GeometryScreen
 from bertscope.ui.help import HelpScreen
 from bertscope.ui.importance import IMPORTANCE_FIGURE, ObjectivePanel, PruneToScreen, PruningCurveScreen, importance_overlay
 from bertscope.ui.job_run import JobRun

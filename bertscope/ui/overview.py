@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 from rich.console import Group
-from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 from textual import on
@@ -31,7 +30,7 @@ from bertscope.core.data.corpus import ReadReport, detect_format, sample_corpus
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import NORM_SHARES, PATTERNS, STATISTICS, PatternResult
 from bertscope.core.progress import Progress
-from bertscope.render.patterns import PATTERN_LETTERS, layer_bars, layer_pattern_table
+from bertscope.render.patterns import layer_bars, layer_pattern_table
 from bertscope.render.syntax import syntax_table
 from bertscope.ui.export import csv_text, save_screen
 from bertscope.ui.focus import leave_input
@@ -39,7 +38,8 @@ from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
 from bertscope.ui.syntax import SYNTAX_FIGURE, kept_relation, next_relation, syntax_label, syntax_overlay
-from bertscope.ui.widgets.head_grid import CELL, HeadGrid
+from bertscope.ui.widgets.head_grid import HeadGrid
+from bertscope.ui.widgets.pattern_grid import PatternGrid
 
 SHADINGS = ("pattern", *STATISTICS)  # and SYNTAX_FIGURE, once a CoNLL-U corpus gave heads that track syntax
 SYNTAX_ROWS = 8  # relations in the overview's table, most frequent first
@@ -79,42 +79,6 @@ def layer_numbers(values: dict[str, np.ndarray]) -> Table:
     for layer in range(len(next(iter(values.values())))):
         table.add_row(str(layer), *(f"{series[layer]:.2f}" for series in values.values()))
     return table
-
-
-class PatternGrid(HeadGrid, inherit_bindings=False):
-    """The head grid, with cells coloured by pattern class when asked (heads are chosen, not masked, here)."""
-
-    BINDINGS = [binding for binding in HeadGrid.BINDINGS if binding.action.startswith("move")]
-
-    def __init__(self, colormap, *, id: str | None = None) -> None:
-        super().__init__(colormap, id=id)
-        self.classes_of: np.ndarray | None = None  # [L, H] index into PATTERNS, or None to shade values
-        self.class_colours: dict[str, str] = {}
-
-    def show_classes(self, classes: np.ndarray, colours: dict[str, str], selected: tuple[int, int], label: str) -> None:
-        self.classes_of, self.class_colours = classes, colours
-        self.values, self.figure_label, self.selected = None, label, selected
-        self.refresh()
-
-    def show(self, values, value_range, figure_label, mask, selected) -> None:
-        self.classes_of = None
-        super().show(values, value_range, figure_label, mask, selected)
-
-    def _append_cell(self, text: Text, layer: int, head: int) -> None:
-        if self.classes_of is None:
-            return super()._append_cell(text, layer, head)
-        name = PATTERNS[self.classes_of[layer, head]]
-        letter = PATTERN_LETTERS[name]
-        chosen = (layer, head) == self.selected
-        body = (f"[{letter}]" if chosen else f" {letter} ") if len(letter) == 1 else (f"[{letter}" if chosen else f" {letter}")
-        style = Style(bold=chosen, reverse=chosen or self.glyphs, bgcolor=None if self.glyphs else self.class_colours[name])
-        text.append(body[:CELL].ljust(CELL), style=style)
-
-    def _legend(self) -> str:
-        if self.classes_of is None:
-            return super()._legend()
-        layer, head = self.selected
-        return f"{self.figure_label}  {layer}:{head} {PATTERNS[self.classes_of[layer, head]]}"
 
 
 class OverviewScreen(Screen[tuple[int, int] | None]):

@@ -34,7 +34,7 @@ from bertscope.ui.focus import leave_input
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
-from bertscope.ui.overview import PatternGrid
+from bertscope.ui.widgets.pattern_grid import PatternGrid
 
 DEFAULT_TASK = "subject_number"  # the number of the subject's head noun: the worked example's question
 DIRECTION_NOTES = {

@@ -1,0 +1,118 @@
+"""The shared shape of a screen that runs one analysis over a corpus: a corpus field, a worker with a progress bar,
+escape to cancel (then to leave), the finished run kept on the app and shown again when the screen comes back, and `e`
+to save the screen with the result's numbers. The geometry and comparison screens are built on it."""
+
+from __future__ import annotations
+
+from textual.screen import Screen
+from textual.widgets import ProgressBar, Static
+
+from bertscope.api import built_in_treebank, corpus
+from bertscope.core.data.corpus import ReadReport
+from bertscope.core.progress import Progress
+from bertscope.ui.export import json_text, save_screen
+from bertscope.ui.focus import leave_input
+from bertscope.ui.job_run import JobRun
+from bertscope.ui.kept import KeptResults, KeptRun
+
+
+class CorpusRunScreen(Screen[tuple[int, int] | None]):
+    """What both screens share: a corpus field, a worker with progress, escape to cancel, then back.
+
+    A finished run is kept on the app under `name_kept` (ui.kept) and shown again when the screen
+    comes back; `e` saves the screen and `export_data()`.
+    """
+
+    name_kept = ""
+    treebank_sentences = 500  # the corpus when none is given: the generated treebank, words coloured by UPOS
+
+    def __init__(self, kept: KeptResults | None = None) -> None:
+        super().__init__()
+        self.kept = kept if kept is not None else KeptResults()
+        self.result = None
+        self.job = JobRun(self, self.stepped, name="corpus-run", on_failed=self.failed)
+        self._run_on = ("", "", "")  # (data, mask spec, ablation) of the run under way
+        self._read = ReadReport()  # what reading its corpus skipped
+
+    @property
+    def running(self) -> bool:
+        return self.job.running
+
+    def restore(self) -> KeptRun | None:
+        """Show the kept run, if there is one, and return it."""
+        kept = self.kept.runs.get(self.name_kept)
+        if kept is not None:
+            self.result = kept.result
+            self.query_one(ProgressBar).update(total=1, progress=1)
+            self.query_one(".progress-text", Static).update(f"{self.done_text()} · kept from before (r runs again)")
+            self.call_after_refresh(self.draw)
+        return kept
+
+    def keep_view(self) -> dict:
+        """What of the screen's view to keep with the result (overridden)."""
+        return {}
+
+    def run_on_corpus(self, describe: str, path: str, analyse, data: str = "", mask: str = "", ablation: str = "") -> None:
+        """Read the corpus at `path` (empty: the built-in treebank), then run `analyse(sentences, cancel)` on it.
+
+        `data`, `mask` and `ablation` say what the run is on, to keep with its result.
+        """
+        self._run_on = (data, mask, ablation)
+        self._read = ReadReport()
+        self.query_one(".progress-text", Static).update(describe)
+        self.query_one(ProgressBar).update(total=None, progress=0)
+
+        def job(cancel):
+            chosen = corpus(data=path) if path else built_in_treebank(self.treebank_sentences)
+            self._read = chosen.report  # filled as the sentences are read
+            return analyse(list(chosen.sentences), cancel)
+
+        self.job.start(job)
+
+    def stepped(self, progress: Progress) -> None:
+        bar = self.query_one(ProgressBar)
+        if not progress.finished:
+            total = f" of {progress.total:,}" if progress.total else ""
+            self.query_one(".progress-text", Static).update(f"{progress.stage}: {progress.done:,}{total} · escape cancels")
+            bar.update(total=progress.total, progress=progress.done)
+            return
+        self.result = progress.result
+        self.kept.runs[self.name_kept] = KeptRun(*self._run_on, self.result, self.keep_view())
+        bar.update(total=1, progress=1)
+        self.query_one(".progress-text", Static).update(self.done_text())
+        if self._read.skipped:
+            self.notify(self._read.summary(), severity="warning", timeout=10)
+        for note in getattr(self.result, "notes", ()):
+            self.notify(note, timeout=6)
+        self.draw()
+
+    def failed(self, reason: str) -> None:
+        self.query_one(".progress-text", Static).update("stopped: " + reason)
+
+    def on_screen_suspend(self) -> None:
+        kept = self.kept.runs.get(self.name_kept)
+        if kept is not None and kept.result is self.result:
+            self.kept.runs[self.name_kept] = KeptRun(kept.data, kept.mask, kept.ablation, kept.result, self.keep_view())
+
+    def on_unmount(self) -> None:
+        self.on_screen_suspend()
+
+    def action_export(self) -> None:
+        save_screen(self.app, self.name_kept, None if self.result is None else json_text(self.export_data()), ".json")
+
+    def export_data(self) -> dict:
+        raise NotImplementedError
+
+    def action_back(self) -> None:
+        if leave_input(self):
+            return
+        if self.job.cancel():
+            self.query_one(".progress-text", Static).update("cancelled (r runs again)")
+            return
+        self.dismiss(None)
+
+    def done_text(self) -> str:
+        raise NotImplementedError
+
+    def draw(self) -> None:
+        raise NotImplementedError
