@@ -151,3 +151,12 @@ def test_bounding_the_caches_keeps_the_users_settings(monkeypatch):
     cpu_linear.bound_primitive_cache()
     assert os.environ["LRU_CACHE_CAPACITY"] == cpu_linear.IDEEP_CACHE
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "8"
+
+
+@needs_onednn
+def test_a_layer_with_every_head_pruned_leaves_onednn_on(monkeypatch):
+    """A weight of width 0 (a layer that lost every head) is computed plainly, and oneDNN stays on for the rest."""
+    monkeypatch.setattr(cpu_linear, "_available", True)
+    rows, empty_weight = torch.randn(3, 0), torch.randn(4, 0)
+    assert torch.equal(cpu_linear.product(rows, empty_weight), torch.zeros(3, 4))
+    assert cpu_linear.onednn_enabled()

@@ -59,7 +59,10 @@ def product(a: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """`a @ weight.T (+ bias)`, through oneDNN for fp32 CPU tensors outside autograd."""
     global _available
     fp32_cpu = a.device.type == "cpu" and a.dtype == torch.float32 and weight.dtype == torch.float32
-    if _available and fp32_cpu and not _needs_grad(a, weight, bias):
+    # An empty product (a layer whose heads are all pruned: a weight of width 0) is refused by oneDNN; it is not a
+    # reason to leave oneDNN for good, only to compute this one plainly.
+    empty = a.numel() == 0 or weight.numel() == 0
+    if _available and fp32_cpu and not empty and not _needs_grad(a, weight, bias):
         try:
             return torch.ops.mkldnn._linear_pointwise(a, weight, bias, "none", [], "")
         except (AttributeError, RuntimeError):  # a torch without the operator, or one that refuses these inputs
