@@ -101,8 +101,7 @@ class SessionBackend:
         ablation: Ablation = "zero",
         start_from: ForwardResult | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        weights, norms = self.session.layer_maps(text, layer, mask=mask, ablation=ablation, norms=True, start_from=start_from)
-        return weights, norms
+        return self.session.layer_maps(text, layer, mask=mask, ablation=ablation, norms=True, start_from=start_from)
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
         return self.session.mask_predictions(result, top)

@@ -49,6 +49,10 @@ class BertscopeGroup(click.Group):
             args = ["explore", *args]
         return super().parse_args(ctx, args)
 
+    def _failed_command(self, ctx: click.Context) -> click.Command | None:
+        """The command that was running, whose flags an error's advice names."""
+        return self.commands.get(ctx.invoked_subcommand or "")
+
     def invoke(self, ctx: click.Context):
         from bertscope.core import distributed
 
@@ -58,13 +62,12 @@ class BertscopeGroup(click.Group):
                 return super().invoke(ctx)
         except distributed.RankFailed as error:  # another rank's failure, said once, by rank 0
             if here.main:
-                click.echo(f"bertscope: error: {error_line(error, self.commands.get(ctx.invoked_subcommand or ''))}", err=True)
+                click.echo(f"bertscope: error: {error_line(error, self._failed_command(ctx))}", err=True)
             ctx.exit(error.status)
         except BertscopeError as error:
             if here.main or isinstance(error, distributed.RankSetupFailed):
                 prefix = f"rank {here.rank}: " if distributed.started() else ""  # before the group starts, every rank sees the same
-                command = self.commands.get(ctx.invoked_subcommand or "")
-                click.echo(f"bertscope: error: {prefix}{error_line(error, command)}", err=True)
+                click.echo(f"bertscope: error: {prefix}{error_line(error, self._failed_command(ctx))}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
         except KeyboardInterrupt as stop:
             # Files are written whole or not at all (temporary file, then rename), so a stop
@@ -80,7 +83,7 @@ class BertscopeGroup(click.Group):
                 line = distributed.failure_line(error)
                 setting = distributed.failure_setting(error)  # out of memory: the flag that makes passes smaller
                 if setting is not None:
-                    line += f" ({flag_for(setting, self.commands.get(ctx.invoked_subcommand or ''))})"
+                    line += f" ({flag_for(setting, self._failed_command(ctx))})"
                 click.echo(f"bertscope: error: rank {here.rank}: {line}", err=True)
             if os.environ.get("BERTSCOPE_DEBUG"):
                 raise

@@ -418,18 +418,14 @@ class ExplorerApp(App[None]):
             grid.show(
                 analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), self.mask, (layer, head)
             )
+        self.query_one(EffectPanel).show(
+            analysis.cosines, len(analysis.current.mask), analysis.predictions_plain, analysis.predictions_current, analysis.current.tokens
+        )
         view = self.query_one(AttentionView)
         shown = self._displayed_matrix()
         if shown is None:  # a long input's layer not computed yet
             view.show_message(f"layer {layer} of a {length}-token input: computing its maps…")
             self._load_layer(layer)
-            self.query_one(EffectPanel).show(
-                analysis.cosines,
-                len(analysis.current.mask),
-                analysis.predictions_plain,
-                analysis.predictions_current,
-                analysis.current.tokens,
-            )
             return
         weights, title, masked = shown
         # Once the view shows a map it owns the cursor: keys it has handled may not have reached the state yet.
@@ -452,9 +448,6 @@ class ExplorerApp(App[None]):
         self.state = self.state.with_(cursor=view.cursor)
         row = view.cursor[0]
         self.query_one(TokenPanel).show(analysis.current.tokens, weights[row], row, norms=self._norms_shown())
-        self.query_one(EffectPanel).show(
-            analysis.cosines, len(analysis.current.mask), analysis.predictions_plain, analysis.predictions_current, analysis.current.tokens
-        )
 
     def _norms_shown(self) -> bool:
         """Whether the heatmap shows norms: asked for (`n`) and computed by the backend."""
