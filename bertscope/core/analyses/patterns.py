@@ -55,7 +55,7 @@ from torch import Tensor
 
 from bertscope.core import distributed
 from bertscope.core.analyses.headstats import is_punctuation
-from bertscope.core.analyses.streaming import encoded_batches
+from bertscope.core.analyses.streaming import CorpusBatches, item_lengths
 from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
@@ -357,7 +357,7 @@ def pattern_statistics(
     mask: HeadMask | None = None,
     ablation: Ablation = "zero",
     batch_size: int | None = None,
-    chunk_size: int = 1024,
+    chunk_size: int | None = None,
     max_tokens: int = MAX_TOKENS,
     max_square: int = MAX_SQUARE,
     cancel: threading.Event | None = None,
@@ -365,30 +365,33 @@ def pattern_statistics(
 ) -> Iterator[Progress[PatternResult]]:
     """Stream a corpus through the model; yield the statistics so far (`partial`) after every batch, then the result.
 
-    Sentences are read `chunk_size` at a time and sorted by length within the chunk, so
-    batches carry little padding. Memory is flat in the corpus: each layer's attention maps
-    are reduced to per-head sums as the pass computes them (one layer's maps alive at a
-    time), and batches are capped by padded tokens and by B·T² (core.data.batching), so a
-    chunk's longest sentences cost no more than its shortest. `norms` adds the shares of
+    Sentences are read `chunk_size` (streaming.CHUNK) at a time and sorted by length within
+    the chunk, so batches carry little padding. Memory is flat in the corpus: each layer's
+    attention maps are reduced to per-head sums as the pass computes them (one layer's maps
+    alive at a time), and batches are capped by padded tokens and by B·T²
+    (core.data.batching), so a chunk's longest sentences cost no more than its shortest. `norms` adds the shares of
     value-weighted norms, from the same passes (module docstring).
     """
     accumulator = _Accumulator(session.num_layers, session.num_heads, session.device, norms)
     gates = session.gate_tensor(mask)
     punctuation_of: dict[int, bool] = {}  # bounded by the vocabulary
-    batches = encoded_batches(
+    batches = CorpusBatches(
         sentences,
         lambda chunk: encode_sorted(session, chunk),
-        batch_size,
+        lengths=item_lengths,
+        batch_size=batch_size,
         chunk_size=chunk_size,
         max_tokens=max_tokens,
         max_square=max_square,
+        cancel=cancel,
     )
     for batch in batches:
-        if cancel is not None and cancel.is_set():
-            return
-        accumulator.truncated += sum(item.truncated for item in batch)
-        _add_batch(session, accumulator, batch, punctuation_of, gates, ablation, norms)
+        encoded = batch.take(batch.encoded)
+        accumulator.truncated += sum(item.truncated for item in encoded)
+        _add_batch(session, accumulator, encoded, punctuation_of, gates, ablation, norms)
         yield Progress("sentences", accumulator.sentences, partial=accumulator.result())
+    if batches.cancelled:
+        return
     accumulator.sum_across_ranks()  # under torchrun: the whole corpus's sums on every rank
     if accumulator.sentences == 0:
         raise InputError("no sentences to analyse; the corpus is empty")

@@ -1,43 +1,135 @@
-"""A corpus as batches of encoded sentences, a chunk at a time: how the attention jobs stream.
+"""The corpus loop: a corpus as batches of encoded sentences, a chunk at a time, under one memory policy.
 
-Sentences are read `chunk_size` at a time and encoded by the job (which sorts them by
-length, so batches carry little padding); each chunk's batches are planned under the token
-and B·T² caps of core.data.batching, so a chunk's longest sentences cost no more than its
-shortest. The chunks run on the corpus heap, and what one chunk freed is handed back before
-the next is encoded (core.model.allocator): memory stays flat in the corpus.
+Every corpus analysis walks its corpus with `CorpusBatches`. Items (sentences, or a job's own:
+numbered sentences, cloze queries) are read `chunk_size` at a time and encoded by the analysis,
+a chunk in one call (a whole corpus's tokens would grow with it); each chunk's batches are
+planned under the caps of core.data.batching (padded tokens, and B·T² where attention maps are
+kept), shortest first, so a chunk's longest sentences cost no more than its shortest. The
+chunks run on the corpus heap, and what one chunk's batches freed is handed back before the
+next is encoded (core.model.allocator): memory stays flat in the corpus. The loop stops before
+a batch once the cancel event is set. What an analysis writes is its own: how a chunk is
+encoded, and what it does with a batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol, TypeVar
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
-from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS, plan_batches
-from bertscope.core.data.corpus import Sentence, chunked
+from bertscope.core.data.batching import MAX_TOKENS, plan_batches
+from bertscope.core.data.corpus import chunked
 from bertscope.core.model.allocator import corpus_heap_over, release_freed_memory
+
+CHUNK = 1024  # items read and encoded at a time
+S = TypeVar("S")  # an item of the corpus
+E = TypeVar("E")  # a chunk's encoding
+T = TypeVar("T")
 
 
 class Encoded(Protocol):
     input_ids: list[int]
 
 
-E = TypeVar("E", bound=Encoded)
+def input_lengths(encoded) -> list[int]:
+    """Each item's token count in a tokenizer's output for a chunk (its `input_ids` rows, unpadded)."""
+    return [len(ids) for ids in encoded["input_ids"]]
 
 
-def encoded_batches(
-    sentences: Iterable[Sentence],
-    encode: Callable[[list[Sentence]], list[E]],
-    batch_size: int | None,
-    *,
-    chunk_size: int = 1024,
-    max_tokens: int = MAX_TOKENS,
-    max_square: int | None = MAX_SQUARE,
-) -> Iterator[list[E]]:
-    """Batches of `encode(chunk)`'s items (sorted by length within the chunk), chunk after chunk."""
-    for chunk in corpus_heap_over(chunked(sentences, chunk_size)):  # one heap setting for batches of every shape
-        release_freed_memory()  # what the last chunk's batches freed
-        encoded = encode(chunk)
-        del chunk
-        lengths = [len(item.input_ids) for item in encoded]
-        for indices in plan_batches(lengths, batch_size, max_tokens=max_tokens, max_square=max_square):
-            yield [encoded[index] for index in indices]
+def item_lengths(encoded: Sequence[Encoded]) -> list[int]:
+    """Each item's token count in a chunk encoded as a list of items with `input_ids`."""
+    return [len(item.input_ids) for item in encoded]
+
+
+@dataclass(frozen=True, eq=False)
+class CorpusBatch(Generic[S, E]):
+    """One batch of a walk: its places in its chunk, with the chunk's items and their encoding."""
+
+    chunk: list[S]
+    encoded: E
+    indices: list[int]  # into the chunk's encoding (and into `chunk`, where the encoding keeps its order)
+    start: int  # the chunk's place in the walk: its first item's number
+    number: int  # the batch's place in the walk, the same on every walk over the same items
+    done: int  # items in this batch and the ones before it
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def take(self, values: Sequence[T]) -> list[T]:
+        """The batch's rows of `values` (the chunk, or its encoding's per-item lists)."""
+        return [values[index] for index in self.indices]
+
+    @property
+    def items(self) -> list[S]:
+        return self.take(self.chunk)
+
+    @property
+    def numbers(self) -> list[int]:
+        """The batch's items' places in the walk."""
+        return [self.start + index for index in self.indices]
+
+
+class CorpusBatches(Generic[S, E]):
+    """The batches of `items`, a chunk at a time: `for batch in CorpusBatches(...)` is a walk over the corpus.
+
+    `encode(chunk)` encodes a chunk of items in one call and `lengths(encoding)` gives each
+    item's token count (by default from a tokenizer's `input_ids`). A batch has at most
+    `max_tokens` padded tokens, at most `max_square` for its size times the square of its
+    longest length where that is given (passes that keep attention maps), and at most
+    `batch_size` items where that is given. When `cancel` is set the walk stops before the
+    next batch and `cancelled` says so. Walking again (a `Sequence` of items) gives the same
+    batches.
+    """
+
+    def __init__(
+        self,
+        items: Iterable[S],
+        encode: Callable[[list[S]], E],
+        *,
+        lengths: Callable[[E], Sequence[int]] = input_lengths,
+        batch_size: int | None = None,
+        chunk_size: int | None = None,
+        max_tokens: int = MAX_TOKENS,
+        max_square: int | None = None,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        self.items, self.encode, self.lengths = items, encode, lengths
+        self.batch_size, self.chunk_size = batch_size, chunk_size
+        self.max_tokens, self.max_square = max_tokens, max_square
+        self.cancel = cancel
+        self.cancelled = False
+        self.done = 0  # items in the batches walked so far
+        self._count: int | None = None
+
+    def chunks(self) -> Iterator[tuple[int, list[S], E]]:
+        """(the chunk's place in the walk, the chunk, its encoding), chunk after chunk; what the last chunk's batches
+        freed is handed back before the next is encoded."""
+        start = 0
+        for chunk in chunked(self.items, self.chunk_size or CHUNK):
+            release_freed_memory()
+            yield start, chunk, self.encode(chunk)
+            start += len(chunk)
+
+    def plan(self, encoded: E) -> Iterator[list[int]]:
+        """A chunk's batches: indices into its encoding, shortest first."""
+        return plan_batches(self.lengths(encoded), self.batch_size, max_tokens=self.max_tokens, max_square=self.max_square)
+
+    def __iter__(self) -> Iterator[CorpusBatch[S, E]]:
+        self.cancelled, self.done = False, 0
+        number = 0
+        for start, chunk, encoded in corpus_heap_over(self.chunks()):  # one heap setting for batches of every shape
+            for indices in self.plan(encoded):
+                if self.cancel is not None and self.cancel.is_set():
+                    self.cancelled = True
+                    return
+                self.done += len(indices)
+                yield CorpusBatch(chunk, encoded, indices, start, number, self.done)
+                number += 1
+        self._count = number
+
+    def count(self) -> int:
+        """Batches in a walk: counted by the last whole walk, or by encoding and planning every chunk (no pass)."""
+        if self._count is None:
+            self._count = sum(sum(1 for _ in self.plan(encoded)) for _, _, encoded in self.chunks())
+        return self._count

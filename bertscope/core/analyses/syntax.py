@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from bertscope.core import distributed
-from bertscope.core.analyses.streaming import encoded_batches
+from bertscope.core.analyses.streaming import CorpusBatches, item_lengths
 from bertscope.core.analyses.syntax_results import OFFSETS, SyntaxResult
 from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS
 from bertscope.core.data.corpus import Sentence
@@ -143,7 +143,7 @@ def syntax_heads(
     mask: HeadMask | None = None,
     ablation: Ablation = "zero",
     batch_size: int | None = None,
-    chunk_size: int = 1024,
+    chunk_size: int | None = None,
     max_tokens: int = MAX_TOKENS,
     max_square: int = MAX_SQUARE,
     cancel: threading.Event | None = None,
@@ -151,14 +151,21 @@ def syntax_heads(
     """Stream a treebank through the model; yield the counts so far (`partial`) after every batch, then the result."""
     counts = _Counts(session.num_layers, session.num_heads, session.device)
     gates = session.gate_tensor(mask)
-    batches = encoded_batches(
-        sentences, lambda chunk: _encode(session, chunk), batch_size, chunk_size=chunk_size, max_tokens=max_tokens, max_square=max_square
+    batches = CorpusBatches(
+        sentences,
+        lambda chunk: _encode(session, chunk),
+        lengths=item_lengths,
+        batch_size=batch_size,
+        chunk_size=chunk_size,
+        max_tokens=max_tokens,
+        max_square=max_square,
+        cancel=cancel,
     )
     for batch in batches:
-        if cancel is not None and cancel.is_set():
-            return
-        _add_batch(session, counts, batch, gates, ablation)
+        _add_batch(session, counts, batch.take(batch.encoded), gates, ablation)
         yield Progress("sentences", counts.sentences, partial=counts.result())
+    if batches.cancelled:
+        return
     shards = distributed.gather(counts.result())  # under torchrun: every rank's counts (relations matched by name)
     result = functools.reduce(SyntaxResult.merged, shards)
     if result.sentences == 0:
