@@ -268,9 +268,9 @@ def test_probes_read_the_rows_kept_of_a_memory_map_a_block_at_a_time(monkeypatch
 def test_feature_extraction_tokenises_a_chunk_at_a_time_and_keeps_no_batch(tiny_session, tmp_path, monkeypatch):
     """Probing's features: a chunk's tokens and a batch's tensors are gone once done; only the
     features (here a memory-mapped cache entry) grow with the corpus."""
-    from bertscope.core.analyses import features
+    from bertscope.core.analyses import features, streaming
 
-    monkeypatch.setattr(features, "CHUNK", 16)
+    monkeypatch.setattr(streaming, "CHUNK", 16)
     encode = features._encode
     chunk_sizes = []
 

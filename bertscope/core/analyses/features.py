@@ -24,12 +24,11 @@ import numpy as np
 import torch
 
 from bertscope.core import distributed
-from bertscope.core.data.batching import plan_batches
+from bertscope.core.analyses.streaming import CorpusBatches
 from bertscope.core.data.cache import default_cache_dir
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.files import atomic_write, publish, reserve_space, temporary_beside
 from bertscope.core.errors import InputError
-from bertscope.core.model.allocator import corpus_heap_over, release_freed_memory
 from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import Progress, relay
 
@@ -40,7 +39,6 @@ if TYPE_CHECKING:
 CACHE_VERSION = 6  # 2: rows name their word (a word with no tokens has no row); 3: stored layer by layer; 4: float16;
 # 5: float32 where float16 would round away the spread; 6: `precision` in the options
 PRECISIONS = ("auto", "float32")
-CHUNK = 1024  # sentences tokenised at a time
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 # float16 is kept where its rounding noise stays below ROUNDING_SHARE of a feature's spread for all but
 # LOSSY_FEATURES of a layer's features (measured on the first batch; constant features do not count).
@@ -228,34 +226,32 @@ def _extract(session: Session, sentences, options, gates, path, dtype, batch_siz
     filled = np.zeros(sum(slots), dtype=bool)
     word_index = np.zeros(sum(slots), dtype=np.int64)
     lost = 0
-    done = 0
     try:
-        # Sentences are tokenised a chunk at a time (a whole split's tokens would grow with it), batches are
-        # capped by tokens, so long sentences do not raise the peak, and one heap setting serves batches of every shape
-        # (core.model.allocator).
-        for encoded, indices, in_chunk in corpus_heap_over(_chunk_batches(session, sentences, options.level, batch_size)):
-            if cancel is not None and cancel.is_set():
-                return None
-            inputs, special = _pad(session, encoded, in_chunk)
+        batches = _batches(session, sentences, options.level, batch_size, cancel)
+        for batch in batches:
+            inputs, special = _pad(session, batch.encoded, batch.indices)
             with torch.inference_mode():
-                pooled, present = _pooled(session, encoded, in_chunk, inputs, special, gates, options)
+                pooled, present = _pooled(session, batch.encoded, batch.indices, inputs, special, gates, options)
                 if options.level == "word":
                     lost += sum(
-                        len(sentences[index].words) - (words[-1] + 1 if words else 0) for index, words in zip(indices, present, strict=True)
+                        len(sentence.words) - (words[-1] + 1 if words else 0) for sentence, words in zip(batch.items, present, strict=True)
                     )
-                if dtype == np.float16 and (pooled.abs().amax() > FLOAT16_MAX or (judge and done == 0 and _float16_would_lose(pooled))):
+                if dtype == np.float16 and (
+                    pooled.abs().amax() > FLOAT16_MAX or (judge and batch.number == 0 and _float16_would_lose(pooled))
+                ):
                     raise _BeyondFloat16
             block = pooled.to(torch_dtype).cpu().numpy().transpose(1, 0, 2)  # [L+1, rows of the batch, D]
             row = 0
-            for index, words in zip(indices, present, strict=True):  # slice copies: numpy's scattered assignment is 10x slower
+            for index, words in zip(batch.numbers, present, strict=True):  # slice copies: numpy's scattered assignment is 10x slower
                 start_slot, end_row = first_slot[index], row + len(words)
                 by_layer[:, start_slot : start_slot + len(words)] = block[:, row:end_row]
                 word_index[start_slot : start_slot + len(words)] = words
                 filled[start_slot : start_slot + len(words)] = True
                 row = end_row
-            done += len(indices)
             del inputs, special, pooled, block  # nothing of a batch outlives it (the next pass would stack on it)
-            yield Progress("features", done, len(sentences))
+            yield Progress("features", batch.done, len(sentences))
+        if batches.cancelled:
+            return None
     finally:
         complete = bool(filled.all())
         if entry is not None and not complete:  # cancelled, failed, or rows to drop: the file is not the entry
@@ -286,21 +282,17 @@ def _one_process_dtype(session: Session, sentences: Sequence[Sentence], options:
     (`_float16_would_lose`), which each rank of torchrun computes again, so that all store what one process would."""
     if options.precision == "float32":
         return np.float32
-    encoded, _, in_chunk = next(_chunk_batches(session, sentences, options.level, batch_size))
-    inputs, special = _pad(session, encoded, in_chunk)
+    first = next(iter(_batches(session, sentences, options.level, batch_size)))
+    inputs, special = _pad(session, first.encoded, first.indices)
+    gates = session.gate_tensor(session.mask(options.mask))
     with torch.inference_mode():
-        pooled, _ = _pooled(session, encoded, in_chunk, inputs, special, session.gate_tensor(session.mask(options.mask)), options)
+        pooled, _ = _pooled(session, first.encoded, first.indices, inputs, special, gates, options)
     return np.float32 if pooled.abs().amax() > FLOAT16_MAX or _float16_would_lose(pooled) else np.float16
 
 
-def _chunk_batches(session: Session, sentences: Sequence[Sentence], level: str, batch_size: int | None):
-    """(a chunk's tokenisation, a batch's indices into `sentences`, the same into the chunk), chunk after chunk."""
-    for start in range(0, len(sentences), CHUNK):
-        release_freed_memory()  # what the last chunk's batches freed (core.model.allocator)
-        encoded = _encode(session, sentences[start : start + CHUNK], level)
-        lengths = [len(ids) for ids in encoded["input_ids"]]
-        for in_chunk in plan_batches(lengths, batch_size):
-            yield encoded, [start + index for index in in_chunk], in_chunk
+def _batches(session: Session, sentences: Sequence[Sentence], level: str, batch_size: int | None, cancel=None) -> CorpusBatches:
+    """The sentences' batches, each chunk tokenised in one call (`_encode`)."""
+    return CorpusBatches(sentences, lambda chunk: _encode(session, chunk, level), batch_size=batch_size, cancel=cancel)
 
 
 def _check_pairs(sentences: Sequence[Sentence], level: str) -> None:
