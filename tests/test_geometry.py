@@ -228,9 +228,9 @@ def test_geometry_can_be_cancelled(tiny_session):
 
 
 def test_an_equal_sentence_gives_equal_rows_whatever_batch_it_ran_in(tiny_session, monkeypatch):
-    from bertscope.core.analyses import representations
+    from bertscope.core.analyses import streaming
 
-    monkeypatch.setattr(representations, "CHUNK", 2)  # the first copy runs padded beside a long sentence, the second alone
+    monkeypatch.setattr(streaming, "CHUNK", 2)  # the first copy runs padded beside a long sentence, the second alone
     short, long = SENTENCES[0], Sentence("A much longer sentence, which pads the short one in its batch to many more tokens.")
     sample = list(stream_sample([tiny_session], [short, long, short], unit="token", max_rows=1000))[-1].result
     first, second = (np.flatnonzero(np.array(sample.texts) == "cat")[[0, 1]])

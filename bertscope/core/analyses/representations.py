@@ -23,6 +23,7 @@ Units:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,16 +34,15 @@ import torch
 from bertscope.core import distributed
 from bertscope.core.analyses.geometry_results import UNITS
 from bertscope.core.analyses.headstats import is_punctuation
-from bertscope.core.data.batching import MAX_SQUARE, plan_batches
-from bertscope.core.data.corpus import Sentence, chunked
+from bertscope.core.analyses.streaming import CorpusBatches
+from bertscope.core.data.batching import MAX_SQUARE
+from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
-from bertscope.core.model.allocator import corpus_heap_over, release_freed_memory
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
 
 LABELS = {"token": ("token",), "word": ("upos", "xpos", "deprel"), "sentence": ("label",)}
 DEFAULT_MAX_ROWS = 4000
-CHUNK = 1024
 
 
 @dataclass(frozen=True, eq=False)
@@ -290,54 +290,60 @@ def stream_sample(
     stores: list[np.ndarray | None] = [None] * len(sessions)
     labels: dict[str, list[str]] = {}
     texts: list[str] = [""] * max_rows
-    read = truncated = 0
-    numbered = distributed.shard(enumerate(sentences))  # (number in the corpus, sentence): this rank's share
-    for chunk in corpus_heap_over(chunked(numbered, CHUNK)):  # one heap setting for batches of every shape (core.model.allocator)
-        release_freed_memory()  # what the last chunk's batches freed (core.model.allocator)
-        numbers = np.array([number for number, _ in chunk], dtype=np.int64)
-        chunk = [sentence for _, sentence in chunk]
-        if read == 0:
-            unit = check_unit(unit, chunk)
-            labels = {name: [""] * max_rows for name in LABELS[unit]}
-        lengths = _token_lengths(lead.tokenizer, max_length, chunk, unit)
-        for indices in plan_batches(lengths, batch_size, max_square=MAX_SQUARE if attentions else None):
-            if cancel is not None and cancel.is_set():
-                return
-            batch = [chunk[index] for index in indices]
-            prepared = prepare(lead.tokenizer, max_length, batch, unit, lead.device)
-            contents = np.array([_content(sentence, unit) for sentence in batch], dtype=np.int64)
-            origins = np.stack([numbers[indices][prepared.owners], prepared.ordinals, contents[prepared.owners]], axis=1)
-            rows, slots = sampler.offer(row_keys(seed, origins[:, 0], origins[:, 1]), origins)
-            outputs = []
-            for index, session in enumerate(sessions):
-                inputs = prepared.inputs if session.device == lead.device else {k: v.to(session.device) for k, v in prepared.inputs.items()}
-                with torch.inference_mode():
-                    output = session.run(
-                        inputs,
-                        gates=gates if index == 0 else None,
-                        ablation=ablation,
-                        attentions=attentions,
-                        hidden_states=True,
-                        encoder_only=True,
-                    )
-                    kept = batch_rows(output.hidden_states, prepared, unit, rows) if len(rows) else None
-                if kept is not None:
-                    if stores[index] is None:
-                        stores[index] = np.empty((max_rows, *kept.shape[1:]), dtype=np.float32)
-                    stores[index][slots] = kept
-                outputs.append(output)
-            if on_batch is not None:
-                with torch.inference_mode():
-                    on_batch(outputs, prepared)
-            del outputs, output, kept  # nothing of a batch outlives it (the next pass would stack on it)
-            for slot, row in zip(slots, rows):
-                texts[slot] = prepared.texts[row]
-                for name in labels:
-                    labels[name][slot] = prepared.labels[name][row]
-            read += len(batch)
-            truncated += prepared.truncated
-            del prepared
-            yield Progress("representations", read)
+    truncated = 0
+    numbered = iter(distributed.shard(enumerate(sentences)))  # (number in the corpus, sentence): this rank's share
+    first = next(numbered, None)
+    if first is not None:  # the unit follows from the first sentence
+        unit = check_unit(unit, [first[1]])
+        labels = {name: [""] * max_rows for name in LABELS[unit]}
+        numbered = itertools.chain([first], numbered)
+    batches = CorpusBatches(
+        numbered,
+        lambda chunk: chunk,  # each batch is tokenised as it comes (`prepare`)
+        lengths=lambda chunk: _token_lengths(lead.tokenizer, max_length, [sentence for _, sentence in chunk], unit),
+        batch_size=batch_size,
+        max_square=MAX_SQUARE if attentions else None,
+        cancel=cancel,
+    )
+    for numbered_batch in batches:
+        numbers = np.array([number for number, _ in numbered_batch.items], dtype=np.int64)
+        batch = [sentence for _, sentence in numbered_batch.items]
+        prepared = prepare(lead.tokenizer, max_length, batch, unit, lead.device)
+        contents = np.array([_content(sentence, unit) for sentence in batch], dtype=np.int64)
+        origins = np.stack([numbers[prepared.owners], prepared.ordinals, contents[prepared.owners]], axis=1)
+        rows, slots = sampler.offer(row_keys(seed, origins[:, 0], origins[:, 1]), origins)
+        outputs = []
+        for index, session in enumerate(sessions):
+            inputs = prepared.inputs if session.device == lead.device else {k: v.to(session.device) for k, v in prepared.inputs.items()}
+            with torch.inference_mode():
+                output = session.run(
+                    inputs,
+                    gates=gates if index == 0 else None,
+                    ablation=ablation,
+                    attentions=attentions,
+                    hidden_states=True,
+                    encoder_only=True,
+                )
+                kept = batch_rows(output.hidden_states, prepared, unit, rows) if len(rows) else None
+            if kept is not None:
+                if stores[index] is None:
+                    stores[index] = np.empty((max_rows, *kept.shape[1:]), dtype=np.float32)
+                stores[index][slots] = kept
+            outputs.append(output)
+        if on_batch is not None:
+            with torch.inference_mode():
+                on_batch(outputs, prepared)
+        del outputs, output, kept  # nothing of a batch outlives it (the next pass would stack on it)
+        for slot, row in zip(slots, rows):
+            texts[slot] = prepared.texts[row]
+            for name in labels:
+                labels[name][slot] = prepared.labels[name][row]
+        truncated += prepared.truncated
+        del prepared
+        yield Progress("representations", numbered_batch.done)
+    if batches.cancelled:
+        return
+    read = batches.done
     counts = distributed.sum_across({"read": read, "seen": sampler.seen, "truncated": truncated})  # the whole corpus's
     if counts["read"] == 0:
         raise InputError("no sentences to analyse; the corpus is empty")
