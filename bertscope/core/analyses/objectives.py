@@ -29,10 +29,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bertscope.core import distributed
-from bertscope.core.data.batching import MAX_TOKENS, plan_batches
+from bertscope.core.analyses.streaming import CorpusBatches
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
-from bertscope.core.model.allocator import FITTING_THRESHOLD, corpus_heap, corpus_heap_over, release_freed_memory
+from bertscope.core.model.allocator import FITTING_THRESHOLD, corpus_heap, release_freed_memory
 from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import outcome
 
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from bertscope.core.model.session import Session
 
 MLM_RATE = 0.15
-CHUNK = 1024  # sentences tokenised at a time on a walk over the corpus
 WORD_COLUMNS = {"upos": "upos", "xpos": "xpos", "deprel": "deprels"}  # a word task's Sentence attribute
 
 
@@ -71,37 +70,19 @@ class Batches:
     """An objective's batches, built afresh on every walk over its sentences, a chunk at a time.
 
     Every measurement (importance, each point of a pruning curve) walks the corpus again,
-    so batches are not kept between walks: a walk holds one chunk's token ids and one
-    batch's tensors, whatever the corpus's length. A chunk's sentences are tokenised once
-    and grouped by length under the caps of core.data.batching; walks are deterministic, so
-    batch `number` k is the same sentences (and, for `mlm`, the same masked tokens) every
-    time. `finish(number, sentences, encoded, indices, padded)` turns a padded batch into
-    the objective's Batch.
+    so batches are not kept between walks: a walk (streaming.CorpusBatches) holds one chunk's
+    token ids and one batch's tensors, whatever the corpus's length. Walks are deterministic,
+    so batch `number` k is the same sentences (and, for `mlm`, the same masked tokens) every
+    time. `finish(number, sentences, encoded, indices, padded)` turns a padded batch into the
+    objective's Batch.
     """
 
-    def __init__(
-        self,
-        session: Session,
-        sentences: Sequence[Sentence],
-        batch_size: int | None,
-        finish,
-        *,
-        words: bool = False,
-        max_tokens: int = MAX_TOKENS,
-    ) -> None:
+    def __init__(self, session: Session, sentences: Sequence[Sentence], batch_size: int | None, finish, *, words: bool = False) -> None:
         # Under torchrun each rank walks its own shard (sentence i when i % size == rank); the objective's
         # `sentences` stays the whole corpus's count, and the sums are added across ranks (core.distributed).
         sentences = list(distributed.shard(sentences)) if distributed.world().active else sentences
-        self.session, self.sentences, self.batch_size = session, sentences, batch_size
-        self.finish, self.words, self.max_tokens = finish, words, max_tokens
-        self._count: int | None = None
-
-    def chunks(self):
-        """(sentences, their tokenisation) a chunk at a time."""
-        for start in range(0, len(self.sentences), CHUNK):
-            release_freed_memory()  # what the last chunk's batches freed (core.model.allocator)
-            chunk = self.sentences[start : start + CHUNK]
-            yield chunk, self._encode(chunk)
+        self.session, self.sentences, self.finish, self.words = session, sentences, finish, words
+        self.corpus = CorpusBatches(sentences, self._encode, batch_size=batch_size)
 
     def _encode(self, chunk: Sequence[Sentence]):
         tokenizer, limit = self.session.tokenizer, self.session.max_length
@@ -113,23 +94,13 @@ class Batches:
         texts = [s.text for s in chunk]
         return tokenizer(texts, pairs if pairs[0] is not None else None, truncation=True, max_length=limit, return_special_tokens_mask=True)
 
-    def _plan(self, encoded) -> list[list[int]]:
-        lengths = [len(ids) for ids in encoded["input_ids"]]
-        return list(plan_batches(lengths, self.batch_size, max_tokens=self.max_tokens))
-
     def __iter__(self) -> Iterator[Batch]:
-        number = 0
-        for chunk, encoded in corpus_heap_over(self.chunks()):  # one heap setting for batches of every shape (core.model.allocator)
-            for indices in self._plan(encoded):
-                padded = self.session.tokenizer.pad({k: [v[i] for i in indices] for k, v in encoded.items()}, return_tensors="pt")
-                yield self.finish(number, [chunk[i] for i in indices], encoded, indices, padded)
-                number += 1
-        self._count = number
+        for batch in self.corpus:
+            padded = self.session.tokenizer.pad({k: batch.take(v) for k, v in batch.encoded.items()}, return_tensors="pt")
+            yield self.finish(batch.number, batch.items, batch.encoded, batch.indices, padded)
 
     def __len__(self) -> int:
-        if self._count is None:
-            self._count = sum(len(self._plan(encoded)) for _, encoded in self.chunks())
-        return self._count
+        return self.corpus.count()
 
 
 @dataclass
@@ -533,7 +504,7 @@ def _unscored_words(batches: Batches, task: str, index: dict[str, int]) -> int:
     """Words whose label the probe never saw in training (counted over one walk of the tokens, no pass)."""
     column = WORD_COLUMNS[task]
     count = 0
-    for chunk, encoded in batches.chunks():
+    for _, chunk, encoded in batches.corpus.chunks():
         for row, sentence in enumerate(chunk):
             tags, previous = getattr(sentence, column), None
             for word in encoded.word_ids(row):
