@@ -23,10 +23,9 @@ import numpy as np
 import torch
 
 from bertscope.core import distributed
-from bertscope.core.data.batching import plan_batches
+from bertscope.core.analyses.streaming import CorpusBatches
 from bertscope.core.data.corpus import ReadReport, _lines, packaged_data, readable_file
 from bertscope.core.errors import InputError, NoMLMHeadError
-from bertscope.core.model.allocator import corpus_heap_over
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding, MaskPrediction
 from bertscope.core.progress import Progress
@@ -265,18 +264,20 @@ def cloze_scores(
     gates = session.gate_tensor(mask)
     hits = {k: np.zeros(session.num_layers + 1) for k in PRECISION_AT}
     answers: list[dict | None] = [None] * len(kept)  # in the file's order
-    done = 0
     # Batches capped by tokens (core.data.batching) and by the head's scores: the MLM head runs on the [MASK]
     # positions only (never B·T·vocabulary floats), a layer at a time, on at most MAX_SCORES // V queries.
     most = max(1, MAX_SCORES // session.info.vocab_size)
-    batch_size = most if batch_size is None else min(batch_size, most)
     mine = list(distributed.shard(range(len(kept))))  # under torchrun, this rank's queries; all of them in one process
-    for batch in corpus_heap_over(
-        plan_batches([lengths[index] for index in mine], batch_size)
-    ):  # one heap setting for batches of every shape (core.model.allocator)
-        indices = [mine[index] for index in batch]
-        if cancel is not None and cancel.is_set():
-            return
+    batches = CorpusBatches(
+        mine,
+        lambda chunk: chunk,  # tokenised above, to be kept or skipped
+        lengths=lambda chunk: [lengths[index] for index in chunk],
+        batch_size=most if batch_size is None else min(batch_size, most),
+        chunk_size=max(len(mine), 1),  # one chunk: every query is held already
+        cancel=cancel,
+    )
+    for planned in batches:
+        indices = planned.items
         batch = [kept[index] for index in indices]
         inputs = session.tokenize_batch([with_mask_token(tokenizer, query.text) for query, _ in batch])
         gold = torch.as_tensor([g for _, g in batch], device=session.device)
@@ -293,9 +294,10 @@ def cloze_scores(
         for index, guess, rank in zip(indices, tokenizer.convert_ids_to_tokens(top1), ranks[-1], strict=True):
             query = kept[index][0]
             answers[index] = {"query": query.text, "answer": query.answer, "prediction": guess, "rank": int(rank)}
-        done += len(batch)
         del inputs, gold, rows, columns, outputs, states, logits  # nothing of a batch outlives it
-        yield Progress("queries", done, len(kept))
+        yield Progress("queries", planned.done, len(kept))
+    if batches.cancelled:
+        return
     if distributed.world().active:  # every rank's hits added, its answers put in their places
         summed = distributed.sum_across({str(k): hits[k] for k in PRECISION_AT})
         hits = {k: summed[str(k)] for k in PRECISION_AT}
