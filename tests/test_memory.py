@@ -301,7 +301,7 @@ def test_probe_training_runs_on_the_corpus_heap(tiny_session, monkeypatch):
     monkeypatch.setattr(allocator, "_tuned", True)
     monkeypatch.setattr(allocator, "_mallopt", lambda option, value: calls.append((option, value)))
     trims = []
-    monkeypatch.setattr(probing, "release_freed_memory", lambda: trims.append(len(calls)))
+    monkeypatch.setattr(allocator, "release_freed_memory", lambda: trims.append(len(calls)))
     train_probes = probes.train_probes
 
     def watched(*args, **options):

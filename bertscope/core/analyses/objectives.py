@@ -32,7 +32,7 @@ from bertscope.core import distributed
 from bertscope.core.analyses.streaming import CorpusBatches
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
-from bertscope.core.model.allocator import FITTING_THRESHOLD, corpus_heap, release_freed_memory
+from bertscope.core.model.allocator import fitting_heap
 from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import outcome
 
@@ -464,8 +464,7 @@ def _train_probe(session, split, task, level, layer, batch_size, seed):
 
     test_labels = [] if level == "word" else labels_of("test")
     encoded = encode_labels(labels_of("train", features["train"]), labels_of("dev", features["dev"]), test_labels)
-    release_freed_memory()
-    with corpus_heap(FITTING_THRESHOLD):  # the fit's large blocks mapped and handed back, not heap holes
+    with fitting_heap():
         trained = probes.train_probes(
             encoded.rows("train", features["train"].X[:, layer : layer + 1]),
             encoded.train,

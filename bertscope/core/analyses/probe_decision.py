@@ -36,7 +36,7 @@ from bertscope.core.data.corpus import Sentence, read_sentences
 from bertscope.core.data.files import atomic_write
 from bertscope.core.data.splits import make_splits
 from bertscope.core.errors import Cancelled, InputError
-from bertscope.core.model.allocator import FITTING_THRESHOLD, corpus_heap, release_freed_memory
+from bertscope.core.model.allocator import fitting_heap
 from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
@@ -151,9 +151,8 @@ def decision_probe(
         encoded = encode_labels(*labels)
         y_train, y_dev, y_test, classes = encoded.train, encoded.dev, encoded.test, encoded.classes
         yield Progress("training the probe", total, total)
-        release_freed_memory()  # what the feature passes freed (core.model.allocator)
         try:
-            with corpus_heap(FITTING_THRESHOLD):  # the fit's large blocks mapped and handed back, not heap holes
+            with fitting_heap():  # the fit's large blocks mapped and handed back, not heap holes
                 trained = probes.train_probes(
                     encoded.rows("train", features["train"]),
                     y_train,

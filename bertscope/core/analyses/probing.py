@@ -30,7 +30,7 @@ from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, WORD_TASKS
 from bertscope.core.data.splits import Splits
 from bertscope.core.errors import Cancelled, InputError
-from bertscope.core.model.allocator import FITTING_THRESHOLD, corpus_heap, release_freed_memory
+from bertscope.core.model.allocator import fitting_heap
 from bertscope.core.model.deferred import DeferredSession
 from bertscope.core.progress import Progress, relay
 
@@ -222,13 +222,8 @@ def run_probe(
     yield Progress("training probes", total, total)
     report = None
     if distributed.is_main():  # under torchrun, rank 0 holds every row (extract_sharded) and trains the probes, once
-        release_freed_memory()  # what the feature passes freed (core.model.allocator)
         try:
-            # Training streams blocks of FIT_BLOCK rows (and their float64 sums) through memory: served by mmap
-            # like a corpus job's batches, they are handed back when freed instead of growing the heap with the
-            # number of blocks; an
-            # evaluation's smaller temporaries, the same few sizes every time, stay on the heap (FITTING_THRESHOLD).
-            with corpus_heap(FITTING_THRESHOLD):
+            with fitting_heap():  # the fit's blocks of FIT_BLOCK rows mapped and handed back, not heap holes
                 report = _report(task, splits, features, level, kind, control, random_baseline, min_examples, device, seed, cancel)
         except Cancelled:
             return

@@ -92,6 +92,20 @@ def corpus_heap_over(items: Iterable[T]) -> Iterator[T]:
         yield from items
 
 
+@contextlib.contextmanager
+def fitting_heap():
+    """While probes are fitted on features a corpus job took: what its passes freed handed back first, then
+    blocks of FITTING_THRESHOLD and more mapped (`corpus_heap`).
+
+    A fit streams blocks of rows and their sums through memory; kept on the heap, each block
+    would leave freed holes and the heap would grow with the number of blocks. An
+    evaluation's smaller temporaries, the same few sizes every time, stay on the heap.
+    """
+    release_freed_memory()
+    with corpus_heap(FITTING_THRESHOLD):
+        yield
+
+
 def _mallopt(option: int, value: int) -> None:
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").mallopt(option, value)
