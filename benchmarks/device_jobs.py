@@ -98,7 +98,7 @@ def main() -> None:
             timed("compare", lambda: api.compare(model, str(model.loaded.directory), as_corpus(treebank)))
         if "probe" in jobs:
             def probe(lean: bool) -> None:
-                api.probe_on(model, "upos", treebank, control=not lean, random_baseline=not lean, cache_dir=cache)
+                api.probe(model, "upos", treebank, control=not lean, random_baseline=not lean, cache_dir=cache)
 
             timed("probe cold (lean)", lambda: (probe(True), finish_writes()))  # its cache entries on disk, as at exit
             timed("probe warm (lean)", lambda: probe(True))
@@ -204,7 +204,7 @@ def cloze_timings(mlm_model: str, device: str, dtype: str, treebank) -> dict:
         bare.time()
         synchronise(model.device)
         started = time.perf_counter()
-        bertscope.cloze(model, handle.name)
+        bertscope.cloze(model, data=handle.name)
         synchronise(model.device)
         seconds = time.perf_counter() - started
     finally:

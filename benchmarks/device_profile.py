@@ -51,7 +51,7 @@ def main() -> None:
         "ablation": lambda: bertscope.importance(model, "preserve", api.Corpus(treebank[:100], args.conllu, ReadReport()),
                                                  method="ablation"),
         "geometry": lambda: api.geometry(model, corpus),
-        "probe": lambda: api.probe_on(model, "upos", treebank, control=False, random_baseline=False, cache_dir=False),
+        "probe": lambda: api.probe(model, "upos", treebank, control=False, random_baseline=False, cache_dir=False),
     }
     job = runs[args.job]
     job()  # untimed: kernels loaded, caches filled

@@ -28,20 +28,13 @@ __all__ = [
     "patch",
     "patterns",
     "probe",
+    "probe_sentences",
     "prune",
     "pruning_curve",
+    "steps",  # an analysis as a stream of progress records (for live displays): steps(patterns, model, ...)
     "syntax",
     "task_sentences",
-    # the long analyses as streams of progress records (for live displays)
-    "attribute_steps",
-    "compare_steps",
-    "curve_steps",
-    "geometry_steps",
-    "importance_steps",
-    "patch_steps",
-    "patterns_steps",
-    "probe_steps",
-    "syntax_steps",
+    "treebank",
 ]
 
 

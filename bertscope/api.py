@@ -9,38 +9,46 @@
     report = bertscope.probe(model, "upos", data="en_ewt-ud-train.conllu")
 
 Results are frozen dataclasses holding numpy arrays, the same objects the CLI prints and
-the explorer draws. Each function takes the command's options as keyword arguments (the
-CLI's `--batch-size` is `batch_size=`). Corpus functions read `texts` (a string or strings),
-or `data` (a corpus file), or else the sample corpus shipped with bertscope, and take
-`progress` (called with each `Progress` record) and `cancel` (a `threading.Event`: set it
-and the function raises `Cancelled`). Notes a person should see (lines skipped in a file,
-sentences cut at the model's limit) are issued as `BertscopeNote` warnings.
+the explorer draws. Each function takes the command's options as keyword arguments, named
+as the flags are (the CLI's `--batch-size` is `batch_size=`). A corpus analysis reads
+`texts` (a string or strings, annotated `Sentence`s, or a `Corpus` already chosen), or
+`data=` (a corpus file), or else the sample data shipped with bertscope. Every analysis
+takes `progress` (called with each `Progress` record) and `cancel` (a `threading.Event`:
+set it and the function raises `Cancelled`).
 
-Each long function also comes as a stream, `patterns_steps`, `probe_steps`, ...: the same
-arguments, but it returns a generator of `Progress` records whose last carries the result
-(earlier ones, for patterns, the statistics so far), for live displays — the explorer runs
-these — and it hands its notes to `tell` (a function of one string) instead of warning.
+Notes a person should see (lines skipped in a file, sentences cut at the model's limit, a
+probe that did not converge) take one route: they are part of the result (`result.notes`),
+and calling an analysis also issues each as a `BertscopeNote` warning.
+
+Each analysis is written once, as a stream: `bertscope.steps(bertscope.patterns, model, ...)`
+takes exactly the arguments of `bertscope.patterns(model, ...)` and returns a generator of
+`Progress` records whose last carries the result, and its notes in `notes` (earlier ones,
+for patterns, the statistics so far in `partial`), for live displays: the explorer runs
+these. A stream issues no warnings.
 
 torch is imported when a function runs, not when this module is imported.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
+import re
 import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from bertscope.core import distributed
 from bertscope.core.data.corpus import ReadReport, Sentence, read_sentences, sample_corpus
 from bertscope.core.data.probing_tasks import TREEBANK_TASKS
 from bertscope.core.errors import BertscopeError, BertscopeNote, Cancelled, InputError  # noqa: F401 - the first and third re-exported (bertscope.__all__)
 from bertscope.core.model.masks import Ablation, HeadMask
-from bertscope.core.progress import Progress, outcome
+from bertscope.core.progress import Progress, outcome, relay
 
 if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyses are not
     from bertscope.core.analyses.attribution_results import Attribution
@@ -49,17 +57,16 @@ if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyse
     from bertscope.core.analyses.mlm import ClozeResult, FillResult
     from bertscope.core.analyses.objectives import Objective
     from bertscope.core.analyses.patching_results import PatchingResult
-    from bertscope.core.analyses.patterns import PatternResult
     from bertscope.core.analyses.probing_results import ProbeReport
     from bertscope.core.analyses.pruned_export import PrunedModel
     from bertscope.core.analyses.syntax_results import SyntaxResult
     from bertscope.core.model.deferred import DeferredSession
-    from bertscope.core.model.results import Encoding
+    from bertscope.core.model.results import Encoding, PatternResult
     from bertscope.core.model.session import Session
 
 T = TypeVar("T")
+P = ParamSpec("P")
 ProgressCallback = Callable[[Any], None] | None
-Tell = Callable[[str], None]  # where a stream's notes go
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
@@ -72,12 +79,83 @@ def note(message: str) -> None:
     warnings.warn(message, BertscopeNote, stacklevel=level)
 
 
-def _telling(steps: Iterable[Progress[T]], on_result: Callable[[T], None]) -> Iterator[Progress[T]]:
-    """`steps`, with `on_result(result)` called just before the last one is yielded: where a stream tells its notes."""
-    for step in steps:
-        if step.finished:
-            on_result(step.result)
-        yield step
+# --- an analysis, written once -------------------------------------------------------------------------
+
+_STREAMS: dict[Callable, Callable] = {}  # each analysis function -> the stream it was made from
+
+
+def analysis(what: str, *, summed: bool = True) -> Callable[[Callable[P, Iterator[Progress[T]]]], Callable[P, T]]:
+    """Make an analysis function from its stream (a function returning a generator of `Progress`).
+
+    The function takes the stream's arguments, drains it (`progress` sees each record, `cancel`
+    stops it), issues the result's notes as warnings and returns the result; under torchrun a
+    failure on one rank stops all, and rank 0's progress counts the whole corpus (`summed`;
+    False for a job whose steps already speak of the whole corpus). `what` names the job in
+    the error when it ends without its result.
+    """
+
+    def make(stream: Callable[P, Iterator[Progress[T]]]) -> Callable[P, T]:
+        signature = inspect.signature(stream)
+        if not {"progress", "cancel"} <= set(signature.parameters):
+            raise TypeError(f"the analysis {stream.__name__} must take progress= and cancel=")
+
+        @functools.wraps(stream)
+        def run(*args: P.args, **kwargs: P.kwargs) -> T:
+            options = signature.bind(*args, **kwargs)
+            options.apply_defaults()
+            progress, cancel = options.arguments["progress"], options.arguments["cancel"]
+            with distributed.failures_shared():
+                result = outcome(stream(*args, **kwargs), what, on_step=distributed.whole_corpus(progress, summed=summed), cancel=cancel)
+            for message in result.notes:  # type: ignore[attr-defined]  # every result type has its notes
+                note(message)
+            return result
+
+        returned = re.fullmatch(r"Iterator\[Progress\[(.*)\]\]", str(signature.return_annotation))
+        result_type = returned.group(1) if returned else "Any"  # what the function returns: the stream's result
+        run.__annotations__ = {**stream.__annotations__, "return": result_type}
+        run.__signature__ = signature.replace(return_annotation=result_type)  # type: ignore[attr-defined]
+        _STREAMS[run] = stream
+        return run
+
+    return make
+
+
+def steps(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Iterator[Progress[T]]:
+    """`function`'s analysis as a stream: the same arguments, a generator of `Progress` records.
+
+    The last record's `result` is what `function` returns, and its `notes` the result's notes
+    (issued as no warning). Earlier records say the stage and how far it got (`done` of
+    `total`), and for patterns and syntax the result so far (`partial`).
+    """
+    stream = _STREAMS.get(function)
+    if stream is None:
+        raise TypeError(f"{getattr(function, '__name__', function)!r} is not an analysis of bertscope.api; it has no steps")
+    progress = inspect.signature(stream).bind(*args, **kwargs).arguments.get("progress")
+    run = stream(*args, **kwargs)  # bad input is refused here, before the first record
+
+    def carried() -> Iterator[Progress[T]]:
+        for step in run:
+            if step.finished:
+                step = replace(step, notes=tuple(step.result.notes))  # type: ignore[union-attr]
+            if progress is not None:
+                progress(step)
+            yield step
+
+    return carried()
+
+
+def _finished(run: Iterable[Progress[T]], finish: Callable[[T], T]) -> Iterator[Progress[T]]:
+    """`run`, its result made `finish(result)`."""
+    for step in run:
+        yield replace(step, result=finish(step.result)) if step.finished else step  # type: ignore[arg-type]
+
+
+def _noted(run: Iterable[Progress[T]], notes: Callable[[T], Iterable[str]]) -> Iterator[Progress[T]]:
+    """`run`, its result's `notes` set to `notes(result)` (what reading the data said, then the analysis)."""
+    return _finished(run, lambda result: replace(result, notes=tuple(notes(result))))  # type: ignore[type-var]
+
+
+# --- the model and the data ------------------------------------------------------------------------------
 
 
 def load(
@@ -108,13 +186,12 @@ class Corpus:
     source: str
     report: ReadReport
 
-    def notes(self, tell: Tell = note) -> None:
-        """Say what reading skipped, once the sentences have been read."""
-        if self.report.skipped:
-            tell(self.report.summary())
+    def read_notes(self) -> tuple[str, ...]:
+        """What reading skipped, once the sentences have been read."""
+        return (self.report.summary(),) if self.report.skipped else ()
 
 
-Texts = str | Iterable[str] | Corpus | None  # a sentence, sentences, or a corpus already chosen
+Texts = str | Iterable[str | Sentence] | Corpus | None  # a sentence, sentences, or a corpus already chosen
 
 
 def corpus(
@@ -132,12 +209,15 @@ def corpus(
     if texts is not None and data is not None:
         raise InputError("give either a text or a corpus file, not both", setting="data")
     if texts is not None:
-        texts = [texts] if isinstance(texts, str) else list(texts)
-        if not texts or not all(text.strip() for text in texts):
+        texts = [texts] if isinstance(texts, str) else list(texts)[:limit]
+        if not texts or not all((text.text if isinstance(text, Sentence) else text).strip() for text in texts):
             raise InputError("the text is empty; give a sentence, or a corpus file", setting="data")
         report.sentences = len(texts)
         location = "TEXT" if len(texts) == 1 else "text {}"
-        return Corpus([Sentence(text=text, location=location.format(i + 1)) for i, text in enumerate(texts)], "TEXT", report)
+        sentences = [
+            text if isinstance(text, Sentence) else Sentence(text=text, location=location.format(i + 1)) for i, text in enumerate(texts)
+        ]
+        return Corpus(sentences, "TEXT", report)
     if data is None and not sample:
         return Corpus([], "", report)
     if data is None:  # the sample corpus, in its own format whatever `data_format` says of a file
@@ -145,25 +225,30 @@ def corpus(
     return Corpus(read_sentences(data, data_format, limit=limit, report=report), str(data), report)
 
 
-def encoded(model: Session, text: str, pair: str | None = None, *, tell: Tell = note) -> Encoding:
+def encoded(model: Session, text: str, pair: str | None = None) -> Encoding:
     """The text tokenised for the model, with a note when it had to be cut to fit."""
     encoding = model.encode(text, pair)
-    if encoding.truncated:
-        tell(
-            f"the input is {len(encoding) + encoding.truncated} tokens; cut {encoding.truncated} "
-            f"to fit the model's maximum of {model.max_length}"
-        )
+    for message in _cut_notes(model, encoding):
+        note(message)
     return encoding
 
 
-def head_mask(model: Session, mask: str | HeadMask | None) -> HeadMask:
+def _cut_notes(model: Session, encoding: Encoding) -> tuple[str, ...]:
+    if not encoding.truncated:
+        return ()
+    total = len(encoding) + encoding.truncated
+    return (f"the input is {total} tokens; cut {encoding.truncated} to fit the model's maximum of {model.max_length}",)
+
+
+def head_mask(model: Session | DeferredSession, mask: str | HeadMask | None) -> HeadMask:
     """A mask spec (`0:3,2:*`) or mask, checked against the model."""
     return mask if isinstance(mask, HeadMask) else model.mask(mask)
 
 
-# attention over a corpus
+# --- attention over a corpus -------------------------------------------------------------------------------
 
 
+@analysis("pattern statistics")
 def patterns(
     model: Session,
     texts: Texts = None,
@@ -177,48 +262,18 @@ def patterns(
     norms: bool = False,
     progress: ProgressCallback = None,
     cancel: threading.Event | None = None,
-) -> PatternResult:
+) -> Iterator[Progress[PatternResult]]:
     """Attention statistics and Kovaleva pattern classes of every head, streamed over a corpus.
 
     `norms=True` also takes the shares to [CLS], [SEP], punctuation, self, previous and next
     of the value-weighted norms ‖α_ij f_h(x_j)‖ (Kobayashi et al. 2020), from the same passes:
-    `result.statistics["norm_sep"]` beside `result.statistics["sep"]`.
+    `result.statistics["norm_sep"]` beside `result.statistics["sep"]`. The records' `partial`
+    holds the statistics so far.
     """
-    with distributed.failures_shared():  # under torchrun: each rank its shard, a failure on one stops all
-        steps = patterns_steps(
-            model,
-            texts,
-            data=data,
-            data_format=data_format,
-            limit=limit,
-            mask=mask,
-            ablation=ablation,
-            batch_size=batch_size,
-            norms=norms,
-            cancel=cancel,
-        )
-        return outcome(steps, on_step=distributed.whole_corpus(progress), cancel=cancel)
-
-
-def patterns_steps(
-    model: Session,
-    texts: Texts = None,
-    *,
-    data: str | Path | None = None,
-    data_format: str = "auto",
-    limit: int | None = None,
-    mask: str | HeadMask | None = None,
-    ablation: Ablation = "zero",
-    batch_size: int | None = None,
-    norms: bool = False,
-    cancel: threading.Event | None = None,
-    tell: Tell = note,
-) -> Iterator[Progress[PatternResult]]:
-    """`patterns` as a stream; each record's `partial` holds the statistics so far."""
     from bertscope.core.analyses.patterns import pattern_statistics
 
     sentences = corpus(texts, data=data, data_format=data_format, limit=limit)
-    steps = pattern_statistics(
+    run = pattern_statistics(
         model,
         distributed.shard(sentences.sentences),
         mask=head_mask(model, mask),
@@ -228,33 +283,37 @@ def patterns_steps(
         norms=norms,
     )
 
-    def told(result: PatternResult) -> None:
-        sentences.notes(tell)
+    def notes(result: PatternResult) -> Iterator[str]:
+        yield from sentences.read_notes()
         if result.truncated:
-            tell(f"{result.truncated:,} tokens were cut from sentences longer than the model's maximum of {model.max_length}")
+            yield f"{result.truncated:,} tokens were cut from sentences longer than the model's maximum of {model.max_length}"
 
-    return _telling(steps, told)
-
-
-# heads that track syntax
+    return _noted(run, notes)
 
 
-def treebank(data: str | Path | Iterable[Sentence] | Corpus | None = None, *, limit: int | None = None) -> Corpus:
-    """A dependency treebank to read: a CoNLL-U file (streamed), annotated sentences, or else the shipped sample treebank.
+# --- heads that track syntax -------------------------------------------------------------------------------
 
-    A file that is not CoNLL-U is refused at once, before any model runs.
+
+def treebank(texts: Iterable[Sentence] | Corpus | None = None, *, data: str | Path | None = None, limit: int | None = None) -> Corpus:
+    """A dependency treebank to read: annotated sentences, a CoNLL-U file `data` (streamed), or else the shipped sample treebank.
+
+    A file that is not CoNLL-U, or sentences without dependency heads, are refused at once, before any model runs.
     """
     from bertscope.core.data.corpus import detect_format
 
-    if isinstance(data, Corpus):
-        return data
+    if isinstance(texts, Corpus):
+        return texts
+    if texts is not None and data is not None:
+        raise InputError("give either annotated sentences or a treebank file, not both", setting="data")
     report = ReadReport()
-    if data is None or isinstance(data, (str, Path)):
+    if texts is None:
         path = sample_corpus("conllu") if data is None else data
         if detect_format(path) != "conllu":
             raise InputError(f"{path} is not a CoNLL-U treebank; give a .conllu file with dependency heads", setting="data")
         return Corpus(read_sentences(path, "conllu", limit=limit, report=report), str(path), report)
-    sentences = list(data)[:limit]
+    sentences = [texts] if isinstance(texts, (str, Sentence)) else list(texts)[:limit]
+    if not all(isinstance(sentence, Sentence) and sentence.heads is not None for sentence in sentences):
+        raise InputError("syntax needs sentences with dependency heads; give a CoNLL-U file as data=", setting="data")
     report.sentences = len(sentences)
     return Corpus(sentences, "sentences", report)
 
@@ -278,120 +337,153 @@ def check_relations(relations: Iterable[str] | None) -> list[str] | None:
     return list(dict.fromkeys(names))
 
 
+@analysis("syntax heads")
 def syntax(
     model: Session,
-    data: str | Path | Iterable[Sentence] | Corpus | None = None,
+    texts: Iterable[Sentence] | Corpus | None = None,
     *,
+    data: str | Path | None = None,
     limit: int | None = None,
     mask: str | HeadMask | None = None,
     ablation: Ablation = "zero",
     batch_size: int | None = None,
     progress: ProgressCallback = None,
     cancel: threading.Event | None = None,
-) -> SyntaxResult:
+) -> Iterator[Progress[SyntaxResult]]:
     """Heads that track dependency relations (Clark et al. 2019 §4), streamed over a treebank.
 
-    For every relation of `data` (a CoNLL-U file, annotated sentences, or else the shipped
-    sample treebank) and both directions, each head's share of the arcs whose most-attended
-    other word (word-level attention, [CLS]/[SEP] left out) is the right one, against the
-    best fixed-offset baseline (offsets -3 to 3). `result.rows(relations, min_count)` gives
-    what `bertscope syntax --json` prints; the counts are integers, summable across shards.
+    For every relation of the treebank (`texts`, annotated sentences; `data`, a CoNLL-U file;
+    else the shipped sample treebank) and both directions, each head's share of the arcs whose
+    most-attended other word (word-level attention, [CLS]/[SEP] left out) is the right one,
+    against the best fixed-offset baseline (offsets -3 to 3). `result.rows(relations, min_count)`
+    gives what `bertscope syntax --json` prints; the counts are integers, summable across shards.
+    The records' `partial` holds the counts so far.
     """
-    with distributed.failures_shared():
-        steps = syntax_steps(model, data, limit=limit, mask=mask, ablation=ablation, batch_size=batch_size, cancel=cancel)
-        return outcome(steps, on_step=distributed.whole_corpus(progress), cancel=cancel)
-
-
-def syntax_steps(
-    model: Session,
-    data: str | Path | Iterable[Sentence] | Corpus | None = None,
-    *,
-    limit: int | None = None,
-    mask: str | HeadMask | None = None,
-    ablation: Ablation = "zero",
-    batch_size: int | None = None,
-    cancel: threading.Event | None = None,
-    tell: Tell = note,
-) -> Iterator[Progress[SyntaxResult]]:
-    """`syntax` as a stream; each record's `partial` holds the counts so far."""
     from bertscope.core.analyses.syntax import syntax_heads
 
-    sentences = treebank(data, limit=limit)
-    steps = syntax_heads(
+    sentences = treebank(texts, data=data, limit=limit)
+    run = syntax_heads(
         model, distributed.shard(sentences.sentences), mask=head_mask(model, mask), ablation=ablation, batch_size=batch_size, cancel=cancel
     )
 
-    def told(result: SyntaxResult) -> None:
-        sentences.notes(tell)
+    def notes(result: SyntaxResult) -> Iterator[str]:
+        yield from sentences.read_notes()
         if result.truncated:
-            tell(
+            yield (
                 f"{result.truncated:,} sentences were cut to the model's maximum of {model.max_length} tokens; "
                 "arcs to the words beyond the cut are not counted"
             )
 
-    return _telling(steps, told)
+    return _noted(run, notes)
 
 
-# what each layer knows
+# --- what each layer knows ---------------------------------------------------------------------------------
 
 
-def probe(
-    model: Session,
+@dataclass(frozen=True)
+class ProbeData:
+    """A probing task's sentences: train, and dev and test (None: split from train); where they came from, and notes on the choice."""
+
+    train: list[Sentence]
+    dev: list[Sentence] | None = None
+    test: list[Sentence] | None = None
+    source: str = "sentences"
+    notes: tuple[str, ...] = field(default=())
+
+
+SentencesOrFile = str | Path | Iterable[Sentence] | None
+
+
+def probe_sentences(
     task: str,
+    texts: Iterable[Sentence] | ProbeData | None = None,
     *,
     data: str | Path | None = None,
-    dev: str | Path | None = None,
-    test: str | Path | None = None,
+    dev: SentencesOrFile = None,
+    test: SentencesOrFile = None,
     data_format: str = "auto",
     limit: int | None = None,
-    word_pooling: str = "first",
-    sentence_pooling: str = "cls",
-    kind: str = "linear",
-    control: bool = True,
-    random_baseline: bool = True,
-    min_examples: int = 2,
-    cache_dir: str | Path | None | bool = None,
-    mask: str | HeadMask | None = None,
-    ablation: Ablation = "zero",
-    seed: int = 0,
-    progress: ProgressCallback = None,
-    cancel: threading.Event | None = None,
-) -> ProbeReport:
-    """A probe per layer for `task`, with its baselines (control task, random-init model).
+) -> ProbeData:
+    """The sentences a probe for `task` trains and scores on: `texts` (labelled or annotated sentences),
+    or the file `data` (dev and test: files or sentences), or else the task's built-in data.
 
-    `task`: upos, xpos, deprel, depth or distance (a CoNLL-U `data`, else the built-in
-    treebank), a SentEval task of `data`, or a built-in task. `cache_dir=False` keeps no cache.
+    Torch-free and read at once, so that the CLI refuses a wrong file before the model loads.
     """
-    train, dev_sentences, test_sentences, _, notes = probe_sentences(task, data, dev, test, data_format, limit)
-    report = probe_on(
-        model,
-        task,
-        train,
-        dev_sentences,
-        test_sentences,
-        word_pooling=word_pooling,
-        sentence_pooling=sentence_pooling,
-        kind=kind,
-        control=control,
-        random_baseline=random_baseline,
-        min_examples=min_examples,
-        cache_dir=cache_dir,
-        mask=mask,
-        ablation=ablation,
-        seed=seed,
-        progress=progress,
-        cancel=cancel,
-    )
-    report.notes[:0] = notes
-    return report
+    from bertscope.core.data.probing_tasks import TASKS, generate
+
+    if isinstance(texts, ProbeData):
+        return texts
+    if texts is not None and data is not None:
+        raise InputError("give either training sentences or a training file, not both", setting="data")
+    if texts is None and data is None:
+        if dev is not None or test is not None:
+            raise InputError("a dev or test file needs a training file too", setting="data")
+        if task in TREEBANK_TASKS:
+            built = built_in_treebank(limit)
+            message = (
+                f"no data given: probing a generated treebank of {built.report.sentences:,} sentences (bertscope's built-in "
+                "grammar; the treebank command writes it out as CoNLL-U)"
+            )
+            return ProbeData(list(built.sentences), source=built.source, notes=(message,))
+        if task not in TASKS:
+            raise InputError(
+                f"unknown task {task!r} without data; built-in tasks: {', '.join((*TASKS, *TREEBANK_TASKS))}; or give a corpus file",
+                setting="task",
+            )
+        return ProbeData(generate(task), source=f"built-in task {task}")
+    reports = []
+
+    def read(chosen: SentencesOrFile) -> list[Sentence] | None:
+        if chosen is None:
+            return None
+        if not isinstance(chosen, (str, Path)):
+            return [_only_the_columns_of(task, sentence) for sentence in list(chosen)[:limit]]
+        report = ReadReport()
+        sentences = [_only_the_columns_of(task, sentence) for sentence in read_sentences(chosen, data_format, limit=limit, report=report)]
+        reports.append(report)
+        return sentences
+
+    train = read(data if texts is None else texts)
+    if not train:
+        raise InputError("no training sentences; give a corpus file with at least one sentence", setting="data")
+    words = train[0].words is not None
+    if words and task not in TREEBANK_TASKS:
+        raise InputError(f"a CoNLL-U file probes {', '.join(TREEBANK_TASKS)}; not {task!r}", setting="task")
+    if not words and task in TREEBANK_TASKS:
+        raise InputError(f"task {task!r} needs a CoNLL-U file; {data or 'the sentences given'} is not one", setting="task")
+    notes = tuple(report.summary() for report in reports if report.skipped)
+    return ProbeData(train, read(dev), read(test), str(data) if texts is None else "sentences", notes)
+
+
+_TASK_COLUMNS = {"upos": {"upos"}, "xpos": {"xpos"}, "deprel": {"deprels"}, "depth": {"heads", "upos"}, "distance": {"heads", "upos"}}
+
+
+def _only_the_columns_of(task: str, sentence: Sentence) -> Sentence:
+    """The sentence without the treebank columns `task` never reads: probing holds every sentence of its
+    splits, and each unused column is a tuple a word long."""
+    if sentence.words is None or task not in _TASK_COLUMNS:
+        return sentence
+    return replace(sentence, **{column: None for column in ("upos", "xpos", "heads", "deprels") if column not in _TASK_COLUMNS[task]})
+
+
+def built_in_treebank(size: int | None = None) -> Corpus:
+    """The generated treebank (core.data.treebank: bertscope's grammar, every word annotated), for word and
+    structural tasks given no file; `size` sentences (None: its default)."""
+    from bertscope.core.data.treebank import DEFAULT_SENTENCES, generate_treebank
+
+    size = size or DEFAULT_SENTENCES
+    report = ReadReport()
+    report.sentences = size
+    return Corpus(generate_treebank(size), f"built-in treebank ({size:,} sentences)", report)
 
 
 def task_sentences(
     task: str,
+    texts: Iterable[Sentence] | ProbeData | None = None,
     *,
     data: str | Path | None = None,
-    dev: str | Path | None = None,
-    test: str | Path | None = None,
+    dev: SentencesOrFile = None,
+    test: SentencesOrFile = None,
     data_format: str = "auto",
     limit: int | None = None,
     seed: int = 0,
@@ -401,18 +493,22 @@ def task_sentences(
     `.upos`/`.xpos`/`.deprels`/`.heads` for treebank tasks). To check a probe with a pipeline of one's own."""
     from bertscope.core.data.splits import make_splits
 
-    train, dev_sentences, test_sentences, _, _ = probe_sentences(task, data, dev, test, data_format, limit)
-    splits = make_splits(train, dev_sentences, test_sentences, seed=seed)
+    chosen = probe_sentences(task, texts, data=data, dev=dev, test=test, data_format=data_format, limit=limit)
+    splits = make_splits(chosen.train, chosen.dev, chosen.test, seed=seed)
     return {"train": splits.train, "dev": splits.dev, "test": splits.test}
 
 
-def probe_on(
+@analysis("probing", summed=False)
+def probe(
     model: Session | DeferredSession,
     task: str,
-    train: list[Sentence],
-    dev: list[Sentence] | None = None,
-    test: list[Sentence] | None = None,
+    texts: Iterable[Sentence] | ProbeData | None = None,
     *,
+    data: str | Path | None = None,
+    dev: SentencesOrFile = None,
+    test: SentencesOrFile = None,
+    data_format: str = "auto",
+    limit: int | None = None,
     word_pooling: str = "first",
     sentence_pooling: str = "cls",
     kind: str = "linear",
@@ -425,55 +521,20 @@ def probe_on(
     seed: int = 0,
     progress: ProgressCallback = None,
     cancel: threading.Event | None = None,
-) -> ProbeReport:
-    """`probe` on sentences already read (see `probe_sentences`); dev and test default to splits of train."""
-    with distributed.failures_shared():
-        steps = probe_steps(
-            model,
-            task,
-            train,
-            dev,
-            test,
-            word_pooling=word_pooling,
-            sentence_pooling=sentence_pooling,
-            kind=kind,
-            control=control,
-            random_baseline=random_baseline,
-            min_examples=min_examples,
-            cache_dir=cache_dir,
-            mask=mask,
-            ablation=ablation,
-            seed=seed,
-            cancel=cancel,
-        )
-        return outcome(steps, "probing", on_step=distributed.whole_corpus(progress, summed=False), cancel=cancel)
-
-
-def probe_steps(
-    model: Session | DeferredSession,
-    task: str,
-    train: list[Sentence],
-    dev: list[Sentence] | None = None,
-    test: list[Sentence] | None = None,
-    *,
-    word_pooling: str = "first",
-    sentence_pooling: str = "cls",
-    kind: str = "linear",
-    control: bool = True,
-    random_baseline: bool = True,
-    min_examples: int = 2,
-    cache_dir: str | Path | None | bool = None,
-    mask: str | HeadMask | None = None,
-    ablation: Ablation = "zero",
-    seed: int = 0,
-    cancel: threading.Event | None = None,
 ) -> Iterator[Progress[ProbeReport]]:
-    """`probe_on` as a stream (its notes are in the report's `notes`)."""
+    """A probe per layer for `task`, with its baselines (control task, random-init model).
+
+    `task`: upos, xpos, deprel, depth or distance (a CoNLL-U `data`, else the built-in
+    treebank), a SentEval task of `data`, or a built-in task. `texts` may give the training
+    sentences already read (or the `ProbeData` of `probe_sentences`); dev and test default to
+    splits of train. `cache_dir=False` keeps no cache.
+    """
     from bertscope.core.analyses.probing import run_probe
     from bertscope.core.data.splits import make_splits
 
-    splits = make_splits(train, dev, test, seed=seed)
-    return run_probe(
+    chosen = probe_sentences(task, texts, data=data, dev=dev, test=test, data_format=data_format, limit=limit)
+    splits = make_splits(chosen.train, chosen.dev, chosen.test, seed=seed)
+    run = run_probe(
         model,
         task,
         splits,
@@ -489,71 +550,16 @@ def probe_steps(
         seed=seed,
         cancel=cancel,
     )
+    return _noted(run, lambda report: (*chosen.notes, *report.notes))
 
 
-def built_in_treebank(size: int | None = None) -> Corpus:
-    """The generated treebank (core.data.treebank: bertscope's grammar, every word annotated), for word and
-    structural tasks given no file; `size` sentences (None: its default)."""
-    from bertscope.core.data.treebank import DEFAULT_SENTENCES, generate_treebank
-
-    size = size or DEFAULT_SENTENCES
-    report = ReadReport()
-    report.sentences = size
-    return Corpus(generate_treebank(size), f"built-in treebank ({size:,} sentences)", report)
+# --- which heads matter ------------------------------------------------------------------------------------
 
 
-def probe_sentences(task: str, data, dev, test, data_format: str = "auto", limit: int | None = None):
-    """The train, dev and test sentences of a probing task, where they came from, and notes on the choice."""
-    from bertscope.core.data.probing_tasks import TASKS, generate
-
-    if data is None:
-        if dev is not None or test is not None:
-            raise InputError("a dev or test file needs a training file too", setting="data")
-        if task in TREEBANK_TASKS:
-            built = built_in_treebank(limit)
-            message = (
-                f"no data given: probing a generated treebank of {built.report.sentences:,} sentences (bertscope's built-in "
-                "grammar; the treebank command writes it out as CoNLL-U)"
-            )
-            return built.sentences, None, None, built.source, [message]
-        if task not in TASKS:
-            raise InputError(
-                f"unknown task {task!r} without data; built-in tasks: {', '.join((*TASKS, *TREEBANK_TASKS))}; or give a corpus file",
-                setting="task",
-            )
-        return generate(task), None, None, f"built-in task {task}", []
-    reports = []
-
-    def read(path):
-        if path is None:
-            return None
-        report = ReadReport()
-        sentences = [_only_the_columns_of(task, sentence) for sentence in read_sentences(path, data_format, limit=limit, report=report)]
-        reports.append(report)
-        return sentences
-
-    train, dev_sentences, test_sentences = read(data), read(dev), read(test)
-    words = train[0].words is not None
-    if words and task not in TREEBANK_TASKS:
-        raise InputError(f"a CoNLL-U file probes {', '.join(TREEBANK_TASKS)}; not {task!r}", setting="task")
-    if not words and task in TREEBANK_TASKS:
-        raise InputError(f"task {task!r} needs a CoNLL-U file; {data} is not one", setting="task")
-    notes = [report.summary() for report in reports if report.skipped]
-    return train, dev_sentences, test_sentences, str(data), notes
-
-
-_TASK_COLUMNS = {"upos": {"upos"}, "xpos": {"xpos"}, "deprel": {"deprels"}, "depth": {"heads", "upos"}, "distance": {"heads", "upos"}}
-
-
-def _only_the_columns_of(task: str, sentence: Sentence) -> Sentence:
-    """The sentence without the treebank columns `task` never reads: probing holds every sentence of its
-    splits, and each unused column is a tuple a word long."""
-    if sentence.words is None or task not in _TASK_COLUMNS:
-        return sentence
-    return replace(sentence, **{column: None for column in ("upos", "xpos", "heads", "deprels") if column not in _TASK_COLUMNS[task]})
-
-
-# which heads matter
+def check_objective_data(name: str, texts: Texts, data: str | Path | None) -> None:
+    """Refuse, before any model loads, an objective that cannot be measured on no data (torch-free: the CLI calls it)."""
+    if name == "classification" and texts is None and data is None:
+        raise InputError("the classification objective needs labelled data: a SentEval file (split<TAB>label<TAB>sentence)", setting="data")
 
 
 def objective(
@@ -568,34 +574,42 @@ def objective(
     probe_layer: int | None = None,
     batch_size: int | None = None,
     seed: int = 0,
-    tell: Tell = note,
-) -> tuple[Objective, str]:
-    """What importance and pruning are measured on, prepared over the data; and the data's source.
+) -> Objective:
+    """What importance and pruning are measured on, prepared over the data once: hand it to `importance`,
+    `pruning_curve`, `prune` or `measure` in place of the objective's name to measure it again.
 
     `name`: mlm (an MLM head), classification (a classifier and labelled data), probe
-    (`task`, `probe_layer`; no data: a built-in task), preserve (any encoder).
+    (`task`, `probe_layer`; no data: a built-in task), preserve (any encoder). Its `source`
+    says where the data came from; its `notes` go on to the results measured on it.
     """
     from bertscope.core.analyses.objectives import check_objective, make_objective
 
     check_objective(model, name)
     check_objective_data(name, texts, data)
     sentences = corpus(texts, data=data, data_format=data_format, limit=limit, sample=name != "probe")
-    source = sentences.source or f"built-in task {task}"
-    if name != "probe" and task is not None:
-        tell(f"a probing task is for the probe objective; the {name} objective ignores it")
     with distributed.failures_shared():  # the probe objective trains on rank 0 alone: its failure must stop the others
         prepared = make_objective(
             model, name, list(sentences.sentences), batch_size=batch_size, seed=seed, probe_task=task, probe_layer=probe_layer
         )
-    sentences.notes(tell)
-    for message in prepared.notes:
-        tell(message)
-    return prepared, source
+    ignored = [f"a probing task is for the probe objective; the {name} objective ignores it"] if name != "probe" and task else []
+    prepared.notes[:0] = [*ignored, *sentences.read_notes()]
+    prepared.source = sentences.source or f"built-in task {task}"
+    return prepared
 
 
+def _prepared(model: Session, name: str | Objective, texts: Texts, **options: Any) -> Objective:
+    """The objective `name` prepared over the data, or as it is when it was prepared already."""
+    if isinstance(name, str):
+        return objective(model, name, texts, **options)
+    if texts is not None or options.get("data") is not None:
+        raise InputError("a prepared objective has its data already; give the data when naming the objective", setting="data")
+    return name
+
+
+@analysis("head importance")
 def importance(
     model: Session,
-    objective_name: str,
+    objective: str | Objective,
     texts: Texts = None,
     *,
     data: str | Path | None = None,
@@ -610,11 +624,14 @@ def importance(
     seed: int = 0,
     progress: ProgressCallback = None,
     cancel: threading.Event | None = None,
-) -> HeadImportance:
-    """How much each head matters for an objective: Michel et al.'s gradient, or exact ablation."""
-    prepared, _ = objective(
+) -> Iterator[Progress[HeadImportance]]:
+    """How much each head matters for an objective (its name, or one `objective` prepared):
+    Michel et al.'s gradient, or exact ablation."""
+    from bertscope.core.analyses.importance import head_importance
+
+    prepared = _prepared(
         model,
-        objective_name,
+        objective,
         texts,
         data=data,
         data_format=data_format,
@@ -624,37 +641,6 @@ def importance(
         batch_size=batch_size,
         seed=seed,
     )
-    return importance_of(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, progress=progress, cancel=cancel)
-
-
-def importance_of(
-    prepared: Objective,
-    *,
-    method: str = "gradient",
-    ablation: Ablation = "zero",
-    normalize: bool = True,
-    seed: int = 0,
-    progress: ProgressCallback = None,
-    cancel: threading.Event | None = None,
-) -> HeadImportance:
-    """Head importance for an objective already prepared (see `objective`)."""
-    with distributed.failures_shared():
-        steps = importance_steps(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, cancel=cancel)
-        return outcome(steps, on_step=distributed.whole_corpus(progress), cancel=cancel)
-
-
-def importance_steps(
-    prepared: Objective,
-    *,
-    method: str = "gradient",
-    ablation: Ablation = "zero",
-    normalize: bool = True,
-    seed: int = 0,
-    cancel: threading.Event | None = None,
-) -> Iterator[Progress[HeadImportance]]:
-    """`importance_of` as a stream."""
-    from bertscope.core.analyses.importance import head_importance
-
     return head_importance(prepared, method, ablation=ablation, normalize=normalize, seed=seed, cancel=cancel)
 
 
@@ -666,9 +652,10 @@ def measure(prepared: Objective, mask: str | HeadMask | None = None, ablation: A
     return measured(prepared, chosen if len(chosen) else None, ablation)
 
 
+@analysis("pruning curve", summed=False)
 def pruning_curve(
     model: Session,
-    objective_name: str,
+    objective: str | Objective,
     texts: Texts = None,
     *,
     data: str | Path | None = None,
@@ -676,6 +663,7 @@ def pruning_curve(
     limit: int | None = None,
     task: str | None = None,
     probe_layer: int | None = None,
+    ranking: HeadImportance | None = None,
     method: str = "gradient",
     ablation: Ablation = "zero",
     normalize: bool = True,
@@ -686,14 +674,16 @@ def pruning_curve(
     max_drop: float = 0.01,
     progress: ProgressCallback = None,
     cancel: threading.Event | None = None,
-) -> PruningCurve:
-    """The objective as ever more of the least important heads are removed, `step` of them at a time."""
+) -> Iterator[Progress[PruningCurve]]:
+    """The objective as ever more of the least important heads are removed, `step` of them at a time,
+    by `ranking` (a `HeadImportance` at hand; None: estimated first by `method`)."""
     from bertscope.core.analyses.importance import check_fraction
+    from bertscope.core.analyses.importance import pruning_curve as curve
 
     check_fraction(step, "step")
-    prepared, _ = objective(
+    prepared = _prepared(
         model,
-        objective_name,
+        objective,
         texts,
         data=data,
         data_format=data_format,
@@ -703,83 +693,37 @@ def pruning_curve(
         batch_size=batch_size,
         seed=seed,
     )
-    ranking = importance_of(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, progress=progress, cancel=cancel)
-    return curve_of(
-        prepared,
-        ranking,
-        method=method,
-        ablation=ablation,
-        step=step,
-        reestimate=reestimate,
-        normalize=normalize,
-        max_drop=max_drop,
-        progress=progress,
-        cancel=cancel,
-    )
+    ranking_steps = _ranking(model, prepared, ranking, method=method, ablation=ablation, normalize=normalize, seed=seed, cancel=cancel)
+
+    def run() -> Iterator[Progress[PruningCurve]]:
+        chosen = yield from relay(ranking_steps)
+        if chosen is not None:
+            yield from curve(
+                prepared,
+                importance=chosen,
+                method=method,
+                ablation=ablation,
+                step=step,
+                reestimate=reestimate,
+                normalize=normalize,
+                max_drop=max_drop,
+                cancel=cancel,
+            )
+
+    return run()
 
 
-def curve_of(
-    prepared: Objective,
-    ranking: HeadImportance | None,
-    *,
-    method: str = "gradient",
-    ablation: Ablation = "zero",
-    step: float = 0.1,
-    reestimate: bool = False,
-    normalize: bool = True,
-    max_drop: float = 0.01,
-    progress: ProgressCallback = None,
-    cancel: threading.Event | None = None,
-) -> PruningCurve:
-    """`pruning_curve`'s second half, for an objective and a ranking already at hand (None: estimated first)."""
-    with distributed.failures_shared():
-        steps = curve_steps(
-            prepared,
-            ranking,
-            method=method,
-            ablation=ablation,
-            step=step,
-            reestimate=reestimate,
-            normalize=normalize,
-            max_drop=max_drop,
-            cancel=cancel,
-        )
-        return outcome(steps, "pruning curve", on_step=distributed.whole_corpus(progress, summed=False), cancel=cancel)
+def _ranking(model: Session, prepared: Objective, ranking: HeadImportance | None, **options: Any) -> Iterator[Progress[HeadImportance]]:
+    """Steps whose result is `ranking`, or else the head importance estimated by `options`."""
+    if ranking is not None:
+        return iter([Progress("head importance", 1, 1, ranking)])
+    return steps(importance, model, prepared, **options)
 
 
-def curve_steps(
-    prepared: Objective,
-    ranking: HeadImportance | None,
-    *,
-    method: str = "gradient",
-    ablation: Ablation = "zero",
-    step: float = 0.1,
-    reestimate: bool = False,
-    normalize: bool = True,
-    max_drop: float = 0.01,
-    cancel: threading.Event | None = None,
-) -> Iterator[Progress[PruningCurve]]:
-    """`curve_of` as a stream."""
-    from bertscope.core.analyses.importance import check_fraction
-    from bertscope.core.analyses.importance import pruning_curve as curve
-
-    check_fraction(step, "step")
-    return curve(
-        prepared,
-        importance=ranking,
-        method=method,
-        ablation=ablation,
-        step=step,
-        reestimate=reestimate,
-        normalize=normalize,
-        max_drop=max_drop,
-        cancel=cancel,
-    )
-
-
+@analysis("pruning")
 def prune(
     model: Session,
-    objective_name: str,
+    objective: str | Objective,
     texts: Texts = None,
     *,
     fraction: float,
@@ -790,6 +734,7 @@ def prune(
     limit: int | None = None,
     task: str | None = None,
     probe_layer: int | None = None,
+    ranking: HeadImportance | None = None,
     method: str = "gradient",
     ablation: Ablation = "zero",
     normalize: bool = True,
@@ -797,11 +742,11 @@ def prune(
     seed: int = 0,
     progress: ProgressCallback = None,
     cancel: threading.Event | None = None,
-) -> Pruning:
-    """Choose the least important `fraction` of all heads, measure the objective without them, and with
-    `output` write a copy of the model without them: `weights` sliced (the heads cut out of the
-    weights: smaller and faster, for bertscope and transformers 4) or zeroed (same shapes,
-    their output projection zeroed: loads in any transformers)."""
+) -> Iterator[Progress[Pruning]]:
+    """Choose the least important `fraction` of all heads (by `ranking`, or estimated first by `method`),
+    measure the objective without them, and with `output` write a copy of the model without them:
+    `weights` sliced (the heads cut out of the weights: smaller and faster, for bertscope and
+    transformers 4) or zeroed (same shapes, their output projection zeroed: loads in any transformers)."""
     from bertscope.core.analyses.importance import check_fraction
     from bertscope.core.analyses.pruned_export import check_weights
 
@@ -811,9 +756,9 @@ def prune(
         from bertscope.core.data.files import check_new_directory
 
         check_new_directory(Path(output))
-    prepared, source = objective(
+    prepared = _prepared(
         model,
-        objective_name,
+        objective,
         texts,
         data=data,
         data_format=data_format,
@@ -823,32 +768,27 @@ def prune(
         batch_size=batch_size,
         seed=seed,
     )
-    ranking = importance_of(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, progress=progress, cancel=cancel)
-    return prune_by(
-        model, prepared, ranking, fraction=fraction, output=output, weights=weights, source=source, method=method, ablation=ablation
-    )
+    ranking_steps = _ranking(model, prepared, ranking, method=method, ablation=ablation, normalize=normalize, seed=seed, cancel=cancel)
+
+    def run() -> Iterator[Progress[Pruning]]:
+        chosen = yield from relay(ranking_steps)
+        if chosen is not None:
+            yield Progress("pruning", 1, 1, _pruned(model, prepared, chosen, fraction, output, weights, method, ablation))
+
+    return run()
 
 
-def check_objective_data(name: str, texts: Texts, data: str | Path | None) -> None:
-    """Refuse, before any model loads, an objective that cannot be measured on no data (torch-free: the CLI calls it)."""
-    if name == "classification" and texts is None and data is None:
-        raise InputError("the classification objective needs labelled data: a SentEval file (split<TAB>label<TAB>sentence)", setting="data")
-
-
-def prune_by(
+def _pruned(
     model: Session,
     prepared: Objective,
     ranking: HeadImportance,
-    *,
     fraction: float,
-    output: str | Path | None = None,
-    weights: str = "sliced",
-    source: str = "",
-    method: str = "gradient",
-    ablation: Ablation = "zero",
+    output: str | Path | None,
+    weights: str,
+    method: str,
+    ablation: Ablation,
 ) -> Pruning:
-    """`prune`'s second half, for an objective and a ranking already at hand: remove the least
-    important `fraction` of the heads, measure, and with `output` write the pruned copy."""
+    """Remove the least important `fraction` of the heads by `ranking`, measure, and with `output` write the pruned copy."""
     from bertscope.core.analyses.importance import measure, pruned_set
 
     total = model.num_layers * model.num_heads
@@ -870,7 +810,7 @@ def prune_by(
     pruning = Pruning(
         objective=prepared.name,
         metric=prepared.metric,
-        source=source,
+        source=prepared.source,
         mask=mask,
         importance=ranking,
         loss_after=after.loss,
@@ -880,6 +820,7 @@ def prune_by(
         method=method,
         ablation=ablation,
         fraction=fraction,
+        notes=ranking.notes,
     )
     if output is not None and distributed.is_main():  # under torchrun, rank 0 writes the model
         from bertscope.core.analyses.pruned_export import write_pruned_model
@@ -907,6 +848,7 @@ class Pruning:
     method: str = "gradient"  # how the heads were ranked
     ablation: Ablation = "zero"  # ... under which ablation
     fraction: float = 0.0
+    notes: tuple[str, ...] = ()
 
     def record(self) -> dict:
         """What was pruned and why, as the copy's bertscope-pruning.json and the CLI's JSON both say it."""
@@ -944,12 +886,21 @@ class Pruning:
         return payload
 
 
-# the masked-LM head
+# --- the masked-LM head ------------------------------------------------------------------------------------
 
 
+@analysis("fill")
 def fill(
-    model: Session, text: str, *, top: int = 10, layers: bool = True, mask: str | HeadMask | None = None, ablation: Ablation = "zero"
-) -> FillResult:
+    model: Session,
+    text: str,
+    *,
+    top: int = 10,
+    layers: bool = True,
+    mask: str | HeadMask | None = None,
+    ablation: Ablation = "zero",
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> Iterator[Progress[FillResult]]:
     """The MLM head's top guesses at every [MASK] of `text`, at the output and read off every layer."""
     from bertscope.core.analyses.mlm import fill as fill_in
     from bertscope.core.analyses.mlm import require_mlm_head, with_mask_token
@@ -957,88 +908,58 @@ def fill(
     if not text.strip():
         raise InputError("the text is empty; give a sentence with [MASK] where the missing word goes")
     require_mlm_head(model)
-    encoding = encoded(model, with_mask_token(model.tokenizer, text))
-    return fill_in(model, encoding, top=top, mask=head_mask(model, mask), ablation=ablation, layers=layers)
+    encoding = model.encode(with_mask_token(model.tokenizer, text))
+
+    def run() -> Iterator[Progress[FillResult]]:
+        result = fill_in(model, encoding, top=top, mask=head_mask(model, mask), ablation=ablation, layers=layers)
+        yield Progress("guessing", 1, 1, replace(result, notes=_cut_notes(model, encoding)))
+
+    return run()
 
 
+@analysis("cloze queries")
 def cloze(
     model: Session,
-    data: str | Path = "sample",
+    texts: str | Iterable[str] | None = None,
     *,
+    data: str | Path | None = None,
+    limit: int | None = None,
     batch_size: int | None = None,
     mask: str | HeadMask | None = None,
     ablation: Ablation = "zero",
-    report: ReadReport | None = None,
     progress: ProgressCallback = None,
     cancel: threading.Event | None = None,
-) -> ClozeResult:
-    """Precision at 1 and 10 of a cloze file's one-token answers, per layer (LAMA); "sample" for the shipped one.
-
-    `report`, if given, is filled with what reading the file skipped."""
-    from bertscope.core.analyses.mlm import cloze_scores, read_cloze, require_mlm_head, sample_cloze
+) -> Iterator[Progress[ClozeResult]]:
+    """Precision at 1 and 10 of cloze queries' one-token answers, per layer (LAMA): `texts` (`query<TAB>answer`
+    lines), or a cloze file `data` (those lines, or LAMA's JSON lines), or else the shipped sample."""
+    from bertscope.core.analyses.mlm import cloze_queries, cloze_scores, read_cloze, require_mlm_head, sample_cloze
 
     require_mlm_head(model)
-    source = sample_cloze() if str(data) == "sample" else data
-    report = report if report is not None else ReadReport()
-    queries = read_cloze(source, report)
-    steps = cloze_scores(model, queries, mask=head_mask(model, mask), ablation=ablation, batch_size=batch_size, report=report)
-    with distributed.failures_shared():
-        result = outcome(steps, on_step=distributed.whole_corpus(progress), cancel=cancel)
-    if report.skipped:
+    if texts is not None and data is not None:
+        raise InputError("give either cloze queries or a cloze file, not both", setting="data")
+    report = ReadReport()
+    if texts is None:
+        queries = read_cloze(sample_cloze() if data is None else data, report, limit=limit)
+    else:
+        lines = [texts] if isinstance(texts, str) else list(texts)
+        queries = cloze_queries(((f"query {number}", line) for number, line in enumerate(lines, start=1)), report, limit=limit)
+    run = cloze_scores(model, queries, mask=head_mask(model, mask), ablation=ablation, batch_size=batch_size, report=report, cancel=cancel)
+
+    def counted(result: ClozeResult) -> ClozeResult:
+        if not report.skipped:
+            return result
         location, reason = report.skipped[0]
-        note(f"scored {result.queries} queries; skipped {len(report.skipped)} (first: {location}: {reason})")
-    return result
+        skipped = f"scored {result.queries} queries; skipped {len(report.skipped)} (first: {location}: {reason})"
+        return replace(result, skipped=len(report.skipped), notes=(skipped,))
+
+    return _finished(run, counted)
 
 
-# attribution
+# --- attribution -------------------------------------------------------------------------------------------
 
 
+@analysis("attribution", summed=False)
 def attribute(
-    model: Session,
-    text: str,
-    pair: str | None = None,
-    *,
-    method: str = "integrated-gradients",
-    target: str | None = None,
-    position: int | None = None,
-    probe: str | None = None,
-    data: str | Path | None = None,
-    layer: int | None = None,
-    sentence_pooling: str = "cls",
-    score: str = "log-probability",
-    steps: int | None = None,
-    cache_dir: str | Path | None | bool = None,
-    mask: str | HeadMask | None = None,
-    ablation: Ablation = "zero",
-    progress: ProgressCallback = None,
-    cancel: threading.Event | None = None,
-) -> Attribution:
-    """Which tokens of `text` a decision rests on: a probe's (`probe=TASK`), a classifier's class, or an MLM guess.
-
-    `target` is the label, class or token to explain (default: the model's top choice).
-    """
-    run = attribute_steps(
-        model,
-        text,
-        pair,
-        method=method,
-        target=target,
-        position=position,
-        probe=probe,
-        data=data,
-        layer=layer,
-        sentence_pooling=sentence_pooling,
-        score=score,
-        steps=steps,
-        cache_dir=cache_dir,
-        mask=mask,
-        ablation=ablation,
-        cancel=cancel,
-    )
-    return outcome(run, on_step=progress, cancel=cancel)
-
-
-def attribute_steps(
     model: Session,
     text: str | Encoding,
     pair: str | None = None,
@@ -1055,10 +976,14 @@ def attribute_steps(
     cache_dir: str | Path | None | bool = None,
     mask: str | HeadMask | None = None,
     ablation: Ablation = "zero",
+    progress: ProgressCallback = None,
     cancel: threading.Event | None = None,
-    tell: Tell = note,
 ) -> Iterator[Progress[Attribution]]:
-    """`attribute` as a stream; `text` may be an `Encoding` already made (the explorer's)."""
+    """Which tokens of `text` a decision rests on: a probe's (`probe=TASK`, trained on `data`), a classifier's class, or an MLM guess.
+
+    `target` is the label, class or token to explain (default: the model's top choice); `text`
+    may be an `Encoding` already made (the explorer's).
+    """
     from bertscope.core.analyses.attribution import Target
     from bertscope.core.analyses.attribution import attribute as attribution_steps
     from bertscope.core.analyses.mlm import with_mask_token
@@ -1067,12 +992,11 @@ def attribute_steps(
         raise InputError("the text is empty; give a sentence to explain")
     if (data is not None or layer is not None) and probe is None:
         raise InputError("a probe's data and layer need the probe's task too", setting="probe")
-    if isinstance(text, str):
-        text = encoded(model, with_mask_token(model.tokenizer, text), pair, tell=tell)
+    encoding = model.encode(with_mask_token(model.tokenizer, text), pair) if isinstance(text, str) else text
     chosen = Target(label=target, position=position, probe=probe, data=data, layer=layer, pooling=sentence_pooling)
     run = attribution_steps(
         model,
-        text,
+        encoding,
         method=method,
         target=chosen,
         score=score,
@@ -1082,12 +1006,14 @@ def attribute_steps(
         cache_dir=cache_dir,
         cancel=cancel,
     )
-    return _telling(run, lambda result: [tell(message) for message in result.notes])
+    cut = _cut_notes(model, encoding) if isinstance(text, str) else ()
+    return _noted(run, lambda result: (*cut, *result.notes))
 
 
-# activation patching
+# --- activation patching -----------------------------------------------------------------------------------
 
 
+@analysis("patching", summed=False)
 def patch(
     model: Session,
     clean: str,
@@ -1107,7 +1033,7 @@ def patch(
     cache_dir: str | Path | None | bool = None,
     progress: ProgressCallback = None,
     cancel: threading.Event | None = None,
-) -> PatchingResult:
+) -> Iterator[Progress[PatchingResult]]:
     """Which heads, layers and positions carry the difference between `clean` and `corrupt` (activation patching).
 
     Both texts must have the same number of tokens. `metric`: mlm (`answers` A,B at the
@@ -1115,54 +1041,12 @@ def patch(
     preserve (any model). `direction`: denoise (clean into corrupted) or noise. Effects are
     shares of m(clean) - m(corrupt): 1 when the component carries all of it.
     """
-    run = patch_steps(
-        model,
-        clean,
-        corrupt,
-        clean_pair=clean_pair,
-        corrupt_pair=corrupt_pair,
-        metric=metric,
-        answers=answers,
-        classes=classes,
-        task=task,
-        data=data,
-        probe_layer=probe_layer,
-        sweeps=sweeps,
-        direction=direction,
-        per_position=per_position,
-        cache_dir=cache_dir,
-        cancel=cancel,
-    )
-    return outcome(run, on_step=progress, cancel=cancel)
-
-
-def patch_steps(
-    model: Session,
-    clean: str,
-    corrupt: str,
-    *,
-    clean_pair: str | None = None,
-    corrupt_pair: str | None = None,
-    metric: str = "preserve",
-    answers: Iterable[str] | None = None,
-    classes: Iterable[str] | None = None,
-    task: str | None = None,
-    data: str | Path | None = None,
-    probe_layer: int | None = None,
-    sweeps: Iterable[str] = ("heads", "layers", "positions"),
-    direction: str = "denoise",
-    per_position: bool = False,
-    cache_dir: str | Path | None | bool = None,
-    cancel: threading.Event | None = None,
-    tell: Tell = note,
-) -> Iterator[Progress[PatchingResult]]:
-    """`patch` as a stream."""
     from bertscope.core.analyses.patching import patch as patching_steps
 
     for text in (clean, corrupt):
         if not text.strip():
             raise InputError("the text is empty; give a clean and a corrupted sentence", setting="corrupt" if text is corrupt else None)
-    run = patching_steps(
+    return patching_steps(
         model,
         clean,
         corrupt,
@@ -1180,12 +1064,12 @@ def patch_steps(
         cache_dir=cache_dir,
         cancel=cancel,
     )
-    return _telling(run, lambda result: [tell(message) for message in result.notes])
 
 
-# representation geometry
+# --- representation geometry -------------------------------------------------------------------------------
 
 
+@analysis("geometry")
 def geometry(
     model: Session,
     texts: Texts = None,
@@ -1202,45 +1086,11 @@ def geometry(
     ablation: Ablation = "zero",
     progress: ProgressCallback = None,
     cancel: threading.Event | None = None,
-) -> GeometryResult:
-    """Per layer on a seeded sample of rows: PCA, linear CKA, TwoNN intrinsic dimension, neighbourhood overlap."""
-    with distributed.failures_shared():  # under torchrun: each rank samples its shard, rank 0 measures the merged sample
-        run = geometry_steps(
-            model,
-            texts,
-            data=data,
-            data_format=data_format,
-            limit=limit,
-            unit=unit,
-            max_rows=max_rows,
-            neighbours=neighbours,
-            seed=seed,
-            batch_size=batch_size,
-            mask=mask,
-            ablation=ablation,
-            cancel=cancel,
-        )
-        return outcome(run, on_step=distributed.whole_corpus(progress), cancel=cancel)
-
-
-def geometry_steps(
-    model: Session,
-    texts: Texts = None,
-    *,
-    data: str | Path | None = None,
-    data_format: str = "auto",
-    limit: int | None = None,
-    unit: str = "auto",
-    max_rows: int | None = 4000,
-    neighbours: int = 10,
-    seed: int = 0,
-    batch_size: int | None = None,
-    mask: str | HeadMask | None = None,
-    ablation: Ablation = "zero",
-    cancel: threading.Event | None = None,
-    tell: Tell = note,
 ) -> Iterator[Progress[GeometryResult]]:
-    """`geometry` as a stream."""
+    """Per layer on a seeded sample of rows: PCA, linear CKA, TwoNN intrinsic dimension, neighbourhood overlap.
+
+    Under torchrun each rank samples its shard, and rank 0 measures the merged sample.
+    """
     from bertscope.core.analyses.geometry import representation_geometry
 
     sentences = corpus(texts, data=data, data_format=data_format, limit=limit)
@@ -1257,9 +1107,10 @@ def geometry_steps(
         ablation=ablation,
         cancel=cancel,
     )
-    return _telling(run, lambda result: sentences.notes(tell))
+    return _noted(run, lambda result: (*sentences.read_notes(), *result.notes))
 
 
+@analysis("comparison")
 def compare(
     model: Session,
     other: Session | str,
@@ -1277,48 +1128,12 @@ def compare(
     allow_download: bool = False,
     progress: ProgressCallback = None,
     cancel: threading.Event | None = None,
-) -> ComparisonResult:
-    """`model` against `other` (a loaded model, or one to load on the same device): per-head attention
-    similarity, CKA between their layers, and with `probes` a probe per layer on both."""
-    with distributed.failures_shared():  # under torchrun: each rank its shard, rank 0 the merged sample's CKA
-        run = compare_steps(
-            model,
-            other,
-            texts,
-            data=data,
-            data_format=data_format,
-            limit=limit,
-            unit=unit,
-            max_rows=max_rows,
-            seed=seed,
-            batch_size=batch_size,
-            probes=probes,
-            cache_dir=cache_dir,
-            allow_download=allow_download,
-            cancel=cancel,
-        )
-        return outcome(run, on_step=distributed.whole_corpus(progress), cancel=cancel)
-
-
-def compare_steps(
-    model: Session,
-    other: Session | str,
-    texts: Texts = None,
-    *,
-    data: str | Path | None = None,
-    data_format: str = "auto",
-    limit: int | None = None,
-    unit: str = "auto",
-    max_rows: int | None = 4000,
-    seed: int = 0,
-    batch_size: int | None = None,
-    probes: Iterable[str | tuple[str, list[Sentence]]] = (),
-    cache_dir: str | Path | None | bool = None,
-    allow_download: bool = False,
-    cancel: threading.Event | None = None,
-    tell: Tell = note,
 ) -> Iterator[Progress[ComparisonResult]]:
-    """`compare` as a stream; model B, given by name, is loaded when it is called (same device and dtype as `model`)."""
+    """`model` against `other` (a loaded model, or one to load on the same device and dtype, when called):
+    per-head attention similarity, CKA between their layers, and with `probes` a probe per layer on both.
+
+    Under torchrun each rank its shard, and rank 0 the merged sample's CKA.
+    """
     from bertscope.core.analyses.compare import compare_models, probe_data
 
     sentences = corpus(texts, data=data, data_format=data_format, limit=limit)
@@ -1330,4 +1145,4 @@ def compare_steps(
     run = compare_models(
         model, other, rows, unit=unit, max_rows=max_rows, seed=seed, batch_size=batch_size, probes=tasks, cache_dir=cache_dir, cancel=cancel
     )
-    return _telling(run, lambda result: sentences.notes(tell))
+    return _noted(run, lambda result: (*sentences.read_notes(), *result.notes))

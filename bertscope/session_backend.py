@@ -4,17 +4,17 @@ through the public API (`bertscope.api`) on a loaded model.
 The UI never imports torch, so it talks to this object through the torch-free contract in
 `bertscope.ui.backend`; the CLI hands it to the app once the model is loaded. The model's
 own questions (encode, forward, mask predictions) go to the model handle; the long jobs to
-the API's streams (`patterns_steps`, ...), which run in the explorer's worker threads. Their
-notes (lines skipped, text cut) come back on the last `Progress` record, for the UI to
-show: warnings, the API's way for scripts, are process-wide and no place for threads.
+the API's streams (`api.steps(api.patterns, ...)`), which run in the explorer's worker
+threads. Their notes (lines skipped, text cut) come back on the last `Progress` record, for
+the UI to show: warnings, the API's way for scripts, are process-wide and no place for threads.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,19 +26,9 @@ from bertscope.core.data.corpus import ReadReport, Sentence
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
 from bertscope.core.model.session import Session
-from bertscope.core.progress import Progress
 
 if TYPE_CHECKING:
     from bertscope.core.analyses.objectives import Objective
-
-T = TypeVar("T")
-
-
-def with_notes(start: Callable[[api.Tell], Iterable[Progress[T]]]) -> Iterator[Progress[T]]:
-    """The steps of `start(tell)`, with what it told carried on the last step's `notes`."""
-    told: list[str] = []
-    for step in start(told.append):
-        yield dataclasses.replace(step, notes=(*step.notes, *told)) if step.finished and told else step
 
 
 def chosen(sentences: Iterable[Sentence]) -> api.Corpus:
@@ -119,24 +109,22 @@ class SessionBackend:
         cancel: threading.Event | None = None,
     ) -> Iterator:
         target = target or Target()
-        return with_notes(
-            lambda tell: api.attribute_steps(
-                self.session,
-                text,
-                pair,
-                method=method,
-                target=target.label,
-                position=target.position,
-                probe=target.probe,
-                data=target.data,
-                layer=target.layer,
-                sentence_pooling=target.pooling,
-                steps=steps,
-                mask=mask,
-                ablation=ablation,
-                cancel=cancel,
-                tell=tell,
-            )
+        return api.steps(
+            api.attribute,
+            self.session,
+            text,
+            pair,
+            method=method,
+            target=target.label,
+            position=target.position,
+            probe=target.probe,
+            data=target.data,
+            layer=target.layer,
+            sentence_pooling=target.pooling,
+            steps=steps,
+            mask=mask,
+            ablation=ablation,
+            cancel=cancel,
         )
 
     def attention_patterns(
@@ -148,11 +136,7 @@ class SessionBackend:
         norms: bool = False,
         cancel: threading.Event | None = None,
     ) -> Iterator:
-        return with_notes(
-            lambda tell: api.patterns_steps(
-                self.session, chosen(sentences), mask=mask, ablation=ablation, norms=norms, cancel=cancel, tell=tell
-            )
-        )
+        return api.steps(api.patterns, self.session, chosen(sentences), mask=mask, ablation=ablation, norms=norms, cancel=cancel)
 
     def syntax_heads(
         self,
@@ -162,9 +146,7 @@ class SessionBackend:
         ablation: Ablation = "zero",
         cancel: threading.Event | None = None,
     ) -> Iterator:
-        return with_notes(
-            lambda tell: api.syntax_steps(self.session, chosen(sentences), mask=mask, ablation=ablation, cancel=cancel, tell=tell)
-        )
+        return api.steps(api.syntax, self.session, chosen(sentences), mask=mask, ablation=ablation, cancel=cancel)
 
     def probe(
         self,
@@ -178,7 +160,7 @@ class SessionBackend:
         kind: str = "linear",
         cancel: threading.Event | None = None,
     ) -> Iterator:
-        return api.probe_steps(self.session, task, train, dev, test, mask=mask, ablation=ablation, kind=kind, cancel=cancel)
+        return api.steps(api.probe, self.session, task, train, dev=dev, test=test, mask=mask, ablation=ablation, kind=kind, cancel=cancel)
 
     def geometry(
         self,
@@ -190,18 +172,14 @@ class SessionBackend:
         ablation: Ablation = "zero",
         cancel: threading.Event | None = None,
     ) -> Iterator:
-        return with_notes(
-            lambda tell: api.geometry_steps(
-                self.session, chosen(sentences), unit=unit, max_rows=max_rows, mask=mask, ablation=ablation, cancel=cancel, tell=tell
-            )
+        return api.steps(
+            api.geometry, self.session, chosen(sentences), unit=unit, max_rows=max_rows, mask=mask, ablation=ablation, cancel=cancel
         )
 
     def compare(
         self, other: str, sentences, *, unit: str = "token", max_rows: int | None = None, cancel: threading.Event | None = None
     ) -> Iterator:
-        return with_notes(
-            lambda tell: api.compare_steps(self.session, other, chosen(sentences), unit=unit, max_rows=max_rows, cancel=cancel, tell=tell)
-        )
+        return api.steps(api.compare, self.session, other, chosen(sentences), unit=unit, max_rows=max_rows, cancel=cancel)
 
     def head_importance(
         self,
@@ -213,11 +191,8 @@ class SessionBackend:
         normalize: bool = True,
         cancel: threading.Event | None = None,
     ) -> Iterator:
-        return with_notes(
-            lambda tell: api.importance_steps(
-                self._prepared_objective(objective, sentences, tell), method=method, ablation=ablation, normalize=normalize, cancel=cancel
-            )
-        )
+        prepared = self._prepared_objective(objective, sentences)
+        return api.steps(api.importance, self.session, prepared, method=method, ablation=ablation, normalize=normalize, cancel=cancel)
 
     def measure_objective(self, objective: str, sentences, mask: HeadMask | None = None, ablation: Ablation = "zero") -> Measurement:
         return api.measure(self._prepared_objective(objective, sentences), mask, ablation)
@@ -235,17 +210,17 @@ class SessionBackend:
         cancel: threading.Event | None = None,
     ) -> Iterator:
         method = importance.method if importance is not None else "gradient"  # re-estimates rank heads as the first ranking did
-        return with_notes(
-            lambda tell: api.curve_steps(
-                self._prepared_objective(objective, sentences, tell),
-                importance,
-                method=method,
-                ablation=ablation,
-                step=step,
-                reestimate=reestimate,
-                max_drop=max_drop,
-                cancel=cancel,
-            )
+        return api.steps(
+            api.pruning_curve,
+            self.session,
+            self._prepared_objective(objective, sentences),
+            ranking=importance,
+            method=method,
+            ablation=ablation,
+            step=step,
+            reestimate=reestimate,
+            max_drop=max_drop,
+            cancel=cancel,
         )
 
     def patch(
@@ -263,33 +238,31 @@ class SessionBackend:
         direction: str = "denoise",
         cancel: threading.Event | None = None,
     ) -> Iterator:
-        return with_notes(
-            lambda tell: api.patch_steps(
-                self.session,
-                clean,
-                corrupt,
-                clean_pair=clean_pair,
-                corrupt_pair=corrupt_pair,
-                metric=metric,
-                answers=answers,
-                classes=classes,
-                task=task,
-                sweeps=sweeps,
-                direction=direction,
-                cancel=cancel,
-                tell=tell,
-            )
+        return api.steps(
+            api.patch,
+            self.session,
+            clean,
+            corrupt,
+            clean_pair=clean_pair,
+            corrupt_pair=corrupt_pair,
+            metric=metric,
+            answers=answers,
+            classes=classes,
+            task=task,
+            sweeps=sweeps,
+            direction=direction,
+            cancel=cancel,
         )
 
-    def _prepared_objective(self, objective: str, sentences, tell: api.Tell | None = None) -> Objective:
+    def _prepared_objective(self, objective: str, sentences) -> Objective:
         """The objective prepared once for the last sentences asked about (tokenised, masked, probe trained).
 
         The explorer measures the same objective again after every head toggle; preparing
-        it (a probe trained, say) is the costly part. Its notes are told when it is prepared.
+        it (a probe trained, say) is the costly part. Its notes go on to every result measured on it.
         """
         sentences = list(sentences)
         key = (objective, tuple((s.text, s.pair, s.label) for s in sentences))
         if self._objective_cache is None or self._objective_cache[0] != key:
-            prepared, _ = api.objective(self.session, objective, chosen(sentences), tell=tell or (lambda message: None))
+            prepared = api.objective(self.session, objective, chosen(sentences))
             self._objective_cache = (key, prepared)
         return self._objective_cache[1]

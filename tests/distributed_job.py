@@ -33,8 +33,8 @@ def equal(out: str, tiny_a: str, tiny_b: str) -> None:
     results = {"world": distributed.world().size}
     results["patterns"] = bertscope.patterns(model, limit=PATTERN_SENTENCES, norms=True)
     results["syntax"] = bertscope.api.syntax(model, limit=SYNTAX_SENTENCES)
-    train, _, _, _, _ = probe_sentences("upos", str(sample_corpus("conllu")), None, None, limit=70)
-    results["probe"] = bertscope.api.probe_on(model, "upos", train, control=False, random_baseline=False, cache_dir=False)
+    train = probe_sentences("upos", data=str(sample_corpus("conllu")), limit=70).train
+    results["probe"] = bertscope.api.probe(model, "upos", train, control=False, random_baseline=False, cache_dir=False)
     for method in ("ablation", "gradient"):
         results[method] = bertscope.importance(model, "preserve", limit=IMPORTANCE_SENTENCES, method=method)
     results["geometry"] = bertscope.api.geometry(model, **GEOMETRY)

@@ -103,7 +103,7 @@ def test_fill_and_cloze_with_an_mlm_head(tiny_mlm_session, tiny_session, tmp_pat
     assert len(filled.blanks) == 1 and len(filled.blanks[0].predictions.tokens) == 3
     cloze_file = tmp_path / "cloze.tsv"
     cloze_file.write_text("The cat sat on the [MASK].\tmat\nA dog [MASK] loudly.\tbarked\n", encoding="utf-8")
-    scores = bertscope.cloze(tiny_mlm_session, cloze_file)
+    scores = bertscope.cloze(tiny_mlm_session, data=cloze_file)
     assert scores.queries == 2
     with pytest.raises(bertscope.BertscopeError, match="no masked-LM head"):
         bertscope.fill(tiny_session, "The capital is [MASK].")
@@ -125,3 +125,58 @@ def test_patch_is_in_the_api(tiny_session):
     assert result.heads is None and result.layers is None
     with pytest.raises(bertscope.BertscopeError, match="empty"):
         bertscope.patch(tiny_session, "the keys are here", " ")
+
+
+ANALYSES = ["patterns", "syntax", "probe", "importance", "pruning_curve", "prune", "fill", "cloze", "attribute", "patch",
+            "geometry", "compare"]
+
+
+def test_every_analysis_is_written_once_and_its_stream_takes_exactly_its_arguments():
+    import inspect
+
+    from bertscope import api
+
+    for name in ANALYSES:
+        function = getattr(bertscope, name)
+        stream = api._STREAMS[function]
+        assert inspect.signature(function).parameters == inspect.signature(stream).parameters, name
+        assert {"progress", "cancel"} <= set(inspect.signature(function).parameters), name
+        assert inspect.signature(function).return_annotation != inspect.signature(stream).return_annotation, name
+    corpus_analyses = ["patterns", "syntax", "importance", "pruning_curve", "prune", "cloze", "geometry", "compare", "probe"]
+    for name in corpus_analyses:  # one form of corpus argument: `texts` given, or a file as `data=`
+        parameters = inspect.signature(getattr(bertscope, name)).parameters
+        assert "texts" in parameters and parameters["data"].kind is inspect.Parameter.KEYWORD_ONLY, name
+    with pytest.raises(TypeError, match="not an analysis"):
+        bertscope.steps(bertscope.load)
+
+
+def test_notes_take_one_route_the_result_the_warning_and_the_streams_last_record(tiny_session):
+    """A note is in the result, issued once as a warning by the function, and on the stream's last record without one."""
+    too_long = " ".join(["word"] * 200)  # past the tiny model's 64 positions
+    with pytest.warns(bertscope.BertscopeNote) as caught:
+        result = bertscope.syntax(tiny_session, limit=3)  # no note: the sample treebank fits
+        probed = bertscope.probe(tiny_session, "animals", TEXTS_LABELLED, control=False, random_baseline=False, cache_dir=False)
+        stats = bertscope.patterns(tiny_session, ["The cat sat.", too_long])
+    warned = [str(warning.message) for warning in caught]
+    assert not result.notes
+    assert probed.notes and all(note in warned for note in probed.notes)  # a probe's notes are warned like any other
+    assert stats.notes and all(note in warned for note in stats.notes) and len(warned) == len(probed.notes) + len(stats.notes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        *_, last = bertscope.steps(bertscope.patterns, tiny_session, ["The cat sat.", too_long])
+    assert last.notes == last.result.notes == stats.notes
+
+
+TEXTS_LABELLED = [Sentence(text=f"The {animal} sat on mat {i}.", label=animal) for i in range(6) for animal in ("cat", "dog")]
+
+
+def test_a_prepared_objective_stands_in_for_its_name(tiny_session):
+    prepared = bertscope.objective(tiny_session, "preserve", TEXTS)
+    by_name = bertscope.importance(tiny_session, "preserve", TEXTS)
+    by_prepared = bertscope.importance(tiny_session, prepared)
+    np.testing.assert_allclose(by_name.importance, by_prepared.importance)
+    assert prepared.source == "TEXT"
+    curve = bertscope.pruning_curve(tiny_session, prepared, ranking=by_prepared, step=0.5)
+    assert curve.points[-1].heads_pruned == tiny_session.num_layers * tiny_session.num_heads
+    with pytest.raises(bertscope.BertscopeError, match="prepared objective has its data"):
+        bertscope.importance(tiny_session, prepared, TEXTS)

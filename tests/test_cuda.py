@@ -93,9 +93,9 @@ def test_syntax(gpu, cpu):
 
 
 def test_probe_features_and_report(gpu, cpu):
-    train, _, _, _, _ = probe_sentences("upos", str(sample_corpus("conllu")), None, None, limit=80)
-    one = bertscope.api.probe_on(gpu, "upos", train, control=False, random_baseline=False, cache_dir=False)
-    other = bertscope.api.probe_on(cpu, "upos", train, control=False, random_baseline=False, cache_dir=False)
+    train = probe_sentences("upos", data=str(sample_corpus("conllu")), limit=80).train
+    one = bertscope.api.probe(gpu, "upos", train, control=False, random_baseline=False, cache_dir=False)
+    other = bertscope.api.probe(cpu, "upos", train, control=False, random_baseline=False, cache_dir=False)
     # A probe fitted on features that differ by float32 rounding: accuracies within one test word.
     words = other.as_json()["test_words"] if "test_words" in other.as_json() else 200
     for mine, theirs in zip(one.layers, other.layers):
@@ -140,7 +140,7 @@ def test_fill_and_cloze(tiny_mlm_dir, tmp_path):
     assert_same_numbers(bertscope.fill(gpu, text, top=5).as_json(), bertscope.fill(cpu, text, top=5).as_json())
     queries = tmp_path / "cloze.tsv"
     queries.write_text("The cat sat on the [MASK].\tmat\nA dog [MASK] loudly.\tbarked\n", encoding="utf-8")
-    assert_same_numbers(bertscope.cloze(gpu, queries).as_json(), bertscope.cloze(cpu, queries).as_json())
+    assert_same_numbers(bertscope.cloze(gpu, data=queries).as_json(), bertscope.cloze(cpu, data=queries).as_json())
 
 
 @pytest.mark.parametrize("method", ["integrated-gradients", "gradient"])

@@ -157,11 +157,11 @@ def test_syntax_over_two_ranks_equals_one_process(two_ranks, model):
 def test_probe_over_two_ranks_equals_one_process(two_ranks, model):
     import torch
 
-    train, _, _, _, _ = probe_sentences("upos", str(sample_corpus("conllu")), None, None, limit=70)
+    train = probe_sentences("upos", data=str(sample_corpus("conllu")), limit=70).train
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the ranks (torchrun's default): a weakly penalised fit on 500 words moves with the sums' order
     try:
-        one = bertscope.api.probe_on(model, "upos", train, control=False, random_baseline=False, cache_dir=False)
+        one = bertscope.api.probe(model, "upos", train, control=False, random_baseline=False, cache_dir=False)
     finally:
         torch.set_num_threads(threads)
     two = two_ranks["probe"]

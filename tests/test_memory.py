@@ -323,9 +323,9 @@ def test_probing_keeps_only_the_treebank_columns_its_task_reads(tmp_path):
 
     path = tmp_path / "treebank.conllu"
     write_conllu(path, generate_treebank(20, seed=1))
-    upos, *_ = probe_sentences("upos", path, None, None)
+    upos = probe_sentences("upos", data=path).train
     assert all(s.words and s.upos and s.xpos is None and s.heads is None and s.deprels is None for s in upos)
-    depth, *_ = probe_sentences("depth", path, None, None)
+    depth = probe_sentences("depth", data=path).train
     assert all(s.heads and s.upos and s.xpos is None and s.deprels is None for s in depth)  # PUNCT is skipped by its UPOS
-    deprel, *_ = probe_sentences("deprel", path, None, None)
+    deprel = probe_sentences("deprel", data=path).train
     assert [s.deprels for s in deprel] == [tree.deprels for tree in generate_treebank(20, seed=1)]

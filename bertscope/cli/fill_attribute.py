@@ -86,19 +86,17 @@ def fill(text, top, layers, cloze, batch_size, mask_spec, ablation, as_json, mod
 def _cloze(session, path, mask, ablation, batch_size, as_json):
     from bertscope import api
     from bertscope.core.analyses.mlm import sample_cloze
-    from bertscope.core.data.corpus import ReadReport
 
     source = sample_cloze() if path == "sample" else path
-    report = ReadReport()
     with api_call("cloze queries") as progress:
-        result = api.cloze(session, source, batch_size=batch_size, mask=mask, ablation=ablation, report=report, progress=progress)
+        result = api.cloze(session, data=source, batch_size=batch_size, mask=mask, ablation=ablation, progress=progress)
     if as_json:
         payload = {
             "model": session.info.source,
             "data": str(source),
             "mask": mask.spec(),
             "ablation": ablation,
-            "skipped": len(report.skipped),
+            "skipped": result.skipped,
             **result.as_json(),
         }
         print_json(payload)

@@ -18,7 +18,6 @@ from bertscope.cli.common import (
     model_options,
     output_option,
     print_json,
-    warn,
 )
 from bertscope.core.analyses.geometry_results import UNITS
 from bertscope.core.errors import BertscopeError, ModelLoadError
@@ -127,8 +126,6 @@ def geometry(
             ablation=ablation,
             progress=progress,
         )
-    for note in result.notes:
-        warn(note)
     if colour_by is not None and colour_by not in result.labels:
         have = ", ".join(result.labels) or "none"
         raise BertscopeError(f"--colour-by {colour_by}: these {result.unit}s have no such label; labels here: {have}")
@@ -212,8 +209,6 @@ def compare(text, data, data_format, limit, model_b, unit, max_rows, seed, batch
             probes=probes,
             progress=progress,
         )
-    for note in result.notes:
-        warn(note)
     if as_json:
         print_json(result.as_json() | {"data": source})
         return

@@ -105,17 +105,8 @@ def load_objective(model: ModelChoice, objective, text, data, data_format, limit
     from bertscope import api
 
     with api_call("preparing the objective"):  # a bar with its clock: the probe objective trains a probe first
-        prepared, source = api.objective(
-            session, objective, sentences, task=task, probe_layer=probe_layer, batch_size=batch_size, seed=seed
-        )
-    return session, prepared, source
-
-
-def compute_importance(prepared, method, ablation, normalize, seed):
-    from bertscope.api import importance_of
-
-    with api_call("head importance") as progress:
-        return importance_of(prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, progress=progress)
+        prepared = api.objective(session, objective, sentences, task=task, probe_layer=probe_layer, batch_size=batch_size, seed=seed)
+    return session, prepared
 
 
 @click.command()
@@ -146,10 +137,13 @@ def importance(
     itself has zero gradient); ablation: the exact loss change when each head, and each
     whole layer, is switched off. Higher means more important.
     """
-    session, prepared, source = load_objective(model, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed)
-    result = compute_importance(prepared, method, ablation, normalize, seed)
+    from bertscope import api
+
+    session, prepared = load_objective(model, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed)
+    with api_call("head importance") as progress:
+        result = api.importance(session, prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, progress=progress)
     if output_format == "json":
-        print_json(result.as_json(session.info.source) | {"data": source})
+        print_json(result.as_json(session.info.source) | {"data": prepared.source})
         return
     if output_format == "csv":
         rows = (
@@ -163,7 +157,7 @@ def importance(
 
     from bertscope.render.importance import importance_report
 
-    Console().print(importance_report(result, session.info.source, source))
+    Console().print(importance_report(result, session.info.source, prepared.source))
 
 
 @click.command()
@@ -242,29 +236,30 @@ def prune(
         from bertscope.core.data.files import check_new_directory
 
         check_new_directory(Path(output))
-    session, prepared, source = load_objective(model, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed)
+    session, prepared = load_objective(model, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed)
     if curve:
-        _curve(session, prepared, source, method, ablation, normalize, step, reestimate, max_drop, seed, as_json)
+        _curve(session, prepared, method, ablation, normalize, step, reestimate, max_drop, seed, as_json)
     else:
-        _prune_to(session, prepared, source, method, ablation, normalize, fraction, output, weights, seed, as_json)
+        _prune_to(session, prepared, method, ablation, normalize, fraction, output, weights, seed, as_json)
 
 
-def _curve(session, prepared, source, method, ablation, normalize, step, reestimate, max_drop, seed, as_json):
-    from bertscope.api import curve_of
+def _curve(session, prepared, method, ablation, normalize, step, reestimate, max_drop, seed, as_json):
+    from bertscope import api
 
-    importance_result = compute_importance(prepared, method, ablation, normalize, seed)
     with api_call("pruning curve") as progress:
-        result = curve_of(
+        result = api.pruning_curve(
+            session,
             prepared,
-            importance_result,
             method=method,
             ablation=ablation,
             step=step,
             reestimate=reestimate,
             normalize=normalize,
             max_drop=max_drop,
+            seed=seed,
             progress=progress,
         )
+    source = prepared.source
     if as_json:
         print_json(result.as_json(session.info.source) | {"data": source, "sentences": prepared.sentences})
         return
@@ -275,14 +270,24 @@ def _curve(session, prepared, source, method, ablation, normalize, step, reestim
     Console().print(curve_report(result, session.info.source, source))
 
 
-def _prune_to(session, prepared, source, method, ablation, normalize, fraction, output, weights, seed, as_json):
-    from bertscope.api import prune_by
+def _prune_to(session, prepared, method, ablation, normalize, fraction, output, weights, seed, as_json):
+    from bertscope import api
 
-    ranking = compute_importance(prepared, method, ablation, normalize, seed)
-    pruning = prune_by(
-        session, prepared, ranking, fraction=fraction, output=output, weights=weights, source=source, method=method, ablation=ablation
-    )
-    result, mask, chosen = ranking, pruning.mask, pruning.mask.off
+    with api_call("pruning") as progress:
+        pruning = api.prune(
+            session,
+            prepared,
+            fraction=fraction,
+            output=output,
+            weights=weights,
+            method=method,
+            ablation=ablation,
+            normalize=normalize,
+            seed=seed,
+            progress=progress,
+        )
+    source = prepared.source
+    result, mask, chosen = pruning.importance, pruning.mask, pruning.mask.off
     total = session.num_layers * session.num_heads
     payload = pruning.as_json(session.info.source)
     texts = prepared.texts

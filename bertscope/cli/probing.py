@@ -14,7 +14,6 @@ from bertscope.cli.common import (
     output_option,
     print_csv,
     print_json,
-    warn,
 )
 from bertscope.core.errors import BertscopeError
 
@@ -100,20 +99,16 @@ def probe(
 
     Layers are indexed as hidden states: 0 is the embeddings, l+1 the output of layer l.
     """
-    from bertscope.api import probe_sentences
+    from bertscope import api
 
-    train_sentences, dev_sentences, test_sentences, source, notes = probe_sentences(task, data, dev, test, data_format, limit)
+    chosen = api.probe_sentences(task, data=data, dev=dev, test=test, data_format=data_format, limit=limit)
     mask = head_mask(mask_spec, model.shape())
     session = model.deferred()  # with every feature set cached, the fit needs neither transformers nor the weights
-    from bertscope.api import probe_on
-
     with api_call("probing") as progress:
-        report = probe_on(
+        report = api.probe(
             session,
             task,
-            train_sentences,
-            dev_sentences,
-            test_sentences,
+            chosen,
             word_pooling=word_pooling,
             sentence_pooling=sentence_pooling,
             kind=kind,
@@ -126,11 +121,8 @@ def probe(
             seed=seed,
             progress=progress,
         )
-    report.notes[:0] = notes
-    for note in report.notes:
-        warn(note)
     if output_format == "json":
-        payload = report.as_json() | {"model": session.source, "data": source, "mask": mask.spec(), "seed": seed}
+        payload = report.as_json() | {"model": session.source, "data": chosen.source, "mask": mask.spec(), "seed": seed}
         print_json(payload)
         return
     columns = list(report.layers[0])
@@ -141,7 +133,7 @@ def probe(
 
     from bertscope.render.probing import probe_report
 
-    Console().print(probe_report(report, session.source, source))
+    Console().print(probe_report(report, session.source, chosen.source))
 
 
 @click.command()

@@ -61,7 +61,7 @@ def syntax(data, limit, relations, min_count, mask_spec, ablation, batch_size, o
     """
     from bertscope import api
 
-    corpus = api.treebank(data, limit=limit)
+    corpus = api.treebank(data=data, limit=limit)
     wanted = api.check_relations(relations.split(",")) if relations is not None else None
     mask = head_mask(mask_spec, model.shape())
     session = model.open()

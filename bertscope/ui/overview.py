@@ -207,7 +207,7 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
             return
 
         def job(cancel):
-            return self.backend.syntax_heads(treebank(path).sentences, mask=self.mask, ablation=self.ablation, cancel=cancel)
+            return self.backend.syntax_heads(treebank(data=path).sentences, mask=self.mask, ablation=self.ablation, cancel=cancel)
 
         self.syntax_job.start(job)
 

@@ -127,7 +127,7 @@ def attribute(
             baseline_output=baseline_output,
             completeness_error=error,
             steps=used,
-            notes=notes,
+            notes=tuple(notes),
             **common,
         ),
     )

@@ -6,7 +6,7 @@ baseline and the completeness error.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -55,7 +55,7 @@ class Attribution:
     steps: int | None = None
     mask: HeadMask | None = None
     ablation: Ablation = "zero"
-    notes: list[str] = field(default_factory=list)
+    notes: tuple[str, ...] = ()
 
     @property
     def tokens(self) -> tuple[str, ...]:
@@ -97,5 +97,5 @@ class Attribution:
                 completeness_error=None if np.isnan(self.completeness_error) else round(self.completeness_error, 6),
                 baseline="[PAD] word embeddings; [CLS], [SEP] and [MASK] kept",
             )
-        payload["notes"] = self.notes
+        payload["notes"] = list(self.notes)
         return payload

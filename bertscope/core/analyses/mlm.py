@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -74,6 +74,7 @@ class FillResult:
     blanks: tuple[Blank, ...]
     mask: HeadMask
     ablation: Ablation
+    notes: tuple[str, ...] = ()  # what a person should be told (the text cut to fit)
 
     def as_json(self) -> dict:
         def guesses(prediction: MaskPrediction) -> list[dict]:
@@ -153,6 +154,8 @@ class ClozeResult:
     queries: int
     precision: dict[int, np.ndarray]  # k -> [L+1]
     answers: list[dict] = field(default_factory=list)  # per query: text, answer, the output's top guess, the answer's rank
+    skipped: int = 0  # queries of the file not scored (malformed, or no one-token answer)
+    notes: tuple[str, ...] = ()
 
     def as_json(self) -> dict:
         num_layers = len(self.precision[PRECISION_AT[0]])
@@ -164,18 +167,27 @@ class ClozeResult:
         return {"queries": self.queries, **final, "layers": layers, "answers": self.answers}
 
 
-def read_cloze(path, report: ReadReport | None = None) -> list[ClozeQuery]:
-    """Queries from a cloze file: `query<TAB>answer` lines, or LAMA's JSON lines.
+def read_cloze(path, report: ReadReport | None = None, limit: int | None = None) -> list[ClozeQuery]:
+    """Queries from a cloze file (at most `limit`): `query<TAB>answer` lines, or LAMA's JSON lines."""
+    target, name = readable_file(path)
+    lines = ((f"{name}:{number}", line) for number, line in _lines(target, name))
+    return cloze_queries(lines, report, limit=limit, name=name)
+
+
+def cloze_queries(
+    lines: Iterable[tuple[str, str]], report: ReadReport | None = None, limit: int | None = None, name: str = "the queries"
+) -> list[ClozeQuery]:
+    """Queries from `(location, line)` pairs, each `query<TAB>answer` or a LAMA JSON line.
 
     A JSON line (LAMA's TREx/Google-RE files) holds `masked_sentences` (the first one is
     used) or `masked_sentence`, and `obj_label`. Blank lines and `#` comments are ignored;
     a malformed line is skipped and recorded in `report`.
     """
-    target, name = readable_file(path)
     report = report if report is not None else ReadReport()
-    queries = []
-    for number, line in _lines(target, name):
-        location = f"{name}:{number}"
+    queries: list[ClozeQuery] = []
+    for location, line in lines:
+        if limit is not None and len(queries) >= limit:
+            break
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         if line.lstrip().startswith("{"):

@@ -124,6 +124,7 @@ class Objective:
         self.batches = batches
         self.sentences = sentences
         self.notes = notes or []
+        self.source = ""  # where its data came from, as the CLI's JSON names it
         self.texts: list[str] = []  # the sentences measured on, as text (for timing a pruned model)
 
     def reference(self, batch: Batch) -> Batch:

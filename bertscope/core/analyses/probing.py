@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -228,9 +228,8 @@ def run_probe(
         except Cancelled:
             return
         truncated = sum(features["model", name].truncated_words for name in ("train", "dev", "test"))
-        if truncated:
-            report.notes.append(f"{truncated} words of sentences longer than the model's maximum were left out")
-        report.notes[:0] = splits.notes
+        left_out = [f"{truncated} words of sentences longer than the model's maximum were left out"] if truncated else []
+        report = replace(report, notes=(*splits.notes, *report.notes, *left_out))
     report = distributed.from_main(report)
     yield Progress("done", total, total, report)
 
@@ -333,7 +332,7 @@ def _classification_report(
         center_of_gravity=center_of_gravity(scores.accuracy),
         baselines=baselines,
         counts=counts,
-        notes=[note for note in (note, convergence_note(fitted)) if note],
+        notes=tuple(note for note in (note, convergence_note(fitted)) if note),
         numerics=_numerics(features, device),
     )
 
@@ -443,6 +442,6 @@ def _structural_report(task, splits, features, random_baseline, device, seed, ca
         center_of_gravity=center_of_gravity(np.nan_to_num(main)),
         baselines=baselines,
         counts=counts,
-        notes=[note] if note else [],
+        notes=(note,) if note else (),
         numerics=_numerics(features, device),
     )

@@ -21,7 +21,7 @@ class ProbeReport:
     center_of_gravity: float
     baselines: dict
     counts: dict
-    notes: list[str] = field(default_factory=list)
+    notes: tuple[str, ...] = ()
     numerics: dict = field(default_factory=dict)  # how the features were computed and where the probes were fitted
 
     def as_json(self) -> dict:
@@ -33,6 +33,6 @@ class ProbeReport:
             "center_of_gravity": None if np.isnan(self.center_of_gravity) else round(self.center_of_gravity, 4),
             "baselines": self.baselines,
             "counts": self.counts,
-            "notes": self.notes,
+            "notes": list(self.notes),
             "numerics": self.numerics,
         }

@@ -55,6 +55,7 @@ class SyntaxResult:
     sentences: int
     words: int
     truncated: int  # sentences cut to fit the model; relations with a word beyond the cut are not counted
+    notes: tuple[str, ...] = ()  # what a person should be told about the outcome (lines skipped, sentences cut)
 
     def index(self, relation: str) -> int:
         return self.relations.index(relation_name(relation))

@@ -129,6 +129,7 @@ class PatternResult:
     truncated: int
     statistics: dict[str, np.ndarray]
     pattern_shares: np.ndarray
+    notes: tuple[str, ...] = ()  # what a person should be told about the outcome (lines skipped, text cut)
 
     @property
     def dominant(self) -> np.ndarray:
