@@ -41,6 +41,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from bertscope.core import distributed
@@ -74,8 +75,9 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 def note(message: str) -> None:
     """Tell the caller something about the result, as a `BertscopeNote` warning attributed to the caller's line."""
     level, frame = 2, sys._getframe(1)  # 2: the function that called note
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
-        level, frame = level + 1, frame.f_back  # past bertscope's own frames, to the line that called it
+    caller: FrameType | None = frame
+    while caller is not None and os.path.abspath(caller.f_code.co_filename).startswith(_PACKAGE):
+        level, caller = level + 1, caller.f_back  # past bertscope's own frames, to the line that called it
     warnings.warn(message, BertscopeNote, stacklevel=level)
 
 
@@ -195,7 +197,7 @@ Texts = str | Iterable[str | Sentence] | Corpus | None  # a sentence, sentences,
 
 
 def corpus(
-    texts: Texts = None, *, data: str | Path | None = None, data_format: str = "auto", limit: int | None = None, sample: bool = True
+    texts: Texts = None, *, data: str | Path | None = None, format: str = "auto", limit: int | None = None, sample: bool = True
 ) -> Corpus:
     """The sentences of `texts` or of the file `data` (streamed), or else the sample corpus.
 
@@ -220,9 +222,9 @@ def corpus(
         return Corpus(sentences, "TEXT", report)
     if data is None and not sample:
         return Corpus([], "", report)
-    if data is None:  # the sample corpus, in its own format whatever `data_format` says of a file
-        data, data_format = sample_corpus(), "auto"
-    return Corpus(read_sentences(data, data_format, limit=limit, report=report), str(data), report)
+    if data is None:  # the sample corpus, in its own format whatever `format` says of a file
+        data, format = sample_corpus(), "auto"
+    return Corpus(read_sentences(data, format, limit=limit, report=report), str(data), report)
 
 
 def encoded(model: Session, text: str, pair: str | None = None) -> Encoding:
@@ -254,7 +256,7 @@ def patterns(
     texts: Texts = None,
     *,
     data: str | Path | None = None,
-    data_format: str = "auto",
+    format: str = "auto",
     limit: int | None = None,
     mask: str | HeadMask | None = None,
     ablation: Ablation = "zero",
@@ -272,7 +274,7 @@ def patterns(
     """
     from bertscope.core.analyses.patterns import pattern_statistics
 
-    sentences = corpus(texts, data=data, data_format=data_format, limit=limit)
+    sentences = corpus(texts, data=data, format=format, limit=limit)
     run = pattern_statistics(
         model,
         distributed.shard(sentences.sentences),
@@ -401,7 +403,7 @@ def probe_sentences(
     data: str | Path | None = None,
     dev: SentencesOrFile = None,
     test: SentencesOrFile = None,
-    data_format: str = "auto",
+    format: str = "auto",
     limit: int | None = None,
 ) -> ProbeData:
     """The sentences a probe for `task` trains and scores on: `texts` (labelled or annotated sentences),
@@ -439,7 +441,7 @@ def probe_sentences(
         if not isinstance(chosen, (str, Path)):
             return [_only_the_columns_of(task, sentence) for sentence in list(chosen)[:limit]]
         report = ReadReport()
-        sentences = [_only_the_columns_of(task, sentence) for sentence in read_sentences(chosen, data_format, limit=limit, report=report)]
+        sentences = [_only_the_columns_of(task, sentence) for sentence in read_sentences(chosen, format, limit=limit, report=report)]
         reports.append(report)
         return sentences
 
@@ -463,7 +465,8 @@ def _only_the_columns_of(task: str, sentence: Sentence) -> Sentence:
     splits, and each unused column is a tuple a word long."""
     if sentence.words is None or task not in _TASK_COLUMNS:
         return sentence
-    return replace(sentence, **{column: None for column in ("upos", "xpos", "heads", "deprels") if column not in _TASK_COLUMNS[task]})
+    unused: dict[str, Any] = {column: None for column in ("upos", "xpos", "heads", "deprels") if column not in _TASK_COLUMNS[task]}
+    return replace(sentence, **unused)
 
 
 def built_in_treebank(size: int | None = None) -> Corpus:
@@ -484,7 +487,7 @@ def task_sentences(
     data: str | Path | None = None,
     dev: SentencesOrFile = None,
     test: SentencesOrFile = None,
-    data_format: str = "auto",
+    format: str = "auto",
     limit: int | None = None,
     seed: int = 0,
 ) -> dict[str, list[Sentence]]:
@@ -493,7 +496,7 @@ def task_sentences(
     `.upos`/`.xpos`/`.deprels`/`.heads` for treebank tasks). To check a probe with a pipeline of one's own."""
     from bertscope.core.data.splits import make_splits
 
-    chosen = probe_sentences(task, texts, data=data, dev=dev, test=test, data_format=data_format, limit=limit)
+    chosen = probe_sentences(task, texts, data=data, dev=dev, test=test, format=format, limit=limit)
     splits = make_splits(chosen.train, chosen.dev, chosen.test, seed=seed)
     return {"train": splits.train, "dev": splits.dev, "test": splits.test}
 
@@ -507,11 +510,11 @@ def probe(
     data: str | Path | None = None,
     dev: SentencesOrFile = None,
     test: SentencesOrFile = None,
-    data_format: str = "auto",
+    format: str = "auto",
     limit: int | None = None,
     word_pooling: str = "first",
     sentence_pooling: str = "cls",
-    kind: str = "linear",
+    probe: str = "linear",
     control: bool = True,
     random_baseline: bool = True,
     min_examples: int = 2,
@@ -527,12 +530,12 @@ def probe(
     `task`: upos, xpos, deprel, depth or distance (a CoNLL-U `data`, else the built-in
     treebank), a SentEval task of `data`, or a built-in task. `texts` may give the training
     sentences already read (or the `ProbeData` of `probe_sentences`); dev and test default to
-    splits of train. `cache_dir=False` keeps no cache.
+    splits of train. `probe`: linear or mlp. `cache_dir=False` keeps no cache.
     """
     from bertscope.core.analyses.probing import run_probe
     from bertscope.core.data.splits import make_splits
 
-    chosen = probe_sentences(task, texts, data=data, dev=dev, test=test, data_format=data_format, limit=limit)
+    chosen = probe_sentences(task, texts, data=data, dev=dev, test=test, format=format, limit=limit)
     splits = make_splits(chosen.train, chosen.dev, chosen.test, seed=seed)
     run = run_probe(
         model,
@@ -542,7 +545,7 @@ def probe(
         sentence_pooling=sentence_pooling,
         mask=head_mask(model, mask).spec(),
         ablation=ablation,
-        kind=kind,
+        kind=probe,
         control=control,
         random_baseline=random_baseline,
         min_examples=min_examples,
@@ -568,7 +571,7 @@ def objective(
     texts: Texts = None,
     *,
     data: str | Path | None = None,
-    data_format: str = "auto",
+    format: str = "auto",
     limit: int | None = None,
     task: str | None = None,
     probe_layer: int | None = None,
@@ -586,7 +589,7 @@ def objective(
 
     check_objective(model, name)
     check_objective_data(name, texts, data)
-    sentences = corpus(texts, data=data, data_format=data_format, limit=limit, sample=name != "probe")
+    sentences = corpus(texts, data=data, format=format, limit=limit, sample=name != "probe")
     with distributed.failures_shared():  # the probe objective trains on rank 0 alone: its failure must stop the others
         prepared = make_objective(
             model, name, list(sentences.sentences), batch_size=batch_size, seed=seed, probe_task=task, probe_layer=probe_layer
@@ -613,7 +616,7 @@ def importance(
     texts: Texts = None,
     *,
     data: str | Path | None = None,
-    data_format: str = "auto",
+    format: str = "auto",
     limit: int | None = None,
     task: str | None = None,
     probe_layer: int | None = None,
@@ -634,7 +637,7 @@ def importance(
         objective,
         texts,
         data=data,
-        data_format=data_format,
+        format=format,
         limit=limit,
         task=task,
         probe_layer=probe_layer,
@@ -659,7 +662,7 @@ def pruning_curve(
     texts: Texts = None,
     *,
     data: str | Path | None = None,
-    data_format: str = "auto",
+    format: str = "auto",
     limit: int | None = None,
     task: str | None = None,
     probe_layer: int | None = None,
@@ -686,7 +689,7 @@ def pruning_curve(
         objective,
         texts,
         data=data,
-        data_format=data_format,
+        format=format,
         limit=limit,
         task=task,
         probe_layer=probe_layer,
@@ -730,7 +733,7 @@ def prune(
     output: str | Path | None = None,
     weights: str = "sliced",
     data: str | Path | None = None,
-    data_format: str = "auto",
+    format: str = "auto",
     limit: int | None = None,
     task: str | None = None,
     probe_layer: int | None = None,
@@ -761,7 +764,7 @@ def prune(
         objective,
         texts,
         data=data,
-        data_format=data_format,
+        format=format,
         limit=limit,
         task=task,
         probe_layer=probe_layer,
@@ -993,7 +996,9 @@ def attribute(
     if (data is not None or layer is not None) and probe is None:
         raise InputError("a probe's data and layer need the probe's task too", setting="probe")
     encoding = model.encode(with_mask_token(model.tokenizer, text), pair) if isinstance(text, str) else text
-    chosen = Target(label=target, position=position, probe=probe, data=data, layer=layer, pooling=sentence_pooling)
+    chosen = Target(
+        label=target, position=position, probe=probe, data=None if data is None else str(data), layer=layer, pooling=sentence_pooling
+    )
     run = attribution_steps(
         model,
         encoding,
@@ -1019,7 +1024,7 @@ def patch(
     clean: str,
     corrupt: str,
     *,
-    clean_pair: str | None = None,
+    pair: str | None = None,
     corrupt_pair: str | None = None,
     metric: str = "preserve",
     answers: Iterable[str] | None = None,
@@ -1027,7 +1032,7 @@ def patch(
     task: str | None = None,
     data: str | Path | None = None,
     probe_layer: int | None = None,
-    sweeps: Iterable[str] = ("heads", "layers", "positions"),
+    sweep: Iterable[str] = ("heads", "layers", "positions"),
     direction: str = "denoise",
     per_position: bool = False,
     cache_dir: str | Path | None | bool = None,
@@ -1036,7 +1041,8 @@ def patch(
 ) -> Iterator[Progress[PatchingResult]]:
     """Which heads, layers and positions carry the difference between `clean` and `corrupt` (activation patching).
 
-    Both texts must have the same number of tokens. `metric`: mlm (`answers` A,B at the
+    Both texts must have the same number of tokens (`pair`: the clean text's second segment). `sweep`: which
+    of heads, layers and positions to patch. `metric`: mlm (`answers` A,B at the
     [MASK]), class (`classes` A,B of a classifier), probe (a probe for `task`, `classes` A,B),
     preserve (any model). `direction`: denoise (clean into corrupted) or noise. Effects are
     shares of m(clean) - m(corrupt): 1 when the component carries all of it.
@@ -1050,7 +1056,7 @@ def patch(
         model,
         clean,
         corrupt,
-        clean_pair=clean_pair,
+        clean_pair=pair,
         corrupt_pair=corrupt_pair,
         metric=metric,
         answers=tuple(answers) if answers else None,
@@ -1058,7 +1064,7 @@ def patch(
         task=task,
         data=data,
         probe_layer=probe_layer,
-        sweeps=tuple(sweeps),
+        sweeps=tuple(sweep),
         direction=direction,
         per_position=per_position,
         cache_dir=cache_dir,
@@ -1075,7 +1081,7 @@ def geometry(
     texts: Texts = None,
     *,
     data: str | Path | None = None,
-    data_format: str = "auto",
+    format: str = "auto",
     limit: int | None = None,
     unit: str = "auto",
     max_rows: int | None = 4000,
@@ -1093,7 +1099,7 @@ def geometry(
     """
     from bertscope.core.analyses.geometry import representation_geometry
 
-    sentences = corpus(texts, data=data, data_format=data_format, limit=limit)
+    sentences = corpus(texts, data=data, format=format, limit=limit)
     chosen = head_mask(model, mask)
     run = representation_geometry(
         model,
@@ -1113,36 +1119,45 @@ def geometry(
 @analysis("comparison")
 def compare(
     model: Session,
-    other: Session | str,
+    model_b: Session | str,
     texts: Texts = None,
     *,
     data: str | Path | None = None,
-    data_format: str = "auto",
+    format: str = "auto",
     limit: int | None = None,
     unit: str = "auto",
     max_rows: int | None = 4000,
     seed: int = 0,
     batch_size: int | None = None,
-    probes: Iterable[str | tuple[str, list[Sentence]]] = (),
+    probe: Iterable[str | tuple[str, list[Sentence]]] = (),
     cache_dir: str | Path | None | bool = None,
     allow_download: bool = False,
     progress: ProgressCallback = None,
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[ComparisonResult]]:
-    """`model` against `other` (a loaded model, or one to load on the same device and dtype, when called):
-    per-head attention similarity, CKA between their layers, and with `probes` a probe per layer on both.
+    """`model` against `model_b` (a loaded model, or one to load on the same device and dtype, when called):
+    per-head attention similarity, CKA between their layers, and with `probe` (task names) a probe per layer on both.
 
     Under torchrun each rank its shard, and rank 0 the merged sample's CKA.
     """
     from bertscope.core.analyses.compare import compare_models, probe_data
 
-    sentences = corpus(texts, data=data, data_format=data_format, limit=limit)
+    sentences = corpus(texts, data=data, format=format, limit=limit)
     rows = list(sentences.sentences)
-    tasks = [(task, probe_data(task, rows)) if isinstance(task, str) else task for task in probes]  # names, or (name, sentences)
-    if isinstance(other, str):
+    tasks = [(task, probe_data(task, rows)) if isinstance(task, str) else task for task in probe]  # names, or (name, sentences)
+    if isinstance(model_b, str):
         dtype = str(model.loaded.dtype).removeprefix("torch.")
-        other = load(other, device=str(model.device), dtype=dtype, allow_download=allow_download)
+        model_b = load(model_b, device=str(model.device), dtype=dtype, allow_download=allow_download)
     run = compare_models(
-        model, other, rows, unit=unit, max_rows=max_rows, seed=seed, batch_size=batch_size, probes=tasks, cache_dir=cache_dir, cancel=cancel
+        model,
+        model_b,
+        rows,
+        unit=unit,
+        max_rows=max_rows,
+        seed=seed,
+        batch_size=batch_size,
+        probes=tasks,
+        cache_dir=cache_dir,
+        cancel=cancel,
     )
     return _noted(run, lambda result: (*sentences.read_notes(), *result.notes))

@@ -76,11 +76,11 @@ class SessionBackend:
             encoding, attentions=attentions, mask=mask, ablation=ablation, reuse=reuse, norms=norms, on_layer=reduce
         )
         reused = min(rows) if rows else self.num_layers  # the layers below were taken from `reuse`, figures too
-        figures = {
+        reduced = {
             name: np.concatenate([*([reuse.figures[name][:reused]] if reused else []), *(rows[layer][name] for layer in sorted(rows))])
             for name in FIGURES
         }
-        return dataclasses.replace(result, figures=figures)
+        return dataclasses.replace(result, figures=reduced)
 
     def layer_maps(
         self,
@@ -91,7 +91,9 @@ class SessionBackend:
         ablation: Ablation = "zero",
         start_from: ForwardResult | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        return self.session.layer_maps(text, layer, mask=mask, ablation=ablation, norms=True, start_from=start_from)
+        weights, norms = self.session.layer_maps(text, layer, mask=mask, ablation=ablation, norms=True, start_from=start_from)
+        assert norms is not None  # asked for
+        return weights, norms
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
         return self.session.mask_predictions(result, top)
@@ -160,7 +162,7 @@ class SessionBackend:
         kind: str = "linear",
         cancel: threading.Event | None = None,
     ) -> Iterator:
-        return api.steps(api.probe, self.session, task, train, dev=dev, test=test, mask=mask, ablation=ablation, kind=kind, cancel=cancel)
+        return api.steps(api.probe, self.session, task, train, dev=dev, test=test, mask=mask, ablation=ablation, probe=kind, cancel=cancel)
 
     def geometry(
         self,
@@ -243,13 +245,13 @@ class SessionBackend:
             self.session,
             clean,
             corrupt,
-            clean_pair=clean_pair,
+            pair=clean_pair,
             corrupt_pair=corrupt_pair,
             metric=metric,
             answers=answers,
             classes=classes,
             task=task,
-            sweeps=sweeps,
+            sweep=sweeps,
             direction=direction,
             cancel=cancel,
         )

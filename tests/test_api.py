@@ -58,7 +58,7 @@ def test_a_corpus_file_and_its_skipped_lines_become_a_note(tiny_session, tmp_pat
     corpus.write_text("tr\t0\tThe cat sat.\nnot a senteval line\ntr\t1\tA dog barked twice.\n", encoding="utf-8")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = bertscope.patterns(tiny_session, data=corpus, data_format="senteval")
+        result = bertscope.patterns(tiny_session, data=corpus, format="senteval")
     assert result.sentences == 2
     notes = [str(w.message) for w in caught if issubclass(w.category, bertscope.BertscopeNote)]
     assert len(notes) == 1 and "skipped 1" in notes[0]
@@ -120,7 +120,7 @@ def test_attribute_geometry_and_compare(tiny_session, tmp_path):
 
 
 def test_patch_is_in_the_api(tiny_session):
-    result = bertscope.patch(tiny_session, "the keys are here", "the key are here", sweeps=["positions"])
+    result = bertscope.patch(tiny_session, "the keys are here", "the key are here", sweep=["positions"])
     assert result.positions.shape == (tiny_session.num_layers + 1, len(result.tokens))
     assert result.heads is None and result.layers is None
     with pytest.raises(bertscope.BertscopeError, match="empty"):
@@ -180,3 +180,26 @@ def test_a_prepared_objective_stands_in_for_its_name(tiny_session):
     assert curve.points[-1].heads_pruned == tiny_session.num_layers * tiny_session.num_heads
     with pytest.raises(bertscope.BertscopeError, match="prepared objective has its data"):
         bertscope.importance(tiny_session, prepared, TEXTS)
+
+
+def test_the_apis_keywords_are_named_as_the_commands_flags():
+    """`bertscope probe --probe mlp` is `bertscope.probe(..., probe="mlp")`: one name for each option, in both."""
+    import inspect
+
+    import click
+
+    from bertscope.cli import main
+
+    shown_only = {"output", "json", "csv", "theme", "device", "dtype", "allow_download",  # how and where to print, which model
+                  "no_cache",  # cache_dir=False
+                  "relations", "min_count", "layer", "colour_by", "points", "curve", "cloze"}  # rows shown, or which function
+    commands = {"patterns": ["patterns"], "syntax": ["syntax"], "probe": ["probe"], "importance": ["importance"],
+                "prune": ["prune", "pruning_curve"], "fill": ["fill", "cloze"], "attribute": ["attribute"], "patch": ["patch"],
+                "geometry": ["geometry"], "compare": ["compare"]}
+    for command, functions in commands.items():
+        keywords = set().union(*(inspect.signature(getattr(bertscope, name)).parameters for name in functions))
+        for option in main.commands[command].params:
+            flags = [flag for flag in option.opts if flag.startswith("--")]
+            if isinstance(option, click.Option) and flags:
+                name = flags[0][2:].replace("-", "_")
+                assert name in keywords or name in shown_only, f"bertscope {command} {flags[0]} has no keyword {name}="

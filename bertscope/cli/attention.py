@@ -158,7 +158,7 @@ def attention(text, pair, layer, head, mask_spec, ablation, output_format, theme
     with notes_as_warnings():
         encoding = api.encoded(session, text, pair)
     attention, layer_norms = session.layer_maps(encoding, layer, mask=mask, ablation=ablation, norms=norms)
-    weights = (layer_norms if norms else attention)[head]
+    weights = (layer_norms if norms and layer_norms is not None else attention)[head]
     tokens = list(encoding.tokens)
     window = session.attention_window(layer)
     if window is not None and len(tokens) > window + 1:
@@ -199,6 +199,7 @@ def attention(text, pair, layer, head, mask_spec, ablation, output_format, theme
     if len(mask):
         title += f" · mask {mask.spec()} ({ablation})"
     title += reach_note(window, len(tokens))
+    assert colormap is not None  # chosen for any output but JSON and CSV
     Console().print(
         AttentionHeatmap(
             beyond_reach(weights, window),

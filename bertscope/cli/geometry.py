@@ -53,7 +53,7 @@ def sample_options(command):
 def read_corpus(text, data, data_format, limit):
     from bertscope.api import corpus
 
-    chosen = corpus(text, data=data, data_format=data_format, limit=limit)
+    chosen = corpus(text, data=data, format=data_format, limit=limit)
     return list(chosen.sentences), chosen.source, chosen.report
 
 
@@ -145,6 +145,7 @@ def geometry(
         highlight=False,
     )
     chosen = session.num_layers if layer is None else layer
+    assert colormap is not None  # chosen for any output but JSON
     console.print(
         geometry_report(
             result, colormap, layer=chosen, label=colour_by, glyphs=glyphs, scatter_width=min(console.width, 100), scatter_height=22
@@ -206,7 +207,7 @@ def compare(text, data, data_format, limit, model_b, unit, max_rows, seed, batch
             max_rows=max_rows,
             seed=seed,
             batch_size=batch_size,
-            probes=probes,
+            probe=probes,
             progress=progress,
         )
     if as_json:
@@ -223,4 +224,5 @@ def compare(text, data, data_format, limit, model_b, unit, max_rows, seed, batch
         f"{result.sentences:,} sentences from {source} · {result.tokens:,} tokens",
         highlight=False,
     )
+    assert colormap is not None  # chosen for any output but JSON
     console.print(comparison_report(result, colormap, glyphs=glyphs))

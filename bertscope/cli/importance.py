@@ -92,7 +92,7 @@ def objective_data(objective, text, data, data_format, limit, task):
     if text is None and data is None and objective == "probe":
         return Corpus([], f"built-in task {task}", ReadReport())
     check_objective_data(objective, text, data)
-    chosen = corpus(text, data=data, data_format=data_format, limit=limit)
+    chosen = corpus(text, data=data, format=data_format, limit=limit)
     return Corpus(list(chosen.sentences), chosen.source, chosen.report)
 
 

@@ -47,7 +47,7 @@ def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, no
     """
     from bertscope.api import corpus
 
-    chosen = corpus(text, data=data, data_format=data_format, limit=limit)
+    chosen = corpus(text, data=data, format=data_format, limit=limit)
     sentences, source, report = chosen.sentences, chosen.source, chosen.report
     mask = head_mask(mask_spec, model.shape())
     session = model.open()
@@ -82,9 +82,9 @@ def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, no
     from bertscope.render.patterns import patterns_report
 
     console = Console()
-    sentences = f"{result.sentences:,} sentence{'' if result.sentences == 1 else 's'}"
+    counted = f"{result.sentences:,} sentence{'' if result.sentences == 1 else 's'}"
     console.print(
-        f"[bold]{session.info.source}[/] · {sentences} from {source} · {result.tokens:,} tokens"
+        f"[bold]{session.info.source}[/] · {counted} from {source} · {result.tokens:,} tokens"
         + (f" · mask {mask.spec()} ({ablation})" if len(mask) else ""),
         highlight=False,
     )

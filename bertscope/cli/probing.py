@@ -101,7 +101,7 @@ def probe(
     """
     from bertscope import api
 
-    chosen = api.probe_sentences(task, data=data, dev=dev, test=test, data_format=data_format, limit=limit)
+    chosen = api.probe_sentences(task, data=data, dev=dev, test=test, format=data_format, limit=limit)
     mask = head_mask(mask_spec, model.shape())
     session = model.deferred()  # with every feature set cached, the fit needs neither transformers nor the weights
     with api_call("probing") as progress:
@@ -111,7 +111,7 @@ def probe(
             chosen,
             word_pooling=word_pooling,
             sentence_pooling=sentence_pooling,
-            kind=kind,
+            probe=kind,
             control=control,
             random_baseline=random_baseline,
             min_examples=min_examples,
