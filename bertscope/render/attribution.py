@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from rich.bar import Bar
 from rich.color import Color
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
@@ -146,7 +146,7 @@ def attribution_table(result, bar_width: int = 20) -> Table:
 def attribution_report(result, model: str, theme=None, notes: bool = True) -> Group:
     background = theme.background if theme is not None else "#000000"
     foreground = theme.foreground if theme is not None else "#e6e3f0"
-    parts = [
+    parts: list[RenderableType] = [
         Text.assemble((describe(result), "bold"), f"  ·  {model}"),
         shaded_sentence(result.tokens, result.scores, result.encoding.special, background=background, foreground=foreground),
         attribution_table(result),

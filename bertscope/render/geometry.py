@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from rich.bar import Bar
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -128,7 +128,7 @@ def geometry_report(
     title = f"layer {layer}: PCA of {result.size:,} {result.unit}s (PC1 {explained[0]:.1%}, PC2 {explained[1]:.1%})"
     if label:
         title += f", by {label}"
-    parts = [
+    parts: list[RenderableType] = [
         layer_summary(result),
         Text(),
         cka_heatmap(result.cka, colormap, title="linear CKA, layer × layer", glyphs=glyphs),
@@ -165,7 +165,7 @@ def cosine_grid(cosine: np.ndarray, colormap: Colormap, glyphs: bool | None = No
 
 def comparison_report(result, colormap: Colormap, glyphs: bool | None = None, lowest: int = 8) -> Group:
     """What `bertscope compare` prints."""
-    parts: list = []
+    parts: list[RenderableType] = []
     if result.head_cosine is not None:
         parts += [cosine_grid(result.head_cosine, colormap, glyphs), Text()]
         table = Table(title="most changed heads", title_justify="left", box=None, padding=(0, 1))

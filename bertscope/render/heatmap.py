@@ -412,7 +412,9 @@ class _Palette:
             self.colours = {i: Color.from_rgb(*rgb) for i, rgb in enumerate(colours)}
             self.colours[_NAN] = Color.from_rgb(*masked_rgb)
             self.colours[_CURSOR] = Color.parse(colormap.cursor)
-            self.cells = {code: (" " * CELL_WIDTH, Style(bgcolor=colour)) for code, colour in self.colours.items()}
+            self.cells: dict[int, tuple[str, Style | None]] = {
+                code: (" " * CELL_WIDTH, Style(bgcolor=colour)) for code, colour in self.colours.items()
+            }
             self.cursor_glyph = " "
             self.emphasis = Style(color=colormap.cursor, bold=True)
             self.bar = self.colour_bar(LEGEND_CELLS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from rich.bar import Bar
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -30,7 +30,7 @@ def importance_grid(importance: np.ndarray, pruned=frozenset()) -> Table:
                 continue
             value = float(importance[layer, head])
             shade = SHADES[int(round(max(value, 0.0) / high * (len(SHADES) - 1)))]
-            cells.append(Text(f"{shade}{100 * value / high:3.0f}", style="bold" if value >= 0.5 * high else None))
+            cells.append(Text(f"{shade}{100 * value / high:3.0f}", style="bold" if value >= 0.5 * high else ""))
         table.add_row(str(layer), *cells)
     return table
 
@@ -40,7 +40,7 @@ def importance_report(result, model: str, source: str, top: int = 8) -> Group:
     fmt = "{:.3g}"
     least = ", ".join(f"{layer}:{head}" for layer, head in order[:top])
     most = ", ".join(f"{layer}:{head}" for layer, head in reversed(order[-top:]))
-    parts = [
+    parts: list[RenderableType] = [
         Text.assemble((f"head importance · {result.objective}", "bold"), f" · {result.method} ({result.ablation}) · {model} · {source}"),
         Text(
             f"{result.sentences:,} sentences · baseline loss {fmt.format(result.baseline_loss)}, {result.metric} "
@@ -88,7 +88,7 @@ def curve_chart(curve, width: int = 30) -> Table:
             str(point.heads_pruned),
             Bar(high - low or 1.0, 0, max(point.metric - low, 0.0), width=width, color="red" if over else "green"),
             f"{point.metric:.4f}",
-            Text(f"{drop:+.4f}", style="red" if over else None),
+            Text(f"{drop:+.4f}", style="red" if over else ""),
             f"{point.loss:.4g}",
         )
     return table

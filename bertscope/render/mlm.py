@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.bar import Bar
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -12,7 +12,7 @@ def fill_report(result, model: str, layer_guesses: int = 3) -> Group:
     """Per [MASK]: the top guesses (before → after a head mask), then the top guesses read off each layer."""
     masked = len(result.mask) > 0
     title = f"{model}" + (f" · heads off {result.mask.spec()} ({result.ablation})" if masked else "")
-    parts = [Text(title, style="dim")]
+    parts: list[RenderableType] = [Text(title, style="dim")]
     for blank in result.blanks:
         parts.append(Text(f"[MASK] at token {blank.position}", style="bold"))
         table = Table(box=None, padding=(0, 1))
@@ -24,7 +24,7 @@ def fill_report(result, model: str, layer_guesses: int = 3) -> Group:
         table.add_column("p", justify="right")
         table.add_column("", width=20, no_wrap=True)
         for rank, (token, probability) in enumerate(zip(blank.predictions.tokens, blank.predictions.probabilities)):
-            before = []
+            before: list[str] = []
             if masked:
                 before = [blank.unmasked.tokens[rank], f"{blank.unmasked.probabilities[rank]:.4f}"]
             table.add_row(str(rank + 1), *before, token, f"{probability:.4f}", Bar(1.0, 0.0, probability, width=20, color="magenta"))

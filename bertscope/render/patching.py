@@ -9,7 +9,7 @@ colour (NO_COLOR) loses the shading and nothing else.
 from __future__ import annotations
 
 import numpy as np
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
@@ -79,7 +79,7 @@ def legend() -> Text:
 def patching_report(result, model: str) -> Group:
     """What was compared, the two metric values, then one view per sweep run."""
     differing = ", ".join(f"{i}:{result.tokens[i]}→{result.corrupt_tokens[i]}" for i in result.differing)
-    parts = [
+    parts: list[RenderableType] = [
         Text.assemble(("activation patching", "bold"), f" · {result.direction} · {model}"),
         Text(f"m = {result.metric_description}", style="dim"),
         Text(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 from rich.bar import Bar
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -60,7 +60,7 @@ def layer_bars(values: dict[str, np.ndarray], title: str, scale: float = 1.0, wi
         table.add_column("", justify="right", min_width=4, no_wrap=True)
     num_layers = len(next(iter(values.values())))
     for layer in range(num_layers):
-        row = [str(layer)]
+        row: list[RenderableType] = [str(layer)]
         for series in values.values():
             row += [Bar(scale, 0, float(series[layer]), width=width, color="magenta"), f"{series[layer]:.2f}"]
         table.add_row(*row)
@@ -144,7 +144,7 @@ def norms_report(result) -> Group:
 
 def patterns_report(result, patterns: tuple[str, ...]) -> Group:
     """Everything a person wants from one run, top to bottom (and the norms beside the weights, when computed)."""
-    parts = [
+    parts: list[RenderableType] = [
         Text("dominant pattern per head", style="bold"),
         pattern_grid(result.dominant, patterns, result.pattern_shares),
         pattern_legend(patterns),

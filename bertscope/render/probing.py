@@ -21,7 +21,7 @@ def probe_report(report, model: str, source: str) -> Group:
     low = min(0.0, min(entry[metric] for entry in report.layers))
     for entry in report.layers:
         best = entry["layer"] == report.best_layer
-        style = "bold" if best else None
+        style = "bold" if best else ""
         table.add_row(
             str(entry["layer"]) + (" *" if best else ""),
             Bar(1.0 - low, 0, entry[metric] - low, width=22, color="magenta"),

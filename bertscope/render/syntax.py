@@ -6,6 +6,7 @@ best head and its accuracy beside the best fixed-offset baseline, rare relations
 
 from __future__ import annotations
 
+from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -21,6 +22,7 @@ def syntax_table(rows: list[dict], *, min_count: int, short: bool = False) -> Ta
     `short`: for a narrow pane (the explorer's overview): no count, offset or gain columns.
     """
     table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
+    justify: JustifyMethod
     if short:
         for name, justify in (("relation", "left"), ("", "left"), ("head", "right"), ("acc", "right"), ("base", "right")):
             table.add_column(name, justify=justify)
