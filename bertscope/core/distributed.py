@@ -31,9 +31,13 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from types import FrameType
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 from bertscope.core.errors import BertscopeError
+
+if TYPE_CHECKING:  # only in annotations
+    from bertscope.core.progress import Progress
 
 T = TypeVar("T")
 
@@ -142,7 +146,7 @@ class Terminated(KeyboardInterrupt):
     """torchrun stopped this rank (SIGTERM): another rank failed, and said so itself, or the launcher was stopped."""
 
 
-def _interrupt(signum, frame):
+def _interrupt(signum: int, frame: FrameType | None) -> NoReturn:
     raise Terminated
 
 
@@ -270,7 +274,8 @@ def sum_across(values: dict[str, Any]) -> dict[str, Any]:
         ]
     ).to(transport)
     dist.all_reduce(flat)
-    summed, offset = {}, 0
+    summed: dict[str, Any] = {}
+    offset = 0
     for name in names:
         value = values[name]
         size = int(np.prod(np.shape(value.detach().cpu() if torch.is_tensor(value) else value)))
@@ -299,9 +304,9 @@ def gather(value: T, *, to_main: bool = False) -> list[T]:
         gathered: list[Any] = [None] * world().size
         dist.all_gather_object(gathered, value)
         return gathered
-    gathered = [None] * world().size if world().main else None
-    dist.gather_object(value, gathered, dst=0)
-    return gathered or []
+    on_main: list[Any] | None = [None] * world().size if world().main else None
+    dist.gather_object(value, on_main, dst=0)
+    return on_main or []
 
 
 def from_main(value: T) -> T:
@@ -313,7 +318,7 @@ def from_main(value: T) -> T:
     arrive()
     box = [value if world().main else None]
     dist.broadcast_object_list(box, src=0)
-    return box[0]
+    return cast(T, box[0])  # rank 0's value, on every rank
 
 
 def whole_corpus(progress: Callable[[Any], None] | None, *, summed: bool = True) -> Callable[[Any], None] | None:
@@ -327,7 +332,7 @@ def whole_corpus(progress: Callable[[Any], None] | None, *, summed: bool = True)
         return progress
     store, here = _state["store"], world()
 
-    def publish(step) -> None:
+    def publish(step: Progress) -> None:
         now = time.monotonic()
         if now - _state["published"] < PUBLISH_EVERY_S and not step.finished:
             return
@@ -339,7 +344,8 @@ def whole_corpus(progress: Callable[[Any], None] | None, *, summed: bool = True)
         if not summed:
             progress(step)
             return
-        done = total = 0
+        done = 0
+        total: int | None = 0
         for rank in range(here.size):
             key = f"progress/{rank}"
             if not store.check([key]):

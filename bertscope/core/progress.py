@@ -10,7 +10,7 @@ far in `partial`. Torch-free, so that the UI can name it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -35,7 +35,7 @@ class Progress(Generic[T]):
         return self.result is not None
 
 
-def relay(steps: Iterable[Progress[T]], relabel: Callable[[Progress[T]], Progress] | None = None):
+def relay(steps: Iterable[Progress[T]], relabel: Callable[[Progress[T]], Progress] | None = None) -> Generator[Progress, None, T | None]:
     """Run a sub-job inside a job: `result = yield from relay(steps)`.
 
     Yields the sub-job's steps (through `relabel`, to say them in the outer job's terms) and
