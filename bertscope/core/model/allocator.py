@@ -62,7 +62,7 @@ def release_freed_memory() -> None:
 
 
 @contextlib.contextmanager
-def corpus_heap(mmap_threshold: int = STREAMING_THRESHOLD):
+def corpus_heap(mmap_threshold: int = STREAMING_THRESHOLD) -> Iterator[None]:
     """While a corpus job runs, serve blocks of `mmap_threshold` (256 KB) and more with mmap.
 
     A corpus job's batches all differ in shape, and the heap that `keep_freed_memory` lets
@@ -93,7 +93,7 @@ def corpus_heap_over(items: Iterable[T]) -> Iterator[T]:
 
 
 @contextlib.contextmanager
-def fitting_heap():
+def fitting_heap() -> Iterator[None]:
     """While probes are fitted on features a corpus job took: what its passes freed handed back first, then
     blocks of FITTING_THRESHOLD and more mapped (`corpus_heap`).
 

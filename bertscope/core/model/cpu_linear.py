@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -103,7 +104,7 @@ def choose(model: nn.Module, mode: str | None = None) -> str:
     return "onednn" if use_onednn(model) else "blas"
 
 
-def _seconds(weight: Tensor, linear, rows: int = 1024, repeats: int = 3) -> float:
+def _seconds(weight: Tensor, linear: Callable[[Tensor, Tensor], Tensor], rows: int = 1024, repeats: int = 3) -> float:
     """Best wall-clock time of `linear` over a `[rows, in]` batch (after one warm-up)."""
     batch = torch.randn(rows, weight.shape[1], dtype=weight.dtype)
     best = float("inf")

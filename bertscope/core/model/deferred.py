@@ -55,13 +55,14 @@ class DeferredSession:
         from bertscope.core.model.device import resolve_device
 
         config = read_config(files.directory)
-        numbers = [config.get(key) for key in ("num_hidden_layers", "num_attention_heads", "hidden_size", "max_position_embeddings")]
-        known = all(isinstance(number, int) and number > 0 for number in numbers)  # else transformers' defaults: load to know
+        keys = ("num_hidden_layers", "num_attention_heads", "hidden_size", "max_position_embeddings")
+        numbers = [number for number in map(config.get, keys) if isinstance(number, int) and number > 0]
+        known = len(numbers) == len(keys)  # else transformers' defaults: load to know
         return cls(
             source=files.source,
             fingerprint=fingerprint(files.directory, files.weights),
             max_length=usable_length(numbers[3], files.family, tokenizer_limit(files.directory)) if known else None,
-            counts=tuple(numbers[:3]) if known else None,
+            counts=(numbers[0], numbers[1], numbers[2]) if known else None,
             # Under torchrun this joins the process group, as loading would: the ranks meet to share their features.
             device=resolve_device(distributed.start(device)),
             load=load,

@@ -8,6 +8,7 @@ and heads count from 0. The command-line spec is `L:H` items separated by commas
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -99,7 +100,7 @@ class HeadMask:
         return ",".join(items)
 
 
-def _items(spec: str | None, num_layers: int | None, num_heads: int | None):
+def _items(spec: str | None, num_layers: int | None, num_heads: int | None) -> Iterator[tuple[int, int | None]]:
     """(layer, head) of each item of a spec, head None for `L:*`; bounds checked where counts are given."""
     for item in (spec or "").split(","):
         item = item.strip()
@@ -115,7 +116,7 @@ def _items(spec: str | None, num_layers: int | None, num_heads: int | None):
 def check_ablation(ablation: str) -> Ablation:
     if ablation not in ABLATIONS:
         raise MaskSpecError(f"unknown ablation {ablation!r}; use one of: {', '.join(ABLATIONS)}")
-    return ablation  # type: ignore[return-value]
+    return ablation
 
 
 def _index(text: str, count: int | None, what: str, item: str) -> int:

@@ -172,7 +172,7 @@ class PatternResult:
         heads = []
         num_layers, num_heads = self.pattern_shares.shape[:2]
         names = self.statistic_names
-        per_layer = ("cls", "sep", "punct")
+        per_layer: tuple[str, ...] = ("cls", "sep", "punct")
         if self.has_norms:
             per_layer = (*NORM_SHARES, *(f"norm_{name}" for name in NORM_SHARES))
         for layer in range(num_layers):

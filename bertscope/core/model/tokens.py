@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from bertscope.core.errors import InputError
 from bertscope.core.model.results import Encoding
 
+if TYPE_CHECKING:  # only in annotations
+    from transformers import PreTrainedTokenizerBase
 
-def encode(tokenizer, text: str, pair: str | None, max_length: int) -> Encoding:
+
+def encode(tokenizer: PreTrainedTokenizerBase, text: str, pair: str | None, max_length: int) -> Encoding:
     """Tokenise with special tokens; over-long input is truncated and the cut counted."""
     if not isinstance(text, str) or not text.strip():
         raise InputError("the text is empty; give a sentence to analyse")
