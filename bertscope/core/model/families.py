@@ -19,12 +19,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:  # only in annotations
     from torch import Tensor, nn
 
 from bertscope.core.errors import ModelLoadError
+
+# A transformers model, and one of its encoder layers. The families read their submodules by the names in
+# transformers' modeling code (`layer.attention.self`), which nn.Module's typing cannot follow (to it, a submodule
+# read by name is `Tensor | Module`): so they are Any, named for what they hold.
+Model: TypeAlias = Any
+Layer: TypeAlias = Any
 
 
 @dataclass(frozen=True)
@@ -48,50 +54,50 @@ class Family:
 
     # --- modules ---------------------------------------------------------------------------
 
-    def prepare(self, model: nn.Module) -> None:
+    def prepare(self, model: Model) -> None:
         """Make a freshly built or loaded model readable layer by layer (ALBERT: one module per application)."""
 
-    def restore(self, model: nn.Module) -> None:
+    def restore(self, model: Model) -> None:
         """Undo `prepare` on a copy about to be saved, so that it saves in the family's own layout."""
 
-    def layers(self, model: nn.Module) -> list[nn.Module]:
+    def layers(self, model: Model) -> list[nn.Module]:
         return list(model.base_model.encoder.layer)
 
-    def self_attention(self, layer: nn.Module) -> nn.Module:
+    def self_attention(self, layer: Layer) -> nn.Module:
         """The module that computes the layer's attention (for "interface" families: the one handed to it)."""
         return layer.attention.self
 
-    def attention_output(self, layer: nn.Module) -> nn.Linear:
+    def attention_output(self, layer: Layer) -> nn.Linear:
         """The projection whose input is the concatenated per-head context (where heads are gated)."""
         return layer.attention.output.dense
 
-    def feed_forward_output(self, layer: nn.Module) -> nn.Linear:
+    def feed_forward_output(self, layer: Layer) -> nn.Linear:
         """The feed-forward block's output projection (its write, before the residual and LayerNorm)."""
         return layer.output.dense
 
-    def weights_module(self, layer: nn.Module) -> nn.Module | None:
+    def weights_module(self, layer: Layer) -> nn.Module | None:
         """For "own" families: the module applied to the attention weights `[B, H, T, K]` alone (their dropout)."""
         return None
 
-    def value_projection(self, layer: nn.Module) -> nn.Linear | None:
+    def value_projection(self, layer: Layer) -> nn.Linear | None:
         """For "own" families: the projection giving the heads' values `[B, T, H·d]` (value-weighted norms)."""
         return None
 
-    def query_key_value(self, layer: nn.Module) -> tuple[str, ...]:
+    def query_key_value(self, layer: Layer) -> tuple[str, ...]:
         """Attribute names (on `self_attention`) of the query, key and value projections, for physical pruning."""
         return ("query", "key", "value")
 
-    def set_attention_output(self, layer: nn.Module, projection: nn.Linear) -> None:
+    def set_attention_output(self, layer: Layer, projection: nn.Linear) -> None:
         """Put a (pruned) output projection back where `attention_output` found it."""
         layer.attention.output.dense = projection
 
-    def window(self, model: nn.Module, layer: int) -> int | None:
+    def window(self, model: Model, layer: int) -> int | None:
         """How far a head of `layer` sees (|i - j| at most this), where it cannot see the whole input."""
         return None
 
     # --- running ---------------------------------------------------------------------------
 
-    def run_layers(self, model: nn.Module, hidden: Tensor, start: int, stop: int) -> Iterator[Tensor]:
+    def run_layers(self, model: Model, hidden: Tensor, start: int, stop: int) -> Iterator[Tensor]:
         """Run layers `start`..`stop - 1` on `hidden` (what enters layer `start`, one unpadded batch: no attention
         mask) and yield what each leaves, as the model's `hidden_states` reports it."""
         for layer in self.layers(model)[start:stop]:
@@ -106,7 +112,7 @@ class Family:
 
     # --- heads -----------------------------------------------------------------------------
 
-    def classifier_head(self, model: nn.Module) -> Callable[[Tensor], Tensor] | None:
+    def classifier_head(self, model: Model) -> Callable[[Tensor], Tensor] | None:
         """A function from the last hidden states `[B, T, D]` to class logits, for a sequence classifier."""
         classifier = getattr(model, "classifier", None)
         if classifier is None:
@@ -116,7 +122,7 @@ class Family:
         pooler = model.base_model.pooler  # BERT: the pooler (tanh of a projection of [CLS]), then a linear layer
         return lambda hidden: classifier(pooler(hidden))
 
-    def mlm_head(self, model: nn.Module) -> Callable[[Tensor], Tensor] | None:
+    def mlm_head(self, model: Model) -> Callable[[Tensor], Tensor] | None:
         """A function from hidden states `[..., D]` to vocabulary logits, if the model has one."""
         if hasattr(model, "cls") and hasattr(model.cls, "predictions"):
             return model.cls.predictions  # BertForMaskedLM, BertForPreTraining, DeBERTa-v2 (legacy head)
@@ -127,7 +133,7 @@ class Family:
             return lambda hidden: lm_head(predictions(hidden))
         return None
 
-    def lens_norm(self, model: nn.Module) -> Callable[[Tensor], Tensor] | None:
+    def lens_norm(self, model: Model) -> Callable[[Tensor], Tensor] | None:
         """What the MLM head expects applied to a layer's output before it reads it, beyond the layer itself
         (a pre-LN model's final norm, which only the last hidden state has been through)."""
         return None
@@ -139,32 +145,32 @@ class Family:
 
 @dataclass(frozen=True)
 class DistilBert(Family):
-    def layers(self, model):
+    def layers(self, model: Model) -> list[nn.Module]:
         return list(model.base_model.transformer.layer)
 
-    def self_attention(self, layer):
+    def self_attention(self, layer: Layer) -> nn.Module:
         return layer.attention
 
-    def attention_output(self, layer):
+    def attention_output(self, layer: Layer) -> nn.Linear:
         return layer.attention.out_lin
 
-    def feed_forward_output(self, layer):
+    def feed_forward_output(self, layer: Layer) -> nn.Linear:
         return layer.ffn.lin2
 
-    def query_key_value(self, layer):
+    def query_key_value(self, layer: Layer) -> tuple[str, ...]:
         return ("q_lin", "k_lin", "v_lin")
 
-    def set_attention_output(self, layer, projection):
+    def set_attention_output(self, layer: Layer, projection: nn.Linear) -> None:
         layer.attention.out_lin = projection
 
-    def classifier_head(self, model):
+    def classifier_head(self, model: Model) -> Callable[[Tensor], Tensor] | None:
         if not hasattr(model, "pre_classifier"):
             return None
         import torch
 
         return lambda hidden: model.classifier(torch.relu(model.pre_classifier(hidden[:, 0])))
 
-    def mlm_head(self, model):
+    def mlm_head(self, model: Model) -> Callable[[Tensor], Tensor] | None:
         if not hasattr(model, "vocab_projector"):
             return None
         return lambda hidden: model.vocab_projector(model.vocab_layer_norm(model.activation(model.vocab_transform(hidden))))
@@ -175,7 +181,7 @@ class Albert(Family):
     """One layer's weights applied N times. `prepare` gives each application its own module objects over the
     same parameters, so that a hook, a gate or a statistic belongs to an application, not to the shared weights."""
 
-    def check_config(self, config, architecture):
+    def check_config(self, config: dict, architecture: str) -> None:
         inner = config.get("inner_group_num", 1)
         if inner != 1:
             raise ModelLoadError(
@@ -185,7 +191,7 @@ class Albert(Family):
                 setting="model",
             )
 
-    def prepare(self, model):
+    def prepare(self, model: Model) -> None:
         import copy
 
         encoder = model.base_model.encoder
@@ -207,37 +213,37 @@ class Albert(Family):
         encoder.config.num_hidden_groups = config.num_hidden_layers
         encoder.bertscope_unshared = True
 
-    def restore(self, model):
+    def restore(self, model: Model) -> None:
         encoder = model.base_model.encoder
         if getattr(encoder, "bertscope_unshared", False):
             encoder.albert_layer_groups, encoder.config = encoder.__dict__.pop("bertscope_shared")
             encoder.bertscope_unshared = False
 
-    def layers(self, model):
+    def layers(self, model: Model) -> list[nn.Module]:
         return [layer for group in model.base_model.encoder.albert_layer_groups for layer in group.albert_layers]
 
-    def self_attention(self, layer):
+    def self_attention(self, layer: Layer) -> nn.Module:
         return layer.attention
 
-    def attention_output(self, layer):
+    def attention_output(self, layer: Layer) -> nn.Linear:
         return layer.attention.dense
 
-    def feed_forward_output(self, layer):
+    def feed_forward_output(self, layer: Layer) -> nn.Linear:
         return layer.ffn_output
 
-    def set_attention_output(self, layer, projection):
+    def set_attention_output(self, layer: Layer, projection: nn.Linear) -> None:
         layer.attention.dense = projection
 
-    def classifier_head(self, model):
+    def classifier_head(self, model: Model) -> Callable[[Tensor], Tensor] | None:
         if getattr(model, "classifier", None) is None:
             return None
         base = model.base_model
         return lambda hidden: model.classifier(base.pooler_activation(base.pooler(hidden[:, 0])))
 
-    def mlm_head(self, model):
+    def mlm_head(self, model: Model) -> Callable[[Tensor], Tensor] | None:
         return getattr(model, "predictions", None)
 
-    def describe(self):
+    def describe(self) -> str:
         return "index 0: the embeddings projected to the hidden size; index l: the output of the l-th application of the shared layer"
 
 
@@ -245,16 +251,16 @@ class Albert(Family):
 class DebertaV2(Family):
     attention: str = "own"
 
-    def weights_module(self, layer):
+    def weights_module(self, layer: Layer) -> nn.Module | None:
         return layer.attention.self.dropout
 
-    def value_projection(self, layer):
+    def value_projection(self, layer: Layer) -> nn.Linear | None:
         return layer.attention.self.value_proj
 
-    def query_key_value(self, layer):
+    def query_key_value(self, layer: Layer) -> tuple[str, ...]:
         return ("query_proj", "key_proj", "value_proj")
 
-    def run_layers(self, model, hidden, start, stop):
+    def run_layers(self, model: Model, hidden: Tensor, start: int, stop: int) -> Iterator[Tensor]:
         import torch
 
         encoder = model.base_model.encoder
@@ -269,12 +275,12 @@ class DebertaV2(Family):
             hidden = output
             yield hidden
 
-    def classifier_head(self, model):
+    def classifier_head(self, model: Model) -> Callable[[Tensor], Tensor] | None:
         if getattr(model, "classifier", None) is None:
             return None
         return lambda hidden: model.classifier(model.pooler(hidden))
 
-    def mlm_head(self, model):
+    def mlm_head(self, model: Model) -> Callable[[Tensor], Tensor] | None:
         if hasattr(model, "lm_predictions"):  # the head of `legacy=False` configs reads the tied word embeddings
             embeddings = model.base_model.embeddings.word_embeddings
             return lambda hidden: model.lm_predictions(hidden, embeddings)
@@ -289,26 +295,26 @@ class ModernBert(Family):
     token_types: bool = False
     physical_pruning: bool = False  # the fused Wqkv: zeroed weights only, for now
 
-    def layers(self, model):
+    def layers(self, model: Model) -> list[nn.Module]:
         return list(model.base_model.layers)
 
-    def self_attention(self, layer):
+    def self_attention(self, layer: Layer) -> nn.Module:
         return layer.attn
 
-    def attention_output(self, layer):
+    def attention_output(self, layer: Layer) -> nn.Linear:
         return layer.attn.Wo
 
-    def feed_forward_output(self, layer):
+    def feed_forward_output(self, layer: Layer) -> nn.Linear:
         return layer.mlp.Wo
 
-    def set_attention_output(self, layer, projection):
+    def set_attention_output(self, layer: Layer, projection: nn.Linear) -> None:
         layer.attn.Wo = projection
 
-    def window(self, model, layer):
+    def window(self, model: Model, layer: int) -> int | None:
         config = model.config
         return config.local_attention // 2 if config.layer_types[layer] == "sliding_attention" else None
 
-    def run_layers(self, model, hidden, start, stop):
+    def run_layers(self, model: Model, hidden: Tensor, start: int, stop: int) -> Iterator[Tensor]:
         import torch
         from transformers.masking_utils import create_bidirectional_mask, create_bidirectional_sliding_window_mask
 
@@ -321,17 +327,17 @@ class ModernBert(Family):
         }
         positions = torch.arange(hidden.shape[1], device=hidden.device)[None]
         rotary = {kind: base.rotary_emb(hidden, positions, kind) for kind in set(config.layer_types)}
-        layers = self.layers(model)
+        layers: list[Layer] = self.layers(model)
         for index, layer in enumerate(layers[start:stop], start=start):
             kind = layer.attention_type
             hidden = layer(hidden, attention_mask=masks[kind], position_embeddings=rotary[kind])
             yield base.final_norm(hidden) if index == len(layers) - 1 else hidden
 
-    def classifier_head(self, model):
+    def classifier_head(self, model: Model) -> Callable[[Tensor], Tensor] | None:
         if getattr(model, "classifier", None) is None:
             return None
 
-        def logits(hidden):
+        def logits(hidden: Tensor) -> Tensor:
             if model.config.classifier_pooling == "mean":  # one unpadded sequence per row: every token counts
                 pooled = hidden.mean(1)
             else:
@@ -340,15 +346,15 @@ class ModernBert(Family):
 
         return logits
 
-    def mlm_head(self, model):
+    def mlm_head(self, model: Model) -> Callable[[Tensor], Tensor] | None:
         if not hasattr(model, "decoder"):
             return None
         return lambda hidden: model.decoder(model.head(hidden))
 
-    def lens_norm(self, model):
+    def lens_norm(self, model: Model) -> Callable[[Tensor], Tensor] | None:
         return model.base_model.final_norm
 
-    def describe(self):
+    def describe(self) -> str:
         return "index 0: the embeddings (after their norm); index l < L: the residual stream after layer l; index L: its final norm"
 
 
@@ -358,25 +364,25 @@ class MPNet(Family):
     token_types: bool = False
     physical_pruning: bool = False  # the relative position bias is shared by every layer's heads
 
-    def self_attention(self, layer):
+    def self_attention(self, layer: Layer) -> nn.Module:
         return layer.attention.attn
 
-    def attention_output(self, layer):
+    def attention_output(self, layer: Layer) -> nn.Linear:
         return layer.attention.attn.o
 
-    def weights_module(self, layer):
+    def weights_module(self, layer: Layer) -> nn.Module | None:
         return layer.attention.attn.dropout
 
-    def value_projection(self, layer):
+    def value_projection(self, layer: Layer) -> nn.Linear | None:
         return layer.attention.attn.v
 
-    def query_key_value(self, layer):
+    def query_key_value(self, layer: Layer) -> tuple[str, ...]:
         return ("q", "k", "v")
 
-    def set_attention_output(self, layer, projection):
+    def set_attention_output(self, layer: Layer, projection: nn.Linear) -> None:
         layer.attention.attn.o = projection
 
-    def run_layers(self, model, hidden, start, stop):
+    def run_layers(self, model: Model, hidden: Tensor, start: int, stop: int) -> Iterator[Tensor]:
         bias = model.base_model.encoder.compute_position_bias(hidden)
         for layer in self.layers(model)[start:stop]:
             hidden = layer(hidden, None, bias)[0]
