@@ -9,6 +9,9 @@ Without colours, the strength shows as a shade glyph after each token.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import numpy as np
 from rich.bar import Bar
 from rich.color import Color
@@ -16,6 +19,10 @@ from rich.console import Group, RenderableType
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from bertscope.core.analyses.attribution_results import Attribution
+    from bertscope.theming import ThemeSpec
 
 POSITIVE = (230, 97, 1)  # PuOr orange
 NEGATIVE = (94, 60, 153)  # PuOr purple
@@ -48,7 +55,7 @@ def token_style(value: float, background: str, foreground: str) -> Style:
 
 
 def shaded_sentence(
-    tokens,
+    tokens: Sequence[str],
     scores: np.ndarray,
     special: np.ndarray,
     *,
@@ -79,7 +86,7 @@ def _trained_on(target: dict) -> str:
     return f", trained on {train:,}" if train else ""
 
 
-def describe(result) -> str:
+def describe(result: Attribution) -> str:
     """One line: method, what is explained, and the score of the decision."""
     target = result.target
     f = {"log-probability": "log p", "probability": "p", "logit": "logit"}[result.score]
@@ -104,7 +111,7 @@ def describe(result) -> str:
 SHORT_METHODS = {"gradient": "saliency", "gradient-x-input": "grad×input", "integrated-gradients": "IG", "attention-rollout": "rollout"}
 
 
-def short_describe(result) -> str:
+def short_describe(result: Attribution) -> str:
     """`describe` for one line of a narrow terminal: the facts, fewest words first."""
     target = result.target
     f = {"log-probability": "log p", "probability": "p", "logit": "logit"}[result.score]
@@ -123,7 +130,7 @@ def short_describe(result) -> str:
     return line
 
 
-def attribution_table(result, bar_width: int = 20) -> Table:
+def attribution_table(result: Attribution, bar_width: int = 20) -> Table:
     scores = result.scores
     scale = scale_of(scores, result.encoding.special)
     signed = result.method in SIGNED
@@ -143,7 +150,7 @@ def attribution_table(result, bar_width: int = 20) -> Table:
     return table
 
 
-def attribution_report(result, model: str, theme=None, notes: bool = True) -> Group:
+def attribution_report(result: Attribution, model: str, theme: ThemeSpec | None = None, notes: bool = True) -> Group:
     background = theme.background if theme is not None else "#000000"
     foreground = theme.foreground if theme is not None else "#e6e3f0"
     parts: list[RenderableType] = [

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.bar import Bar
@@ -18,6 +19,9 @@ from rich.text import Text
 
 from bertscope.render.heatmap import AttentionHeatmap
 from bertscope.theming import Colormap
+
+if TYPE_CHECKING:
+    from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryResult
 
 MAX_CLASSES = 7  # labels drawn in their own colour; the rest are "other"
 COLOURS = ("red", "blue", "green", "orange", "magenta", "cyan", "yellow", "gray")
@@ -70,7 +74,7 @@ def scatter(
     return Text.from_ansi(drawn, no_wrap=True)
 
 
-def layer_summary(result, title: str = "per layer (0 = embeddings)") -> Table:
+def layer_summary(result: GeometryResult, title: str = "per layer (0 = embeddings)") -> Table:
     """One row per hidden-state layer: TwoNN dimension, overlap with the next layer, PCA variance, CKA with the previous."""
     table = Table(title=title, title_justify="left", box=None, padding=(0, 1))
     table.add_column("layer", justify="right", style="dim")
@@ -113,7 +117,7 @@ def cka_heatmap(
 
 
 def geometry_report(
-    result,
+    result: GeometryResult,
     colormap: Colormap,
     *,
     layer: int,
@@ -163,10 +167,10 @@ def cosine_grid(cosine: np.ndarray, colormap: Colormap, glyphs: bool | None = No
     )
 
 
-def comparison_report(result, colormap: Colormap, glyphs: bool | None = None, lowest: int = 8) -> Group:
+def comparison_report(result: ComparisonResult, colormap: Colormap, glyphs: bool | None = None, lowest: int = 8) -> Group:
     """What `bertscope compare` prints."""
     parts: list[RenderableType] = []
-    if result.head_cosine is not None:
+    if result.head_cosine is not None and result.head_cosine_std is not None:  # both, or neither (shapes differ)
         parts += [cosine_grid(result.head_cosine, colormap, glyphs), Text()]
         table = Table(title="most changed heads", title_justify="left", box=None, padding=(0, 1))
         for name in ("head", "cosine", "± sd"):

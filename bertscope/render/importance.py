@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
 import numpy as np
 from rich.bar import Bar
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+if TYPE_CHECKING:
+    from bertscope.core.analyses.importance_results import HeadImportance, PruningCurve
+
 SHADES = " ░▒▓█"
 
 
-def importance_grid(importance: np.ndarray, pruned=frozenset()) -> Table:
+def importance_grid(importance: np.ndarray, pruned: Collection[tuple[int, int]] = frozenset()) -> Table:
     """Layers down, heads across; each cell the score as a percentage of the largest, shaded light to dark.
 
     Percentages keep 12 heads within 80 columns; the exact values are in --json and --csv.
@@ -35,7 +41,7 @@ def importance_grid(importance: np.ndarray, pruned=frozenset()) -> Table:
     return table
 
 
-def importance_report(result, model: str, source: str, top: int = 8) -> Group:
+def importance_report(result: HeadImportance, model: str, source: str, top: int = 8) -> Group:
     order = result.order()
     fmt = "{:.3g}"
     least = ", ".join(f"{layer}:{head}" for layer, head in order[:top])
@@ -66,7 +72,7 @@ def importance_report(result, model: str, source: str, top: int = 8) -> Group:
     return Group(*parts)
 
 
-def curve_chart(curve, width: int = 30) -> Table:
+def curve_chart(curve: PruningCurve, width: int = 30) -> Table:
     """The metric at each pruning step as a bar, with the drop from the unpruned model; `*` marks the prunable point."""
     best = curve.prunable()
     metrics = [p.metric for p in curve.points]
@@ -94,7 +100,7 @@ def curve_chart(curve, width: int = 30) -> Table:
     return table
 
 
-def curve_report(curve, model: str, source: str) -> Group:
+def curve_report(curve: PruningCurve, model: str, source: str) -> Group:
     best = curve.prunable()
     how = "importance re-estimated at every step" if curve.reestimate else "one ranking for all steps"
     return Group(

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.bar import Bar
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+if TYPE_CHECKING:  # core.analyses.mlm imports torch; only its result types are named here
+    from bertscope.core.analyses.mlm import ClozeResult, FillResult
 
-def fill_report(result, model: str, layer_guesses: int = 3) -> Group:
+
+def fill_report(result: FillResult, model: str, layer_guesses: int = 3) -> Group:
     """Per [MASK]: the top guesses (before → after a head mask), then the top guesses read off each layer."""
     masked = len(result.mask) > 0
     title = f"{model}" + (f" · heads off {result.mask.spec()} ({result.ablation})" if masked else "")
@@ -25,7 +30,7 @@ def fill_report(result, model: str, layer_guesses: int = 3) -> Group:
         table.add_column("", width=20, no_wrap=True)
         for rank, (token, probability) in enumerate(zip(blank.predictions.tokens, blank.predictions.probabilities)):
             before: list[str] = []
-            if masked:
+            if blank.unmasked is not None:  # there exactly when heads are masked (the columns above)
                 before = [blank.unmasked.tokens[rank], f"{blank.unmasked.probabilities[rank]:.4f}"]
             table.add_row(str(rank + 1), *before, token, f"{probability:.4f}", Bar(1.0, 0.0, probability, width=20, color="magenta"))
         parts.append(table)
@@ -47,7 +52,7 @@ def fill_report(result, model: str, layer_guesses: int = 3) -> Group:
     return Group(*parts)
 
 
-def cloze_report(result, model: str, source: str) -> Group:
+def cloze_report(result: ClozeResult, model: str, source: str) -> Group:
     table = Table(box=None, padding=(0, 1))
     table.add_column("layer", justify="right", style="dim")
     table.add_column("P@1", justify="right")

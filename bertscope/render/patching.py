@@ -8,13 +8,15 @@ colour (NO_COLOR) loses the shading and nothing else.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+
 import numpy as np
 from rich.console import Group, RenderableType
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from bertscope.core.analyses.patching_results import COMPONENTS, EFFECTS
+from bertscope.core.analyses.patching_results import COMPONENTS, EFFECTS, PatchingResult
 
 POSITIVE = (214, 39, 40)  # red
 NEGATIVE = (31, 119, 180)  # blue
@@ -56,7 +58,7 @@ def layers_table(effects: np.ndarray) -> Table:
     return table
 
 
-def positions_grid(effects: np.ndarray, tokens, differing=()) -> Table:
+def positions_grid(effects: np.ndarray, tokens: Sequence[str], differing: Collection[int] = ()) -> Table:
     """Tokens down, hidden-state layers across (0 = the embedding output): Meng et al.'s causal-tracing grid, turned."""
     table = Table(box=None, padding=(0, 0), show_edge=False, pad_edge=False)
     table.add_column("token", no_wrap=True, max_width=14)
@@ -76,7 +78,7 @@ def legend() -> Text:
     return text
 
 
-def patching_report(result, model: str) -> Group:
+def patching_report(result: PatchingResult, model: str) -> Group:
     """What was compared, the two metric values, then one view per sweep run."""
     differing = ", ".join(f"{i}:{result.tokens[i]}→{result.corrupt_tokens[i]}" for i in result.differing)
     parts: list[RenderableType] = [

@@ -7,11 +7,16 @@ per-layer pattern shares.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from rich.bar import Bar
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from bertscope.core.model.results import PatternResult
 
 PATTERN_LETTERS = {"vertical": "V", "diagonal": "D", "vertical+diagonal": "VD", "block": "B", "heterogeneous": "H"}
 PATTERN_STYLES = {
@@ -81,7 +86,7 @@ def layer_pattern_table(layer_shares: np.ndarray, patterns: tuple[str, ...], sho
 SHARE_LABELS = {"cls": "[CLS]", "sep": "[SEP]", "punct": "punct", "self": "self", "prev": "prev", "next": "next"}
 
 
-def weight_norm_table(result) -> Table:
+def weight_norm_table(result: PatternResult) -> Table:
     """Per layer, each share of weight beside the same share of value-weighted norm (Kobayashi et al. 2020)."""
     table = Table(box=None, padding=(0, 1), title="share of weight │ share of norm, per layer", title_justify="left")
     table.add_column("layer", justify="right", style="dim")
@@ -100,7 +105,7 @@ def weight_norm_table(result) -> Table:
     return table
 
 
-def weight_norm_grid(result, name: str) -> Table:
+def weight_norm_grid(result: PatternResult, name: str) -> Table:
     """Per head, one share of weight │ of norm in percent: heads that look at a token but move little from it stand out."""
     weights, norms = result.statistics[name], result.statistics[f"norm_{name}"]
     num_layers, num_heads = weights.shape
@@ -128,7 +133,7 @@ def _percent(share: float) -> str:
     return f"{min(round(float(share) * 100), 99)}"
 
 
-def norms_report(result) -> Group:
+def norms_report(result: PatternResult) -> Group:
     """The value-weighted view (Kobayashi et al. 2020): shares of weight beside shares of norm."""
     from bertscope.core.model.results import NORM_DEFINITION
 
@@ -142,7 +147,7 @@ def norms_report(result) -> Group:
     )
 
 
-def patterns_report(result, patterns: tuple[str, ...]) -> Group:
+def patterns_report(result: PatternResult, patterns: tuple[str, ...]) -> Group:
     """Everything a person wants from one run, top to bottom (and the norms beside the weights, when computed)."""
     parts: list[RenderableType] = [
         Text("dominant pattern per head", style="bold"),

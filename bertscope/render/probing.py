@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.bar import Bar
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+if TYPE_CHECKING:
+    from bertscope.core.analyses.probing_results import ProbeReport
 
-def probe_report(report, model: str, source: str) -> Group:
+
+def probe_report(report: ProbeReport, model: str, source: str) -> Group:
     """Per layer (0 = embeddings) the main score as a bar, the other columns as numbers."""
     metric = report.metric
     table = Table(box=None, padding=(0, 1), title_justify="left")
