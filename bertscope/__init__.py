@@ -9,6 +9,8 @@ stays cheap (no torch) so `bertscope --help` and the explorer's first frame appe
 the names below are looked up on first use.
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -38,7 +40,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in __all__:
         from bertscope import api
 

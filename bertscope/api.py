@@ -138,7 +138,7 @@ def steps(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Iterat
     def carried() -> Iterator[Progress[T]]:
         for step in run:
             if step.finished:
-                step = replace(step, notes=tuple(step.result.notes))  # type: ignore[union-attr]
+                step = replace(step, notes=tuple(step.result.notes))
             if progress is not None:
                 progress(step)
             yield step

@@ -28,7 +28,15 @@ from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction
 from bertscope.core.model.session import Session
 
 if TYPE_CHECKING:
+    from bertscope.core.analyses.attribution_results import Attribution
+    from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryResult
+    from bertscope.core.analyses.importance_results import PruningCurve
     from bertscope.core.analyses.objectives import Objective
+    from bertscope.core.analyses.patching_results import PatchingResult
+    from bertscope.core.analyses.probing_results import ProbeReport
+    from bertscope.core.analyses.syntax_results import SyntaxResult
+    from bertscope.core.model.results import PatternResult
+    from bertscope.core.progress import Progress
 
 
 def chosen(sentences: Iterable[Sentence]) -> api.Corpus:
@@ -39,7 +47,7 @@ def chosen(sentences: Iterable[Sentence]) -> api.Corpus:
 class SessionBackend:
     """A loaded model seen through the explorer's contract."""
 
-    def __init__(self, session: Session):
+    def __init__(self, session: Session) -> None:
         self.session = session
         self.num_layers = session.num_layers
         self.num_heads = session.num_heads
@@ -54,13 +62,13 @@ class SessionBackend:
 
     def forward(
         self,
-        text,
-        pair=None,
+        text: str | Encoding,
+        pair: str | None = None,
         *,
-        attentions=False,
-        mask=None,
+        attentions: bool = False,
+        mask: HeadMask | None = None,
         ablation: Ablation = "zero",
-        reuse=None,
+        reuse: ForwardResult | None = None,
         norms: bool = False,
         figures: bool = False,
     ) -> ForwardResult:
@@ -69,17 +77,18 @@ class SessionBackend:
         encoding = text if isinstance(text, Encoding) else self.session.encode(text, pair)
         rows: dict[int, dict[str, np.ndarray]] = {}
 
-        def reduce(layer: int, weights: np.ndarray, _norms) -> None:  # one layer's maps, dropped once reduced
+        def reduce(layer: int, weights: np.ndarray, _norms: np.ndarray | None) -> None:  # one layer's maps, dropped once reduced
             rows[layer] = head_figures(weights[None], encoding.tokens, encoding.special)
 
         result = self.session.forward(
             encoding, attentions=attentions, mask=mask, ablation=ablation, reuse=reuse, norms=norms, on_layer=reduce
         )
         reused = min(rows) if rows else self.num_layers  # the layers below were taken from `reuse`, figures too
-        reduced = {
-            name: np.concatenate([*([reuse.figures[name][:reused]] if reused else []), *(rows[layer][name] for layer in sorted(rows))])
-            for name in FIGURES
-        }
+        below: dict[str, list[np.ndarray]] = {name: [] for name in FIGURES}
+        if reused:
+            assert reuse is not None and reuse.figures is not None  # only `reuse` skips layers, and it carries its figures
+            below = {name: [reuse.figures[name][:reused]] for name in FIGURES}
+        reduced = {name: np.concatenate([*below[name], *(rows[layer][name] for layer in sorted(rows))]) for name in FIGURES}
         return dataclasses.replace(result, figures=reduced)
 
     def layer_maps(
@@ -100,8 +109,8 @@ class SessionBackend:
 
     def attribute(
         self,
-        text,
-        pair=None,
+        text: str | Encoding,
+        pair: str | None = None,
         *,
         method: str = "integrated-gradients",
         target: Target | None = None,
@@ -109,7 +118,7 @@ class SessionBackend:
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
         cancel: threading.Event | None = None,
-    ) -> Iterator:
+    ) -> Iterator[Progress[Attribution]]:
         target = target or Target()
         return api.steps(
             api.attribute,
@@ -137,7 +146,7 @@ class SessionBackend:
         ablation: Ablation = "zero",
         norms: bool = False,
         cancel: threading.Event | None = None,
-    ) -> Iterator:
+    ) -> Iterator[Progress[PatternResult]]:
         return api.steps(api.patterns, self.session, chosen(sentences), mask=mask, ablation=ablation, norms=norms, cancel=cancel)
 
     def syntax_heads(
@@ -147,62 +156,70 @@ class SessionBackend:
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
         cancel: threading.Event | None = None,
-    ) -> Iterator:
+    ) -> Iterator[Progress[SyntaxResult]]:
         return api.steps(api.syntax, self.session, chosen(sentences), mask=mask, ablation=ablation, cancel=cancel)
 
     def probe(
         self,
         task: str,
-        train,
-        dev=None,
-        test=None,
+        train: Iterable[Sentence],
+        dev: Iterable[Sentence] | None = None,
+        test: Iterable[Sentence] | None = None,
         *,
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
         kind: str = "linear",
         cancel: threading.Event | None = None,
-    ) -> Iterator:
+    ) -> Iterator[Progress[ProbeReport]]:
         return api.steps(api.probe, self.session, task, train, dev=dev, test=test, mask=mask, ablation=ablation, probe=kind, cancel=cancel)
 
     def geometry(
         self,
-        sentences,
+        sentences: Iterable[Sentence],
         *,
         unit: str = "auto",
         max_rows: int | None = None,
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
         cancel: threading.Event | None = None,
-    ) -> Iterator:
+    ) -> Iterator[Progress[GeometryResult]]:
         return api.steps(
             api.geometry, self.session, chosen(sentences), unit=unit, max_rows=max_rows, mask=mask, ablation=ablation, cancel=cancel
         )
 
     def compare(
-        self, other: str, sentences, *, unit: str = "token", max_rows: int | None = None, cancel: threading.Event | None = None
-    ) -> Iterator:
+        self,
+        other: str,
+        sentences: Iterable[Sentence],
+        *,
+        unit: str = "token",
+        max_rows: int | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Progress[ComparisonResult]]:
         return api.steps(api.compare, self.session, other, chosen(sentences), unit=unit, max_rows=max_rows, cancel=cancel)
 
     def head_importance(
         self,
         objective: str,
-        sentences,
+        sentences: Iterable[Sentence],
         *,
         method: str = "gradient",
         ablation: Ablation = "zero",
         normalize: bool = True,
         cancel: threading.Event | None = None,
-    ) -> Iterator:
+    ) -> Iterator[Progress[HeadImportance]]:
         prepared = self._prepared_objective(objective, sentences)
         return api.steps(api.importance, self.session, prepared, method=method, ablation=ablation, normalize=normalize, cancel=cancel)
 
-    def measure_objective(self, objective: str, sentences, mask: HeadMask | None = None, ablation: Ablation = "zero") -> Measurement:
+    def measure_objective(
+        self, objective: str, sentences: Iterable[Sentence], mask: HeadMask | None = None, ablation: Ablation = "zero"
+    ) -> Measurement:
         return api.measure(self._prepared_objective(objective, sentences), mask, ablation)
 
     def pruning_curve(
         self,
         objective: str,
-        sentences,
+        sentences: Iterable[Sentence],
         *,
         importance: HeadImportance | None = None,
         ablation: Ablation = "zero",
@@ -210,7 +227,7 @@ class SessionBackend:
         reestimate: bool = False,
         max_drop: float = 0.01,
         cancel: threading.Event | None = None,
-    ) -> Iterator:
+    ) -> Iterator[Progress[PruningCurve]]:
         method = importance.method if importance is not None else "gradient"  # re-estimates rank heads as the first ranking did
         return api.steps(
             api.pruning_curve,
@@ -239,7 +256,7 @@ class SessionBackend:
         sweeps: tuple[str, ...] = ("heads", "layers", "positions"),
         direction: str = "denoise",
         cancel: threading.Event | None = None,
-    ) -> Iterator:
+    ) -> Iterator[Progress[PatchingResult]]:
         return api.steps(
             api.patch,
             self.session,
@@ -256,7 +273,7 @@ class SessionBackend:
             cancel=cancel,
         )
 
-    def _prepared_objective(self, objective: str, sentences) -> Objective:
+    def _prepared_objective(self, objective: str, sentences: Iterable[Sentence]) -> Objective:
         """The objective prepared once for the last sentences asked about (tokenised, masked, probe trained).
 
         The explorer measures the same objective again after every head toggle; preparing
