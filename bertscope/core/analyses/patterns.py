@@ -375,7 +375,7 @@ def pattern_statistics(
     accumulator = _Accumulator(session.num_layers, session.num_heads, session.device, norms)
     gates = session.gate_tensor(mask)
     punctuation_of: dict[int, bool] = {}  # bounded by the vocabulary
-    batches = CorpusBatches(
+    batches: CorpusBatches[Sentence, list[EncodedSentence]] = CorpusBatches(
         sentences,
         lambda chunk: encode_sorted(session, chunk),
         lengths=item_lengths,

@@ -14,9 +14,9 @@ encoded, and what it does with a batch.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from bertscope.core.data.batching import MAX_TOKENS, plan_batches
 from bertscope.core.data.corpus import chunked
@@ -32,7 +32,7 @@ class Encoded(Protocol):
     input_ids: list[int]
 
 
-def input_lengths(encoded) -> list[int]:
+def input_lengths(encoded: Mapping[str, Any]) -> list[int]:
     """Each item's token count in a tokenizer's output for a chunk (its `input_ids` rows, unpadded)."""
     return [len(ids) for ids in encoded["input_ids"]]
 
@@ -87,7 +87,7 @@ class CorpusBatches(Generic[S, E]):
         items: Iterable[S],
         encode: Callable[[list[S]], E],
         *,
-        lengths: Callable[[E], Sequence[int]] = input_lengths,
+        lengths: Callable[[Any], Sequence[int]] = input_lengths,
         batch_size: int | None = None,
         chunk_size: int | None = None,
         max_tokens: int = MAX_TOKENS,

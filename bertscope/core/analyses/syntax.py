@@ -151,7 +151,7 @@ def syntax_heads(
     """Stream a treebank through the model; yield the counts so far (`partial`) after every batch, then the result."""
     counts = _Counts(session.num_layers, session.num_heads, session.device)
     gates = session.gate_tensor(mask)
-    batches = CorpusBatches(
+    batches: CorpusBatches[Sentence, list[_Encoded]] = CorpusBatches(
         sentences,
         lambda chunk: _encode(session, chunk),
         lengths=item_lengths,

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import conllu
 from conllu.exceptions import ParseException
@@ -34,6 +35,7 @@ _CONLLU_SUFFIXES = (".conllu", ".conll")
 _SENTEVAL_SUFFIXES = (".tsv", ".txt")
 _CONLLU_COLUMNS = ("id", "form", "lemma", "upos", "xpos", "feats", "head", "deprel", "deps", "misc")
 _SNIFF_LINES = 100
+T = TypeVar("T")
 
 
 def _as_written(fields: list[str], index: int) -> str:
@@ -426,12 +428,12 @@ def _head_problem(heads: tuple[int | None, ...], numbers: list[int], name: str) 
     return None
 
 
-def chunked(sentences: Iterable[Sentence], size: int) -> Iterator[list[Sentence]]:
-    """Lists of `size` sentences (the last may be shorter), read lazily: a corpus streams in
+def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Lists of `size` items (the last may be shorter), read lazily: a corpus streams in
     chunks that are sorted by length within, so memory stays flat in the corpus length."""
-    chunk: list[Sentence] = []
-    for sentence in sentences:
-        chunk.append(sentence)
+    chunk: list[T] = []
+    for item in items:
+        chunk.append(item)
         if len(chunk) == size:
             yield chunk
             chunk = []
