@@ -21,7 +21,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -58,8 +59,8 @@ class _PassState:
     kept: Sequence[Tensor | None] | None = None  # per layer, the original numbers of its heads (pruned models)
     on_weights: Callable[[int, Tensor], None] | None = None  # takes each layer's weights instead of `recorded`
     on_norms: Callable[[int, Tensor], None] | None = None  # takes each layer's value-weighted norms (core.model.norms)
-    projection_of: dict[int, nn.Module] | None = None  # id(self-attention module) -> its attention output projection
-    values: dict[int, Tensor] | None = None  # families with their own attention: each layer's values [B, H, K, d]
+    projection_of: dict[int, nn.Linear] = field(default_factory=dict)  # id(self-attention module) -> its attention output projection
+    values: dict[int, Tensor] = field(default_factory=dict)  # families with their own attention: each layer's values [B, H, K, d]
 
 
 _current_pass: ContextVar[_PassState | None] = ContextVar("bertscope_pass", default=None)
@@ -72,8 +73,9 @@ def layer_gates(gates: Tensor, layer: int, kept: Sequence[Tensor | None] | None 
     layer's remaining heads are taken, in the order they sit in its weights.
     """
     heads = gates[layer] if gates.dim() == 2 else gates[:, layer]
-    if kept is not None and kept[layer] is not None:
-        heads = heads.index_select(-1, kept[layer].to(heads.device))
+    layer_kept = None if kept is None else kept[layer]
+    if layer_kept is not None:
+        heads = heads.index_select(-1, layer_kept.to(heads.device))
     if gates.dim() == 2:
         return heads.view(1, 1, -1, 1)
     return heads.reshape(gates.shape[0], 1, -1, 1)
@@ -87,7 +89,7 @@ def bertscope_attention(
     attention_mask: Tensor | None,
     scaling: float | None = None,
     dropout: float = 0.0,
-    **kwargs,
+    **kwargs: Any,
 ) -> tuple[Tensor, Tensor | None]:
     """SDPA, or eager attention with weights, plus uniform ablation; same signature as both."""
     state = _current_pass.get()
@@ -100,12 +102,11 @@ def bertscope_attention(
     if state.gates is not None:
         output, weights = _ablate(state, module, key, value, output, weights, attention_mask)
     if weights is not None:
-        norms = None
         if state.on_norms is not None:  # from the same weights and values: no second pass
             norms = _in_original_heads(state, module, weighted_norms(weights, value, state.projection_of[id(module)]))
         weights = _in_original_heads(state, module, weights)
         _report(state, state.layer_of[id(module)], weights)
-        if norms is not None:
+        if state.on_norms is not None:
             state.on_norms(state.layer_of[id(module)], norms)
     return output, weights
 
@@ -118,12 +119,12 @@ def _report(state: _PassState, layer: int, weights: Tensor) -> None:
         state.recorded[layer] = weights
 
 
-def _in_original_heads(state: _PassState, module, weights: Tensor) -> Tensor:
+def _in_original_heads(state: _PassState, module: nn.Module, weights: Tensor) -> Tensor:
     """A pruned layer's weights spread back over the original head numbers, pruned heads all zero."""
-    if state.kept is None or state.kept[state.layer_of[id(module)]] is None:
+    kept = None if state.kept is None else state.kept[state.layer_of[id(module)]]
+    if kept is None:
         return weights
-    kept = state.kept[state.layer_of[id(module)]]
-    full = weights.new_zeros((weights.shape[0], module.bertscope_num_heads, *weights.shape[2:]))
+    full = weights.new_zeros((weights.shape[0], _original_heads(module), *weights.shape[2:]))
     full[:, kept.to(weights.device)] = weights
     return full
 
@@ -135,15 +136,29 @@ def empty_attention(module: nn.Module, hidden_states: Tensor) -> tuple[Tensor, T
     state = _current_pass.get()
     if state is None or not state.want_weights:
         return output, None
-    weights = hidden_states.new_zeros((batch, module.bertscope_num_heads, length, length))
+    weights = hidden_states.new_zeros((batch, _original_heads(module), length, length))
     _report(state, state.layer_of[id(module)], weights)
     if state.on_norms is not None:
         state.on_norms(state.layer_of[id(module)], weights.float())
     return output, weights
 
 
-def _ablate(state: _PassState, module, key, value, output, weights, attention_mask=None):
+def _original_heads(module: nn.Module) -> int:
+    """How many heads a pruned attention module had: the count `pruning.prune_layer` noted on it."""
+    return cast(int, module.bertscope_num_heads)
+
+
+def _ablate(
+    state: _PassState,
+    module: nn.Module,
+    key: Tensor,
+    value: Tensor,
+    output: Tensor,
+    weights: Tensor | None,
+    attention_mask: Tensor | None = None,
+) -> tuple[Tensor, Tensor | None]:
     """Apply this layer's gates: uniform mixes the output itself; zero only reports it (the hook gates)."""
+    assert state.gates is not None  # called only under gates
     gates = layer_gates(state.gates, state.layer_of[id(module)], state.kept).to(output.dtype)  # [B|1, 1, H, 1]
     if state.ablation == "uniform":
         uniform = _uniform_weights(attention_mask, key.shape[-2], key.device)  # [B|1, Q|1, K]
@@ -158,7 +173,9 @@ def _ablate(state: _PassState, module, key, value, output, weights, attention_ma
     return output, weights
 
 
-def _eager_attention(module, query, key, value, attention_mask, scaling, dropout):
+def _eager_attention(
+    module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None, scaling: float | None, dropout: float
+) -> tuple[Tensor, Tensor]:
     """Attention with its weights; the mask is SDPA's boolean one (True = may attend) or None."""
     if scaling is None:
         scaling = query.size(-1) ** -0.5
@@ -174,7 +191,7 @@ def _eager_attention(module, query, key, value, attention_mask, scaling, dropout
     return output, weights
 
 
-def _uniform_weights(attention_mask: Tensor | None, length: int, device) -> Tensor:
+def _uniform_weights(attention_mask: Tensor | None, length: int, device: torch.device) -> Tensor:
     """`[B|1, Q|1, K]`: for each query, 1/n on each of the n tokens it may attend to: the real (not padding) tokens,
     and in a local layer (ModernBERT) those within its window. `attention_mask` is the pass's own: SDPA's boolean
     `[B, 1, Q, K]` (True = may attend), an additive float one, or None (every token)."""
@@ -244,6 +261,7 @@ def attention_pass(
             if site.weights is not None and (state.want_weights or gates is not None):
                 handles.append(site.weights.register_forward_hook(_own_attention_hook(state, index, site)))
                 if state.on_norms is not None:
+                    assert site.values is not None  # a family with its own attention names its value projection too
                     handles.append(site.values.register_forward_hook(_keep_values(state, index, site)))
         yield state.recorded
     finally:
@@ -252,23 +270,23 @@ def attention_pass(
         _current_pass.reset(token)
 
 
-def _keep_values(state: _PassState, layer: int, site: AttentionSite):
+def _keep_values(state: _PassState, layer: int, site: AttentionSite) -> Callable[[nn.Module, tuple[Any, ...], Tensor], None]:
     """Keep a layer's values `[B, H, K, d]` for its value-weighted norms (families with their own attention)."""
 
-    def keep(_module: nn.Module, _args, output: Tensor) -> None:
-        heads = site.projection.in_features // site.attention.attention_head_size
+    def keep(_module: nn.Module, _args: tuple[Any, ...], output: Tensor) -> None:
+        heads = site.projection.in_features // cast(int, site.attention.attention_head_size)  # the family's own attribute
         batch, length, _ = output.shape
         state.values[layer] = output.view(batch, length, heads, -1).transpose(1, 2)
 
     return keep
 
 
-def _own_attention_hook(state: _PassState, layer: int, site: AttentionSite):
+def _own_attention_hook(state: _PassState, layer: int, site: AttentionSite) -> Callable[[nn.Module, tuple[Any, ...], Tensor], Tensor]:
     """On the module that takes a layer's attention weights `[B, H, T, K]` alone: `uniform` replaces them for the
     masked heads (so the model's context is the ablated one); the weights, as a masked head contributes them,
     are reported, with their value-weighted norms when asked."""
 
-    def on_weights(_module: nn.Module, _args, weights: Tensor) -> Tensor:
+    def on_weights(_module: nn.Module, _args: tuple[Any, ...], weights: Tensor) -> Tensor:
         used = reported = weights
         if state.gates is not None:
             head_gates = layer_gates(state.gates, layer, state.kept).to(weights.dtype).transpose(1, 2)  # [B|1, H, 1, 1]
@@ -290,8 +308,11 @@ def _own_attention_hook(state: _PassState, layer: int, site: AttentionSite):
     return on_weights
 
 
-def _zero_gate_hook(gates: Tensor, layer: int, kept: Sequence[Tensor | None] | None):
-    num_heads = gates.shape[-1] if kept is None or kept[layer] is None else len(kept[layer])
+def _zero_gate_hook(
+    gates: Tensor, layer: int, kept: Sequence[Tensor | None] | None
+) -> Callable[[nn.Module, tuple[Tensor, ...]], tuple[Tensor, ...]]:
+    layer_kept = None if kept is None else kept[layer]
+    num_heads = gates.shape[-1] if layer_kept is None else len(layer_kept)
 
     def gate_heads(_module: nn.Module, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         context = args[0]  # [B, T, H * d], the heads' outputs side by side

@@ -19,16 +19,24 @@ from __future__ import annotations
 import types
 import warnings
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
 
 from bertscope.core.errors import ModelLoadError
 
+if TYPE_CHECKING:  # only in annotations
+    from transformers import PreTrainedConfig, PreTrainedModel
+
+    from bertscope.core.model.families import Family
+
+M = TypeVar("M", bound="PreTrainedModel")
+
 PRUNING_FILE = "bertscope-pruning.json"
 
 
-def pruned_heads_of(config) -> dict[int, list[int]]:
+def pruned_heads_of(config: PreTrainedConfig) -> dict[int, list[int]]:
     """`config.pruned_heads` with integer keys, sorted; {} for an unpruned model."""
     raw = getattr(config, "pruned_heads", None) or {}
     if not isinstance(raw, Mapping):
@@ -48,7 +56,7 @@ def pruned_heads_of(config) -> dict[int, list[int]]:
     return dict(sorted(result.items()))
 
 
-def kept_heads(config) -> list[Tensor | None] | None:
+def kept_heads(config: PreTrainedConfig) -> list[Tensor | None] | None:
     """Per layer, the original numbers of its kept heads (None: the layer is whole); None if nothing is pruned."""
     pruned = pruned_heads_of(config)
     if not pruned:
@@ -61,7 +69,7 @@ def kept_heads(config) -> list[Tensor | None] | None:
 
 
 def prune_layer(
-    self_attention: nn.Module,
+    self_attention: Any,  # a transformers attention module: its head counts are set by name
     output_projection: nn.Linear,
     remove: Sequence[int],
     num_heads: int,
@@ -97,7 +105,7 @@ def prune_layer(
 def _slice_linear(linear: nn.Linear, index: Tensor, dim: int) -> nn.Linear:
     """A copy of `linear` keeping output rows (dim 0) or input columns (dim 1) `index`."""
     weight = linear.weight.index_select(dim, index.to(linear.weight.device)).detach().clone()
-    bias = linear.bias
+    bias: Tensor | None = linear.bias
     if bias is not None and dim == 0:
         bias = bias.index_select(0, index.to(bias.device))
     with warnings.catch_warnings():
@@ -109,20 +117,28 @@ def _slice_linear(linear: nn.Linear, index: Tensor, dim: int) -> nn.Linear:
     return new
 
 
-def _no_heads_forward(self, hidden_states: Tensor, attention_mask=None, *args, **kwargs):
+def _no_heads_forward(
+    self: nn.Module, hidden_states: Tensor, attention_mask: Tensor | None = None, *args: Any, **kwargs: Any
+) -> tuple[Tensor, Tensor | None]:
     """Attention of a layer whose heads are all pruned: an empty context, zero weights when asked."""
     from bertscope.core.model.ablation import empty_attention
 
     return empty_attention(self, hidden_states)
 
 
-def _no_heads_projected_forward(self, hidden_states: Tensor, attention_mask=None, *args, **kwargs):
+def _no_heads_projected_forward(
+    self: Any,  # the attention module, its output projection kept by `prune_layer` as `bertscope_output`
+    hidden_states: Tensor,
+    attention_mask: Tensor | None = None,
+    *args: Any,
+    **kwargs: Any,
+) -> tuple[Tensor, Tensor | None]:
     """The same, for an attention module that applies its output projection itself: the projection's bias."""
     context, weights = _no_heads_forward(self, hidden_states)
     return self.bertscope_output(context), weights
 
 
-def apply_pruning(model: nn.Module, family, pruned: Mapping[int, Sequence[int]]) -> None:
+def apply_pruning(model: PreTrainedModel, family: Family, pruned: Mapping[int, Sequence[int]]) -> None:
     """Remove `pruned` heads (original numbers) from `model` in place."""
     num_heads = model.config.num_attention_heads
     for layer_index, layer in enumerate(family.layers(model)):
@@ -138,7 +154,7 @@ def apply_pruning(model: nn.Module, family, pruned: Mapping[int, Sequence[int]])
         )
 
 
-def zero_heads(model: nn.Module, family, heads: Mapping[int, Sequence[int]]) -> None:
+def zero_heads(model: PreTrainedModel, family: Family, heads: Mapping[int, Sequence[int]]) -> None:
     """Zero `heads`' input columns of each layer's attention output projection, in place.
 
     A head's whole contribution to the layer passes through those columns, so this removes
@@ -153,7 +169,7 @@ def zero_heads(model: nn.Module, family, heads: Mapping[int, Sequence[int]]) -> 
                 weight[:, head * head_dim : (head + 1) * head_dim] = 0.0
 
 
-def pruned_class(model_class: type, family) -> type:
+def pruned_class(model_class: type[M], family: Family) -> type[M]:
     """A subclass of `model_class` whose constructor removes the heads its config lists as pruned.
 
     from_pretrained builds the model with the constructor before it reads the weights, so the
@@ -161,8 +177,9 @@ def pruned_class(model_class: type, family) -> type:
     dtype, safetensors, shards) stays transformers' own loading.
     """
 
-    def __init__(self, config, *args, **kwargs):
+    def __init__(self: PreTrainedModel, config: PreTrainedConfig, *args: Any, **kwargs: Any) -> None:
         model_class.__init__(self, config, *args, **kwargs)
         apply_pruning(self, family, pruned_heads_of(config))
 
-    return type(model_class.__name__, (model_class,), {"__init__": __init__, "__module__": model_class.__module__})
+    pruned = type(model_class.__name__, (model_class,), {"__init__": __init__, "__module__": model_class.__module__})
+    return cast(type[M], pruned)  # a subclass of model_class, made at run time where mypy cannot follow it
