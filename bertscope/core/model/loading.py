@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 import transformers
-from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
 from bertscope.core.errors import ModelLoadError
@@ -19,6 +20,9 @@ from bertscope.core.model import ablation, pruning
 from bertscope.core.model.device import resolve_device, resolve_dtype
 from bertscope.core.model.families import SUPPORTED_HEADS, Family
 from bertscope.core.model.model_files import find_model, fingerprint, first_line, usable_length
+
+# A transformers model class: a head's (BertForMaskedLM), or AutoModel, which picks the encoder's from the config.
+ModelClass = type[PreTrainedModel] | type[AutoModel]
 
 
 @dataclass
@@ -54,7 +58,8 @@ def load_model(model: str | None = None, *, device: str = "auto", dtype: str = "
         tokenizer = _load_tokenizer(directory)
     finally:
         hf_logging.set_verbosity(verbosity)
-    loaded.to(torch_device).eval()
+    # transformers wraps PreTrainedModel.to with functools.wraps, which mypy does not bind to the model
+    loaded.to(torch_device).eval()  # type: ignore[arg-type]
     return LoadedModel(
         model=loaded,
         tokenizer=tokenizer,
@@ -69,7 +74,7 @@ def load_model(model: str | None = None, *, device: str = "auto", dtype: str = "
     )
 
 
-def _model_class(architecture: str) -> tuple[type[PreTrainedModel], str]:
+def _model_class(architecture: str) -> tuple[ModelClass, str]:
     """The transformers class for a supported head, else the bare encoder."""
     model_class = getattr(transformers, architecture, None)
     if model_class is not None and architecture.endswith(SUPPORTED_HEADS):
@@ -77,20 +82,29 @@ def _model_class(architecture: str) -> tuple[type[PreTrainedModel], str]:
     return AutoModel, "encoder of " + architecture
 
 
-def _load_weights(model_class, architecture, directory, config, weights, torch_dtype, family):
+def _load_weights(
+    model_class: ModelClass,
+    architecture: str,
+    directory: Path,
+    config: PreTrainedConfig,
+    weights: Path,
+    torch_dtype: torch.dtype,
+    family: Family,
+) -> tuple[PreTrainedModel, str]:
     """Load weights; a head whose weights are missing from the file is dropped, not left random.
 
     A physically pruned checkpoint (`pruned_heads` in its config) is built with its heads
     removed before the weights are read (core.model.pruning), since transformers 5 cannot.
     """
-    encoder_class = AutoModel
+    encoder_class: ModelClass = AutoModel
     if pruning.pruned_heads_of(config):
-        encoder_class = pruning.pruned_class(AutoModel._model_mapping[type(config)], family)
+        # transformers types the mapping's values as pairs of classes: it gives the config's encoder class
+        encoder_class = pruning.pruned_class(cast(type[PreTrainedModel], AutoModel._model_mapping[type(config)]), family)
         if model_class is AutoModel:
             model_class = encoder_class
-        else:
-            model_class = pruning.pruned_class(model_class, family)
-    options = dict(
+        else:  # a head's class
+            model_class = pruning.pruned_class(cast(type[PreTrainedModel], model_class), family)
+    options: dict[str, Any] = dict(
         config=config,
         local_files_only=True,
         use_safetensors=weights.name.startswith("model.safetensors"),
@@ -100,7 +114,8 @@ def _load_weights(model_class, architecture, directory, config, weights, torch_d
         attn_implementation=ablation.ATTENTION_IMPLEMENTATION if family.attention == "interface" else "eager",
     )
     try:
-        model, info = model_class.from_pretrained(directory, output_loading_info=True, **options)
+        # with output_loading_info, from_pretrained gives the loading info beside the model (transformers types it as the model alone)
+        model, info = cast(tuple[PreTrainedModel, dict], model_class.from_pretrained(directory, output_loading_info=True, **options))
         if model_class is not encoder_class and _head_missing(info, model):
             model = encoder_class.from_pretrained(directory, **options)
             architecture = f"encoder of {architecture} (head weights missing)"
@@ -118,7 +133,7 @@ def _head_missing(info: dict, model: PreTrainedModel) -> bool:
     return any(not key.startswith(prefix) for key in info.get("missing_keys", ()))
 
 
-def _load_tokenizer(directory: Path):
+def _load_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True, trust_remote_code=False)
     except Exception as error:
@@ -130,5 +145,5 @@ def _load_tokenizer(directory: Path):
     return tokenizer
 
 
-def _max_length(tokenizer, config, family: Family) -> int:
+def _max_length(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig, family: Family) -> int:
     return usable_length(config.max_position_embeddings, family, tokenizer.model_max_length)

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,6 +22,7 @@ from bertscope.core.errors import InputError
 from bertscope.core.model import cpu_linear
 from bertscope.core.model.ablation import AttentionSite, attention_pass
 from bertscope.core.model.effects import softmax
+from bertscope.core.model.families import Family
 from bertscope.core.model.loading import LoadedModel, load_model
 from bertscope.core.model.masks import Ablation, HeadMask, check_ablation
 from bertscope.core.model.model_files import numerics_key
@@ -68,7 +70,8 @@ class Session:
             torch.manual_seed(seed)
             model = type(self.model)(self.model.config)
         self.loaded.family.prepare(model)
-        model.to(device=self.device, dtype=self.loaded.dtype).eval()
+        # transformers wraps PreTrainedModel.to with functools.wraps, which mypy does not bind to the model
+        model.to(device=self.device, dtype=self.loaded.dtype).eval()  # type: ignore[call-arg]
         loaded = dataclasses.replace(
             self.loaded,
             model=model,
@@ -195,7 +198,7 @@ class Session:
         ablation = check_ablation(ablation)
         attentions = attentions or norms and on_layer is None
         start = self._reusable_layers(reuse, encoding, head_mask, attentions, norms and attentions)
-        if start:
+        if reuse is not None and start:
             return self._forward_from(reuse, start, head_mask, ablation, attentions, mlm_logits, norms, on_layer)
         inputs = self.tensors(encoding)
         taker = _LayerTaker(attentions, norms, on_layer)
@@ -255,7 +258,7 @@ class Session:
             return self._one_layer_maps(start_from, layer, head_mask, ablation, norms)
         kept: dict[str, Tensor] = {}
 
-        def keep(name: str):
+        def keep(name: str) -> Callable[[int, Tensor], None]:
             def take(index: int, maps: Tensor) -> None:
                 if index == layer:
                     kept[name] = maps[0].float().cpu()
@@ -345,15 +348,22 @@ class Session:
                 states.append(hidden[0])  # one unpadded sequence: no attention mask, as in the full pass
             mlm = self.mlm_head(hidden[0]) if self.mlm_head is not None and mlm_logits else None
             upper = _numpy(torch.stack(states))
+        weights = layer_norms = None
+        if attentions:
+            assert plain.attentions is not None  # `_reusable_layers` reuses a result only with the maps asked for
+            weights = np.concatenate([plain.attentions[:start], taker.stacked_weights()])
+        if norms and attentions:
+            assert plain.norms is not None
+            layer_norms = np.concatenate([plain.norms[:start], taker.stacked_norms()])
         return ForwardResult(
             encoding=plain.encoding,
             hidden_states=np.concatenate([plain.hidden_states[: start + 1], upper]),
-            attentions=np.concatenate([plain.attentions[:start], taker.stacked_weights()]) if attentions else None,
+            attentions=weights,
             mlm_logits=_numpy(mlm) if mlm is not None else None,
             class_logits=None,
             mask=mask,
             ablation=ablation,
-            norms=np.concatenate([plain.norms[:start], taker.stacked_norms()]) if norms and attentions else None,
+            norms=layer_norms,
         )
 
     def run(
@@ -367,7 +377,7 @@ class Session:
         encoder_only: bool = False,
         on_attention: Callable[[int, Tensor], None] | None = None,
         on_norms: Callable[[int, Tensor], None] | None = None,
-    ):
+    ) -> Any:
         """The model's own output for a batch, under head gates, holding the lock.
 
         `inputs` are tokenizer tensors on the session's device (`attention_mask` marks
@@ -425,6 +435,8 @@ class Session:
 
     def mlm_head_logits(self, hidden: Tensor) -> Tensor:
         """The MLM head applied to hidden states `[..., D]` of any layer: vocabulary logits `[..., V]`, float."""
+        if self.mlm_head is None:
+            raise InputError(f"{self.info.architecture} has no MLM head", setting="model")
         with torch.inference_mode(), self.lock:
             return self.mlm_head(hidden.to(device=self.device, dtype=self.loaded.dtype)).float()
 
@@ -438,7 +450,7 @@ class Session:
             return self.mlm_head_logits(norm(hidden.to(device=self.device, dtype=self.loaded.dtype)))
 
     @property
-    def family(self):
+    def family(self) -> Family:
         """The family adapter: where this model keeps its layers and projections (core.model.families)."""
         return self.loaded.family
 
@@ -472,7 +484,7 @@ class Session:
         return {name: tensor.to(self.device) for name, tensor in batch.items()}
 
 
-def _mlm_logits(outputs) -> Tensor:
+def _mlm_logits(outputs: Any) -> Tensor:
     """MLM logits of a model with an MLM head (pre-training models name them differently)."""
     prediction_logits = getattr(outputs, "prediction_logits", None)
     return prediction_logits if prediction_logits is not None else outputs.logits
@@ -501,12 +513,12 @@ class _LayerTaker:
 
     def norms(self, layer: int, norms: Tensor) -> None:
         weights, self._waiting = self._waiting, None
+        assert weights is not None  # a pass reports a layer's weights before its norms
         self._take(layer, weights, norms[0])
 
-    def _take(self, layer: int, weights: Tensor | None, norms: Tensor | None) -> None:
+    def _take(self, layer: int, weights: Tensor, norms: Tensor | None) -> None:
         if self.keep:
-            if weights is not None:
-                self.kept_weights.append(weights)
+            self.kept_weights.append(weights)
             if norms is not None:
                 self.kept_norms.append(norms)
         if self.on_layer is not None:
