@@ -17,10 +17,10 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 import conllu
 from conllu.exceptions import ParseException
@@ -42,11 +42,11 @@ def _as_written(fields: list[str], index: int) -> str:
     return fields[index]
 
 
-def _whole_number(library_parser):
+def _whole_number(library_parser: Callable[[str], Any]) -> Callable[[list[str], int], Any]:
     """`library_parser` for ID or HEAD, with the plain case first: digits without a leading zero (or `0`), the
     strings its regular expression accepts as an integer, are read with `int`; anything else is left to it."""
 
-    def parse(fields: list[str], index: int):
+    def parse(fields: list[str], index: int) -> Any:
         value = fields[index]
         if value.isascii() and value.isdigit() and (value[0] != "0" or value == "0"):
             return int(value)
@@ -209,7 +209,7 @@ def _open_error(name: str, error: OSError) -> CorpusError:
     return CorpusError(f"{name}: cannot read it ({error.strerror or error}); check the file")
 
 
-def _lines(target: Path, name: str) -> Iterator[tuple[int, str]]:
+def _lines(target: Path, name: str) -> Generator[tuple[int, str], None, None]:
     """`(line number, text without its line ending)`, decoding UTF-8 one line at a time.
 
     Decoding line by line (not through a text-mode file, which decodes in chunks) is what
@@ -233,7 +233,9 @@ def _lines(target: Path, name: str) -> Iterator[tuple[int, str]]:
             yield number, line.rstrip("\r\n")
 
 
-def _stream(sentences: Iterator[Sentence], report: ReadReport, format: str, name: str, limit: int | None) -> Iterator[Sentence]:
+def _stream(
+    sentences: Generator[Sentence, None, None], report: ReadReport, format: str, name: str, limit: int | None
+) -> Iterator[Sentence]:
     """Count and yield sentences up to `limit`; fail at the end if there were none."""
     with contextlib.closing(sentences):
         for sentence in sentences:
@@ -256,7 +258,7 @@ def _stream(sentences: Iterator[Sentence], report: ReadReport, format: str, name
 # --- the formats ----------------------------------------------------------------------------
 
 
-def _read_text(target: Path, name: str, report: ReadReport) -> Iterator[Sentence]:
+def _read_text(target: Path, name: str, report: ReadReport) -> Generator[Sentence, None, None]:
     """One sentence a line; blank lines and `#` comments are not sentences."""
     for number, line in _lines(target, name):
         text = line.strip()
@@ -269,7 +271,7 @@ def _is_senteval(line: str) -> bool:
     return len(fields) == 3 and fields[0].strip() in SPLITS and bool(fields[2].strip())
 
 
-def _read_senteval(target: Path, name: str, report: ReadReport) -> Iterator[Sentence]:
+def _read_senteval(target: Path, name: str, report: ReadReport) -> Generator[Sentence, None, None]:
     """`split<TAB>label<TAB>sentence` a line, as in SentEval's probing tasks (Conneau et al. 2018)."""
     for number, line in _lines(target, name):
         if not line.strip():
@@ -290,7 +292,7 @@ def _read_senteval(target: Path, name: str, report: ReadReport) -> Iterator[Sent
             yield Sentence(text, location=location, label=label, split=split)
 
 
-def _read_conllu(target: Path, name: str, report: ReadReport) -> Iterator[Sentence]:
+def _read_conllu(target: Path, name: str, report: ReadReport) -> Generator[Sentence, None, None]:
     """Blocks separated by blank lines, each parsed by the `conllu` library on its own.
 
     Splitting the blocks here rather than in `conllu.parse_incr` keeps their line numbers
@@ -306,7 +308,7 @@ def _read_conllu(target: Path, name: str, report: ReadReport) -> Iterator[Senten
             yield sentence
 
 
-def _blocks(lines: Iterator[tuple[int, str]]) -> Iterator[list[tuple[int, str]]]:
+def _blocks(lines: Generator[tuple[int, str], None, None]) -> Iterator[list[tuple[int, str]]]:
     """Runs of non-blank lines, with their numbers."""
     block: list[tuple[int, str]] = []
     with contextlib.closing(lines):
@@ -362,14 +364,14 @@ def _conllu_sentence(block: list[tuple[int, str]], columns: list[str], name: str
         report.skip(start, "a word without a FORM")
         return None
 
-    heads: tuple[int, ...] | None = tuple(word.get("head") for word in words)
-    if all(head is None for head in heads):
-        heads = None  # not annotated
-    else:
-        problem = _head_problem(heads, word_numbers, name)
+    written: tuple[int | None, ...] = tuple(word.get("head") for word in words)
+    heads: tuple[int, ...] | None = None  # not annotated
+    if not all(head is None for head in written):
+        problem = _head_problem(written, word_numbers, name)
         if problem:
             report.skip(*problem)
             return None
+        heads = cast(tuple[int, ...], written)  # `_head_problem` found every word's HEAD
 
     text = (tokens.metadata.get("text") or "").strip() or "".join(surface).strip()
     return Sentence(
@@ -412,6 +414,7 @@ def _head_problem(heads: tuple[int | None, ...], numbers: list[int], name: str) 
             return f"{name}:{numbers[index]}", "HEAD missing ('_') where other words have one"
         if not 0 <= head <= size:
             return f"{name}:{numbers[index]}", f"HEAD {head} does not fit a sentence of {size} words"
+    given = cast(tuple[int, ...], heads)  # the loop above returned at any missing one
     reaches_root = [False] * size
     for start in range(size):
         path: list[int] = []
@@ -422,7 +425,7 @@ def _head_problem(heads: tuple[int | None, ...], numbers: list[int], name: str) 
                 return f"{name}:{numbers[start]}", f"HEADs make a cycle through word {start + 1}"
             path.append(index)
             seen.add(index)
-            index = heads[index] - 1
+            index = given[index] - 1
         for visited in path:
             reaches_root[visited] = True
     return None
