@@ -24,7 +24,7 @@ def check_writable(path: str | Path) -> Path:
     return target
 
 
-def _checked_target(path: str | Path) -> Path:
+def _checked_target(path: str | os.PathLike) -> Path:
     """`path` as a file name whose directory exists; what is wrong said in one line."""
     target = Path(path).expanduser()
     if target.is_dir():
@@ -58,7 +58,7 @@ def check_new_directory(path: str | Path) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | Path, mode: str = "wb") -> Iterator[IO]:
+def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
     """Write to a temporary file beside `path`, then rename it over `path` in one step."""
     target = _checked_target(path)
     temporary = _new_temporary(target)  # the check and the file in one step

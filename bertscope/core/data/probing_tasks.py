@@ -364,7 +364,8 @@ def _nouns(kind: str, spec: str) -> tuple[_Noun, ...]:
 
 def _verbs(takes: str, spec: str, subject: str = "animate") -> tuple[_Verb, ...]:
     """`_Verb`s from `present3/present/past` items."""
-    return tuple(_Verb(*item.split("/"), takes, subject) for item in spec.split())
+    forms = (item.split("/") for item in spec.split())
+    return tuple(_Verb(present3, present, past, takes, subject) for present3, present, past in forms)
 
 
 _NOUNS = (
@@ -557,7 +558,7 @@ def _declarative(
 
     facts.update(object=None, object_number=None, object_attractor=None, object_attractor_number=None)
     ends_in_noun = False
-    if predicate == "transitive":
+    if object_kind is not None:  # transitive
         number = _pick(rng, object_number, _NUMBERS)
         object_words, head = _noun_phrase(rng, number, (object_kind,), richness)
         facts.update(object=build.add(object_words), object_number=number)

@@ -24,6 +24,7 @@ import os
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal, cast
 
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.files import atomic_write
@@ -88,18 +89,24 @@ def write_conllu(path: str | os.PathLike, sentences: Iterable[Sentence], *, id_p
         for sentence in sentences:
             count += 1
             where = sentence.location or f"sentence {count}"
-            columns = (sentence.words, sentence.upos, sentence.xpos, sentence.heads, sentence.deprels)
-            if any(column is None for column in columns) or len({len(column) for column in columns}) != 1:
+            words, upos, xpos, heads, deprels = sentence.words, sentence.upos, sentence.xpos, sentence.heads, sentence.deprels
+            if (
+                words is None
+                or upos is None
+                or xpos is None
+                or heads is None
+                or deprels is None
+                or not len(words) == len(upos) == len(xpos) == len(heads) == len(deprels)
+            ):
                 raise InputError(f"{where}: CoNLL-U needs words, UPOS, XPOS, heads and relations of one length each")
-            values = [*sentence.words, *sentence.upos, *sentence.xpos, *sentence.deprels, sentence.text, id_prefix]
+            values = [*words, *upos, *xpos, *deprels, sentence.text, id_prefix]
             if any(not value or any(bad in value for bad in "\t\r\n") for value in values):
                 raise InputError(f"{where}: an empty field, or a tab or line break inside one; fix the sentence first")
             lines = [f"# sent_id = {id_prefix}-{count}", f"# text = {sentence.text}"]
-            spaced = _space_after(sentence.text, sentence.words)
-            for index, word in enumerate(sentence.words):
+            spaced = _space_after(sentence.text, words)
+            for index, word in enumerate(words):
                 misc = "_" if spaced[index] else "SpaceAfter=No"
-                row = (index + 1, word, "_", sentence.upos[index], sentence.xpos[index], "_",
-                       sentence.heads[index], sentence.deprels[index], "_", misc)  # fmt: skip
+                row = (index + 1, word, "_", upos[index], xpos[index], "_", heads[index], deprels[index], "_", misc)
                 lines.append("\t".join(str(value) for value in row))
             handle.write(("\n".join(lines) + "\n\n").encode())
     return count
@@ -146,7 +153,7 @@ class _Tree:
 
     def text(self) -> str:
         """The words joined as English writes them: no space before punctuation."""
-        parts = []
+        parts: list[str] = []
         for word in self.words:
             if parts and word.upos != "PUNCT":
                 parts.append(" ")
@@ -162,12 +169,16 @@ class _Tree:
             words=tuple(word.form for word in self.words),
             upos=tuple(word.upos for word in self.words),
             xpos=tuple(word.xpos for word in self.words),
-            heads=tuple(word.head + 1 for word in self.words),
+            heads=tuple(cast(int, word.head) + 1 for word in self.words),  # every word attached (above)
             deprels=tuple(word.deprel for word in self.words),
         )
 
 
 # --- the grammar ----------------------------------------------------------------------------
+
+
+# A verb's form: "base" (after an auxiliary or `to`), or its (tense, agreement).
+_VerbForm = Literal["base"] | tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -339,7 +350,7 @@ class _Grammar:
         subject = self.subject(("person", "animal"))
         early_adverb = self.add(rng.choice(_ADVERBS), "ADV", "RB") if self.chance(0.08) and not negated else None
         auxiliaries: list[tuple[int, str]] = []
-        form: object = "base"
+        form: _VerbForm = "base"
         if tense in ("future", "modal"):
             auxiliaries.append((self.add("will" if tense == "future" else rng.choice(_MODALS), "AUX", "MD"), "aux"))
         elif negated:  # do-support: `did not see`
@@ -356,7 +367,7 @@ class _Grammar:
         self.tree.attach(subject.head, verb, "nsubj")
         return verb
 
-    def verb_phrase(self, subject: _Nominal, form: object, coordinate: bool = True) -> int:
+    def verb_phrase(self, subject: _Nominal, form: _VerbForm, coordinate: bool = True) -> int:
         """A verb with its complements and modifiers, perhaps coordinated with a second one.
 
         `form` is "base" (after an auxiliary or `to`) or `(tense, agreement)`.
@@ -397,7 +408,7 @@ class _Grammar:
             self.tree.attach(second, verb, "conj")
         return verb
 
-    def finite(self, verb: _Verb, form: object) -> int:
+    def finite(self, verb: _Verb, form: _VerbForm) -> int:
         """The verb in `form`: base after an auxiliary, else its tense and agreement."""
         if form == "base":
             return self.add(verb.present, "VERB", "VB")
