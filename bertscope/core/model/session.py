@@ -513,15 +513,16 @@ class _LayerTaker:
 
     def norms(self, layer: int, norms: Tensor) -> None:
         weights, self._waiting = self._waiting, None
-        assert weights is not None  # a pass reports a layer's weights before its norms
         self._take(layer, weights, norms[0])
 
-    def _take(self, layer: int, weights: Tensor, norms: Tensor | None) -> None:
+    def _take(self, layer: int, weights: Tensor | None, norms: Tensor | None) -> None:
         if self.keep:
-            self.kept_weights.append(weights)
+            if weights is not None:
+                self.kept_weights.append(weights)
             if norms is not None:
                 self.kept_norms.append(norms)
         if self.on_layer is not None:
+            assert weights is not None  # a pass with `on_layer` hands its weights here too, before their norms
             self.on_layer(layer, _numpy(weights), None if norms is None else _numpy(norms))
 
     def stacked_weights(self) -> np.ndarray:
