@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
@@ -21,6 +23,10 @@ from bertscope.cli.common import (
     warn,
 )
 from bertscope.core.errors import BertscopeError
+
+if TYPE_CHECKING:
+    from bertscope.core.model.masks import Ablation
+    from bertscope.session_backend import SessionBackend
 
 
 @click.command()
@@ -42,7 +48,15 @@ from bertscope.core.errors import BertscopeError
     help="Draw heatmaps with shade characters, or with colours. Default: colours when the terminal has 256 or more and NO_COLOR is unset.",
 )
 @model_options
-def explore(text, pair, theme, session_file, export_dir, glyphs, model: ModelChoice):
+def explore(
+    text: str | None,
+    pair: str | None,
+    theme: str | None,
+    session_file: str | None,
+    export_dir: str,
+    glyphs: bool | None,
+    model: ModelChoice,
+) -> None:
     """Open the explorer on TEXT (default: an example sentence, or the one in --session)."""
     from bertscope.core.data.files import check_writable
 
@@ -54,7 +68,7 @@ def explore(text, pair, theme, session_file, export_dir, glyphs, model: ModelCho
     model.judge_files()  # a model the explorer cannot read is refused here, like any command's
     from bertscope.ui.app import ExplorerApp
 
-    def open_backend(report):
+    def open_backend(report: Callable[[str], None]) -> SessionBackend:
         report("importing torch and transformers…")
         from bertscope.api import load
         from bertscope.session_backend import SessionBackend
@@ -93,7 +107,7 @@ INFO_LABELS = {
 @click.command()
 @model_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
-def info(model: ModelChoice, as_json):
+def info(model: ModelChoice, as_json: bool) -> None:
     """What the model is: family, layers, heads, sizes, MLM head, device."""
     details = model.open().info.as_dict()
     if as_json:
@@ -137,7 +151,20 @@ def info(model: ModelChoice, as_json):
     help="Show the value-weighted norms ‖α_ij f_h(x_j)‖ (Kobayashi et al. 2020) instead of the weights α_ij.",
 )
 @model_options
-def attention(text, pair, layer, head, mask_spec, ablation, output_format, theme, scale, dense, norms, model: ModelChoice):
+def attention(
+    text: str,
+    pair: str | None,
+    layer: int,
+    head: int,
+    mask_spec: str | None,
+    ablation: Ablation,
+    output_format: str | None,
+    theme: str | None,
+    scale: str,
+    dense: bool,
+    norms: bool,
+    model: ModelChoice,
+) -> None:
     """Show one head's attention over TEXT as a heatmap (rows attend to columns).
 
     With --norms, each cell is ‖α_ij f_h(x_j)‖, f_h(x) = (x W_V + b_V) W_O of the head, the
@@ -227,7 +254,7 @@ def attention(text, pair, layer, head, mask_spec, ablation, output_format, theme
 @mask_options
 @click.option("--output", "-o", required=True, metavar="FILE.npz", help="Where to write the arrays.")
 @model_options
-def export(text, pair, mask_spec, ablation, output, model: ModelChoice):
+def export(text: str, pair: str | None, mask_spec: str | None, ablation: Ablation, output: str, model: ModelChoice) -> None:
     """Write tokens, attentions, hidden states (and MLM logits) of TEXT to an .npz file.
 
     Arrays: tokens [T], input_ids [T], token_type_ids [T], word_ids [T] (-1 for special

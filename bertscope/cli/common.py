@@ -16,9 +16,9 @@ import functools
 import io
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -28,6 +28,8 @@ from bertscope.core.errors import BertscopeError
 from bertscope.core.model.masks import ABLATIONS, HeadMask
 
 if TYPE_CHECKING:
+    from bertscope.api import ProgressCallback
+    from bertscope.core.distributed import World
     from bertscope.core.model.deferred import DeferredSession
     from bertscope.core.model.model_files import ModelFiles
     from bertscope.core.model.session import Session
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a Ctrl-C
+
+CommandFunction = TypeVar("CommandFunction", bound=Callable[..., Any])  # a command's function, given back with options added
 
 
 class BertscopeGroup(click.Group):
@@ -53,7 +57,7 @@ class BertscopeGroup(click.Group):
         """The command that was running, whose flags an error's advice names."""
         return self.commands.get(ctx.invoked_subcommand or "")
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: click.Context) -> Any:
         from bertscope.core import distributed
 
         here = distributed.world()
@@ -91,7 +95,7 @@ class BertscopeGroup(click.Group):
 
 
 @contextlib.contextmanager
-def quiet_unless_main(here):
+def quiet_unless_main(here: World) -> Iterator[None]:
     """Under torchrun, ranks other than 0 print nothing: rank 0 speaks for the job (and writes its files)."""
     if here.main:
         yield
@@ -251,11 +255,11 @@ MODEL_OPTIONS = [
 ]
 
 
-def model_options(command):
+def model_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """--model, --device, --dtype and --allow-download, handed to the command as one `model`: a ModelChoice."""
 
     @functools.wraps(command)
-    def with_model_choice(*, model, device, dtype, allow_download, **options):
+    def with_model_choice(*, model: str | None, device: str, dtype: str, allow_download: bool, **options: Any) -> Any:
         return command(model=ModelChoice(model, device, dtype, allow_download), **options)
 
     for option in reversed(MODEL_OPTIONS):
@@ -297,7 +301,7 @@ def head_mask(spec: str | None, shape: ModelShape) -> HeadMask:
     return HeadMask.parse(spec, shape.num_layers, shape.num_heads)
 
 
-def mask_options(command):
+def mask_options(command: CommandFunction) -> CommandFunction:
     command = click.option(
         "--ablation",
         default="zero",
@@ -310,13 +314,13 @@ def mask_options(command):
     )(command)
 
 
-def _checked_mask_spec(ctx, param, spec: str | None) -> str | None:
+def _checked_mask_spec(ctx: click.Context, param: click.Parameter, spec: str | None) -> str | None:
     """A malformed mask is refused while the options are read; `head_mask` checks its numbers against the model."""
     HeadMask.check_spec(spec)
     return spec
 
 
-def batch_size_option(command):
+def batch_size_option(command: CommandFunction) -> CommandFunction:
     """`--batch-size N`: an upper bound on a corpus job's sentences a pass; by default batches fill the token cap."""
     return click.option(
         "--batch-size",
@@ -327,7 +331,7 @@ def batch_size_option(command):
     )(command)
 
 
-def format_options(command):
+def format_options(command: CommandFunction) -> CommandFunction:
     command = click.option("--csv", "output_format", flag_value="csv", help="Print CSV for programs.")(command)
     return click.option("--json", "output_format", flag_value="json", help="Print JSON for programs.")(command)
 
@@ -345,7 +349,7 @@ def chosen_theme(theme: str | None) -> ThemeSpec:
 # --- corpora ---------------------------------------------------------------------------------
 
 
-def data_options(command):
+def data_options(command: CommandFunction) -> CommandFunction:
     """TEXT or --data FILE (with --format and --limit), shared by the corpus commands."""
     command = click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="Read at most N sentences.")(command)
     command = click.option(
@@ -366,7 +370,7 @@ def data_options(command):
 
 
 @contextlib.contextmanager
-def notes_as_warnings():
+def notes_as_warnings() -> Iterator[None]:
     """Print each `BertscopeNote` the API issues inside the block as a `bertscope: warning:` line."""
     import warnings
 
@@ -383,7 +387,7 @@ def notes_as_warnings():
 
 
 @contextlib.contextmanager
-def api_call(what: str):
+def api_call(what: str) -> Iterator[ProgressCallback]:
     """Run a long `bertscope.api` function: yields its `progress=` callback (a bar on a terminal),
     with its notes printed as warnings."""
     from rich.console import Console
@@ -414,14 +418,14 @@ def print_csv(rows: Iterable[Sequence]) -> None:
     click.echo(buffer.getvalue(), nl=False)
 
 
-def output_option(command):
+def output_option(command: Callable[..., Any]) -> Callable[..., Any]:
     """`--output/-o FILE`: what the command prints goes to FILE instead, written whole or not at all.
 
     The file is checked before the model loads; under torchrun only rank 0 writes it.
     """
 
     @functools.wraps(command)
-    def with_output(*, output, **options):
+    def with_output(*, output: str | None, **options: Any) -> Any:
         if output is None:
             return command(**options)
         from bertscope.core import distributed

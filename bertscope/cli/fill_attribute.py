@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from bertscope.cli.common import (
@@ -20,6 +22,10 @@ from bertscope.cli.common import (
 )
 from bertscope.core.analyses.attribution_results import METHODS, SCORES
 from bertscope.core.errors import BertscopeError
+
+if TYPE_CHECKING:
+    from bertscope.core.model.masks import Ablation, HeadMask
+    from bertscope.core.model.session import Session
 
 
 @click.command()
@@ -43,7 +49,17 @@ from bertscope.core.errors import BertscopeError
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 @output_option
 @model_options
-def fill(text, top, layers, cloze, batch_size, mask_spec, ablation, as_json, model: ModelChoice):
+def fill(
+    text: str | None,
+    top: int,
+    layers: bool,
+    cloze: str | None,
+    batch_size: int | None,
+    mask_spec: str | None,
+    ablation: Ablation,
+    as_json: bool,
+    model: ModelChoice,
+) -> None:
     """Fill in every [MASK] of TEXT with the masked-LM head (Petroni et al. 2019, LAMA).
 
     Shows the top guesses with their probabilities, the same read off every layer (the MLM
@@ -69,6 +85,7 @@ def fill(text, top, layers, cloze, batch_size, mask_spec, ablation, as_json, mod
     require_mlm_head(session)
     if cloze is not None:
         return _cloze(session, cloze, mask, ablation, batch_size, as_json)
+    assert text is not None  # TEXT or --cloze, checked above
     from bertscope import api
 
     with notes_as_warnings():
@@ -83,7 +100,7 @@ def fill(text, top, layers, cloze, batch_size, mask_spec, ablation, as_json, mod
     Console().print(fill_report(result, session.info.source))
 
 
-def _cloze(session, path, mask, ablation, batch_size, as_json):
+def _cloze(session: Session, path: str, mask: HeadMask, ablation: Ablation, batch_size: int | None, as_json: bool) -> None:
     from bertscope import api
     from bertscope.core.analyses.mlm import sample_cloze
 
@@ -148,25 +165,25 @@ def _cloze(session, path, mask, ablation, batch_size, as_json):
 @click.option("--theme", default=None, help="Colours of the shaded sentence: a theme name or file.")
 @model_options
 def attribute(
-    text,
-    pair,
-    method,
-    label,
-    position,
-    probe_task,
-    data,
-    layer,
-    sentence_pooling,
-    score,
-    steps,
-    cache_dir,
-    no_cache,
-    mask_spec,
-    ablation,
-    as_json,
-    theme,
+    text: str,
+    pair: str | None,
+    method: str,
+    label: str | None,
+    position: int | None,
+    probe_task: str | None,
+    data: str | None,
+    layer: int | None,
+    sentence_pooling: str,
+    score: str,
+    steps: int | None,
+    cache_dir: str | None,
+    no_cache: bool,
+    mask_spec: str | None,
+    ablation: Ablation,
+    as_json: bool,
+    theme: str | None,
     model: ModelChoice,
-):
+) -> None:
     """Which tokens of TEXT a decision rests on: an MLM guess, a class, or a probe's decision.
 
     The decision is, in order: a probe's (--probe TASK; Mohebbi et al. 2021), a sequence

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import click
 
 from bertscope.cli.common import (
+    CommandFunction,
     ModelChoice,
     api_call,
     batch_size_option,
@@ -22,8 +24,12 @@ from bertscope.cli.common import (
 from bertscope.core.analyses.geometry_results import UNITS
 from bertscope.core.errors import BertscopeError, ModelLoadError
 
+if TYPE_CHECKING:
+    from bertscope.core.data.corpus import ReadReport, Sentence
+    from bertscope.core.model.masks import Ablation
 
-def sample_options(command):
+
+def sample_options(command: CommandFunction) -> CommandFunction:
     """Which rows are sampled and how many: shared by geometry and compare."""
     options = [
         click.option(
@@ -50,7 +56,7 @@ def sample_options(command):
     return command
 
 
-def read_corpus(text, data, data_format, limit):
+def read_corpus(text: str | None, data: str | None, data_format: str, limit: int | None) -> tuple[list[Sentence], str, ReadReport]:
     from bertscope.api import corpus
 
     chosen = corpus(text, data=data, format=data_format, limit=limit)
@@ -80,24 +86,24 @@ def read_corpus(text, data, data_format, limit):
 @output_option
 @model_options
 def geometry(
-    text,
-    data,
-    data_format,
-    limit,
-    unit,
-    max_rows,
-    seed,
-    batch_size,
-    neighbours,
-    layer,
-    colour_by,
-    points,
-    as_json,
-    theme,
-    mask_spec,
-    ablation,
+    text: str | None,
+    data: str | None,
+    data_format: str,
+    limit: int | None,
+    unit: str,
+    max_rows: int,
+    seed: int,
+    batch_size: int | None,
+    neighbours: int,
+    layer: int | None,
+    colour_by: str | None,
+    points: bool,
+    as_json: bool,
+    theme: str | None,
+    mask_spec: str | None,
+    ablation: Ablation,
     model: ModelChoice,
-):
+) -> None:
     """Representation geometry per layer over a corpus (van Aken; Kornblith; Valeriani et al.).
 
     On a seeded sample of at most --max-rows tokens, words or sentences: each layer's PCA
@@ -175,7 +181,21 @@ def geometry(
 @click.option("--theme", default=None, help="Heatmap colours: a theme name or a theme file.")
 @output_option
 @model_options
-def compare(text, data, data_format, limit, model_b, unit, max_rows, seed, batch_size, probe_tasks, as_json, theme, model: ModelChoice):
+def compare(
+    text: str | None,
+    data: str | None,
+    data_format: str,
+    limit: int | None,
+    model_b: str,
+    unit: str,
+    max_rows: int,
+    seed: int,
+    batch_size: int | None,
+    probe_tasks: tuple[str, ...],
+    as_json: bool,
+    theme: str | None,
+    model: ModelChoice,
+) -> None:
     """Compare model A (--model) with model B (--model-b): same tokenizer, e.g. before and after fine-tuning.
 
     Per head, the cosine similarity of its attention maps in A and B averaged over the

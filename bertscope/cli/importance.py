@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from bertscope.cli.common import (
+    CommandFunction,
     ModelChoice,
     api_call,
     batch_size_option,
@@ -19,8 +22,14 @@ from bertscope.core.analyses.importance_results import METHODS, OBJECTIVES
 from bertscope.core.errors import BertscopeError
 from bertscope.core.model.masks import ABLATIONS
 
+if TYPE_CHECKING:
+    from bertscope.api import Corpus
+    from bertscope.core.analyses.objectives import Objective
+    from bertscope.core.model.masks import Ablation
+    from bertscope.core.model.session import Session
 
-def objective_options(command):
+
+def objective_options(command: CommandFunction) -> CommandFunction:
     """What importance is measured on: the objective, its data and its options."""
     options = [
         click.argument("text", required=False),
@@ -84,7 +93,7 @@ def objective_options(command):
     return command
 
 
-def objective_data(objective, text, data, data_format, limit, task):
+def objective_data(objective: str, text: str | None, data: str | None, data_format: str, limit: int | None, task: str | None) -> Corpus:
     """The sentences the objective is measured on (an api.Corpus), read before the model loads."""
     from bertscope.api import Corpus, check_objective_data, corpus
     from bertscope.core.data.corpus import ReadReport
@@ -96,7 +105,18 @@ def objective_data(objective, text, data, data_format, limit, task):
     return Corpus(list(chosen.sentences), chosen.source, chosen.report)
 
 
-def load_objective(model: ModelChoice, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed):
+def load_objective(
+    model: ModelChoice,
+    objective: str,
+    text: str | None,
+    data: str | None,
+    data_format: str,
+    limit: int | None,
+    task: str | None,
+    probe_layer: int | None,
+    batch_size: int | None,
+    seed: int,
+) -> tuple[Session, Objective]:
     """(session, the objective ready to measure, where its data comes from): the data and the probe layer judged before the model loads."""
     sentences = objective_data(objective, text, data, data_format, limit, task)
     if objective == "probe":
@@ -115,21 +135,21 @@ def load_objective(model: ModelChoice, objective, text, data, data_format, limit
 @format_options
 @model_options
 def importance(
-    text,
-    data,
-    data_format,
-    limit,
-    objective,
-    task,
-    probe_layer,
-    method,
-    ablation,
-    normalize,
-    batch_size,
-    seed,
-    output_format,
+    text: str | None,
+    data: str | None,
+    data_format: str,
+    limit: int | None,
+    objective: str,
+    task: str | None,
+    probe_layer: int | None,
+    method: str,
+    ablation: Ablation,
+    normalize: bool,
+    batch_size: int | None,
+    seed: int,
+    output_format: str | None,
     model: ModelChoice,
-):
+) -> None:
     """How much each head matters for an objective (Michel et al.; Kovaleva et al.).
 
     gradient: I_h = E|dL/d gate_h| from one backward pass per batch through float head
@@ -188,28 +208,28 @@ def importance(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 @model_options
 def prune(
-    text,
-    data,
-    data_format,
-    limit,
-    objective,
-    task,
-    probe_layer,
-    method,
-    ablation,
-    normalize,
-    batch_size,
-    seed,
-    curve,
-    step,
-    reestimate,
-    max_drop,
-    fraction,
-    output,
-    weights,
-    as_json,
+    text: str | None,
+    data: str | None,
+    data_format: str,
+    limit: int | None,
+    objective: str,
+    task: str | None,
+    probe_layer: int | None,
+    method: str,
+    ablation: Ablation,
+    normalize: bool,
+    batch_size: int | None,
+    seed: int,
+    curve: bool,
+    step: float,
+    reestimate: bool,
+    max_drop: float,
+    fraction: float | None,
+    output: str | None,
+    weights: str,
+    as_json: bool,
     model: ModelChoice,
-):
+) -> None:
     """Remove the least important heads: a pruning curve, or a physically smaller model.
 
     --curve removes --step of the heads at a time and measures the objective at each step,
@@ -224,7 +244,7 @@ def prune(
 
     if curve == (fraction is not None):
         raise BertscopeError("give --curve for a pruning curve, or --fraction F (with -o DIR) to prune")
-    if curve:
+    if fraction is None:  # --curve: one or the other, checked above
         check_fraction(step, "--step")
         if output is not None:
             raise BertscopeError("-o DIR writes a pruned model: use it with --fraction F, not --curve")
@@ -237,13 +257,24 @@ def prune(
 
         check_new_directory(Path(output))
     session, prepared = load_objective(model, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed)
-    if curve:
+    if fraction is None:
         _curve(session, prepared, method, ablation, normalize, step, reestimate, max_drop, seed, as_json)
     else:
         _prune_to(session, prepared, method, ablation, normalize, fraction, output, weights, seed, as_json)
 
 
-def _curve(session, prepared, method, ablation, normalize, step, reestimate, max_drop, seed, as_json):
+def _curve(
+    session: Session,
+    prepared: Objective,
+    method: str,
+    ablation: Ablation,
+    normalize: bool,
+    step: float,
+    reestimate: bool,
+    max_drop: float,
+    seed: int,
+    as_json: bool,
+) -> None:
     from bertscope import api
 
     with api_call("pruning curve") as progress:
@@ -270,7 +301,18 @@ def _curve(session, prepared, method, ablation, normalize, step, reestimate, max
     Console().print(curve_report(result, session.info.source, source))
 
 
-def _prune_to(session, prepared, method, ablation, normalize, fraction, output, weights, seed, as_json):
+def _prune_to(
+    session: Session,
+    prepared: Objective,
+    method: str,
+    ablation: Ablation,
+    normalize: bool,
+    fraction: float,
+    output: str | None,
+    weights: str,
+    seed: int,
+    as_json: bool,
+) -> None:
     from bertscope import api
 
     with api_call("pruning") as progress:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 import click
 
 from bertscope.cli.common import (
@@ -17,6 +20,11 @@ from bertscope.cli.common import (
 )
 from bertscope.core.analyses.patching_results import COMPONENTS, DIRECTIONS, METRICS, SWEEPS
 from bertscope.core.errors import BertscopeError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from bertscope.core.analyses.patching_results import PatchingResult
 
 
 def _pair_of(value: str | None, flag: str) -> tuple[str, str] | None:
@@ -68,24 +76,24 @@ def _pair_of(value: str | None, flag: str) -> tuple[str, str] | None:
 @format_options
 @model_options
 def patch(
-    clean,
-    corrupt,
-    pair,
-    corrupt_pair,
-    metric,
-    answers,
-    classes,
-    task,
-    data,
-    probe_layer,
-    sweeps,
-    direction,
-    per_position,
-    cache_dir,
-    no_cache,
-    output_format,
+    clean: str,
+    corrupt: str,
+    pair: str | None,
+    corrupt_pair: str | None,
+    metric: str,
+    answers: str | None,
+    classes: str | None,
+    task: str | None,
+    data: str | None,
+    probe_layer: int | None,
+    sweeps: tuple[str, ...],
+    direction: str,
+    per_position: bool,
+    cache_dir: str | None,
+    no_cache: bool,
+    output_format: str | None,
     model: ModelChoice,
-):
+) -> None:
     """Which heads, layers and positions carry a behaviour: activation patching (Vig et al.; Meng et al.).
 
     Runs CLEAN and --corrupt (same number of tokens), copies one component's activation from
@@ -142,7 +150,7 @@ def patch(
     Console().print(patching_report(result, session.info.source))
 
 
-def _rows(result):
+def _rows(result: PatchingResult) -> Iterator[list[str | int]]:
     """One CSV row per patched component: sweep, layer, head, position, token, component, effect."""
     yield ["sweep", "layer", "head", "position", "token", "component", "effect"]
     if result.heads is not None:
@@ -159,7 +167,7 @@ def _rows(result):
             yield ["positions", layer, "", position, result.tokens[position], "", effect]
 
 
-def _cells(values):
+def _cells(values: np.ndarray) -> Iterator[tuple[tuple[int, ...], str]]:
     import numpy as np
 
     for index, value in np.ndenumerate(values):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from bertscope.cli.common import (
@@ -18,6 +20,9 @@ from bertscope.cli.common import (
     print_json,
 )
 
+if TYPE_CHECKING:
+    from bertscope.core.model.masks import Ablation
+
 
 @click.command()
 @data_options
@@ -31,7 +36,18 @@ from bertscope.cli.common import (
 @output_option
 @format_options
 @model_options
-def patterns(text, data, data_format, limit, mask_spec, ablation, batch_size, norms, output_format, model: ModelChoice):
+def patterns(
+    text: str | None,
+    data: str | None,
+    data_format: str,
+    limit: int | None,
+    mask_spec: str | None,
+    ablation: Ablation,
+    batch_size: int | None,
+    norms: bool,
+    output_format: str | None,
+    model: ModelChoice,
+) -> None:
     """Attention statistics and pattern classes of every head (Kovaleva et al.; Clark et al.).
 
     Over TEXT, or a corpus (--data FILE; default: the sample corpus shipped with bertscope).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from bertscope.cli.common import (
@@ -16,6 +18,9 @@ from bertscope.cli.common import (
     print_json,
 )
 from bertscope.core.errors import BertscopeError
+
+if TYPE_CHECKING:
+    from bertscope.core.model.masks import Ablation
 
 
 @click.command()
@@ -75,26 +80,26 @@ from bertscope.core.errors import BertscopeError
 @format_options
 @model_options
 def probe(
-    task,
-    data,
-    dev,
-    test,
-    data_format,
-    limit,
-    word_pooling,
-    sentence_pooling,
-    kind,
-    control,
-    random_baseline,
-    min_examples,
-    seed,
-    cache_dir,
-    no_cache,
-    mask_spec,
-    ablation,
-    output_format,
+    task: str,
+    data: str | None,
+    dev: str | None,
+    test: str | None,
+    data_format: str,
+    limit: int | None,
+    word_pooling: str,
+    sentence_pooling: str,
+    kind: str,
+    control: bool,
+    random_baseline: bool,
+    min_examples: int,
+    seed: int,
+    cache_dir: str | None,
+    no_cache: bool,
+    mask_spec: str | None,
+    ablation: Ablation,
+    output_format: str | None,
     model: ModelChoice,
-):
+) -> None:
     """What each layer knows: a probe per layer, with baselines (Conneau; Jawahar; Tenney; Hewitt).
 
     Layers are indexed as hidden states: 0 is the embeddings, l+1 the output of layer l.
@@ -140,7 +145,7 @@ def probe(
 @click.option("--output", "-o", required=True, metavar="FILE.conllu", help="Where to write the treebank.")
 @click.option("--sentences", "-n", type=click.IntRange(min=1), default=4000, show_default=True, help="How many sentences.")
 @click.option("--seed", type=int, default=0, show_default=True, help="The same seed gives the same treebank.")
-def treebank(output, sentences, seed):
+def treebank(output: str, sentences: int, seed: int) -> None:
     """Write the built-in generated treebank as CoNLL-U (what `probe --task upos` uses without --data).
 
     English sentences from a seeded grammar, annotated as Universal Dependencies v2:
@@ -155,7 +160,7 @@ def treebank(output, sentences, seed):
         write_conllu(output, generated, id_prefix=f"bertscope-s{seed}")
     except OSError as error:
         raise BertscopeError(f"cannot write {output}: {error.strerror or error}") from None
-    words = sum(len(sentence.words) for sentence in generated)
+    words = sum(len(sentence.words or ()) for sentence in generated)  # every generated sentence has its words
     click.echo(f"wrote {output}: {len(generated):,} sentences, {words:,} words (seed {seed})", err=True)
 
 
@@ -163,7 +168,7 @@ def treebank(output, sentences, seed):
 @click.option("--cache-dir", default=None, metavar="DIR", help="The cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.")
 @click.option("--clear", is_flag=True, help="Remove every cached feature set and probe.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
-def cache(cache_dir, clear, as_json):
+def cache(cache_dir: str | None, clear: bool, as_json: bool) -> None:
     """How much the feature and probe cache holds, or clear it.
 
     Entries of an older bertscope, or of data you no longer use, are never read again but

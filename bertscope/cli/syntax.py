@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from bertscope.cli.common import (
@@ -16,6 +18,9 @@ from bertscope.cli.common import (
     print_csv,
     print_json,
 )
+
+if TYPE_CHECKING:
+    from bertscope.core.model.masks import Ablation
 
 DEFAULT_MIN_COUNT = 100  # as core.analyses.syntax_results.DEFAULT_MIN_COUNT (not imported: numpy stays out of --help)
 
@@ -48,7 +53,17 @@ DEFAULT_MIN_COUNT = 100  # as core.analyses.syntax_results.DEFAULT_MIN_COUNT (no
 @output_option
 @format_options
 @model_options
-def syntax(data, limit, relations, min_count, mask_spec, ablation, batch_size, output_format, model: ModelChoice):
+def syntax(
+    data: str | None,
+    limit: int | None,
+    relations: str | None,
+    min_count: int,
+    mask_spec: str | None,
+    ablation: Ablation,
+    batch_size: int | None,
+    output_format: str | None,
+    model: ModelChoice,
+) -> None:
     """Heads that track dependency relations (Clark et al. 2019, What Does BERT Look At?, §4).
 
     For every relation of the treebank, in both directions, each head's accuracy: how often
