@@ -91,6 +91,7 @@ class Attribution:
             "ablation": self.ablation,
         }
         if self.method == "integrated-gradients":
+            assert self.baseline_output is not None and self.completeness_error is not None  # integrated gradients sets both
             payload.update(
                 baseline_output=round(self.baseline_output, 6),
                 steps=self.steps,

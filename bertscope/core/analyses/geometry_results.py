@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -60,7 +61,7 @@ class GeometryResult:
     def as_json(self, model: str, *, points: bool = False) -> dict:
         layers = []
         for layer in range(self.num_layers):
-            entry = {
+            entry: dict[str, Any] = {
                 "layer": layer,
                 "intrinsic_dimension": _number(self.intrinsic_dimension[layer], 4),
                 "duplicates": int(self.duplicates[layer]),
@@ -146,6 +147,7 @@ class ComparisonResult:
     def as_json(self) -> dict:
         heads = []
         if self.head_cosine is not None:
+            assert self.head_cosine_std is not None  # the spreads come with the cosines
             for layer, row in enumerate(self.head_cosine):
                 for head, value in enumerate(row):
                     heads.append(

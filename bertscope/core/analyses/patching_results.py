@@ -72,5 +72,5 @@ class PatchingResult:
         return payload
 
 
-def _rounded(value) -> float | None:
+def _rounded(value: float) -> float | None:
     return None if not np.isfinite(value) else round(float(value), 6)

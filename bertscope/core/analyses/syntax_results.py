@@ -91,9 +91,12 @@ class SyntaxResult:
                 rows = [relations.index(relation) for relation in part.relations]
                 np.add.at(total, rows, getattr(part, name))
             arrays.append(total)
+        counts, correct, baseline_correct = arrays
         return SyntaxResult(
             relations,
-            *arrays,
+            counts,
+            correct,
+            baseline_correct,
             sentences=self.sentences + other.sentences,
             words=self.words + other.words,
             truncated=self.truncated + other.truncated,
