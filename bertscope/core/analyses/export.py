@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import shutil
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -28,14 +30,14 @@ def export_input(session: Session, encoding: Encoding, mask: HeadMask, ablation:
     """Write `encoding`'s tokens, attentions, norms, hidden states (and MLM logits) to `output`; their shapes."""
     length, shape = len(encoding), (session.num_layers, session.num_heads, len(encoding), len(encoding))
     maps = {name: temporary_beside(output) for name in ("attentions", "norms")}
-    files = {}
+    files: dict[str, BinaryIO] = {}
     try:
         header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False, "shape": shape}
         for name, path in maps.items():
             files[name] = open(path, "wb")  # closed below, or in `finally`
             np.lib.format.write_array_header_1_0(files[name], header)
 
-        def into(name: str):
+        def into(name: str) -> Callable[[int, torch.Tensor], None]:
             def write(layer: int, values: torch.Tensor) -> None:  # layers come in order: appended, not mapped
                 files[name].write(values[0].float().cpu().numpy().tobytes())
 
@@ -54,24 +56,24 @@ def export_input(session: Session, encoding: Encoding, mask: HeadMask, ablation:
             )
             hidden = torch.stack(outputs.hidden_states)[:, 0]
             logits = session.mlm_head_logits(hidden[-1]).cpu().numpy() if session.mlm_head is not None else None
-            hidden = hidden.float().cpu().numpy()
+            hidden_states = hidden.float().cpu().numpy()
         for handle in files.values():
             handle.close()
-        arrays = {
+        arrays: dict[str, np.ndarray] = {
             "tokens": np.array(encoding.tokens),
             "input_ids": encoding.input_ids,
             "token_type_ids": encoding.token_type_ids,
             "word_ids": np.array([-1 if word is None else word for word in encoding.word_ids], dtype=np.int64),
             "special": encoding.special,
             "norm_definition": np.array(NORM_DEFINITION),
-            "hidden_states": hidden,
+            "hidden_states": hidden_states,
             "mask": np.array(mask.spec()),
             "ablation": np.array(ablation),
             "model": np.array(session.info.source),
         }
         if logits is not None:
             arrays["mlm_logits"] = logits
-        with atomic_write(output) as handle, zipfile.ZipFile(handle, "w", allowZip64=True) as archive:
+        with atomic_write(output) as written, zipfile.ZipFile(written, "w", allowZip64=True) as archive:
             for name, array in arrays.items():
                 with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
                     np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)

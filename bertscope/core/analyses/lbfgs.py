@@ -10,7 +10,7 @@ negative (Nocedal & Wright, Numerical Optimization, algorithms 7.4 and 7.5).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -83,7 +83,7 @@ def minimise_together(
     sizes = sizes or [None] * len(starts)
     runs = [_steps(x, max_iter, tolerance, history, size) for x, size in zip(starts, sizes, strict=True)]
     waiting = {index: next(run) for index, run in enumerate(runs)}  # problem -> the point it wants evaluated
-    results: list[Minimum | None] = [None] * len(runs)
+    results: dict[int, Minimum] = {}
     while waiting:
         asked = list(waiting.items())
         for (index, _), answer in zip(asked, fun(asked), strict=True):
@@ -92,10 +92,12 @@ def minimise_together(
             except StopIteration as finished:
                 results[index] = finished.value
                 del waiting[index]
-    return results
+    return [results[index] for index in range(len(runs))]
 
 
-def _steps(x: torch.Tensor, max_iter: int, tolerance: float, history: int, size: Callable[[torch.Tensor], float] | None):
+def _steps(
+    x: torch.Tensor, max_iter: int, tolerance: float, history: int, size: Callable[[torch.Tensor], float] | None
+) -> Generator[torch.Tensor, tuple[float, torch.Tensor], Minimum]:
     """`minimise` as a generator: yields each point to evaluate, is sent its `(loss, gradient)`, returns a `Minimum`."""
     size = size or (lambda gradient: float(gradient.abs().max()))
     loss, gradient = yield x

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from bertscope.core.analyses.importance_results import HeadImportance
 from bertscope.core.data.files import check_new_directory
 from bertscope.core.errors import InputError
 from bertscope.core.model.pruning import PRUNING_FILE, apply_pruning, pruned_heads_of, zero_heads
@@ -155,7 +156,7 @@ def weight_sharing_groups(session: Session) -> list[list[int]]:
     return list(by_weights.values())
 
 
-def least_important_shared(ranking, groups: list[list[int]], count: int) -> list[tuple[int, int]]:
+def least_important_shared(ranking: HeadImportance, groups: list[list[int]], count: int) -> list[tuple[int, int]]:
     """About `count` heads to remove where layers share weights: a head of the shared weights goes from every layer
     that runs them, ranked by its importance summed over those layers (ties: the lower layer and head)."""
     num_heads = ranking.importance.shape[1]
@@ -186,7 +187,7 @@ def _check_shared_weights(session: Session, pruned: dict[int, list[int]]) -> Non
             )
 
 
-def _max_difference(original, pruned_session, pruned: dict[int, list[int]], texts: Sequence[str]) -> float:
+def _max_difference(original: Session, pruned_session: Session, pruned: dict[int, list[int]], texts: Sequence[str]) -> float:
     """Largest difference of final hidden states, pruned model vs the original with those heads masked (zero)."""
     gates = torch.ones(original.num_layers, original.num_heads)
     for layer, heads in pruned.items():
