@@ -26,11 +26,12 @@ import copy
 import hashlib
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
+import numpy.typing as npt
 import torch
 import torch.nn.functional as F
 
@@ -53,6 +54,23 @@ STATISTICS_BLOCK = 2048  # rows per block when summing squares for the std
 FIT_BLOCK = 16384  # linear probes: more training rows than this are read a block at a time
 SCORE_BLOCK = 4096  # dev rows are read this many at a time: only scored, once per L2 strength, they need no larger block
 DEVICE_BLOCK_BYTES = 2 << 30  # on a GPU, a layer's rows up to this size are held there whole (see `block_rows`)
+
+
+class FeatureRows(Protocol):
+    """Features as the probes read them, where they are: an array, a memory map, or probing's KeptRows (rows read
+    a block at a time); `np.asarray` gives every row."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def ndim(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, key: Any, /) -> Any: ...
+
+    def __array__(self, dtype: Any = None, /) -> np.ndarray: ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,7 +138,7 @@ class TrainedProbes:
         """`[L]` the index into `l2_grid` of the strength each layer chose on dev (`_choose`)."""
         return _choose(self.dev_accuracy.T, self.l2_grid, self.dev_rows)
 
-    def logits(self, X: np.ndarray) -> np.ndarray:
+    def logits(self, X: FeatureRows) -> np.ndarray:
         """`[N, L, C]` class scores of every layer's probe on `X` `[N, L, D]`."""
         X = _check_features(X, self.mean.shape[0], self.mean.shape[1])
         out = np.empty((X.shape[0], self.num_layers, self.num_classes), dtype=np.float32)
@@ -128,7 +146,7 @@ class TrainedProbes:
             out[start : start + len(scores), layer] = scores.numpy()
         return out
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
+    def predict(self, X: FeatureRows) -> np.ndarray:
         """`[N, L]` predicted class of every layer's probe, EVAL_BATCH rows at a time (no `[N, L, C]` scores held)."""
         X = _check_features(X, self.mean.shape[0], self.mean.shape[1])
         predicted = np.empty((X.shape[0], self.num_layers), dtype=np.int64)
@@ -136,7 +154,7 @@ class TrainedProbes:
             predicted[start : start + len(scores), layer] = scores.argmax(1).numpy()
         return predicted
 
-    def _scores(self, X: np.ndarray):
+    def _scores(self, X: FeatureRows) -> Iterator[tuple[int, int, torch.Tensor]]:
         """`(layer, first row, [rows, C] scores)`, a layer and EVAL_BATCH rows at a time.
 
         Each block of rows is standardised in one reused float32 buffer, as in training (`_Rows`): folding the
@@ -145,6 +163,7 @@ class TrainedProbes:
         """
         buffer = torch.empty(min(len(X), EVAL_BATCH), X.shape[2])
         first, first_bias = (self.hidden_weights, self.hidden_bias) if self.kind == "mlp" else (self.weights, self.bias)
+        assert first is not None and first_bias is not None  # an MLP probe has its hidden layer
         for layer in range(self.num_layers):
             weights = torch.from_numpy(np.ascontiguousarray(first[layer].T, dtype=np.float32))
             shift = torch.from_numpy(np.asarray(first_bias[layer], dtype=np.float32))
@@ -159,9 +178,9 @@ class TrainedProbes:
 
 
 def train_probes(
-    X_train: np.ndarray,
+    X_train: FeatureRows,
     y_train: np.ndarray,
-    X_dev: np.ndarray,
+    X_dev: FeatureRows,
     y_dev: np.ndarray,
     *,
     num_classes: int,
@@ -210,11 +229,11 @@ def train_probes(
         raise InputError("the L2 grid must be one or more non-negative numbers")
     if kind not in ("linear", "mlp"):
         raise InputError(f"unknown probe kind {kind!r}; use linear or mlp")
-    if layer_l2 is not None:
-        layer_l2 = np.asarray(layer_l2, dtype=np.float64)
-        if kind != "linear" or layer_l2.shape != (num_layers,) or np.any(layer_l2 < 0):
+    fixed_l2 = None if layer_l2 is None else np.asarray(layer_l2, dtype=np.float64)
+    if fixed_l2 is not None:
+        if kind != "linear" or fixed_l2.shape != (num_layers,) or np.any(fixed_l2 < 0):
             raise InputError(f"fixed L2 strengths are for linear probes, one non-negative number per layer ({num_layers})")
-        grid = np.unique(layer_l2)
+        grid = np.unique(fixed_l2)
     if min(hidden, patience, batch_size, 1 if epochs is None else epochs) < 1:
         raise InputError("hidden units, epochs, patience and batch size must be at least 1")
     if epochs is None:
@@ -223,7 +242,7 @@ def train_probes(
     generator = torch.Generator().manual_seed(seed)
 
     if kind == "linear":
-        return _train_linear(X_train, [(y_train, y_dev)], X_dev, grid, num_classes, epochs, device, generator, cancel, layer_l2)[0]
+        return _train_linear(X_train, [(y_train, y_dev)], X_dev, grid, num_classes, epochs, device, generator, cancel, fixed_l2)[0]
     mean, std, Z = _standardise(X_train, device)
     _, _, Z_dev = _standardise(X_dev, device, mean, std)
     y = torch.as_tensor(y_train, device=device)
@@ -252,9 +271,9 @@ def train_probes(
 
 
 def train_with_control(
-    X_train: np.ndarray,
+    X_train: FeatureRows,
     y_train: np.ndarray,
-    X_dev: np.ndarray,
+    X_dev: FeatureRows,
     y_dev: np.ndarray,
     control_train: np.ndarray,
     control_dev: np.ndarray,
@@ -284,7 +303,7 @@ def train_with_control(
     return task, control
 
 
-def score(probes: TrainedProbes, X: np.ndarray, y: np.ndarray, num_classes: int) -> ProbeScores:
+def score(probes: TrainedProbes, X: FeatureRows, y: np.ndarray, num_classes: int) -> ProbeScores:
     """Accuracy and macro-F1 of every layer's probe on `X`, `y`.
 
     Macro-F1 averages over the classes that occur in `y` or in the predictions, as
@@ -368,7 +387,9 @@ def control_labels(
 # --- training, on the device --------------------------------------------------------------
 
 
-def _standardise(X: np.ndarray, device: torch.device, mean=None, std=None):
+def _standardise(
+    X: FeatureRows, device: torch.device, mean: torch.Tensor | None = None, std: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One `[L, N, D]` float32 copy of X on the device, each layer standardised (see `_standardise_layer`)."""
     n, num_layers, dim = X.shape
     Z = torch.empty(num_layers, n, dim, dtype=torch.float32, device=device)
@@ -380,7 +401,13 @@ def _standardise(X: np.ndarray, device: torch.device, mean=None, std=None):
     return means, stds, Z
 
 
-def _standardise_layer(X: np.ndarray, device: torch.device, mean=None, std=None, out=None):
+def _standardise_layer(
+    X: FeatureRows,
+    device: torch.device,
+    mean: torch.Tensor | None = None,
+    std: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A float32 copy of one layer's features `[N, D]` on the device (in `out` if given), standardised in place.
 
     Mean and std (population) come from X itself unless given; std is floored at STD_FLOOR.
@@ -390,6 +417,7 @@ def _standardise_layer(X: np.ndarray, device: torch.device, mean=None, std=None,
         warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
         Z.copy_(torch.from_numpy(np.asarray(X)))
     if mean is not None:
+        assert std is not None  # given with the mean
         return mean, std, Z.sub_(mean).div_(std)
     mean = Z.mean(0)
     Z.sub_(mean)
@@ -402,7 +430,18 @@ def _standardise_layer(X: np.ndarray, device: torch.device, mean=None, std=None,
     return mean, std, Z.div_(std)
 
 
-def _train_linear(X_train, label_sets, X_dev, grid, num_classes, max_iter, device, generator, cancel, layer_l2=None) -> list[TrainedProbes]:
+def _train_linear(
+    X_train: FeatureRows,
+    label_sets: list[tuple[np.ndarray, np.ndarray]],
+    X_dev: FeatureRows,
+    grid: np.ndarray,
+    num_classes: int,
+    max_iter: int,
+    device: torch.device,
+    generator: torch.Generator,
+    cancel: threading.Event | None,
+    layer_l2: np.ndarray | None = None,
+) -> list[TrainedProbes]:
     """Fit each layer's linear probe in turn; at most FIT_BLOCK rows are held at a time (on a GPU, see `block_rows`).
 
     Per layer: every L2 strength of the grid, from the strongest to the weakest, each fit
@@ -465,8 +504,10 @@ def _train_linear(X_train, label_sets, X_dev, grid, num_classes, max_iter, devic
         l2 = grid[chosen] if subset is None else grid[chosen] * len(subset) / n
         if subset is not None:
             problems = [_Logistic(every, l2, fit.W, fit.b, _Correlation.of(path, fit.W, fit.b)) for every, path, fit in fits]
-            fits = [(None, None, fit) for fit in _fit_together(problems, max_iter, GRADIENT_TOLERANCE, cancel)]
-        for result, (_, _, fit) in zip(found, fits, strict=True):
+            kept = _fit_together(problems, max_iter, GRADIENT_TOLERANCE, cancel)
+        else:
+            kept = [fit for _, _, fit in fits]
+        for result, fit in zip(found, kept, strict=True):
             result.keep(layer, rows, fit, l2)
     return [
         result.probes(grid, len(y_dev), only_tried=number > 0)
@@ -474,18 +515,29 @@ def _train_linear(X_train, label_sets, X_dev, grid, num_classes, max_iter, devic
     ]
 
 
-def _walk(path_rows, dev_rows, grid, tried, shape, dev_correct, num_classes, max_iter, tolerance, cancel):
+def _walk(
+    path_rows: _Rows,
+    dev_rows: _Rows,
+    grid: np.ndarray,
+    tried: list[int],
+    shape: _Correlation,
+    dev_correct: np.ndarray,
+    num_classes: int,
+    max_iter: int,
+    tolerance: float,
+    cancel: threading.Event | None,
+) -> tuple[int, _Fit]:
     """Fit the strengths `tried` in turn on `path_rows`, each from the last's weights, counting each one's dev rows
     right into `dev_correct` `[G]`; return the index chosen on dev (`_choose`) and its `_Fit`."""
     W = torch.zeros(num_classes, path_rows.X.shape[1], device=path_rows.device)
     b = torch.log(torch.bincount(path_rows.y, minlength=num_classes).float().clamp_min(0.5) / len(path_rows.y))  # W = 0's optimum
-    path = {}
+    path: dict[int, _Fit] = {}
     for index in tried:
         fit = path[index] = _fit_logistic(path_rows, float(grid[index]), W, b, shape, max_iter, tolerance, cancel)
         W, b = fit.W, fit.b
         dev_correct[index] = dev_rows.correct(W, b)
-    tried = np.where(dev_correct < 0, np.nan, dev_correct / len(dev_rows.y))
-    chosen = int(_choose(tried[None], grid, len(dev_rows.y))[0])
+    accuracy = np.where(dev_correct < 0, np.nan, dev_correct / len(dev_rows.y))
+    chosen = int(_choose(accuracy[None], grid, len(dev_rows.y))[0])
     return chosen, path[chosen]
 
 
@@ -511,7 +563,7 @@ class _Found:
     endings: list[str]
 
     @classmethod
-    def empty(cls, num_layers, dim, num_classes, strengths) -> _Found:
+    def empty(cls, num_layers: int, dim: int, num_classes: int, strengths: int) -> _Found:
         return cls(
             np.empty((num_layers, dim), np.float32),
             np.empty((num_layers, dim), np.float32),
@@ -522,12 +574,12 @@ class _Found:
             [""] * num_layers,
         )
 
-    def keep(self, layer, rows, fit: _Fit, l2) -> None:
+    def keep(self, layer: int, rows: _Rows, fit: _Fit, l2: float) -> None:
         self.mean[layer], self.std[layer] = rows.mean.cpu().numpy(), rows.std.cpu().numpy()
         self.weights[layer], self.bias[layer], self.l2[layer] = fit.W.T.cpu().numpy(), fit.b.cpu().numpy(), l2
         self.endings[layer] = fit.ending
 
-    def probes(self, grid, dev_rows: int, only_tried: bool) -> TrainedProbes:
+    def probes(self, grid: np.ndarray, dev_rows: int, only_tried: bool) -> TrainedProbes:
         """The TrainedProbes; `only_tried`: over the strengths some layer tried, as `layer_l2` gives them."""
         dev_correct = self.dev_correct
         if only_tried:
@@ -564,7 +616,16 @@ class _Rows:
     noise happened to stop them: a probe's accuracy moved by 0.1 between two CPU kernels.
     """
 
-    def __init__(self, X: np.ndarray, y: torch.Tensor, device, buffer: torch.Tensor | None, mean=None, std=None, block: int | None = None):
+    def __init__(
+        self,
+        X: FeatureRows,
+        y: torch.Tensor,
+        device: torch.device,
+        buffer: torch.Tensor | None,
+        mean: torch.Tensor | None = None,
+        std: torch.Tensor | None = None,
+        block: int | None = None,
+    ) -> None:
         self.X, self.y, self.device = X, y, device
         n = len(X)
         self.block = block_rows(torch.device(device), X.shape[1], block or FIT_BLOCK)
@@ -573,9 +634,10 @@ class _Rows:
         if mean is None:
             self.mean, self.std = _streamed_statistics(lambda: _slices(self._raw_blocks(raw)))
         else:
+            assert std is not None  # given with the mean
             self.mean, self.std = mean, std
         self.whole = None if raw is None else raw.sub_(self.mean).div_(self.std)
-        self._class_sums = None
+        self._class_sums: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def relabelled(self, y: torch.Tensor) -> _Rows:
         """The same rows (their buffer, statistics and converted block) with other labels: a control task's."""
@@ -583,7 +645,7 @@ class _Rows:
         other.y, other._class_sums = y, None
         return other
 
-    def _raw_blocks(self, whole: torch.Tensor | None):
+    def _raw_blocks(self, whole: torch.Tensor | None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """(float32 rows as stored, their labels), block after block: for the statistics, before standardising."""
         if whole is not None:
             yield whole, self.y
@@ -592,7 +654,7 @@ class _Rows:
             end = min(start + self.block, len(self.X))
             yield _copy_rows(self.X[start:end], self.buffer), self.y[start:end]
 
-    def blocks(self):
+    def blocks(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """(standardised float32 rows, their labels), block after block; the block is only valid until the next one."""
         if self.whole is not None:
             yield self.whole, self.y
@@ -600,7 +662,7 @@ class _Rows:
         for X, y in self._raw_blocks(None):
             yield X.sub_(self.mean).div_(self.std), y
 
-    def slices(self):
+    def slices(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """`blocks`, cut into STATISTICS_BLOCK rows (see `_slices`)."""
         return _slices(self.blocks())
 
@@ -618,7 +680,7 @@ class _Rows:
         return sum(int((cpu_linear.product(X, W, b).argmax(1) == y).sum()) for X, y in self.blocks())
 
 
-def _slices(blocks):
+def _slices(blocks: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Blocks of rows cut into STATISTICS_BLOCK rows: sums over a few rows stay in the caches, and their temporaries
     (a float64 sum converts its rows first) stay small."""
     for X, y in blocks:
@@ -636,13 +698,15 @@ def block_rows(device: torch.device, dim: int, block: int) -> int:
     return block if device.type == "cpu" else max(block, DEVICE_BLOCK_BYTES // (4 * dim))
 
 
-def _streamed_statistics(slices):
+def _streamed_statistics(slices: Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and std (population, floored at STD_FLOOR) of a layer's rows, from `slices()` (two passes: no float64 copy)."""
-    total, count = None, 0
+    total: torch.Tensor | None = None
+    count = 0
     for X, _ in slices():
         part = X.sum(0, dtype=torch.float64)
         total = part if total is None else total + part
         count += len(X)
+    assert total is not None  # a probe has training rows (`_check_features`)
     mean = (total / count).float()
     squares = torch.zeros_like(total)
     for X, _ in slices():  # slices that stay in the cache: several times faster on the CPU than one reduction over all rows
@@ -650,7 +714,7 @@ def _streamed_statistics(slices):
     return mean, (squares / count).sqrt().float().clamp_min_(STD_FLOOR)
 
 
-def _copy_rows(X: np.ndarray, buffer: torch.Tensor) -> torch.Tensor:
+def _copy_rows(X: FeatureRows, buffer: torch.Tensor) -> torch.Tensor:
     """The rows of X as float32 in the first rows of `buffer`."""
     with warnings.catch_warnings():  # features are often a read-only memory map; they are only read here
         warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
@@ -695,7 +759,16 @@ class _Correlation:
         return cls(values.clamp_min(0).float(), vectors.float(), None if scales is None else scales / len(rows.y))
 
 
-def _fit_logistic(rows: _Rows, l2: float, weights, bias, shape: _Correlation, max_iter, tolerance, cancel) -> _Fit:
+def _fit_logistic(
+    rows: _Rows,
+    l2: float,
+    weights: torch.Tensor,
+    bias: torch.Tensor,
+    shape: _Correlation,
+    max_iter: int,
+    tolerance: float,
+    cancel: threading.Event | None,
+) -> _Fit:
     """Multinomial logistic regression on `rows` by L-BFGS from `weights` `[C, D]`, `bias` `[C]` (standardised features).
 
     Loss: mean cross-entropy + `l2 * ||W||²`; see `_Logistic` for how it is computed and the
@@ -704,7 +777,7 @@ def _fit_logistic(rows: _Rows, l2: float, weights, bias, shape: _Correlation, ma
     return _fit_together([_Logistic(rows, l2, weights, bias, shape)], max_iter, tolerance, cancel)[0]
 
 
-def _fit_together(problems: list[_Logistic], max_iter, tolerance, cancel) -> list[_Fit]:
+def _fit_together(problems: list[_Logistic], max_iter: int, tolerance: float, cancel: threading.Event | None) -> list[_Fit]:
     """Fit probes whose rows are the same features (a task and its control task), each exactly as alone, their
     evaluations sharing each pass over the rows: one product for all their classes per block, the rows read once."""
     rows = problems[0].rows
@@ -804,7 +877,7 @@ class _Logistic:
         return max(float(gradient_W.abs().max()), float((gradient[self.classes * self.dim :] / self.bias_scale).abs().max()))
 
 
-def _mlp_logits(params, Z):
+def _mlp_logits(params: Sequence[torch.Tensor], Z: torch.Tensor) -> torch.Tensor:
     hidden_weights, hidden_bias, weights, bias = params  # [L, D, G, H], [L, G, H], [L, H, G, C], [L, G, C]
     num_layers, dim, grid, width = hidden_weights.shape
     h = torch.baddbmm(hidden_bias.reshape(num_layers, 1, grid * width), Z, hidden_weights.reshape(num_layers, dim, grid * width))
@@ -812,18 +885,32 @@ def _mlp_logits(params, Z):
     return torch.einsum("lngh,lhgc->lngc", h, weights) + bias[:, None]
 
 
-def _loss(logits, y, penalties):
+def _loss(logits: torch.Tensor, y: torch.Tensor, penalties: torch.Tensor) -> torch.Tensor:
     """Sum over (layer, grid value) of mean cross-entropy, plus the penalties; logits `[L, N, G, C]`."""
     num_layers, n, grid, classes = logits.shape
     targets = y[None, :, None].expand(num_layers, n, grid).reshape(-1)
     return F.cross_entropy(logits.reshape(-1, classes), targets, reduction="sum") / n + penalties
 
 
-def _train_mlp(Z, y, Z_dev, y_dev, l2, num_classes, width, epochs, patience, batch_size, lr, generator, cancel):
+def _train_mlp(
+    Z: torch.Tensor,
+    y: torch.Tensor,
+    Z_dev: torch.Tensor,
+    y_dev: np.ndarray,
+    l2: torch.Tensor,
+    num_classes: int,
+    width: int,
+    epochs: int,
+    patience: int,
+    batch_size: int,
+    lr: float,
+    generator: torch.Generator,
+    cancel: threading.Event | None,
+) -> tuple[list[torch.Tensor], np.ndarray, np.ndarray]:
     num_layers, n, dim = Z.shape
     grid = len(l2)
 
-    def uniform(*shape, fan_in):  # nn.Linear's initialisation, drawn on the CPU for determinism across devices
+    def uniform(*shape: int, fan_in: int) -> torch.Tensor:  # nn.Linear's initialisation, drawn on the CPU for determinism across devices
         bound = 1 / fan_in**0.5
         return ((torch.rand(*shape, generator=generator) * 2 - 1) * bound).to(Z.device).requires_grad_()
 
@@ -861,13 +948,19 @@ def _train_mlp(Z, y, Z_dev, y_dev, l2, num_classes, width, epochs, patience, bat
 
 
 @torch.no_grad()
-def _correct(logits_fn, params, Z, y) -> np.ndarray:
+def _correct(
+    logits_fn: Callable[[Sequence[torch.Tensor], torch.Tensor], torch.Tensor],
+    params: Sequence[torch.Tensor],
+    Z: torch.Tensor,
+    y: np.ndarray,
+) -> np.ndarray:
     """`[L, G]` number of rows of Z each (layer, grid value) probe gets right."""
-    y = torch.as_tensor(y, device=Z.device)
-    total = 0
+    labels = torch.as_tensor(y, device=Z.device)
+    total: torch.Tensor | int = 0
     for start in range(0, Z.shape[1], EVAL_BATCH):
         predicted = logits_fn(params, Z[:, start : start + EVAL_BATCH]).argmax(-1)  # [L, n, G]
-        total = total + (predicted == y[start : start + EVAL_BATCH, None]).sum(1)
+        total = total + (predicted == labels[start : start + EVAL_BATCH, None]).sum(1)
+    assert isinstance(total, torch.Tensor)  # Z has rows (`_check_features`)
     return total.cpu().numpy()
 
 
@@ -906,7 +999,7 @@ def _check_cancel(cancel: threading.Event | None) -> None:
 # --- checks and scores, in numpy ----------------------------------------------------------
 
 
-def _check_features(X, num_layers: int | None = None, dim: int | None = None) -> np.ndarray:
+def _check_features(X: FeatureRows, num_layers: int | None = None, dim: int | None = None) -> FeatureRows:
     if not hasattr(X, "shape"):  # arrays, memory maps and probing's KeptRows are read where they are, never copied
         X = np.asarray(X)
     if X.ndim != 3 or X.shape[0] == 0:
@@ -916,8 +1009,8 @@ def _check_features(X, num_layers: int | None = None, dim: int | None = None) ->
     return X
 
 
-def _check_labels(y, n: int, num_classes: int, name: str) -> np.ndarray:
-    y = np.asarray(y)
+def _check_labels(given: npt.ArrayLike, n: int, num_classes: int, name: str) -> np.ndarray:
+    y = np.asarray(given)
     if y.shape != (n,):
         raise InputError(f"{name} labels must be one per example ({n}), got shape {y.shape}")
     if not np.issubdtype(y.dtype, np.integer):
