@@ -15,16 +15,16 @@ import json
 import os
 import threading
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
 
 from bertscope.core import distributed
-from bertscope.core.analyses.streaming import CorpusBatches
+from bertscope.core.analyses.streaming import CorpusBatches, words_of
 from bertscope.core.data.cache import default_cache_dir
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.files import atomic_write, publish, reserve_space, temporary_beside
@@ -33,6 +33,8 @@ from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
+    from transformers import BatchEncoding
+
     from bertscope.core.model.deferred import DeferredSession
     from bertscope.core.model.session import Session
 
@@ -125,7 +127,7 @@ def extract_features(
     sentences: Sequence[Sentence],
     options: FeatureOptions,
     *,
-    cache_dir: str | Path | None = None,
+    cache_dir: str | Path | Literal[False] | None = None,
     batch_size: int | None = None,
     cancel: threading.Event | None = None,
     dtype: type | None = None,
@@ -175,7 +177,9 @@ def _directory(cache_dir: str | Path | None) -> Path:
 
 def _entry(model: Session | DeferredSession, directory: Path, data: str, options: FeatureOptions) -> Path:
     """The cache entry `model` names for the data (.npy: the layer-major features; .npz: which word each row is)."""
-    return directory / f"features-{cache_key(model.fingerprint, data, options, model.max_length, model.numerics_key)}"
+    max_length = model.max_length
+    assert max_length is not None  # known: `_lookup` asks only then, and a loaded session always knows it
+    return directory / f"features-{cache_key(model.fingerprint, data, options, max_length, model.numerics_key)}"
 
 
 def _lookup(model: Session | DeferredSession, directory: Path, data: str, options: FeatureOptions) -> tuple[Path | None, Features | None]:
@@ -209,7 +213,17 @@ def _float16_would_lose(pooled: torch.Tensor) -> bool:
     return bool((share > LOSSY_FEATURES).any())
 
 
-def _extract(session: Session, sentences, options, gates, path, dtype, batch_size, cancel, judge=True) -> Iterator[Progress[Features]]:
+def _extract(
+    session: Session,
+    sentences: Sequence[Sentence],
+    options: FeatureOptions,
+    gates: torch.Tensor | None,
+    path: Path | None,
+    dtype: type,
+    batch_size: int | None,
+    cancel: threading.Event | None,
+    judge: bool = True,
+) -> Generator[Progress[Features], None, Features | None]:
     """The batches' forward passes, yielding progress; returns the Features, or None if cancelled.
 
     float16 features give way to float32 (`_BeyondFloat16`) on a state beyond its range, and, if `judge`, where the
@@ -217,11 +231,11 @@ def _extract(session: Session, sentences, options, gates, path, dtype, batch_siz
     # Rows go straight to their place in input order, layer-major (each layer one contiguous
     # matrix for the probes): a sentence gets one slot per word (one for sentence level), and
     # the slots of words that have no row (cut off, or tokenised to nothing) are dropped at the end.
-    slots = [len(sentence.words) if options.level == "word" else 1 for sentence in sentences]
+    slots = [len(words_of(sentence)) if options.level == "word" else 1 for sentence in sentences]
     first_slot = np.concatenate([[0], np.cumsum(slots)[:-1]])
     shape = (session.num_layers + 1, sum(slots), session.hidden_size)
     entry = _MappedEntry.create(path, shape, dtype) if path is not None else None
-    by_layer = entry.array if entry is not None else np.empty(shape, dtype=dtype)
+    by_layer: np.ndarray = entry.array if entry is not None else np.empty(shape, dtype=dtype)
     torch_dtype = torch.float16 if dtype == np.float16 else torch.float32
     filled = np.zeros(sum(slots), dtype=bool)
     word_index = np.zeros(sum(slots), dtype=np.int64)
@@ -234,7 +248,8 @@ def _extract(session: Session, sentences, options, gates, path, dtype, batch_siz
                 pooled, present = _pooled(session, batch.encoded, batch.indices, inputs, special, gates, options)
                 if options.level == "word":
                     lost += sum(
-                        len(sentence.words) - (words[-1] + 1 if words else 0) for sentence, words in zip(batch.items, present, strict=True)
+                        len(words_of(sentence)) - (words[-1] + 1 if words else 0)
+                        for sentence, words in zip(batch.items, present, strict=True)
                     )
                 if dtype == np.float16 and (
                     pooled.abs().amax() > FLOAT16_MAX or (judge and batch.number == 0 and _float16_would_lose(pooled))
@@ -264,11 +279,20 @@ def _extract(session: Session, sentences, options, gates, path, dtype, batch_siz
         X=by_layer.transpose(1, 0, 2), sentence_index=sentence_index, word_index=word_index, truncated_words=lost, numerics=session.numerics
     )
     if entry is not None:  # None: no cache, or a directory that cannot hold one
+        assert path is not None  # an entry is made only at a path
         _finish_in_background(path, features, entry if complete else None)
     return features
 
 
-def _pooled(session: Session, encoded, in_chunk, inputs, special, gates, options: FeatureOptions):
+def _pooled(
+    session: Session,
+    encoded: BatchEncoding,
+    in_chunk: list[int],
+    inputs: dict[str, torch.Tensor],
+    special: torch.Tensor | None,
+    gates: torch.Tensor | None,
+    options: FeatureOptions,
+) -> tuple[torch.Tensor, list[list[int]]]:
     """`[rows, L+1, D]` float32 features of one batch, and per sentence the words that have a row (sentence level: [0])."""
     outputs = session.run(inputs, gates=gates, ablation=options.ablation, attentions=False, hidden_states=True)
     if options.level == "sentence":
@@ -277,7 +301,7 @@ def _pooled(session: Session, encoded, in_chunk, inputs, special, gates, options
     return _pool_words(outputs.hidden_states, [encoded.word_ids(index) for index in in_chunk], options.word_pooling)
 
 
-def _one_process_dtype(session: Session, sentences: Sequence[Sentence], options: FeatureOptions, batch_size) -> type:
+def _one_process_dtype(session: Session, sentences: Sequence[Sentence], options: FeatureOptions, batch_size: int | None) -> type:
     """The dtype one process would store these sentences' features in: it judges on its first batch
     (`_float16_would_lose`), which each rank of torchrun computes again, so that all store what one process would."""
     if options.precision == "float32":
@@ -290,7 +314,9 @@ def _one_process_dtype(session: Session, sentences: Sequence[Sentence], options:
     return np.float32 if pooled.abs().amax() > FLOAT16_MAX or _float16_would_lose(pooled) else np.float16
 
 
-def _batches(session: Session, sentences: Sequence[Sentence], level: str, batch_size: int | None, cancel=None) -> CorpusBatches:
+def _batches(
+    session: Session, sentences: Sequence[Sentence], level: str, batch_size: int | None, cancel: threading.Event | None = None
+) -> CorpusBatches[Sentence, BatchEncoding]:
     """The sentences' batches, each chunk tokenised in one call (`_encode`)."""
     return CorpusBatches(sentences, lambda chunk: _encode(session, chunk, level), batch_size=batch_size, cancel=cancel)
 
@@ -302,12 +328,12 @@ def _check_pairs(sentences: Sequence[Sentence], level: str) -> None:
             raise InputError("the corpus mixes single sentences and pairs; give one kind of input per corpus")
 
 
-def _encode(session: Session, sentences: Sequence[Sentence], level: str):
+def _encode(session: Session, sentences: Sequence[Sentence], level: str) -> BatchEncoding:
     """A chunk of sentences tokenised in one call (the fast tokenizer runs it in parallel), unpadded."""
-    options = dict(truncation=True, max_length=session.max_length)
+    options: dict[str, Any] = dict(truncation=True, max_length=session.max_length)
     if level == "word":  # single sequences: the token types are all 0, and padding makes the attention mask
         return session.tokenizer(
-            [list(sentence.words) for sentence in sentences],
+            [list(words_of(sentence)) for sentence in sentences],
             is_split_into_words=True,
             return_attention_mask=False,
             return_token_type_ids=False,
@@ -318,7 +344,7 @@ def _encode(session: Session, sentences: Sequence[Sentence], level: str):
     return session.tokenizer(texts, pairs if pairs[0] is not None else None, return_special_tokens_mask=True, **options)
 
 
-def _pad(session: Session, encoded, indices: list[int]):
+def _pad(session: Session, encoded: BatchEncoding, indices: list[int]) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
     """The model inputs of one batch of encoded sentences, padded, on the session's device, and
     the special-tokens mask (sentence level) or None."""
     batch = session.tokenizer.pad({name: [values[index] for index in indices] for name, values in encoded.items()}, return_tensors="pt")
@@ -326,16 +352,21 @@ def _pad(session: Session, encoded, indices: list[int]):
     return {name: tensor.to(session.device) for name, tensor in batch.items()}, special
 
 
-def _pool_sentences(hidden_states, attention_mask, special, pooling: str) -> torch.Tensor:
+def _pool_sentences(
+    hidden_states: Sequence[torch.Tensor], attention_mask: torch.Tensor, special: torch.Tensor | None, pooling: str
+) -> torch.Tensor:
     """`[B, L+1, D]`: the first token's vectors, or the mean over real non-special tokens."""
     if pooling == "cls":
         return torch.stack([layer[:, 0] for layer in hidden_states], dim=1)
+    assert special is not None  # sentence level encodes with the special-tokens mask
     keep = attention_mask.bool() & ~special.to(attention_mask.device).bool()
     weights = keep.float() / keep.float().sum(-1, keepdim=True).clamp(min=1)
     return torch.stack([torch.einsum("bt,btd->bd", weights, layer.float()) for layer in hidden_states], dim=1)
 
 
-def _pool_words(hidden_states, word_ids: list[list[int | None]], pooling: str) -> tuple[torch.Tensor, list[list[int]]]:
+def _pool_words(
+    hidden_states: Sequence[torch.Tensor], word_ids: list[list[int | None]], pooling: str
+) -> tuple[torch.Tensor, list[list[int]]]:
     """`[W, L+1, D]` float32 for the words of the whole batch that have tokens, in order, pooled
     from their sub-words, and the indices of those words in each sentence.
 
@@ -360,16 +391,16 @@ def _pool_words(hidden_states, word_ids: list[list[int | None]], pooling: str) -
         present.append(words)
     device = hidden_states[0].device
     total = sum(len(words) for words in present)
-    positions = torch.tensor(positions, dtype=torch.long, device=device)
+    flat = torch.tensor(positions, dtype=torch.long, device=device)
     pooled = torch.empty(total, len(hidden_states), dim, dtype=torch.float32, device=device)
     if pooling == "first":
         for layer, states in enumerate(hidden_states):
-            pooled[:, layer] = states.reshape(batch * length, dim)[positions]
+            pooled[:, layer] = states.reshape(batch * length, dim)[flat]
         return pooled, present
     # Mean: a word's pieces are consecutive among the gathered positions; average each run.
     pieces = torch.bincount(torch.tensor(groups, dtype=torch.long, device=device), minlength=total)
     for layer, states in enumerate(hidden_states):
-        gathered = states.reshape(batch * length, dim)[positions].float()
+        gathered = states.reshape(batch * length, dim)[flat].float()
         pooled[:, layer] = torch.segment_reduce(gathered, "mean", lengths=pieces, axis=0)
     return pooled, present
 
@@ -389,7 +420,7 @@ class _MappedEntry:
         self.temporary, self.array = temporary, array
 
     @classmethod
-    def create(cls, path: Path, shape: tuple[int, ...], dtype) -> _MappedEntry | None:
+    def create(cls, path: Path, shape: tuple[int, ...], dtype: type) -> _MappedEntry | None:
         """None when the cache directory cannot be written (the features are then kept in memory only)."""
         temporary = None
         try:
@@ -479,7 +510,7 @@ def _load(path: Path, session: Session | DeferredSession) -> Features | None:
 
 
 def extract_sharded(
-    session: Session | DeferredSession, sentences: Sequence[Sentence], options: FeatureOptions, **extract
+    session: Session | DeferredSession, sentences: Sequence[Sentence], options: FeatureOptions, **extract: Any
 ) -> Iterator[Progress[Features]]:
     """`extract_features` under torchrun: each rank takes the features of its shard (sentence i when
     i % size == rank) and rank 0 gets every rank's rows, back in input order: the very Features of
@@ -495,7 +526,7 @@ def extract_sharded(
     )
     # The cache holds the whole corpus's entry, as one process names it, so that one process and any number of ranks
     # share it: rank 0 looks, and every rank follows its answer (nodes need not share a disk).
-    cached = None
+    cached: Features | None = None
     if here.main and cache_dir is not False:
         directory, data = _directory(cache_dir), data_hash(sentences, options.level)
         _, cached = _lookup(session, directory, data, options)
@@ -503,7 +534,7 @@ def extract_sharded(
         yield Progress("features", len(sentences), len(sentences), cached if here.main else empty)
         return
     part = list(distributed.shard(sentences))
-    local = None
+    local: Features | None = None
     if part:
         whole = len(sentences)  # progress in the whole corpus's terms: every rank is about as far as this one
         dtype = _one_process_dtype(session.ready(), sentences, options, extract.get("batch_size"))

@@ -19,7 +19,7 @@ pruning curves:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bertscope.core import distributed
-from bertscope.core.analyses.streaming import CorpusBatches
+from bertscope.core.analyses.streaming import CorpusBatches, words_of
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
 from bertscope.core.model.allocator import fitting_heap
@@ -37,6 +37,11 @@ from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import outcome
 
 if TYPE_CHECKING:
+    from transformers import BatchEncoding
+
+    from bertscope.core.analyses.features import Features
+    from bertscope.core.analyses.probes import TrainedProbes
+    from bertscope.core.data.splits import Splits
     from bertscope.core.model.session import Session
 
 MLM_RATE = 0.15
@@ -66,6 +71,11 @@ class Batch:
         return Batch({k: tile(v) for k, v in self.inputs.items()}, {k: tile(v) for k, v in self.target.items()}, self.number)
 
 
+# How an objective turns a padded batch into its Batch: (batch number, its sentences, the chunk's encoding, the
+# batch's places in it, the padded tensors).
+Finish = Callable[[int, list[Sentence], "BatchEncoding", list[int], "BatchEncoding"], Batch]
+
+
 class Batches:
     """An objective's batches, built afresh on every walk over its sentences, a chunk at a time.
 
@@ -77,17 +87,19 @@ class Batches:
     objective's Batch.
     """
 
-    def __init__(self, session: Session, sentences: Sequence[Sentence], batch_size: int | None, finish, *, words: bool = False) -> None:
+    def __init__(
+        self, session: Session, sentences: Sequence[Sentence], batch_size: int | None, finish: Finish, *, words: bool = False
+    ) -> None:
         # Under torchrun each rank walks its own shard (sentence i when i % size == rank); the objective's
         # `sentences` stays the whole corpus's count, and the sums are added across ranks (core.distributed).
         sentences = list(distributed.shard(sentences)) if distributed.world().active else sentences
         self.session, self.sentences, self.finish, self.words = session, sentences, finish, words
         self.corpus = CorpusBatches(sentences, self._encode, batch_size=batch_size)
 
-    def _encode(self, chunk: Sequence[Sentence]):
+    def _encode(self, chunk: Sequence[Sentence]) -> BatchEncoding:
         tokenizer, limit = self.session.tokenizer, self.session.max_length
         if self.words:
-            return tokenizer([list(s.words) for s in chunk], is_split_into_words=True, truncation=True, max_length=limit)
+            return tokenizer([list(words_of(s)) for s in chunk], is_split_into_words=True, truncation=True, max_length=limit)
         pairs = [s.pair for s in chunk]
         if any(p is not None for p in pairs) and not all(p is not None for p in pairs):
             raise InputError("a batch mixes single sentences and pairs; give one kind of input per corpus")
@@ -175,18 +187,18 @@ def make_objective(
     seed: int = 0,
     probe_task: str | None = None,
     probe_layer: int | None = None,
-    probe_data: dict | None = None,
+    probe_data: Splits | None = None,
 ) -> Objective:
     """Prepare `name` over these sentences (tokenised, masked and labelled once, deterministically)."""
     check_objective(session, name)
     sentences = list(sentences)
     if name == "probe":
-        objective = ProbeObjective.build(
+        return ProbeObjective.build(
             session, sentences, batch_size=batch_size, seed=seed, task=probe_task, layer=probe_layer, splits=probe_data
         )
-        return objective
     if not sentences:
         raise InputError("no sentences to measure the objective on; give a corpus with at least one sentence")
+    objective: Objective
     if name == "mlm":
         objective = MLMObjective.build(session, sentences, batch_size, seed)
     elif name == "classification":
@@ -197,11 +209,17 @@ def make_objective(
     return objective
 
 
-def _batches(session: Session, sentences: Sequence[Sentence], batch_size: int | None, targets=None, then=None) -> Batches:
+def _batches(
+    session: Session,
+    sentences: Sequence[Sentence],
+    batch_size: int | None,
+    targets: Callable[[Sentence], dict[str, int]] | None = None,
+    then: Callable[[Batch], Batch] | None = None,
+) -> Batches:
     """Length-grouped padded batches, made on each walk; `targets(sentence)` gives a sentence's target
     values, and `then(batch)`, if given, finishes each batch (the mlm objective masks its tokens there)."""
 
-    def finish(number, group, encoded, indices, padded) -> Batch:
+    def finish(number: int, group: list[Sentence], encoded: BatchEncoding, indices: list[int], padded: BatchEncoding) -> Batch:
         special = padded.pop("special_tokens_mask")
         inputs = {k: v.to(session.device) for k, v in padded.items()}
         target = {"special": special.bool().to(session.device)}
@@ -234,7 +252,7 @@ class MLMObjective(Objective):
     description = "MLM loss on a seeded 15% of the tokens, replaced by [MASK]"
 
     @classmethod
-    def build(cls, session, sentences, batch_size, seed) -> MLMObjective:
+    def build(cls, session: Session, sentences: Sequence[Sentence], batch_size: int | None, seed: int) -> MLMObjective:
         mask_id = session.tokenizer.mask_token_id
         if mask_id is None:
             raise InputError("the tokenizer has no [MASK] token; the mlm objective needs one")
@@ -260,11 +278,13 @@ class MLMObjective(Objective):
 
         return cls(session, _batches(session, sentences, batch_size, then=mask_tokens), len(sentences))
 
-    def scores(self, batch, gates, ablation) -> Scores:
+    def scores(self, batch: Batch, gates: Tensor | None, ablation: Ablation) -> Scores:
         hidden = self.session.run(batch.inputs, gates=gates, ablation=ablation, hidden_states=False, encoder_only=True).last_hidden_state
         labels = batch.target["labels"]
         rows, positions = torch.nonzero(labels != -100, as_tuple=True)
-        logits = self.session.mlm_head(hidden[rows, positions]).float()  # only the masked tokens: the vocabulary is large
+        head = self.session.mlm_head
+        assert head is not None  # check_objective let mlm through only with an MLM head
+        logits = head(hidden[rows, positions]).float()  # only the masked tokens: the vocabulary is large
         wanted = labels[rows, positions]
         loss_sum, count = _per_row_mean(F.cross_entropy(logits, wanted, reduction="none"), rows, labels.shape[0])
         correct, _ = _per_row_mean((logits.argmax(-1) == wanted).float(), rows, labels.shape[0])
@@ -277,11 +297,11 @@ class ClassificationObjective(Objective):
     description = "classification loss on labelled sentences"
 
     @classmethod
-    def build(cls, session, sentences, batch_size) -> ClassificationObjective:
+    def build(cls, session: Session, sentences: Sequence[Sentence], batch_size: int | None) -> ClassificationObjective:
         config = session.model.config
         by_name = {str(label): int(index) for label, index in (config.label2id or {}).items()}
         names = ", ".join(f"{index}={label}" for label, index in sorted(by_name.items(), key=lambda item: item[1]))
-        labels = []
+        labels: list[int] = []
         for sentence in sentences:
             if sentence.label is None:
                 raise InputError(
@@ -291,7 +311,7 @@ class ClassificationObjective(Objective):
             label = sentence.label.strip()
             if label in by_name:
                 labels.append(by_name[label])
-            elif label.lstrip("-").isdigit() and 0 <= int(label) < config.num_labels:
+            elif label.lstrip("-").isdigit() and config.num_labels is not None and 0 <= int(label) < config.num_labels:
                 labels.append(int(label))
             else:
                 raise InputError(f"{sentence.location}: label {label!r} is not one of the model's labels ({names})")
@@ -299,7 +319,7 @@ class ClassificationObjective(Objective):
         batches = _batches(session, sentences, batch_size, lambda sentence: {"labels": label_of[id(sentence)]})
         return cls(session, batches, len(sentences))
 
-    def scores(self, batch, gates, ablation) -> Scores:
+    def scores(self, batch: Batch, gates: Tensor | None, ablation: Ablation) -> Scores:
         logits = self.session.run(batch.inputs, gates=gates, ablation=ablation, hidden_states=False).logits.float()
         labels = batch.target["labels"]
         correct = (logits.argmax(-1) == labels).float()
@@ -311,7 +331,7 @@ class PreserveObjective(Objective):
     metric = "cosine to the unmasked output"
     description = "how far the final hidden states move: Σ‖h′−h‖² / Σ‖h‖² per sentence"
 
-    def _hidden(self, batch, gates, ablation) -> Tensor:
+    def _hidden(self, batch: Batch, gates: Tensor | None, ablation: Ablation) -> Tensor:
         return self.session.run(batch.inputs, gates=gates, ablation=ablation, hidden_states=False, encoder_only=True).last_hidden_state
 
     # The unmasked outputs of the first batches, kept so that repeated measurements (a pruning
@@ -331,7 +351,7 @@ class PreserveObjective(Objective):
                 cache[batch.number] = reference
         return Batch(batch.inputs, {**batch.target, "reference": reference}, batch.number)
 
-    def scores(self, batch, gates, ablation) -> Scores:
+    def scores(self, batch: Batch, gates: Tensor | None, ablation: Ablation) -> Scores:
         batch = self.reference(batch)
         hidden = self._hidden(batch, gates, ablation).float()
         reference = batch.target["reference"]
@@ -341,7 +361,7 @@ class PreserveObjective(Objective):
         cosine = (F.cosine_similarity(hidden, reference, dim=-1) * real).sum(-1) / real.sum(-1)
         return Scores(moved / size, cosine, torch.ones_like(cosine))
 
-    def gradient_target(self, batch, gates, ablation, generator) -> tuple[Tensor, bool, Scores]:
+    def gradient_target(self, batch: Batch, gates: Tensor, ablation: Ablation, generator: torch.Generator) -> tuple[Tensor, bool, Scores]:
         """A random projection of the output (Hutchinson): E[(vᵀ ∂h/∂ξ)²] = ‖∂h/∂ξ‖², the first-order movement.
 
         The distance itself has zero gradient at the unmasked model, so Michel's |∂L/∂ξ|
@@ -369,7 +389,19 @@ class ProbeObjective(Objective):
     metric = "probe accuracy"
     description = "loss of a probe trained on one layer for one task"
 
-    def __init__(self, session: Session, batches, sentences, notes, *, task, layer, level, weights, probe_accuracy) -> None:
+    def __init__(
+        self,
+        session: Session,
+        batches: Batches,
+        sentences: int,
+        notes: list[str],
+        *,
+        task: str,
+        layer: int,
+        level: str,
+        weights: dict[str, Tensor],
+        probe_accuracy: float,
+    ) -> None:
         super().__init__(session, batches, sentences, notes)
         self.task, self.layer, self.level = task, layer, level
         self.weights = weights  # torch tensors of the chosen layer's probe
@@ -377,7 +409,17 @@ class ProbeObjective(Objective):
         self.description = f"loss of a linear probe for {task} on hidden-state layer {layer}"
 
     @classmethod
-    def build(cls, session, sentences, *, batch_size, seed, task, layer, splits) -> ProbeObjective:
+    def build(
+        cls,
+        session: Session,
+        sentences: Sequence[Sentence],
+        *,
+        batch_size: int | None,
+        seed: int,
+        task: str | None,
+        layer: int | None,
+        splits: Splits | None,
+    ) -> ProbeObjective:
         from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, TASKS, WORD_TASKS, generate
         from bertscope.core.data.splits import make_splits
 
@@ -396,10 +438,12 @@ class ProbeObjective(Objective):
             sentences = generate(task, train=600, dev=150, test=250, seed=seed)
         level = "word" if task in WORD_TASKS else "sentence"
         split = make_splits(sentences, None, None, seed=seed) if splits is None else splits
-        trained, classes = None, None
+        trained: TrainedProbes | None = None
+        classes: list[str] | None = None
         if distributed.is_main():  # under torchrun rank 0 alone trains the probe, on every sentence; the others receive it
             trained, classes = _train_probe(session, split, task, level, layer, batch_size, seed)
         trained, classes = distributed.from_main((trained, classes))
+        assert trained is not None and classes is not None  # rank 0's, on every rank
         weights = {name: torch.as_tensor(getattr(trained, name)[0], device=session.device) for name in ("mean", "std", "weights", "bias")}
         index = {label: i for i, label in enumerate(classes)}
         test = split.test
@@ -409,7 +453,12 @@ class ProbeObjective(Objective):
             if len(scored) < len(test):
                 notes.append(f"{len(test) - len(scored)} test sentences with labels left out of training were left out")
             test = scored
-            batches = _batches(session, test, batch_size, lambda sentence: {"labels": index[sentence.label]})
+
+            def target(sentence: Sentence) -> dict[str, int]:
+                assert sentence.label is not None  # scored: its label is one of the classes
+                return {"labels": index[sentence.label]}
+
+            batches = _batches(session, test, batch_size, target)
         else:
             batches = _word_batches(session, test, task, index, batch_size)
             skipped = _unscored_words(batches, task, index)
@@ -426,7 +475,7 @@ class ProbeObjective(Objective):
         w = self.weights
         return ((vectors.float() - w["mean"]) / w["std"]) @ w["weights"] + w["bias"]
 
-    def scores(self, batch, gates, ablation) -> Scores:
+    def scores(self, batch: Batch, gates: Tensor | None, ablation: Ablation) -> Scores:
         outputs = self.session.run(batch.inputs, gates=gates, ablation=ablation, hidden_states=True, encoder_only=True)
         hidden = outputs.hidden_states[self.layer]
         labels = batch.target["labels"]
@@ -442,7 +491,9 @@ class ProbeObjective(Objective):
         return Scores(loss_sum / count.clamp(min=1), correct, count)
 
 
-def _train_probe(session, split, task, level, layer, batch_size, seed):
+def _train_probe(
+    session: Session, split: Splits, task: str, level: str, layer: int, batch_size: int | None, seed: int
+) -> tuple[TrainedProbes, list[str]]:
     """The probe objective's linear probe at hidden-state `layer`, trained on `split`'s train and dev sentences, and its classes."""
     from bertscope.core.analyses import probes
     from bertscope.core.analyses.features import FeatureOptions, extract_features
@@ -454,9 +505,10 @@ def _train_probe(session, split, task, level, layer, batch_size, seed):
         steps = extract_features(session, getattr(split, name), options, cache_dir=False, batch_size=batch_size)
         features[name] = outcome(steps, f"features of the {name} split")
 
-    def labels_of(name: str, rows=None) -> list[str]:
+    def labels_of(name: str, rows: Features | None = None) -> list[str]:
         group = getattr(split, name)
         if level == "word":
+            assert rows is not None  # a word's label is read at its feature row
             return word_labels(group, rows, task)
         missing = [s.location for s in group if s.label is None]
         if missing:
@@ -479,14 +531,14 @@ def _train_probe(session, split, task, level, layer, batch_size, seed):
     return trained, encoded.classes
 
 
-def _word_batches(session: Session, sentences, task, index, batch_size) -> Batches:
+def _word_batches(session: Session, sentences: Sequence[Sentence], task: str, index: dict[str, int], batch_size: int | None) -> Batches:
     """Batches of pre-split words with each word's label at its first sub-word (-100 elsewhere)."""
     column = WORD_COLUMNS[task]
     for sentence in sentences:
         if getattr(sentence, column) is None:
             raise InputError(f"{sentence.location}: no {task.upper()} column; this file cannot probe {task}")
 
-    def finish(number, group, encoded, indices, padded) -> Batch:
+    def finish(number: int, group: list[Sentence], encoded: BatchEncoding, indices: list[int], padded: BatchEncoding) -> Batch:
         labels = torch.full(padded["input_ids"].shape, -100, dtype=torch.long)
         for row, (sentence, position_in_chunk) in enumerate(zip(group, indices)):
             tags = getattr(sentence, column)

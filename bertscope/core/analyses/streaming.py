@@ -16,11 +16,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from bertscope.core.data.batching import MAX_TOKENS, plan_batches
 from bertscope.core.data.corpus import chunked
 from bertscope.core.model.allocator import corpus_heap_over, release_freed_memory
+
+if TYPE_CHECKING:
+    from bertscope.core.data.corpus import Sentence
 
 CHUNK = 1024  # items read and encoded at a time
 S = TypeVar("S")  # an item of the corpus
@@ -35,6 +38,12 @@ class Encoded(Protocol):
 def input_lengths(encoded: Mapping[str, Any]) -> list[int]:
     """Each item's token count in a tokenizer's output for a chunk (its `input_ids` rows, unpadded)."""
     return [len(ids) for ids in encoded["input_ids"]]
+
+
+def words_of(sentence: Sentence) -> tuple[str, ...]:
+    """A sentence's words, in a word-level job whose corpus was found split into words (CoNLL-U)."""
+    assert sentence.words is not None, "a word-level job checks that its sentences have words"
+    return sentence.words
 
 
 def item_lengths(encoded: Sequence[Encoded]) -> list[int]:
