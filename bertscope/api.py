@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, Protocol, TypeVar
 
 from bertscope.core import distributed
 from bertscope.core.data.corpus import ReadReport, Sentence, read_sentences, sample_corpus
@@ -67,6 +67,18 @@ if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyse
 
 T = TypeVar("T")
 P = ParamSpec("P")
+
+
+class AnalysisResult(Protocol):
+    """What every analysis returns: a dataclass, with the notes a person should see (warned, or on the last record)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def notes(self) -> tuple[str, ...]: ...
+
+
+R = TypeVar("R", bound=AnalysisResult)
 ProgressCallback = Callable[[Any], None] | None
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
@@ -86,7 +98,7 @@ def note(message: str) -> None:
 _STREAMS: dict[Callable, Callable] = {}  # each analysis function -> the stream it was made from
 
 
-def analysis(what: str, *, summed: bool = True) -> Callable[[Callable[P, Iterator[Progress[T]]]], Callable[P, T]]:
+def analysis(what: str, *, summed: bool = True) -> Callable[[Callable[P, Iterator[Progress[R]]]], Callable[P, R]]:
     """Make an analysis function from its stream (a function returning a generator of `Progress`).
 
     The function takes the stream's arguments, drains it (`progress` sees each record, `cancel`
@@ -96,26 +108,26 @@ def analysis(what: str, *, summed: bool = True) -> Callable[[Callable[P, Iterato
     the error when it ends without its result.
     """
 
-    def make(stream: Callable[P, Iterator[Progress[T]]]) -> Callable[P, T]:
+    def make(stream: Callable[P, Iterator[Progress[R]]]) -> Callable[P, R]:
         signature = inspect.signature(stream)
         if not {"progress", "cancel"} <= set(signature.parameters):
             raise TypeError(f"the analysis {stream.__name__} must take progress= and cancel=")
 
         @functools.wraps(stream)
-        def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        def run(*args: P.args, **kwargs: P.kwargs) -> R:
             options = signature.bind(*args, **kwargs)
             options.apply_defaults()
             progress, cancel = options.arguments["progress"], options.arguments["cancel"]
             with distributed.failures_shared():
                 result = outcome(stream(*args, **kwargs), what, on_step=distributed.whole_corpus(progress, summed=summed), cancel=cancel)
-            for message in result.notes:  # type: ignore[attr-defined]  # every result type has its notes
+            for message in result.notes:
                 note(message)
             return result
 
         returned = re.fullmatch(r"Iterator\[Progress\[(.*)\]\]", str(signature.return_annotation))
         result_type = returned.group(1) if returned else "Any"  # what the function returns: the stream's result
         run.__annotations__ = {**stream.__annotations__, "return": result_type}
-        run.__signature__ = signature.replace(return_annotation=result_type)  # type: ignore[attr-defined]
+        run.__signature__ = signature.replace(return_annotation=result_type)  # type: ignore[attr-defined]  # typeshed gives functions no __signature__; inspect reads it
         _STREAMS[run] = stream
         return run
 
@@ -149,12 +161,12 @@ def steps(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Iterat
 def _finished(run: Iterable[Progress[T]], finish: Callable[[T], T]) -> Iterator[Progress[T]]:
     """`run`, its result made `finish(result)`."""
     for step in run:
-        yield replace(step, result=finish(step.result)) if step.finished else step  # type: ignore[arg-type]
+        yield replace(step, result=finish(step.result)) if step.result is not None else step  # the last step, finished
 
 
-def _noted(run: Iterable[Progress[T]], notes: Callable[[T], Iterable[str]]) -> Iterator[Progress[T]]:
+def _noted(run: Iterable[Progress[R]], notes: Callable[[R], Iterable[str]]) -> Iterator[Progress[R]]:
     """`run`, its result's `notes` set to `notes(result)` (what reading the data said, then the analysis)."""
-    return _finished(run, lambda result: replace(result, notes=tuple(notes(result))))  # type: ignore[type-var]
+    return _finished(run, lambda result: replace(result, notes=tuple(notes(result))))
 
 
 # --- the model and the data ------------------------------------------------------------------------------

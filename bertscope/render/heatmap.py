@@ -463,7 +463,8 @@ def _line(segments: list[Segment], crop: int | None) -> Iterable[Segment]:
 
 
 def _blend(a: tuple[int, int, int], b: tuple[int, int, int], t: float) -> tuple[int, int, int]:
-    return tuple(round(x + (y - x) * t) for x, y in zip(a, b))  # type: ignore[return-value]
+    red, green, blue = (round(x + (y - x) * t) for x, y in zip(a, b))
+    return red, green, blue
 
 
 def _printable(label: str) -> str:
