@@ -186,7 +186,7 @@ def train_probes(
     num_classes: int,
     kind: ProbeKind = "linear",
     l2_grid: Sequence[float] = L2_GRID,
-    layer_l2: Sequence[float] | None = None,
+    layer_l2: Sequence[float] | np.ndarray | None = None,
     hidden: int = 256,
     epochs: int | None = None,
     patience: int = 10,
@@ -360,7 +360,7 @@ def control_labels(
     word_types: Sequence[str],
     num_classes: int,
     seed: int = 0,
-    distribution: Sequence[float] | None = None,
+    distribution: Sequence[float] | np.ndarray | None = None,
 ) -> dict[str, int]:
     """Hewitt & Liang's (2019) control task: one fixed random label per word type.
 

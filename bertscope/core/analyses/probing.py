@@ -18,20 +18,24 @@ import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from bertscope.core import distributed
 from bertscope.core.analyses import probes, structural
 from bertscope.core.analyses.features import FeatureOptions, Features, extract_sharded
 from bertscope.core.analyses.probing_results import ProbeReport
+from bertscope.core.analyses.streaming import words_of
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, WORD_TASKS
 from bertscope.core.data.splits import Splits
 from bertscope.core.errors import Cancelled, InputError
 from bertscope.core.model.allocator import fitting_heap
 from bertscope.core.model.deferred import DeferredSession
+from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
@@ -125,13 +129,13 @@ class KeptRows:
     def __len__(self) -> int:
         return len(self.keep)
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: Any) -> Any:  # KeptRows for every row, else an array
         rows, rest = (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
         if isinstance(rows, slice) and rows == slice(None):  # every row, some columns: still lazy
             return KeptRows(self.X[(slice(None), *rest)], self.keep)
         return self.X[(self.keep[rows], *rest)]  # only these rows' chosen columns are read
 
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         return np.asarray(self.X[self.keep], dtype=dtype)
 
 
@@ -174,12 +178,12 @@ def run_probe(
     word_pooling: str = "first",
     sentence_pooling: str = "cls",
     mask: str = "",
-    ablation: str = "zero",
-    kind: str = "linear",
+    ablation: Ablation = "zero",
+    kind: probes.ProbeKind = "linear",
     control: bool = True,
     random_baseline: bool = True,
     min_examples: int = MIN_EXAMPLES,
-    cache_dir=None,
+    cache_dir: str | Path | Literal[False] | None = None,
     seed: int = 0,
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[ProbeReport]]:
@@ -196,7 +200,7 @@ def run_probe(
         ablation=ablation,
         precision="float32" if task in STRUCTURAL_TASKS else "auto",
     )
-    sessions = [("model", session)]
+    sessions: list[tuple[str, Session | DeferredSession]] = [("model", session)]
     if random_baseline:  # its weights drawn only if its features are not cached
         sessions.append(("random", DeferredSession.random_copy_of(session, seed)))
     features: dict[tuple[str, str], Features] = {}
@@ -207,10 +211,11 @@ def run_probe(
             sentences = getattr(splits, name)
             stage = f"features ({which}, {name})"
             yield Progress(stage, done, total)  # shown while a deferred model loads, before the first batch
-            extracted = yield from relay(
-                extract_sharded(source, sentences, options, cache_dir=cache_dir, cancel=cancel),
-                lambda step, stage=stage, done=done: Progress(stage, done + step.done, total),
-            )
+
+            def relabel(step: Progress[Features], stage: str = stage, done: int = done) -> Progress[Features]:
+                return Progress(stage, done + step.done, total)
+
+            extracted = yield from relay(extract_sharded(source, sentences, options, cache_dir=cache_dir, cancel=cancel), relabel)
             if extracted is None:
                 return  # cancelled
             features[which, name] = extracted
@@ -220,7 +225,7 @@ def run_probe(
         return
     device = str(session.device)
     yield Progress("training probes", total, total)
-    report = None
+    report: ProbeReport | None = None
     if distributed.is_main():  # under torchrun, rank 0 holds every row (extract_sharded) and trains the probes, once
         try:
             with fitting_heap():  # the fit's blocks of FIT_BLOCK rows mapped and handed back, not heap holes
@@ -234,14 +239,36 @@ def run_probe(
     yield Progress("done", total, total, report)
 
 
-def _report(task, splits, features, level, kind, control, random_baseline, min_examples, device, seed, cancel) -> ProbeReport:
+def _report(
+    task: str,
+    splits: Splits,
+    features: dict[tuple[str, str], Features],
+    level: str,
+    kind: probes.ProbeKind,
+    control: bool,
+    random_baseline: bool,
+    min_examples: int,
+    device: str,
+    seed: int,
+    cancel: threading.Event | None,
+) -> ProbeReport:
     if task in STRUCTURAL_TASKS:
         return _structural_report(task, splits, features, random_baseline, device, seed, cancel)
     return _classification_report(task, splits, features, level, kind, control, random_baseline, min_examples, device, seed, cancel)
 
 
 def _classification_report(
-    task, splits, features, level, kind, control, random_baseline, min_examples, device, seed, cancel
+    task: str,
+    splits: Splits,
+    features: dict[tuple[str, str], Features],
+    level: str,
+    kind: probes.ProbeKind,
+    control: bool,
+    random_baseline: bool,
+    min_examples: int,
+    device: str,
+    seed: int,
+    cancel: threading.Event | None,
 ) -> ProbeReport:
     def labels_of(name: str) -> list[str]:
         sentences = getattr(splits, name)
@@ -255,10 +282,10 @@ def _classification_report(
     labels = encode_labels(labels_of("train"), labels_of("dev"), labels_of("test"), min_examples)
     y_train, y_dev, y_test, num_classes = labels.train, labels.dev, labels.test, len(labels.classes)
 
-    def rows(which: str, name: str):
+    def rows(which: str, name: str) -> np.ndarray | KeptRows:
         return labels.rows(name, features[which, name].X)
 
-    def fit(which: str, y_tr, y_dv, layer_l2=None) -> probes.TrainedProbes:
+    def fit(which: str, y_tr: np.ndarray, y_dv: np.ndarray, layer_l2: np.ndarray | None = None) -> probes.TrainedProbes:
         return probes.train_probes(
             rows(which, "train"),
             y_tr,
@@ -296,7 +323,7 @@ def _classification_report(
         control_probes = fit("model", control_labels[0], control_labels[1], layer_l2=same_strengths)
     test_rows = rows("model", "test")
     scores = probes.score(task_probes, test_rows, y_test, num_classes)
-    layers = [
+    layers: list[dict[str, Any]] = [
         {"layer": layer, "accuracy": round(float(acc), 6), "f1": round(float(f1), 6), "l2": float(l2), "fit": task_probes.endings[layer]}
         for layer, (acc, f1, l2) in enumerate(zip(scores.accuracy, scores.macro_f1, scores.l2, strict=True))
     ]
@@ -310,6 +337,7 @@ def _classification_report(
             entry["random_init_accuracy"] = round(float(accuracy), 6)
         baselines["random_init"] = round(float(random_scores.accuracy.max()), 6)
     if control_probes is not None:
+        assert control_labels is not None  # a control probe is trained only on them
         fitted.append(("control", control_probes.endings))
         control_scores = probes.score(control_probes, test_rows, control_labels[2], num_classes)
         for entry, accuracy in zip(layers, control_scores.accuracy, strict=True):
@@ -354,20 +382,22 @@ def convergence_note(fitted: Sequence[tuple[str, Sequence[str]]]) -> str | None:
     )
 
 
-def _numerics(features: dict, fit_device: str) -> dict:
+def _numerics(features: dict[tuple[str, str], Features], fit_device: str) -> dict:
     """What the report's numbers depend on besides model, data and seed: how the model's features were computed
     (device, dtype, CPU kernel path; from the cache entry when they were cached) and where the probes were fitted."""
     made = features["model", "train"].numerics or {}
     return {"features": made, "fit_device": fit_device}
 
 
-def _control_labels(splits, features, labels: EncodedLabels, seed) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _control_labels(
+    splits: Splits, features: dict[tuple[str, str], Features], labels: EncodedLabels, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Hewitt & Liang's control task: each word type keeps one random label, drawn like the real ones."""
 
     def types(name: str) -> list[str]:
         sentences = getattr(splits, name)
         rows = features["model", name]
-        words = [sentences[s].words[w].lower() for s, w in zip(rows.sentence_index, rows.word_index, strict=True)]
+        words = [words_of(sentences[s])[w].lower() for s, w in zip(rows.sentence_index, rows.word_index, strict=True)]
         keep = labels.keep[name]
         return words if keep is None else [words[row] for row in keep]
 
@@ -375,34 +405,47 @@ def _control_labels(splits, features, labels: EncodedLabels, seed) -> tuple[np.n
     num_classes = len(labels.classes)
     distribution = np.bincount(labels.train, minlength=num_classes) / len(labels.train)
     mapping = probes.control_labels(sorted(set(train_types + dev_types + test_types)), num_classes, seed=seed, distribution=distribution)
-    return tuple(np.array([mapping[t] for t in split_types], dtype=np.int64) for split_types in (train_types, dev_types, test_types))
+    train, dev, test = (np.array([mapping[t] for t in split_types], dtype=np.int64) for split_types in (train_types, dev_types, test_types))
+    return train, dev, test
 
 
-def _whole_trees(sentences: Sequence[Sentence], rows: Features):
+def _whole_trees(sentences: Sequence[Sentence], rows: Features) -> tuple[np.ndarray, np.ndarray, list[tuple[int, ...]], list[np.ndarray]]:
     """Features, sentence indices, trees and punctuation of the sentences that fitted the model whole.
 
     A tree needs every word; a sentence cut to the model's maximum is left out. Punctuation
     is skipped in UUAS and root accuracy, as in Hewitt & Manning.
     """
-    kept = [index for index, sentence in enumerate(sentences) if np.count_nonzero(rows.sentence_index == index) == len(sentence.words)]
+    kept = [index for index, sentence in enumerate(sentences) if np.count_nonzero(rows.sentence_index == index) == len(words_of(sentence))]
     renumber = {old: new for new, old in enumerate(kept)}
     select = np.isin(rows.sentence_index, kept)
-    trees = [sentences[index].heads for index in kept]
+    trees = []
+    for number in kept:
+        heads = sentences[number].heads
+        assert heads is not None  # `_structural_report` checked that every sentence has its tree
+        trees.append(heads)
     skip = [
         np.array([tag == "PUNCT" for tag in (sentences[index].upos or ())], dtype=bool)
         if sentences[index].upos
-        else np.zeros(len(sentences[index].words), dtype=bool)
+        else np.zeros(len(words_of(sentences[index])), dtype=bool)
         for index in kept
     ]
     index = np.array([renumber[i] for i in rows.sentence_index[select]], dtype=np.int64)
     return rows.X[select], index, trees, skip
 
 
-def _structural_report(task, splits, features, random_baseline, device, seed, cancel) -> ProbeReport:
+def _structural_report(
+    task: str,
+    splits: Splits,
+    features: dict[tuple[str, str], Features],
+    random_baseline: bool,
+    device: str,
+    seed: int,
+    cancel: threading.Event | None,
+) -> ProbeReport:
     if any(s.heads is None for name in ("train", "dev", "test") for s in getattr(splits, name)):
         raise InputError("structural probes need dependency trees (the HEAD column of a CoNLL-U file)")
 
-    def fit_and_score(which: str):
+    def fit_and_score(which: str) -> tuple[structural.StructuralScores, tuple[str, ...]]:
         train, dev, test = (_whole_trees(getattr(splits, name), features[which, name]) for name in ("train", "dev", "test"))
         trained = structural.train_structural_probes(
             train[0],
