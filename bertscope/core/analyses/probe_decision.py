@@ -23,13 +23,13 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
 import torch
 
 from bertscope.core.analyses import probes
-from bertscope.core.analyses.features import FeatureOptions, extract_features
+from bertscope.core.analyses.features import FeatureOptions, Features, extract_features
 from bertscope.core.analyses.probing import encode_labels
 from bertscope.core.data.cache import default_cache_dir
 from bertscope.core.data.corpus import Sentence, read_sentences
@@ -72,6 +72,7 @@ class DecisionProbe:
         as_tensor = lambda array: torch.as_tensor(array, device=hidden.device, dtype=torch.float32)  # noqa: E731
         z = (pooled.float() - as_tensor(t.mean[self.layer])) / as_tensor(t.std[self.layer])
         if t.kind == "mlp":
+            assert t.hidden_weights is not None and t.hidden_bias is not None  # an MLP probe has its hidden layer
             z = torch.relu(z @ as_tensor(t.hidden_weights[self.layer]) + as_tensor(t.hidden_bias[self.layer]))
         return z @ as_tensor(t.weights[self.layer]) + as_tensor(t.bias[self.layer])
 
@@ -103,7 +104,7 @@ def decision_probe(
     sentences: Sequence[Sentence] | None = None,
     layer: int | None = None,
     pooling: str = "cls",
-    cache_dir=None,
+    cache_dir: str | Path | Literal[False] | None = None,
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[DecisionProbe]]:
     """Train (or take from memory or the disk cache) the probe for a sentence-level `task`, yielding progress.
@@ -132,15 +133,16 @@ def decision_probe(
     if known is None:
         splits = make_splits(sentences, None, None)
         options = FeatureOptions(level="sentence", sentence_pooling=pooling)
-        features = {}
+        features: dict[str, np.ndarray] = {}
         total = len(splits.train) + len(splits.dev) + len(splits.test)
         done = 0
         for name in ("train", "dev", "test"):
             split = getattr(splits, name)
-            extracted = yield from relay(
-                extract_features(session, split, options, cache_dir=cache_dir, cancel=cancel),
-                lambda step, name=name, done=done: Progress(f"probe features ({name})", done + step.done, total),
-            )
+
+            def relabel(step: Progress[Features], name: str = name, done: int = done) -> Progress[Features]:
+                return Progress(f"probe features ({name})", done + step.done, total)
+
+            extracted = yield from relay(extract_features(session, split, options, cache_dir=cache_dir, cancel=cancel), relabel)
             if extracted is None:
                 return  # cancelled
             features[name] = extracted.X
@@ -148,7 +150,8 @@ def decision_probe(
         labels = [[s.label for s in getattr(splits, name)] for name in ("train", "dev", "test")]
         if any(label is None for split in labels for label in split):
             raise InputError(f"{source}: a sentence has no label; probing a decision needs split<TAB>label<TAB>sentence lines")
-        encoded = encode_labels(*labels)
+        train_labels, dev_labels, test_labels = cast(list[list[str]], labels)  # no None: checked just above
+        encoded = encode_labels(train_labels, dev_labels, test_labels)
         y_train, y_dev, y_test, classes = encoded.train, encoded.dev, encoded.test, encoded.classes
         yield Progress("training the probe", total, total)
         try:
@@ -188,7 +191,7 @@ def _with_layer(probe: DecisionProbe, layer: int) -> DecisionProbe:
     return DecisionProbe(**{**probe.__dict__, "layer": layer})
 
 
-def _task_sentences(task: str, data) -> tuple[list[Sentence], str]:
+def _task_sentences(task: str, data: str | Path | None) -> tuple[list[Sentence], str]:
     from bertscope.core.data.probing_tasks import TASKS
 
     if data is not None:
@@ -255,7 +258,7 @@ def _save(path: Path, probe: DecisionProbe) -> None:
         pass  # a cache that cannot be written only costs time next run
 
 
-def _load(path: Path, task: str, source: str, pooling: str, session) -> DecisionProbe | None:
+def _load(path: Path, task: str, source: str, pooling: str, session: Session) -> DecisionProbe | None:
     """The cached probe, or None when it is missing or damaged (then it is trained again)."""
     if not path.is_file():
         return None
@@ -269,7 +272,7 @@ def _load(path: Path, task: str, source: str, pooling: str, session) -> Decision
             )
             classes = tuple(str(c) for c in data["classes"])
             test_accuracy, majority = data["test_accuracy"], float(data["majority"])
-            trained_on = tuple(int(count) for count in data["trained_on"])
+            train, dev, test = (int(count) for count in data["trained_on"])
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError):
         return None
     layers, dim = session.num_layers + 1, session.hidden_size
@@ -284,5 +287,5 @@ def _load(path: Path, task: str, source: str, pooling: str, session) -> Decision
         trained=trained,
         test_accuracy=test_accuracy,
         majority=majority,
-        trained_on=trained_on,
+        trained_on=(train, dev, test),
     )
