@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import torch
@@ -45,6 +46,7 @@ from bertscope.core.model.results import Encoding
 from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
+    from bertscope.core.analyses.probe_decision import DecisionProbe
     from bertscope.core.model.session import Session
 
 __all__ = ["METHODS", "SCORES", "Attribution", "Target", "attribute", "gauss_legendre", "rollout"]
@@ -54,6 +56,9 @@ MAX_STEPS = 256
 COMPLETENESS_GOAL = 0.05
 IG_BATCH = 16  # interpolation points per forward/backward pass
 SATURATED = 1e-3  # |f(x) - f(b)| below this: a saturated softmax, say so
+
+# What integrated gradients end with: the scores, f(b), the completeness error, the steps used and the notes.
+_Integrated = tuple[np.ndarray, float, float, int, list[str]]
 
 
 def attribute(
@@ -67,7 +72,7 @@ def attribute(
     steps: int | None = None,
     mask: HeadMask | None = None,
     ablation: Ablation = "zero",
-    cache_dir=None,
+    cache_dir: str | Path | Literal[False] | None = None,
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[Attribution]]:
     """Attribute one decision on `text` to its tokens; progress items, the last one carrying the result."""
@@ -85,21 +90,21 @@ def attribute(
     if kind == "probe":
         from bertscope.core.analyses.probe_decision import decision_probe
 
+        task = target.probe
+        assert task is not None  # `_target_kind` refuses a probe decision without its task
         probe = yield from relay(
-            decision_probe(
-                session, target.probe, data=target.data, layer=target.layer, pooling=target.pooling, cache_dir=cache_dir, cancel=cancel
-            )
+            decision_probe(session, task, data=target.data, layer=target.layer, pooling=target.pooling, cache_dir=cache_dir, cancel=cancel)
         )
         if probe is None:
             return  # cancelled
     decision = _Decision(session, encoding, kind, target, probe, score, session.gate_tensor(head_mask), ablation)
-    common = dict(encoding=encoding, method=method, target=decision.describe(), score=score, mask=head_mask, ablation=ablation)
+    common: dict[str, Any] = dict(
+        encoding=encoding, method=method, target=decision.describe(), score=score, mask=head_mask, ablation=ablation
+    )
     if method == "attention-rollout":
-        scores = rollout(
-            session.forward(encoding, attentions=True, mask=head_mask, ablation=ablation, mlm_logits=False).attentions,
-            decision.read_layer,
-            decision.read_rows,
-        )
+        attentions = session.forward(encoding, attentions=True, mask=head_mask, ablation=ablation, mlm_logits=False).attentions
+        assert attentions is not None  # asked for
+        scores = rollout(attentions, decision.read_layer, decision.read_rows)
         yield Progress("done", 1, 1, Attribution(scores=scores, output=decision.output, **common))
         return
     if method in ("gradient", "gradient-x-input"):
@@ -110,7 +115,7 @@ def attribute(
         scores = grad.norm(dim=-1) if method == "gradient" else (grad * decision.embeds.float()).sum(-1)
         yield Progress("done", 1, 1, Attribution(scores=scores.cpu().numpy(), output=decision.output, **common))
         return
-    result = None
+    result: Progress[Attribution] | _Integrated | None = None
     for result in _integrated_gradients(decision, steps, cancel):
         if isinstance(result, Progress):
             yield result
@@ -155,7 +160,9 @@ def gauss_legendre(steps: int) -> tuple[np.ndarray, np.ndarray]:
     return 0.5 * (nodes + 1), 0.5 * weights
 
 
-def _integrated_gradients(decision: _Decision, steps: int | None, cancel):
+def _integrated_gradients(
+    decision: _Decision, steps: int | None, cancel: threading.Event | None
+) -> Iterator[Progress[Attribution] | _Integrated]:
     """Yields progress, then (scores, f(b), completeness error, steps used, notes)."""
     x, b = decision.embeds, decision.baseline
     with torch.no_grad():
@@ -229,7 +236,17 @@ def _target_kind(session: Session, encoding: Encoding, target: Target) -> Target
 class _Decision:
     """f(word embeddings `[B, T, D]`) → `[B]` for one target, plus where it reads the sequence."""
 
-    def __init__(self, session: Session, encoding: Encoding, kind: TargetKind, target: Target, probe, score: str, gates, ablation):
+    def __init__(
+        self,
+        session: Session,
+        encoding: Encoding,
+        kind: TargetKind,
+        target: Target,
+        probe: DecisionProbe | None,
+        score: str,
+        gates: Tensor | None,
+        ablation: Ablation,
+    ) -> None:
         self.session, self.kind, self.probe, self.score_name = session, kind, probe, score
         self.gates, self.ablation = gates, ablation
         device = session.device
@@ -244,7 +261,7 @@ class _Decision:
             self.baseline = embeddings(torch.where(kept, ids, torch.full_like(ids, pad))).detach().clone()
         self.read_layer = session.num_layers
         length = len(encoding)
-        self.position = None
+        self.position: int | None = None
         if kind == "mlm":
             positions = mask_positions(session.tokenizer, encoding)
             if target.position is None:
@@ -258,6 +275,7 @@ class _Decision:
                 )
             self.read_rows = np.array([self.position])
         elif kind == "probe":
+            assert probe is not None  # a probe decision comes with its probe
             self.read_layer = probe.layer
             self.read_rows = np.array([0]) if probe.pooling == "cls" else np.flatnonzero(~encoding.special)
         else:
@@ -278,7 +296,10 @@ class _Decision:
             return session.run(inputs, gates=self.gates, ablation=self.ablation, hidden_states=False).logits.float()
         hidden = session.run(inputs, gates=self.gates, ablation=self.ablation, encoder_only=True).hidden_states
         if self.kind == "mlm":
-            return session.mlm_head(hidden[-1][:, self.position]).float()
+            head = session.mlm_head
+            assert head is not None  # `_target_kind` refuses an MLM decision without the head
+            return head(hidden[-1][:, self.position]).float()
+        assert self.probe is not None  # a probe decision comes with its probe
         return self.probe.logits(hidden[self.read_layer], self.special)
 
     def f(self, embeds: Tensor) -> Tensor:
@@ -296,10 +317,10 @@ class _Decision:
             index = int(logits.argmax())
             return index, self._name(index)
         if self.kind == "mlm":
-            index = answer_id(self.session.tokenizer, label)
-            if index is None:
+            answer = answer_id(self.session.tokenizer, label)
+            if answer is None:
                 raise InputError(f"target {label!r} is not one token of this model's vocabulary; give a one-token word", setting="target")
-            return index, self._name(index)
+            return answer, self._name(answer)
         names = self._class_names(self.num_classes)
         lowered = {name.lower(): i for i, name in enumerate(names)}
         if label.lower() in lowered:
@@ -310,13 +331,14 @@ class _Decision:
 
     def _class_names(self, count: int) -> list[str]:
         if self.kind == "probe":
+            assert self.probe is not None  # a probe decision comes with its probe
             return list(self.probe.classes)
         id2label = getattr(self.session.model.config, "id2label", None) or {}
         return [str(id2label.get(i, i)) for i in range(count)]
 
     def _name(self, index: int) -> str:
         if self.kind == "mlm":
-            return self.session.tokenizer.convert_ids_to_tokens(index)
+            return cast(str, self.session.tokenizer.convert_ids_to_tokens(index))  # transformers: str for one id, a list for many
         return self._class_names(self.num_classes)[index]
 
     def describe(self) -> dict:
@@ -324,5 +346,6 @@ class _Decision:
         if self.kind == "mlm":
             description["position"] = self.position
         if self.kind == "probe":
+            assert self.probe is not None  # a probe decision comes with its probe
             description.update(self.probe.describe())
         return description
