@@ -17,7 +17,8 @@ import json
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -31,6 +32,8 @@ from bertscope.core.model.results import Encoding, MaskPrediction
 from bertscope.core.progress import Progress
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from bertscope.core.model.session import Session
 
 MASK_TEXT = "[MASK]"  # what users write; replaced by the tokenizer's own mask token (RoBERTa: <mask>)
@@ -48,13 +51,13 @@ def require_mlm_head(session: Session) -> None:
         )
 
 
-def with_mask_token(tokenizer, text: str) -> str:
+def with_mask_token(tokenizer: PreTrainedTokenizerBase, text: str) -> str:
     """The text with every `[MASK]` written as this tokenizer's mask token."""
     token = tokenizer.mask_token
     return text if token == MASK_TEXT else text.replace(MASK_TEXT, token)
 
 
-def mask_positions(tokenizer, encoding: Encoding) -> np.ndarray:
+def mask_positions(tokenizer: PreTrainedTokenizerBase, encoding: Encoding) -> np.ndarray:
     return np.flatnonzero(encoding.input_ids == tokenizer.mask_token_id)
 
 
@@ -125,8 +128,8 @@ def _layer_predictions(session: Session, hidden: np.ndarray, top: int) -> list[l
     states = torch.as_tensor(hidden)
     logits = torch.stack([session.lens_logits(states[layer], layer) for layer in range(len(states))])
     probabilities = torch.softmax(logits.double(), dim=-1)  # [L+1, M, V]
-    values, indices = probabilities.topk(top, dim=-1)
-    values, indices = values.cpu().numpy(), indices.cpu().numpy()
+    best = probabilities.topk(top, dim=-1)
+    values, indices = best.values.cpu().numpy(), best.indices.cpu().numpy()
     result = []
     for blank in range(hidden.shape[1]):
         row = []
@@ -167,7 +170,7 @@ class ClozeResult:
         return {"queries": self.queries, **final, "layers": layers, "answers": self.answers}
 
 
-def read_cloze(path, report: ReadReport | None = None, limit: int | None = None) -> list[ClozeQuery]:
+def read_cloze(path: str | Path, report: ReadReport | None = None, limit: int | None = None) -> list[ClozeQuery]:
     """Queries from a cloze file (at most `limit`): `query<TAB>answer` lines, or LAMA's JSON lines."""
     target, name = readable_file(path)
     lines = ((f"{name}:{number}", line) for number, line in _lines(target, name))
@@ -223,7 +226,7 @@ def _lama_line(line: str) -> tuple[str, str] | str:
     return text.strip(), answer.strip()
 
 
-def answer_id(tokenizer, answer: str) -> int | None:
+def answer_id(tokenizer: PreTrainedTokenizerBase, answer: str) -> int | None:
     """The vocabulary id of a one-token answer, or None when the answer is several tokens."""
     for candidate in (" " + answer, answer):  # byte-level BPE marks a word's leading space
         ids = tokenizer(candidate, add_special_tokens=False)["input_ids"]
@@ -255,22 +258,17 @@ def cloze_scores(
     lengths: list[int] = []
     for query in queries:
         gold = answer_id(tokenizer, query.answer)
-        problem = None
-        ids = (
-            None
-            if gold is None
-            else tokenizer(with_mask_token(tokenizer, query.text), truncation=True, max_length=session.max_length)["input_ids"]
-        )
         if gold is None:
             problem = f"the answer {query.answer!r} is not one token of this model's vocabulary"
-        elif tokenizer.mask_token_id not in ids:
+        else:
+            ids = tokenizer(with_mask_token(tokenizer, query.text), truncation=True, max_length=session.max_length)["input_ids"]
+            if tokenizer.mask_token_id in ids:
+                kept.append((query, gold))
+                lengths.append(len(ids))
+                continue
             problem = f"the [MASK] lies past the model's maximum of {session.max_length} tokens"
-        if problem is not None:
-            if report is not None:
-                report.skip(query.location, problem)
-            continue
-        kept.append((query, gold))
-        lengths.append(len(ids))
+        if report is not None:
+            report.skip(query.location, problem)
     if not kept:
         raise InputError("no query has a one-token answer in this model's vocabulary; LAMA scores single-token answers")
     gates = session.gate_tensor(mask)
@@ -292,21 +290,21 @@ def cloze_scores(
         indices = planned.items
         batch = [kept[index] for index in indices]
         inputs = session.tokenize_batch([with_mask_token(tokenizer, query.text) for query, _ in batch])
-        gold = torch.as_tensor([g for _, g in batch], device=session.device)
+        golds = torch.as_tensor([g for _, g in batch], device=session.device)
         rows, columns = torch.nonzero(inputs["input_ids"] == tokenizer.mask_token_id, as_tuple=True)  # one per query
         with torch.inference_mode():
             outputs = session.run(inputs, gates=gates, ablation=ablation, encoder_only=True)
             ranks = np.empty((len(outputs.hidden_states), len(batch)), dtype=np.int64)
             for layer, states in enumerate(outputs.hidden_states):
                 logits = session.lens_logits(states[rows, columns], layer)  # [B, V]
-                ranks[layer] = (logits > logits.gather(-1, gold[:, None])).sum(-1).cpu().numpy()
+                ranks[layer] = (logits > logits.gather(-1, golds[:, None])).sum(-1).cpu().numpy()
             top1 = logits.argmax(-1).cpu().tolist()  # the last layer's guesses
         for k in PRECISION_AT:
             hits[k] += (ranks < k).sum(1)
         for index, guess, rank in zip(indices, tokenizer.convert_ids_to_tokens(top1), ranks[-1], strict=True):
             query = kept[index][0]
             answers[index] = {"query": query.text, "answer": query.answer, "prediction": guess, "rank": int(rank)}
-        del inputs, gold, rows, columns, outputs, states, logits  # nothing of a batch outlives it
+        del inputs, golds, rows, columns, outputs, states, logits  # nothing of a batch outlives it
         yield Progress("queries", planned.done, len(kept))
     if batches.cancelled:
         return
@@ -316,7 +314,8 @@ def cloze_scores(
         for found in distributed.gather({index: answers[index] for index in mine}):
             for index, answer in found.items():
                 answers[index] = answer
-    result = ClozeResult(queries=len(kept), precision={k: hits[k] / len(kept) for k in PRECISION_AT}, answers=answers)
+    filled = cast(list[dict], answers)  # every query's answer is in its place now
+    result = ClozeResult(queries=len(kept), precision={k: hits[k] / len(kept) for k in PRECISION_AT}, answers=filled)
     yield Progress("queries", len(kept), len(kept), result)
 
 
