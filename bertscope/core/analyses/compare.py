@@ -12,8 +12,9 @@ Over one corpus, in one pass that runs both models on the same batches:
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Generator, Iterable, Iterator, Sequence, Sized
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -26,12 +27,14 @@ from bertscope.core.errors import InputError
 from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
+    from bertscope.core.analyses.probing_results import ProbeReport
+    from bertscope.core.analyses.representations import PreparedBatch, Sample
     from bertscope.core.model.session import Session
 
 _PROBE_TEXT = "Hello, World! Ünïcode, straße and 3.14 — naïve café [MASK] ##ing"
 
 
-def check_same_tokenizer(a, b) -> None:
+def check_same_tokenizer(a: Session, b: Session) -> None:
     """Fail with one line unless A and B split text into the same token ids."""
     vocab_a, vocab_b = a.tokenizer.get_vocab(), b.tokenizer.get_vocab()
     if vocab_a != vocab_b:
@@ -51,13 +54,13 @@ def check_same_tokenizer(a, b) -> None:
 class _HeadCosines:
     """Per-sentence cosine of each head's attention maps in A and B, summed over sentences on the device."""
 
-    def __init__(self, num_layers: int, num_heads: int, device) -> None:
+    def __init__(self, num_layers: int, num_heads: int, device: torch.device) -> None:
         self.sums = torch.zeros(num_layers, num_heads, dtype=torch.float64, device=device)
         self.squares = torch.zeros_like(self.sums)
         self.sentences = 0
         self.tokens = 0
 
-    def add(self, outputs, prepared) -> None:
+    def add(self, outputs: list[Any], prepared: PreparedBatch) -> None:
         a, b = outputs
         real = prepared.real.float()
         pairs = real[:, None, :, None] * real[:, None, None, :]  # [B, 1, T, T]: real query and real key
@@ -81,8 +84,8 @@ class _HeadCosines:
 
 
 def compare_models(
-    a,
-    b,
+    a: Session,
+    b: Session,
     sentences: Iterable[Sentence],
     *,
     unit: str = "token",
@@ -90,7 +93,7 @@ def compare_models(
     seed: int = 0,
     batch_size: int | None = None,
     probes: Sequence[tuple[str, Sequence[Sentence]]] = (),
-    cache_dir=None,
+    cache_dir: str | Path | Literal[False] | None = None,
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[ComparisonResult]]:
     """Compare session `a` with session `b` over a corpus; a generator of progress, the last carrying the result.
@@ -100,7 +103,7 @@ def compare_models(
     from bertscope.core.analyses.representations import DEFAULT_MAX_ROWS, stream_sample
 
     check_same_tokenizer(a, b)
-    notes = []
+    notes: list[str] = []
     same_shape = (a.num_layers, a.num_heads) == (b.num_layers, b.num_heads) and not a.kept_heads and not b.kept_heads
     if (a.num_layers, a.num_heads) != (b.num_layers, b.num_heads):
         notes.append(
@@ -111,10 +114,10 @@ def compare_models(
         pruned = " and ".join(name for name, model in (("model A", a), ("model B", b)) if model.kept_heads)
         notes.append(f"{pruned} has physically pruned heads; attention maps are compared head by head only between unpruned models")
     heads = _HeadCosines(a.num_layers, a.num_heads, a.device) if same_shape else None
-    total = distributed.shard_size(len(sentences)) if hasattr(sentences, "__len__") else None  # this rank's share
+    total = distributed.shard_size(len(sentences)) if isinstance(sentences, Sized) else None  # this rank's share
     counted = {"sentences": 0, "tokens": 0}
 
-    def on_batch(outputs, prepared) -> None:
+    def on_batch(outputs: list[Any], prepared: PreparedBatch) -> None:
         if heads is not None:
             heads.add(outputs, prepared)
         counted["sentences"] += int(prepared.real.shape[0])
@@ -138,24 +141,26 @@ def compare_models(
         return
     counted = distributed.sum_across(counted)
     cosine, spread = heads.result() if heads is not None else (None, None)
-    cka = (None, None)
+    cka: tuple[np.ndarray, np.ndarray] | None = None
     if distributed.is_main():  # under torchrun rank 0 holds the merged sample
         cka = yield from _layer_cka(sample, seed, notes)
-    differences = []
+    differences: list[ProbeDifference] = []
     for number, (task, data) in enumerate(probes):  # every rank: probing shards its feature passes itself
         scores = []
         for which, session in (("A", a), ("B", b)):
-            report = None
+            report: ProbeReport | None = None
             for step in _probe(session, task, data, cache_dir, seed, cancel):
                 if step.result is not None:
                     report = step.result
                 yield Progress(f"probe {task} ({which}): {step.stage}", number, len(probes))
             if report is None:
                 return  # cancelled
-            scores.append(tuple(float(entry[report.metric]) for entry in report.layers))
-        differences.append(ProbeDifference(task=task, metric=report.metric, a=scores[0], b=scores[1]))
-    result = None
+            metric = report.metric
+            scores.append(tuple(float(entry[metric]) for entry in report.layers))
+        differences.append(ProbeDifference(task=task, metric=metric, a=scores[0], b=scores[1]))
+    result: ComparisonResult | None = None
     if distributed.is_main():
+        assert cka is not None  # rank 0's, from the sample
         result = ComparisonResult(
             model_a=a.info.source,
             model_b=b.info.source,
@@ -173,7 +178,7 @@ def compare_models(
     yield Progress("done", 1, 1, distributed.from_main(result))
 
 
-def _layer_cka(sample, seed: int, notes: list[str]):
+def _layer_cka(sample: Sample, seed: int, notes: list[str]) -> Generator[Progress[ComparisonResult], None, tuple[np.ndarray, np.ndarray]]:
     """Linear and debiased CKA between every layer of A and every layer of B, on the sample (a generator returning them)."""
     if sample.size < 4:
         raise InputError(f"only {sample.size} {sample.unit}s to compare; CKA needs at least 4 (give more sentences)")
@@ -186,7 +191,14 @@ def _layer_cka(sample, seed: int, notes: list[str]):
     )
 
 
-def _probe(session: Session, task: str, data: Sequence[Sentence], cache_dir, seed: int, cancel):
+def _probe(
+    session: Session,
+    task: str,
+    data: Sequence[Sentence],
+    cache_dir: str | Path | Literal[False] | None,
+    seed: int,
+    cancel: threading.Event | None,
+) -> Iterator[Progress[ProbeReport]]:
     from bertscope.core.analyses.probing import run_probe
     from bertscope.core.data.splits import make_splits
 

@@ -25,9 +25,12 @@ matrix products, their distances then recomputed exactly in float64.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Generator, Iterable, Iterator, Sequence, Sized
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from torch import Tensor
 
@@ -36,14 +39,20 @@ from bertscope.core.errors import InputError
 from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
+    from bertscope.core.analyses.geometry_results import GeometryResult
+    from bertscope.core.analyses.representations import Sample
+    from bertscope.core.data.corpus import Sentence
+    from bertscope.core.model.masks import Ablation, HeadMask
     from bertscope.core.model.session import Session
+
+Rows = npt.ArrayLike | Tensor  # `[n, d]`: one row per token, word or sentence
 
 TWONN_DISCARD = 0.1  # the share of the largest μ left out of the TwoNN fit (Facco et al.)
 BLOCK = 512  # rows per block when searching neighbours
 
 
 @contextlib.contextmanager
-def _one_thread():
+def _one_thread() -> Iterator[None]:
     """LAPACK's eigensolver on one thread: on a busy machine its thread barriers made a
     384 × 384 solve take 5 s instead of 13 ms (measured on 2 shared cores)."""
     threads = torch.get_num_threads()
@@ -54,16 +63,16 @@ def _one_thread():
         torch.set_num_threads(threads)
 
 
-def _tensor(X, dtype=torch.float64) -> Tensor:
-    X = torch.as_tensor(np.asarray(X) if not isinstance(X, Tensor) else X).to(dtype)
-    if X.ndim != 2:
-        raise ValueError(f"expected a 2-D array [n, d], got shape {tuple(X.shape)}")
-    return X
+def _tensor(X: Rows, dtype: torch.dtype = torch.float64) -> Tensor:
+    rows = torch.as_tensor(np.asarray(X) if not isinstance(X, Tensor) else X).to(dtype)
+    if rows.ndim != 2:
+        raise ValueError(f"expected a 2-D array [n, d], got shape {tuple(rows.shape)}")
+    return rows
 
 
-def _centred(X) -> Tensor:
-    X = _tensor(X)
-    return X - X.mean(dim=0, keepdim=True)
+def _centred(X: Rows) -> Tensor:
+    rows = _tensor(X)
+    return rows - rows.mean(dim=0, keepdim=True)
 
 
 def _debiased_dot(xty_sq: float, rows_x: Tensor, rows_y: Tensor, norm_x: float, norm_y: float, n: int) -> float:
@@ -74,7 +83,7 @@ def _debiased_dot(xty_sq: float, rows_x: Tensor, rows_y: Tensor, norm_x: float, 
 class CKAStats:
     """What CKA needs of one representation, computed once and reused for every pair."""
 
-    def __init__(self, X) -> None:
+    def __init__(self, X: Rows) -> None:
         self.X = _centred(X)
         self.n = len(self.X)
         self.rows = (self.X * self.X).sum(dim=1)  # ||x_i||² (the diagonal of the Gram matrix)
@@ -104,7 +113,7 @@ def cka_pair(a: CKAStats, b: CKAStats) -> tuple[float, float]:
     return biased, debiased
 
 
-def linear_cka(X, Y, *, debiased: bool = False) -> float:
+def linear_cka(X: CKAStats | Rows, Y: CKAStats | Rows, *, debiased: bool = False) -> float:
     """Linear CKA of two representations of the same n rows (1 = the same up to rotation and scale)."""
     a = X if isinstance(X, CKAStats) else CKAStats(X)
     b = Y if isinstance(Y, CKAStats) else CKAStats(Y)
@@ -113,7 +122,7 @@ def linear_cka(X, Y, *, debiased: bool = False) -> float:
     return cka_pair(a, b)[1 if debiased else 0]
 
 
-def cka_matrices(first: list, second: list | None = None) -> tuple[np.ndarray, np.ndarray]:
+def cka_matrices(first: Sequence[Rows], second: Sequence[Rows] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """`[len(first), len(second)]` linear and debiased CKA between every pair (within `first` when `second` is None)."""
     a = [CKAStats(X) for X in first]
     b = a if second is None else [CKAStats(Y) for Y in second]
@@ -127,7 +136,7 @@ def cka_matrices(first: list, second: list | None = None) -> tuple[np.ndarray, n
     return biased, debiased
 
 
-def nearest_neighbours(X, k: int, block: int = BLOCK) -> tuple[np.ndarray, np.ndarray]:
+def nearest_neighbours(X: Rows, k: int, block: int = BLOCK) -> tuple[np.ndarray, np.ndarray]:
     """Indices `[n, k]` and float64 distances of each row's k nearest other rows, nearest first.
 
     Ties are broken by row index, so the result does not depend on the block size.
@@ -156,7 +165,7 @@ def nearest_neighbours(X, k: int, block: int = BLOCK) -> tuple[np.ndarray, np.nd
     return indices.numpy(), distances.numpy()
 
 
-def twonn_dimension(X, discard: float = TWONN_DISCARD) -> tuple[float, int]:
+def twonn_dimension(X: Rows, discard: float = TWONN_DISCARD) -> tuple[float, int]:
     """TwoNN intrinsic dimension of the rows of X, and how many duplicate rows were removed first."""
     rows = _tensor(X)
     unique = torch.unique(rows, dim=0)
@@ -188,7 +197,7 @@ def neighbourhood_overlap(first: np.ndarray, second: np.ndarray) -> float:
     return float(shared) / first.size
 
 
-def pca_2d(X) -> tuple[np.ndarray, np.ndarray]:
+def pca_2d(X: Rows) -> tuple[np.ndarray, np.ndarray]:
     """Rows projected on their first two principal components `[n, 2]`, and the share of variance of each.
 
     From the d × d covariance (cheap for n ≫ d). Signs are fixed (each component's largest
@@ -215,7 +224,9 @@ def pca_2d(X) -> tuple[np.ndarray, np.ndarray]:
 DEFAULT_NEIGHBOURS = 10
 
 
-def analyse_layers(states: np.ndarray, neighbours: int = DEFAULT_NEIGHBOURS, cancel=None):
+def analyse_layers(
+    states: np.ndarray, neighbours: int = DEFAULT_NEIGHBOURS, cancel: threading.Event | None = None
+) -> Iterator[tuple[str, int, int] | dict[str, Any] | None]:
     """Every figure of every layer of a `[n, L+1, D]` sample; a generator of (stage, done, total) and,
     last, a dict of the arrays (None when cancelled)."""
     n, count, _ = states.shape
@@ -262,17 +273,17 @@ def analyse_layers(states: np.ndarray, neighbours: int = DEFAULT_NEIGHBOURS, can
 
 def representation_geometry(
     session: Session,
-    sentences,
+    sentences: Iterable[Sentence],
     *,
     unit: str = "auto",
     max_rows: int | None = None,
     neighbours: int = DEFAULT_NEIGHBOURS,
     seed: int = 0,
     batch_size: int | None = None,
-    mask=None,
-    ablation: str = "zero",
-    cancel=None,
-):
+    mask: HeadMask | None = None,
+    ablation: Ablation = "zero",
+    cancel: threading.Event | None = None,
+) -> Iterator[Progress[GeometryResult]]:
     """Stream a corpus through the model and measure each layer's geometry on a seeded sample.
 
     A generator of Progress; the last item carries the GeometryResult. `max_rows`
@@ -282,7 +293,7 @@ def representation_geometry(
 
     if neighbours < 1:
         raise InputError(f"neighbours must be 1 or more, not {neighbours}", setting="neighbours")
-    total = distributed.shard_size(len(sentences)) if hasattr(sentences, "__len__") else None  # this rank's share
+    total = distributed.shard_size(len(sentences)) if isinstance(sentences, Sized) else None  # this rank's share
     sample = yield from relay(
         stream_sample(
             [session],
@@ -299,7 +310,7 @@ def representation_geometry(
     )
     if sample is None:
         return  # cancelled
-    result = None
+    result: GeometryResult | None = None
     if distributed.is_main():  # under torchrun rank 0 holds the merged sample and measures it, once
         result = yield from _measure(session, sample, neighbours, seed, mask, ablation, cancel)
         if result is None:
@@ -308,17 +319,25 @@ def representation_geometry(
     yield Progress("done", 1, 1, result)
 
 
-def _measure(session, sample, neighbours, seed, mask, ablation, cancel):
+def _measure(
+    session: Session,
+    sample: Sample,
+    neighbours: int,
+    seed: int,
+    mask: HeadMask | None,
+    ablation: Ablation,
+    cancel: threading.Event | None,
+) -> Generator[Progress[GeometryResult], None, GeometryResult | None]:
     """Every layer's figures on the sample: a generator of Progress returning the GeometryResult (None when cancelled)."""
     from bertscope.core.analyses.geometry_results import GeometryResult
 
-    notes = []
+    notes: list[str] = []
     if sample.seen > sample.size:
         notes.append(f"a seeded sample of {sample.size:,} of the corpus's {sample.seen:,} {sample.unit}s (seed {seed})")
     if sample.truncated:
         what = "words" if sample.unit == "word" else "tokens"
         notes.append(f"{sample.truncated:,} {what} were cut from sentences longer than the model's maximum of {session.max_length}")
-    figures = None
+    figures: dict[str, Any] | None = None
     for item in analyse_layers(sample.states[0], neighbours, cancel):
         if item is None:
             return None
@@ -326,6 +345,7 @@ def _measure(session, sample, neighbours, seed, mask, ablation, cancel):
             figures = item
         else:
             yield Progress(*item)
+    assert figures is not None  # the figures end the layers' stream unless it was cancelled
     if figures["neighbours"] < neighbours:
         notes.append(f"only {sample.size} rows: neighbourhoods of {figures['neighbours']} instead of {neighbours}")
     return GeometryResult(

@@ -27,6 +27,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -34,12 +35,17 @@ import torch
 from bertscope.core import distributed
 from bertscope.core.analyses.geometry_results import UNITS
 from bertscope.core.analyses.headstats import is_punctuation
-from bertscope.core.analyses.streaming import CorpusBatches
+from bertscope.core.analyses.streaming import CorpusBatches, words_of
 from bertscope.core.data.batching import MAX_SQUARE
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from bertscope.core.model.session import Session
 
 LABELS = {"token": ("token",), "word": ("upos", "xpos", "deprel"), "sentence": ("label",)}
 DEFAULT_MAX_ROWS = 4000
@@ -147,11 +153,13 @@ def check_unit(unit: str, sentences: Sequence[Sentence]) -> str:
     return unit
 
 
-def prepare(tokenizer, max_length: int, batch: list[Sentence], unit: str, device) -> PreparedBatch:
+def prepare(tokenizer: PreTrainedTokenizerBase, max_length: int, batch: list[Sentence], unit: str, device: torch.device) -> PreparedBatch:
     """Tokenise a batch and name its rows with their labels."""
-    options = dict(padding=True, truncation=True, max_length=max_length, return_tensors="pt", return_special_tokens_mask=True)
+    options: dict[str, Any] = dict(
+        padding=True, truncation=True, max_length=max_length, return_tensors="pt", return_special_tokens_mask=True
+    )
     if unit == "word":
-        encoded = tokenizer([list(s.words) for s in batch], is_split_into_words=True, **options)
+        encoded = tokenizer([list(words_of(s)) for s in batch], is_split_into_words=True, **options)
     else:
         pairs = [s.pair for s in batch]
         if any(p is not None for p in pairs) and not all(p is not None for p in pairs):
@@ -190,7 +198,7 @@ def prepare(tokenizer, max_length: int, batch: list[Sentence], unit: str, device
                     continue
                 seen_words.add(word)
                 positions.append(row * length + position)
-                texts.append(sentence.words[word])
+                texts.append(words_of(sentence)[word])
                 for name, column in (("upos", sentence.upos), ("xpos", sentence.xpos), ("deprel", sentence.deprels)):
                     labels[name].append(column[word] if column is not None else "")
                 continue
@@ -208,7 +216,7 @@ def prepare(tokenizer, max_length: int, batch: list[Sentence], unit: str, device
         owners.extend([row] * (len(positions) - first_row))
         ordinals.extend(range(len(positions) - first_row))
         if unit == "word":
-            truncated += len(sentence.words) - len(seen_words)
+            truncated += len(words_of(sentence)) - len(seen_words)
         else:
             truncated += _cut_tokens(tokenizer, sentence, real_lengths[row], max_length)
     inputs = {name: tensor.to(device) for name, tensor in encoded.items()}
@@ -225,17 +233,17 @@ def prepare(tokenizer, max_length: int, batch: list[Sentence], unit: str, device
     )
 
 
-def _cut_tokens(tokenizer, sentence: Sentence, kept: int, max_length: int) -> int:
+def _cut_tokens(tokenizer: PreTrainedTokenizerBase, sentence: Sentence, kept: int, max_length: int) -> int:
     """Tokens cut from a sentence to fit the model (tokenised again only when it fills the maximum)."""
     if kept < max_length:
         return 0
     return max(0, len(tokenizer(sentence.text, sentence.pair, add_special_tokens=True)["input_ids"]) - kept)
 
 
-def _token_lengths(tokenizer, max_length: int, chunk: list[Sentence], unit: str) -> list[int]:
+def _token_lengths(tokenizer: PreTrainedTokenizerBase, max_length: int, chunk: list[Sentence], unit: str) -> list[int]:
     """Each sentence's token count (what a batch's memory follows), from one tokenizer call for the chunk."""
     if unit == "word":
-        encoded = tokenizer([list(s.words) for s in chunk], is_split_into_words=True, truncation=True, max_length=max_length)
+        encoded = tokenizer([list(words_of(s)) for s in chunk], is_split_into_words=True, truncation=True, max_length=max_length)
     else:
         pairs = [s.pair for s in chunk]
         encoded = tokenizer(
@@ -261,7 +269,7 @@ def batch_rows(hidden_states: Sequence[torch.Tensor], prepared: PreparedBatch, u
 
 
 def stream_sample(
-    sessions: Sequence,
+    sessions: Sequence[Session],
     sentences: Iterable[Sentence],
     *,
     unit: str = "auto",
@@ -287,7 +295,7 @@ def stream_sample(
     lead = sessions[0]
     max_length = min(session.max_length for session in sessions)
     gates = lead.gate_tensor(mask)
-    stores: list[np.ndarray | None] = [None] * len(sessions)
+    stores: dict[int, np.ndarray] = {}  # per session, once a batch has rows to keep
     labels: dict[str, list[str]] = {}
     texts: list[str] = [""] * max_rows
     truncated = 0
@@ -326,7 +334,7 @@ def stream_sample(
                 )
                 kept = batch_rows(output.hidden_states, prepared, unit, rows) if len(rows) else None
             if kept is not None:
-                if stores[index] is None:
+                if index not in stores:
                     stores[index] = np.empty((max_rows, *kept.shape[1:]), dtype=np.float32)
                 stores[index][slots] = kept
             outputs.append(output)
@@ -357,7 +365,7 @@ def stream_sample(
         unit if read else "",
         sampler.keys[filled],
         sampler.origins[filled],
-        tuple(store[filled] for store in stores) if len(filled) else (),
+        tuple(stores[index][filled] for index in range(len(sessions))) if len(filled) else (),
         {name: [values[slot] for slot in filled] for name, values in labels.items()},
         [texts[slot] for slot in filled],
     )
