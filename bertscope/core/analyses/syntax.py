@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from bertscope.core import distributed
-from bertscope.core.analyses.streaming import CorpusBatches, item_lengths
+from bertscope.core.analyses.streaming import CorpusBatches, item_lengths, words_of
 from bertscope.core.analyses.syntax_results import OFFSETS, SyntaxResult
 from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS
 from bertscope.core.data.corpus import Sentence
@@ -179,7 +179,7 @@ def _encode(session: Session, chunk: list[Sentence]) -> list[_Encoded]:
         if sentence.heads is None or sentence.deprels is None or sentence.words is None:
             raise InputError(f"{sentence.location or 'a sentence'} has no dependency heads; give a CoNLL-U treebank", setting="data")
     tokens = session.tokenizer(
-        [list(sentence.words) for sentence in chunk],
+        [list(words_of(sentence)) for sentence in chunk],
         is_split_into_words=True,
         truncation=True,
         max_length=session.max_length,
@@ -188,11 +188,13 @@ def _encode(session: Session, chunk: list[Sentence]) -> list[_Encoded]:
     )
     encoded = []
     for row, sentence in enumerate(chunk):
+        heads, deprels, words = sentence.heads, sentence.deprels, words_of(sentence)
+        assert heads is not None and deprels is not None  # checked above
         word_ids = tokens.word_ids(row)
         present = {word for word in word_ids if word is not None}
         arcs = [
             (dependent, head - 1, relation)
-            for dependent, (head, relation) in enumerate(zip(sentence.heads, sentence.deprels))
+            for dependent, (head, relation) in enumerate(zip(heads, deprels))
             if head > 0 and dependent in present and head - 1 in present
         ]
         last = max(present, default=-1)
@@ -201,15 +203,15 @@ def _encode(session: Session, chunk: list[Sentence]) -> list[_Encoded]:
                 input_ids=tokens["input_ids"][row],
                 word_of=[-1 if word is None else word for word in word_ids],
                 arcs=arcs,
-                words=len(sentence.words),
-                truncated=last < len(sentence.words) - 1 and len(word_ids) >= session.max_length,
+                words=len(words),
+                truncated=last < len(words) - 1 and len(word_ids) >= session.max_length,
             )
         )
     encoded.sort(key=lambda item: len(item.input_ids))
     return encoded
 
 
-def _add_batch(session: Session, counts: _Counts, batch: list[_Encoded], gates, ablation) -> None:
+def _add_batch(session: Session, counts: _Counts, batch: list[_Encoded], gates: Tensor | None, ablation: Ablation) -> None:
     """One forward pass; each layer's attention becomes hit counts as the pass computes it."""
     length = max(len(item.input_ids) for item in batch)
     words = max(item.words for item in batch)
@@ -221,14 +223,20 @@ def _add_batch(session: Session, counts: _Counts, batch: list[_Encoded], gates, 
     present = torch.zeros(len(batch), words, dtype=torch.bool, device=device)
     present[(word_of >= 0).nonzero(as_tuple=True)[0], word_of[word_of >= 0]] = True
 
-    sentence, dependent, head, relation = [], [], [], []
+    arc_rows: list[int] = []
+    arc_dependents: list[int] = []
+    arc_heads: list[int] = []
+    arc_relations: list[int] = []
     for row, item in enumerate(batch):
         for dep, hd, name in item.arcs:
             index = counts.relation_index(name)
             counts.add_baselines(dep, hd, index)
-            sentence.append(row), dependent.append(dep), head.append(hd), relation.append(index)
+            arc_rows.append(row)
+            arc_dependents.append(dep)
+            arc_heads.append(hd)
+            arc_relations.append(index)
     sentence, dependent, head, relation = (
-        torch.tensor(values, dtype=torch.long, device=device) for values in (sentence, dependent, head, relation)
+        torch.tensor(values, dtype=torch.long, device=device) for values in (arc_rows, arc_dependents, arc_heads, arc_relations)
     )
 
     pooling = word_pooling(word_of, words)
