@@ -47,7 +47,7 @@ import functools
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -318,6 +318,7 @@ class _Accumulator:
 
     def add_norms(self, layer: int, shares: Tensor) -> None:
         """One layer's `_norm_share_table` for a batch."""
+        assert self.norm_table is not None  # made with norms=True
         self.norm_table[layer] += shares.sum(0).double()
 
     @property
@@ -400,7 +401,13 @@ def pattern_statistics(
 
 
 def _add_batch(
-    session: Session, accumulator: _Accumulator, batch: list[EncodedSentence], punctuation_of, gates, ablation, norms: bool = False
+    session: Session,
+    accumulator: _Accumulator,
+    batch: list[EncodedSentence],
+    punctuation_of: dict[int, bool],
+    gates: Tensor | None,
+    ablation: Ablation,
+    norms: bool = False,
 ) -> None:
     """One forward pass, its attention maps (and norms) reduced layer by layer; nothing of it outlives the call."""
     inputs, masks = batch_tensors(session, batch, punctuation_of)
@@ -448,7 +455,7 @@ def encode_sorted(session: Session, chunk: list[Sentence]) -> list[EncodedSenten
 
 def _encode_group(session: Session, group: list[Sentence], with_pairs: bool) -> list[EncodedSentence]:
     tokenizer, limit = session.tokenizer, session.max_length
-    options = dict(add_special_tokens=True, return_special_tokens_mask=True, return_token_type_ids=True, verbose=False)
+    options: dict[str, Any] = dict(add_special_tokens=True, return_special_tokens_mask=True, return_token_type_ids=True, verbose=False)
     texts = [sentence.text for sentence in group]
     pairs = [sentence.pair for sentence in group] if with_pairs else None
     full = tokenizer(texts, pairs, truncation=False, **options)
@@ -457,7 +464,7 @@ def _encode_group(session: Session, group: list[Sentence], with_pairs: bool) -> 
         source, row, cut = full, index, 0
         if len(full["input_ids"][index]) > limit:  # rare: tokenise this one again, cut to fit
             cut = len(full["input_ids"][index]) - limit
-            pair = [pairs[index]] if with_pairs else None
+            pair = [pairs[index]] if pairs is not None else None
             source, row = tokenizer([texts[index]], pair, truncation="longest_first", max_length=limit, **options), 0
         encoded.append(
             EncodedSentence(
@@ -476,7 +483,7 @@ def batch_tensors(session: Session, batch: list[EncodedSentence], punctuation_of
     length = max(len(item.input_ids) for item in batch)
     pad_id = session.tokenizer.pad_token_id or 0
 
-    def padded(rows, value):
+    def padded(rows: list[list[int]] | list[list[bool]], value: int) -> Tensor:
         return torch.tensor([row + [value] * (length - len(row)) for row in rows], dtype=torch.long)
 
     input_ids = padded([item.input_ids for item in batch], pad_id)
@@ -487,7 +494,8 @@ def batch_tensors(session: Session, batch: list[EncodedSentence], punctuation_of
     for item in batch:
         for token_id in item.input_ids:
             if token_id not in punctuation_of:
-                punctuation_of[token_id] = is_punctuation(session.tokenizer.convert_ids_to_tokens(token_id))
+                token = cast(str, session.tokenizer.convert_ids_to_tokens(token_id))  # transformers: str for one id, a list for many
+                punctuation_of[token_id] = is_punctuation(token)
     punctuation = padded([[punctuation_of[t] for t in item.input_ids] for item in batch], 0).bool() & ~special
     segment = padded([item.segment for item in batch], -1)
     device = session.device
