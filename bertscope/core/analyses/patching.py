@@ -24,7 +24,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import numpy as np
 import torch
@@ -37,7 +38,10 @@ from bertscope.core.model.results import Encoding
 from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
+    from bertscope.core.analyses.probe_decision import DecisionProbe
     from bertscope.core.model.session import Session
+
+T = TypeVar("T")
 
 PATCHED_TOKENS = 4096  # padded tokens of the patched runs batched together (benchmarks/patching.py measured this)
 SAME = 1e-6  # metrics closer than this: the inputs do not differ in the behaviour, and no effect can be normalised
@@ -83,12 +87,12 @@ def patch(
     answers: Sequence[str] | None = None,
     classes: Sequence[str] | None = None,
     task: str | None = None,
-    data=None,
+    data: str | Path | None = None,
     probe_layer: int | None = None,
     sweeps: Sequence[str] = SWEEPS,
     direction: str = "denoise",
     per_position: bool = False,
-    cache_dir=None,
+    cache_dir: str | Path | Literal[False] | None = None,
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[PatchingResult]]:
     """Patch every component of the chosen sweeps between `clean` and `corrupt`; a generator of progress.
@@ -156,8 +160,8 @@ def patch(
             yield Progress("patching", done, total)
         group.store(np.concatenate(values))
     spread = clean_metric - corrupt_metric
-    for name, values in effects.items():
-        effects[name] = ((values - corrupt_metric) if direction == "denoise" else (clean_metric - values)) / spread
+    for name, raw in effects.items():
+        effects[name] = ((raw - corrupt_metric) if direction == "denoise" else (clean_metric - raw)) / spread
     yield Progress(
         "patching",
         total,
@@ -185,7 +189,7 @@ def _check_choice(value: str, choices: Sequence[str], setting: str) -> None:
         raise InputError(f"unknown {setting} {value!r}; use one of: {', '.join(choices)}", setting=setting)
 
 
-def _required(value, setting: str, message: str):
+def _required(value: T | None, setting: str, message: str) -> T:
     if value is None:
         raise InputError(message, setting=setting)
     return value
@@ -207,7 +211,7 @@ def _differing_positions(clean: Encoding, corrupt: Encoding) -> tuple[int, ...]:
     return differing
 
 
-def _notes(probe, clean: Encoding, corrupt: Encoding) -> list[str]:
+def _notes(probe: DecisionProbe | None, clean: Encoding, corrupt: Encoding) -> list[str]:
     notes = [
         f"{which} input cut to the model's maximum length"
         for which, encoding in (("the clean", clean), ("the corrupted", corrupt))
@@ -224,14 +228,16 @@ def _activations(session: Session, encoding: Encoding) -> _Activations:
     """Run the input once, unpatched, keeping what every component wrote."""
     family = session.family
     run = _Activations(hidden=torch.empty(0))
-    contexts, attention, feed_forward = {}, {}, {}
+    contexts: dict[int, Tensor] = {}
+    attention: dict[int, Tensor] = {}
+    feed_forward: dict[int, Tensor] = {}
     handles = []
     for index, layer in enumerate(session.layer_modules):
 
-        def keep_attention(module, args, output, index=index):
+        def keep_attention(module: nn.Module, args: tuple[Any, ...], output: Tensor, index: int = index) -> None:
             contexts[index], attention[index] = args[0][0], output[0]
 
-        def keep_feed_forward(module, args, output, index=index):
+        def keep_feed_forward(module: nn.Module, args: tuple[Any, ...], output: Tensor, index: int = index) -> None:
             feed_forward[index] = output[0]
 
         handles.append(family.attention_output(layer).register_forward_hook(keep_attention))
@@ -252,7 +258,14 @@ def _activations(session: Session, encoding: Encoding) -> _Activations:
 
 
 def _metric(
-    session: Session, kind: str, encoding: Encoding, clean: _Activations, corrupt: _Activations, answers, classes, probe
+    session: Session,
+    kind: str,
+    encoding: Encoding,
+    clean: _Activations,
+    corrupt: _Activations,
+    answers: Sequence[str] | None,
+    classes: Sequence[str] | None,
+    probe: DecisionProbe | None,
 ) -> _Metric:
     """m as a function of the hidden states it reads, with the two answers or classes it compares."""
     last = session.num_layers
@@ -283,9 +296,11 @@ def _metric(
             raise InputError(
                 f"{session.info.architecture} is not a sequence classifier; use the mlm, probe or preserve metric", setting="metric"
             )
-        labels = [session.model.config.id2label.get(i, str(i)) for i in range(session.model.config.num_labels)]
+        id2label = cast(dict[int, str], session.model.config.id2label)  # a loaded classifier's, keyed by int (transformers)
+        labels = [id2label.get(i, str(i)) for i in range(len(id2label))]  # len(id2label): the config's num_labels
         ids = _class_ids(classes, labels) if classes else _top_two(session.class_logits, clean, corrupt, last)
         return _difference(session.class_logits, ids, last, f"logit({labels[ids[0]]}) - logit({labels[ids[1]]}) of the classifier")
+    assert probe is not None  # the probe metric comes with its probe
     special = torch.as_tensor(encoding.special, device=session.device)
 
     def probe_logits(hidden: Tensor) -> Tensor:
@@ -341,13 +356,19 @@ def _class_ids(classes: Sequence[str], names: Sequence[str]) -> tuple[int, int]:
 
 
 def _groups(
-    session: Session, sweeps, per_position: bool, base: _Activations, source: _Activations, length: int, effects: dict[str, np.ndarray]
+    session: Session,
+    sweeps: Sequence[str],
+    per_position: bool,
+    base: _Activations,
+    source: _Activations,
+    length: int,
+    effects: dict[str, np.ndarray],
 ) -> list[_Group]:
     """The patched runs of every sweep, grouped by the layer they start from."""
     family = session.family
     layers, heads = session.num_layers, session.num_heads
     device = base.hidden.device
-    groups = []
+    groups: list[_Group] = []
     if "heads" in sweeps:
         effects["heads"] = np.zeros((layers, heads))
         if per_position:
@@ -355,14 +376,14 @@ def _groups(
         for index, layer in enumerate(session.layer_modules):
             width = source.contexts[index].shape[-1]
             head_dim = width // heads
-            spans = [(head, None) for head in range(heads)]
+            spans: list[tuple[int, int | None]] = [(head, None) for head in range(heads)]
             if per_position:
                 spans += [(head, position) for head in range(heads) for position in range(length)]
             mask = torch.zeros((len(spans), length, width), dtype=torch.bool, device=device)
             for row, (head, position) in enumerate(spans):
                 mask[row, slice(None) if position is None else position, head * head_dim : (head + 1) * head_dim] = True
 
-            def store(values, index=index):
+            def store(values: np.ndarray, index: int = index) -> None:
                 effects["heads"][index] = values[:heads]
                 if per_position:
                     effects["head_positions"][index] = values[heads:].reshape(heads, length)
@@ -377,7 +398,7 @@ def _groups(
             attention_mask = rows[:, 0].expand(2, length, width)
             feed_forward_mask = rows[:, 1].expand(2, length, width)
 
-            def store(values, index=index):
+            def store(values: np.ndarray, index: int = index) -> None:
                 effects["layers"][index] = values
 
             groups.append(
@@ -395,7 +416,7 @@ def _groups(
         effects["positions"] = np.zeros((layers + 1, length))
         for index in range(layers + 1):
 
-            def store(values, index=index):
+            def store(values: np.ndarray, index: int = index) -> None:
                 effects["positions"][index] = values
 
             groups.append(_Group(index, length, store, residual=torch.eye(length, dtype=torch.bool, device=device)))
