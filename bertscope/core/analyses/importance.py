@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -33,7 +33,7 @@ from bertscope.core.analyses.importance_results import (
     PruningCurve,
     check_fraction,
 )
-from bertscope.core.analyses.objectives import Objective
+from bertscope.core.analyses.objectives import Objective, ProbeObjective
 from bertscope.core.data.batching import MAX_TOKENS
 from bertscope.core.errors import InputError
 from bertscope.core.model.masks import Ablation, HeadMask, check_ablation
@@ -62,7 +62,7 @@ MAX_ROW_TOKENS = 2 * MAX_TOKENS  # ... and at most this many padded tokens, so l
 
 
 @contextlib.contextmanager
-def _no_weight_gradients(model):
+def _no_weight_gradients(model: torch.nn.Module) -> Iterator[None]:
     """Only the gates need gradients: weights that do not require them keep the backward pass lean."""
     flags = [(p, p.requires_grad) for p in model.parameters()]
     try:
@@ -200,7 +200,7 @@ def ablation_importance(
     )
 
 
-def head_importance(objective: Objective, method: str = "gradient", **options) -> Iterator[Progress[HeadImportance]]:
+def head_importance(objective: Objective, method: str = "gradient", **options: Any) -> Iterator[Progress[HeadImportance]]:
     """Importance by `method` (gradient or ablation); a generator of progress, the last item with the result."""
     if method not in METHODS:
         raise InputError(f"unknown importance method {method!r}; use one of: {', '.join(METHODS)}")
@@ -212,7 +212,16 @@ def head_importance(objective: Objective, method: str = "gradient", **options) -
     return ablation_importance(objective, **options)
 
 
-def _result(objective, method, ablation, normalize, raw, layers, baseline: Measurement, base: HeadMask | None) -> HeadImportance:
+def _result(
+    objective: Objective,
+    method: str,
+    ablation: Ablation,
+    normalize: bool,
+    raw: np.ndarray,
+    layers: np.ndarray | None,
+    baseline: Measurement,
+    base: HeadMask | None,
+) -> HeadImportance:
     session = objective.session
     pruned = pruned_set(session)
     raw = raw.copy()
@@ -220,7 +229,7 @@ def _result(objective, method, ablation, normalize, raw, layers, baseline: Measu
         raw[layer, head] = 0.0
     scores = normalize_per_layer(raw) if normalize else raw
     notes = list(objective.notes)
-    if getattr(objective, "probe_accuracy", None) is not None:
+    if isinstance(objective, ProbeObjective):
         notes.append(f"the probe's dev accuracy on layer {objective.layer}: {objective.probe_accuracy:.3f}")
     return HeadImportance(
         objective=objective.name,
