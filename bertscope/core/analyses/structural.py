@@ -27,6 +27,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -74,8 +75,9 @@ def tree_depths(heads: Sequence[int]) -> np.ndarray:
 
 def tree_distances(heads: Sequence[int]) -> np.ndarray:
     """Path lengths `[n, n]` between all words in the undirected dependency tree."""
-    from scipy.sparse import csr_matrix  # scipy loads only for structural probes (0.6 s of every probe run's start-up)
-    from scipy.sparse.csgraph import shortest_path
+    # scipy loads only for structural probes (0.6 s of every probe run's start-up); it ships no type information
+    from scipy.sparse import csr_matrix  # type: ignore[import-untyped]
+    from scipy.sparse.csgraph import shortest_path  # type: ignore[import-untyped]
 
     tree_depths(heads)  # validates, cycles included
     n = len(heads)
@@ -190,7 +192,7 @@ class _Batch:
     lengths: torch.Tensor  # [B] float
 
 
-def _batches(sentences: Sequence[_Sentence], trees, batch_size: int, device) -> list[_Batch]:
+def _batches(sentences: Sequence[_Sentence], trees: Sequence[Sequence[int]], batch_size: int, device: torch.device) -> list[_Batch]:
     """Consecutive `batch_size` runs of `sentences`, padded to their longest."""
     batches = []
     for first in range(0, len(sentences), batch_size):
@@ -271,7 +273,7 @@ def iter_structural_training(
     lr: float = 1e-3,
     batch_size: int = 32,
     patience: int | None = 5,
-    device="cpu",
+    device: str | torch.device = "cpu",
     seed: int = 0,
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[StructuralProbes]]:
@@ -301,7 +303,9 @@ def iter_structural_training(
 
     generator = torch.Generator().manual_seed(seed)
     best = (torch.rand(2, layers, hidden, rank, generator=generator) * 2 - 1) * INIT_RANGE  # [probe, L, D, rank]
-    parts = [[torch.nn.Parameter(best[probe, layer].clone().to(device)) for layer in range(layers)] for probe in (0, 1)]
+    parts: list[list[torch.Tensor]] = [
+        [torch.nn.Parameter(best[probe, layer].clone().to(device)) for layer in range(layers)] for probe in (0, 1)
+    ]
     # one parameter group per probe and layer, each with its own learning-rate schedule
     optimizer = torch.optim.Adam([{"params": [part]} for row in parts for part in row], lr=lr)
     best_loss = np.full((2, layers), np.inf)
@@ -320,7 +324,8 @@ def iter_structural_training(
 
         with torch.no_grad():
             weights = torch.cat([torch.stack(parts[0]), torch.stack(parts[1])], dim=-1)
-            totals = sum(torch.stack(_losses(project_dev, weights, batch, rank)) for batch in dev_batches)
+            # a tensor: dev has batches
+            totals = cast(torch.Tensor, sum(torch.stack(_losses(project_dev, weights, batch, rank)) for batch in dev_batches))
         loss = (totals / len(dev)).cpu().numpy()  # [2, L]: distance, depth
         improved = loss < best_loss - MIN_IMPROVEMENT
         best_loss[improved] = loss[improved]
@@ -362,7 +367,7 @@ def train_structural_probes(
     lr: float = 1e-3,
     batch_size: int = 32,
     patience: int | None = 5,
-    device="cpu",
+    device: str | torch.device = "cpu",
     seed: int = 0,
     cancel: threading.Event | None = None,
 ) -> StructuralProbes:
@@ -379,7 +384,7 @@ def train_structural_probes(
 
 def _row_spearman(predicted: np.ndarray, gold_ranks: np.ndarray) -> np.ndarray:
     """Spearman's rho along the last axis; nan where the prediction is constant."""
-    from scipy.stats import rankdata
+    from scipy.stats import rankdata  # type: ignore[import-untyped]  # scipy ships no type information
 
     ranks = rankdata(predicted, axis=-1)
     ranks -= ranks.mean(-1, keepdims=True)
@@ -406,14 +411,14 @@ def _mst_edges(distances: np.ndarray, words: np.ndarray) -> set[tuple[int, int]]
     return {(int(min(a, b)), int(max(a, b))) for a, b in zip(words[tree.row], words[tree.col])}
 
 
-def _predict(X: np.ndarray, chunk: Sequence[_Sentence], weights: torch.Tensor, device) -> tuple[np.ndarray, np.ndarray]:
+def _predict(X: np.ndarray, chunk: Sequence[_Sentence], weights: torch.Tensor, device: torch.device) -> tuple[np.ndarray, np.ndarray]:
     """Predicted squared distances `[B, L, n, n]` and depths `[B, L, n]` of same-length sentences."""
     n, rank = chunk[0].length, weights.shape[-1] // 2
     order = np.concatenate([np.arange(s.start, s.start + n) for s in chunk])
     words = torch.as_tensor(np.asarray(X[order], dtype=np.float32), device=device).transpose(0, 1)
     with torch.no_grad():
-        projected = torch.bmm(words, weights)  # [L, B·n, 2·rank]
-    projected = projected.cpu().double().numpy().reshape(len(weights), len(chunk), n, 2 * rank).swapaxes(0, 1)
+        product = torch.bmm(words, weights)  # [L, B·n, 2·rank]
+    projected = product.cpu().double().numpy().reshape(len(weights), len(chunk), n, 2 * rank).swapaxes(0, 1)
     spans, deep = projected[..., :rank], projected[..., rank:]
     norms = np.square(spans).sum(-1)
     distances = np.maximum(norms[..., :, None] + norms[..., None, :] - 2 * spans @ spans.swapaxes(-1, -2), 0)
@@ -452,10 +457,10 @@ class _Tally:
 
     def length_average(self, name: str) -> np.ndarray:
         """Mean per sentence length, then mean over the lengths (nan where nothing was scored)."""
-        means = [np.where(count > 0, total / np.maximum(count, 1), np.nan) for total, count in self.rho[name].values()]
-        if not means:
+        per_length = [np.where(count > 0, total / np.maximum(count, 1), np.nan) for total, count in self.rho[name].values()]
+        if not per_length:
             return np.full(self.layers, np.nan, dtype=np.float32)
-        means = np.stack(means)
+        means = np.stack(per_length)
         present = ~np.isnan(means)
         with np.errstate(invalid="ignore"):
             return (np.where(present, means, 0).sum(0) / present.sum(0)).astype(np.float32)
@@ -478,7 +483,7 @@ def score_structural(
     skip: Sequence[np.ndarray] | None = None,
     *,
     spearman_lengths: tuple[int, int] = SPEARMAN_LENGTHS,
-    device="cpu",
+    device: str | torch.device = "cpu",
 ) -> StructuralScores:
     """Score every layer's probes on a (dev or test) corpus; see `StructuralScores`.
 
