@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, ParamSpec, Protocol, TypeVar
 
 from bertscope.core import distributed
 from bertscope.core.data.corpus import ReadReport, Sentence, read_sentences, sample_corpus
@@ -58,7 +58,7 @@ if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyse
     from bertscope.core.analyses.mlm import ClozeResult, FillResult
     from bertscope.core.analyses.objectives import Objective
     from bertscope.core.analyses.patching_results import PatchingResult
-    from bertscope.core.analyses.probing_results import ProbeReport
+    from bertscope.core.analyses.probing_results import ProbeKind, ProbeReport
     from bertscope.core.analyses.pruned_export import PrunedModel
     from bertscope.core.analyses.syntax_results import SyntaxResult
     from bertscope.core.model.deferred import DeferredSession
@@ -80,6 +80,7 @@ class AnalysisResult(Protocol):
 
 R = TypeVar("R", bound=AnalysisResult)
 ProgressCallback = Callable[[Any], None] | None
+CacheDir = str | Path | Literal[False] | None  # where features and probes are cached; False: no cache
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
@@ -526,11 +527,11 @@ def probe(
     limit: int | None = None,
     word_pooling: str = "first",
     sentence_pooling: str = "cls",
-    probe: str = "linear",
+    probe: ProbeKind = "linear",
     control: bool = True,
     random_baseline: bool = True,
     min_examples: int = 2,
-    cache_dir: str | Path | None | bool = None,
+    cache_dir: CacheDir = None,
     mask: str | HeadMask | None = None,
     ablation: Ablation = "zero",
     seed: int = 0,
@@ -988,7 +989,7 @@ def attribute(
     sentence_pooling: str = "cls",
     score: str = "log-probability",
     steps: int | None = None,
-    cache_dir: str | Path | None | bool = None,
+    cache_dir: CacheDir = None,
     mask: str | HeadMask | None = None,
     ablation: Ablation = "zero",
     progress: ProgressCallback = None,
@@ -1047,7 +1048,7 @@ def patch(
     sweep: Iterable[str] = ("heads", "layers", "positions"),
     direction: str = "denoise",
     per_position: bool = False,
-    cache_dir: str | Path | None | bool = None,
+    cache_dir: CacheDir = None,
     progress: ProgressCallback = None,
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[PatchingResult]]:
@@ -1142,7 +1143,7 @@ def compare(
     seed: int = 0,
     batch_size: int | None = None,
     probe: Iterable[str | tuple[str, list[Sentence]]] = (),
-    cache_dir: str | Path | None | bool = None,
+    cache_dir: CacheDir = None,
     allow_download: bool = False,
     progress: ProgressCallback = None,
     cancel: threading.Event | None = None,

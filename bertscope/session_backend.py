@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from bertscope.core.analyses.importance_results import PruningCurve
     from bertscope.core.analyses.objectives import Objective
     from bertscope.core.analyses.patching_results import PatchingResult
-    from bertscope.core.analyses.probing_results import ProbeReport
+    from bertscope.core.analyses.probing_results import ProbeKind, ProbeReport
     from bertscope.core.analyses.syntax_results import SyntaxResult
     from bertscope.core.model.results import PatternResult
     from bertscope.core.progress import Progress
@@ -168,7 +168,7 @@ class SessionBackend:
         *,
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
-        kind: str = "linear",
+        kind: ProbeKind = "linear",
         cancel: threading.Event | None = None,
     ) -> Iterator[Progress[ProbeReport]]:
         return api.steps(api.probe, self.session, task, train, dev=dev, test=test, mask=mask, ablation=ablation, probe=kind, cancel=cancel)

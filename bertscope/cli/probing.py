@@ -20,6 +20,7 @@ from bertscope.cli.common import (
 from bertscope.core.errors import BertscopeError
 
 if TYPE_CHECKING:
+    from bertscope.core.analyses.probing_results import ProbeKind
     from bertscope.core.model.masks import Ablation
 
 
@@ -88,7 +89,7 @@ def probe(
     limit: int | None,
     word_pooling: str,
     sentence_pooling: str,
-    kind: str,
+    kind: ProbeKind,
     control: bool,
     random_baseline: bool,
     min_examples: int,

@@ -28,7 +28,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -36,11 +36,11 @@ import torch
 import torch.nn.functional as F
 
 from bertscope.core.analyses import lbfgs
+from bertscope.core.analyses.probing_results import ProbeKind
 from bertscope.core.errors import Cancelled, InputError
 from bertscope.core.model import cpu_linear
 from bertscope.core.model.device import resolve_device
 
-ProbeKind = Literal["linear", "mlp"]
 L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 LINEAR_MAX_ITER = 500  # L-BFGS iterations per L2 value; weakly regularised fits take a few hundred
 GRADIENT_TOLERANCE = 1e-4  # L-BFGS stops when no weight's gradient is larger: scikit-learn's default `tol`

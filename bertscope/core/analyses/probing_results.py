@@ -6,8 +6,11 @@ Computed by core.analyses.probing; kept apart so the UI's contract can name it w
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
+
+ProbeKind = Literal["linear", "mlp"]  # what a probe is: a linear map, or a one-hidden-layer MLP
 
 
 @dataclass(frozen=True)
