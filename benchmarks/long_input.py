@@ -78,8 +78,8 @@ async def go():
             await pilot.press(key)
             await settle(pilot)
             times[name] = time.perf_counter() - begun
-        assert app.analysis is not None and app.state.mask == "1:1", app.state.mask
-        times["holds every layer"] = float(app.analysis.every_layer)
+        assert app.main_screen.analysis is not None and app.state.mask == "1:1", app.state.mask
+        times["holds every layer"] = float(app.main_screen.analysis.every_layer)
 
 asyncio.run(go())
 gpu = __import__("torch").cuda.max_memory_allocated() / 2**20 if device == "cuda" else 0

@@ -53,21 +53,25 @@ async def measure(args) -> dict:
     from rich.console import Console
 
     from bertscope.ui.app import ExplorerApp
+    from bertscope.ui.main_screen import MainScreen
     from bertscope.ui.widgets.attention_view import AttentionView
     from bertscope.ui.widgets.head_grid import HeadGrid
 
     marks: dict[str, float] = {}
     repainted = asyncio.Event()
 
-    class TimedExplorer(ExplorerApp):
-        # Textual calls each class's handler in turn, so these add to ExplorerApp's, not replace them.
-        def on_mount(self) -> None:
-            self.call_after_refresh(lambda: marks.setdefault("first_frame", time.perf_counter()))
-
+    class TimedScreen(MainScreen):
         def _analysed(self, progress) -> None:
             super()._analysed(progress)  # repaint first, then take the time
             marks["repainted"] = time.perf_counter()
             repainted.set()
+
+    class TimedExplorer(ExplorerApp):
+        MODES = {"main": TimedScreen}
+
+        # Textual calls each class's handler in turn, so this adds to ExplorerApp's, not replaces it.
+        def on_mount(self) -> None:
+            self.call_after_refresh(lambda: marks.setdefault("first_frame", time.perf_counter()))
 
     def open_backend(report):
         from bertscope.core.model.session import Session
@@ -81,13 +85,14 @@ async def measure(args) -> dict:
     app_started = time.perf_counter()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
+        main = app.main_screen
         session = app.backend.session
         text = sentence_of(session, args.tokens)
         sentence = app.query_one("#sentence")
         sentence.value = text
         await sentence.action_submit()
         await settle(pilot)
-        assert len(app.analysis.current.tokens) == args.tokens
+        assert len(main.analysis.current.tokens) == args.tokens
 
         grid = app.query_one(HeadGrid)
         view = app.query_one(AttentionView)
@@ -104,7 +109,7 @@ async def measure(args) -> dict:
         for step in range(args.repeats):
             layer, head = step % session.num_layers, (step * 5) % session.num_heads
             started = time.perf_counter()
-            app.on_head_grid_selected(HeadGrid.Selected(layer, head))
+            main.on_head_grid_selected(HeadGrid.Selected(layer, head))
             draw()
             direct.append(time.perf_counter() - started)
 
@@ -113,21 +118,21 @@ async def measure(args) -> dict:
             layer, head = app.state.layer, app.state.head
             repainted.clear()
             started = time.perf_counter()
-            app.on_head_grid_toggled(HeadGrid.Toggled(layer, head))  # one forward pass under the mask
+            main.on_head_grid_toggled(HeadGrid.Toggled(layer, head))  # one forward pass under the mask
             await repainted.wait()
             draw()
             toggles.append(time.perf_counter() - started)
-            assert len(app.analysis.current.mask) == 1
-            app.on_head_grid_toggled(HeadGrid.Toggled(layer, head))  # back on: the unmasked result is reused
+            assert len(main.analysis.current.mask) == 1
+            main.on_head_grid_toggled(HeadGrid.Toggled(layer, head))  # back on: the unmasked result is reused
             await settle(pilot)
-            app.on_head_grid_selected(HeadGrid.Selected((layer + 1) % session.num_layers, (head + 7) % session.num_heads))
+            main.on_head_grid_selected(HeadGrid.Selected((layer + 1) % session.num_layers, (head + 7) % session.num_heads))
             await settle(pilot)  # the user looks at the new head before switching it off
 
         long_text = sentence_of(session, args.long_tokens)
         sentence.value = long_text
         await sentence.action_submit()
         await settle(pilot)
-        assert len(app.analysis.current.tokens) == args.long_tokens
+        assert len(main.analysis.current.tokens) == args.long_tokens
         grid.focus()
 
         def repaint_heads() -> list[float]:
@@ -135,18 +140,18 @@ async def measure(args) -> dict:
             for step in range(args.repeats):
                 layer, head = step % session.num_layers, (step * 5 + 1) % session.num_heads
                 started = time.perf_counter()
-                app.on_head_grid_selected(HeadGrid.Selected(layer, head))
+                main.on_head_grid_selected(HeadGrid.Selected(layer, head))
                 draw()
                 times.append(time.perf_counter() - started)
             return times
 
         long_direct = repaint_heads()
         long_dense = view.dense_shown
-        app.action_zoom()
+        main.action_zoom()
         await settle(pilot)
         console = Console(width=view.size.width, color_system="truecolor", file=open("/dev/null", "w"))
         long_zoomed = repaint_heads()
-        app.action_zoom()
+        main.action_zoom()
         await settle(pilot)
 
         forwards = bare_forward_times(session, text, args.repeats)

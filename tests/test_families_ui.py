@@ -23,10 +23,10 @@ def test_every_screen_of_the_explorer_opens_on_every_family(family, tmp_path):
     app.notify = lambda message, **options: failures.append(message) if options.get("severity") == "error" else None
 
     async def steps(pilot):
-        assert app.analysis is not None and "layer 0 · head 0" in heatmap_text(app)
+        assert app.main_screen.analysis is not None and "layer 0 · head 0" in heatmap_text(app)
         await pilot.press("down", "space")  # head 1:0 off
         await settle(pilot)
-        assert app.analysis.current.mask.spec() == "1:0" and np.all(app.analysis.current.attentions[1, 0] == 0)
+        assert app.main_screen.analysis.current.mask.spec() == "1:0" and np.all(app.main_screen.analysis.current.attentions[1, 0] == 0)
         await pilot.press("i")  # head importance for the MLM objective over the sample corpus
         await settle(pilot)
         assert "importance (mlm)" in rendered(app.query_one(HeadGrid))

@@ -91,7 +91,7 @@ def test_opens_on_the_sentence_and_shows_layer_0_head_0():
         assert "layer 0 · head 0" in heatmap_text(app)
         assert "fake-bert" in rendered(app.query_one(StatusLine)) and "3×4 heads" in rendered(app.query_one(StatusLine))
         assert app.fake.calls == [("the cat sat on the mat", "")]
-        assert app.analysis.current.tokens[1:3] == ("the", "cat")
+        assert app.main_screen.analysis.current.tokens[1:3] == ("the", "cat")
 
     run(app, steps)
 
@@ -122,7 +122,7 @@ def test_space_switches_a_head_off_and_shows_the_effect():
         effect = rendered(app.query_one(EffectPanel))
         assert "1 head(s) off" in effect and "layer 0" in effect
         assert "×" in rendered(app.query_one(HeadGrid))
-        assert app.analysis.cosines[0] == pytest.approx(1.0) and app.analysis.cosines[1] < 1.0
+        assert app.main_screen.analysis.cosines[0] == pytest.approx(1.0) and app.main_screen.analysis.cosines[1] < 1.0
         await pilot.press("space")
         await settle(pilot)
         assert app.state.mask == "" and "no heads masked" in rendered(app.query_one(EffectPanel))
@@ -152,7 +152,7 @@ def test_typing_a_new_sentence_recomputes():
         app.query_one("#sentence").value = ""
         await pilot.press(*"a dog barked", "enter")
         await settle(pilot)
-        assert app.analysis.current.tokens == ("[CLS]", "a", "dog", "barked", "[SEP]")
+        assert app.main_screen.analysis.current.tokens == ("[CLS]", "a", "dog", "barked", "[SEP]")
         assert app.state.text == "a dog barked"
 
     run(app, steps)
@@ -167,7 +167,7 @@ def test_empty_sentence_is_a_notification_not_a_crash():
         await pilot.press("enter")
         await settle(pilot)
         assert any("empty" in n.message for n in app._notifications)
-        assert app.analysis.current.tokens[1] == "the"  # the old result stays
+        assert app.main_screen.analysis.current.tokens[1] == "the"  # the old result stays
 
     run(app, steps)
 
@@ -187,7 +187,7 @@ def test_cancel_a_running_computation():
         assert any("cancelled" in n.message for n in app._notifications)
         backend.release.set()
         await settle(pilot)
-        assert len(app.analysis.current.mask) == 0  # the cancelled result never shows
+        assert len(app.main_screen.analysis.current.mask) == 0  # the cancelled result never shows
 
     run(app, steps)
 
@@ -200,7 +200,7 @@ def test_a_newer_request_wins_over_a_slower_older_one():
         await pilot.press("space", "right", "space")
         await settle(pilot)
         assert app.state.mask == "0:0,0:1"
-        assert app.analysis.current.mask.spec() == "0:0,0:1"
+        assert app.main_screen.analysis.current.mask.spec() == "0:0,0:1"
 
     run(app, steps)
 
@@ -216,7 +216,7 @@ def test_views_figures_and_ablation():
         await pilot.press("space", "a")
         await settle(pilot)
         assert app.state.ablation == "uniform" and app.fake.calls[-1][1] == "0:0"
-        assert app.analysis.current.ablation == "uniform"
+        assert app.main_screen.analysis.current.ablation == "uniform"
 
     run(app, steps)
 
@@ -261,8 +261,8 @@ def test_export_writes_svg_and_csv_without_overwriting(tmp_path):
         assert len(svgs) == 2 and len(csvs) == 2
         assert "<svg" in svgs[0].read_text()
         rows = list(csv.reader(csvs[0].open()))
-        assert rows[0][1:] == list(app.analysis.current.tokens)
-        np.testing.assert_allclose([[float(v) for v in row[1:]] for row in rows[1:]], app.analysis.current.attentions[0, 0], atol=1e-6)
+        assert rows[0][1:] == list(app.main_screen.analysis.current.tokens)
+        np.testing.assert_allclose([[float(v) for v in row[1:]] for row in rows[1:]], app.main_screen.analysis.current.attentions[0, 0], atol=1e-6)
         assert any(str(svgs[0].name) in n.message or "exported" in (n.title or "") for n in app._notifications)
 
     run(app, steps)
@@ -285,7 +285,7 @@ def test_session_file_round_trip(tmp_path):
     async def check(pilot):
         assert again.state.text == "the cat sat on the mat"
         assert (again.state.layer, again.state.head, again.state.mask) == (1, 1, "1:1")
-        assert again.analysis.current.mask.spec() == "1:1"
+        assert again.main_screen.analysis.current.mask.spec() == "1:1"
         assert "mean of" in heatmap_text(again)
 
     run(again, check)
@@ -298,7 +298,7 @@ def test_damaged_session_file_gives_a_fresh_session(tmp_path):
 
     async def steps(pilot):
         assert any("damaged" in n.message for n in app._notifications)
-        assert app.analysis is not None
+        assert app.main_screen.analysis is not None
 
     run(app, steps)
     assert (tmp_path / "session.json.damaged").read_text() == "{ not json"
@@ -334,7 +334,7 @@ def test_unexpected_failure_is_a_notification():
         app.fake.fail_with = None
         await pilot.press("space")
         await settle(pilot)
-        assert app.analysis.current.mask.spec() == ""
+        assert app.main_screen.analysis.current.mask.spec() == ""
 
     run(app, steps)
 
@@ -406,14 +406,14 @@ def test_explorer_on_the_bundled_model(bundled_session):
 
     async def steps(pilot):
         assert app.backend.info.num_heads == 12
-        assert "cabinet" in app.analysis.current.tokens
-        np.testing.assert_allclose(app.analysis.current.attentions.sum(-1), 1.0, atol=1e-5)
+        assert "cabinet" in app.main_screen.analysis.current.tokens
+        np.testing.assert_allclose(app.main_screen.analysis.current.attentions.sum(-1), 1.0, atol=1e-5)
         await pilot.press("down", "space")  # head 1:0 off
         await settle(pilot)
-        cosines = app.analysis.cosines
-        assert app.analysis.current.mask.spec() == "1:0"
+        cosines = app.main_screen.analysis.cosines
+        assert app.main_screen.analysis.current.mask.spec() == "1:0"
         assert cosines[1] == pytest.approx(1.0) and cosines[2] < 0.9999  # layer 0 untouched, layer 1 moved
-        assert np.all(app.analysis.current.attentions[1, 0] == 0)
+        assert np.all(app.main_screen.analysis.current.attentions[1, 0] == 0)
 
     run(app, steps)
 

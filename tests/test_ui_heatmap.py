@@ -57,7 +57,7 @@ def test_arrow_keys_that_arrive_together_all_move_the_heatmap_cursor():
         assert app.state.cursor == (7, 3)
         assert "7:on → 3:to" in app.query_one(AttentionView).plain_text
         await send_together(pilot, "up", "left", "s", "up", "d", "left")  # other keys repaint before the moves land
-        assert app.state.cursor == (5, 1) and app.heatmap_scale == "row" and app.heatmap_dense
+        assert app.state.cursor == (5, 1) and app.main_screen.heatmap_scale == "row" and app.main_screen.heatmap_dense
 
     run(app, steps)
 
@@ -67,7 +67,7 @@ def test_z_gives_the_heatmap_the_whole_screen_and_shows_the_readme_map_whole_at_
 
     async def steps(pilot):
         view = app.query_one(AttentionView)
-        tokens = list(app.analysis.current.tokens)
+        tokens = list(app.main_screen.analysis.current.tokens)
         assert len(tokens) == 12
         await pilot.press("z")
         await pilot.pause()
@@ -92,7 +92,7 @@ def test_a_40_token_map_is_whole_on_screen_at_160_by_48_without_zoom():
 
     async def steps(pilot):
         view = app.query_one(AttentionView)
-        tokens = list(app.analysis.current.tokens)
+        tokens = list(app.main_screen.analysis.current.tokens)
         assert len(tokens) == 40
         assert view.dense_shown  # 40 rows do not fit the pane's 41 lines with header and legend: two a line
         assert row_labels_on_screen(view) == tokens
@@ -111,7 +111,7 @@ def test_s_cycles_the_colour_scale_and_the_legend_gives_its_numbers():
         legend = lambda: view.plain_text.splitlines()[-1].split()  # noqa: E731
         assert legend()[0] == "max" and legend()[1] == "0.00" and legend()[-1] == f"{weights.max():.2f}"
         await pilot.press("s")
-        assert app.heatmap_scale == "row" and legend()[:2] == ["row", "0"]
+        assert app.main_screen.heatmap_scale == "row" and legend()[:2] == ["row", "0"]
         assert legend()[-3:] == ["row", "max", f"{weights[0].max():.2f}"]  # the cursor's row
         await pilot.press("s")
         assert legend()[0] == "fixed" and (legend()[1], legend()[-1]) == ("0.00", "1.00")
@@ -119,7 +119,7 @@ def test_s_cycles_the_colour_scale_and_the_legend_gives_its_numbers():
         assert legend()[0] == "log" and legend()[-1] == f"{weights.max():.2f}"
         assert float(legend()[1]) == pytest.approx(weights.max() / 1000, rel=0.05)
         await pilot.press("s")
-        assert app.heatmap_scale == "max"
+        assert app.main_screen.heatmap_scale == "max"
 
     run(app, steps)
 
@@ -132,7 +132,7 @@ def test_d_switches_dense_mode_which_halves_the_lines():
         assert not view.dense_shown and view.map_layout.lines == 12
         await pilot.press("d")
         assert view.dense_shown and view.map_layout.lines == 6
-        assert row_labels_on_screen(view) == list(app.analysis.current.tokens)  # both labels of each line
+        assert row_labels_on_screen(view) == list(app.main_screen.analysis.current.tokens)  # both labels of each line
         await pilot.press("d")
         assert not view.dense_shown and view.map_layout.lines == 12
 
@@ -160,7 +160,7 @@ def test_row_labels_and_header_stay_while_the_grid_scrolls_both_ways():
     async def steps(pilot):
         view = app.query_one(AttentionView)
         view.focus()
-        app.heatmap_dense = False
+        app.main_screen.heatmap_dense = False
         await send_together(pilot, *["down"] * 45, *["right"] * 45)
         assert app.state.cursor == (45, 45)
         assert view.scroll_offset.y > 0 and view.scroll_offset.x > 0  # the grid has scrolled
@@ -185,18 +185,18 @@ def test_grid_legend_gives_the_selected_value_and_the_range_of_the_shades(glyphs
         grid = app.query_one(HeadGrid)
         *_, label, values = rendered(grid).rstrip().splitlines()
         assert label.strip() == "entropy (nats)"
-        value = app.analysis.figures["entropy"][0, 0] + 0.0  # no "-0.000"
+        value = app.main_screen.analysis.figures["entropy"][0, 0] + 0.0  # no "-0.000"
         high = np.log(12)
         assert values.split()[:4] == ["0:0", "=", f"{value:.3f}", "0"] and values.split()[-1] == f"{high:.3g}"
         assert ("░▒▓█" in values) == glyphs
         await pilot.press("f", "f", "f", "f")  # attention to the token itself
         *_, label, values = rendered(grid).rstrip().splitlines()
         assert label.strip() == "attn to itself"
-        assert values.split()[:3] == ["0:0", "=", f"{app.analysis.figures['self'][0, 0]:.3f}"] and values.split()[-1] == "1"
+        assert values.split()[:3] == ["0:0", "=", f"{app.main_screen.analysis.figures['self'][0, 0]:.3f}"] and values.split()[-1] == "1"
         grid.show(grid.values, grid.value_range, "a figure named at more length than the grid is wide", grid.mask, (0, 0))
         *_, label, values = rendered(grid).rstrip().splitlines()
         assert label.strip() == "a figure named at more le…"  # the label is cut to the grid, not the value
-        assert values.split()[:3] == ["0:0", "=", f"{app.analysis.figures['self'][0, 0]:.3f}"]
+        assert values.split()[:3] == ["0:0", "=", f"{app.main_screen.analysis.figures['self'][0, 0]:.3f}"]
 
     run(app, steps)
 
@@ -209,7 +209,7 @@ def test_heatmap_keys_do_nothing_on_a_screen_pushed_over_the_explorer():
         await pilot.pause()
         overview = app.screen
         await pilot.press("s", "d", "z")
-        assert app.heatmap_scale == "max" and app.heatmap_dense is None and not overview.has_class("-zoomed")
+        assert app.main_screen.heatmap_scale == "max" and app.main_screen.heatmap_dense is None and not overview.has_class("-zoomed")
 
     run(app, steps)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import bertscope.ui.app as app_module
+import bertscope.ui.main_screen as main_screen_module
 from bertscope.core.analyses.headstats import head_figures
 from bertscope.core.model.masks import HeadMask
 from bertscope.ui.widgets.attention_view import AttentionView
@@ -20,7 +20,7 @@ from tests.test_ui import heatmap_text, make_app, run, settle
 
 @pytest.fixture
 def long_inputs(monkeypatch):
-    monkeypatch.setattr(app_module, "EVERY_LAYER_CELLS", 0)
+    monkeypatch.setattr(main_screen_module, "EVERY_LAYER_CELLS", 0)
 
 
 def shown(app) -> np.ndarray:
@@ -31,7 +31,7 @@ def test_a_long_input_holds_the_shown_layers_maps_and_computes_another_when_aske
     app = make_app()
 
     async def steps(pilot):
-        analysis = app.analysis
+        analysis = app.main_screen.analysis
         length = len(analysis.current.tokens)
         assert not analysis.every_layer and analysis.current.attentions is None and analysis.current.norms is None
         assert set(analysis.layers) == {0} and app.fake.layer_calls == [(0, "", True)]
@@ -58,7 +58,7 @@ def test_a_masked_head_of_a_long_input_shows_its_maps_before_masking_and_norms(l
     async def steps(pilot):
         await pilot.press("down", "space")  # head 1:0 off
         await settle(pilot)
-        length = len(app.analysis.current.tokens)
+        length = len(app.main_screen.analysis.current.tokens)
         assert app.state.mask == "1:0" and app.fake.calls[-1][1] == "1:0"
         assert (1, "1:0", True) in app.fake.layer_calls and (1, "", True) in app.fake.layer_calls
         assert "before masking" in heatmap_text(app)
@@ -88,7 +88,7 @@ def test_the_explorer_reads_a_long_modernbert_input_as_a_full_pass_would(long_in
     async def steps(pilot):
         await pilot.press("down", "space", "right")  # layer 1 (local), head 1:0 off, head 1 shown
         await settle(pilot)
-        analysis = app.analysis
+        analysis = app.main_screen.analysis
         assert app.state.mask == "1:0" and set(analysis.layers) == {1} and not analysis.every_layer
         full = session.forward(text, mask=HeadMask.parse("1:0", session.num_layers, session.num_heads), norms=True)
         np.testing.assert_allclose(analysis.layers[1].weights, full.attentions[1], atol=1e-6)

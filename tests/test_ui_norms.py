@@ -19,11 +19,11 @@ def test_n_switches_the_heatmap_between_weights_and_norms_without_a_forward_pass
         await pilot.pause()
         calls = len(app.fake.calls)
         view = app.query_one(AttentionView)
-        np.testing.assert_array_equal(view.weights, app.analysis.current.attentions[1, 1])
+        np.testing.assert_array_equal(view.weights, app.main_screen.analysis.current.attentions[1, 1])
         assert "‖αf‖" not in heatmap_text(app)
         await pilot.press("n")
         await pilot.pause()
-        np.testing.assert_array_equal(view.weights, app.analysis.current.norms[1, 1])
+        np.testing.assert_array_equal(view.weights, app.main_screen.analysis.current.norms[1, 1])
         text = heatmap_text(app)
         assert "layer 1 · head 1 · ‖αf‖" in text and "‖αf‖ max" in text  # title and the legend's scale
         assert "‖αf‖ norms" in rendered(app.query_one(StatusLine))
@@ -31,7 +31,7 @@ def test_n_switches_the_heatmap_between_weights_and_norms_without_a_forward_pass
         assert len(app.fake.calls) == calls  # repainted from memory
         await pilot.press("n")
         await pilot.pause()
-        np.testing.assert_array_equal(view.weights, app.analysis.current.attentions[1, 1])
+        np.testing.assert_array_equal(view.weights, app.main_screen.analysis.current.attentions[1, 1])
         assert "‖αf‖" not in heatmap_text(app)
 
     run(app, steps)
@@ -45,11 +45,11 @@ def test_norms_of_a_masked_head_and_the_fixed_scale():
         await pilot.pause()
         await pilot.pause()
         view = app.query_one(AttentionView)
-        np.testing.assert_array_equal(view.weights, app.analysis.plain.norms[0, 0])
-        assert not app.analysis.current.norms[0, 0].any()  # what the head moves once off: nothing
+        np.testing.assert_array_equal(view.weights, app.main_screen.analysis.plain.norms[0, 0])
+        assert not app.main_screen.analysis.current.norms[0, 0].any()  # what the head moves once off: nothing
         await pilot.press("s", "s")  # max → row → fixed
         await pilot.pause()
-        top = max(app.analysis.plain.norms.max(), app.analysis.current.norms.max())
+        top = max(app.main_screen.analysis.plain.norms.max(), app.main_screen.analysis.current.norms.max())
         assert "‖αf‖ fixed 0" in heatmap_text(app) and f"{top:.2f}" in heatmap_text(app)
 
     run(app, steps)
@@ -64,7 +64,7 @@ def test_export_in_norms_mode_writes_the_norms(tmp_path):
         [written] = sorted(tmp_path.glob("*-norms.csv"))
         rows = list(csv.reader(written.open()))
         values = [[float(v) for v in row[1:]] for row in rows[1:]]
-        np.testing.assert_allclose(values, app.analysis.current.norms[0, 0], atol=1e-6)
+        np.testing.assert_allclose(values, app.main_screen.analysis.current.norms[0, 0], atol=1e-6)
 
     run(app, steps)
 

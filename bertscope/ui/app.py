@@ -1,155 +1,41 @@
-"""The explorer: type a sentence, walk the layer × head grid, switch heads off, see the effect.
+"""The explorer: the app holds what every screen shares, the model, the theme and the session file.
 
 The app never touches torch. It is given a function that opens a model backend (and reports
 its progress through the callback it is passed); a thread worker calls it, so the first
-frame appears before the model (and torch) have loaded.
-Every model run happens in an exclusive thread worker (ui.job_run): a newer request cancels
-the older one, whose result is dropped. Moving between heads of the same sentence repaints
-from the arrays already in memory; for a long input, whose every layer's maps would not fit
-(EVERY_LAYER_CELLS), only the shown layer's are held, and moving to another layer runs that
-layer alone in a worker.
+frame appears before the model (and torch) have loaded. The view itself, the sentence with
+its grid and heatmap, is the main screen (ui.main_screen), under which the app starts; the
+other screens open over it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import cast
 
-import numpy as np
-from textual import on, work
-from textual.app import App, ComposeResult, SystemCommand
+from textual import work
+from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
-from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import Footer, Input
-from textual.worker import Worker, WorkerState
 
-from bertscope.core.analyses.headstats import FIGURES, figure_range
 from bertscope.core.errors import BertscopeError
-from bertscope.core.model.effects import layer_cosines
-from bertscope.core.model.masks import HeadMask
-from bertscope.core.model.results import ForwardResult
-from bertscope.core.progress import Progress
-from bertscope.render.heatmap import SCALES, beyond_reach, reach_note
 from bertscope.theming import DEFAULT_THEME, load_theme
-from bertscope.ui.attribution import AttributionRow
 from bertscope.ui.backend import Backend
-from bertscope.ui.comparison import ComparisonScreen
-from bertscope.ui.export import export_view
-from bertscope.ui.focus import focus_main, leave_input
-from bertscope.ui.geometry import GeometryScreen
 from bertscope.ui.help import HelpScreen
-from bertscope.ui.importance import IMPORTANCE_FIGURE, ObjectivePanel, PruneToScreen, PruningCurveScreen, importance_overlay
-from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults
-from bertscope.ui.messages import Analysis, LayerMaps, ModelLoaded, ModelLoadFailed
-from bertscope.ui.overview import OverviewScreen
-from bertscope.ui.patching import PatchingScreen
-from bertscope.ui.probing import ProbingScreen
-from bertscope.ui.state import ExplorerState, fit_to_model, load_state, save_state
-from bertscope.ui.syntax import SYNTAX_FIGURE, SyntaxPanel
+from bertscope.ui.main_screen import MainScreen
+from bertscope.ui.messages import ModelLoaded, ModelLoadFailed
+from bertscope.ui.state import ExplorerState, load_state, save_state
 from bertscope.ui.theme import heatmap_for, load_all_themes, textual_theme
-from bertscope.ui.widgets.attention_view import AttentionView
-from bertscope.ui.widgets.head_grid import HeadGrid
-from bertscope.ui.widgets.panels import EffectPanel, StatusLine, TokenPanel
-
-VIEWS = ("head", "average")
-# Attention cells (L·H·T²) up to which the explorer holds every layer's maps: weights and norms, before and
-# under the mask, four arrays of at most 256 MB (BERT-base at 512 tokens: 38M). Above, a long input, it holds
-# the shown layer's alone: a 2,000-token ModernBERT-base would need 4 × 4.2 GB.
-EVERY_LAYER_CELLS = 64_000_000
-HEATMAP_ACTIONS = {"zoom", "next_scale", "toggle_dense"}  # keys of the explorer's own screen
-# The main screen's commands: on a screen pushed over it (overview, probing, ...) these keys
-# do nothing rather than act on a view the person cannot see or stack another screen on top.
-MAIN_SCREEN_ACTIONS = HEATMAP_ACTIONS | {
-    "focus_sentence",
-    "clear_mask",
-    "toggle_ablation",
-    "next_figure",
-    "next_view",
-    "toggle_norms",
-    "export",
-    "overview",
-    "probing",
-    "next_attribution",
-    "next_attribution_target",
-    "importance",
-    "syntax_relation",
-    "syntax_direction",
-    "prune_to",
-    "pruning_curve",
-    "geometry",
-    "compare",
-    "patching",
-}
-NORMS_LABEL = "‖αf‖"  # the heatmap's cells in norms mode: ‖α_ij f_h(x_j)‖ (core.model.norms)
-SCALE_NOTES = {
-    "max": "0 to the map's largest weight",
-    "row": "each query row to its own largest weight",
-    "fixed": "0 to 1, comparable across heads",
-    "log": "three decades below the map's largest weight",
-}
-GRID_LABELS = {  # the grid's legend is 40 columns wide at 12 heads: short names, so its numbers always fit
-    "entropy": "entropy (nats)",
-    "cls": "attn to [CLS]",
-    "sep": "attn to [SEP]",
-    "punct": "attn to punctuation",
-    "self": "attn to itself",
-    "prev": "attn to previous",
-    "next": "attn to next",
-    "distance": "mean distance (tokens)",
-}
-
-
-@dataclass(frozen=True, eq=False)
-class AnalysisJob:
-    """One request for the analysis worker: the sentence and mask, and what can be reused."""
-
-    text: str
-    pair: str | None
-    mask: HeadMask
-    ablation: str
-    plain: ForwardResult | None  # the unmasked result to reuse, when only the mask changed
-    layer: int  # the layer shown: a long input's maps are computed for it alone
-
-
-class MainScreen(Screen):
-    """The explorer's own screen; its main widget is the grid (ui.focus)."""
-
-    AUTO_FOCUS = "#grid"
 
 
 class ExplorerApp(App[None]):
-    CSS_PATH = Path(__file__).parent / "explorer.tcss"  # absolute, so subclasses elsewhere find it
     TITLE = "bertscope"
+    MODES = {"main": MainScreen}  # a mode's first screen is composed before the app mounts: the model's loading can report there
+    DEFAULT_MODE = "main"
     BINDINGS = [
         Binding("question_mark", "help", "help"),
-        Binding("slash", "focus_sentence", "sentence", show=False),
-        Binding("x", "clear_mask", "unmask all"),
-        Binding("a", "toggle_ablation", "ablation"),
-        Binding("f", "next_figure", "figure"),
-        Binding("v", "next_view", "view"),
-        Binding("n", "toggle_norms", "weights/norms"),
         Binding("t", "next_theme", "theme"),
-        Binding("e", "export", "export"),
-        Binding("z", "zoom", "zoom"),
-        Binding("s", "next_scale", "colour scale", show=False),
-        Binding("d", "toggle_dense", "dense", show=False),
-        Binding("o", "overview", "overview"),
-        Binding("p", "probing", "probing"),
-        Binding("b", "next_attribution", "attribution", show=False),
-        Binding("B", "next_attribution_target", "explain what", show=False),
-        Binding("i", "importance", "importance", show=False),
-        Binding("y", "syntax_relation", "tracks relation", show=False),
-        Binding("Y", "syntax_direction", "relation direction", show=False),
-        Binding("P", "prune_to", "prune to X%", show=False),
-        Binding("C", "pruning_curve", "pruning curve", show=False),
-        Binding("g", "geometry", "geometry", show=False),
-        Binding("c", "compare", "compare models", show=False),
-        Binding("X", "patching", "patching", show=False),
-        Binding("escape", "cancel", "cancel", show=False),
         Binding("ctrl+q", "quit", "quit", priority=True),
     ]
 
@@ -180,15 +66,10 @@ class ExplorerApp(App[None]):
             state = state.with_(pair=pair)
         if theme:
             state = state.with_(theme=theme)
-        self.state = state
+        self.state = state  # the session: what the main screen shows, and the theme
         self.backend: Backend | None = None
         self.load_error: str | None = None  # why the model could not be loaded, for the command line to print
-        self.mask: HeadMask | None = None
-        self.analysis: Analysis | None = None
         self.kept = KeptResults()  # the corpus screens' finished results (ui.kept)
-        self.analysing = JobRun(self, self._analysed, name="analysis", on_failed=lambda _reason: self._set_busy(False))
-        self.layer_loading = JobRun(self, self._layer_loaded, name="layer maps", on_failed=self._layer_failed)
-        self._layer_wanted: tuple[Analysis, int] | None = None  # a long input's layer being computed
         self.theme_specs, theme_warnings = load_all_themes()
         self._startup_notes.extend(theme_warnings)
         if theme and theme not in self.theme_specs:  # a theme file given by its path
@@ -200,33 +81,11 @@ class ExplorerApp(App[None]):
                 self._startup_notes.append(str(error))
         self._glyphs_wanted = glyphs  # None: shade glyphs only where colours are too few or off
         self.glyphs = bool(glyphs)
-        self.heatmap_scale = "max"  # the heatmap's colour scale, one of SCALES (`s`)
-        self.heatmap_norms = False  # the heatmap shows value-weighted norms ‖α f(x)‖ instead of weights (`n`)
-        self.heatmap_dense: bool | None = None  # two query rows a line; None: where the map would not fit (`d`)
-        self._focus_before_zoom = None
-        self._figure_before_importance = "entropy"  # the grid's figure to go back to from the importance overlay (`i`)
 
-    # layout
-
-    def get_default_screen(self) -> Screen:
-        return MainScreen(id="_default")
-
-    def compose(self) -> ComposeResult:
-        colormap = heatmap_for(DEFAULT_THEME, True, self.theme_specs)
-        with Horizontal(id="inputs"):
-            yield Input(self.state.text, placeholder="a sentence, then Enter", id="sentence")
-            yield Input(self.state.pair, placeholder="second segment (optional)", id="pair")
-        yield AttributionRow(id="attribution")
-        with Horizontal(id="body"):
-            with VerticalScroll(id="side", can_focus=False):
-                yield HeadGrid(colormap, id="grid")
-                yield ObjectivePanel(id="objective")  # hidden until `i` (ui.importance)
-                yield SyntaxPanel(self._repaint, id="syntax")  # shown with the grid's syntax figure (ui.syntax)
-                yield TokenPanel(id="tokens")
-                yield EffectPanel(id="effect")
-            yield AttentionView(id="heatmap")
-        yield StatusLine(id="status")
-        yield Footer(compact=True)
+    @property
+    def main_screen(self) -> MainScreen:
+        """The explorer's own screen, at the bottom of the stack."""
+        return cast(MainScreen, self.screen_stack[0])
 
     def on_mount(self) -> None:
         for spec in self.theme_specs.values():
@@ -238,25 +97,25 @@ class ExplorerApp(App[None]):
         self.theme = wanted
         if self._glyphs_wanted is None:
             self.glyphs = self.no_color or self.console.color_system in (None, "standard")
-        self.theme_changed_signal.subscribe(self, lambda _theme: self._restyle())
-        self._restyle()
-        self.query_one("#grid").border_title = "heads"
-        self.query_one("#tokens").border_title = "token"
-        self.query_one("#effect").border_title = "effect of the mask"
-        self.query_one("#heatmap").border_title = "attention"
+        main = self.main_screen
+        self.theme_changed_signal.subscribe(self, lambda _theme: main.restyle())
+        main.restyle()
         for note in self._startup_notes:
             self.notify(note, severity="warning", timeout=8)
-        self.query_one(HeadGrid).focus()
         self.load_model()
+
+    def colormap(self):
+        """The heatmap's colours in the theme shown."""
+        return heatmap_for(self.theme, self.current_theme.dark, self.theme_specs)
 
     # loading the model
 
     @work(thread=True, group="load", exit_on_error=False)
     def load_model(self) -> None:
-        status = self.query_one(StatusLine)
+        main = self.main_screen
 
         def report(stage: str) -> None:
-            self.call_from_thread(status.set_facts, stage)
+            self.call_from_thread(main.loading, stage)
 
         try:
             backend = self._open_backend(report)
@@ -269,391 +128,16 @@ class ExplorerApp(App[None]):
         self.post_message(ModelLoaded(backend))
 
     def on_model_loaded(self, message: ModelLoaded) -> None:
-        self.backend = backend = message.backend
-        self.state, warnings = fit_to_model(self.state, backend.num_layers, backend.num_heads)
-        if self.state.figure not in FIGURES and self.state.figure not in (IMPORTANCE_FIGURE, SYNTAX_FIGURE):
-            warnings.append(f"unknown grid figure {self.state.figure!r}; showing entropy")
-            self.state = self.state.with_(figure="entropy")
-        for warning in warnings:
-            self.notify(warning, severity="warning", timeout=8)
-        self.mask = HeadMask.parse(self.state.mask, backend.num_layers, backend.num_heads)
-        self.query_one(HeadGrid).set_shape(backend.num_layers, backend.num_heads)
-        self.query_one(AttributionRow).set_model(backend.info)
-        self.query_one(ObjectivePanel).set_backend(backend)
-        self.query_one(SyntaxPanel).set_backend(backend)
-        self._follow_syntax()
-        self.sub_title = backend.info.source
-        self._analyse(reuse_plain=False)
+        self.backend = message.backend
+        self.sub_title = message.backend.info.source
+        self.main_screen.model_loaded(message.backend)
 
     def on_model_load_failed(self, message: ModelLoadFailed) -> None:
         """Nothing works without a model: leave, and let the command line say why in one line."""
         self.load_error = message.reason
         self.exit(return_code=2)
 
-    # running the model
-
-    def _analyse(self, reuse_plain: bool) -> None:
-        """Ask for a new analysis of the current sentence and mask; the newest request wins."""
-        if self.backend is None or self.mask is None:
-            return
-        job = AnalysisJob(
-            text=self.state.text,
-            pair=self.state.pair or None,
-            mask=self.mask,
-            ablation=self.state.ablation,
-            plain=self.analysis.plain if reuse_plain and self.analysis is not None else None,
-            layer=self.state.layer,
-        )
-        self._set_busy(True)
-        self.analysing.start(lambda cancel: self._analysis_steps(job, cancel))
-        self._save_state()
-
-    def _analysis_steps(self, job: AnalysisJob, cancel) -> Iterator[Progress[Analysis]]:
-        """In the worker: the plain pass (unless reused), the masked one, and what the views show of them."""
-        backend = self.backend
-        plain = job.plain
-        encoding = plain.encoding if plain is not None else backend.encode(job.text, job.pair)
-        every_layer = backend.num_layers * backend.num_heads * len(encoding) ** 2 <= EVERY_LAYER_CELLS
-        if plain is None:
-            plain = backend.forward(encoding, attentions=every_layer, norms=every_layer, figures=True)
-        if cancel.is_set():
-            return
-        current = plain
-        if len(job.mask):
-            current = backend.forward(
-                encoding, attentions=every_layer, mask=job.mask, ablation=job.ablation, reuse=plain, norms=every_layer, figures=True
-            )
-        if cancel.is_set():
-            return
-        analysis = Analysis(
-            plain=plain,
-            current=current,
-            cosines=layer_cosines(current.hidden_states, plain.hidden_states),
-            figures=current.figures,
-            predictions_plain=backend.mask_predictions(plain),
-            predictions_current=backend.mask_predictions(current),
-        )
-        if not every_layer:  # the first screen shows the chosen layer's maps at once
-            analysis.layers[job.layer] = layer_maps_of(backend, analysis, job.layer)
-        yield Progress("analysed", 1, 1, analysis)
-
-    def _analysed(self, progress: Progress[Analysis]) -> None:
-        self._set_busy(False)
-        self.analysis = analysis = progress.result
-        try:
-            self.query_one(HeadGrid)
-        except NoMatches:
-            return  # the explorer is closing: its panes are gone before the run's result arrived
-        current = analysis.current
-        if current.encoding.truncated:
-            self.notify(
-                f"the input was cut by {current.encoding.truncated} tokens to the model's maximum of {len(current.tokens)}",
-                severity="warning",
-            )
-        self._repaint()
-        self.query_one(AttributionRow).analysed(self.backend, current.encoding, current.mask, current.ablation)
-
-    # a long input's maps, one layer at a time
-
-    def _load_layer(self, layer: int) -> None:
-        """Compute the shown layer's maps of a long input in a worker (unless they are on their way)."""
-        analysis, backend = self.analysis, self.backend
-        wanted = self._layer_wanted
-        if wanted is not None and wanted[0] is analysis and wanted[1] == layer:
-            return
-        self._layer_wanted = (analysis, layer)
-        self.layer_loading.start(
-            lambda _cancel: iter([Progress("layer", 1, 1, (analysis, layer, layer_maps_of(backend, analysis, layer)))])
-        )
-
-    def _layer_loaded(self, progress: Progress) -> None:
-        analysis, layer, maps = progress.result
-        self._layer_wanted = None
-        if analysis is not self.analysis:
-            return  # a newer sentence or mask: its own maps are on their way
-        analysis.layers.clear()  # one layer's maps held at a time
-        analysis.layers[layer] = maps
-        self._repaint()
-
-    def _layer_failed(self, _reason: str) -> None:
-        self._layer_wanted = None
-        self.query_one(AttentionView).show_message(f"layer {self.state.layer}'s maps could not be computed")
-
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        """Any unexpected failure of a worker becomes a notification, never a crash."""
-        if event.state == WorkerState.ERROR:
-            self._set_busy(False)
-            error = event.worker.error
-            self.notify(f"{type(error).__name__}: {error}", title="something went wrong", severity="error", timeout=30)
-
-    # drawing
-
-    def _restyle(self) -> None:
-        colormap = self._colormap()
-        self.query_one(HeadGrid).restyle(colormap, self.glyphs)
-        self._repaint()
-        self.query_one(AttributionRow).repaint()
-
-    def _colormap(self):
-        return heatmap_for(self.theme, self.current_theme.dark, self.theme_specs)
-
-    def _repaint(self) -> None:
-        """Redraw every pane from the arrays in memory (no model run)."""
-        self._update_status()
-        grid = self.query_one(HeadGrid)
-        analysis = self.analysis
-        if analysis is None or self.mask is None:
-            return
-        layer, head = self.state.layer, self.state.head
-        length = len(analysis.current.tokens)
-        figure = self.state.figure if self.state.figure in FIGURES else "entropy"
-        importance = self.query_one(ObjectivePanel).importance
-        syntax = self.query_one(SyntaxPanel).overlay() if self.state.figure == SYNTAX_FIGURE else None
-        if self.state.figure == IMPORTANCE_FIGURE and importance is not None:
-            grid.show(*importance_overlay(importance), self.mask, (layer, head))
-        elif self.state.figure == SYNTAX_FIGURE:
-            values, value_range, label = syntax if syntax is not None else (None, (0.0, 1.0), "")
-            grid.show(values, value_range, label, self.mask, (layer, head))  # None: "computing…"
-        else:
-            grid.show(
-                analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), self.mask, (layer, head)
-            )
-        self.query_one(EffectPanel).show(
-            analysis.cosines, len(analysis.current.mask), analysis.predictions_plain, analysis.predictions_current, analysis.current.tokens
-        )
-        view = self.query_one(AttentionView)
-        shown = self._displayed_matrix()
-        if shown is None:  # a long input's layer not computed yet
-            view.show_message(f"layer {layer} of a {length}-token input: computing its maps…")
-            self._load_layer(layer)
-            return
-        weights, title, masked = shown
-        # Once the view shows a map it owns the cursor: keys it has handled may not have reached the state yet.
-        cursor = view.cursor if view.weights is not None else self.state.cursor
-        windows = self.backend.info.attention_windows if self.backend is not None else ()
-        window = windows[layer] if layer < len(windows) else None
-        view.show(
-            beyond_reach(weights, window),
-            analysis.current.tokens,
-            self._colormap(),
-            title=title + reach_note(window, length),
-            masked=masked,
-            glyphs=self.glyphs,
-            cursor=cursor,
-            scale=self.heatmap_scale,
-            dense=self.heatmap_dense,
-            quantity=NORMS_LABEL if self._norms_shown() else None,
-            vmax=self._fixed_top(),
-        )
-        self.state = self.state.with_(cursor=view.cursor)
-        row = view.cursor[0]
-        self.query_one(TokenPanel).show(analysis.current.tokens, weights[row], row, norms=self._norms_shown())
-
-    def _norms_shown(self) -> bool:
-        """Whether the heatmap shows norms: asked for (`n`) and computed by the backend."""
-        return self.heatmap_norms and self._norms_available()
-
-    def _norms_available(self) -> bool:
-        analysis = self.analysis
-        return analysis is not None and (not analysis.every_layer or analysis.current.norms is not None)
-
-    def _fixed_top(self) -> float:
-        """The top of the `fixed` scale: 1 for weights; for norms, the largest of the sentence (of the shown
-        layer, for a long input), comparable across heads."""
-        if not self._norms_shown():
-            return 1.0
-        analysis, layer = self.analysis, self.state.layer
-        if analysis.every_layer:
-            return max(float(analysis.plain.norms.max()), float(analysis.current.norms.max()), 1e-12)
-        return max(float(analysis.maps(layer, norms=True).max()), float(analysis.maps(layer, plain=True, norms=True).max()), 1e-12)
-
-    def _displayed_matrix(self) -> tuple[np.ndarray, str, bool] | None:
-        """The heatmap's matrix, its title, and whether it shows a masked head before masking; None while a long
-        input's layer is being computed."""
-        analysis = self.analysis
-        layer, head = self.state.layer, self.state.head
-        mask = analysis.current.mask
-        norms = self._norms_shown()
-        what = f" · {NORMS_LABEL}" if norms else ""
-        before = self.state.view != "average" and mask.is_masked(layer, head)
-        maps = analysis.maps(layer, plain=before, norms=norms)
-        if maps is None:
-            return None
-        if self.state.view == "average":
-            return maps.mean(0), f"layer {layer} · mean of {len(maps)} heads{what}{self._mask_note()}", False
-        if before:
-            return maps[head], f"layer {layer} · head {head}{what} · before masking", True
-        return maps[head], f"layer {layer} · head {head}{what}{self._mask_note()}", False
-
-    def _mask_note(self) -> str:
-        mask = self.analysis.current.mask
-        return f" · {len(mask)} off" if len(mask) else ""  # the ablation is in the status line
-
-    def _update_status(self) -> None:
-        status = self.query_one(StatusLine)
-        if self.backend is None:
-            return
-        info = self.backend.info
-        masked = len(self.mask) if self.mask is not None else 0
-        status.set_facts(
-            f"{info.source} · {info.device} · {info.num_layers}×{info.num_heads} heads · "
-            f"{masked} masked ({self.state.ablation}) · {self.state.view} · {self.state.figure}"
-            + (f" · {NORMS_LABEL} norms" if self.heatmap_norms else "")
-        )
-
-    def _set_busy(self, busy: bool) -> None:
-        self.query_one(StatusLine).set_busy(busy)
-
-    # what the user does
-
-    @on(Input.Submitted, "#sentence, #pair")
-    def sentence_submitted(self) -> None:
-        text = self.query_one("#sentence", Input).value
-        pair = self.query_one("#pair", Input).value
-        if not text.strip():
-            self.notify("the sentence is empty; type one and press Enter", severity="warning")
-            return
-        focus_main(self.screen)  # the next key is a command again
-        self.state = self.state.with_(text=text, pair=pair)
-        self._analyse(reuse_plain=False)
-
-    def on_head_grid_selected(self, message: HeadGrid.Selected) -> None:
-        self.state = self.state.with_(layer=message.layer, head=message.head)
-        self._repaint()
-        self._save_state()
-
-    def on_head_grid_toggled(self, message: HeadGrid.Toggled) -> None:
-        self._set_mask(self.mask.toggled(message.layer, message.head))
-
-    def on_head_grid_layer_toggled(self, message: HeadGrid.LayerToggled) -> None:
-        self._set_mask(self.mask.layer_toggled(message.layer))
-
-    def on_attention_view_cursor_moved(self, message: AttentionView.CursorMoved) -> None:
-        # the view's cursor, not the message's: keys that arrived after this message have moved it on
-        self.state = self.state.with_(cursor=self.query_one(AttentionView).cursor)
-        self._repaint()
-
-    def _set_mask(self, mask: HeadMask) -> None:
-        if self.mask is None:
-            return
-        self.mask = mask
-        self.state = self.state.with_(mask=mask.spec())
-        self.query_one(HeadGrid).show_mask(mask)
-        self._update_status()
-        self._analyse(reuse_plain=True)
-        self.query_one(ObjectivePanel).follow(mask, self.state.ablation)
-        self._follow_syntax()
-
-    def action_clear_mask(self) -> None:
-        if self.mask is not None and len(self.mask):
-            self._set_mask(HeadMask.none(self.mask.num_layers, self.mask.num_heads))
-
-    def action_toggle_ablation(self) -> None:
-        self.state = self.state.with_(ablation="uniform" if self.state.ablation == "zero" else "zero")
-        self.notify(f"ablation: {self.state.ablation}", timeout=2)
-        self._update_status()
-        if self.mask is not None and len(self.mask):
-            self._analyse(reuse_plain=True)
-            self.query_one(ObjectivePanel).follow(self.mask, self.state.ablation)
-            self._follow_syntax()
-        else:
-            self._save_state()
-
-    def action_next_figure(self) -> None:
-        names = list(FIGURES) + [SYNTAX_FIGURE] + ([IMPORTANCE_FIGURE] if self.query_one(ObjectivePanel).importance is not None else [])
-        if self.state.figure not in names:
-            self.state = self.state.with_(figure=names[-1])
-        self.state = self.state.with_(figure=names[(names.index(self.state.figure) + 1) % len(names)])
-        self._follow_syntax()
-        self._repaint()
-        self._save_state()
-
-    # heads that track syntax (ui.syntax)
-
-    def _follow_syntax(self) -> None:
-        """Show the syntax panel (running over the sample treebank under the mask) while the grid shows its figure."""
-        panel = self.query_one(SyntaxPanel)
-        if self.state.figure != SYNTAX_FIGURE or self.backend is None or self.mask is None:
-            panel.hide()
-            return
-        panel.show_for(self.mask, self.state.ablation)
-
-    def action_syntax_relation(self) -> None:
-        """`y`: shade the grid by the heads that track a relation, or go on to the next relation."""
-        if self.state.figure != SYNTAX_FIGURE:
-            self.state = self.state.with_(figure=SYNTAX_FIGURE)
-            self._follow_syntax()
-            self._repaint()
-            self._save_state()
-            return
-        self.query_one(SyntaxPanel).next_relation()
-
-    def action_syntax_direction(self) -> None:
-        """`Y`: dependent→head or head→dependent."""
-        if self.state.figure == SYNTAX_FIGURE:
-            self.query_one(SyntaxPanel).next_direction()
-
-    def action_next_view(self) -> None:
-        self.state = self.state.with_(view=VIEWS[(VIEWS.index(self.state.view) + 1) % len(VIEWS)])
-        self._repaint()
-        self._save_state()
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """The main screen's keys only where the main screen is shown: not in other screens' footers."""
-        if action in MAIN_SCREEN_ACTIONS:
-            return self._main_screen_shown()  # False: the key does nothing there
-        return super().check_action(action, parameters)
-
-    def _main_screen_shown(self) -> bool:
-        """Whether the explorer's own screen (with the heatmap) is the one shown, not one pushed over it."""
-        return bool(self.screen.query(AttentionView))
-
-    def action_zoom(self) -> None:
-        """The heatmap alone on the screen (inputs, grid and side panes hidden), and back."""
-        zoomed = not self.screen.has_class("-zoomed")
-        self.screen.set_class(zoomed, "-zoomed")
-        view = self.query_one(AttentionView)
-        if zoomed:
-            self._focus_before_zoom = self.focused
-            view.focus()
-        elif self._focus_before_zoom is not None and self._focus_before_zoom.is_attached:
-            self._focus_before_zoom.focus()
-
-    def action_next_scale(self) -> None:
-        """The heatmap's colour scale: max, row, fixed (0–1), log (the legend shows its numbers)."""
-        self.heatmap_scale = SCALES[(SCALES.index(self.heatmap_scale) + 1) % len(SCALES)]
-        note = SCALE_NOTES[self.heatmap_scale]
-        if self._norms_shown():
-            whose = "the sentence's" if self.analysis.every_layer else "this layer's"
-            note = (
-                f"0 to {whose} largest norm, comparable across heads" if self.heatmap_scale == "fixed" else note.replace("weight", "norm")
-            )
-        self.notify(f"colour scale: {self.heatmap_scale} ({note})", timeout=3)
-        self._repaint()
-
-    def action_toggle_norms(self) -> None:
-        """The heatmap's cells: attention weights α, or the value-weighted norms ‖α f(x)‖ (Kobayashi et al. 2020)."""
-        if self.analysis is not None and not self._norms_available():
-            self.notify("this backend gives no value-weighted norms; showing the weights", severity="warning", timeout=4)
-            return
-        self.heatmap_norms = not self.heatmap_norms
-        if self.heatmap_norms:
-            self.notify(
-                f"heatmap: value-weighted norms {NORMS_LABEL} (how much each head moves from a token; Kobayashi et al. 2020)", timeout=4
-            )
-        else:
-            self.notify("heatmap: attention weights α", timeout=2)
-        self._repaint()
-
-    def action_toggle_dense(self) -> None:
-        """Two query rows a line (half blocks), or one; the first press overrides the automatic choice."""
-        view = self.query_one(AttentionView)
-        self.heatmap_dense = not view.dense_shown
-        if self.heatmap_dense and self.glyphs:
-            self.notify("shade glyphs have no halves: dense needs colours (--colours)", severity="warning", timeout=4)
-        else:
-            self.notify(f"heatmap: {'two rows' if self.heatmap_dense else 'one row'} a line", timeout=2)
-        self._repaint()
+    # what the user does anywhere
 
     def action_next_theme(self) -> None:
         names = sorted(self.theme_specs)
@@ -661,217 +145,19 @@ class ExplorerApp(App[None]):
         self.theme = names[(current + 1) % len(names)]
         self.state = self.state.with_(theme=self.theme)
         self.notify(f"theme: {self.theme}", timeout=2)
-        self._save_state()
-
-    def action_overview(self) -> None:
-        """All heads over a corpus; the head chosen there opens here."""
-        if self.backend is None or self.mask is None:
-            self.notify("the model is still loading", severity="warning")
-            return
-        screen = OverviewScreen(
-            self.backend, self.mask, self.state.ablation, self._colormap(), self.glyphs, (self.state.layer, self.state.head), self.kept
-        )
-        self.push_screen(screen, self._open_head)
-
-    def action_probing(self) -> None:
-        """What each layer knows; `m` there re-scores under this explorer's mask."""
-        if self.backend is None or self.mask is None:
-            self.notify("the model is still loading", severity="warning")
-            return
-        self.push_screen(ProbingScreen(self.backend, self.mask, self.state.ablation, self.kept))
-
-    def action_geometry(self) -> None:
-        """Representation geometry per layer over a corpus: PCA scatter, CKA, intrinsic dimension."""
-        if self.backend is None or self.mask is None:
-            self.notify("the model is still loading", severity="warning")
-            return
-        self.push_screen(GeometryScreen(self.backend, self.mask, self.state.ablation, self._colormap(), self.glyphs, self.kept))
-
-    def action_compare(self) -> None:
-        """This model against a model B with the same tokenizer; the head chosen there opens here."""
-        if self.backend is None or self.mask is None:
-            self.notify("the model is still loading", severity="warning")
-            return
-        screen = ComparisonScreen(self.backend, self._colormap(), self.glyphs, (self.state.layer, self.state.head), self.kept)
-        self.push_screen(screen, self._open_head)
-
-    def action_patching(self) -> None:
-        """Activation patching between this sentence and a corrupted one; the head chosen there opens here."""
-        if self.backend is None or self.mask is None:
-            self.notify("the model is still loading", severity="warning")
-            return
-        if len(self.mask):
-            self.notify(f"patching runs the whole model: the mask here ({self.mask.spec()}) does not apply there", timeout=5)
-        screen = PatchingScreen(
-            self.backend,
-            self.state.text,
-            self.state.pair or None,
-            self._colormap(),
-            self.glyphs,
-            (self.state.layer, self.state.head),
-            self.kept,
-        )
-        self.push_screen(screen, self._open_head)
-
-    # head importance (ui.importance)
-
-    def _with_importance(self, then) -> None:
-        """Call `then(importance)` once head importance is known, estimating it first if needed."""
-        if self.backend is None or self.mask is None:
-            self.notify("the model is still loading", severity="warning")
-            return
-        self.query_one(ObjectivePanel).with_importance(then, self.mask, self.state.ablation)
-
-    def action_importance(self) -> None:
-        """`i`: shade the grid by head importance (estimated on first use), or back to the previous figure."""
-        if self.state.figure == IMPORTANCE_FIGURE and self.query_one(ObjectivePanel).importance is not None:
-            self.state = self.state.with_(figure=self._figure_before_importance)
-            self._follow_syntax()
-            self._repaint()
-            return
-
-        def show(_importance) -> None:
-            if self.state.figure != IMPORTANCE_FIGURE:
-                self._figure_before_importance = self.state.figure
-            self.state = self.state.with_(figure=IMPORTANCE_FIGURE)
-            self._follow_syntax()
-            self._repaint()
-
-        self._with_importance(show)
-
-    def action_prune_to(self) -> None:
-        """`P`: switch off the least important X% of the heads."""
-        if self.backend is None or self.mask is None:
-            self.notify("the model is still loading", severity="warning")
-            return
-
-        def chosen(fraction: float | None) -> None:
-            if fraction is not None:
-                self._with_importance(lambda importance: self._prune_to(importance, fraction))
-
-        self.push_screen(PruneToScreen(), chosen)
-
-    def _prune_to(self, importance, fraction: float) -> None:
-        total = self.mask.num_layers * self.mask.num_heads
-        heads = importance.least_important(round(fraction * total))
-        self.notify(f"masked the {len(heads)} least important heads ({fraction:.0%}) for {importance.objective}", timeout=4)
-        self._set_mask(HeadMask(self.mask.num_layers, self.mask.num_heads, frozenset(heads)))
-
-    def action_pruning_curve(self) -> None:
-        """`C`: the objective as ever more of the least important heads are removed; Enter there masks the prunable set."""
-
-        def open_screen(importance) -> None:
-            panel = self.query_one(ObjectivePanel)
-            screen = PruningCurveScreen(self.backend, importance.objective, panel.sentences, importance, self.state.ablation, self.kept)
-            self.push_screen(screen, self._apply_curve_mask)
-
-        self._with_importance(open_screen)
-
-    def _apply_curve_mask(self, spec: str | None) -> None:
-        if spec is not None:
-            self._set_mask(HeadMask.parse(spec, self.mask.num_layers, self.mask.num_heads))
-
-    def _open_head(self, chosen: tuple[int, int] | None) -> None:
-        if chosen is not None:
-            self.state = self.state.with_(layer=chosen[0], head=chosen[1], view="head")
-            self._repaint()
-            self._save_state()
-
-    def action_focus_sentence(self) -> None:
-        self.screen.remove_class("-zoomed")  # the box is hidden while the heatmap is zoomed
-        self.query_one("#sentence", Input).focus()
+        self.save_state()
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
-    def action_next_attribution(self) -> None:
-        """Shade the sentence's tokens by another attribution method, or switch it off (the row says which)."""
-        if self.query_one(AttributionRow).next_method() is None:
-            self.notify("attribution off: b switches it on", timeout=2)
-
-    def action_next_attribution_target(self) -> None:
-        """Explain another decision: the MLM guess, the class, or a probe's decision (the row says which)."""
-        row = self.query_one(AttributionRow)
-        row.next_target()
-        if row.method is None:
-            self.notify(f"attribution will explain the {row.describe_target()}; b switches it on", timeout=3)
-
-    def action_cancel(self) -> None:
-        """Escape: leave the sentence box first; then cancel what is running."""
-        if leave_input(self.screen):
-            return
-        if self.query_one(AttributionRow).cancel():
-            self.notify("attribution cancelled", timeout=3)
-        if self.analysing.cancel():
-            self._set_busy(False)
-            self.notify("cancelled; showing the last finished result", timeout=3)
-
-    def action_export(self) -> None:
-        if self.analysis is None:
-            self.notify("nothing to export yet", severity="warning")
-            return
-        shown = self._displayed_matrix()
-        if shown is None:
-            self.notify(f"layer {self.state.layer}'s maps are still being computed; export once they show", severity="warning")
-            return
-        weights, _, _ = shown
-        tokens = list(self.analysis.current.tokens)
-        head = None if self.state.view == "average" else self.state.head
-        try:
-            svg_path, csv_path = export_view(
-                self.export_dir,
-                svg=self.export_screenshot(),
-                matrix=weights,
-                row_labels=tokens,
-                col_labels=tokens,
-                layer=self.state.layer,
-                head=head,
-                view=self.state.view,
-                norms=self._norms_shown(),
-            )
-        except BertscopeError as error:
-            self.notify(str(error), severity="error", timeout=10)
-            return
-        self.notify(f"saved {svg_path}\nand {csv_path}", title="exported", timeout=8)
-
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        yield SystemCommand("Toggle head", "Switch the selected head off or on", self.query_one(HeadGrid).action_toggle_head)
-        yield SystemCommand("Toggle layer", "Switch the selected head's layer off or on", self.query_one(HeadGrid).action_toggle_layer)
-        yield SystemCommand("Unmask all", "Switch every head back on", self.action_clear_mask)
-        yield SystemCommand("Switch ablation", "zero (Michel et al.) or uniform (Kovaleva et al.)", self.action_toggle_ablation)
-        yield SystemCommand("Next figure", "Shade the grid by another per-head figure", self.action_next_figure)
-        yield SystemCommand("Switch view", "One head, or the average over the layer's heads", self.action_next_view)
-        yield SystemCommand("Zoom heatmap", "The heatmap alone on the screen, and back", self.action_zoom)
-        yield SystemCommand("Colour scale", "Heatmap colours: max, row, fixed 0–1, log", self.action_next_scale)
-        yield SystemCommand(
-            "Weights or norms", "Heatmap of attention weights, or of value-weighted norms ‖α f(x)‖", self.action_toggle_norms
-        )
-        yield SystemCommand("Dense heatmap", "Two query rows a line (half blocks), or one", self.action_toggle_dense)
-        yield SystemCommand("Export view", "Save the screen as SVG and the matrix as CSV", self.action_export)
-        yield SystemCommand("Overview", "Patterns and statistics of every head over a corpus", self.action_overview)
-        yield SystemCommand("Probing", "What each layer knows: probes per layer, several tasks side by side", self.action_probing)
-        yield SystemCommand(
-            "Attribution method",
-            "Shade the tokens by gradient, gradient × input, integrated gradients, rollout, or off",
-            self.action_next_attribution,
-        )
-        yield SystemCommand(
-            "Attribution target", "Explain the MLM guess, the class, or a probe's decision", self.action_next_attribution_target
-        )
-        yield SystemCommand("Head importance", "Shade the grid by each head's importance for the model's objective", self.action_importance)
-        yield SystemCommand("Prune to X%", "Switch off the least important X% of the heads", self.action_prune_to)
-        yield SystemCommand(
-            "Pruning curve", "The objective as ever more of the least important heads are removed", self.action_pruning_curve
-        )
-        yield SystemCommand("Geometry", "PCA scatter per layer, CKA layer × layer, intrinsic dimension over a corpus", self.action_geometry)
-        yield SystemCommand("Compare models", "Attention cosine per head and CKA per layer against a model B", self.action_compare)
-        yield SystemCommand("Cancel", "Cancel the computation in progress", self.action_cancel)
+        yield from self.main_screen.system_commands()
         yield SystemCommand("Keys", "Show every key", self.action_help)
 
     # the session file
 
-    def _save_state(self) -> None:
+    def save_state(self) -> None:
         if self.session_file is None:
             return
         try:
@@ -880,14 +166,4 @@ class ExplorerApp(App[None]):
             self.notify(str(error), title="session not saved", severity="error", timeout=10)
 
     def on_unmount(self) -> None:
-        self._save_state()
-
-
-def layer_maps_of(backend: Backend, analysis: Analysis, layer: int) -> LayerMaps:
-    """One layer's maps of a long input (in a worker): under the mask, and before it where a head of the layer is off."""
-    current = analysis.current
-    weights, norms = backend.layer_maps(current.encoding, layer, mask=current.mask, ablation=current.ablation, start_from=current)
-    plain_weights = plain_norms = None
-    if any(current.mask.is_masked(layer, head) for head in range(backend.num_heads)):
-        plain_weights, plain_norms = backend.layer_maps(current.encoding, layer, start_from=analysis.plain)
-    return LayerMaps(weights, norms, plain_weights, plain_norms)
+        self.save_state()
