@@ -129,15 +129,8 @@ class ComparisonScreen(CorpusRunScreen):
         self.query_one("#compare-charts", Static).update(Group(*parts))
 
     def on_head_grid_selected(self, message: HeadGrid.Selected) -> None:
-        message.stop()
         self.selected = (message.layer, message.head)
         self.draw()
-
-    def on_head_grid_toggled(self, message: HeadGrid.Toggled) -> None:
-        message.stop()
-
-    def on_head_grid_layer_toggled(self, message: HeadGrid.LayerToggled) -> None:
-        message.stop()
 
     def action_open_head(self) -> None:
         self.job.cancel()

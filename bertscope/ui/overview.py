@@ -312,15 +312,8 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
     # what the user does
 
     def on_head_grid_selected(self, message: HeadGrid.Selected) -> None:
-        message.stop()
         self.selected = (message.layer, message.head)
         self._draw()
-
-    def on_head_grid_toggled(self, message: HeadGrid.Toggled) -> None:
-        message.stop()  # masks are set in the explorer; here heads are only chosen
-
-    def on_head_grid_layer_toggled(self, message: HeadGrid.LayerToggled) -> None:
-        message.stop()
 
     def action_toggle_norms(self) -> None:
         """`n`: the shares of value-weighted norms ‖αf‖ instead of the weights (grid, head, per layer), and back."""

@@ -399,7 +399,6 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
     # drawing
 
     def on_head_grid_selected(self, message) -> None:
-        message.stop()
         self.selected = (message.layer, message.head)
         self.draw()
 
