@@ -79,11 +79,9 @@ class CorpusRunScreen(Screen[tuple[int, int] | None]):
         self.result = progress.result
         self.kept.runs[self.name_kept] = KeptRun(*self._run_on, self.result, self.keep_view())
         bar.update(total=1, progress=1)
-        self.query_one(".progress-text", Static).update(self.done_text())
+        self.query_one(".progress-text", Static).update(self.done_text())  # the result's notes come with the step (JobRun)
         if self._read.skipped:
             self.notify(self._read.summary(), severity="warning", timeout=10)
-        for note in getattr(self.result, "notes", ()):
-            self.notify(note, timeout=6)
         self.draw()
 
     def failed(self, reason: str) -> None:

@@ -146,9 +146,7 @@ class ProbingScreen(Screen[None]):
         if not progress.finished:
             self.query_one("#probe-status", Static).update(f"{title}: {progress.stage}")
             return
-        report = self.reports[title] = progress.result
-        for note in report.notes:
-            self.notify(note, timeout=6)
+        report = self.reports[title] = progress.result  # its notes come as notifications with the step (JobRun)
         self.query_one("#probe-status", Static).update(f"{title}: done, best layer {report.best_layer}")
         self._draw()
 
