@@ -455,7 +455,7 @@ def test_overview_runs_over_a_corpus_and_opens_a_head(tmp_path):
     async def steps(pilot):
         screen = await overview_of(pilot, corpus)
         assert screen.result.sentences == 7 and not screen.running
-        assert "7 sentences · done" in str(screen.query_one("#progress-text").content)
+        assert "7 sentences · done" in str(screen.query_one(".progress-text").content)
         grid = screen.query_one(PatternGrid)
         assert grid.classes_of[1, 2] == 3  # the fake's head (l, h) is class (l + h) % 5
         await pilot.press("down", "right", "right")
@@ -491,7 +491,7 @@ def test_overview_run_can_be_cancelled(tmp_path):
         await settle(pilot)
         assert not screen.running and isinstance(app.screen, OverviewScreen)
         assert 0 < screen.result.sentences < 100
-        assert "cancelled" in str(screen.query_one("#progress-text").content)
+        assert "cancelled" in str(screen.query_one(".progress-text").content)
         await pilot.press("escape")  # now it goes back
         await pilot.pause()
         assert not isinstance(app.screen, OverviewScreen)
@@ -512,7 +512,7 @@ def test_overview_with_a_bad_corpus(tmp_path):
         await screen.query_one("#corpus").action_submit()
         await settle(pilot)
         assert any("UTF-8" in n.message for n in app._notifications)
-        assert "stopped" in str(screen.query_one("#progress-text").content)
+        assert "stopped" in str(screen.query_one(".progress-text").content)
 
     run(app, steps)
 

@@ -196,7 +196,7 @@ def test_corpus_results_are_kept_across_screens(tmp_path):
         screen = await open_screen(pilot, "o")
         assert screen.result is first and not screen.running  # not run again
         assert screen.query_one("#corpus").value == str(corpus)
-        assert "kept from before" in rendered(screen.query_one("#progress-text"))
+        assert "kept from before" in rendered(screen.query_one(".progress-text"))
         assert screen.query_one(PatternGrid).classes_of is not None and len(app.fake.calls) == forwards
         await pilot.press("escape")
 

@@ -97,7 +97,7 @@ class ComparisonScreen(CorpusRunScreen):
         self.query_one(PatternGrid).focus()
 
         def analyse(sentences, cancel):
-            return self.backend.compare(other, sentences, cancel=cancel)
+            return self.backend.compare(other, list(sentences), cancel=cancel)
 
         self.run_on_corpus(f"loading {other}…", path, analyse, f"{other}\n{path}")
 

@@ -1,26 +1,33 @@
 """The shared shape of a screen that runs one analysis over a corpus: a corpus field, a worker with a progress bar,
 escape to cancel (then to leave), the finished run kept on the app and shown again when the screen comes back, and `e`
-to save the screen with the result's numbers. The geometry and comparison screens are built on it."""
+to save the screen with the result's numbers. The overview, geometry and comparison screens are built on it."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from threading import Event
 
 from textual.screen import Screen
 from textual.widgets import ProgressBar, Static
 
 from bertscope.api import built_in_treebank, corpus
-from bertscope.core.data.corpus import ReadReport
+from bertscope.core.data.corpus import ReadReport, Sentence
 from bertscope.core.progress import Progress
 from bertscope.ui.export import json_text, save_screen
 from bertscope.ui.focus import leave_input
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
 
+Analyse = Callable[[Iterable[Sentence], Event], Iterable[Progress]]  # the sentences as they are read, the cancel event
+
 
 class CorpusRunScreen(Screen[tuple[int, int] | None]):
-    """What both screens share: a corpus field, a worker with progress, escape to cancel, then back.
+    """What the corpus screens share: a corpus field, a worker with progress, escape to cancel, then back.
 
     A finished run is kept on the app under `name_kept` (ui.kept) and shown again when the screen
-    comes back; `e` saves the screen and `export_data()`.
+    comes back; `e` saves the screen and `export_data()`. An analysis whose result fills in as the
+    corpus streams (`Progress.partial`) is drawn at every step. The lines under the bar are the
+    screen's own (`step_text`, `done_text`, `kept_text`, `cancelled_text`).
     """
 
     name_kept = ""
@@ -38,13 +45,17 @@ class CorpusRunScreen(Screen[tuple[int, int] | None]):
     def running(self) -> bool:
         return self.job.running
 
+    def say(self, line: str) -> None:
+        """The line beside the progress bar."""
+        self.query_one(".progress-text", Static).update(line)
+
     def restore(self) -> KeptRun | None:
         """Show the kept run, if there is one, and return it."""
         kept = self.kept.runs.get(self.name_kept)
         if kept is not None:
             self.result = kept.result
             self.query_one(ProgressBar).update(total=1, progress=1)
-            self.query_one(".progress-text", Static).update(f"{self.done_text()} · kept from before (r runs again)")
+            self.say(self.kept_text(kept))
             self.call_after_refresh(self.draw)
         return kept
 
@@ -52,40 +63,44 @@ class CorpusRunScreen(Screen[tuple[int, int] | None]):
         """What of the screen's view to keep with the result (overridden)."""
         return {}
 
-    def run_on_corpus(self, describe: str, path: str, analyse, data: str = "", mask: str = "", ablation: str = "") -> None:
+    def run_on_corpus(self, describe: str, path: str, analyse: Analyse, data: str = "", mask: str = "", ablation: str = "") -> None:
         """Read the corpus at `path` (empty: the built-in treebank), then run `analyse(sentences, cancel)` on it.
 
-        `data`, `mask` and `ablation` say what the run is on, to keep with its result.
+        The sentences are read as the analysis takes them. `data`, `mask` and `ablation` say what
+        the run is on, to keep with its result.
         """
         self._run_on = (data, mask, ablation)
         self._read = ReadReport()
-        self.query_one(".progress-text", Static).update(describe)
+        self.say(describe)
         self.query_one(ProgressBar).update(total=None, progress=0)
 
-        def job(cancel):
+        def job(cancel: Event) -> Iterable[Progress]:
             chosen = corpus(data=path) if path else built_in_treebank(self.treebank_sentences)
             self._read = chosen.report  # filled as the sentences are read
-            return analyse(list(chosen.sentences), cancel)
+            return analyse(chosen.sentences, cancel)
 
         self.job.start(job)
 
     def stepped(self, progress: Progress) -> None:
         bar = self.query_one(ProgressBar)
         if not progress.finished:
-            total = f" of {progress.total:,}" if progress.total else ""
-            self.query_one(".progress-text", Static).update(f"{progress.stage}: {progress.done:,}{total} · escape cancels")
+            if progress.partial is not None:  # what the run has found so far
+                self.result = progress.partial
+            self.say(self.step_text(progress))
             bar.update(total=progress.total, progress=progress.done)
+            if progress.partial is not None:
+                self.draw()
             return
         self.result = progress.result
         self.kept.runs[self.name_kept] = KeptRun(*self._run_on, self.result, self.keep_view())
         bar.update(total=1, progress=1)
-        self.query_one(".progress-text", Static).update(self.done_text())  # the result's notes come with the step (JobRun)
+        self.say(self.done_text())  # the result's notes come with the step (JobRun)
         if self._read.skipped:
             self.notify(self._read.summary(), severity="warning", timeout=10)
         self.draw()
 
     def failed(self, reason: str) -> None:
-        self.query_one(".progress-text", Static).update("stopped: " + reason)
+        self.say("stopped: " + reason)
 
     def on_screen_suspend(self) -> None:
         kept = self.kept.runs.get(self.name_kept)
@@ -101,16 +116,30 @@ class CorpusRunScreen(Screen[tuple[int, int] | None]):
     def export_data(self) -> dict:
         raise NotImplementedError
 
+    def cancel_run(self) -> bool:
+        """Stop the run under way; True when one was running."""
+        return self.job.cancel()
+
     def action_back(self) -> None:
         if leave_input(self):
             return
-        if self.job.cancel():
-            self.query_one(".progress-text", Static).update("cancelled (r runs again)")
+        if self.cancel_run():
+            self.say(self.cancelled_text())
             return
         self.dismiss(None)
 
+    def step_text(self, progress: Progress) -> str:
+        total = f" of {progress.total:,}" if progress.total else ""
+        return f"{progress.stage}: {progress.done:,}{total} · escape cancels"
+
     def done_text(self) -> str:
         raise NotImplementedError
+
+    def kept_text(self, kept: KeptRun) -> str:
+        return f"{self.done_text()} · kept from before (r runs again)"
+
+    def cancelled_text(self) -> str:
+        return "cancelled (r runs again)"
 
     def draw(self) -> None:
         raise NotImplementedError

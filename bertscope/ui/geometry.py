@@ -93,7 +93,7 @@ class GeometryScreen(CorpusRunScreen):
         mask = self.mask if len(self.mask) else None
 
         def analyse(sentences, cancel):
-            return self.backend.geometry(sentences, mask=mask, ablation=self.ablation, cancel=cancel)
+            return self.backend.geometry(list(sentences), mask=mask, ablation=self.ablation, cancel=cancel)
 
         describe = f"reading {path}…" if path else f"generating a treebank of {TREEBANK_SENTENCES:,} sentences…"
         self.run_on_corpus(describe, path, analyse, path, self.mask.spec(), self.ablation)

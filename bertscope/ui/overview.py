@@ -21,19 +21,18 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Input, ProgressBar, Static
 
-from bertscope.api import corpus, treebank
+from bertscope.api import treebank
 from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
-from bertscope.core.data.corpus import ReadReport, detect_format, sample_corpus
+from bertscope.core.data.corpus import detect_format, sample_corpus
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import NORM_SHARES, PATTERNS, STATISTICS, PatternResult
 from bertscope.core.progress import Progress
 from bertscope.render.patterns import layer_bars, layer_pattern_table
 from bertscope.render.syntax import syntax_table
+from bertscope.ui.corpus_screen import CorpusRunScreen
 from bertscope.ui.export import csv_text, save_screen
-from bertscope.ui.focus import leave_input
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
@@ -81,9 +80,11 @@ def layer_numbers(values: dict[str, np.ndarray]) -> Table:
     return table
 
 
-class OverviewScreen(Screen[tuple[int, int] | None]):
-    """`o` in the explorer: patterns and statistics of every head over a corpus."""
+class OverviewScreen(CorpusRunScreen):
+    """`o` in the explorer: patterns and statistics of every head over a corpus, and the heads that track syntax beside
+    them when the corpus is a treebank."""
 
+    name_kept = "overview"
     AUTO_FOCUS = "#overview-grid"
     BINDINGS = [
         Binding("escape", "back", "back / cancel"),
@@ -100,8 +101,8 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
     DEFAULT_CSS = """
     OverviewScreen #corpus-row { height: auto; }
     OverviewScreen #corpus { width: 1fr; }
-    OverviewScreen #progress-line { height: auto; padding: 0 1; }
-    OverviewScreen #progress-text { padding-left: 2; width: 1fr; }
+    OverviewScreen .progress-line { height: auto; padding: 0 1; }
+    OverviewScreen .progress-text { padding-left: 2; width: 1fr; }
     OverviewScreen #overview-body { height: 1fr; }
     OverviewScreen #overview-left { width: auto; min-width: 36; height: 1fr; }
     OverviewScreen #charts { width: 1fr; min-width: 30; }
@@ -120,32 +121,25 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         selected: tuple[int, int],
         kept: KeptResults | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(kept)
         self.backend, self.mask, self.ablation = backend, mask, ablation
-        self.kept = kept if kept is not None else KeptResults()
         self.colormap, self.glyphs = colormap, glyphs
         self.selected = selected
         self.shading = "pattern"
         self.norms = False  # the shares of value-weighted norms ‖αf‖ (Kobayashi et al.) instead of the weights
         self.result: PatternResult | None = None
-        self.job = JobRun(self, self.patterns_stepped, name="patterns", on_failed=self.patterns_failed)
         self.syntax: SyntaxResult | None = None  # heads that track syntax, for a CoNLL-U corpus
         self.relation: str | None = None
         self.direction = DIRECTIONS[0]
         self.syntax_job = JobRun(self, self.syntax_stepped, name="syntax", title="syntactic heads")
         self._path = ""  # the corpus of the run under way
-        self._read = ReadReport()  # what reading it skipped
-
-    @property
-    def running(self) -> bool:
-        return self.job.running
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="corpus-row"):
             yield Input(str(sample_corpus()), placeholder="a corpus file (text, CoNLL-U or SentEval), then Enter", id="corpus")
-        with Horizontal(id="progress-line"):
-            yield ProgressBar(total=None, show_eta=False, show_percentage=False, id="progress")
-            yield Static("", id="progress-text")
+        with Horizontal(classes="progress-line"):
+            yield ProgressBar(total=None, show_eta=False, show_percentage=False)
+            yield Static("", classes="progress-text")
         with Horizontal(id="overview-body"):
             with VerticalScroll(id="overview-left", can_focus=False):
                 yield PatternGrid(self.colormap, id="overview-grid")
@@ -158,21 +152,16 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         grid.border_title = "heads over the corpus"
         grid.set_shape(self.backend.num_layers, self.backend.num_heads)
         grid.restyle(self.colormap, self.glyphs)
-        kept = self.kept.runs.get("overview")
+        kept = self.kept.runs.get(self.name_kept)
         if kept is None:
             self.action_run()
             return
         self.query_one("#corpus", Input).value = kept.data
-        self.result = kept.result
         kept_syntax = self.kept.runs.get("overview-syntax")
         if kept_syntax is not None and kept_syntax.data == kept.data:
             self.syntax = kept_syntax.result
             self.relation = kept_relation(self.syntax, None)
-        self.query_one(ProgressBar).update(total=1, progress=1)
-        self.query_one("#progress-text", Static).update(
-            f"{kept.result.sentences:,} sentences · kept from before (r runs again){kept.mask_note()}"
-        )
-        self._draw()
+        self.restore()
 
     # running
 
@@ -181,16 +170,11 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         if not path:
             self.notify("give a corpus file, then Enter", severity="warning")
             return
-        self._read = ReadReport()
-        self.query_one("#progress-text", Static).update(f"reading {path}…")
-        self.query_one(ProgressBar).update(total=None, progress=0)
 
-        def job(cancel):
-            chosen = corpus(data=path)  # read as the run goes
-            self._read = chosen.report
-            return self.backend.attention_patterns(chosen.sentences, mask=self.mask, ablation=self.ablation, norms=True, cancel=cancel)
+        def analyse(sentences, cancel):
+            return self.backend.attention_patterns(sentences, mask=self.mask, ablation=self.ablation, norms=True, cancel=cancel)
 
-        self.job.start(job)
+        self.run_on_corpus(f"reading {path}…", path, analyse, path, self.mask.spec(), self.ablation)
         self._run_syntax(path)
 
     def _run_syntax(self, path: str) -> None:
@@ -216,33 +200,38 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         self.relation = kept_relation(self.syntax, self.relation)
         if progress.finished:
             self.kept.runs["overview-syntax"] = KeptRun(self._path, self.mask.spec(), self.ablation, progress.result)
-        self._draw()
+        self.draw()
 
     @on(Input.Submitted, "#corpus")
     def corpus_submitted(self) -> None:
         self.query_one(PatternGrid).focus()
         self.action_run()
 
-    def patterns_stepped(self, progress: Progress[PatternResult]) -> None:
-        """The statistics so far after each batch; the last step's are the result."""
-        self.result = result = progress.partial
-        state = "done" if progress.finished else "running (escape cancels)"
-        truncated = f" · {result.truncated:,} tokens cut" if result.truncated else ""
-        mask = f" · mask {self.mask.spec()} ({self.ablation})" if len(self.mask) else ""
-        self.query_one("#progress-text", Static).update(f"{progress.done:,} sentences · {state}{truncated}{mask}")
-        if progress.finished:
-            self.query_one(ProgressBar).update(total=1, progress=1)
-            self.kept.runs["overview"] = KeptRun(self._path, self.mask.spec(), self.ablation, progress.result)
-            if self._read.skipped:  # the corpus has been read to its end
-                self.notify(self._read.summary(), severity="warning", timeout=10)
-        self._draw()
+    def step_text(self, progress: Progress) -> str:
+        return self._run_text(progress.done, "running (escape cancels)")
 
-    def patterns_failed(self, reason: str) -> None:
-        self.query_one("#progress-text", Static).update("stopped: " + reason)
+    def done_text(self) -> str:
+        return self._run_text(self.result.sentences, "done")
+
+    def _run_text(self, sentences: int, state: str) -> str:
+        truncated = f" · {self.result.truncated:,} tokens cut" if self.result.truncated else ""
+        mask = f" · mask {self.mask.spec()} ({self.ablation})" if len(self.mask) else ""
+        return f"{sentences:,} sentences · {state}{truncated}{mask}"
+
+    def kept_text(self, kept: KeptRun) -> str:
+        return f"{kept.result.sentences:,} sentences · kept from before (r runs again){kept.mask_note()}"
+
+    def cancelled_text(self) -> str:
+        done = self.result.sentences if self.result is not None else 0
+        return f"cancelled after {done:,} sentences (r runs again)"
+
+    def cancel_run(self) -> bool:
+        self.syntax_job.cancel()
+        return super().cancel_run()
 
     # drawing
 
-    def _draw(self) -> None:
+    def draw(self) -> None:
         result = self.result
         if result is None:
             return
@@ -301,7 +290,7 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         return name.replace("attn", "‖αf‖", 1) if self._shown(statistic) != statistic else name
 
     def on_resize(self) -> None:
-        self._draw()
+        self.draw()
 
     def _class_colours(self) -> dict[str, str]:
         theme = self.app.current_theme
@@ -313,7 +302,7 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
 
     def on_head_grid_selected(self, message: HeadGrid.Selected) -> None:
         self.selected = (message.layer, message.head)
-        self._draw()
+        self.draw()
 
     def action_toggle_norms(self) -> None:
         """`n`: the shares of value-weighted norms ‖αf‖ instead of the weights (grid, head, per layer), and back."""
@@ -322,12 +311,12 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
             return
         self.norms = not self.norms
         self.query_one(PatternGrid).border_title = "heads over the corpus" + (" · ‖αf‖ norms" if self.norms else "")
-        self._draw()
+        self.draw()
 
     def action_next_shading(self) -> None:
         shadings = SHADINGS + ((SYNTAX_FIGURE,) if self.syntax is not None and self.relation is not None else ())
         self.shading = shadings[(shadings.index(self.shading) + 1) % len(shadings)] if self.shading in shadings else "pattern"
-        self._draw()
+        self.draw()
 
     def action_syntax_relation(self) -> None:
         """`y`: shade the grid by the heads that track a relation, or go on to the next relation."""
@@ -337,24 +326,23 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         if self.shading == SYNTAX_FIGURE:
             self.relation = next_relation(self.syntax, self.relation)
         self.shading = SYNTAX_FIGURE
-        self._draw()
+        self.draw()
 
     def action_syntax_direction(self) -> None:
         """`Y`: dependent→head or head→dependent."""
         if self.syntax is not None:
             self.direction = DIRECTIONS[(DIRECTIONS.index(self.direction) + 1) % len(DIRECTIONS)]
-            self._draw()
+            self.draw()
 
     def action_open_head(self) -> None:
-        self.job.cancel()
-        self.syntax_job.cancel()
+        self.cancel_run()
         self.dismiss(self.selected)
 
     def action_focus_corpus(self) -> None:
         self.query_one("#corpus", Input).focus()
 
     def action_export(self) -> None:
-        save_screen(self.app, "overview", self.table(), ".csv")
+        save_screen(self.app, self.name_kept, self.table(), ".csv")
 
     def table(self) -> str | None:
         """The per-head table: dominant pattern, the share of each pattern, every statistic (the shares of norm too)."""
@@ -362,13 +350,3 @@ class OverviewScreen(Screen[tuple[int, int] | None]):
         if result is None:
             return None
         return csv_text(*result.head_table())
-
-    def action_back(self) -> None:
-        if leave_input(self):
-            return
-        self.syntax_job.cancel()
-        if self.job.cancel():
-            done = self.result.sentences if self.result is not None else 0
-            self.query_one("#progress-text", Static).update(f"cancelled after {done:,} sentences (r runs again)")
-            return
-        self.dismiss(None)
