@@ -581,10 +581,16 @@ class MainScreen(Screen[None]):
 
     # the other screens, opened over this one
 
-    def action_overview(self) -> None:
-        """All heads over a corpus; the head chosen there opens here."""
+    def _model_ready(self) -> bool:
+        """Whether the model has loaded; if not, say so."""
         if self.backend is None or self.mask is None:
             self.notify("the model is still loading", severity="warning")
+            return False
+        return True
+
+    def action_overview(self) -> None:
+        """All heads over a corpus; the head chosen there opens here."""
+        if not self._model_ready():
             return
         explorer, selected = self.explorer, (self.state.layer, self.state.head)
         screen = OverviewScreen(self.backend, self.mask, self.state.ablation, explorer.colormap(), explorer.glyphs, selected, explorer.kept)
@@ -592,15 +598,13 @@ class MainScreen(Screen[None]):
 
     def action_probing(self) -> None:
         """What each layer knows; `m` there re-scores under this explorer's mask."""
-        if self.backend is None or self.mask is None:
-            self.notify("the model is still loading", severity="warning")
+        if not self._model_ready():
             return
         self.app.push_screen(ProbingScreen(self.backend, self.mask, self.state.ablation, self.explorer.kept))
 
     def action_geometry(self) -> None:
         """Representation geometry per layer over a corpus: PCA scatter, CKA, intrinsic dimension."""
-        if self.backend is None or self.mask is None:
-            self.notify("the model is still loading", severity="warning")
+        if not self._model_ready():
             return
         explorer = self.explorer
         screen = GeometryScreen(self.backend, self.mask, self.state.ablation, explorer.colormap(), explorer.glyphs, explorer.kept)
@@ -608,8 +612,7 @@ class MainScreen(Screen[None]):
 
     def action_compare(self) -> None:
         """This model against a model B with the same tokenizer; the head chosen there opens here."""
-        if self.backend is None or self.mask is None:
-            self.notify("the model is still loading", severity="warning")
+        if not self._model_ready():
             return
         explorer = self.explorer
         screen = ComparisonScreen(self.backend, explorer.colormap(), explorer.glyphs, (self.state.layer, self.state.head), explorer.kept)
@@ -617,8 +620,7 @@ class MainScreen(Screen[None]):
 
     def action_patching(self) -> None:
         """Activation patching between this sentence and a corrupted one; the head chosen there opens here."""
-        if self.backend is None or self.mask is None:
-            self.notify("the model is still loading", severity="warning")
+        if not self._model_ready():
             return
         if len(self.mask):
             self.notify(f"patching runs the whole model: the mask here ({self.mask.spec()}) does not apply there", timeout=5)
@@ -644,8 +646,7 @@ class MainScreen(Screen[None]):
 
     def _with_importance(self, then: Callable) -> None:
         """Call `then(importance)` once head importance is known, estimating it first if needed."""
-        if self.backend is None or self.mask is None:
-            self.notify("the model is still loading", severity="warning")
+        if not self._model_ready():
             return
         self.query_one(ObjectivePanel).with_importance(then, self.mask, self.state.ablation)
 
@@ -668,8 +669,7 @@ class MainScreen(Screen[None]):
 
     def action_prune_to(self) -> None:
         """`P`: switch off the least important X% of the heads."""
-        if self.backend is None or self.mask is None:
-            self.notify("the model is still loading", severity="warning")
+        if not self._model_ready():
             return
 
         def chosen(fraction: float | None) -> None:
