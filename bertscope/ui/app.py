@@ -19,7 +19,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from bertscope.core.errors import BertscopeError
-from bertscope.theming import DEFAULT_THEME, load_theme
+from bertscope.theming import DEFAULT_THEME, Colormap, load_theme
 from bertscope.ui.backend import Backend
 from bertscope.ui.help import HelpScreen
 from bertscope.ui.kept import KeptResults
@@ -104,7 +104,7 @@ class ExplorerApp(App[None]):
             self.notify(note, severity="warning", timeout=8)
         self.load_model()
 
-    def colormap(self):
+    def colormap(self) -> Colormap:
         """The heatmap's colours in the theme shown."""
         return heatmap_for(self.theme, self.current_theme.dark, self.theme_specs)
 

@@ -20,7 +20,7 @@ from bertscope.core.analyses.attribution_results import Attribution, Target
 from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryResult
 from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
 from bertscope.core.analyses.patching_results import PatchingResult
-from bertscope.core.analyses.probing_results import ProbeReport
+from bertscope.core.analyses.probing_results import ProbeKind, ProbeReport
 from bertscope.core.analyses.syntax_results import SyntaxResult
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo, PatternResult
@@ -124,7 +124,7 @@ class Backend(Protocol):
         *,
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
-        kind: str = "linear",
+        kind: ProbeKind = "linear",
         cancel: threading.Event | None = None,
     ) -> Iterator[Progress[ProbeReport]]:
         """Without `dev` and `test`, they are split off `train` (or taken from its sentences' own split)."""

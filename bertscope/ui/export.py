@@ -12,11 +12,15 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 
 from bertscope.core.data.files import atomic_write
 from bertscope.core.errors import BertscopeError, InputError
+
+if TYPE_CHECKING:
+    from textual.app import App
 
 
 def unique_path(directory: str | Path, stem: str, suffix: str) -> Path:
@@ -159,13 +163,17 @@ def _write_bytes(path: str | Path, data: bytes) -> Path:
     return target
 
 
-def save_screen(app, name: str, data: str | None, suffix: str) -> tuple[Path, Path] | None:
+class _Exporting(Protocol):
+    export_dir: Path  # where `e` writes (ui.app)
+
+
+def save_screen(app: App[object], name: str, data: str | None, suffix: str) -> tuple[Path, Path] | None:
     """`e` on a screen: write its SVG and data into the app's export dir and say where (or why not)."""
     if data is None:
         app.notify("nothing to export yet: wait for the result", severity="warning")
         return None
     try:
-        paths = export_screen(app.export_dir, name, svg=app.export_screenshot(), data=data, suffix=suffix)
+        paths = export_screen(cast(_Exporting, app).export_dir, name, svg=app.export_screenshot(), data=data, suffix=suffix)
     except BertscopeError as error:
         app.notify(str(error), severity="error", timeout=10)
         return None

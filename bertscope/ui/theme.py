@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from textual.theme import Theme
 
 from bertscope.theming import Colormap, ThemeSpec, available_themes, load_theme
 
 
 def textual_theme(spec: ThemeSpec) -> Theme:
-    return Theme(name=spec.name, dark=spec.dark, **spec.app_colours())
+    colours = cast(dict[str, Any], spec.app_colours())  # colour names only, never `dark` or another non-str field
+    return Theme(name=spec.name, dark=spec.dark, **colours)
 
 
 def load_all_themes() -> tuple[dict[str, ThemeSpec], list[str]]:

@@ -10,6 +10,8 @@ the next change, so a 512-token map repaints as quickly as a short one.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -121,6 +123,7 @@ class AttentionView(ScrollView, can_focus=True):
     def _rebuild(self) -> None:
         """Lay the map out for the pane's present size and draw its fixed parts."""
         request, weights = self._request, self.weights
+        assert weights is not None  # called once a map is shown
         tokens = request["tokens"]
         rows, cols = weights.shape
         width, height = self._pane_size()
@@ -211,6 +214,7 @@ class AttentionView(ScrollView, can_focus=True):
         lines = [str(self.border_title)] + [strip.text.rstrip() for strip in self._header]
         lines += [" " * self.map_layout.gutter_width + strip.text.rstrip() for strip in self._labels]
         lines += [self._grid_strip(index).text.rstrip() for index in range(self.map_layout.lines)]
+        assert self._legend is not None  # drawn with the layout
         lines.append(self._legend.text.rstrip())
         return "\n".join(lines)
 
@@ -237,6 +241,7 @@ class AttentionView(ScrollView, can_focus=True):
             grid = line.crop(gutter + scroll_x, gutter + scroll_x + width - gutter)
             return Strip.join([line.crop(0, gutter), grid]).crop_extend(0, width, base)
         if y == shown:
+            assert self._legend is not None  # drawn with the layout
             return self._legend.crop_extend(0, width, base)
         return Strip.blank(width, base)
 
@@ -245,7 +250,8 @@ class AttentionView(ScrollView, can_focus=True):
         strip = self._lines.get(index)
         if strip is None:
             layout, base = self.map_layout, self._base
-            grid = layout.grid(index)
+            assert layout is not None  # grid lines exist only under a layout
+            grid: Iterable[Segment] = layout.grid(index)
             if not layout.use_colour or index == layout.lines - 1:  # glyphs, or a dense line with an empty half
                 grid = Segment.apply_style(grid, base)
             # one Strip (each costs its caches), its length known (Rich need not measure the "▀"s)
@@ -283,6 +289,7 @@ class AttentionView(ScrollView, can_focus=True):
             return
         row = line * layout.rows_per_line
         col = x // layout.cell_width
+        assert self.weights is not None  # laid out from them
         if row < self.weights.shape[0] and 0 <= col < self.weights.shape[1]:
             self._move_to(row, col)
 

@@ -14,6 +14,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
 from textual.events import Click
+from textual.geometry import Size
 from textual.message import Message
 from textual.widget import Widget
 
@@ -111,10 +112,10 @@ class HeadGrid(Widget, can_focus=True):
 
     # drawing
 
-    def get_content_width(self, container, viewport) -> int:
+    def get_content_width(self, container: Size, viewport: Size) -> int:
         return self._width()
 
-    def get_content_height(self, container, viewport, width) -> int:
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return self.num_layers + 3 if self.num_layers else 1
 
     def render(self) -> Text:
@@ -167,6 +168,7 @@ class HeadGrid(Widget, can_focus=True):
     def _append_range(self, text: Text) -> None:
         """The selected head's value, and the range the shades span: low end, colour bar (or glyphs), high end."""
         layer, head = self.selected
+        assert self.values is not None  # drawn only under values
         if self.mask is not None and self.mask.is_masked(layer, head):
             value = f"{layer}:{head} off"
         else:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 from rich.bar import Bar
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual.binding import Binding
+from textual.widget import Widget
 from textual.widgets import Static
 
 from bertscope.core.model.results import MaskPrediction
@@ -21,14 +22,20 @@ def bar(widget: Static, size: float, value: float) -> Bar:
     return Bar(size, 0.0, value, color=theme.primary, bgcolor=theme.panel or theme.surface or "default")
 
 
-def update_keeping_layout(panel: Static, content, rows: object) -> None:
+class RowsPanel(Static):
+    """A panel whose number of rows is known to `update_keeping_layout`."""
+
+    _rows: object = None  # the rows of what it shows now
+
+
+def update_keeping_layout(panel: RowsPanel, content: RenderableType, rows: object) -> None:
     """Update a panel; re-lay out the screen (milliseconds) only when its number of rows changes."""
-    changed = getattr(panel, "_rows", None) != rows
+    changed = panel._rows != rows
     panel._rows = rows
     panel.update(content, layout=changed)
 
 
-class TokenPanel(Static):
+class TokenPanel(RowsPanel):
     """For the query token under the cursor, the tokens it attends to most, as bars."""
 
     def show(self, tokens: tuple[str, ...], row: np.ndarray, query: int, top: int = 5, norms: bool = False) -> None:
@@ -45,7 +52,7 @@ class TokenPanel(Static):
         update_keeping_layout(self, table, rows=min(top, len(tokens)))
 
 
-class EffectPanel(Static, can_focus=True):
+class EffectPanel(RowsPanel, can_focus=True):
     """What the mask does: per layer, cosine of masked vs plain hidden states; MLM guesses.
 
     It takes the focus (Tab), so that on a small terminal the side pane scrolls to it and
@@ -60,6 +67,7 @@ class EffectPanel(Static, can_focus=True):
     ]
 
     def action_scroll_side(self, rows: int) -> None:
+        assert isinstance(self.parent, Widget)  # the side pane it sits in
         self.parent.scroll_relative(y=rows, animate=False)
 
     def show(
@@ -82,7 +90,7 @@ class EffectPanel(Static, can_focus=True):
         chart.add_column(justify="right")
         for layer, (cosine, drop) in enumerate(zip(cosines[1:], drops)):
             chart.add_row(f"layer {layer}", bar(self, scale, max(float(drop), 0.0)), f"{cosine:.4f}")
-        parts = [Text(note, style="dim"), chart]  # the same rows masked or not: no relayout on a toggle
+        parts: list[RenderableType] = [Text(note, style="dim"), chart]  # the same rows masked or not: no relayout on a toggle
         for plain, current in zip(before, after):
             parts.append(Text(f"{tokens[plain.position]} at {plain.position}: before → after", style="bold"))
             guesses = Table.grid(padding=(0, 1))

@@ -5,18 +5,21 @@ from __future__ import annotations
 import numpy as np
 from rich.style import Style
 from rich.text import Text
+from textual.binding import Binding
 
+from bertscope.core.model.masks import HeadMask
 from bertscope.core.model.results import PATTERNS
 from bertscope.render.patterns import PATTERN_LETTERS
+from bertscope.theming import Colormap
 from bertscope.ui.widgets.head_grid import CELL, HeadGrid
 
 
 class PatternGrid(HeadGrid, inherit_bindings=False):
     """The head grid, with cells coloured by pattern class when asked (heads are chosen, not masked, here)."""
 
-    BINDINGS = [binding for binding in HeadGrid.BINDINGS if binding.action.startswith("move")]
+    BINDINGS = [binding for binding in HeadGrid.BINDINGS if isinstance(binding, Binding) and binding.action.startswith("move")]
 
-    def __init__(self, colormap, *, id: str | None = None) -> None:
+    def __init__(self, colormap: Colormap, *, id: str | None = None) -> None:
         super().__init__(colormap, id=id)
         self.classes_of: np.ndarray | None = None  # [L, H] index into PATTERNS, or None to shade values
         self.class_colours: dict[str, str] = {}
@@ -26,7 +29,14 @@ class PatternGrid(HeadGrid, inherit_bindings=False):
         self.values, self.figure_label, self.selected = None, label, selected
         self.refresh()
 
-    def show(self, values, value_range, figure_label, mask, selected) -> None:
+    def show(
+        self,
+        values: np.ndarray | None,
+        value_range: tuple[float, float],
+        figure_label: str,
+        mask: HeadMask,
+        selected: tuple[int, int],
+    ) -> None:
         self.classes_of = None
         super().show(values, value_range, figure_label, mask, selected)
 
