@@ -10,22 +10,23 @@ cancels, and progress (a probe's training, integration steps) shows in the row.
 
 from __future__ import annotations
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.text import Text
 from textual.widgets import Static
 
 from bertscope.core.analyses.attribution_results import METHODS, Attribution, Target
 from bertscope.core.data.probing_tasks import TASKS
-from bertscope.core.model.masks import HeadMask
-from bertscope.core.model.results import Encoding
+from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.model.results import Encoding, ModelInfo
 from bertscope.core.progress import Progress
 from bertscope.render.attribution import METHOD_NAMES, shaded_sentence, short_describe
+from bertscope.ui.backend import Backend
 from bertscope.ui.job_run import JobRun
 
 DEFAULT_PROBE = "subject_number"  # reads the head noun past an attractor: the example sentence's question
 
 
-def targets_for(info) -> list[Target]:
+def targets_for(info: ModelInfo) -> list[Target]:
     """What the loaded model can explain, the most natural first."""
     targets = []
     if info.has_mlm_head:
@@ -58,7 +59,7 @@ class AttributionRow(Static):
         self.target_index = 0
         self.result: Attribution | None = None
         self.job = JobRun(self, self.explained, name="attribution", on_failed=self.failed, title="attribution")
-        self._last: tuple | None = None  # (backend, encoding, mask, ablation) of the newest analysis
+        self._last: tuple[Backend, Encoding, HeadMask, Ablation] | None = None  # (backend, encoding, mask, ablation) of the newest analysis
 
     @property
     def target(self) -> Target:
@@ -68,7 +69,7 @@ class AttributionRow(Static):
     def running(self) -> bool:
         return self.job.running
 
-    def set_model(self, info) -> None:
+    def set_model(self, info: ModelInfo) -> None:
         self.targets = targets_for(info)
         self.target_index = 0
 
@@ -89,7 +90,7 @@ class AttributionRow(Static):
     def describe_target(self) -> str:
         return target_name(self.target)
 
-    def analysed(self, backend, encoding: Encoding, mask: HeadMask, ablation: str) -> None:
+    def analysed(self, backend: Backend, encoding: Encoding, mask: HeadMask, ablation: Ablation) -> None:
         """A new sentence or mask is on screen: explain it again if attribution is on."""
         self._last = (backend, encoding, mask, ablation)
         if self.result is not None and self.result.tokens != encoding.tokens:
@@ -133,12 +134,12 @@ class AttributionRow(Static):
                 line += " (more: bertscope attribute --steps)"
             self._draw(Text(line, style="dim", no_wrap=True, overflow="ellipsis"), self.result)
 
-    def _draw_status(self, status: str, result) -> None:
+    def _draw_status(self, status: str, result: Attribution | None) -> None:
         self._draw(Text(status, style="italic", no_wrap=True, overflow="ellipsis"), result)
 
-    def _draw(self, header: Text, result) -> None:
+    def _draw(self, header: Text, result: Attribution | None) -> None:
         theme = self.app.current_theme
-        parts = [header]
+        parts: list[RenderableType] = [header]
         if result is not None:
             parts.append(
                 shaded_sentence(

@@ -4,8 +4,12 @@ shows progress and stops on escape (ui.corpus_screen)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from threading import Event
+from typing import Any
+
 import numpy as np
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -13,10 +17,14 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Footer, Input, ProgressBar, Static
 
-from bertscope.core.data.corpus import sample_corpus
+from bertscope.core.analyses.geometry_results import ComparisonResult
+from bertscope.core.data.corpus import Sentence, sample_corpus
 from bertscope.core.model.masks import HeadMask
+from bertscope.core.progress import Progress
 from bertscope.render.geometry import cka_heatmap
 from bertscope.render.patterns import layer_bars
+from bertscope.theming import Colormap
+from bertscope.ui.backend import Backend
 from bertscope.ui.corpus_screen import CorpusRunScreen
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.kept import KeptResults
@@ -24,7 +32,7 @@ from bertscope.ui.widgets.head_grid import HeadGrid
 from bertscope.ui.widgets.pattern_grid import PatternGrid
 
 
-class ComparisonScreen(CorpusRunScreen):
+class ComparisonScreen(CorpusRunScreen[ComparisonResult]):
     """`c` in the explorer: this model against model B, head by head and layer by layer."""
 
     name_kept = "compare"
@@ -49,7 +57,9 @@ class ComparisonScreen(CorpusRunScreen):
     ComparisonScreen #compare-side:focus { background: $boost; }
     """
 
-    def __init__(self, backend, colormap, glyphs: bool, selected: tuple[int, int], kept: KeptResults | None = None) -> None:
+    def __init__(
+        self, backend: Backend, colormap: Colormap, glyphs: bool, selected: tuple[int, int], kept: KeptResults | None = None
+    ) -> None:
         super().__init__(kept)
         self.backend, self.colormap, self.glyphs = backend, colormap, glyphs
         self.selected = selected
@@ -84,8 +94,9 @@ class ComparisonScreen(CorpusRunScreen):
     def submitted(self) -> None:
         self.action_run()
 
-    def export_data(self) -> dict:
+    def export_data(self) -> dict[str, Any]:
         """The CLI's `compare --json`: per-head attention cosines, CKA between the layers of A and B."""
+        assert self.result is not None  # `e` exports only a result
         return self.result.as_json()
 
     def action_run(self) -> None:
@@ -96,13 +107,14 @@ class ComparisonScreen(CorpusRunScreen):
             return
         self.query_one(PatternGrid).focus()
 
-        def analyse(sentences, cancel):
+        def analyse(sentences: Iterable[Sentence], cancel: Event) -> Iterable[Progress[ComparisonResult]]:
             return self.backend.compare(other, list(sentences), cancel=cancel)
 
         self.run_on_corpus(f"loading {other}…", path, analyse, f"{other}\n{path}")
 
     def done_text(self) -> str:
         result = self.result
+        assert result is not None  # said once the run is done
         return f"{result.sentences:,} sentences · {result.tokens:,} tokens · B = {result.model_b}"
 
     def draw(self) -> None:
@@ -115,6 +127,7 @@ class ComparisonScreen(CorpusRunScreen):
             low = max(0.0, min(float(np.floor(np.nanmin(result.head_cosine) * 10) / 10), 0.9))
             grid.show(result.head_cosine, (low, 1.0), "cosine", HeadMask.none(*result.head_cosine.shape), self.selected)
             layer, head = self.selected
+            assert result.head_cosine_std is not None  # measured with the cosines
             details.update(
                 f"head {layer}:{head}: cosine {result.head_cosine[layer, head]:.3f} ± {result.head_cosine_std[layer, head]:.3f}"
                 f" over {result.sentences:,} sentences (scale {low:.1f}–1)"
@@ -122,7 +135,7 @@ class ComparisonScreen(CorpusRunScreen):
         else:
             details.update("the two models' heads do not line up; CKA only")
         matched = result.matched_cka()
-        parts = []
+        parts: list[RenderableType] = []
         if matched is not None:
             parts += [layer_bars({"CKA": matched}, "CKA of layer l in A and B (0 = embeddings)", width=12), Text()]
         parts.append(cka_heatmap(result.cka, self.colormap, title="CKA, A ↓ × B →", rows="A", cols="B", glyphs=self.glyphs))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from threading import Event
+from typing import Any, Generic, TypeVar, cast
 
 from textual.screen import Screen
 from textual.widgets import ProgressBar, Static
@@ -18,10 +19,11 @@ from bertscope.ui.focus import leave_input
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
 
+R = TypeVar("R")  # the result of a screen's analysis
 Analyse = Callable[[Iterable[Sentence], Event], Iterable[Progress]]  # the sentences as they are read, the cancel event
 
 
-class CorpusRunScreen(Screen[tuple[int, int] | None]):
+class CorpusRunScreen(Screen[tuple[int, int] | None], Generic[R]):
     """What the corpus screens share: a corpus field, a worker with progress, escape to cancel, then back.
 
     A finished run is kept on the app under `name_kept` (ui.kept) and shown again when the screen
@@ -36,7 +38,7 @@ class CorpusRunScreen(Screen[tuple[int, int] | None]):
     def __init__(self, kept: KeptResults | None = None) -> None:
         super().__init__()
         self.kept = kept if kept is not None else KeptResults()
-        self.result = None
+        self.result: R | None = None
         self.job = JobRun(self, self.stepped, name="corpus-run", on_failed=self.failed)
         self._run_on = ("", "", "")  # (data, mask spec, ablation) of the run under way
         self._read = ReadReport()  # what reading its corpus skipped
@@ -53,13 +55,13 @@ class CorpusRunScreen(Screen[tuple[int, int] | None]):
         """Show the kept run, if there is one, and return it."""
         kept = self.kept.runs.get(self.name_kept)
         if kept is not None:
-            self.result = kept.result
+            self.result = cast(R, kept.result)  # kept under this screen's name: its own result type
             self.query_one(ProgressBar).update(total=1, progress=1)
             self.say(self.kept_text(kept))
             self.call_after_refresh(self.draw)
         return kept
 
-    def keep_view(self) -> dict:
+    def keep_view(self) -> dict[str, Any]:
         """What of the screen's view to keep with the result (overridden)."""
         return {}
 
@@ -113,7 +115,7 @@ class CorpusRunScreen(Screen[tuple[int, int] | None]):
     def action_export(self) -> None:
         save_screen(self.app, self.name_kept, None if self.result is None else json_text(self.export_data()), ".json")
 
-    def export_data(self) -> dict:
+    def export_data(self) -> dict[str, Any]:
         raise NotImplementedError
 
     def cancel_run(self) -> bool:

@@ -4,6 +4,10 @@ TwoNN intrinsic dimension curve. The run shows progress and stops on escape (ui.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from threading import Event
+from typing import Any
+
 import numpy as np
 from rich.console import Group
 from rich.text import Text
@@ -13,9 +17,14 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Input, ProgressBar, Static
 
+from bertscope.core.analyses.geometry_results import GeometryResult
+from bertscope.core.data.corpus import Sentence
 from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.progress import Progress
 from bertscope.render.geometry import cka_heatmap, scatter
 from bertscope.render.patterns import layer_bars
+from bertscope.theming import Colormap
+from bertscope.ui.backend import Backend
 from bertscope.ui.corpus_screen import CorpusRunScreen
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.kept import KeptResults
@@ -27,7 +36,7 @@ class Scatter(Static, can_focus=True):
     """The geometry screen's main widget: it holds the focus so that arrows and `[` `]` move the layer."""
 
 
-class GeometryScreen(CorpusRunScreen):
+class GeometryScreen(CorpusRunScreen[GeometryResult]):
     """`g` in the explorer: representation geometry per layer over a corpus."""
 
     name_kept = "geometry"
@@ -52,7 +61,9 @@ class GeometryScreen(CorpusRunScreen):
     GeometryScreen #geometry-side:focus { background: $boost; }
     """
 
-    def __init__(self, backend, mask: HeadMask, ablation: Ablation, colormap, glyphs: bool, kept: KeptResults | None = None) -> None:
+    def __init__(
+        self, backend: Backend, mask: HeadMask, ablation: Ablation, colormap: Colormap, glyphs: bool, kept: KeptResults | None = None
+    ) -> None:
         super().__init__(kept)
         self.backend, self.mask, self.ablation = backend, mask, ablation
         self.colormap, self.glyphs = colormap, glyphs
@@ -81,18 +92,19 @@ class GeometryScreen(CorpusRunScreen):
         self.label = kept.view.get("label")
         self.restore()
 
-    def keep_view(self) -> dict:
+    def keep_view(self) -> dict[str, Any]:
         return {"layer": self.shown_layer, "label": self.label}
 
-    def export_data(self) -> dict:
+    def export_data(self) -> dict[str, Any]:
         """The CLI's `geometry --json --points`: every layer's scatter coordinates, the CKA matrices, ID."""
+        assert self.result is not None  # `e` exports only a result
         return self.result.as_json(self.backend.info.source, points=True) | {"layer_shown": self.shown_layer, "colour_by": self.label}
 
     def action_run(self) -> None:
         path = self.query_one("#geometry-corpus", Input).value.strip()
         mask = self.mask if len(self.mask) else None
 
-        def analyse(sentences, cancel):
+        def analyse(sentences: Iterable[Sentence], cancel: Event) -> Iterable[Progress[GeometryResult]]:
             return self.backend.geometry(list(sentences), mask=mask, ablation=self.ablation, cancel=cancel)
 
         describe = f"reading {path}…" if path else f"generating a treebank of {TREEBANK_SENTENCES:,} sentences…"
@@ -105,6 +117,7 @@ class GeometryScreen(CorpusRunScreen):
 
     def done_text(self) -> str:
         result = self.result
+        assert result is not None  # said once the run is done
         mask = f" · mask {result.mask} ({result.ablation})" if result.mask else ""
         return f"{result.sentences:,} sentences · {result.size:,} of {result.seen:,} {result.unit}s{mask}"
 

@@ -11,7 +11,9 @@ imports torch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from threading import Event
+from typing import cast
 
 import numpy as np
 from rich.console import Group
@@ -25,9 +27,11 @@ from textual.widgets import Footer, Input, Label, Static
 
 from bertscope.api import corpus
 from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
+from bertscope.core.data.corpus import Sentence
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
 from bertscope.render.importance import curve_chart
+from bertscope.ui.backend import Backend
 from bertscope.ui.export import csv_text, save_screen
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
@@ -56,26 +60,27 @@ class ObjectivePanel(Static):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.backend = None
+        self.backend: Backend | None = None
         self.importance: HeadImportance | None = None
         self.baseline: Measurement | None = None  # the objective with no head masked
         self.current: Measurement | None = None  # ... under the mask last measured
         self._mask: HeadMask | None = None
         self._ablation: Ablation = "zero"
-        self._sentences: list | None = None
+        self._sentences: list[Sentence] | None = None
         self._waiting: list[Callable[[HeadImportance], None]] | None = None  # callers of an estimate under way
         self.estimating = JobRun(self, self._estimate_stepped, name="importance", on_failed=self._estimate_failed, title="head importance")
         self.measuring = JobRun(self, self._measured, name="objective", title="head importance")
 
-    def set_backend(self, backend) -> None:
+    def set_backend(self, backend: Backend) -> None:
         self.backend = backend
 
     @property
     def objective(self) -> str:
+        assert self.backend is not None  # asked only once the model is loaded
         return "mlm" if self.backend.info.has_mlm_head else "preserve"
 
     @property
-    def sentences(self) -> list:
+    def sentences(self) -> list[Sentence]:
         """The sample corpus's first sentences: what importance is estimated and measured on."""
         if self._sentences is None:
             self._sentences = list(corpus(limit=SAMPLE_SENTENCES).sentences)
@@ -95,6 +100,7 @@ class ObjectivePanel(Static):
         self._draw(None)
         self.notify(f"estimating head importance for {objective} on {len(sentences)} sample sentences…", timeout=4)
         backend = self.backend
+        assert backend is not None  # set with the model, before `i` can ask
         self.estimating.start(
             lambda cancel: backend.head_importance(objective, sentences, method="gradient", ablation=ablation, cancel=cancel)
         )
@@ -110,8 +116,9 @@ class ObjectivePanel(Static):
             self.measuring.cancel()  # the unmasked objective is the baseline: nothing to measure
             return
         backend, objective, sentences = self.backend, self.importance.objective, self.sentences
+        assert backend is not None  # importance is known, so the model is loaded
 
-        def measure(cancel):
+        def measure(cancel: Event) -> Iterator[Progress[Measurement]]:
             yield Progress("measured", 1, 1, backend.measure_objective(objective, sentences, mask, ablation))
 
         self.measuring.start(measure)
@@ -123,6 +130,7 @@ class ObjectivePanel(Static):
             self._draw(f"{progress.stage} {progress.done}/{progress.total}")
             return
         self.importance = importance = progress.result
+        assert importance is not None and self._mask is not None  # the last step carries it; the mask came with the request
         self.baseline = Measurement(importance.baseline_loss, importance.baseline_metric)
         waiting, self._waiting = self._waiting or [], None
         for then in waiting:
@@ -155,7 +163,7 @@ class ObjectivePanel(Static):
             lines.append(Text(f"no mask   {baseline.metric:.4f}  loss {baseline.loss:.4g}"))
             if current is not None and spec:
                 change = current.metric - baseline.metric
-                style = "red" if change < -0.01 else None
+                style = "red" if change < -0.01 else ""
                 lines.append(Text.assemble(f"this mask {current.metric:.4f}  loss {current.loss:.4g}  ", (f"{change:+.4f}", style)))
             elif spec:
                 lines.append(Text("this mask …"))
@@ -211,7 +219,15 @@ class PruningCurveScreen(Screen[str | None]):
     PruningCurveScreen #curve { padding: 0 1; }
     """
 
-    def __init__(self, backend, objective: str, sentences, importance, ablation: str, kept: KeptResults | None = None) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        objective: str,
+        sentences: list[Sentence],
+        importance: HeadImportance,
+        ablation: Ablation,
+        kept: KeptResults | None = None,
+    ) -> None:
         super().__init__()
         self.backend, self.objective, self.sentences = backend, objective, sentences
         self.importance, self.ablation = importance, ablation
@@ -232,8 +248,9 @@ class PruningCurveScreen(Screen[str | None]):
     def on_mount(self) -> None:
         kept = self.kept.runs.get("curve")
         if kept is not None and kept.data == self.objective and kept.ablation == self.ablation:
-            self.reestimate = kept.result.reestimate
-            self.show(kept.result)
+            curve = cast(PruningCurve, kept.result)  # kept under "curve" by `stepped`
+            self.reestimate = curve.reestimate
+            self.show(curve)
         else:
             self.start(reestimate=False)
 
@@ -258,8 +275,10 @@ class PruningCurveScreen(Screen[str | None]):
             status = self.query_one("#curve-status", Static)
             status.update(f"pruning curve for {self.objective}: {progress.stage} ({progress.done}/{progress.total})")
             return
-        self.kept.runs["curve"] = KeptRun(self.objective, "", self.ablation, progress.result)
-        self.show(progress.result)
+        curve = progress.result
+        assert curve is not None  # the last step carries the curve
+        self.kept.runs["curve"] = KeptRun(self.objective, "", self.ablation, curve)
+        self.show(curve)
 
     def show(self, curve: PruningCurve) -> None:
         self.curve = curve

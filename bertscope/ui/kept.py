@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bertscope.core.analyses.probing_results import ProbeReport
+
 
 @dataclass(frozen=True)
 class KeptRun:
@@ -28,5 +30,5 @@ class KeptRun:
 @dataclass
 class KeptResults:
     runs: dict[str, KeptRun] = field(default_factory=dict)  # screen name -> its last finished run
-    probes: dict[str, object] = field(default_factory=dict)  # probing: column title -> report, in run order
+    probes: dict[str, ProbeReport] = field(default_factory=dict)  # probing: column title -> report, in run order
     last_probe: tuple[str, str] | None = None  # probing: (task, data) of the last run, for `m`

@@ -13,8 +13,12 @@ place of the weights' (1.05× the cost of the weights alone, benchmarks/norms.py
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from threading import Event
+from typing import cast
+
 import numpy as np
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual import on
@@ -25,12 +29,14 @@ from textual.widgets import Footer, Input, ProgressBar, Static
 
 from bertscope.api import treebank
 from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
-from bertscope.core.data.corpus import detect_format, sample_corpus
+from bertscope.core.data.corpus import Sentence, detect_format, sample_corpus
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import NORM_SHARES, PATTERNS, STATISTICS, PatternResult
 from bertscope.core.progress import Progress
 from bertscope.render.patterns import layer_bars, layer_pattern_table
 from bertscope.render.syntax import syntax_table
+from bertscope.theming import Colormap
+from bertscope.ui.backend import Backend
 from bertscope.ui.corpus_screen import CorpusRunScreen
 from bertscope.ui.export import csv_text, save_screen
 from bertscope.ui.help import HELP_KEY
@@ -80,7 +86,7 @@ def layer_numbers(values: dict[str, np.ndarray]) -> Table:
     return table
 
 
-class OverviewScreen(CorpusRunScreen):
+class OverviewScreen(CorpusRunScreen[PatternResult]):
     """`o` in the explorer: patterns and statistics of every head over a corpus, and the heads that track syntax beside
     them when the corpus is a treebank."""
 
@@ -113,10 +119,10 @@ class OverviewScreen(CorpusRunScreen):
 
     def __init__(
         self,
-        backend,
+        backend: Backend,
         mask: HeadMask,
         ablation: Ablation,
-        colormap,
+        colormap: Colormap,
         glyphs: bool,
         selected: tuple[int, int],
         kept: KeptResults | None = None,
@@ -127,7 +133,6 @@ class OverviewScreen(CorpusRunScreen):
         self.selected = selected
         self.shading = "pattern"
         self.norms = False  # the shares of value-weighted norms ‖αf‖ (Kobayashi et al.) instead of the weights
-        self.result: PatternResult | None = None
         self.syntax: SyntaxResult | None = None  # heads that track syntax, for a CoNLL-U corpus
         self.relation: str | None = None
         self.direction = DIRECTIONS[0]
@@ -159,7 +164,7 @@ class OverviewScreen(CorpusRunScreen):
         self.query_one("#corpus", Input).value = kept.data
         kept_syntax = self.kept.runs.get("overview-syntax")
         if kept_syntax is not None and kept_syntax.data == kept.data:
-            self.syntax = kept_syntax.result
+            self.syntax = cast(SyntaxResult, kept_syntax.result)  # kept by `syntax_stepped`
             self.relation = kept_relation(self.syntax, None)
         self.restore()
 
@@ -171,7 +176,7 @@ class OverviewScreen(CorpusRunScreen):
             self.notify("give a corpus file, then Enter", severity="warning")
             return
 
-        def analyse(sentences, cancel):
+        def analyse(sentences: Iterable[Sentence], cancel: Event) -> Iterable[Progress[PatternResult]]:
             return self.backend.attention_patterns(sentences, mask=self.mask, ablation=self.ablation, norms=True, cancel=cancel)
 
         self.run_on_corpus(f"reading {path}…", path, analyse, path, self.mask.spec(), self.ablation)
@@ -190,7 +195,7 @@ class OverviewScreen(CorpusRunScreen):
             self.syntax_job.cancel()
             return
 
-        def job(cancel):
+        def job(cancel: Event) -> Iterable[Progress[SyntaxResult]]:
             return self.backend.syntax_heads(treebank(data=path).sentences, mask=self.mask, ablation=self.ablation, cancel=cancel)
 
         self.syntax_job.start(job)
@@ -211,15 +216,18 @@ class OverviewScreen(CorpusRunScreen):
         return self._run_text(progress.done, "running (escape cancels)")
 
     def done_text(self) -> str:
+        assert self.result is not None  # said once the run is done
         return self._run_text(self.result.sentences, "done")
 
     def _run_text(self, sentences: int, state: str) -> str:
+        assert self.result is not None  # every step of the run carries the statistics so far
         truncated = f" · {self.result.truncated:,} tokens cut" if self.result.truncated else ""
         mask = f" · mask {self.mask.spec()} ({self.ablation})" if len(self.mask) else ""
         return f"{sentences:,} sentences · {state}{truncated}{mask}"
 
     def kept_text(self, kept: KeptRun) -> str:
-        return f"{kept.result.sentences:,} sentences · kept from before (r runs again){kept.mask_note()}"
+        result = cast(PatternResult, kept.result)  # kept under this screen's name
+        return f"{result.sentences:,} sentences · kept from before (r runs again){kept.mask_note()}"
 
     def cancelled_text(self) -> str:
         done = self.result.sentences if self.result is not None else 0
@@ -262,7 +270,7 @@ class OverviewScreen(CorpusRunScreen):
         title = "‖αf‖ (value-weighted norms) per layer" if self._showing_norms else "attention per layer"
         bar_width = min(6, (self.query_one("#charts").content_size.width - 31) // 3)
         per_layer = layer_bars(layers, title, width=bar_width) if bar_width >= 5 else layer_numbers(layers)
-        charts = [
+        charts: list[RenderableType] = [
             per_layer,
             Text(),
             layer_pattern_table(result.layer_pattern_shares(), PATTERNS, short=True),

@@ -11,8 +11,12 @@ state. Enter on a head opens it in the main view; the result stays on the app (u
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable, Sequence
+from threading import Event
+from typing import Any, cast
+
 import numpy as np
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
@@ -26,14 +30,18 @@ from textual.widgets import Footer, Input, ProgressBar, Static
 from bertscope.core.analyses.patching_results import PatchingResult
 from bertscope.core.data.probing_tasks import TASKS
 from bertscope.core.model.masks import HeadMask
+from bertscope.core.model.results import ModelInfo
 from bertscope.core.progress import Progress
 from bertscope.render.heatmap import GLYPHS
 from bertscope.render.patching import effect_cell, effect_style, layers_table, legend, positions_grid
+from bertscope.theming import Colormap
+from bertscope.ui.backend import Backend
 from bertscope.ui.export import json_text, save_screen
 from bertscope.ui.focus import leave_input
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
+from bertscope.ui.widgets.head_grid import HeadGrid
 from bertscope.ui.widgets.pattern_grid import PatternGrid
 
 DEFAULT_TASK = "subject_number"  # the number of the subject's head noun: the worked example's question
@@ -50,7 +58,7 @@ FULL_GRID_WIDTH = 14  # the token column of the numbered residual-stream grid; e
 COMPACT_TOKEN = 10
 
 
-def metrics_for(info) -> list[str]:
+def metrics_for(info: ModelInfo) -> list[str]:
     """What this model can be measured by: preserve and a probe always, MLM answers and classes where it has the head."""
     metrics = ["preserve", "probe"]
     if info.has_mlm_head:
@@ -115,6 +123,7 @@ class EffectGrid(PatternGrid):
     def _append_range(self, text: Text) -> None:
         """The selected head's effect, then the scale: −s, blue to white to red, +s."""
         layer, head = self.selected
+        assert self.values is not None  # drawn only under values
         value = f"{layer}:{head} = {float(self.values[layer, head]):+.3f}"
         scale = f"{self.value_range[1]:g}"
         text.append(f"{value}  −{scale} ", style="dim")
@@ -135,7 +144,7 @@ def glyph_cell(value: float) -> str:
     return ("−" if value < 0 else "+") + GLYPHS[round(min(abs(value), 1.0) * (len(GLYPHS) - 1))] + " "
 
 
-def compact_positions(effects: np.ndarray, tokens, differing=(), glyphs: bool = False) -> Table:
+def compact_positions(effects: np.ndarray, tokens: Sequence[str], differing: Collection[int] = (), glyphs: bool = False) -> Table:
     """The residual-stream grid in 3 columns a hidden state (colour, or glyphs; the numbers are in the wide grid and the export)."""
     table = Table(box=None, padding=(0, 0), show_edge=False, pad_edge=False)
     table.add_column("token", no_wrap=True)
@@ -151,7 +160,7 @@ def compact_positions(effects: np.ndarray, tokens, differing=(), glyphs: bool = 
     return table
 
 
-def strongest(effects: np.ndarray, tokens, count: int = 3) -> Text:
+def strongest(effects: np.ndarray, tokens: Sequence[str], count: int = 3) -> Text:
     """The largest effects of the residual-stream grid, by size: 'keys@1 +0.98'."""
     order = np.argsort(-np.abs(np.nan_to_num(effects)), axis=None)[:count]
     text = Text("largest: ", style="dim")
@@ -198,10 +207,10 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
 
     def __init__(
         self,
-        backend,
+        backend: Backend,
         clean: str,
         clean_pair: str | None,
-        colormap,
+        colormap: Colormap,
         glyphs: bool,
         selected: tuple[int, int],
         kept: KeptResults | None = None,
@@ -216,7 +225,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
         self.arguments = {"probe": DEFAULT_TASK, "mlm": "", "class": ""}  # what was typed for each metric
         self.result: PatchingResult | None = None
         self.job = JobRun(self, self.stepped, name="patching", on_failed=self.failed, title="patching")
-        self._asked: dict = {}  # what the run under way was asked, to keep with its result
+        self._asked: dict[str, Any] = {}  # what the run under way was asked, to keep with its result
 
     # layout
 
@@ -254,7 +263,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
                 self.query_one("#patch-corrupt", Input).value = view["corrupt"]
                 if self.clean_pair:
                     self.query_one("#patch-corrupt-pair", Input).value = view["corrupt_pair"] or ""
-                self.result = kept.result
+                self.result = cast(PatchingResult, kept.result)  # kept under this screen's name
                 self.selected = tuple(view.get("selected", self.selected))
                 self.query_one(ProgressBar).update(total=1, progress=1)
                 self.say(f"{self.done_text()} · kept from before (r runs again)")
@@ -332,7 +341,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
         self.query_one(ProgressBar).update(total=None, progress=0)
         clean, clean_pair, metric, direction = self.clean, self.clean_pair, self.metric, self.direction
 
-        def job(cancel):
+        def job(cancel: Event) -> Iterable[Progress[PatchingResult]]:
             return self.backend.patch(
                 clean,
                 corrupt,
@@ -348,7 +357,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
 
         self.job.start(job)
 
-    def stepped(self, progress: Progress) -> None:
+    def stepped(self, progress: Progress[PatchingResult]) -> None:
         bar = self.query_one(ProgressBar)
         if not progress.finished:
             total = f" of {progress.total:,}" if progress.total else ""
@@ -366,6 +375,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
 
     def done_text(self) -> str:
         result = self.result
+        assert result is not None  # said once the run is done
         differing = ", ".join(f"{result.tokens[i]}→{result.corrupt_tokens[i]}" for i in result.differing)
         return f"{result.metric} · {result.direction} · {differing}"
 
@@ -398,7 +408,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
 
     # drawing
 
-    def on_head_grid_selected(self, message) -> None:
+    def on_head_grid_selected(self, message: HeadGrid.Selected) -> None:
         self.selected = (message.layer, message.head)
         self.draw()
 
@@ -427,8 +437,9 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
     def charts(self) -> Group:
         """What m is and its two values, the layers' writes, the residual stream, the scale."""
         result = self.result
+        assert result is not None  # drawn only under a result
         width = self.query_one("#patch-side").content_size.width or 40
-        parts = [
+        parts: list[RenderableType] = [
             Text.assemble(("m", "bold"), f" = {result.metric_description}"),
             Text.assemble(
                 "m(clean) ", (f"{result.clean_metric + 0.0:.4g}", "bold"), " · m(corrupt) ", (f"{result.corrupt_metric + 0.0:.4g}", "bold")

@@ -8,7 +8,11 @@ masked heads cost each layer.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from threading import Event
+
 from rich.bar import Bar
+from rich.console import RenderableType
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
@@ -20,9 +24,11 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, ProgressBar, Select, Static
 
 from bertscope.api import built_in_treebank, corpus
+from bertscope.core.analyses.probing_results import ProbeReport
 from bertscope.core.data.probing_tasks import TASKS, TREEBANK_TASKS, generate
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
+from bertscope.ui.backend import Backend
 from bertscope.ui.export import json_text, save_screen
 from bertscope.ui.focus import leave_input
 from bertscope.ui.help import HELP_KEY
@@ -32,7 +38,7 @@ from bertscope.ui.kept import KeptResults
 TREEBANK_SENTENCES = 1000  # for tasks with no file; smaller than the CLI's default: the pane should answer within a minute on a CPU
 
 
-def trained_on(report) -> str:
+def trained_on(report: ProbeReport) -> str:
     """`trained on 2,000 sentences (dev 400, test 400)`: what a curve was measured with (the CLI prints the same)."""
     counts = report.counts
     return f"trained on {counts['train']:,} {counts.get('unit', 'sentences')} (dev {counts['dev']:,}, test {counts['test']:,})"
@@ -60,11 +66,11 @@ class ProbingScreen(Screen[None]):
     ProbingScreen #curves { padding: 0 1; height: 1fr; }
     """
 
-    def __init__(self, backend, mask: HeadMask, ablation: Ablation, kept: KeptResults | None = None) -> None:
+    def __init__(self, backend: Backend, mask: HeadMask, ablation: Ablation, kept: KeptResults | None = None) -> None:
         super().__init__()
         self.backend, self.mask, self.ablation = backend, mask, ablation
         self.kept = kept if kept is not None else KeptResults()
-        self.reports: dict[str, object] = self.kept.probes  # column title -> ProbeReport, in run order; kept on the app
+        self.reports: dict[str, ProbeReport] = self.kept.probes  # column title -> ProbeReport, in run order; kept on the app
         self.job = JobRun(self, self.probe_stepped, name="probing", on_failed=self.probe_failed)
         self._title = ""  # the column title of the run under way
 
@@ -120,7 +126,7 @@ class ProbingScreen(Screen[None]):
         )
         self.query_one("#probe-status", Static).update(f"{title}: starting…")
 
-        def job(cancel):
+        def job(cancel: Event) -> Iterable[Progress[ProbeReport]]:
             if data:
                 sentences = list(corpus(data=data).sentences)
             elif task in TASKS:  # the CLI's sets, as attribution and patching train on: one probe, one number
@@ -139,14 +145,16 @@ class ProbingScreen(Screen[None]):
         else:
             self.action_run(masked=True)
 
-    def probe_stepped(self, progress: Progress) -> None:
+    def probe_stepped(self, progress: Progress[ProbeReport]) -> None:
         title = self._title
         bar = self.query_one("#probe-progress", ProgressBar)
         bar.update(total=max(progress.total or 0, 1), progress=progress.done)
         if not progress.finished:
             self.query_one("#probe-status", Static).update(f"{title}: {progress.stage}")
             return
-        report = self.reports[title] = progress.result  # its notes come as notifications with the step (JobRun)
+        report = progress.result
+        assert report is not None  # the last step carries the report
+        self.reports[title] = report  # its notes come as notifications with the step (JobRun)
         self.query_one("#probe-status", Static).update(f"{title}: done, best layer {report.best_layer}")
         self._draw()
 
@@ -167,7 +175,7 @@ class ProbingScreen(Screen[None]):
             table.add_column("", justify="left", no_wrap=True)
         num_layers = len(reports[0][1].layers)
         for layer in range(num_layers):
-            cells = []
+            cells: list[RenderableType] = []
             for _, report in reports:
                 value = report.layers[layer][report.metric]
                 mark = " *" if layer == report.best_layer else ""

@@ -14,7 +14,7 @@ from typing import Any
 
 from bertscope.core.data.files import atomic_write
 from bertscope.core.errors import InputError, MaskSpecError
-from bertscope.core.model.masks import ABLATIONS, HeadMask
+from bertscope.core.model.masks import ABLATIONS, Ablation, HeadMask
 
 STATE_VERSION = 1
 DEFAULT_TEXT = "The keys to the cabinet are on the table."
@@ -32,7 +32,7 @@ class ExplorerState:
     text: str = DEFAULT_TEXT
     pair: str = ""
     mask: str = ""  # a mask spec such as "0:3,2:*"; checked against the model by fit_to_model
-    ablation: str = "zero"
+    ablation: Ablation = "zero"
     layer: int = 0
     head: int = 0
     view: str = "head"

@@ -19,8 +19,10 @@ from textual.widgets import Static
 
 from bertscope.api import treebank
 from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
+from bertscope.core.data.corpus import Sentence
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
+from bertscope.ui.backend import Backend
 from bertscope.ui.job_run import JobRun
 
 SYNTAX_FIGURE = "syntax"
@@ -75,21 +77,21 @@ class SyntaxPanel(Static):
 
     def __init__(self, on_changed: Callable[[], None], *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.backend = None
+        self.backend: Backend | None = None
         self.result: SyntaxResult | None = None
         self.finished = False
         self.relation: str | None = None
         self.direction = DIRECTIONS[0]
         self._on_changed = on_changed  # the app repaints the grid
         self._key: tuple[str, str] | None = None  # (mask spec, ablation) of the result
-        self._sentences: list | None = None
+        self._sentences: list[Sentence] | None = None
         self.job = JobRun(self, self._stepped, name="syntax", on_failed=self._failed, title="syntactic heads")
 
-    def set_backend(self, backend) -> None:
+    def set_backend(self, backend: Backend) -> None:
         self.backend = backend
 
     @property
-    def sentences(self) -> list:
+    def sentences(self) -> list[Sentence]:
         """The shipped sample treebank (164 sentences annotated by hand in UD v2)."""
         if self._sentences is None:
             self._sentences = list(treebank().sentences)
@@ -104,6 +106,7 @@ class SyntaxPanel(Static):
             return
         self._key, self.finished = key, False
         backend, sentences = self.backend, self.sentences
+        assert backend is not None  # the main screen shows the figure only once the model is loaded
         masked = mask if len(mask) else None
         self._draw("starting")
         self.job.start(lambda cancel: backend.syntax_heads(sentences, mask=masked, ablation=ablation, cancel=cancel))
