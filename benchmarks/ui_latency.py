@@ -67,7 +67,8 @@ async def measure(args) -> dict:
             repainted.set()
 
     class TimedExplorer(ExplorerApp):
-        MODES = {"main": TimedScreen}
+        def get_default_screen(self) -> MainScreen:
+            return TimedScreen(id="_default")
 
         # Textual calls each class's handler in turn, so this adds to ExplorerApp's, not replaces it.
         def on_mount(self) -> None:

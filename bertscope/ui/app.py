@@ -30,9 +30,8 @@ from bertscope.ui.theme import heatmap_for, load_all_themes, textual_theme
 
 
 class ExplorerApp(App[None]):
+    CSS_PATH = Path(__file__).parent / "explorer.tcss"  # absolute, so subclasses elsewhere find it
     TITLE = "bertscope"
-    MODES = {"main": MainScreen}  # a mode's first screen is composed before the app mounts: the model's loading can report there
-    DEFAULT_MODE = "main"
     BINDINGS = [
         Binding("question_mark", "help", "help"),
         Binding("t", "next_theme", "theme"),
@@ -82,12 +81,16 @@ class ExplorerApp(App[None]):
         self._glyphs_wanted = glyphs  # None: shade glyphs only where colours are too few or off
         self.glyphs = bool(glyphs)
 
+    def get_default_screen(self) -> MainScreen:
+        return MainScreen(id="_default")
+
     @property
     def main_screen(self) -> MainScreen:
         """The explorer's own screen, at the bottom of the stack."""
         return cast(MainScreen, self.screen_stack[0])
 
-    def on_mount(self) -> None:
+    async def on_mount(self) -> None:
+        """The theme and the glyphs, in which the main screen then composes; once it is up, the model."""
         for spec in self.theme_specs.values():
             self.register_theme(textual_theme(spec))
         wanted = self.state.theme or DEFAULT_THEME
@@ -97,11 +100,9 @@ class ExplorerApp(App[None]):
         self.theme = wanted
         if self._glyphs_wanted is None:
             self.glyphs = self.no_color or self.console.color_system in (None, "standard")
-        main = self.main_screen
-        self.theme_changed_signal.subscribe(self, lambda _theme: main.restyle())
-        main.restyle()
         for note in self._startup_notes:
             self.notify(note, severity="warning", timeout=8)
+        await self.main_screen.mounted.wait()  # the model's loading reports in its status line
         self.load_model()
 
     def colormap(self) -> Colormap:
@@ -112,6 +113,7 @@ class ExplorerApp(App[None]):
 
     @work(thread=True, group="load", exit_on_error=False)
     def load_model(self) -> None:
+        """Open the backend in a thread, telling the main screen how it goes."""
         main = self.main_screen
 
         def report(stage: str) -> None:

@@ -10,6 +10,7 @@ and saves (ui.app); the other screens open from here with what they need of it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,11 +108,10 @@ class AnalysisJob:
 class MainScreen(Screen[None]):
     """The sentence, the head grid, the heatmap and the effect of the mask; its main widget is the grid (ui.focus).
 
-    The app tells it three things: how the model's loading goes (`loading`), that the model is
-    there (`model_loaded`), and that the theme changed (`restyle`).
+    The app tells it how the model's loading goes (`loading`) and that the model is there
+    (`model_loaded`); the screen follows the app's theme.
     """
 
-    CSS_PATH = Path(__file__).parent / "explorer.tcss"  # absolute, so subclasses elsewhere find it
     AUTO_FOCUS = "#grid"
     BINDINGS = [
         # The app's quit, help and theme keys are named here too: the footer lists a screen's keys before the app's.
@@ -143,8 +143,9 @@ class MainScreen(Screen[None]):
         Binding("escape", "cancel", "cancel", show=False),
     ]
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.mounted = asyncio.Event()  # the app loads the model once the screen is up to show it
         self.mask: HeadMask | None = None
         self.analysis: Analysis | None = None
         self.analysing = JobRun(self, self._analysed, name="analysis", on_failed=lambda _reason: self._set_busy(False))
@@ -202,6 +203,9 @@ class MainScreen(Screen[None]):
         self.query_one("#tokens").border_title = "token"
         self.query_one("#effect").border_title = "effect of the mask"
         self.query_one("#heatmap").border_title = "attention"
+        self.app.theme_changed_signal.subscribe(self, lambda _theme: self._restyle())
+        self._restyle()
+        self.mounted.set()
 
     # the model
 
@@ -323,7 +327,7 @@ class MainScreen(Screen[None]):
 
     # drawing
 
-    def restyle(self) -> None:
+    def _restyle(self) -> None:
         """Draw again in the app's theme and glyphs."""
         self.query_one(HeadGrid).restyle(self.explorer.colormap(), self.explorer.glyphs)
         self._repaint()
