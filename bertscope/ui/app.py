@@ -117,7 +117,7 @@ class ExplorerApp(App[None]):
         main = self.main_screen
 
         def report(stage: str) -> None:
-            self.call_from_thread(main.loading, stage)
+            self.call_from_thread(main.model_loading, stage)
 
         try:
             backend = self._open_backend(report)

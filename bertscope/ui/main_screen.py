@@ -11,6 +11,7 @@ and saves (ui.app); the other screens open from here with what they need of it.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,13 +24,15 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Footer, Input
 from textual.worker import Worker, WorkerState
 
 from bertscope.core.analyses.headstats import FIGURES, figure_range
+from bertscope.core.analyses.importance_results import HeadImportance
 from bertscope.core.errors import BertscopeError
 from bertscope.core.model.effects import layer_cosines
-from bertscope.core.model.masks import HeadMask
+from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import ForwardResult
 from bertscope.core.progress import Progress
 from bertscope.render.heatmap import SCALES, beyond_reach, reach_note
@@ -95,12 +98,13 @@ class Explorer(Protocol):
 
 @dataclass(frozen=True, eq=False)
 class AnalysisJob:
-    """One request for the analysis worker: the sentence and mask, and what can be reused."""
+    """One request for the analysis worker: the model, the sentence and mask, and what can be reused."""
 
+    backend: Backend
     text: str
     pair: str | None
     mask: HeadMask
-    ablation: str
+    ablation: Ablation
     plain: ForwardResult | None  # the unmasked result to reuse, when only the mask changed
     layer: int  # the layer shown: a long input's maps are computed for it alone
 
@@ -108,7 +112,7 @@ class AnalysisJob:
 class MainScreen(Screen[None]):
     """The sentence, the head grid, the heatmap and the effect of the mask; its main widget is the grid (ui.focus).
 
-    The app tells it how the model's loading goes (`loading`) and that the model is there
+    The app tells it how the model's loading goes (`model_loading`) and that the model is there
     (`model_loaded`); the screen follows the app's theme.
     """
 
@@ -154,7 +158,7 @@ class MainScreen(Screen[None]):
         self.heatmap_scale = "max"  # the heatmap's colour scale, one of SCALES (`s`)
         self.heatmap_norms = False  # the heatmap shows value-weighted norms ‖α f(x)‖ instead of weights (`n`)
         self.heatmap_dense: bool | None = None  # two query rows a line; None: where the map would not fit (`d`)
-        self._focus_before_zoom = None
+        self._focus_before_zoom: Widget | None = None
         self._figure_before_importance = "entropy"  # the grid's figure to go back to from the importance overlay (`i`)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -209,7 +213,7 @@ class MainScreen(Screen[None]):
 
     # the model
 
-    def loading(self, stage: str) -> None:
+    def model_loading(self, stage: str) -> None:
         """How the model's loading goes, in the status line."""
         self.query_one(StatusLine).set_facts(stage)
 
@@ -236,6 +240,7 @@ class MainScreen(Screen[None]):
         if self.backend is None or self.mask is None:
             return
         job = AnalysisJob(
+            backend=self.backend,
             text=self.state.text,
             pair=self.state.pair or None,
             mask=self.mask,
@@ -247,9 +252,9 @@ class MainScreen(Screen[None]):
         self.analysing.start(lambda cancel: self._analysis_steps(job, cancel))
         self.explorer.save_state()
 
-    def _analysis_steps(self, job: AnalysisJob, cancel) -> Iterator[Progress[Analysis]]:
+    def _analysis_steps(self, job: AnalysisJob, cancel: threading.Event) -> Iterator[Progress[Analysis]]:
         """In the worker: the plain pass (unless reused), the masked one, and what the views show of them."""
-        backend = self.backend
+        backend = job.backend
         plain = job.plain
         encoding = plain.encoding if plain is not None else backend.encode(job.text, job.pair)
         every_layer = backend.num_layers * backend.num_heads * len(encoding) ** 2 <= EVERY_LAYER_CELLS
@@ -264,6 +269,7 @@ class MainScreen(Screen[None]):
             )
         if cancel.is_set():
             return
+        assert current.figures is not None  # asked for above
         analysis = Analysis(
             plain=plain,
             current=current,
@@ -277,6 +283,8 @@ class MainScreen(Screen[None]):
         yield Progress("analysed", 1, 1, analysis)
 
     def _analysed(self, progress: Progress[Analysis]) -> None:
+        if progress.result is None:
+            return  # the job yields its result alone, as its one step
         self._set_busy(False)
         self.analysis = analysis = progress.result
         try:
@@ -290,6 +298,7 @@ class MainScreen(Screen[None]):
                 severity="warning",
             )
         self._repaint()
+        assert self.backend is not None  # an analysis runs on a loaded model
         self.query_one(AttributionRow).analysed(self.backend, current.encoding, current.mask, current.ablation)
 
     # a long input's maps, one layer at a time
@@ -297,6 +306,8 @@ class MainScreen(Screen[None]):
     def _load_layer(self, layer: int) -> None:
         """Compute the shown layer's maps of a long input in a worker (unless they are on their way)."""
         analysis, backend = self.analysis, self.backend
+        if analysis is None or backend is None:
+            return
         wanted = self._layer_wanted
         if wanted is not None and wanted[0] is analysis and wanted[1] == layer:
             return
@@ -305,7 +316,9 @@ class MainScreen(Screen[None]):
             lambda _cancel: iter([Progress("layer", 1, 1, (analysis, layer, layer_maps_of(backend, analysis, layer)))])
         )
 
-    def _layer_loaded(self, progress: Progress) -> None:
+    def _layer_loaded(self, progress: Progress[tuple[Analysis, int, LayerMaps]]) -> None:
+        if progress.result is None:
+            return
         analysis, layer, maps = progress.result
         self._layer_wanted = None
         if analysis is not self.analysis:
@@ -358,7 +371,7 @@ class MainScreen(Screen[None]):
             analysis.cosines, len(analysis.current.mask), analysis.predictions_plain, analysis.predictions_current, analysis.current.tokens
         )
         view = self.query_one(AttentionView)
-        shown = self._displayed_matrix()
+        shown = self._displayed_matrix(analysis)
         if shown is None:  # a long input's layer not computed yet
             view.show_message(f"layer {layer} of a {length}-token input: computing its maps…")
             self._load_layer(layer)
@@ -379,7 +392,7 @@ class MainScreen(Screen[None]):
             scale=self.heatmap_scale,
             dense=self.heatmap_dense,
             quantity=NORMS_LABEL if self._norms_shown() else None,
-            vmax=self._fixed_top(),
+            vmax=self._fixed_top(analysis),
         )
         self.state = self.state.with_(cursor=view.cursor)
         row = view.cursor[0]
@@ -393,20 +406,21 @@ class MainScreen(Screen[None]):
         analysis = self.analysis
         return analysis is not None and (not analysis.every_layer or analysis.current.norms is not None)
 
-    def _fixed_top(self) -> float:
+    def _fixed_top(self, analysis: Analysis) -> float:
         """The top of the `fixed` scale: 1 for weights; for norms, the largest of the sentence (of the shown
         layer, for a long input), comparable across heads."""
         if not self._norms_shown():
             return 1.0
-        analysis, layer = self.analysis, self.state.layer
+        layer = self.state.layer
         if analysis.every_layer:
-            return max(float(analysis.plain.norms.max()), float(analysis.current.norms.max()), 1e-12)
-        return max(float(analysis.maps(layer, norms=True).max()), float(analysis.maps(layer, plain=True, norms=True).max()), 1e-12)
+            stacks = [analysis.plain.norms, analysis.current.norms]
+        else:
+            stacks = [analysis.maps(layer, norms=True), analysis.maps(layer, plain=True, norms=True)]
+        return max([float(stack.max()) for stack in stacks if stack is not None] + [1e-12])
 
-    def _displayed_matrix(self) -> tuple[np.ndarray, str, bool] | None:
+    def _displayed_matrix(self, analysis: Analysis) -> tuple[np.ndarray, str, bool] | None:
         """The heatmap's matrix, its title, and whether it shows a masked head before masking; None while a long
         input's layer is being computed."""
-        analysis = self.analysis
         layer, head = self.state.layer, self.state.head
         mask = analysis.current.mask
         norms = self._norms_shown()
@@ -416,13 +430,13 @@ class MainScreen(Screen[None]):
         if maps is None:
             return None
         if self.state.view == "average":
-            return maps.mean(0), f"layer {layer} · mean of {len(maps)} heads{what}{self._mask_note()}", False
+            return maps.mean(0), f"layer {layer} · mean of {len(maps)} heads{what}{self._mask_note(analysis)}", False
         if before:
             return maps[head], f"layer {layer} · head {head}{what} · before masking", True
-        return maps[head], f"layer {layer} · head {head}{what}{self._mask_note()}", False
+        return maps[head], f"layer {layer} · head {head}{what}{self._mask_note(analysis)}", False
 
-    def _mask_note(self) -> str:
-        mask = self.analysis.current.mask
+    def _mask_note(self, analysis: Analysis) -> str:
+        mask = analysis.current.mask
         return f" · {len(mask)} off" if len(mask) else ""  # the ablation is in the status line
 
     def _update_status(self) -> None:
@@ -459,10 +473,12 @@ class MainScreen(Screen[None]):
         self.explorer.save_state()
 
     def on_head_grid_toggled(self, message: HeadGrid.Toggled) -> None:
-        self._set_mask(self.mask.toggled(message.layer, message.head))
+        if self.mask is not None:
+            self._set_mask(self.mask.toggled(message.layer, message.head))
 
     def on_head_grid_layer_toggled(self, message: HeadGrid.LayerToggled) -> None:
-        self._set_mask(self.mask.layer_toggled(message.layer))
+        if self.mask is not None:
+            self._set_mask(self.mask.layer_toggled(message.layer))
 
     def on_attention_view_cursor_moved(self, message: AttentionView.CursorMoved) -> None:
         # the view's cursor, not the message's: keys that arrived after this message have moved it on
@@ -551,7 +567,7 @@ class MainScreen(Screen[None]):
         """The heatmap's colour scale: max, row, fixed (0–1), log (the legend shows its numbers)."""
         self.heatmap_scale = SCALES[(SCALES.index(self.heatmap_scale) + 1) % len(SCALES)]
         note = SCALE_NOTES[self.heatmap_scale]
-        if self._norms_shown():
+        if self.analysis is not None and self._norms_shown():
             whose = "the sentence's" if self.analysis.every_layer else "this layer's"
             note = (
                 f"0 to {whose} largest norm, comparable across heads" if self.heatmap_scale == "fixed" else note.replace("weight", "norm")
@@ -585,52 +601,54 @@ class MainScreen(Screen[None]):
 
     # the other screens, opened over this one
 
-    def _model_ready(self) -> bool:
-        """Whether the model has loaded; if not, say so."""
+    def _loaded(self) -> tuple[Backend, HeadMask] | None:
+        """The model and the mask once the model has loaded; if not, say so."""
         if self.backend is None or self.mask is None:
             self.notify("the model is still loading", severity="warning")
-            return False
-        return True
+            return None
+        return self.backend, self.mask
 
     def action_overview(self) -> None:
         """All heads over a corpus; the head chosen there opens here."""
-        if not self._model_ready():
+        if (loaded := self._loaded()) is None:
             return
         explorer, selected = self.explorer, (self.state.layer, self.state.head)
-        screen = OverviewScreen(self.backend, self.mask, self.state.ablation, explorer.colormap(), explorer.glyphs, selected, explorer.kept)
+        screen = OverviewScreen(*loaded, self.state.ablation, explorer.colormap(), explorer.glyphs, selected, explorer.kept)
         self.app.push_screen(screen, self._open_head)
 
     def action_probing(self) -> None:
         """What each layer knows; `m` there re-scores under this explorer's mask."""
-        if not self._model_ready():
+        if (loaded := self._loaded()) is None:
             return
-        self.app.push_screen(ProbingScreen(self.backend, self.mask, self.state.ablation, self.explorer.kept))
+        self.app.push_screen(ProbingScreen(*loaded, self.state.ablation, self.explorer.kept))
 
     def action_geometry(self) -> None:
         """Representation geometry per layer over a corpus: PCA scatter, CKA, intrinsic dimension."""
-        if not self._model_ready():
+        if (loaded := self._loaded()) is None:
             return
         explorer = self.explorer
-        screen = GeometryScreen(self.backend, self.mask, self.state.ablation, explorer.colormap(), explorer.glyphs, explorer.kept)
+        screen = GeometryScreen(*loaded, self.state.ablation, explorer.colormap(), explorer.glyphs, explorer.kept)
         self.app.push_screen(screen)
 
     def action_compare(self) -> None:
         """This model against a model B with the same tokenizer; the head chosen there opens here."""
-        if not self._model_ready():
+        if (loaded := self._loaded()) is None:
             return
+        backend, _mask = loaded
         explorer = self.explorer
-        screen = ComparisonScreen(self.backend, explorer.colormap(), explorer.glyphs, (self.state.layer, self.state.head), explorer.kept)
+        screen = ComparisonScreen(backend, explorer.colormap(), explorer.glyphs, (self.state.layer, self.state.head), explorer.kept)
         self.app.push_screen(screen, self._open_head)
 
     def action_patching(self) -> None:
         """Activation patching between this sentence and a corrupted one; the head chosen there opens here."""
-        if not self._model_ready():
+        if (loaded := self._loaded()) is None:
             return
-        if len(self.mask):
-            self.notify(f"patching runs the whole model: the mask here ({self.mask.spec()}) does not apply there", timeout=5)
+        backend, mask = loaded
+        if len(mask):
+            self.notify(f"patching runs the whole model: the mask here ({mask.spec()}) does not apply there", timeout=5)
         explorer = self.explorer
         screen = PatchingScreen(
-            self.backend,
+            backend,
             self.state.text,
             self.state.pair or None,
             explorer.colormap(),
@@ -648,11 +666,12 @@ class MainScreen(Screen[None]):
 
     # head importance (ui.importance)
 
-    def _with_importance(self, then: Callable) -> None:
+    def _with_importance(self, then: Callable[[HeadImportance], None]) -> None:
         """Call `then(importance)` once head importance is known, estimating it first if needed."""
-        if not self._model_ready():
+        if (loaded := self._loaded()) is None:
             return
-        self.query_one(ObjectivePanel).with_importance(then, self.mask, self.state.ablation)
+        _backend, mask = loaded
+        self.query_one(ObjectivePanel).with_importance(then, mask, self.state.ablation)
 
     def action_importance(self) -> None:
         """`i`: shade the grid by head importance (estimated on first use), or back to the previous figure."""
@@ -662,7 +681,7 @@ class MainScreen(Screen[None]):
             self._repaint()
             return
 
-        def show(_importance) -> None:
+        def show(_importance: HeadImportance) -> None:
             if self.state.figure != IMPORTANCE_FIGURE:
                 self._figure_before_importance = self.state.figure
             self.state = self.state.with_(figure=IMPORTANCE_FIGURE)
@@ -673,7 +692,7 @@ class MainScreen(Screen[None]):
 
     def action_prune_to(self) -> None:
         """`P`: switch off the least important X% of the heads."""
-        if not self._model_ready():
+        if self._loaded() is None:
             return
 
         def chosen(fraction: float | None) -> None:
@@ -682,26 +701,29 @@ class MainScreen(Screen[None]):
 
         self.app.push_screen(PruneToScreen(), chosen)
 
-    def _prune_to(self, importance, fraction: float) -> None:
-        total = self.mask.num_layers * self.mask.num_heads
-        heads = importance.least_important(round(fraction * total))
+    def _prune_to(self, importance: HeadImportance, fraction: float) -> None:
+        if self.mask is None:
+            return
+        layers, heads_per_layer = self.mask.num_layers, self.mask.num_heads
+        heads = importance.least_important(round(fraction * layers * heads_per_layer))
         self.notify(f"masked the {len(heads)} least important heads ({fraction:.0%}) for {importance.objective}", timeout=4)
-        self._set_mask(HeadMask(self.mask.num_layers, self.mask.num_heads, frozenset(heads)))
+        self._set_mask(HeadMask(layers, heads_per_layer, frozenset(heads)))
 
     def action_pruning_curve(self) -> None:
         """`C`: the objective as ever more of the least important heads are removed; Enter there masks the prunable set."""
 
-        def open_screen(importance) -> None:
+        def open_screen(importance: HeadImportance) -> None:
+            if (loaded := self._loaded()) is None:
+                return
+            backend, _mask = loaded
             panel = self.query_one(ObjectivePanel)
-            screen = PruningCurveScreen(
-                self.backend, importance.objective, panel.sentences, importance, self.state.ablation, self.explorer.kept
-            )
+            screen = PruningCurveScreen(backend, importance.objective, panel.sentences, importance, self.state.ablation, self.explorer.kept)
             self.app.push_screen(screen, self._apply_curve_mask)
 
         self._with_importance(open_screen)
 
     def _apply_curve_mask(self, spec: str | None) -> None:
-        if spec is not None:
+        if spec is not None and self.mask is not None:
             self._set_mask(HeadMask.parse(spec, self.mask.num_layers, self.mask.num_heads))
 
     # the rest of the keys
@@ -736,7 +758,7 @@ class MainScreen(Screen[None]):
         if self.analysis is None:
             self.notify("nothing to export yet", severity="warning")
             return
-        shown = self._displayed_matrix()
+        shown = self._displayed_matrix(self.analysis)
         if shown is None:
             self.notify(f"layer {self.state.layer}'s maps are still being computed; export once they show", severity="warning")
             return
