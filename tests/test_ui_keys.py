@@ -85,6 +85,21 @@ def test_main_screen_keys_do_nothing_on_a_screen_pushed_over_it():
     run(app, steps)
 
 
+def test_the_palette_offers_the_main_screens_commands_on_that_screen_alone():
+    app = make_app()
+
+    def titles() -> set[str]:
+        return {command.title for command in app.get_system_commands(app.screen)}
+
+    async def steps(pilot):
+        await settle(pilot)
+        assert {"Toggle head", "Overview", "Keys"} <= titles()
+        await open_screen(pilot, "p")
+        assert "Keys" in titles() and not titles() & {"Toggle head", "Overview", "Unmask all"}
+
+    run(app, steps)
+
+
 def test_tab_reaches_the_effect_pane_and_arrows_scroll_to_its_last_layer():
     app = make_app(text="the keys to the cabinet are on the table")
 

@@ -154,7 +154,8 @@ class ExplorerApp(App[None]):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        yield from self.main_screen.system_commands()
+        if screen is self.main_screen:  # its commands act on its panes: not from a screen opened over it
+            yield from self.main_screen.system_commands()
         yield SystemCommand("Keys", "Show every key", self.action_help)
 
     # the session file
