@@ -28,6 +28,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "bertscope"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("bertscope.core", "bertscope.core.errors", "bertscope.core.progress", "bertscope.theming")),
     ("data", ("bertscope.core.data",)),
+    ("figures", ("bertscope.figures",)),  # matplotlib figures and notebook display, drawn from plain arrays
     ("runtime", ("bertscope.core.distributed",)),  # torch.distributed's process group: state, and torch on use
     ("model", ("bertscope.core.model",)),
     ("analyses", ("bertscope.core.analyses",)),

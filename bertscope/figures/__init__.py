@@ -1,0 +1,5 @@
+"""How results look outside the terminal: matplotlib figures for papers, and a result's display in a notebook.
+
+Torch-free and below the analyses, so each result type can draw itself (`result.figure()`)
+from its own arrays; matplotlib is imported only when a figure is drawn.
+"""
