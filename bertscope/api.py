@@ -183,8 +183,11 @@ def load(
     linear layers take the faster of torch's BLAS and oneDNN, timed on this machine
     (`cpu_linear`: auto, onednn or blas; default `$BERTSCOPE_CPU_LINEAR`, else auto).
     """
-    from bertscope.core.model import cpu_linear as linear_kernels
-    from bertscope.core.model.session import Session
+    with warnings.catch_warnings():
+        # transformers imports tqdm.auto, which in a notebook without ipywidgets warns on import; bertscope shows no bar of it
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        from bertscope.core.model import cpu_linear as linear_kernels
+        from bertscope.core.model.session import Session
 
     linear_kernels.bound_primitive_cache()  # before the model's first pass: one primitive per batch shape
     device = distributed.start(device)  # under torchrun: join the process group; auto is cuda:LOCAL_RANK or the CPU

@@ -7,12 +7,13 @@ baseline and the completeness error.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding
+from bertscope.figures.notebook import Shown
 
 METHODS = ("gradient", "gradient-x-input", "integrated-gradients", "attention-rollout")
 SCORES = ("log-probability", "probability", "logit")
@@ -40,8 +41,8 @@ class Target:
     pooling: str = "cls"
 
 
-@dataclass(frozen=True)
-class Attribution:
+@dataclass(frozen=True, repr=False)
+class Attribution(Shown):
     """Per-token scores `[T]` for one decision, with what the decision was."""
 
     encoding: Encoding
@@ -75,6 +76,16 @@ class Attribution:
             }
             for positions in groups.values()
         ]
+
+    def summary(self) -> str:
+        explained = " ".join(str(self.target[key]) for key in ("kind", "label") if self.target.get(key) is not None)
+        top = sorted(self.words(), key=lambda word: -abs(word["score"]))[:3]
+        words = ", ".join(f"{word['word']} {word['score']:.3g}" for word in top)
+        return f"{self.method} · explains {explained} ({self.score} {self.output:.4g}) · {len(self.tokens)} tokens · strongest: {words}"
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per token: its position, text and score."""
+        return [{"position": i, "token": token, "score": float(score)} for i, (token, score) in enumerate(zip(self.tokens, self.scores))]
 
     def as_json(self) -> dict:
         payload = {

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from bertscope.figures.notebook import Shown
+
 UNITS = ("token", "word", "sentence")
 """What a row of a geometry sample is: every token, a CoNLL-U word (its first sub-word), or a sentence (mean of its tokens)."""
 
@@ -26,8 +28,8 @@ def _matrix(values: np.ndarray, digits: int = 6) -> list[list[float | None]]:
     return [[_number(v, digits) for v in row] for row in values]
 
 
-@dataclass(frozen=True, eq=False)
-class GeometryResult:
+@dataclass(frozen=True, eq=False, repr=False)
+class GeometryResult(Shown):
     """Per layer over a corpus sample: PCA projection, CKA, TwoNN dimension, neighbourhood overlap."""
 
     unit: str  # token, word or sentence
@@ -57,6 +59,30 @@ class GeometryResult:
     @property
     def size(self) -> int:
         return len(self.texts)
+
+    def summary(self) -> str:
+        dimension = self.intrinsic_dimension
+        highest = int(np.nanargmax(dimension))
+        return (
+            f"{self.size:,} {self.unit}s from {self.sentences:,} sentences · {self.num_layers} layers (0 = embeddings) · "
+            f"intrinsic dimension {np.nanmin(dimension):.1f} to {np.nanmax(dimension):.1f}, highest at layer {highest} · "
+            f"CKA of the embeddings with the last layer {self.cka[0, -1]:.2f}"
+        )
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per hidden-state layer: intrinsic dimension, PCA variance, CKA and neighbours kept with the next layer."""
+        last = self.num_layers - 1
+        return [
+            {
+                "layer": layer,
+                "intrinsic_dimension": float(self.intrinsic_dimension[layer]),
+                "pc1_variance": float(self.explained[layer, 0]),
+                "pc2_variance": float(self.explained[layer, 1]),
+                "cka_next": float(self.cka[layer, layer + 1]) if layer < last else None,
+                "neighbourhood_overlap_next": float(self.neighbourhood_overlap[layer]) if layer < last else None,
+            }
+            for layer in range(self.num_layers)
+        ]
 
     def as_json(self, model: str, *, points: bool = False) -> dict:
         layers = []
@@ -113,8 +139,8 @@ class ProbeDifference:
         return {"task": self.task, "metric": self.metric, "layers": layers}
 
 
-@dataclass(frozen=True, eq=False)
-class ComparisonResult:
+@dataclass(frozen=True, eq=False, repr=False)
+class ComparisonResult(Shown):
     """Model A against model B (same tokenizer) over a corpus.
 
     `head_cosine` `[L, H]` is the cosine similarity of each head's attention map in A and in
@@ -143,6 +169,24 @@ class ComparisonResult:
         """CKA of layer l of A with layer l of B (None when the depths differ)."""
         rows, cols = self.cka.shape
         return np.diagonal(self.cka).copy() if rows == cols else None
+
+    def summary(self) -> str:
+        parts = [f"{self.model_a} against {self.model_b}", f"{self.sentences:,} sentences"]
+        if self.head_cosine is not None:
+            parts.append(f"attention cosine {float(self.head_cosine.mean()):.3f} on average, lowest {float(self.head_cosine.min()):.3f}")
+        matched = self.matched_cka()
+        if matched is not None:
+            parts.append(f"CKA of matching layers {float(matched.min()):.2f} to {float(matched.max()):.2f}")
+        return " · ".join(parts)
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per head (attention cosine and its spread), or per layer (CKA) when the shapes differ."""
+        if self.head_cosine is None or self.head_cosine_std is None:
+            return [{"layer_a": a, "layer_b": b, "cka": float(value)} for (a, b), value in np.ndenumerate(self.cka)]
+        return [
+            {"layer": layer, "head": head, "attention_cosine": float(value), "std": float(self.head_cosine_std[layer, head])}
+            for (layer, head), value in np.ndenumerate(self.head_cosine)
+        ]
 
     def as_json(self) -> dict:
         heads = []

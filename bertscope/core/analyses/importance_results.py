@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from bertscope.core.errors import InputError
 from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.figures.notebook import Shown
 
 OBJECTIVES = ("mlm", "classification", "probe", "preserve")
 """What importance is measured on (core.analyses.objectives)."""
@@ -25,8 +27,8 @@ def finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-@dataclass(frozen=True, eq=False)
-class HeadImportance:
+@dataclass(frozen=True, eq=False, repr=False)
+class HeadImportance(Shown):
     """`[L, H]` importance of every head for one objective (higher: the objective needs it more).
 
     `importance` is what heads are ranked by (ℓ2-normalised per layer if `normalized`);
@@ -63,6 +65,30 @@ class HeadImportance:
         """The `count` least important heads not already in `keep`'s switched-off set."""
         already = keep.off if keep is not None else frozenset()
         return [head for head in self.order() if head not in already][:count]
+
+    def summary(self) -> str:
+        num_layers, num_heads = self.shape
+        order = self.order()
+        most = ", ".join(f"{layer}:{head}" for layer, head in reversed(order[-3:]))
+        return (
+            f"{self.objective} · {self.method} ({self.ablation}) · {num_layers}×{num_heads} heads · most important {most} · "
+            f"{self.metric} {self.baseline_metric:.4g} unmasked, over {self.sentences:,} sentences"
+        )
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per head: its importance (ranked by), before normalising, and whether it was pruned."""
+        num_layers, num_heads = self.shape
+        return [
+            {
+                "layer": layer,
+                "head": head,
+                "importance": float(self.importance[layer, head]),
+                "raw": float(self.raw[layer, head]),
+                "pruned": (layer, head) in self.pruned,
+            }
+            for layer in range(num_layers)
+            for head in range(num_heads)
+        ]
 
     def as_json(self, model: str) -> dict:
         num_layers, num_heads = self.shape
@@ -111,8 +137,8 @@ class CurvePoint:
     mask: str
 
 
-@dataclass(frozen=True, eq=False)
-class PruningCurve:
+@dataclass(frozen=True, eq=False, repr=False)
+class PruningCurve(Shown):
     """The objective as ever more of the least important heads are removed."""
 
     objective: str
@@ -137,6 +163,20 @@ class PruningCurve:
                 break
             best = point
         return best
+
+    def summary(self) -> str:
+        first, last, best = self.points[0], self.points[-1], self.prunable()
+        return (
+            f"{self.objective} · {self.metric} {first.metric:.4g} unpruned, {last.metric:.4g} at {last.fraction:.0%} of the heads · "
+            f"prunable within a drop of {self.max_drop:g}: {best.fraction:.0%} ({best.heads_pruned} heads)"
+        )
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per point of the curve: how much was pruned, the loss, the metric, its drop, the mask."""
+        return [
+            {"fraction": p.fraction, "heads_pruned": p.heads_pruned, "loss": p.loss, "metric": p.metric, "drop": drop, "mask": p.mask}
+            for p, drop in zip(self.points, self.drops())
+        ]
 
     def as_json(self, model: str) -> dict:
         best = self.prunable()

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -30,6 +30,7 @@ from bertscope.core.errors import InputError, NoMLMHeadError
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding, MaskPrediction
 from bertscope.core.progress import Progress
+from bertscope.figures.notebook import Shown
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -71,13 +72,30 @@ class Blank:
     unmasked: MaskPrediction | None = None  # the output's guesses with no head masked (when a mask is given)
 
 
-@dataclass(frozen=True)
-class FillResult:
+@dataclass(frozen=True, repr=False)
+class FillResult(Shown):
     encoding: Encoding
     blanks: tuple[Blank, ...]
     mask: HeadMask
     ablation: Ablation
     notes: tuple[str, ...] = ()  # what a person should be told (the text cut to fit)
+
+    def summary(self) -> str:
+        blanks = "; ".join(
+            f"[MASK] at {blank.position}: "
+            + ", ".join(f"{token} {p:.2f}" for token, p in zip(blank.predictions.tokens[:3], blank.predictions.probabilities[:3]))
+            for blank in self.blanks
+        )
+        masked = f" · mask {self.mask.spec()} ({self.ablation})" if len(self.mask) else ""
+        return f"{len(self.encoding)} tokens · {blanks}{masked}"
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per [MASK] and guess, best first: the position, rank, token and probability at the output."""
+        return [
+            {"position": blank.position, "rank": rank, "token": token, "probability": p}
+            for blank in self.blanks
+            for rank, (token, p) in enumerate(zip(blank.predictions.tokens, blank.predictions.probabilities), start=1)
+        ]
 
     def as_json(self) -> dict:
         def guesses(prediction: MaskPrediction) -> list[dict]:
@@ -150,8 +168,8 @@ class ClozeQuery:
     location: str  # path:line
 
 
-@dataclass(frozen=True)
-class ClozeResult:
+@dataclass(frozen=True, repr=False)
+class ClozeResult(Shown):
     """Per hidden-state layer (0 = embeddings; the last is the model's output) precision at 1 and 10."""
 
     queries: int
@@ -159,6 +177,16 @@ class ClozeResult:
     answers: list[dict] = field(default_factory=list)  # per query: text, answer, the output's top guess, the answer's rank
     skipped: int = 0  # queries of the file not scored (malformed, or no one-token answer)
     notes: tuple[str, ...] = ()
+
+    def summary(self) -> str:
+        at_output = ", ".join(f"P@{k} {float(self.precision[k][-1]):.3f}" for k in PRECISION_AT)
+        skipped = f" ({self.skipped:,} skipped)" if self.skipped else ""
+        return f"{self.queries:,} queries{skipped} · at the output {at_output}"
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per hidden-state layer (0 = the embeddings, the last = the output): precision at 1 and 10."""
+        num_layers = len(self.precision[PRECISION_AT[0]])
+        return [{"layer": layer, **{f"p_at_{k}": float(self.precision[k][layer]) for k in PRECISION_AT}} for layer in range(num_layers)]
 
     def as_json(self) -> dict:
         num_layers = len(self.precision[PRECISION_AT[0]])

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from bertscope.figures.notebook import Shown
 
 METRICS = ("mlm", "class", "probe", "preserve")
 """What is measured: an MLM answer's logit difference, a classifier's, a probe's, or how well the clean output is preserved."""
@@ -20,8 +23,8 @@ EFFECTS = {
 }
 
 
-@dataclass(frozen=True)
-class PatchingResult:
+@dataclass(frozen=True, repr=False)
+class PatchingResult(Shown):
     """Normalised effects of patching each component (1: it carries all of the difference, 0: none of it)."""
 
     metric: str
@@ -37,6 +40,30 @@ class PatchingResult:
     layers: np.ndarray | None = None  # [L, 2]: the layer's attention write, its feed-forward write
     positions: np.ndarray | None = None  # [L+1, T]: the hidden state (0 = embedding output) at one position
     notes: tuple[str, ...] = ()
+
+    def summary(self) -> str:
+        parts = [f"{self.metric_description} · {self.direction}", f"clean {self.clean_metric:.4g}, corrupted {self.corrupt_metric:.4g}"]
+        strongest = max(self.table(), key=lambda row: abs(row["effect"]) if row["effect"] is not None else -1.0, default=None)
+        if strongest is not None:
+            where = ", ".join(f"{key} {strongest[key]}" for key in strongest if key != "effect")
+            parts.append(f"largest effect {strongest['effect']:.3f} ({where})")
+        return " · ".join(parts)
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per patched component: each head, each layer's attention and feed-forward, or each position."""
+        if self.heads is not None:
+            return [{"layer": layer, "head": head, "effect": _rounded(effect)} for (layer, head), effect in np.ndenumerate(self.heads)]
+        if self.layers is not None:
+            return [
+                {"layer": layer, "component": COMPONENTS[component], "effect": _rounded(effect)}
+                for (layer, component), effect in np.ndenumerate(self.layers)
+            ]
+        if self.positions is not None:
+            return [
+                {"layer": layer, "position": position, "token": self.tokens[position], "effect": _rounded(effect)}
+                for (layer, position), effect in np.ndenumerate(self.positions)
+            ]
+        return []
 
     def as_json(self) -> dict:
         payload = {

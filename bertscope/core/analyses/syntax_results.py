@@ -10,8 +10,11 @@ Computed by core.analyses.syntax; kept apart so the UI's contract can name it wi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from bertscope.figures.notebook import Shown
 
 DIRECTIONS = ("dependent_to_head", "head_to_dependent")
 OFFSETS = (-3, -2, -1, 1, 2, 3)  # the fixed-offset baselines, in words; 0 (the word itself) is no prediction
@@ -38,8 +41,8 @@ def is_known_relation(name: str) -> bool:
     return name.split(":", 1)[0] in UD_RELATIONS
 
 
-@dataclass(frozen=True)
-class SyntaxResult:
+@dataclass(frozen=True, repr=False)
+class SyntaxResult(Shown):
     """Per relation (UD label as in the treebank, subtypes kept apart) and direction, every head's hits.
 
     `counts[r, d]`: instances of relation r in direction d (a dependent whose head is in the
@@ -101,6 +104,32 @@ class SyntaxResult:
             words=self.words + other.words,
             truncated=self.truncated + other.truncated,
         )
+
+    def summary(self) -> str:
+        num_layers, num_heads = self.correct.shape[2:]
+        parts = [f"{self.sentences:,} sentences", f"{self.words:,} words", f"{len(self.relations)} relations"]
+        parts.append(f"{num_layers}×{num_heads} heads")
+        best = []
+        for relation in self.by_frequency()[:3]:
+            layer, head, accuracy = self.best(relation)
+            best.append(f"{relation} {layer}:{head} {accuracy:.2f} (offset {self.baseline(relation)[1]:.2f})")
+        return " · ".join(parts) + (" · best heads: " + ", ".join(best) if best else "")
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per relation and direction, most frequent first: its count, best head and best fixed-offset baseline."""
+        return [
+            {
+                "relation": row["relation"],
+                "direction": row["direction"],
+                "count": row["count"],
+                "layer": row["best"]["layer"],
+                "head": row["best"]["head"],
+                "accuracy": row["best"]["accuracy"],
+                "baseline_offset": row["baseline"]["offset"],
+                "baseline_accuracy": row["baseline"]["accuracy"],
+            }
+            for row in self.rows()
+        ]
 
     def rows(self, relations: list[str] | None = None, min_count: int = DEFAULT_MIN_COUNT) -> list[dict]:
         """One entry per relation and direction, as `bertscope syntax --json` prints them.

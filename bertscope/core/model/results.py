@@ -8,10 +8,12 @@ being the embedding output and index l+1 the output of layer l.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.figures.notebook import Shown
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,8 @@ class Encoding:
         return len(self.tokens)
 
 
-@dataclass(frozen=True, eq=False)
-class ForwardResult:
+@dataclass(frozen=True, eq=False, repr=False)
+class ForwardResult(Shown):
     """Everything one forward pass over one input gives back.
 
     `attentions` is `[L, H, T, T]` (rows are query tokens and sum to 1) and present only
@@ -96,6 +98,26 @@ class ForwardResult:
     def tokens(self) -> tuple[str, ...]:
         return self.encoding.tokens
 
+    def summary(self) -> str:
+        length, hidden = self.hidden_states.shape[1:]
+        parts = [f"{length} tokens", f"{self.mask.num_layers} layers × {self.mask.num_heads} heads", f"hidden {hidden}"]
+        held = {"attentions": self.attentions, "norms": self.norms, "MLM logits": self.mlm_logits, "class logits": self.class_logits}
+        parts.append(", ".join(name for name, value in held.items() if value is not None) or "no attentions")
+        if len(self.mask):
+            parts.append(f"mask {self.mask.spec()} ({self.ablation})")
+        if self.encoding.truncated:
+            parts.append(f"cut by {self.encoding.truncated} tokens")
+        return " · ".join(parts)
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per token: its position, text, segment and word (None for special tokens)."""
+        encoding = self.encoding
+        columns = zip(encoding.tokens, encoding.segment_ids, encoding.word_ids, encoding.special)
+        return [
+            {"position": i, "token": token, "segment": segment, "word": word, "special": bool(special)}
+            for i, (token, segment, word, special) in enumerate(columns)
+        ]
+
 
 @dataclass(frozen=True)
 class MaskPrediction:
@@ -116,8 +138,8 @@ NORM_DEFINITION = "‖α_ij f_h(x_j)‖ with f_h(x) = (x W_V^h + b_V^h) W_O^h, t
 """Which value-weighted norm bertscope computes (core.model.norms), for outputs that must say so."""
 
 
-@dataclass(frozen=True)
-class PatternResult:
+@dataclass(frozen=True, repr=False)
+class PatternResult(Shown):
     """Corpus-level attention statistics: `[L, H]` arrays, `pattern_shares` `[L, H, 5]`.
 
     When norms were asked for, `statistics` also holds `norm_cls`, `norm_sep`, ... (NORM_SHARES):
@@ -167,6 +189,17 @@ class PatternResult:
 
     def layer_pattern_shares(self) -> np.ndarray:
         return self.pattern_shares.mean(1)
+
+    def summary(self) -> str:
+        num_layers, num_heads = self.dominant.shape
+        counts = np.bincount(self.dominant.ravel(), minlength=len(PATTERNS))
+        classes = ", ".join(f"{name} {count}" for name, count in zip(PATTERNS, counts) if count)
+        return f"{self.sentences:,} sentences · {self.tokens:,} tokens · {num_layers}×{num_heads} heads · heads by pattern: {classes}"
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per head: its dominant pattern, the share of each pattern, every statistic (`head_table`)."""
+        header, rows = self.head_table()
+        return [dict(zip(header, row)) for row in rows]
 
     def as_json(self, model: str) -> dict:
         heads = []

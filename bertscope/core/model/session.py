@@ -159,6 +159,12 @@ class Session:
             attention_windows=tuple(self.attention_window(layer) for layer in range(self.num_layers)),
         )
 
+    def __repr__(self) -> str:
+        info = self.info
+        head = "an MLM head" if info.has_mlm_head else f"{info.num_labels} classes" if info.num_labels else "no MLM head"
+        shape = f"{info.num_layers} layers × {info.num_heads} heads, hidden {info.hidden_size}"
+        return f"Session({info.source} · {info.family} · {shape} · {head} · {info.device} {info.dtype})"
+
     def mask(self, spec: str | None = None) -> HeadMask:
         """Parse a mask spec (`0:3,2:*`) against this model's layers and heads."""
         return HeadMask.parse(spec, self.num_layers, self.num_heads)
