@@ -15,7 +15,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Footer, Input, ProgressBar, Static
+from textual.widgets import Input, ProgressBar, Static
 
 from bertscope.core.analyses.geometry_results import ComparisonResult
 from bertscope.core.data.corpus import Sentence, sample_corpus
@@ -28,6 +28,7 @@ from bertscope.ui.backend import Backend
 from bertscope.ui.corpus_screen import CorpusRunScreen
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.kept import KeptResults
+from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.head_grid import HeadGrid
 from bertscope.ui.widgets.pattern_grid import PatternGrid
 
@@ -76,7 +77,7 @@ class ComparisonScreen(CorpusRunScreen[ComparisonResult]):
                 yield PatternGrid(self.colormap, id="compare-grid")
                 yield Static("", id="compare-head")
             yield VerticalScroll(Static("", id="compare-charts"), id="compare-side")
-        yield Footer(compact=True)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         grid = self.query_one(PatternGrid)

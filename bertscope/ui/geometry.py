@@ -15,7 +15,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Footer, Input, ProgressBar, Static
+from textual.widgets import Input, ProgressBar, Static
 
 from bertscope.core.analyses.geometry_results import GeometryResult
 from bertscope.core.data.corpus import Sentence
@@ -28,6 +28,7 @@ from bertscope.ui.backend import Backend
 from bertscope.ui.corpus_screen import CorpusRunScreen
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.kept import KeptResults
+from bertscope.ui.widgets.footer import KeyFooter
 
 TREEBANK_SENTENCES = CorpusRunScreen.treebank_sentences  # the geometry screen's corpus when none is given
 
@@ -80,7 +81,7 @@ class GeometryScreen(CorpusRunScreen[GeometryResult]):
                 yield Static("", id="layer-slider")
                 yield Scatter("", id="scatter")
             yield VerticalScroll(Static("", id="geometry-charts"), id="geometry-side")
-        yield Footer(compact=True)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         kept = self.kept.runs.get(self.name_kept)

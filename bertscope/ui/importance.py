@@ -23,7 +23,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Input, Label, Static
+from textual.widgets import Input, Label, Static
 
 from bertscope.api import corpus
 from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
@@ -36,6 +36,7 @@ from bertscope.ui.export import csv_text, save_screen
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
+from bertscope.ui.widgets.footer import KeyFooter
 
 SAMPLE_SENTENCES = 64
 IMPORTANCE_FIGURE = "importance"
@@ -243,7 +244,7 @@ class PruningCurveScreen(Screen[str | None]):
     def compose(self) -> ComposeResult:
         yield Static("", id="curve-status")
         yield VerticalScroll(Static("", id="curve-content"), id="curve")
-        yield Footer(compact=True)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         kept = self.kept.runs.get("curve")

@@ -25,7 +25,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer, Input
+from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
 from bertscope.core.analyses.headstats import FIGURES, figure_range
@@ -55,6 +55,7 @@ from bertscope.ui.state import VIEWS, ExplorerState, fit_to_model
 from bertscope.ui.syntax import SYNTAX_FIGURE, SyntaxPanel
 from bertscope.ui.theme import heatmap_for
 from bertscope.ui.widgets.attention_view import AttentionView
+from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.head_grid import HeadGrid
 from bertscope.ui.widgets.panels import EffectPanel, StatusLine, TokenPanel
 
@@ -62,6 +63,7 @@ from bertscope.ui.widgets.panels import EffectPanel, StatusLine, TokenPanel
 # under the mask, four arrays of at most 256 MB (BERT-base at 512 tokens: 38M). Above, a long input, it holds
 # the shown layer's alone: a 2,000-token ModernBERT-base would need 4 × 4.2 GB.
 EVERY_LAYER_CELLS = 64_000_000
+TALL_SCREEN = 30  # rows from which the token pane lists five tokens rather than three
 NORMS_LABEL = "‖αf‖"  # the heatmap's cells in norms mode: ‖α_ij f_h(x_j)‖ (core.model.norms)
 SCALE_NOTES = {
     "max": "0 to the map's largest weight",
@@ -200,7 +202,7 @@ class MainScreen(Screen[None]):
                 yield EffectPanel(id="effect")
             yield AttentionView(id="heatmap")
         yield StatusLine(id="status")
-        yield Footer(compact=True)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#grid").border_title = "heads"
@@ -396,7 +398,19 @@ class MainScreen(Screen[None]):
         )
         self.state = self.state.with_(cursor=view.cursor)
         row = view.cursor[0]
-        self.query_one(TokenPanel).show(analysis.current.tokens, weights[row], row, norms=self._norms_shown())
+        self.query_one(TokenPanel).show(analysis.current.tokens, weights[row], row, top=self._token_rows(), norms=self._norms_shown())
+
+    def _token_rows(self) -> int:
+        """The tokens the token pane lists: five, or three on a short screen, where the effect pane's first lines
+        would otherwise fall below it (80×24, a 6-layer grid)."""
+        return 5 if self.size.height >= TALL_SCREEN else 3
+
+    def on_resize(self) -> None:
+        if self.analysis is not None and self.query_one(TokenPanel)._rows not in (
+            None,
+            min(self._token_rows(), len(self.analysis.current.tokens)),
+        ):
+            self._repaint()
 
     def _norms_shown(self) -> bool:
         """Whether the heatmap shows norms: asked for (`n`) and computed by the backend."""
@@ -445,10 +459,14 @@ class MainScreen(Screen[None]):
             return
         info = self.backend.info
         masked = len(self.mask) if self.mask is not None else 0
-        status.set_facts(
-            f"{info.source} · {info.device} · {info.num_layers}×{info.num_heads} heads · "
-            f"{masked} masked ({self.state.ablation}) · {self.state.view} · {self.state.figure}"
-            + (f" · {NORMS_LABEL} norms" if self.heatmap_norms else "")
+        status.set_facts(  # most important first: the line keeps those that fit
+            info.source,
+            info.device,
+            f"{info.num_layers}×{info.num_heads} heads",
+            f"{masked} masked ({self.state.ablation})",
+            *([f"{NORMS_LABEL} norms"] if self.heatmap_norms else []),
+            self.state.view,
+            self.state.figure,
         )
 
     def _set_busy(self, busy: bool) -> None:

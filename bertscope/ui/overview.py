@@ -25,7 +25,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Footer, Input, ProgressBar, Static
+from textual.widgets import Input, ProgressBar, Static
 
 from bertscope.api import treebank
 from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
@@ -43,6 +43,7 @@ from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
 from bertscope.ui.syntax import SYNTAX_FIGURE, kept_relation, next_relation, syntax_label, syntax_overlay
+from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.head_grid import HeadGrid
 from bertscope.ui.widgets.pattern_grid import PatternGrid
 
@@ -150,7 +151,7 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
                 yield PatternGrid(self.colormap, id="overview-grid")
                 yield Static("", id="head-details")
             yield VerticalScroll(Static("", id="charts-content"), id="charts", can_focus=False)
-        yield Footer(compact=True)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         grid = self.query_one(PatternGrid)

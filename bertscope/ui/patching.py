@@ -25,7 +25,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Input, ProgressBar, Static
+from textual.widgets import Input, ProgressBar, Static
 
 from bertscope.core.analyses.patching_results import PatchingResult
 from bertscope.core.data.probing_tasks import TASKS
@@ -41,6 +41,7 @@ from bertscope.ui.focus import leave_input
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
+from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.head_grid import HeadGrid
 from bertscope.ui.widgets.pattern_grid import PatternGrid
 
@@ -247,7 +248,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
                 yield EffectGrid(self.colormap, id="patch-grid")
                 yield Static("", id="patch-head")
             yield VerticalScroll(Static("", id="patch-charts"), id="patch-side")
-        yield Footer(compact=True)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         grid = self.query_one(EffectGrid)

@@ -21,7 +21,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, ScrollableContainer
 from textual.screen import Screen
-from textual.widgets import Footer, Input, ProgressBar, Select, Static
+from textual.widgets import Input, ProgressBar, Select, Static
 
 from bertscope.api import built_in_treebank, corpus
 from bertscope.core.analyses.probing_results import ProbeReport
@@ -34,6 +34,7 @@ from bertscope.ui.focus import leave_input
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults
+from bertscope.ui.widgets.footer import KeyFooter
 
 TREEBANK_SENTENCES = 1000  # for tasks with no file; smaller than the CLI's default: the pane should answer within a minute on a CPU
 
@@ -92,7 +93,7 @@ class ProbingScreen(Screen[None]):
             yield ProgressBar(total=None, show_eta=False, id="probe-progress")
             yield Static("r runs the chosen task (/ chooses another)", id="probe-status")
         yield ScrollableContainer(Static("", id="curves-content"), id="curves")
-        yield Footer(compact=True)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         if self.reports:

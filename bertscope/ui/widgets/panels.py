@@ -80,17 +80,19 @@ class EffectPanel(RowsPanel, can_focus=True):
     ) -> None:
         drops = 1.0 - cosines[1:]
         scale = max(float(drops.max()), 1e-3)
+        # Two lines of at most 41 columns (the side pane at 80 columns), the first the one an 80×24 screen shows.
         if masked_heads == 0:
-            note = "no heads masked: space switches the selected head off"
+            summary, note = Text("no heads masked: space switches one off"), "per layer: cosine to the unmasked run"
         else:
-            note = f"{masked_heads} head(s) off: cosine to unmasked; bar = drop (full = {scale:.3g})"
+            summary = Text(f"{masked_heads} head(s) off · output cosine {float(cosines[-1]):.4f}", style="bold")
+            note = f"per layer; bar = drop (full = {scale:.3g})"
         chart = Table.grid(padding=(0, 1))
         chart.add_column(justify="right")
         chart.add_column(width=14)
         chart.add_column(justify="right")
         for layer, (cosine, drop) in enumerate(zip(cosines[1:], drops)):
             chart.add_row(f"layer {layer}", bar(self, scale, max(float(drop), 0.0)), f"{cosine:.4f}")
-        parts: list[RenderableType] = [Text(note, style="dim"), chart]  # the same rows masked or not: no relayout on a toggle
+        parts: list[RenderableType] = [summary, Text(note, style="dim"), chart]  # the same rows masked or not: no relayout on a toggle
         for plain, current in zip(before, after):
             parts.append(Text(f"{tokens[plain.position]} at {plain.position}: before → after", style="bold"))
             guesses = Table.grid(padding=(0, 1))
@@ -106,17 +108,24 @@ class EffectPanel(RowsPanel, can_focus=True):
 
 
 class StatusLine(Static):
-    """Model, device, size, masked heads, and a spinner while the model works."""
+    """Model, device, size, masked heads, and a spinner while the model works.
+
+    Its facts come most important first; those that do not fit the width are left out
+    (the grid's legend names its figure, the heatmap's title the view), never cut midway.
+    """
 
     def on_mount(self) -> None:
-        self.facts = "loading model…"
+        self.facts: tuple[str, ...] = ("loading model…",)
         self.busy = True
         self._frame = 0
         self.set_interval(0.1, self._tick)
         self._draw()
 
-    def set_facts(self, facts: str) -> None:
+    def set_facts(self, *facts: str) -> None:
         self.facts = facts
+        self._draw()
+
+    def on_resize(self) -> None:
         self._draw()
 
     def set_busy(self, busy: bool) -> None:
@@ -130,5 +139,11 @@ class StatusLine(Static):
 
     def _draw(self) -> None:
         marker = f"{SPINNER[self._frame]} working" if self.busy else "● ready"
-        line = Text.assemble((marker, "bold" if self.busy else "dim"), "  ", self.facts, no_wrap=True, overflow="ellipsis")
+        room = (self.content_size.width or 10_000) - len(marker) - 2
+        shown = list(self.facts[:1])  # the first always, cut with an ellipsis if it must be
+        for fact in self.facts[1:]:
+            if len(" · ".join([*shown, fact])) > room:
+                break
+            shown.append(fact)
+        line = Text.assemble((marker, "bold" if self.busy else "dim"), "  ", " · ".join(shown), no_wrap=True, overflow="ellipsis")
         self.update(line, layout=False)  # one fixed line: a relayout of the screen would cost ms per tick
