@@ -173,3 +173,42 @@ def test_readme_python_example_runs(block, stand_ins, monkeypatch, capsys):
     assert promised
     for value in promised:
         assert value in printed, (value, printed)
+
+
+def test_readme_python_section_runs_as_a_notebook(stand_ins, monkeypatch, tmp_path):
+    """The Python section's blocks, cut into cells at blank lines, run in Jupyter (nbclient, a kernel on this
+    interpreter): nothing is written to stderr, and what the cells display is what a reader wants to see."""
+    import json
+    import sys
+
+    import nbformat
+    from jupyter_client.manager import KernelManager
+    from nbclient import NotebookClient
+
+    kernels = tmp_path / "jupyter" / "kernels" / "bertscope-test"
+    kernels.mkdir(parents=True)
+    (kernels / "kernel.json").write_text(json.dumps(
+        {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"], "display_name": "test", "language": "python"}
+    ))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("BERTSCOPE_CACHE_DIR", stand_ins["cache_dir"])
+    cells = [cell.strip() for block in PYTHON_EXAMPLES for cell in block.split("\n\n") if cell.strip()]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell) for cell in cells])
+    kernel = KernelManager(kernel_name="bertscope-test", transport="ipc", ip=str(tmp_path / "kernel"))  # no race for TCP ports
+    NotebookClient(notebook, km=kernel, timeout=900, resources={"metadata": {"path": str(tmp_path)}}).execute()
+
+    def shown(expression: str) -> dict:
+        """What the cell whose last line is `expression` (its comment aside) displays."""
+        (cell,) = [cell for cell in notebook.cells if re.sub(r"\s+#.*$", "", cell.source.splitlines()[-1]) == expression]
+        (result,) = [output for output in cell.outputs if output.output_type == "execute_result"]
+        return result.data
+
+    stderr = "".join(output.text for cell in notebook.cells for output in cell.outputs if output.get("name") == "stderr")
+    assert "TqdmWarning" not in stderr and "Traceback" not in stderr, stderr  # a note (BertscopeNote) may show, nothing else
+    model = shown("model")["text/plain"]
+    assert model.startswith("Session(all-MiniLM-L6-v2") and "6 layers × 12 heads" in model and " at 0x" not in model
+    stats = shown("stats")
+    assert stats["text/plain"].startswith("PatternResult(100 sentences") and "\n" not in stats["text/plain"]
+    assert "<table>" in stats["text/html"] and '<img alt="PatternResult figure" src="data:image/png;base64,' in stats["text/html"]
+    frame = shown('table.sort_values("cls", ascending=False).head(3)')
+    assert frame["text/html"].count("<tr") == 4  # a DataFrame's own view: the header and three heads
