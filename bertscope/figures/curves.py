@@ -16,6 +16,7 @@ from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from bertscope.figures.layout import new_figure, plain, titled
 
+Values = Sequence[float] | np.ndarray  # one number per layer or per point
 LAYER_AXIS = "layer (0 = embeddings)"
 # Baselines are dashed, each kind in its own dash pattern, in the colour of their task
 DASHES = {"majority": (0, (5, 3)), "random_init": (0, (1.5, 1.5)), "control": (0, (6, 2, 1.5, 2))}
@@ -31,9 +32,9 @@ class ProbeCurve:
     """
 
     task: str
-    values: Sequence[float]
+    values: Values
     best: int | None = None
-    baselines: Mapping[str, float | Sequence[float]] = field(default_factory=dict)
+    baselines: Mapping[str, float | Values] = field(default_factory=dict)
 
 
 def probe_curves(curves: Sequence[ProbeCurve], metric: str, *, title: str | None = None, note: str | None = None) -> Figure:
@@ -73,13 +74,13 @@ def probe_curves(curves: Sequence[ProbeCurve], metric: str, *, title: str | None
     ax.set_ylabel(plain(metric.replace("_", " ")))
     ax.grid(alpha=0.3)
     figure.legend(loc="outside right upper", fontsize=8, frameon=False)
-    titled(figure, title, note)
+    titled(figure, title, note, ax)
     return figure
 
 
 def pruning_curve(
-    fractions: Sequence[float],
-    values: Sequence[float],
+    fractions: Values,
+    values: Values,
     *,
     metric: str,
     prunable: int,
@@ -113,12 +114,12 @@ def pruning_curve(
     ax.set_ylabel(plain(metric.replace("_", " ")))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
-    titled(figure, title, note)
+    titled(figure, title, note, ax)
     return figure
 
 
 def layer_curve(
-    values: Sequence[float],
+    values: Values,
     label: str,
     *,
     title: str | None = None,
@@ -134,7 +135,7 @@ def layer_curve(
     ax.set_xlabel(xlabel)
     ax.set_ylabel(plain(label))
     ax.grid(alpha=0.3)
-    titled(figure, title, note)
+    titled(figure, title, note, ax)
     return figure
 
 

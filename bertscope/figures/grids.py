@@ -115,7 +115,7 @@ def head_grids(
     norm = _norm(finite, signed, vmin, vmax)
     across = min(len(panels), per_row)
     down = -(-len(panels) // across)
-    figure = new_figure(across * (1.0 + CELL * heads) + 1.3, down * (0.9 + CELL * layers) + 0.8)
+    figure = new_figure(across * (1.0 + CELL * heads) + 1.3, max(down * (0.9 + CELL * layers) + 0.8, 3.4))  # room for the bar's label
     axes = figure.subplots(down, across, squeeze=False)
     cmap = colormap("RdBu_r" if signed else "viridis")
     write = annotate if annotate is not None else layers * heads <= ANNOTATE_CELLS and len(panels) <= 4
@@ -156,7 +156,7 @@ def pattern_classes(
     dominant = np.asarray(dominant, dtype=int)
     layers, heads = dominant.shape
     colours = [PATTERN_COLOURS.get(name, f"C{i}") for i, name in enumerate(classes)]
-    figure = new_figure(3.2 + CELL * heads, 1.4 + CELL * layers)
+    figure = new_figure(3.2 + CELL * heads, max(1.4 + CELL * layers, 2.4))
     ax = figure.add_subplot()
     cmap = ListedColormap(colours)
     ax.imshow(dominant, cmap=cmap, norm=BoundaryNorm(np.arange(len(classes) + 1) - 0.5, len(classes)))
@@ -173,7 +173,7 @@ def pattern_classes(
     ]
     figure.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
     lower = "lower case: the class of under half the head's sentences"
-    titled(figure, title, "; ".join(part for part in (note, lower if weak else None) if part) or None)
+    titled(figure, title, "; ".join(part for part in (note, lower if weak else None) if part) or None, ax)
     return figure
 
 

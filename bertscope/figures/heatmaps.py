@@ -96,7 +96,7 @@ def attention_heatmap(
         where = f"layer {layer}" if layer is not None else ""
         who = f"head {head}" if head is not None else f"mean of {heads} heads" if heads is not None else ""
         title = " · ".join(part for part in (where, who) if part)
-    titled(figure, title, note)
+    titled(figure, title, note, ax)
     return figure
 
 
@@ -122,7 +122,7 @@ def cka_matrix(
     if matrix.size <= ANNOTATE_CELLS:
         annotate_cells(ax, matrix, image)
     colour_bar(figure, image, ax, label, shrink=0.85)
-    titled(figure, title, note)
+    titled(figure, title, note, ax)
     return figure
 
 
@@ -156,5 +156,5 @@ def residual_map(
     ax.set_xlabel("hidden state (0 = embeddings)")
     ax.set_ylabel("token (* differs between the inputs)" if differing else "token")
     colour_bar(figure, image, ax, label, shrink=0.85)
-    titled(figure, title, note)
+    titled(figure, title, note, ax)
     return figure

@@ -85,12 +85,15 @@ def colormap(name: str) -> Colormap:
     return colormaps[name].with_extremes(bad=MISSING)
 
 
-def titled(figure: Figure, title: str | None, note: str | None = None) -> None:
-    """The figure's title, and under it in small italics a note (a masked head, what a sign means)."""
-    if title:
+def titled(figure: Figure, title: str | None, note: str | None = None, ax: Axes | None = None) -> None:
+    """The title, over `ax` where the figure has one plot (clear of a legend beside it) or over the figure; under the
+    figure in small italics a note (a masked head, how many sentences)."""
+    if title and ax is not None:
+        ax.set_title(plain(title), fontsize=11)
+    elif title:
         figure.suptitle(plain(title), fontsize=11)
     if note:
-        figure.supxlabel(plain(note), fontsize=7.5, style="italic")
+        figure.supxlabel(plain(note), fontsize=7.5, style="italic", wrap=True)
 
 
 def annotate_cells(ax: Axes, values: np.ndarray, image: AxesImage, skip: Collection[tuple[int, int]] = ()) -> None:

@@ -98,5 +98,5 @@ def pca_scatter(
         for handle in legend.legend_handles:
             if handle is not None:
                 handle.set_alpha(1.0)
-    titled(figure, title, note)
+    titled(figure, title, note, ax)
     return figure

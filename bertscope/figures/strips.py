@@ -61,7 +61,8 @@ def attribution_strip(
         dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5
         colour = "white" if dark else "black"
         ax.text(x + w / 2, line * ROW + 0.24, plain(token), ha="center", va="center", fontsize=9, color=colour)
-        ax.text(x + w / 2, line * ROW + 0.45, f"{score:.2f}", ha="center", va="center", fontsize=6, color=colour, alpha=0.8)
+        value = f"{score:.2f}".replace("-0.00", "0.00")
+        ax.text(x + w / 2, line * ROW + 0.45, value, ha="center", va="center", fontsize=6, color=colour, alpha=0.8)
     ax.set_xlim(0, max(width, 4.0))
     ax.set_ylim(lines * ROW, 0)
     ax.set_axis_off()
@@ -69,7 +70,7 @@ def attribution_strip(
     extend = ("both" if signed else "max") if clamped else "neither"
     mappable = ScalarMappable(norm=norm, cmap=cmap)
     colour_bar(figure, mappable, ax, label, orientation="horizontal", location="bottom", shrink=0.6, aspect=35, extend=extend)
-    titled(figure, title, note)
+    titled(figure, title, note, ax)
     return figure
 
 

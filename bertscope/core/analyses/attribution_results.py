@@ -7,7 +7,7 @@ baseline and the completeness error.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -15,7 +15,17 @@ from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding
 from bertscope.figures.notebook import Shown
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 METHODS = ("gradient", "gradient-x-input", "integrated-gradients", "attention-rollout")
+METHOD_NAMES = {
+    "gradient": "gradient saliency",
+    "gradient-x-input": "gradient × input",
+    "integrated-gradients": "integrated gradients",
+    "attention-rollout": "attention rollout",
+}
+SIGNED = ("gradient-x-input", "integrated-gradients")  # the methods whose scores can push either way
 SCORES = ("log-probability", "probability", "logit")
 
 TargetKind = Literal["mlm", "class", "probe"]
@@ -86,6 +96,32 @@ class Attribution(Shown):
     def table(self) -> list[dict[str, Any]]:
         """One row per token: its position, text and score."""
         return [{"position": i, "token": token, "score": float(score)} for i, (token, score) in enumerate(zip(self.tokens, self.scores))]
+
+    def figure(self) -> Figure:
+        """The tokens in a row, each shaded by its score (orange raises the explained score, purple lowers it), the colour
+        bar naming the method and what it explains."""
+        from bertscope.figures.strips import attribution_strip
+
+        target, f = self.target, {"log-probability": "log p", "probability": "p", "logit": "logit"}[self.score]
+        if target["kind"] == "mlm":
+            explained = f"{f}({target['label']}) at the [MASK] at {target['position']}"
+        elif target["kind"] == "class":
+            explained = f"{f}(class {target['label']})"
+        else:
+            explained = f"{f}({target['label']}) of the {target['task']} probe on layer {target['layer']}"
+        note = None
+        if self.method == "integrated-gradients" and self.completeness_error is not None and np.isfinite(self.completeness_error):
+            note = f"completeness error {self.completeness_error:.1%} ({self.steps} steps)"
+        if self.mask is not None and len(self.mask):
+            note = "; ".join(part for part in (note, f"heads off {self.mask.spec()} ({self.ablation})") if part)
+        return attribution_strip(
+            self.tokens,
+            self.scores,
+            label=f"{METHOD_NAMES[self.method]} of {explained} = {self.output:.3g}",
+            special=self.encoding.special,
+            signed=self.method in SIGNED,
+            note=note,
+        )
 
     def as_json(self) -> dict:
         payload = {

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bertscope.core.errors import InputError
 from bertscope.figures.notebook import Shown
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 UNITS = ("token", "word", "sentence")
 """What a row of a geometry sample is: every token, a CoNLL-U word (its first sub-word), or a sentence (mean of its tokens)."""
@@ -83,6 +88,35 @@ class GeometryResult(Shown):
             }
             for layer in range(self.num_layers)
         ]
+
+    def figure(self, kind: str = "scatter", layer: int | None = None, label: str | None = None) -> Figure:
+        """`kind` "scatter": the sample on `layer`'s first two principal components (default: the last layer), coloured by
+        `label` (default: the first scheme it has); "cka": linear CKA layer × layer; "dimension": the TwoNN intrinsic
+        dimension per layer."""
+        if kind == "cka":
+            from bertscope.figures.heatmaps import cka_matrix
+
+            return cka_matrix(self.cka, note=f"on {self.size:,} {self.unit}s from {self.sentences:,} sentences")
+        if kind == "dimension":
+            from bertscope.figures.curves import layer_curve
+
+            note = f"TwoNN (Facco et al. 2017) on {self.size:,} {self.unit}s"
+            return layer_curve(self.intrinsic_dimension, "intrinsic dimension (TwoNN)", title="intrinsic dimension per layer", note=note)
+        if kind != "scatter":
+            raise InputError(f"no figure {kind!r} of a geometry: choose scatter, cka or dimension", setting="kind")
+        from bertscope.figures.scatter import pca_scatter
+
+        layer = self.num_layers - 1 if layer is None else layer
+        if not 0 <= layer < self.num_layers:
+            last = self.num_layers - 1
+            raise InputError(f"layer {layer} is out of range: hidden-state layers are 0 (embeddings) to {last}", setting="layer")
+        label = label if label is not None else next(iter(self.labels), None)
+        if label is not None and label not in self.labels:
+            have = ", ".join(self.labels) or "none"
+            raise InputError(f"these {self.unit}s have no label {label!r}; labels here: {have}", setting="label")
+        title = f"layer {layer}: PCA of {self.size:,} {self.unit}s" + (f", by {label}" if label else "")
+        labels = self.labels[label] if label is not None else None
+        return pca_scatter(self.projection[layer], labels, explained=self.explained[layer], title=title, legend_title=label)
 
     def as_json(self, model: str, *, points: bool = False) -> dict:
         layers = []
@@ -187,6 +221,29 @@ class ComparisonResult(Shown):
             {"layer": layer, "head": head, "attention_cosine": float(value), "std": float(self.head_cosine_std[layer, head])}
             for (layer, head), value in np.ndenumerate(self.head_cosine)
         ]
+
+    def figure(self, kind: str | None = None) -> Figure:
+        """`kind` "cosine": each head's attention cosine between A and B (Kovaleva et al. 2019, Fig. 4); "cka": linear
+        CKA between A's layers and B's. Default: the cosine where the two have the same heads, else CKA."""
+        kind = kind or ("cosine" if self.head_cosine is not None else "cka")
+        a, b = Path(self.model_a).name or self.model_a, Path(self.model_b).name or self.model_b
+        if kind == "cka":
+            from bertscope.figures.heatmaps import cka_matrix
+
+            return cka_matrix(self.cka, rows=f"A: {a} · layer", columns=f"B: {b} · layer", title="linear CKA, A × B")
+        if kind != "cosine":
+            raise InputError(f"no figure {kind!r} of a comparison: choose cosine or cka", setting="kind")
+        if self.head_cosine is None:
+            raise InputError("the two models have different heads: no cosine per head to draw; draw kind='cka'", setting="kind")
+        from bertscope.figures.grids import head_grid
+
+        return head_grid(
+            self.head_cosine,
+            "cosine of the head's attention in A and B",
+            title=f"A: {a} against B: {b}",
+            note=f"mean over {self.sentences:,} sentences",
+            vmax=1.0,
+        )
 
     def as_json(self) -> dict:
         heads = []

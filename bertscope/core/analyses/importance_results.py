@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bertscope.core.errors import InputError
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.figures.notebook import Shown
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 OBJECTIVES = ("mlm", "classification", "probe", "preserve")
 """What importance is measured on (core.analyses.objectives)."""
@@ -89,6 +92,19 @@ class HeadImportance(Shown):
             for layer in range(num_layers)
             for head in range(num_heads)
         ]
+
+    def figure(self) -> Figure:
+        """Each head's importance (layers down, heads across), pruned heads marked ×."""
+        from bertscope.figures.grids import head_grid
+
+        if self.method == "ablation":
+            label = "loss change with the head switched off"
+        else:  # Michel et al.'s gate gradient; for preserve, the first-order movement of the output
+            label = "importance E‖∂h/∂ξ_h‖²" if self.objective == "preserve" else "importance I_h = E|∂L/∂ξ_h|"
+        label += " (ℓ2-normalised per layer)" if self.normalized else ""
+        title = f"head importance · {self.objective} · {self.method} ({self.ablation})"
+        note = f"over {self.sentences:,} sentences" + ("; × pruned" if self.pruned else "")
+        return head_grid(self.importance, label, title=title, masked=self.pruned, note=note)
 
     def as_json(self, model: str) -> dict:
         num_layers, num_heads = self.shape
@@ -177,6 +193,23 @@ class PruningCurve(Shown):
             {"fraction": p.fraction, "heads_pruned": p.heads_pruned, "loss": p.loss, "metric": p.metric, "drop": drop, "mask": p.mask}
             for p, drop in zip(self.points, self.drops())
         ]
+
+    def figure(self) -> Figure:
+        """The metric against the share of heads pruned, the largest drop allowed dashed, the prunable point starred."""
+        from bertscope.figures.curves import pruning_curve
+
+        best = self.points.index(self.prunable())
+        how = "importance re-estimated at every step" if self.reestimate else "one ranking for all steps"
+        return pruning_curve(
+            [point.fraction for point in self.points],
+            [point.metric for point in self.points],
+            metric=self.metric,
+            prunable=best,
+            max_drop=self.max_drop,
+            heads=[point.heads_pruned for point in self.points],
+            title=f"pruning curve · {self.objective} · {self.method} ({self.ablation})",
+            note=f"least important heads removed first; {how}",
+        )
 
     def as_json(self, model: str) -> dict:
         best = self.prunable()

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bertscope.core.errors import InputError
 from bertscope.figures.notebook import Shown
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 METRICS = ("mlm", "class", "probe", "preserve")
 """What is measured: an MLM answer's logit difference, a classifier's, a probe's, or how well the clean output is preserved."""
@@ -64,6 +68,29 @@ class PatchingResult(Shown):
                 for (layer, position), effect in np.ndenumerate(self.positions)
             ]
         return []
+
+    def figure(self, sweep: str | None = None) -> Figure:
+        """The effects of one sweep on a diverging scale centred on 0: "heads" (layer × head), "layers" (attention and
+        feed-forward writes per layer) or "positions" (the residual stream, Meng et al.'s map). Default: the first run."""
+        swept = {"heads": self.heads, "layers": self.layers, "positions": self.positions}
+        sweep = sweep or next((name for name in SWEEPS if swept[name] is not None), None)
+        values = swept.get(sweep or "")
+        if values is None:
+            ran = ", ".join(name for name in SWEEPS if swept[name] is not None) or "none"
+            raise InputError(f"no {sweep or 'sweep'} was patched in this run to draw (swept: {ran})", setting="sweep")
+        label = "effect (share of m(clean) − m(corrupt))"
+        how = "clean into corrupted: the share restored" if self.direction == "denoise" else "corrupted into clean: the share destroyed"
+        note = f"{self.direction} ({how}); m = {self.metric_description}"
+        if sweep == "positions":
+            from bertscope.figures.heatmaps import residual_map
+
+            return residual_map(values, self.tokens, label=label, differing=self.differing, note=note)
+        from bertscope.figures.grids import head_grid
+
+        if sweep == "layers":
+            columns = [component.replace("_", "-") for component in COMPONENTS]
+            return head_grid(values, label, title="patching each layer's writes", note=note, signed=True, columns=columns, xlabel="")
+        return head_grid(values, label, title="patching each head's output", note=note, signed=True)
 
     def as_json(self) -> dict:
         payload = {

@@ -6,11 +6,16 @@ Computed by core.analyses.probing; kept apart so the UI's contract can name it w
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from bertscope.figures.notebook import Shown
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from bertscope.figures.curves import ProbeCurve
 
 ProbeKind = Literal["linear", "mlp"]  # what a probe is: a linear map, or a one-hidden-layer MLP
 
@@ -42,6 +47,31 @@ class ProbeReport(Shown):
     def table(self) -> list[dict[str, Any]]:
         """One row per hidden-state layer (0 = the embeddings): the probe's scores and its baselines' there."""
         return [dict(layer) for layer in self.layers]
+
+    def figure(self, *others: ProbeReport) -> Figure:
+        """The score per layer (0 = embeddings) with its baselines dashed and the best layer starred; `others`: more
+        tasks on the same axes (one line each)."""
+        from bertscope.figures.curves import probe_curves
+
+        reports = (self, *others)
+        metrics = list(dict.fromkeys(report.metric for report in reports))
+        title = "probing " + ", ".join(report.task for report in reports)
+        return probe_curves([report.curve() for report in reports], " / ".join(metrics), title=title)
+
+    def curve(self) -> ProbeCurve:
+        """The report as a figure's curve: the score per layer, the best layer, the majority class and, per layer, the
+        random-init model and the control task."""
+        from bertscope.figures.curves import ProbeCurve
+
+        baselines: dict[str, float | list[float]] = {}
+        if "majority" in self.baselines:
+            baselines["majority"] = float(self.baselines["majority"])
+        for name in ("random_init", "control"):
+            column = f"{name}_{self.metric}"
+            if all(column in layer for layer in self.layers):
+                baselines[name] = [float(layer[column]) for layer in self.layers]
+        values = [float(layer[self.metric]) for layer in self.layers]
+        return ProbeCurve(self.task, values, self.best_layer, baselines)
 
     def as_json(self) -> dict:
         return {

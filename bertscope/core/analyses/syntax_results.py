@@ -10,11 +10,15 @@ Computed by core.analyses.syntax; kept apart so the UI's contract can name it wi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bertscope.core.errors import InputError
 from bertscope.figures.notebook import Shown
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 DIRECTIONS = ("dependent_to_head", "head_to_dependent")
 OFFSETS = (-3, -2, -1, 1, 2, 3)  # the fixed-offset baselines, in words; 0 (the word itself) is no prediction
@@ -130,6 +134,35 @@ class SyntaxResult(Shown):
             }
             for row in self.rows()
         ]
+
+    def figure(self, relations: list[str] | None = None, direction: str = DIRECTIONS[0]) -> Figure:
+        """Each head's accuracy for each of `relations` (default: the four most frequent), one grid per relation on one
+        0–1 scale, the best head boxed; the title of each names its count and the best fixed-offset baseline."""
+        from bertscope.figures.grids import Grid, head_grids
+
+        if direction not in DIRECTIONS:
+            raise InputError(f"no direction {direction!r}: choose {' or '.join(DIRECTIONS)}", setting="direction")
+        chosen = [relation_name(name) for name in relations] if relations is not None else self.by_frequency()[:4]
+        missing = [name for name in chosen if name not in self.relations]
+        if missing or not chosen:
+            have = ", ".join(self.by_frequency()[:12]) or "none"
+            raise InputError(f"no instances of {', '.join(missing) or 'any relation'} in this corpus; it has {have}", setting="relations")
+        panels = []
+        for relation in chosen:
+            layer, head, _ = self.best(relation, direction)
+            offset, baseline = self.baseline(relation, direction)
+            count = int(self.counts[self.index(relation), DIRECTIONS.index(direction)])
+            title = f"{relation} (n = {count:,}) · offset {offset:+d} baseline {baseline:.2f}"
+            panels.append(Grid(self.accuracy(relation, direction), title, (layer, head)))
+        arrow = direction.replace("_to_", " → ").replace("_", " ")
+        return head_grids(
+            panels,
+            f"accuracy, {arrow}",
+            title="heads that track dependency relations",
+            note=f"over {self.sentences:,} sentences; the best head boxed",
+            vmin=0.0,
+            vmax=1.0,
+        )
 
     def rows(self, relations: list[str] | None = None, min_count: int = DEFAULT_MIN_COUNT) -> list[dict]:
         """One entry per relation and direction, as `bertscope syntax --json` prints them.

@@ -8,12 +8,16 @@ being the embedding output and index l+1 the output of layer l.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bertscope.core.errors import InputError
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.figures.notebook import Shown
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,35 @@ class ForwardResult(Shown):
             for i, (token, segment, word, special) in enumerate(columns)
         ]
 
+    def figure(self, layer: int = 0, head: int | None = None, norms: bool = False) -> Figure:
+        """The attention map of `head` in `layer` (None: the mean of the layer's heads), tokens on both axes.
+
+        `norms`: the value-weighted norms ‖α f(x)‖ (a pass run with `norms=True`) instead of the weights.
+        """
+        from bertscope.figures.heatmaps import attention_heatmap
+
+        maps = self.norms if norms else self.attentions
+        if maps is None:
+            what = "norms" if norms else "attentions"
+            raise InputError(f"this forward pass kept no {what} to draw: run it with {what}=True", setting=what)
+        num_layers, num_heads = maps.shape[:2]
+        if not 0 <= layer < num_layers or not (head is None or 0 <= head < num_heads):
+            raise InputError(f"no head {layer}:{head} in {num_layers} layers × {num_heads} heads (both count from 0)")
+        matrix = maps[layer].mean(0) if head is None else maps[layer, head]
+        quantity, note = "norm" if norms else "weight", self._mask_note(layer, head)
+        return attention_heatmap(matrix, self.tokens, layer=layer, head=head, heads=num_heads, quantity=quantity, note=note)
+
+    def _mask_note(self, layer: int, head: int | None) -> str | None:
+        """What the figure of (layer, head) should say of the heads switched off in this pass."""
+        if not len(self.mask):
+            return None
+        if head is not None and self.mask.is_masked(layer, head):
+            does = "its weights read 0" if self.ablation == "zero" else "it attends evenly to every token"
+            return f"head {layer}:{head} switched off ({self.ablation} ablation: {does})"
+        if head is None and any(self.mask.is_masked(layer, other) for other in range(self.mask.num_heads)):
+            return f"the mean includes heads switched off ({self.ablation} ablation): heads off {self.mask.spec()}"
+        return f"heads off in this pass: {self.mask.spec()} ({self.ablation} ablation)"
+
 
 @dataclass(frozen=True)
 class MaskPrediction:
@@ -134,6 +167,18 @@ STATISTICS = ("cls", "sep", "punct", "self", "prev", "next", "block", "entropy",
 """Per-head attention statistics, each averaged over real query tokens and sentences."""
 NORM_SHARES = ("cls", "sep", "punct", "self", "prev", "next")
 """The statistics that are shares of a row, taken also of value-weighted norms (`norm_<name>` in `statistics`)."""
+STATISTIC_LABELS = {
+    "cls": "share of attention to [CLS]",
+    "sep": "share of attention to [SEP]",
+    "punct": "share of attention to punctuation",
+    "self": "share of attention to the token itself",
+    "prev": "share of attention to the previous token",
+    "next": "share of attention to the next token",
+    "block": "share of attention within the token's own segment",
+    "entropy": "attention entropy (nats)",
+    "distance": "mean attention distance (tokens)",
+}
+"""What each statistic is, as a figure's colour bar names it; `norm_<name>` is the same share of ‖α f(x)‖."""
 NORM_DEFINITION = "‖α_ij f_h(x_j)‖ with f_h(x) = (x W_V^h + b_V^h) W_O^h, the bias of W_O left out (Kobayashi et al. 2020)"
 """Which value-weighted norm bertscope computes (core.model.norms), for outputs that must say so."""
 
@@ -200,6 +245,26 @@ class PatternResult(Shown):
         """One row per head: its dominant pattern, the share of each pattern, every statistic (`head_table`)."""
         header, rows = self.head_table()
         return [dict(zip(header, row)) for row in rows]
+
+    def figure(self, statistic: str | None = None) -> Figure:
+        """Each head's dominant pattern class (Kovaleva et al. 2019), or with `statistic` (cls, entropy, norm_sep, ...)
+        that statistic per head on a colour bar (shares on 0–1)."""
+        if statistic is None:
+            from bertscope.figures.grids import pattern_classes
+
+            return pattern_classes(self.dominant, PATTERNS, shares=self.pattern_shares, note=self._counted())
+        if statistic not in self.statistics:
+            raise InputError(f"no statistic {statistic!r}: choose one of {', '.join(self.statistic_names)}", setting="statistic")
+        from bertscope.figures.grids import head_grid
+
+        name = statistic.removeprefix("norm_")
+        label = STATISTIC_LABELS[name].replace("attention", "value-weighted norm ‖α f(x)‖") if statistic != name else STATISTIC_LABELS[name]
+        share = name not in ("entropy", "distance")
+        title = f"{label} per head"
+        return head_grid(self.statistics[statistic], label, title=title, vmin=0.0, vmax=1.0 if share else None, note=self._counted())
+
+    def _counted(self) -> str:
+        return f"over {self.sentences:,} sentences, {self.tokens:,} tokens"
 
     def as_json(self, model: str) -> dict:
         heads = []
