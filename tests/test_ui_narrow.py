@@ -91,3 +91,67 @@ def test_the_effect_pane_shows_its_summary_at_80x24_with_six_layers(monkeypatch)
         assert "no heads masked" in screen_lines(app)[summary_row]
 
     run(app, steps, size=(80, 24))
+
+
+def test_the_heatmap_title_says_before_masking_in_a_narrow_pane():
+    app = make_app(text=SENTENCE)
+
+    async def steps(pilot):
+        await pilot.press("space", "n")  # head 0:0 off, and the norms: the longest title
+        await settle(pilot)
+        top = screen_lines(app)[3]
+        assert "─ 0:0 · ‖αf‖ · before masking ─" in top and "…" not in top
+        await pilot.resize_terminal(120, 30)
+        await settle(pilot)
+        assert "─ layer 0 · head 0 · ‖αf‖ · before masking (masked) ─" in screen_lines(app)[3]
+
+    run(app, steps, size=(80, 24))
+
+
+def test_every_probe_curve_shows_its_best_layer_mark_at_80_columns():
+    app = make_app(text=SENTENCE)
+
+    async def steps(pilot):
+        await pilot.press("space")  # a mask for `m`
+        await settle(pilot)
+        await open_screen(pilot, "p")
+        await pilot.press("r")
+        await settle(pilot)
+        app.screen.query_one("#task").value = "sentence_length"
+        for key in ("r", "m"):
+            await pilot.press(key)
+            await settle(pilot)
+        best_row = next(line for line in screen_lines(app) if line.lstrip().startswith("3 "))
+        assert best_row.count("*") == 3, best_row  # two tasks, and the second under the mask
+
+    run(app, steps, size=(80, 24))
+
+
+def test_the_overview_names_the_norms_in_its_per_layer_table_at_80_columns():
+    app = make_app(text=SENTENCE)
+
+    async def steps(pilot):
+        await open_screen(pilot, "o")
+        assert any("attention per layer" in line for line in screen_lines(app))
+        await pilot.press("n")
+        await settle(pilot)
+        lines = screen_lines(app)
+        assert any("‖αf‖ norms per layer" in line for line in lines)
+        assert not any("attention per layer" in line for line in lines)
+        assert any("─ heads · ‖αf‖ norms ─" in line for line in lines)
+
+    run(app, steps, size=(80, 24))
+
+
+def test_the_prune_dialog_and_the_compare_box_are_not_cut_at_80_columns():
+    app = make_app(text=SENTENCE)
+
+    async def steps(pilot):
+        await pilot.press("P")
+        await pilot.pause()
+        assert any("Prune to X%: switch off the least important X% of the heads " in line for line in screen_lines(app))
+        await pilot.press("escape")
+        await open_screen(pilot, "c")
+        assert "model B: directory or Hugging Face name " in screen_lines(app)[1]
+
+    run(app, steps, size=(80, 24))

@@ -82,7 +82,7 @@ def curve_chart(curve: PruningCurve, width: int = 30) -> Table:
     table = Table(box=None, padding=(0, 1))
     table.add_column("pruned", justify="right")
     table.add_column("heads", justify="right", style="dim")
-    table.add_column(curve.metric, width=width, no_wrap=True)
+    table.add_column(Text(curve.metric, no_wrap=False), width=width, no_wrap=True)  # the bars never wrap; a long name does
     table.add_column("", justify="right")
     table.add_column("drop", justify="right")
     table.add_column("loss", justify="right", style="dim")

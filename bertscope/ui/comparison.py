@@ -48,8 +48,8 @@ class ComparisonScreen(CorpusRunScreen[ComparisonResult]):
     ]
     DEFAULT_CSS = """
     ComparisonScreen #compare-inputs { height: auto; }
-    ComparisonScreen #model-b { width: 1fr; }
-    ComparisonScreen #compare-corpus { width: 1fr; }
+    ComparisonScreen #model-b { width: 3fr; }
+    ComparisonScreen #compare-corpus { width: 2fr; }
     ComparisonScreen .progress-line { height: auto; padding: 0 1; }
     ComparisonScreen .progress-text { padding-left: 2; width: 1fr; }
     ComparisonScreen #compare-body { height: 1fr; }
@@ -67,7 +67,7 @@ class ComparisonScreen(CorpusRunScreen[ComparisonResult]):
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="compare-inputs"):
-            yield Input(placeholder="model B: a directory or a cached Hugging Face name, then Enter", id="model-b")
+            yield Input(placeholder="model B: directory or Hugging Face name", id="model-b")
             yield Input(str(sample_corpus()), placeholder="corpus file, then Enter", id="compare-corpus")
         with Horizontal(classes="progress-line"):
             yield ProgressBar(total=None, show_eta=False, show_percentage=False)

@@ -179,7 +179,8 @@ class PruneToScreen(ModalScreen[float | None]):
     BINDINGS = [Binding("escape", "dismiss_none", "cancel")]
     DEFAULT_CSS = """
     PruneToScreen { align: center middle; }
-    PruneToScreen > Vertical { width: 56; height: auto; border: round $primary; background: $surface; padding: 0 1; }
+    PruneToScreen > Vertical { width: 66; max-width: 100%; height: auto; border: round $primary; background: $surface; padding: 0 1; }
+    PruneToScreen Label { width: 100%; }
     """
 
     def compose(self) -> ComposeResult:

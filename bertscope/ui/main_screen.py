@@ -388,6 +388,7 @@ class MainScreen(Screen[None]):
             analysis.current.tokens,
             self.explorer.colormap(),
             title=title + reach_note(window, length),
+            short_title=self._short_title(analysis, masked, window),
             masked=masked,
             glyphs=self.explorer.glyphs,
             cursor=cursor,
@@ -448,6 +449,19 @@ class MainScreen(Screen[None]):
         if before:
             return maps[head], f"layer {layer} · head {head}{what} · before masking", True
         return maps[head], f"layer {layer} · head {head}{what}{self._mask_note(analysis)}", False
+
+    def _short_title(self, analysis: Analysis, before: bool, window: int | None) -> str:
+        """The heatmap's title for a narrow pane (80 columns): the head as LAYER:HEAD, the notes in a word each."""
+        parts = [f"{self.state.layer}:{'mean' if self.state.view == 'average' else self.state.head}"]
+        if self._norms_shown():
+            parts.append(NORMS_LABEL)
+        if before:
+            parts.append("before masking")
+        elif len(analysis.current.mask):
+            parts.append(f"{len(analysis.current.mask)} off")
+        if reach_note(window, len(analysis.current.tokens)):
+            parts.append(f"local ±{window}")
+        return " · ".join(parts)
 
     def _mask_note(self, analysis: Analysis) -> str:
         mask = analysis.current.mask

@@ -76,9 +76,9 @@ def packed(items: list[str], width: int) -> Text:
     return Text("\n".join(lines))
 
 
-def layer_numbers(values: dict[str, np.ndarray]) -> Table:
-    """Per layer, the attention to [CLS], [SEP] and punctuation as numbers (for a narrow pane)."""
-    table = Table(box=None, padding=(0, 1), title="attention per layer", title_justify="left")
+def layer_numbers(values: dict[str, np.ndarray], title: str) -> Table:
+    """Per layer, the attention (or the norms' share) to [CLS], [SEP] and punctuation as numbers (for a narrow pane)."""
+    table = Table(box=None, padding=(0, 1), title=title, title_justify="left")
     table.add_column("layer", justify="right", style="dim")
     for name in values:
         table.add_column(name, justify="right")
@@ -270,7 +270,11 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
         layers = {name: result.layer_statistics(self._shown(name)) for name in ("cls", "sep", "punct")}
         title = "‖αf‖ (value-weighted norms) per layer" if self._showing_norms else "attention per layer"
         bar_width = min(6, (self.query_one("#charts").content_size.width - 31) // 3)
-        per_layer = layer_bars(layers, title, width=bar_width) if bar_width >= 5 else layer_numbers(layers)
+        per_layer = (
+            layer_bars(layers, title, width=bar_width)
+            if bar_width >= 5
+            else layer_numbers(layers, title.replace(" (value-weighted norms)", " norms"))
+        )
         charts: list[RenderableType] = [
             per_layer,
             Text(),
@@ -319,7 +323,7 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
             self.notify("this run was kept from before bertscope took norms in the overview; r runs it again", severity="warning")
             return
         self.norms = not self.norms
-        self.query_one(PatternGrid).border_title = "heads over the corpus" + (" · ‖αf‖ norms" if self.norms else "")
+        self.query_one(PatternGrid).border_title = "heads · ‖αf‖ norms" if self.norms else "heads over the corpus"  # 24 columns
         self.draw()
 
     def action_next_shading(self) -> None:

@@ -36,6 +36,7 @@ from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults
 from bertscope.ui.widgets.footer import KeyFooter
 
+BAR, MIN_BAR = 12, 6  # a curve's bars, and how narrow they may get on a narrow pane
 TREEBANK_SENTENCES = 1000  # for tasks with no file; smaller than the CLI's default: the pane should answer within a minute on a CPU
 
 
@@ -43,6 +44,16 @@ def trained_on(report: ProbeReport) -> str:
     """`trained on 2,000 sentences (dev 400, test 400)`: what a curve was measured with (the CLI prints the same)."""
     counts = report.counts
     return f"trained on {counts['train']:,} {counts.get('unit', 'sentences')} (dev {counts['dev']:,}, test {counts['test']:,})"
+
+
+def folded(name: str, width: int) -> list[str]:
+    """A title part in lines of `width`, broken after its underscores where it is too long (`sentence_` `length`)."""
+    lines = [""]
+    for piece in name.replace("_", "_\0").split("\0"):
+        if lines[-1] and len(lines[-1]) + len(piece) > width:
+            lines.append("")
+        lines[-1] += piece
+    return lines
 
 
 class ProbingScreen(Screen[None]):
@@ -88,7 +99,7 @@ class ProbingScreen(Screen[None]):
         options += [(f"{name} (treebank)", name) for name in TREEBANK_TASKS]  # a CoNLL-U file, else the built-in one
         with Horizontal(id="probe-row"):
             yield Select(options, value="bigram_shift", allow_blank=False, id="task")
-            yield Input(placeholder="data file for CoNLL-U / SentEval tasks (empty: built-in), Enter runs", id="probe-data")
+            yield Input(placeholder="CoNLL-U/SentEval file (empty: built-in)", id="probe-data")
         with Horizontal(id="probe-progress-line"):
             yield ProgressBar(total=None, show_eta=False, id="probe-progress")
             yield Static("r runs the chosen task (/ chooses another)", id="probe-status")
@@ -169,10 +180,15 @@ class ProbingScreen(Screen[None]):
         table = Table(box=None, padding=(0, 1))
         table.add_column("layer", justify="right", style="dim")
         reports = list(self.reports.items())
+        # Each curve takes its bar's column and its numbers' (" 0.800 *", 9 with padding); on a narrow pane the bars
+        # and titles narrow, down to 6 cells, so that every curve's numbers and best-layer mark show.
+        room = (self.query_one("#curves").content_size.width or 1000) - 7  # less the layer column
+        column = max(MIN_BAR, min(BAR, room // len(reports) - 11))
         for title, report in reports:
             parts = title.split(" · ")  # task, mask, data: one line each, so a fold never cuts a word
-            width = max(12, min(24, max(len(part) for part in parts)))
-            table.add_column(Text("\n".join([*parts, report.metric]), overflow="fold"), width=width, no_wrap=False)
+            width = max(column, min(24, max(len(part) for part in parts), room // len(reports) - 11))
+            lines = [line for part in parts for line in folded(part, width)]
+            table.add_column(Text("\n".join([*lines, report.metric]), overflow="fold"), width=width, no_wrap=False)
             table.add_column("", justify="left", no_wrap=True)
         num_layers = len(reports[0][1].layers)
         for layer in range(num_layers):
@@ -180,7 +196,7 @@ class ProbingScreen(Screen[None]):
             for _, report in reports:
                 value = report.layers[layer][report.metric]
                 mark = " *" if layer == report.best_layer else ""
-                cells += [Bar(1.0, 0.0, max(0.0, min(1.0, value)), width=12, color="magenta"), f"{value:.3f}{mark}"]
+                cells += [Bar(1.0, 0.0, max(0.0, min(1.0, value)), width=column, color="magenta"), f"{value:.3f}{mark}"]
             table.add_row(str(layer), *cells)
         baselines = [
             Text(

@@ -66,6 +66,7 @@ class AttentionView(ScrollView, can_focus=True):
         self._legend: Strip | None = None
         self._lines: dict[int, Strip] = {}  # grid lines built so far, gutter included
         self._labels_key: tuple | None = None
+        self._titles: tuple[str, str | None] = ("", None)  # the full title, and one for a narrow pane
         self._base = Style()
 
     def on_mount(self) -> None:
@@ -85,6 +86,7 @@ class AttentionView(ScrollView, can_focus=True):
         colormap: Colormap,
         *,
         title: str,
+        short_title: str | None = None,
         masked: bool,
         glyphs: bool,
         cursor: tuple[int, int],
@@ -96,7 +98,7 @@ class AttentionView(ScrollView, can_focus=True):
         """Draw a map; ``dense`` None draws two rows a line only where the map would not fit the pane.
 
         ``quantity`` names what the cells hold in the legend (None: attention weights); ``vmax``
-        is the top of the `fixed` scale."""
+        is the top of the `fixed` scale; ``short_title`` is the title where the full one would be cut."""
         self.weights = weights
         rows, cols = weights.shape
         self.cursor = (min(cursor[0], rows - 1), min(cursor[1], cols - 1))
@@ -111,7 +113,7 @@ class AttentionView(ScrollView, can_focus=True):
             quantity=quantity,
             vmax=vmax,
         )
-        self.border_title = f"{title}{' (masked)' if masked else ''}"
+        self._titles = (f"{title}{' (masked)' if masked else ''}", short_title)
         self._rebuild()
 
     def on_resize(self, event: Resize) -> None:
@@ -127,6 +129,9 @@ class AttentionView(ScrollView, can_focus=True):
         tokens = request["tokens"]
         rows, cols = weights.shape
         width, height = self._pane_size()
+        title, short_title = self._titles
+        fits = cell_len(title) + 6 <= self.size.width or not self.size.width  # "╭─ title ─╮"
+        self.border_title = title if fits or short_title is None else short_title
         use_colour = not request["glyphs"]
         fixed = 2  # the header line and the legend
         dense = request["dense"]
