@@ -190,7 +190,7 @@ def test_the_apis_keywords_are_named_as_the_commands_flags():
 
     from bertscope.cli import main
 
-    shown_only = {"output", "json", "csv", "theme", "device", "dtype", "allow_download",  # how and where to print, which model
+    shown_only = {"output", "json", "csv", "theme", "figure", "device", "dtype", "allow_download",  # how and where to print, which model
                   "no_cache",  # cache_dir=False
                   "relations", "min_count", "layer", "colour_by", "points", "curve", "cloze"}  # rows shown, or which function
     commands = {"patterns": ["patterns"], "syntax": ["syntax"], "probe": ["probe"], "importance": ["importance"],

@@ -13,6 +13,7 @@ from bertscope.cli.common import (
     check_index,
     check_text,
     chosen_theme,
+    figure_option,
     format_options,
     head_mask,
     mask_options,
@@ -21,6 +22,7 @@ from bertscope.cli.common import (
     print_csv,
     print_json,
     warn,
+    write_figure,
 )
 from bertscope.core.errors import BertscopeError
 
@@ -59,13 +61,16 @@ def explore(
 ) -> None:
     """Open the explorer on TEXT (default: an example sentence, or the one in --session)."""
     from bertscope.core.data.files import check_writable
+    from bertscope.ui.state import check_session_file  # torch-free, as is all of bertscope.ui
 
     check_text(text, "give a sentence, or leave it out for the example")
     if theme is not None:
         chosen_theme(theme)  # an unknown theme fails here, with the list of themes
     if session_file is not None:
+        check_session_file(session_file)  # a file that is not a session is refused, and left as it is
         check_writable(session_file)
     model.judge_files()  # a model the explorer cannot read is refused here, like any command's
+    check_terminal()
     from bertscope.ui.app import ExplorerApp
 
     def open_backend(report: Callable[[str], None]) -> SessionBackend:
@@ -81,6 +86,22 @@ def explore(
     if app.load_error is not None:  # the files looked right, but the model would not load
         raise BertscopeError(app.load_error)
     sys.exit(app.return_code or 0)
+
+
+def check_terminal() -> None:
+    """The explorer draws on a terminal and reads its keys: without one (input from a file or /dev/null, a job
+    scheduler) Textual's input thread would read end-of-file for ever at full speed. Refuse, naming what runs
+    without one."""
+    missing = [name for name, stream in (("input", sys.stdin), ("output", sys.stdout)) if not (stream and stream.isatty())]
+    if not missing:
+        return
+    context = click.get_current_context()
+    group = context.parent.command if context.parent is not None else None
+    names = sorted(name for name in getattr(group, "commands", {}) if name != "explore")
+    raise BertscopeError(
+        f"the explorer needs a terminal, and its {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not one; "
+        f"the headless commands need none: bertscope {', '.join(names)} (bertscope COMMAND --help)"
+    )
 
 
 INFO_LABELS = {
@@ -150,6 +171,7 @@ def info(model: ModelChoice, as_json: bool) -> None:
     is_flag=True,
     help="Show the value-weighted norms ‖α_ij f_h(x_j)‖ (Kobayashi et al. 2020) instead of the weights α_ij.",
 )
+@figure_option
 @model_options
 def attention(
     text: str,
@@ -163,6 +185,7 @@ def attention(
     scale: str,
     dense: bool,
     norms: bool,
+    figure: str | None,
     model: ModelChoice,
 ) -> None:
     """Show one head's attention over TEXT as a heatmap (rows attend to columns).
@@ -193,6 +216,18 @@ def attention(
             f"layer {layer} is local: its heads see ±{window} tokens, so the cells beyond are out of their reach, "
             "not attention they chose not to pay"
         )
+    if figure is not None:
+        from bertscope.figures.heatmaps import attention_heatmap
+        from bertscope.render.heatmap import beyond_reach
+
+        notes = []
+        if len(mask):
+            off = f"head {layer}:{head} switched off" if mask.is_masked(layer, head) else f"heads off: {mask.spec()}"
+            notes.append(f"{off} ({ablation} ablation)")
+        if window is not None and len(tokens) > window + 1:
+            notes.append(f"local layer: its heads see ±{window} tokens (grey: out of reach)")
+        quantity, note, shown = "norm" if norms else "weight", "; ".join(notes) or None, beyond_reach(weights, window)
+        write_figure(figure, lambda: attention_heatmap(shown, tokens, layer=layer, head=head, quantity=quantity, scale=scale, note=note))
     if output_format == "json":
         payload = {
             "model": session.info.source,

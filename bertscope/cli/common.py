@@ -28,6 +28,8 @@ from bertscope.core.errors import BertscopeError
 from bertscope.core.model.masks import ABLATIONS, HeadMask
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from bertscope.api import ProgressCallback
     from bertscope.core.distributed import World
     from bertscope.core.model.deferred import DeferredSession
@@ -441,3 +443,37 @@ def output_option(command: Callable[..., Any]) -> Callable[..., Any]:
             handle.write(buffer.getvalue())
 
     return click.option("--output", "-o", default=None, metavar="FILE", help="Write to FILE (atomically) instead of printing.")(with_output)
+
+
+def figure_option(command: CommandFunction) -> CommandFunction:
+    """`--figure PATH`: also write the command's figure there, its format from the suffix; the path is judged while
+    the options are read, so a bad one is refused before the model loads."""
+    return click.option(
+        "--figure",
+        "figure",
+        default=None,
+        metavar="PATH",
+        callback=_checked_figure_path,
+        help="Also write the figure to PATH: .svg or .pdf (vector, text kept as text) or .png.",
+    )(command)
+
+
+def _checked_figure_path(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
+    if path is not None:
+        from bertscope.figures.save import check_figure_path
+
+        check_figure_path(path)
+    return path
+
+
+def write_figure(path: str | None, draw: Callable[[], Figure]) -> None:
+    """Draw the figure and write it to `path` (with none, nothing is drawn; under torchrun rank 0 writes), saying where."""
+    if path is None:
+        return
+    from bertscope.core import distributed
+
+    if not distributed.is_main():
+        return
+    from bertscope.figures.save import save_figure
+
+    click.echo(f"wrote {save_figure(draw(), path)}", err=True)

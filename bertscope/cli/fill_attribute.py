@@ -13,12 +13,14 @@ from bertscope.cli.common import (
     check_readable,
     check_text,
     chosen_theme,
+    figure_option,
     head_mask,
     mask_options,
     model_options,
     notes_as_warnings,
     output_option,
     print_json,
+    write_figure,
 )
 from bertscope.core.analyses.attribution_results import METHODS, SCORES
 from bertscope.core.errors import BertscopeError
@@ -163,6 +165,7 @@ def _cloze(session: Session, path: str, mask: HeadMask, ablation: Ablation, batc
 @mask_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 @click.option("--theme", default=None, help="Colours of the shaded sentence: a theme name or file.")
+@figure_option
 @model_options
 def attribute(
     text: str,
@@ -182,6 +185,7 @@ def attribute(
     ablation: Ablation,
     as_json: bool,
     theme: str | None,
+    figure: str | None,
     model: ModelChoice,
 ) -> None:
     """Which tokens of TEXT a decision rests on: an MLM guess, a class, or a probe's decision.
@@ -223,6 +227,7 @@ def attribute(
             cache_dir=False if no_cache else cache_dir,
             progress=progress,
         )
+    write_figure(figure, result.figure)
     if as_json:
         print_json({"model": session.info.source, "text": text, "pair": pair, **result.as_json()})
         return

@@ -15,11 +15,13 @@ from bertscope.cli.common import (
     check_hidden_layer,
     chosen_theme,
     data_options,
+    figure_option,
     head_mask,
     mask_options,
     model_options,
     output_option,
     print_json,
+    write_figure,
 )
 from bertscope.core.analyses.geometry_results import UNITS
 from bertscope.core.errors import BertscopeError, ModelLoadError
@@ -83,6 +85,7 @@ def read_corpus(text: str | None, data: str | None, data_format: str, limit: int
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 @click.option("--theme", default=None, help="Heatmap colours: a theme name or a theme file.")
 @mask_options
+@figure_option
 @output_option
 @model_options
 def geometry(
@@ -102,6 +105,7 @@ def geometry(
     theme: str | None,
     mask_spec: str | None,
     ablation: Ablation,
+    figure: str | None,
     model: ModelChoice,
 ) -> None:
     """Representation geometry per layer over a corpus (van Aken; Kornblith; Valeriani et al.).
@@ -135,6 +139,7 @@ def geometry(
     if colour_by is not None and colour_by not in result.labels:
         have = ", ".join(result.labels) or "none"
         raise BertscopeError(f"--colour-by {colour_by}: these {result.unit}s have no such label; labels here: {have}")
+    write_figure(figure, lambda: result.figure("scatter", layer=layer, label=colour_by))  # the PCA scatter of --layer
     if as_json:
         print_json(result.as_json(session.info.source, points=points) | {"data": source})
         return
@@ -179,6 +184,7 @@ def geometry(
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 @click.option("--theme", default=None, help="Heatmap colours: a theme name or a theme file.")
+@figure_option
 @output_option
 @model_options
 def compare(
@@ -194,6 +200,7 @@ def compare(
     probe_tasks: tuple[str, ...],
     as_json: bool,
     theme: str | None,
+    figure: str | None,
     model: ModelChoice,
 ) -> None:
     """Compare model A (--model) with model B (--model-b): same tokenizer, e.g. before and after fine-tuning.
@@ -230,6 +237,7 @@ def compare(
             probe=probes,
             progress=progress,
         )
+    write_figure(figure, result.figure)  # each head's attention cosine, or CKA where the heads differ
     if as_json:
         print_json(result.as_json() | {"data": source})
         return

@@ -12,11 +12,13 @@ from bertscope.cli.common import (
     api_call,
     batch_size_option,
     check_hidden_layer,
+    figure_option,
     format_options,
     model_options,
     output_option,
     print_csv,
     print_json,
+    write_figure,
 )
 from bertscope.core.analyses.importance_results import METHODS, OBJECTIVES
 from bertscope.core.errors import BertscopeError
@@ -131,6 +133,7 @@ def load_objective(
 
 @click.command()
 @objective_options
+@figure_option
 @output_option
 @format_options
 @model_options
@@ -148,6 +151,7 @@ def importance(
     batch_size: int | None,
     seed: int,
     output_format: str | None,
+    figure: str | None,
     model: ModelChoice,
 ) -> None:
     """How much each head matters for an objective (Michel et al.; Kovaleva et al.).
@@ -162,6 +166,7 @@ def importance(
     session, prepared = load_objective(model, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed)
     with api_call("head importance") as progress:
         result = api.importance(session, prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, progress=progress)
+    write_figure(figure, result.figure)
     if output_format == "json":
         print_json(result.as_json(session.info.source) | {"data": prepared.source})
         return
@@ -206,6 +211,7 @@ def importance(
     "and zeroes their output projection (any transformers loads it).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
+@figure_option
 @model_options
 def prune(
     text: str | None,
@@ -228,6 +234,7 @@ def prune(
     output: str | None,
     weights: str,
     as_json: bool,
+    figure: str | None,
     model: ModelChoice,
 ) -> None:
     """Remove the least important heads: a pruning curve, or a physically smaller model.
@@ -250,6 +257,8 @@ def prune(
             raise BertscopeError("-o DIR writes a pruned model: use it with --fraction F, not --curve")
     else:
         check_fraction(fraction, "--fraction")
+        if figure is not None:
+            raise BertscopeError("--figure draws the pruning curve: use it with --curve, not --fraction")
     if output is not None:
         from pathlib import Path
 
@@ -258,7 +267,7 @@ def prune(
         check_new_directory(Path(output))
     session, prepared = load_objective(model, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed)
     if fraction is None:
-        _curve(session, prepared, method, ablation, normalize, step, reestimate, max_drop, seed, as_json)
+        _curve(session, prepared, method, ablation, normalize, step, reestimate, max_drop, seed, as_json, figure)
     else:
         _prune_to(session, prepared, method, ablation, normalize, fraction, output, weights, seed, as_json)
 
@@ -274,6 +283,7 @@ def _curve(
     max_drop: float,
     seed: int,
     as_json: bool,
+    figure: str | None,
 ) -> None:
     from bertscope import api
 
@@ -291,6 +301,7 @@ def _curve(
             progress=progress,
         )
     source = prepared.source
+    write_figure(figure, result.figure)
     if as_json:
         print_json(result.as_json(session.info.source) | {"data": source, "sentences": prepared.sentences})
         return

@@ -13,10 +13,12 @@ from bertscope.cli.common import (
     check_hidden_layer,
     check_readable,
     check_text,
+    figure_option,
     format_options,
     model_options,
     print_csv,
     print_json,
+    write_figure,
 )
 from bertscope.core.analyses.patching_results import COMPONENTS, DIRECTIONS, METRICS, SWEEPS
 from bertscope.core.errors import BertscopeError
@@ -73,6 +75,7 @@ def _pair_of(value: str | None, flag: str) -> tuple[str, str] | None:
     help="probe: the feature and probe cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.",
 )
 @click.option("--no-cache", is_flag=True, help="probe: compute features afresh and keep nothing.")
+@figure_option
 @format_options
 @model_options
 def patch(
@@ -92,6 +95,7 @@ def patch(
     cache_dir: str | None,
     no_cache: bool,
     output_format: str | None,
+    figure: str | None,
     model: ModelChoice,
 ) -> None:
     """Which heads, layers and positions carry a behaviour: activation patching (Vig et al.; Meng et al.).
@@ -137,6 +141,7 @@ def patch(
             cache_dir=False if no_cache else cache_dir,
             progress=progress,
         )
+    write_figure(figure, result.figure)  # the first sweep run: heads, else layers, else positions
     if output_format == "json":
         print_json({"model": session.info.source, "clean": clean, "corrupt": corrupt, **result.as_json()})
         return

@@ -11,6 +11,7 @@ from bertscope.cli.common import (
     api_call,
     batch_size_option,
     data_options,
+    figure_option,
     format_options,
     head_mask,
     mask_options,
@@ -18,6 +19,7 @@ from bertscope.cli.common import (
     output_option,
     print_csv,
     print_json,
+    write_figure,
 )
 
 if TYPE_CHECKING:
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     is_flag=True,
     help="Also every share of the value-weighted norms ‖α f(x)‖ (Kobayashi et al. 2020), beside the share of weight.",
 )
+@figure_option
 @output_option
 @format_options
 @model_options
@@ -46,6 +49,7 @@ def patterns(
     batch_size: int | None,
     norms: bool,
     output_format: str | None,
+    figure: str | None,
     model: ModelChoice,
 ) -> None:
     """Attention statistics and pattern classes of every head (Kovaleva et al.; Clark et al.).
@@ -80,6 +84,7 @@ def patterns(
             norms=norms,
             progress=progress,
         )
+    write_figure(figure, result.figure)  # each head's dominant pattern class
     if output_format == "json":
         payload = result.as_json(session.info.source)
         payload.update({"data": source, "mask": mask.spec(), "ablation": ablation, "skipped": len(report.skipped)})

@@ -9,6 +9,7 @@ import click
 from bertscope.cli.common import (
     ModelChoice,
     api_call,
+    figure_option,
     format_options,
     head_mask,
     mask_options,
@@ -16,6 +17,7 @@ from bertscope.cli.common import (
     output_option,
     print_csv,
     print_json,
+    write_figure,
 )
 from bertscope.core.errors import BertscopeError
 
@@ -77,6 +79,7 @@ if TYPE_CHECKING:
 @click.option("--cache-dir", default=None, metavar="DIR", help="Feature cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.")
 @click.option("--no-cache", is_flag=True, help="Compute features afresh and keep nothing.")
 @mask_options
+@figure_option
 @output_option
 @format_options
 @model_options
@@ -99,6 +102,7 @@ def probe(
     mask_spec: str | None,
     ablation: Ablation,
     output_format: str | None,
+    figure: str | None,
     model: ModelChoice,
 ) -> None:
     """What each layer knows: a probe per layer, with baselines (Conneau; Jawahar; Tenney; Hewitt).
@@ -127,6 +131,7 @@ def probe(
             seed=seed,
             progress=progress,
         )
+    write_figure(figure, report.figure)
     if output_format == "json":
         payload = report.as_json() | {"model": session.source, "data": chosen.source, "mask": mask.spec(), "seed": seed}
         print_json(payload)

@@ -10,6 +10,7 @@ from bertscope.cli.common import (
     ModelChoice,
     api_call,
     batch_size_option,
+    figure_option,
     format_options,
     head_mask,
     mask_options,
@@ -17,6 +18,8 @@ from bertscope.cli.common import (
     output_option,
     print_csv,
     print_json,
+    warn,
+    write_figure,
 )
 
 if TYPE_CHECKING:
@@ -50,6 +53,7 @@ DEFAULT_MIN_COUNT = 100  # as core.analyses.syntax_results.DEFAULT_MIN_COUNT (no
 )
 @mask_options
 @batch_size_option
+@figure_option
 @output_option
 @format_options
 @model_options
@@ -62,6 +66,7 @@ def syntax(
     ablation: Ablation,
     batch_size: int | None,
     output_format: str | None,
+    figure: str | None,
     model: ModelChoice,
 ) -> None:
     """Heads that track dependency relations (Clark et al. 2019, What Does BERT Look At?, §4).
@@ -83,6 +88,11 @@ def syntax(
     with api_call("syntactic heads") as progress:
         result = api.syntax(session, corpus, mask=mask, ablation=ablation, batch_size=batch_size, progress=progress)
     rows = result.rows(wanted, min_count=min_count)
+    if figure is not None:  # the first four relations asked for that the corpus has, or its four most frequent
+        drawn = [name for name in wanted or () if name in result.relations][:4] or None
+        if wanted and drawn is None:
+            warn("none of the relations asked for occur in this corpus: the figure shows its four most frequent")
+        write_figure(figure, lambda: result.figure(drawn))
     if output_format == "json":
         print_json(
             {

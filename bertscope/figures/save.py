@@ -48,8 +48,11 @@ def save_figure(figure: Figure, path: str | Path) -> Path:
     kind = figure_format(path)
     target = check_figure_path(path)
     # Text stays text: SVG <text> elements and PDF TrueType (Type 42) fonts, which editors, journals and search read.
-    with rc_context({"svg.fonttype": "none", "pdf.fonttype": 42}), atomic_write(target, "wb") as handle:
-        figure.savefig(handle, format=kind, dpi=PNG_DPI, bbox_inches="tight", pad_inches=0.05, metadata=_metadata(kind))
+    try:
+        with rc_context({"svg.fonttype": "none", "pdf.fonttype": 42}), atomic_write(target, "wb") as handle:
+            figure.savefig(handle, format=kind, dpi=PNG_DPI, bbox_inches="tight", pad_inches=0.05, metadata=_metadata(kind))
+    except OSError as error:  # a full disk, a directory removed meanwhile: said in one line, nothing left behind
+        raise InputError(f"cannot write {target}: {error.strerror or error}", setting="figure") from None
     return target
 
 

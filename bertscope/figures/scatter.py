@@ -64,7 +64,7 @@ def pca_scatter(
         raise ValueError(f"{len(labels)} labels do not match {len(points)} points")
     figure = new_figure(6.8, 5.0)
     ax = figure.add_subplot()
-    size = float(np.clip(3000 / max(len(points), 1), 3, 24))
+    size = float(np.clip(5000 / max(len(points), 1), 5, 28))
     rasterized = len(points) > 1000  # thousands of dots as one image inside the SVG/PDF; the text stays text
     groups = label_groups(labels) if labels is not None else [("", np.arange(len(points)))]
     folded = len(groups) > MAX_LABELS  # the last group is the rarest labels, folded into "other"

@@ -152,7 +152,7 @@ class SyntaxResult(Shown):
             layer, head, _ = self.best(relation, direction)
             offset, baseline = self.baseline(relation, direction)
             count = int(self.counts[self.index(relation), DIRECTIONS.index(direction)])
-            title = f"{relation} (n = {count:,}) · offset {offset:+d} baseline {baseline:.2f}"
+            title = f"{relation} (n = {count:,}) · best offset {offset:+d}: {baseline:.2f}"
             panels.append(Grid(self.accuracy(relation, direction), title, (layer, head)))
         arrow = direction.replace("_to_", " → ").replace("_", " ")
         return head_grids(
