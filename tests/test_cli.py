@@ -182,7 +182,48 @@ def test_explorer_that_could_not_load_the_model_prints_one_line(run, monkeypatch
         app.load_error = "could not read the weights in x/model.safetensors: header too large"
 
     monkeypatch.setattr("bertscope.ui.app.ExplorerApp.run", fails_to_load)
+    monkeypatch.setattr("bertscope.cli.attention.check_terminal", lambda: None)  # CliRunner's streams are no terminal
     assert_one_line_error(run(SENTENCE), "could not read the weights in x/model.safetensors")
+
+
+EXPLORE_WITHOUT_A_TERMINAL = (
+    "import sys\n"
+    "from bertscope.cli import main\n"
+    "try:\n"
+    "    main(sys.argv[1:])\n"
+    "except SystemExit as stop:\n"
+    "    print(stop.code, 'torch' in sys.modules, 'textual' in sys.modules)\n"
+)
+
+
+def test_explorer_without_a_terminal_refuses_in_one_line_before_torch():
+    """`bertscope < /dev/null`, or under a job scheduler: Textual would read end-of-file at full speed for ever."""
+    with open(os.devnull) as nothing:
+        done = subprocess.run(
+            [sys.executable, "-c", EXPLORE_WITHOUT_A_TERMINAL], stdin=nothing, capture_output=True, text=True, timeout=60
+        )
+    assert done.stdout.split() == ["2", "False", "False"], done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bertscope: error: the explorer needs a terminal"), lines
+    for command in ("attention", "patterns", "probe", "importance", "patch"):  # what runs without one
+        assert command in lines[0]
+    assert "explore" not in lines[0].split("need none:")[1]
+
+
+@pytest.mark.parametrize("content", [b"my notes\n", b'{"name": "my-package", "version": "1.0.0"}', b"\x89PNG\r\n\x1a\n"])
+def test_explorer_refuses_a_session_file_that_is_not_a_session_and_leaves_it_alone(tmp_path, content):
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(content)
+    done = subprocess.run(
+        [sys.executable, "-c", EXPLORE_WITHOUT_A_TERMINAL, "--session", str(notes)], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.split() == ["2", "False", "False"], done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines == [
+        f"bertscope: error: {notes} is not a bertscope session ({lines[0].split('session (', 1)[1].split(');')[0]}); "
+        "left it as it is: give a new file name, or a session the explorer wrote (--session FILE)"
+    ]
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"] and notes.read_bytes() == content
 
 
 def test_damaged_weights(run, tiny_bert_dir, tmp_path):

@@ -293,7 +293,7 @@ def test_session_file_round_trip(tmp_path):
 
 def test_damaged_session_file_gives_a_fresh_session(tmp_path):
     session = tmp_path / "session.json"
-    session.write_text("{ not json")
+    session.write_text('{"version": 1, "layer": "two"}')
     app = ExplorerApp(lambda report: FakeBackend(), session_file=session)
 
     async def steps(pilot):
@@ -301,7 +301,22 @@ def test_damaged_session_file_gives_a_fresh_session(tmp_path):
         assert app.main_screen.analysis is not None
 
     run(app, steps)
-    assert (tmp_path / "session.json.damaged").read_text() == "{ not json"
+    assert (tmp_path / "session.json.damaged").read_text() == '{"version": 1, "layer": "two"}'
+
+
+def test_a_file_that_is_not_a_session_is_never_renamed_nor_overwritten(tmp_path):
+    """The command line refuses it; an app made in Python says so and saves the session nowhere."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    app = ExplorerApp(lambda report: FakeBackend(), session_file=notes)
+
+    async def steps(pilot):
+        assert any("is not a bertscope session" in n.message and "not saved" in n.message for n in app._notifications)
+        await pilot.press("space", "v")
+        await settle(pilot)
+
+    run(app, steps)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"] and notes.read_text() == "my notes\n"
 
 
 def test_model_that_fails_to_load_closes_the_explorer_with_its_reason():

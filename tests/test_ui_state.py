@@ -8,7 +8,15 @@ import sys
 import pytest
 
 from bertscope.core.errors import InputError
-from bertscope.ui.state import ExplorerState, StateFileError, fit_to_model, load_state, save_state
+from bertscope.ui.state import (
+    ExplorerState,
+    NotASessionError,
+    StateFileError,
+    check_session_file,
+    fit_to_model,
+    load_state,
+    save_state,
+)
 
 CHANGED = ExplorerState(
     text="Die Schlüssel liegen auf dem Tisch.",
@@ -88,14 +96,41 @@ def test_a_missing_file_is_a_new_session(tmp_path):
         (b"\x00\x9f garbage \xff", "not UTF-8"),
         ("{\"text\": \"caf\u00e9\", \"version\": 1}".encode("latin-1"), "not UTF-8"),
         (b"{not json", "not JSON"),
-        (b"", "empty"),
+        (b"Notes for Monday\n", "not JSON"),
         (b"[1, 2, 3]", "JSON object"),
-        (b'{"version": 1, "layer": "two"}', "layer"),
+        (b'{"name": "my-package", "version": "1.0.0"}', "version '1.0.0'"),
+        (b'{"text": "a sentence"}', "no version"),
         (b'{"version": 99}', "version 99"),
         (b"[" * 100_000, "JSON"),
     ],
 )
-def test_a_damaged_file_is_kept_aside_and_a_fresh_session_starts(tmp_path, content, reason):
+def test_a_file_that_is_not_a_session_is_refused_and_left_as_it_is(tmp_path, content, reason):
+    path = tmp_path / "notes.json"
+    path.write_bytes(content)
+    for check in (load_state, check_session_file):
+        with pytest.raises(NotASessionError, match="is not a bertscope session") as refused:
+            check(path)
+        assert reason in str(refused.value) and "\n" not in str(refused.value)
+        assert refused.value.setting == "session_file"  # the command line names --session
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.json"] and path.read_bytes() == content
+
+
+def test_an_empty_file_is_a_new_session(tmp_path):
+    path = tmp_path / "session.json"
+    path.write_bytes(b"\n")
+    assert load_state(path) == (ExplorerState(), None)
+    check_session_file(path)
+
+
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (b'{"version": 1, "layer": "two"}', "layer"),
+        (b'{"version": 2, "text": "a sentence", "layers_shown": [1, 2]}', "version 2"),
+        (b'{"version": 1, "text": "a sentence", "view": "sideways"}', "view"),
+    ],
+)
+def test_a_damaged_session_is_kept_aside_and_a_fresh_session_starts(tmp_path, content, reason):
     path = tmp_path / "session.json"
     path.write_bytes(content)
     state, message = load_state(path)
@@ -108,17 +143,17 @@ def test_a_damaged_file_is_kept_aside_and_a_fresh_session_starts(tmp_path, conte
 
 def test_a_second_damaged_file_does_not_overwrite_the_first(tmp_path):
     path = tmp_path / "session.json"
-    for content in (b"first", b"second", b"third"):
+    for content in (b'{"version": 1, "layer": "first"}', b'{"version": 1, "layer": "second"}', b'{"version": 1, "layer": "third"}'):
         path.write_bytes(content)
         assert load_state(path)[1] is not None
-    assert (tmp_path / "session.json.damaged").read_bytes() == b"first"
-    assert (tmp_path / "session.json.damaged-2").read_bytes() == b"second"
-    assert (tmp_path / "session.json.damaged-3").read_bytes() == b"third"
+    assert b"first" in (tmp_path / "session.json.damaged").read_bytes()
+    assert b"second" in (tmp_path / "session.json.damaged-2").read_bytes()
+    assert b"third" in (tmp_path / "session.json.damaged-3").read_bytes()
 
 
 def test_after_a_damaged_file_the_next_save_starts_clean(tmp_path):
     path = tmp_path / "session.json"
-    path.write_bytes(b"oops")
+    path.write_bytes(b'{"version": 1, "head": -1}')
     state, _ = load_state(path)
     save_state(path, state.with_(layer=1))
     assert load_state(path) == (ExplorerState(layer=1), None)
@@ -130,10 +165,9 @@ def test_a_utf8_bom_is_accepted(tmp_path):
     assert load_state(path) == (CHANGED, None)
 
 
-def test_a_directory_gives_a_message_and_is_left_alone(tmp_path):
-    state, message = load_state(tmp_path)
-    assert state == ExplorerState()
-    assert "is a directory" in message
+def test_a_directory_is_refused_and_left_alone(tmp_path):
+    with pytest.raises(NotASessionError, match="is a directory"):
+        load_state(tmp_path)
     assert tmp_path.is_dir()
 
 

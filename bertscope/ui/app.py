@@ -25,7 +25,7 @@ from bertscope.ui.help import HelpScreen
 from bertscope.ui.kept import KeptResults
 from bertscope.ui.main_screen import MainScreen
 from bertscope.ui.messages import ModelLoaded, ModelLoadFailed
-from bertscope.ui.state import ExplorerState, load_state, save_state
+from bertscope.ui.state import ExplorerState, NotASessionError, load_state, save_state
 from bertscope.ui.theme import heatmap_for, load_all_themes, textual_theme
 
 
@@ -56,7 +56,11 @@ class ExplorerApp(App[None]):
         self._startup_notes: list[str] = []
         state = ExplorerState()
         if self.session_file is not None:
-            state, problem = load_state(self.session_file)
+            try:
+                state, problem = load_state(self.session_file)
+            except NotASessionError as error:  # the command line refuses it; called from Python, leave the file alone
+                state, problem = ExplorerState(), f"{error}; this session is not saved"
+                self.session_file = None
             if problem:
                 self._startup_notes.append(problem)
         if text:

@@ -1,7 +1,10 @@
 """What the explorer remembers between runs with `--session FILE`.
 
-A session file is small JSON a person can read and edit. A damaged one never stops the
-explorer and is never lost: it is moved aside and the explorer starts fresh.
+A session file is small JSON a person can read and edit. A file that is not one (a text
+file named by mistake, someone else's JSON) is never touched: the command line refuses it
+before the explorer starts (`check_session_file`). A session the explorer wrote that has
+since been damaged (an edit gone wrong, a newer version) never stops the explorer and is
+never lost: it is moved aside and the explorer starts fresh.
 """
 
 from __future__ import annotations
@@ -23,6 +26,18 @@ VIEWS = ("head", "average")
 
 class StateFileError(InputError, ValueError):
     """A session file whose content is not a state this bertscope can use."""
+
+
+class NotASessionError(StateFileError):
+    """A file that is not a session the explorer wrote (or cannot be read to tell): it is left as it is."""
+
+
+class DamagedSessionError(StateFileError):
+    """A session the explorer wrote that this bertscope cannot use; `reason` says why."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"session file {path} is damaged ({reason})", setting="session_file")
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -107,32 +122,77 @@ def fit_to_model(state: ExplorerState, num_layers: int, num_heads: int) -> tuple
     return state.with_(**changes), warnings
 
 
-def load_state(path: str | Path) -> tuple[ExplorerState, str | None]:
-    """The state saved in `path`, or a fresh one and a one-line message saying why not.
+def check_session_file(path: str | Path) -> None:
+    """Raise NotASessionError where `path` holds something other than a session (the command line's check,
+    before the explorer starts); a missing or empty file, a session, or a damaged session pass."""
+    try:
+        read_state(path)
+    except DamagedSessionError:
+        pass  # a session the explorer wrote, damaged since: the explorer moves it aside and says so
 
-    A missing file is a new session (no message). A damaged file is renamed aside to
-    `<name>.damaged` (or `.damaged-2`, ...) so nothing the user had is lost or overwritten.
+
+def read_state(path: str | Path) -> ExplorerState | None:
+    """The state saved in `path`; None where there is none yet (no file, or an empty one).
+
+    Raises NotASessionError where the file is not a session the explorer wrote: a directory,
+    unreadable, not UTF-8 (the explorer writes ASCII), not JSON, or JSON without the
+    session's version and fields. Raises DamagedSessionError where it is a session this
+    bertscope cannot use (a value out of place, another version).
     """
     path = Path(path).expanduser()
     if path.is_dir():
-        return ExplorerState(), f"session file {path} is a directory; started a fresh session (give a file name)"
+        raise NotASessionError(f"session file {path} is a directory; give a file name", setting="session_file")
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return ExplorerState(), None
+        return None
     except OSError as error:
-        return ExplorerState(), _set_aside(path, f"cannot read it: {error.strerror or error}")
+        raise NotASessionError(f"cannot read session file {path}: {error.strerror or error}", setting="session_file") from None
+    if not raw.strip():
+        return None  # nothing to lose: a new session (a file made with `touch`)
     try:
-        return ExplorerState.from_json(json.loads(raw.decode("utf-8-sig"))), None
+        data = json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
-        reason = "it is not UTF-8 text"
+        raise _not_a_session(path, "it is not UTF-8 text") from None
     except json.JSONDecodeError as error:
-        reason = "it is empty" if not raw.strip() else f"not JSON: {error.msg} at line {error.lineno}"
+        raise _not_a_session(path, f"not JSON: {error.msg} at line {error.lineno}") from None
     except RecursionError:
-        reason = "not JSON bertscope can read: nested too deeply"
+        raise _not_a_session(path, "not JSON bertscope can read: nested too deeply") from None
+    try:
+        return ExplorerState.from_json(data)
     except StateFileError as error:
-        reason = str(error)
-    return ExplorerState(), _set_aside(path, reason)
+        if not _written_by_the_explorer(data):
+            raise _not_a_session(path, str(error)) from None
+        raise DamagedSessionError(path, str(error)) from None
+
+
+def load_state(path: str | Path) -> tuple[ExplorerState, str | None]:
+    """The state saved in `path`, or a fresh one and a one-line message saying why not.
+
+    A missing or empty file is a new session (no message). A damaged session is renamed
+    aside to `<name>.damaged` (or `.damaged-2`, ...) so nothing the user had is lost or
+    overwritten. A file that is not a session raises NotASessionError and is left as it is.
+    """
+    path = Path(path).expanduser()
+    try:
+        state = read_state(path)
+    except DamagedSessionError as error:
+        return ExplorerState(), _set_aside(path, error.reason)
+    return state or ExplorerState(), None
+
+
+def _written_by_the_explorer(data: object) -> bool:
+    """Whether JSON that is not a usable state is a session all the same: an object with the version and at least
+    one of the session's fields (not, say, a package.json, whose version is its own)."""
+    fields = {field.name for field in dataclasses.fields(ExplorerState)}
+    return isinstance(data, dict) and "version" in data and bool(fields & data.keys())
+
+
+def _not_a_session(path: Path, reason: str) -> NotASessionError:
+    return NotASessionError(
+        f"{path} is not a bertscope session ({reason}); left it as it is: give a new file name, or a session the explorer wrote",
+        setting="session_file",
+    )
 
 
 def save_state(path: str | Path, state: ExplorerState) -> None:
