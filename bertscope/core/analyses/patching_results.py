@@ -77,7 +77,7 @@ class PatchingResult(Shown):
         values = swept.get(sweep or "")
         if values is None:
             ran = ", ".join(name for name in SWEEPS if swept[name] is not None) or "none"
-            raise InputError(f"no {sweep or 'sweep'} was patched in this run to draw (swept: {ran})", setting="sweep")
+            raise InputError(f"this run did not patch {sweep or 'anything'} (it swept {ran}): nothing to draw", setting="sweep")
         label = "effect (share of m(clean) − m(corrupt))"
         how = "clean into corrupted: the share restored" if self.direction == "denoise" else "corrupted into clean: the share destroyed"
         note = f"{self.direction} ({how}); m = {self.metric_description}"

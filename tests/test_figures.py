@@ -1,0 +1,406 @@
+"""Figures for papers: each kind shows its result's numbers, labelled as the papers label them, and is written whole.
+
+The figures are checked by what they hold (the image's array, tick labels, colour bar and
+legend labels, line data, marker positions), not by pixels. The results come from the UI's
+fake backend (known arrays, no torch); one command runs end to end on the bundled model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
+
+from bertscope.api import built_in_treebank
+from bertscope.core.errors import BertscopeError, InputError
+from bertscope.core.model.masks import HeadMask
+from bertscope.core.model.results import PATTERNS
+from bertscope.figures.curves import ProbeCurve, probe_curves
+from bertscope.figures.grids import head_grid
+from bertscope.figures.heatmaps import attention_heatmap
+from bertscope.figures.layout import tick_plan
+from bertscope.figures.save import check_figure_path, save_figure
+from bertscope.figures.scatter import MAX_LABELS, pca_scatter
+from bertscope.figures.strips import attribution_strip
+from tests.conftest import command_in_a_new_process
+from tests.fake_backend import HEADS, LAYERS, FakeBackend
+
+SENTENCES = ["The keys to the cabinet are on the table.", "A dog barked.", "It rained all day."]
+
+
+def last(stream):
+    return list(stream)[-1].result
+
+
+@pytest.fixture(scope="module")
+def backend() -> FakeBackend:
+    return FakeBackend()
+
+
+@pytest.fixture(scope="module")
+def importance(backend):
+    return last(backend.head_importance("preserve", SENTENCES))
+
+
+def title_of(figure: Figure) -> str:
+    """The figure's title: over its one plot, or over the whole figure."""
+    suptitle = figure._suptitle  # noqa: SLF001 (matplotlib keeps no public getter)
+    return suptitle.get_text() if suptitle is not None else figure.axes[0].get_title()
+
+
+def note_of(figure: Figure) -> str:
+    return figure._supxlabel.get_text() if figure._supxlabel is not None else ""  # noqa: SLF001
+
+
+def colour_bar_label(figure: Figure) -> str:
+    """The label of the figure's colour bar (the axes beside the plot that carry one)."""
+    labels = [ax.get_ylabel() or ax.get_xlabel() for ax in figure.axes if getattr(ax, "_colorbar", None) is not None]
+    assert len(labels) == 1, labels
+    return labels[0]
+
+
+def ticks(ax, axis: str) -> list[str]:
+    return [label.get_text() for label in (ax.get_xticklabels() if axis == "x" else ax.get_yticklabels())]
+
+
+# --- attention heatmaps --------------------------------------------------------------------------
+
+
+def test_the_heatmap_shows_the_whole_map_with_the_tokens_on_both_axes(backend):
+    result = backend.forward("the cat sat on the mat", attentions=True)
+    figure = result.figure(layer=1, head=2)
+    ax = figure.axes[0]
+    assert np.array_equal(ax.images[0].get_array(), result.attentions[1, 2])
+    assert ticks(ax, "y") == list(result.tokens) and ticks(ax, "x") == list(result.tokens)
+    assert all(label.get_rotation() == 90 for label in ax.get_xticklabels())  # the key tokens, written upwards
+    assert (ax.get_ylabel(), ax.get_xlabel()) == ("from (query token)", "to (key token)")
+    assert colour_bar_label(figure) == "attention weight α"
+    assert title_of(figure) == "layer 1 · head 2"
+
+
+def test_the_mean_of_a_layer_the_norms_and_a_masked_head_are_said(backend):
+    mask = HeadMask.parse("0:1", LAYERS, HEADS)
+    result = backend.forward("the cat sat", attentions=True, norms=True, mask=mask)
+    mean = result.figure(layer=0)
+    assert np.allclose(mean.axes[0].images[0].get_array(), result.attentions[0].mean(0))
+    assert title_of(mean) == f"layer 0 · mean of {HEADS} heads" and "switched off" in note_of(mean)
+    masked = result.figure(layer=0, head=1)
+    assert note_of(masked) == "head 0:1 switched off (zero ablation: its weights read 0)"
+    norms = result.figure(layer=2, head=0, norms=True)
+    assert np.array_equal(norms.axes[0].images[0].get_array(), result.norms[2, 0])
+    assert colour_bar_label(norms) == "value-weighted norm ‖α f(x)‖"
+    with pytest.raises(BertscopeError, match="kept no attentions to draw: run it with attentions=True"):
+        backend.forward("the cat sat").figure()
+
+
+def test_a_long_input_keeps_its_labels_legible_and_true_to_their_cells():
+    tokens = [f"t{i}" for i in range(150)]
+    figure = attention_heatmap(np.full((150, 150), 1 / 150), tokens, layer=0, head=0)
+    ax = figure.axes[0]
+    size, step = tick_plan(150, figure.get_size_inches()[1] - 1.6)
+    assert step > 1 and size >= 5  # thinned to every k-th label rather than shrunk past legibility
+    positions = ax.get_yticks().astype(int)
+    assert ticks(ax, "y") == [tokens[i] for i in positions] and list(positions) == list(range(0, 150, step))
+    assert ax.get_yticklabels()[0].get_fontsize() == size
+    assert ax.images[0].get_array().shape == (150, 150)  # the full map, never a window
+    assert max(figure.get_size_inches()) <= 13.0
+
+
+def test_a_dollar_in_a_token_is_text_not_mathematics(tmp_path):
+    figure = attention_heatmap(np.eye(3), ["$", "5", "$"], layer=0, head=0)
+    svg = save_figure(figure, tmp_path / "dollars.svg").read_text()
+    assert svg.count(">$</text>") == 4  # two tokens on each axis, written as they are
+
+
+# --- layer × head grids --------------------------------------------------------------------------
+
+
+def test_a_grid_shows_a_metric_per_head_with_masked_heads_marked():
+    values = np.arange(12, dtype=float).reshape(3, 4) / 12
+    figure = head_grid(values, "share of attention to [CLS]", masked={(1, 2)})
+    ax = figure.axes[0]
+    assert np.array_equal(ax.images[0].get_array(), values)
+    assert (ax.get_ylabel(), ax.get_xlabel()) == ("layer", "head")
+    assert colour_bar_label(figure) == "share of attention to [CLS]"
+    marks = [(text.get_position(), text.get_text()) for text in ax.texts if text.get_text() == "×"]
+    assert marks == [((2, 1), "×")]  # x = head, y = layer
+    assert "0.92" in [text.get_text() for text in ax.texts]  # small grids write each value
+
+
+def test_signed_effects_use_a_diverging_scale_centred_on_zero(backend):
+    result = last(backend.patch("the cat sat", "the dog sat", sweeps=("heads",)))
+    figure = result.figure()
+    image = figure.axes[0].images[0]
+    assert np.array_equal(image.get_array(), result.heads)
+    assert image.norm.vmin == -image.norm.vmax == -np.abs(result.heads).max()
+    assert image.get_cmap().name.startswith("RdBu_r")
+    assert colour_bar_label(figure) == "effect (share of m(clean) − m(corrupt))"
+
+
+def test_the_pattern_classes_have_a_legend_of_distinct_colours(backend):
+    result = last(backend.attention_patterns(SENTENCES))
+    figure = result.figure()
+    ax = figure.axes[0]
+    assert np.array_equal(ax.images[0].get_array(), result.dominant)
+    legend = figure.legends[0]
+    assert [text.get_text() for text in legend.get_texts()] == [
+        "V  vertical", "D  diagonal", "VD  vertical+diagonal", "B  block", "H  heterogeneous"
+    ]
+    colours = [to_hex(patch.get_facecolor()) for patch in legend.get_patches()]
+    assert len(set(colours)) == len(PATTERNS)
+    statistic = result.figure("entropy")
+    assert np.array_equal(statistic.axes[0].images[0].get_array(), result.statistics["entropy"])
+    assert colour_bar_label(statistic) == "attention entropy (nats)"
+    with pytest.raises(InputError, match="no statistic 'nope': choose one of cls, sep"):
+        result.figure("nope")
+
+
+def test_importance_syntax_and_comparison_grids_draw_their_arrays(backend, importance):
+    figure = importance.figure()
+    assert np.array_equal(figure.axes[0].images[0].get_array(), importance.importance)
+    assert colour_bar_label(figure).startswith("importance E‖∂h/∂ξ_h‖²")  # the preserve objective's movement
+    treebank = list(built_in_treebank(30).sentences)
+    syntax = last(backend.syntax_heads(treebank[:3]))
+    relation = syntax.by_frequency()[0]
+    grids = syntax.figure([relation])
+    assert np.array_equal(grids.axes[0].images[0].get_array(), syntax.accuracy(relation))
+    assert grids.axes[0].get_title().startswith(f"{relation} (n = ")
+    assert colour_bar_label(grids) == "accuracy, dependent → head"
+    layer, head, _ = syntax.best(relation)
+    box = grids.axes[0].patches[0]
+    assert box.get_xy() == (head - 0.5, layer - 0.5)  # the best head boxed
+    comparison = last(backend.compare("model-b", SENTENCES))
+    cosine = comparison.figure()
+    assert np.array_equal(cosine.axes[0].images[0].get_array(), comparison.head_cosine)
+    cka = comparison.figure("cka")
+    assert np.array_equal(cka.axes[0].images[0].get_array(), comparison.cka)
+    assert cka.axes[0].get_xlabel() == "B: model-b · layer"
+
+
+# --- curves --------------------------------------------------------------------------------------
+
+
+def test_a_probing_curve_has_its_numbers_its_baselines_dashed_and_its_best_layer_starred(backend):
+    report = last(backend.probe("sentence_length", list(built_in_treebank(30).sentences)))
+    figure = report.figure()
+    ax = figure.axes[0]
+    line = ax.lines[0]
+    assert list(line.get_ydata()) == [layer[report.metric] for layer in report.layers]
+    assert list(line.get_xdata()) == list(range(len(report.layers)))
+    assert ax.get_xlabel() == "layer (0 = embeddings)" and ax.get_ylabel() == report.metric
+    majority = next(line for line in ax.lines if line.get_label() == "majority class")
+    assert set(majority.get_ydata()) == {report.baselines["majority"]} and majority.get_linestyle() != "-"
+    star = next(line for line in ax.lines if line.get_label() == "best layer")
+    assert (star.get_xdata()[0], star.get_ydata()[0]) == (report.best_layer, report.layers[report.best_layer][report.metric])
+
+
+def test_several_tasks_share_the_axes_each_in_its_colour_with_per_layer_baselines():
+    curves = [
+        ProbeCurve("upos", [0.5, 0.9, 0.8], 1, {"majority": 0.2, "random_init": [0.5, 0.55, 0.5], "control": [0.4, 0.6, 0.6]}),
+        ProbeCurve("depth", [0.3, 0.4, 0.6], 2),
+    ]
+    figure = probe_curves(curves, "accuracy")
+    lines = {line.get_label(): line for line in figure.axes[0].lines}
+    assert list(lines["upos: random-init model"].get_ydata()) == [0.5, 0.55, 0.5]
+    assert lines["upos: control task"].get_color() == lines["upos"].get_color() != lines["depth"].get_color()
+    stars = [line for line in figure.axes[0].lines if line.get_marker() == "*"]
+    assert [(s.get_xdata()[0], s.get_ydata()[0]) for s in stars] == [(1, 0.9), (2, 0.6)]
+
+
+def test_a_pruning_curve_marks_the_prunable_point_and_the_drop_allowed(backend, importance):
+    curve = last(backend.pruning_curve("preserve", SENTENCES, importance=importance))
+    figure = curve.figure()
+    ax = figure.axes[0]
+    assert list(ax.lines[0].get_xdata()) == [p.fraction for p in curve.points]
+    assert list(ax.lines[0].get_ydata()) == [p.metric for p in curve.points]
+    threshold = ax.lines[1]
+    assert set(threshold.get_ydata()) == {curve.points[0].metric - curve.max_drop}
+    best = curve.prunable()
+    star = ax.lines[2]
+    assert (star.get_xdata()[0], star.get_ydata()[0]) == (best.fraction, best.metric)
+    assert star.get_label() == f"prunable: {best.fraction:.0%}, {best.heads_pruned} heads"
+
+
+# --- geometry ------------------------------------------------------------------------------------
+
+
+def test_the_scatter_has_a_legend_of_distinct_colours_and_the_variance_on_its_axes(backend):
+    result = last(backend.geometry(SENTENCES * 4))
+    figure = result.figure(layer=1)
+    ax = figure.axes[0]
+    label = next(iter(result.labels))
+    names = [text.get_text() for text in figure.legends[0].get_texts()]
+    assert sorted(names) == sorted(set(result.labels[label]))
+    assert ax.get_xlabel() == f"PC1 ({100 * result.explained[1, 0]:.1f}% variance)"
+    points = np.concatenate([collection.get_offsets() for collection in ax.collections])
+    assert sorted(map(tuple, points)) == sorted(map(tuple, result.projection[1].astype(float)))
+    cka = result.figure("cka")
+    assert np.array_equal(cka.axes[0].images[0].get_array(), result.cka)
+    assert (cka.axes[0].images[0].norm.vmin, cka.axes[0].images[0].norm.vmax) == (0.0, 1.0)
+    assert colour_bar_label(cka) == "linear CKA"
+    dimension = result.figure("dimension")
+    assert list(dimension.axes[0].lines[0].get_ydata()) == list(result.intrinsic_dimension)
+    assert dimension.axes[0].get_ylabel() == "intrinsic dimension (TwoNN)"
+
+
+def test_past_twelve_labels_the_rarest_are_folded_into_other():
+    rng = np.random.default_rng(0)
+    labels = [f"L{i:02d}" for i in range(16) for _ in range(20 - i)]  # L00 most frequent … L15 least
+    figure = pca_scatter(rng.normal(size=(len(labels), 2)), labels, explained=(0.3, 0.1))
+    legend = figure.legends[0]
+    names = [text.get_text() for text in legend.get_texts()]
+    assert names == [f"L{i:02d}" for i in range(MAX_LABELS)] + ["other"]
+    colours = [to_hex(handle.get_facecolor()[0]) for handle in legend.legend_handles]
+    assert len(set(colours)) == len(colours)  # NOUN and PRON no longer share one
+    other = next(c for c in figure.axes[0].collections if c.get_label() == "other")
+    assert len(other.get_offsets()) == sum(20 - i for i in range(MAX_LABELS, 16))
+
+
+# --- patching and attribution --------------------------------------------------------------------
+
+
+def test_the_residual_stream_map_has_tokens_down_and_layers_across(backend):
+    result = last(backend.patch("the cat sat", "the dog sat", sweeps=("positions",)))
+    figure = result.figure()
+    ax = figure.axes[0]
+    assert np.array_equal(ax.images[0].get_array(), result.positions.T)
+    differing = set(result.differing)
+    assert ticks(ax, "y") == [f"{t}*" if i in differing else t for i, t in enumerate(result.tokens)]
+    assert ax.get_xlabel() == "hidden state (0 = embeddings)"
+    with pytest.raises(InputError, match=r"this run did not patch heads \(it swept positions\)"):
+        result.figure("heads")
+
+
+def test_the_attribution_strip_shades_each_token_and_names_what_it_explains(backend):
+    result = last(backend.attribute("the cat sat on the [mask]"))
+    figure = result.figure()
+    ax = figure.axes[0]
+    words = [text.get_text() for text in ax.texts][::2]
+    assert words == list(result.tokens)
+    label = colour_bar_label(figure)
+    assert label.startswith("integrated gradients of log p(") and "[MASK]" in label
+    cells = [patch.get_facecolor() for patch in ax.patches]
+    strongest = int(np.argmax(np.where(result.encoding.special, 0, result.scores)))
+    weakest = int(np.argmin(np.where(result.encoding.special, 0, result.scores)))
+    assert cells[strongest] != cells[weakest]
+
+
+def test_a_strip_scales_to_the_real_tokens_and_clamps_the_special_ones():
+    scores = np.array([5.0, 0.5, -1.0, 0.25, 5.0])
+    figure = attribution_strip(["[CLS]", "a", "b", "c", "[SEP]"], scores, label="gradient × input", special=[1, 0, 0, 0, 1])
+    bar = next(ax for ax in figure.axes if getattr(ax, "_colorbar", None) is not None)._colorbar
+    assert (bar.norm.vmin, bar.norm.vmax) == (-1.0, 1.0) and bar.extend == "both"
+
+
+# --- files ---------------------------------------------------------------------------------------
+
+
+def test_svg_keeps_the_tokens_as_text_and_pdf_and_png_open(tmp_path, backend):
+    figure = backend.forward("the cabinet keys", attentions=True).figure(layer=0, head=0)
+    svg = save_figure(figure, tmp_path / "map.svg").read_text()
+    for token in ("[CLS]", "cabinet", "keys", "[SEP]"):
+        assert f">{token}</text>" in svg
+    assert "attention weight α</text>" in svg
+    assert (tmp_path / "map.pdf").exists() is False
+    pdf = save_figure(figure, tmp_path / "map.pdf").read_bytes()
+    assert pdf.startswith(b"%PDF-") and b"/FontFile2" in pdf  # TrueType embedded: text, not outlines
+    assert save_figure(figure, tmp_path / "map.PNG").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["map.PNG", "map.pdf", "map.svg"]
+
+
+def test_a_failing_save_leaves_no_file_and_an_old_one_as_it_was(tmp_path, monkeypatch):
+    figure = head_grid(np.eye(3), "metric")
+    target = tmp_path / "grid.pdf"
+
+    def broken(handle, **options):
+        handle.write(b"%PDF-1.4 half a file")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(figure, "savefig", broken)
+    with pytest.raises(InputError, match="cannot write .*grid.pdf: No space left on device") as failed:
+        save_figure(figure, target)
+    assert failed.value.setting == "figure" and list(tmp_path.iterdir()) == []
+    target.write_bytes(b"the old figure")
+    with pytest.raises(InputError):
+        save_figure(figure, target)
+    assert target.read_bytes() == b"the old figure" and list(tmp_path.iterdir()) == [target]
+
+
+@pytest.mark.parametrize("name", ["figure.jpg", "figure", "figure.svg.txt"])
+def test_a_suffix_that_is_not_svg_pdf_or_png_is_refused_in_one_line(tmp_path, name):
+    with pytest.raises(InputError, match=r"give a file ending in \.svg, \.pdf or \.png") as refused:
+        check_figure_path(tmp_path / name)
+    assert refused.value.setting == "figure" and "\n" not in str(refused.value)
+
+
+def test_the_cli_refuses_a_bad_figure_path_before_torch_loads(tmp_path):
+    (status, imported), stderr = command_in_a_new_process(
+        ["attention", "a b", "-l", "0", "-H", "0", "--figure", str(tmp_path / "map.jpg")], module="torch"
+    )
+    assert (status, imported) == ("2", "False")
+    assert stderr.strip() == (
+        f"bertscope: error: cannot write a figure to {tmp_path / 'map.jpg'}: suffix .jpg; "
+        "give a file ending in .svg, .pdf or .png (--figure PATH)"
+    )
+    (status, _), stderr = command_in_a_new_process(
+        ["prune", "-O", "preserve", "--fraction", "0.3", "--figure", str(tmp_path / "curve.pdf")], module="torch"
+    )
+    assert status == "2" and "--figure draws the pruning curve: use it with --curve" in stderr
+
+
+def test_drawing_needs_no_torch_and_importing_bertscope_no_matplotlib():
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, bertscope, bertscope.cli, bertscope.figures.save\n"
+        "assert 'matplotlib' not in sys.modules, 'import bertscope pulled in matplotlib'\n"
+        "from bertscope.figures import curves, grids, heatmaps, scatter, strips\n"
+        "assert 'torch' not in sys.modules, 'a figure module pulled in torch'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+COMMANDS = {  # each command that prints a picture, on the tiny model, its figure asked for (probe and attribute: their fits take seconds)
+    "patterns": ["patterns", "The keys to the cabinet are on the table."],
+    "syntax": ["syntax", "--limit", "5"],
+    "importance": ["importance", "The keys to the cabinet are on the table.", "-O", "preserve"],
+    "prune": ["prune", "The keys to the cabinet are on the table.", "-O", "preserve", "--curve", "--step", "0.25"],
+    "geometry": ["geometry", "--limit", "10"],
+    "compare": ["compare", "--limit", "5", "--model-b", "TINY"],
+    "patch": ["patch", "The keys to the cabinet are on the table.", "--corrupt", "The key to the cabinet is on the table."],
+}
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_each_command_writes_its_figure(command, tiny_bert_dir, tmp_path):
+    from click.testing import CliRunner
+
+    from bertscope.cli import main
+
+    target = tmp_path / "figure.png"
+    arguments = [word.replace("TINY", str(tiny_bert_dir)) for word in COMMANDS[command]]
+    done = CliRunner().invoke(main, [*arguments, "-m", str(tiny_bert_dir), "--figure", str(target)])
+    assert done.exit_code == 0, done.output
+    assert target.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+@pytest.mark.slow
+def test_attention_writes_its_figure_on_the_bundled_model(tmp_path):
+    import subprocess
+    import sys
+
+    target = tmp_path / "head.svg"
+    done = subprocess.run(
+        [sys.executable, "-m", "bertscope", "attention", "The keys are here.", "-l", "2", "-H", "3", "--figure", str(target), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == f"wrote {target}"
+    svg = target.read_text()
+    assert all(f">{token}</text>" in svg for token in ("[CLS]", "keys", "here", "[SEP]"))
+    assert "layer 2 · head 3</text>" in svg
