@@ -120,6 +120,8 @@ def test_the_html_view_has_the_headline_and_the_first_rows(results):
     assert view.count("<tr>") == min(LAYERS * HEADS, HTML_ROWS) + 1  # the header and the first rows
     long = html_table([{"layer": layer, "score": 0.5} for layer in range(HTML_ROWS + 5)])
     assert long.count("<tr>") == HTML_ROWS + 1 and "5 more rows: to_pandas() has them all" in long
+    for name, result in results.items():  # each draws its figure into the view
+        assert f'<img alt="{type(result).__name__} figure" src="data:image/png;base64,' in result._repr_html_(), name
     probe = results["probe"]._repr_html_()
     assert re.search(r"<th>accuracy</th>", probe) and "0.8" in probe
 
