@@ -26,6 +26,8 @@ __all__ = [
     "importance",
     "load",
     "measure",
+    "mixing",
+    "mixing_agreement",
     "objective",
     "patch",
     "patterns",

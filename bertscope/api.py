@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyse
     from bertscope.core.analyses.attribution_results import Attribution
     from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryResult
     from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
+    from bertscope.core.analyses.mixing_results import Mixing, MixingAgreement
     from bertscope.core.analyses.mlm import ClozeResult, FillResult
     from bertscope.core.analyses.objectives import Objective
     from bertscope.core.analyses.patching_results import PatchingResult
@@ -972,6 +973,77 @@ def cloze(
         return replace(result, skipped=len(report.skipped), notes=(skipped,))
 
     return _finished(run, counted)
+
+
+# --- context mixing ----------------------------------------------------------------------------------------
+
+
+@analysis("context mixing", summed=False)
+def mixing(
+    model: Session,
+    text: str | Encoding,
+    *,
+    pair: str | None = None,
+    method: str = "value-zeroing",
+    mask: str | HeadMask | None = None,
+    ablation: Ablation = "zero",
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> Iterator[Progress[Mixing]]:
+    """How much of each token ends up in each other, per layer and rolled out from the input (issue 32).
+
+    `method`: attention, norms, value-zeroing (Mohebbi et al. 2023), alti (Ferrando et al. 2022),
+    flow or rollout (Abnar & Zuidema 2020); `result.definition` says which definition. The
+    result's `per_layer[l]` `[T, T]` (None for flow and rollout) and `rolled[l]` (from the input
+    to layer l's output) have rows summing to 1; under `mask` they are the masked model's.
+    `text` may be an `Encoding` already made (the explorer's).
+    """
+    from bertscope.core.analyses.mixing import check_methods, context_mixing
+
+    if isinstance(text, str) and not text.strip():
+        raise InputError("the text is empty; give a sentence to analyse")
+    if pair is not None and not pair.strip():
+        raise InputError("the pair text is empty; give a second sentence or none", setting="pair")
+    (chosen,) = check_methods([method])
+    encoding = model.encode(text, pair) if isinstance(text, str) else text
+    run = context_mixing(model, encoding, method=chosen, mask=head_mask(model, mask), ablation=ablation, cancel=cancel)
+    cut = _cut_notes(model, encoding) if isinstance(text, str) else ()
+    return _noted(run, lambda result: (*cut, *result.notes))
+
+
+@analysis("context-mixing agreement")
+def mixing_agreement(
+    model: Session,
+    texts: Texts = None,
+    *,
+    data: str | Path | None = None,
+    format: str = "auto",
+    limit: int | None = None,
+    method: str | Iterable[str] = ("attention", "norms", "value-zeroing", "alti", "flow", "rollout"),
+    mask: str | HeadMask | None = None,
+    ablation: Ablation = "zero",
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> Iterator[Progress[MixingAgreement]]:
+    """Context-mixing measures compared over a corpus: for every pair of `method`s (default: all six), the Spearman
+    rank correlation of their rolled-out rows at the last layer, averaged over sentences (Mohebbi et al. 2023 §5), and
+    per layer each method's share from [CLS], [SEP], punctuation and the token itself. Streamed: memory flat in the
+    corpus. The records' `partial` holds the comparison so far."""
+    from bertscope.core.analyses.mixing import check_methods
+    from bertscope.core.analyses.mixing import mixing_agreement as agreement
+
+    chosen = check_methods([method] if isinstance(method, str) else method)
+    sentences = corpus(texts, data=data, format=format, limit=limit)
+    run = agreement(
+        model, distributed.shard(sentences.sentences), methods=chosen, mask=head_mask(model, mask), ablation=ablation, cancel=cancel
+    )
+
+    def notes(result: MixingAgreement) -> Iterator[str]:
+        yield from sentences.read_notes()
+        if result.truncated:
+            yield f"{result.truncated:,} sentences were cut to the model's maximum of {model.max_length} tokens"
+
+    return _noted(run, notes)
 
 
 # --- attribution -------------------------------------------------------------------------------------------

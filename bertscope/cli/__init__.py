@@ -4,7 +4,7 @@
 of commands, registered on the group here, in one place, so no module imports it back.
 """
 
-from bertscope.cli import attention, fill_attribute, geometry, importance, patching, patterns, probing, syntax
+from bertscope.cli import attention, fill_attribute, geometry, importance, mixing, patching, patterns, probing, syntax
 from bertscope.cli.common import main
 
 for command in (
@@ -24,6 +24,7 @@ for command in (
     geometry.compare,
     patching.patch,
     syntax.syntax,
+    mixing.mixing,
 ):
     main.add_command(command)
 

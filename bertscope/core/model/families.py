@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 if TYPE_CHECKING:  # only in annotations
     from torch import Tensor, nn
 
-from bertscope.core.errors import ModelLoadError
+from bertscope.core.errors import InputError, ModelLoadError
 
 # A transformers model, and one of its encoder layers. The families read their submodules by the names in
 # transformers' modeling code (`layer.attention.self`), which nn.Module's typing cannot follow (to it, a submodule
@@ -95,6 +95,25 @@ class Family:
         """How far a head of `layer` sees (|i - j| at most this), where it cannot see the whole input."""
         return None
 
+    # --- context mixing (core.analyses.mixing) ---------------------------------------------
+
+    def values(self, layer: Layer) -> tuple[nn.Module, slice | None]:
+        """The projection whose output holds the layer's values `[B, T, H·d]` (the bias of W_V included), and the part
+        of its last dimension that holds them (None: all of it)."""
+        return getattr(self.self_attention(layer), self.query_key_value(layer)[2]), None
+
+    def attention_norm(self, layer: Layer) -> nn.Module | None:
+        """The LayerNorm over the attention block's residual sum x + attention (post-LN); None where the block has no
+        norm after it (pre-LN)."""
+        return layer.attention.output.LayerNorm
+
+    def after_attention(self, model: Model, index: int, summed: Tensor) -> Tensor:
+        """The rest of layer `index` from its attention block's residual sum `[..., D]` (x + the attention output, the
+        bias of W_O included) to what the layer leaves, as `run_layers` yields it. Position-wise: any rows at once."""
+        layer: Layer = self.layers(model)[index]
+        attended = layer.attention.output.LayerNorm(summed)
+        return layer.output(layer.intermediate(attended), attended)
+
     # --- running ---------------------------------------------------------------------------
 
     def run_layers(self, model: Model, hidden: Tensor, start: int, stop: int) -> Iterator[Tensor]:
@@ -162,6 +181,14 @@ class DistilBert(Family):
 
     def set_attention_output(self, layer: Layer, projection: nn.Linear) -> None:
         layer.attention.out_lin = projection
+
+    def attention_norm(self, layer: Layer) -> nn.Module | None:
+        return layer.sa_layer_norm
+
+    def after_attention(self, model: Model, index: int, summed: Tensor) -> Tensor:
+        layer: Layer = self.layers(model)[index]
+        attended = layer.sa_layer_norm(summed)
+        return layer.output_layer_norm(layer.ffn(attended) + attended)
 
     def classifier_head(self, model: Model) -> Callable[[Tensor], Tensor] | None:
         if not hasattr(model, "pre_classifier"):
@@ -234,6 +261,14 @@ class Albert(Family):
     def set_attention_output(self, layer: Layer, projection: nn.Linear) -> None:
         layer.attention.dense = projection
 
+    def attention_norm(self, layer: Layer) -> nn.Module | None:
+        return layer.attention.LayerNorm
+
+    def after_attention(self, model: Model, index: int, summed: Tensor) -> Tensor:
+        layer: Layer = self.layers(model)[index]
+        attended = layer.attention.LayerNorm(summed)
+        return layer.full_layer_layer_norm(layer.ff_chunk(attended) + attended)
+
     def classifier_head(self, model: Model) -> Callable[[Tensor], Tensor] | None:
         if getattr(model, "classifier", None) is None:
             return None
@@ -259,6 +294,16 @@ class DebertaV2(Family):
 
     def query_key_value(self, layer: Layer) -> tuple[str, ...]:
         return ("query_proj", "key_proj", "value_proj")
+
+    def after_attention(self, model: Model, index: int, summed: Tensor) -> Tensor:
+        if index == 0 and model.base_model.encoder.conv is not None:
+            raise InputError(
+                "this DeBERTa-v2 adds a convolution over neighbouring tokens to the output of layer 0, so that layer "
+                "cannot be run token by token from its attention block; value zeroing reads models without it "
+                "(conv_kernel_size 0, as DeBERTa-v3)",
+                setting="method",
+            )
+        return super().after_attention(model, index, summed)
 
     def run_layers(self, model: Model, hidden: Tensor, start: int, stop: int) -> Iterator[Tensor]:
         import torch
@@ -309,6 +354,19 @@ class ModernBert(Family):
 
     def set_attention_output(self, layer: Layer, projection: nn.Linear) -> None:
         layer.attn.Wo = projection
+
+    def values(self, layer: Layer) -> tuple[nn.Module, slice | None]:
+        width = layer.attn.Wqkv.out_features // 3  # the fused projection: [queries | keys | values]
+        return layer.attn.Wqkv, slice(2 * width, 3 * width)
+
+    def attention_norm(self, layer: Layer) -> nn.Module | None:
+        return None  # pre-LN: the block adds its output to the stream, and its norm is on the way in
+
+    def after_attention(self, model: Model, index: int, summed: Tensor) -> Tensor:
+        layers: list[Layer] = self.layers(model)
+        layer = layers[index]
+        hidden = summed + layer.mlp(layer.mlp_norm(summed))
+        return model.base_model.final_norm(hidden) if index == len(layers) - 1 else hidden
 
     def window(self, model: Model, layer: int) -> int | None:
         config = model.config
@@ -381,6 +439,14 @@ class MPNet(Family):
 
     def set_attention_output(self, layer: Layer, projection: nn.Linear) -> None:
         layer.attention.attn.o = projection
+
+    def attention_norm(self, layer: Layer) -> nn.Module | None:
+        return layer.attention.LayerNorm
+
+    def after_attention(self, model: Model, index: int, summed: Tensor) -> Tensor:
+        layer: Layer = self.layers(model)[index]
+        attended = layer.attention.LayerNorm(summed)
+        return layer.output(layer.intermediate(attended), attended)
 
     def run_layers(self, model: Model, hidden: Tensor, start: int, stop: int) -> Iterator[Tensor]:
         bias = model.base_model.encoder.compute_position_bias(hidden)

@@ -1,0 +1,438 @@
+"""Context mixing: how much of token j ends up in token i, layer by layer (issue 32).
+
+Attention weights say where a head looks, not how much of another token ends up in a token's
+representation. Six measures, in one frame (core.analyses.mixing_results.DEFINITIONS says each
+as the outputs do); all of them read one forward pass of the input, under any head mask:
+
+- `attention`: the mean over heads of the weights; `norms`: Σ_h ‖α^h_ij f_h(x_j)‖ (Kobayashi et
+  al. 2020, core.model.norms), from the same pass;
+- `rollout` (Abnar & Zuidema 2020): the product of Â_l = ½·mean_h A_l + ½·I (core.analyses.attribution
+  reads one row of it);
+- `flow` (Abnar & Zuidema 2020): the maximum flow from input token j to token i of layer l through
+  the layered graph with Â_l as capacities, each (l, i, j) its own max-flow problem, solved exactly
+  on capacities quantised to 2^-30 (scipy's Dinic: integer capacities), which puts each flow within
+  T·L·2^-30 of the real-valued one. L·T² problems: a 32-token sentence on 6 layers takes a couple
+  of seconds; the first step says how long a longer one will take, and the work stops between
+  source tokens once cancelled;
+- `value-zeroing` (Mohebbi et al. 2023) and `alti` (Ferrando et al. 2022), from one decomposition.
+  A layer's attention block adds to token i, beside the residual x_i and the bias b_O,
+  g_ij = Σ_h α^h_ij f_h(x_j) for each token j, with f_h(x_j) = v^h_j W_O^h and v_j = x_j W_V + b_V
+  (the values as the model computed them, read off the value projection). So its residual sum is
+  s_i = x_i + Σ_j g_ij + b_O, and zeroing v_j in every head changes it to s_i − g_ij and nothing
+  else: the weights come from queries and keys, which stay. Value zeroing then runs the rest of
+  the layer (LayerNorm, feed-forward, LayerNorm: position-wise, `Family.after_attention`) on all
+  T² rows s_i − g_ij at once, with s_i beside them, and scores 1 − cos. This is the paper's
+  definition computed without running attention T times: what the T variants share is not
+  recomputed. ALTI takes T_i(x_j) = L_i(g_ij + [i = j] x_i), L_i the block's LayerNorm
+  linearised at token i's own σ_i (as nn.LayerNorm computes it: √(biased variance + ε)), and y_i
+  = LayerNorm(s_i), so that Σ_j T_i(x_j) + L_i(b_O) + β = y_i exactly; its score is
+  max(0, ‖y_i‖₁ − ‖y_i − T_i(x_j)‖₁) (the authors' code: bias of W_V in each token's term, b_O and
+  β in y_i alone). Pre-LN blocks (ModernBERT) have no LayerNorm after them: there y_i = s_i and
+  T_i(x_j) = g_ij + [i = j] x_i, exact with no linearisation (each token's values come through its
+  own input norm, which reads that token alone).
+
+Under a head mask the pass reports each head's weights as it contributed them (zero: none;
+uniform: the uniform ones), so every measure is the masked model's. A layer whose every head is
+off mixes nothing: its rows are the identity's.
+
+Any per-layer measure is rolled out by the product of its row-normalised layers (as Mohebbi et al.
+and Ferrando et al. do): `rolled[l] = C_l ⋯ C_0`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from bertscope.core import distributed
+from bertscope.core.analyses.mixing_results import (
+    METHODS,
+    PER_LAYER,
+    Mixing,
+    MixingAgreement,
+    normalised_rows,
+    rolled_out,
+    shares,
+    spearman_rows,
+    token_classes,
+)
+from bertscope.core.analyses.streaming import CorpusBatches, item_lengths
+from bertscope.core.data.corpus import Sentence
+from bertscope.core.errors import InputError
+from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.model.results import Encoding
+from bertscope.core.progress import Progress, relay
+
+if TYPE_CHECKING:
+    from bertscope.core.model.session import Session
+
+__all__ = ["METHODS", "Mixing", "MixingAgreement", "check_methods", "context_mixing", "mixing_agreement", "mixings"]
+
+ROWS_PER_CHUNK = 8192  # (i, j) rows through the rest of a layer at a time: value zeroing's T² rows, ALTI's T²·D terms
+FLOW_SCALE = 2**30  # capacities in units of 2^-30: integers for scipy's max-flow, each flow within T·L·2^-30 of the real one
+FLOW_ESTIMATE_S = 10.0  # flows expected to take longer than this are said so before they start
+
+
+def check_methods(methods: Iterable[str]) -> tuple[str, ...]:
+    """The methods named, each one of METHODS, in METHODS' order."""
+    chosen = list(methods)
+    unknown = [method for method in chosen if method not in METHODS]
+    if unknown or not chosen:
+        what = f"unknown context-mixing method {unknown[0]!r}" if unknown else "no context-mixing method named"
+        raise InputError(f"{what}; use one of: {', '.join(METHODS)}", setting="method")
+    return tuple(method for method in METHODS if method in chosen)
+
+
+def context_mixing(
+    session: Session,
+    text: str | Encoding,
+    pair: str | None = None,
+    *,
+    method: str = "value-zeroing",
+    mask: HeadMask | None = None,
+    ablation: Ablation = "zero",
+    cancel: threading.Event | None = None,
+) -> Iterator[Progress[Mixing]]:
+    """One measure over one input: progress, the last record carrying the `Mixing`."""
+    (method,) = check_methods([method])
+    found = yield from relay(mixings(session, text, pair, methods=(method,), mask=mask, ablation=ablation, cancel=cancel))
+    if found is not None:
+        yield Progress("done", 1, 1, found[method])
+
+
+def mixings(
+    session: Session,
+    text: str | Encoding,
+    pair: str | None = None,
+    *,
+    methods: Sequence[str] = METHODS,
+    mask: HeadMask | None = None,
+    ablation: Ablation = "zero",
+    cancel: threading.Event | None = None,
+) -> Iterator[Progress[dict[str, Mixing]]]:
+    """Several measures over one input from one forward pass (the explorer's, and the corpus's, entry): the last record
+    carries `{method: Mixing}`."""
+    chosen = check_methods(methods)
+    encoding = text if isinstance(text, Encoding) else session.encode(text, pair)
+    head_mask = mask if mask is not None else session.mask(None)
+    run = _Pass(session, encoding, head_mask, ablation, norms="norms" in chosen, values=bool({"value-zeroing", "alti"} & set(chosen)))
+    layers = session.num_layers
+    per_layer: dict[str, np.ndarray] = {}
+    notes: list[str] = []
+    if "attention" in chosen:
+        per_layer["attention"] = run.attentions.mean(1)
+    if "norms" in chosen:
+        assert run.norms is not None  # asked for
+        per_layer["norms"] = run.norms.sum(1)
+    for method, measure in (("value-zeroing", _value_zeroing), ("alti", _alti)):
+        if method not in chosen:
+            continue
+        matrices: list[np.ndarray] = []
+        for layer in range(layers):
+            if cancel is not None and cancel.is_set():
+                return
+            matrices.append(measure(run, layer))
+            yield Progress(method, layer + 1, layers)
+        per_layer[method] = np.stack(matrices)
+    found: dict[str, Mixing] = {}
+    common: dict[str, Any] = dict(encoding=encoding, mask=head_mask, ablation=ablation)
+    for method, stacked in per_layer.items():
+        normalised = normalised_rows(stacked)
+        found[method] = Mixing(method=method, per_layer=normalised, rolled=rolled_out(normalised), **common)
+    residual = _residual_attention(run.attentions)
+    if "rollout" in chosen:
+        found["rollout"] = Mixing(method="rollout", rolled=rolled_out(residual), **common)
+    if "flow" in chosen:
+        flows = yield from relay(attention_flow(residual, cancel))
+        if flows is None:
+            return
+        found["flow"] = Mixing(method="flow", rolled=flows, **common)
+    off = [layer for layer in range(layers) if all(head_mask.is_masked(layer, head) for head in range(session.num_heads))]
+    if off and set(chosen) - {"rollout", "flow"}:
+        notes.append(
+            f"every head of layer{'s' if len(off) > 1 else ''} {', '.join(map(str, off))} is switched off, so no token takes "
+            "anything from another there: its rows are the identity's"
+        )
+    if "alti" in chosen and session.family.attention_norm(session.layer_modules[0]) is None:
+        notes.append(
+            f"{session.family.name} is pre-LN: ALTI's terms are the attention's per-token outputs and the residual, with no "
+            "LayerNorm after the block to linearise"
+        )
+    result = {method: found[method] for method in chosen}
+    if notes:
+        result = {method: _with_notes(mixing, notes) for method, mixing in result.items()}
+    yield Progress("done", 1, 1, result)
+
+
+def _with_notes(mixing: Mixing, notes: list[str]) -> Mixing:
+    from dataclasses import replace
+
+    return replace(mixing, notes=(*mixing.notes, *notes))
+
+
+# --- the pass every measure reads ----------------------------------------------------------------
+
+
+class _Pass:
+    """One forward pass of the input under the mask: hidden states, each head's weights (as it contributed them), the
+    norms when asked, and each layer's values read off its value projection."""
+
+    def __init__(self, session: Session, encoding: Encoding, mask: HeadMask, ablation: Ablation, *, norms: bool, values: bool) -> None:
+        self.session = session
+        family = session.family
+        modules = session.layer_modules
+        self.values: dict[int, Tensor] = {}
+        kept_norms: dict[int, Tensor] = {}
+        handles = []
+
+        def keep(index: int, part: slice | None) -> Any:
+            def hook(_module: torch.nn.Module, _args: tuple[Any, ...], output: Tensor) -> None:
+                self.values[index] = (output if part is None else output[..., part])[0].detach()
+
+            return hook
+
+        with session.lock, torch.inference_mode():
+            try:
+                if values:
+                    for index, layer in enumerate(modules):
+                        module, part = family.values(layer)
+                        handles.append(module.register_forward_hook(keep(index, part)))
+                outputs = session.run(
+                    session.tensors(encoding),
+                    gates=session.gate_tensor(mask),
+                    ablation=ablation,
+                    attentions=True,
+                    hidden_states=True,
+                    encoder_only=True,
+                    on_norms=(lambda layer, maps: kept_norms.__setitem__(layer, maps[0])) if norms else None,
+                )
+            finally:
+                for handle in handles:
+                    handle.remove()
+        self.hidden = [state[0] for state in outputs.hidden_states]  # L + 1 of [T, D]
+        self.weights = [weights[0] for weights in outputs.attentions]  # L of [H, T, T], heads in their original numbers
+        self.attentions = np.stack([weights.float().cpu().numpy() for weights in self.weights]).astype(np.float64)
+        self.norms = np.stack([kept_norms[layer].float().cpu().numpy() for layer in range(len(modules))]) if norms else None
+
+    def decomposition(self, layer: int) -> tuple[Tensor, Tensor, Tensor]:
+        """(g `[T, T, D]`, x `[T, D]`, s `[T, D]`): token j's part g_ij of the attention block's output at token i, the
+        residual entering the layer, and the block's residual sum s_i = x_i + Σ_j g_ij + b_O (module docstring)."""
+        session = self.session
+        module = session.layer_modules[layer]
+        projection = session.family.attention_output(module)
+        weight = projection.weight.detach().float()  # [D, H·d], the heads side by side
+        values = self.values[layer].float()  # [T, H·d]
+        weights = self.weights[layer].float()  # [H, T, T]
+        kept = session.kept_heads[layer] if session.kept_heads is not None else None
+        if kept is not None:  # a pruned layer: its remaining heads, in the order its weights hold them
+            weights = weights.index_select(0, kept.to(weights.device))
+        heads = weights.shape[0]
+        length, width = values.shape
+        if heads == 0:
+            moved = values.new_zeros((length, length, weight.shape[0]))
+        else:
+            per_head = torch.einsum("thd,ohd->hto", values.view(length, heads, width // heads), weight.view(-1, heads, width // heads))
+            moved = torch.einsum("hij,hjo->ijo", weights, per_head)  # [T, T, D]
+        entering = self.hidden[layer].float()
+        bias = projection.bias.detach().float() if projection.bias is not None else weight.new_zeros(weight.shape[0])
+        return moved, entering, entering + moved.sum(1) + bias
+
+
+def _chunks(length: int) -> Iterator[slice]:
+    """Query rows i a chunk at a time, so that a chunk's (i, j) rows stay under ROWS_PER_CHUNK."""
+    step = max(1, ROWS_PER_CHUNK // max(length, 1))
+    for start in range(0, length, step):
+        yield slice(start, min(start + step, length))
+
+
+def _value_zeroing(run: _Pass, layer: int) -> np.ndarray:
+    """`[T, T]`: 1 − cos between token i's layer output and the same with token j's values zeroed."""
+    session = run.session
+    moved, _, summed = run.decomposition(layer)
+    length, dtype = summed.shape[0], session.loaded.dtype
+    scores = []
+    with session.lock, torch.inference_mode():
+        for rows in _chunks(length):
+            block = summed[rows]  # [t, D]
+            variants = torch.cat([block[:, None], block[:, None] - moved[rows]], dim=1)  # [t, 1 + T, D]: as it is, then ¬j
+            out = session.family.after_attention(session.model, layer, variants.to(dtype)).double()
+            changed = 1 - torch.nn.functional.cosine_similarity(out[:, 1:], out[:, :1], dim=-1)
+            scores.append(torch.where(moved[rows].abs().amax(-1) > 0, changed, 0.0))  # nothing moved: no change, not noise
+    return torch.cat(scores).clamp(min=0).cpu().numpy()
+
+
+def _alti(run: _Pass, layer: int) -> np.ndarray:
+    """`[T, T]`: ALTI's max(0, ‖y_i‖₁ − ‖y_i − T_i(x_j)‖₁) (module docstring)."""
+    session = run.session
+    moved, entering, summed = run.decomposition(layer)
+    norm = session.family.attention_norm(session.layer_modules[layer])
+    length = summed.shape[0]
+    scores = []
+    with session.lock, torch.inference_mode():
+        if norm is None:
+            output = summed.double()
+        else:
+            output = norm(summed.to(session.loaded.dtype)).double()
+            gain = cast(Tensor, norm.weight).detach().double()
+            epsilon = float(getattr(norm, "eps", getattr(norm, "variance_epsilon", 1e-12)))
+            spread = (summed.double().var(-1, unbiased=False) + epsilon).sqrt()  # σ_i as the LayerNorm computes it
+        for rows in _chunks(length):
+            terms = moved[rows].double()  # [t, T, D]
+            index = torch.arange(rows.start, rows.stop, device=terms.device)
+            terms[index - rows.start, index] += entering[rows].double()  # the residual: token i's own term
+            if norm is not None:
+                terms = gain * (terms - terms.mean(-1, keepdim=True)) / spread[rows, None, None]
+            target = output[rows, None]  # [t, 1, D]
+            scores.append((target.abs().sum(-1) - (target - terms).abs().sum(-1)).clamp(min=0))
+    return torch.cat(scores).cpu().numpy()
+
+
+def _residual_attention(attentions: np.ndarray) -> np.ndarray:
+    """`[L, T, T]`: rollout's Â_l = ½·(mean over heads of A_l) + ½·I, rows renormalised."""
+    length = attentions.shape[-1]
+    mixed = 0.5 * attentions.mean(1) + 0.5 * np.eye(length)
+    return mixed / mixed.sum(-1, keepdims=True)
+
+
+# --- attention flow ---------------------------------------------------------------------------------
+
+
+def attention_flow(residual: np.ndarray, cancel: threading.Event | None = None) -> Iterator[Progress[np.ndarray]]:
+    """`[L, T, T]`: for each layer l, the maximum flow from input token j to token i of layer l's output through the
+    graph whose edge from token a of hidden state k+1 to token b of hidden state k carries `residual[k][a, b]`, rows
+    normalised. The first record says how long the L·T² max-flow problems are expected to take."""
+    from scipy.sparse import csr_array  # type: ignore[import-untyped]  # scipy ships no type information
+    from scipy.sparse.csgraph import maximum_flow  # type: ignore[import-untyped]
+
+    layers, length, _ = residual.shape
+    capacities = np.floor(residual * FLOW_SCALE).astype(np.int32)
+    graphs = [_flow_graph(capacities[: layer + 1], csr_array) for layer in range(layers)]  # hidden states 0..l+1
+    total = layers * length
+    started = time.perf_counter()
+    probe = min(length, 4)
+    for sink in range(probe):  # a few problems on the deepest graph, to say how long all of them take
+        maximum_flow(graphs[-1], layers * length, sink, method="dinic")
+    each = (time.perf_counter() - started) / probe
+    expected = each * length * length * (layers + 1) / 2  # a layer's problems cost about its depth
+    stage = f"attention flow (about {expected:.0f} s)" if expected >= 1 else "attention flow"
+    yield Progress(stage, 0, total, partial={"expected_seconds": expected})
+    flows = np.zeros((layers, length, length))
+    for layer in range(layers):
+        graph = graphs[layer]
+        for source in range(length):
+            if cancel is not None and cancel.is_set():
+                return
+            node = (layer + 1) * length + source
+            for sink in range(length):
+                flows[layer, source, sink] = maximum_flow(graph, node, sink, method="dinic").flow_value
+            yield Progress(stage, layer * length + source + 1, total)
+    yield Progress(stage, total, total, normalised_rows(flows / FLOW_SCALE))
+
+
+def _flow_graph(capacities: np.ndarray, csr_array: Any) -> Any:
+    """The layered graph of `capacities` `[K, T, T]`: node k·T + a is token a of hidden state k; edges go down a layer."""
+    layers, length, _ = capacities.shape
+    tokens = np.arange(length)
+    sources = np.concatenate([(layer + 1) * length + np.repeat(tokens, length) for layer in range(layers)])
+    sinks = np.concatenate([layer * length + np.tile(tokens, length) for layer in range(layers)])
+    nodes = (layers + 1) * length
+    return csr_array((capacities.reshape(-1), (sources, sinks)), shape=(nodes, nodes))
+
+
+# --- over a corpus ------------------------------------------------------------------------------------
+
+
+def mixing_agreement(
+    session: Session,
+    sentences: Iterable[Sentence],
+    *,
+    methods: Sequence[str] = METHODS,
+    mask: HeadMask | None = None,
+    ablation: Ablation = "zero",
+    cancel: threading.Event | None = None,
+) -> Iterator[Progress[MixingAgreement]]:
+    """Every pair of methods' agreement and each method's shares per layer, streamed over a corpus (MixingAgreement).
+
+    Sentences are read and encoded a chunk at a time (streaming.CorpusBatches); each is measured
+    on its own (its value zeroing is one batch of its T² rows per layer) and reduced to sums at
+    once, so memory is flat in the corpus.
+    """
+    chosen = check_methods(methods)
+    head_mask = mask if mask is not None else session.mask(None)
+    count, layers = len(chosen), session.num_layers
+    sums: dict[str, Any] = {
+        "agreement": np.zeros((count, count)),
+        "agreement_counts": np.zeros((count, count)),
+        "layer_shares": np.zeros((count, layers, 4)),
+        "rolled_shares": np.zeros((count, layers, 4)),
+        "sentences": 0,
+        "tokens": 0,
+        "truncated": 0,
+    }
+    batches: CorpusBatches[Sentence, list[Encoding]] = CorpusBatches(
+        sentences,
+        lambda chunk: [session.encode(sentence.text, sentence.pair) for sentence in chunk],
+        lengths=item_lengths,
+        batch_size=1,
+        cancel=cancel,
+    )
+    for batch in batches:
+        for encoding in batch.take(batch.encoded):
+            found = yield from relay(mixings(session, encoding, methods=chosen, mask=head_mask, ablation=ablation, cancel=cancel))
+            if found is None:
+                return
+            _add_sentence(sums, [found[method] for method in chosen], encoding)
+        yield Progress("sentences", sums["sentences"], partial=_agreement(chosen, sums, head_mask, ablation))
+    if batches.cancelled:
+        return
+    sums = distributed.sum_across(sums)
+    if sums["sentences"] == 0:
+        raise InputError("no sentences to analyse; the corpus is empty", setting="data")
+    result = _agreement(chosen, sums, head_mask, ablation)
+    yield Progress("sentences", sums["sentences"], result=result)
+
+
+def _add_sentence(sums: dict[str, Any], found: list[Mixing], encoding: Encoding) -> None:
+    classes = token_classes(encoding.tokens, encoding.special)
+    last = [mixing.rolled[-1] for mixing in found]
+    for a in range(len(found)):
+        for b in range(a, len(found)):
+            rho = np.nanmean(spearman_rows(last[a], last[b])) if a != b else 1.0
+            if np.isfinite(rho):
+                sums["agreement"][a, b] += rho
+                sums["agreement"][b, a] += rho if a != b else 0.0
+                sums["agreement_counts"][a, b] += 1
+                sums["agreement_counts"][b, a] += 1 if a != b else 0
+        mixing = found[a]
+        sums["rolled_shares"][a] += shares(mixing.rolled, classes)
+        sums["layer_shares"][a] += shares(mixing.per_layer, classes) if mixing.per_layer is not None else np.nan
+    sums["sentences"] += 1
+    sums["tokens"] += len(encoding)
+    sums["truncated"] += encoding.truncated > 0
+
+
+def _agreement(methods: tuple[str, ...], sums: dict[str, Any], mask: HeadMask, ablation: Ablation) -> MixingAgreement:
+    sentences = max(int(sums["sentences"]), 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        agreement = sums["agreement"] / sums["agreement_counts"]
+    layer_shares = sums["layer_shares"] / sentences
+    for index, method in enumerate(methods):
+        if method not in PER_LAYER:
+            layer_shares[index] = np.nan
+    return MixingAgreement(
+        methods=methods,
+        sentences=int(sums["sentences"]),
+        tokens=int(sums["tokens"]),
+        agreement=agreement,
+        layer_shares=layer_shares,
+        rolled_shares=sums["rolled_shares"] / sentences,
+        truncated=int(sums["truncated"]),
+        mask=mask,
+        ablation=ablation,
+    )

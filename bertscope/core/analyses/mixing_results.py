@@ -1,0 +1,266 @@
+"""What context mixing gives back: per-layer and rolled-out token × token matrices, and their agreement over a corpus.
+
+Plain numpy, no torch: the CLI, the explorer and notebooks read these. The computation and
+the measures' definitions are in core.analyses.mixing; `DEFINITIONS` names each as the
+outputs say it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.model.results import Encoding
+from bertscope.figures.notebook import Shown
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+METHODS = ("attention", "norms", "value-zeroing", "alti", "flow", "rollout")
+PER_LAYER = ("attention", "norms", "value-zeroing", "alti")  # a matrix per layer; flow and rollout are only cumulative
+METHOD_NAMES = {
+    "attention": "raw attention",
+    "norms": "value-weighted norms",
+    "value-zeroing": "value zeroing",
+    "alti": "ALTI",
+    "flow": "attention flow",
+    "rollout": "attention rollout",
+}
+DEFINITIONS = {
+    "attention": "C_ij = the mean over heads of the attention weight α^h_ij, rows renormalised; rolled: the product of the layers' C",
+    "norms": "C_ij = Σ_h ‖α^h_ij f_h(x_j)‖ with f_h(x) = (x W_V^h + b_V^h) W_O^h, the bias of W_O left out (Kobayashi et al. 2020), "
+    "rows normalised; rolled: the product of the layers' C",
+    "value-zeroing": "C_ij = 1 - cos(x̃_i, x̃_i^¬j): token i's output of the whole layer (attention, residual, LayerNorm, "
+    "feed-forward), with token j's value vectors (x_j W_V + b_V) as they are and set to zero in every head "
+    "(Mohebbi et al. 2023), rows normalised; rolled: the product of the layers' C",
+    "alti": "ALTI (Ferrando et al. 2022): C_ij = max(0, ‖y_i‖₁ - ‖y_i - T_i(x_j)‖₁), rows normalised, where y_i is the "
+    "attention block's output and T_i(x_j) = L_i(Σ_h α^h_ij f_h(x_j) + [i = j] x_i) token j's term of it, L_i the block's "
+    "LayerNorm linearised at token i's own σ (post-LN; pre-LN blocks have none after them: L_i is the identity); b_V is in "
+    "each token's term, b_O and the LayerNorm's β in y_i alone, as in the authors' code; rolled: the product of the layers' C",
+    "rollout": "attention rollout (Abnar & Zuidema 2020): the product of Â_l = ½·(mean over heads of A_l) + ½·I, rows "
+    "renormalised, from the input to layer l",
+    "flow": "attention flow (Abnar & Zuidema 2020): the maximum flow from input token j to token i of layer l through the "
+    "layered graph whose edges carry Â_l (rollout's) as capacities, rows normalised",
+}
+SHARES = ("cls", "sep", "punctuation", "self")  # where a row's mixing comes from (core.analyses.headstats's token classes)
+
+
+def rolled_out(per_layer: np.ndarray) -> np.ndarray:
+    """`[L, T, T]`: the product C_l ⋯ C_0 of row-normalised per-layer matrices, from the input to each layer's output."""
+    rolled = np.empty_like(per_layer, dtype=np.float64)
+    joint = np.eye(per_layer.shape[-1])
+    for layer, matrix in enumerate(per_layer.astype(np.float64)):
+        joint = matrix @ joint
+        rolled[layer] = joint
+    return rolled
+
+
+def normalised_rows(matrix: np.ndarray) -> np.ndarray:
+    """Rows scaled to sum to 1; a row with nothing in it (every head of its layer switched off) becomes the identity's:
+    the token then takes nothing from the others."""
+    matrix = np.asarray(matrix, dtype=np.float64)
+    totals = matrix.sum(-1, keepdims=True)
+    identity = np.broadcast_to(np.eye(matrix.shape[-1]), matrix.shape)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(totals > 0, matrix / np.where(totals > 0, totals, 1.0), identity)
+
+
+def token_classes(tokens: Sequence[str], special: np.ndarray) -> np.ndarray:
+    """`[T, 3]` bool: [CLS] (the first special token), [SEP] (every later one), punctuation, as patterns counts them."""
+    from bertscope.core.analyses.headstats import is_punctuation
+
+    special = np.asarray(special, dtype=bool)
+    first = np.zeros(len(tokens), dtype=bool)
+    if special.any():
+        first[int(np.argmax(special))] = True
+    punctuation = np.array([not special[i] and is_punctuation(token) for i, token in enumerate(tokens)], dtype=bool)
+    return np.stack([first, special & ~first, punctuation], axis=-1)
+
+
+def shares(matrices: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """`[..., 4]`: for matrices `[..., T, T]` of rows summing to 1, the mean over rows of the share taken from [CLS], [SEP],
+    punctuation and the token itself (SHARES)."""
+    to_classes = matrices @ classes.astype(np.float64)  # [..., T, 3]
+    own = np.diagonal(matrices, axis1=-2, axis2=-1)[..., None]
+    return np.concatenate([to_classes, own], axis=-1).mean(-2)
+
+
+def spearman_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`[T]`: the Spearman rank correlation of each row of `a` with the same row of `b` (ties take their mean rank);
+    NaN where a row is constant."""
+    from scipy.stats import rankdata  # type: ignore[import-untyped]  # scipy ships no type information
+
+    ranked_a = rankdata(a, axis=-1) - (a.shape[-1] + 1) / 2
+    ranked_b = rankdata(b, axis=-1) - (b.shape[-1] + 1) / 2
+    spread = np.sqrt((ranked_a**2).sum(-1) * (ranked_b**2).sum(-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(spread > 0, (ranked_a * ranked_b).sum(-1) / np.where(spread > 0, spread, 1.0), np.nan)
+
+
+@dataclass(frozen=True, repr=False)
+class Mixing(Shown):
+    """One context-mixing measure over one input: `rolled[l][i, j]`, how much of input token j is in token i of layer l's
+    output; `per_layer[l][i, j]`, how much of token j of layer l's input is in token i of its output (None for flow and
+    rollout, which are only cumulative). Every row sums to 1."""
+
+    encoding: Encoding
+    method: str
+    rolled: np.ndarray  # [L, T, T]
+    per_layer: np.ndarray | None = None  # [L, T, T]
+    mask: HeadMask | None = None
+    ablation: Ablation = "zero"
+    notes: tuple[str, ...] = ()
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        return self.encoding.tokens
+
+    @property
+    def definition(self) -> str:
+        return DEFINITIONS[self.method]
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.rolled.shape[0])
+
+    def shares(self, rolled: bool = True) -> np.ndarray:
+        """`[L, 4]`: per layer, the mean share of a token's mixing from [CLS], [SEP], punctuation and itself (SHARES)."""
+        matrices = self.rolled if rolled or self.per_layer is None else self.per_layer
+        return shares(matrices, token_classes(self.tokens, self.encoding.special))
+
+    def summary(self) -> str:
+        last = dict(zip(SHARES, self.shares()[-1], strict=True))
+        told = ", ".join(f"{name} {last[name]:.0%}" for name in SHARES)
+        masked = f" · heads off {self.mask.spec()} ({self.ablation})" if self.mask is not None and len(self.mask) else ""
+        return f"{METHOD_NAMES[self.method]} · {len(self.tokens)} tokens · {self.num_layers} layers · rolled to the last: {told}{masked}"
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per layer: the shares from [CLS], [SEP], punctuation and self, of the layer's own matrix and rolled out."""
+        rolled = self.shares(rolled=True)
+        own = self.shares(rolled=False) if self.per_layer is not None else None
+        rows = []
+        for layer in range(self.num_layers):
+            row: dict[str, Any] = {"layer": layer}
+            if own is not None:
+                row |= {f"layer_{name}": float(value) for name, value in zip(SHARES, own[layer], strict=True)}
+            row |= {f"rolled_{name}": float(value) for name, value in zip(SHARES, rolled[layer], strict=True)}
+            rows.append(row)
+        return rows
+
+    def matrix(self, layer: int | None = None, rolled: bool = True) -> np.ndarray:
+        """`[T, T]` of `layer` (None: the last), rolled out from the input or the layer's own (where the method has one)."""
+        layer = self.num_layers - 1 if layer is None else layer
+        if not -self.num_layers <= layer < self.num_layers:
+            raise IndexError(f"layer {layer} is out of range: {self.num_layers} layers (0-{self.num_layers - 1})")
+        if rolled or self.per_layer is None:
+            return self.rolled[layer]
+        return self.per_layer[layer]
+
+    def figure(self, layer: int | None = None, rolled: bool = True) -> Figure:
+        """The matrix of `layer` (None: the last), rolled out from the input unless `rolled=False` (the layer's own), as
+        a token × token heatmap: rows the tokens receiving, columns the tokens they take from."""
+        from bertscope.figures.heatmaps import attention_heatmap
+
+        layer = self.num_layers - 1 if layer is None else layer
+        cumulative = rolled or self.per_layer is None
+        where = f"input → layer {layer}" if cumulative else f"layer {layer}"
+        note = f"heads off {self.mask.spec()} ({self.ablation})" if self.mask is not None and len(self.mask) else None
+        figure = attention_heatmap(
+            self.matrix(layer, rolled), self.tokens, title=f"{METHOD_NAMES[self.method]} · {where}", scale="fixed", note=note
+        )
+        for axes in figure.axes[1:]:  # the colour bar: name what the cells hold, not attention weights
+            axes.set_ylabel(f"share of token i's mixing from token j ({METHOD_NAMES[self.method]})")
+        return figure
+
+    def as_json(self) -> dict:
+        """`{"method", "definition", "tokens", "per_layer" (not for flow and rollout), "rolled", "mask", "ablation", "notes"}`."""
+        payload: dict[str, Any] = {"method": self.method, "definition": self.definition, "tokens": list(self.tokens)}
+        if self.per_layer is not None:
+            payload["per_layer"] = np.round(self.per_layer, 6).tolist()
+        payload["rolled"] = np.round(self.rolled, 6).tolist()
+        payload |= {"mask": self.mask.spec() if self.mask is not None else "", "ablation": self.ablation, "notes": list(self.notes)}
+        return payload
+
+
+@dataclass(frozen=True, repr=False)
+class MixingAgreement(Shown):
+    """Context-mixing measures compared over a corpus (Mohebbi et al. 2023 §5).
+
+    `agreement[a, b]`: the Spearman rank correlation of methods a and b's rolled-out rows at the
+    last layer, averaged over each sentence's rows and then over sentences. `layer_shares[m, l]`
+    and `rolled_shares[m, l]` (`[M, L, 4]`): method m's mean share from [CLS], [SEP], punctuation
+    and self at layer l, of the layer's own matrix (NaN for flow and rollout) and rolled out.
+    """
+
+    methods: tuple[str, ...]
+    sentences: int
+    tokens: int
+    agreement: np.ndarray  # [M, M]
+    layer_shares: np.ndarray  # [M, L, 4]
+    rolled_shares: np.ndarray  # [M, L, 4]
+    truncated: int = 0
+    mask: HeadMask | None = None
+    ablation: Ablation = "zero"
+    notes: tuple[str, ...] = ()
+
+    def summary(self) -> str:
+        pairs = [
+            (self.agreement[a, b], f"{self.methods[a]}~{self.methods[b]}")
+            for a in range(len(self.methods))
+            for b in range(a + 1, len(self.methods))
+        ]
+        told = ", ".join(f"{name} {value:.2f}" for value, name in sorted(pairs, key=lambda pair: -np.nan_to_num(pair[0], nan=-2))[:3])
+        return f"{len(self.methods)} methods · {self.sentences:,} sentences · {self.tokens:,} tokens · most in agreement: {told}"
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per method and layer: its shares of its own matrix and rolled out."""
+        rows = []
+        for index, method in enumerate(self.methods):
+            for layer in range(self.layer_shares.shape[1]):
+                row: dict[str, Any] = {"method": method, "layer": layer}
+                row |= {f"layer_{name}": _number(value) for name, value in zip(SHARES, self.layer_shares[index, layer], strict=True)}
+                row |= {f"rolled_{name}": _number(value) for name, value in zip(SHARES, self.rolled_shares[index, layer], strict=True)}
+                rows.append(row)
+        return rows
+
+    def agreement_rows(self) -> list[dict[str, Any]]:
+        """The agreement table, one row per method: its Spearman ρ with each method."""
+        return [
+            {"method": method, **{other: _number(self.agreement[a, b]) for b, other in enumerate(self.methods)}}
+            for a, method in enumerate(self.methods)
+        ]
+
+    def as_json(self) -> dict:
+        return {
+            "methods": list(self.methods),
+            "definitions": {method: DEFINITIONS[method] for method in self.methods},
+            "sentences": self.sentences,
+            "tokens": self.tokens,
+            "agreement": [[_number(value, 4) for value in row] for row in self.agreement],
+            "agreement_definition": "Spearman ρ of the methods' rolled-out rows at the last layer, the mean over a sentence's "
+            "rows, then over sentences",
+            "shares": {
+                method: {
+                    "layer": None if method not in PER_LAYER else _rows(self.layer_shares[index]),
+                    "rolled": _rows(self.rolled_shares[index]),
+                }
+                for index, method in enumerate(self.methods)
+            },
+            "shares_of": list(SHARES),
+            "truncated": self.truncated,
+            "mask": self.mask.spec() if self.mask is not None else "",
+            "ablation": self.ablation,
+            "notes": list(self.notes),
+        }
+
+
+def _number(value: float, digits: int = 6) -> float | None:
+    return None if not np.isfinite(value) else round(float(value), digits)
+
+
+def _rows(table: np.ndarray) -> list[dict[str, float | None]]:
+    return [{name: _number(value) for name, value in zip(SHARES, row, strict=True)} for row in table]
