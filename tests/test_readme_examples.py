@@ -98,6 +98,7 @@ def stand_ins(tmp_path_factory) -> dict[str, str]:
         "wiki.txt": str(DATA / "sample.txt"),
         "sst.txt": str(DATA / "sample.txt"),
         "cache_dir": str(root / "cache"),
+        **{name: str(root / name) for name in ("head.pdf", "patterns.svg", "scatter.png")},  # --figure files
     }
 
 
@@ -162,9 +163,10 @@ def _make_pruned_model(stand_ins) -> None:
 
 
 @pytest.mark.parametrize("block", PYTHON_EXAMPLES, ids=lambda block: block.splitlines()[-1][:60])
-def test_readme_python_example_runs(block, stand_ins, monkeypatch, capsys):
+def test_readme_python_example_runs(block, stand_ins, monkeypatch, capsys, tmp_path):
     """The Python API examples run as written, and print what their comments say they print."""
     monkeypatch.setenv("BERTSCOPE_CACHE_DIR", stand_ins["cache_dir"])
+    monkeypatch.chdir(tmp_path)  # where the examples write their figures
     exec(compile(block, "README.md", "exec"), {"__name__": "readme"})
     printed = capsys.readouterr().out.splitlines()
     # `print(x)  # (6, 12): what it is` promises that `(6, 12)` is printed
