@@ -266,6 +266,22 @@ def test_the_cli_prints_the_issues_json(tiny_bert_dir):
     assert shown.exit_code == 0 and "layer 2" in shown.stdout and "rolled out" in shown.stdout
 
 
+def test_a_result_shows_itself_in_a_notebook_and_draws_its_map(found, tiny_bert_dir, tmp_path):
+    from click.testing import CliRunner
+
+    from bertscope.cli import main
+
+    mixing = found["value-zeroing"]
+    assert repr(mixing).startswith("Mixing(value zeroing · 12 tokens · 3 layers · rolled to the last: cls ")
+    assert "<img" in mixing._repr_html_() and len(mixing.to_pandas()) == 3
+    figure = mixing.figure(1, rolled=False)
+    assert figure.axes[0].get_title() == "value zeroing · layer 1" and "value zeroing" in figure.axes[1].get_ylabel()
+    np.testing.assert_allclose(figure.axes[0].images[0].get_array(), mixing.per_layer[1])
+    path = tmp_path / "map.svg"
+    done = CliRunner().invoke(main, ["mixing", SHORT, "--method", "rollout", "--figure", str(path), "--json", "-m", str(tiny_bert_dir)])
+    assert done.exit_code == 0 and path.read_text().startswith("<?xml")
+
+
 def test_the_cli_compares_over_a_corpus(tiny_bert_dir, tmp_path):
     from click.testing import CliRunner
 

@@ -13,6 +13,7 @@ from bertscope.cli.common import (
     check_readable,
     check_text,
     chosen_theme,
+    figure_option,
     format_options,
     head_mask,
     mask_options,
@@ -21,6 +22,7 @@ from bertscope.cli.common import (
     print_csv,
     print_json,
     warn,
+    write_figure,
 )
 from bertscope.core.analyses.mixing_results import METHODS, SHARES
 from bertscope.core.errors import BertscopeError
@@ -66,6 +68,7 @@ def _checked_methods(ctx: click.Context, param: click.Parameter, methods: tuple[
 @click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="Read at most N sentences of --data.")
 @mask_options
 @click.option("--theme", default=None, help="Heatmap colours: a theme name or a theme file.")
+@figure_option
 @output_option
 @format_options
 @model_options
@@ -80,6 +83,7 @@ def mixing(
     mask_spec: str | None,
     ablation: Ablation,
     theme: str | None,
+    figure: str | None,
     output_format: str | None,
     model: ModelChoice,
 ) -> None:
@@ -95,12 +99,16 @@ def mixing(
     With --data FILE: every pair of methods' Spearman correlation of their rolled-out rows at
     the last layer, averaged over sentences (Mohebbi et al. 2023 §5), and per layer each
     method's share from [CLS], [SEP], punctuation and the token itself.
+
+    --figure PATH draws the map rolled out to --layer (default: the last) for TEXT.
     """
     if data is not None:
         if text is not None:
             raise BertscopeError("give either TEXT or --data FILE, not both")
         if pair is not None:
             raise BertscopeError("--pair is for one TEXT; a corpus file's lines are its sentences")
+        if figure is not None:
+            raise BertscopeError("--figure draws one TEXT's map; over a corpus use --json or --csv")
         check_readable(data)
     else:
         if text is None:
@@ -122,6 +130,7 @@ def mixing(
     method = methods[0] if methods else "value-zeroing"
     with api_call(f"context mixing ({method})") as progress:
         result = api.mixing(session, text or "", pair=pair, method=method, mask=mask, ablation=ablation, progress=_saying_flow(progress))
+    write_figure(figure, lambda: result.figure(layer))
     if output_format == "json":
         print_json({"model": session.info.source, **result.as_json()})
         return

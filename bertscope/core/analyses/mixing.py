@@ -252,7 +252,8 @@ def _chunks(length: int) -> Iterator[slice]:
 
 
 def _value_zeroing(run: _Pass, layer: int) -> np.ndarray:
-    """`[T, T]`: 1 − cos between token i's layer output and the same with token j's values zeroed."""
+    """`[T, T]`: 1 − cos between token i's layer output and the same with token j's values zeroed, as ½‖â − b̂‖² of the
+    unit vectors (the same number, without 1 − cos's cancellation in float32)."""
     session = run.session
     moved, _, summed = run.decomposition(layer)
     length, dtype = summed.shape[0], session.loaded.dtype
@@ -261,10 +262,11 @@ def _value_zeroing(run: _Pass, layer: int) -> np.ndarray:
         for rows in _chunks(length):
             block = summed[rows]  # [t, D]
             variants = torch.cat([block[:, None], block[:, None] - moved[rows]], dim=1)  # [t, 1 + T, D]: as it is, then ¬j
-            out = session.family.after_attention(session.model, layer, variants.to(dtype)).double()
-            changed = 1 - torch.nn.functional.cosine_similarity(out[:, 1:], out[:, :1], dim=-1)
+            out = session.family.after_attention(session.model, layer, variants.to(dtype)).float()
+            unit = out / out.norm(dim=-1, keepdim=True).clamp(min=1e-30)
+            changed = 0.5 * (unit[:, 1:] - unit[:, :1]).square().sum(-1)
             scores.append(torch.where(moved[rows].abs().amax(-1) > 0, changed, 0.0))  # nothing moved: no change, not noise
-    return torch.cat(scores).clamp(min=0).cpu().numpy()
+    return torch.cat(scores).double().cpu().numpy()
 
 
 def _alti(run: _Pass, layer: int) -> np.ndarray:
@@ -276,21 +278,22 @@ def _alti(run: _Pass, layer: int) -> np.ndarray:
     scores = []
     with session.lock, torch.inference_mode():
         if norm is None:
-            output = summed.double()
+            output = summed
         else:
-            output = norm(summed.to(session.loaded.dtype)).double()
-            gain = cast(Tensor, norm.weight).detach().double()
+            output = norm(summed.to(session.loaded.dtype)).float()
+            gain = cast(Tensor, norm.weight).detach().float()
             epsilon = float(getattr(norm, "eps", getattr(norm, "variance_epsilon", 1e-12)))
-            spread = (summed.double().var(-1, unbiased=False) + epsilon).sqrt()  # σ_i as the LayerNorm computes it
+            spread = (summed.var(-1, unbiased=False) + epsilon).sqrt()  # σ_i as the LayerNorm computes it
         for rows in _chunks(length):
-            terms = moved[rows].double()  # [t, T, D]
+            terms = moved[rows]  # [t, T, D], changed in place: each chunk's own
             index = torch.arange(rows.start, rows.stop, device=terms.device)
-            terms[index - rows.start, index] += entering[rows].double()  # the residual: token i's own term
+            terms[index - rows.start, index] += entering[rows]  # the residual: token i's own term
             if norm is not None:
-                terms = gain * (terms - terms.mean(-1, keepdim=True)) / spread[rows, None, None]
+                terms.sub_(terms.mean(-1, keepdim=True)).mul_(gain / spread[rows, None, None])
             target = output[rows, None]  # [t, 1, D]
-            scores.append((target.abs().sum(-1) - (target - terms).abs().sum(-1)).clamp(min=0))
-    return torch.cat(scores).cpu().numpy()
+            distance = terms.sub_(target).abs_().sum(-1)  # ‖y_i − T_i(x_j)‖₁
+            scores.append((target.abs().sum(-1) - distance).clamp(min=0))
+    return torch.cat(scores).double().cpu().numpy()
 
 
 def _residual_attention(attentions: np.ndarray) -> np.ndarray:

@@ -1,0 +1,117 @@
+"""Context mixing (issue 32) against a bare forward of the same input, in the same run.
+
+    python benchmarks/mixing.py [--model M] [--tokens 64] [--rounds 5] [--flow-lengths 8,16,24,32,48] [-o FILE.json]
+
+- `bare`: the plain transformers model (its default SDPA attention, no weights) on the sentence,
+  tokenised beforehand; `bare_with_weights`: the same, eager, with `output_attentions=True`;
+- `value-zeroing`, `alti`, `norms`, `rollout`: `core.analyses.mixing.mixings` end to end for that one
+  method (the forward pass with weights it reads, and the measure for every layer);
+- `flow` against the input's length: the whole method on sentences of each length (the L·T² max-flow
+  problems dominate).
+The sentence is a long English sentence cut to --tokens tokens. Each contender is timed --rounds
+times, alternating; the fastest of each is kept. Budgets (issue 32): value zeroing ≤ 8 bare
+forwards, ALTI ≤ 2, a 32-token flow within 10 s. Prints JSON; exit status 0 whatever the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from common import emit  # benchmarks/common.py, found beside this script
+
+WORDS = (
+    "The old lighthouse keeper, who had watched the harbour for forty years, walked slowly down the narrow stone "
+    "stairs every evening to light the great lamp, while the fishermen below mended their nets, argued about the "
+    "weather, and told their children stories of ships that had sailed beyond the edge of the known world and "
+    "never come back to the quiet town where they were born and raised by patient, tired, loving families."
+).split()
+
+
+def sentence(tokenizer, tokens: int) -> str:
+    """The longest prefix of WORDS (cycled) that tokenises to at most `tokens` tokens, specials included."""
+    words: list[str] = []
+    index = 0
+    while True:
+        candidate = [*words, WORDS[index % len(WORDS)]]
+        if len(tokenizer(" ".join(candidate))["input_ids"]) > tokens:
+            return " ".join(words)
+        words, index = candidate, index + 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--flow-lengths", default="8,16,24,32,48")
+    parser.add_argument("-o", "--output", default=None)
+    args = parser.parse_args()
+
+    import torch
+    from transformers import AutoModel
+
+    from bertscope.api import load
+    from bertscope.core.analyses.mixing import mixings
+    from bertscope.core.progress import outcome
+
+    session = load(args.model, device=args.device)  # as the command loads it (its CPU linear-kernel choice too)
+    text = sentence(session.tokenizer, args.tokens)
+    encoding = session.encode(text)
+    bare = AutoModel.from_pretrained(session.loaded.directory).to(session.device).eval()
+    eager = AutoModel.from_pretrained(session.loaded.directory, attn_implementation="eager").to(session.device).eval()
+    inputs = session.loaded.family.inputs(session.tensors(encoding))
+
+    def forward(model, weights: bool) -> float:
+        started = time.perf_counter()
+        with torch.inference_mode():
+            model(**inputs, output_attentions=weights)
+        return time.perf_counter() - started
+
+    def method(name: str, text_or_encoding=encoding) -> float:
+        started = time.perf_counter()
+        outcome(mixings(session, text_or_encoding, methods=[name]))
+        return time.perf_counter() - started
+
+    contenders = {
+        "bare": lambda: forward(bare, False),
+        "bare_with_weights": lambda: forward(eager, True),
+        "value-zeroing": lambda: method("value-zeroing"),
+        "alti": lambda: method("alti"),
+        "norms": lambda: method("norms"),
+        "rollout": lambda: method("rollout"),
+    }
+    for timed in contenders.values():  # warm-up: kernels, caches
+        timed()
+    best = {name: float("inf") for name in contenders}
+    for _ in range(args.rounds):
+        for name, timed in contenders.items():
+            best[name] = min(best[name], timed())
+    flows = []
+    for length in (int(value) for value in args.flow_lengths.split(",")):
+        short = session.encode(sentence(session.tokenizer, length))
+        seconds = min(method("flow", short) for _ in range(2))
+        flows.append({"tokens": len(short), "seconds": round(seconds, 3)})
+    ratios = {name: round(best[name] / best["bare"], 2) for name in contenders}
+    result = {
+        "model": session.info.source,
+        "device": str(session.device),
+        "threads": torch.get_num_threads(),
+        "tokens": len(encoding),
+        "layers": session.num_layers,
+        "seconds": {name: round(value, 5) for name, value in best.items()},
+        "ratio_to_bare": ratios,
+        "ratio_to_bare_with_weights": {name: round(best[name] / best["bare_with_weights"], 2) for name in contenders},
+        "flow_against_length": flows,
+        "budgets": {"value-zeroing": 8, "alti": 2, "flow_32_tokens_seconds": 10},
+    }
+    summary = (
+        f"{len(encoding)} tokens: bare {best['bare'] * 1e3:.1f} ms; value zeroing {ratios['value-zeroing']}x, "
+        f"ALTI {ratios['alti']}x; flow " + ", ".join(f"{flow['tokens']} tokens {flow['seconds']} s" for flow in flows)
+    )
+    emit(result, args.output, summary)
+
+
+if __name__ == "__main__":
+    main()
