@@ -237,6 +237,10 @@ def test_the_corpus_form_agreement_and_shares(tiny_session):
     assert np.isnan(result.layer_shares[2]).all()  # rollout has no per-layer map
     payload = result.as_json()
     assert payload["shares"]["rollout"]["layer"] is None and len(payload["shares"]["attention"]["rolled"]) == 3
+    figure = result.figure()
+    np.testing.assert_allclose(figure.axes[0].images[0].get_array(), result.agreement)
+    assert [label.get_text() for label in figure.axes[0].get_xticklabels()] == ["raw attention", "value zeroing", "attention rollout"]
+    assert repr(result).startswith("MixingAgreement(3 methods · 3 sentences") and '<img alt="MixingAgreement figure"' in result._repr_html_()
 
 
 def test_the_api_refuses_bad_input(tiny_session):

@@ -100,15 +100,14 @@ def mixing(
     the last layer, averaged over sentences (Mohebbi et al. 2023 §5), and per layer each
     method's share from [CLS], [SEP], punctuation and the token itself.
 
-    --figure PATH draws the map rolled out to --layer (default: the last) for TEXT.
+    --figure PATH draws TEXT's map rolled out to --layer (default: the last), or over --data
+    the agreement table.
     """
     if data is not None:
         if text is not None:
             raise BertscopeError("give either TEXT or --data FILE, not both")
         if pair is not None:
             raise BertscopeError("--pair is for one TEXT; a corpus file's lines are its sentences")
-        if figure is not None:
-            raise BertscopeError("--figure draws one TEXT's map; over a corpus use --json or --csv")
         check_readable(data)
     else:
         if text is None:
@@ -122,7 +121,7 @@ def mixing(
         check_index(layer, shape.num_layers, "layer")
     mask = head_mask(mask_spec, shape)
     if data is not None:
-        _over_corpus(model, data, data_format, limit, methods or METHODS, mask_spec, ablation, output_format)
+        _over_corpus(model, data, data_format, limit, methods or METHODS, mask_spec, ablation, output_format, figure)
         return
     session = model.open()
     from bertscope import api
@@ -209,6 +208,7 @@ def _over_corpus(
     mask_spec: str | None,
     ablation: Ablation,
     output_format: str | None,
+    figure: str | None,
 ) -> None:
     from bertscope.api import corpus
 
@@ -219,6 +219,7 @@ def _over_corpus(
 
     with api_call("context-mixing agreement") as progress:
         result = api.mixing_agreement(session, chosen, method=methods, mask=mask, ablation=ablation, progress=progress)
+    write_figure(figure, result.figure)
     if output_format == "json":
         print_json({"model": session.info.source, "data": chosen.source, **result.as_json()})
         return

@@ -234,6 +234,23 @@ class MixingAgreement(Shown):
             for a, method in enumerate(self.methods)
         ]
 
+    def figure(self) -> Figure:
+        """The agreement table as a method × method grid of Spearman ρ on a diverging scale from −1 to 1, each cell written."""
+        from bertscope.figures.layout import annotate_cells, colormap, colour_bar, new_figure, number_ticks, titled
+
+        count = len(self.methods)
+        figure = new_figure(3.2 + 0.7 * count, 2.2 + 0.6 * count)
+        ax = figure.add_subplot()
+        image = ax.imshow(self.agreement, cmap=colormap("RdBu_r"), vmin=-1.0, vmax=1.0)
+        names = [METHOD_NAMES[method] for method in self.methods]
+        number_ticks(ax, "x", count, names)
+        number_ticks(ax, "y", count, names)
+        ax.tick_params(axis="x", labelrotation=45)
+        annotate_cells(ax, self.agreement, image)
+        colour_bar(figure, image, ax, "Spearman ρ of rolled-out rows, last layer", shrink=0.85)
+        titled(figure, f"context-mixing measures compared · {self.sentences:,} sentences", None, ax)
+        return figure
+
     def as_json(self) -> dict:
         return {
             "methods": list(self.methods),
