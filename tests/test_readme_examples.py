@@ -120,6 +120,7 @@ def explorer_runs(monkeypatch):
         apps.append(app)
 
     monkeypatch.setattr(ExplorerApp, "run", headless)
+    monkeypatch.setattr("bertscope.cli.attention.check_terminal", lambda: None)  # CliRunner's streams are no terminal
     return apps
 
 
