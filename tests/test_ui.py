@@ -249,17 +249,20 @@ def test_switch_theme_recolours_the_heatmap():
     run(app, steps)
 
 
-def test_export_writes_svg_and_csv_without_overwriting(tmp_path):
+def test_export_writes_the_views_figure_and_csv_without_overwriting(tmp_path):
     app = make_app(export_dir=tmp_path)
 
     async def steps(pilot):
+        await settle(pilot)
         await pilot.press("e")
-        await pilot.pause()
+        await settle(pilot)
         await pilot.press("e")
-        await pilot.pause()
+        await settle(pilot)
         svgs, csvs = sorted(tmp_path.glob("*.svg")), sorted(tmp_path.glob("*.csv"))
         assert len(svgs) == 2 and len(csvs) == 2
-        assert "<svg" in svgs[0].read_text()
+        figure = svgs[0].read_text()
+        assert "<svg" in figure and "layer 0 · head 0" in figure and "attention weight α" in figure  # a figure, not the terminal
+        assert all(f">{token}<" in figure for token in ("[CLS]", "cat", "mat"))  # every token, kept as text
         rows = list(csv.reader(csvs[0].open()))
         assert rows[0][1:] == list(app.main_screen.analysis.current.tokens)
         np.testing.assert_allclose([[float(v) for v in row[1:]] for row in rows[1:]], app.main_screen.analysis.current.attentions[0, 0], atol=1e-6)

@@ -9,7 +9,8 @@ import pytest
 
 from bertscope.core.errors import InputError
 from bertscope.ui import export
-from bertscope.ui.export import export_stem, export_view, unique_path, write_matrix_csv, write_svg
+from bertscope.figures.heatmaps import attention_heatmap
+from bertscope.ui.export import export_stem, export_view, unique_path, write_matrix_csv
 
 WHEN = datetime(2026, 11, 21, 11, 30, 5)
 TOKENS = ["[CLS]", "the", "café", "\"quoted\", comma", "[SEP]"]
@@ -19,6 +20,10 @@ SVG = '<svg xmlns="http://www.w3.org/2000/svg"><text>café</text></svg>'
 def attention(size=len(TOKENS), seed=0):
     weights = np.random.default_rng(seed).random((size, size))
     return weights / weights.sum(axis=1, keepdims=True)
+
+
+def figure(size=len(TOKENS)):
+    return attention_heatmap(attention(size), TOKENS[:size], layer=0, head=0)
 
 
 def read_csv(path):
@@ -67,19 +72,19 @@ def test_a_matrix_that_does_not_match_its_labels_is_refused(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_svg_is_written_as_utf8(tmp_path):
-    path = write_svg(tmp_path / "view.svg", SVG)
+def test_data_is_written_as_utf8(tmp_path):
+    path = export._write_bytes(tmp_path / "view.svg", SVG.encode("utf-8"))
     assert path.read_bytes().decode("utf-8") == SVG
 
 
 def test_export_view_writes_both_files_under_one_fresh_stem(tmp_path):
     (tmp_path / "bertscope-L2H3-20261121-113005.csv").write_text("earlier export")
-    kwargs = dict(svg=SVG, matrix=attention(), row_labels=TOKENS, col_labels=TOKENS, layer=2, head=3, view="head", when=WHEN)
+    kwargs = dict(figure=figure(), matrix=attention(), row_labels=TOKENS, col_labels=TOKENS, layer=2, head=3, view="head", when=WHEN)
     svg_path, csv_path = export_view(tmp_path, **kwargs)
     assert svg_path == tmp_path / "bertscope-L2H3-20261121-113005-2.svg"
     assert csv_path == tmp_path / "bertscope-L2H3-20261121-113005-2.csv"
     assert (tmp_path / "bertscope-L2H3-20261121-113005.csv").read_text() == "earlier export"
-    assert svg_path.read_text(encoding="utf-8") == SVG
+    assert "<text" in svg_path.read_text(encoding="utf-8") and "café" in svg_path.read_text(encoding="utf-8")  # the tokens as text
     assert read_csv(csv_path)[0] == ["from \\ to", *TOKENS]
     again = export_view(tmp_path, **kwargs)
     assert again == (tmp_path / "bertscope-L2H3-20261121-113005-3.svg", tmp_path / "bertscope-L2H3-20261121-113005-3.csv")
@@ -88,7 +93,7 @@ def test_export_view_writes_both_files_under_one_fresh_stem(tmp_path):
 def test_average_view_export(tmp_path):
     matrix = attention(3)
     svg_path, csv_path = export_view(
-        tmp_path, svg=SVG, matrix=matrix, row_labels=TOKENS[:3], col_labels=TOKENS[:3], layer=1, head=None, view="average", when=WHEN
+        tmp_path, figure=figure(3), matrix=matrix, row_labels=TOKENS[:3], col_labels=TOKENS[:3], layer=1, head=None, view="average", when=WHEN
     )
     assert svg_path.name == "bertscope-L1-avg-20261121-113005.svg"
     assert csv_path.name == "bertscope-L1-avg-20261121-113005.csv"
@@ -104,7 +109,7 @@ def test_a_failed_csv_leaves_no_half_export(tmp_path, monkeypatch):
 
     monkeypatch.setattr(export, "_write_bytes", full_disk)
     with pytest.raises(InputError, match="No space left"):
-        export_view(tmp_path, svg=SVG, matrix=attention(), row_labels=TOKENS, col_labels=TOKENS, layer=0, head=0, view="head", when=WHEN)
+        export_view(tmp_path, figure=figure(), matrix=attention(), row_labels=TOKENS, col_labels=TOKENS, layer=0, head=0, view="head", when=WHEN)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -136,19 +141,19 @@ def test_a_failure_midway_keeps_the_old_file_and_leaves_no_temp_file(tmp_path, m
 
     monkeypatch.setattr(export, "atomic_write", atomic_write)
     with pytest.raises(InputError, match=r"cannot write .*view.svg: No space left on device"):
-        write_svg(path, SVG)
+        export._write_bytes(path, SVG.encode("utf-8"))
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["view.svg"]
 
 
 def test_an_unwritable_directory_is_one_clear_line(tmp_path):
     with pytest.raises(InputError, match="does not exist") as caught:
-        export_view(tmp_path / "nowhere", svg=SVG, matrix=attention(), row_labels=TOKENS, col_labels=TOKENS, layer=0, head=0, view="head")
+        export_view(tmp_path / "nowhere", figure=figure(), matrix=attention(), row_labels=TOKENS, col_labels=TOKENS, layer=0, head=0, view="head")
     assert "\n" not in str(caught.value)
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     with pytest.raises(InputError, match="cannot write"):
-        write_svg(blocker / "view.svg", SVG)
+        export._write_bytes(blocker / "view.svg", SVG.encode("utf-8"))
 
 
 @pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="needs POSIX permissions and a non-root user")
@@ -156,6 +161,6 @@ def test_a_read_only_directory_is_one_clear_line(tmp_path):
     tmp_path.chmod(0o500)
     try:
         with pytest.raises(InputError, match="permission"):
-            export_view(tmp_path, svg=SVG, matrix=attention(), row_labels=TOKENS, col_labels=TOKENS, layer=0, head=0, view="head")
+            export_view(tmp_path, figure=figure(), matrix=attention(), row_labels=TOKENS, col_labels=TOKENS, layer=0, head=0, view="head")
     finally:
         tmp_path.chmod(0o700)

@@ -288,13 +288,14 @@ def test_e_exports_every_screen_and_never_overwrites(tmp_path):
 
     async def steps(pilot):
         screen = await open_screen(pilot, "o")
-        await pilot.press("e", "e")
+        await pilot.press("e", "e")  # two at once: two exports, written one after the other
+        await settle(pilot)
         files = exported(tmp_path, "overview")
         assert len(files) == 4 and sum(f.endswith(".csv") for f in files) == 2  # a second export, not an overwrite
         table = list(csv.DictReader(io.StringIO((tmp_path / files[0]).read_text())))
         assert len(table) == 12 and table[6]["layer"] == "1" and table[6]["head"] == "2" and table[6]["pattern"] == "block"
         assert float(table[0]["cls"]) == 0.1 and "share_vertical" in table[0]
-        assert (tmp_path / files[1]).read_text().startswith("<svg")
+        assert "dominant attention pattern" in (tmp_path / files[1]).read_text()  # the classes drawn, as shaded
         await pilot.press("escape")
 
         screen = await open_screen(pilot, "p")
@@ -303,12 +304,14 @@ def test_e_exports_every_screen_and_never_overwrites(tmp_path):
         await pilot.press("r")
         await settle(pilot)
         await pilot.press("e")
+        await settle(pilot)
         data = json.loads(next(tmp_path.glob("bertscope-probing-*.json")).read_text())
         assert data["runs"][0]["task"] == "bigram_shift" and data["runs"][0]["layers"][3]["accuracy"] == 0.8
         await pilot.press("escape")
 
         screen = await open_screen(pilot, "g")
         await pilot.press("e")
+        await settle(pilot)
         data = json.loads(next(tmp_path.glob("bertscope-geometry-*.json")).read_text())
         assert len(data["layers"][3]["points"]) == 12 and len(data["cka"]) == 4 and len(data["rows"]) == 12
         await pilot.press("escape")
@@ -318,6 +321,7 @@ def test_e_exports_every_screen_and_never_overwrites(tmp_path):
         await screen.query_one("#model-b").action_submit()
         await settle(pilot)
         await pilot.press("e")
+        await settle(pilot)
         data = json.loads(next(tmp_path.glob("bertscope-compare-*.json")).read_text())
         assert data["model_b"] == "tuned" and data["heads"][5]["attention_cosine"] == 0.9  # head 1:1
         await pilot.press("escape")
@@ -325,11 +329,15 @@ def test_e_exports_every_screen_and_never_overwrites(tmp_path):
         screen = await open_screen(pilot, "C")
         await settle(pilot)
         await pilot.press("e")
+        await settle(pilot)
         rows = list(csv.DictReader(io.StringIO(next(tmp_path.glob("bertscope-pruning-curve-*.csv")).read_text())))
         assert [row["heads_pruned"] for row in rows] == ["0", "3", "6", "9", "12"]
         assert float(rows[1]["metric"]) == 0.85
         svgs = list(tmp_path.glob("*.svg"))
-        assert len(svgs) == 6 and all(path.read_text().startswith("<svg") for path in svgs)
+        assert len(svgs) == 6 and all("<svg" in path.read_text() for path in svgs)
+        titles = {"probing": "accuracy", "geometry": "PC1", "compare": "attention in A and B", "pruning-curve": "heads pruned"}
+        for name, words in titles.items():  # each screen's own figure, drawn from its result
+            assert words in next(tmp_path.glob(f"bertscope-{name}-*.svg")).read_text(), name
 
     run(app, steps)
 

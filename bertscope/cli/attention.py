@@ -42,7 +42,16 @@ if TYPE_CHECKING:
     metavar="FILE",
     help="Restore the sentence, masks and selection from FILE, and keep saving them there.",
 )
-@click.option("--export-dir", default=".", show_default=True, type=click.Path(file_okay=False), help="Where `e` saves SVG and CSV exports.")
+@click.option(
+    "--export-dir", default=".", show_default=True, type=click.Path(file_okay=False), help="Where `e` saves a view's figure and its data."
+)
+@click.option(
+    "--figure-format",
+    type=click.Choice(["svg", "pdf", "png"]),
+    default="svg",
+    show_default=True,
+    help="What `e` writes the figure as: SVG or PDF keep the text as text, PNG is an image.",
+)
 @click.option(
     "--glyphs/--colours",
     "glyphs",
@@ -56,6 +65,7 @@ def explore(
     theme: str | None,
     session_file: str | None,
     export_dir: str,
+    figure_format: str,
     glyphs: bool | None,
     model: ModelChoice,
 ) -> None:
@@ -81,7 +91,16 @@ def explore(
         report(f"loading {model.name or 'the bundled all-MiniLM-L6-v2'}…")
         return SessionBackend(load(model.name, device=model.device, dtype=model.dtype, allow_download=model.allow_download))
 
-    app = ExplorerApp(open_backend, text=text, pair=pair, theme=theme, session_file=session_file, export_dir=export_dir, glyphs=glyphs)
+    app = ExplorerApp(
+        open_backend,
+        text=text,
+        pair=pair,
+        theme=theme,
+        session_file=session_file,
+        export_dir=export_dir,
+        figure_format=figure_format,
+        glyphs=glyphs,
+    )
     app.run()
     if app.load_error is not None:  # the files looked right, but the model would not load
         raise BertscopeError(app.load_error)

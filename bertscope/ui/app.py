@@ -47,12 +47,14 @@ class ExplorerApp(App[None]):
         theme: str | None = None,
         session_file: str | Path | None = None,
         export_dir: str | Path = ".",
+        figure_format: str = "svg",
         glyphs: bool | None = None,
     ) -> None:
         super().__init__()
         self._open_backend = open_backend
         self.session_file = Path(session_file) if session_file else None
         self.export_dir = Path(export_dir)
+        self.figure_format = figure_format  # what `e` writes a view's figure as: svg, pdf or png (ui.export)
         self._startup_notes: list[str] = []
         state = ExplorerState()
         if self.session_file is not None:

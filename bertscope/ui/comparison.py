@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from threading import Event
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich.console import Group, RenderableType
@@ -31,6 +31,9 @@ from bertscope.ui.kept import KeptResults
 from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.head_grid import HeadGrid
 from bertscope.ui.widgets.pattern_grid import PatternGrid
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 class ComparisonScreen(CorpusRunScreen[ComparisonResult]):
@@ -94,6 +97,11 @@ class ComparisonScreen(CorpusRunScreen[ComparisonResult]):
     @on(Input.Submitted)
     def submitted(self) -> None:
         self.action_run()
+
+    def figure(self) -> Figure:
+        """Each head's attention cosine between A and B (CKA A × B where their heads differ)."""
+        assert self.result is not None  # `e` exports only a result
+        return self.result.figure()
 
     def export_data(self) -> dict[str, Any]:
         """The CLI's `compare --json`: per-head attention cosines, CKA between the layers of A and B."""

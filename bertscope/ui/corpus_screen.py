@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from threading import Event
-from typing import Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from textual.screen import Screen
 from textual.widgets import ProgressBar, Static
@@ -18,6 +18,9 @@ from bertscope.ui.export import json_text, save_screen
 from bertscope.ui.focus import leave_input
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 R = TypeVar("R")  # the result of a screen's analysis
 Analyse = Callable[[Iterable[Sentence], Event], Iterable[Progress]]  # the sentences as they are read, the cancel event
@@ -113,9 +116,13 @@ class CorpusRunScreen(Screen[tuple[int, int] | None], Generic[R]):
         self.on_screen_suspend()
 
     def action_export(self) -> None:
-        save_screen(self.app, self.name_kept, None if self.result is None else json_text(self.export_data()), ".json")
+        save_screen(self.app, self.name_kept, None if self.result is None else json_text(self.export_data()), ".json", self.figure)
 
     def export_data(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def figure(self) -> Figure:
+        """The figure `e` writes of what the screen shows (bertscope.figures)."""
         raise NotImplementedError
 
     def cancel_run(self) -> bool:

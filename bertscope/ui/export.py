@@ -1,7 +1,9 @@
-"""Saving what the explorer shows: the screen as SVG and its numbers as CSV or JSON.
+"""Saving what the explorer shows: the view as a figure (SVG, PDF or PNG, text kept as text) and its numbers as CSV or JSON.
 
-Exports never overwrite an earlier file and are written atomically, so a full disk leaves
-either a whole file or none.
+The figure is drawn from the view's own arrays (bertscope.figures), not a picture of the
+terminal: the whole matrix with its labels, a colour bar naming its scale. Exports never
+overwrite an earlier file and are written atomically, so a full disk leaves either a whole
+file or none; the drawing runs in a worker thread, so the explorer keeps answering.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
@@ -18,9 +21,15 @@ import numpy as np
 
 from bertscope.core.data.files import atomic_write
 from bertscope.core.errors import BertscopeError, InputError
+from bertscope.figures.save import save_figure
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
     from textual.app import App
+
+_WRITING = threading.Lock()  # two exports at once (`e` twice in a second) must not both take the same free stem
+FIGURE_FORMATS = ("svg", "pdf", "png")
+"""What `e` writes the figure as (`bertscope explore --figure-format`): vectors with text kept as text, or an image."""
 
 
 def unique_path(directory: str | Path, stem: str, suffix: str) -> Path:
@@ -37,11 +46,6 @@ def export_stem(layer: int, head: int | None, view: str, when: datetime | None =
     if view != "head" or head is None:
         raise ValueError(f"cannot name an export of view {view!r} with head {head!r}")
     return f"bertscope-L{layer}H{head}-{stamp}"
-
-
-def write_svg(path: str | Path, svg: str) -> Path:
-    """Write an SVG document atomically as UTF-8."""
-    return _write_bytes(path, svg.encode("utf-8"))
 
 
 def write_matrix_csv(path: str | Path, matrix: np.ndarray, row_labels: Sequence[str], col_labels: Sequence[str]) -> Path:
@@ -63,7 +67,7 @@ def write_matrix_csv(path: str | Path, matrix: np.ndarray, row_labels: Sequence[
 def export_view(
     directory: str | Path,
     *,
-    svg: str,
+    figure: Figure,
     matrix: np.ndarray,
     row_labels: Sequence[str],
     col_labels: Sequence[str],
@@ -72,38 +76,48 @@ def export_view(
     view: str,
     when: datetime | None = None,
     norms: bool = False,
+    figure_format: str = "svg",
 ) -> tuple[Path, Path]:
-    """Write the view as `<stem>.svg` and `<stem>.csv` under one free stem; both or neither are kept.
+    """Write the view's figure as `<stem>.svg` (or .pdf, .png) and its matrix as `<stem>.csv` under one free stem;
+    both or neither are kept.
 
     `norms`: the matrix holds value-weighted norms, and the stem ends in `-norms` to say so."""
     directory = Path(directory).expanduser()
     stem = export_stem(layer, head, view, when) + ("-norms" if norms else "")
-    stem = _free_stem(directory, stem, (".svg", ".csv"))
-    svg_path = write_svg(directory / f"{stem}.svg", svg)
-    try:
-        csv_path = write_matrix_csv(directory / f"{stem}.csv", matrix, row_labels, col_labels)
-    except BaseException:
-        svg_path.unlink(missing_ok=True)
-        raise
-    return svg_path, csv_path
+    return _export_pair(directory, stem, figure, figure_format, ".csv", lambda path: write_matrix_csv(path, matrix, row_labels, col_labels))
 
 
-def export_screen(directory: str | Path, name: str, *, svg: str, data: str, suffix: str, when: datetime | None = None) -> tuple[Path, Path]:
-    """Write a screen as `bertscope-<name>-<time>.svg` and its data beside it (`suffix` .csv or .json).
+def export_screen(
+    directory: str | Path, name: str, *, figure: Figure, data: str, suffix: str, when: datetime | None = None, figure_format: str = "svg"
+) -> tuple[Path, Path]:
+    """Write a screen's figure as `bertscope-<name>-<time>.svg` (or .pdf, .png) and its data beside it (`suffix` .csv
+    or .json).
 
     Both share one free stem, so an earlier export is never overwritten; both or neither are kept.
     """
     directory = Path(directory).expanduser()
     stamp = (when or datetime.now()).strftime("%Y%m%d-%H%M%S")
     suffix = _dotted(suffix)
-    stem = _free_stem(directory, f"bertscope-{name}-{stamp}", (".svg", suffix))
-    svg_path = write_svg(directory / f"{stem}.svg", svg)
-    try:
-        data_path = _write_bytes(directory / f"{stem}{suffix}", data.encode("utf-8"))
-    except BaseException:
-        svg_path.unlink(missing_ok=True)
-        raise
-    return svg_path, data_path
+    return _export_pair(
+        directory, f"bertscope-{name}-{stamp}", figure, figure_format, suffix, lambda path: _write_bytes(path, data.encode("utf-8"))
+    )
+
+
+def _export_pair(
+    directory: Path, stem: str, figure: Figure, figure_format: str, suffix: str, write_data: Callable[[Path], Path]
+) -> tuple[Path, Path]:
+    """The figure and the data under the first free one of `stem`, `stem-2`, ...; both or neither are kept."""
+    if figure_format not in FIGURE_FORMATS:
+        raise InputError(f"cannot write a figure as {figure_format!r}; choose one of {', '.join(FIGURE_FORMATS)}", setting="figure_format")
+    with _WRITING:
+        stem = _free_stem(directory, stem, (f".{figure_format}", suffix))
+        figure_path = save_figure(figure, directory / f"{stem}.{figure_format}")
+        try:
+            data_path = write_data(directory / f"{stem}{suffix}")
+        except BaseException:
+            figure_path.unlink(missing_ok=True)
+            raise
+    return figure_path, data_path
 
 
 def csv_text(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -165,17 +179,33 @@ def _write_bytes(path: str | Path, data: bytes) -> Path:
 
 class _Exporting(Protocol):
     export_dir: Path  # where `e` writes (ui.app)
+    figure_format: str  # what `e` writes the figure as: svg, pdf or png (ui.app)
 
 
-def save_screen(app: App[object], name: str, data: str | None, suffix: str) -> tuple[Path, Path] | None:
-    """`e` on a screen: write its SVG and data into the app's export dir and say where (or why not)."""
+def save_screen(app: App[object], name: str, data: str | None, suffix: str, draw: Callable[[], Figure]) -> None:
+    """`e` on a screen: draw its figure and write it with its data into the app's export dir, in a worker thread,
+    and say where (or why not)."""
     if data is None:
         app.notify("nothing to export yet: wait for the result", severity="warning")
-        return None
-    try:
-        paths = export_screen(cast(_Exporting, app).export_dir, name, svg=app.export_screenshot(), data=data, suffix=suffix)
-    except BertscopeError as error:
-        app.notify(str(error), severity="error", timeout=10)
-        return None
-    app.notify(f"saved {paths[0]}\nand {paths[1]}", title="exported", timeout=8)
-    return paths
+        return
+    exporting = cast(_Exporting, app)
+    directory, figure_format = exporting.export_dir, exporting.figure_format
+    save_in_worker(app, lambda: export_screen(directory, name, figure=draw(), data=data, suffix=suffix, figure_format=figure_format))
+
+
+def save_in_worker(app: App[object], save: Callable[[], tuple[Path, Path]]) -> None:
+    """Run `save` (draw a figure, write it and its data) off the UI thread; say where it wrote, or in one line why not."""
+
+    def work() -> None:
+        try:
+            paths = save()
+        except BertscopeError as error:
+            app.call_from_thread(app.notify, str(error), severity="error", timeout=10)
+        except Exception as error:  # a figure that cannot be drawn must not end the explorer
+            app.call_from_thread(
+                app.notify, f"the figure could not be drawn: {type(error).__name__}: {error}", severity="error", timeout=10
+            )
+        else:
+            app.call_from_thread(app.notify, f"saved {paths[0]}\nand {paths[1]}", title="exported", timeout=8)
+
+    app.run_worker(work, name="export", thread=True, group="export", exit_on_error=False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from threading import Event
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich.console import Group
@@ -29,6 +29,9 @@ from bertscope.ui.corpus_screen import CorpusRunScreen
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.kept import KeptResults
 from bertscope.ui.widgets.footer import KeyFooter
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 TREEBANK_SENTENCES = CorpusRunScreen.treebank_sentences  # the geometry screen's corpus when none is given
 
@@ -95,6 +98,11 @@ class GeometryScreen(CorpusRunScreen[GeometryResult]):
 
     def keep_view(self) -> dict[str, Any]:
         return {"layer": self.shown_layer, "label": self.label}
+
+    def figure(self) -> Figure:
+        """The scatter of the layer shown, coloured as here."""
+        assert self.result is not None  # `e` exports only a result
+        return self.result.figure("scatter", layer=self.shown_layer, label=self.label)
 
     def export_data(self) -> dict[str, Any]:
         """The CLI's `geometry --json --points`: every layer's scatter coordinates, the CKA matrices, ID."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from threading import Event
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 from rich.console import Group
@@ -37,6 +37,9 @@ from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
 from bertscope.ui.widgets.footer import KeyFooter
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 SAMPLE_SENTENCES = 64
 IMPORTANCE_FIGURE = "importance"
@@ -297,7 +300,12 @@ class PruningCurveScreen(Screen[str | None]):
         self.query_one("#curve-content", Static).update(curve_chart(curve, width=24))
 
     def action_export(self) -> None:
-        save_screen(self.app, "pruning-curve", self.table(), ".csv")
+        save_screen(self.app, "pruning-curve", self.table(), ".csv", self.figure)
+
+    def figure(self) -> Figure:
+        """The curve's own figure: the metric against the share of heads pruned, the prunable point starred."""
+        assert self.curve is not None  # `e` exports only a curve
+        return self.curve.figure()
 
     def table(self) -> str | None:
         """The curve as `prune --curve` measures it: one row per step."""

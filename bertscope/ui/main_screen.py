@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 from textual import on
@@ -30,7 +30,6 @@ from textual.worker import Worker, WorkerState
 
 from bertscope.core.analyses.headstats import FIGURES, figure_range
 from bertscope.core.analyses.importance_results import HeadImportance
-from bertscope.core.errors import BertscopeError
 from bertscope.core.model.effects import layer_cosines
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import ForwardResult
@@ -40,7 +39,7 @@ from bertscope.theming import DEFAULT_THEME, Colormap, ThemeSpec
 from bertscope.ui.attribution import AttributionRow
 from bertscope.ui.backend import Backend
 from bertscope.ui.comparison import ComparisonScreen
-from bertscope.ui.export import export_view
+from bertscope.ui.export import export_view, save_in_worker
 from bertscope.ui.focus import focus_main, leave_input
 from bertscope.ui.geometry import GeometryScreen
 from bertscope.ui.help import HELP_KEY
@@ -58,6 +57,9 @@ from bertscope.ui.widgets.attention_view import AttentionView
 from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.head_grid import HeadGrid
 from bertscope.ui.widgets.panels import EffectPanel, StatusLine, TokenPanel
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 # Attention cells (L·H·T²) up to which the explorer holds every layer's maps: weights and norms, before and
 # under the mask, four arrays of at most 256 MB (BERT-base at 512 tokens: 38M). Above, a long input, it holds
@@ -90,6 +92,7 @@ class Explorer(Protocol):
     backend: Backend | None
     kept: KeptResults
     export_dir: Path
+    figure_format: str
     theme_specs: dict[str, ThemeSpec]
     glyphs: bool
 
@@ -794,25 +797,43 @@ class MainScreen(Screen[None]):
         if shown is None:
             self.notify(f"layer {self.state.layer}'s maps are still being computed; export once they show", severity="warning")
             return
-        weights, _, _ = shown
+        weights, _, before = shown
+        mask, layer, view = self.analysis.current.mask, self.state.layer, self.state.view
         tokens = list(self.analysis.current.tokens)
-        head = None if self.state.view == "average" else self.state.head
-        try:
-            svg_path, csv_path = export_view(
-                self.explorer.export_dir,
-                svg=self.app.export_screenshot(),
+        head = None if view == "average" else self.state.head
+        windows = self.backend.info.attention_windows if self.backend is not None else ()
+        window = windows[layer] if layer < len(windows) else None
+        notes = [reach_note(window, len(tokens)).removeprefix(" · ")]
+        if before:
+            notes.append(f"as before masking: head {layer}:{head} is switched off ({self.state.ablation} ablation)")
+        elif len(mask):
+            notes.append(f"{len(mask)} of {mask.num_layers * mask.num_heads} heads switched off ({self.state.ablation} ablation)")
+        quantity, scale, explorer = "norm" if self._norms_shown() else "weight", self.heatmap_scale, self.explorer
+
+        def draw() -> Figure:
+            from bertscope.figures.heatmaps import attention_heatmap
+
+            note = "; ".join(note for note in notes if note) or None
+            matrix = beyond_reach(weights, window)
+            return attention_heatmap(
+                matrix, tokens, layer=layer, head=head, heads=mask.num_heads, quantity=quantity, scale=scale, note=note
+            )
+
+        save_in_worker(
+            self.app,
+            lambda: export_view(
+                explorer.export_dir,
+                figure=draw(),
                 matrix=weights,
                 row_labels=tokens,
                 col_labels=tokens,
-                layer=self.state.layer,
+                layer=layer,
                 head=head,
-                view=self.state.view,
-                norms=self._norms_shown(),
-            )
-        except BertscopeError as error:
-            self.notify(str(error), severity="error", timeout=10)
-            return
-        self.notify(f"saved {svg_path}\nand {csv_path}", title="exported", timeout=8)
+                view=view,
+                norms=quantity == "norm",
+                figure_format=explorer.figure_format,
+            ),
+        )
 
     def system_commands(self) -> Iterator[SystemCommand]:
         """The command palette's entries for this screen's actions."""

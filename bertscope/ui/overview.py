@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from threading import Event
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 from rich.console import Group, RenderableType
@@ -46,6 +46,9 @@ from bertscope.ui.syntax import SYNTAX_FIGURE, kept_relation, next_relation, syn
 from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.head_grid import HeadGrid
 from bertscope.ui.widgets.pattern_grid import PatternGrid
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 SHADINGS = ("pattern", *STATISTICS)  # and SYNTAX_FIGURE, once a CoNLL-U corpus gave heads that track syntax
 SYNTAX_ROWS = 8  # relations in the overview's table, most frequent first
@@ -355,7 +358,15 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
         self.query_one("#corpus", Input).focus()
 
     def action_export(self) -> None:
-        save_screen(self.app, self.name_kept, self.table(), ".csv")
+        save_screen(self.app, self.name_kept, self.table(), ".csv", self.figure)
+
+    def figure(self) -> Figure:
+        """The grid as shaded here: the pattern classes, a statistic (its share of norm after `n`), or a relation's heads."""
+        result, syntax, relation = self.result, self.syntax, self.relation
+        assert result is not None  # `e` exports only a result
+        if self.shading == SYNTAX_FIGURE and syntax is not None and relation is not None:
+            return syntax.figure([relation], self.direction)
+        return result.figure(None if self.shading == "pattern" else self._shown(self.shading))
 
     def table(self) -> str | None:
         """The per-head table: dominant pattern, the share of each pattern, every statistic (the shares of norm too)."""

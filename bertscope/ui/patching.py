@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from threading import Event
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from rich.console import Group, RenderableType
@@ -44,6 +44,9 @@ from bertscope.ui.kept import KeptResults, KeptRun
 from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.head_grid import HeadGrid
 from bertscope.ui.widgets.pattern_grid import PatternGrid
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 DEFAULT_TASK = "subject_number"  # the number of the subject's head noun: the worked example's question
 DIRECTION_NOTES = {
@@ -405,7 +408,12 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
 
     def action_export(self) -> None:
         data = None if self.result is None else json_text(self.result.as_json() | {"model": self.backend.info.source})
-        save_screen(self.app, self.name_kept, data, ".json")
+        save_screen(self.app, self.name_kept, data, ".json", self.figure)
+
+    def figure(self) -> Figure:
+        """The first sweep run, on a diverging scale centred on 0 (the result's own figure)."""
+        assert self.result is not None  # `e` exports only a result
+        return self.result.figure()
 
     # drawing
 

@@ -9,7 +9,9 @@ masked heads cost each layer.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from threading import Event
+from typing import TYPE_CHECKING
 
 from rich.bar import Bar
 from rich.console import RenderableType
@@ -35,6 +37,9 @@ from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults
 from bertscope.ui.widgets.footer import KeyFooter
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 BAR, MIN_BAR = 12, 6  # a curve's bars, and how narrow they may get on a narrow pane
 TREEBANK_SENTENCES = 1000  # for tasks with no file; smaller than the CLI's default: the pane should answer within a minute on a CPU
@@ -224,7 +229,15 @@ class ProbingScreen(Screen[None]):
         self.query_one("#curves-content", Static).update("")
 
     def action_export(self) -> None:
-        save_screen(self.app, "probing", self.curves(), ".json")
+        save_screen(self.app, "probing", self.curves(), ".json", self.figure)
+
+    def figure(self) -> Figure:
+        """Every curve shown, on one plot, each named as its column here."""
+        from bertscope.figures.curves import probe_curves
+
+        reports = list(self.reports.items())
+        metric = reports[0][1].metric
+        return probe_curves([replace(report.curve(), task=title) for title, report in reports], metric)
 
     def curves(self) -> str | None:
         """Every curve shown, as JSON: per run its title, task, metric, per-layer scores and baselines."""
