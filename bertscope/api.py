@@ -539,6 +539,7 @@ def probe(
     mask: str | HeadMask | None = None,
     ablation: Ablation = "zero",
     seed: int = 0,
+    mdl: bool = False,
     progress: ProgressCallback = None,
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[ProbeReport]]:
@@ -547,8 +548,12 @@ def probe(
     `task`: upos, xpos, deprel, depth or distance (a CoNLL-U `data`, else the built-in
     treebank), a SentEval task of `data`, or a built-in task. `texts` may give the training
     sentences already read (or the `ProbeData` of `probe_sentences`); dev and test default to
-    splits of train. `probe`: linear or mlp. `cache_dir=False` keeps no cache.
+    splits of train. `probe`: linear or mlp. `cache_dir=False` keeps no cache. `mdl`: each
+    layer's description length too (Voita & Titov 2020's online code, and the control task's),
+    on the same features: `layers[l]["mdl"]`, `report.compression()`, `report.figure(mdl=True)`;
+    for classification tasks (not depth or distance).
     """
+    check_mdl(task, mdl)
     from bertscope.core.analyses.probing import run_probe
     from bertscope.core.data.splits import make_splits
 
@@ -568,9 +573,19 @@ def probe(
         min_examples=min_examples,
         cache_dir=cache_dir,
         seed=seed,
+        mdl=mdl,
         cancel=cancel,
     )
     return _noted(run, lambda report: (*chosen.notes, *report.notes))
+
+
+def check_mdl(task: str, mdl: bool) -> None:
+    """Refuse, before any model loads, a description length for a task that has none (torch-free: the CLI calls it)."""
+    from bertscope.core.analyses.probing_results import MDL_STRUCTURAL
+    from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS
+
+    if mdl and task in STRUCTURAL_TASKS:
+        raise InputError(MDL_STRUCTURAL, setting="mdl")
 
 
 # --- which heads matter ------------------------------------------------------------------------------------

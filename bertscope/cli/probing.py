@@ -76,6 +76,12 @@ if TYPE_CHECKING:
     show_default=True,
     help="Seed of the held-out splits, the probes' starting weights and the control task: run a few to see a probe's spread.",
 )
+@click.option(
+    "--mdl",
+    is_flag=True,
+    help="Description length too (Voita & Titov 2020): each layer's online codelength in bits and its compression, and the "
+    "control task's, on the same features; --figure then draws the compression. Not for depth or distance.",
+)
 @click.option("--cache-dir", default=None, metavar="DIR", help="Feature cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.")
 @click.option("--no-cache", is_flag=True, help="Compute features afresh and keep nothing.")
 @mask_options
@@ -97,6 +103,7 @@ def probe(
     random_baseline: bool,
     min_examples: int,
     seed: int,
+    mdl: bool,
     cache_dir: str | None,
     no_cache: bool,
     mask_spec: str | None,
@@ -107,10 +114,12 @@ def probe(
 ) -> None:
     """What each layer knows: a probe per layer, with baselines (Conneau; Jawahar; Tenney; Hewitt).
 
-    Layers are indexed as hidden states: 0 is the embeddings, l+1 the output of layer l.
+    Layers are indexed as hidden states: 0 is the embeddings, l+1 the output of layer l. With --mdl, the
+    description length of the labels given each layer (Voita & Titov): compression = uniform / online bits.
     """
     from bertscope import api
 
+    api.check_mdl(task, mdl)
     chosen = api.probe_sentences(task, data=data, dev=dev, test=test, format=data_format, limit=limit)
     mask = head_mask(mask_spec, model.shape())
     session = model.deferred()  # with every feature set cached, the fit needs neither transformers nor the weights
@@ -129,16 +138,18 @@ def probe(
             mask=mask,
             ablation=ablation,
             seed=seed,
+            mdl=mdl,
             progress=progress,
         )
-    write_figure(figure, report.figure)
+    write_figure(figure, lambda: report.figure(mdl=mdl))
     if output_format == "json":
         payload = report.as_json() | {"model": session.source, "data": chosen.source, "mask": mask.spec(), "seed": seed}
         print_json(payload)
         return
-    columns = list(report.layers[0])
+    table = report.table()  # flat: a layer's description length as columns
+    columns = list(table[0])
     if output_format == "csv":
-        print_csv([columns, *([row.get(column, "") for column in columns] for row in report.layers)])
+        print_csv([columns, *([row.get(column, "") for column in columns] for row in table)])
         return
     from rich.console import Console
 

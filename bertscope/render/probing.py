@@ -19,28 +19,47 @@ def probe_report(report: ProbeReport, model: str, source: str) -> Group:
     table = Table(box=None, padding=(0, 1), title_justify="left")
     table.add_column("layer", justify="right", style="dim")
     table.add_column(metric, width=22, no_wrap=True)
-    extra = [name for name in report.layers[0] if name not in ("layer", metric, "l2")]
+    rows = report.table()  # flat: a layer's description length as columns
+    extra = [name for name in rows[0] if name not in ("layer", metric, "l2", "uniform_bits")]  # one uniform code: said below
     table.add_column("", justify="right")
     for name in extra:
         table.add_column(name.replace("_", " "), justify="right")
     low = min(0.0, min(entry[metric] for entry in report.layers))
-    for entry in report.layers:
+    for entry in rows:
         best = entry["layer"] == report.best_layer
         style = "bold" if best else ""
         table.add_row(
             str(entry["layer"]) + (" *" if best else ""),
             Bar(1.0 - low, 0, entry[metric] - low, width=22, color="magenta"),
             Text(f"{entry[metric]:.3f}", style=style),
-            *(f"{entry[name]:.3f}" if isinstance(entry[name], float) else str(entry[name]) for name in extra),
+            *(_cell(name, entry[name]) for name in extra),
         )
     cog = "n/a" if report.center_of_gravity != report.center_of_gravity else f"{report.center_of_gravity:.2f}"
     baselines = ", ".join(f"{name.replace('_', ' ')} {value:.3f}" for name, value in report.baselines.items())
     shown = ("train", "dev", "test", "classes", "unit")  # what was left out is said in the notes
     counts = ", ".join(f"{name} {report.counts[name]}" for name in shown if name in report.counts)
+    code = []
+    if report.mdl:  # the description length's choices, in a line
+        code.append(
+            Text(
+                f"description length (Voita & Titov): uniform code {rows[0]['uniform_bits']:,.0f} bits for "
+                f"{report.mdl['examples']:,} {report.mdl['unit']}; compression = uniform / online bits; "
+                f"{len(report.mdl['block_ends'])} blocks, {report.mdl['order']}",
+                style="dim",
+            )
+        )
     return Group(
         Text.assemble((f"{report.task}", "bold"), f" · {model} · {source}"),
         Text(f"{counts}", style="dim"),
         table,
         Text(f"best layer {report.best_layer} (*), centre of gravity {cog} (Tenney et al.); baselines: {baselines or 'none'}"),
+        *code,
         Text("layer 0 is the embeddings; layer l+1 the output of transformer layer l", style="dim"),
     )
+
+
+def _cell(name: str, value: object) -> str:
+    """A number of the table: bits as whole numbers, the rest to three decimals."""
+    if isinstance(value, float):
+        return f"{value:,.0f}" if name.endswith("bits") else f"{value:.3f}"
+    return str(value)

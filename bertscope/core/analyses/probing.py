@@ -27,7 +27,8 @@ import numpy.typing as npt
 from bertscope.core import distributed
 from bertscope.core.analyses import probes, structural
 from bertscope.core.analyses.features import FeatureOptions, Features, extract_sharded
-from bertscope.core.analyses.probing_results import ProbeReport
+from bertscope.core.analyses.mdl import report_codes
+from bertscope.core.analyses.probing_results import MDL_STRUCTURAL, ProbeReport
 from bertscope.core.analyses.streaming import words_of
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, WORD_TASKS
@@ -185,12 +186,16 @@ def run_probe(
     min_examples: int = MIN_EXAMPLES,
     cache_dir: str | Path | Literal[False] | None = None,
     seed: int = 0,
+    mdl: bool = False,
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[ProbeReport]]:
     """Probe every layer for `task`; yield progress by stage, the last item carrying the report.
 
-    Labels with fewer than `min_examples` training examples are left out (see `encode_labels`).
+    Labels with fewer than `min_examples` training examples are left out (see `encode_labels`). `mdl`: each
+    layer's online codelength too (Voita & Titov 2020; `core.analyses.mdl`), on the same features.
     """
+    if mdl and task in STRUCTURAL_TASKS:
+        raise InputError(MDL_STRUCTURAL, setting="mdl")
     level = "word" if task in WORD_TASKS + STRUCTURAL_TASKS else "sentence"
     options = FeatureOptions(
         level=level,
@@ -229,7 +234,7 @@ def run_probe(
     if distributed.is_main():  # under torchrun, rank 0 holds every row (extract_sharded) and trains the probes, once
         try:
             with fitting_heap():  # the fit's blocks of FIT_BLOCK rows mapped and handed back, not heap holes
-                report = _report(task, splits, features, level, kind, control, random_baseline, min_examples, device, seed, cancel)
+                report = _report(task, splits, features, level, kind, control, random_baseline, min_examples, device, seed, cancel, mdl)
         except Cancelled:
             return
         truncated = sum(features["model", name].truncated_words for name in ("train", "dev", "test"))
@@ -251,10 +256,11 @@ def _report(
     device: str,
     seed: int,
     cancel: threading.Event | None,
+    mdl: bool = False,
 ) -> ProbeReport:
     if task in STRUCTURAL_TASKS:
         return _structural_report(task, splits, features, random_baseline, device, seed, cancel)
-    return _classification_report(task, splits, features, level, kind, control, random_baseline, min_examples, device, seed, cancel)
+    return _classification_report(task, splits, features, level, kind, control, random_baseline, min_examples, device, seed, cancel, mdl)
 
 
 def _classification_report(
@@ -269,6 +275,7 @@ def _classification_report(
     device: str,
     seed: int,
     cancel: threading.Event | None,
+    mdl: bool = False,
 ) -> ProbeReport:
     def labels_of(name: str) -> list[str]:
         sentences = getattr(splits, name)
@@ -344,6 +351,25 @@ def _classification_report(
             entry["control_accuracy"] = round(float(accuracy), 6)
             entry["selectivity"] = round(entry["accuracy"] - float(accuracy), 6)
         baselines["control_best"] = round(float(control_scores.accuracy.max()), 6)
+    codes: dict[str, Any] = {}
+    if mdl:  # the online codes on the features and at the strengths the accuracy probes used
+        per_layer, codes = report_codes(
+            rows("model", "train"),
+            y_train,
+            None if control_labels is None else control_labels[0],
+            num_classes=num_classes,
+            kind=kind,
+            task_probes=task_probes,
+            X_dev=rows("model", "dev"),
+            y_dev=y_dev,
+            control_dev=None if control_labels is None else control_labels[1],
+            unit="words" if level == "word" else "sentences",
+            seed=seed,
+            device=device,
+            cancel=cancel,
+        )
+        for entry, code in zip(layers, per_layer, strict=True):
+            entry["mdl"] = code
     counts = {
         "train": int(len(y_train)),
         "dev": int(len(y_dev)),
@@ -362,6 +388,7 @@ def _classification_report(
         counts=counts,
         notes=tuple(note for note in (note, convergence_note(fitted)) if note),
         numerics=_numerics(features, device),
+        mdl=codes,
     )
 
 

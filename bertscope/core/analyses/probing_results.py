@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from bertscope.core.errors import InputError
 from bertscope.figures.notebook import Shown
 
 if TYPE_CHECKING:
@@ -18,6 +19,11 @@ if TYPE_CHECKING:
     from bertscope.figures.curves import ProbeCurve
 
 ProbeKind = Literal["linear", "mlp"]  # what a probe is: a linear map, or a one-hidden-layer MLP
+MDL_STRUCTURAL = (
+    "description length (mdl) is for classification tasks: the structural probes (depth, distance) regress "
+    "numbers, which have no codelength without a noise model; probe upos, xpos, deprel or a sentence task"
+)
+MDL_COLUMNS = ("online_bits", "uniform_bits", "compression")  # a layer's "mdl" entry as table() columns
 
 
 @dataclass(frozen=True, repr=False)
@@ -33,6 +39,7 @@ class ProbeReport(Shown):
     counts: dict
     notes: tuple[str, ...] = ()
     numerics: dict = field(default_factory=dict)  # how the features were computed and where the probes were fitted
+    mdl: dict = field(default_factory=dict)  # the online code's choices (core.analyses.mdl.report_codes); {} without one
 
     def summary(self) -> str:
         best = self.layers[self.best_layer][self.metric]
@@ -40,23 +47,61 @@ class ProbeReport(Shown):
         parts += [f"{name.replace('_', ' ')} {value:.3f}" for name, value in self.baselines.items()]
         if not np.isnan(self.center_of_gravity):
             parts.append(f"centre of gravity {self.center_of_gravity:.2f}")
+        if self.mdl:
+            compression = self.compression()
+            best_code = int(np.argmax(compression))
+            control = f" (control {self.compression(control=True)[best_code]:.2f})" if self.mdl.get("control") else ""
+            parts.append(f"compression {compression[best_code]:.2f}{control} at layer {best_code}")
         if "train" in self.counts:
             parts.append(f"{self.counts['train']:,} train / {self.counts['test']:,} test {self.counts.get('unit', '')}".rstrip())
         return " · ".join(parts)
 
     def table(self) -> list[dict[str, Any]]:
-        """One row per hidden-state layer (0 = the embeddings): the probe's scores and its baselines' there."""
-        return [dict(layer) for layer in self.layers]
+        """One row per hidden-state layer (0 = the embeddings): the probe's scores and its baselines' there; with
+        description lengths, `online_bits`, `uniform_bits`, `compression` and the control task's `control_online_bits`,
+        `control_compression` (the blocks are in `layers` and the JSON)."""
+        rows = []
+        for layer in self.layers:
+            row = {name: value for name, value in layer.items() if name != "mdl"}
+            code = layer.get("mdl")
+            if code is not None:
+                row |= {name: code[name] for name in MDL_COLUMNS}
+                if "control" in code:
+                    row |= {f"control_{name}": code["control"][name] for name in ("online_bits", "compression")}
+            rows.append(row)
+        return rows
 
-    def figure(self, *others: ProbeReport) -> Figure:
+    def compression(self, control: bool = False) -> np.ndarray:
+        """`[L+1]` each layer's compression (uniform over online codelength; the control task's with `control`)."""
+        if not self.mdl:
+            raise InputError("this report has no description lengths; probe with mdl=True", setting="mdl")
+        codes = [layer["mdl"]["control"] if control else layer["mdl"] for layer in self.layers]
+        return np.array([code["compression"] for code in codes], dtype=np.float64)
+
+    def figure(self, *others: ProbeReport, mdl: bool = False) -> Figure:
         """The score per layer (0 = embeddings) with its baselines dashed and the best layer starred; `others`: more
-        tasks on the same axes (one line each)."""
+        tasks on the same axes (one line each). `mdl`: the compression per layer instead (uniform over online
+        codelength, Voita & Titov), the control task's dashed, 1 (the uniform code) as the floor."""
         from bertscope.figures.curves import probe_curves
 
         reports = (self, *others)
+        if mdl:
+            title = "description length " + ", ".join(report.task for report in reports)
+            return probe_curves([report.compression_curve() for report in reports], "compression (uniform / online bits)", title=title)
         metrics = list(dict.fromkeys(report.metric for report in reports))
         title = "probing " + ", ".join(report.task for report in reports)
         return probe_curves([report.curve() for report in reports], " / ".join(metrics), title=title)
+
+    def compression_curve(self) -> ProbeCurve:
+        """The report's compression per layer as a figure's curve, its best layer, the uniform code's 1 and the control
+        task's compression."""
+        from bertscope.figures.curves import ProbeCurve
+
+        values = self.compression()
+        baselines: dict[str, float | list[float]] = {"uniform_code": 1.0}
+        if all("control" in layer["mdl"] for layer in self.layers):
+            baselines["control"] = self.compression(control=True).tolist()
+        return ProbeCurve(self.task, values.tolist(), int(np.argmax(values)), baselines)
 
     def curve(self) -> ProbeCurve:
         """The report as a figure's curve: the score per layer, the best layer, the majority class and, per layer, the
@@ -84,4 +129,4 @@ class ProbeReport(Shown):
             "counts": self.counts,
             "notes": list(self.notes),
             "numerics": self.numerics,
-        }
+        } | ({"mdl": self.mdl} if self.mdl else {})
