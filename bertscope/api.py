@@ -1005,7 +1005,7 @@ def mixing(
     progress: ProgressCallback = None,
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[Mixing]]:
-    """How much of each token ends up in each other, per layer and rolled out from the input (issue 32).
+    """How much of each token ends up in each other, per layer and rolled out from the input.
 
     `method`: attention, norms, value-zeroing (Mohebbi et al. 2023), alti (Ferrando et al. 2022),
     flow or rollout (Abnar & Zuidema 2020); `result.definition` says which definition. The

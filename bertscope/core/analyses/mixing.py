@@ -1,4 +1,4 @@
-"""Context mixing: how much of token j ends up in token i, layer by layer (issue 32).
+"""Context mixing: how much of token j ends up in token i, layer by layer.
 
 Attention weights say where a head looks, not how much of another token ends up in a token's
 representation. Six measures, in one frame (core.analyses.mixing_results.DEFINITIONS says each
