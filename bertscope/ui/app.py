@@ -9,18 +9,22 @@ other screens open over it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import cast
 
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.command import CommandListItem, SimpleProvider
 from textual.screen import Screen
+from textual.theme import ThemeProvider
+from textual.widget import AwaitMount
 
 from bertscope.core.errors import BertscopeError
 from bertscope.theming import DEFAULT_THEME, Colormap, load_theme
 from bertscope.ui.backend import Backend
+from bertscope.ui.guards import Palette, guard_page_keys
 from bertscope.ui.help import HelpScreen
 from bertscope.ui.kept import KeptResults
 from bertscope.ui.main_screen import MainScreen
@@ -51,6 +55,7 @@ class ExplorerApp(App[None]):
         glyphs: bool | None = None,
     ) -> None:
         super().__init__()
+        guard_page_keys()  # an upstream race that a storm of keys turned into a traceback (ui.guards)
         self._open_backend = open_backend
         self.session_file = Path(session_file) if session_file else None
         self.export_dir = Path(export_dir)
@@ -156,7 +161,24 @@ class ExplorerApp(App[None]):
         self.save_state()
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        """The help, laid out once (its Markdown takes most of a second) and kept for the next `?`."""
+        if not self.is_screen_installed("help"):
+            self.install_screen(HelpScreen(), "help")
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen("help")
+
+    # the command palette: Textual's, guarded against a race (ui.guards), wherever Textual would open its own
+
+    def action_command_palette(self) -> None:
+        if self.use_command_palette and not self.screen.has_class("--textual-command-palette"):  # as Palette.is_open
+            self.push_screen(Palette(id="--command-palette"))
+
+    def search_commands(self, commands: Sequence[CommandListItem], placeholder: str = "Search for commands…") -> AwaitMount:
+        provider = SimpleProvider(self.screen, list(commands))  # an instance, as Textual's own search_commands passes
+        return self.push_screen(Palette(providers=[provider], placeholder=placeholder))  # type: ignore[list-item]
+
+    def search_themes(self) -> None:
+        self.push_screen(Palette(providers=[ThemeProvider], placeholder="Search for themes…"))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

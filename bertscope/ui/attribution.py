@@ -22,6 +22,7 @@ from bertscope.core.progress import Progress
 from bertscope.render.attribution import METHOD_NAMES, shaded_sentence, short_describe
 from bertscope.ui.backend import Backend
 from bertscope.ui.job_run import JobRun
+from bertscope.ui.theme import rich_colour
 
 DEFAULT_PROBE = "subject_number"  # reads the head noun past an attractor: the example sentence's question
 
@@ -146,8 +147,8 @@ class AttributionRow(Static):
                     result.tokens,
                     result.scores,
                     result.encoding.special,
-                    background=theme.background or "#000000",
-                    foreground=theme.foreground or "#e6e3f0",
+                    background=rich_colour(theme.background, "#000000"),
+                    foreground=rich_colour(theme.foreground, "#e6e3f0"),
                     glyphs=getattr(self.app, "glyphs", False),
                 )
             )

@@ -32,6 +32,12 @@ def focus_main(screen: Screen) -> None:
         screen.set_focus(None)
 
 
+def dismissed(screen: Screen) -> bool:
+    """Whether the screen has left the stack: a key typed ahead (escape) can dismiss a screen before its mount
+    handler has run, which then finds its panes being removed."""
+    return screen not in screen.app.screen_stack
+
+
 def leave_input(screen: Screen) -> bool:
     """If an input or drop-down has the focus, hand it to the main widget and say so."""
     focused = screen.focused

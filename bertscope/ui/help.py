@@ -87,3 +87,7 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Markdown(HELP)
+
+    def on_screen_resume(self) -> None:
+        """Kept between openings (ui.app): each opens at the top."""
+        self.query_one(VerticalScroll).scroll_home(animate=False)

@@ -33,6 +33,7 @@ from bertscope.core.progress import Progress
 from bertscope.render.importance import curve_chart
 from bertscope.ui.backend import Backend
 from bertscope.ui.export import csv_text, save_screen
+from bertscope.ui.focus import dismissed
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
@@ -193,6 +194,8 @@ class PruneToScreen(ModalScreen[float | None]):
 
     @on(Input.Submitted)
     def submitted(self, event: Input.Submitted) -> None:
+        if not self.is_active:
+            return  # escape closed the dialog before this Enter arrived: dismissing again would close the screen under it
         text = event.value.strip().rstrip("%")
         try:
             value = float(text)
@@ -251,6 +254,8 @@ class PruningCurveScreen(Screen[str | None]):
         yield KeyFooter()
 
     def on_mount(self) -> None:
+        if dismissed(self):
+            return
         kept = self.kept.runs.get("curve")
         if kept is not None and kept.data == self.objective and kept.ablation == self.ablation:
             curve = cast(PruningCurve, kept.result)  # kept under "curve" by `stepped`

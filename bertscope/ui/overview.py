@@ -43,6 +43,7 @@ from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
 from bertscope.ui.syntax import SYNTAX_FIGURE, kept_relation, next_relation, syntax_label, syntax_overlay
+from bertscope.ui.theme import rich_colour
 from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.head_grid import HeadGrid
 from bertscope.ui.widgets.pattern_grid import PatternGrid
@@ -312,7 +313,7 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
         theme = self.app.current_theme
         colours = [theme.primary, theme.secondary, theme.accent, theme.success, theme.panel or theme.surface]
         fallback = ["#b452cd", "#2aa198", "#268bd2", "#859900", "#3a3a3a"]
-        return {name: colour or spare for name, colour, spare in zip(PATTERNS, colours, fallback)}
+        return {name: rich_colour(colour, spare) for name, colour, spare in zip(PATTERNS, colours, fallback)}
 
     # what the user does
 

@@ -4,9 +4,25 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
 from bertscope.theming import Colormap, ThemeSpec, available_themes, load_theme
+
+
+def rich_colour(value: str | None, fallback: str) -> str:
+    """A theme's colour as `#rrggbb`, which Rich parses and the render layer blends. Textual's own themes, which
+    the palette offers too, may name ANSI colours (`ansi_blue`, `ansi_default` in its ansi-dark theme): Rich reads
+    no such name, and the terminal's default colour has no value to blend (`fallback`)."""
+    if not value:
+        return fallback
+    try:
+        colour = Color.parse(value)
+    except ColorParseError:
+        return fallback
+    if colour.ansi is not None and colour.ansi < 0:  # the terminal's default colour
+        return fallback
+    return f"#{colour.r:02x}{colour.g:02x}{colour.b:02x}"
 
 
 def textual_theme(spec: ThemeSpec) -> Theme:
