@@ -41,3 +41,23 @@ def test_every_screen_of_the_explorer_opens_on_every_family(family, tmp_path):
         assert failures == [], failures
 
     run(app, steps)
+
+
+@pytest.mark.parametrize("family, marker", [("modernbert", "Ġ"), ("albert", "▁")])
+def test_the_explorer_labels_tokens_by_their_text_not_the_tokenizer_s_marks(family, marker, tmp_path):
+    """RoBERTa-like `Ġkeys` and XLM-R-like `▁keys` read `keys`, a word's later pieces `##`, as BERT's do."""
+    from bertscope.ui.widgets.panels import TokenPanel
+
+    session = bertscope.load(str(save_tiny_family(tmp_path / family, family, "ForMaskedLM", seed=2)), device="cpu")
+    app = make_app(SessionBackend(session), text="The keys to the cabinet are on the table.")
+
+    async def steps(pilot):
+        assert any(token.startswith(marker) for token in app.main_screen.analysis.current.tokens)
+        await pilot.press("tab", "tab", "down", "down")  # the heatmap's cursor on the row of "keys"
+        await settle(pilot)
+        panel = app.query_one(TokenPanel)
+        shown = heatmap_text(app) + rendered(panel) + str(panel.border_title)
+        assert f"{marker}k" not in shown and f"{marker}t" not in shown and "##keys" not in shown, shown  # a mark alone, ▁, shows
+        assert "2:keys attends to" in str(panel.border_title) and "keys" in heatmap_text(app)
+
+    run(app, steps)

@@ -20,6 +20,8 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from bertscope.core.model.labels import token_labels
+
 if TYPE_CHECKING:
     from bertscope.core.analyses.attribution_results import Attribution
     from bertscope.theming import ThemeSpec
@@ -63,10 +65,10 @@ def shaded_sentence(
     foreground: str = "#e6e3f0",
     glyphs: bool = False,
 ) -> Text:
-    """The tokens in order, each shaded by its score; word pieces join their word."""
+    """The tokens in order, each shaded by its score; word pieces join their word (in every family: core.model.labels)."""
     scale = scale_of(scores, special)
     text = Text(no_wrap=False, overflow="fold")
-    for index, (token, score) in enumerate(zip(tokens, scores)):
+    for index, (token, score) in enumerate(zip(token_labels(tokens, special), scores)):
         value = float(score) / scale
         piece = token.removeprefix("##")
         if index and not token.startswith("##"):
@@ -139,7 +141,7 @@ def attribution_table(result: Attribution, bar_width: int = 20) -> Table:
     table.add_column("token")
     table.add_column("score", justify="right")
     table.add_column("", width=bar_width, no_wrap=True)
-    for index, (token, score) in enumerate(zip(result.tokens, scores)):
+    for index, (token, score) in enumerate(zip(token_labels(result.tokens, result.encoding.special), scores)):
         value = max(min(float(score) / scale, 1.0), -1.0)
         if signed:
             begin, end = (1.0, 1.0 + value) if value >= 0 else (1.0 + value, 1.0)

@@ -33,6 +33,7 @@ from rich.measure import Measurement
 from rich.segment import Segment
 from rich.style import Style
 
+from bertscope.core.model.labels import token_labels
 from bertscope.theming import Colormap
 
 GLYPHS = (" ", "░", "▒", "▓", "█")  # low to high, for terminals without enough colours
@@ -121,8 +122,9 @@ class AttentionHeatmap:
         if label_width is not None and label_width < 1:
             raise ValueError(f"label_width must be at least 1, got {label_width}")
         self.weights = weights
-        self.row_labels = [_printable(label) for label in row_labels]
-        self.col_labels = [_printable(label) for label in col_labels]
+        # tokens as they read (RoBERTa's `Ġte` as `te`, a word's later pieces `##`); other labels as they are
+        self.row_labels = [_printable(label) for label in token_labels(row_labels)]
+        self.col_labels = [_printable(label) for label in token_labels(col_labels)]
         self.colormap = colormap
         self.title = title
         self.scale = scale

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bertscope.core.analyses.patching_results import COMPONENTS, EFFECTS, PatchingResult
+from bertscope.core.model.labels import token_labels
 
 POSITIVE = (214, 39, 40)  # red
 NEGATIVE = (31, 119, 180)  # blue
@@ -64,7 +65,7 @@ def positions_grid(effects: np.ndarray, tokens: Sequence[str], differing: Collec
     table.add_column("token", no_wrap=True, max_width=14)
     for layer in range(effects.shape[0]):
         table.add_column(f"{layer:>5} ", justify="right", no_wrap=True)
-    for position, token in enumerate(tokens):
+    for position, token in enumerate(token_labels(tokens)):
         label = Text(f"{position:>2} {token} ", style="bold" if position in differing else "dim")
         table.add_row(label, *(effect_cell(value) + " " for value in effects[:, position]))
     return table
@@ -80,7 +81,8 @@ def legend() -> Text:
 
 def patching_report(result: PatchingResult, model: str) -> Group:
     """What was compared, the two metric values, then one view per sweep run."""
-    differing = ", ".join(f"{i}:{result.tokens[i]}→{result.corrupt_tokens[i]}" for i in result.differing)
+    clean, corrupt = token_labels(result.tokens), token_labels(result.corrupt_tokens)
+    differing = ", ".join(f"{i}:{clean[i]}→{corrupt[i]}" for i in result.differing)
     parts: list[RenderableType] = [
         Text.assemble(("activation patching", "bold"), f" · {result.direction} · {model}"),
         Text(f"m = {result.metric_description}", style="dim"),

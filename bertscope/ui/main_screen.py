@@ -373,7 +373,7 @@ class MainScreen(Screen[None]):
                 analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), self.mask, (layer, head)
             )
         self.query_one(EffectPanel).show(
-            analysis.cosines, len(analysis.current.mask), analysis.predictions_plain, analysis.predictions_current, analysis.current.tokens
+            analysis.cosines, len(analysis.current.mask), analysis.predictions_plain, analysis.predictions_current, analysis.labels
         )
         view = self.query_one(AttentionView)
         shown = self._displayed_matrix(analysis)
@@ -388,7 +388,7 @@ class MainScreen(Screen[None]):
         window = windows[layer] if layer < len(windows) else None
         view.show(
             beyond_reach(weights, window),
-            analysis.current.tokens,
+            analysis.labels,
             self.explorer.colormap(),
             title=title + reach_note(window, length),
             short_title=self._short_title(analysis, masked, window),
@@ -402,7 +402,7 @@ class MainScreen(Screen[None]):
         )
         self.state = self.state.with_(cursor=view.cursor)
         row = view.cursor[0]
-        self.query_one(TokenPanel).show(analysis.current.tokens, weights[row], row, top=self._token_rows(), norms=self._norms_shown())
+        self.query_one(TokenPanel).show(analysis.labels, weights[row], row, top=self._token_rows(), norms=self._norms_shown())
 
     def _token_rows(self) -> int:
         """The tokens the token pane lists: five, or three on a short screen, where the effect pane's first lines

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
 from textual.message import Message
 
+from bertscope.core.model.labels import token_labels
 from bertscope.core.model.results import ForwardResult, MaskPrediction
 from bertscope.ui.backend import Backend
 
@@ -45,6 +47,11 @@ class Analysis:
     predictions_current: list[MaskPrediction]
     # A long input's maps: the shown layer's only (the results then hold no `attentions`); empty otherwise.
     layers: dict[int, LayerMaps] = field(default_factory=dict)
+
+    @functools.cached_property
+    def labels(self) -> tuple[str, ...]:
+        """The tokens as the views label them: their text, word pieces marked `##` for every family (core.model.labels)."""
+        return token_labels(self.current.tokens, self.current.encoding.special)
 
     @property
     def every_layer(self) -> bool:

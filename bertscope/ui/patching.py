@@ -29,6 +29,7 @@ from textual.widgets import Input, ProgressBar, Static
 
 from bertscope.core.analyses.patching_results import PatchingResult
 from bertscope.core.data.probing_tasks import TASKS
+from bertscope.core.model.labels import token_labels
 from bertscope.core.model.masks import HeadMask
 from bertscope.core.model.results import ModelInfo
 from bertscope.core.progress import Progress
@@ -380,7 +381,8 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
     def done_text(self) -> str:
         result = self.result
         assert result is not None  # said once the run is done
-        differing = ", ".join(f"{result.tokens[i]}→{result.corrupt_tokens[i]}" for i in result.differing)
+        clean, corrupt = token_labels(result.tokens), token_labels(result.corrupt_tokens)
+        differing = ", ".join(f"{clean[i]}→{corrupt[i]}" for i in result.differing)
         return f"{result.metric} · {result.direction} · {differing}"
 
     def on_screen_suspend(self) -> None:
@@ -459,12 +461,13 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
         if result.positions is not None:
             parts.append(Text("\nresidual stream (0 = embeddings)", style="bold"))
             wide = FULL_GRID_WIDTH + 6 * result.positions.shape[0] <= width
+            labels = token_labels(result.tokens)  # RoBERTa's `Ġte` as `te` (core.model.labels)
             if wide:
-                parts.append(positions_grid(result.positions, result.tokens, set(result.differing)))
+                parts.append(positions_grid(result.positions, labels, set(result.differing)))
             else:
                 parts += [
-                    compact_positions(result.positions, result.tokens, set(result.differing), self.glyphs),
-                    strongest(result.positions, result.tokens),
+                    compact_positions(result.positions, labels, set(result.differing), self.glyphs),
+                    strongest(result.positions, labels),
                 ]
             parts.append(
                 Text("* / bold: the tokens that differ", style="dim") if not wide else Text("bold: the tokens that differ", style="dim")

@@ -11,7 +11,9 @@ from textual.binding import Binding
 from textual.widget import Widget
 from textual.widgets import Static
 
+from bertscope.core.model.labels import token_labels
 from bertscope.core.model.results import MaskPrediction
+from bertscope.ui.theme import rich_colour
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
@@ -19,7 +21,7 @@ SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 def bar(widget: Static, size: float, value: float) -> Bar:
     """A horizontal bar in the theme's colours (Rich's default grey jars on light themes)."""
     theme = widget.app.current_theme
-    return Bar(size, 0.0, value, color=theme.primary, bgcolor=theme.panel or theme.surface or "default")
+    return Bar(size, 0.0, value, color=rich_colour(theme.primary, "magenta"), bgcolor=rich_colour(theme.panel or theme.surface, "default"))
 
 
 class RowsPanel(Static):
@@ -100,11 +102,16 @@ class EffectPanel(RowsPanel, can_focus=True):
             guesses.add_column()
             for rank in range(min(3, len(plain.tokens))):
                 guesses.add_row(
-                    Text(f"{plain.tokens[rank]} {plain.probabilities[rank]:.2f}"),
-                    Text(f"→ {current.tokens[rank]} {current.probabilities[rank]:.2f}" if masked_heads else ""),
+                    Text(f"{guess_label(plain.tokens[rank])} {plain.probabilities[rank]:.2f}"),
+                    Text(f"→ {guess_label(current.tokens[rank])} {current.probabilities[rank]:.2f}" if masked_heads else ""),
                 )
             parts.append(guesses)
         update_keeping_layout(self, Group(*parts), rows=(len(cosines), len(before)))
+
+
+def guess_label(token: str) -> str:
+    """An MLM guess as it reads: a piece on its own, its word-start mark dropped (core.model.labels)."""
+    return token_labels((token,))[0]
 
 
 class StatusLine(Static):
