@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from bertscope.ui.widgets.attention_view import AttentionView
 from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.panels import EffectPanel, StatusLine
 from tests.fake_backend import FakeBackend
@@ -155,3 +156,48 @@ def test_the_prune_dialog_and_the_compare_box_are_not_cut_at_80_columns():
         assert "model B: directory or Hugging Face name " in screen_lines(app)[1]
 
     run(app, steps, size=(80, 24))
+
+
+WORDS = "the postman was delivering letters from international organisations to the cabinet".split()
+
+
+def long_sentence(count: int = 200) -> str:
+    return " ".join(WORDS[i % len(WORDS)] for i in range(count))
+
+
+def test_a_long_input_at_80_columns_has_a_compact_gutter_a_ruler_and_the_cursor_s_labels_in_full():
+    backend = FakeBackend()
+    backend.max_length = 256
+    app = make_app(backend, text=long_sentence(), glyphs=False)
+
+    async def steps(pilot):
+        view = app.query_one(AttentionView)
+        assert view.dense_shown and view.weights.shape == (202, 202)
+        pane = view.scrollable_content_region.width
+        assert view.map_layout.gutter_width <= pane // 4 + 1  # one label a line, not two: a quarter of the pane at most
+        labels = [strip.text for strip in view._labels]
+        assert len(labels) == 2 and labels[0].startswith("0") and "10" in labels[0]  # the column numbers
+        assert labels[1].startswith("▼") and "╵" in labels[1]  # and the cursor's column marked (column 0)
+        await pilot.press("tab", "tab")  # the heatmap
+        assert app.focused is view
+        await pilot.press(*["down"] * 4, "end")  # row 4 "delivering", column 201 "[SEP]": one line would cut them
+        await settle(pilot)
+        header = [strip.text.rstrip() for strip in view._header]
+        assert header == ["▸ 4:delivering", f"  → 201:[SEP]  {view.weights[4, 201]:.3f}"], header
+        lines = screen_lines(app)
+        top = view.content_region.y
+        assert lines[top].rstrip(" │").endswith("▸ 4:delivering") and "→ 201:[SEP]" in lines[top + 1]
+        ticks = lines[top + 3]
+        assert "▼" in ticks  # scrolled to the last column, still marked
+        row_line = next(line for line in lines[top + 4 :] if "▸" in line)
+        assert "deliv" in row_line  # the cursor's row labelled on its line, though it is the lower of the two
+
+    run(app, steps, size=(80, 24))
+
+
+def test_a_ruler_number_cut_by_the_scroll_is_left_out():
+    from bertscope.ui.widgets.attention_view import _cut_number
+
+    text = "0         10        20        30"
+    assert _cut_number(text, 11) == 1 and _cut_number(text, 10) == 0 and _cut_number(text, 3) == 0
+    assert _cut_number(text[::-1], len(text) - 21) == 1  # "2" of "20" at the right edge

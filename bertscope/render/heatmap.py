@@ -79,6 +79,10 @@ class AttentionHeatmap:
     prints wide arrays; turn it off where a scrolling container shows the full width.
     ``glyphs`` forces shade glyphs (True) or colours (False); None decides from the console.
     ``quantity`` names what the cells hold in the legend (e.g. value-weighted norms; None: weights).
+    ``compact_gutter`` gives a dense map one row label a line, not two: the cursor's row where it is on the
+    line, else the upper row (the explorer's narrow pane). ``ruler`` replaces the column labels written
+    downwards, which one-cell columns leave unreadable past a few dozen tokens, by a ruler: the column
+    numbers every ten and a mark over the cursor's column (whose label the line above the map names).
     """
 
     def __init__(
@@ -102,6 +106,8 @@ class AttentionHeatmap:
         legend: bool = True,
         glyphs: bool | None = None,
         quantity: str | None = None,
+        compact_gutter: bool = False,
+        ruler: bool = False,
     ) -> None:
         weights = np.asarray(weights, dtype=float)
         if weights.ndim != 2:
@@ -143,6 +149,8 @@ class AttentionHeatmap:
         self.legend = legend
         self.glyphs = glyphs  # None: decide from the console's colours
         self.quantity = quantity
+        self.compact_gutter = compact_gutter
+        self.ruler = ruler
 
     def layout(self, use_colour: bool, cell_width: int | None = None) -> HeatmapLayout:
         """The picture's lines for a console with (or without) enough colours."""
@@ -276,14 +284,15 @@ class HeatmapLayout:
         self.grid_width = cell_width * cols
         self.codes = _codes(heatmap, self.palette.levels)
         self._cells = {code: self.palette.cell(code, cell_width) for code in self.palette.cells}
+        self.compact = heatmap.compact_gutter and self.rows_per_line == 2  # one label a line in a dense map
         label = heatmap.label_width
-        self.with_gutter(2 * label + 2 if self.rows_per_line == 2 else label + 1)  # dense: both rows' labels
+        self.with_gutter(2 * label + 2 if self.rows_per_line == 2 and not self.compact else label + 1)  # dense: both rows' labels
 
     def with_gutter(self, width: int) -> HeatmapLayout:
         """Set the width of the row-label gutter (labels are cut to fit, with an ellipsis)."""
         self.gutter_width = max(2, width)
         label_width = self.gutter_width - 1
-        if self.rows_per_line == 2:
+        if self.rows_per_line == 2 and not self.compact:
             label_width = max(1, (self.gutter_width - 2) // 2)
         self._labels = [_fit(label, label_width) for label in self.heatmap.row_labels]
         self._label_width = label_width
@@ -295,6 +304,13 @@ class HeatmapLayout:
         cursor_row = heatmap.cursor[0] if heatmap.cursor is not None else -1
         rows = range(line * self.rows_per_line, min((line + 1) * self.rows_per_line, len(self._labels)))
         segments = []
+        if self.compact:  # one label: the cursor's row where it is on this line, else the upper row
+            row = cursor_row if cursor_row in rows else rows[0]
+            label = self._labels[row]
+            word = label.lstrip(" ")
+            segments += [Segment(label[: len(label) - len(word)]), Segment(word, emphasis if row == cursor_row else None)]
+            segments.append(Segment("▸" if cursor_row in rows else " ", emphasis if cursor_row in rows else None))
+            return segments
         if self.rows_per_line == 2:
             pad = self.gutter_width - 2 - 2 * self._label_width
             if pad:
@@ -333,6 +349,8 @@ class HeatmapLayout:
         Neighbouring labels alternate plain and dim, so one-cell-wide columns still read apart.
         """
         heatmap = self.heatmap
+        if heatmap.ruler:
+            return self.ruler_lines(start, stop)
         labels = heatmap.col_labels[start:stop]
         height = min(heatmap.label_height, max((len(label) for label in labels), default=0))
         if height <= 0:
@@ -351,16 +369,47 @@ class HeatmapLayout:
             lines.append(list(Segment.simplify(segments)))
         return lines
 
-    def header_lines(self) -> list[list[Segment]]:
-        """The cursor cell in words: from-token → to-token and its weight (nothing without a cursor)."""
+    def ruler_lines(self, start: int = 0, stop: int | None = None) -> list[list[Segment]]:
+        """In place of the column labels (`ruler`): the column numbers every ten, over a line of ticks every five
+        with a mark over the cursor's column; as many of the two lines as the label height allows, ticks first."""
+        heatmap, width = self.heatmap, self.cell_width
+        stop = heatmap.weights.shape[1] if stop is None else stop
+        height = min(heatmap.label_height, 2)
+        if height <= 0 or stop <= start:
+            return []
+        cursor_col = heatmap.cursor[1] if heatmap.cursor is not None else -1
+        numbers = [" "] * ((stop - start) * width)
+        for col in range(start - start % 10, stop, 10):
+            text = str(col)
+            at = (col - start) * width
+            if at >= 0 and all(char == " " for char in numbers[max(0, at - 1) : at + len(text)]):
+                numbers[at : at + len(text)] = list(text[: len(numbers) - at])
+        ticks: list[Segment] = []
+        for col in range(start, stop):
+            mark = "▼" if col == cursor_col else "╵" if col % 5 == 0 else " "
+            ticks.append(Segment(mark.ljust(width), self.palette.emphasis if col == cursor_col else Style(dim=True)))
+        lines = [list(Segment.simplify(ticks))]
+        if height == 2:
+            lines.insert(0, [Segment("".join(numbers), Style(dim=True))])
+        return lines
+
+    def header_lines(self, width: int | None = None) -> list[list[Segment]]:
+        """The cursor cell in words: from-token → to-token and its weight (nothing without a cursor); on two lines,
+        the from-token on the first, where one line of `width` would cut them."""
+        texts = self.header_texts(width)
+        return [[Segment(text, self.palette.emphasis)] for text in texts]
+
+    def header_texts(self, width: int | None = None) -> list[str]:
         heatmap = self.heatmap
         if heatmap.cursor is None:
             return []
         row, col = heatmap.cursor
         value = heatmap.weights[row, col]
         shown = "out of reach" if np.isnan(value) else _number(value, 3)
-        text = f"▸ {row}:{heatmap.row_labels[row]} → {col}:{heatmap.col_labels[col]}  {shown}"
-        return [[Segment(text, self.palette.emphasis)]]
+        first, second = f"▸ {row}:{heatmap.row_labels[row]}", f"→ {col}:{heatmap.col_labels[col]}  {shown}"
+        if width is None or cell_len(first) + 1 + cell_len(second) <= width:
+            return [f"{first} {second}"]
+        return [first, "  " + second]
 
     def legend(self, indent: int = 0, width: int | None = None) -> list[Segment]:
         """The scale's name, its low end, a colour bar (or the glyphs) and its high end."""

@@ -27,7 +27,19 @@ from bertscope.render.heatmap import CELL_WIDTH, MAX_LABEL_HEIGHT, MAX_LABEL_WID
 from bertscope.theming import Colormap
 
 MIN_LABEL_WIDTH = 5  # row labels keep at least this many cells when the grid does not fit
-LABEL_SHARE = 3  # ... and take at most a third of the pane then
+LABEL_SHARE = 4  # ... and take at most a quarter of the pane then
+RULER_FROM = 50  # columns from which one-cell columns get a ruler, not labels written downwards
+
+
+def _cut_number(text: str, start: int) -> int:
+    """How many digits from `start` on belong to a number that begins before it (0 if none); on the reversed
+    text, how many digits before a cut belong to a number that goes on after it."""
+    if start <= 0 or start >= len(text) or not (text[start - 1].isdigit() and text[start].isdigit()):
+        return 0
+    end = start
+    while end < len(text) and text[end].isdigit():
+        end += 1
+    return end - start
 
 
 class AttentionView(ScrollView, can_focus=True):
@@ -144,17 +156,15 @@ class AttentionView(ScrollView, can_focus=True):
             width -= 1  # a vertical scrollbar
         longest = max((cell_len(token) for token in tokens), default=1)
         labels_wanted = min(longest, MAX_LABEL_WIDTH)
-        gutter_wanted = (2 * labels_wanted + 2) if dense else labels_wanted + 1
+        gutter_wanted = labels_wanted + 1  # one label a line, dense or not (the cursor's row where it is)
         if gutter_wanted + cols <= width:
             gutter = gutter_wanted
-        else:  # the grid scrolls anyway: the labels take a third of the pane
-            gutter = min(gutter_wanted, max(MIN_LABEL_WIDTH + (MIN_LABEL_WIDTH if dense else 1), width // LABEL_SHARE))
+        else:  # the grid scrolls anyway: the labels take a quarter of the pane
+            gutter = min(gutter_wanted, max(MIN_LABEL_WIDTH + 1, width // LABEL_SHARE))
         cell_width = CELL_WIDTH if gutter + CELL_WIDTH * cols <= width else 1
         if gutter + cell_width * cols > width:
             height -= 1  # a horizontal scrollbar
-        spare = height - fixed - lines
-        longest_column = max((len(token) for token in tokens), default=0)
-        label_height = min(MAX_LABEL_HEIGHT, longest_column, spare if spare > 0 else (height - fixed) // 5)
+        ruler = cell_width == 1 and cols > RULER_FROM  # letters a cell wide, one over another, read no more
         self.heatmap = AttentionHeatmap(
             weights,
             tokens,
@@ -167,15 +177,23 @@ class AttentionView(ScrollView, can_focus=True):
             cell_width=cell_width,
             dense=dense,
             label_width=max(1, gutter - 1),
-            label_height=max(0, label_height),
+            label_height=0,  # below, once the header's lines are known
             glyphs=request["glyphs"],
             quantity=request["quantity"],
             vmax=request["vmax"],
+            compact_gutter=True,
+            ruler=ruler,
         )
         self.map_layout = layout = self.heatmap.layout(use_colour, cell_width).with_gutter(gutter)
         self.dense_shown = layout.rows_per_line == 2
         self._base = base = self.rich_style  # the theme's colours under cells that have none of their own
-        self._header = [Strip(line).apply_style(base) for line in layout.header_lines()]
+        # the cursor's row and column in words, on two lines where one would cut them: always readable
+        self._header = [Strip(line).apply_style(base) for line in layout.header_lines(width)]
+        fixed = len(self._header) + 1  # and the legend
+        spare = height - fixed - lines
+        longest_column = 2 if ruler else max((len(token) for token in tokens), default=0)
+        label_height = min(MAX_LABEL_HEIGHT, longest_column, spare if spare > 0 else (height - fixed) // 5)
+        self.heatmap.label_height = max(0, label_height)
         labels_key = (tokens, use_colour, cell_width, label_height, self.cursor[1], request["colormap"], base)
         if labels_key != self._labels_key:  # the same for every head of a sentence
             self._labels_key = labels_key
@@ -236,6 +254,11 @@ class AttentionView(ScrollView, can_focus=True):
         y -= len(self._header)
         if y < len(self._labels):
             label = self._labels[y].crop(scroll_x, scroll_x + width - gutter)
+            # a ruler's column number cut at either edge by the scroll: left out, rather than misread
+            text, shown = self._labels[y].text, label.cell_length
+            left, right = _cut_number(text, scroll_x), _cut_number(text[::-1], len(text) - scroll_x - shown)
+            if left or right:
+                label = Strip.join([Strip.blank(left, base), label.crop(left, shown - right), Strip.blank(right, base)])
             return Strip.join([Strip.blank(gutter, base), label]).crop_extend(0, width, base)
         y -= len(self._labels)
         shown = min(max(1, region.height - self._top() - 1), layout.lines - scroll_y)
