@@ -104,7 +104,7 @@ class ProbingScreen(Screen[None]):
         options += [(f"{name} (treebank)", name) for name in TREEBANK_TASKS]  # a CoNLL-U file, else the built-in one
         with Horizontal(id="probe-row"):
             yield Select(options, value="bigram_shift", allow_blank=False, id="task")
-            yield Input(placeholder="CoNLL-U/SentEval file (empty: built-in)", id="probe-data")
+            yield Input(placeholder="CoNLL-U/SentEval (empty: built-in)", id="probe-data")
         with Horizontal(id="probe-progress-line"):
             yield ProgressBar(total=None, show_eta=False, id="probe-progress")
             yield Static("r runs the chosen task (/ chooses another)", id="probe-status")
