@@ -21,6 +21,7 @@ __all__ = [
     "cloze",
     "compare",
     "corpus",
+    "erase",
     "fill",
     "geometry",
     "importance",

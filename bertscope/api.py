@@ -53,6 +53,7 @@ from bertscope.core.progress import Progress, outcome, relay
 
 if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyses are not
     from bertscope.core.analyses.attribution_results import Attribution
+    from bertscope.core.analyses.erasure_results import ErasureResult
     from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryResult
     from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
     from bertscope.core.analyses.mixing_results import Mixing, MixingAgreement
@@ -586,6 +587,111 @@ def check_mdl(task: str, mdl: bool) -> None:
 
     if mdl and task in STRUCTURAL_TASKS:
         raise InputError(MDL_STRUCTURAL, setting="mdl")
+
+
+@analysis("erasure", summed=False)
+def erase(
+    model: Session,
+    task: str,
+    texts: Iterable[Sentence] | ProbeData | None = None,
+    *,
+    layer: int | None = None,
+    data: str | Path | None = None,
+    dev: SentencesOrFile = None,
+    test: SentencesOrFile = None,
+    format: str = "auto",
+    limit: int | None = None,
+    measure: str | None = None,
+    probe_layer: int | None = None,
+    word_pooling: str = "first",
+    sentence_pooling: str = "cls",
+    min_examples: int = 2,
+    cache_dir: CacheDir = None,
+    mask: str | HeadMask | None = None,
+    ablation: Ablation = "zero",
+    batch_size: int | None = None,
+    seed: int = 0,
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> Iterator[Progress[ErasureResult]]:
+    """Amnesic probing (Elazar et al. 2021) with LEACE: erase `task` from hidden-state `layer` (0 = embeddings; None:
+    the last) inside the forward pass, and say what the model loses.
+
+    The eraser is fitted on the train split's features at `layer`. The result holds the linear guardedness (a fresh
+    probe for `task` at `layer` and above, before and after), the rank removed and its share of the variance, and
+    the `measure` on the test split as it is, erased, and with as many random directions removed: `mlm` (a model
+    with an MLM head; the default there), `preserve` (the default otherwise), `class` (a sequence classifier and
+    labelled sentences) or `probe:TASK2` (a probe for another task at `probe_layer`, default the last). The data
+    are chosen as `probe`'s; `mask` switches heads off throughout.
+    """
+    check_erasure(task, measure)
+    from bertscope.core.analyses.erasure import run_erasure
+    from bertscope.core.data.splits import make_splits
+
+    chosen = erasure_sentences(task, measure, texts, data=data, dev=dev, test=test, format=format, limit=limit)
+    splits = make_splits(chosen.train, chosen.dev, chosen.test, seed=seed)
+    run = run_erasure(
+        model,
+        task,
+        splits,
+        layer=model.num_layers if layer is None else layer,
+        measure=measure,
+        probe_layer=probe_layer,
+        word_pooling=word_pooling,
+        sentence_pooling=sentence_pooling,
+        mask=head_mask(model, mask).spec(),
+        ablation=ablation,
+        min_examples=min_examples,
+        cache_dir=cache_dir,
+        batch_size=batch_size,
+        seed=seed,
+        cancel=cancel,
+    )
+    return _noted(run, lambda result: (*chosen.notes, *result.notes))
+
+
+def check_erasure(task: str, measure: str | None) -> None:
+    """Refuse, before any model loads, what erasure cannot do: a structural task, a measure it does not know
+    (torch-free: the CLI calls it)."""
+    from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS
+
+    if task in STRUCTURAL_TASKS:
+        raise InputError(f"task {task!r} is a structural probe; erasure takes classification tasks", setting="task")
+    if measure is not None:
+        name, _, other = measure.partition(":")
+        if name not in ("mlm", "preserve", "class", "classification", "probe") or (name == "probe") != bool(other):
+            raise InputError(f"unknown measure {measure!r}; use mlm, preserve, class or probe:TASK (probe:upos, say)", setting="measure")
+        if other in STRUCTURAL_TASKS:
+            raise InputError(f"the probe measure takes classification tasks; {other!r} is a structural probe", setting="measure")
+
+
+def erasure_sentences(
+    task: str,
+    measure: str | None,
+    texts: Iterable[Sentence] | ProbeData | None = None,
+    *,
+    data: str | Path | None = None,
+    dev: SentencesOrFile = None,
+    test: SentencesOrFile = None,
+    format: str = "auto",
+    limit: int | None = None,
+) -> ProbeData:
+    """`probe_sentences` for `task`, with the treebank columns a `probe:TASK2` measure reads kept as well."""
+    chosen = probe_sentences(task, texts, data=data, dev=dev, test=test, format=format, limit=limit)
+    other = (measure or "").partition(":")[2]
+    if not other or other == task or other not in _TASK_COLUMNS or isinstance(texts, ProbeData):
+        return chosen
+    extra = probe_sentences(other, texts, data=data, dev=dev, test=test, format=format, limit=limit)
+    columns = _TASK_COLUMNS[other]
+
+    def merged(ours: list[Sentence] | None, theirs: list[Sentence] | None) -> list[Sentence] | None:
+        if ours is None or theirs is None:
+            return ours
+        return [replace(a, **{column: getattr(b, column) for column in columns}) for a, b in zip(ours, theirs, strict=True)]
+
+    return replace(
+        chosen, train=merged(chosen.train, extra.train) or [], dev=merged(chosen.dev, extra.dev), test=merged(chosen.test, extra.test)
+    )
 
 
 # --- which heads matter ------------------------------------------------------------------------------------

@@ -128,7 +128,7 @@ def test_patch_is_in_the_api(tiny_session):
 
 
 ANALYSES = ["patterns", "syntax", "probe", "importance", "pruning_curve", "prune", "fill", "cloze", "attribute", "patch",
-            "geometry", "compare", "mixing", "mixing_agreement"]
+            "geometry", "compare", "mixing", "mixing_agreement", "erase"]
 
 
 def test_every_analysis_is_written_once_and_its_stream_takes_exactly_its_arguments():
@@ -143,7 +143,7 @@ def test_every_analysis_is_written_once_and_its_stream_takes_exactly_its_argumen
         assert {"progress", "cancel"} <= set(inspect.signature(function).parameters), name
         assert inspect.signature(function).return_annotation != inspect.signature(stream).return_annotation, name
     corpus_analyses = ["patterns", "syntax", "importance", "pruning_curve", "prune", "cloze", "geometry", "compare", "probe",
-                       "mixing_agreement"]
+                       "mixing_agreement", "erase"]
     for name in corpus_analyses:  # one form of corpus argument: `texts` given, or a file as `data=`
         parameters = inspect.signature(getattr(bertscope, name)).parameters
         assert "texts" in parameters and parameters["data"].kind is inspect.Parameter.KEYWORD_ONLY, name
@@ -196,7 +196,7 @@ def test_the_apis_keywords_are_named_as_the_commands_flags():
                   "relations", "min_count", "layer", "colour_by", "points", "curve", "cloze"}  # rows shown, or which function
     commands = {"patterns": ["patterns"], "syntax": ["syntax"], "probe": ["probe"], "importance": ["importance"],
                 "prune": ["prune", "pruning_curve"], "fill": ["fill", "cloze"], "attribute": ["attribute"], "patch": ["patch"],
-                "geometry": ["geometry"], "compare": ["compare"], "mixing": ["mixing", "mixing_agreement"]}
+                "geometry": ["geometry"], "compare": ["compare"], "mixing": ["mixing", "mixing_agreement"], "erase": ["erase"]}
     for command, functions in commands.items():
         keywords = set().union(*(inspect.signature(getattr(bertscope, name)).parameters for name in functions))
         for option in main.commands[command].params:

@@ -4,7 +4,7 @@
 of commands, registered on the group here, in one place, so no module imports it back.
 """
 
-from bertscope.cli import attention, fill_attribute, geometry, importance, mixing, patching, patterns, probing, syntax
+from bertscope.cli import attention, erase, fill_attribute, geometry, importance, mixing, patching, patterns, probing, syntax
 from bertscope.cli.common import main
 
 for command in (
@@ -14,6 +14,7 @@ for command in (
     attention.export,
     patterns.patterns,
     probing.probe,
+    erase.erase,
     probing.treebank,
     probing.cache,
     importance.importance,

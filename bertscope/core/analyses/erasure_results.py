@@ -1,0 +1,86 @@
+"""Amnesic probing's result as plain data (no torch): what the CLI prints and the explorer would draw.
+
+Computed by core.analyses.erasure; kept apart so the UI's contract can name it without torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bertscope.figures.notebook import Shown
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+@dataclass(frozen=True, repr=False)
+class ErasureResult(Shown):
+    """A property erased from one hidden-state layer inside the forward pass (Elazar et al. 2021, with LEACE).
+
+    `guardedness`: per hidden-state layer from `layer` up, the test accuracy of a probe for `task` on the
+    features of the model as it is (`accuracy_before`) and of a fresh probe on the features of the forward
+    pass with the property erased at `layer` (`accuracy_after`: near `majority` at `layer` if the erasure
+    holds, above it higher up where the model computes the property again). `measure`: the model's behaviour
+    on the test split with no erasure, with the property erased and with as many random directions removed
+    (Elazar et al.'s control), as `{"name", "metric", "none", "erased", "control", "loss": {...}}`.
+    `rank`: the directions removed; `variance_share`: the share of the layer's variance (on the training
+    split) that the erasure takes away.
+    """
+
+    task: str
+    layer: int
+    rank: int
+    variance_share: float
+    majority: float
+    guardedness: list[dict[str, Any]]
+    measure: dict[str, Any]
+    counts: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def summary(self) -> str:
+        at = self.guardedness[0]
+        parts = [
+            f"{self.task} erased at layer {self.layer}: rank {self.rank} ({self.variance_share:.1%} of the variance)",
+            f"probe {at['accuracy_before']:.3f} → {at['accuracy_after']:.3f} (majority {self.majority:.3f})",
+        ]
+        if len(self.guardedness) > 1:
+            top = self.guardedness[-1]
+            parts.append(f"layer {top['layer']}: {top['accuracy_before']:.3f} → {top['accuracy_after']:.3f}")
+        m = self.measure
+        parts.append(f"{m['name']} {m['none']:.3f} → {m['erased']:.3f} (random control {m['control']:.3f})")
+        return " · ".join(parts)
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per hidden-state layer from the erased one up: the task's probe accuracy before and after."""
+        return [dict(row) for row in self.guardedness]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "layer": self.layer,
+            "rank": self.rank,
+            "variance_share": round(self.variance_share, 6),
+            "majority": round(self.majority, 6),
+            "guardedness": self.guardedness,
+            "measure": self.measure,
+            "counts": self.counts,
+            "settings": self.settings,
+            "notes": list(self.notes),
+        }
+
+    def figure(self) -> Figure:
+        """The task's probe accuracy per layer (0 = embeddings) before and after the erasure, the majority class dashed."""
+        from bertscope.figures.curves import ProbeCurve, probe_curves
+
+        first = self.guardedness[0]["layer"]
+        before = [math.nan] * first + [row["accuracy_before"] for row in self.guardedness]
+        after = [math.nan] * first + [row["accuracy_after"] for row in self.guardedness]
+        curves = [ProbeCurve("before erasure", before), ProbeCurve("after erasure", after, baselines={"majority": self.majority})]
+        note = (
+            f"{self.measure['name']}: {self.measure['none']:.3f} as it is, {self.measure['erased']:.3f} erased, "
+            f"{self.measure['control']:.3f} with {self.rank} random directions removed"
+        )
+        return probe_curves(curves, "accuracy", title=f"{self.task} erased at layer {self.layer} (LEACE)", note=note)
