@@ -13,6 +13,10 @@ if TYPE_CHECKING:
     from bertscope.core.analyses.probing_results import ProbeReport
 
 
+# The description length's columns, short: a table with every baseline and both codes is wide.
+SHORT = {"online_bits": "bits", "compression": "compr.", "control_online_bits": "control bits", "control_compression": "control compr."}
+
+
 def probe_report(report: ProbeReport, model: str, source: str) -> Group:
     """Per layer (0 = embeddings) the main score as a bar, the other columns as numbers."""
     metric = report.metric
@@ -23,7 +27,7 @@ def probe_report(report: ProbeReport, model: str, source: str) -> Group:
     extra = [name for name in rows[0] if name not in ("layer", metric, "l2", "uniform_bits")]  # one uniform code: said below
     table.add_column("", justify="right")
     for name in extra:
-        table.add_column(name.replace("_", " "), justify="right")
+        table.add_column(SHORT.get(name, name.replace("_", " ")), justify="right")
     low = min(0.0, min(entry[metric] for entry in report.layers))
     for entry in rows:
         best = entry["layer"] == report.best_layer
@@ -42,8 +46,8 @@ def probe_report(report: ProbeReport, model: str, source: str) -> Group:
     if report.mdl:  # the description length's choices, in a line
         code.append(
             Text(
-                f"description length (Voita & Titov): uniform code {rows[0]['uniform_bits']:,.0f} bits for "
-                f"{report.mdl['examples']:,} {report.mdl['unit']}; compression = uniform / online bits; "
+                f"description length (Voita & Titov): bits of the online code; compr. = the uniform code's "
+                f"{rows[0]['uniform_bits']:,.0f} bits for {report.mdl['examples']:,} {report.mdl['unit']} / bits; "
                 f"{len(report.mdl['block_ends'])} blocks, {report.mdl['order']}",
                 style="dim",
             )
