@@ -201,3 +201,26 @@ def test_a_ruler_number_cut_by_the_scroll_is_left_out():
     text = "0         10        20        30"
     assert _cut_number(text, 11) == 1 and _cut_number(text, 10) == 0 and _cut_number(text, 3) == 0
     assert _cut_number(text[::-1], len(text) - 21) == 1  # "2" of "20" at the right edge
+
+
+def test_the_overview_s_tables_scroll_from_the_keyboard_at_80x24():
+    """Below the fold at 80×24, the syntax table was out of reach but for a mouse wheel."""
+    from pathlib import Path
+
+    app = make_app(text=SENTENCE)
+
+    async def steps(pilot):
+        screen = await open_screen(pilot, "o")
+        box = screen.query_one("#corpus")
+        box.value = str(Path(__file__).resolve().parents[1] / "bertscope" / "data" / "sample.conllu")
+        await box.action_submit()
+        await settle(pilot)
+        charts = screen.query_one("#charts")
+        assert charts.max_scroll_y > 0  # the syntax table is below the fold
+        await pilot.press("tab")
+        assert screen.focused is charts
+        await pilot.press("pagedown")
+        await pilot.pause()
+        assert charts.scroll_y > 0
+
+    run(app, steps, size=(80, 24))

@@ -43,7 +43,7 @@ and every pane shows the effect.
 | `g` | geometry: each layer's PCA scatter over a corpus coloured by label (arrows move through the layers, `f` changes the label), CKA layer × layer, TwoNN intrinsic dimension |
 | `c` | compare with a model B of the same tokenizer (a fine-tuned checkpoint, say): the grid shaded by each head's attention cosine A·B, CKA per layer; Enter opens a head here |
 | `X` | activation patching: type a corrupted copy of the sentence (a word changed, same token count); `m` chooses what is measured (`preserve` the final hidden states, a `probe`'s decision for a task, an `mlm` answer, a `class`), `d` denoise (clean into corrupted: what restores) or noise (what breaks); the grid shows each head's effect (red: carries the difference, blue: works against), beside each layer's attention and feed-forward writes and the residual stream token × hidden state; Enter opens a head here |
-| `o` | overview: every head's pattern class and statistics over a corpus (Enter opens a head here; `n` there: the shares of value-weighted norms ‖αf‖ instead of the weights) |
+| `o` | overview: every head's pattern class and statistics over a corpus (Enter opens a head here; `n` there: the shares of value-weighted norms ‖αf‖ instead of the weights; `tab`, then the arrows, scroll its tables) |
 | `escape` | leave a box; cancel the computation in progress; on another screen, go back |
 | `ctrl+p` | command palette: every action by name |
 | `?` | this help |

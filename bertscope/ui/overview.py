@@ -120,6 +120,7 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
     OverviewScreen #overview-grid { border: round $accent; padding: 0 1; height: auto; }
     OverviewScreen #head-details { padding: 0 1; height: auto; }
     OverviewScreen #charts { padding: 0 1; }
+    OverviewScreen #charts:focus { background: $boost; }
     """
 
     def __init__(
@@ -154,7 +155,7 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
             with VerticalScroll(id="overview-left", can_focus=False):
                 yield PatternGrid(self.colormap, id="overview-grid")
                 yield Static("", id="head-details")
-            yield VerticalScroll(Static("", id="charts-content"), id="charts", can_focus=False)
+            yield VerticalScroll(Static("", id="charts-content"), id="charts")  # tab, then arrows: the syntax table at 80×24
         yield KeyFooter()
 
     def on_mount(self) -> None:
