@@ -54,3 +54,22 @@ def test_labels_of_labels_are_the_same(text):
         tokens, special = tokenised(family, text)
         labels = token_labels(tokens, special)
         assert token_labels(labels, special) == labels
+
+
+def test_a_figure_labels_tokens_as_the_explorer_does():
+    import numpy as np
+
+    from bertscope.core.model.masks import HeadMask
+    from bertscope.core.model.results import Encoding, ForwardResult
+
+    tokens, special = tokenised("modernbert", pair=None)
+    size = len(tokens)
+    encoding = Encoding(
+        text=TEXT, pair=None, tokens=tuple(tokens), input_ids=np.arange(size), token_type_ids=np.zeros(size, dtype=int),
+        special=np.array(special, dtype=bool), word_ids=(None,) * size, segment_ids=(None,) * size,
+    )
+    attentions = np.full((1, 1, size, size), 1.0 / size)
+    result = ForwardResult(encoding, np.zeros((2, size, 4)), attentions, None, None, HeadMask.none(1, 1), "zero")
+    axes = result.figure(layer=0, head=0).axes[0]
+    shown = [label.get_text() for label in axes.get_yticklabels()]
+    assert shown == list(token_labels(tokens, special)) and not any("Ġ" in label for label in shown)

@@ -31,6 +31,7 @@ from textual.worker import Worker, WorkerState
 from bertscope.core.analyses.headstats import FIGURES, figure_range
 from bertscope.core.analyses.importance_results import HeadImportance
 from bertscope.core.model.effects import layer_cosines
+from bertscope.core.model.labels import token_labels
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import ForwardResult
 from bertscope.core.progress import Progress
@@ -799,7 +800,7 @@ class MainScreen(Screen[None]):
             return
         weights, _, before = shown
         mask, layer, view = self.analysis.current.mask, self.state.layer, self.state.view
-        tokens = list(self.analysis.current.tokens)
+        tokens, special = list(self.analysis.current.tokens), self.analysis.current.encoding.special
         head = None if view == "average" else self.state.head
         windows = self.backend.info.attention_windows if self.backend is not None else ()
         window = windows[layer] if layer < len(windows) else None
@@ -815,8 +816,9 @@ class MainScreen(Screen[None]):
 
             note = "; ".join(note for note in notes if note) or None
             matrix = beyond_reach(weights, window)
+            labels = token_labels(tokens, special)  # RoBERTa's `Ġte` as `te`, as on screen; the CSV keeps the tokens
             return attention_heatmap(
-                matrix, tokens, layer=layer, head=head, heads=mask.num_heads, quantity=quantity, scale=scale, note=note
+                matrix, labels, layer=layer, head=head, heads=mask.num_heads, quantity=quantity, scale=scale, note=note
             )
 
         save_in_worker(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bertscope.core.model.labels import token_labels
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding
 from bertscope.figures.notebook import Shown
@@ -169,9 +170,9 @@ class Mixing(Shown):
         cumulative = rolled or self.per_layer is None
         where = f"input → layer {layer}" if cumulative else f"layer {layer}"
         note = f"heads off {self.mask.spec()} ({self.ablation})" if self.mask is not None and len(self.mask) else None
-        figure = attention_heatmap(
-            self.matrix(layer, rolled), self.tokens, title=f"{METHOD_NAMES[self.method]} · {where}", scale="fixed", note=note
-        )
+        labels = token_labels(self.tokens, self.encoding.special)  # RoBERTa's `Ġte` as `te`, as the explorer labels it
+        title = f"{METHOD_NAMES[self.method]} · {where}"
+        figure = attention_heatmap(self.matrix(layer, rolled), labels, title=title, scale="fixed", note=note)
         for axes in figure.axes[1:]:  # the colour bar: name what the cells hold, not attention weights
             axes.set_ylabel(f"share of token i's mixing from token j ({METHOD_NAMES[self.method]})")
         return figure

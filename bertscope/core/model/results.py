@@ -138,7 +138,10 @@ class ForwardResult(Shown):
             raise InputError(f"no head {layer}:{head} in {num_layers} layers × {num_heads} heads (both count from 0)")
         matrix = maps[layer].mean(0) if head is None else maps[layer, head]
         quantity, note = "norm" if norms else "weight", self._mask_note(layer, head)
-        return attention_heatmap(matrix, self.tokens, layer=layer, head=head, heads=num_heads, quantity=quantity, note=note)
+        from bertscope.core.model.labels import token_labels
+
+        labels = token_labels(self.tokens, self.encoding.special)  # RoBERTa's `Ġte` as `te`, as the explorer labels it
+        return attention_heatmap(matrix, labels, layer=layer, head=head, heads=num_heads, quantity=quantity, note=note)
 
     def _mask_note(self, layer: int, head: int | None) -> str | None:
         """What the figure of (layer, head) should say of the heads switched off in this pass."""
