@@ -131,6 +131,7 @@ def test_erasing_a_property_a_probe_reads_costs_more_than_the_random_control(tin
     assert at["layer"] == 1 and at["accuracy_before"] > result.majority + 0.2
     assert abs(at["accuracy_after"] - result.majority) <= 0.05  # guarded at the layer erased
     assert [row["layer"] for row in result.guardedness] == [1, 2, 3]
+    assert result.guardedness[-1]["accuracy_after"] < result.guardedness[-1]["accuracy_before"] - 0.1  # read off the erased pass
     m = result.measure
     assert m["none"] - m["erased"] > m["none"] - m["control"] and m["none"] > m["erased"]
     assert result.rank == result.counts["classes"] - 1 and 0 < result.variance_share < 1
@@ -190,3 +191,19 @@ def test_an_eraser_fitted_alone_erases_a_forward_as_the_analysis_does(tiny_sessi
     masked = tiny_session.forward(TEXT, mask="0:1")
     np.testing.assert_allclose(erased.hidden_states[2], eraser(torch.as_tensor(masked.hidden_states[2])).numpy(), atol=1e-5)
     assert not np.allclose(erased.attentions[2], plain.attentions[2])  # the layers above attend differently
+
+
+def test_other_threads_forward_passes_are_not_erased(tiny_session):
+    """A job erasing in its worker thread leaves the explorer's passes in other threads as they are."""
+    import threading
+
+    eraser = shift_eraser(tiny_session.hidden_size, seed=3)
+    plain = tiny_session.forward(TEXT)
+    seen = {}
+    with erasing(tiny_session, 1, eraser):
+        other = threading.Thread(target=lambda: seen.setdefault("other", tiny_session.forward(TEXT)))
+        other.start()
+        other.join()
+        here = tiny_session.forward(TEXT)
+    np.testing.assert_allclose(seen["other"].hidden_states, plain.hidden_states, atol=1e-6)
+    assert not np.allclose(here.hidden_states[-1], plain.hidden_states[-1], atol=1e-4)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 def erasure_report(result: ErasureResult, model: str, source: str) -> Group:
     """The probe's accuracy before and after per layer from the erased one up, then the measure's three values."""
-    guarded = Table(box=None, padding=(0, 1), title="linear guardedness: a fresh probe for the task", title_justify="left")
+    guarded = Table(box=None, padding=(0, 1))
     for name in ("layer", "before", "after", "above majority"):
         guarded.add_column(name, justify="right")
     for row in result.guardedness:
@@ -26,7 +26,7 @@ def erasure_report(result: ErasureResult, model: str, source: str) -> Group:
             Text(f"{above:+.3f}", style="bold" if above > 0.02 else "dim"),
         )
     m = result.measure
-    behaviour = Table(box=None, padding=(0, 1), title=f"what the model loses: {m['name']} ({m['metric']})", title_justify="left")
+    behaviour = Table(box=None, padding=(0, 1))
     for name in ("as it is", "erased", f"{result.rank} random directions"):
         behaviour.add_column(name, justify="right")
     behaviour.add_row(f"{m['none']:.4f}", f"{m['erased']:.4f}", f"{m['control']:.4f}")
@@ -38,7 +38,9 @@ def erasure_report(result: ErasureResult, model: str, source: str) -> Group:
             f"LEACE removed rank {result.rank}, {result.variance_share:.1%} of the layer's variance "
             f"(the random control: {result.settings.get('control_variance_share', float('nan')):.1%}); majority class {result.majority:.3f}"
         ),
+        Text("linear guardedness: a fresh probe for the task, before and after", style="bold"),
         guarded,
+        Text(f"what the model loses: {m['name']} ({m['metric']})", style="bold"),
         behaviour,
         Text("layer 0 is the embeddings; layer l+1 the output of transformer layer l", style="dim"),
     )

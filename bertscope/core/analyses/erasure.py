@@ -116,7 +116,8 @@ class Eraser:
 
 @contextlib.contextmanager
 def erasing(session: Session, layer: int, eraser: Eraser | None) -> Iterator[None]:
-    """Within the block, every forward pass of `session`'s model has `eraser` applied to hidden state `layer`.
+    """Within the block, every forward pass of `session`'s model run by this thread has `eraser` applied to hidden
+    state `layer`; other threads' passes (the explorer's, while a job streams) run as they are.
 
     None erases nothing (the block runs as it is). The hook is removed when the block ends, also when it raises.
     """
@@ -128,10 +129,13 @@ def erasing(session: Session, layer: int, eraser: Eraser | None) -> Iterator[Non
         raise InputError(f"layer {layer} is out of range: hidden-state layers are 0 (embeddings) to {num_layers}", setting="layer")
     eraser = eraser.to(session.device)
     layers = session.layer_modules
+    owner = threading.get_ident()
     handle: Any
     if layer == 0:  # what enters the first layer: the embeddings' output
 
-        def erase_input(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        def erase_input(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+            if threading.get_ident() != owner:
+                return None
             if args:
                 return (eraser(args[0]), *args[1:]), kwargs
             return args, kwargs | {"hidden_states": eraser(kwargs["hidden_states"])}
@@ -144,6 +148,8 @@ def erasing(session: Session, layer: int, eraser: Eraser | None) -> Iterator[Non
             module = norm
 
         def erase_output(module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
+            if threading.get_ident() != owner:
+                return None
             if isinstance(output, Tensor):
                 return eraser(output)
             return (eraser(output[0]), *output[1:])  # a layer that returns a tuple (DeBERTa, MPNet)
