@@ -1,6 +1,7 @@
 """Context mixing (issue 32) against a bare forward of the same input, in the same run.
 
     python benchmarks/mixing.py [--model M] [--tokens 64] [--rounds 5] [--flow-lengths 8,16,24,32,48] [-o FILE.json]
+    python benchmarks/mixing.py --corpus FILE [--sentences 2000] [--methods all] [--each 100] [-o FILE.json]
 
 - `bare`: the plain transformers model (its default SDPA attention, no weights) on the sentence,
   tokenised beforehand; `bare_with_weights`: the same, eager, with `output_attentions=True`;
@@ -11,13 +12,21 @@
 The sentence is a long English sentence cut to --tokens tokens. Each contender is timed --rounds
 times, alternating; the fastest of each is kept. Budgets (issue 32): value zeroing ≤ 8 bare
 forwards, ALTI ≤ 2, a 32-token flow within 10 s. Prints JSON; exit status 0 whatever the numbers.
+
+With --corpus, the corpus agreement instead (issue 32): `bertscope.mixing_agreement` over the first --sentences
+of FILE with every method of --methods together, timed end to end, with the process's peak resident memory
+(VmHWM) at each quarter of the corpus and the longest sentence read by then (memory flat in the corpus: the peak
+grows only with the longest sentence), against a bare eager forward with weights of each sentence; each method alone
+on the first --each sentences, timed; and the result (the agreement table and the per-layer shares).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
+import numpy as np
 from common import emit  # benchmarks/common.py, found beside this script
 
 WORDS = (
@@ -39,6 +48,81 @@ def sentence(tokenizer, tokens: int) -> str:
         words, index = candidate, index + 1
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far in MB (Linux's VmHWM), NaN elsewhere."""
+    from pathlib import Path
+
+    status = Path("/proc/self/status")
+    lines = status.read_text().splitlines() if status.exists() else []
+    return next((int(line.split()[1]) / 1024 for line in lines if line.startswith("VmHWM:")), float("nan"))
+
+
+def corpus_agreement(args: argparse.Namespace) -> None:
+    """The --corpus mode: mixing_agreement over a real corpus, its time, peak memory and result."""
+    import torch
+    from transformers import AutoModel
+
+    import bertscope
+    from bertscope.api import corpus, load
+    from bertscope.core.analyses.mixing import METHODS, check_methods
+
+    methods = check_methods(METHODS if args.methods == "all" else args.methods.split(","))
+    session = load(args.model, device=args.device)
+    sentences = list(corpus(data=args.corpus, limit=args.sentences).sentences)
+    lengths = [len(session.encode(sentence.text, sentence.pair)) for sentence in sentences]
+    eager = AutoModel.from_pretrained(session.loaded.directory, attn_implementation="eager").to(session.device).eval()
+    started = time.perf_counter()
+    with torch.inference_mode():
+        for sentence in sentences:
+            eager(**session.loaded.family.inputs(session.tensors(session.encode(sentence.text, sentence.pair))), output_attentions=True)
+    bare = time.perf_counter() - started
+    each = {}
+    for method in methods if args.each else ():
+        started = time.perf_counter()
+        bertscope.mixing_agreement(session, sentences[: args.each], method=[method])
+        each[method] = round(time.perf_counter() - started, 2)
+    marks = {round(len(sentences) * quarter / 4) for quarter in range(1, 5)}
+    memory: list[dict] = []
+    started = time.perf_counter()
+
+    def seen(record) -> None:
+        done = getattr(record.partial, "sentences", None)
+        if done in marks and not any(mark["sentences"] == done for mark in memory):
+            memory.append(
+                {
+                    "sentences": done,
+                    "longest_tokens": max(lengths[:done]),
+                    "peak_rss_mb": round(peak_rss_mb(), 1),
+                    "seconds": round(time.perf_counter() - started, 1),
+                }
+            )
+            print(f"{done} sentences: {memory[-1]}", file=sys.stderr, flush=True)
+
+    result = bertscope.mixing_agreement(session, sentences, method=methods, progress=seen)
+    seconds = time.perf_counter() - started
+    output = {
+        "model": session.info.source,
+        "device": str(session.device),
+        "threads": torch.get_num_threads(),
+        "corpus": str(args.corpus),
+        "sentences": result.sentences,
+        "tokens": result.tokens,
+        "tokens_per_sentence": {"mean": round(float(np.mean(lengths)), 1), "max": max(lengths)},
+        "methods": list(methods),
+        "seconds": round(seconds, 1),
+        "bare_with_weights_seconds": round(bare, 2),
+        "ratio_to_bare_with_weights": round(seconds / bare, 1),
+        f"each_alone_first_{args.each}_seconds": each,
+        "memory": memory,
+        "result": result.as_json(),
+    }
+    summary = (
+        f"{result.sentences} sentences, {len(methods)} methods: {seconds:.0f} s ({seconds / bare:.0f}x a bare forward); "
+        f"peak RSS " + ", ".join(f"{mark['sentences']}: {mark['peak_rss_mb']} MB" for mark in memory)
+    )
+    emit(output, args.output, summary)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None)
@@ -46,8 +130,15 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--flow-lengths", default="8,16,24,32,48")
+    parser.add_argument("--corpus", default=None, help="corpus agreement over this file (see the docstring)")
+    parser.add_argument("--sentences", type=int, default=2000)
+    parser.add_argument("--methods", default="all")
+    parser.add_argument("--each", type=int, default=100, help="each method alone on this many sentences (0: none)")
     parser.add_argument("-o", "--output", default=None)
     args = parser.parse_args()
+    if args.corpus is not None:
+        corpus_agreement(args)
+        return
 
     import torch
     from transformers import AutoModel

@@ -11,9 +11,9 @@ as the outputs do); all of them read one forward pass of the input, under any he
 - `flow` (Abnar & Zuidema 2020): the maximum flow from input token j to token i of layer l through
   the layered graph with Â_l as capacities, each (l, i, j) its own max-flow problem, solved exactly
   on capacities quantised to 2^-30 (scipy's Dinic: integer capacities), which puts each flow within
-  T·L·2^-30 of the real-valued one. L·T² problems: a 32-token sentence on 6 layers takes a couple
-  of seconds; the first step says how long a longer one will take, and the work stops between
-  source tokens once cancelled;
+  T·L·2^-30 of the real-valued one. L·T² problems, many to a solver call as disjoint copies of
+  their graphs (`attention_flow`): a 32-token sentence on 6 layers takes a couple of seconds; the
+  first step says how long a longer one will take, and the work stops between calls once cancelled;
 - `value-zeroing` (Mohebbi et al. 2023) and `alti` (Ferrando et al. 2022), from one decomposition.
   A layer's attention block adds to token i, beside the residual x_i and the bias b_O,
   g_ij = Σ_h α^h_ij f_h(x_j) for each token j, with f_h(x_j) = v^h_j W_O^h and v_j = x_j W_V + b_V
@@ -77,6 +77,7 @@ __all__ = ["METHODS", "Mixing", "MixingAgreement", "check_methods", "context_mix
 ROWS_PER_CHUNK = 8192  # (i, j) rows through the rest of a layer at a time: value zeroing's T² rows, ALTI's T²·D terms
 FLOW_SCALE = 2**30  # capacities in units of 2^-30: integers for scipy's max-flow, each flow within T·L·2^-30 of the real one
 FLOW_ESTIMATE_S = 10.0  # flows expected to take longer than this are said so before they start
+FLOW_EDGES_PER_CALL = 2**16  # max-flow problems solved together in one call, as disjoint copies: edges of one call
 
 
 def check_methods(methods: Iterable[str]) -> tuple[str, ...]:
@@ -309,43 +310,75 @@ def _residual_attention(attentions: np.ndarray) -> np.ndarray:
 def attention_flow(residual: np.ndarray, cancel: threading.Event | None = None) -> Iterator[Progress[np.ndarray]]:
     """`[L, T, T]`: for each layer l, the maximum flow from input token j to token i of layer l's output through the
     graph whose edge from token a of hidden state k+1 to token b of hidden state k carries `residual[k][a, b]`, rows
-    normalised. The first record says how long the L·T² max-flow problems are expected to take."""
+    normalised. The first record says how long the L·T² max-flow problems are expected to take.
+
+    Layer 0's flows are its capacities (one edge joins the two tokens). Above it the problems are solved many at a
+    time: disjoint copies of the graph in one max-flow call, a super-source feeding the edges out of each copy's
+    source token and each copy's sink token's in-edges draining to a super-sink (the graph's other tokens of the top
+    and bottom hidden states carry no flow from that source to that sink). A maximum flow of disjoint parts is a
+    maximum flow of each, so each copy's share of the super-source's flow is its own problem's answer, the same
+    integer as solving it alone: one scipy call per FLOW_EDGES_PER_CALL edges instead of one per problem (scipy's
+    work around each call, not the solver, was most of the cost).
+    """
+    layers, length, _ = residual.shape
+    capacities = np.floor(residual * FLOW_SCALE).astype(np.int32)
+    flows = np.zeros((layers, length, length))
+    flows[0] = capacities[0]
+    pairs = np.stack(np.divmod(np.arange(length * length), length), axis=1)  # (source i, sink j) of every problem
+    calls = [  # deepest first, so that the first call's time says how long the rest take
+        (layer, chunk)
+        for layer in reversed(range(1, layers))
+        for chunk in np.array_split(pairs, -(-len(pairs) * _copy_edges(layer, length) // FLOW_EDGES_PER_CALL))
+    ]
+    edges = [len(chunk) * _copy_edges(layer, length) for layer, chunk in calls]
+    stage = "attention flow"
+    for done, (layer, chunk) in enumerate(calls):
+        if cancel is not None and cancel.is_set():
+            return
+        started = time.perf_counter()
+        flows[layer, chunk[:, 0], chunk[:, 1]] = _copies_flow(capacities, layer, chunk)
+        if done == 0:
+            expected = (time.perf_counter() - started) * sum(edges) / edges[0]
+            stage = f"attention flow (about {expected:.0f} s)" if expected >= 1 else stage
+            yield Progress(stage, 1, len(calls), partial={"expected_seconds": expected})
+        else:
+            yield Progress(stage, done + 1, len(calls))
+    yield Progress(stage, len(calls), len(calls), normalised_rows(flows / FLOW_SCALE))
+
+
+def _copy_edges(layer: int, length: int) -> int:
+    """The edges of one (source, sink) problem of `layer` ≥ 1: the source's row, full layers between, the sink's column."""
+    return 2 * length + (layer - 1) * length * length
+
+
+def _copies_flow(capacities: np.ndarray, layer: int, chunk: np.ndarray) -> np.ndarray:
+    """The maximum flow of each (source i, sink j) in `chunk` `[C, 2]` at `layer` ≥ 1, from one call on C disjoint
+    copies of its graph. Node 0 is the super-source, 1 the super-sink, and copy c's token a of hidden state k
+    (1 ≤ k ≤ layer) is node 2 + (c·layer + k − 1)·T + a."""
     from scipy.sparse import csr_array  # type: ignore[import-untyped]  # scipy ships no type information
     from scipy.sparse.csgraph import maximum_flow  # type: ignore[import-untyped]
 
-    layers, length, _ = residual.shape
-    capacities = np.floor(residual * FLOW_SCALE).astype(np.int32)
-    graphs = [_flow_graph(capacities[: layer + 1], csr_array) for layer in range(layers)]  # hidden states 0..l+1
-    total = layers * length
-    started = time.perf_counter()
-    probe = min(length, 4)
-    for sink in range(probe):  # a few problems on the deepest graph, to say how long all of them take
-        maximum_flow(graphs[-1], layers * length, sink, method="dinic")
-    each = (time.perf_counter() - started) / probe
-    expected = each * length * length * (layers + 1) / 2  # a layer's problems cost about its depth
-    stage = f"attention flow (about {expected:.0f} s)" if expected >= 1 else "attention flow"
-    yield Progress(stage, 0, total, partial={"expected_seconds": expected})
-    flows = np.zeros((layers, length, length))
-    for layer in range(layers):
-        graph = graphs[layer]
-        for source in range(length):
-            if cancel is not None and cancel.is_set():
-                return
-            node = (layer + 1) * length + source
-            for sink in range(length):
-                flows[layer, source, sink] = maximum_flow(graph, node, sink, method="dinic").flow_value
-            yield Progress(stage, layer * length + source + 1, total)
-    yield Progress(stage, total, total, normalised_rows(flows / FLOW_SCALE))
+    length, copies = capacities.shape[-1], len(chunk)
+    nodes = 2 + copies * layer * length
+    first = 2 + np.arange(copies)[:, None] * (layer * length) + np.arange(length)  # [C, T]: hidden state 1 of each copy
 
+    def state(k: int) -> np.ndarray:
+        return first + (k - 1) * length
 
-def _flow_graph(capacities: np.ndarray, csr_array: Any) -> Any:
-    """The layered graph of `capacities` `[K, T, T]`: node k·T + a is token a of hidden state k; edges go down a layer."""
-    layers, length, _ = capacities.shape
-    tokens = np.arange(length)
-    sources = np.concatenate([(layer + 1) * length + np.repeat(tokens, length) for layer in range(layers)])
-    sinks = np.concatenate([layer * length + np.tile(tokens, length) for layer in range(layers)])
-    nodes = (layers + 1) * length
-    return csr_array((capacities.reshape(-1), (sources, sinks)), shape=(nodes, nodes))
+    tails = [np.zeros(copies * length, dtype=np.int64)]  # the super-source gives what source i gives to hidden state `layer`
+    heads = [state(layer).reshape(-1)]
+    weights = [capacities[layer][chunk[:, 0]].reshape(-1)]
+    for k in range(1, layer):  # token a of hidden state k+1 gives to token b of hidden state k
+        tails.append(np.repeat(state(k + 1), length, axis=1).reshape(-1))
+        heads.append(np.tile(state(k), (1, length)).reshape(-1))
+        weights.append(np.broadcast_to(capacities[k].reshape(-1), (copies, length * length)).reshape(-1))
+    tails.append(state(1).reshape(-1))  # hidden state 1 gives to the super-sink what it gives to sink j
+    heads.append(np.ones(copies * length, dtype=np.int64))
+    weights.append(capacities[0][:, chunk[:, 1]].T.reshape(-1))
+    graph = csr_array((np.concatenate(weights), (np.concatenate(tails), np.concatenate(heads))), shape=(nodes, nodes))
+    flow = maximum_flow(graph, 0, 1, method="dinic").flow
+    start, stop = flow.indptr[0], flow.indptr[1]  # the super-source's edges, each into one copy
+    return np.bincount((flow.indices[start:stop] - 2) // (layer * length), weights=flow.data[start:stop], minlength=copies)
 
 
 # --- over a corpus ------------------------------------------------------------------------------------
