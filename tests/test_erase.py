@@ -15,6 +15,7 @@ from bertscope.core.analyses.erasure import Eraser, erasing, run_erasure
 from bertscope.core.data.corpus import read_sentences, sample_corpus
 from bertscope.core.data.splits import make_splits
 from bertscope.core.errors import InputError
+from tests.conftest import save_tiny
 from tests.family_models import FAMILIES, save_tiny_family
 
 TEXT = "The keys to the cabinet are on the table."
@@ -102,21 +103,47 @@ def test_erasure_composes_with_head_masks_and_its_hook_goes_when_the_pass_fails(
         pass
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_every_family_runs_its_layers_on_the_erased_state_at_every_layer(family, tmp_path):
-    session = bertscope.load(str(save_tiny_family(tmp_path, family, "ForMaskedLM", seed=3)), device="cpu")
+# The families of the BERT layout, built as conftest builds the tiny BERT: (model class, config class, config overrides).
+BERT_LAYOUTS = {
+    "bert": ("BertForMaskedLM", "BertConfig", {}),
+    "roberta": ("RobertaForMaskedLM", "RobertaConfig", {"pad_token_id": 1, "max_position_embeddings": 66}),
+    "xlm-roberta": ("XLMRobertaForMaskedLM", "XLMRobertaConfig", {"pad_token_id": 1, "max_position_embeddings": 66}),
+    "electra": ("ElectraForMaskedLM", "ElectraConfig", {"embedding_size": 16}),  # embeddings projected up to the layers
+}
+CONVOLVED = "deberta-v2 with a convolution"  # DeBERTa-v2's convolution beside its first layer, reading the embeddings
+
+
+def tiny_of(family: str, directory) -> str:
+    if family in BERT_LAYOUTS:
+        model_class, config_class, overrides = BERT_LAYOUTS[family]
+        return str(save_tiny(directory, model_class, seed=3, config_class_name=config_class, **overrides))
+    if family == CONVOLVED:
+        return str(save_tiny_family(directory, "deberta-v2", "ForMaskedLM", seed=3, conv_kernel_size=3))
+    return str(save_tiny_family(directory, family, "ForMaskedLM", seed=3))
+
+
+@pytest.mark.parametrize("family", [*BERT_LAYOUTS, *FAMILIES, CONVOLVED])
+def test_every_family_reports_and_reads_the_erased_state_at_every_layer(family, tmp_path):
+    """At each hidden-state index, 0 included: the state the model reports there is the eraser applied to the plain
+    one, those below are as they were, the layers above (run by hand on the erased state) give what the model gives,
+    and the next state moves."""
+    session = bertscope.load(tiny_of(family, tmp_path), device="cpu")
     eraser = shift_eraser(session.hidden_size, seed=2)
     plain = session.forward(TEXT)
+    kept = hooks(session)
     for layer in range(session.num_layers + 1):
         with erasing(session, layer, eraser):
             erased = session.forward(TEXT)
         expected = eraser(torch.as_tensor(plain.hidden_states[layer])[None])
         with torch.inference_mode(), session.lock:  # the layers above, run by hand on the erased state
             top = session.run_layers(expected, layer, session.num_layers)[0] if layer < session.num_layers else expected[0]
-        np.testing.assert_allclose(erased.hidden_states[-1], top.numpy(), atol=1e-4, err_msg=f"{family} layer {layer}")
-        if layer > 0 or family not in ("deberta-v2", "mpnet"):  # these two report their encoder's input as state 0, unhooked
-            np.testing.assert_allclose(erased.hidden_states[layer], expected[0].numpy(), atol=1e-4, err_msg=f"{family} layer {layer}")
-        np.testing.assert_allclose(erased.hidden_states[:layer], plain.hidden_states[:layer], atol=1e-5)
+        where = f"{family} layer {layer}"
+        np.testing.assert_allclose(erased.hidden_states[layer], expected[0].numpy(), atol=1e-4, err_msg=where)
+        np.testing.assert_allclose(erased.hidden_states[:layer], plain.hidden_states[:layer], atol=1e-5, err_msg=where)
+        np.testing.assert_allclose(erased.hidden_states[-1], top.numpy(), atol=1e-4, err_msg=where)
+        if layer < session.num_layers:
+            assert np.abs(erased.hidden_states[layer + 1] - plain.hidden_states[layer + 1]).max() > 1e-3, where
+    assert hooks(session) == kept
 
 
 def treebank_splits():

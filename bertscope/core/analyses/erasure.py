@@ -8,14 +8,15 @@ on the training split's features at layer L. Its control (Elazar et al.'s) remov
 random directions, around the same mean.
 
 Layers are hidden-state indices (0 = the embeddings, l + 1 the output of layer l). The
-eraser is applied by a hook on the module whose output is that hidden state (the first
-layer's input for index 0; the final norm of a pre-LN model for the last index), put first
-among the module's hooks so that the hidden states the model reports are the erased ones
-too (but DeBERTa and MPNet report their encoder's input as hidden state 0, taken before the
-hook: what they report there is the state as it was, what their layers read is erased; and a
-DeBERTa-v2 with a convolution beside its first layer reads the embeddings unerased there);
-the layers above read the erased states. It composes with head gates, and the hook is
-removed however the pass ends (`erasing`).
+eraser is applied by a hook on the module whose output is that hidden state: for index 0
+the embeddings' output as the model reports it (ELECTRA's projection up to the hidden size
+where it has one, ALBERT's mapping into the hidden size), for the last index a pre-LN
+model's final norm, for index 1 of a DeBERTa-v2 with a convolution beside its first layer
+that convolution, else the layer below (`Family.hidden_state_module`). The hook is put
+first among the module's hooks, so on every family the hidden state the model reports at
+that index is the erased one, and everything above reads it, including what reads the
+embeddings beside the first layer (that convolution). It composes with head gates, and
+the hook is removed however the pass ends (`erasing`).
 """
 
 from __future__ import annotations
@@ -128,33 +129,17 @@ def erasing(session: Session, layer: int, eraser: Eraser | None) -> Iterator[Non
     if not 0 <= layer <= num_layers:
         raise InputError(f"layer {layer} is out of range: hidden-state layers are 0 (embeddings) to {num_layers}", setting="layer")
     eraser = eraser.to(session.device)
-    layers = session.layer_modules
     owner = threading.get_ident()
-    handle: Any
-    if layer == 0:  # what enters the first layer: the embeddings' output
+    module = session.family.hidden_state_module(session.model, layer)
 
-        def erase_input(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-            if threading.get_ident() != owner:
-                return None
-            if args:
-                return (eraser(args[0]), *args[1:]), kwargs
-            return args, kwargs | {"hidden_states": eraser(kwargs["hidden_states"])}
+    def erase_output(module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
+        if threading.get_ident() != owner:
+            return None
+        if isinstance(output, Tensor):
+            return eraser(output)
+        return (eraser(output[0]), *output[1:])  # a layer that returns a tuple (DeBERTa, MPNet)
 
-        handle = layers[0].register_forward_pre_hook(erase_input, with_kwargs=True, prepend=True)
-    else:
-        module: nn.Module = layers[layer - 1]
-        norm = session.family.lens_norm(session.model) if layer == num_layers else None
-        if isinstance(norm, nn.Module):  # a pre-LN model's last hidden state is its final norm's output
-            module = norm
-
-        def erase_output(module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
-            if threading.get_ident() != owner:
-                return None
-            if isinstance(output, Tensor):
-                return eraser(output)
-            return (eraser(output[0]), *output[1:])  # a layer that returns a tuple (DeBERTa, MPNet)
-
-        handle = module.register_forward_hook(erase_output, prepend=True)
+    handle = module.register_forward_hook(erase_output, prepend=True)
     try:
         yield
     finally:

@@ -63,6 +63,24 @@ class Family:
     def layers(self, model: Model) -> list[nn.Module]:
         return list(model.base_model.encoder.layer)
 
+    def embedding_output(self, model: Model) -> nn.Module:
+        """The module whose output is hidden state 0: what the model reports there, what its first layer reads, and
+        what anything beside that layer reads of it (DeBERTa-v2's convolution)."""
+        base = model.base_model
+        projection = getattr(base, "embeddings_project", None)  # ELECTRA with embeddings narrower than its layers
+        return projection if projection is not None else base.embeddings
+
+    def hidden_state_module(self, model: Model, index: int) -> nn.Module:
+        """The module whose output is hidden state `index` as the model reports it and as everything above reads it:
+        `embedding_output` for 0, else layer index − 1, or for the last index a pre-LN model's final norm."""
+        from torch import nn
+
+        if index == 0:
+            return self.embedding_output(model)
+        layers = self.layers(model)
+        norm = self.lens_norm(model) if index == len(layers) else None
+        return norm if isinstance(norm, nn.Module) else layers[index - 1]
+
     def self_attention(self, layer: Layer) -> nn.Module:
         """The module that computes the layer's attention (for "interface" families: the one handed to it)."""
         return layer.attention.self
@@ -249,6 +267,9 @@ class Albert(Family):
     def layers(self, model: Model) -> list[nn.Module]:
         return [layer for group in model.base_model.encoder.albert_layer_groups for layer in group.albert_layers]
 
+    def embedding_output(self, model: Model) -> nn.Module:
+        return model.base_model.encoder.embedding_hidden_mapping_in  # the embeddings projected to the hidden size
+
     def self_attention(self, layer: Layer) -> nn.Module:
         return layer.attention
 
@@ -304,6 +325,12 @@ class DebertaV2(Family):
                 setting="method",
             )
         return super().after_attention(model, index, summed)
+
+    def hidden_state_module(self, model: Model, index: int) -> nn.Module:
+        conv = model.base_model.encoder.conv
+        if index == 1 and conv is not None:  # the convolution beside layer 0 gives hidden state 1 from the layer's output
+            return conv
+        return super().hidden_state_module(model, index)
 
     def run_layers(self, model: Model, hidden: Tensor, start: int, stop: int) -> Iterator[Tensor]:
         import torch
