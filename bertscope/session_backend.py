@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from bertscope.core.analyses.attribution_results import Attribution
     from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryResult
     from bertscope.core.analyses.importance_results import PruningCurve
+    from bertscope.core.analyses.mixing_results import Mixing
     from bertscope.core.analyses.objectives import Objective
     from bertscope.core.analyses.patching_results import PatchingResult
     from bertscope.core.analyses.probing_results import ProbeKind, ProbeReport
@@ -106,6 +107,17 @@ class SessionBackend:
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
         return self.session.mask_predictions(result, top)
+
+    def mixing(
+        self,
+        text: Encoding,
+        *,
+        method: str = "value-zeroing",
+        mask: HeadMask | None = None,
+        ablation: Ablation = "zero",
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Progress[Mixing]]:
+        return api.steps(api.mixing, self.session, text, method=method, mask=mask, ablation=ablation, cancel=cancel)
 
     def attribute(
         self,

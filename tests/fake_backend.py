@@ -49,6 +49,7 @@ class FakeBackend:
         self.patch_calls: list[dict] = []  # the arguments of each patching run
         self.syntax_calls: list[str] = []  # the mask spec of each syntax run
         self.layer_calls: list[tuple[int, str, bool]] = []  # (layer, mask spec, from a result) of each layer_maps
+        self.mixing_calls: list[tuple[str, str]] = []  # (method, mask spec) of each context-mixing run
 
     @property
     def info(self) -> ModelInfo:
@@ -115,6 +116,28 @@ class FakeBackend:
             weights[layer, head] = 0.0 if ablation == "zero" else 1.0 / length
         value_norms = 0.5 + np.arange(length) % 4  # norms: each key's value has a known size, [CLS] the smallest
         return weights.astype(np.float32), (weights * value_norms).astype(np.float32)
+
+    def mixing(self, text, *, method="value-zeroing", mask=None, ablation="zero", cancel=None):
+        """Known measures: layer l's matrix is the mean of its heads' weights (`attention`) or their norms (anything else)
+        plus (l + 1) / 4 on the diagonal, rows normalised, in `delay`-long steps per layer; flow and rollout are rolled out only."""
+        from bertscope.core.analyses.mixing_results import Mixing, normalised_rows, rolled_out
+
+        mask = mask or HeadMask.none(LAYERS, HEADS)
+        self.mixing_calls.append((method, mask.spec()))
+        weights, weighted_norms = self._maps(text, mask, ablation)
+        for layer in range(LAYERS):
+            if cancel is not None and cancel.is_set():
+                return
+            self.release.wait(timeout=10)
+            time.sleep(self.delay)
+            yield Progress(method, layer + 1, LAYERS)
+        own = 0.25 * np.arange(1, LAYERS + 1)[:, None, None] * np.eye(len(text.tokens))  # layers keep ever more of themselves
+        per_layer = normalised_rows((weights if method == "attention" else weighted_norms).mean(1) + own)
+        cumulative = method in ("flow", "rollout")
+        yield Progress("done", 1, 1, Mixing(
+            encoding=text, method=method, rolled=rolled_out(per_layer), per_layer=None if cumulative else per_layer,
+            mask=mask, ablation=ablation,
+        ))
 
     def attention_patterns(self, sentences, *, mask=None, ablation="zero", norms=False, cancel=None):
         """Known statistics: head (l, h) is always of class (l + h) % 5; a batch of 2 per step; norm shares 0.05 × (i + 1)."""

@@ -114,6 +114,22 @@ def test_attention_rollout_follows_abnar_and_zuidema(tiny_mlm_session, reference
     np.testing.assert_allclose(masked, [0, 1, 0])
 
 
+@pytest.mark.parametrize("method", ["attention-flow", "norms", "value-zeroing", "alti"])
+def test_context_mixing_methods_read_the_decisions_row_rolled_out(tiny_mlm_session, reference, method):
+    """The rolled-out measure from the input to the last layer, at the [MASK] the MLM decision reads, under the mask."""
+    from bertscope.core.analyses.attribution_results import MIXING
+    from bertscope.core.analyses.mixing import context_mixing
+
+    mask = tiny_mlm_session.mask("0:1")
+    ours = result_of(attribute(tiny_mlm_session, TEXT, method=method, mask=mask))
+    mixing = result_of(context_mixing(tiny_mlm_session, TEXT, method=MIXING[method], mask=mask))
+    np.testing.assert_allclose(ours.scores, mixing.rolled[-1][reference["position"]], atol=1e-6)
+    assert ours.scores.sum() == pytest.approx(1.0, abs=1e-5) and (ours.scores >= 0).all()
+    assert ours.mask.spec() == "0:1" and ours.target["kind"] == "mlm"
+    unmasked = result_of(attribute(tiny_mlm_session, TEXT, method=method))
+    assert not np.allclose(unmasked.scores, ours.scores)
+
+
 def test_a_head_mask_reaches_the_attributed_forward(tiny_mlm_session):
     plain = result_of(attribute(tiny_mlm_session, TEXT, method="integrated-gradients", steps=16))
     mask = tiny_mlm_session.mask("1:*,2:0")
@@ -170,6 +186,12 @@ def test_probe_decisions_on_a_model_without_an_mlm_head(tiny_session, tmp_path):
     assert result.completeness_error < 0.05
     rolled = result_of(attribute(tiny_session, text, method="attention-rollout", target=target, cache_dir=tmp_path))
     assert rolled.scores.sum() == pytest.approx(1.0, abs=1e-5)
+    # a rolled-out measure stops at the layer the probe reads (hidden state 2: the output of layer 1), at [CLS]'s row
+    from bertscope.core.analyses.mixing import context_mixing
+
+    zeroed = result_of(attribute(tiny_session, text, method="value-zeroing", target=target, cache_dir=tmp_path))
+    mixing = result_of(context_mixing(tiny_session, text, method="value-zeroing"))
+    np.testing.assert_allclose(zeroed.scores, mixing.rolled[1][0], atol=1e-6)
     assert len(module._trained[tiny_session]) == key_count  # trained once, reused
     (cached,) = tmp_path.glob("probe-*.npz")
     module._trained.clear()

@@ -104,6 +104,17 @@ SCREENS = {
 SCREENS["norms"] = norms
 
 
+async def mixing(pilot):
+    await main_screen(pilot)
+    await pilot.press("v", "n", "n")  # the layer view's value zeroing: title, legend, token pane and status line say so
+    await settle(pilot)
+    pilot.app.clear_notifications()
+    await pilot.pause()
+
+
+SCREENS["mixing"] = mixing
+
+
 @pytest.fixture
 def short_sample_path(monkeypatch):
     """The sample corpus named relative to the repository, so the snapshot is the same in every checkout."""

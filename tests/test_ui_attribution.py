@@ -28,7 +28,18 @@ def test_b_shades_the_tokens_and_cycles_the_methods():
         await pilot.press("b", "b")
         await settle(pilot)
         assert row.method == "integrated-gradients" and "IG · " in row_text(app) and "error 1.2% (32 steps)" in row_text(app)
-        await pilot.press("b", "b")
+        for method, short in [
+            ("attention-rollout", "rollout"),
+            ("attention-flow", "flow"),
+            ("norms", "‖αf‖ rolled"),
+            ("value-zeroing", "value zeroing rolled"),
+            ("alti", "ALTI rolled"),
+        ]:  # the context-mixing measures, rolled out, read at the decision's row (core.analyses.mixing)
+            await pilot.press("b")
+            await settle(pilot)
+            assert row.method == method and row_text(app).startswith(f"{short} · ")
+            assert app.fake.attributions[-1][1] == method
+        await pilot.press("b")
         await settle(pilot)
         assert row.method is None and not row.display
 

@@ -193,8 +193,10 @@ def attribute(
     The decision is, in order: a probe's (--probe TASK; Mohebbi et al. 2021), a sequence
     classifier's class, or the MLM head's guess at a [MASK]. Methods: gradient (saliency
     norm), gradient-x-input, integrated-gradients (baseline: [PAD] word embeddings with
-    [CLS], [SEP] and [MASK] kept; reports the completeness error), attention-rollout
-    (Abnar & Zuidema 2020). Works on the bundled model for probe decisions.
+    [CLS], [SEP] and [MASK] kept; reports the completeness error), attention-rollout and
+    attention-flow (Abnar & Zuidema 2020), and norms, value-zeroing and alti rolled out from the
+    input (the row of the position the decision reads; see `bertscope mixing`). Works on the
+    bundled model for probe decisions.
     """
     check_text(text, "give a sentence to explain", pair)
     if (data is not None or layer is not None) and probe_task is None:

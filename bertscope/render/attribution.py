@@ -20,6 +20,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from bertscope.core.analyses.attribution_results import METHOD_NAMES, SIGNED
 from bertscope.core.model.labels import token_labels
 
 if TYPE_CHECKING:
@@ -29,13 +30,6 @@ if TYPE_CHECKING:
 POSITIVE = (230, 97, 1)  # PuOr orange
 NEGATIVE = (94, 60, 153)  # PuOr purple
 GLYPHS = " ░▒▓█"
-SIGNED = ("gradient-x-input", "integrated-gradients")
-METHOD_NAMES = {
-    "gradient": "gradient saliency",
-    "gradient-x-input": "gradient × input",
-    "integrated-gradients": "integrated gradients",
-    "attention-rollout": "attention rollout",
-}
 
 
 def scale_of(scores: np.ndarray, special: np.ndarray) -> float:
@@ -110,7 +104,16 @@ def describe(result: Attribution) -> str:
     return line
 
 
-SHORT_METHODS = {"gradient": "saliency", "gradient-x-input": "grad×input", "integrated-gradients": "IG", "attention-rollout": "rollout"}
+SHORT_METHODS = {
+    "gradient": "saliency",
+    "gradient-x-input": "grad×input",
+    "integrated-gradients": "IG",
+    "attention-rollout": "rollout",
+    "attention-flow": "flow",
+    "norms": "‖αf‖ rolled",
+    "value-zeroing": "value zeroing rolled",
+    "alti": "ALTI rolled",
+}
 
 
 def short_describe(result: Attribution) -> str:

@@ -1,7 +1,7 @@
 """The attribution row under the sentence: which tokens a decision rests on, shaded.
 
 `b` cycles the method (off, gradient, gradient × input, integrated gradients, attention
-rollout); `B` cycles what is explained: the MLM guess at the first [MASK] (models with an
+rollout and flow, and the other context-mixing measures rolled out); `B` cycles what is explained: the MLM guess at the first [MASK] (models with an
 MLM head), the predicted class (classifiers), or the decision of a probe for each built-in
 task (any model; the probe is trained once, in the background, and cached). The backend
 computes; this widget runs it in its own thread worker, newest request wins, `escape`

@@ -19,6 +19,7 @@ import numpy as np
 from bertscope.core.analyses.attribution_results import Attribution, Target
 from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryResult
 from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
+from bertscope.core.analyses.mixing_results import Mixing
 from bertscope.core.analyses.patching_results import PatchingResult
 from bertscope.core.analyses.probing_results import ProbeKind, ProbeReport
 from bertscope.core.analyses.syntax_results import SyntaxResult
@@ -76,6 +77,19 @@ class Backend(Protocol):
         ...
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]: ...
+
+    def mixing(
+        self,
+        text: Encoding,
+        *,
+        method: str = "value-zeroing",
+        mask: HeadMask | None = None,
+        ablation: Ablation = "zero",
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Progress[Mixing]]:
+        """One context-mixing measure of the input (core.analyses.mixing: value zeroing, ALTI, flow, ...), every layer's
+        and rolled out, under `mask`; flow's first step says how long a long input will take."""
+        ...
 
     def attribute(
         self,

@@ -75,15 +75,15 @@ def export_view(
     head: int | None,
     view: str,
     when: datetime | None = None,
-    norms: bool = False,
+    cells: str = "weights",
     figure_format: str = "svg",
 ) -> tuple[Path, Path]:
     """Write the view's figure as `<stem>.svg` (or .pdf, .png) and its matrix as `<stem>.csv` under one free stem;
     both or neither are kept.
 
-    `norms`: the matrix holds value-weighted norms, and the stem ends in `-norms` to say so."""
+    `cells`: what the matrix holds (the explorer's `n`); other than weights, the stem ends in it (`-norms`, `-alti`)."""
     directory = Path(directory).expanduser()
-    stem = export_stem(layer, head, view, when) + ("-norms" if norms else "")
+    stem = export_stem(layer, head, view, when) + ("" if cells == "weights" else f"-{cells}")
     return _export_pair(directory, stem, figure, figure_format, ".csv", lambda path: write_matrix_csv(path, matrix, row_labels, col_labels))
 
 

@@ -30,6 +30,8 @@ from textual.worker import Worker, WorkerState
 
 from bertscope.core.analyses.headstats import FIGURES, figure_range
 from bertscope.core.analyses.importance_results import HeadImportance
+from bertscope.core.analyses.mixing_results import METHOD_NAMES as MIXING_NAMES
+from bertscope.core.analyses.mixing_results import Mixing
 from bertscope.core.model.effects import layer_cosines
 from bertscope.core.model.labels import token_labels
 from bertscope.core.model.masks import Ablation, HeadMask
@@ -68,6 +70,20 @@ if TYPE_CHECKING:
 EVERY_LAYER_CELLS = 64_000_000
 TALL_SCREEN = 30  # rows from which the token pane lists five tokens rather than three
 NORMS_LABEL = "‖αf‖"  # the heatmap's cells in norms mode: ‖α_ij f_h(x_j)‖ (core.model.norms)
+# What the heatmap's cells hold (`n`): attention weights, value-weighted norms, and in the layer view (`v`) the
+# context-mixing measures of the whole layer (core.analyses.mixing), computed on demand in a worker.
+CELLS = ("weights", "norms", "value-zeroing", "alti", "rollout", "flow")
+MIXING_CELLS = ("value-zeroing", "alti", "rollout", "flow")
+CUMULATIVE = ("rollout", "flow")  # only rolled out: the map of layer l is from the input to layer l's output
+SHORT_CELLS = {"norms": NORMS_LABEL, "value-zeroing": "VZ", "alti": "ALTI", "rollout": "rollout", "flow": "flow"}
+CELL_NOTES = {
+    "weights": "heatmap: attention weights α",
+    "norms": f"heatmap: value-weighted norms {NORMS_LABEL} (how much each head moves from a token; Kobayashi et al. 2020)",
+    "value-zeroing": "heatmap: value zeroing, the layer's output without token j's values (Mohebbi et al. 2023)",
+    "alti": "heatmap: ALTI, token j's term of the attention block's output (Ferrando et al. 2022)",
+    "rollout": "heatmap: attention rollout from the input to this layer (Abnar & Zuidema 2020)",
+    "flow": "heatmap: attention flow from the input to this layer (Abnar & Zuidema 2020)",
+}
 SCALE_NOTES = {
     "max": "0 to the map's largest weight",
     "row": "each query row to its own largest weight",
@@ -132,7 +148,7 @@ class MainScreen(Screen[None]):
         Binding("a", "toggle_ablation", "ablation"),
         Binding("f", "next_figure", "figure"),
         Binding("v", "next_view", "view"),
-        Binding("n", "toggle_norms", "weights/norms"),
+        Binding("n", "next_cells", "cells"),
         Binding("t", "app.next_theme", "theme"),
         Binding("e", "export", "export"),
         Binding("z", "zoom", "zoom"),
@@ -160,9 +176,11 @@ class MainScreen(Screen[None]):
         self.analysis: Analysis | None = None
         self.analysing = JobRun(self, self._analysed, name="analysis", on_failed=lambda _reason: self._set_busy(False))
         self.layer_loading = JobRun(self, self._layer_loaded, name="layer maps", on_failed=self._layer_failed)
+        self.mixing_run = JobRun(self, self._mixing_step, name="context mixing", on_failed=self._mixing_failed, title="context mixing")
+        self._mixing_wanted: tuple[Analysis, str] | None = None  # the measure being computed, and for which analysis
         self._layer_wanted: tuple[Analysis, int] | None = None  # a long input's layer being computed
         self.heatmap_scale = "max"  # the heatmap's colour scale, one of SCALES (`s`)
-        self.heatmap_norms = False  # the heatmap shows value-weighted norms ‖α f(x)‖ instead of weights (`n`)
+        self.heatmap_cells = "weights"  # what the heatmap's cells hold, one of CELLS (`n`)
         self.heatmap_dense: bool | None = None  # two query rows a line; None: where the map would not fit (`d`)
         self._focus_before_zoom: Widget | None = None
         self._figure_before_importance = "entropy"  # the grid's figure to go back to from the importance overlay (`i`)
@@ -337,6 +355,43 @@ class MainScreen(Screen[None]):
         self._layer_wanted = None
         self.query_one(AttentionView).show_message(f"layer {self.state.layer}'s maps could not be computed")
 
+    # a context-mixing measure of the sentence, every layer's at once (`n` in the layer view)
+
+    def _load_mixing(self, analysis: Analysis, method: str) -> None:
+        """Compute `method` for the analysis shown in a worker (unless it is on its way); the heatmap says how it goes."""
+        backend = self.backend
+        if backend is None:
+            return
+        if self._mixing_wanted != (analysis, method):
+            self._mixing_wanted = (analysis, method)
+            current = analysis.current
+            self.mixing_run.start(
+                lambda cancel: backend.mixing(current.encoding, method=method, mask=current.mask, ablation=current.ablation, cancel=cancel)
+            )
+        self.query_one(AttentionView).show_message(f"{MIXING_NAMES[method]} of this sentence: computing… (escape cancels)")
+
+    def _mixing_step(self, progress: Progress[Mixing]) -> None:
+        wanted = self._mixing_wanted
+        if wanted is None:
+            return
+        analysis, method = wanted
+        if not progress.finished:
+            if analysis is self.analysis and self._cells_shown() == method:
+                what = f"{progress.stage}: {progress.done}/{progress.total}" if progress.total else progress.stage
+                self.query_one(AttentionView).show_message(f"{MIXING_NAMES[method]} of this sentence: {what} (escape cancels)")
+            return
+        self._mixing_wanted = None
+        if progress.result is not None:
+            analysis.mixing[method] = progress.result
+        if analysis is self.analysis:
+            self._repaint()
+
+    def _mixing_failed(self, _reason: str) -> None:
+        """The notification says why; the heatmap goes back to the weights rather than asking again."""
+        self._mixing_wanted = None
+        self.heatmap_cells = "weights"
+        self._repaint()
+
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """Any unexpected failure of a worker becomes a notification, never a crash."""
         if event.state == WorkerState.ERROR:
@@ -378,6 +433,10 @@ class MainScreen(Screen[None]):
         )
         view = self.query_one(AttentionView)
         shown = self._displayed_matrix(analysis)
+        cells = self._cells_shown()
+        if shown is None and cells in MIXING_CELLS:  # the measure not computed yet for this sentence and mask
+            self._load_mixing(analysis, cells)
+            return
         if shown is None:  # a long input's layer not computed yet
             view.show_message(f"layer {layer} of a {length}-token input: computing its maps…")
             self._load_layer(layer)
@@ -398,12 +457,13 @@ class MainScreen(Screen[None]):
             cursor=cursor,
             scale=self.heatmap_scale,
             dense=self.heatmap_dense,
-            quantity=NORMS_LABEL if self._norms_shown() else None,
+            quantity=SHORT_CELLS.get(cells),
             vmax=self._fixed_top(analysis),
         )
         self.state = self.state.with_(cursor=view.cursor)
         row = view.cursor[0]
-        self.query_one(TokenPanel).show(analysis.labels, weights[row], row, top=self._token_rows(), norms=self._norms_shown())
+        measure = MIXING_NAMES[cells] if cells in MIXING_CELLS else None
+        self.query_one(TokenPanel).show(analysis.labels, weights[row], row, top=self._token_rows(), norms=cells == "norms", measure=measure)
 
     def _token_rows(self) -> int:
         """The tokens the token pane lists: five, or three on a short screen, where the effect pane's first lines
@@ -417,9 +477,20 @@ class MainScreen(Screen[None]):
         ):
             self._repaint()
 
+    def _cells_shown(self) -> str:
+        """What the heatmap's cells hold now: as asked (`n`) where the view and the backend allow, else the weights.
+
+        The context-mixing measures are a layer's, shown in the layer view; the head view then shows weights."""
+        cells = self.heatmap_cells
+        if cells == "norms" and not self._norms_available():
+            return "weights"
+        if cells in MIXING_CELLS and self.state.view != "average":
+            return "weights"
+        return cells
+
     def _norms_shown(self) -> bool:
         """Whether the heatmap shows norms: asked for (`n`) and computed by the backend."""
-        return self.heatmap_norms and self._norms_available()
+        return self._cells_shown() == "norms"
 
     def _norms_available(self) -> bool:
         analysis = self.analysis
@@ -442,7 +513,16 @@ class MainScreen(Screen[None]):
         input's layer is being computed."""
         layer, head = self.state.layer, self.state.head
         mask = analysis.current.mask
-        norms = self._norms_shown()
+        cells = self._cells_shown()
+        if cells in MIXING_CELLS:
+            mixing = analysis.mixing.get(cells)
+            if mixing is None:
+                return None
+            if cells in CUMULATIVE:
+                return mixing.rolled[layer], f"input → layer {layer} · {MIXING_NAMES[cells]}{self._mask_note(analysis)}", False
+            assert mixing.per_layer is not None  # every measure but rollout and flow has its layers' own maps
+            return mixing.per_layer[layer], f"layer {layer} · {MIXING_NAMES[cells]}{self._mask_note(analysis)}", False
+        norms = cells == "norms"
         what = f" · {NORMS_LABEL}" if norms else ""
         before = self.state.view != "average" and mask.is_masked(layer, head)
         maps = analysis.maps(layer, plain=before, norms=norms)
@@ -456,9 +536,15 @@ class MainScreen(Screen[None]):
 
     def _short_title(self, analysis: Analysis, before: bool, window: int | None) -> str:
         """The heatmap's title for a narrow pane (80 columns): the head as LAYER:HEAD, the notes in a word each."""
-        parts = [f"{self.state.layer}:{'mean' if self.state.view == 'average' else self.state.head}"]
-        if self._norms_shown():
-            parts.append(NORMS_LABEL)
+        cells = self._cells_shown()
+        if cells in CUMULATIVE:
+            parts = [f"→{self.state.layer}"]
+        elif cells in MIXING_CELLS:
+            parts = [f"layer {self.state.layer}"]
+        else:
+            parts = [f"{self.state.layer}:{'mean' if self.state.view == 'average' else self.state.head}"]
+        if cells != "weights":
+            parts.append(SHORT_CELLS[cells])
         if before:
             parts.append("before masking")
         elif len(analysis.current.mask):
@@ -482,10 +568,16 @@ class MainScreen(Screen[None]):
             info.device,
             f"{info.num_layers}×{info.num_heads} heads",
             f"{masked} masked ({self.state.ablation})",
-            *([f"{NORMS_LABEL} norms"] if self.heatmap_norms else []),
+            *([self._cells_status()] if self.heatmap_cells != "weights" else []),
             self.state.view,
             self.state.figure,
         )
+
+    def _cells_status(self) -> str:
+        cells = self.heatmap_cells
+        if cells == "norms":
+            return f"{NORMS_LABEL} norms"
+        return MIXING_NAMES[cells] + ("" if self._cells_shown() == cells else " (layer view)")
 
     def _set_busy(self, busy: bool) -> None:
         self.query_one(StatusLine).set_busy(busy)
@@ -583,6 +675,9 @@ class MainScreen(Screen[None]):
 
     def action_next_view(self) -> None:
         self.state = self.state.with_(view=VIEWS[(VIEWS.index(self.state.view) + 1) % len(VIEWS)])
+        if self.heatmap_cells in MIXING_CELLS and self.state.view != "average":
+            name = MIXING_NAMES[self.heatmap_cells]
+            self.notify(f"{name} is a whole layer's: one head shows its weights (v for the layer's {name})", timeout=4)
         self._repaint()
         self.explorer.save_state()
 
@@ -611,18 +706,18 @@ class MainScreen(Screen[None]):
         self.notify(f"colour scale: {self.heatmap_scale} ({note})", timeout=3)
         self._repaint()
 
-    def action_toggle_norms(self) -> None:
-        """The heatmap's cells: attention weights α, or the value-weighted norms ‖α f(x)‖ (Kobayashi et al. 2020)."""
+    def action_next_cells(self) -> None:
+        """The heatmap's cells: attention weights α, the value-weighted norms ‖α f(x)‖ (Kobayashi et al. 2020), and in
+        the layer view the context-mixing measures (value zeroing, ALTI, rollout, flow)."""
+        order: tuple[str, ...] = CELLS if self.state.view == "average" else CELLS[:2]
         if self.analysis is not None and not self._norms_available():
-            self.notify("this backend gives no value-weighted norms; showing the weights", severity="warning", timeout=4)
-            return
-        self.heatmap_norms = not self.heatmap_norms
-        if self.heatmap_norms:
-            self.notify(
-                f"heatmap: value-weighted norms {NORMS_LABEL} (how much each head moves from a token; Kobayashi et al. 2020)", timeout=4
-            )
-        else:
-            self.notify("heatmap: attention weights α", timeout=2)
+            if self.state.view != "average":
+                self.notify("this backend gives no value-weighted norms; showing the weights", severity="warning", timeout=4)
+                return
+            order = tuple(cells for cells in order if cells != "norms")
+        shown = self._cells_shown()
+        self.heatmap_cells = order[(order.index(shown) + 1) % len(order)] if shown in order else order[0]
+        self.notify(CELL_NOTES[self.heatmap_cells], timeout=4 if self.heatmap_cells != "weights" else 2)
         self._repaint()
 
     def action_toggle_dense(self) -> None:
@@ -786,6 +881,13 @@ class MainScreen(Screen[None]):
             return
         if self.query_one(AttributionRow).cancel():
             self.notify("attribution cancelled", timeout=3)
+        wanted = self._mixing_wanted
+        if self.mixing_run.cancel() and wanted is not None:
+            self._mixing_wanted = None
+            self.notify(f"{MIXING_NAMES[wanted[1]]} cancelled; showing the weights", timeout=3)
+            if self.heatmap_cells == wanted[1]:
+                self.heatmap_cells = "weights"
+                self._repaint()
         if self.analysing.cancel():
             self._set_busy(False)
             self.notify("cancelled; showing the last finished result", timeout=3)
@@ -810,10 +912,14 @@ class MainScreen(Screen[None]):
         elif len(mask):
             notes.append(f"{len(mask)} of {mask.num_layers * mask.num_heads} heads switched off ({self.state.ablation} ablation)")
         quantity, scale, explorer = "norm" if self._norms_shown() else "weight", self.heatmap_scale, self.explorer
+        cells = self._cells_shown()
+        mixing = self.analysis.mixing.get(cells)
 
         def draw() -> Figure:
             from bertscope.figures.heatmaps import attention_heatmap
 
+            if mixing is not None:  # a context-mixing measure: drawn as `bertscope mixing --figure` draws it
+                return mixing.figure(layer, rolled=cells in CUMULATIVE)
             note = "; ".join(note for note in notes if note) or None
             matrix = beyond_reach(weights, window)
             labels = token_labels(tokens, special)  # RoBERTa's `Ġte` as `te`, as on screen; the CSV keeps the tokens
@@ -832,7 +938,7 @@ class MainScreen(Screen[None]):
                 layer=layer,
                 head=head,
                 view=view,
-                norms=quantity == "norm",
+                cells=cells,
                 figure_format=explorer.figure_format,
             ),
         )
@@ -849,7 +955,9 @@ class MainScreen(Screen[None]):
         yield SystemCommand("Zoom heatmap", "The heatmap alone on the screen, and back", self.action_zoom)
         yield SystemCommand("Colour scale", "Heatmap colours: max, row, fixed 0–1, log", self.action_next_scale)
         yield SystemCommand(
-            "Weights or norms", "Heatmap of attention weights, or of value-weighted norms ‖α f(x)‖", self.action_toggle_norms
+            "Heatmap cells",
+            "Attention weights, value-weighted norms ‖α f(x)‖; in the layer view value zeroing, ALTI, rollout, flow",
+            self.action_next_cells,
         )
         yield SystemCommand("Dense heatmap", "Two query rows a line (half blocks), or one", self.action_toggle_dense)
         yield SystemCommand("Export view", "Save the screen as SVG and the matrix as CSV", self.action_export)

@@ -23,6 +23,9 @@ and segment embeddings stay as they are); each token gets one number:
   a token's score is the rollout row of the position the decision is read at (the [MASK],
   [CLS], or the mean of the real tokens' rows for a mean-pooled probe). It ignores the
   target class, and sums to 1.
+- `attention-flow`, `norms`, `value-zeroing`, `alti`: the same row of another context-mixing
+  measure rolled out from the input to the layer the decision reads (core.analyses.mixing
+  defines each); they too ignore the target class and sum to 1.
 
 A head mask applies to every forward and backward pass through the existing gates.
 """
@@ -38,7 +41,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bertscope.core.analyses.attribution_results import METHODS, SCORES, Attribution, Target, TargetKind
+from bertscope.core.analyses.attribution_results import METHODS, MIXING, SCORES, Attribution, Target, TargetKind
 from bertscope.core.analyses.mlm import MASK_TEXT, answer_id, mask_positions, with_mask_token
 from bertscope.core.errors import InputError
 from bertscope.core.model.masks import Ablation, HeadMask
@@ -106,6 +109,17 @@ def attribute(
         assert attentions is not None  # asked for
         scores = rollout(attentions, decision.read_layer, decision.read_rows)
         yield Progress("done", 1, 1, Attribution(scores=scores, output=decision.output, **common))
+        return
+    if method in MIXING:
+        from bertscope.core.analyses.mixing import context_mixing
+
+        measure = context_mixing(session, encoding, method=MIXING[method], mask=head_mask, ablation=ablation, cancel=cancel)
+        mixing = yield from relay(measure)
+        if mixing is None:
+            return  # cancelled
+        rolled = mixing.rolled[decision.read_layer - 1] if decision.read_layer else np.eye(len(encoding))
+        scores = rolled[decision.read_rows].mean(0).astype(np.float32)
+        yield Progress("done", 1, 1, Attribution(scores=scores, output=decision.output, notes=mixing.notes, **common))
         return
     if method in ("gradient", "gradient-x-input"):
         embeds = decision.embeds[None].clone().requires_grad_()

@@ -18,13 +18,19 @@ from bertscope.figures.notebook import Shown
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-METHODS = ("gradient", "gradient-x-input", "integrated-gradients", "attention-rollout")
+METHODS = ("gradient", "gradient-x-input", "integrated-gradients", "attention-rollout", "attention-flow", "norms", "value-zeroing", "alti")
 METHOD_NAMES = {
     "gradient": "gradient saliency",
     "gradient-x-input": "gradient × input",
     "integrated-gradients": "integrated gradients",
     "attention-rollout": "attention rollout",
+    "attention-flow": "attention flow",
+    "norms": "value-weighted norms rolled out",
+    "value-zeroing": "value zeroing rolled out",
+    "alti": "ALTI rolled out",
 }
+# The methods that read a row of a context-mixing measure rolled out from the input (core.analyses.mixing), by its name there.
+MIXING = {"attention-flow": "flow", "norms": "norms", "value-zeroing": "value-zeroing", "alti": "alti"}
 SIGNED = ("gradient-x-input", "integrated-gradients")  # the methods whose scores can push either way
 SCORES = ("log-probability", "probability", "logit")
 

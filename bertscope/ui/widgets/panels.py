@@ -40,8 +40,11 @@ def update_keeping_layout(panel: RowsPanel, content: RenderableType, rows: objec
 class TokenPanel(RowsPanel):
     """For the query token under the cursor, the tokens it attends to most, as bars."""
 
-    def show(self, tokens: tuple[str, ...], row: np.ndarray, query: int, top: int = 5, norms: bool = False) -> None:
-        """`norms`: the row holds value-weighted norms ‖α f(x)‖ (no upper bound of 1), not weights."""
+    def show(
+        self, tokens: tuple[str, ...], row: np.ndarray, query: int, top: int = 5, norms: bool = False, measure: str | None = None
+    ) -> None:
+        """`norms`: the row holds value-weighted norms ‖α f(x)‖ (no upper bound of 1), not weights; `measure`: it holds the
+        shares of a context-mixing measure of that name (summing to 1)."""
         table = Table.grid(padding=(0, 1))
         top_value = max(float(row.max()), 1e-12) if norms else 1.0
         table.add_column(justify="right", max_width=12, no_wrap=True)
@@ -50,7 +53,8 @@ class TokenPanel(RowsPanel):
         for index in np.argsort(-row, kind="stable")[:top]:
             weight = float(row[index])
             table.add_row(Text(f"{index}:{tokens[index]}"), bar(self, top_value, weight), f"{weight:.3f}")
-        self.border_title = Text(f"{query}:{tokens[query]} {'takes most from (‖αf‖)' if norms else 'attends to'}")
+        what = f"takes most from ({measure})" if measure else "takes most from (‖αf‖)" if norms else "attends to"
+        self.border_title = Text(f"{query}:{tokens[query]} {what}")
         update_keeping_layout(self, table, rows=min(top, len(tokens)))
 
 
