@@ -117,7 +117,7 @@ def gradient_importance(
     batches = objective.batches
     loss = metric_sum = metric_count = 0.0
     with _no_weight_gradients(session.model):
-        for index, batch in enumerate(batches):
+        for batch in batches:
             if cancel is not None and cancel.is_set():
                 return
             gates = _base_gates(session, base, batch.size).requires_grad_(True)
@@ -128,7 +128,7 @@ def gradient_importance(
             loss += float(scores.loss.detach().sum())
             metric_sum += float(scores.metric_sum.detach().sum())
             metric_count += float(scores.metric_count.detach().sum())
-            yield Progress("gradients", index + 1, len(batches))
+            yield Progress("gradients", batches.done, len(batches))
     summed = distributed.sum_across({"total": total, "loss": loss, "metric_sum": metric_sum, "metric_count": metric_count})
     total, loss, metric_sum, metric_count = (summed[key] for key in ("total", "loss", "metric_sum", "metric_count"))
     raw = total / max(objective.sentences, 1)
@@ -171,7 +171,7 @@ def ablation_importance(
     metric_sum = metric_count = 0.0
     batches = objective.batches
     with torch.inference_mode():
-        for index, batch in enumerate(batches):
+        for batch in batches:
             if cancel is not None and cancel.is_set():
                 return
             batch = objective.reference(batch)
@@ -186,7 +186,7 @@ def ablation_importance(
                 gates = torch.stack(chunk).repeat_interleave(batch.size, dim=0)  # row k·B + b: mask k on sentence b
                 losses = objective.scores(batch.repeated(len(chunk)), gates, ablation).loss.view(len(chunk), batch.size)
                 deltas[first : first + len(chunk)] += (losses - plain.loss[None]).sum(1).double().cpu().numpy()
-            yield Progress("ablations", index + 1, len(batches))
+            yield Progress("ablations", batches.done, len(batches))
     summed = distributed.sum_across({"deltas": deltas, "loss": base_loss, "metric_sum": metric_sum, "metric_count": metric_count})
     deltas, base_loss, metric_sum, metric_count = (summed[key] for key in ("deltas", "loss", "metric_sum", "metric_count"))
     deltas /= max(objective.sentences, 1)

@@ -112,7 +112,13 @@ class Batches:
             yield self.finish(batch.number, batch.items, batch.encoded, batch.indices, padded)
 
     def __len__(self) -> int:
-        return self.corpus.count()
+        """Sentences walked over (known without encoding them: a count of batches would encode the corpus once more)."""
+        return len(self.sentences)
+
+    @property
+    def done(self) -> int:
+        """Sentences in the batches walked so far."""
+        return self.corpus.done
 
 
 @dataclass
@@ -233,9 +239,9 @@ def _batches(
     return Batches(session, sentences, batch_size, finish)
 
 
-def sentence_generator(seed: int, token_ids: Tensor) -> torch.Generator:
+def sentence_generator(seed: int, token_ids: np.ndarray) -> torch.Generator:
     """A random generator for one sentence, seeded by `seed` and its token ids (not its place in a batch)."""
-    digest = hashlib.sha256(f"{seed}:".encode() + token_ids.detach().cpu().to(torch.int64).numpy().tobytes()).digest()
+    digest = hashlib.sha256(f"{seed}:".encode() + np.asarray(token_ids, dtype=np.int64).tobytes()).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
 
 
@@ -261,12 +267,12 @@ class MLMObjective(Objective):
             ids = batch.inputs["input_ids"]
             present = batch.inputs["attention_mask"].bool().cpu()  # on the CPU once, not a GPU read a sentence
             candidates = present & ~batch.target["special"].cpu()
-            every_ids = ids.cpu()
+            every_ids, every_present = ids.cpu().numpy(), present.numpy()
             chosen = torch.zeros(ids.shape, dtype=torch.bool)
             for row in range(ids.shape[0]):
                 # Each sentence's masks follow from the seed and its tokens alone: the same on every walk,
                 # in any batch, on any rank (a corpus sharded by torchrun masks what one process masks).
-                generator = sentence_generator(seed, every_ids[row][present[row]])
+                generator = sentence_generator(seed, every_ids[row][every_present[row]])
                 chosen[row, : ids.shape[1]] = (torch.rand(ids.shape[1], generator=generator) < MLM_RATE) & candidates[row]
                 if not chosen[row].any() and candidates[row].any():  # every sentence gets at least one masked token
                     options = torch.nonzero(candidates[row]).squeeze(-1)
@@ -373,10 +379,10 @@ class PreserveObjective(Objective):
         direction = torch.zeros(hidden.shape)
         # Per sentence, from the seed and its tokens: any batch, any rank. Read on the CPU once a batch, not a
         # sentence at a time from a GPU (each read of the GPU waits for it).
-        every_ids, every_present = batch.inputs["input_ids"].cpu(), batch.inputs["attention_mask"].bool().cpu()
+        every_ids, every_present = batch.inputs["input_ids"].cpu().numpy(), batch.inputs["attention_mask"].bool().cpu().numpy()
         for row, (ids, present) in enumerate(zip(every_ids, every_present, strict=True)):
             row_generator = sentence_generator(generator.initial_seed(), ids[present])
-            direction[row, present] = torch.randn((int(present.sum()), hidden.shape[-1]), generator=row_generator)
+            direction[row, torch.from_numpy(present)] = torch.randn((int(present.sum()), hidden.shape[-1]), generator=row_generator)
         direction = direction.to(hidden.device) * real
         size = (hidden.detach().pow(2) * real).sum((1, 2))
         ones = torch.ones_like(size)

@@ -43,7 +43,7 @@ from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from transformers import BatchEncoding, PreTrainedTokenizerBase
 
     from bertscope.core.model.session import Session
 
@@ -153,18 +153,28 @@ def check_unit(unit: str, sentences: Sequence[Sentence]) -> str:
     return unit
 
 
-def prepare(tokenizer: PreTrainedTokenizerBase, max_length: int, batch: list[Sentence], unit: str, device: torch.device) -> PreparedBatch:
-    """Tokenise a batch and name its rows with their labels."""
-    options: dict[str, Any] = dict(
-        padding=True, truncation=True, max_length=max_length, return_tensors="pt", return_special_tokens_mask=True
-    )
+def encode_chunk(tokenizer: PreTrainedTokenizerBase, max_length: int, chunk: list[Sentence], unit: str) -> BatchEncoding:
+    """A chunk's sentences tokenised in one call, unpadded (its batches are padded from it: `prepare`)."""
+    options: dict[str, Any] = dict(truncation=True, max_length=max_length, return_special_tokens_mask=True)
     if unit == "word":
-        encoded = tokenizer([list(words_of(s)) for s in batch], is_split_into_words=True, **options)
-    else:
-        pairs = [s.pair for s in batch]
-        if any(p is not None for p in pairs) and not all(p is not None for p in pairs):
-            raise InputError("the corpus mixes single sentences and pairs; give one kind of input per corpus")
-        encoded = tokenizer([s.text for s in batch], pairs if pairs[0] is not None else None, **options)
+        return tokenizer([list(words_of(s)) for s in chunk], is_split_into_words=True, **options)
+    pairs = [s.pair for s in chunk]
+    if any(p is not None for p in pairs) and not all(p is not None for p in pairs):
+        raise InputError("the corpus mixes single sentences and pairs; give one kind of input per corpus")
+    return tokenizer([s.text for s in chunk], pairs if pairs[0] is not None else None, **options)
+
+
+def prepare(
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int,
+    batch: list[Sentence],
+    unit: str,
+    device: torch.device,
+    chunk: BatchEncoding,
+    indices: list[int],
+) -> PreparedBatch:
+    """Pad a batch (its sentences' `indices` in the chunk's encoding) and name its rows with their labels."""
+    encoded = tokenizer.pad({key: [values[index] for index in indices] for key, values in chunk.items()}, return_tensors="pt")
     special = encoded.pop("special_tokens_mask").bool()
     real = encoded["attention_mask"].bool()
     length = real.shape[1]
@@ -176,7 +186,7 @@ def prepare(tokenizer: PreTrainedTokenizerBase, max_length: int, batch: list[Sen
     truncated = 0
     real_lengths = real.sum(-1).tolist()  # padding is on the right: a row's real tokens come first
     for row, sentence in enumerate(batch):
-        word_ids = encoded.word_ids(row)
+        word_ids = chunk.word_ids(indices[row])
         if unit == "sentence":
             owners.append(row)
             ordinals.append(0)
@@ -240,18 +250,6 @@ def _cut_tokens(tokenizer: PreTrainedTokenizerBase, sentence: Sentence, kept: in
     return max(0, len(tokenizer(sentence.text, sentence.pair, add_special_tokens=True)["input_ids"]) - kept)
 
 
-def _token_lengths(tokenizer: PreTrainedTokenizerBase, max_length: int, chunk: list[Sentence], unit: str) -> list[int]:
-    """Each sentence's token count (what a batch's memory follows), from one tokenizer call for the chunk."""
-    if unit == "word":
-        encoded = tokenizer([list(words_of(s)) for s in chunk], is_split_into_words=True, truncation=True, max_length=max_length)
-    else:
-        pairs = [s.pair for s in chunk]
-        encoded = tokenizer(
-            [s.text for s in chunk], pairs if all(p is not None for p in pairs) else None, truncation=True, max_length=max_length
-        )
-    return [len(ids) for ids in encoded["input_ids"]]
-
-
 def batch_rows(hidden_states: Sequence[torch.Tensor], prepared: PreparedBatch, unit: str, rows: np.ndarray) -> np.ndarray:
     """`[len(rows), L+1, D]` float32: the chosen rows of one batch from every hidden-state layer."""
     if unit == "sentence":
@@ -307,8 +305,7 @@ def stream_sample(
         numbered = itertools.chain([first], numbered)
     batches = CorpusBatches(
         numbered,
-        lambda chunk: chunk,  # each batch is tokenised as it comes (`prepare`)
-        lengths=lambda chunk: _token_lengths(lead.tokenizer, max_length, [sentence for _, sentence in chunk], unit),
+        lambda chunk: encode_chunk(lead.tokenizer, max_length, [sentence for _, sentence in chunk], unit),
         batch_size=batch_size,
         max_square=MAX_SQUARE if attentions else None,
         cancel=cancel,
@@ -316,7 +313,7 @@ def stream_sample(
     for numbered_batch in batches:
         numbers = np.array([number for number, _ in numbered_batch.items], dtype=np.int64)
         batch = [sentence for _, sentence in numbered_batch.items]
-        prepared = prepare(lead.tokenizer, max_length, batch, unit, lead.device)
+        prepared = prepare(lead.tokenizer, max_length, batch, unit, lead.device, numbered_batch.encoded, numbered_batch.indices)
         contents = np.array([_content(sentence, unit) for sentence in batch], dtype=np.int64)
         origins = np.stack([numbers[prepared.owners], prepared.ordinals, contents[prepared.owners]], axis=1)
         rows, slots = sampler.offer(row_keys(seed, origins[:, 0], origins[:, 1]), origins)
