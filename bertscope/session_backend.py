@@ -181,9 +181,12 @@ class SessionBackend:
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
         kind: ProbeKind = "linear",
+        mdl: bool = False,
         cancel: threading.Event | None = None,
     ) -> Iterator[Progress[ProbeReport]]:
-        return api.steps(api.probe, self.session, task, train, dev=dev, test=test, mask=mask, ablation=ablation, probe=kind, cancel=cancel)
+        return api.steps(
+            api.probe, self.session, task, train, dev=dev, test=test, mask=mask, ablation=ablation, probe=kind, mdl=mdl, cancel=cancel
+        )
 
     def geometry(
         self,

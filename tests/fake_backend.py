@@ -206,8 +206,9 @@ class FakeBackend:
             raise InputError("no sentences to analyse; the treebank is empty")
         yield Progress("sentences", done, result=result_after(done), partial=result_after(done))
 
-    def probe(self, task, train, dev=None, test=None, *, mask=None, ablation="zero", kind="linear", cancel=None):
-        """Two feature stages, then a report whose layer l scores 0.5 + 0.1 l (less under a mask)."""
+    def probe(self, task, train, dev=None, test=None, *, mask=None, ablation="zero", kind="linear", mdl=False, cancel=None):
+        """Two feature stages, then a report whose layer l scores 0.5 + 0.1 l (less under a mask); with `mdl`, layer l
+        compresses 1 + l times (its control task 1 + l / 4 times) over a uniform code of 100 bits."""
         from bertscope.core.analyses.probing_results import ProbeReport
         from bertscope.core.data.splits import make_splits
 
@@ -222,10 +223,16 @@ class FakeBackend:
             time.sleep(self.delay)
             yield Progress(f"features {done}", done, 2)
         layers = [{"layer": layer, "accuracy": 0.5 + 0.1 * layer - penalty, "f1": 0.5} for layer in range(LAYERS + 1)]
+        if mdl:
+            for layer in layers:
+                code, control = 1.0 + layer["layer"], 1.0 + layer["layer"] / 4
+                layer["mdl"] = {"online_bits": 100 / code, "uniform_bits": 100.0, "compression": code, "blocks": [],
+                                "control": {"online_bits": 100 / control, "uniform_bits": 100.0, "compression": control, "blocks": []}}
         splits = make_splits(train, dev, test)  # as the real backend's probe_steps splits them
         counts = {"train": len(splits.train), "dev": len(splits.dev), "test": len(splits.test), "classes": 2, "unit": "sentences"}
         report = ProbeReport(task=task, metric="accuracy", layers=layers, best_layer=LAYERS, center_of_gravity=2.0,
-                             baselines={"majority": 0.5}, counts=counts, notes=[])
+                             baselines={"majority": 0.5}, counts=counts, notes=[],
+                             mdl={"blocks": "fake", "seed": 0} if mdl else {})
         yield Progress("done", 2, 2, report)
 
     def attribute(self, text, pair=None, *, method="integrated-gradients", target=None, steps=None, mask=None, ablation="zero", cancel=None):

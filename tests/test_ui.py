@@ -564,6 +564,42 @@ def test_probing_pane_runs_tasks_side_by_side_and_rescores_with_the_mask():
     run(app, steps)
 
 
+def test_d_adds_the_description_length_beside_accuracy(tmp_path):
+    """Runs fit the online code too; each curve gets a compression column with the control task's, the export draws it."""
+    from bertscope.ui.probing import ProbingScreen
+
+    app = make_app(export_dir=tmp_path)
+
+    async def steps(pilot):
+        await pilot.press("p")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ProbingScreen)
+        await pilot.press("r")  # accuracy alone: no codes fitted
+        await settle(pilot)
+        assert not screen.reports["bigram_shift"].mdl and "compression" not in rendered(screen.query_one("#curves-content"))
+        await pilot.press("d")
+        await pilot.pause()
+        curves = rendered(screen.query_one("#curves-content"))
+        assert "compression" in curves and "—" in curves  # the run made without codes says so
+        screen.query_one("#task").value = "sentence_length"
+        await pilot.press("r")
+        await settle(pilot)
+        report = screen.reports["sentence_length"]
+        assert report.mdl and report.layers[3]["mdl"]["compression"] == 4.0
+        curves = rendered(screen.query_one("#curves-content"))
+        assert "4.00 * (1.75)" in curves and "1.00 (1.00)" in curves  # layer 3, the best, and layer 0; the control's in brackets
+        await pilot.press("e")
+        await settle(pilot)
+        [figure] = tmp_path.glob("bertscope-probing-*.svg")
+        assert "compression" in figure.read_text()
+        await pilot.press("d", "r")  # off again: runs fit no codes
+        await settle(pilot)
+        assert not screen.reports["sentence_length"].mdl
+
+    run(app, steps)
+
+
 def test_probing_pane_word_task_without_a_file_probes_the_generated_treebank():
     app = make_app()
 

@@ -1,11 +1,12 @@
 """The attribution row under the sentence: which tokens a decision rests on, shaded.
 
 `b` cycles the method (off, gradient, gradient × input, integrated gradients, attention
-rollout and flow, and the other context-mixing measures rolled out); `B` cycles what is explained: the MLM guess at the first [MASK] (models with an
-MLM head), the predicted class (classifiers), or the decision of a probe for each built-in
-task (any model; the probe is trained once, in the background, and cached). The backend
-computes; this widget runs it in its own thread worker, newest request wins, `escape`
-cancels, and progress (a probe's training, integration steps) shows in the row.
+rollout and flow, and the other context-mixing measures rolled out); `B` cycles what is
+explained: the MLM guess at the first [MASK] (models with an MLM head), the predicted class
+(classifiers), or the decision of a probe for each built-in task (any model; the probe is
+trained once, in the background, and cached). The backend computes; this widget runs it in
+its own thread worker, newest request wins, `escape` cancels, and progress (a probe's
+training, integration steps) shows in the row.
 """
 
 from __future__ import annotations

@@ -139,9 +139,11 @@ class Backend(Protocol):
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
         kind: ProbeKind = "linear",
+        mdl: bool = False,
         cancel: threading.Event | None = None,
     ) -> Iterator[Progress[ProbeReport]]:
-        """Without `dev` and `test`, they are split off `train` (or taken from its sentences' own split)."""
+        """Without `dev` and `test`, they are split off `train` (or taken from its sentences' own split). `mdl`: each layer's
+        description length too (Voita & Titov 2020's online code, and the control task's: core.analyses.mdl)."""
         ...
 
     def geometry(

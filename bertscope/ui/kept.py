@@ -32,3 +32,4 @@ class KeptResults:
     runs: dict[str, KeptRun] = field(default_factory=dict)  # screen name -> its last finished run
     probes: dict[str, ProbeReport] = field(default_factory=dict)  # probing: column title -> report, in run order
     last_probe: tuple[str, str] | None = None  # probing: (task, data) of the last run, for `m`
+    probe_codes: bool = False  # probing: runs fit the online code too, and the curves show its compression (`d`)

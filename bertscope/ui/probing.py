@@ -3,7 +3,9 @@
 Pick a built-in task (or give a CoNLL-U / SentEval file and its task), run it in a worker
 with per-stage progress, and compare the per-layer curves of every task run so far. `m`
 re-scores the last task under the explorer's current head mask, so the pane shows what the
-masked heads cost each layer.
+masked heads cost each layer. `d` adds each layer's description length (Voita & Titov 2020):
+runs then fit the online code too, and a compression column (uniform over online codelength,
+the control task's beside it) stands by each accuracy curve.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import replace
 from threading import Event
 from typing import TYPE_CHECKING
 
+import numpy as np
 from rich.bar import Bar
 from rich.console import RenderableType
 from rich.measure import Measurement
@@ -70,6 +73,7 @@ class ProbingScreen(Screen[None]):
         HELP_KEY,
         Binding("r,ctrl+r", "run", "run"),
         Binding("m", "rescore_masked", "re-score with mask"),
+        Binding("d", "toggle_codes", "description length"),
         Binding("x", "clear", "clear curves"),
         Binding("e", "export", "export"),
         Binding("slash", "focus_task", "task", show=False),
@@ -138,6 +142,7 @@ class ProbingScreen(Screen[None]):
             task, data = self._last
         self.kept.last_probe = (task, data)
         mask = self.mask if masked else None
+        codes = self.kept.probe_codes
         self._title = title = (
             task + (f" · mask {self.mask.spec()}" if masked else "") + ("" if not data else f" · {data.rsplit('/', 1)[-1]}")
         )
@@ -150,7 +155,7 @@ class ProbingScreen(Screen[None]):
                 sentences = generate(task)
             else:  # a CoNLL-U task with no file: the generated treebank (core.data.treebank)
                 sentences = list(built_in_treebank(TREEBANK_SENTENCES).sentences)
-            return self.backend.probe(task, sentences, mask=mask, ablation=self.ablation, cancel=cancel)
+            return self.backend.probe(task, sentences, mask=mask, ablation=self.ablation, mdl=codes, cancel=cancel)
 
         self.job.start(job)
 
@@ -161,6 +166,22 @@ class ProbingScreen(Screen[None]):
             self.notify("no heads are masked in the explorer; switch some off first", severity="warning")
         else:
             self.action_run(masked=True)
+
+    def action_toggle_codes(self) -> None:
+        """`d`: description length beside accuracy (the online code: Voita & Titov 2020), or accuracy alone."""
+        codes = self.kept.probe_codes = not self.kept.probe_codes
+        if codes:
+            missing = [title for title, report in self.reports.items() if not report.mdl]
+            again = f"; {len(missing)} curve(s) without codes: r runs the task again with them" if missing else ""
+            self.notify(
+                "description length: runs also fit the online code (Voita & Titov 2020), about as long again; compression = "
+                f"uniform / online bits, the control task's in brackets{again}",
+                timeout=8,
+            )
+        else:
+            self.notify("accuracy alone; runs no longer fit the online code", timeout=3)
+        if self.reports:
+            self._draw()
 
     def probe_stepped(self, progress: Progress[ProbeReport]) -> None:
         title = self._title
@@ -187,14 +208,21 @@ class ProbingScreen(Screen[None]):
         reports = list(self.reports.items())
         # Each curve takes its bar's column and its numbers' (" 0.800 *", 9 with padding); on a narrow pane the bars
         # and titles narrow, down to 6 cells, so that every curve's numbers and best-layer mark show.
+        codes = self.kept.probe_codes
         room = (self.query_one("#curves").content_size.width or 1000) - 7  # less the layer column
-        column = max(MIN_BAR, min(BAR, room // len(reports) - 11))
+        slots = len(reports) * (2 if codes else 1)  # a curve's columns: accuracy, and its compression beside it
+        column = max(MIN_BAR, min(BAR, room // slots - 11))
         for title, report in reports:
             parts = title.split(" · ")  # task, mask, data: one line each, so a fold never cuts a word
-            width = max(column, min(24, max(len(part) for part in parts), room // len(reports) - 11))
+            width = max(column, min(24, max(len(part) for part in parts), room // slots - 11))
             lines = [line for part in parts for line in folded(part, width)]
             table.add_column(Text("\n".join([*lines, report.metric]), overflow="fold"), width=width, no_wrap=False)
             table.add_column("", justify="left", no_wrap=True)
+            if codes:
+                table.add_column(Text("\n".join(["", *([""] * (len(lines) - 1)), "compression"])), width=column, no_wrap=False)
+                table.add_column("", justify="left", no_wrap=True)
+        coded = [report for _, report in reports if report.mdl]
+        top = max([float(report.compression().max()) for report in coded] + [1.0])
         num_layers = len(reports[0][1].layers)
         for layer in range(num_layers):
             cells: list[RenderableType] = []
@@ -202,6 +230,8 @@ class ProbingScreen(Screen[None]):
                 value = report.layers[layer][report.metric]
                 mark = " *" if layer == report.best_layer else ""
                 cells += [Bar(1.0, 0.0, max(0.0, min(1.0, value)), width=column, color="magenta"), f"{value:.3f}{mark}"]
+                if codes:
+                    cells += self._code_cells(report, layer, top, column)
             table.add_row(str(layer), *cells)
         baselines = [
             Text(
@@ -212,6 +242,15 @@ class ProbingScreen(Screen[None]):
             )
             for title, report in reports
         ]
+        if codes:
+            baselines.insert(
+                0,
+                Text(
+                    "compression: uniform / online codelength (Voita & Titov 2020), * the best layer, the control task's in "
+                    "brackets; — : run without codes (r runs it again with them)",
+                    style="dim",
+                ),
+            )
         from rich.console import Group
 
         content = self.query_one("#curves-content", Static)
@@ -219,6 +258,16 @@ class ProbingScreen(Screen[None]):
         wanted = Measurement.get(self.app.console, self.app.console.options.update_width(1000), table).maximum
         content.styles.width = max(wanted, self.query_one("#curves").content_size.width)
         content.update(Group(table, Text("layer 0 is the embeddings; * marks the best layer", style="dim"), *baselines))
+
+    @staticmethod
+    def _code_cells(report: ProbeReport, layer: int, top: float, width: int) -> list[RenderableType]:
+        """A layer's compression as a bar (up to the largest shown) and its number, the control task's beside it."""
+        if not report.mdl:
+            return ["", "—"]
+        code = report.layers[layer]["mdl"]
+        mark = " *" if layer == int(np.argmax(report.compression())) else ""
+        control = f" ({code['control']['compression']:.2f})" if "control" in code else ""
+        return [Bar(top, 0.0, code["compression"], width=width, color="cyan"), f"{code['compression']:.2f}{mark}{control}"]
 
     def on_resize(self) -> None:
         if self.reports:
@@ -232,10 +281,14 @@ class ProbingScreen(Screen[None]):
         save_screen(self.app, "probing", self.curves(), ".json", self.figure)
 
     def figure(self) -> Figure:
-        """Every curve shown, on one plot, each named as its column here."""
+        """Every curve shown, on one plot, each named as its column here (with `d`: the compression of those with codes)."""
         from bertscope.figures.curves import probe_curves
 
         reports = list(self.reports.items())
+        coded = [(title, report) for title, report in reports if report.mdl]
+        if self.kept.probe_codes and coded:  # the compression curves, as `bertscope probe --mdl --figure` draws them
+            curves = [replace(report.compression_curve(), task=title) for title, report in coded]
+            return probe_curves(curves, "compression (uniform / online bits)")
         metric = reports[0][1].metric
         return probe_curves([replace(report.curve(), task=title) for title, report in reports], metric)
 
