@@ -3,7 +3,7 @@
     torchrun --standalone --nproc-per-node 2 tests/distributed_job.py equal OUT.json TINY_A TINY_B
     torchrun --standalone --nproc-per-node 2 tests/distributed_job.py fail OUT.json
 
-`equal`: patterns (with norms), syntax, probe, importance (both methods, and for a probe's loss on TINY_A),
+`equal`: patterns (with norms), syntax, probe, erase (UPOS at layer 2 of the sample treebank), importance (both methods, and for a probe's loss on TINY_A),
 geometry, and compare (of two tiny random models saved by the test, TINY_A and TINY_B) through the public API, rank 0 saving the results for the test
 to hold against one process. `fail`: `bertscope patterns -o OUT.json`
 through the command line, with rank 1 running out of memory at its third batch. `cached_probe OUT.json CACHE TINY DATA`:
@@ -22,6 +22,7 @@ SYNTAX_SENTENCES = 30
 GEOMETRY = dict(limit=16, max_rows=60)  # fewer rows than the sentences' tokens: the ranks' samples are merged
 COMPARE = dict(limit=30, max_rows=80)
 PROBE_TASK = "subject_number"  # the probe objective's built-in task
+ERASE = dict(limit=60, layer=2, measure="preserve", cache_dir=False)  # UPOS of the sample treebank (its data in the job)
 
 
 def equal(out: str, tiny_a: str, tiny_b: str) -> None:
@@ -35,6 +36,7 @@ def equal(out: str, tiny_a: str, tiny_b: str) -> None:
     results["syntax"] = bertscope.api.syntax(model, limit=SYNTAX_SENTENCES)
     train = probe_sentences("upos", data=str(sample_corpus("conllu")), limit=70).train
     results["probe"] = bertscope.api.probe(model, "upos", train, control=False, random_baseline=False, cache_dir=False)
+    results["erase"] = bertscope.erase(model, "upos", data=str(sample_corpus("conllu")), **ERASE)
     for method in ("ablation", "gradient"):
         results[method] = bertscope.importance(model, "preserve", limit=IMPORTANCE_SENTENCES, method=method)
     results["geometry"] = bertscope.api.geometry(model, **GEOMETRY)

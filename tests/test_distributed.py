@@ -18,7 +18,7 @@ from bertscope.api import probe_sentences
 from bertscope.core import distributed
 from bertscope.core.data.corpus import sample_corpus
 from tests.conftest import command_in_a_new_process, save_tiny
-from tests.distributed_job import COMPARE, GEOMETRY, PROBE_TASK, cached_probe_arguments
+from tests.distributed_job import COMPARE, ERASE, GEOMETRY, PROBE_TASK, cached_probe_arguments
 
 JOB = Path(__file__).with_name("distributed_job.py")
 
@@ -166,6 +166,26 @@ def test_probe_over_two_ranks_equals_one_process(two_ranks, model):
         torch.set_num_threads(threads)
     two = two_ranks["probe"]
     assert two.as_json() == one.as_json()  # the same rows, back in input order, and the probes trained once
+
+
+def test_erase_over_two_ranks_equals_one_process(two_ranks, model):
+    """The features of each split sharded and gathered on rank 0, which fits the eraser and the probes once and shares
+    the eraser; the erased features and the measure over the test split sharded, the measure's sums added."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the ranks, for the probes' fits (see the probe's test)
+    try:
+        one = bertscope.erase(model, "upos", data=str(sample_corpus("conllu")), **ERASE)
+    finally:
+        torch.set_num_threads(threads)
+    two = two_ranks["erase"]
+    assert (two.rank, two.counts, two.guardedness, two.majority) == (one.rank, one.counts, one.guardedness, one.majority)
+    assert two.variance_share == pytest.approx(one.variance_share, rel=1e-6)  # float32 arithmetic of the same rows
+    for condition in ("none", "erased", "control"):
+        assert two.measure[condition] == pytest.approx(one.measure[condition], abs=1e-5), condition
+        assert two.measure["loss"][condition] == pytest.approx(one.measure["loss"][condition], abs=1e-5), condition
+    assert two.notes == one.notes
 
 
 @pytest.mark.parametrize("method", ["ablation", "gradient"])

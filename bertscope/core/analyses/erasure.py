@@ -34,9 +34,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from bertscope.core import distributed
 from bertscope.core.analyses import probes
 from bertscope.core.analyses.erasure_results import ErasureResult
-from bertscope.core.analyses.features import FeatureOptions, Features, extract_features
+from bertscope.core.analyses.features import FeatureOptions, Features, extract_features, extract_sharded
 from bertscope.core.analyses.importance_results import Measurement
 from bertscope.core.analyses.objectives import Objective, make_objective
 from bertscope.core.analyses.probing import MIN_EXAMPLES, EncodedLabels, encode_labels, word_labels
@@ -161,6 +162,8 @@ def measured(objective: Objective, layer: int, eraser: Eraser | None, mask: Any 
             loss += float(scores.loss.sum())
             metric_sum += float(scores.metric_sum.sum())
             metric_count += float(scores.metric_count.sum())
+    summed = distributed.sum_across({"loss": loss, "metric_sum": metric_sum, "metric_count": metric_count})  # under torchrun
+    loss, metric_sum, metric_count = (summed[key] for key in ("loss", "metric_sum", "metric_count"))
     return Measurement(loss / max(objective.sentences, 1), metric_sum / metric_count if metric_count else math.nan)
 
 
@@ -226,7 +229,7 @@ def run_erasure(
 
             with erasing(session, layer, eraser):  # nothing erased on the first round
                 extracted = yield from relay(
-                    extract_features(session, sentences, options, cache_dir=cache_dir if which == "model" else False, cancel=cancel),
+                    extract_sharded(session, sentences, options, cache_dir=cache_dir if which == "model" else False, cancel=cancel),
                     relabel,
                 )
             if extracted is None:
@@ -234,28 +237,33 @@ def run_erasure(
             features[which, name] = extracted
             done += len(sentences)
         if which == "model":
-            labels = _labels(task, splits, features, level, min_examples)
             yield Progress("fitting the eraser (LEACE)", done, total)
-            train_at_layer = np.asarray(labels.rows("train", features["model", "train"].X[:, layer]))
-            eraser = Eraser.leace(train_at_layer, labels.train, len(labels.classes))
+            if distributed.is_main():  # under torchrun rank 0 holds every row (extract_sharded): it fits, once, and shares
+                labels = _labels(task, splits, features, level, min_examples)
+                train_at_layer = np.asarray(labels.rows("train", features["model", "train"].X[:, layer]))
+                eraser = Eraser.leace(train_at_layer, labels.train, len(labels.classes))
+            eraser = distributed.from_main(eraser)
     assert eraser is not None  # fitted after the first round
     control = Eraser.random(eraser.left.shape[0], eraser.rank, eraser.bias, seed)
     yield Progress("training probes", total, total)
     device = str(session.device)
-    try:
-        with fitting_heap():
-            before = _probe_accuracy(
-                {name: labels.rows(name, features["model", name].X)[:, layer:] for name in names}, labels, device, seed, cancel
-            )
-            # At the layer erased, the eraser on the features as they are: it commutes with the pooling (an affine map keeps
-            # means), and some families report their encoder's input as hidden state 0 before the hook sees it.
-            at_layer = {name: eraser.apply(np.asarray(labels.rows(name, features["model", name].X[:, layer])))[:, None] for name in names}
-            after = _probe_accuracy(at_layer, labels, device, seed, cancel)
-            if layer < session.num_layers:
-                above = {name: labels.rows(name, features["erased", name].X)[:, layer + 1 :] for name in names}
-                after = np.concatenate([after, _probe_accuracy(above, labels, device, seed, cancel)])
-    except Cancelled:
-        return
+    if distributed.is_main():  # the probes too: on rank 0, which holds every row
+        try:
+            with fitting_heap():
+                before = _probe_accuracy(
+                    {name: labels.rows(name, features["model", name].X)[:, layer:] for name in names}, labels, device, seed, cancel
+                )
+                # At the layer erased, the eraser on the features as they are: it commutes with the pooling (an affine map
+                # keeps means), so the erased pass's features are needed above the layer only.
+                at_layer = {
+                    name: eraser.apply(np.asarray(labels.rows(name, features["model", name].X[:, layer])))[:, None] for name in names
+                }
+                after = _probe_accuracy(at_layer, labels, device, seed, cancel)
+                if layer < session.num_layers:
+                    above = {name: labels.rows(name, features["erased", name].X)[:, layer + 1 :] for name in names}
+                    after = np.concatenate([after, _probe_accuracy(above, labels, device, seed, cancel)])
+        except Cancelled:
+            return
     yield Progress(f"measuring {objective_name}", total, total)
     objective = make_objective(
         session,
@@ -272,6 +280,9 @@ def run_erasure(
         if cancel is not None and cancel.is_set():
             return
         values[condition] = measured(objective, layer, applied, session.mask(mask) if mask else None, ablation)
+    if not distributed.is_main():  # the measure's sums are every rank's; the rest is rank 0's
+        yield Progress("done", total, total, distributed.from_main(None))
+        return
     y_train, y_test = labels.train, labels.test
     guardedness = [
         {"layer": at, "accuracy_before": round(float(b), 6), "accuracy_after": round(float(a), 6)}
@@ -310,7 +321,7 @@ def run_erasure(
         },
         notes=tuple(dict.fromkeys([*splits.notes, *_left_out(labels, min_examples), *objective.notes])),
     )
-    yield Progress("done", total, total, result)
+    yield Progress("done", total, total, distributed.from_main(result))
 
 
 def fit_eraser(
