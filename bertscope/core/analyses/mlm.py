@@ -256,11 +256,21 @@ def _lama_line(line: str) -> tuple[str, str] | str:
 
 def answer_id(tokenizer: PreTrainedTokenizerBase, answer: str) -> int | None:
     """The vocabulary id of a one-token answer, or None when the answer is several tokens."""
-    for candidate in (" " + answer, answer):  # byte-level BPE marks a word's leading space
-        ids = tokenizer(candidate, add_special_tokens=False)["input_ids"]
-        if len(ids) == 1 and ids[0] != tokenizer.unk_token_id:
-            return int(ids[0])
-    return None
+    return answer_ids(tokenizer, [answer])[0]
+
+
+def answer_ids(tokenizer: PreTrainedTokenizerBase, answers: Sequence[str]) -> list[int | None]:
+    """`answer_id` of each answer, the answers tokenised together (a call each would cost more than the model)."""
+    found: list[int | None] = [None] * len(answers)
+    for prefix in (" ", ""):  # byte-level BPE marks a word's leading space
+        missing = [index for index, value in enumerate(found) if value is None]
+        if not missing:
+            break
+        rows = tokenizer([prefix + answers[index] for index in missing], add_special_tokens=False)["input_ids"]
+        for index, ids in zip(missing, rows, strict=True):
+            if len(ids) == 1 and ids[0] != tokenizer.unk_token_id:
+                found[index] = int(ids[0])
+    return found
 
 
 def cloze_scores(
@@ -283,17 +293,18 @@ def cloze_scores(
     require_mlm_head(session)
     tokenizer = session.tokenizer
     kept: list[tuple[ClozeQuery, int]] = []
-    lengths: list[int] = []
-    for query in queries:
-        gold = answer_id(tokenizer, query.answer)
+    kept_rows: list[int] = []  # each kept query's row of `encoded`: tokenised once, padded a batch at a time below
+    texts = [with_mask_token(tokenizer, query.text) for query in queries]
+    encoded = tokenizer(texts, truncation=True, max_length=session.max_length) if texts else {"input_ids": []}
+    answers_at = answer_ids(tokenizer, [query.answer for query in queries])
+    for row, (query, gold, ids) in enumerate(zip(queries, answers_at, encoded["input_ids"], strict=True)):
         if gold is None:
             problem = f"the answer {query.answer!r} is not one token of this model's vocabulary"
+        elif tokenizer.mask_token_id in ids:
+            kept.append((query, gold))
+            kept_rows.append(row)
+            continue
         else:
-            ids = tokenizer(with_mask_token(tokenizer, query.text), truncation=True, max_length=session.max_length)["input_ids"]
-            if tokenizer.mask_token_id in ids:
-                kept.append((query, gold))
-                lengths.append(len(ids))
-                continue
             problem = f"the [MASK] lies past the model's maximum of {session.max_length} tokens"
         if report is not None:
             report.skip(query.location, problem)
@@ -309,7 +320,7 @@ def cloze_scores(
     batches = CorpusBatches(
         mine,
         lambda chunk: chunk,  # tokenised above, to be kept or skipped
-        lengths=lambda chunk: [lengths[index] for index in chunk],
+        lengths=lambda chunk: [len(encoded["input_ids"][kept_rows[index]]) for index in chunk],
         batch_size=most if batch_size is None else min(batch_size, most),
         chunk_size=max(len(mine), 1),  # one chunk: every query is held already
         cancel=cancel,
@@ -317,7 +328,9 @@ def cloze_scores(
     for planned in batches:
         indices = planned.items
         batch = [kept[index] for index in indices]
-        inputs = session.tokenize_batch([with_mask_token(tokenizer, query.text) for query, _ in batch])
+        rows_of = {key: [values[kept_rows[index]] for index in indices] for key, values in encoded.items()}
+        padded = tokenizer.pad(rows_of, return_tensors="pt")
+        inputs = {name: tensor.to(session.device) for name, tensor in padded.items()}
         golds = torch.as_tensor([g for _, g in batch], device=session.device)
         rows, columns = torch.nonzero(inputs["input_ids"] == tokenizer.mask_token_id, as_tuple=True)  # one per query
         with torch.inference_mode():
