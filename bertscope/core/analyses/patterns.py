@@ -310,16 +310,17 @@ class _Accumulator:
         self.tokens = 0
         self.truncated = 0
 
-    def add(self, layer: int, features: Tensor) -> None:
-        """One layer's `_feature_table` for a batch."""
-        self.table[layer] += features[..., : len(STATISTICS)].sum(0).double()
-        vertical, diagonal, block = features[..., len(STATISTICS) :].unbind(-1)
-        self.counts[layer] += torch.nn.functional.one_hot(classify(vertical, diagonal, block), len(PATTERNS)).sum(0).double()
-
-    def add_norms(self, layer: int, shares: Tensor) -> None:
-        """One layer's `_norm_share_table` for a batch."""
-        assert self.norm_table is not None  # made with norms=True
-        self.norm_table[layer] += shares.sum(0).double()
+    def add(self, features: dict[int, Tensor], shares: dict[int, Tensor]) -> None:
+        """A batch's `_feature_table` (and `_norm_share_table`) of each layer, added at once: a few operations a
+        batch rather than a few a layer (on a GPU each is a launch)."""
+        layers = list(features)
+        table = torch.stack(list(features.values()))  # [layers, B, H, S + 3]
+        self.table[layers] += table[..., : len(STATISTICS)].sum(1).double()
+        vertical, diagonal, block = table[..., len(STATISTICS) :].unbind(-1)
+        self.counts[layers] += torch.nn.functional.one_hot(classify(vertical, diagonal, block), len(PATTERNS)).sum(1).double()
+        if shares:
+            assert self.norm_table is not None  # made with norms=True
+            self.norm_table[list(shares)] += torch.stack(list(shares.values())).sum(1).double()
 
     @property
     def sums(self) -> dict[str, Tensor]:
@@ -342,11 +343,13 @@ class _Accumulator:
 
     def result(self) -> PatternResult:
         sentences = max(self.sentences, 1)
+        tables = [self.table] if self.norm_table is None else [self.table, self.norm_table]
+        values = (torch.cat(tables, -1) / sentences).float().cpu().numpy()  # one read of the device, not one a statistic
         return PatternResult(
             sentences=self.sentences,
             tokens=self.tokens,
             truncated=self.truncated,
-            statistics={name: (total / sentences).float().cpu().numpy() for name, total in self.sums.items()},
+            statistics={name: np.ascontiguousarray(values[..., index]) for index, name in enumerate(self.sums)},
             pattern_shares=(self.counts / sentences).float().cpu().numpy(),
         )
 
@@ -412,11 +415,14 @@ def _add_batch(
     """One forward pass, its attention maps (and norms) reduced layer by layer; nothing of it outlives the call."""
     inputs, masks = batch_tensors(session, batch, punctuation_of)
 
+    features: dict[int, Tensor] = {}  # per layer `[B, H, S + 3]`: small, added to the sums once the pass is done
+    shares: dict[int, Tensor] = {}
+
     def reduce(layer: int, attention: Tensor) -> None:
-        accumulator.add(layer, _feature_table(attention, masks, session.attention_window(layer)))
+        features[layer] = _feature_table(attention, masks, session.attention_window(layer))
 
     def reduce_norms(layer: int, layer_norms: Tensor) -> None:
-        accumulator.add_norms(layer, _norm_share_table(layer_norms, masks, session.attention_window(layer)))
+        shares[layer] = _norm_share_table(layer_norms, masks, session.attention_window(layer))
 
     with torch.inference_mode():
         session.run(
@@ -429,6 +435,7 @@ def _add_batch(
             on_attention=reduce,
             on_norms=reduce_norms if norms else None,
         )
+    accumulator.add(features, shares)
     accumulator.sentences += len(batch)
     accumulator.tokens += int(masks.real.sum())
 
