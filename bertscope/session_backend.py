@@ -11,24 +11,28 @@ the UI to show: warnings, the API's way for scripts, are process-wide and no pla
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import numpy as np
 
 from bertscope import api
 from bertscope.core.analyses.attribution_results import Target
+from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.headstats import FIGURES, head_figures
 from bertscope.core.analyses.importance_results import HeadImportance, Measurement
 from bertscope.core.data.corpus import ReadReport, Sentence
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
 from bertscope.core.model.session import Session
+from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
     from bertscope.core.analyses.attribution_results import Attribution
+    from bertscope.core.analyses.erasure import Eraser
     from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryResult
     from bertscope.core.analyses.importance_results import PruningCurve
     from bertscope.core.analyses.mixing_results import Mixing
@@ -37,7 +41,9 @@ if TYPE_CHECKING:
     from bertscope.core.analyses.probing_results import ProbeKind, ProbeReport
     from bertscope.core.analyses.syntax_results import SyntaxResult
     from bertscope.core.model.results import PatternResult
-    from bertscope.core.progress import Progress
+
+
+Step = TypeVar("Step")
 
 
 def chosen(sentences: Iterable[Sentence]) -> api.Corpus:
@@ -53,6 +59,7 @@ class SessionBackend:
         self.num_layers = session.num_layers
         self.num_heads = session.num_heads
         self._objective_cache: tuple[tuple, Objective] | None = None
+        self._erasers: dict[tuple[str, int], Eraser] = {}  # fitted by `fit_erasure`, by (task, hidden-state layer)
 
     @property
     def info(self) -> ModelInfo:
@@ -72,7 +79,11 @@ class SessionBackend:
         reuse: ForwardResult | None = None,
         norms: bool = False,
         figures: bool = False,
+        erasure: LiveErasure | None = None,
     ) -> ForwardResult:
+        if erasure is not None:  # the reused layers would skip the erasure's hook
+            with self._erasing(erasure):
+                return self.forward(text, pair, attentions=attentions, mask=mask, ablation=ablation, norms=norms, figures=figures)
         if not figures:
             return self.session.forward(text, pair, attentions=attentions, mask=mask, ablation=ablation, reuse=reuse, norms=norms)
         encoding = text if isinstance(text, Encoding) else self.session.encode(text, pair)
@@ -115,9 +126,11 @@ class SessionBackend:
         method: str = "value-zeroing",
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
+        erasure: LiveErasure | None = None,
         cancel: threading.Event | None = None,
     ) -> Iterator[Progress[Mixing]]:
-        return api.steps(api.mixing, self.session, text, method=method, mask=mask, ablation=ablation, cancel=cancel)
+        steps = api.steps(api.mixing, self.session, text, method=method, mask=mask, ablation=ablation, cancel=cancel)
+        return self._erased(erasure, steps)
 
     def attribute(
         self,
@@ -129,10 +142,11 @@ class SessionBackend:
         steps: int | None = None,
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
+        erasure: LiveErasure | None = None,
         cancel: threading.Event | None = None,
     ) -> Iterator[Progress[Attribution]]:
         target = target or Target()
-        return api.steps(
+        run = api.steps(
             api.attribute,
             self.session,
             text,
@@ -149,6 +163,38 @@ class SessionBackend:
             ablation=ablation,
             cancel=cancel,
         )
+        return self._erased(erasure, run)
+
+    def fit_erasure(
+        self, task: str, layer: int, sentences: list[Sentence], *, cancel: threading.Event | None = None
+    ) -> Iterator[Progress[LiveErasure]]:
+        from bertscope.core.analyses.erasure import fit_eraser
+
+        def steps() -> Iterator[Progress[LiveErasure]]:
+            eraser = yield from relay(fit_eraser(self.session, task, sentences, layer=layer, cancel=cancel))
+            if eraser is None:
+                return  # cancelled
+            self._erasers[task, layer] = eraser
+            yield Progress("done", 1, 1, LiveErasure(task=task, layer=layer, rank=eraser.rank, sentences=len(sentences)))
+
+        return steps()
+
+    def _erasing(self, erasure: LiveErasure) -> contextlib.AbstractContextManager[None]:
+        """This thread's passes with the erasure's eraser applied at its layer (core.analyses.erasure.erasing)."""
+        from bertscope.core.analyses.erasure import erasing
+
+        return erasing(self.session, erasure.layer, self._erasers[erasure.task, erasure.layer])
+
+    def _erased(self, erasure: LiveErasure | None, steps: Iterator[Progress[Step]]) -> Iterator[Progress[Step]]:
+        """`steps` run with the erasure: the hook is set in the thread that drains them (the explorer's worker)."""
+        if erasure is None:
+            return steps
+
+        def run() -> Iterator[Progress[Step]]:
+            with self._erasing(erasure):
+                yield from steps
+
+        return run()
 
     def attention_patterns(
         self,
@@ -182,11 +228,25 @@ class SessionBackend:
         ablation: Ablation = "zero",
         kind: ProbeKind = "linear",
         mdl: bool = False,
+        erasure: LiveErasure | None = None,
         cancel: threading.Event | None = None,
     ) -> Iterator[Progress[ProbeReport]]:
-        return api.steps(
-            api.probe, self.session, task, train, dev=dev, test=test, mask=mask, ablation=ablation, probe=kind, mdl=mdl, cancel=cancel
+        cache: Literal[False] | None = False if erasure is not None else None  # the feature cache knows masks, not erasures
+        steps = api.steps(
+            api.probe,
+            self.session,
+            task,
+            train,
+            dev=dev,
+            test=test,
+            mask=mask,
+            ablation=ablation,
+            probe=kind,
+            mdl=mdl,
+            cache_dir=cache,
+            cancel=cancel,
         )
+        return self._erased(erasure, steps)
 
     def geometry(
         self,

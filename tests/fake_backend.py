@@ -50,6 +50,8 @@ class FakeBackend:
         self.syntax_calls: list[str] = []  # the mask spec of each syntax run
         self.layer_calls: list[tuple[int, str, bool]] = []  # (layer, mask spec, from a result) of each layer_maps
         self.mixing_calls: list[tuple[str, str]] = []  # (method, mask spec) of each context-mixing run
+        self.erasure_calls: list[tuple[str, int, int]] = []  # (task, layer, training sentences) of each eraser fitted
+        self.erased: list[tuple[str, object]] = []  # (what ran: forward, mixing, attribute, probe; its erasure) of each erased run
 
     @property
     def info(self) -> ModelInfo:
@@ -78,7 +80,7 @@ class FakeBackend:
         )
 
     def forward(self, text, pair=None, *, attentions=False, mask=None, ablation="zero", reuse=None, norms=False,
-                figures=False) -> ForwardResult:
+                figures=False, erasure=None) -> ForwardResult:
         encoding = text if isinstance(text, Encoding) else self.encode(text, pair)
         mask = mask or HeadMask.none(LAYERS, HEADS)
         self.calls.append((encoding.text, mask.spec()))
@@ -88,11 +90,14 @@ class FakeBackend:
         if self.fail_with is not None:
             raise self.fail_with
         length = len(encoding.tokens)
-        weights, weighted_norms = self._maps(encoding, mask, ablation)
+        weights, weighted_norms = self._maps(encoding, mask, ablation, erasure)
         rng = np.random.default_rng(length)
         hidden = np.repeat(rng.normal(size=(1, length, WIDTH)), LAYERS + 1, axis=0)
         for layer, _ in mask.off:
             hidden[layer + 1 :] += 0.3 * rng.normal(size=(length, WIDTH))
+        if erasure is not None:
+            self.erased.append(("forward", erasure))
+            hidden[erasure.layer :] += 0.2 * rng.normal(size=(length, WIDTH))
         return ForwardResult(
             encoding=encoding, hidden_states=hidden.astype(np.float32), attentions=weights if attentions else None,
             mlm_logits=None, class_logits=None, mask=mask, ablation=ablation,
@@ -108,23 +113,28 @@ class FakeBackend:
         return weights[layer], weighted_norms[layer]
 
     @staticmethod
-    def _maps(encoding, mask, ablation):
-        """Every layer's weights and value-weighted norms `[L, H, T, T]` under `mask`."""
+    def _maps(encoding, mask, ablation, erasure=None):
+        """Every layer's weights and value-weighted norms `[L, H, T, T]` under `mask`; an erasure at hidden state l halves
+        the pattern of every layer from l up, the other half spread evenly."""
         length = len(encoding.tokens)
         weights = np.stack([np.stack([pattern(layer + head, length) for head in range(HEADS)]) for layer in range(LAYERS)])
+        if erasure is not None:
+            weights[erasure.layer :] = 0.5 * weights[erasure.layer :] + 0.5 / length
         for layer, head in mask.off:
             weights[layer, head] = 0.0 if ablation == "zero" else 1.0 / length
         value_norms = 0.5 + np.arange(length) % 4  # norms: each key's value has a known size, [CLS] the smallest
         return weights.astype(np.float32), (weights * value_norms).astype(np.float32)
 
-    def mixing(self, text, *, method="value-zeroing", mask=None, ablation="zero", cancel=None):
+    def mixing(self, text, *, method="value-zeroing", mask=None, ablation="zero", erasure=None, cancel=None):
         """Known measures: layer l's matrix is the mean of its heads' weights (`attention`) or their norms (anything else)
         plus (l + 1) / 4 on the diagonal, rows normalised, in `delay`-long steps per layer; flow and rollout are rolled out only."""
         from bertscope.core.analyses.mixing_results import Mixing, normalised_rows, rolled_out
 
         mask = mask or HeadMask.none(LAYERS, HEADS)
         self.mixing_calls.append((method, mask.spec()))
-        weights, weighted_norms = self._maps(text, mask, ablation)
+        if erasure is not None:
+            self.erased.append(("mixing", erasure))
+        weights, weighted_norms = self._maps(text, mask, ablation, erasure)
         for layer in range(LAYERS):
             if cancel is not None and cancel.is_set():
                 return
@@ -206,7 +216,8 @@ class FakeBackend:
             raise InputError("no sentences to analyse; the treebank is empty")
         yield Progress("sentences", done, result=result_after(done), partial=result_after(done))
 
-    def probe(self, task, train, dev=None, test=None, *, mask=None, ablation="zero", kind="linear", mdl=False, cancel=None):
+    def probe(self, task, train, dev=None, test=None, *, mask=None, ablation="zero", kind="linear", mdl=False, erasure=None,
+              cancel=None):
         """Two feature stages, then a report whose layer l scores 0.5 + 0.1 l (less under a mask); with `mdl`, layer l
         compresses 1 + l times (its control task 1 + l / 4 times) over a uniform code of 100 bits."""
         from bertscope.core.analyses.probing_results import ProbeReport
@@ -216,6 +227,9 @@ class FakeBackend:
             raise InputError("the train split is empty; give more sentences or the missing split")
         self.probe_calls.append((task, list(train)))
         penalty = 0.05 * len(mask) if mask is not None else 0.0
+        if erasure is not None:
+            self.erased.append(("probe", erasure))
+            penalty += 0.1  # the property erased: every layer's probe loses 0.1
         for done in (1, 2):
             if cancel is not None and cancel.is_set():
                 return
@@ -235,7 +249,8 @@ class FakeBackend:
                              mdl={"blocks": "fake", "seed": 0} if mdl else {})
         yield Progress("done", 2, 2, report)
 
-    def attribute(self, text, pair=None, *, method="integrated-gradients", target=None, steps=None, mask=None, ablation="zero", cancel=None):
+    def attribute(self, text, pair=None, *, method="integrated-gradients", target=None, steps=None, mask=None, ablation="zero",
+                  erasure=None, cancel=None):
         """Known scores: token i scores ((3 i) % 5 - 2) / 2, 0 on [CLS]/[SEP], shifted by 0.1 per masked head.
 
         A probe target first "trains" (two progress steps); the MLM target needs a [mask].
@@ -246,6 +261,8 @@ class FakeBackend:
         encoding = text if isinstance(text, Encoding) else self.encode(text, pair)
         mask = mask or HeadMask.none(LAYERS, HEADS)
         self.attributions.append((encoding.text, method, target.kind, target.probe, mask.spec()))
+        if erasure is not None:
+            self.erased.append(("attribute", erasure))
         if target.kind == "probe":
             described = {"kind": "probe", "label": "NNS", "index": 1, "task": target.probe, "data": "built-in task", "layer": 2,
                          "pooling": "cls", "classes": ["NN", "NNS"], "test_accuracy": 0.9, "majority_baseline": 0.5}
@@ -274,6 +291,21 @@ class FakeBackend:
             output=-0.25, baseline_output=-3.0 if ig else None, completeness_error=0.012 if ig else None, steps=32 if ig else None,
             mask=mask, ablation=ablation,
         ))
+
+    def fit_erasure(self, task, layer, sentences, *, cancel=None):
+        """Two feature steps of `delay` each, then an erasure of rank 2; a structural task is refused as the real one is."""
+        from bertscope.core.analyses.erasure_results import LiveErasure
+
+        if task in ("depth", "distance"):
+            raise InputError(f"task {task!r} is a structural probe; erasure takes classification tasks")
+        self.erasure_calls.append((task, layer, len(sentences)))
+        for done in (1, 2):
+            if cancel is not None and cancel.is_set():
+                return
+            self.release.wait(timeout=10)
+            time.sleep(self.delay)
+            yield Progress("features", done, 2)
+        yield Progress("done", 2, 2, LiveErasure(task=task, layer=layer, rank=2, sentences=len(sentences)))
 
     def head_importance(self, objective, sentences, *, method="gradient", ablation="zero", normalize=True, cancel=None):
         """Known importance: head (l, h) scores l·H + h + 1, so 0:0 matters least and the last head most."""

@@ -16,6 +16,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from bertscope.core.analyses.attribution_results import METHODS, Attribution, Target
+from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.data.probing_tasks import TASKS
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding, ModelInfo
@@ -61,7 +62,8 @@ class AttributionRow(Static):
         self.target_index = 0
         self.result: Attribution | None = None
         self.job = JobRun(self, self.explained, name="attribution", on_failed=self.failed, title="attribution")
-        self._last: tuple[Backend, Encoding, HeadMask, Ablation] | None = None  # (backend, encoding, mask, ablation) of the newest analysis
+        # (backend, encoding, mask, ablation, erasure) of the newest analysis
+        self._last: tuple[Backend, Encoding, HeadMask, Ablation, LiveErasure | None] | None = None
 
     @property
     def target(self) -> Target:
@@ -92,9 +94,11 @@ class AttributionRow(Static):
     def describe_target(self) -> str:
         return target_name(self.target)
 
-    def analysed(self, backend: Backend, encoding: Encoding, mask: HeadMask, ablation: Ablation) -> None:
-        """A new sentence or mask is on screen: explain it again if attribution is on."""
-        self._last = (backend, encoding, mask, ablation)
+    def analysed(
+        self, backend: Backend, encoding: Encoding, mask: HeadMask, ablation: Ablation, erasure: LiveErasure | None = None
+    ) -> None:
+        """A new sentence, mask or erasure is on screen: explain it again if attribution is on."""
+        self._last = (backend, encoding, mask, ablation, erasure)
         if self.result is not None and self.result.tokens != encoding.tokens:
             self.result = None  # never shade a new sentence with an old one's scores
         self._restart()
@@ -110,11 +114,13 @@ class AttributionRow(Static):
         self.job.cancel()
         if self.method is None or self._last is None:
             return
-        backend, encoding, mask, ablation = self._last
+        backend, encoding, mask, ablation, erasure = self._last
         method, target = self.method, self.target
         self._draw_status(f"{METHOD_NAMES[method]} of the {target_name(target)}…", self.result)
         self.job.start(
-            lambda cancel: backend.attribute(encoding, method=method, target=target, mask=mask, ablation=ablation, cancel=cancel)
+            lambda cancel: backend.attribute(
+                encoding, method=method, target=target, mask=mask, ablation=ablation, erasure=erasure, cancel=cancel
+            )
         )
 
     def explained(self, progress: Progress[Attribution]) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from bertscope.core.analyses.attribution_results import Attribution, Target
+from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryResult
 from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
 from bertscope.core.analyses.mixing_results import Mixing
@@ -55,8 +56,10 @@ class Backend(Protocol):
         reuse: ForwardResult | None = None,
         norms: bool = False,
         figures: bool = False,
+        erasure: LiveErasure | None = None,
     ) -> ForwardResult:
         """`reuse`: the unmasked result of the same encoding, whose layers below the first masked one are kept.
+        `erasure`: a property fitted by `fit_erasure`, erased inside the pass (then `reuse` is not used).
         `norms`: also the value-weighted norms ‖α f(x)‖ `[L, H, T, T]` (Kobayashi et al. 2020), from the same pass.
         `figures`: the result's `figures` holds each head's figures `[L, H]` (core.analyses.headstats), reduced
         layer by layer, so they come without `attentions` too (with `reuse`, which must then carry its own)."""
@@ -85,6 +88,7 @@ class Backend(Protocol):
         method: str = "value-zeroing",
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
+        erasure: LiveErasure | None = None,
         cancel: threading.Event | None = None,
     ) -> Iterator[Progress[Mixing]]:
         """One context-mixing measure of the input (core.analyses.mixing: value zeroing, ALTI, flow, ...), every layer's
@@ -101,8 +105,16 @@ class Backend(Protocol):
         steps: int | None = None,
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
+        erasure: LiveErasure | None = None,
         cancel: threading.Event | None = None,
     ) -> Iterator[Progress[Attribution]]: ...
+
+    def fit_erasure(
+        self, task: str, layer: int, sentences: list[Sentence], *, cancel: threading.Event | None = None
+    ) -> Iterator[Progress[LiveErasure]]:
+        """LEACE for `task` at hidden state `layer` (Belrose et al. 2023; core.analyses.erasure), fitted on `sentences` on the
+        model as it is; the backend keeps the eraser, and the passes given the result's description run with it."""
+        ...
 
     # a corpus
 
@@ -140,6 +152,7 @@ class Backend(Protocol):
         ablation: Ablation = "zero",
         kind: ProbeKind = "linear",
         mdl: bool = False,
+        erasure: LiveErasure | None = None,
         cancel: threading.Event | None = None,
     ) -> Iterator[Progress[ProbeReport]]:
         """Without `dev` and `test`, they are split off `train` (or taken from its sentences' own split). `mdl`: each layer's

@@ -28,6 +28,7 @@ from textual.widget import Widget
 from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
+from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.headstats import FIGURES, figure_range
 from bertscope.core.analyses.importance_results import HeadImportance
 from bertscope.core.analyses.mixing_results import METHOD_NAMES as MIXING_NAMES
@@ -42,6 +43,7 @@ from bertscope.theming import DEFAULT_THEME, Colormap, ThemeSpec
 from bertscope.ui.attribution import AttributionRow
 from bertscope.ui.backend import Backend
 from bertscope.ui.comparison import ComparisonScreen
+from bertscope.ui.erasure import EraseScreen, training_sentences
 from bertscope.ui.export import export_view, save_in_worker
 from bertscope.ui.focus import focus_main, leave_input
 from bertscope.ui.geometry import GeometryScreen
@@ -129,6 +131,7 @@ class AnalysisJob:
     ablation: Ablation
     plain: ForwardResult | None  # the unmasked result to reuse, when only the mask changed
     layer: int  # the layer shown: a long input's maps are computed for it alone
+    erasure: LiveErasure | None = None  # a property erased inside the pass (`E`)
 
 
 class MainScreen(Screen[None]):
@@ -166,6 +169,7 @@ class MainScreen(Screen[None]):
         Binding("g", "geometry", "geometry", show=False),
         Binding("c", "compare", "compare models", show=False),
         Binding("X", "patching", "patching", show=False),
+        Binding("E", "erase", "erase property", show=False),
         Binding("escape", "cancel", "cancel", show=False),
     ]
 
@@ -178,6 +182,8 @@ class MainScreen(Screen[None]):
         self.layer_loading = JobRun(self, self._layer_loaded, name="layer maps", on_failed=self._layer_failed)
         self.mixing_run = JobRun(self, self._mixing_step, name="context mixing", on_failed=self._mixing_failed, title="context mixing")
         self._mixing_wanted: tuple[Analysis, str] | None = None  # the measure being computed, and for which analysis
+        self.erasure: LiveErasure | None = None  # a property erased in every pass (`E`; ui.erasure)
+        self.erasure_fitting = JobRun(self, self._erasure_step, name="erasure", on_failed=self._erasure_failed, title="erasure")
         self._layer_wanted: tuple[Analysis, int] | None = None  # a long input's layer being computed
         self.heatmap_scale = "max"  # the heatmap's colour scale, one of SCALES (`s`)
         self.heatmap_cells = "weights"  # what the heatmap's cells hold, one of CELLS (`n`)
@@ -271,6 +277,7 @@ class MainScreen(Screen[None]):
             ablation=self.state.ablation,
             plain=self.analysis.plain if reuse_plain and self.analysis is not None else None,
             layer=self.state.layer,
+            erasure=self.erasure,
         )
         self._set_busy(True)
         self.analysing.start(lambda cancel: self._analysis_steps(job, cancel))
@@ -287,9 +294,16 @@ class MainScreen(Screen[None]):
         if cancel.is_set():
             return
         current = plain
-        if len(job.mask):
+        if len(job.mask) or job.erasure is not None:
             current = backend.forward(
-                encoding, attentions=every_layer, mask=job.mask, ablation=job.ablation, reuse=plain, norms=every_layer, figures=True
+                encoding,
+                attentions=every_layer,
+                mask=job.mask,
+                ablation=job.ablation,
+                reuse=plain,
+                norms=every_layer,
+                figures=True,
+                erasure=job.erasure,
             )
         if cancel.is_set():
             return
@@ -301,6 +315,7 @@ class MainScreen(Screen[None]):
             figures=current.figures,
             predictions_plain=backend.mask_predictions(plain),
             predictions_current=backend.mask_predictions(current),
+            erasure=job.erasure,
         )
         if not every_layer:  # the first screen shows the chosen layer's maps at once
             analysis.layers[job.layer] = layer_maps_of(backend, analysis, job.layer)
@@ -323,7 +338,7 @@ class MainScreen(Screen[None]):
             )
         self._repaint()
         assert self.backend is not None  # an analysis runs on a loaded model
-        self.query_one(AttributionRow).analysed(self.backend, current.encoding, current.mask, current.ablation)
+        self.query_one(AttributionRow).analysed(self.backend, current.encoding, current.mask, current.ablation, analysis.erasure)
 
     # a long input's maps, one layer at a time
 
@@ -365,8 +380,11 @@ class MainScreen(Screen[None]):
         if self._mixing_wanted != (analysis, method):
             self._mixing_wanted = (analysis, method)
             current = analysis.current
+            erasure = analysis.erasure
             self.mixing_run.start(
-                lambda cancel: backend.mixing(current.encoding, method=method, mask=current.mask, ablation=current.ablation, cancel=cancel)
+                lambda cancel: backend.mixing(
+                    current.encoding, method=method, mask=current.mask, ablation=current.ablation, erasure=erasure, cancel=cancel
+                )
             )
         self.query_one(AttentionView).show_message(f"{MIXING_NAMES[method]} of this sentence: computing… (escape cancels)")
 
@@ -428,8 +446,14 @@ class MainScreen(Screen[None]):
             grid.show(
                 analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), self.mask, (layer, head)
             )
+        erased = f"{analysis.erasure.task} erased @{analysis.erasure.layer}" if analysis.erasure is not None else None
         self.query_one(EffectPanel).show(
-            analysis.cosines, len(analysis.current.mask), analysis.predictions_plain, analysis.predictions_current, analysis.labels
+            analysis.cosines,
+            len(analysis.current.mask),
+            analysis.predictions_plain,
+            analysis.predictions_current,
+            analysis.labels,
+            erased=erased,
         )
         view = self.query_one(AttentionView)
         shown = self._displayed_matrix(analysis)
@@ -549,13 +573,19 @@ class MainScreen(Screen[None]):
             parts.append("before masking")
         elif len(analysis.current.mask):
             parts.append(f"{len(analysis.current.mask)} off")
+        if analysis.erasure is not None and self.state.layer >= analysis.erasure.layer:
+            parts.append("erased")
         if reach_note(window, len(analysis.current.tokens)):
             parts.append(f"local ±{window}")
         return " · ".join(parts)
 
     def _mask_note(self, analysis: Analysis) -> str:
-        mask = analysis.current.mask
-        return f" · {len(mask)} off" if len(mask) else ""  # the ablation is in the status line
+        """What the shown map is under: heads off (the ablation is in the status line), and a property erased below it."""
+        mask, erasure = analysis.current.mask, analysis.erasure
+        note = f" · {len(mask)} off" if len(mask) else ""
+        if erasure is not None and self.state.layer >= erasure.layer:  # layer l reads hidden state l
+            note += f" · {erasure.task} erased"
+        return note
 
     def _update_status(self) -> None:
         status = self.query_one(StatusLine)
@@ -568,6 +598,7 @@ class MainScreen(Screen[None]):
             info.device,
             f"{info.num_layers}×{info.num_heads} heads",
             f"{masked} masked ({self.state.ablation})",
+            *([f"{self.erasure.task} erased @{self.erasure.layer}"] if self.erasure is not None else []),
             *([self._cells_status()] if self.heatmap_cells != "weights" else []),
             self.state.view,
             self.state.figure,
@@ -751,7 +782,7 @@ class MainScreen(Screen[None]):
         """What each layer knows; `m` there re-scores under this explorer's mask."""
         if (loaded := self._loaded()) is None:
             return
-        self.app.push_screen(ProbingScreen(*loaded, self.state.ablation, self.explorer.kept))
+        self.app.push_screen(ProbingScreen(*loaded, self.state.ablation, self.explorer.kept, self.erasure))
 
     def action_geometry(self) -> None:
         """Representation geometry per layer over a corpus: PCA scatter, CKA, intrinsic dimension."""
@@ -794,6 +825,48 @@ class MainScreen(Screen[None]):
             self.state = self.state.with_(layer=chosen[0], head=chosen[1], view="head")
             self._repaint()
             self.explorer.save_state()
+
+    # a property erased in every pass (ui.erasure)
+
+    def action_erase(self) -> None:
+        """`E`: erase a property (LEACE, fitted once) from a hidden state of every pass, or take the erasure away."""
+        if (loaded := self._loaded()) is None:
+            return
+        if self.erasure is not None:
+            self.notify(f"{self.erasure.task} is no longer erased: E erases a property again", timeout=4)
+            self.erasure = None
+            self._analyse(reuse_plain=True)
+            return
+        backend, _mask = loaded
+
+        def chosen(choice: tuple[str, int] | None) -> None:
+            if choice is None:
+                return
+            task, layer = choice
+            self.query_one(StatusLine).set_facts(f"erasing {task} at hidden state {layer}: fitting LEACE…")
+            self._set_busy(True)
+            self.erasure_fitting.start(lambda cancel: backend.fit_erasure(task, layer, training_sentences(task), cancel=cancel))
+
+        self.app.push_screen(EraseScreen(self.state.layer, backend.num_layers), chosen)
+
+    def _erasure_step(self, progress: Progress[LiveErasure]) -> None:
+        if not progress.finished:
+            self.query_one(StatusLine).set_facts(f"fitting the eraser: {progress.stage} {progress.done}/{progress.total} (escape cancels)")
+            return
+        self._set_busy(False)
+        self.erasure = erasure = progress.result
+        if erasure is None:
+            return
+        self.notify(
+            f"{erasure.describe()}, fitted on {erasure.sentences:,} sentences: the heatmap from layer {erasure.layer} up, the effect "
+            "pane, mixing, attribution and the probing pane's m now run with it; E takes it away",
+            timeout=8,
+        )
+        self._analyse(reuse_plain=True)
+
+    def _erasure_failed(self, _reason: str) -> None:
+        self._set_busy(False)
+        self._update_status()
 
     # head importance (ui.importance)
 
@@ -882,6 +955,10 @@ class MainScreen(Screen[None]):
         if self.query_one(AttributionRow).cancel():
             self.notify("attribution cancelled", timeout=3)
         wanted = self._mixing_wanted
+        if self.erasure_fitting.cancel():
+            self._set_busy(False)
+            self._update_status()
+            self.notify("erasure cancelled: nothing is erased", timeout=3)
         if self.mixing_run.cancel() and wanted is not None:
             self._mixing_wanted = None
             self.notify(f"{MIXING_NAMES[wanted[1]]} cancelled; showing the weights", timeout=3)
@@ -911,6 +988,9 @@ class MainScreen(Screen[None]):
             notes.append(f"as before masking: head {layer}:{head} is switched off ({self.state.ablation} ablation)")
         elif len(mask):
             notes.append(f"{len(mask)} of {mask.num_layers * mask.num_heads} heads switched off ({self.state.ablation} ablation)")
+        erasure = self.analysis.erasure
+        if erasure is not None and layer >= erasure.layer:
+            notes.append(erasure.describe())
         quantity, scale, explorer = "norm" if self._norms_shown() else "weight", self.heatmap_scale, self.explorer
         cells = self._cells_shown()
         mixing = self.analysis.mixing.get(cells)
@@ -978,6 +1058,11 @@ class MainScreen(Screen[None]):
         )
         yield SystemCommand("Geometry", "PCA scatter per layer, CKA layer × layer, intrinsic dimension over a corpus", self.action_geometry)
         yield SystemCommand("Compare models", "Attention cosine per head and CKA per layer against a model B", self.action_compare)
+        yield SystemCommand(
+            "Erase a property",
+            "LEACE-erase a task's property from a hidden state of every pass (amnesic probing), or stop",
+            self.action_erase,
+        )
         yield SystemCommand("Cancel", "Cancel the computation in progress", self.action_cancel)
 
 

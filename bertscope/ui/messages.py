@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from textual.message import Message
 
+from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.mixing_results import Mixing
 from bertscope.core.model.labels import token_labels
 from bertscope.core.model.results import ForwardResult, MaskPrediction
@@ -48,6 +49,7 @@ class Analysis:
     predictions_current: list[MaskPrediction]
     # A long input's maps: the shown layer's only (the results then hold no `attentions`); empty otherwise.
     layers: dict[int, LayerMaps] = field(default_factory=dict)
+    erasure: LiveErasure | None = None  # the property erased in `current`'s pass (`E`), if any
     # The context-mixing measures computed for this sentence and mask (`n` in the layer view), by method.
     mixing: dict[str, Mixing] = field(default_factory=dict)
 

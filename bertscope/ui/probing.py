@@ -2,10 +2,11 @@
 
 Pick a built-in task (or give a CoNLL-U / SentEval file and its task), run it in a worker
 with per-stage progress, and compare the per-layer curves of every task run so far. `m`
-re-scores the last task under the explorer's current head mask, so the pane shows what the
-masked heads cost each layer. `d` adds each layer's description length (Voita & Titov 2020):
-runs then fit the online code too, and a compression column (uniform over online codelength,
-the control task's beside it) stands by each accuracy curve.
+re-scores the last task under the explorer's current head mask (and the property it erases,
+`E`), so the pane shows what the masked heads (or the erasure) cost each layer. `d` adds
+each layer's description length (Voita & Titov 2020): runs then fit the online code too, and
+a compression column (uniform over online codelength, the control task's beside it) stands
+by each accuracy curve.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from textual.screen import Screen
 from textual.widgets import Input, ProgressBar, Select, Static
 
 from bertscope.api import built_in_treebank, corpus
+from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.probing_results import ProbeReport
+from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.probing_tasks import TASKS, TREEBANK_TASKS, generate
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
@@ -46,6 +49,16 @@ if TYPE_CHECKING:
 
 BAR, MIN_BAR = 12, 6  # a curve's bars, and how narrow they may get on a narrow pane
 TREEBANK_SENTENCES = 1000  # for tasks with no file; smaller than the CLI's default: the pane should answer within a minute on a CPU
+
+
+def task_sentences(task: str, data: str = "") -> list[Sentence]:
+    """What a task is probed on here: the file's sentences, else the built-in task's generated sets, else (a treebank
+    task with no file) the generated treebank."""
+    if data:
+        return list(corpus(data=data).sentences)
+    if task in TASKS:  # the CLI's sets, as attribution and patching train on: one probe, one number
+        return generate(task)
+    return list(built_in_treebank(TREEBANK_SENTENCES).sentences)
 
 
 def trained_on(report: ProbeReport) -> str:
@@ -87,9 +100,12 @@ class ProbingScreen(Screen[None]):
     ProbingScreen #curves { padding: 0 1; height: 1fr; }
     """
 
-    def __init__(self, backend: Backend, mask: HeadMask, ablation: Ablation, kept: KeptResults | None = None) -> None:
+    def __init__(
+        self, backend: Backend, mask: HeadMask, ablation: Ablation, kept: KeptResults | None = None, erasure: LiveErasure | None = None
+    ) -> None:
+        """`erasure`: the explorer's erased property (`E`), which `m` applies with the mask."""
         super().__init__()
-        self.backend, self.mask, self.ablation = backend, mask, ablation
+        self.backend, self.mask, self.ablation, self.erasure = backend, mask, ablation, erasure
         self.kept = kept if kept is not None else KeptResults()
         self.reports: dict[str, ProbeReport] = self.kept.probes  # column title -> ProbeReport, in run order; kept on the app
         self.job = JobRun(self, self.probe_stepped, name="probing", on_failed=self.probe_failed)
@@ -141,29 +157,28 @@ class ProbingScreen(Screen[None]):
         if masked and self._last is not None:
             task, data = self._last
         self.kept.last_probe = (task, data)
-        mask = self.mask if masked else None
+        mask = self.mask if masked and len(self.mask) else None
+        erasure = self.erasure if masked else None
         codes = self.kept.probe_codes
         self._title = title = (
-            task + (f" · mask {self.mask.spec()}" if masked else "") + ("" if not data else f" · {data.rsplit('/', 1)[-1]}")
+            task
+            + (f" · mask {self.mask.spec()}" if mask is not None else "")
+            + (f" · {erasure.task} erased @{erasure.layer}" if erasure is not None else "")
+            + ("" if not data else f" · {data.rsplit('/', 1)[-1]}")
         )
         self.query_one("#probe-status", Static).update(f"{title}: starting…")
 
         def job(cancel: Event) -> Iterable[Progress[ProbeReport]]:
-            if data:
-                sentences = list(corpus(data=data).sentences)
-            elif task in TASKS:  # the CLI's sets, as attribution and patching train on: one probe, one number
-                sentences = generate(task)
-            else:  # a CoNLL-U task with no file: the generated treebank (core.data.treebank)
-                sentences = list(built_in_treebank(TREEBANK_SENTENCES).sentences)
-            return self.backend.probe(task, sentences, mask=mask, ablation=self.ablation, mdl=codes, cancel=cancel)
+            sentences = task_sentences(task, data)
+            return self.backend.probe(task, sentences, mask=mask, ablation=self.ablation, mdl=codes, erasure=erasure, cancel=cancel)
 
         self.job.start(job)
 
     def action_rescore_masked(self) -> None:
         if self._last is None:
             self.notify("run a task first, then m re-scores it under the explorer's mask", severity="warning")
-        elif not len(self.mask):
-            self.notify("no heads are masked in the explorer; switch some off first", severity="warning")
+        elif not len(self.mask) and self.erasure is None:
+            self.notify("no heads are masked nor property erased in the explorer; switch some off (or E) first", severity="warning")
         else:
             self.action_run(masked=True)
 

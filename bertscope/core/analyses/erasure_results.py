@@ -15,6 +15,23 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
+@dataclass(frozen=True)
+class LiveErasure:
+    """A property erased from one hidden-state layer of the explorer's passes (`E`): which, where, what it removed.
+
+    The eraser itself (LEACE, torch) stays with the backend that fitted it; the explorer holds this
+    description and hands it back with each pass that should run erased.
+    """
+
+    task: str
+    layer: int  # hidden-state index: 0 the embeddings, l + 1 the output of layer l
+    rank: int  # the directions removed
+    sentences: int  # the training sentences it was fitted on
+
+    def describe(self) -> str:
+        return f"{self.task} erased at hidden state {self.layer} (rank {self.rank})"
+
+
 @dataclass(frozen=True, repr=False)
 class ErasureResult(Shown):
     """A property erased from one hidden-state layer inside the forward pass (Elazar et al. 2021, with LEACE).

@@ -83,14 +83,20 @@ class EffectPanel(RowsPanel, can_focus=True):
         before: list[MaskPrediction],
         after: list[MaskPrediction],
         tokens: tuple[str, ...],
+        erased: str | None = None,
     ) -> None:
+        """`erased`: the property erased in the pass (`upos erased @3`), whose effect shows with the mask's."""
         drops = 1.0 - cosines[1:]
         scale = max(float(drops.max()), 1e-3)
+        changed = bool(masked_heads) or erased is not None
         # Two lines of at most 41 columns (the side pane at 80 columns), the first the one an 80×24 screen shows.
-        if masked_heads == 0:
+        if not changed:
             summary, note = Text("no heads masked: space switches one off"), "per layer: cosine to the unmasked run"
         else:
-            summary = Text(f"{masked_heads} head(s) off · output cosine {float(cosines[-1]):.4f}", style="bold")
+            heads = f"{masked_heads} head(s) off" if masked_heads else ""
+            what = " + ".join(part for part in (heads.replace(" head(s)", "") if erased else heads, erased or "") if part)
+            cosine = "cos" if masked_heads and erased else "output cosine"
+            summary = Text(f"{what} · {cosine} {float(cosines[-1]):.4f}", style="bold")
             note = f"per layer; bar = drop (full = {scale:.3g})"
         chart = Table.grid(padding=(0, 1))
         chart.add_column(justify="right")
@@ -107,7 +113,7 @@ class EffectPanel(RowsPanel, can_focus=True):
             for rank in range(min(3, len(plain.tokens))):
                 guesses.add_row(
                     Text(f"{guess_label(plain.tokens[rank])} {plain.probabilities[rank]:.2f}"),
-                    Text(f"→ {guess_label(current.tokens[rank])} {current.probabilities[rank]:.2f}" if masked_heads else ""),
+                    Text(f"→ {guess_label(current.tokens[rank])} {current.probabilities[rank]:.2f}" if changed else ""),
                 )
             parts.append(guesses)
         update_keeping_layout(self, Group(*parts), rows=(len(cosines), len(before)))

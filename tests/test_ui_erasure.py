@@ -1,0 +1,127 @@
+"""Erasing a property in the explorer (`E`): fitted once, then every pass of the main view runs with it, as with a mask."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bertscope.ui.erasure import EraseScreen
+from bertscope.ui.widgets.attention_view import AttentionView
+from bertscope.ui.widgets.panels import EffectPanel, StatusLine
+from tests.fake_backend import FakeBackend
+from tests.test_ui import heatmap_text, make_app, rendered, run, settle
+
+
+async def erase(pilot, task: str, layer: int) -> None:
+    """`E`, the task and hidden state chosen in the dialog, Enter, and the eraser fitted."""
+    await settle(pilot)
+    await pilot.press("E")
+    await pilot.pause()
+    dialog = pilot.app.screen
+    assert isinstance(dialog, EraseScreen)
+    dialog.query_one("#erase-task").value = task
+    dialog.query_one("#erase-layer").value = str(layer)
+    await pilot.press("enter")
+    await settle(pilot)
+    await settle(pilot)
+
+
+def test_an_erased_property_changes_the_layers_from_its_state_up_and_the_effect_pane():
+    app = make_app()
+
+    async def steps(pilot):
+        plain = app.main_screen.analysis.current
+        await erase(pilot, "upos", 1)
+        fake, screen = app.fake, app.main_screen
+        assert fake.erasure_calls == [("upos", 1, 1000)]  # fitted on the generated treebank, as the probing pane probes it
+        analysis = screen.analysis
+        assert analysis.erasure is not None and analysis.erasure.layer == 1
+        np.testing.assert_array_equal(analysis.current.attentions[0], plain.attentions[0])  # layer 0 reads the embeddings
+        assert not np.allclose(analysis.current.attentions[1:], plain.attentions[1:])
+        np.testing.assert_array_equal(analysis.plain.attentions, plain.attentions)  # the model as it is, to compare with
+        effect = rendered(app.query_one(EffectPanel))
+        assert "upos erased @1 · output cosine" in effect and "no heads masked" not in effect
+        assert "upos erased @1" in rendered(app.query_one(StatusLine))
+        assert "erased" not in heatmap_text(app).splitlines()[0]  # layer 0 is below the erasure
+        await pilot.press("down")  # layer 1
+        await settle(pilot)
+        assert "layer 1 · head 0 · upos erased" in heatmap_text(app)
+        np.testing.assert_array_equal(app.query_one(AttentionView).weights, analysis.current.attentions[1, 0])
+        await pilot.press("space")  # a mask composes with it
+        await settle(pilot)
+        assert "1 off + upos erased @1 · cos" in rendered(app.query_one(EffectPanel))
+        assert screen.analysis.erasure == analysis.erasure and fake.calls[-1][1] == "1:0"
+        await pilot.press("E")  # taken away: the passes run as they are, under the mask alone
+        await settle(pilot)
+        assert screen.erasure is None and screen.analysis.erasure is None
+        assert "erased" not in rendered(app.query_one(StatusLine))
+        assert len(fake.erasure_calls) == 1
+
+    run(app, steps)
+
+
+def test_mixing_attribution_and_the_probing_panes_m_run_with_the_erasure():
+    app = make_app(text="the capital of france is [mask]")
+
+    async def steps(pilot):
+        await erase(pilot, "subject_number", 2)
+        erasure = app.main_screen.erasure
+        await pilot.press("v", "n", "n")  # the layer view's value zeroing
+        await settle(pilot)
+        await pilot.press("b")  # attribution on
+        await settle(pilot)
+        assert ("mixing", erasure) in app.fake.erased and ("attribute", erasure) in app.fake.erased
+        await pilot.press("p")
+        await pilot.pause()
+        await pilot.press("r", "m")
+        await settle(pilot)
+        screen = app.screen
+        assert list(screen.reports) == ["bigram_shift", "bigram_shift · subject_number erased @2"]
+        plain, erased = screen.reports.values()
+        assert erased.layers[3]["accuracy"] == plain.layers[3]["accuracy"] - 0.1
+        assert app.fake.erased[-1] == ("probe", erasure)
+
+    run(app, steps)
+
+
+def test_the_dialog_refuses_a_state_outside_the_model_and_escape_cancels_a_fit():
+    backend = FakeBackend()
+    app = make_app(backend)
+
+    async def steps(pilot):
+        await settle(pilot)
+        await pilot.press("E")
+        await pilot.pause()
+        app.screen.query_one("#erase-layer").value = "9"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, EraseScreen)  # still asking
+        assert any("not a hidden state here; give 0 (embeddings) to 3" in str(note.message) for note in app._notifications)
+        backend.delay = 0.5
+        app.screen.query_one("#erase-layer").value = "3"
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert "fitting" in rendered(app.query_one(StatusLine))
+        await pilot.press("escape")
+        await settle(pilot)
+        assert app.main_screen.erasure is None and app.main_screen.analysis.erasure is None
+        assert "fitting" not in rendered(app.query_one(StatusLine))
+
+    run(app, steps)
+
+
+def test_the_dialog_offers_classification_tasks_and_a_failed_fit_is_a_notification():
+    app = make_app()
+
+    async def steps(pilot):
+        await settle(pilot)
+        await pilot.press("E")
+        await pilot.pause()
+        options = [value for _label, value in app.screen.query_one("#erase-task")._options]
+        assert "upos" in options and "depth" not in options  # LEACE takes classes: the structural probes are not offered
+        app.fake.fit_erasure = lambda *args, **kwargs: (_ for _ in ()).throw(ValueError("boom"))
+        await pilot.press("enter")
+        await settle(pilot)
+        assert any("boom" in str(note.message) for note in app._notifications)
+        assert app.main_screen.erasure is None
+
+    run(app, steps)
