@@ -125,9 +125,9 @@ def gradient_importance(
             (gradient,) = torch.autograd.grad(target, gates)
             gradient = gradient.double()
             total += (gradient.pow(2) if square else gradient.abs()).sum(0).cpu().numpy()
-            loss += float(scores.loss.detach().sum())
-            metric_sum += float(scores.metric_sum.detach().sum())
-            metric_count += float(scores.metric_count.detach().sum())
+            sums = torch.stack([part.detach().sum().double() for part in (scores.loss, scores.metric_sum, scores.metric_count)])
+            batch_loss, batch_metric_sum, batch_metric_count = sums.tolist()  # one read of the device, not three
+            loss, metric_sum, metric_count = loss + batch_loss, metric_sum + batch_metric_sum, metric_count + batch_metric_count
             yield Progress("gradients", batches.done, len(batches))
     summed = distributed.sum_across({"total": total, "loss": loss, "metric_sum": metric_sum, "metric_count": metric_count})
     total, loss, metric_sum, metric_count = (summed[key] for key in ("total", "loss", "metric_sum", "metric_count"))

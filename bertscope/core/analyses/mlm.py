@@ -335,11 +335,13 @@ def cloze_scores(
         rows, columns = torch.nonzero(inputs["input_ids"] == tokenizer.mask_token_id, as_tuple=True)  # one per query
         with torch.inference_mode():
             outputs = session.run(inputs, gates=gates, ablation=ablation, encoder_only=True)
-            ranks = np.empty((len(outputs.hidden_states), len(batch)), dtype=np.int64)
+            layer_ranks = []
             for layer, states in enumerate(outputs.hidden_states):
                 logits = session.lens_logits(states[rows, columns], layer)  # [B, V]
-                ranks[layer] = (logits > logits.gather(-1, golds[:, None])).sum(-1).cpu().numpy()
-            top1 = logits.argmax(-1).cpu().tolist()  # the last layer's guesses
+                layer_ranks.append((logits > logits.gather(-1, golds[:, None])).sum(-1))
+            # one read of the device a batch: every layer's ranks, and the last layer's guesses beside them
+            read = torch.cat([*layer_ranks, logits.argmax(-1)]).view(len(layer_ranks) + 1, len(batch)).cpu().numpy()
+            ranks, top1 = read[:-1], read[-1].tolist()
         for k in PRECISION_AT:
             hits[k] += (ranks < k).sum(1)
         for index, guess, rank in zip(indices, tokenizer.convert_ids_to_tokens(top1), ranks[-1], strict=True):

@@ -1,0 +1,213 @@
+"""The host's work around the model: every corpus job on a tiny random BERT against a bare forward (issue 36).
+
+    python benchmarks/host_overhead.py --conllu TREEBANK.conllu [--sentences 2000] [--runs 3] [--jobs patterns,syntax,...]
+                                       [--model DIR] [--device cpu] [--dtype float32] [-o FILE.json]
+
+On a GPU the model is cheap and what the host does around it dominates. A model whose forward costs almost
+nothing shows that here: by default a seeded random BERT of 2 layers x 64 hidden, 4 heads, MiniLM's vocabulary
+(`--model DIR` takes another, say MiniLM on a GPU). The corpus is the first --sentences sentences of a CoNLL-U
+treebank. The unit is a bare transformers forward (eager, attention weights and hidden states out) over the same
+sentences in the batches bertscope plans, tokenisation included, as a job's time includes its own. Each job runs
+through the public API, best of --runs; the bare forward is the best of --runs taken before and after the jobs.
+
+Each job also runs once under two counters (not timed): torch's aten operations (a TorchDispatchMode: on a GPU each
+is a launch) and reads of a tensor's values into Python (`item`, `tolist`, `numpy`, `cpu`, `bool`, `float`...:
+on a GPU each waits for the device), divided by the job's batches (its model passes, counted by a hook on the
+input embeddings). On the CPU every tensor is a host tensor, so a read of a tokenizer's output counts too: the
+reads are an upper bound of a GPU run's. Both counts include what a job does once, after its last batch.
+Prints JSON; exit status 0 whatever the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import tempfile
+import time
+
+from common import emit  # benchmarks/common.py, found beside this script
+
+JOBS = ("patterns", "norms", "syntax", "geometry", "compare", "features", "importance", "cloze", "mixing")
+TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256)
+READS = {"item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__", "__array__"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--conllu", required=True)
+    parser.add_argument("--model", default=None, help="a model directory (default: the tiny random BERT)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    parser.add_argument("--sentences", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--jobs", default=",".join(JOBS))
+    parser.add_argument("--no-count", action="store_true", help="time only")
+    parser.add_argument("-o", "--output", default=None)
+    args = parser.parse_args()
+    jobs = [job for job in args.jobs.split(",") if job]
+    unknown = sorted(set(jobs) - set(JOBS))
+    if unknown:
+        parser.error(f"unknown jobs {', '.join(unknown)}; choose from {', '.join(JOBS)}")
+
+    import torch
+
+    import bertscope
+    from bertscope import api
+    from bertscope.core.analyses.features import FeatureOptions, extract_features
+    from bertscope.core.data.corpus import ReadReport, read_sentences
+
+    with tempfile.TemporaryDirectory() as directory:
+        model_dir = args.model or tiny_model(directory, "BertModel")
+        mlm_dir = tiny_model(os.path.join(directory, "mlm"), "BertForMaskedLM") if "cloze" in jobs else None
+        model = bertscope.load(model_dir, device=args.device, dtype=args.dtype)
+        other = bertscope.load(model_dir, device=args.device, dtype=args.dtype) if "compare" in jobs else None
+        mlm = bertscope.load(mlm_dir, device=args.device, dtype=args.dtype) if mlm_dir else None
+        treebank = list(itertools.islice(read_sentences(args.conllu, "conllu"), args.sentences))
+        queries = cloze_queries(mlm, treebank) if mlm else []
+        corpus = api.Corpus(treebank, args.conllu, ReadReport())
+        runs = {
+            "patterns": lambda: bertscope.patterns(model, corpus),
+            "norms": lambda: bertscope.patterns(model, corpus, norms=True),
+            "syntax": lambda: api.syntax(model, corpus),
+            "geometry": lambda: api.geometry(model, corpus),
+            "compare": lambda: api.compare(model, other, corpus),
+            "features": lambda: list(extract_features(model, treebank, FeatureOptions(level="word"), cache_dir=False)),
+            "importance": lambda: bertscope.importance(model, "preserve", corpus),
+            "cloze": lambda: bertscope.cloze(mlm, queries),
+            "mixing": lambda: api.mixing_agreement(model, corpus, method=("attention", "norms", "rollout")),
+        }
+        bare = Bare(model, [sentence.text for sentence in treebank])
+        cloze_bare = Bare(mlm, [query.split("\t")[0] for query in queries]) if mlm else None
+        before = [bare.time() for _ in range(args.runs)]
+        results: dict[str, dict] = {}
+        for name in jobs:
+            seconds = []
+            for _ in range(args.runs):
+                started = time.perf_counter()
+                runs[name]()
+                seconds.append(time.perf_counter() - started)
+            results[name] = {"seconds": round(min(seconds), 3), "runs_s": [round(s, 3) for s in seconds]}
+        after = [bare.time() for _ in range(args.runs)]
+        bare_s = min(before + after)
+        unit = {name: bare_s for name in jobs}
+        if cloze_bare is not None:
+            unit["cloze"] = min(cloze_bare.time() for _ in range(args.runs))
+        for name in jobs:
+            results[name]["ratio"] = round(results[name]["seconds"] / unit[name], 2)
+        counted = {}
+        if not args.no_count:
+            counted["bare"] = counts(bare.model, bare.time)
+            if cloze_bare is not None:
+                counted["bare (cloze)"] = counts(cloze_bare.model, cloze_bare.time)
+            for name in jobs:
+                counted[name] = counts((mlm if name == "cloze" else model).model, runs[name])
+                base = counted["bare (cloze)" if name == "cloze" else "bare"]["operations_per_batch"]
+                counted[name]["operations_ratio"] = round(counted[name]["operations_per_batch"] / base, 2)
+                results[name].update(counted[name])
+    result = {
+        "benchmark": "host_overhead",
+        "model": args.model or "tiny random BERT " + ", ".join(f"{k}={v}" for k, v in TINY.items()),
+        "device": str(model.device),
+        "dtype": args.dtype,
+        "threads": torch.get_num_threads(),
+        "data": args.conllu,
+        "sentences": len(treebank),
+        "bare_forward_s": round(bare_s, 3),
+        "bare_runs_s": [round(s, 3) for s in before + after],
+        "bare": counted.get("bare"),
+        "load_average": round(os.getloadavg()[0], 2),
+        "jobs": results,
+    }
+    table = " · ".join(f"{name} {entry['ratio']}x" for name, entry in results.items())
+    emit(result, args.output, f"host_overhead on {result['device']}, bare forward {bare_s:.3f}s: {table}")
+
+
+def tiny_model(directory: str, class_name: str) -> str:
+    """A seeded random model of `class_name`, 2 layers x 64 hidden, with the bundled model's tokenizer, saved in `directory`."""
+    import torch
+    import transformers
+    from transformers import AutoTokenizer, BertConfig
+
+    from bertscope.core.model.model_files import bundled_model_dir
+
+    torch.manual_seed(0)
+    getattr(transformers, class_name)(BertConfig(**TINY)).save_pretrained(directory)
+    AutoTokenizer.from_pretrained(bundled_model_dir()).save_pretrained(directory)
+    return directory
+
+
+def cloze_queries(session, treebank) -> list[str]:
+    """One query a sentence that has a one-token noun: the first such noun masked, `query<TAB>answer`."""
+    vocabulary = session.tokenizer.get_vocab()
+    lines = []
+    for sentence in treebank:
+        nouns = [index for index, tag in enumerate(sentence.upos or ()) if tag == "NOUN" and sentence.words[index].lower() in vocabulary]
+        if nouns:
+            words = list(sentence.words)
+            answer, words[nouns[0]] = words[nouns[0]].lower(), session.tokenizer.mask_token
+            lines.append(f"{' '.join(words)}\t{answer}")
+    return lines
+
+
+class Bare:
+    """A plain transformers model of the session's files: tokenise the texts, plan bertscope's batches, forward each."""
+
+    def __init__(self, session, texts: list[str]):
+        from transformers import AutoModel
+
+        self.session, self.texts = session, texts
+        self.model = AutoModel.from_pretrained(session.loaded.directory, attn_implementation="eager",
+                                               dtype=session.loaded.dtype).to(session.device).eval()
+
+    def time(self) -> float:
+        import torch
+
+        from bertscope.core.data.batching import plan_batches
+
+        started = time.perf_counter()
+        tokenizer, device = self.session.tokenizer, self.session.device
+        ids = tokenizer(self.texts, truncation=True, max_length=self.session.max_length)["input_ids"]
+        with torch.inference_mode():
+            for batch in plan_batches([len(row) for row in ids]):
+                inputs = tokenizer.pad({"input_ids": [ids[index] for index in batch]}, return_tensors="pt").to(device)
+                self.model(**inputs, output_attentions=True, output_hidden_states=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - started
+
+
+def counts(model, run) -> dict:
+    """`run()` once under the counters: aten operations and reads of tensor values into Python, per model pass."""
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    tally = {"operations": 0, "reads": 0, "batches": 0}
+
+    class Operations(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            tally["operations"] += 1
+            return func(*args, **(kwargs or {}))
+
+    class Reads(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", "") in READS:
+                tally["reads"] += 1
+            return func(*args, **(kwargs or {}))
+
+    hook = model.get_input_embeddings().register_forward_pre_hook(lambda *_: tally.__setitem__("batches", tally["batches"] + 1))
+    try:
+        with Reads(), Operations():
+            run()
+    finally:
+        hook.remove()
+    batches = max(tally["batches"], 1)
+    return {
+        "batches": tally["batches"],
+        "operations_per_batch": round(tally["operations"] / batches, 1),
+        "reads_per_batch": round(tally["reads"] / batches, 2),
+    }
+
+
+if __name__ == "__main__":
+    main()
