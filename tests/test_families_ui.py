@@ -27,6 +27,22 @@ def test_every_screen_of_the_explorer_opens_on_every_family(family, tmp_path):
         await pilot.press("down", "space")  # head 1:0 off
         await settle(pilot)
         assert app.main_screen.analysis.current.mask.spec() == "1:0" and np.all(app.main_screen.analysis.current.attentions[1, 0] == 0)
+        await pilot.press("v", "n", "n", "n")  # the layer view's ALTI of the masked model (the decomposition value zeroing shares)
+        await settle(pilot)
+        alti = app.main_screen.analysis.mixing["alti"]
+        assert alti.mask.spec() == "1:0" and np.allclose(alti.per_layer.sum(-1), 1.0) and "ALTI" in heatmap_text(app)
+        await pilot.press("n", "n", "n", "v")  # back to the weights of one head
+        await pilot.press("E")  # UPOS erased from hidden state 1, fitted on the generated treebank
+        await pilot.pause()
+        await pilot.press("enter")
+        await settle(pilot)
+        await settle(pilot)
+        erased = app.main_screen.analysis
+        assert erased.erasure is not None and erased.erasure.layer == 1 and "upos erased @1" in rendered(app.query_one("#effect"))
+        hidden, plain = erased.current.hidden_states, erased.plain.hidden_states  # hidden state 1 is below the masked head
+        assert np.allclose(hidden[0], plain[0], atol=1e-5) and not np.allclose(hidden[1], plain[1], atol=1e-4)
+        await pilot.press("E")
+        await settle(pilot)
         await pilot.press("i")  # head importance for the MLM objective over the sample corpus
         await settle(pilot)
         assert "importance (mlm)" in rendered(app.query_one(HeadGrid))
