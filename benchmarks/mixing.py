@@ -81,13 +81,13 @@ def corpus_agreement(args: argparse.Namespace) -> None:
         started = time.perf_counter()
         bertscope.mixing_agreement(session, sentences[: args.each], method=[method])
         each[method] = round(time.perf_counter() - started, 2)
-    marks = {round(len(sentences) * quarter / 4) for quarter in range(1, 5)}
+    marks = [round(len(sentences) * quarter / 4) for quarter in range(1, 4)]  # the last: the result's
     memory: list[dict] = []
     started = time.perf_counter()
 
     def seen(record) -> None:
-        done = getattr(record.partial, "sentences", None)
-        if done in marks and not any(mark["sentences"] == done for mark in memory):
+        done = getattr(record.partial, "sentences", None) or getattr(record.result, "sentences", None)
+        if done is not None and len(memory) < len(marks) + 1 and done >= ([*marks, len(sentences)])[len(memory)]:  # a record a batch
             memory.append(
                 {
                     "sentences": done,
