@@ -4,8 +4,8 @@
 
 Each contender runs in a fresh interpreter, timed from the parent's clock before the start to the line the child
 prints when it is done:
-- `explorer`: what `bertscope` runs (the command line's group, its `explore` command's app and its backend loading the
-  model in a worker thread), headless at 120x40, on its example sentence (the README's first example, a bare
+- `explorer`: what `bertscope` runs (the command line's module, the imports `explore` starts on a thread, its app and
+  its backend loading the model in a worker thread), headless at 120x40, on its example sentence (the README's first example, a bare
   `bertscope`), until that sentence's heatmap is painted; also the first frame (drawn before the model is ready);
 - `bare`: `import torch, transformers`, then the tokenizer and `AutoModel.from_pretrained` of the same model.
 Runs alternate, best of --runs each; the ratio is explorer / bare (budget 1.3). Prints JSON; exit status 0.
@@ -26,7 +26,8 @@ EXPLORER = r"""
 import sys, time
 started = float(sys.argv[1])
 import asyncio
-from bertscope.cli.attention import explore  # the command `bertscope` runs: its imports, then the app's
+from bertscope.cli.attention import import_model_code  # the command `bertscope` runs: its imports, then as it starts
+import_model_code()
 from bertscope.ui.app import ExplorerApp
 from bertscope.ui.main_screen import MainScreen
 

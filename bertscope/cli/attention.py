@@ -81,6 +81,7 @@ def explore(
         check_writable(session_file)
     model.judge_files()  # a model the explorer cannot read is refused here, like any command's
     check_terminal()
+    import_model_code()
     from bertscope.ui.app import ExplorerApp
 
     def open_backend(report: Callable[[str], None]) -> SessionBackend:
@@ -105,6 +106,22 @@ def explore(
     if app.load_error is not None:  # the files looked right, but the model would not load
         raise BertscopeError(app.load_error)
     sys.exit(app.return_code or 0)
+
+
+def import_model_code() -> None:
+    """Start importing what opening the model needs (torch and transformers: seconds) on a thread of its own, so that
+    it runs while the explorer's modules load and its first frame is drawn, not after; the loading worker's imports
+    find the modules done, or wait for them. A failure is left for the worker's own import to report."""
+    import importlib
+    import threading
+
+    def run() -> None:
+        try:
+            importlib.import_module("bertscope.session_backend")
+        except Exception:  # noqa: S110 - reported by the worker's import, in the explorer's words
+            pass
+
+    threading.Thread(target=run, name="bertscope-imports", daemon=True).start()
 
 
 def check_terminal() -> None:
