@@ -64,21 +64,25 @@ def test_compression_grows_with_data_on_a_deterministic_task():
     assert compressions[0] < compressions[1] < compressions[2] and compressions[0] > 1.5
 
 
-def hand_written_online_code(X: np.ndarray, y: np.ndarray, classes: int, l2: float, seed: int) -> list[float]:
+def hand_written_online_code(
+    X: np.ndarray, y: np.ndarray, classes: int, l2: float, seed: int, dev: tuple[np.ndarray, np.ndarray] | None = None
+) -> list[float]:
     """The online code written out: examples in the seed's order, blocks at ⌊share·N⌋, the first sent uniform, each
     next one at −Σ log₂ p(y|x) of a multinomial logistic regression fitted to the examples before it by scipy, on
-    features standardised with all N's mean and std, its loss mean cross-entropy + l2·N/t·(‖W‖² + ‖b‖²)."""
+    features standardised with all N's mean and std, its loss mean cross-entropy + λ·(‖W‖² + ‖b‖²), λ = l2·N/t.
+    With `dev` (features and labels), λ is chosen on it: l2·N/t, then the stronger of 1e-4 … 1, 10, 100, 1000 in
+    turn, stopping at the first whose dev codelength is no shorter than the last one's."""
     n, dim = X.shape
     order = np.random.default_rng(seed).permutation(n)
-    Z = (X - X.mean(0)) / np.maximum(X.std(0), 1e-6)
-    Z, y = Z[order].astype(np.float64), y[order]
+    mean, std = X.mean(0), np.maximum(X.std(0), 1e-6)
+    Z = ((X - mean) / std)[order].astype(np.float64)
+    y = y[order]
     ends = sorted({max(1, int(share * n + 1e-9)) for share in (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.0625, 0.125, 0.25, 0.5, 1)})
-    bits = [ends[0] * math.log2(classes)]
-    for start, stop in zip(ends, ends[1:]):
-        penalty = l2 * n / start
-        onehot = np.eye(classes)[y[:start]]
 
-        def loss(theta, rows=Z[:start], onehot=onehot, penalty=penalty):
+    def fitted(rows: np.ndarray, labels: np.ndarray, penalty: float) -> tuple[np.ndarray, np.ndarray]:
+        onehot = np.eye(classes)[labels]
+
+        def loss(theta):
             W, b = theta[: classes * dim].reshape(classes, dim), theta[classes * dim :]
             p = np.exp(log_softmax(rows @ W.T + b, axis=1))
             value = -(onehot * np.log(p)).sum() / len(rows) + penalty * (np.square(W).sum() + np.square(b).sum())
@@ -86,9 +90,26 @@ def hand_written_online_code(X: np.ndarray, y: np.ndarray, classes: int, l2: flo
             return value, np.concatenate([(error.T @ rows + 2 * penalty * W).ravel(), error.sum(0) + 2 * penalty * b])
 
         theta = minimize(loss, np.zeros(classes * (dim + 1)), jac=True, method="L-BFGS-B", options={"gtol": 1e-12, "maxiter": 10000}).x
-        W, b = theta[: classes * dim].reshape(classes, dim), theta[classes * dim :]
-        log_p = log_softmax(Z[start:stop] @ W.T + b, axis=1)
-        bits.append(-log_p[np.arange(stop - start), y[start:stop]].sum() / math.log(2))
+        return theta[: classes * dim].reshape(classes, dim), theta[classes * dim :]
+
+    def bits_of(W: np.ndarray, b: np.ndarray, rows: np.ndarray, labels: np.ndarray) -> float:
+        return -log_softmax(rows @ W.T + b, axis=1)[np.arange(len(rows)), labels].sum() / math.log(2)
+
+    bits = [ends[0] * math.log2(classes)]
+    for start, stop in zip(ends, ends[1:]):
+        prior = l2 * n / start
+        penalties = [prior] if dev is None else [prior, *(s for s in (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0) if s > prior)]
+        best, chosen = math.inf, None
+        for penalty in penalties:
+            W, b = fitted(Z[:start], y[:start], penalty)
+            if dev is None:
+                chosen = (W, b)
+                break
+            on_dev = bits_of(W, b, ((dev[0] - mean) / std).astype(np.float64), dev[1])
+            if on_dev >= best:
+                break
+            best, chosen = on_dev, (W, b)
+        bits.append(bits_of(*chosen, Z[start:stop], y[start:stop]))
     return bits
 
 
@@ -101,6 +122,30 @@ def test_the_online_code_equals_one_written_by_hand():
         assert len(code.blocks) == len(reference) == 10  # 0.1 % and 0.2 % of 600 both end at the first example
         np.testing.assert_allclose([bits for _, bits in code.blocks], reference, rtol=2e-3, atol=2e-3)
         assert code.online_bits == pytest.approx(sum(reference), rel=1e-4)
+
+
+def test_strengths_chosen_on_dev_equal_the_hand_written_search():
+    X, y = deterministic_problem(600, seed=3, classes=3, dim=6)
+    noisy = np.where(np.random.default_rng(4).random(600) < 0.2, (y + 1) % 3, y)
+    X_dev, y_dev = deterministic_problem(200, seed=11, classes=3, dim=6)
+    (_, code), = online_codes(X, [noisy], num_classes=3, l2=[1e-3, 1e-3], X_dev=X_dev, dev_label_sets=[y_dev])
+    reference = hand_written_online_code(X[:, 1], noisy, 3, 1e-3, 0, dev=(X_dev[:, 1], y_dev))
+    np.testing.assert_allclose([bits for _, bits in code.blocks], reference, rtol=2e-3, atol=2e-3)
+    assert code.online_bits == pytest.approx(sum(reference), rel=1e-4)
+
+
+def test_a_probe_that_overfits_small_blocks_still_ranks_the_layers_on_dev():
+    """Many dimensions, few examples, a weak signal: at a fixed weak prior the probes are sure and often wrong, and both
+    layers code the labels in four to eight times the uniform code's bits, the one that holds them too; chosen on dev,
+    the layer of noise stays within a few per cent of the uniform code and the informative one compresses."""
+    rng = np.random.default_rng(0)
+    n, dim = 400, 120
+    X = rng.normal(size=(n + 200, 2, dim)).astype(np.float32)
+    y = (X[:, 1, 0] + 1.5 * rng.normal(size=n + 200) > 0).astype(np.int64)  # layer 1 holds a noisy copy of the label
+    (fixed_noise, fixed_signal), = online_codes(X[:n], [y[:n]], num_classes=2, l2=[1e-4, 1e-4])
+    (noise, signal), = online_codes(X[:n], [y[:n]], num_classes=2, l2=[1e-4, 1e-4], X_dev=X[n:], dev_label_sets=[y[n:]])
+    assert fixed_signal.compression < 0.3 and fixed_noise.compression < 0.3
+    assert signal.compression > 1.01 and 0.95 < noise.compression < 1.01
 
 
 def test_a_task_and_its_control_share_the_passes_as_if_fitted_alone():
