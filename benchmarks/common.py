@@ -54,3 +54,16 @@ def bare_forward_seconds(bare, batches, device) -> float:
             bare(**batch, output_attentions=True)
     synchronise(device)
     return time.perf_counter() - started
+
+
+def cloze_queries(tokenizer, treebank) -> list[str]:
+    """One query a sentence that has a one-token noun: the first such noun masked, `query<TAB>answer`."""
+    vocabulary = tokenizer.get_vocab()
+    lines = []
+    for sentence in treebank:
+        nouns = [index for index, tag in enumerate(sentence.upos or ()) if tag == "NOUN" and sentence.words[index].lower() in vocabulary]
+        if nouns:
+            words = list(sentence.words)
+            answer, words[nouns[0]] = words[nouns[0]].lower(), tokenizer.mask_token
+            lines.append(f"{' '.join(words)}\t{answer}")
+    return lines

@@ -31,7 +31,7 @@ import os
 import tempfile
 import time
 
-from common import emit, synchronise  # benchmarks/common.py, found beside this script
+from common import cloze_queries, emit, synchronise  # benchmarks/common.py, found beside this script
 
 JOBS = ("patterns", "norms", "syntax", "importance", "ablation", "curve", "geometry", "compare", "probe", "cloze")
 
@@ -188,14 +188,7 @@ def cloze_timings(mlm_model: str, device: str, dtype: str, treebank) -> dict:
     from bertscope.core.data.corpus import Sentence
 
     model = bertscope.load(mlm_model, device=device, dtype=dtype)
-    vocabulary = model.tokenizer.get_vocab()
-    lines = []
-    for sentence in treebank:
-        nouns = [index for index, tag in enumerate(sentence.upos or ()) if tag == "NOUN" and sentence.words[index].lower() in vocabulary]
-        if nouns:
-            words = list(sentence.words)
-            answer, words[nouns[0]] = words[nouns[0]].lower(), model.tokenizer.mask_token
-            lines.append(f"{' '.join(words)}\t{answer}")
+    lines = cloze_queries(model.tokenizer, treebank)
     with tempfile.NamedTemporaryFile("w", suffix=".tsv", delete=False) as handle:
         handle.write("\n".join(lines) + "\n")
     try:

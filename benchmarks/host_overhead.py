@@ -26,7 +26,7 @@ import os
 import tempfile
 import time
 
-from common import emit  # benchmarks/common.py, found beside this script
+from common import cloze_queries, emit  # benchmarks/common.py, found beside this script
 
 JOBS = ("patterns", "norms", "syntax", "geometry", "compare", "features", "importance", "cloze", "mixing")
 TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256)
@@ -64,7 +64,7 @@ def main() -> None:
         other = bertscope.load(model_dir, device=args.device, dtype=args.dtype) if "compare" in jobs else None
         mlm = bertscope.load(mlm_dir, device=args.device, dtype=args.dtype) if mlm_dir else None
         treebank = list(itertools.islice(read_sentences(args.conllu, "conllu"), args.sentences))
-        queries = cloze_queries(mlm, treebank) if mlm else []
+        queries = cloze_queries(mlm.tokenizer, treebank) if mlm else []
         corpus = api.Corpus(treebank, args.conllu, ReadReport())
         runs = {
             "patterns": lambda: bertscope.patterns(model, corpus),
@@ -135,19 +135,6 @@ def tiny_model(directory: str, class_name: str) -> str:
     getattr(transformers, class_name)(BertConfig(**TINY)).save_pretrained(directory)
     AutoTokenizer.from_pretrained(bundled_model_dir()).save_pretrained(directory)
     return directory
-
-
-def cloze_queries(session, treebank) -> list[str]:
-    """One query a sentence that has a one-token noun: the first such noun masked, `query<TAB>answer`."""
-    vocabulary = session.tokenizer.get_vocab()
-    lines = []
-    for sentence in treebank:
-        nouns = [index for index, tag in enumerate(sentence.upos or ()) if tag == "NOUN" and sentence.words[index].lower() in vocabulary]
-        if nouns:
-            words = list(sentence.words)
-            answer, words[nouns[0]] = words[nouns[0]].lower(), session.tokenizer.mask_token
-            lines.append(f"{' '.join(words)}\t{answer}")
-    return lines
 
 
 class Bare:
