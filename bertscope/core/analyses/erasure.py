@@ -206,10 +206,7 @@ def run_erasure(
     score). The measure (`mlm`, `preserve`, `class` or `probe:TASK2` at `probe_layer`, default the last layer) on
     the test split: as it is, erased, and with as many random directions removed. Under the head `mask` throughout.
     """
-    if task in STRUCTURAL_TASKS:
-        raise InputError(f"task {task!r} is a structural probe; erasure takes classification tasks", setting="task")
-    if not 0 <= layer <= session.num_layers:
-        raise InputError(f"layer {layer} is out of range: hidden-state layers are 0 (embeddings) to {session.num_layers}", setting="layer")
+    _check_task_and_layer(session, task, layer)
     objective_name, measure_task = parse_measure(measure or default_measure(session))
     level = "word" if task in WORD_TASKS else "sentence"
     options = FeatureOptions(level=level, word_pooling=word_pooling, sentence_pooling=sentence_pooling, mask=mask, ablation=ablation)
@@ -324,6 +321,14 @@ def run_erasure(
     yield Progress("done", total, total, distributed.from_main(result))
 
 
+def _check_task_and_layer(session: Session, task: str, layer: int) -> None:
+    """What an eraser needs: a classification task (LEACE takes classes) and a hidden-state layer of the model."""
+    if task in STRUCTURAL_TASKS:
+        raise InputError(f"task {task!r} is a structural probe; erasure takes classification tasks", setting="task")
+    if not 0 <= layer <= session.num_layers:
+        raise InputError(f"layer {layer} is out of range: hidden-state layers are 0 (embeddings) to {session.num_layers}", setting="layer")
+
+
 def fit_eraser(
     session: Session,
     task: str,
@@ -341,10 +346,7 @@ def fit_eraser(
     """LEACE for `task` at hidden state `layer`, fitted on `sentences` (a training split) as `run_erasure` fits it; the
     last item carries the `Eraser`, to hold and apply with `erasing` (the explorer's live erasure: its forward passes
     under `with erasing(session, layer, eraser):`)."""
-    if task in STRUCTURAL_TASKS:
-        raise InputError(f"task {task!r} is a structural probe; erasure takes classification tasks", setting="task")
-    if not 0 <= layer <= session.num_layers:
-        raise InputError(f"layer {layer} is out of range: hidden-state layers are 0 (embeddings) to {session.num_layers}", setting="layer")
+    _check_task_and_layer(session, task, layer)
     level = "word" if task in WORD_TASKS else "sentence"
     options = FeatureOptions(level=level, word_pooling=word_pooling, sentence_pooling=sentence_pooling, mask=mask, ablation=ablation)
     features = yield from relay(extract_features(session, sentences, options, cache_dir=cache_dir, cancel=cancel))
