@@ -201,16 +201,37 @@ def test_every_family_value_zeroing_by_hooks_and_alti_rows(family_session):
 
 
 def test_the_decomposition_rebuilds_every_layers_output(family_session):
-    """The attention block's residual sum, run through the rest of the layer as the family says, is the layer's output."""
+    """The attention block's residual sum, run through the rest of the layer as the family says, is the layer's output:
+    in a padded batch too, for every real token of each input."""
     from bertscope.core.analyses.mixing import _Pass
 
     _, session = family_session
-    run = _Pass(session, session.encode(TEXT), session.mask(None), "zero", norms=False, values=True)
+    encodings = [session.encode(TEXT), session.encode(SHORT)]
+    run = _Pass(session, encodings, session.mask(None), "zero", norms=False, values=True)
+    length = len(encodings[0])
     for layer in range(session.num_layers):
         _, _, summed = run.decomposition(layer)
         with torch.inference_mode():
-            rebuilt = session.family.after_attention(session.model, layer, summed)
-        np.testing.assert_allclose(rebuilt.numpy(), run.hidden[layer + 1].numpy(), atol=2e-4)
+            rebuilt = session.family.after_attention(session.model, layer, summed).view(2, length, -1)
+        for row, encoding in enumerate(encodings):
+            real = len(encoding)
+            np.testing.assert_allclose(rebuilt[row, :real].numpy(), run.hidden[layer + 1][row, :real].numpy(), atol=2e-4)
+
+
+def test_a_padded_batch_gives_each_input_its_own_measures(family_session):
+    """What the corpus form computes a batch at a time is what each sentence gives alone, on every family (padding
+    moves nothing into a real token, and no padding row or column is kept)."""
+    from bertscope.core.analyses.mixing import batch_mixings
+
+    _, session = family_session
+    encodings = [session.encode(text) for text in (SHORT, TEXT, "Dogs bark.")]
+    methods = ["attention", "norms", "value-zeroing", "alti", "rollout"]
+    together = outcome(batch_mixings(session, encodings, methods=methods))
+    for encoding, found in zip(encodings, together, strict=True):
+        alone = outcome(mixings(session, encoding, methods=methods))
+        for method in methods:
+            assert found[method].rolled.shape == (session.num_layers, len(encoding), len(encoding))
+            np.testing.assert_allclose(found[method].rolled, alone[method].rolled, atol=2e-5, err_msg=method)
 
 
 def test_spearman_rows_equals_scipys():

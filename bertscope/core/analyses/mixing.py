@@ -72,9 +72,10 @@ from bertscope.core.progress import Progress, relay
 if TYPE_CHECKING:
     from bertscope.core.model.session import Session
 
-__all__ = ["METHODS", "Mixing", "MixingAgreement", "check_methods", "context_mixing", "mixing_agreement", "mixings"]
+__all__ = ["METHODS", "Mixing", "MixingAgreement", "batch_mixings", "check_methods", "context_mixing", "mixing_agreement", "mixings"]
 
 ROWS_PER_CHUNK = 8192  # (i, j) rows through the rest of a layer at a time: value zeroing's T² rows, ALTI's T²·D terms
+MIXING_SQUARE = 16384  # B·T² of a corpus batch: its B·T²·D attention terms (25 MB at MiniLM's 384) and B·L·H·T² weights
 FLOW_SCALE = 2**30  # capacities in units of 2^-30: integers for scipy's max-flow, each flow within T·L·2^-30 of the real one
 FLOW_ESTIMATE_S = 10.0  # flows expected to take longer than this are said so before they start
 FLOW_EDGES_PER_CALL = 2**16  # max-flow problems solved together in one call, as disjoint copies: edges of one call
@@ -117,44 +118,72 @@ def mixings(
     ablation: Ablation = "zero",
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[dict[str, Mixing]]]:
-    """Several measures over one input from one forward pass (the explorer's, and the corpus's, entry): the last record
-    carries `{method: Mixing}`."""
-    chosen = check_methods(methods)
+    """Several measures over one input from one forward pass (the explorer's entry): the last record carries
+    `{method: Mixing}`."""
     encoding = text if isinstance(text, Encoding) else session.encode(text, pair)
+    found = yield from relay(batch_mixings(session, [encoding], methods=methods, mask=mask, ablation=ablation, cancel=cancel))
+    if found is not None:
+        yield Progress("done", 1, 1, found[0])
+
+
+def batch_mixings(
+    session: Session,
+    encodings: Sequence[Encoding],
+    *,
+    methods: Sequence[str] = METHODS,
+    mask: HeadMask | None = None,
+    ablation: Ablation = "zero",
+    cancel: threading.Event | None = None,
+) -> Iterator[Progress[list[dict[str, Mixing]]]]:
+    """Several measures over a batch of inputs from one padded forward pass: the last record carries each input's
+    `{method: Mixing}`. The measures that use the model (value zeroing, ALTI) run on the whole batch at once, and what
+    comes back from the device is read once a batch; rollout and flow are computed per input on the host."""
+    chosen = check_methods(methods)
     head_mask = mask if mask is not None else session.mask(None)
-    run = _Pass(session, encoding, head_mask, ablation, norms="norms" in chosen, values=bool({"value-zeroing", "alti"} & set(chosen)))
+    run = _Pass(session, encodings, head_mask, ablation, norms="norms" in chosen, values=bool({"value-zeroing", "alti"} & set(chosen)))
     layers = session.num_layers
-    per_layer: dict[str, np.ndarray] = {}
-    notes: list[str] = []
+    per_layer: dict[str, np.ndarray] = {}  # each [L, B, T, T]
     if "attention" in chosen:
-        per_layer["attention"] = run.attentions.mean(1)
+        per_layer["attention"] = run.attentions.mean(2)
     if "norms" in chosen:
         assert run.norms is not None  # asked for
-        per_layer["norms"] = run.norms.sum(1)
+        per_layer["norms"] = run.norms.sum(2)
     for method, measure in (("value-zeroing", _value_zeroing), ("alti", _alti)):
         if method not in chosen:
             continue
-        matrices: list[np.ndarray] = []
+        matrices: list[Tensor] = []
         for layer in range(layers):
             if cancel is not None and cancel.is_set():
                 return
             matrices.append(measure(run, layer))
             yield Progress(method, layer + 1, layers)
-        per_layer[method] = np.stack(matrices)
-    found: dict[str, Mixing] = {}
-    common: dict[str, Any] = dict(encoding=encoding, mask=head_mask, ablation=ablation)
-    for method, stacked in per_layer.items():
-        normalised = normalised_rows(stacked)
-        found[method] = Mixing(method=method, per_layer=normalised, rolled=rolled_out(normalised), **common)
-    residual = _residual_attention(run.attentions)
-    if "rollout" in chosen:
-        found["rollout"] = Mixing(method="rollout", rolled=rolled_out(residual), **common)
-    if "flow" in chosen:
-        flows = yield from relay(attention_flow(residual, cancel))
-        if flows is None:
-            return
-        found["flow"] = Mixing(method="flow", rolled=flows, **common)
-    off = [layer for layer in range(layers) if all(head_mask.is_masked(layer, head) for head in range(session.num_heads))]
+        per_layer[method] = torch.stack(matrices).double().cpu().numpy()  # one read of every layer
+    notes = _notes(session, head_mask, chosen)
+    results = []
+    for index, encoding in enumerate(encodings):
+        length = len(encoding)
+        common: dict[str, Any] = dict(encoding=encoding, mask=head_mask, ablation=ablation, notes=notes)
+        found: dict[str, Mixing] = {}
+        for method, stacked in per_layer.items():
+            normalised = normalised_rows(stacked[:, index, :length, :length])
+            found[method] = Mixing(method=method, per_layer=normalised, rolled=rolled_out(normalised), **common)
+        residual = _residual_attention(run.attentions[:, index, :, :length, :length])
+        if "rollout" in chosen:
+            found["rollout"] = Mixing(method="rollout", rolled=rolled_out(residual), **common)
+        if "flow" in chosen:
+            flows = yield from relay(attention_flow(residual, cancel))
+            if flows is None:
+                return
+            found["flow"] = Mixing(method="flow", rolled=flows, **common)
+        results.append({method: found[method] for method in chosen})
+    yield Progress("done", 1, 1, results)
+
+
+def _notes(session: Session, mask: HeadMask, chosen: tuple[str, ...]) -> tuple[str, ...]:
+    """What the outputs say beside their numbers: layers that mix nothing under the mask, ALTI on a pre-LN model."""
+    notes = []
+    layers = range(session.num_layers)
+    off = [layer for layer in layers if all(mask.is_masked(layer, head) for head in range(session.num_heads))]
     if off and set(chosen) - {"rollout", "flow"}:
         notes.append(
             f"every head of layer{'s' if len(off) > 1 else ''} {', '.join(map(str, off))} is switched off, so no token takes "
@@ -165,26 +194,20 @@ def mixings(
             f"{session.family.name} is pre-LN: ALTI's terms are the attention's per-token outputs and the residual, with no "
             "LayerNorm after the block to linearise"
         )
-    result = {method: found[method] for method in chosen}
-    if notes:
-        result = {method: _with_notes(mixing, notes) for method, mixing in result.items()}
-    yield Progress("done", 1, 1, result)
-
-
-def _with_notes(mixing: Mixing, notes: list[str]) -> Mixing:
-    from dataclasses import replace
-
-    return replace(mixing, notes=(*mixing.notes, *notes))
+    return tuple(notes)
 
 
 # --- the pass every measure reads ----------------------------------------------------------------
 
 
 class _Pass:
-    """One forward pass of the input under the mask: hidden states, each head's weights (as it contributed them), the
-    norms when asked, and each layer's values read off its value projection."""
+    """One forward pass of a batch of inputs (padded on the right) under the mask: hidden states, each head's weights
+    (as it contributed them), the norms when asked, and each layer's values read off its value projection. A padding
+    key has weight 0 (the model's mask), so it moves nothing into any token; padding rows are computed and dropped."""
 
-    def __init__(self, session: Session, encoding: Encoding, mask: HeadMask, ablation: Ablation, *, norms: bool, values: bool) -> None:
+    def __init__(
+        self, session: Session, encodings: Sequence[Encoding], mask: HeadMask, ablation: Ablation, *, norms: bool, values: bool
+    ) -> None:
         self.session = session
         family = session.family
         modules = session.layer_modules
@@ -194,7 +217,7 @@ class _Pass:
 
         def keep(index: int, part: slice | None) -> Any:
             def hook(_module: torch.nn.Module, _args: tuple[Any, ...], output: Tensor) -> None:
-                self.values[index] = (output if part is None else output[..., part])[0].detach()
+                self.values[index] = (output if part is None else output[..., part]).detach()
 
             return hook
 
@@ -205,77 +228,82 @@ class _Pass:
                         module, part = family.values(layer)
                         handles.append(module.register_forward_hook(keep(index, part)))
                 outputs = session.run(
-                    session.tensors(encoding),
+                    session.padded_tensors(encodings),
                     gates=session.gate_tensor(mask),
                     ablation=ablation,
                     attentions=True,
                     hidden_states=True,
                     encoder_only=True,
-                    on_norms=(lambda layer, maps: kept_norms.__setitem__(layer, maps[0])) if norms else None,
+                    on_norms=(lambda layer, maps: kept_norms.__setitem__(layer, maps)) if norms else None,
                 )
             finally:
                 for handle in handles:
                     handle.remove()
-        self.hidden = [state[0] for state in outputs.hidden_states]  # L + 1 of [T, D]
-        self.weights = [weights[0] for weights in outputs.attentions]  # L of [H, T, T], heads in their original numbers
-        self.attentions = np.stack([weights.float().cpu().numpy() for weights in self.weights]).astype(np.float64)
-        self.norms = np.stack([kept_norms[layer].float().cpu().numpy() for layer in range(len(modules))]) if norms else None
+        self.hidden = list(outputs.hidden_states)  # L + 1 of [B, T, D]
+        self.weights = list(outputs.attentions)  # L of [B, H, T, T], heads in their original numbers
+        self.attentions = torch.stack(self.weights).float().cpu().numpy().astype(np.float64)  # [L, B, H, T, T]
+        self.norms = torch.stack([kept_norms[layer] for layer in range(len(modules))]).float().cpu().numpy() if norms else None
 
     def decomposition(self, layer: int) -> tuple[Tensor, Tensor, Tensor]:
-        """(g `[T, T, D]`, x `[T, D]`, s `[T, D]`): token j's part g_ij of the attention block's output at token i, the
-        residual entering the layer, and the block's residual sum s_i = x_i + Σ_j g_ij + b_O (module docstring)."""
+        """(g `[B·T, T, D]`, x `[B·T, D]`, s `[B·T, D]`), a row for each token i of each input: token j's part g_ij of
+        the attention block's output at token i, the residual entering the layer, and the block's residual sum
+        s_i = x_i + Σ_j g_ij + b_O (module docstring)."""
         session = self.session
         module = session.layer_modules[layer]
         projection = session.family.attention_output(module)
         weight = projection.weight.detach().float()  # [D, H·d], the heads side by side
-        values = self.values[layer].float()  # [T, H·d]
-        weights = self.weights[layer].float()  # [H, T, T]
+        values = self.values[layer].float()  # [B, T, H·d]
+        weights = self.weights[layer].float()  # [B, H, T, T]
         kept = session.kept_heads[layer] if session.kept_heads is not None else None
         if kept is not None:  # a pruned layer: its remaining heads, in the order its weights hold them
-            weights = weights.index_select(0, kept.to(weights.device))
-        heads = weights.shape[0]
-        length, width = values.shape
+            weights = weights.index_select(1, kept.to(weights.device))
+        heads = weights.shape[1]
+        batch, length, width = values.shape
         if heads == 0:
-            moved = values.new_zeros((length, length, weight.shape[0]))
+            moved = values.new_zeros((batch, length, length, weight.shape[0]))
         else:
-            per_head = torch.einsum("thd,ohd->hto", values.view(length, heads, width // heads), weight.view(-1, heads, width // heads))
-            moved = torch.einsum("hij,hjo->ijo", weights, per_head)  # [T, T, D]
-        entering = self.hidden[layer].float()
+            split = width // heads
+            per_head = torch.einsum("bthd,ohd->bhto", values.view(batch, length, heads, split), weight.view(-1, heads, split))
+            moved = torch.einsum("bhij,bhjo->bijo", weights, per_head)  # [B, T, T, D]
+        entering = self.hidden[layer].float().reshape(batch * length, -1)
         bias = projection.bias.detach().float() if projection.bias is not None else weight.new_zeros(weight.shape[0])
+        moved = moved.reshape(batch * length, length, -1)
         return moved, entering, entering + moved.sum(1) + bias
 
 
-def _chunks(length: int) -> Iterator[slice]:
-    """Query rows i a chunk at a time, so that a chunk's (i, j) rows stay under ROWS_PER_CHUNK."""
+def _chunks(rows: int, length: int) -> Iterator[slice]:
+    """`rows` query rows (token i of each input) a chunk at a time, so that a chunk's (i, j) rows stay under
+    ROWS_PER_CHUNK."""
     step = max(1, ROWS_PER_CHUNK // max(length, 1))
-    for start in range(0, length, step):
-        yield slice(start, min(start + step, length))
+    for start in range(0, rows, step):
+        yield slice(start, min(start + step, rows))
 
 
-def _value_zeroing(run: _Pass, layer: int) -> np.ndarray:
-    """`[T, T]`: 1 − cos between token i's layer output and the same with token j's values zeroed, as ½‖â − b̂‖² of the
-    unit vectors (the same number, without 1 − cos's cancellation in float32)."""
+def _value_zeroing(run: _Pass, layer: int) -> Tensor:
+    """`[B, T, T]`: 1 − cos between token i's layer output and the same with token j's values zeroed, as ½‖â − b̂‖² of
+    the unit vectors (the same number, without 1 − cos's cancellation in float32)."""
     session = run.session
     moved, _, summed = run.decomposition(layer)
-    length, dtype = summed.shape[0], session.loaded.dtype
+    rows, length = moved.shape[:2]
+    dtype = session.loaded.dtype
     scores = []
     with session.lock, torch.inference_mode():
-        for rows in _chunks(length):
-            block = summed[rows]  # [t, D]
-            variants = torch.cat([block[:, None], block[:, None] - moved[rows]], dim=1)  # [t, 1 + T, D]: as it is, then ¬j
+        for chunk in _chunks(rows, length):
+            block = summed[chunk]  # [t, D]
+            variants = torch.cat([block[:, None], block[:, None] - moved[chunk]], dim=1)  # [t, 1 + T, D]: as it is, then ¬j
             out = session.family.after_attention(session.model, layer, variants.to(dtype)).float()
             unit = out / out.norm(dim=-1, keepdim=True).clamp(min=1e-30)
             changed = 0.5 * (unit[:, 1:] - unit[:, :1]).square().sum(-1)
-            scores.append(torch.where(moved[rows].abs().amax(-1) > 0, changed, 0.0))  # nothing moved: no change, not noise
-    return torch.cat(scores).double().cpu().numpy()
+            scores.append(torch.where(moved[chunk].abs().amax(-1) > 0, changed, 0.0))  # nothing moved: no change, not noise
+    return torch.cat(scores).view(-1, length, length)
 
 
-def _alti(run: _Pass, layer: int) -> np.ndarray:
-    """`[T, T]`: ALTI's max(0, ‖y_i‖₁ − ‖y_i − T_i(x_j)‖₁) (module docstring)."""
+def _alti(run: _Pass, layer: int) -> Tensor:
+    """`[B, T, T]`: ALTI's max(0, ‖y_i‖₁ − ‖y_i − T_i(x_j)‖₁) (module docstring)."""
     session = run.session
     moved, entering, summed = run.decomposition(layer)
+    rows, length = moved.shape[:2]
     norm = session.family.attention_norm(session.layer_modules[layer])
-    length = summed.shape[0]
     scores = []
     with session.lock, torch.inference_mode():
         if norm is None:
@@ -285,16 +313,16 @@ def _alti(run: _Pass, layer: int) -> np.ndarray:
             gain = cast(Tensor, norm.weight).detach().float()
             epsilon = float(getattr(norm, "eps", getattr(norm, "variance_epsilon", 1e-12)))
             spread = (summed.var(-1, unbiased=False) + epsilon).sqrt()  # σ_i as the LayerNorm computes it
-        for rows in _chunks(length):
-            terms = moved[rows]  # [t, T, D], changed in place: each chunk's own
-            index = torch.arange(rows.start, rows.stop, device=terms.device)
-            terms[index - rows.start, index] += entering[rows]  # the residual: token i's own term
+        for chunk in _chunks(rows, length):
+            terms = moved[chunk]  # [t, T, D], changed in place: each chunk's own
+            index = torch.arange(chunk.start, chunk.stop, device=terms.device)
+            terms[index - chunk.start, index % length] += entering[chunk]  # the residual: token i's own term
             if norm is not None:
-                terms.sub_(terms.mean(-1, keepdim=True)).mul_(gain / spread[rows, None, None])
-            target = output[rows, None]  # [t, 1, D]
+                terms.sub_(terms.mean(-1, keepdim=True)).mul_(gain / spread[chunk, None, None])
+            target = output[chunk, None]  # [t, 1, D]
             distance = terms.sub_(target).abs_().sum(-1)  # ‖y_i − T_i(x_j)‖₁
             scores.append((target.abs().sum(-1) - distance).clamp(min=0))
-    return torch.cat(scores).double().cpu().numpy()
+    return torch.cat(scores).view(-1, length, length)
 
 
 def _residual_attention(attentions: np.ndarray) -> np.ndarray:
@@ -395,9 +423,9 @@ def mixing_agreement(
 ) -> Iterator[Progress[MixingAgreement]]:
     """Every pair of methods' agreement and each method's shares per layer, streamed over a corpus (MixingAgreement).
 
-    Sentences are read and encoded a chunk at a time (streaming.CorpusBatches); each is measured
-    on its own (its value zeroing is one batch of its T² rows per layer) and reduced to sums at
-    once, so memory is flat in the corpus.
+    Sentences are read and encoded a chunk at a time (streaming.CorpusBatches) and measured a batch at a time, in
+    one padded pass (`batch_mixings`; B·T² capped at MIXING_SQUARE, so that value zeroing's and ALTI's B·T²·D terms
+    stay small); each sentence is reduced to sums at once, so memory is flat in the corpus.
     """
     chosen = check_methods(methods)
     head_mask = mask if mask is not None else session.mask(None)
@@ -415,15 +443,16 @@ def mixing_agreement(
         sentences,
         lambda chunk: [session.encode(sentence.text, sentence.pair) for sentence in chunk],
         lengths=item_lengths,
-        batch_size=1,
+        max_square=MIXING_SQUARE,
         cancel=cancel,
     )
     for batch in batches:
-        for encoding in batch.take(batch.encoded):
-            found = yield from relay(mixings(session, encoding, methods=chosen, mask=head_mask, ablation=ablation, cancel=cancel))
-            if found is None:
-                return
-            _add_sentence(sums, [found[method] for method in chosen], encoding)
+        encodings = batch.take(batch.encoded)
+        found = yield from relay(batch_mixings(session, encodings, methods=chosen, mask=head_mask, ablation=ablation, cancel=cancel))
+        if found is None:
+            return
+        for encoding, measured in zip(encodings, found, strict=True):
+            _add_sentence(sums, [measured[method] for method in chosen], encoding)
         yield Progress("sentences", sums["sentences"], partial=_agreement(chosen, sums, head_mask, ablation))
     if batches.cancelled:
         return

@@ -243,6 +243,25 @@ class Session:
             "token_type_ids": torch.as_tensor(encoding.token_type_ids, device=self.device)[None],
         }
 
+    def padded_tensors(self, encodings: Sequence[Encoding]) -> dict[str, Tensor]:
+        """Encoded inputs as one batch padded on the right, on the session's device (for `run`); one input is
+        `tensors`' batch of one, with no padding to mark."""
+        if len(encodings) == 1:
+            return self.tensors(encodings[0])
+        length = max(len(encoding) for encoding in encodings)
+        shape = (len(encodings), length)
+        input_ids = np.full(shape, self.tokenizer.pad_token_id or 0, dtype=np.int64)
+        token_type_ids = np.zeros(shape, dtype=np.int64)
+        attention_mask = np.zeros(shape, dtype=np.int64)
+        for row, encoding in enumerate(encodings):
+            input_ids[row, : len(encoding)] = encoding.input_ids
+            token_type_ids[row, : len(encoding)] = encoding.token_type_ids
+            attention_mask[row, : len(encoding)] = 1
+        return {
+            name: torch.from_numpy(values).to(self.device)
+            for name, values in (("input_ids", input_ids), ("token_type_ids", token_type_ids), ("attention_mask", attention_mask))
+        }
+
     def layer_maps(
         self,
         encoding: Encoding,
