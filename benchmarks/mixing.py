@@ -14,9 +14,10 @@ times, alternating; the fastest of each is kept. Budgets (issue 32): value zeroi
 forwards, ALTI ≤ 2, a 32-token flow within 10 s. Prints JSON; exit status 0 whatever the numbers.
 
 With --corpus, the corpus agreement instead (issue 32): `bertscope.mixing_agreement` over the first --sentences
-of FILE with every method of --methods together, timed end to end, with the process's peak resident memory
-(VmHWM) at each quarter of the corpus and the longest sentence read by then (memory flat in the corpus: the peak
-grows only with the longest sentence), against a bare eager forward with weights of each sentence; each method alone
+of FILE with every method of --methods together, timed end to end, with the process's resident memory (VmRSS) and
+its peak (VmHWM) at the end of each chunk of 1,024 sentences the corpus is read in (a chunk's batches run shortest
+first, so its peak includes its longest sentence; memory flat in the corpus: a later chunk's peak is no higher unless
+its longest sentence is longer), against a bare eager forward with weights of each sentence; each method alone
 on the first --each sentences, timed; and the result (the agreement table and the per-layer shares).
 """
 
@@ -48,13 +49,13 @@ def sentence(tokenizer, tokens: int) -> str:
         words, index = candidate, index + 1
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident memory so far in MB (Linux's VmHWM), NaN elsewhere."""
+def memory_mb(field: str) -> float:
+    """This process's resident memory now (Linux's VmRSS) or its peak so far (VmHWM) in MB, NaN elsewhere."""
     from pathlib import Path
 
     status = Path("/proc/self/status")
     lines = status.read_text().splitlines() if status.exists() else []
-    return next((int(line.split()[1]) / 1024 for line in lines if line.startswith("VmHWM:")), float("nan"))
+    return next((int(line.split()[1]) / 1024 for line in lines if line.startswith(f"{field}:")), float("nan"))
 
 
 def corpus_agreement(args: argparse.Namespace) -> None:
@@ -65,6 +66,10 @@ def corpus_agreement(args: argparse.Namespace) -> None:
     import bertscope
     from bertscope.api import corpus, load
     from bertscope.core.analyses.mixing import METHODS, check_methods
+    from bertscope.core.analyses.streaming import CHUNK
+    from bertscope.core.model.allocator import keep_freed_memory
+
+    keep_freed_memory()  # as `bertscope` does at its entry point (core.model.allocator)
 
     methods = check_methods(METHODS if args.methods == "all" else args.methods.split(","))
     session = load(args.model, device=args.device)
@@ -81,18 +86,21 @@ def corpus_agreement(args: argparse.Namespace) -> None:
         started = time.perf_counter()
         bertscope.mixing_agreement(session, sentences[: args.each], method=[method])
         each[method] = round(time.perf_counter() - started, 2)
-    marks = [round(len(sentences) * quarter / 4) for quarter in range(1, 4)]  # the last: the result's
+    # The corpus is read CHUNK sentences at a time and each chunk's batches run shortest first, so memory is read at the
+    # end of each chunk: its peak has seen the chunk's longest sentence, and what a chunk left behind shows in the next.
+    marks = [*range(CHUNK, len(sentences), CHUNK), len(sentences)]
     memory: list[dict] = []
     started = time.perf_counter()
 
     def seen(record) -> None:
         done = getattr(record.partial, "sentences", None) or getattr(record.result, "sentences", None)
-        if done is not None and len(memory) < len(marks) + 1 and done >= ([*marks, len(sentences)])[len(memory)]:  # a record a batch
+        if done is not None and len(memory) < len(marks) and done >= marks[len(memory)]:  # a record a batch
             memory.append(
                 {
                     "sentences": done,
-                    "longest_tokens": max(lengths[:done]),
-                    "peak_rss_mb": round(peak_rss_mb(), 1),
+                    "longest_tokens_so_far": max(lengths[:done]),
+                    "rss_mb": round(memory_mb("VmRSS"), 1),
+                    "peak_rss_mb": round(memory_mb("VmHWM"), 1),
                     "seconds": round(time.perf_counter() - started, 1),
                 }
             )
