@@ -4,7 +4,7 @@
     torchrun --standalone --nproc-per-node 2 tests/distributed_job.py fail OUT.json
 
 `equal`: patterns (with norms), syntax, probe, erase (UPOS at layer 2 of the sample treebank), importance (both methods, and for a probe's loss on TINY_A),
-geometry, and compare (of two tiny random models saved by the test, TINY_A and TINY_B) through the public API, rank 0 saving the results for the test
+geometry, the context-mixing agreement, and compare (of two tiny random models saved by the test, TINY_A and TINY_B) through the public API, rank 0 saving the results for the test
 to hold against one process. `fail`: `bertscope patterns -o OUT.json`
 through the command line, with rank 1 running out of memory at its third batch. `cached_probe OUT.json CACHE TINY DATA`:
 `bertscope probe` on DATA with the feature cache CACHE. `on_gpu OUT.pkl TINY`: patterns (with norms) on the
@@ -22,6 +22,7 @@ SYNTAX_SENTENCES = 30
 GEOMETRY = dict(limit=16, max_rows=60)  # fewer rows than the sentences' tokens: the ranks' samples are merged
 COMPARE = dict(limit=30, max_rows=80)
 PROBE_TASK = "subject_number"  # the probe objective's built-in task
+MIXING = dict(limit=12)  # every context-mixing method, flow included
 ERASE = dict(limit=60, layer=2, measure="preserve", cache_dir=False)  # UPOS of the sample treebank (its data in the job)
 
 
@@ -40,6 +41,7 @@ def equal(out: str, tiny_a: str, tiny_b: str) -> None:
     for method in ("ablation", "gradient"):
         results[method] = bertscope.importance(model, "preserve", limit=IMPORTANCE_SENTENCES, method=method)
     results["geometry"] = bertscope.api.geometry(model, **GEOMETRY)
+    results["mixing"] = bertscope.mixing_agreement(model, **MIXING)
     results["compare"] = bertscope.api.compare(bertscope.load(tiny_a, device="cpu"), tiny_b, **COMPARE)
     results["probe_objective"], fits = probe_objective(bertscope.load(tiny_a, device="cpu"))
     results["probe_fits"] = distributed.gather(fits)

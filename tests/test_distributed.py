@@ -18,7 +18,7 @@ from bertscope.api import probe_sentences
 from bertscope.core import distributed
 from bertscope.core.data.corpus import sample_corpus
 from tests.conftest import command_in_a_new_process, save_tiny
-from tests.distributed_job import COMPARE, ERASE, GEOMETRY, PROBE_TASK, cached_probe_arguments
+from tests.distributed_job import COMPARE, ERASE, GEOMETRY, MIXING, PROBE_TASK, cached_probe_arguments
 
 JOB = Path(__file__).with_name("distributed_job.py")
 
@@ -215,6 +215,15 @@ def test_geometry_over_two_ranks_samples_the_same_rows_as_one_process(two_ranks,
     np.testing.assert_allclose(two.projection, one.projection, atol=1e-4)
     np.testing.assert_allclose(two.intrinsic_dimension, one.intrinsic_dimension, rtol=1e-4)
     np.testing.assert_allclose(two.neighbourhood_overlap, one.neighbourhood_overlap, atol=1e-9)
+
+
+def test_mixing_agreement_over_two_ranks_equals_one_process(two_ranks, model):
+    """Each rank measures its shard in its own batches; the sums of the agreements and shares are added on rank 0."""
+    one, two = bertscope.mixing_agreement(model, **MIXING), two_ranks["mixing"]
+    assert (two.sentences, two.tokens, two.methods) == (one.sentences, one.tokens, one.methods) == (12, one.tokens, one.methods)
+    np.testing.assert_allclose(two.agreement, one.agreement, atol=1e-5)  # float32 passes in other batches
+    np.testing.assert_allclose(two.rolled_shares, one.rolled_shares, atol=1e-5)
+    np.testing.assert_allclose(two.layer_shares, one.layer_shares, atol=1e-5)
 
 
 def test_compare_over_two_ranks_equals_one_process(two_ranks, tiny_bert_dir, other_tiny_dir):
