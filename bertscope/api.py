@@ -1143,20 +1143,28 @@ def mixing_agreement(
     method: str | Iterable[str] = ("attention", "norms", "value-zeroing", "alti", "flow", "rollout"),
     mask: str | HeadMask | None = None,
     ablation: Ablation = "zero",
+    batch_size: int | None = None,
     progress: ProgressCallback = None,
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[MixingAgreement]]:
     """Context-mixing measures compared over a corpus: for every pair of `method`s (default: all six), the Spearman
     rank correlation of their rolled-out rows at the last layer, averaged over sentences (Mohebbi et al. 2023 §5), and
     per layer each method's share from [CLS], [SEP], punctuation and the token itself. Streamed: memory flat in the
-    corpus. The records' `partial` holds the comparison so far."""
+    corpus, measured a batch at a time (`batch_size` at most; by default as many as fit). The records' `partial` holds
+    the comparison so far."""
     from bertscope.core.analyses.mixing import check_methods
     from bertscope.core.analyses.mixing import mixing_agreement as agreement
 
     chosen = check_methods([method] if isinstance(method, str) else method)
     sentences = corpus(texts, data=data, format=format, limit=limit)
     run = agreement(
-        model, distributed.shard(sentences.sentences), methods=chosen, mask=head_mask(model, mask), ablation=ablation, cancel=cancel
+        model,
+        distributed.shard(sentences.sentences),
+        methods=chosen,
+        mask=head_mask(model, mask),
+        ablation=ablation,
+        batch_size=batch_size,
+        cancel=cancel,
     )
 
     def notes(result: MixingAgreement) -> Iterator[str]:

@@ -9,6 +9,7 @@ import click
 from bertscope.cli.common import (
     ModelChoice,
     api_call,
+    batch_size_option,
     check_index,
     check_readable,
     check_text,
@@ -66,6 +67,7 @@ def _checked_methods(ctx: click.Context, param: click.Parameter, methods: tuple[
     help="The corpus file's format.",
 )
 @click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="Read at most N sentences of --data.")
+@batch_size_option
 @mask_options
 @click.option("--theme", default=None, help="Heatmap colours: a theme name or a theme file.")
 @figure_option
@@ -80,6 +82,7 @@ def mixing(
     data: str | None,
     data_format: str,
     limit: int | None,
+    batch_size: int | None,
     mask_spec: str | None,
     ablation: Ablation,
     theme: str | None,
@@ -121,7 +124,7 @@ def mixing(
         check_index(layer, shape.num_layers, "layer")
     mask = head_mask(mask_spec, shape)
     if data is not None:
-        _over_corpus(model, data, data_format, limit, methods or METHODS, mask_spec, ablation, output_format, figure)
+        _over_corpus(model, data, data_format, limit, batch_size, methods or METHODS, mask_spec, ablation, output_format, figure)
         return
     session = model.open()
     from bertscope import api
@@ -204,6 +207,7 @@ def _over_corpus(
     data: str,
     data_format: str,
     limit: int | None,
+    batch_size: int | None,
     methods: tuple[str, ...],
     mask_spec: str | None,
     ablation: Ablation,
@@ -218,7 +222,9 @@ def _over_corpus(
     from bertscope import api
 
     with api_call("context-mixing agreement") as progress:
-        result = api.mixing_agreement(session, chosen, method=methods, mask=mask, ablation=ablation, progress=progress)
+        result = api.mixing_agreement(
+            session, chosen, method=methods, mask=mask, ablation=ablation, batch_size=batch_size, progress=progress
+        )
     write_figure(figure, result.figure)
     if output_format == "json":
         print_json({"model": session.info.source, "data": chosen.source, **result.as_json()})

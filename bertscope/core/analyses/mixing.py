@@ -419,6 +419,7 @@ def mixing_agreement(
     methods: Sequence[str] = METHODS,
     mask: HeadMask | None = None,
     ablation: Ablation = "zero",
+    batch_size: int | None = None,
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[MixingAgreement]]:
     """Every pair of methods' agreement and each method's shares per layer, streamed over a corpus (MixingAgreement).
@@ -443,6 +444,7 @@ def mixing_agreement(
         sentences,
         lambda chunk: [session.encode(sentence.text, sentence.pair) for sentence in chunk],
         lengths=item_lengths,
+        batch_size=batch_size,
         max_square=MIXING_SQUARE,
         cancel=cancel,
     )
