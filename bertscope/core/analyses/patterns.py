@@ -72,14 +72,29 @@ TOP_COLUMNS = 2
 
 # --- per batch, on the device -------------------------------------------------------------
 #
-# Every statistic is a mean over query tokens of a per-query figure; they are computed together,
-# as columns of one tensor, with one product of the attention for all the key sets and one
-# weighted mean for all the statistics, and what depends only on the batch once for all layers.
-# On a GPU every tensor operation costs a launch, however small: on one H100, `patterns` took
-# 6.7x a bare forward when each statistic had its own operations (benchmarks/README.md).
+# On a GPU every tensor operation costs a launch, however small: on one H100, `patterns` took 6.7x a bare forward
+# when each statistic had its own operations (benchmarks/README.md). So a layer's statistics are a few large
+# operations on its maps: every statistic that is a weighted sum of the attention (the shares and the distance) is
+# one product of the maps with a table of weights, a column a statistic, each weight already divided by the number
+# of queries its mean is over; the entropy is one more product, V and D a weighted sum over the queries each, B
+# (pairs only) a product with the segments' words. The weights depend only on the batch (and a local layer's
+# window): they are made for the first layer and serve the others. The largest, `LayerWeights.linear`, holds as
+# many numbers as 8 heads' maps of the batch.
 
-# The columns of `_feature_table`: STATISTICS, then the pattern features V, D, B.
-FEATURES = (*STATISTICS, "V", "D", "B")
+# The statistics that are weighted sums of the attention: the columns of `LayerWeights.linear`.
+LINEAR = ("cls", "sep", "punct", "self", "prev", "next", "block", "distance")
+# The columns of `_feature_table`: those, the entropy, and the pattern features V, D, B.
+FEATURES = (*LINEAR, "entropy", "V", "D", "B")
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """What a layer's `[B, H, T, T]` maps are weighed by (query i, key j), made once a batch and window."""
+
+    linear: Tensor  # [B, T*T, len(LINEAR)]: each statistic's weight, over the number of queries it is a mean over
+    real_queries: Tensor  # [B, T, 1]: the real queries, over their number (the entropy's mean)
+    columns: Tensor  # [B, 1, T, T or 1]: V's received weight: the real queries, over the number of them that see key j
+    band: Tensor  # [B, 1, T, T]: D's band: the real queries where |i - j| <= 1, over the number of real queries
 
 
 @dataclass
@@ -92,28 +107,29 @@ class BatchMasks:
     punctuation: Tensor  # bool
     segment: Tensor  # long: 0, 1 for the pair's segments; -1 for special tokens and padding
     two_segments: Tensor  # [B] bool: the input is a pair
+    pairs: bool = True  # some input of the batch is a pair (known on the host: B is computed only then)
 
     @functools.cached_property
-    def key_sets(self) -> Tensor:
-        """`[B, T, 6]` float: the keys whose attention a statistic sums ([CLS], [SEP], punctuation, words,
-        the words of segment 0 and of segment 1), once a batch for every layer."""
-        words = self.real & (self.segment >= 0)
-        return torch.stack(
-            [self.first_special, self.later_special, self.punctuation, words, words & (self.segment == 0), words & (self.segment == 1)],
-            dim=-1,
-        ).float()
+    def special_keys(self) -> Tensor:
+        """`[B, T, 3]` float: the keys [CLS], [SEP], punctuation."""
+        return torch.stack([self.first_special, self.later_special, self.punctuation], dim=-1).float()
 
     @functools.cached_property
-    def query_sets(self) -> tuple[Tensor, Tensor]:
-        """`[B, T, 4]` float: the queries a mean is over (real tokens; those with a previous and with a next
-        real token; words), and `[B, 4]` their counts, at least 1."""
-        real = self.real.float()
-        has_prev = real.clone()
-        has_prev[:, 0] = 0
-        has_next = torch.zeros_like(real)
-        has_next[:, :-1] = real[:, :-1] * real[:, 1:]
-        sets = torch.stack([real, has_prev, has_next, self.key_sets[..., 3]], dim=-1)
-        return sets, sets.sum(1).clamp(min=1)
+    def segment_words(self) -> Tensor:
+        """`[B, T, 2]` float: the words of segment 0 and of segment 1."""
+        return (self.segment[..., None] == torch.arange(2, device=self.segment.device)).float()
+
+    @functools.cached_property
+    def pair_words(self) -> Tensor:
+        """`[B, T, 1]`: B's mean: a pair's word queries, over their number (0 for single inputs)."""
+        words = self.segment_words.sum(-1)
+        return (words * (self.two_segments / words.sum(1).clamp(min=1))[:, None])[..., None]
+
+    @functools.cached_property
+    def offset(self) -> Tensor:
+        """`[T, T]` long: i - j between query i and key j."""
+        positions = torch.arange(self.real.shape[1], device=self.real.device)
+        return positions[:, None] - positions[None, :]
 
     def visible(self, window: int | None) -> Tensor | None:
         """`[T, T]` float: 1 where a head with this window sees the key; None where it sees every key."""
@@ -121,85 +137,62 @@ class BatchMasks:
             return None
         cache = self.__dict__.setdefault("_visible", {})
         if window not in cache:
-            cache[window] = (self.distance <= window).float()
+            cache[window] = (self.offset.abs() <= window).float()
         return cache[window]
 
-    def windowed_query_sets(self, window: int | None) -> tuple[Tensor, Tensor]:
-        """`query_sets` and three more columns: the real queries within the window of a [CLS], of a [SEP] and of a
-        punctuation token (for a head that sees every key: the real queries, as `_REAL`)."""
-        cache = self.__dict__.setdefault("_windowed_query_sets", {})
-        if window not in cache:
-            sets, counts = self.query_sets
-            visible = self.visible(window)
-            if visible is None:
-                extra = sets[..., [_REAL] * 3]
-            else:
-                extra = ((self.key_sets[..., :3].transpose(1, 2) @ visible).transpose(1, 2) > 0).float() * sets[..., _REAL, None]
-            sets = torch.cat([sets, extra], dim=-1)
-            cache[window] = sets, sets.sum(1).clamp(min=1)
-        return cache[window]
+    def weights(self, window: int | None = None) -> LayerWeights:
+        """The weights of a layer whose heads see keys within ±window (None: every key), made once a batch."""
+        visible = self.visible(window)
+        cache = self.__dict__.setdefault("_weights", {})
+        key = None if visible is None else window
+        if key not in cache:
+            cache[key] = self._make_weights(visible)
+        return cache[key]
 
-    def query_weights(self, over: tuple[int, ...], window: int | None = None) -> tuple[Tensor, Tensor]:
-        """`[B, T, S]` and `[B, S]`: the columns `over` of `windowed_query_sets` and their counts (kept for the
-        batch's other layers)."""
-        if self.visible(window) is None:
-            window = None
-        cache = self.__dict__.setdefault("_query_weights", {})
-        if (over, window) not in cache:
-            sets, counts = self.windowed_query_sets(window)
-            index = torch.tensor(over, device=sets.device)
-            cache[over, window] = sets[..., index], counts[:, index]
-        return cache[over, window]
-
-    @functools.cached_property
-    def distance(self) -> Tensor:
-        """`[T, T]` float: |i - j| between query i and key j."""
-        positions = torch.arange(self.real.shape[1], device=self.real.device)
-        return (positions[:, None] - positions[None, :]).abs().float()
-
-    @functools.cached_property
-    def band(self) -> Tensor:
-        """`[T, T]` float: 1 where |i - j| <= 1, the diagonal pattern's band."""
-        return (self.distance <= 1).float()
-
-
-_REAL, _HAS_PREV, _HAS_NEXT, _WORDS = range(4)  # the columns of `BatchMasks.query_sets`
-_SEES_CLS, _SEES_SEP, _SEES_PUNCTUATION = range(4, 7)  # and those `windowed_query_sets` adds
-# Which queries each share of NORM_SHARES is a mean over.
-_SHARE_QUERIES = (_SEES_CLS, _SEES_SEP, _SEES_PUNCTUATION, _REAL, _HAS_PREV, _HAS_NEXT)
+    def _make_weights(self, visible: Tensor | None) -> LayerWeights:
+        batch, length = self.real.shape
+        real = self.real.float()
+        count = real.sum(1, keepdim=True).clamp(min=1)  # [B, 1]: real tokens
+        words = self.segment_words.sum(-1)
+        # The queries each statistic of LINEAR is a mean over. Padding is on the right: the real queries after the first
+        # have a previous token, those before the last a next one. For a head that does not see every key, a share to
+        # [CLS], [SEP] or punctuation is a mean over the real queries that see such a token.
+        has_previous, has_next = torch.nn.functional.pad(real[:, 1:], (1, 0)), torch.nn.functional.pad(real[:, 1:], (0, 1))
+        sees = [real] * 3 if visible is None else list((((self.special_keys.transpose(1, 2) @ visible) > 0) * real[:, None]).unbind(1))
+        queries = torch.stack([*sees, real, has_previous, has_next, words, real], dim=-1)
+        queries = queries / queries.sum(1, keepdim=True).clamp(min=1)  # [B, T, 8]
+        # The keys each statistic sums, for each query: [CLS], [SEP], punctuation; the token itself, the previous one,
+        # the next one; the words of the query's segment; all, weighed by the distance |i - j|.
+        relative = torch.stack([self.offset == 0, self.offset == 1, self.offset == -1, self.offset.abs()], dim=-1)
+        keys = torch.cat(
+            [
+                self.special_keys[:, None].expand(batch, length, length, 3),
+                relative[..., :3].expand(batch, length, length, 3),
+                (self.segment_words @ self.segment_words.transpose(1, 2))[..., None],
+                relative[..., 3:].expand(batch, length, length, 1),
+            ],
+            dim=-1,
+        )
+        real_queries = (real / count)[:, :, None]  # [B, T, 1]
+        seen_by = count[..., None, None] if visible is None else (real @ visible).clamp(min=1)[:, None, None, :]
+        return LayerWeights(
+            linear=(queries[:, :, None] * keys).flatten(1, 2),
+            real_queries=real_queries,
+            columns=real[:, None, :, None] / seen_by,
+            band=real_queries[:, None] * (relative[..., 3] <= 1),
+        )
 
 
-def _query_means(per_query: Tensor, masks: BatchMasks, over: tuple[int, ...], window: int | None = None) -> Tensor:
-    """`[B, H, S]`: the mean of each column s of `per_query` `[B, H, T, S]` over the queries `over[s]`."""
-    weights, totals = masks.query_weights(over, window)  # [B, T, S], [B, S]
-    return (per_query * weights[:, None]).sum(2) / totals[:, None]
-
-
-def _share_columns(attention: Tensor, to_keys: Tensor) -> list[Tensor]:
-    """The per-query figures `[B, H, T]` of NORM_SHARES: attention to [CLS], [SEP], punctuation, the token
-    itself, the previous token and the next one (0 where there is none)."""
-    pad = torch.nn.functional.pad
-    return [
-        to_keys[..., 0],
-        to_keys[..., 1],
-        to_keys[..., 2],
-        torch.diagonal(attention, dim1=-2, dim2=-1),
-        pad(torch.diagonal(attention, offset=-1, dim1=-2, dim2=-1), (1, 0)),
-        pad(torch.diagonal(attention, offset=1, dim1=-2, dim2=-1), (0, 1)),
-    ]
-
-
-def _share_table(attention: Tensor, masks: BatchMasks, window: int | None = None) -> Tensor:
-    """`[B, H, 6]`: per sentence and head, the NORM_SHARES of rows that sum to one, each averaged over its queries."""
-    to_keys = attention @ masks.key_sets[:, None, :, :3]  # [B, H, T, 3]: one product for the three key sets
-    return _query_means(torch.stack(_share_columns(attention, to_keys), dim=-1), masks, _SHARE_QUERIES, window)
+def _linear_means(attention: Tensor, masks: BatchMasks, window: int | None = None) -> Tensor:
+    """`[B, H, len(LINEAR)]`: each statistic of LINEAR, one product for all."""
+    return attention.flatten(2) @ masks.weights(window).linear
 
 
 def shares(attention: Tensor, masks: BatchMasks, window: int | None = None) -> dict[str, Tensor]:
     """Per sentence and head (`[B, H]`), the NORM_SHARES of rows that sum to one: to [CLS], [SEP],
     punctuation, the token itself, the previous and the next token, each averaged over real queries
     (those that can see such a token, for a head whose `window` hides some keys)."""
-    return dict(zip(NORM_SHARES, _share_table(attention.float(), masks, window).unbind(-1), strict=True))
+    return dict(zip(NORM_SHARES, _linear_means(attention.float(), masks, window)[..., : len(NORM_SHARES)].unbind(-1), strict=True))
 
 
 def norm_shares(norms: Tensor, masks: BatchMasks, window: int | None = None) -> dict[str, Tensor]:
@@ -212,7 +205,7 @@ def norm_shares(norms: Tensor, masks: BatchMasks, window: int | None = None) -> 
 
 def _norm_share_table(norms: Tensor, masks: BatchMasks, window: int | None = None) -> Tensor:
     norms = norms.float()
-    return _share_table(norms / norms.sum(-1, keepdim=True).clamp(min=1e-12), masks, window)
+    return _linear_means(norms / norms.sum(-1, keepdim=True).clamp(min=1e-12), masks, window)[..., : len(NORM_SHARES)]
 
 
 def head_features(attention: Tensor, masks: BatchMasks, window: int | None = None) -> dict[str, Tensor]:
@@ -227,40 +220,20 @@ def head_features(attention: Tensor, masks: BatchMasks, window: int | None = Non
 def _feature_table(attention: Tensor, masks: BatchMasks, window: int | None = None) -> Tensor:
     """`[B, H, len(FEATURES)]`: `head_features` as the columns of one tensor."""
     attention = attention.float()
-    batch, heads, length, _ = attention.shape
-    to_keys = attention @ masks.key_sets[:, None]  # [B, H, T, 6]
-    # Attention to words of the query's own segment, and that as a share of the query's attention to words.
-    query_segments = masks.key_sets[:, None, :, 4:6]  # a word query's segment, one-hot: [B, 1, T, 2]
-    inside = (to_keys[..., 4:6] * query_segments).sum(-1)
-    inside_share = inside / to_keys[..., 3].clamp(min=1e-9)
-
-    # Pattern features: V from the two most-attended key columns, D from the band |i - j| <= 1 without them.
-    sets, counts = masks.query_sets
-    received = (attention * sets[:, None, :, _REAL, None]).sum(-2)  # [B, H, T]: weight each key receives
-    visible = masks.visible(window)
-    # over the queries that can see each key: all real ones, or those within the window
-    seen_by = counts[:, None, _REAL, None] if visible is None else (sets[:, :, _REAL] @ visible).clamp(min=1)[:, None]
-    columns = (received / seen_by).masked_fill(~masks.real[:, None, :], -1.0)
-    top_values, top_index = columns.topk(min(TOP_COLUMNS, length), dim=-1)
-    vertical = top_values.clamp(min=0).sum(-1)
-    off_top = torch.ones(batch, heads, length, device=attention.device).scatter_(-1, top_index, 0.0)
-    band_mass = ((attention * off_top[:, :, None, :]) * masks.band).sum(-1)
-
-    per_query = torch.stack(
-        [
-            *_share_columns(attention, to_keys),
-            inside,
-            torch.special.entr(attention).sum(-1),
-            (attention * masks.distance).sum(-1),
-            inside_share,
-            band_mass,
-        ],
-        dim=-1,
-    )
-    # cls sep punct self prev next | block entropy distance | the block ratio, D
-    means = _query_means(per_query, masks, (*_SHARE_QUERIES, _WORDS, _REAL, _REAL, _WORDS, _REAL), window)
-    block = means[..., 9:10] * masks.two_segments[:, None, None]  # B only for pairs
-    return torch.cat([means[..., :9], vertical[..., None], means[..., 10:11], block], dim=-1)
+    weights = masks.weights(window)
+    entropy = torch.special.entr(attention).sum(-1) @ weights.real_queries
+    # V: the weight the two most-attended keys receive, each a mean over the queries that see it; D: the band
+    # |i - j| <= 1 without those two columns
+    columns = (attention * weights.columns).sum(-2, keepdim=True)  # [B, H, 1, T]; 0 for padding, as for a key no one sees
+    top_values, top_index = columns.topk(min(TOP_COLUMNS, columns.shape[-1]), dim=-1)
+    diagonal = (attention * weights.band).sum(-2, keepdim=True).scatter(-1, top_index, 0.0).sum(-1)
+    # B: a word's attention to the words of its own segment, as a share of its attention to words (pairs only)
+    block = torch.zeros_like(diagonal)
+    if masks.pairs:
+        to_segments = attention @ masks.segment_words[:, None]  # [B, H, T, 2]
+        inside = (to_segments * masks.segment_words[:, None]).sum(-1)
+        block = (inside / to_segments.sum(-1).clamp(min=1e-9)) @ masks.pair_words
+    return torch.cat([_linear_means(attention, masks, window), entropy, top_values.sum(-1), diagonal, block], dim=-1)
 
 
 def classify(vertical: Tensor, diagonal: Tensor, block: Tensor) -> Tensor:
@@ -300,7 +273,8 @@ def classify_map(weights: np.ndarray, special: np.ndarray, segments: np.ndarray 
 
 
 class _Accumulator:
-    """Sums over sentences, kept on the device as float64 `[L, H, S]` tensors (S: STATISTICS, NORM_SHARES)."""
+    """Sums over sentences, kept on the device as float64 `[L, H, S]` tensors (S: the statistics in FEATURES' order,
+    NORM_SHARES)."""
 
     def __init__(self, num_layers: int, num_heads: int, device: torch.device, norms: bool = False):
         self.table = torch.zeros(num_layers, num_heads, len(STATISTICS), dtype=torch.float64, device=device)
@@ -310,25 +284,16 @@ class _Accumulator:
         self.tokens = 0
         self.truncated = 0
 
-    def add(self, features: dict[int, Tensor], shares: dict[int, Tensor]) -> None:
-        """A batch's `_feature_table` (and `_norm_share_table`) of each layer, added at once: a few operations a
+    def add(self, features: list[Tensor], shares: list[Tensor]) -> None:
+        """A batch's `_feature_table` (and `_norm_share_table`) of every layer, added at once: a few operations a
         batch rather than a few a layer (on a GPU each is a launch)."""
-        layers = list(features)
-        table = torch.stack(list(features.values()))  # [layers, B, H, S + 3]
-        self.table[layers] += table[..., : len(STATISTICS)].sum(1).double()
-        vertical, diagonal, block = table[..., len(STATISTICS) :].unbind(-1)
-        self.counts[layers] += torch.nn.functional.one_hot(classify(vertical, diagonal, block), len(PATTERNS)).sum(1).double()
+        table = torch.stack(features)  # [L, B, H, len(FEATURES)]
+        self.table += table[..., : len(STATISTICS)].sum(1).double()
+        pattern = classify(*table[..., len(STATISTICS) :].unbind(-1))  # [L, B, H]
+        self.counts += (pattern[..., None] == torch.arange(len(PATTERNS), device=pattern.device)).sum(1).double()
         if shares:
             assert self.norm_table is not None  # made with norms=True
-            self.norm_table[list(shares)] += torch.stack(list(shares.values())).sum(1).double()
-
-    @property
-    def sums(self) -> dict[str, Tensor]:
-        """Per statistic, `[L, H]`: the sums so far."""
-        sums = dict(zip(STATISTICS, self.table.unbind(-1), strict=True))
-        if self.norm_table is not None:
-            sums |= {f"norm_{name}": total for name, total in zip(NORM_SHARES, self.norm_table.unbind(-1), strict=True)}
-        return sums
+            self.norm_table += torch.stack(shares).sum(1).double()
 
     def statistics(self) -> dict:
         """The sufficient statistics: what ranks add up (core.distributed.sum_across)."""
@@ -343,14 +308,16 @@ class _Accumulator:
 
     def result(self) -> PatternResult:
         sentences = max(self.sentences, 1)
-        tables = [self.table] if self.norm_table is None else [self.table, self.norm_table]
+        tables = [self.table, self.counts] if self.norm_table is None else [self.table, self.norm_table, self.counts]
         values = (torch.cat(tables, -1) / sentences).float().cpu().numpy()  # one read of the device, not one a statistic
+        norms = [f"norm_{name}" for name in NORM_SHARES] if self.norm_table is not None else []
+        columns = dict(zip([*FEATURES[: len(STATISTICS)], *norms], np.moveaxis(values[..., : -len(PATTERNS)], -1, 0), strict=True))
         return PatternResult(
             sentences=self.sentences,
             tokens=self.tokens,
             truncated=self.truncated,
-            statistics={name: np.ascontiguousarray(values[..., index]) for index, name in enumerate(self.sums)},
-            pattern_shares=(self.counts / sentences).float().cpu().numpy(),
+            statistics={name: np.ascontiguousarray(columns[name]) for name in [*STATISTICS, *norms]},
+            pattern_shares=np.ascontiguousarray(values[..., -len(PATTERNS) :]),
         )
 
 
@@ -415,14 +382,14 @@ def _add_batch(
     """One forward pass, its attention maps (and norms) reduced layer by layer; nothing of it outlives the call."""
     inputs, masks = batch_tensors(session, batch, punctuation_of)
 
-    features: dict[int, Tensor] = {}  # per layer `[B, H, S + 3]`: small, added to the sums once the pass is done
-    shares: dict[int, Tensor] = {}
+    features: list[Tensor] = []  # per layer `[B, H, len(FEATURES)]`: small, added to the sums once the pass is done
+    shares: list[Tensor] = []  # every layer reports, in order
 
     def reduce(layer: int, attention: Tensor) -> None:
-        features[layer] = _feature_table(attention, masks, session.attention_window(layer))
+        features.append(_feature_table(attention, masks, session.attention_window(layer)))
 
     def reduce_norms(layer: int, layer_norms: Tensor) -> None:
-        shares[layer] = _norm_share_table(layer_norms, masks, session.attention_window(layer))
+        shares.append(_norm_share_table(layer_norms, masks, session.attention_window(layer)))
 
     with torch.inference_mode():
         session.run(
@@ -437,7 +404,7 @@ def _add_batch(
         )
     accumulator.add(features, shares)
     accumulator.sentences += len(batch)
-    accumulator.tokens += int(masks.real.sum())
+    accumulator.tokens += sum(len(item.input_ids) for item in batch)
 
 
 @dataclass(frozen=True)
@@ -486,37 +453,34 @@ def _encode_group(session: Session, group: list[Sentence], with_pairs: bool) -> 
 
 
 def batch_tensors(session: Session, batch: list[EncodedSentence], punctuation_of: dict[int, bool]) -> tuple[dict[str, Tensor], BatchMasks]:
-    """Pad a length-sorted batch into model inputs and the masks the statistics need."""
-    length = max(len(item.input_ids) for item in batch)
-    pad_id = session.tokenizer.pad_token_id or 0
-
-    def padded(rows: list[list[int]] | list[list[bool]], value: int) -> Tensor:
-        return torch.tensor([row + [value] * (length - len(row)) for row in rows], dtype=torch.long)
-
-    input_ids = padded([item.input_ids for item in batch], pad_id)
-    real = padded([[1] * len(item.input_ids) for item in batch], 0).bool()
-    special = padded([item.special for item in batch], 1).bool() & real
-    first = torch.zeros_like(special)
-    first[:, 0] = special[:, 0]
+    """Pad a length-sorted batch into model inputs and the masks the statistics need: made on the host, one copy to
+    the device."""
     for item in batch:
         for token_id in item.input_ids:
             if token_id not in punctuation_of:
                 token = cast(str, session.tokenizer.convert_ids_to_tokens(token_id))  # transformers: str for one id, a list for many
                 punctuation_of[token_id] = is_punctuation(token)
-    punctuation = padded([[punctuation_of[t] for t in item.input_ids] for item in batch], 0).bool() & ~special
-    segment = padded([item.segment for item in batch], -1)
-    device = session.device
-    inputs = {
-        "input_ids": input_ids.to(device),
-        "attention_mask": real.long().to(device),
-        "token_type_ids": padded([item.token_type_ids for item in batch], 0).to(device),
-    }
+    names = ("input_ids", "token_type_ids", "attention_mask", "first", "later", "punctuation", "segment")
+    rows = np.zeros((len(names), len(batch), max(len(item.input_ids) for item in batch)), dtype=np.int64)
+    host = dict(zip(names, rows, strict=True))  # views of `rows`, filled sentence by sentence
+    host["input_ids"][:], host["segment"][:] = session.tokenizer.pad_token_id or 0, -1
+    for row, item in enumerate(batch):
+        length, special = len(item.input_ids), np.array(item.special, dtype=bool)
+        host["input_ids"][row, :length], host["token_type_ids"][row, :length] = item.input_ids, item.token_type_ids
+        host["attention_mask"][row, :length] = 1
+        host["first"][row, 0], host["later"][row, 1:length] = special[0], special[1:]
+        host["punctuation"][row, :length] = np.array([punctuation_of[t] for t in item.input_ids]) & ~special
+        host["segment"][row, :length] = item.segment
+    pairs = [len({s for s in item.segment if s >= 0}) > 1 for item in batch]
+    tensors = dict(zip(names, torch.from_numpy(rows).to(session.device).unbind(), strict=True))
+    inputs = {name: tensors[name] for name in names[:3]}
     masks = BatchMasks(
-        real=real.to(device),
-        first_special=first.to(device),
-        later_special=(special & ~first).to(device),
-        punctuation=punctuation.to(device),
-        segment=segment.to(device),
-        two_segments=torch.tensor([len({s for s in item.segment if s >= 0}) > 1 for item in batch], device=device),
+        real=tensors["attention_mask"].bool(),
+        first_special=tensors["first"].bool(),
+        later_special=tensors["later"].bool(),
+        punctuation=tensors["punctuation"].bool(),
+        segment=tensors["segment"],
+        two_segments=torch.tensor(pairs, device=session.device),
+        pairs=any(pairs),
     )
     return inputs, masks
