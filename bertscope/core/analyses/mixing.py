@@ -59,7 +59,7 @@ from bertscope.core.analyses.mixing_results import (
     normalised_rows,
     rolled_out,
     shares,
-    spearman_rows,
+    spearman_between,
     token_classes,
 )
 from bertscope.core.analyses.streaming import CorpusBatches, item_lengths
@@ -467,18 +467,17 @@ def mixing_agreement(
 
 def _add_sentence(sums: dict[str, Any], found: list[Mixing], encoding: Encoding) -> None:
     classes = token_classes(encoding.tokens, encoding.special)
-    last = [mixing.rolled[-1] for mixing in found]
-    for a in range(len(found)):
-        for b in range(a, len(found)):
-            rho = np.nanmean(spearman_rows(last[a], last[b])) if a != b else 1.0
-            if np.isfinite(rho):
-                sums["agreement"][a, b] += rho
-                sums["agreement"][b, a] += rho if a != b else 0.0
-                sums["agreement_counts"][a, b] += 1
-                sums["agreement_counts"][b, a] += 1 if a != b else 0
-        mixing = found[a]
-        sums["rolled_shares"][a] += shares(mixing.rolled, classes)
-        sums["layer_shares"][a] += shares(mixing.per_layer, classes) if mixing.per_layer is not None else np.nan
+    correlations = spearman_between(np.stack([mixing.rolled[-1] for mixing in found]))  # [M, M, T]: each pair, each row
+    rows = np.isfinite(correlations).sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = np.nansum(correlations, -1) / rows  # the mean over rows that are not constant: NaN where none is
+    np.fill_diagonal(rho, 1.0)  # a method agrees with itself, constant rows too
+    counted = np.isfinite(rho)
+    sums["agreement"] += np.where(counted, rho, 0.0)
+    sums["agreement_counts"] += counted
+    for index, mixing in enumerate(found):
+        sums["rolled_shares"][index] += shares(mixing.rolled, classes)
+        sums["layer_shares"][index] += shares(mixing.per_layer, classes) if mixing.per_layer is not None else np.nan
     sums["sentences"] += 1
     sums["tokens"] += len(encoding)
     sums["truncated"] += encoding.truncated > 0

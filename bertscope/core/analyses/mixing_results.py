@@ -93,13 +93,20 @@ def shares(matrices: np.ndarray, classes: np.ndarray) -> np.ndarray:
 def spearman_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """`[T]`: the Spearman rank correlation of each row of `a` with the same row of `b` (ties take their mean rank);
     NaN where a row is constant."""
+    return spearman_between(np.stack([a, b]))[0, 1]
+
+
+def spearman_between(matrices: np.ndarray) -> np.ndarray:
+    """`[M, M, T]` for M matrices `[M, T, T]`: the Spearman correlation of row i of matrix a with row i of matrix b, for
+    every pair (a, b) at once (the ranks of each matrix taken once); NaN where either row is constant."""
     from scipy.stats import rankdata  # type: ignore[import-untyped]  # scipy ships no type information
 
-    ranked_a = rankdata(a, axis=-1) - (a.shape[-1] + 1) / 2
-    ranked_b = rankdata(b, axis=-1) - (b.shape[-1] + 1) / 2
-    spread = np.sqrt((ranked_a**2).sum(-1) * (ranked_b**2).sum(-1))
+    ranked = rankdata(matrices, axis=-1) - (matrices.shape[-1] + 1) / 2  # centred: the mean rank is (T + 1) / 2
+    spread = np.sqrt((ranked**2).sum(-1))  # [M, T]
+    products = np.einsum("aij,bij->abi", ranked, ranked)
+    scale = spread[:, None] * spread[None, :]
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(spread > 0, (ranked_a * ranked_b).sum(-1) / np.where(spread > 0, spread, 1.0), np.nan)
+        return np.where(scale > 0, products / np.where(scale > 0, scale, 1.0), np.nan)
 
 
 @dataclass(frozen=True, repr=False)
