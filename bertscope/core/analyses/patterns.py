@@ -127,8 +127,8 @@ class BatchMasks:
 
     @functools.cached_property
     def offset(self) -> Tensor:
-        """`[T, T]` long: i - j between query i and key j."""
-        positions = torch.arange(self.real.shape[1], device=self.real.device)
+        """`[T, T]` float: i - j between query i and key j."""
+        positions = torch.arange(self.real.shape[1], device=self.real.device, dtype=torch.float32)
         return positions[:, None] - positions[None, :]
 
     def visible(self, window: int | None) -> Tensor | None:
@@ -176,7 +176,7 @@ class BatchMasks:
         real_queries = (real / count)[:, :, None]  # [B, T, 1]
         seen_by = count[..., None, None] if visible is None else (real @ visible).clamp(min=1)[:, None, None, :]
         return LayerWeights(
-            linear=(queries[:, :, None] * keys).flatten(1, 2),
+            linear=keys.mul_(queries[:, :, None]).flatten(1, 2),  # in place: a long input's table is large
             real_queries=real_queries,
             columns=real[:, None, :, None] / seen_by,
             band=real_queries[:, None] * (relative[..., 3] <= 1),
