@@ -7,6 +7,7 @@ it is (entropy in nats, mean distance in tokens).
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 from collections.abc import Sequence
 
@@ -24,6 +25,7 @@ FIGURES: dict[str, str] = {
 }
 
 
+@functools.lru_cache(maxsize=1 << 16)  # asked of every token of every sentence by corpus jobs; a vocabulary's worth kept
 def is_punctuation(token: str) -> bool:
     text = token.removeprefix("##").removeprefix("Ġ").removeprefix("▁")
     return bool(text) and all(unicodedata.category(ch).startswith("P") for ch in text)

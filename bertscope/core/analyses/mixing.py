@@ -475,9 +475,10 @@ def _add_sentence(sums: dict[str, Any], found: list[Mixing], encoding: Encoding)
     counted = np.isfinite(rho)
     sums["agreement"] += np.where(counted, rho, 0.0)
     sums["agreement_counts"] += counted
-    for index, mixing in enumerate(found):
-        sums["rolled_shares"][index] += shares(mixing.rolled, classes)
-        sums["layer_shares"][index] += shares(mixing.per_layer, classes) if mixing.per_layer is not None else np.nan
+    sums["rolled_shares"] += shares(np.stack([mixing.rolled for mixing in found]), classes)
+    layer_maps = {index: mixing.per_layer for index, mixing in enumerate(found) if mixing.per_layer is not None}  # not flow, rollout
+    if layer_maps:
+        sums["layer_shares"][list(layer_maps)] += shares(np.stack(list(layer_maps.values())), classes)
     sums["sentences"] += 1
     sums["tokens"] += len(encoding)
     sums["truncated"] += encoding.truncated > 0
