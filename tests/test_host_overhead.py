@@ -25,7 +25,8 @@ READS = {"item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "
 
 # Operations a batch, at most, as a multiple of a bare forward's (with attentions and hidden states); measured
 # 2026-11 on the tiny model (3 layers): patterns 2.4, norms 3.1, syntax 2.1, geometry 1.07, compare 3.3 (two models),
-# features 1.1, importance 3.0 (a forward and a backward), cloze 1.35.
+# features 1.1, importance 3.0 (a forward and a backward), cloze 1.35, mixing 1.54 (attention, norms, rollout), and
+# 5.15 with value zeroing and ALTI (each runs the rest of every layer again, on the batch's B·T² rows).
 BOUNDS = {
     "patterns": 2.6,
     "norms": 3.3,
@@ -35,7 +36,11 @@ BOUNDS = {
     "features": 1.2,
     "importance": 3.3,
     "cloze": 1.45,
+    "mixing": 1.7,
+    "mixing_layers": 5.6,
 }
+MIXING = ("attention", "norms", "rollout")  # from the pass's weights and norms (flow is scipy's, on the host)
+LAYERS = ("value-zeroing", "alti")  # the rest of every layer run again on the batch's B·T² rows, and the decomposition
 
 
 def treebank(size: int) -> list[Sentence]:
@@ -95,6 +100,8 @@ def jobs(tiny_session, tiny_mlm_session, tiny_bert_dir):
         "features": (s.model, lambda n, size: list(extract_features(s, treebank(n), words, cache_dir=False, batch_size=size))),
         "importance": (s.model, lambda n, size: bertscope.importance(s, "preserve", treebank(n), batch_size=size)),
         "cloze": (m.model, lambda n, size: bertscope.cloze(m, ["the cat sat on a [MASK] by the door\tmat"] * n, batch_size=size)),
+        "mixing": (s.model, lambda n, size: bertscope.mixing_agreement(s, [" ".join(WORDS)] * n, method=MIXING, batch_size=size)),
+        "mixing_layers": (s.model, lambda n, size: bertscope.mixing_agreement(s, [" ".join(WORDS)] * n, method=LAYERS, batch_size=size)),
     }
 
 
