@@ -167,7 +167,8 @@ def batch_mixings(
         for method, stacked in per_layer.items():
             normalised = normalised_rows(stacked[:, index, :length, :length])
             found[method] = Mixing(method=method, per_layer=normalised, rolled=rolled_out(normalised), **common)
-        residual = _residual_attention(run.attentions[:, index, :, :length, :length])
+        if {"rollout", "flow"} & set(chosen):
+            residual = _residual_attention(run.attentions[:, index, :, :length, :length])
         if "rollout" in chosen:
             found["rollout"] = Mixing(method="rollout", rolled=rolled_out(residual), **common)
         if "flow" in chosen:
@@ -467,7 +468,8 @@ def mixing_agreement(
 
 def _add_sentence(sums: dict[str, Any], found: list[Mixing], encoding: Encoding) -> None:
     classes = token_classes(encoding.tokens, encoding.special)
-    correlations = spearman_between(np.stack([mixing.rolled[-1] for mixing in found]))  # [M, M, T]: each pair, each row
+    rolled = np.stack([mixing.rolled for mixing in found])  # [M, L, T, T]
+    correlations = spearman_between(rolled[:, -1])  # [M, M, T]: each pair of methods, each row at the last layer
     rows = np.isfinite(correlations).sum(-1)
     with np.errstate(invalid="ignore", divide="ignore"):
         rho = np.nansum(correlations, -1) / rows  # the mean over rows that are not constant: NaN where none is
@@ -475,7 +477,7 @@ def _add_sentence(sums: dict[str, Any], found: list[Mixing], encoding: Encoding)
     counted = np.isfinite(rho)
     sums["agreement"] += np.where(counted, rho, 0.0)
     sums["agreement_counts"] += counted
-    sums["rolled_shares"] += shares(np.stack([mixing.rolled for mixing in found]), classes)
+    sums["rolled_shares"] += shares(rolled, classes)
     layer_maps = {index: mixing.per_layer for index, mixing in enumerate(found) if mixing.per_layer is not None}  # not flow, rollout
     if layer_maps:
         sums["layer_shares"][list(layer_maps)] += shares(np.stack(list(layer_maps.values())), classes)

@@ -249,18 +249,12 @@ class Session:
         if len(encodings) == 1:
             return self.tensors(encodings[0])
         length = max(len(encoding) for encoding in encodings)
-        shape = (len(encodings), length)
-        input_ids = np.full(shape, self.tokenizer.pad_token_id or 0, dtype=np.int64)
-        token_type_ids = np.zeros(shape, dtype=np.int64)
-        attention_mask = np.zeros(shape, dtype=np.int64)
+        rows = np.zeros((3, len(encodings), length), dtype=np.int64)  # input ids, token types, attention mask: one copy
+        rows[0] = self.tokenizer.pad_token_id or 0
         for row, encoding in enumerate(encodings):
-            input_ids[row, : len(encoding)] = encoding.input_ids
-            token_type_ids[row, : len(encoding)] = encoding.token_type_ids
-            attention_mask[row, : len(encoding)] = 1
-        return {
-            name: torch.from_numpy(values).to(self.device)
-            for name, values in (("input_ids", input_ids), ("token_type_ids", token_type_ids), ("attention_mask", attention_mask))
-        }
+            rows[0, row, : len(encoding)], rows[1, row, : len(encoding)] = encoding.input_ids, encoding.token_type_ids
+            rows[2, row, : len(encoding)] = 1
+        return dict(zip(("input_ids", "token_type_ids", "attention_mask"), torch.from_numpy(rows).to(self.device).unbind(), strict=True))
 
     def layer_maps(
         self,
