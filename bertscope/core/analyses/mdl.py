@@ -276,10 +276,11 @@ def _linear_bits(
                     chosen = [(0.0, W, b) for W, b in zip(weights, biases)]
                     break
                 on_dev = _bits(dev_rows, [(weights[number], biases[number], dev_labels[number]) for number in searching])
-                better = [number for number, score in zip(searching, on_dev) if score < chosen[number][0]]
+                better = []
                 for number, score in zip(searching, on_dev):
-                    if number in better:
+                    if score < chosen[number][0]:
                         chosen[number] = (score, weights[number], biases[number])
+                        better.append(number)
                 searching = better  # a set worse on dev than at the last penalty is past its best (the codelength falls, then rises)
                 if not searching:
                     break
