@@ -1,6 +1,8 @@
 import pytest
 
+import bertscope
 from bertscope.core.errors import InputError
+from tests.family_models import FAMILIES, save_tiny_family
 
 
 def test_word_alignment_groups_subwords(tiny_session):
@@ -45,3 +47,27 @@ def test_empty_text_is_refused(tiny_session, text):
 def test_empty_pair_is_refused(tiny_session):
     with pytest.raises(InputError, match="pair text is empty"):
         tiny_session.encode("fine", " ")
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family_session(request, tmp_path_factory):
+    directory = save_tiny_family(tmp_path_factory.mktemp(f"tokens-{request.param}"), request.param, seed=5)
+    return bertscope.load(str(directory), device="cpu")
+
+
+def test_a_corpus_tokenised_together_is_each_sentence_tokenised_alone(family_session):
+    """What a corpus job tokenises in one call (single sentences, pairs, one too long) is each sentence through the
+    tokenizer alone, on every family's tokenizer."""
+    session = family_session
+    texts = ["The cat sat.", "word " * 600, "Dogs bark at night, loudly.", "It rained."]
+    pairs = [None, None, "They were hungry.", None]
+    together = session.encode_many(texts, pairs)
+    for text, pair, encoding in zip(texts, pairs, together, strict=True):
+        alone = session.tokenizer(text, pair, truncation="longest_first", max_length=session.max_length, return_special_tokens_mask=True)
+        assert encoding.tokens == tuple(alone.tokens()) and encoding.word_ids == tuple(alone.word_ids())
+        assert encoding.segment_ids == tuple(alone.sequence_ids())
+        assert encoding.input_ids.tolist() == alone["input_ids"]
+        assert encoding.special.tolist() == [bool(flag) for flag in alone["special_tokens_mask"]]
+        assert encoding.pair == pair and encoding.text == text
+    assert together[1].truncated == len(session.tokenizer(texts[1])["input_ids"]) - session.max_length > 0
+    assert [encoding.truncated for encoding in together[:1] + together[2:]] == [0, 0, 0]

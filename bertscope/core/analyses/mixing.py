@@ -58,8 +58,8 @@ from bertscope.core.analyses.mixing_results import (
     MixingAgreement,
     normalised_rows,
     rolled_out,
-    shares,
     spearman_between,
+    summed_shares,
     token_classes,
 )
 from bertscope.core.analyses.streaming import CorpusBatches, item_lengths
@@ -76,6 +76,7 @@ __all__ = ["METHODS", "Mixing", "MixingAgreement", "batch_mixings", "check_metho
 
 ROWS_PER_CHUNK = 8192  # (i, j) rows through the rest of a layer at a time: value zeroing's T² rows, ALTI's T²·D terms
 MIXING_SQUARE = 16384  # B·T² of a corpus batch: its B·T²·D attention terms (25 MB at MiniLM's 384) and B·L·H·T² weights
+MAPS_SQUARE = 65536  # B·T² of a corpus batch without value zeroing or ALTI: its [L, B, T, T] float64 maps (3 MB at 6 layers)
 FLOW_SCALE = 2**30  # capacities in units of 2^-30: integers for scipy's max-flow, each flow within T·L·2^-30 of the real one
 FLOW_ESTIMATE_S = 10.0  # flows expected to take longer than this are said so before they start
 FLOW_EDGES_PER_CALL = 2**16  # max-flow problems solved together in one call, as disjoint copies: edges of one call
@@ -136,48 +137,92 @@ def batch_mixings(
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[list[dict[str, Mixing]]]]:
     """Several measures over a batch of inputs from one padded forward pass: the last record carries each input's
-    `{method: Mixing}`. The measures that use the model (value zeroing, ALTI) run on the whole batch at once, and what
-    comes back from the device is read once a batch; rollout and flow are computed per input on the host."""
+    `{method: Mixing}` (`_measure_batch`)."""
     chosen = check_methods(methods)
     head_mask = mask if mask is not None else session.mask(None)
-    run = _Pass(session, encodings, head_mask, ablation, norms="norms" in chosen, values=bool({"value-zeroing", "alti"} & set(chosen)))
-    layers = session.num_layers
-    per_layer: dict[str, np.ndarray] = {}  # each [L, B, T, T]
+    measured = yield from relay(_measure_batch(session, encodings, chosen, head_mask, ablation, cancel))
+    if measured is None:
+        return
+    common: dict[str, Any] = dict(mask=head_mask, ablation=ablation, notes=_notes(session, head_mask, chosen))
+    results = []
+    for index, encoding in enumerate(encodings):
+        inside = (slice(None), index, slice(len(encoding)), slice(len(encoding)))  # [L, T, T] of this input
+        results.append(
+            {
+                method: Mixing(
+                    method=method,
+                    encoding=encoding,
+                    rolled=rolled[inside],
+                    per_layer=None if per_layer is None else per_layer[inside],
+                    **common,
+                )
+                for method, (per_layer, rolled) in measured.items()
+            }
+        )
+    yield Progress("done", 1, 1, results)
+
+
+Measured = dict[str, tuple[np.ndarray | None, np.ndarray]]  # method: (per-layer maps or None, rolled out), each [L, B, T, T]
+
+
+def _measure_batch(
+    session: Session,
+    encodings: Sequence[Encoding],
+    chosen: tuple[str, ...],
+    mask: HeadMask,
+    ablation: Ablation,
+    cancel: threading.Event | None,
+) -> Iterator[Progress[Measured]]:
+    """Every chosen measure of a batch of inputs, as padded `[L, B, T, T]` arrays in which each input's padding rows are
+    the identity's and its padding columns zero (`_within`), so that rows normalised and products rolled out over the
+    batch are each input's own. The measures that use the model (value zeroing, ALTI) run on the whole batch at once,
+    and what comes back from the device is read once a batch; flow is solved per input on the host."""
+    run = _Pass(session, encodings, mask, ablation, norms="norms" in chosen, values=bool({"value-zeroing", "alti"} & set(chosen)))
+    lengths = [len(encoding) for encoding in encodings]
+    per_layer: dict[str, np.ndarray] = {}
+    if {"attention", "rollout", "flow"} & set(chosen):
+        attention = _within(run.head_means(), lengths)
     if "attention" in chosen:
-        per_layer["attention"] = run.attentions.mean(2)
+        per_layer["attention"] = attention
     if "norms" in chosen:
-        assert run.norms is not None  # asked for
-        per_layer["norms"] = run.norms.sum(2)
+        per_layer["norms"] = run.summed_norms()
     for method, measure in (("value-zeroing", _value_zeroing), ("alti", _alti)):
         if method not in chosen:
             continue
         matrices: list[Tensor] = []
-        for layer in range(layers):
+        for layer in range(session.num_layers):
             if cancel is not None and cancel.is_set():
                 return
             matrices.append(measure(run, layer))
-            yield Progress(method, layer + 1, layers)
+            yield Progress(method, layer + 1, session.num_layers)
         per_layer[method] = torch.stack(matrices).double().cpu().numpy()  # one read of every layer
-    notes = _notes(session, head_mask, chosen)
-    results = []
-    for index, encoding in enumerate(encodings):
-        length = len(encoding)
-        common: dict[str, Any] = dict(encoding=encoding, mask=head_mask, ablation=ablation, notes=notes)
-        found: dict[str, Mixing] = {}
-        for method, stacked in per_layer.items():
-            normalised = normalised_rows(stacked[:, index, :length, :length])
-            found[method] = Mixing(method=method, per_layer=normalised, rolled=rolled_out(normalised), **common)
-        if {"rollout", "flow"} & set(chosen):
-            residual = _residual_attention(run.attentions[:, index, :, :length, :length])
-        if "rollout" in chosen:
-            found["rollout"] = Mixing(method="rollout", rolled=rolled_out(residual), **common)
-        if "flow" in chosen:
-            flows = yield from relay(attention_flow(residual, cancel))
-            if flows is None:
+    measured: Measured = {}
+    for method, stacked in per_layer.items():
+        normalised = normalised_rows(_within(stacked, lengths))
+        measured[method] = (normalised, rolled_out(normalised))
+    if {"rollout", "flow"} & set(chosen):
+        residual = _residual_attention(attention)
+    if "rollout" in chosen:
+        measured["rollout"] = (None, rolled_out(residual))
+    if "flow" in chosen:
+        flows = _within(np.zeros_like(residual), lengths)
+        for index, length in enumerate(lengths):
+            flow = yield from relay(attention_flow(residual[:, index, :length, :length], cancel))
+            if flow is None:
                 return
-            found["flow"] = Mixing(method="flow", rolled=flows, **common)
-        results.append({method: found[method] for method in chosen})
-    yield Progress("done", 1, 1, results)
+            flows[:, index, :length, :length] = flow
+        measured["flow"] = (None, flows)
+    yield Progress("done", 1, 1, {method: measured[method] for method in chosen})
+
+
+def _within(stacked: np.ndarray, lengths: Sequence[int]) -> np.ndarray:
+    """`[..., B, T, T]` maps of a padded batch, each input's kept within its own `lengths[b]` tokens: its padding
+    columns zero and its padding rows the identity's (a padding token then takes nothing and gives nothing)."""
+    size = stacked.shape[-1]
+    real = np.arange(size) < np.asarray(lengths)[:, None]  # [B, T]
+    inside = real[:, :, None] & real[:, None, :]
+    padding_diagonal = np.eye(size, dtype=bool) & ~real[:, :, None]
+    return np.where(inside, stacked, padding_diagonal.astype(np.float64))
 
 
 def _notes(session: Session, mask: HeadMask, chosen: tuple[str, ...]) -> tuple[str, ...]:
@@ -242,8 +287,16 @@ class _Pass:
                     handle.remove()
         self.hidden = list(outputs.hidden_states)  # L + 1 of [B, T, D]
         self.weights = list(outputs.attentions)  # L of [B, H, T, T], heads in their original numbers
-        self.attentions = torch.stack(self.weights).float().cpu().numpy().astype(np.float64)  # [L, B, H, T, T]
-        self.norms = torch.stack([kept_norms[layer] for layer in range(len(modules))]).float().cpu().numpy() if norms else None
+        self.norms = [kept_norms[layer] for layer in range(len(modules))] if norms else None
+
+    def head_means(self) -> np.ndarray:
+        """`[L, B, T, T]`: each layer's weights averaged over its heads, in float64 (one read of the device)."""
+        return torch.stack(self.weights).double().mean(2).cpu().numpy()
+
+    def summed_norms(self) -> np.ndarray:
+        """`[L, B, T, T]`: each layer's value-weighted norms added over its heads, in float64 (one read of the device)."""
+        assert self.norms is not None, "the pass was run without norms"
+        return torch.stack(self.norms).double().sum(2).cpu().numpy()
 
     def decomposition(self, layer: int) -> tuple[Tensor, Tensor, Tensor]:
         """(g `[B·T, T, D]`, x `[B·T, D]`, s `[B·T, D]`), a row for each token i of each input: token j's part g_ij of
@@ -326,10 +379,9 @@ def _alti(run: _Pass, layer: int) -> Tensor:
     return torch.cat(scores).view(-1, length, length)
 
 
-def _residual_attention(attentions: np.ndarray) -> np.ndarray:
-    """`[L, T, T]`: rollout's Â_l = ½·(mean over heads of A_l) + ½·I, rows renormalised."""
-    length = attentions.shape[-1]
-    mixed = 0.5 * attentions.mean(1) + 0.5 * np.eye(length)
+def _residual_attention(means: np.ndarray) -> np.ndarray:
+    """`[L, ..., T, T]`: rollout's Â_l = ½·(mean over heads of A_l) + ½·I, rows renormalised, from the means over heads."""
+    mixed = 0.5 * means + 0.5 * np.eye(means.shape[-1])
     return mixed / mixed.sum(-1, keepdims=True)
 
 
@@ -426,8 +478,8 @@ def mixing_agreement(
     """Every pair of methods' agreement and each method's shares per layer, streamed over a corpus (MixingAgreement).
 
     Sentences are read and encoded a chunk at a time (streaming.CorpusBatches) and measured a batch at a time, in
-    one padded pass (`batch_mixings`; B·T² capped at MIXING_SQUARE, so that value zeroing's and ALTI's B·T²·D terms
-    stay small); each sentence is reduced to sums at once, so memory is flat in the corpus.
+    one padded pass (`_measure_batch`; B·T² capped at MIXING_SQUARE with value zeroing or ALTI, so that their B·T²·D
+    terms stay small, at MAPS_SQUARE without); each sentence is reduced to sums at once, so memory is flat in the corpus.
     """
     chosen = check_methods(methods)
     head_mask = mask if mask is not None else session.mask(None)
@@ -443,19 +495,18 @@ def mixing_agreement(
     }
     batches: CorpusBatches[Sentence, list[Encoding]] = CorpusBatches(
         sentences,
-        lambda chunk: [session.encode(sentence.text, sentence.pair) for sentence in chunk],
+        lambda chunk: session.encode_many([sentence.text for sentence in chunk], [sentence.pair for sentence in chunk]),
         lengths=item_lengths,
         batch_size=batch_size,
-        max_square=MIXING_SQUARE,
+        max_square=MIXING_SQUARE if {"value-zeroing", "alti"} & set(chosen) else MAPS_SQUARE,
         cancel=cancel,
     )
     for batch in batches:
         encodings = batch.take(batch.encoded)
-        found = yield from relay(batch_mixings(session, encodings, methods=chosen, mask=head_mask, ablation=ablation, cancel=cancel))
-        if found is None:
+        measured = yield from relay(_measure_batch(session, encodings, chosen, head_mask, ablation, cancel))
+        if measured is None:
             return
-        for encoding, measured in zip(encodings, found, strict=True):
-            _add_sentence(sums, [measured[method] for method in chosen], encoding)
+        _add_batch(sums, measured, encodings)
         yield Progress("sentences", sums["sentences"], partial=_agreement(chosen, sums, head_mask, ablation))
     if batches.cancelled:
         return
@@ -466,24 +517,28 @@ def mixing_agreement(
     yield Progress("sentences", sums["sentences"], result=result)
 
 
-def _add_sentence(sums: dict[str, Any], found: list[Mixing], encoding: Encoding) -> None:
-    classes = token_classes(encoding.tokens, encoding.special)
-    rolled = np.stack([mixing.rolled for mixing in found])  # [M, L, T, T]
-    correlations = spearman_between(rolled[:, -1])  # [M, M, T]: each pair of methods, each row at the last layer
+def _add_batch(sums: dict[str, Any], measured: Measured, encodings: Sequence[Encoding]) -> None:
+    """A batch's agreement (each sentence's mean over its rows, added) and shares (each sentence's mean, added)."""
+    lengths = np.array([len(encoding) for encoding in encodings])
+    classes = np.zeros((len(encodings), lengths.max(), 3), dtype=bool)  # [B, T, 3], padding in no class
+    for row, encoding in enumerate(encodings):
+        classes[row, : len(encoding)] = token_classes(encoding.tokens, encoding.special)
+    rolled = np.stack([rolled for _, rolled in measured.values()])  # [M, L, B, T, T]
+    correlations = spearman_between(rolled[:, -1], lengths)  # [M, M, B, T]: each pair of methods, each row at the last layer
     rows = np.isfinite(correlations).sum(-1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        rho = np.nansum(correlations, -1) / rows  # the mean over rows that are not constant: NaN where none is
-    np.fill_diagonal(rho, 1.0)  # a method agrees with itself, constant rows too
+        rho = np.nansum(correlations, -1) / rows  # [M, M, B]: the mean over rows that are not constant, NaN where none is
+    rho[np.arange(len(rho)), np.arange(len(rho))] = 1.0  # a method agrees with itself, constant rows too
     counted = np.isfinite(rho)
-    sums["agreement"] += np.where(counted, rho, 0.0)
-    sums["agreement_counts"] += counted
-    sums["rolled_shares"] += shares(rolled, classes)
-    layer_maps = {index: mixing.per_layer for index, mixing in enumerate(found) if mixing.per_layer is not None}  # not flow, rollout
-    if layer_maps:
-        sums["layer_shares"][list(layer_maps)] += shares(np.stack(list(layer_maps.values())), classes)
-    sums["sentences"] += 1
-    sums["tokens"] += len(encoding)
-    sums["truncated"] += encoding.truncated > 0
+    sums["agreement"] += np.where(counted, rho, 0.0).sum(-1)
+    sums["agreement_counts"] += counted.sum(-1)
+    sums["rolled_shares"] += summed_shares(rolled, classes, lengths)
+    per_layer = {index: maps for index, (maps, _) in enumerate(measured.values()) if maps is not None}  # not flow, rollout
+    if per_layer:
+        sums["layer_shares"][list(per_layer)] += summed_shares(np.stack(list(per_layer.values())), classes, lengths)
+    sums["sentences"] += len(encodings)
+    sums["tokens"] += int(lengths.sum())
+    sums["truncated"] += sum(encoding.truncated > 0 for encoding in encodings)
 
 
 def _agreement(methods: tuple[str, ...], sums: dict[str, Any], mask: HeadMask, ablation: Ablation) -> MixingAgreement:

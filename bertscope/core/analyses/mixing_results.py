@@ -96,17 +96,34 @@ def spearman_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return spearman_between(np.stack([a, b]))[0, 1]
 
 
-def spearman_between(matrices: np.ndarray) -> np.ndarray:
+def spearman_between(matrices: np.ndarray, lengths: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
     """`[M, M, T]` for M matrices `[M, T, T]`: the Spearman correlation of row i of matrix a with row i of matrix b, for
-    every pair (a, b) at once (the ranks of each matrix taken once); NaN where either row is constant."""
+    every pair (a, b) at once (the ranks of each matrix taken once); NaN where either row is constant.
+
+    With `lengths`, the matrices are a padded batch `[M, B, T, T]` and the result `[M, M, B, T]`: input b's rows are
+    ranked over its first `lengths[b]` columns alone, and its padding rows are NaN (constant there)."""
     from scipy.stats import rankdata  # type: ignore[import-untyped]  # scipy ships no type information
 
-    ranked = rankdata(matrices, axis=-1) - (matrices.shape[-1] + 1) / 2  # centred: the mean rank is (T + 1) / 2
-    spread = np.sqrt((ranked**2).sum(-1))  # [M, T]
-    products = np.einsum("aij,bij->abi", ranked, ranked)
+    size = matrices.shape[-1]
+    counts = np.full((1, 1), size) if lengths is None else np.asarray(lengths)[:, None, None]  # [B, 1, 1]
+    real = np.arange(size) < counts  # the columns ranked: a padding column ranks after every real one, then is dropped
+    ranked = rankdata(np.where(real, matrices, np.inf), axis=-1) - (counts + 1) / 2  # centred: the mean rank is (n + 1) / 2
+    ranked = np.where(real, ranked, 0.0)
+    spread = np.sqrt((ranked**2).sum(-1))  # [M, ..., T]
+    products = np.einsum("a...j,b...j->ab...", ranked, ranked)
     scale = spread[:, None] * spread[None, :]
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(scale > 0, products / np.where(scale > 0, scale, 1.0), np.nan)
+
+
+def summed_shares(matrices: np.ndarray, classes: np.ndarray, lengths: Sequence[int] | np.ndarray) -> np.ndarray:
+    """`[..., 4]`: `shares` of each input of a padded batch of matrices `[..., B, T, T]` (classes `[B, T, 3]`), added over
+    the inputs: each one's mean over its own `lengths[b]` rows."""
+    to_classes = matrices @ classes.astype(np.float64)  # [..., B, T, 3]
+    own = np.diagonal(matrices, axis1=-2, axis2=-1)[..., None]
+    counts = np.asarray(lengths)[:, None]
+    weights = (np.arange(matrices.shape[-1]) < counts) / counts  # [B, T]: 1 / length on real rows, 0 on padding
+    return np.einsum("...btk,bt->...k", np.concatenate([to_classes, own], axis=-1), weights)
 
 
 @dataclass(frozen=True, repr=False)

@@ -29,7 +29,7 @@ from bertscope.core.model.model_files import numerics_key
 from bertscope.core.model.pruning import kept_heads as pruned_layout
 from bertscope.core.model.pruning import pruned_heads_of
 from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
-from bertscope.core.model.tokens import encode
+from bertscope.core.model.tokens import encode, encode_many
 
 
 class Session:
@@ -171,6 +171,10 @@ class Session:
 
     def encode(self, text: str, pair: str | None = None) -> Encoding:
         return encode(self.tokenizer, text, pair, self.max_length)
+
+    def encode_many(self, texts: Sequence[str], pairs: Sequence[str | None]) -> list[Encoding]:
+        """`encode` of each text and its pair, tokenised together (core.model.tokens.encode_many)."""
+        return encode_many(self.tokenizer, texts, pairs, self.max_length)
 
     def forward(
         self,
