@@ -10,6 +10,10 @@ treebank. The unit is a bare transformers forward (eager, attention weights and 
 sentences in the batches bertscope plans, tokenisation included, as a job's time includes its own. Each job runs
 through the public API, best of --runs; the bare forward is the best of --runs taken before and after the jobs.
 
+`compare` runs two models, so its unit is two bare forwards; `cloze` (on a random masked-LM of the same shape) is
+held to that model's bare forward, and its time is also given against transformers' masked-LM forward, the head on
+every position (`ratio_to_masked_lm`), which is what a fill-mask over the same queries costs.
+
 Each job also runs once under two counters (not timed): torch's aten operations (a TorchDispatchMode: on a GPU each
 is a launch) and reads of a tensor's values into Python (`item`, `tolist`, `numpy`, `cpu`, `bool`, `float`...:
 on a GPU each waits for the device), divided by the job's batches (its model passes, counted by a hook on the
@@ -79,6 +83,7 @@ def main() -> None:
         }
         bare = Bare(model, [sentence.text for sentence in treebank])
         cloze_bare = Bare(mlm, [query.split("\t")[0] for query in queries]) if mlm else None
+        masked_lm_bare = Bare(mlm, [query.split("\t")[0] for query in queries], head=True) if mlm else None
         before = [bare.time() for _ in range(args.runs)]
         results: dict[str, dict] = {}
         for name in jobs:
@@ -91,9 +96,15 @@ def main() -> None:
         after = [bare.time() for _ in range(args.runs)]
         bare_s = min(before + after)
         unit = {name: bare_s for name in jobs}
-        if cloze_bare is not None:
+        if "compare" in unit:
+            unit["compare"] = 2 * bare_s  # a forward of each model
+        if cloze_bare is not None and masked_lm_bare is not None:
             unit["cloze"] = min(cloze_bare.time() for _ in range(args.runs))
+            masked_lm_s = min(masked_lm_bare.time() for _ in range(args.runs))
+            results["cloze"]["masked_lm_forward_s"] = round(masked_lm_s, 3)
+            results["cloze"]["ratio_to_masked_lm"] = round(results["cloze"]["seconds"] / masked_lm_s, 2)
         for name in jobs:
+            results[name]["unit_s"] = round(unit[name], 3)
             results[name]["ratio"] = round(results[name]["seconds"] / unit[name], 2)
         counted = {}
         if not args.no_count:
@@ -103,6 +114,7 @@ def main() -> None:
             for name in jobs:
                 counted[name] = counts((mlm if name == "cloze" else model).model, runs[name])
                 base = counted["bare (cloze)" if name == "cloze" else "bare"]["operations_per_batch"]
+                base *= 2 if name == "compare" else 1  # two models: two forwards a batch
                 counted[name]["operations_ratio"] = round(counted[name]["operations_per_batch"] / base, 2)
                 results[name].update(counted[name])
     result = {
@@ -138,14 +150,16 @@ def tiny_model(directory: str, class_name: str) -> str:
 
 
 class Bare:
-    """A plain transformers model of the session's files: tokenise the texts, plan bertscope's batches, forward each."""
+    """A plain transformers model of the session's files: tokenise the texts, plan bertscope's batches, forward each.
+    `head=True`: the masked-LM model, its head on every position (what transformers' fill-mask runs)."""
 
-    def __init__(self, session, texts: list[str]):
-        from transformers import AutoModel
+    def __init__(self, session, texts: list[str], head: bool = False):
+        from transformers import AutoModel, AutoModelForMaskedLM
 
         self.session, self.texts = session, texts
-        self.model = AutoModel.from_pretrained(session.loaded.directory, attn_implementation="eager",
-                                               dtype=session.loaded.dtype).to(session.device).eval()
+        kind = AutoModelForMaskedLM if head else AutoModel
+        self.model = kind.from_pretrained(session.loaded.directory, attn_implementation="eager",
+                                          dtype=session.loaded.dtype).to(session.device).eval()
 
     def time(self) -> float:
         import torch
