@@ -7,6 +7,7 @@ and word alignment are the real thing while the networks stay small and fast.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,9 @@ import pytest
 
 def pytest_addoption(parser):
     parser.addoption(
-        "--readme-examples", action="store_true", default=False,
+        "--readme-examples",
+        action="store_true",
+        default=False,
         help="also run every command shown in the README (minutes, on the bundled model)",
     )
 
@@ -34,6 +37,14 @@ def auto_is_the_cpu(request, monkeypatch):
     if torch.cuda.is_available():
         monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
+@pytest.fixture(autouse=True)
+def cache_of_the_run(tmp_path_factory, monkeypatch):
+    """bertscope's cache directory is the test run's own (never the user's ~/.cache/bertscope): features and probes
+    cached by one test are found by the next, and the CPU kernels are measured once a run."""
+    if "BERTSCOPE_CACHE_DIR" not in os.environ:
+        monkeypatch.setenv("BERTSCOPE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "bertscope-cache"))
 
 
 TINY = dict(

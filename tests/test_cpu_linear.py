@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import subprocess
 import sys
@@ -84,7 +85,8 @@ def test_an_operator_that_fails_falls_back_for_good(monkeypatch):
     assert not cpu_linear.onednn_enabled()
 
 
-def test_blas_keeps_torch_default_and_auto_chooses_by_timing(monkeypatch):
+def test_blas_keeps_torch_default_and_auto_chooses_by_timing(monkeypatch, tmp_path):
+    monkeypatch.setenv("BERTSCOPE_CACHE_DIR", str(tmp_path))  # nothing measured before
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 256), nn.Linear(256, 64))
     assert cpu_linear.choose(model, "blas") == "blas"
@@ -94,11 +96,44 @@ def test_blas_keeps_torch_default_and_auto_chooses_by_timing(monkeypatch):
     timings = {F.linear: 1.0, cpu_linear.product: 0.5}  # oneDNN twice as fast: taken
     monkeypatch.setattr(cpu_linear, "_seconds", lambda weight, linear: timings[linear])
     assert cpu_linear.choose(model, "auto") == "onednn" and type(model[0]) is cpu_linear.OneDNNLinear
-    other = nn.Sequential(nn.Linear(64, 256))
+    other = nn.Sequential(nn.Linear(64, 128))
     timings[cpu_linear.product] = 0.95  # within the margin: torch's default stays
     assert cpu_linear.choose(other, "auto") == "blas" and type(other[0]) is nn.Linear
     monkeypatch.setenv("BERTSCOPE_CPU_LINEAR", "onednn")
     assert cpu_linear.choose(other) == "onednn"
+
+
+def test_the_choice_is_measured_once_per_machine_and_layer_shape(monkeypatch, tmp_path):
+    """A start after the first takes the kernels measured then (no 0.2 s of timing, and the same numerics); another
+    layer shape is measured on its own; an unreadable record is measured again and rewritten."""
+    if not cpu_linear.onednn_enabled():
+        pytest.skip("this torch has no oneDNN")
+    monkeypatch.setenv("BERTSCOPE_CACHE_DIR", str(tmp_path))
+    timed = []
+    monkeypatch.setattr(
+        cpu_linear, "_seconds", lambda weight, linear: timed.append(linear) or (0.5 if linear is cpu_linear.product else 1.0)
+    )
+    assert cpu_linear.choose(nn.Sequential(nn.Linear(32, 96)), "auto") == "onednn" and len(timed) == 2
+    record = json.loads((tmp_path / "cpu-linear.json").read_text())
+    assert list(record.values()) == ["onednn"] and "(96, 32)" in next(iter(record)) and "torch" in next(iter(record))
+    again = nn.Sequential(nn.Linear(32, 96))
+    assert cpu_linear.choose(again, "auto") == "onednn" and len(timed) == 2  # remembered: not timed again
+    assert type(again[0]) is cpu_linear.OneDNNLinear
+    assert cpu_linear.choose(nn.Sequential(nn.Linear(32, 48)), "auto") == "onednn" and len(timed) == 4
+    assert len(json.loads((tmp_path / "cpu-linear.json").read_text())) == 2
+    (tmp_path / "cpu-linear.json").write_text("{not json")
+    assert cpu_linear.choose(nn.Sequential(nn.Linear(32, 96)), "auto") == "onednn" and len(timed) == 6
+    assert len(json.loads((tmp_path / "cpu-linear.json").read_text())) == 1
+    assert not list(tmp_path.glob(".*.tmp"))  # no temporary left beside it
+
+
+def test_a_cache_that_cannot_be_written_still_chooses(monkeypatch, tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    monkeypatch.setenv("BERTSCOPE_CACHE_DIR", str(blocked))
+    monkeypatch.setattr(cpu_linear, "_seconds", lambda weight, linear: 1.0)  # a tie: torch's default
+    assert cpu_linear.choose(nn.Sequential(nn.Linear(32, 96)), "auto") == "blas"
+    assert blocked.read_text() == "not a directory"
 
 
 # Products over 100 new input shapes after 100 others, in a fresh process (the caches read their
@@ -130,8 +165,13 @@ with torch.inference_mode():
 
 def _growth_over_new_shapes(model_dir, **environment) -> int:
     env = {key: value for key, value in os.environ.items() if key not in ("LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY")}
-    done = subprocess.run([sys.executable, "-c", SHAPES_SCRIPT, str(model_dir)], capture_output=True, text=True,
-                          env={**env, "OMP_NUM_THREADS": "1", **environment}, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", SHAPES_SCRIPT, str(model_dir)],
+        capture_output=True,
+        text=True,
+        env={**env, "OMP_NUM_THREADS": "1", **environment},
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return int(done.stdout.strip().splitlines()[-1])
 

@@ -338,7 +338,8 @@ def cloze_scores(
             layer_ranks = []
             for layer, states in enumerate(outputs.hidden_states):
                 logits = session.lens_logits(states[rows, columns], layer)  # [B, V]
-                layer_ranks.append((logits > logits.gather(-1, golds[:, None])).sum(-1, dtype=torch.int32))  # int32: half the time of int64 on a CPU
+                above = logits > logits.gather(-1, golds[:, None])
+                layer_ranks.append(above.sum(-1, dtype=torch.int32))  # counted in int32: half the time of int64 on a CPU
             # one read of the device a batch: every layer's ranks, and the last layer's guesses beside them
             read = torch.cat([*layer_ranks, logits.argmax(-1)]).view(len(layer_ranks) + 1, len(batch)).cpu().numpy()
             ranks, top1 = read[:-1], read[-1].tolist()
@@ -347,7 +348,7 @@ def cloze_scores(
         for index, guess, rank in zip(indices, tokenizer.convert_ids_to_tokens(top1), ranks[-1], strict=True):
             query = kept[index][0]
             answers[index] = {"query": query.text, "answer": query.answer, "prediction": guess, "rank": int(rank)}
-        del inputs, golds, rows, columns, outputs, states, logits  # nothing of a batch outlives it
+        del inputs, golds, rows, columns, outputs, states, logits, above  # nothing of a batch outlives it
         yield Progress("queries", planned.done, len(kept))
     if batches.cancelled:
         return

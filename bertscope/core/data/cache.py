@@ -2,8 +2,9 @@
 
 Probing caches each split's layer features (`features-KEY.npy`, with `features-KEY.npz`
 naming the rows) and trained decision probes (`probe-KEY.npz`), a few hundred MB per
-corpus. Keys hash the model, the data, the options and the cache format, so entries of an
-older bertscope are never read again but stay on disk until cleared. Only files with these
+corpus; `cpu-linear.json` says which CPU kernels were measured faster on this machine. Keys
+hash the model, the data, the options and the cache format, so entries of an older
+bertscope are never read again but stay on disk until cleared. Only files with these
 names (and their hidden temporaries) are counted or removed; anything else in the
 directory is left alone. Removing entries another process is reading or writing is safe:
 a reader keeps its open map, and a writer whose temporary is gone only loses its entry.
@@ -18,8 +19,10 @@ from pathlib import Path
 
 from bertscope.core.errors import InputError
 
-ENTRY_PATTERNS = ("features-*.npy", "features-*.npz", "probe-*.npz")
-TEMPORARY_PATTERNS = (".features-*.tmp", ".probe-*.tmp")  # files.temporary_beside: being written, or left by a crash
+CHOICES_FILE = "cpu-linear.json"  # the CPU kernels measured faster on this machine (core.model.cpu_linear)
+ENTRY_PATTERNS = ("features-*.npy", "features-*.npz", "probe-*.npz", CHOICES_FILE)
+# files.temporary_beside: being written, or left by a crash
+TEMPORARY_PATTERNS = (".features-*.tmp", ".probe-*.tmp", f".{CHOICES_FILE}.*.tmp")
 
 
 def default_cache_dir() -> Path:

@@ -9,8 +9,11 @@ torch's own matmul only sends fp32 products to oneDNN when allowed to round them
 bfloat16, so `product` calls the operator torch's compiler uses directly.
 
 Which one is faster depends on the processor (on Intel, MKL may win), so the choice is a
-measurement: `choose` times both on the model's own layer shapes when the model is loaded
-(`bertscope.load`, every command, the explorer) and keeps oneDNN only where it is faster.
+measurement: `choose` times both on the model's largest layer shape when a model is first loaded
+on a machine (`bertscope.load`, every command, the explorer), keeps oneDNN only where it is
+faster, and remembers the answer in bertscope's cache directory (`cpu-linear.json`, per
+processor, torch, thread count and layer shape): timing it at every start cost 0.2 s, and the
+same machine then always takes the same kernels (a result's numerics say which).
 `BERTSCOPE_CPU_LINEAR=blas` or `=onednn` decides without measuring. Where a gradient is
 wanted (attribution, head importance), on other devices and dtypes, or where torch lacks
 the operator, everything goes through `F.linear` as before.
@@ -18,13 +21,20 @@ the operator, everything goes through `F.linear` as before.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import platform
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from bertscope.core.data.cache import CHOICES_FILE, default_cache_dir
+from bertscope.core.data.files import publish, temporary_beside
 
 MODES = ("auto", "onednn", "blas")
 FASTER_BY = 1.1  # oneDNN is kept only when at least this many times as fast: a tie is not worth a private operator
@@ -98,10 +108,49 @@ def choose(model: nn.Module, mode: str | None = None) -> str:
         largest = max(linears, key=lambda module: module.weight.numel())
         if largest.weight.device.type != "cpu" or largest.weight.dtype != torch.float32:
             return "blas"
-        blas, onednn = _seconds(largest.weight, F.linear), _seconds(largest.weight, product)
-        if not blas > onednn * FASTER_BY:
+        key = _measured_on(largest.weight)
+        choices = _remembered()
+        if key not in choices:
+            blas, onednn = _seconds(largest.weight, F.linear), _seconds(largest.weight, product)
+            choices[key] = "onednn" if blas > onednn * FASTER_BY else "blas"
+            _remember(choices)
+        if choices[key] != "onednn":
             return "blas"
     return "onednn" if use_onednn(model) else "blas"
+
+
+def _measured_on(weight: Tensor) -> str:
+    """What a timing depends on: the processor, torch, its threads, the layer's shape."""
+    processor = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as lines:
+        processor = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), processor)
+    return f"{processor} | torch {torch.__version__} | {torch.get_num_threads()} threads | {tuple(weight.shape)}"
+
+
+def _choices_path() -> Path:
+    return default_cache_dir() / CHOICES_FILE
+
+
+def _remembered() -> dict[str, str]:
+    """The choices measured on this machine before; none when the file is missing or unreadable."""
+    try:
+        found = json.loads(_choices_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return {key: value for key, value in found.items() if value in ("onednn", "blas")} if isinstance(found, dict) else {}
+
+
+def _remember(choices: dict[str, str]) -> None:
+    """Write the choices whole (a temporary file moved over the old one); where the cache cannot be written, the next
+    start measures again."""
+    path = _choices_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = temporary_beside(path)
+        temporary.write_text(json.dumps(choices, indent=1, sort_keys=True))
+        publish(temporary, path)
+    except OSError:
+        pass
 
 
 def _seconds(weight: Tensor, linear: Callable[[Tensor, Tensor], Tensor], rows: int = 1024, repeats: int = 3) -> float:
