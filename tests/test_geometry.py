@@ -107,6 +107,18 @@ def test_twonn_on_a_curved_manifold_and_with_duplicates():
     assert estimate == pytest.approx(2.0, rel=0.10)
 
 
+def test_twonn_from_a_neighbour_search_equals_its_own_search_with_groups_of_every_size():
+    rng = np.random.default_rng(11)
+    points = rng.normal(size=(400, 6))
+    copies = np.repeat(np.arange(400), rng.choice([1, 1, 1, 2, 5, 30], size=400))  # some groups longer than any list
+    X = points[rng.permutation(copies)]
+    expected = twonn_dimension(X)
+    assert expected[1] == len(X) - 400
+    for k in (1, 2, 3, 10):
+        assert twonn_dimension(X, found=nearest_neighbours(X, k)) == expected
+    assert twonn_dimension(points, found=nearest_neighbours(points, 4)) == twonn_dimension(points)  # no duplicates
+
+
 def test_nearest_neighbours_match_brute_force_and_do_not_depend_on_the_block():
     X = np.random.default_rng(8).normal(size=(250, 16))
     indices, distances = nearest_neighbours(X, 5, block=64)

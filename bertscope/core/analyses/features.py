@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from bertscope.core import distributed
-from bertscope.core.analyses.streaming import CorpusBatches, words_of
+from bertscope.core.analyses.streaming import CorpusBatches, pad_batch, words_of
 from bertscope.core.data.cache import default_cache_dir
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.files import atomic_write, publish, reserve_space, temporary_beside
@@ -347,7 +347,7 @@ def _encode(session: Session, sentences: Sequence[Sentence], level: str) -> Batc
 def _pad(session: Session, encoded: BatchEncoding, indices: list[int]) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
     """The model inputs of one batch of encoded sentences, padded, on the session's device, and
     the special-tokens mask (sentence level) or None."""
-    batch = session.tokenizer.pad({name: [values[index] for index in indices] for name, values in encoded.items()}, return_tensors="pt")
+    batch = pad_batch(session.tokenizer, encoded, indices)
     special = batch.pop("special_tokens_mask", None)
     return {name: tensor.to(session.device) for name, tensor in batch.items()}, special
 

@@ -136,44 +136,70 @@ def cka_matrices(first: Sequence[Rows], second: Sequence[Rows] | None = None) ->
     return biased, debiased
 
 
-def nearest_neighbours(X: Rows, k: int, block: int = BLOCK) -> tuple[np.ndarray, np.ndarray]:
+def nearest_neighbours(X: Rows, k: int, block: int = BLOCK, rows: npt.ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Indices `[n, k]` and float64 distances of each row's k nearest other rows, nearest first.
 
-    Ties are broken by row index, so the result does not depend on the block size.
+    Ties are broken by row index, so the result does not depend on the block size. `rows`
+    (indices) asks for those rows' neighbours only, among all rows.
     """
     exact = _tensor(X)
     n = len(exact)
     if not 1 <= k < n:
         raise InputError(f"need more rows than neighbours: {n} rows, k = {k}")
+    asked = torch.arange(n) if rows is None else torch.as_tensor(rows, dtype=torch.long)
     fast = exact.float()
     squares = (fast * fast).sum(dim=1)
     spare = min(n - 1, k + 8)  # a few more candidates than asked, so float32 rounding cannot lose one
-    indices = torch.empty((n, k), dtype=torch.long)
-    distances = torch.empty((n, k), dtype=torch.float64)
-    for start in range(0, n, block):
-        stop = min(start + block, n)
-        here = torch.arange(start, stop)
-        approx = squares[start:stop, None] + squares[None, :] - 2.0 * (fast[start:stop] @ fast.T)
-        approx[torch.arange(stop - start), here] = float("inf")
-        candidates = torch.topk(approx, spare, dim=1, largest=False).indices
+    indices = torch.empty((len(asked), k), dtype=torch.long)
+    distances = torch.empty((len(asked), k), dtype=torch.float64)
+    approx = torch.empty((min(block, len(asked)), n))  # one buffer for every block
+    for start in range(0, len(asked), block):
+        here = asked[start : start + block]
+        size = len(here)
+        # |x_j|² − 2 x_i·x_j: a row's own |x_i|² would not change its order
+        torch.addmm(squares, fast[here], fast.T, alpha=-2.0, out=approx[:size])
+        approx[torch.arange(size), here] = float("inf")
+        candidates = torch.topk(approx[:size], spare, dim=1, largest=False).indices
         candidates = torch.sort(candidates, dim=1).values  # by index first, so equal distances keep index order
-        true = torch.linalg.vector_norm(exact[candidates] - exact[start:stop, None, :], dim=-1)
+        true = torch.linalg.vector_norm(exact[candidates] - exact[here, None, :], dim=-1)
         true[candidates == here[:, None]] = float("inf")
         order = torch.sort(true, dim=1, stable=True).indices[:, :k]
-        indices[start:stop] = torch.gather(candidates, 1, order)
-        distances[start:stop] = torch.gather(true, 1, order)
+        indices[start : start + size] = torch.gather(candidates, 1, order)
+        distances[start : start + size] = torch.gather(true, 1, order)
     return indices.numpy(), distances.numpy()
 
 
-def twonn_dimension(X: Rows, discard: float = TWONN_DISCARD) -> tuple[float, int]:
-    """TwoNN intrinsic dimension of the rows of X, and how many duplicate rows were removed first."""
+def twonn_dimension(X: Rows, discard: float = TWONN_DISCARD, found: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[float, int]:
+    """TwoNN intrinsic dimension of the rows of X, and how many duplicate rows were removed first.
+
+    `found`, X's `nearest_neighbours` (k ≥ 2), saves a second search: a distinct point's two
+    nearest distinct points are read from its first row's list wherever the list reaches
+    them; only the other points are searched again, among the distinct rows.
+    """
     rows = _tensor(X)
-    unique = torch.unique(rows, dim=0)
-    duplicates = len(rows) - len(unique)
-    if len(unique) < 3:
+    if found is not None and found[1].shape[1] < 2:
+        found = None  # one neighbour a row: never two
+    if found is not None and (found[1][:, 0] > 0).all():  # no duplicates: each row's first two neighbours
+        return twonn_from_distances(found[1], discard), 0
+    whole = np.ascontiguousarray((rows + 0.0).numpy())  # + 0.0: -0.0 as 0.0, equal as they compare
+    _, firsts, groups = np.unique(whole.view(np.dtype((np.void, whole.strides[0]))), return_index=True, return_inverse=True)
+    groups = groups.reshape(-1)  # each row's group of equal rows, numbered as `firsts` (each group's first row)
+    duplicates = len(rows) - len(firsts)
+    if len(firsts) < 3:
         return float("nan"), duplicates
-    _, distances = nearest_neighbours(unique, 2)
-    return twonn_from_distances(distances, discard), duplicates
+    pairs = np.zeros((len(firsts), 2))  # each distinct point's distances to its first and second distinct neighbours
+    settled = np.zeros(len(firsts), dtype=bool)
+    if found is not None:  # in its first row's list: the first neighbour of another group, then the first of a third
+        group = groups[found[0][firsts]]
+        other = group != np.arange(len(firsts))[:, None]
+        nearest = other.argmax(axis=1)
+        third = other & (group != np.take_along_axis(group, nearest[:, None], 1))
+        settled = third.any(axis=1)
+        pairs = np.take_along_axis(found[1][firsts], np.stack([nearest, third.argmax(axis=1)], axis=1), 1)
+    missing = np.flatnonzero(~settled)
+    if len(missing):
+        pairs[missing] = nearest_neighbours(rows[firsts], 2, rows=missing)[1]
+    return twonn_from_distances(pairs, discard), duplicates
 
 
 def twonn_from_distances(distances: np.ndarray, discard: float = TWONN_DISCARD) -> float:
@@ -247,10 +273,7 @@ def analyse_layers(
         yield ("PCA, TwoNN and neighbours", layer, count)
         projection[layer], explained[layer] = pca_2d(X)
         current, distances = nearest_neighbours(X, k)
-        if k >= 2 and len(torch.unique(_tensor(X, torch.float32), dim=0)) == n:  # no duplicates: reuse the search
-            dimension[layer] = twonn_from_distances(distances)
-        else:
-            dimension[layer], duplicates[layer] = twonn_dimension(X)
+        dimension[layer], duplicates[layer] = twonn_dimension(X, found=(current, distances))
         if previous is not None:
             overlap[layer - 1] = neighbourhood_overlap(previous, current)
         previous = current

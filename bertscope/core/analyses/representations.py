@@ -35,7 +35,7 @@ import torch
 from bertscope.core import distributed
 from bertscope.core.analyses.geometry_results import UNITS
 from bertscope.core.analyses.headstats import is_punctuation
-from bertscope.core.analyses.streaming import CorpusBatches, words_of
+from bertscope.core.analyses.streaming import CorpusBatches, pad_batch, words_of
 from bertscope.core.data.batching import MAX_SQUARE
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
@@ -174,7 +174,7 @@ def prepare(
     indices: list[int],
 ) -> PreparedBatch:
     """Pad a batch (its sentences' `indices` in the chunk's encoding) and name its rows with their labels."""
-    encoded = tokenizer.pad({key: [values[index] for index in indices] for key, values in chunk.items()}, return_tensors="pt")
+    encoded = pad_batch(tokenizer, chunk, indices)
     special = encoded.pop("special_tokens_mask").bool()
     real = encoded["attention_mask"].bool()
     length = real.shape[1]
@@ -185,6 +185,8 @@ def prepare(
     texts: list[str] = []
     truncated = 0
     real_lengths = real.sum(-1).tolist()  # padding is on the right: a row's real tokens come first
+    if unit == "token":  # lists, not a tensor element per token: this loop sees every token of the corpus
+        ids, specials = encoded["input_ids"].tolist(), special.tolist()
     for row, sentence in enumerate(batch):
         word_ids = chunk.word_ids(indices[row])
         if unit == "sentence":
@@ -194,41 +196,36 @@ def prepare(
             labels["label"].append(sentence.label if sentence.label is not None else "")
             truncated += _cut_tokens(tokenizer, sentence, real_lengths[row], max_length)
             continue
-        seen_words: set[int] = set()
-        previous = None
         first_row = len(positions)
         kept = real_lengths[row]
-        if unit == "token":  # lists, not a tensor element per token: this loop sees every token of the corpus
-            tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"][row, :kept].tolist())
-            specials = special[row, :kept].tolist()
-        for position in range(kept):
-            word = word_ids[position]
-            if unit == "word":
-                if word is None or word in seen_words:
-                    continue
-                seen_words.add(word)
+        if unit == "word":  # each word's first token
+            firsts: dict[int, int] = {}
+            for position, word in enumerate(word_ids[:kept]):
+                if word is not None and word not in firsts:
+                    firsts[word] = position
+            words = words_of(sentence)
+            positions.extend(row * length + position for position in firsts.values())
+            texts.extend(words[word] for word in firsts)
+            for name, column in (("upos", sentence.upos), ("xpos", sentence.xpos), ("deprel", sentence.deprels)):
+                labels[name].extend(column[word] if column is not None else "" for word in firsts)
+            truncated += len(words) - len(firsts)
+        else:
+            tokens = tokenizer.convert_ids_to_tokens(ids[row][:kept])
+            previous = None
+            for position, (word, token) in enumerate(zip(word_ids[:kept], tokens)):
+                if specials[row][position]:
+                    kind = "[CLS]" if position == 0 else "[SEP]"
+                elif is_punctuation(token):
+                    kind = "punct"
+                else:
+                    kind = "subword" if word is not None and word == previous else "word"
+                previous = word
                 positions.append(row * length + position)
-                texts.append(words_of(sentence)[word])
-                for name, column in (("upos", sentence.upos), ("xpos", sentence.xpos), ("deprel", sentence.deprels)):
-                    labels[name].append(column[word] if column is not None else "")
-                continue
-            token = tokens[position]
-            if specials[position]:
-                kind = "[CLS]" if position == 0 else "[SEP]"
-            elif is_punctuation(token):
-                kind = "punct"
-            else:
-                kind = "subword" if word is not None and word == previous else "word"
-            previous = word
-            positions.append(row * length + position)
-            texts.append(token)
-            labels["token"].append(kind)
+                texts.append(token)
+                labels["token"].append(kind)
+            truncated += _cut_tokens(tokenizer, sentence, kept, max_length)
         owners.extend([row] * (len(positions) - first_row))
         ordinals.extend(range(len(positions) - first_row))
-        if unit == "word":
-            truncated += len(words_of(sentence)) - len(seen_words)
-        else:
-            truncated += _cut_tokens(tokenizer, sentence, real_lengths[row], max_length)
     inputs = {name: tensor.to(device) for name, tensor in encoded.items()}
     return PreparedBatch(
         inputs,

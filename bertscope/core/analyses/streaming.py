@@ -13,16 +13,22 @@ encoded, and what it does with a batch.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+import numpy as np
+import torch
 
 from bertscope.core.data.batching import MAX_TOKENS, plan_batches
 from bertscope.core.data.corpus import chunked
 from bertscope.core.model.allocator import corpus_heap_over, release_freed_memory
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from bertscope.core.data.corpus import Sentence
 
 CHUNK = 1024  # items read and encoded at a time
@@ -38,6 +44,23 @@ class Encoded(Protocol):
 def input_lengths(encoded: Mapping[str, Any]) -> list[int]:
     """Each item's token count in a tokenizer's output for a chunk (its `input_ids` rows, unpadded)."""
     return [len(ids) for ids in encoded["input_ids"]]
+
+
+def pad_batch(tokenizer: PreTrainedTokenizerBase, encoded: Mapping[str, Any], indices: list[int]) -> dict[str, torch.Tensor]:
+    """A batch's rows (`indices`) of a chunk's unpadded encoding as `[B, T]` int64 tensors, padded as `tokenizer.pad`
+    pads them (the attention mask made where the encoding has none), each in one copy rather than a list a row."""
+    lengths = np.array([len(encoded["input_ids"][index]) for index in indices], dtype=np.int64)
+    width = int(lengths.max())
+    places = np.arange(width)
+    real = places < lengths[:, None] if tokenizer.padding_side == "right" else places >= width - lengths[:, None]
+    pads = {"input_ids": tokenizer.pad_token_id or 0, "token_type_ids": tokenizer.pad_token_type_id, "special_tokens_mask": 1}
+    padded = {}
+    for key, values in encoded.items():
+        padded[key] = np.full(real.shape, pads.get(key, 0), dtype=np.int64)
+        padded[key][real] = np.fromiter(itertools.chain.from_iterable(values[index] for index in indices), np.int64, int(lengths.sum()))
+    if "attention_mask" not in padded and "attention_mask" in tokenizer.model_input_names:
+        padded["attention_mask"] = real.astype(np.int64)
+    return {key: torch.from_numpy(values) for key, values in padded.items()}
 
 
 def words_of(sentence: Sentence) -> tuple[str, ...]:

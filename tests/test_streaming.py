@@ -1,0 +1,29 @@
+"""The corpus loop's shared pieces."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertscope.core.analyses.streaming import pad_batch
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(return_special_tokens_mask=True),
+        dict(return_attention_mask=False, return_token_type_ids=False),  # the attention mask is made by padding
+        dict(pairs=True, return_special_tokens_mask=True),
+    ],
+)
+def test_pad_batch_pads_as_the_tokenizer_does(tiny_session, options):
+    tokenizer = tiny_session.tokenizer
+    texts = ["A short one.", "A somewhat longer sentence, with a comma and more words in it.", "Mid-length: three, four."]
+    pairs = ["Its pair.", "Another", "And a third pair sentence here."] if options.pop("pairs", False) else None
+    encoded = tokenizer(texts, pairs, truncation=True, **options)
+    for indices in ([0, 1, 2], [2, 0], [1]):
+        expected = tokenizer.pad({key: [values[index] for index in indices] for key, values in encoded.items()}, return_tensors="pt")
+        padded = pad_batch(tokenizer, encoded, indices)
+        assert padded.keys() == expected.keys()
+        for key in padded:
+            assert padded[key].dtype == expected[key].dtype and torch.equal(padded[key], expected[key]), key
