@@ -24,12 +24,12 @@ WORDS = "the cat sat on a mat by the door today .".split()
 READS = {"item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__", "__array__"}
 
 # Operations a batch, at most, as a multiple of a bare forward's (with attentions and hidden states); measured
-# 2026-11 on the tiny model (3 layers): patterns 2.4, norms 3.1, syntax 2.1, geometry 1.07, compare 3.3 (two models),
+# 2026-11 on the tiny model (3 layers): patterns 1.97, norms 2.64 (classified and summed on the host), syntax 2.1, geometry 1.07, compare 3.3 (two models),
 # features 1.1, importance 3.0 (a forward and a backward), cloze 1.35, mixing 1.54 (attention, norms, rollout), and
 # 5.15 with value zeroing and ALTI (each runs the rest of every layer again, on the batch's B·T² rows).
 BOUNDS = {
-    "patterns": 2.6,
-    "norms": 3.3,
+    "patterns": 2.2,
+    "norms": 2.9,
     "syntax": 2.3,
     "geometry": 1.2,
     "compare": 3.5,

@@ -188,17 +188,15 @@ def test_a_layers_statistics_take_a_few_tensor_operations_whatever_the_batch(tin
 
 
 def _one_sentence_masks(length: int):
+    """[CLS] first, [SEP] last, one segment of words between them."""
     from bertscope.core.analyses.patterns import BatchMasks
 
-    real = torch.ones(1, length, dtype=torch.bool)
-    first = torch.zeros(1, length, dtype=torch.bool)
-    first[0, 0] = True
-    later = torch.zeros(1, length, dtype=torch.bool)
-    later[0, -1] = True
-    segment = torch.zeros(1, length, dtype=torch.long)
-    segment[0, [0, -1]] = -1
-    return BatchMasks(real=real, first_special=first, later_special=later, punctuation=torch.zeros_like(real),
-                      segment=segment, two_segments=torch.tensor([False]))
+    special_keys = torch.zeros(1, length, 3)
+    special_keys[0, 0, 0] = special_keys[0, -1, 1] = 1.0
+    segment_words = torch.zeros(1, length, 2)
+    segment_words[0, 1:-1, 0] = 1.0
+    return BatchMasks(real=torch.ones(1, length, dtype=torch.bool), special_keys=special_keys, segment_words=segment_words,
+                      two_segments=torch.tensor([False]))
 
 
 def test_a_local_head_is_measured_over_the_keys_it_can_see():

@@ -99,25 +99,13 @@ class LayerWeights:
 
 @dataclass
 class BatchMasks:
-    """What the statistics need to know about a padded batch, as `[B, T]` tensors."""
+    """What the statistics need to know about a padded batch of B inputs of T tokens."""
 
-    real: Tensor  # bool: not padding
-    first_special: Tensor  # bool: [CLS] / <s>
-    later_special: Tensor  # bool: [SEP] / </s> and any other special token
-    punctuation: Tensor  # bool
-    segment: Tensor  # long: 0, 1 for the pair's segments; -1 for special tokens and padding
+    real: Tensor  # [B, T] bool: not padding
+    special_keys: Tensor  # [B, T, 3] float: the keys [CLS] (or <s>), [SEP] (</s>, any later special token), punctuation
+    segment_words: Tensor  # [B, T, 2] float: the words of segment 0 and of segment 1 (a pair's; special tokens in neither)
     two_segments: Tensor  # [B] bool: the input is a pair
     pairs: bool = True  # some input of the batch is a pair (known on the host: B is computed only then)
-
-    @functools.cached_property
-    def special_keys(self) -> Tensor:
-        """`[B, T, 3]` float: the keys [CLS], [SEP], punctuation."""
-        return torch.stack([self.first_special, self.later_special, self.punctuation], dim=-1).float()
-
-    @functools.cached_property
-    def segment_words(self) -> Tensor:
-        """`[B, T, 2]` float: the words of segment 0 and of segment 1."""
-        return (self.segment[..., None] == torch.arange(2, device=self.segment.device)).float()
 
     @functools.cached_property
     def pair_words(self) -> Tensor:
@@ -236,15 +224,13 @@ def _feature_table(attention: Tensor, masks: BatchMasks, window: int | None = No
     return torch.cat([_linear_means(attention, masks, window), entropy, top_values.sum(-1), diagonal, block], dim=-1)
 
 
-def classify(vertical: Tensor, diagonal: Tensor, block: Tensor) -> Tensor:
-    """Index into PATTERNS for each head (any shape), by the rules in the module docstring."""
+def classify(vertical: np.ndarray, diagonal: np.ndarray, block: np.ndarray) -> np.ndarray:
+    """Index into PATTERNS for each head (arrays of any shape), by the rules in the module docstring."""
     stripes = vertical + diagonal >= STRIPES
     mixed = (vertical >= MIXED) & (diagonal >= MIXED)
-    pattern = torch.full_like(vertical, PATTERNS.index("heterogeneous"), dtype=torch.long)
-    pattern = torch.where(block >= BLOCK, PATTERNS.index("block"), pattern)
-    along = torch.where(vertical >= diagonal, PATTERNS.index("vertical"), PATTERNS.index("diagonal"))
-    along = torch.where(mixed, PATTERNS.index("vertical+diagonal"), along)
-    return torch.where(stripes, along, pattern)
+    along = np.where(vertical >= diagonal, PATTERNS.index("vertical"), PATTERNS.index("diagonal"))
+    along = np.where(mixed, PATTERNS.index("vertical+diagonal"), along)
+    return np.where(stripes, along, np.where(block >= BLOCK, PATTERNS.index("block"), PATTERNS.index("heterogeneous")))
 
 
 def classify_map(weights: np.ndarray, special: np.ndarray, segments: np.ndarray | None = None) -> str:
@@ -259,41 +245,40 @@ def classify_map(weights: np.ndarray, special: np.ndarray, segments: np.ndarray 
     first[0] = special[0]
     masks = BatchMasks(
         real=torch.ones(1, length, dtype=torch.bool),
-        first_special=torch.as_tensor(first)[None],
-        later_special=torch.as_tensor(special & ~first)[None],
-        punctuation=torch.zeros(1, length, dtype=torch.bool),
-        segment=torch.as_tensor(segment, dtype=torch.long)[None],
+        special_keys=torch.as_tensor(np.stack([first, special & ~first, np.zeros(length, dtype=bool)], axis=-1), dtype=torch.float32)[None],
+        segment_words=torch.as_tensor(segment[:, None] == np.arange(2), dtype=torch.float32)[None],
         two_segments=torch.as_tensor([len(set(segment[segment >= 0].tolist())) > 1]),
     )
     features = head_features(torch.as_tensor(weights, dtype=torch.float32)[None, None], masks)
-    return PATTERNS[int(classify(features["V"], features["D"], features["B"])[0, 0])]
+    return PATTERNS[int(classify(*(features[name].numpy() for name in ("V", "D", "B")))[0, 0])]
 
 
 # --- over a corpus -------------------------------------------------------------------------
 
 
 class _Accumulator:
-    """Sums over sentences, kept on the device as float64 `[L, H, S]` tensors (S: the statistics in FEATURES' order,
-    NORM_SHARES)."""
+    """Sums over sentences, kept on the host as float64 `[L, H, S]` arrays (S: the statistics in FEATURES' order,
+    NORM_SHARES), and each head's count of sentences per pattern class."""
 
-    def __init__(self, num_layers: int, num_heads: int, device: torch.device, norms: bool = False):
-        self.table = torch.zeros(num_layers, num_heads, len(STATISTICS), dtype=torch.float64, device=device)
-        self.norm_table = torch.zeros(num_layers, num_heads, len(NORM_SHARES), dtype=torch.float64, device=device) if norms else None
-        self.counts = torch.zeros(num_layers, num_heads, len(PATTERNS), dtype=torch.float64, device=device)
+    def __init__(self, num_layers: int, num_heads: int, norms: bool = False):
+        self.table = np.zeros((num_layers, num_heads, len(STATISTICS)))
+        self.norm_table = np.zeros((num_layers, num_heads, len(NORM_SHARES))) if norms else None
+        self.counts = np.zeros((num_layers, num_heads, len(PATTERNS)))
         self.sentences = 0
         self.tokens = 0
         self.truncated = 0
 
     def add(self, features: list[Tensor], shares: list[Tensor]) -> None:
-        """A batch's `_feature_table` (and `_norm_share_table`) of every layer, added at once: a few operations a
-        batch rather than a few a layer (on a GPU each is a launch)."""
-        table = torch.stack(features)  # [L, B, H, len(FEATURES)]
-        self.table += table[..., : len(STATISTICS)].sum(1).double()
-        pattern = classify(*table[..., len(STATISTICS) :].unbind(-1))  # [L, B, H]
-        self.counts += (pattern[..., None] == torch.arange(len(PATTERNS), device=pattern.device)).sum(1).double()
+        """A batch's `_feature_table` (and `_norm_share_table`) of every layer, read from the device at once and added
+        on the host: one read a batch, and no operation a layer beyond the tables (on a GPU each is a launch)."""
+        table = torch.cat([torch.stack(features), *([torch.stack(shares)] if shares else [])], -1).cpu().numpy()  # [L, B, H, ·]
+        statistics, patterns, norm_shares = np.split(table, [len(STATISTICS), len(FEATURES)], axis=-1)
+        self.table += statistics.sum(1, dtype=np.float64)
+        pattern = classify(*np.moveaxis(patterns, -1, 0))  # [L, B, H]
+        self.counts += (pattern[..., None] == np.arange(len(PATTERNS))).sum(1)
         if shares:
             assert self.norm_table is not None  # made with norms=True
-            self.norm_table += torch.stack(shares).sum(1).double()
+            self.norm_table += norm_shares.sum(1, dtype=np.float64)
 
     def statistics(self) -> dict:
         """The sufficient statistics: what ranks add up (core.distributed.sum_across)."""
@@ -309,7 +294,7 @@ class _Accumulator:
     def result(self) -> PatternResult:
         sentences = max(self.sentences, 1)
         tables = [self.table, self.counts] if self.norm_table is None else [self.table, self.norm_table, self.counts]
-        values = (torch.cat(tables, -1) / sentences).float().cpu().numpy()  # one read of the device, not one a statistic
+        values = (np.concatenate(tables, -1) / sentences).astype(np.float32)
         norms = [f"norm_{name}" for name in NORM_SHARES] if self.norm_table is not None else []
         columns = dict(zip([*FEATURES[: len(STATISTICS)], *norms], np.moveaxis(values[..., : -len(PATTERNS)], -1, 0), strict=True))
         return PatternResult(
@@ -343,7 +328,7 @@ def pattern_statistics(
     (core.data.batching), so a chunk's longest sentences cost no more than its shortest. `norms` adds the shares of
     value-weighted norms, from the same passes (module docstring).
     """
-    accumulator = _Accumulator(session.num_layers, session.num_heads, session.device, norms)
+    accumulator = _Accumulator(session.num_layers, session.num_heads, norms)
     gates = session.gate_tensor(mask)
     punctuation_of: dict[int, bool] = {}  # bounded by the vocabulary
     batches: CorpusBatches[Sentence, list[EncodedSentence]] = CorpusBatches(
@@ -453,33 +438,30 @@ def _encode_group(session: Session, group: list[Sentence], with_pairs: bool) -> 
 
 
 def batch_tensors(session: Session, batch: list[EncodedSentence], punctuation_of: dict[int, bool]) -> tuple[dict[str, Tensor], BatchMasks]:
-    """Pad a length-sorted batch into model inputs and the masks the statistics need: made on the host, one copy to
-    the device."""
+    """Pad a length-sorted batch into model inputs and the masks the statistics need: made on the host, one copy of
+    each to the device."""
     for item in batch:
         for token_id in item.input_ids:
             if token_id not in punctuation_of:
                 token = cast(str, session.tokenizer.convert_ids_to_tokens(token_id))  # transformers: str for one id, a list for many
                 punctuation_of[token_id] = is_punctuation(token)
-    names = ("input_ids", "token_type_ids", "attention_mask", "first", "later", "punctuation", "segment")
+    names = ("input_ids", "token_type_ids", "attention_mask")
     rows = np.zeros((len(names), len(batch), max(len(item.input_ids) for item in batch)), dtype=np.int64)
-    host = dict(zip(names, rows, strict=True))  # views of `rows`, filled sentence by sentence
-    host["input_ids"][:], host["segment"][:] = session.tokenizer.pad_token_id or 0, -1
+    keys = np.zeros((*rows.shape[1:], 5), dtype=np.float32)  # [B, T, 5]: special_keys, then segment_words
+    rows[0] = session.tokenizer.pad_token_id or 0
     for row, item in enumerate(batch):
         length, special = len(item.input_ids), np.array(item.special, dtype=bool)
-        host["input_ids"][row, :length], host["token_type_ids"][row, :length] = item.input_ids, item.token_type_ids
-        host["attention_mask"][row, :length] = 1
-        host["first"][row, 0], host["later"][row, 1:length] = special[0], special[1:]
-        host["punctuation"][row, :length] = np.array([punctuation_of[t] for t in item.input_ids]) & ~special
-        host["segment"][row, :length] = item.segment
+        rows[0, row, :length], rows[1, row, :length], rows[2, row, :length] = item.input_ids, item.token_type_ids, 1
+        keys[row, 0, 0], keys[row, 1:length, 1] = special[0], special[1:]
+        keys[row, :length, 2] = np.array([punctuation_of[t] for t in item.input_ids]) & ~special
+        keys[row, :length, 3:] = np.array(item.segment)[:, None] == np.arange(2)
     pairs = [len({s for s in item.segment if s >= 0}) > 1 for item in batch]
-    tensors = dict(zip(names, torch.from_numpy(rows).to(session.device).unbind(), strict=True))
-    inputs = {name: tensors[name] for name in names[:3]}
+    inputs = dict(zip(names, torch.from_numpy(rows).to(session.device).unbind(), strict=True))
+    on_device = torch.from_numpy(keys).to(session.device)
     masks = BatchMasks(
-        real=tensors["attention_mask"].bool(),
-        first_special=tensors["first"].bool(),
-        later_special=tensors["later"].bool(),
-        punctuation=tensors["punctuation"].bool(),
-        segment=tensors["segment"],
+        real=inputs["attention_mask"].bool(),
+        special_keys=on_device[..., :3],
+        segment_words=on_device[..., 3:],
         two_segments=torch.tensor(pairs, device=session.device),
         pairs=any(pairs),
     )

@@ -6,11 +6,12 @@ projection. The weight α_ij says where the head looks; the norm ‖α_ij f_h(x_
 much it moves. As in the paper, the bias of W_O is left out: it is added once per layer,
 not per token j, so it belongs to no pair.
 
-Since α_ij ≥ 0, ‖α_ij f_h(x_j)‖ = α_ij ‖f_h(x_j)‖, and ‖f_h(x_j)‖² = v_j G_h v_jᵀ with the
-head's Gram matrix G_h = W_O^h W_O^hᵀ (d × d): the norms cost a d × d product per token
-and head, not a projection to the hidden size. Computed inside the attention function,
-in the same forward pass as the weights (core.model.ablation). Outputs name this definition
-with `results.NORM_DEFINITION`.
+Since α_ij ≥ 0, ‖α_ij f_h(x_j)‖ = α_ij ‖f_h(x_j)‖, and with W_O^h = Q_h R_h (the head's
+slice of the output projection, D × d, factored once per weights: Q_h's columns are
+orthonormal), ‖f_h(x_j)‖ = ‖v_j R_hᵀ‖: the norms cost a d × d product per token and head,
+not a projection to the hidden size. Computed inside the attention function, in the same
+forward pass as the weights (core.model.ablation). Outputs name this definition with
+`results.NORM_DEFINITION`.
 """
 
 from __future__ import annotations
@@ -21,15 +22,27 @@ from torch import Tensor, nn
 
 def value_norms(value: Tensor, output_projection: nn.Linear) -> Tensor:
     """`[B, H, K]`: ‖f_h(x_k)‖ for each key token, from the heads' values `[B, H, K, d]` (bias of W_V included)."""
-    batch, heads, keys, size = value.shape
-    weight = output_projection.weight.detach().float()  # [D, H * d]: the output projection reads the heads side by side
-    per_head = weight.view(weight.shape[0], heads, size)  # [D, H, d]
-    gram = torch.einsum("ohd,ohe->hde", per_head, per_head)  # [H, d, d]
-    value = value.detach().float()
-    squared = (torch.matmul(value, gram[None]) * value).sum(-1)
-    return squared.clamp(min=0).sqrt()
+    factors = _head_factors(output_projection, value.shape[1], value.shape[-1])
+    with torch.no_grad():  # no gradient flows through a norm (as detach(), with no operation of its own)
+        return torch.linalg.vector_norm(torch.matmul(value.float(), factors), dim=-1)
+
+
+def _head_factors(output_projection: nn.Linear, heads: int, size: int) -> Tensor:
+    """`[H, d, d]`: R_hᵀ of each head's W_O^h = Q_h R_h, kept on the projection while its weights stay the same (one
+    factoring, not some operations a layer on every pass: on a GPU each is a launch)."""
+    weight = output_projection.weight
+    key = (weight.data_ptr(), weight._version, heads, size)
+    kept = getattr(output_projection, "_bertscope_head_factors", None)
+    if kept is not None and kept[0] == key:
+        return kept[1]
+    per_head = weight.detach().float().view(weight.shape[0], heads, size).transpose(0, 1)  # [H, D, d]: the heads side by side
+    with torch.inference_mode(False), torch.no_grad():  # a plain tensor, usable in and out of inference mode
+        factors = torch.linalg.qr(per_head.clone(), mode="r").R.transpose(1, 2).contiguous()
+    output_projection._bertscope_head_factors = (key, factors)  # type: ignore[assignment]  # not a parameter: no state
+    return factors
 
 
 def weighted_norms(weights: Tensor, value: Tensor, output_projection: nn.Linear) -> Tensor:
     """`[B, H, T, K]`: ‖α_ij f_h(x_j)‖ from the weights `[B, H, T, K]` (after any ablation) and the values."""
-    return weights.detach().float() * value_norms(value, output_projection)[:, :, None, :]
+    with torch.no_grad():
+        return weights.float() * value_norms(value, output_projection).unsqueeze(2)
