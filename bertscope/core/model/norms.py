@@ -24,7 +24,7 @@ def value_norms(value: Tensor, output_projection: nn.Linear) -> Tensor:
     """`[B, H, K]`: ‖f_h(x_k)‖ for each key token, from the heads' values `[B, H, K, d]` (bias of W_V included)."""
     factors = _head_factors(output_projection, value.shape[1], value.shape[-1])
     with torch.no_grad():  # no gradient flows through a norm (as detach(), with no operation of its own)
-        return torch.linalg.vector_norm(torch.matmul(value.float(), factors), dim=-1)
+        return torch.linalg.vector_norm(torch.matmul(_float32(value), factors), dim=-1)
 
 
 def _head_factors(output_projection: nn.Linear, heads: int, size: int) -> Tensor:
@@ -45,4 +45,9 @@ def _head_factors(output_projection: nn.Linear, heads: int, size: int) -> Tensor
 def weighted_norms(weights: Tensor, value: Tensor, output_projection: nn.Linear) -> Tensor:
     """`[B, H, T, K]`: ‖α_ij f_h(x_j)‖ from the weights `[B, H, T, K]` (after any ablation) and the values."""
     with torch.no_grad():
-        return weights.float() * value_norms(value, output_projection).unsqueeze(2)
+        return _float32(weights) * value_norms(value, output_projection).unsqueeze(2)
+
+
+def _float32(tensor: Tensor) -> Tensor:
+    """The tensor in float32: itself when it is (`.float()` would still be an operation of the pass to dispatch)."""
+    return tensor if tensor.dtype == torch.float32 else tensor.float()
