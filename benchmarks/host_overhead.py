@@ -12,7 +12,9 @@ through the public API, best of --runs; the bare forward is the best of --runs t
 
 `compare` runs two models, so its unit is two bare forwards; `cloze` (on a random masked-LM of the same shape) is
 held to that model's bare forward, and its time is also given against transformers' masked-LM forward, the head on
-every position (`ratio_to_masked_lm`), which is what a fill-mask over the same queries costs.
+every position (`ratio_to_masked_lm`), which is what a fill-mask over the same queries costs. `importance` runs a
+forward and a backward a batch: its time and operations are also given against a bare forward and backward (the sum
+of the last hidden state, a gradient for every weight: `ratio_to_forward_backward`).
 
 Each job also runs once under two counters (not timed): torch's aten operations (a TorchDispatchMode: on a GPU each
 is a launch) and reads of a tensor's values into Python (`item`, `tolist`, `numpy`, `cpu`, `bool`, `float`...:
@@ -84,6 +86,7 @@ def main() -> None:
         bare = Bare(model, [sentence.text for sentence in treebank])
         cloze_bare = Bare(mlm, [query.split("\t")[0] for query in queries]) if mlm else None
         masked_lm_bare = Bare(mlm, [query.split("\t")[0] for query in queries], head=True) if mlm else None
+        backward_bare = Bare(model, [sentence.text for sentence in treebank], backward=True) if "importance" in jobs else None
         before = [bare.time() for _ in range(args.runs)]
         results: dict[str, dict] = {}
         for name in jobs:
@@ -103,6 +106,10 @@ def main() -> None:
             masked_lm_s = min(masked_lm_bare.time() for _ in range(args.runs))
             results["cloze"]["masked_lm_forward_s"] = round(masked_lm_s, 3)
             results["cloze"]["ratio_to_masked_lm"] = round(results["cloze"]["seconds"] / masked_lm_s, 2)
+        if backward_bare is not None:
+            backward_s = min(backward_bare.time() for _ in range(args.runs))
+            results["importance"]["forward_backward_s"] = round(backward_s, 3)
+            results["importance"]["ratio_to_forward_backward"] = round(results["importance"]["seconds"] / backward_s, 2)
         for name in jobs:
             results[name]["unit_s"] = round(unit[name], 3)
             results[name]["ratio"] = round(results[name]["seconds"] / unit[name], 2)
@@ -111,12 +118,18 @@ def main() -> None:
             counted["bare"] = counts(bare.model, bare.time)
             if cloze_bare is not None:
                 counted["bare (cloze)"] = counts(cloze_bare.model, cloze_bare.time)
+            if backward_bare is not None:
+                counted["bare (forward and backward)"] = counts(backward_bare.model, backward_bare.time)
             for name in jobs:
                 counted[name] = counts((mlm if name == "cloze" else model).model, runs[name])
                 base = counted["bare (cloze)" if name == "cloze" else "bare"]["operations_per_batch"]
                 base *= 2 if name == "compare" else 1  # two models: two forwards a batch
                 counted[name]["operations_ratio"] = round(counted[name]["operations_per_batch"] / base, 2)
                 results[name].update(counted[name])
+            if backward_bare is not None:
+                both = counted["bare (forward and backward)"]["operations_per_batch"]
+                ratio = counted["importance"]["operations_per_batch"] / both
+                results["importance"]["operations_ratio_to_forward_backward"] = round(ratio, 2)
     result = {
         "benchmark": "host_overhead",
         "model": args.model or "tiny random BERT " + ", ".join(f"{k}={v}" for k, v in TINY.items()),
@@ -128,6 +141,7 @@ def main() -> None:
         "bare_forward_s": round(bare_s, 3),
         "bare_runs_s": [round(s, 3) for s in before + after],
         "bare": counted.get("bare"),
+        "bare_forward_backward": counted.get("bare (forward and backward)"),
         "load_average": round(os.getloadavg()[0], 2),
         "jobs": results,
     }
@@ -153,10 +167,10 @@ class Bare:
     """A plain transformers model of the session's files: tokenise the texts, plan bertscope's batches, forward each.
     `head=True`: the masked-LM model, its head on every position (what transformers' fill-mask runs)."""
 
-    def __init__(self, session, texts: list[str], head: bool = False):
+    def __init__(self, session, texts: list[str], head: bool = False, backward: bool = False):
         from transformers import AutoModel, AutoModelForMaskedLM
 
-        self.session, self.texts = session, texts
+        self.session, self.texts, self.backward = session, texts, backward
         kind = AutoModelForMaskedLM if head else AutoModel
         self.model = kind.from_pretrained(session.loaded.directory, attn_implementation="eager",
                                           dtype=session.loaded.dtype).to(session.device).eval()
@@ -169,10 +183,13 @@ class Bare:
         started = time.perf_counter()
         tokenizer, device = self.session.tokenizer, self.session.device
         ids = tokenizer(self.texts, truncation=True, max_length=self.session.max_length)["input_ids"]
-        with torch.inference_mode():
+        with torch.inference_mode(not self.backward):
             for batch in plan_batches([len(row) for row in ids]):
                 inputs = tokenizer.pad({"input_ids": [ids[index] for index in batch]}, return_tensors="pt").to(device)
-                self.model(**inputs, output_attentions=True, output_hidden_states=True)
+                outputs = self.model(**inputs, output_attentions=True, output_hidden_states=True)
+                if self.backward:  # a gradient of every weight, as a gradient job's pass takes one of its gates
+                    outputs.last_hidden_state.float().sum().backward()
+                    self.model.zero_grad(set_to_none=True)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return time.perf_counter() - started
