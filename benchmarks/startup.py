@@ -27,6 +27,8 @@ import sys, time
 started = float(sys.argv[1])
 import asyncio
 from bertscope.cli.attention import import_model_code  # the command `bertscope` runs: its imports, then as it starts
+from bertscope.core import collector
+collecting = collector.pause()
 import_model_code()
 from bertscope.ui.app import ExplorerApp
 from bertscope.ui.main_screen import MainScreen
@@ -47,9 +49,12 @@ class App(ExplorerApp):
         self.call_after_refresh(lambda: marks.setdefault("frame", time.time()))
 
 def open_backend(report):
-    from bertscope.api import load
-    from bertscope.session_backend import SessionBackend
-    return SessionBackend(load(sys.argv[2] or None))
+    try:
+        from bertscope.api import load
+        from bertscope.session_backend import SessionBackend
+        return SessionBackend(load(sys.argv[2] or None))
+    finally:
+        collector.resume(collecting)
 
 async def run():
     app = App(open_backend, glyphs=False)

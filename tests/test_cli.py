@@ -439,3 +439,25 @@ def test_corpus_commands_write_what_they_print_to_output_files(run, command, tin
     written = run(*args, "-o", str(tmp_path / "out.json"))
     assert written.exit_code == 0 and written.stdout == ""
     assert (tmp_path / "out.json").read_text() == printed.stdout and json.loads(printed.stdout)
+
+
+def test_loading_a_model_pauses_the_cycle_collector_and_restores_it(monkeypatch, tiny_bert_dir):
+    """Imports and loading run without cycle collection (core.collector: a second of a start), and collection is back
+    once the model is loaded, or the explorer has closed without one."""
+    import gc
+
+    from bertscope.cli.common import ModelChoice
+
+    during = []
+    monkeypatch.setattr("bertscope.api.load", lambda *args, **kwargs: during.append(gc.isenabled()) or "session")
+    assert gc.isenabled()
+    assert ModelChoice(str(tiny_bert_dir)).open(spinner=False) == "session"
+    assert during == [False] and gc.isenabled()
+
+    def never_loads(app):  # the explorer closed before its worker opened the model
+        during.append(gc.isenabled())
+
+    monkeypatch.setattr("bertscope.ui.app.ExplorerApp.run", never_loads)
+    monkeypatch.setattr("bertscope.cli.attention.check_terminal", lambda: None)
+    CliRunner().invoke(main, ["explore", SENTENCE, "--model", str(tiny_bert_dir)])
+    assert during == [False, False] and gc.isenabled()

@@ -24,6 +24,7 @@ from bertscope.cli.common import (
     warn,
     write_figure,
 )
+from bertscope.core import collector
 from bertscope.core.errors import BertscopeError
 
 if TYPE_CHECKING:
@@ -81,16 +82,20 @@ def explore(
         check_writable(session_file)
     model.judge_files()  # a model the explorer cannot read is refused here, like any command's
     check_terminal()
+    collecting = collector.pause()  # until the model is loaded: imports make no garbage worth a walk of their objects
     import_model_code()
     from bertscope.ui.app import ExplorerApp
 
     def open_backend(report: Callable[[str], None]) -> SessionBackend:
-        report("importing torch and transformers…")
-        from bertscope.api import load
-        from bertscope.session_backend import SessionBackend
+        try:
+            report("importing torch and transformers…")
+            from bertscope.api import load
+            from bertscope.session_backend import SessionBackend
 
-        report(f"loading {model.name or 'the bundled all-MiniLM-L6-v2'}…")
-        return SessionBackend(load(model.name, device=model.device, dtype=model.dtype, allow_download=model.allow_download))
+            report(f"loading {model.name or 'the bundled all-MiniLM-L6-v2'}…")
+            return SessionBackend(load(model.name, device=model.device, dtype=model.dtype, allow_download=model.allow_download))
+        finally:
+            collector.resume(collecting)
 
     app = ExplorerApp(
         open_backend,
@@ -102,7 +107,10 @@ def explore(
         figure_format=figure_format,
         glyphs=glyphs,
     )
-    app.run()
+    try:
+        app.run()
+    finally:  # the explorer closed before its model loaded
+        collector.resume(collecting)
     if app.load_error is not None:  # the files looked right, but the model would not load
         raise BertscopeError(app.load_error)
     sys.exit(app.return_code or 0)

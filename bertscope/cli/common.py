@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from bertscope import __version__
+from bertscope.core import collector
 from bertscope.core.data.batching import MAX_TOKENS
 from bertscope.core.errors import BertscopeError
 from bertscope.core.model.masks import ABLATIONS, HeadMask
@@ -217,7 +218,8 @@ class ModelChoice:
 
             self.judge_files()
             console = Console(stderr=True)
-            with console.status("loading model…") if spinner and console.is_terminal else contextlib.nullcontext():
+            status = console.status("loading model…") if spinner and console.is_terminal else contextlib.nullcontext()
+            with status, collector.paused():  # imports make no garbage worth a walk of their objects (core.collector)
                 from bertscope.api import load
 
                 self._session = load(self.name, device=self.device, dtype=self.dtype, allow_download=self.allow_download)

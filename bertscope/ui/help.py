@@ -6,7 +6,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Markdown
 
 HELP = """\
 # bertscope explorer
@@ -87,6 +86,8 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
+            from textual.widgets import Markdown  # markdown-it and its rules: imported when help is first opened, not at start
+
             yield Markdown(HELP)
 
     def on_screen_resume(self) -> None:
