@@ -28,7 +28,7 @@ started = float(sys.argv[1])
 import asyncio
 from bertscope.cli.attention import import_model_code  # the command `bertscope` runs: its imports, then as it starts
 from bertscope.core import collector
-collecting = collector.pause()
+starting = collector.Pause()
 import_model_code()
 from bertscope.ui.app import ExplorerApp
 from bertscope.ui.main_screen import MainScreen
@@ -54,7 +54,7 @@ def open_backend(report):
         from bertscope.session_backend import SessionBackend
         return SessionBackend(load(sys.argv[2] or None))
     finally:
-        collector.resume(collecting)
+        starting.end()
 
 async def run():
     app = App(open_backend, glyphs=False)

@@ -461,3 +461,22 @@ def test_loading_a_model_pauses_the_cycle_collector_and_restores_it(monkeypatch,
     monkeypatch.setattr("bertscope.cli.attention.check_terminal", lambda: None)
     CliRunner().invoke(main, ["explore", SENTENCE, "--model", str(tiny_bert_dir)])
     assert during == [False, False] and gc.isenabled()
+
+
+def test_a_corpus_job_pauses_the_cycle_collector_until_it_ends(tiny_session):
+    """A corpus job's batches stream without cycle collection (core.collector), and collection is back after the job,
+    and after one stopped early."""
+    import gc
+
+    from bertscope.core.analyses.streaming import CorpusBatches
+
+    during = []
+    batches = CorpusBatches(["a b", "c d e", "f"], lambda chunk: chunk, lengths=lambda chunk: [len(text) for text in chunk], batch_size=1)
+    for _ in batches:
+        during.append(gc.isenabled())
+    assert during == [False, False, False] and gc.isenabled()
+    walk = iter(batches)
+    next(walk)
+    assert not gc.isenabled()
+    walk.close()  # a job dropped after its first batch
+    assert gc.isenabled()

@@ -82,7 +82,7 @@ def explore(
         check_writable(session_file)
     model.judge_files()  # a model the explorer cannot read is refused here, like any command's
     check_terminal()
-    collecting = collector.pause()  # until the model is loaded: imports make no garbage worth a walk of their objects
+    starting = collector.Pause()  # until the model is loaded: imports make no garbage worth a walk of their objects
     import_model_code()
     from bertscope.ui.app import ExplorerApp
 
@@ -95,7 +95,7 @@ def explore(
             report(f"loading {model.name or 'the bundled all-MiniLM-L6-v2'}…")
             return SessionBackend(load(model.name, device=model.device, dtype=model.dtype, allow_download=model.allow_download))
         finally:
-            collector.resume(collecting)
+            starting.end()
 
     app = ExplorerApp(
         open_backend,
@@ -110,7 +110,7 @@ def explore(
     try:
         app.run()
     finally:  # the explorer closed before its model loaded
-        collector.resume(collecting)
+        starting.end()
     if app.load_error is not None:  # the files looked right, but the model would not load
         raise BertscopeError(app.load_error)
     sys.exit(app.return_code or 0)

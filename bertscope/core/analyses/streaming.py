@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 import numpy as np
 import torch
 
+from bertscope.core import collector
 from bertscope.core.data.batching import MAX_TOKENS, plan_batches
 from bertscope.core.data.corpus import chunked
 from bertscope.core.model.allocator import corpus_heap_over, release_freed_memory
@@ -150,14 +151,15 @@ class CorpusBatches(Generic[S, E]):
     def __iter__(self) -> Iterator[CorpusBatch[S, E]]:
         self.cancelled, self.done = False, 0
         number = 0
-        for start, chunk, encoded in corpus_heap_over(self.chunks()):  # one heap setting for batches of every shape
-            for indices in self.plan(encoded):
-                if self.cancel is not None and self.cancel.is_set():
-                    self.cancelled = True
-                    return
-                self.done += len(indices)
-                yield CorpusBatch(chunk, encoded, indices, start, number, self.done)
-                number += 1
+        with collector.paused():  # a job makes no garbage that needs a collection to free (core.collector)
+            for start, chunk, encoded in corpus_heap_over(self.chunks()):  # one heap setting for batches of every shape
+                for indices in self.plan(encoded):
+                    if self.cancel is not None and self.cancel.is_set():
+                        self.cancelled = True
+                        return
+                    self.done += len(indices)
+                    yield CorpusBatch(chunk, encoded, indices, start, number, self.done)
+                    number += 1
         self._count = number
 
     def count(self) -> int:
