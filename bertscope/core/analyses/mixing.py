@@ -57,10 +57,10 @@ from bertscope.core.analyses.mixing_results import (
     Mixing,
     MixingAgreement,
     normalised_rows,
+    padded_token_classes,
     rolled_out,
     spearman_between,
     summed_shares,
-    token_classes,
 )
 from bertscope.core.analyses.streaming import CorpusBatches, item_lengths
 from bertscope.core.data.corpus import Sentence
@@ -520,9 +520,7 @@ def mixing_agreement(
 def _add_batch(sums: dict[str, Any], measured: Measured, encodings: Sequence[Encoding]) -> None:
     """A batch's agreement (each sentence's mean over its rows, added) and shares (each sentence's mean, added)."""
     lengths = np.array([len(encoding) for encoding in encodings])
-    classes = np.zeros((len(encodings), lengths.max(), 3), dtype=bool)  # [B, T, 3], padding in no class
-    for row, encoding in enumerate(encodings):
-        classes[row, : len(encoding)] = token_classes(encoding.tokens, encoding.special)
+    classes = padded_token_classes([encoding.tokens for encoding in encodings], [encoding.special for encoding in encodings], lengths.max())
     rolled = np.stack([rolled for _, rolled in measured.values()])  # [M, L, B, T, T]
     correlations = spearman_between(rolled[:, -1], lengths)  # [M, M, B, T]: each pair of methods, each row at the last layer
     rows = np.isfinite(correlations).sum(-1)

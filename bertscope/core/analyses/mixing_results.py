@@ -72,14 +72,20 @@ def normalised_rows(matrix: np.ndarray) -> np.ndarray:
 
 def token_classes(tokens: Sequence[str], special: np.ndarray) -> np.ndarray:
     """`[T, 3]` bool: [CLS] (the first special token), [SEP] (every later one), punctuation, as patterns counts them."""
+    return padded_token_classes([tokens], [special], len(tokens))[0]
+
+
+def padded_token_classes(tokens: Sequence[Sequence[str]], special: Sequence[np.ndarray], size: int) -> np.ndarray:
+    """`[B, size, 3]`: `token_classes` of each input of a batch, padding in no class."""
     from bertscope.core.analyses.headstats import is_punctuation
 
-    special = np.asarray(special, dtype=bool)
-    first = np.zeros(len(tokens), dtype=bool)
-    if special.any():
-        first[int(np.argmax(special))] = True
-    punctuation = np.array([not special[i] and is_punctuation(token) for i, token in enumerate(tokens)], dtype=bool)
-    return np.stack([first, special & ~first, punctuation], axis=-1)
+    specials = np.zeros((len(tokens), size), dtype=bool)
+    punctuation = np.zeros((len(tokens), size), dtype=bool)
+    for row, (words, flags) in enumerate(zip(tokens, special, strict=True)):
+        specials[row, : len(words)] = flags
+        punctuation[row, : len(words)] = [is_punctuation(token) for token in words]
+    first = specials & (np.cumsum(specials, axis=1) == 1)
+    return np.stack([first, specials & ~first, punctuation & ~specials], axis=-1)
 
 
 def shares(matrices: np.ndarray, classes: np.ndarray) -> np.ndarray:
