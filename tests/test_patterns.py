@@ -95,7 +95,7 @@ def test_statistics_match_the_per_sentence_figures(tiny_session):
     for row, item in enumerate(encoded):
         text = tiny_session.tokenizer.decode(item.input_ids, skip_special_tokens=True)
         single = tiny_session.forward(tiny_session.encode(text), attentions=True)
-        assert list(single.encoding.input_ids) == item.input_ids
+        assert single.encoding.input_ids.tolist() == item.input_ids.tolist()
         expected = head_figures(single.attentions, single.tokens, single.encoding.special)
         for name in ("cls", "sep", "punct", "self", "prev", "next", "entropy", "distance"):
             got = np.stack([layer[name][row].numpy() for layer in features])

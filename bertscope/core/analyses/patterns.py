@@ -47,7 +47,7 @@ import functools
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -60,7 +60,7 @@ from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
 from bertscope.core.model.masks import Ablation, HeadMask
-from bertscope.core.model.results import NORM_SHARES, PATTERNS, STATISTICS, PatternResult
+from bertscope.core.model.results import NORM_SHARES, PATTERNS, STATISTICS, Encoding, PatternResult
 from bertscope.core.progress import Progress
 
 if TYPE_CHECKING:
@@ -331,7 +331,7 @@ def pattern_statistics(
     accumulator = _Accumulator(session.num_layers, session.num_heads, norms)
     gates = session.gate_tensor(mask)
     punctuation_of: dict[int, bool] = {}  # bounded by the vocabulary
-    batches: CorpusBatches[Sentence, list[EncodedSentence]] = CorpusBatches(
+    batches: CorpusBatches[Sentence, list[Encoding]] = CorpusBatches(
         sentences,
         lambda chunk: encode_sorted(session, chunk),
         lengths=item_lengths,
@@ -358,7 +358,7 @@ def pattern_statistics(
 def _add_batch(
     session: Session,
     accumulator: _Accumulator,
-    batch: list[EncodedSentence],
+    batch: list[Encoding],
     punctuation_of: dict[int, bool],
     gates: Tensor | None,
     ablation: Ablation,
@@ -389,59 +389,22 @@ def _add_batch(
         )
     accumulator.add(features, shares)
     accumulator.sentences += len(batch)
-    accumulator.tokens += sum(len(item.input_ids) for item in batch)
+    accumulator.tokens += sum(len(item) for item in batch)
 
 
-@dataclass(frozen=True)
-class EncodedSentence:
-    input_ids: list[int]
-    token_type_ids: list[int]
-    special: list[int]
-    segment: list[int]  # 0 / 1, -1 for special tokens
-    truncated: int
-
-
-def encode_sorted(session: Session, chunk: list[Sentence]) -> list[EncodedSentence]:
-    """Tokenise a chunk (one call for single sentences, one for pairs), truncate, sort by length."""
-    encoded = []
-    for with_pairs in (False, True):
-        group = [sentence for sentence in chunk if (sentence.pair is not None) == with_pairs]
-        if group:
-            encoded.extend(_encode_group(session, group, with_pairs))
-    encoded.sort(key=lambda item: len(item.input_ids))
+def encode_sorted(session: Session, chunk: list[Sentence]) -> list[Encoding]:
+    """Tokenise a chunk (core.model.tokens.encode_many: one call for single sentences, one for pairs), sorted by length."""
+    encoded = session.encode_many([sentence.text for sentence in chunk], [sentence.pair for sentence in chunk])
+    encoded.sort(key=len)
     return encoded
 
 
-def _encode_group(session: Session, group: list[Sentence], with_pairs: bool) -> list[EncodedSentence]:
-    tokenizer, limit = session.tokenizer, session.max_length
-    options: dict[str, Any] = dict(add_special_tokens=True, return_special_tokens_mask=True, return_token_type_ids=True, verbose=False)
-    texts = [sentence.text for sentence in group]
-    pairs = [sentence.pair for sentence in group] if with_pairs else None
-    full = tokenizer(texts, pairs, truncation=False, **options)
-    encoded = []
-    for index in range(len(group)):
-        source, row, cut = full, index, 0
-        if len(full["input_ids"][index]) > limit:  # rare: tokenise this one again, cut to fit
-            cut = len(full["input_ids"][index]) - limit
-            pair = [pairs[index]] if pairs is not None else None
-            source, row = tokenizer([texts[index]], pair, truncation="longest_first", max_length=limit, **options), 0
-        encoded.append(
-            EncodedSentence(
-                input_ids=source["input_ids"][row],
-                token_type_ids=source["token_type_ids"][row],
-                special=source["special_tokens_mask"][row],
-                segment=[-1 if s is None else s for s in source.sequence_ids(row)],
-                truncated=cut,
-            )
-        )
-    return encoded
-
-
-def batch_tensors(session: Session, batch: list[EncodedSentence], punctuation_of: dict[int, bool]) -> tuple[dict[str, Tensor], BatchMasks]:
+def batch_tensors(session: Session, batch: list[Encoding], punctuation_of: dict[int, bool]) -> tuple[dict[str, Tensor], BatchMasks]:
     """Pad a length-sorted batch into model inputs and the masks the statistics need: made on the host, one copy of
     each to the device."""
-    for item in batch:
-        for token_id in item.input_ids:
+    ids = [item.input_ids.tolist() for item in batch]
+    for row_ids in ids:
+        for token_id in row_ids:
             if token_id not in punctuation_of:
                 token = cast(str, session.tokenizer.convert_ids_to_tokens(token_id))  # transformers: str for one id, a list for many
                 punctuation_of[token_id] = is_punctuation(token)
@@ -449,13 +412,13 @@ def batch_tensors(session: Session, batch: list[EncodedSentence], punctuation_of
     rows = np.zeros((len(names), len(batch), max(len(item.input_ids) for item in batch)), dtype=np.int64)
     keys = np.zeros((*rows.shape[1:], 5), dtype=np.float32)  # [B, T, 5]: special_keys, then segment_words
     rows[0] = session.tokenizer.pad_token_id or 0
-    for row, item in enumerate(batch):
-        length, special = len(item.input_ids), np.array(item.special, dtype=bool)
+    for row, (item, row_ids) in enumerate(zip(batch, ids, strict=True)):
+        length, special = len(item), item.special
         rows[0, row, :length], rows[1, row, :length], rows[2, row, :length] = item.input_ids, item.token_type_ids, 1
         keys[row, 0, 0], keys[row, 1:length, 1] = special[0], special[1:]
-        keys[row, :length, 2] = np.array([punctuation_of[t] for t in item.input_ids]) & ~special
-        keys[row, :length, 3:] = np.array(item.segment)[:, None] == np.arange(2)
-    pairs = [len({s for s in item.segment if s >= 0}) > 1 for item in batch]
+        keys[row, :length, 2] = np.array([punctuation_of[t] for t in row_ids]) & ~special
+        keys[row, :length, 3:] = np.array([-1 if s is None else s for s in item.segment_ids])[:, None] == np.arange(2)
+    pairs = [len({s for s in item.segment_ids if s is not None}) > 1 for item in batch]
     inputs = dict(zip(names, torch.from_numpy(rows).to(session.device).unbind(), strict=True))
     on_device = torch.from_numpy(keys).to(session.device)
     masks = BatchMasks(
