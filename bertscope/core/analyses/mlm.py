@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from bertscope.core import distributed
-from bertscope.core.analyses.streaming import CorpusBatches
+from bertscope.core.analyses.streaming import CorpusBatches, pad_batch
 from bertscope.core.data.corpus import ReadReport, _lines, packaged_data, readable_file
 from bertscope.core.errors import InputError, NoMLMHeadError
 from bertscope.core.model.masks import Ablation, HeadMask
@@ -328,8 +328,7 @@ def cloze_scores(
     for planned in batches:
         indices = planned.items
         batch = [kept[index] for index in indices]
-        rows_of = {key: [values[kept_rows[index]] for index in indices] for key, values in encoded.items()}
-        padded = tokenizer.pad(rows_of, return_tensors="pt")
+        padded = pad_batch(tokenizer, encoded, [kept_rows[index] for index in indices])
         inputs = {name: tensor.to(session.device) for name, tensor in padded.items()}
         golds = torch.as_tensor([g for _, g in batch], device=session.device)
         rows, columns = torch.nonzero(inputs["input_ids"] == tokenizer.mask_token_id, as_tuple=True)  # one per query

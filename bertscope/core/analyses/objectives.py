@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bertscope.core import distributed
-from bertscope.core.analyses.streaming import CorpusBatches, words_of
+from bertscope.core.analyses.streaming import CorpusBatches, pad_batch, words_of
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
 from bertscope.core.model.allocator import fitting_heap
@@ -73,7 +73,7 @@ class Batch:
 
 # How an objective turns a padded batch into its Batch: (batch number, its sentences, the chunk's encoding, the
 # batch's places in it, the padded tensors).
-Finish = Callable[[int, list[Sentence], "BatchEncoding", list[int], "BatchEncoding"], Batch]
+Finish = Callable[[int, list[Sentence], "BatchEncoding", list[int], dict[str, Tensor]], Batch]
 
 
 class Batches:
@@ -108,7 +108,7 @@ class Batches:
 
     def __iter__(self) -> Iterator[Batch]:
         for batch in self.corpus:
-            padded = self.session.tokenizer.pad({k: batch.take(v) for k, v in batch.encoded.items()}, return_tensors="pt")
+            padded = pad_batch(self.session.tokenizer, batch.encoded, batch.indices)
             yield self.finish(batch.number, batch.items, batch.encoded, batch.indices, padded)
 
     def __len__(self) -> int:
@@ -225,7 +225,7 @@ def _batches(
     """Length-grouped padded batches, made on each walk; `targets(sentence)` gives a sentence's target
     values, and `then(batch)`, if given, finishes each batch (the mlm objective masks its tokens there)."""
 
-    def finish(number: int, group: list[Sentence], encoded: BatchEncoding, indices: list[int], padded: BatchEncoding) -> Batch:
+    def finish(number: int, group: list[Sentence], encoded: BatchEncoding, indices: list[int], padded: dict[str, Tensor]) -> Batch:
         special = padded.pop("special_tokens_mask")
         inputs = {k: v.to(session.device) for k, v in padded.items()}
         target = {"special": special.bool().to(session.device)}
@@ -544,7 +544,7 @@ def _word_batches(session: Session, sentences: Sequence[Sentence], task: str, in
         if getattr(sentence, column) is None:
             raise InputError(f"{sentence.location}: no {task.upper()} column; this file cannot probe {task}")
 
-    def finish(number: int, group: list[Sentence], encoded: BatchEncoding, indices: list[int], padded: BatchEncoding) -> Batch:
+    def finish(number: int, group: list[Sentence], encoded: BatchEncoding, indices: list[int], padded: dict[str, Tensor]) -> Batch:
         labels = torch.full(padded["input_ids"].shape, -100, dtype=torch.long)
         for row, (sentence, position_in_chunk) in enumerate(zip(group, indices)):
             tags = getattr(sentence, column)
