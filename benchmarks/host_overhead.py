@@ -1,16 +1,18 @@
 """The host's work around the model: every corpus job on a tiny random BERT against a bare forward (issue 36).
 
     python benchmarks/host_overhead.py --conllu TREEBANK.conllu [--sentences 2000] [--runs 3] [--jobs patterns,syntax,...]
-                                       [--model DIR] [--device cpu] [--dtype float32] [-o FILE.json]
+                                       [--model DIR | --shape tiny|base] [--device cpu] [--dtype float32] [-o FILE.json]
 
 On a GPU the model is cheap and what the host does around it dominates. A model whose forward costs almost
 nothing shows that here: by default a seeded random BERT of 2 layers x 64 hidden, 4 heads, MiniLM's vocabulary
-(`--model DIR` takes another, say MiniLM on a GPU). The corpus is the first --sentences sentences of a CoNLL-U
+(`--model DIR` takes another, say MiniLM on a GPU; `--shape base`, a seeded random BERT of bert-base's shape:
+12 layers x 768 hidden, 12 heads). The corpus is the first --sentences sentences of a CoNLL-U
 treebank. The unit is a bare transformers forward (eager, attention weights and hidden states out) over the same
 sentences in the batches bertscope plans, tokenisation included, as a job's time includes its own. Each job runs
 through the public API, best of --runs; the bare forward is the best of --runs taken before and after the jobs.
 
-`compare` runs two models, so its unit is two bare forwards; `cloze` (on a random masked-LM of the same shape) is
+`compare` runs two models, so its unit is two bare forwards; `cloze` (on a seeded random masked-LM of the model's
+shape and tokenizer) is
 held to that model's bare forward, and its time is also given against transformers' masked-LM forward, the head on
 every position (`ratio_to_masked_lm`), which is what a fill-mask over the same queries costs. `importance` runs a
 forward and a backward a batch: its time and operations are also given against a bare forward and backward (the sum
@@ -41,13 +43,15 @@ from common import cloze_queries, emit  # benchmarks/common.py, found beside thi
 
 JOBS = ("patterns", "norms", "syntax", "geometry", "compare", "features", "importance", "cloze", "mixing")
 TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256)
+SHAPES = {"tiny": TINY, "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)}
 READS = {"item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__", "__array__"}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conllu", required=True)
-    parser.add_argument("--model", default=None, help="a model directory (default: the tiny random BERT)")
+    parser.add_argument("--model", default=None, help="a model directory (default: a random BERT of --shape)")
+    parser.add_argument("--shape", default="tiny", choices=sorted(SHAPES), help="the random BERT's shape (without --model)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--sentences", type=int, default=2000)
@@ -69,8 +73,8 @@ def main() -> None:
     from bertscope.core.data.corpus import ReadReport, read_sentences
 
     with tempfile.TemporaryDirectory() as directory:
-        model_dir = args.model or tiny_model(directory, "BertModel")
-        mlm_dir = tiny_model(os.path.join(directory, "mlm"), "BertForMaskedLM") if "cloze" in jobs else None
+        model_dir = args.model or random_bert(directory, SHAPES[args.shape])
+        mlm_dir = random_masked_lm(model_dir, os.path.join(directory, "mlm")) if "cloze" in jobs else None
         model = bertscope.load(model_dir, device=args.device, dtype=args.dtype)
         other = bertscope.load(model_dir, device=args.device, dtype=args.dtype) if "compare" in jobs else None
         mlm = bertscope.load(mlm_dir, device=args.device, dtype=args.dtype) if mlm_dir else None
@@ -140,7 +144,7 @@ def main() -> None:
                 results["importance"]["operations_ratio_to_forward_backward"] = round(ratio, 2)
     result = {
         "benchmark": "host_overhead",
-        "model": args.model or "tiny random BERT " + ", ".join(f"{k}={v}" for k, v in TINY.items()),
+        "model": args.model or f"{args.shape} random BERT " + ", ".join(f"{k}={v}" for k, v in SHAPES[args.shape].items()),
         "device": str(model.device),
         "dtype": args.dtype,
         "threads": torch.get_num_threads(),
@@ -157,17 +161,27 @@ def main() -> None:
     emit(result, args.output, f"host_overhead on {result['device']}, bare forward {bare_s:.3f}s: {table}")
 
 
-def tiny_model(directory: str, class_name: str) -> str:
-    """A seeded random model of `class_name`, 2 layers x 64 hidden, with the bundled model's tokenizer, saved in `directory`."""
+def random_bert(directory: str, shape: dict) -> str:
+    """A seeded random BertModel of this shape, with the bundled model's tokenizer, saved in `directory`."""
     import torch
-    import transformers
-    from transformers import AutoTokenizer, BertConfig
+    from transformers import AutoTokenizer, BertConfig, BertModel
 
     from bertscope.core.model.model_files import bundled_model_dir
 
     torch.manual_seed(0)
-    getattr(transformers, class_name)(BertConfig(**TINY)).save_pretrained(directory)
+    BertModel(BertConfig(**shape)).save_pretrained(directory)
     AutoTokenizer.from_pretrained(bundled_model_dir()).save_pretrained(directory)
+    return directory
+
+
+def random_masked_lm(model_dir: str, directory: str) -> str:
+    """A seeded random masked-LM of the model's configuration and tokenizer (no MLM weights are at hand offline)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    AutoModelForMaskedLM.from_config(AutoConfig.from_pretrained(model_dir)).save_pretrained(directory)
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(directory)
     return directory
 
 
