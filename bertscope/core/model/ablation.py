@@ -26,6 +26,7 @@ from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
@@ -34,6 +35,9 @@ from bertscope.core.model.masks import Ablation
 from bertscope.core.model.norms import weighted_norms
 
 ATTENTION_IMPLEMENTATION = "bertscope"
+# SDPA's kernels on a GPU, cuDNN's left out: cuDNN builds an execution plan for each new batch shape the
+# first time it sees one, which over a corpus of varied lengths is seconds (benchmarks/README.md, issue 36).
+GPU_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 @dataclass(frozen=True)
@@ -253,6 +257,7 @@ def attention_pass(
     )
     handles = []
     token = _current_pass.set(state)
+    on_gpu = bool(layers) and layers[0].projection.weight.device.type == "cuda"
     try:
         if gates is not None and ablation == "zero":
             for index, site in enumerate(layers):
@@ -263,7 +268,8 @@ def attention_pass(
                 if state.on_norms is not None:
                     assert site.values is not None  # a family with its own attention names its value projection too
                     handles.append(site.values.register_forward_hook(_keep_values(state, index, site)))
-        yield state.recorded
+        with sdpa_kernel(GPU_SDPA_BACKENDS) if on_gpu else contextlib.nullcontext():
+            yield state.recorded
     finally:
         for handle in handles:
             handle.remove()
