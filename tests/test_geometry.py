@@ -129,6 +129,18 @@ def test_nearest_neighbours_match_brute_force_and_do_not_depend_on_the_block():
     np.testing.assert_array_equal(nearest_neighbours(X, 5, block=1000)[0], indices)
 
 
+def test_ties_beyond_the_spare_candidates_still_go_to_the_lowest_index():
+    """Thirty copies of one point (as the embedding layer repeats a token): each copy's neighbours are the
+    lowest-numbered other copies, as a stable brute-force sort gives, not whichever topk kept."""
+    rng = np.random.default_rng(12)
+    X = np.concatenate([np.repeat(rng.normal(size=(1, 8)), 30, axis=0), rng.normal(size=(170, 8))])[rng.permutation(200)]
+    indices, distances = nearest_neighbours(X, 5, block=64)
+    full = np.linalg.norm(X[:, None] - X[None], axis=-1)
+    np.fill_diagonal(full, np.inf)
+    np.testing.assert_array_equal(indices, np.argsort(full, axis=1, kind="stable")[:, :5])
+    np.testing.assert_allclose(distances, np.sort(full, axis=1)[:, :5])
+
+
 def test_neighbourhood_overlap():
     X = np.random.default_rng(9).normal(size=(200, 10))
     same, _ = nearest_neighbours(X, 10)

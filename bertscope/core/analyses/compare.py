@@ -143,7 +143,7 @@ def compare_models(
     cosine, spread = heads.result() if heads is not None else (None, None)
     cka: tuple[np.ndarray, np.ndarray] | None = None
     if distributed.is_main():  # under torchrun rank 0 holds the merged sample
-        cka = yield from _layer_cka(sample, seed, notes)
+        cka = yield from _layer_cka(sample, seed, notes, a.device)
     differences: list[ProbeDifference] = []
     for number, (task, data) in enumerate(probes):  # every rank: probing shards its feature passes itself
         scores = []
@@ -178,14 +178,17 @@ def compare_models(
     yield Progress("done", 1, 1, distributed.from_main(result))
 
 
-def _layer_cka(sample: Sample, seed: int, notes: list[str]) -> Generator[Progress[ComparisonResult], None, tuple[np.ndarray, np.ndarray]]:
-    """Linear and debiased CKA between every layer of A and every layer of B, on the sample (a generator returning them)."""
+def _layer_cka(
+    sample: Sample, seed: int, notes: list[str], device: torch.device
+) -> Generator[Progress[ComparisonResult], None, tuple[np.ndarray, np.ndarray]]:
+    """Linear and debiased CKA between every layer of A and every layer of B, on the sample (a generator returning them),
+    computed on model A's device (on a GPU its float64 products are milliseconds, on the host seconds)."""
     if sample.size < 4:
         raise InputError(f"only {sample.size} {sample.unit}s to compare; CKA needs at least 4 (give more sentences)")
     if sample.seen > sample.size:
         notes.append(f"CKA on a seeded sample of {sample.size:,} of the corpus's {sample.seen:,} {sample.unit}s (seed {seed})")
     yield Progress("CKA", 0, 1)
-    states_a, states_b = sample.states
+    states_a, states_b = (states if device.type == "cpu" else torch.as_tensor(states, device=device) for states in sample.states)
     return cka_matrices(
         [states_a[:, layer] for layer in range(states_a.shape[1])], [states_b[:, layer] for layer in range(states_b.shape[1])]
     )

@@ -3,7 +3,8 @@
 Each function takes `[n, d]` numpy arrays of the same n rows (one row per token, word or
 sentence, in the same order across layers or models) and returns floats or small arrays.
 The arithmetic runs in torch (float64 where it matters) so it shares one thread pool with
-the model's forward passes; the corpus pass that produces the rows is core.analyses.representations.
+the model's forward passes, and where the rows are (a GPU tensor: on the GPU); the corpus
+pass that produces the rows is core.analyses.representations.
 
 - Linear CKA (Kornblith et al. 2019, eq. 5 and the feature-space form of their code):
   CKA(X, Y) = ||YᵀX||²_F / (||XᵀX||_F ||YᵀY||_F) on column-centred X, Y. The debiased form
@@ -139,34 +140,39 @@ def cka_matrices(first: Sequence[Rows], second: Sequence[Rows] | None = None) ->
 def nearest_neighbours(X: Rows, k: int, block: int = BLOCK, rows: npt.ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Indices `[n, k]` and float64 distances of each row's k nearest other rows, nearest first.
 
-    Ties are broken by row index, so the result does not depend on the block size. `rows`
-    (indices) asks for those rows' neighbours only, among all rows.
+    Ties are broken by row index, so the result does not depend on the block size or on how
+    topk orders equal values. `rows` (indices) asks for those rows' neighbours only, among all
+    rows. The search runs where X is (a GPU tensor: on the GPU).
     """
     exact = _tensor(X)
-    n = len(exact)
+    n, device = len(exact), exact.device
     if not 1 <= k < n:
         raise InputError(f"need more rows than neighbours: {n} rows, k = {k}")
-    asked = torch.arange(n) if rows is None else torch.as_tensor(rows, dtype=torch.long)
+    asked = torch.arange(n, device=device) if rows is None else torch.as_tensor(rows, dtype=torch.long, device=device)
     fast = exact.float()
     squares = (fast * fast).sum(dim=1)
     spare = min(n - 1, k + 8)  # a few more candidates than asked, so float32 rounding cannot lose one
-    indices = torch.empty((len(asked), k), dtype=torch.long)
-    distances = torch.empty((len(asked), k), dtype=torch.float64)
-    approx = torch.empty((min(block, len(asked)), n))  # one buffer for every block
+    indices = torch.empty((len(asked), k), dtype=torch.long, device=device)
+    distances = torch.empty((len(asked), k), dtype=torch.float64, device=device)
+    approx = torch.empty((min(block, len(asked)), n), device=device)  # one buffer for every block
     for start in range(0, len(asked), block):
         here = asked[start : start + block]
         size = len(here)
+        near = approx[:size]
         # |x_j|² − 2 x_i·x_j: a row's own |x_i|² would not change its order
-        torch.addmm(squares, fast[here], fast.T, alpha=-2.0, out=approx[:size])
-        approx[torch.arange(size), here] = float("inf")
-        candidates = torch.topk(approx[:size], spare, dim=1, largest=False).indices
+        torch.addmm(squares, fast[here], fast.T, alpha=-2.0, out=near)
+        near[torch.arange(size, device=device), here] = float("inf")
+        last, candidates = torch.topk(near, spare, dim=1, largest=False)
+        crowded = (near <= last[:, -1:]).sum(dim=1) > spare  # more rows tie with the last candidate than it kept
+        if bool(crowded.any()):  # (the embedding layer's repeated tokens): the lowest indices among the tied
+            candidates[crowded] = torch.sort(near[crowded], dim=1, stable=True).indices[:, :spare]
         candidates = torch.sort(candidates, dim=1).values  # by index first, so equal distances keep index order
         true = torch.linalg.vector_norm(exact[candidates] - exact[here, None, :], dim=-1)
         true[candidates == here[:, None]] = float("inf")
         order = torch.sort(true, dim=1, stable=True).indices[:, :k]
         indices[start : start + size] = torch.gather(candidates, 1, order)
         distances[start : start + size] = torch.gather(true, 1, order)
-    return indices.numpy(), distances.numpy()
+    return indices.cpu().numpy(), distances.cpu().numpy()
 
 
 def twonn_dimension(X: Rows, discard: float = TWONN_DISCARD, found: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[float, int]:
@@ -181,7 +187,7 @@ def twonn_dimension(X: Rows, discard: float = TWONN_DISCARD, found: tuple[np.nda
         found = None  # one neighbour a row: never two
     if found is not None and (found[1][:, 0] > 0).all():  # no duplicates: each row's first two neighbours
         return twonn_from_distances(found[1], discard), 0
-    whole = np.ascontiguousarray((rows + 0.0).numpy())  # + 0.0: -0.0 as 0.0, equal as they compare
+    whole = np.ascontiguousarray((rows + 0.0).cpu().numpy())  # + 0.0: -0.0 as 0.0, equal as they compare
     _, firsts, groups = np.unique(whole.view(np.dtype((np.void, whole.strides[0]))), return_index=True, return_inverse=True)
     groups = groups.reshape(-1)  # each row's group of equal rows, numbered as `firsts` (each group's first row)
     duplicates = len(rows) - len(firsts)
@@ -230,15 +236,16 @@ def pca_2d(X: Rows) -> tuple[np.ndarray, np.ndarray]:
     loading is positive) so the picture is reproducible.
     """
     centred = _centred(X)
+    covariance = (centred.T @ centred).cpu()  # d × d: solved on the host wherever the rows are
     with _one_thread():
-        values, vectors = torch.linalg.eigh(centred.T @ centred)
+        values, vectors = torch.linalg.eigh(covariance)
     order = torch.argsort(values, descending=True)[:2]
     components = vectors[:, order].T
     signs = torch.sign(components[torch.arange(len(components)), components.abs().argmax(dim=1)])
     components = components * torch.where(signs == 0, 1.0, signs)[:, None]
     total = float(values.clamp(min=0).sum())
     explained = (values[order].clamp(min=0) / total).numpy() if total > 0 else np.zeros(len(order))
-    projection = (centred @ components.T).float().numpy()
+    projection = (centred @ components.T.to(centred.device)).float().cpu().numpy()
     if projection.shape[1] < 2:  # a single feature: pad so callers always get two columns
         projection = np.pad(projection, ((0, 0), (0, 2 - projection.shape[1])))
         explained = np.pad(explained, (0, 2 - len(explained)))
@@ -251,15 +258,20 @@ DEFAULT_NEIGHBOURS = 10
 
 
 def analyse_layers(
-    states: np.ndarray, neighbours: int = DEFAULT_NEIGHBOURS, cancel: threading.Event | None = None
+    states: np.ndarray,
+    neighbours: int = DEFAULT_NEIGHBOURS,
+    cancel: threading.Event | None = None,
+    device: torch.device | str = "cpu",
 ) -> Iterator[tuple[str, int, int] | dict[str, Any] | None]:
     """Every figure of every layer of a `[n, L+1, D]` sample; a generator of (stage, done, total) and,
-    last, a dict of the arrays (None when cancelled)."""
+    last, a dict of the arrays (None when cancelled). The arithmetic runs on `device` (the model's:
+    on a GPU the neighbour searches and CKA's products take milliseconds, not the host's seconds)."""
     n, count, _ = states.shape
     if n < 4:
         raise InputError(f"only {n} rows to analyse; geometry needs at least 4 (give more sentences)")
     k = min(neighbours, n - 1)
-    layers = [states[:, layer] for layer in range(count)]
+    rows = states if torch.device(device).type == "cpu" else torch.as_tensor(states, device=device)
+    layers = [rows[:, layer] for layer in range(count)]
     projection = np.empty((count, n, 2), dtype=np.float32)
     explained = np.empty((count, 2))
     dimension = np.empty(count)
@@ -361,7 +373,7 @@ def _measure(
         what = "words" if sample.unit == "word" else "tokens"
         notes.append(f"{sample.truncated:,} {what} were cut from sentences longer than the model's maximum of {session.max_length}")
     figures: dict[str, Any] | None = None
-    for item in analyse_layers(sample.states[0], neighbours, cancel):
+    for item in analyse_layers(sample.states[0], neighbours, cancel, session.device):
         if item is None:
             return None
         if isinstance(item, dict):
