@@ -265,19 +265,19 @@ class MLMObjective(Objective):
 
         def mask_tokens(batch: Batch) -> Batch:
             ids = batch.inputs["input_ids"]
-            present = batch.inputs["attention_mask"].bool().cpu()  # on the CPU once, not a GPU read a sentence
-            candidates = present & ~batch.target["special"].cpu()
-            every_ids, every_present = ids.cpu().numpy(), present.numpy()
-            chosen = torch.zeros(ids.shape, dtype=torch.bool)
+            # On the CPU once, not a GPU read a sentence; chosen with numpy, not a few torch calls a sentence.
+            every_ids, every_present = ids.cpu().numpy(), batch.inputs["attention_mask"].bool().cpu().numpy()
+            candidates = every_present & ~batch.target["special"].cpu().numpy()
+            chosen = np.zeros(ids.shape, dtype=bool)
             for row in range(ids.shape[0]):
                 # Each sentence's masks follow from the seed and its tokens alone: the same on every walk,
                 # in any batch, on any rank (a corpus sharded by torchrun masks what one process masks).
                 generator = sentence_generator(seed, every_ids[row][every_present[row]])
-                chosen[row, : ids.shape[1]] = (torch.rand(ids.shape[1], generator=generator) < MLM_RATE) & candidates[row]
+                chosen[row] = (torch.rand(ids.shape[1], generator=generator).numpy() < MLM_RATE) & candidates[row]
                 if not chosen[row].any() and candidates[row].any():  # every sentence gets at least one masked token
-                    options = torch.nonzero(candidates[row]).squeeze(-1)
-                    chosen[row, options[torch.randint(len(options), (1,), generator=generator)]] = True
-            chosen = chosen.to(ids.device)
+                    options = np.flatnonzero(candidates[row])
+                    chosen[row, options[int(torch.randint(len(options), (1,), generator=generator))]] = True
+            chosen = torch.from_numpy(chosen).to(ids.device)
             batch.target["labels"] = torch.where(chosen, ids, torch.full_like(ids, -100))
             batch.inputs["input_ids"] = torch.where(chosen, torch.full_like(ids, mask_id), ids)
             return batch
@@ -376,14 +376,15 @@ class PreserveObjective(Objective):
         """
         hidden = self._hidden(batch, gates, ablation).float()
         real = batch.inputs["attention_mask"].float()[..., None]
-        direction = torch.zeros(hidden.shape)
+        direction = np.zeros(hidden.shape, dtype=np.float32)
         # Per sentence, from the seed and its tokens: any batch, any rank. Read on the CPU once a batch, not a
-        # sentence at a time from a GPU (each read of the GPU waits for it).
+        # sentence at a time from a GPU (each read of the GPU waits for it), and placed with numpy (a torch
+        # boolean-mask assignment took seven times as long as the rest of the loop).
         every_ids, every_present = batch.inputs["input_ids"].cpu().numpy(), batch.inputs["attention_mask"].bool().cpu().numpy()
         for row, (ids, present) in enumerate(zip(every_ids, every_present, strict=True)):
             row_generator = sentence_generator(generator.initial_seed(), ids[present])
-            direction[row, torch.from_numpy(present)] = torch.randn((int(present.sum()), hidden.shape[-1]), generator=row_generator)
-        direction = direction.to(hidden.device) * real
+            direction[row, present] = torch.randn((int(present.sum()), hidden.shape[-1]), generator=row_generator).numpy()
+        direction = torch.from_numpy(direction).to(hidden.device) * real
         size = (hidden.detach().pow(2) * real).sum((1, 2))
         ones = torch.ones_like(size)
         unmoved = Scores(torch.zeros_like(size), ones, ones)  # the pass at gates 1 is its own reference
