@@ -162,10 +162,11 @@ def nearest_neighbours(X: Rows, k: int, block: int = BLOCK, rows: npt.ArrayLike 
         # |x_j|² − 2 x_i·x_j: a row's own |x_i|² would not change its order
         torch.addmm(squares, fast[here], fast.T, alpha=-2.0, out=near)
         near[torch.arange(size, device=device), here] = float("inf")
-        last, candidates = torch.topk(near, spare, dim=1, largest=False)
-        crowded = (near <= last[:, -1:]).sum(dim=1) > spare  # more rows tie with the last candidate than it kept
-        if bool(crowded.any()):  # (the embedding layer's repeated tokens): the lowest indices among the tied
-            candidates[crowded] = torch.sort(near[crowded], dim=1, stable=True).indices[:, :spare]
+        nearest, candidates = torch.topk(near, min(spare + 1, n), dim=1, largest=False)
+        candidates = candidates[:, :spare]
+        crowded = nearest[:, spare - 1] == nearest[:, min(spare, n - 1)]  # a tie with the last candidate left out
+        if bool(crowded.any()):  # (the embedding layer's repeated tokens): take the lowest indices among the tied
+            candidates[crowded] = _lowest_ties(near[crowded], nearest[crowded, spare - 1 : spare], spare)
         candidates = torch.sort(candidates, dim=1).values  # by index first, so equal distances keep index order
         true = torch.linalg.vector_norm(exact[candidates] - exact[here, None, :], dim=-1)
         true[candidates == here[:, None]] = float("inf")
@@ -173,6 +174,14 @@ def nearest_neighbours(X: Rows, k: int, block: int = BLOCK, rows: npt.ArrayLike 
         indices[start : start + size] = torch.gather(candidates, 1, order)
         distances[start : start + size] = torch.gather(true, 1, order)
     return indices.cpu().numpy(), distances.cpu().numpy()
+
+
+def _lowest_ties(rows: Tensor, edge: Tensor, count: int) -> Tensor:
+    """`[r, count]` indices of each row's `count` smallest values, ties at the edge value taken by lowest index."""
+    below, tied = rows < edge, rows == edge
+    room = count - below.sum(dim=1, keepdim=True)  # what the strictly smaller ones leave for the tied
+    kept = below | (tied & (tied.cumsum(dim=1) <= room))
+    return kept.nonzero()[:, 1].view(-1, count)  # row by row, in index order
 
 
 def twonn_dimension(X: Rows, discard: float = TWONN_DISCARD, found: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[float, int]:
