@@ -268,15 +268,14 @@ class MLMObjective(Objective):
             # On the CPU once, not a GPU read a sentence; chosen with numpy, not a few torch calls a sentence.
             every_ids, every_present = ids.cpu().numpy(), batch.inputs["attention_mask"].bool().cpu().numpy()
             candidates = every_present & ~batch.target["special"].cpu().numpy()
-            chosen = np.zeros(ids.shape, dtype=bool)
-            for row in range(ids.shape[0]):
-                # Each sentence's masks follow from the seed and its tokens alone: the same on every walk,
-                # in any batch, on any rank (a corpus sharded by torchrun masks what one process masks).
-                generator = sentence_generator(seed, every_ids[row][every_present[row]])
-                chosen[row] = (torch.rand(ids.shape[1], generator=generator).numpy() < MLM_RATE) & candidates[row]
-                if not chosen[row].any() and candidates[row].any():  # every sentence gets at least one masked token
-                    options = np.flatnonzero(candidates[row])
-                    chosen[row, options[int(torch.randint(len(options), (1,), generator=generator))]] = True
+            # Each sentence's masks follow from the seed and its tokens alone: the same on every walk,
+            # in any batch, on any rank (a corpus sharded by torchrun masks what one process masks).
+            generators = [sentence_generator(seed, row_ids[present]) for row_ids, present in zip(every_ids, every_present, strict=True)]
+            draws = torch.stack([torch.rand(ids.shape[1], generator=generator) for generator in generators]).numpy()
+            chosen = (draws < MLM_RATE) & candidates
+            for row in np.flatnonzero(~chosen.any(axis=1) & candidates.any(axis=1)):  # at least one masked token each
+                options = np.flatnonzero(candidates[row])
+                chosen[row, options[int(torch.randint(len(options), (1,), generator=generators[row]))]] = True
             chosen = torch.from_numpy(chosen).to(ids.device)
             batch.target["labels"] = torch.where(chosen, ids, torch.full_like(ids, -100))
             batch.inputs["input_ids"] = torch.where(chosen, torch.full_like(ids, mask_id), ids)
@@ -376,15 +375,19 @@ class PreserveObjective(Objective):
         """
         hidden = self._hidden(batch, gates, ablation).float()
         real = batch.inputs["attention_mask"].float()[..., None]
-        direction = np.zeros(hidden.shape, dtype=np.float32)
         # Per sentence, from the seed and its tokens: any batch, any rank. Read on the CPU once a batch, not a
-        # sentence at a time from a GPU (each read of the GPU waits for it), and placed with numpy (a torch
-        # boolean-mask assignment took seven times as long as the rest of the loop).
+        # sentence at a time from a GPU (each read of the GPU waits for it); drawn into one buffer, the real
+        # tokens row by row, and placed with one assignment a batch, not one a sentence.
         every_ids, every_present = batch.inputs["input_ids"].cpu().numpy(), batch.inputs["attention_mask"].bool().cpu().numpy()
-        for row, (ids, present) in enumerate(zip(every_ids, every_present, strict=True)):
-            row_generator = sentence_generator(generator.initial_seed(), ids[present])
-            direction[row, present] = torch.randn((int(present.sum()), hidden.shape[-1]), generator=row_generator).numpy()
-        direction = torch.from_numpy(direction).to(hidden.device) * real
+        counts = every_present.sum(axis=1)
+        ends = np.cumsum(counts)
+        draws = torch.empty((int(ends[-1]), hidden.shape[-1]))
+        for ids, present, count, end in zip(every_ids, every_present, counts, ends, strict=True):
+            seeded = sentence_generator(generator.initial_seed(), ids[present])
+            torch.randn((int(count), hidden.shape[-1]), generator=seeded, out=draws[end - count : end])
+        direction = torch.zeros(hidden.shape)
+        direction[torch.from_numpy(every_present)] = draws
+        direction = direction.to(hidden.device) * real
         size = (hidden.detach().pow(2) * real).sum((1, 2))
         ones = torch.ones_like(size)
         unmoved = Scores(torch.zeros_like(size), ones, ones)  # the pass at gates 1 is its own reference
