@@ -1,41 +1,54 @@
 #!/usr/bin/env bash
-# Every check a GPU machine is for, in one short run (issue 19): when time on a GPU is scarce, run this once.
+# Every check a GPU machine is for, in one short run (issues 19 and 36): when time on a GPU is scarce, run this once.
 #
-#     bash benchmarks/gpu_checks.sh TREEBANK.conllu OUT_DIR [SENTENCES]
+#     bash benchmarks/gpu_checks.sh TREEBANK.conllu OUT_DIR [MODEL_DIR]
 #
-# 1. tests/test_cuda.py (skipped without a GPU elsewhere), verbose, into OUT_DIR/test_cuda.log;
-# 2. device_jobs.py in float32 and bfloat16 (every corpus job against a bare forward on the GPU);
-# 3. device_profile.py on the two open questions of session 12's figures: gradient importance in
-#    bfloat16 (7x float32's time there) and patterns in float32 (6.7x a bare forward);
-# 4. the whole suite on this machine, one line per test (-v) into OUT_DIR/suite.log, so that a run
-#    cut short still names every failure so far.
-# Each step has its own time limit; the last lines printed are a summary. Exit status 0.
+# Sized for a 15-minute lease (about 8 minutes here; session 21 ran these steps on an H200 in two calls):
+# 1. tests/test_cuda.py (skipped without a GPU elsewhere), verbose, into OUT_DIR/test_cuda.log (~100 s);
+# 2. host_overhead.py on MODEL_DIR (default: the bundled MiniLM) in float32 and bfloat16: every corpus job
+#    against a bare forward on the GPU (~60 s each);
+# 3. cold_start.py in bfloat16, with and without cuDNN's attention: a job's first run in a fresh process;
+# 4. host_overhead.py on a seeded random BERT of bert-base's shape, float32 and bfloat16, while time is left;
+# 5. device_profile.py on gradient importance in bfloat16, while time is left.
+# Each step has its own time limit and leaves its JSON in OUT_DIR (8 files at most); every summary line
+# goes to OUT_DIR/steps.log and to the terminal. Exit status 0.
 set -u
 data=${1:?a CoNLL-U treebank}
 out=${2:?a folder for the logs and results}
-sentences=${3:-4078}
+model=${3:-$(python3 -c "from bertscope.core.model.model_files import bundled_model_dir as d; print(d())")}
 mkdir -p "$out"
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+log=$out/steps.log
+start=$(date +%s)
+elapsed() { echo $(( $(date +%s) - start )); }
+say() { echo "== $1 [$(elapsed)s]"; tail -n 1 "$log"; }
 
-timeout 300 python3 -m pytest tests/test_cuda.py -v -rfE -p no:cacheprovider > "$out/test_cuda.log" 2>&1
-for dtype in float32 bfloat16; do
-    timeout 240 python3 benchmarks/device_jobs.py --conllu "$data" --sentences "$sentences" --small 500 --device cuda \
-        --dtype "$dtype" --random-mlm -o "$out/device_jobs_$dtype.json" > /dev/null 2> "$out/device_jobs_$dtype.err"
-done
-timeout 120 python3 benchmarks/device_profile.py --conllu "$data" --job importance --device cuda --dtype bfloat16 \
-    -o "$out/profile_importance_bfloat16.json" > /dev/null 2> "$out/profile_importance_bfloat16.err"
-timeout 120 python3 benchmarks/device_profile.py --conllu "$data" --job patterns --device cuda --dtype float32 \
-    -o "$out/profile_patterns_float32.json" > /dev/null 2> "$out/profile_patterns_float32.err"
-workers=$(( $(nproc) > 12 ? 12 : $(nproc) ))
-timeout 420 python3 -m pytest -v -rfE -n "$workers" -p no:cacheprovider > "$out/suite.log" 2>&1
+timeout 150 python3 -m pytest tests/test_cuda.py -v -rfE -p no:cacheprovider > "$out/test_cuda.log" 2>&1
+echo "== tests/test_cuda.py: $(tail -n 1 "$out/test_cuda.log") [$(elapsed)s]"
+grep -E "^(FAILED|ERROR)" "$out/test_cuda.log" | head -n 20
 
-echo "== tests/test_cuda.py: $(tail -n 1 "$out/test_cuda.log")"
-for name in device_jobs_float32 device_jobs_bfloat16; do
-    echo "== $name: $(tail -n 1 "$out/$name.err")"
+overhead() {  # name, time limit, arguments...
+    local name=$1 limit=$2; shift 2
+    echo "-- $name" >> "$log"
+    timeout "$limit" python3 benchmarks/host_overhead.py --conllu "$data" --device cuda --runs 3 --no-count \
+        -o "$out/$name.json" "$@" > /dev/null 2>> "$log"
+    say "$name"
+}
+overhead minilm_float32 100 --model "$model" --dtype float32
+overhead minilm_bfloat16 100 --model "$model" --dtype bfloat16
+for variant in "" --with-cudnn; do
+    echo "-- cold_start $variant" >> "$log"
+    timeout 60 python3 benchmarks/cold_start.py --conllu "$data" --model "$model" --device cuda --dtype bfloat16 \
+        $variant -o "$out/cold${variant:+_cudnn}.json" > /dev/null 2>> "$log"
+    say "cold_start $variant"
 done
-for name in profile_importance_bfloat16 profile_patterns_float32; do
-    echo "== $name"; grep -A 20 " under the profiler" "$out/$name.err"
-done
-echo "== the suite: $(tail -n 1 "$out/suite.log")"
-grep -E "^(\[gw[0-9]+\] )?\[ *[0-9]+%\] (FAILED|ERROR)|^(FAILED|ERROR) " "$out/suite.log" | head -n 30
+[ "$(elapsed)" -lt 380 ] && overhead base_float32 100 --shape base --dtype float32 --runs 2
+[ "$(elapsed)" -lt 440 ] && overhead base_bfloat16 100 --shape base --dtype bfloat16 --runs 2
+if [ "$(elapsed)" -lt 480 ]; then
+    echo "-- device_profile" >> "$log"
+    timeout 60 python3 benchmarks/device_profile.py --conllu "$data" --model "$model" --job importance --device cuda \
+        --dtype bfloat16 -o "$out/profile_importance_bfloat16.json" > /dev/null 2>> "$log"
+    echo "== device_profile [$(elapsed)s]"; grep -A 20 " under the profiler" "$log" | tail -n 21
+fi
+echo "== done in $(elapsed)s"
 exit 0
