@@ -16,7 +16,11 @@ shape and tokenizer) is
 held to that model's bare forward, and its time is also given against transformers' masked-LM forward, the head on
 every position (`ratio_to_masked_lm`), which is what a fill-mask over the same queries costs. `importance` runs a
 forward and a backward a batch: its time and operations are also given against a bare forward and backward (the sum
-of the last hidden state, a gradient for every weight: `ratio_to_forward_backward`).
+of the last hidden state, a gradient for every weight: `ratio_to_forward_backward`). `erase` (upos at hidden state 1,
+LEACE) makes two feature passes over the corpus (as the model is, and erased), so its unit is two bare forwards; on
+top it fits the eraser and the probes and measures `preserve` on its test split, and one more run through its
+progress stream splits its time by stage (`stages_s`; `feature_passes_ratio`: the feature passes alone against
+their two bare forwards).
 
 Each run of a job follows a bare run of its own (two for `compare`, its masked-LM's encoder for `cloze`), and
 `paired_ratio` is the median of the runs' own ratios: on a busy machine, where one bare run takes
@@ -41,7 +45,7 @@ import time
 
 from common import cloze_queries, emit  # benchmarks/common.py, found beside this script
 
-JOBS = ("patterns", "norms", "syntax", "geometry", "compare", "features", "importance", "cloze", "mixing")
+JOBS = ("patterns", "norms", "syntax", "geometry", "compare", "features", "importance", "cloze", "mixing", "erase")
 TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256)
 SHAPES = {"tiny": TINY, "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)}
 READS = {"item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__", "__array__"}
@@ -91,6 +95,7 @@ def main() -> None:
             "importance": lambda: bertscope.importance(model, "preserve", corpus),
             "cloze": lambda: bertscope.cloze(mlm, queries),
             "mixing": lambda: api.mixing_agreement(model, corpus, method=("attention", "norms", "rollout")),
+            "erase": lambda: bertscope.erase(model, "upos", treebank, layer=1, cache_dir=False),
         }
         bare = Bare(model, [sentence.text for sentence in treebank])
         cloze_bare = Bare(mlm, [query.split("\t")[0] for query in queries]) if mlm else None
@@ -101,7 +106,8 @@ def main() -> None:
         for name in jobs:
             seconds, paired = [], []
             for _ in range(args.runs):  # each run beside a bare run of its own: a ratio a pair, steadier on a busy machine
-                own_bare = (cloze_bare if name == "cloze" and cloze_bare is not None else bare).time() * (2 if name == "compare" else 1)
+                passes = 2 if name in ("compare", "erase") else 1  # two models, or two feature passes
+                own_bare = (cloze_bare if name == "cloze" and cloze_bare is not None else bare).time() * passes
                 started = time.perf_counter()
                 runs[name]()
                 seconds.append(time.perf_counter() - started)
@@ -113,6 +119,11 @@ def main() -> None:
         unit = {name: bare_s for name in jobs}
         if "compare" in unit:
             unit["compare"] = 2 * bare_s  # a forward of each model
+        if "erase" in unit:  # a feature pass as the model is and one erased, then the fits and the measure on top
+            unit["erase"] = 2 * bare_s
+            results["erase"]["stages_s"] = stage_seconds(api.steps(bertscope.erase, model, "upos", treebank, layer=1, cache_dir=False))
+            passes = sum(seconds for stage, seconds in results["erase"]["stages_s"].items() if stage.startswith("features"))
+            results["erase"]["feature_passes_ratio"] = round(passes / (2 * bare_s), 2)
         if cloze_bare is not None and masked_lm_bare is not None:
             unit["cloze"] = min(cloze_bare.time() for _ in range(args.runs))
             masked_lm_s = min(masked_lm_bare.time() for _ in range(args.runs))
@@ -159,6 +170,18 @@ def main() -> None:
     }
     table = " · ".join(f"{name} {entry['ratio']}x (paired {entry['paired_ratio']}x)" for name, entry in results.items())
     emit(result, args.output, f"host_overhead on {result['device']}, bare forward {bare_s:.3f}s: {table}")
+
+
+def stage_seconds(steps) -> dict[str, float]:
+    """Seconds spent in each stage of an analysis's progress stream (`api.steps`), a stage's splits added up."""
+    seconds: dict[str, float] = {}
+    stage, since = None, time.perf_counter()
+    for step in steps:
+        now = time.perf_counter()
+        if stage is not None:
+            seconds[stage] = seconds.get(stage, 0.0) + now - since
+        stage, since = step.stage.split(" (")[0] if step.stage.startswith("features") else step.stage, now
+    return {name: round(value, 3) for name, value in seconds.items()}
 
 
 def random_bert(directory: str, shape: dict) -> str:
