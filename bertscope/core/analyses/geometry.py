@@ -162,9 +162,9 @@ def nearest_neighbours(X: Rows, k: int, block: int = BLOCK, rows: npt.ArrayLike 
         # |x_j|² − 2 x_i·x_j: a row's own |x_i|² would not change its order
         torch.addmm(squares, fast[here], fast.T, alpha=-2.0, out=near)
         near[torch.arange(size, device=device), here] = float("inf")
-        nearest, candidates = torch.topk(near, min(spare + 1, n), dim=1, largest=False)
+        nearest, candidates = torch.topk(near, spare + 1, dim=1, largest=False)  # spare < n: there are spare + 1 values
         candidates = candidates[:, :spare]
-        crowded = nearest[:, spare - 1] == nearest[:, min(spare, n - 1)]  # a tie with the last candidate left out
+        crowded = nearest[:, spare - 1] == nearest[:, spare]  # a tie with the last candidate, left out
         if bool(crowded.any()):  # (the embedding layer's repeated tokens): take the lowest indices among the tied
             candidates[crowded] = _lowest_ties(near[crowded], nearest[crowded, spare - 1 : spare], spare)
         candidates = torch.sort(candidates, dim=1).values  # by index first, so equal distances keep index order

@@ -265,7 +265,7 @@ class MLMObjective(Objective):
 
         def mask_tokens(batch: Batch) -> Batch:
             ids = batch.inputs["input_ids"]
-            # On the CPU once, not a GPU read a sentence; chosen with numpy, not a few torch calls a sentence.
+            # On the CPU once, not a GPU read a sentence; the draws stacked and the masks chosen with numpy, a batch at once.
             every_ids, every_present = ids.cpu().numpy(), batch.inputs["attention_mask"].bool().cpu().numpy()
             candidates = every_present & ~batch.target["special"].cpu().numpy()
             # Each sentence's masks follow from the seed and its tokens alone: the same on every walk,
