@@ -214,29 +214,26 @@ def _encode(session: Session, chunk: list[Sentence]) -> list[_Encoded]:
 
 def _add_batch(session: Session, counts: _Counts, batch: list[_Encoded], gates: Tensor | None, ablation: Ablation) -> None:
     """One forward pass; each layer's attention becomes hit counts as the pass computes it."""
-    length = max(len(item.input_ids) for item in batch)
     words = max(item.words for item in batch)
-    pad_id = session.tokenizer.pad_token_id or 0
     device = session.device
-    input_ids = torch.tensor([item.input_ids + [pad_id] * (length - len(item.input_ids)) for item in batch], device=device)
-    real = torch.tensor([[1] * len(item.input_ids) + [0] * (length - len(item.input_ids)) for item in batch], device=device)
-    word_of = torch.tensor([item.word_of + [-1] * (length - len(item.word_of)) for item in batch], device=device)
+    lengths = np.array([len(item.input_ids) for item in batch])
+    real = np.arange(lengths.max()) < lengths[:, None]  # [B, T]; row-major, so `array[real] = flat` fills row by row
+    table = np.zeros((3, *real.shape), dtype=np.int64)  # the batch's ids, attention mask and word of each token, at once
+    table[0], table[1], table[2] = session.tokenizer.pad_token_id or 0, real, -1
+    table[0][real] = np.concatenate([item.input_ids for item in batch])
+    table[2][real] = np.concatenate([item.word_of for item in batch])
+    input_ids, attention_mask, word_of = torch.from_numpy(table).to(device).unbind()
     present = torch.zeros(len(batch), words, dtype=torch.bool, device=device)
     present[(word_of >= 0).nonzero(as_tuple=True)[0], word_of[word_of >= 0]] = True
 
-    arc_rows: list[int] = []
-    arc_dependents: list[int] = []
-    arc_heads: list[int] = []
-    arc_relations: list[int] = []
-    for row, item in enumerate(batch):
-        for dep, hd, name in item.arcs:
-            arc_rows.append(row)
-            arc_dependents.append(dep)
-            arc_heads.append(hd)
-            arc_relations.append(counts.relation_index(name))
-    counts.add_baselines(*(np.array(values, dtype=np.int64) for values in (arc_dependents, arc_heads, arc_relations)))
+    arcs = [arc for item in batch for arc in item.arcs]
+    arc_rows = np.repeat(np.arange(len(batch)), [len(item.arcs) for item in batch])
+    arc_dependents = np.array([dependent for dependent, _, _ in arcs], dtype=np.int64)
+    arc_heads = np.array([head for _, head, _ in arcs], dtype=np.int64)
+    arc_relations = np.array([counts.relation_index(name) for _, _, name in arcs], dtype=np.int64)
+    counts.add_baselines(arc_dependents, arc_heads, arc_relations)
     sentence, dependent, head, relation = (
-        torch.tensor(values, dtype=torch.long, device=device) for values in (arc_rows, arc_dependents, arc_heads, arc_relations)
+        torch.from_numpy(values).to(device) for values in (arc_rows, arc_dependents, arc_heads, arc_relations)
     )
 
     pooling = word_pooling(word_of, words)
@@ -249,7 +246,7 @@ def _add_batch(session: Session, counts: _Counts, batch: list[_Encoded], gates: 
 
     with torch.inference_mode():
         session.run(
-            {"input_ids": input_ids, "attention_mask": real, "token_type_ids": torch.zeros_like(input_ids)},
+            {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": torch.zeros_like(input_ids)},
             gates=gates,
             ablation=ablation,
             attentions=True,
