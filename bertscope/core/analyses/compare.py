@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from bertscope.core import distributed
-from bertscope.core.analyses.geometry import cka_matrices
+from bertscope.core.analyses.geometry import cka_matrices, on_device
 from bertscope.core.analyses.geometry_results import ComparisonResult, ProbeDifference
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
@@ -188,7 +188,7 @@ def _layer_cka(
     if sample.seen > sample.size:
         notes.append(f"CKA on a seeded sample of {sample.size:,} of the corpus's {sample.seen:,} {sample.unit}s (seed {seed})")
     yield Progress("CKA", 0, 1)
-    states_a, states_b = (states if device.type == "cpu" else torch.as_tensor(states, device=device) for states in sample.states)
+    states_a, states_b = (on_device(states, device) for states in sample.states)
     return cka_matrices(
         [states_a[:, layer] for layer in range(states_a.shape[1])], [states_b[:, layer] for layer in range(states_b.shape[1])]
     )

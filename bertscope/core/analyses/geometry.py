@@ -266,6 +266,11 @@ def pca_2d(X: Rows) -> tuple[np.ndarray, np.ndarray]:
 DEFAULT_NEIGHBOURS = 10
 
 
+def on_device(states: np.ndarray, device: torch.device | str) -> np.ndarray | Tensor:
+    """A sample's rows where its measures should run: as they are on the CPU, copied once to a GPU."""
+    return states if torch.device(device).type == "cpu" else torch.as_tensor(states, device=device)
+
+
 def analyse_layers(
     states: np.ndarray,
     neighbours: int = DEFAULT_NEIGHBOURS,
@@ -279,7 +284,7 @@ def analyse_layers(
     if n < 4:
         raise InputError(f"only {n} rows to analyse; geometry needs at least 4 (give more sentences)")
     k = min(neighbours, n - 1)
-    rows = states if torch.device(device).type == "cpu" else torch.as_tensor(states, device=device)
+    rows = on_device(states, device)
     layers = [rows[:, layer] for layer in range(count)]
     projection = np.empty((count, n, 2), dtype=np.float32)
     explained = np.empty((count, 2))
