@@ -20,7 +20,7 @@ of the last hidden state, a gradient for every weight: `ratio_to_forward_backwar
 LEACE) makes two feature passes over the corpus (as the model is, and erased), so its unit is two bare forwards; on
 top it fits the eraser and the probes and measures `preserve` on its test split, and one more run through its
 progress stream splits its time by stage (`stages_s`; `feature_passes_ratio`: the feature passes alone against
-their two bare forwards).
+their two bare forwards). Its runs drain that stream, as the command does.
 
 Each run of a job follows a bare run of its own (two for `compare`, its masked-LM's encoder for `cloze`), and
 `paired_ratio` is the median of the runs' own ratios: on a busy machine, where one bare run takes
@@ -47,6 +47,7 @@ from common import cloze_queries, emit  # benchmarks/common.py, found beside thi
 
 JOBS = ("patterns", "norms", "syntax", "geometry", "compare", "features", "importance", "cloze", "mixing", "erase")
 TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256)
+FORWARDS = {"compare": 2, "erase": 2}  # a job's unit in bare forwards: two models, or two feature passes
 SHAPES = {"tiny": TINY, "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)}
 READS = {"item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__", "__array__"}
 
@@ -95,7 +96,7 @@ def main() -> None:
             "importance": lambda: bertscope.importance(model, "preserve", corpus),
             "cloze": lambda: bertscope.cloze(mlm, queries),
             "mixing": lambda: api.mixing_agreement(model, corpus, method=("attention", "norms", "rollout")),
-            "erase": lambda: bertscope.erase(model, "upos", treebank, layer=1, cache_dir=False),
+            "erase": lambda: stage_seconds(api.steps(bertscope.erase, model, "upos", treebank, layer=1, cache_dir=False)),
         }
         bare = Bare(model, [sentence.text for sentence in treebank])
         cloze_bare = Bare(mlm, [query.split("\t")[0] for query in queries]) if mlm else None
@@ -106,8 +107,7 @@ def main() -> None:
         for name in jobs:
             seconds, paired = [], []
             for _ in range(args.runs):  # each run beside a bare run of its own: a ratio a pair, steadier on a busy machine
-                passes = 2 if name in ("compare", "erase") else 1  # two models, or two feature passes
-                own_bare = (cloze_bare if name == "cloze" and cloze_bare is not None else bare).time() * passes
+                own_bare = (cloze_bare if name == "cloze" and cloze_bare is not None else bare).time() * FORWARDS.get(name, 1)
                 started = time.perf_counter()
                 runs[name]()
                 seconds.append(time.perf_counter() - started)
@@ -116,14 +116,11 @@ def main() -> None:
                              "paired_ratio": round(statistics.median(paired), 2)}
         after = [bare.time() for _ in range(args.runs)]
         bare_s = min(before + after)
-        unit = {name: bare_s for name in jobs}
-        if "compare" in unit:
-            unit["compare"] = 2 * bare_s  # a forward of each model
-        if "erase" in unit:  # a feature pass as the model is and one erased, then the fits and the measure on top
-            unit["erase"] = 2 * bare_s
-            results["erase"]["stages_s"] = stage_seconds(api.steps(bertscope.erase, model, "upos", treebank, layer=1, cache_dir=False))
-            passes = sum(seconds for stage, seconds in results["erase"]["stages_s"].items() if stage.startswith("features"))
-            results["erase"]["feature_passes_ratio"] = round(passes / (2 * bare_s), 2)
+        unit = {name: bare_s * FORWARDS.get(name, 1) for name in jobs}
+        if "erase" in unit:  # its feature passes (as the model is, and erased), then the fits and the measure on top
+            results["erase"]["stages_s"] = runs["erase"]()
+            feature_s = sum(seconds for stage, seconds in results["erase"]["stages_s"].items() if stage == "features")
+            results["erase"]["feature_passes_ratio"] = round(feature_s / unit["erase"], 2)
         if cloze_bare is not None and masked_lm_bare is not None:
             unit["cloze"] = min(cloze_bare.time() for _ in range(args.runs))
             masked_lm_s = min(masked_lm_bare.time() for _ in range(args.runs))
@@ -146,7 +143,7 @@ def main() -> None:
             for name in jobs:
                 counted[name] = counts((mlm if name == "cloze" else model).model, runs[name])
                 base = counted["bare (cloze)" if name == "cloze" else "bare"]["operations_per_batch"]
-                base *= 2 if name == "compare" else 1  # two models: two forwards a batch
+                base *= 2 if name == "compare" else 1  # two models: two forwards a batch (erase's passes are counted one by one)
                 counted[name]["operations_ratio"] = round(counted[name]["operations_per_batch"] / base, 2)
                 results[name].update(counted[name])
             if backward_bare is not None:
@@ -180,7 +177,7 @@ def stage_seconds(steps) -> dict[str, float]:
         now = time.perf_counter()
         if stage is not None:
             seconds[stage] = seconds.get(stage, 0.0) + now - since
-        stage, since = step.stage.split(" (")[0] if step.stage.startswith("features") else step.stage, now
+        stage, since = step.stage.split(" (")[0], now  # "features (erased, test)": "features"
     return {name: round(value, 3) for name, value in seconds.items()}
 
 
