@@ -7,6 +7,7 @@ head reports zero weights, a uniform one 1/T, and hidden states move with the ma
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -128,7 +129,7 @@ class FakeBackend:
     def mixing(self, text, *, method="value-zeroing", mask=None, ablation="zero", erasure=None, cancel=None):
         """Known measures: layer l's matrix is the mean of its heads' weights (`attention`) or their norms (anything else)
         plus (l + 1) / 4 on the diagonal, rows normalised, in `delay`-long steps per layer; flow and rollout are rolled out only."""
-        from bertscope.core.analyses.mixing_results import Mixing, normalised_rows, rolled_out
+        from bertscope.core.analyses.mixing_results import Mixing
 
         mask = mask or HeadMask.none(LAYERS, HEADS)
         self.mixing_calls.append((method, mask.spec()))
@@ -142,10 +143,12 @@ class FakeBackend:
             time.sleep(self.delay)
             yield Progress(method, layer + 1, LAYERS)
         own = 0.25 * np.arange(1, LAYERS + 1)[:, None, None] * np.eye(len(text.tokens))  # layers keep ever more of themselves
-        per_layer = normalised_rows((weights if method == "attention" else weighted_norms).mean(1) + own)
+        per_layer = (weights if method == "attention" else weighted_norms).mean(1) + own
+        per_layer /= per_layer.sum(-1, keepdims=True)
+        rolled = np.stack(list(itertools.accumulate(per_layer, lambda joint, matrix: matrix @ joint)))
         cumulative = method in ("flow", "rollout")
         yield Progress("done", 1, 1, Mixing(
-            encoding=text, method=method, rolled=rolled_out(per_layer), per_layer=None if cumulative else per_layer,
+            encoding=text, method=method, rolled=rolled, per_layer=None if cumulative else per_layer,
             mask=mask, ablation=ablation,
         ))
 

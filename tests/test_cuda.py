@@ -166,6 +166,16 @@ def test_geometry_and_compare(gpu, cpu, tiny_bert_dir):
     np.testing.assert_allclose(np.diag(compared.cka), 1.0, atol=1e-4)  # the model against its own files
 
 
+def test_context_mixing_one_input_and_over_a_corpus(gpu, cpu):
+    """Its maps are normalised, rolled out, ranked and summed on the GPU (float64), not on the host."""
+    for method in ("value-zeroing", "alti", "rollout", "flow"):
+        one, other = bertscope.mixing(gpu, TEXTS[0], method=method), bertscope.mixing(cpu, TEXTS[0], method=method)
+        np.testing.assert_allclose(one.rolled, other.rolled, atol=1e-4, err_msg=method)
+    methods = ["attention", "norms", "value-zeroing", "alti", "rollout"]
+    one, other = (bertscope.mixing_agreement(session, TEXTS * 4, method=methods) for session in (gpu, cpu))
+    assert_same_numbers(one.as_json(), other.as_json(), rtol=1e-3, atol=1e-4)
+
+
 def test_bfloat16_is_close_to_float32(tiny_bert_dir, cpu):
     gpu_bf16 = bertscope.load(str(tiny_bert_dir), device="cuda", dtype="bfloat16")
     one, other = bertscope.patterns(gpu_bf16, limit=40), bertscope.patterns(cpu, limit=40)

@@ -37,6 +37,7 @@ from torch import Tensor
 
 from bertscope.core import distributed
 from bertscope.core.errors import InputError
+from bertscope.core.model.device import float64_device
 from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
@@ -267,8 +268,10 @@ DEFAULT_NEIGHBOURS = 10
 
 
 def on_device(states: np.ndarray, device: torch.device | str) -> np.ndarray | Tensor:
-    """A sample's rows where its measures should run: as they are on the CPU, copied once to a GPU."""
-    return states if torch.device(device).type == "cpu" else torch.as_tensor(states, device=device)
+    """A sample's rows where its measures should run: as they are on the CPU, copied once to a GPU (core.model.device's
+    `float64_device`: MPS has no float64, so there they stay on the host)."""
+    device = float64_device(device)
+    return states if device.type == "cpu" else torch.as_tensor(states, device=device)
 
 
 def analyse_layers(

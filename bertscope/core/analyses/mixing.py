@@ -44,6 +44,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -56,15 +57,12 @@ from bertscope.core.analyses.mixing_results import (
     PER_LAYER,
     Mixing,
     MixingAgreement,
-    normalised_rows,
     padded_token_classes,
-    rolled_out,
-    spearman_between,
-    summed_shares,
 )
 from bertscope.core.analyses.streaming import CorpusBatches, item_lengths
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
+from bertscope.core.model.device import float64_device
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding
 from bertscope.core.progress import Progress, relay
@@ -140,9 +138,14 @@ def batch_mixings(
     `{method: Mixing}` (`_measure_batch`)."""
     chosen = check_methods(methods)
     head_mask = mask if mask is not None else session.mask(None)
-    measured = yield from relay(_measure_batch(session, encodings, chosen, head_mask, ablation, cancel))
-    if measured is None:
+    found = yield from relay(_measure_batch(session, encodings, chosen, head_mask, ablation, cancel))
+    if found is None:
         return
+    measured, _ = found
+    read = {
+        method: (None if per_layer is None else per_layer.cpu().numpy(), rolled.cpu().numpy())
+        for method, (per_layer, rolled) in measured.items()
+    }
     common: dict[str, Any] = dict(mask=head_mask, ablation=ablation, notes=_notes(session, head_mask, chosen))
     results = []
     for index, encoding in enumerate(encodings):
@@ -156,13 +159,13 @@ def batch_mixings(
                     per_layer=None if per_layer is None else per_layer[inside],
                     **common,
                 )
-                for method, (per_layer, rolled) in measured.items()
+                for method, (per_layer, rolled) in read.items()
             }
         )
     yield Progress("done", 1, 1, results)
 
 
-Measured = dict[str, tuple[np.ndarray | None, np.ndarray]]  # method: (per-layer maps or None, rolled out), each [L, B, T, T]
+Measured = dict[str, tuple[Tensor | None, Tensor]]  # method: (per-layer maps or None, rolled out), each [L, B, T, T] float64
 
 
 def _measure_batch(
@@ -172,20 +175,21 @@ def _measure_batch(
     mask: HeadMask,
     ablation: Ablation,
     cancel: threading.Event | None,
-) -> Iterator[Progress[Measured]]:
-    """Every chosen measure of a batch of inputs, as padded `[L, B, T, T]` arrays in which each input's padding rows are
-    the identity's and its padding columns zero (`_within`), so that rows normalised and products rolled out over the
-    batch are each input's own. The measures that use the model (value zeroing, ALTI) run on the whole batch at once,
-    and what comes back from the device is read once a batch; flow is solved per input on the host."""
+) -> Iterator[Progress[tuple[Measured, Tensor]]]:
+    """Every chosen measure of a batch of inputs, as padded `[L, B, T, T]` float64 tensors in which each input's padding
+    rows are the identity's and its padding columns zero (`_Padded.within`), so that rows normalised and products rolled
+    out over the batch are each input's own; and, beside them, `[B, T]`: which positions are each input's own tokens.
+    Everything runs on the model's device (core.model.device's `float64_device`) and stays there; flow alone is solved
+    per input on the host."""
     run = _Pass(session, encodings, mask, ablation, norms="norms" in chosen, values=bool({"value-zeroing", "alti"} & set(chosen)))
-    lengths = [len(encoding) for encoding in encodings]
-    per_layer: dict[str, np.ndarray] = {}
+    padded = _Padded.of(encodings, run.device)
+    maps: dict[str, Tensor] = {}  # each per-layer measure's raw maps, [L, B, T, T]
     if {"attention", "rollout", "flow"} & set(chosen):
-        attention = _within(run.head_means(), lengths)
+        attention = run.head_means()
     if "attention" in chosen:
-        per_layer["attention"] = attention
+        maps["attention"] = attention
     if "norms" in chosen:
-        per_layer["norms"] = run.summed_norms()
+        maps["norms"] = run.summed_norms()
     for method, measure in (("value-zeroing", _value_zeroing), ("alti", _alti)):
         if method not in chosen:
             continue
@@ -195,34 +199,72 @@ def _measure_batch(
                 return
             matrices.append(measure(run, layer))
             yield Progress(method, layer + 1, session.num_layers)
-        per_layer[method] = torch.stack(matrices).double().cpu().numpy()  # one read of every layer
-    measured: Measured = {}
-    for method, stacked in per_layer.items():
-        normalised = normalised_rows(_within(stacked, lengths))
-        measured[method] = (normalised, rolled_out(normalised))
+        maps[method] = torch.stack(matrices).to(run.device, torch.float64)
+    layers: dict[str, Tensor] = {}  # what is rolled out: the per-layer measures' rows normalised, and rollout's Â
+    if maps:
+        layers.update(zip(maps, normalised_rows(padded.within(torch.stack(list(maps.values()), dim=1))).unbind(1)))
     if {"rollout", "flow"} & set(chosen):
-        residual = _residual_attention(attention)
+        residual = _residual_attention(padded.within(attention))
     if "rollout" in chosen:
-        measured["rollout"] = (None, rolled_out(residual))
+        layers["rollout"] = residual
+    measured: Measured = {}
+    if layers:
+        rolled = rolled_out(torch.stack(list(layers.values()), dim=1))  # [L, K, B, T, T]: every measure's products at once
+        for index, (method, normalised) in enumerate(layers.items()):
+            measured[method] = (None if method == "rollout" else normalised, rolled[:, index])
     if "flow" in chosen:
-        flows = _within(np.zeros_like(residual), lengths)
-        for index, length in enumerate(lengths):
-            flow = yield from relay(attention_flow(residual[:, index, :length, :length], cancel))
+        on_host = residual.cpu().numpy()
+        flows = np.zeros_like(on_host)
+        for index, encoding in enumerate(encodings):
+            length = len(encoding)
+            flow = yield from relay(attention_flow(on_host[:, index, :length, :length], cancel))
             if flow is None:
                 return
             flows[:, index, :length, :length] = flow
-        measured["flow"] = (None, flows)
-    yield Progress("done", 1, 1, {method: measured[method] for method in chosen})
+        measured["flow"] = (None, padded.within(torch.as_tensor(flows, device=run.device)))
+    yield Progress("done", 1, 1, ({method: measured[method] for method in chosen}, padded.real))
 
 
-def _within(stacked: np.ndarray, lengths: Sequence[int]) -> np.ndarray:
-    """`[..., B, T, T]` maps of a padded batch, each input's kept within its own `lengths[b]` tokens: its padding
-    columns zero and its padding rows the identity's (a padding token then takes nothing and gives nothing)."""
-    size = stacked.shape[-1]
-    real = np.arange(size) < np.asarray(lengths)[:, None]  # [B, T]
-    inside = real[:, :, None] & real[:, None, :]
-    padding_diagonal = np.eye(size, dtype=bool) & ~real[:, :, None]
-    return np.where(inside, stacked, padding_diagonal.astype(np.float64))
+@dataclass(frozen=True)
+class _Padded:
+    """Where a padded batch's inputs are, made once a batch on the device its maps are on: `real` `[B, T]`, each input's
+    own tokens; `inside` `[B, T, T]`, its own cells (i, j); `outside` `[B, T, T]` float64, the identity on its padding
+    rows, zero elsewhere."""
+
+    real: Tensor
+    inside: Tensor
+    outside: Tensor
+
+    @classmethod
+    def of(cls, encodings: Sequence[Encoding], device: torch.device) -> _Padded:
+        lengths = torch.tensor([len(encoding) for encoding in encodings], device=device)
+        real = torch.arange(max(len(encoding) for encoding in encodings), device=device) < lengths[:, None]  # padded on the right
+        inside = real[:, :, None] & real[:, None, :]
+        outside = torch.diag_embed((~real).double())
+        return cls(real, inside, outside)
+
+    def within(self, maps: Tensor) -> Tensor:
+        """`[..., B, T, T]` float64 maps, each input's kept within its own tokens: its padding columns zero and its
+        padding rows the identity's (a padding token then takes nothing and gives nothing)."""
+        return torch.where(self.inside, maps, self.outside)
+
+
+def normalised_rows(matrix: Tensor) -> Tensor:
+    """Rows scaled to sum to 1; a row with nothing in it (every head of its layer switched off) becomes the identity's:
+    the token then takes nothing from the others."""
+    totals = matrix.sum(-1, keepdim=True)
+    identity = torch.eye(matrix.shape[-1], dtype=matrix.dtype, device=matrix.device)
+    return torch.where(totals > 0, matrix / totals, identity)  # where a total is 0 its NaNs are not taken
+
+
+def rolled_out(per_layer: Tensor) -> Tensor:
+    """`[L, ..., T, T]`: the product C_l ⋯ C_0 of row-normalised per-layer matrices, from the input to each layer's
+    output (every matrix of a layer multiplied in one batched product)."""
+    flat = per_layer.reshape(len(per_layer), -1, *per_layer.shape[-2:])  # [L, N, T, T]
+    rolled = [flat[0]]
+    for matrices in flat[1:]:
+        rolled.append(torch.bmm(matrices, rolled[-1]))
+    return torch.stack(rolled).view(per_layer.shape)
 
 
 def _notes(session: Session, mask: HeadMask, chosen: tuple[str, ...]) -> tuple[str, ...]:
@@ -255,6 +297,7 @@ class _Pass:
         self, session: Session, encodings: Sequence[Encoding], mask: HeadMask, ablation: Ablation, *, norms: bool, values: bool
     ) -> None:
         self.session = session
+        self.device = float64_device(session.device)  # where the measures' float64 arithmetic runs
         family = session.family
         modules = session.layer_modules
         self.values: dict[int, Tensor] = {}
@@ -289,14 +332,14 @@ class _Pass:
         self.weights = list(outputs.attentions)  # L of [B, H, T, T], heads in their original numbers
         self.norms = [kept_norms[layer] for layer in range(len(modules))] if norms else None
 
-    def head_means(self) -> np.ndarray:
-        """`[L, B, T, T]`: each layer's weights averaged over its heads, in float64 (one read of the device)."""
-        return torch.stack(self.weights).double().mean(2).cpu().numpy()
+    def head_means(self) -> Tensor:
+        """`[L, B, T, T]`: each layer's weights averaged over its heads, in float64."""
+        return torch.stack(self.weights).to(self.device, torch.float64).mean(2)
 
-    def summed_norms(self) -> np.ndarray:
-        """`[L, B, T, T]`: each layer's value-weighted norms added over its heads, in float64 (one read of the device)."""
+    def summed_norms(self) -> Tensor:
+        """`[L, B, T, T]`: each layer's value-weighted norms added over its heads, in float64."""
         assert self.norms is not None, "the pass was run without norms"
-        return torch.stack(self.norms).double().sum(2).cpu().numpy()
+        return torch.stack(self.norms).to(self.device, torch.float64).sum(2)
 
     def decomposition(self, layer: int) -> tuple[Tensor, Tensor, Tensor]:
         """(g `[B·T, T, D]`, x `[B·T, D]`, s `[B·T, D]`), a row for each token i of each input: token j's part g_ij of
@@ -379,10 +422,11 @@ def _alti(run: _Pass, layer: int) -> Tensor:
     return torch.cat(scores).view(-1, length, length)
 
 
-def _residual_attention(means: np.ndarray) -> np.ndarray:
+def _residual_attention(means: Tensor) -> Tensor:
     """`[L, ..., T, T]`: rollout's Â_l = ½·(mean over heads of A_l) + ½·I, rows renormalised, from the means over heads."""
-    mixed = 0.5 * means + 0.5 * np.eye(means.shape[-1])
-    return mixed / mixed.sum(-1, keepdims=True)
+    mixed = 0.5 * means
+    mixed.diagonal(dim1=-2, dim2=-1).add_(0.5)
+    return mixed / mixed.sum(-1, keepdim=True)
 
 
 # --- attention flow ---------------------------------------------------------------------------------
@@ -424,7 +468,7 @@ def attention_flow(residual: np.ndarray, cancel: threading.Event | None = None) 
             yield Progress(stage, 1, len(calls), partial={"expected_seconds": expected})
         else:
             yield Progress(stage, done + 1, len(calls))
-    yield Progress(stage, len(calls), len(calls), normalised_rows(flows / FLOW_SCALE))
+    yield Progress(stage, len(calls), len(calls), normalised_rows(torch.as_tensor(flows / FLOW_SCALE)).numpy())
 
 
 def _copy_edges(layer: int, length: int) -> int:
@@ -503,10 +547,10 @@ def mixing_agreement(
     )
     for batch in batches:
         encodings = batch.take(batch.encoded)
-        measured = yield from relay(_measure_batch(session, encodings, chosen, head_mask, ablation, cancel))
-        if measured is None:
+        found = yield from relay(_measure_batch(session, encodings, chosen, head_mask, ablation, cancel))
+        if found is None:
             return
-        _add_batch(sums, measured, encodings)
+        _add_batch(sums, *found, encodings)
         yield Progress("sentences", sums["sentences"], partial=_agreement(chosen, sums, head_mask, ablation))
     if batches.cancelled:
         return
@@ -517,26 +561,71 @@ def mixing_agreement(
     yield Progress("sentences", sums["sentences"], result=result)
 
 
-def _add_batch(sums: dict[str, Any], measured: Measured, encodings: Sequence[Encoding]) -> None:
-    """A batch's agreement (each sentence's mean over its rows, added) and shares (each sentence's mean, added)."""
-    lengths = np.array([len(encoding) for encoding in encodings])
-    classes = padded_token_classes([encoding.tokens for encoding in encodings], [encoding.special for encoding in encodings], lengths.max())
-    rolled = np.stack([rolled for _, rolled in measured.values()])  # [M, L, B, T, T]
-    correlations = spearman_between(rolled[:, -1], lengths)  # [M, M, B, T]: each pair of methods, each row at the last layer
-    rows = np.isfinite(correlations).sum(-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rho = np.nansum(correlations, -1) / rows  # [M, M, B]: the mean over rows that are not constant, NaN where none is
-    rho[np.arange(len(rho)), np.arange(len(rho))] = 1.0  # a method agrees with itself, constant rows too
-    counted = np.isfinite(rho)
-    sums["agreement"] += np.where(counted, rho, 0.0).sum(-1)
-    sums["agreement_counts"] += counted.sum(-1)
-    sums["rolled_shares"] += summed_shares(rolled, classes, lengths)
+def _add_batch(sums: dict[str, Any], measured: Measured, real: Tensor, encodings: Sequence[Encoding]) -> None:
+    """A batch's agreement (each sentence's mean over its rows, added) and shares (each sentence's mean, added),
+    computed where the maps are and read from there at once."""
+    rolled = torch.stack([rolled for _, rolled in measured.values()])  # [M, L, B, T, T]
     per_layer = {index: maps for index, (maps, _) in enumerate(measured.values()) if maps is not None}  # not flow, rollout
-    if per_layer:
-        sums["layer_shares"][list(per_layer)] += summed_shares(np.stack(list(per_layer.values())), classes, lengths)
+    tokens, special = [encoding.tokens for encoding in encodings], [encoding.special for encoding in encodings]
+    classes = torch.as_tensor(padded_token_classes(tokens, special, real.shape[1]), dtype=torch.float64, device=rolled.device)
+    correlations = _spearman_between(rolled[:, -1], real)  # [M, M, B, T]: each pair of methods, each row at the last layer
+    rho = correlations.nansum(-1) / correlations.isnan().logical_not().sum(-1)  # [M, M, B]: the mean over rows not constant
+    rho.diagonal().fill_(1.0)  # a method agrees with itself, constant rows too
+    counted = rho.isnan().logical_not()  # (no correlation is infinite)
+    shares = _summed_shares(torch.cat([rolled, torch.stack(list(per_layer.values()))]) if per_layer else rolled, classes, real)
+    found = {
+        "agreement": rho.nansum(-1),
+        "agreement_counts": counted.sum(-1, dtype=torch.float64),
+        "shares": shares,  # [M + P, L, 4]: every method's rolled out, then the per-layer methods' own
+    }
+    read = _read(found)
+    sums["agreement"] += read["agreement"]
+    sums["agreement_counts"] += read["agreement_counts"]
+    sums["rolled_shares"] += read["shares"][: len(rolled)]
+    sums["layer_shares"][list(per_layer)] += read["shares"][len(rolled) :]
     sums["sentences"] += len(encodings)
-    sums["tokens"] += int(lengths.sum())
+    sums["tokens"] += sum(len(encoding) for encoding in encodings)
     sums["truncated"] += sum(encoding.truncated > 0 for encoding in encodings)
+
+
+def _spearman_between(matrices: Tensor, real: Tensor) -> Tensor:
+    """`[M, M, B, T]` for M padded batches of maps `[M, B, T, T]`: the Spearman correlation of row i of matrix a with
+    row i of matrix b, for every pair (a, b) at once (each matrix ranked once), input b's rows ranked over its own
+    columns (`real`, `[B, T]`); NaN where either row is constant and on padding rows."""
+    ranked = _centred_ranks(matrices, real)
+    unit = ranked / torch.linalg.vector_norm(ranked, dim=-1, keepdim=True)  # 0 / 0 where a row is constant: NaN
+    return (unit[:, None] * unit[None]).sum(-1)
+
+
+def _centred_ranks(values: Tensor, real: Tensor) -> Tensor:
+    """`[..., B, T, T]`: each row's ranks (from 1; ties take their mean rank, as scipy's `rankdata`) over input b's own
+    columns, less their mean (n + 1) / 2; 0 in padding columns (ranked after every real one and dropped) and in padding
+    rows."""
+    columns = real[:, None, :]  # [B, 1, T]
+    ranked = values.masked_fill(~columns, torch.inf)
+    ordered = ranked.sort(-1).values
+    # a value's equals sit at sorted positions [before, after): their ranks (from 1) average (before + after + 1) / 2
+    before = torch.searchsorted(ordered, ranked, side="left")
+    after = torch.searchsorted(ordered, ranked, side="right")
+    middle = (columns.sum(-1, keepdim=True, dtype=values.dtype) + 1) / 2  # the mean rank, (n + 1) / 2
+    return ((before + after + 1).to(values.dtype) / 2 - middle) * (columns & real[:, :, None])
+
+
+def _summed_shares(matrices: Tensor, classes: Tensor, real: Tensor) -> Tensor:
+    """`[..., 4]`: the shares of mixing_results.SHARES of each input of a padded batch of maps `[..., B, T, T]` (classes
+    `[B, T, 3]`), added over the inputs: each one's mean over its own rows (`real`, `[B, T]`)."""
+    weights = real / real.sum(-1, keepdim=True, dtype=torch.float64)  # [B, T]: 1 / length on real rows, 0 on padding
+    taken = (matrices * weights[:, :, None]).sum(-2)  # [..., B, T]: what each token gives, on average over the rows
+    to_classes = (taken[..., None] * classes).sum((-3, -2))  # [..., 3]
+    own = (matrices.diagonal(dim1=-2, dim2=-1) * weights).sum((-2, -1))
+    return torch.cat([to_classes, own[..., None]], -1)
+
+
+def _read(tensors: dict[str, Tensor]) -> dict[str, np.ndarray]:
+    """Float64 tensors read from the device together: one wait for a GPU, not one a tensor."""
+    flat = torch.cat([tensor.reshape(-1) for tensor in tensors.values()]).cpu().numpy()
+    parts = np.split(flat, np.cumsum([tensor.numel() for tensor in tensors.values()])[:-1])
+    return {name: part.reshape(tensor.shape) for (name, tensor), part in zip(tensors.items(), parts, strict=True)}
 
 
 def _agreement(methods: tuple[str, ...], sums: dict[str, Any], mask: HeadMask, ablation: Ablation) -> MixingAgreement:

@@ -50,26 +50,6 @@ DEFINITIONS = {
 SHARES = ("cls", "sep", "punctuation", "self")  # where a row's mixing comes from (core.analyses.headstats's token classes)
 
 
-def rolled_out(per_layer: np.ndarray) -> np.ndarray:
-    """`[L, T, T]`: the product C_l ⋯ C_0 of row-normalised per-layer matrices, from the input to each layer's output."""
-    rolled = np.empty_like(per_layer, dtype=np.float64)
-    joint = np.eye(per_layer.shape[-1])
-    for layer, matrix in enumerate(per_layer.astype(np.float64)):
-        joint = matrix @ joint
-        rolled[layer] = joint
-    return rolled
-
-
-def normalised_rows(matrix: np.ndarray) -> np.ndarray:
-    """Rows scaled to sum to 1; a row with nothing in it (every head of its layer switched off) becomes the identity's:
-    the token then takes nothing from the others."""
-    matrix = np.asarray(matrix, dtype=np.float64)
-    totals = matrix.sum(-1, keepdims=True)
-    identity = np.broadcast_to(np.eye(matrix.shape[-1]), matrix.shape)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(totals > 0, matrix / np.where(totals > 0, totals, 1.0), identity)
-
-
 def token_classes(tokens: Sequence[str], special: np.ndarray) -> np.ndarray:
     """`[T, 3]` bool: [CLS] (the first special token), [SEP] (every later one), punctuation, as patterns counts them."""
     return padded_token_classes([tokens], [special], len(tokens))[0]
@@ -94,42 +74,6 @@ def shares(matrices: np.ndarray, classes: np.ndarray) -> np.ndarray:
     to_classes = matrices @ classes.astype(np.float64)  # [..., T, 3]
     own = np.diagonal(matrices, axis1=-2, axis2=-1)[..., None]
     return np.concatenate([to_classes, own], axis=-1).mean(-2)
-
-
-def spearman_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """`[T]`: the Spearman rank correlation of each row of `a` with the same row of `b` (ties take their mean rank);
-    NaN where a row is constant."""
-    return spearman_between(np.stack([a, b]))[0, 1]
-
-
-def spearman_between(matrices: np.ndarray, lengths: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
-    """`[M, M, T]` for M matrices `[M, T, T]`: the Spearman correlation of row i of matrix a with row i of matrix b, for
-    every pair (a, b) at once (the ranks of each matrix taken once); NaN where either row is constant.
-
-    With `lengths`, the matrices are a padded batch `[M, B, T, T]` and the result `[M, M, B, T]`: input b's rows are
-    ranked over its first `lengths[b]` columns alone, and its padding rows are NaN (constant there)."""
-    from scipy.stats import rankdata  # type: ignore[import-untyped]  # scipy ships no type information
-
-    size = matrices.shape[-1]
-    counts = np.full((1, 1), size) if lengths is None else np.asarray(lengths)[:, None, None]  # [B, 1, 1]
-    real = np.arange(size) < counts  # the columns ranked: a padding column ranks after every real one, then is dropped
-    ranked = rankdata(np.where(real, matrices, np.inf), axis=-1) - (counts + 1) / 2  # centred: the mean rank is (n + 1) / 2
-    ranked = np.where(real, ranked, 0.0)
-    spread = np.sqrt((ranked**2).sum(-1))  # [M, ..., T]
-    products = np.einsum("a...j,b...j->ab...", ranked, ranked)
-    scale = spread[:, None] * spread[None, :]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(scale > 0, products / np.where(scale > 0, scale, 1.0), np.nan)
-
-
-def summed_shares(matrices: np.ndarray, classes: np.ndarray, lengths: Sequence[int] | np.ndarray) -> np.ndarray:
-    """`[..., 4]`: `shares` of each input of a padded batch of matrices `[..., B, T, T]` (classes `[B, T, 3]`), added over
-    the inputs: each one's mean over its own `lengths[b]` rows."""
-    to_classes = matrices @ classes.astype(np.float64)  # [..., B, T, 3]
-    own = np.diagonal(matrices, axis1=-2, axis2=-1)[..., None]
-    counts = np.asarray(lengths)[:, None]
-    weights = (np.arange(matrices.shape[-1]) < counts) / counts  # [B, T]: 1 / length on real rows, 0 on padding
-    return np.einsum("...btk,bt->...k", np.concatenate([to_classes, own], axis=-1), weights)
 
 
 @dataclass(frozen=True, repr=False)

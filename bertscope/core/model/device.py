@@ -39,3 +39,10 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name != "float32" and device.type == "cpu":
         raise InputError(f"dtype {name} is for GPUs; on the CPU use float32", setting="dtype")
     return DTYPES[name]
+
+
+def float64_device(device: torch.device | str) -> torch.device:
+    """Where float64 arithmetic on a model's outputs runs: on the model's device, so that a GPU's outputs are not copied
+    to the host first, except MPS, which has no float64 (there: the CPU)."""
+    device = torch.device(device)
+    return torch.device("cpu") if device.type == "mps" else device
