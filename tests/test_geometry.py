@@ -231,6 +231,18 @@ def test_words_of_a_conllu_corpus_labelled_by_upos(tiny_session):
     assert "NOUN" in result.labels["upos"] and set(result.labels) == {"upos", "xpos", "deprel"}
 
 
+def test_a_word_that_makes_no_token_has_no_row_and_the_others_keep_their_labels(tiny_session):
+    """The uncased WordPiece tokenizer drops a zero-width space: its word gets no row, and each later word keeps its own
+    text and tags (the rows are each word's first token, found for a whole batch at once)."""
+    words = ("The", "\u200b", "cat", "sat", ".")
+    odd = Sentence(text=" ".join(words), words=words, upos=("DET", "X", "NOUN", "VERB", "PUNCT"))
+    plain = Sentence(text="Dogs bark .", words=("Dogs", "bark", "."), upos=("NOUN", "VERB", "PUNCT"))
+    sample = list(stream_sample([tiny_session], [plain, odd, plain], unit="word", max_rows=1000))[-1].result
+    rows = sorted(zip(sample.texts, sample.labels["upos"], strict=True))
+    assert rows == sorted([("Dogs", "NOUN"), ("bark", "VERB"), (".", "PUNCT")] * 2 + [("The", "DET"), ("cat", "NOUN"), ("sat", "VERB"), (".", "PUNCT")])
+    assert sample.truncated == 1  # the word with no token is counted as not represented
+
+
 def test_sentence_units_from_senteval_and_errors(tiny_session):
     sentences = list(read_sentences(sample_corpus("senteval"), limit=12))
     result = run_geometry(tiny_session, sentences)

@@ -187,8 +187,10 @@ def prepare(
     real_lengths = real.sum(-1).tolist()  # padding is on the right: a row's real tokens come first
     if unit == "token":  # lists, not a tensor element per token: this loop sees every token of the corpus
         ids, specials = encoded["input_ids"].tolist(), special.tolist()
+    if unit == "word":  # each word's first token, found for the batch at once: the loop below sees each sentence once
+        word_rows, word_positions, word_numbers = _word_starts([chunk.word_ids(index) for index in indices])
+        bounds = np.searchsorted(word_rows, np.arange(len(batch) + 1)).tolist()  # row r's words: bounds[r]:bounds[r + 1]
     for row, sentence in enumerate(batch):
-        word_ids = chunk.word_ids(indices[row])
         if unit == "sentence":
             owners.append(row)
             ordinals.append(0)
@@ -198,18 +200,20 @@ def prepare(
             continue
         first_row = len(positions)
         kept = real_lengths[row]
-        if unit == "word":  # each word's first token
-            firsts: dict[int, int] = {}
-            for position, word in enumerate(word_ids[:kept]):
-                if word is not None and word not in firsts:
-                    firsts[word] = position
-            words = words_of(sentence)
-            positions.extend(row * length + position for position in firsts.values())
-            texts.extend(words[word] for word in firsts)
-            for name, column in (("upos", sentence.upos), ("xpos", sentence.xpos), ("deprel", sentence.deprels)):
-                labels[name].extend(column[word] if column is not None else "" for word in firsts)
-            truncated += len(words) - len(firsts)
+        if unit == "word":
+            here = slice(bounds[row], bounds[row + 1])
+            words, found = words_of(sentence), word_numbers[here].tolist()
+            positions.extend((row * length + word_positions[here]).tolist())
+            prefix = not found or found[-1] == len(found) - 1  # the first len(found) words, unless one came out of no token
+            for name, column in (("text", words), ("upos", sentence.upos), ("xpos", sentence.xpos), ("deprel", sentence.deprels)):
+                if column is None:
+                    values: Sequence[str] = [""] * len(found)
+                else:
+                    values = column[: len(found)] if prefix else [column[word] for word in found]
+                (texts if name == "text" else labels[name]).extend(values)
+            truncated += len(words) - len(found)
         else:
+            word_ids = chunk.word_ids(indices[row])
             tokens = tokenizer.convert_ids_to_tokens(ids[row][:kept])
             previous = None
             for position, (word, token) in enumerate(zip(word_ids[:kept], tokens)):
@@ -238,6 +242,18 @@ def prepare(
         texts,
         truncated,
     )
+
+
+def _word_starts(word_ids: Sequence[Sequence[int | None]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The first token of each word in a batch's rows of word ids (None: a special token; a word's tokens are
+    contiguous), in row order: its row, its position in the row and the word's number in its sentence."""
+    sizes = [len(ids) for ids in word_ids]
+    flat = np.array(list(itertools.chain.from_iterable(word_ids)), dtype=np.float64)  # None: NaN
+    places = np.arange(len(flat))
+    starts = np.repeat(np.cumsum(sizes) - sizes, sizes)  # each token's row's first place
+    previous = np.concatenate([[np.nan], flat[:-1]])
+    first = ~np.isnan(flat) & ((flat != previous) | (places == starts))
+    return np.repeat(np.arange(len(sizes)), sizes)[first], (places - starts)[first], flat[first].astype(np.int64)
 
 
 def _cut_tokens(tokenizer: PreTrainedTokenizerBase, sentence: Sentence, kept: int, max_length: int) -> int:
