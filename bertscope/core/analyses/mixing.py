@@ -602,11 +602,11 @@ def _centred_ranks(values: Tensor, real: Tensor) -> Tensor:
     columns, less their mean (n + 1) / 2; 0 in padding columns (ranked after every real one and dropped) and in padding
     rows."""
     columns = real[:, None, :]  # [B, 1, T]
-    ranked = values.masked_fill(~columns, torch.inf)
-    ordered = ranked.sort(-1).values
+    kept = values.masked_fill(~columns, torch.inf)
+    ordered = kept.sort(-1).values
     # a value's equals sit at sorted positions [before, after): their ranks (from 1) average (before + after + 1) / 2
-    before = torch.searchsorted(ordered, ranked, side="left")
-    after = torch.searchsorted(ordered, ranked, side="right")
+    before = torch.searchsorted(ordered, kept, side="left")
+    after = torch.searchsorted(ordered, kept, side="right")
     middle = (columns.sum(-1, keepdim=True, dtype=values.dtype) + 1) / 2  # the mean rank, (n + 1) / 2
     return ((before + after + 1).to(values.dtype) / 2 - middle) * (columns & real[:, :, None])
 
