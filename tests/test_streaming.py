@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -27,3 +28,12 @@ def test_pad_batch_pads_as_the_tokenizer_does(tiny_session, options):
         assert padded.keys() == expected.keys()
         for key in padded:
             assert padded[key].dtype == expected[key].dtype and torch.equal(padded[key], expected[key]), key
+
+
+def test_right_padded_fills_each_column_after_each_item():
+    from bertscope.core.analyses.streaming import right_padded
+
+    table, real = right_padded([2, 3, 1], [(np.array([1, 2, 3, 4, 5, 6]), 0), (np.array([7, 8, 9, 10, 11, 12]), -1)])
+    assert real.tolist() == [[True, True, False], [True, True, True], [True, False, False]]
+    assert table.tolist() == [[[1, 2, 0], [3, 4, 5], [6, 0, 0]], [[7, 8, -1], [9, 10, 11], [12, -1, -1]]]
+    assert table.dtype == np.int64

@@ -55,7 +55,7 @@ from torch import Tensor
 
 from bertscope.core import distributed
 from bertscope.core.analyses.headstats import is_punctuation
-from bertscope.core.analyses.streaming import CorpusBatches, item_lengths
+from bertscope.core.analyses.streaming import CorpusBatches, item_lengths, right_padded
 from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
@@ -402,28 +402,30 @@ def encode_sorted(session: Session, chunk: list[Sentence]) -> list[Encoding]:
 def batch_tensors(session: Session, batch: list[Encoding], punctuation_of: dict[int, bool]) -> tuple[dict[str, Tensor], BatchMasks]:
     """Pad a length-sorted batch into model inputs and the masks the statistics need: made on the host, the batch's
     tokens at once (not a few numpy calls a sentence), one copy of each to the device."""
-    lengths = np.array([len(item) for item in batch])
-    real = np.arange(lengths.max()) < lengths[:, None]  # [B, T]; row-major, so `array[real] = flat` fills row by row
     ids = np.concatenate([item.input_ids for item in batch])
-    special = np.zeros(real.shape, dtype=bool)
-    special[real] = np.concatenate([item.special for item in batch])
+    names = ("input_ids", "token_type_ids", "attention_mask")
+    rows, real = right_padded(  # the model's inputs (copied to the device), then the special tokens and segments
+        [len(item) for item in batch],
+        [
+            (ids, session.tokenizer.pad_token_id or 0),
+            (np.concatenate([item.token_type_ids for item in batch]), 0),
+            (np.ones(len(ids), dtype=np.int64), 0),
+            (np.concatenate([item.special for item in batch]), 0),
+            (np.array([-1 if s is None else s for item in batch for s in item.segment_ids]), -1),
+        ],
+    )
+    special, segments = rows[3].astype(bool), rows[4]
     distinct, where = np.unique(ids, return_inverse=True)
     for token_id in distinct.tolist():
         if token_id not in punctuation_of:
             token = cast(str, session.tokenizer.convert_ids_to_tokens(token_id))  # transformers: str for one id, a list for many
             punctuation_of[token_id] = is_punctuation(token)
-    segments = np.full(real.shape, -1)
-    segments[real] = [-1 if s is None else s for item in batch for s in item.segment_ids]
-    names = ("input_ids", "token_type_ids", "attention_mask")
-    rows = np.zeros((len(names), *real.shape), dtype=np.int64)
-    rows[0] = session.tokenizer.pad_token_id or 0
-    rows[0][real], rows[1][real], rows[2] = ids, np.concatenate([item.token_type_ids for item in batch]), real
     keys = np.zeros((*real.shape, 5), dtype=np.float32)  # [B, T, 5]: special_keys, then segment_words
     keys[:, 0, 0], keys[:, 1:, 1] = special[:, 0], special[:, 1:]
     keys[..., 2][real] = np.array([punctuation_of[token_id] for token_id in distinct.tolist()], dtype=bool)[where] & ~special[real]
     keys[..., 3:] = segments[..., None] == np.arange(2)
     pairs = ((segments == 0).any(axis=1) & (segments == 1).any(axis=1)).tolist()
-    inputs = dict(zip(names, torch.from_numpy(rows).to(session.device).unbind(), strict=True))
+    inputs = dict(zip(names, torch.from_numpy(rows[: len(names)]).to(session.device).unbind(), strict=True))
     on_device = torch.from_numpy(keys).to(session.device)
     masks = BatchMasks(
         real=inputs["attention_mask"].bool(),

@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from bertscope.core import distributed
-from bertscope.core.analyses.streaming import CorpusBatches, item_lengths, words_of
+from bertscope.core.analyses.streaming import CorpusBatches, item_lengths, right_padded, words_of
 from bertscope.core.analyses.syntax_results import OFFSETS, SyntaxResult
 from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS
 from bertscope.core.data.corpus import Sentence
@@ -216,12 +216,15 @@ def _add_batch(session: Session, counts: _Counts, batch: list[_Encoded], gates: 
     """One forward pass; each layer's attention becomes hit counts as the pass computes it."""
     words = max(item.words for item in batch)
     device = session.device
-    lengths = np.array([len(item.input_ids) for item in batch])
-    real = np.arange(lengths.max()) < lengths[:, None]  # [B, T]; row-major, so `array[real] = flat` fills row by row
-    table = np.zeros((3, *real.shape), dtype=np.int64)  # the batch's ids, attention mask and word of each token, at once
-    table[0], table[1], table[2] = session.tokenizer.pad_token_id or 0, real, -1
-    table[0][real] = np.concatenate([item.input_ids for item in batch])
-    table[2][real] = np.concatenate([item.word_of for item in batch])
+    lengths = [len(item.input_ids) for item in batch]
+    table, _ = right_padded(  # the batch's ids, attention mask and word of each token, in one copy to the device
+        lengths,
+        [
+            (np.concatenate([item.input_ids for item in batch]), session.tokenizer.pad_token_id or 0),
+            (np.ones(sum(lengths), dtype=np.int64), 0),
+            (np.concatenate([item.word_of for item in batch]), -1),
+        ],
+    )
     input_ids, attention_mask, word_of = torch.from_numpy(table).to(device).unbind()
     present = torch.zeros(len(batch), words, dtype=torch.bool, device=device)
     present[(word_of >= 0).nonzero(as_tuple=True)[0], word_of[word_of >= 0]] = True
