@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertscope.core.analyses.streaming import pad_batch
+from bertscope.core.analyses.streaming import pad_batch, right_padded
 
 
 @pytest.mark.parametrize(
@@ -31,8 +31,6 @@ def test_pad_batch_pads_as_the_tokenizer_does(tiny_session, options):
 
 
 def test_right_padded_fills_each_column_after_each_item():
-    from bertscope.core.analyses.streaming import right_padded
-
     table, real = right_padded([2, 3, 1], [(np.array([1, 2, 3, 4, 5, 6]), 0), (np.array([7, 8, 9, 10, 11, 12]), -1)])
     assert real.tolist() == [[True, True, False], [True, True, True], [True, False, False]]
     assert table.tolist() == [[[1, 2, 0], [3, 4, 5], [6, 0, 0]], [[7, 8, -1], [9, 10, 11], [12, -1, -1]]]
