@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
 
-from bertscope.core.analyses.streaming import pad_batch, right_padded
+from bertscope.core.analyses.streaming import pad_batch, padded
 
 
 @pytest.mark.parametrize(
@@ -15,23 +17,27 @@ from bertscope.core.analyses.streaming import pad_batch, right_padded
         dict(return_special_tokens_mask=True),
         dict(return_attention_mask=False, return_token_type_ids=False),  # the attention mask is made by padding
         dict(pairs=True, return_special_tokens_mask=True),
+        dict(left=True, return_special_tokens_mask=True),  # a tokenizer that pads on the left
     ],
 )
 def test_pad_batch_pads_as_the_tokenizer_does(tiny_session, options):
-    tokenizer = tiny_session.tokenizer
+    tokenizer = copy.deepcopy(tiny_session.tokenizer)
+    tokenizer.padding_side = "left" if options.pop("left", False) else "right"
     texts = ["A short one.", "A somewhat longer sentence, with a comma and more words in it.", "Mid-length: three, four."]
     pairs = ["Its pair.", "Another", "And a third pair sentence here."] if options.pop("pairs", False) else None
     encoded = tokenizer(texts, pairs, truncation=True, **options)
     for indices in ([0, 1, 2], [2, 0], [1]):
         expected = tokenizer.pad({key: [values[index] for index in indices] for key, values in encoded.items()}, return_tensors="pt")
-        padded = pad_batch(tokenizer, encoded, indices)
-        assert padded.keys() == expected.keys()
-        for key in padded:
-            assert padded[key].dtype == expected[key].dtype and torch.equal(padded[key], expected[key]), key
+        found = pad_batch(tokenizer, encoded, indices)
+        assert found.keys() == expected.keys()
+        for key in found:
+            assert found[key].dtype == expected[key].dtype and torch.equal(found[key], expected[key]), key
 
 
-def test_right_padded_fills_each_column_after_each_item():
-    table, real = right_padded([2, 3, 1], [(np.array([1, 2, 3, 4, 5, 6]), 0), (np.array([7, 8, 9, 10, 11, 12]), -1)])
+def test_padded_fills_each_column_after_each_item():
+    table, real = padded([2, 3, 1], [(np.array([1, 2, 3, 4, 5, 6]), 0), (np.array([7, 8, 9, 10, 11, 12]), -1)])
     assert real.tolist() == [[True, True, False], [True, True, True], [True, False, False]]
     assert table.tolist() == [[[1, 2, 0], [3, 4, 5], [6, 0, 0]], [[7, 8, -1], [9, 10, 11], [12, -1, -1]]]
     assert table.dtype == np.int64
+    table, real = padded([2, 1], [(np.array([1, 2, 3]), 0)], left=True)
+    assert real.tolist() == [[True, True], [False, True]] and table.tolist() == [[[1, 2], [0, 3]]]

@@ -55,7 +55,7 @@ from torch import Tensor
 
 from bertscope.core import distributed
 from bertscope.core.analyses.headstats import is_punctuation
-from bertscope.core.analyses.streaming import CorpusBatches, item_lengths, right_padded
+from bertscope.core.analyses.streaming import CorpusBatches, item_lengths, padded
 from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
@@ -404,7 +404,7 @@ def batch_tensors(session: Session, batch: list[Encoding], punctuation_of: dict[
     tokens at once (not a few numpy calls a sentence), one copy of each to the device."""
     ids = np.concatenate([item.input_ids for item in batch])
     names = ("input_ids", "token_type_ids", "attention_mask")
-    rows, real = right_padded(  # the model's inputs (copied to the device), then the special tokens and segments
+    rows, real = padded(  # the model's inputs (copied to the device), then the special tokens and segments
         [len(item) for item in batch],
         [
             (ids, session.tokenizer.pad_token_id or 0),

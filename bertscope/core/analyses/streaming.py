@@ -50,26 +50,27 @@ def input_lengths(encoded: Mapping[str, Any]) -> list[int]:
 def pad_batch(tokenizer: PreTrainedTokenizerBase, encoded: Mapping[str, Any], indices: list[int]) -> dict[str, torch.Tensor]:
     """A batch's rows (`indices`) of a chunk's unpadded encoding as `[B, T]` int64 tensors, padded as `tokenizer.pad`
     pads them (the attention mask made where the encoding has none), each in one copy rather than a list a row."""
-    lengths = np.array([len(encoded["input_ids"][index]) for index in indices], dtype=np.int64)
-    width = int(lengths.max())
-    places = np.arange(width)
-    real = places < lengths[:, None] if tokenizer.padding_side == "right" else places >= width - lengths[:, None]
+    lengths = [len(encoded["input_ids"][index]) for index in indices]
     pads = {"input_ids": tokenizer.pad_token_id or 0, "token_type_ids": tokenizer.pad_token_type_id, "special_tokens_mask": 1}
-    padded = {}
-    for key, values in encoded.items():
-        padded[key] = np.full(real.shape, pads.get(key, 0), dtype=np.int64)
-        padded[key][real] = np.fromiter(itertools.chain.from_iterable(values[index] for index in indices), np.int64, int(lengths.sum()))
-    if "attention_mask" not in padded and "attention_mask" in tokenizer.model_input_names:
-        padded["attention_mask"] = real.astype(np.int64)
-    return {key: torch.from_numpy(values) for key, values in padded.items()}
+    columns = [
+        (np.fromiter(itertools.chain.from_iterable(values[index] for index in indices), np.int64, sum(lengths)), pads.get(key, 0))
+        for key, values in encoded.items()
+    ]
+    table, real = padded(lengths, columns, left=tokenizer.padding_side != "right")
+    tensors = dict(zip(encoded, torch.from_numpy(table).unbind(), strict=True))
+    if "attention_mask" not in tensors and "attention_mask" in tokenizer.model_input_names:
+        tensors["attention_mask"] = torch.from_numpy(real.astype(np.int64))
+    return tensors
 
 
-def right_padded(lengths: Sequence[int], columns: Sequence[tuple[np.ndarray, int]]) -> tuple[np.ndarray, np.ndarray]:
-    """A batch of items padded on the right, every column at once: `[K, B, T]` int64, column k its items' values
-    (`columns[k][0]`: all B items' end to end, item b `lengths[b]` long) with `columns[k][1]` where an item has ended;
-    and the `[B, T]` mask of the items' own positions. One numpy copy a column, not a few calls an item."""
+def padded(lengths: Sequence[int], columns: Sequence[tuple[np.ndarray, int]], *, left: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """A batch of items padded, every column at once: `[K, B, T]` int64, column k its items' values (`columns[k][0]`:
+    all B items' end to end, item b `lengths[b]` long) with `columns[k][1]` where an item has none (after it, or before
+    it with `left`); and the `[B, T]` mask of the items' own positions. One numpy copy a column, not a few calls an item."""
     counts = np.asarray(lengths)
-    real = np.arange(counts.max()) < counts[:, None]  # row-major, so `table[k][real] = values` fills item by item
+    places, width = np.arange(counts.max()), counts.max()
+    real = places >= width - counts[:, None] if left else places < counts[:, None]
+    # row-major: `table[k][real] = values` fills item by item
     table = np.empty((len(columns), *real.shape), dtype=np.int64)
     for row, (values, fill) in zip(table, columns, strict=True):
         row[...] = fill

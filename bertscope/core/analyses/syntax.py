@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from bertscope.core import distributed
-from bertscope.core.analyses.streaming import CorpusBatches, item_lengths, right_padded, words_of
+from bertscope.core.analyses.streaming import CorpusBatches, item_lengths, padded, words_of
 from bertscope.core.analyses.syntax_results import OFFSETS, SyntaxResult
 from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS
 from bertscope.core.data.corpus import Sentence
@@ -217,7 +217,7 @@ def _add_batch(session: Session, counts: _Counts, batch: list[_Encoded], gates: 
     words = max(item.words for item in batch)
     device = session.device
     lengths = [len(item.input_ids) for item in batch]
-    table, _ = right_padded(  # the batch's ids, attention mask and word of each token, in one copy to the device
+    table, _ = padded(  # the batch's ids, attention mask and word of each token, in one copy to the device
         lengths,
         [
             (np.concatenate([item.input_ids for item in batch]), session.tokenizer.pad_token_id or 0),
