@@ -47,6 +47,7 @@ from common import cloze_queries, emit  # benchmarks/common.py, found beside thi
 
 JOBS = ("patterns", "norms", "syntax", "geometry", "compare", "features", "importance", "cloze", "mixing", "erase")
 TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256)
+STAGED = ("geometry", "erase")  # jobs run through their progress stream, timed by stage (`stage_seconds`)
 FORWARDS = {"compare": 2, "erase": 2}  # a job's unit in bare forwards: two models, or two feature passes
 SHAPES = {"tiny": TINY, "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)}
 READS = {"item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__", "__array__"}
@@ -90,7 +91,7 @@ def main() -> None:
             "patterns": lambda: bertscope.patterns(model, corpus),
             "norms": lambda: bertscope.patterns(model, corpus, norms=True),
             "syntax": lambda: api.syntax(model, corpus),
-            "geometry": lambda: api.geometry(model, corpus),
+            "geometry": lambda: stage_seconds(api.steps(api.geometry, model, corpus)),
             "compare": lambda: api.compare(model, other, corpus),
             "features": lambda: list(extract_features(model, treebank, FeatureOptions(level="word"), cache_dir=False)),
             "importance": lambda: bertscope.importance(model, "preserve", corpus),
@@ -101,31 +102,39 @@ def main() -> None:
         bare = Bare(model, [sentence.text for sentence in treebank])
         cloze_bare = Bare(mlm, [query.split("\t")[0] for query in queries]) if mlm else None
         masked_lm_bare = Bare(mlm, [query.split("\t")[0] for query in queries], head=True) if mlm else None
+        lens_bare = Bare(mlm, [query.split("\t")[0] for query in queries], answers=[query.split("\t")[1] for query in queries]) if mlm else None
         backward_bare = Bare(model, [sentence.text for sentence in treebank], backward=True) if "importance" in jobs else None
         before = [bare.time() for _ in range(args.runs)]
         results: dict[str, dict] = {}
         for name in jobs:
-            seconds, paired = [], []
+            seconds, paired, stages = [], [], []
             for _ in range(args.runs):  # each run beside a bare run of its own: a ratio a pair, steadier on a busy machine
                 own_bare = (cloze_bare if name == "cloze" and cloze_bare is not None else bare).time() * FORWARDS.get(name, 1)
                 started = time.perf_counter()
-                runs[name]()
+                stages.append(runs[name]())  # a staged job's seconds by stage
                 seconds.append(time.perf_counter() - started)
                 paired.append(seconds[-1] / own_bare)
             results[name] = {"seconds": round(min(seconds), 3), "runs_s": [round(s, 3) for s in seconds],
                              "paired_ratio": round(statistics.median(paired), 2)}
+            if name in STAGED:  # the fastest run's stages
+                results[name]["stages_s"] = stages[seconds.index(min(seconds))]
         after = [bare.time() for _ in range(args.runs)]
         bare_s = min(before + after)
         unit = {name: bare_s * FORWARDS.get(name, 1) for name in jobs}
         if "erase" in unit:  # its feature passes (as the model is, and erased), then the fits and the measure on top
-            results["erase"]["stages_s"] = runs["erase"]()
-            feature_s = sum(seconds for stage, seconds in results["erase"]["stages_s"].items() if stage == "features")
-            results["erase"]["feature_passes_ratio"] = round(feature_s / unit["erase"], 2)
-        if cloze_bare is not None and masked_lm_bare is not None:
+            results["erase"]["feature_passes_ratio"] = round(results["erase"]["stages_s"]["features"] / unit["erase"], 2)
+        if "geometry" in unit:  # its sample pass over the corpus, then its measures of the fixed-size sample
+            staged = results["geometry"]["stages_s"]
+            results["geometry"]["sample_pass_ratio"] = round(staged["representations"] / unit["geometry"], 2)
+            results["geometry"]["measures_s"] = round(sum(staged.values()) - staged["representations"], 3)
+        if cloze_bare is not None and masked_lm_bare is not None and lens_bare is not None:
             unit["cloze"] = min(cloze_bare.time() for _ in range(args.runs))
             masked_lm_s = min(masked_lm_bare.time() for _ in range(args.runs))
             results["cloze"]["masked_lm_forward_s"] = round(masked_lm_s, 3)
             results["cloze"]["ratio_to_masked_lm"] = round(results["cloze"]["seconds"] / masked_lm_s, 2)
+            lens_s = min(lens_bare.time() for _ in range(args.runs))
+            results["cloze"]["lens_s"] = round(lens_s, 3)
+            results["cloze"]["ratio_to_lens"] = round(results["cloze"]["seconds"] / lens_s, 2)
         if backward_bare is not None:
             backward_s = min(backward_bare.time() for _ in range(args.runs))
             results["importance"]["forward_backward_s"] = round(backward_s, 3)
@@ -170,14 +179,16 @@ def main() -> None:
 
 
 def stage_seconds(steps) -> dict[str, float]:
-    """Seconds spent in each stage of an analysis's progress stream (`api.steps`), a stage's splits added up."""
+    """Seconds spent in each stage of an analysis's progress stream (`api.steps`), a stage's splits added up: the time
+    up to a record and after it is its stage's (a stage's first record may come before its work or after its first
+    part of it)."""
     seconds: dict[str, float] = {}
     stage, since = None, time.perf_counter()
     for step in steps:
         now = time.perf_counter()
-        if stage is not None:
-            seconds[stage] = seconds.get(stage, 0.0) + now - since
-        stage, since = step.stage.split(" (")[0], now  # "features (erased, test)": "features"
+        name = step.stage.split(" (")[0]  # "features (erased, test)": "features"
+        seconds[stage or name] = seconds.get(stage or name, 0.0) + now - since
+        stage, since = name, now
     return {name: round(value, 3) for name, value in seconds.items()}
 
 
@@ -207,15 +218,22 @@ def random_masked_lm(model_dir: str, directory: str) -> str:
 
 class Bare:
     """A plain transformers model of the session's files: tokenise the texts, plan bertscope's batches, forward each.
-    `head=True`: the masked-LM model, its head on every position (what transformers' fill-mask runs)."""
+    `head=True`: the masked-LM model, its head on every position (what transformers' fill-mask runs). `answers` (one a
+    text, each one token): a logit lens, the masked-LM's encoder and then its head on each hidden state's [MASK] rows,
+    the answer's rank and the top guess (the arithmetic of `cloze`, in plain transformers)."""
 
-    def __init__(self, session, texts: list[str], head: bool = False, backward: bool = False):
+    def __init__(self, session, texts: list[str], head: bool = False, backward: bool = False, answers: list[str] | None = None):
+        import torch
         from transformers import AutoModel, AutoModelForMaskedLM
 
         self.session, self.texts, self.backward = session, texts, backward
-        kind = AutoModelForMaskedLM if head else AutoModel
+        kind = AutoModelForMaskedLM if head or answers is not None else AutoModel
         self.model = kind.from_pretrained(session.loaded.directory, attn_implementation="eager",
                                           dtype=session.loaded.dtype).to(session.device).eval()
+        self.answers = None
+        if answers is not None:  # BERT's head is `cls`, RoBERTa's `lm_head`
+            self.head = getattr(self.model, "cls", None) or self.model.lm_head
+            self.answers = torch.as_tensor(session.tokenizer.convert_tokens_to_ids(answers), device=session.device)
 
     def time(self) -> float:
         import torch
@@ -228,6 +246,9 @@ class Bare:
         with torch.inference_mode(not self.backward):
             for batch in plan_batches([len(row) for row in ids]):
                 inputs = tokenizer.pad({"input_ids": [ids[index] for index in batch]}, return_tensors="pt").to(device)
+                if self.answers is not None:
+                    self.lens(inputs, self.answers[torch.as_tensor(batch, device=device)])
+                    continue
                 outputs = self.model(**inputs, output_attentions=True, output_hidden_states=True)
                 if self.backward:  # a gradient of every weight, as a gradient job's pass takes one of its gates
                     outputs.last_hidden_state.float().sum().backward()
@@ -235,6 +256,18 @@ class Bare:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return time.perf_counter() - started
+
+    def lens(self, inputs, answers) -> None:
+        """The masked-LM's head on every hidden state's [MASK] rows: each answer's rank there, and the last one's guess."""
+        import torch
+
+        outputs = self.model.base_model(**inputs, output_attentions=True, output_hidden_states=True)
+        rows, columns = torch.nonzero(inputs["input_ids"] == self.session.tokenizer.mask_token_id, as_tuple=True)
+        ranks = []
+        for states in outputs.hidden_states:
+            logits = self.head(states[rows, columns]).float()
+            ranks.append((logits > logits.gather(-1, answers[:, None])).sum(-1))
+        torch.stack([*ranks, logits.argmax(-1)]).tolist()
 
 
 def counts(model, run) -> dict:

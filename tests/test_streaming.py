@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertscope.core.analyses.streaming import pad_batch, padded
+from bertscope.core.analyses.streaming import WordPieces, pad_batch, padded
 
 
 @pytest.mark.parametrize(
@@ -41,3 +41,19 @@ def test_padded_fills_each_column_after_each_item():
     assert table.dtype == np.int64
     table, real = padded([2, 1], [(np.array([1, 2, 3]), 0)], left=True)
     assert real.tolist() == [[True, True], [False, True]] and table.tolist() == [[[1, 2], [0, 3]]]
+
+
+def test_word_pieces_are_every_token_of_a_word_in_a_real_tokenizers_rows(tiny_session):
+    words = [["Unbelievably", ",", "it", "worked"], ["a", "\u200b", "b"], ["x"] * 600, ["Ok"]]  # sub-words, a word of no token, a cut
+    encoded = tiny_session.tokenizer(words, is_split_into_words=True, truncation=True, max_length=512)
+    rows = [encoded.word_ids(index) for index in range(len(words))]
+    pieces = WordPieces.of(rows)
+    expected = [(row, position, word) for row, ids in enumerate(rows) for position, word in enumerate(ids) if word is not None]
+    assert list(zip(pieces.rows.tolist(), pieces.positions.tolist(), pieces.words.tolist(), strict=True)) == expected
+    starts = pieces.starts()
+    found = [starts.words[here].tolist() for here in starts.per_row(len(rows))]
+    assert found[0] == [0, 1, 2, 3]
+    assert pieces.per_row(4)[0].stop - pieces.per_row(4)[0].start > 4  # "Unbelievably" is several pieces, each a row
+    assert found[1] == [0, 2]  # the zero-width space makes no token: no row
+    assert found[2] == list(range(510))  # [CLS] and [SEP] keep two of the 512 places
+    assert found[3] == [0] and starts.rows[-1] == 3

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from bertscope.core import distributed
-from bertscope.core.analyses.streaming import CorpusBatches, pad_batch, words_of
+from bertscope.core.analyses.streaming import CorpusBatches, WordPieces, pad_batch, words_of
 from bertscope.core.data.cache import default_cache_dir
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.files import atomic_write, publish, reserve_space, temporary_beside
@@ -374,34 +374,22 @@ def _pool_words(
     A word cut off by truncation, or one the tokenizer turns into nothing, has no row.
     """
     batch, length, dim = hidden_states[0].shape
-    positions, groups, present = [], [], []
-    number = -1  # of the current word in the batch
-    for row, ids in enumerate(word_ids):
-        words: list[int] = []
-        for position, word in enumerate(ids):
-            if word is None:
-                continue
-            first_piece = not words or words[-1] != word
-            if first_piece:
-                words.append(word)
-                number += 1
-            if pooling == "mean" or first_piece:
-                positions.append(row * length + position)
-                groups.append(number)
-        present.append(words)
+    pieces = WordPieces.of(word_ids)
+    starts = pieces.starts()
+    present = [starts.words[here].tolist() for here in starts.per_row(len(word_ids))]
     device = hidden_states[0].device
-    total = sum(len(words) for words in present)
-    flat = torch.tensor(positions, dtype=torch.long, device=device)
-    pooled = torch.empty(total, len(hidden_states), dim, dtype=torch.float32, device=device)
+    taken = starts if pooling == "first" else pieces
+    flat = torch.as_tensor(taken.rows * length + taken.positions, device=device)
+    pooled = torch.empty(len(starts.words), len(hidden_states), dim, dtype=torch.float32, device=device)
     if pooling == "first":
         for layer, states in enumerate(hidden_states):
             pooled[:, layer] = states.reshape(batch * length, dim)[flat]
         return pooled, present
     # Mean: a word's pieces are consecutive among the gathered positions; average each run.
-    pieces = torch.bincount(torch.tensor(groups, dtype=torch.long, device=device), minlength=total)
+    runs = torch.as_tensor(np.diff(np.flatnonzero(np.append(pieces.first, True))), device=device)  # each word's piece count
     for layer, states in enumerate(hidden_states):
         gathered = states.reshape(batch * length, dim)[flat].float()
-        pooled[:, layer] = torch.segment_reduce(gathered, "mean", lengths=pieces, axis=0)
+        pooled[:, layer] = torch.segment_reduce(gathered, "mean", lengths=runs, axis=0)
     return pooled, present
 
 

@@ -35,7 +35,7 @@ import torch
 from bertscope.core import distributed
 from bertscope.core.analyses.geometry_results import UNITS
 from bertscope.core.analyses.headstats import is_punctuation
-from bertscope.core.analyses.streaming import CorpusBatches, pad_batch, words_of
+from bertscope.core.analyses.streaming import CorpusBatches, WordPieces, pad_batch, words_of
 from bertscope.core.data.batching import MAX_SQUARE
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
@@ -188,8 +188,8 @@ def prepare(
     if unit == "token":  # lists, not a tensor element per token: this loop sees every token of the corpus
         ids, specials = encoded["input_ids"].tolist(), special.tolist()
     if unit == "word":  # each word's first token, found for the batch at once: the loop below sees each sentence once
-        word_rows, word_positions, word_numbers = _word_starts([chunk.word_ids(index) for index in indices])
-        bounds = np.searchsorted(word_rows, np.arange(len(batch) + 1)).tolist()  # row r's words: bounds[r]:bounds[r + 1]
+        starts = WordPieces.of([chunk.word_ids(index) for index in indices]).starts()
+        in_row = starts.per_row(len(batch))
     for row, sentence in enumerate(batch):
         if unit == "sentence":
             owners.append(row)
@@ -201,9 +201,8 @@ def prepare(
         first_row = len(positions)
         kept = real_lengths[row]
         if unit == "word":
-            here = slice(bounds[row], bounds[row + 1])
-            words, found = words_of(sentence), word_numbers[here].tolist()
-            positions.extend((row * length + word_positions[here]).tolist())
+            words, found = words_of(sentence), starts.words[in_row[row]].tolist()
+            positions.extend((row * length + starts.positions[in_row[row]]).tolist())
             prefix = not found or found[-1] == len(found) - 1  # the first len(found) words, unless one came out of no token
             for name, column in (("text", words), ("upos", sentence.upos), ("xpos", sentence.xpos), ("deprel", sentence.deprels)):
                 if column is None:
@@ -242,18 +241,6 @@ def prepare(
         texts,
         truncated,
     )
-
-
-def _word_starts(word_ids: Sequence[Sequence[int | None]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The first token of each word in a batch's rows of word ids (None: a special token; a word's tokens are
-    contiguous), in row order: its row, its position in the row and the word's number in its sentence."""
-    sizes = [len(ids) for ids in word_ids]
-    flat = np.array(list(itertools.chain.from_iterable(word_ids)), dtype=np.float64)  # None: NaN
-    places = np.arange(len(flat))
-    starts = np.repeat(np.cumsum(sizes) - sizes, sizes)  # each token's row's first place
-    previous = np.concatenate([[np.nan], flat[:-1]])
-    first = ~np.isnan(flat) & ((flat != previous) | (places == starts))
-    return np.repeat(np.arange(len(sizes)), sizes)[first], (places - starts)[first], flat[first].astype(np.int64)
 
 
 def _cut_tokens(tokenizer: PreTrainedTokenizerBase, sentence: Sentence, kept: int, max_length: int) -> int:

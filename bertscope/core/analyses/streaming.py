@@ -84,6 +84,40 @@ def words_of(sentence: Sentence) -> tuple[str, ...]:
     return sentence.words
 
 
+@dataclass(frozen=True)
+class WordPieces:
+    """The tokens of words in a batch's rows of word ids, in row order: each one's row, its position in the row, the
+    number of its word in its sentence, and whether it is its word's first token (None in the word ids, a special
+    token, has none; a word's tokens are contiguous)."""
+
+    rows: np.ndarray
+    positions: np.ndarray
+    words: np.ndarray
+    first: np.ndarray
+
+    @classmethod
+    def of(cls, word_ids: Sequence[Sequence[int | None]]) -> WordPieces:
+        """Found for the batch at once (numpy over its word ids): a word-level job sees every token of its corpus."""
+        sizes = [len(ids) for ids in word_ids]
+        flat = np.array(list(itertools.chain.from_iterable(word_ids)), dtype=np.float64)  # None: NaN
+        places = np.arange(len(flat))
+        starts = np.repeat(np.cumsum(sizes) - sizes, sizes)  # each token's row's first place
+        previous = np.concatenate([[np.nan], flat[:-1]])
+        word = ~np.isnan(flat)
+        first = (flat != previous) | (places == starts)
+        rows = np.repeat(np.arange(len(sizes)), sizes)
+        return cls(rows[word], (places - starts)[word], flat[word].astype(np.int64), first[word])
+
+    def starts(self) -> WordPieces:
+        """Each word's first token only."""
+        return WordPieces(self.rows[self.first], self.positions[self.first], self.words[self.first], self.first[self.first])
+
+    def per_row(self, rows: int) -> list[slice]:
+        """Where each of the batch's `rows` rows' tokens are."""
+        bounds = np.searchsorted(self.rows, np.arange(rows + 1)).tolist()
+        return [slice(start, stop) for start, stop in itertools.pairwise(bounds)]
+
+
 def item_lengths(encoded: Sequence[Encoded]) -> list[int]:
     """Each item's token count in a chunk encoded as a list of items with `input_ids`."""
     return [len(item.input_ids) for item in encoded]
