@@ -27,7 +27,7 @@ Each run of a job follows a bare run of its own (two for `compare`, its masked-L
 twice the next, it moves less than `ratio` (the fastest job run over the fastest bare run).
 
 Each job also runs once under two counters (not timed): torch's aten operations (a TorchDispatchMode: on a GPU each
-is a launch) and reads of a tensor's values into Python (`item`, `tolist`, `numpy`, `cpu`, `bool`, `float`...:
+costs the host a dispatch; `kernels`, those that are not views of a tensor, each a launch besides) and reads of a tensor's values into Python (`item`, `tolist`, `numpy`, `cpu`, `bool`, `float`...:
 on a GPU each waits for the device), divided by the job's batches (its model passes, counted by a hook on the
 input embeddings). On the CPU every tensor is a host tensor, so a read of a tokenizer's output counts too: the
 reads are an upper bound of a GPU run's. Both counts include what a job does once, after its last batch.
@@ -154,11 +154,15 @@ def main() -> None:
                 base = counted["bare (cloze)" if name == "cloze" else "bare"]["operations_per_batch"]
                 base *= 2 if name == "compare" else 1  # two models: two forwards a batch (erase's passes are counted one by one)
                 counted[name]["operations_ratio"] = round(counted[name]["operations_per_batch"] / base, 2)
+                kernels = counted["bare (cloze)" if name == "cloze" else "bare"]["kernels_per_batch"] * (2 if name == "compare" else 1)
+                counted[name]["kernels_ratio"] = round(counted[name]["kernels_per_batch"] / kernels, 2)
                 results[name].update(counted[name])
             if backward_bare is not None:
-                both = counted["bare (forward and backward)"]["operations_per_batch"]
-                ratio = counted["importance"]["operations_per_batch"] / both
+                both = counted["bare (forward and backward)"]
+                ratio = counted["importance"]["operations_per_batch"] / both["operations_per_batch"]
                 results["importance"]["operations_ratio_to_forward_backward"] = round(ratio, 2)
+                ratio = counted["importance"]["kernels_per_batch"] / both["kernels_per_batch"]
+                results["importance"]["kernels_ratio_to_forward_backward"] = round(ratio, 2)
     result = {
         "benchmark": "host_overhead",
         "model": args.model or f"{args.shape} random BERT " + ", ".join(f"{k}={v}" for k, v in SHAPES[args.shape].items()),
@@ -275,11 +279,12 @@ def counts(model, run) -> dict:
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    tally = {"operations": 0, "reads": 0, "batches": 0}
+    tally = {"operations": 0, "kernels": 0, "reads": 0, "batches": 0}
 
     class Operations(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             tally["operations"] += 1
+            tally["kernels"] += not func.is_view  # a view (unsqueeze, slice, transpose...) launches nothing on a GPU
             return func(*args, **(kwargs or {}))
 
     class Reads(TorchFunctionMode):
@@ -298,6 +303,7 @@ def counts(model, run) -> dict:
     return {
         "batches": tally["batches"],
         "operations_per_batch": round(tally["operations"] / batches, 1),
+        "kernels_per_batch": round(tally["kernels"] / batches, 1),
         "reads_per_batch": round(tally["reads"] / batches, 2),
     }
 
