@@ -85,8 +85,8 @@ class ProbingScreen(Screen[None]):
         Binding("escape", "back", "back / cancel"),
         HELP_KEY,
         Binding("r,ctrl+r", "run", "run"),
-        Binding("m", "rescore_masked", "re-score with mask"),
-        Binding("d", "toggle_codes", "description length"),
+        Binding("m", "rescore_masked", "re-score masked"),
+        Binding("d", "toggle_codes", "MDL"),  # short, so that it fits at 80 columns: the help names it in full
         Binding("x", "clear", "clear curves"),
         Binding("e", "export", "export"),
         Binding("slash", "focus_task", "task", show=False),
