@@ -27,8 +27,9 @@ Each run of a job follows a bare run of its own (two for `compare`, its masked-L
 twice the next, it moves less than `ratio` (the fastest job run over the fastest bare run).
 
 Each job also runs once under two counters (not timed): torch's aten operations (a TorchDispatchMode: on a GPU each
-costs the host a dispatch; `kernels`, those that are not views of a tensor, each a launch besides) and reads of a tensor's values into Python (`item`, `tolist`, `numpy`, `cpu`, `bool`, `float`...:
-on a GPU each waits for the device), divided by the job's batches (its model passes, counted by a hook on the
+costs the host a dispatch; `kernels`, those that are not views of a tensor, each a launch besides) and reads of a
+tensor's values into Python (`item`, `tolist`, `numpy`, `cpu`, `bool`, `float`...: on a GPU each waits for the
+device), divided by the job's batches (its model passes, counted by a hook on the
 input embeddings). On the CPU every tensor is a host tensor, so a read of a tokenizer's output counts too: the
 reads are an upper bound of a GPU run's. Both counts include what a job does once, after its last batch.
 Prints JSON; exit status 0 whatever the numbers.
