@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bertscope.core import distributed
-from bertscope.core.analyses.streaming import CorpusBatches, pad_batch, words_of
+from bertscope.core.analyses.streaming import CorpusBatches, WordPieces, pad_batch, words_of
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
 from bertscope.core.model.allocator import fitting_heap
@@ -550,13 +550,10 @@ def _word_batches(session: Session, sentences: Sequence[Sentence], task: str, in
 
     def finish(number: int, group: list[Sentence], encoded: BatchEncoding, indices: list[int], padded: dict[str, Tensor]) -> Batch:
         labels = torch.full(padded["input_ids"].shape, -100, dtype=torch.long)
-        for row, (sentence, position_in_chunk) in enumerate(zip(group, indices)):
-            tags = getattr(sentence, column)
-            previous = None
-            for position, word in enumerate(encoded.word_ids(position_in_chunk)):
-                if word is not None and word != previous and tags[word] in index:
-                    labels[row, position] = index[tags[word]]
-                previous = word
+        starts = WordPieces.of([encoded.word_ids(position_in_chunk) for position_in_chunk in indices]).starts()
+        tags = [getattr(group[row], column)[word] for row, word in zip(starts.rows.tolist(), starts.words.tolist(), strict=True)]
+        values = torch.tensor([index.get(tag, -100) for tag in tags], dtype=torch.long)  # -100: a label the probe never saw
+        labels[torch.from_numpy(starts.rows), torch.from_numpy(starts.positions)] = values
         return Batch({k: v.to(session.device) for k, v in padded.items()}, {"labels": labels.to(session.device)}, number)
 
     return Batches(session, sentences, batch_size, finish, words=True)
@@ -567,10 +564,7 @@ def _unscored_words(batches: Batches, task: str, index: dict[str, int]) -> int:
     column = WORD_COLUMNS[task]
     count = 0
     for _, chunk, encoded in batches.corpus.chunks():
-        for row, sentence in enumerate(chunk):
-            tags, previous = getattr(sentence, column), None
-            for word in encoded.word_ids(row):
-                if word is not None and word != previous and tags[word] not in index:
-                    count += 1
-                previous = word
+        starts = WordPieces.of([encoded.word_ids(row) for row in range(len(chunk))]).starts()
+        words = zip(starts.rows.tolist(), starts.words.tolist(), strict=True)
+        count += sum(getattr(chunk[row], column)[word] not in index for row, word in words)
     return count
