@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from bertscope.core.analyses.headstats import FIGURES, figure_range, head_figures, is_punctuation
+from bertscope.core.analyses.headstats import FIGURES, figure_range, head_figures, is_punctuation, punctuation_ids
 from bertscope.core.model.effects import layer_cosines
 
 TOKENS = ["[CLS]", "the", "cat", "sat", ".", "[SEP]"]
@@ -38,6 +38,33 @@ def test_known_patterns():
 def test_punctuation():
     assert is_punctuation(".") and is_punctuation("##,") and is_punctuation("?!")
     assert not is_punctuation("cat") and not is_punctuation("3.5") and not is_punctuation("")
+
+
+def test_punctuation_by_token_id():
+    """Corpus jobs look punctuation up by id, a batch at a time: the same answer as the token's, for every id of the
+    vocabulary whatever order the ids come in; one table a tokenizer, which it does not keep alive."""
+    import copy
+    import gc
+    import weakref
+
+    from transformers import AutoTokenizer
+
+    from bertscope.core.model.model_files import bundled_model_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+    table = punctuation_ids(tokenizer)
+    ids = tokenizer(["Well, (it is) -- isn't it?", "No."])["input_ids"]
+    assert table(np.asarray(ids[0])).tolist() == [is_punctuation(token) for token in tokenizer.convert_ids_to_tokens(ids[0])]
+    everything = np.random.default_rng(0).permutation(len(tokenizer))
+    expected = [is_punctuation(token) for token in tokenizer.convert_ids_to_tokens(everything.tolist())]
+    assert table(everything.reshape(-1, 2)).ravel().tolist() == expected
+    assert 100 < sum(expected) < 1000  # MiniLM's vocabulary has a few hundred punctuation tokens
+    assert punctuation_ids(tokenizer) is table
+    assert punctuation_ids(copy.deepcopy(tokenizer)) is not table  # the tokenizer is left as it was: it still copies
+    gone = weakref.ref(tokenizer)
+    del tokenizer
+    gc.collect()
+    assert gone() is None
 
 
 def test_layer_cosines():

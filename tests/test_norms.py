@@ -145,10 +145,11 @@ def test_norm_shares_are_shares_and_vanish_for_a_zeroed_head(tiny_session):
 
 def test_equal_value_norms_give_the_weight_shares(tiny_session):
     """Where every value has the same norm, a share of norm is the share of weight."""
+    from bertscope.core.analyses.headstats import PunctuationIds
     from bertscope.core.analyses.patterns import batch_tensors, encode_sorted, norm_shares, shares
 
     encoded = encode_sorted(tiny_session, [Text(t) for t in CORPUS])
-    inputs, masks = batch_tensors(tiny_session, encoded, {})
+    inputs, masks = batch_tensors(tiny_session, encoded, PunctuationIds(tiny_session.tokenizer))
     with torch.inference_mode():
         weights = tiny_session.run(inputs, attentions=True, hidden_states=False).attentions[0]
     by_weight, by_norm = shares(weights, masks), norm_shares(weights * 3.5, masks)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertscope.core.analyses.headstats import head_figures
+from bertscope.core.analyses.headstats import PunctuationIds, head_figures
 from bertscope.core.analyses.patterns import (
     PATTERNS,
     STATISTICS,
@@ -88,7 +88,7 @@ def test_statistics_match_the_per_sentence_figures(tiny_session):
     """The batched, padded torch statistics equal headstats' numpy figures sentence by sentence."""
     texts = ["The keys to the cabinet are on the table.", "A dog barked, loudly!", "Is it (really) over?"]
     encoded = encode_sorted(tiny_session, [Text(t) for t in texts])
-    inputs, masks = batch_tensors(tiny_session, encoded, {})
+    inputs, masks = batch_tensors(tiny_session, encoded, PunctuationIds(tiny_session.tokenizer))
     with torch.inference_mode():
         outputs = tiny_session.run(inputs, attentions=True, hidden_states=False)
         features = [head_features(attention, masks) for attention in outputs.attentions]
@@ -177,7 +177,7 @@ def test_a_layers_statistics_take_a_few_tensor_operations_whatever_the_batch(tin
     counts = []
     for size in (2, 9):
         encoded = encode_sorted(tiny_session, [Text(f"Sentence {i} is here, with a comma.", "And a pair.") for i in range(size)])
-        _, masks = batch_tensors(tiny_session, encoded, {})
+        _, masks = batch_tensors(tiny_session, encoded, PunctuationIds(tiny_session.tokenizer))
         length = len(encoded[-1].input_ids)
         attention = torch.rand(size, 4, length, length).softmax(-1)
         first, later = operations(_feature_table, attention, masks), operations(_feature_table, attention, masks)

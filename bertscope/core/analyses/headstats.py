@@ -8,8 +8,11 @@ it is (entropy in nats, mean distance in tokens).
 from __future__ import annotations
 
 import functools
+import threading
 import unicodedata
+import weakref
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -23,12 +26,52 @@ FIGURES: dict[str, str] = {
     "next": "attention to the next token",
     "distance": "mean attention distance (tokens)",
 }
+_punctuation: weakref.WeakKeyDictionary[Any, PunctuationIds] = weakref.WeakKeyDictionary()  # by tokenizer
+_punctuation_lock = threading.Lock()
 
 
 @functools.lru_cache(maxsize=1 << 16)  # asked of every token of every sentence by corpus jobs; a vocabulary's worth kept
 def is_punctuation(token: str) -> bool:
     text = token.removeprefix("##").removeprefix("Ġ").removeprefix("▁")
     return bool(text) and all(unicodedata.category(ch).startswith("P") for ch in text)
+
+
+def punctuation_ids(tokenizer: Any) -> PunctuationIds:
+    """The tokenizer's PunctuationIds, one while it lives: every corpus job of a session shares it."""
+    with _punctuation_lock:
+        if tokenizer not in _punctuation:
+            _punctuation[tokenizer] = PunctuationIds(tokenizer)
+        return _punctuation[tokenizer]
+
+
+class PunctuationIds:
+    """Which of a tokenizer's token ids are punctuation (`is_punctuation` of their token), for an array of ids at once.
+
+    A corpus job asks it of every token of every batch: each id is converted to its token and tested the first time
+    an array holds it, and after that looked up in an array indexed by id (no Python step a token).
+    """
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer = weakref.ref(tokenizer)  # not the tokenizer itself: it is the key `punctuation_ids` keeps this by
+        self.known = np.zeros(0, dtype=bool)  # by id: tested already
+        self.punctuation = np.zeros(0, dtype=bool)  # by id: its token is punctuation
+        self.lock = threading.Lock()  # jobs in several threads may share it
+
+    def __call__(self, ids: np.ndarray) -> np.ndarray:
+        """A bool array of the shape of `ids` (non-negative ints)."""
+        with self.lock:
+            if ids.size and ids.max() >= len(self.known):
+                grown = int(ids.max()) + 1 - len(self.known)
+                self.known = np.concatenate([self.known, np.zeros(grown, dtype=bool)])
+                self.punctuation = np.concatenate([self.punctuation, np.zeros(grown, dtype=bool)])
+            new = np.unique(ids[~self.known[ids]])
+            if new.size:
+                tokenizer = self.tokenizer()
+                assert tokenizer is not None, "a caller that asks holds the tokenizer"
+                tokens = tokenizer.convert_ids_to_tokens(new.tolist())
+                self.punctuation[new] = [is_punctuation(token) for token in tokens]
+                self.known[new] = True
+            return self.punctuation[ids]
 
 
 def head_figures(attentions: np.ndarray, tokens: Sequence[str], special: np.ndarray) -> dict[str, np.ndarray]:

@@ -47,15 +47,15 @@ import functools
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from bertscope.core import distributed
-from bertscope.core.analyses.headstats import is_punctuation
-from bertscope.core.analyses.streaming import CorpusBatches, item_lengths, padded
+from bertscope.core.analyses.headstats import PunctuationIds, punctuation_ids
+from bertscope.core.analyses.streaming import CorpusBatches, item_lengths, joined_ids, padded
 from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
@@ -330,7 +330,7 @@ def pattern_statistics(
     """
     accumulator = _Accumulator(session.num_layers, session.num_heads, norms)
     gates = session.gate_tensor(mask)
-    punctuation_of: dict[int, bool] = {}  # bounded by the vocabulary
+    punctuation = punctuation_ids(session.tokenizer)
     batches: CorpusBatches[Sentence, list[Encoding]] = CorpusBatches(
         sentences,
         lambda chunk: encode_sorted(session, chunk),
@@ -344,7 +344,7 @@ def pattern_statistics(
     for batch in batches:
         encoded = batch.take(batch.encoded)
         accumulator.truncated += sum(item.truncated for item in encoded)
-        _add_batch(session, accumulator, encoded, punctuation_of, gates, ablation, norms)
+        _add_batch(session, accumulator, encoded, punctuation, gates, ablation, norms)
         yield Progress("sentences", accumulator.sentences, partial=accumulator.result())
     if batches.cancelled:
         return
@@ -359,13 +359,13 @@ def _add_batch(
     session: Session,
     accumulator: _Accumulator,
     batch: list[Encoding],
-    punctuation_of: dict[int, bool],
+    punctuation: PunctuationIds,
     gates: Tensor | None,
     ablation: Ablation,
     norms: bool = False,
 ) -> None:
     """One forward pass, its attention maps (and norms) reduced layer by layer; nothing of it outlives the call."""
-    inputs, masks = batch_tensors(session, batch, punctuation_of)
+    inputs, masks = batch_tensors(session, batch, punctuation)
 
     features: list[Tensor] = []  # per layer `[B, H, len(FEATURES)]`: small, added to the sums once the pass is done
     shares: list[Tensor] = []  # every layer reports, in order
@@ -399,7 +399,7 @@ def encode_sorted(session: Session, chunk: list[Sentence]) -> list[Encoding]:
     return encoded
 
 
-def batch_tensors(session: Session, batch: list[Encoding], punctuation_of: dict[int, bool]) -> tuple[dict[str, Tensor], BatchMasks]:
+def batch_tensors(session: Session, batch: list[Encoding], punctuation: PunctuationIds) -> tuple[dict[str, Tensor], BatchMasks]:
     """Pad a length-sorted batch into model inputs and the masks the statistics need: made on the host, the batch's
     tokens at once (not a few numpy calls a sentence), one copy of each to the device."""
     ids = np.concatenate([item.input_ids for item in batch])
@@ -411,18 +411,13 @@ def batch_tensors(session: Session, batch: list[Encoding], punctuation_of: dict[
             (np.concatenate([item.token_type_ids for item in batch]), 0),
             (np.ones(len(ids), dtype=np.int64), 0),
             (np.concatenate([item.special for item in batch]), 0),
-            (np.array([-1 if s is None else s for item in batch for s in item.segment_ids]), -1),
+            (joined_ids(item.segment_ids for item in batch), -1),
         ],
     )
     special, segments = rows[3].astype(bool), rows[4]
-    distinct, where = np.unique(ids, return_inverse=True)
-    for token_id in distinct.tolist():
-        if token_id not in punctuation_of:
-            token = cast(str, session.tokenizer.convert_ids_to_tokens(token_id))  # transformers: str for one id, a list for many
-            punctuation_of[token_id] = is_punctuation(token)
     keys = np.zeros((*real.shape, 5), dtype=np.float32)  # [B, T, 5]: special_keys, then segment_words
     keys[:, 0, 0], keys[:, 1:, 1] = special[:, 0], special[:, 1:]
-    keys[..., 2][real] = np.array([punctuation_of[token_id] for token_id in distinct.tolist()], dtype=bool)[where] & ~special[real]
+    keys[..., 2][real] = punctuation(ids) & ~special[real]
     keys[..., 3:] = segments[..., None] == np.arange(2)
     pairs = ((segments == 0).any(axis=1) & (segments == 1).any(axis=1)).tolist()
     inputs = dict(zip(names, torch.from_numpy(rows[: len(names)]).to(session.device).unbind(), strict=True))

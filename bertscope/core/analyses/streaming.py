@@ -78,6 +78,13 @@ def padded(lengths: Sequence[int], columns: Sequence[tuple[np.ndarray, int]], *,
     return table, real
 
 
+def joined_ids(rows: Iterable[Sequence[int | None]], missing: int = -1) -> np.ndarray:
+    """Rows of ids that may be None (a batch's word or segment ids) end to end as int64, `missing` for None: one numpy
+    conversion, not a Python step an id."""
+    flat = np.array(list(itertools.chain.from_iterable(rows)), dtype=np.float64)  # None: NaN
+    return np.where(np.isnan(flat), missing, flat).astype(np.int64)
+
+
 def words_of(sentence: Sentence) -> tuple[str, ...]:
     """A sentence's words, in a word-level job whose corpus was found split into words (CoNLL-U)."""
     assert sentence.words is not None, "a word-level job checks that its sentences have words"
