@@ -52,6 +52,7 @@ import torch
 from torch import Tensor
 
 from bertscope.core import distributed
+from bertscope.core.analyses.headstats import PunctuationIds, punctuation_ids
 from bertscope.core.analyses.mixing_results import (
     METHODS,
     PER_LAYER,
@@ -527,6 +528,7 @@ def mixing_agreement(
     """
     chosen = check_methods(methods)
     head_mask = mask if mask is not None else session.mask(None)
+    punctuation = punctuation_ids(session.tokenizer)
     count, layers = len(chosen), session.num_layers
     sums: dict[str, Any] = {
         "agreement": np.zeros((count, count)),
@@ -550,7 +552,7 @@ def mixing_agreement(
         found = yield from relay(_measure_batch(session, encodings, chosen, head_mask, ablation, cancel))
         if found is None:
             return
-        _add_batch(sums, *found, encodings)
+        _add_batch(sums, *found, encodings, punctuation)
         yield Progress("sentences", sums["sentences"], partial=_agreement(chosen, sums, head_mask, ablation))
     if batches.cancelled:
         return
@@ -561,13 +563,15 @@ def mixing_agreement(
     yield Progress("sentences", sums["sentences"], result=result)
 
 
-def _add_batch(sums: dict[str, Any], measured: Measured, real: Tensor, encodings: Sequence[Encoding]) -> None:
+def _add_batch(sums: dict[str, Any], measured: Measured, real: Tensor, encodings: Sequence[Encoding], punctuation: PunctuationIds) -> None:
     """A batch's agreement (each sentence's mean over its rows, added) and shares (each sentence's mean, added),
     computed where the maps are and read from there at once."""
     rolled = torch.stack([rolled for _, rolled in measured.values()])  # [M, L, B, T, T]
     per_layer = {index: maps for index, (maps, _) in enumerate(measured.values()) if maps is not None}  # not flow, rollout
-    tokens, special = [encoding.tokens for encoding in encodings], [encoding.special for encoding in encodings]
-    classes = torch.as_tensor(padded_token_classes(tokens, special, real.shape[1]), dtype=torch.float64, device=rolled.device)
+    ids = np.concatenate([encoding.input_ids for encoding in encodings])
+    marks = np.split(punctuation(ids), np.cumsum([len(encoding) for encoding in encodings])[:-1])  # each input's
+    special = [encoding.special for encoding in encodings]
+    classes = torch.as_tensor(padded_token_classes(marks, special, real.shape[1]), dtype=torch.float64, device=rolled.device)
     correlations = _spearman_between(rolled[:, -1], real)  # [M, M, B, T]: each pair of methods, each row at the last layer
     rho = correlations.nansum(-1) / correlations.isnan().logical_not().sum(-1)  # [M, M, B]: the mean over rows not constant
     rho.diagonal().fill_(1.0)  # a method agrees with itself, constant rows too

@@ -52,20 +52,22 @@ SHARES = ("cls", "sep", "punctuation", "self")  # where a row's mixing comes fro
 
 def token_classes(tokens: Sequence[str], special: np.ndarray) -> np.ndarray:
     """`[T, 3]` bool: [CLS] (the first special token), [SEP] (every later one), punctuation, as patterns counts them."""
-    return padded_token_classes([tokens], [special], len(tokens))[0]
-
-
-def padded_token_classes(tokens: Sequence[Sequence[str]], special: Sequence[np.ndarray], size: int) -> np.ndarray:
-    """`[B, size, 3]`: `token_classes` of each input of a batch, padding in no class."""
     from bertscope.core.analyses.headstats import is_punctuation
 
-    specials = np.zeros((len(tokens), size), dtype=bool)
-    punctuation = np.zeros((len(tokens), size), dtype=bool)
-    for row, (words, flags) in enumerate(zip(tokens, special, strict=True)):
-        specials[row, : len(words)] = flags
-        punctuation[row, : len(words)] = [is_punctuation(token) for token in words]
+    punctuation = np.array([is_punctuation(token) for token in tokens], dtype=bool)
+    return padded_token_classes([punctuation], [special], len(tokens))[0]
+
+
+def padded_token_classes(punctuation: Sequence[np.ndarray], special: Sequence[np.ndarray], size: int) -> np.ndarray:
+    """`[B, size, 3]`: `token_classes` of each input of a batch, from its tokens' punctuation and special flags; padding
+    in no class."""
+    specials = np.zeros((len(special), size), dtype=bool)
+    punctuations = np.zeros((len(special), size), dtype=bool)
+    for row, (marks, flags) in enumerate(zip(punctuation, special, strict=True)):
+        specials[row, : len(flags)] = flags
+        punctuations[row, : len(flags)] = marks
     first = specials & (np.cumsum(specials, axis=1) == 1)
-    return np.stack([first, specials & ~first, punctuation & ~specials], axis=-1)
+    return np.stack([first, specials & ~first, punctuations & ~specials], axis=-1)
 
 
 def shares(matrices: np.ndarray, classes: np.ndarray) -> np.ndarray:
