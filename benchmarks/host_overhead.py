@@ -1,7 +1,8 @@
 """The host's work around the model: every corpus job on a tiny random BERT against a bare forward (issue 36).
 
     python benchmarks/host_overhead.py --conllu TREEBANK.conllu [--sentences 2000] [--runs 3] [--jobs patterns,syntax,...]
-                                       [--model DIR | --shape tiny|base] [--device cpu] [--dtype float32] [-o FILE.json]
+                                       [--model DIR | --shape tiny|base] [--device cpu] [--dtype float32] [--no-count]
+                                       [--no-split] [-o FILE.json]
 
 On a GPU the model is cheap and what the host does around it dominates. A model whose forward costs almost
 nothing shows that here: by default a seeded random BERT of 2 layers x 64 hidden, 4 heads, MiniLM's vocabulary
@@ -22,6 +23,11 @@ top it fits the eraser and the probes and measures `preserve` on its test split,
 progress stream splits its time by stage (`stages_s`; `feature_passes_ratio`: the feature passes alone against
 their two bare forwards). Its runs drain that stream, as the command does.
 
+`patterns`, `--norms`, `syntax` and `mixing` are timed again with their arithmetic on the maps left out (`without_arithmetic`:
+the statistics, the value norms, the word-level argmax, the rollout, the rank correlations and the shares replaced by
+zeros of the same shapes): what is left, the pass, the batches and the host's bookkeeping, is the host's share
+(`without_arithmetic_ratio`, `without_arithmetic_paired_ratio`; `--no-split` skips it).
+
 Each run of a job follows a bare run of its own (two for `compare`, its masked-LM's encoder for `cloze`), and
 `paired_ratio` is the median of the runs' own ratios: on a busy machine, where one bare run takes
 twice the next, it moves less than `ratio` (the fastest job run over the fastest bare run).
@@ -38,6 +44,7 @@ Prints JSON; exit status 0 whatever the numbers.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import statistics
@@ -48,6 +55,7 @@ from common import cloze_queries, emit  # benchmarks/common.py, found beside thi
 
 JOBS = ("patterns", "norms", "syntax", "geometry", "compare", "features", "importance", "cloze", "mixing", "erase")
 TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256)
+ARITHMETIC = ("patterns", "norms", "syntax", "mixing")  # jobs also timed without their arithmetic on the maps
 STAGED = ("geometry", "erase")  # jobs run through their progress stream, timed by stage (`stage_seconds`)
 FORWARDS = {"compare": 2, "erase": 2}  # a job's unit in bare forwards: two models, or two feature passes
 SHAPES = {"tiny": TINY, "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)}
@@ -65,6 +73,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--jobs", default=",".join(JOBS))
     parser.add_argument("--no-count", action="store_true", help="time only")
+    parser.add_argument("--no-split", action="store_true", help="do not time the jobs again without their arithmetic on the maps")
     parser.add_argument("-o", "--output", default=None)
     args = parser.parse_args()
     jobs = [job for job in args.jobs.split(",") if job]
@@ -119,6 +128,17 @@ def main() -> None:
                              "paired_ratio": round(statistics.median(paired), 2)}
             if name in STAGED:  # the fastest run's stages
                 results[name]["stages_s"] = stages[seconds.index(min(seconds))]
+            if name in ARITHMETIC and not args.no_split:  # again, the job's arithmetic on the maps left out
+                seconds, paired = [], []
+                with without_arithmetic(name):
+                    for _ in range(args.runs):
+                        own_bare = bare.time()
+                        started = time.perf_counter()
+                        runs[name]()
+                        seconds.append(time.perf_counter() - started)
+                        paired.append(seconds[-1] / own_bare)
+                results[name]["without_arithmetic_s"] = round(min(seconds), 3)
+                results[name]["without_arithmetic_paired_ratio"] = round(statistics.median(paired), 2)
         after = [bare.time() for _ in range(args.runs)]
         bare_s = min(before + after)
         unit = {name: bare_s * FORWARDS.get(name, 1) for name in jobs}
@@ -143,6 +163,8 @@ def main() -> None:
         for name in jobs:
             results[name]["unit_s"] = round(unit[name], 3)
             results[name]["ratio"] = round(results[name]["seconds"] / unit[name], 2)
+            if "without_arithmetic_s" in results[name]:
+                results[name]["without_arithmetic_ratio"] = round(results[name]["without_arithmetic_s"] / unit[name], 2)
         counted = {}
         if not args.no_count:
             counted["bare"] = counts(bare.model, bare.time)
@@ -181,6 +203,43 @@ def main() -> None:
     }
     table = " · ".join(f"{name} {entry['ratio']}x (paired {entry['paired_ratio']}x)" for name, entry in results.items())
     emit(result, args.output, f"host_overhead on {result['device']}, bare forward {bare_s:.3f}s: {table}")
+
+
+def without_arithmetic(job: str) -> contextlib.ExitStack:
+    """While open, `job` runs with what it computes from the maps replaced by zeros of the same shapes (ARITHMETIC): the
+    pass, the batches and the host's bookkeeping are left, so its time then is the host's share, beside the job's own
+    arithmetic, which a near-free forward makes look large."""
+    from unittest import mock
+
+    import torch
+
+    from bertscope.core.analyses import mixing, patterns, syntax
+    from bertscope.core.model import ablation
+
+    def zeros(width: int):  # [B, H, width], whatever the maps' T
+        return lambda maps, *args, **kwargs: maps.new_zeros((*maps.shape[:2], width))
+
+    stubs = {
+        "patterns": [(patterns, "_feature_table", zeros(len(patterns.FEATURES)))],
+        "norms": [
+            (patterns, "_feature_table", zeros(len(patterns.FEATURES))),
+            (patterns, "_norm_share_table", zeros(len(patterns.NORM_SHARES))),
+            (ablation, "weighted_norms", lambda weights, value, projection: weights),
+        ],
+        "syntax": [
+            (syntax, "word_attention", lambda attention, word_of, words, pooling=None: attention),
+            (syntax, "most_attended_other", lambda word_level, present: present.new_zeros((len(present), word_level.shape[1], present.shape[1]), dtype=torch.long)),
+        ],
+        "mixing": [
+            (mixing, "rolled_out", lambda per_layer: per_layer),
+            (mixing, "_spearman_between", lambda matrices, real: matrices.new_zeros((len(matrices), *matrices.shape[:3]))),
+            (mixing, "_summed_shares", lambda matrices, classes, real: matrices.new_zeros((*matrices.shape[:-3], 4))),
+        ],
+    }
+    stack = contextlib.ExitStack()
+    for module, name, replacement in stubs[job]:
+        stack.enter_context(mock.patch.object(module, name, replacement))
+    return stack
 
 
 def stage_seconds(steps) -> dict[str, float]:
