@@ -23,10 +23,11 @@ top it fits the eraser and the probes and measures `preserve` on its test split,
 progress stream splits its time by stage (`stages_s`; `feature_passes_ratio`: the feature passes alone against
 their two bare forwards). Its runs drain that stream, as the command does.
 
-`patterns`, `--norms`, `syntax` and `mixing` are timed again with their arithmetic on the maps left out (`without_arithmetic`:
-the statistics, the value norms, the word-level argmax, the rollout, the rank correlations and the shares replaced by
-zeros of the same shapes): what is left, the pass, the batches and the host's bookkeeping, is the host's share
-(`without_arithmetic_ratio`, `without_arithmetic_paired_ratio`; `--no-split` skips it).
+`patterns`, `--norms`, `syntax` and `mixing` are timed again with their arithmetic on the maps left out
+(`without_arithmetic`: the statistics, the value norms, the word-level argmax; the rows' normalisation, the rollout, the
+rank correlations and the shares: each replaced by zeros of its shape, or by its input). What is left, the pass, the
+batches and the host's bookkeeping, is the host's share (`without_arithmetic_ratio`, `without_arithmetic_paired_ratio`;
+`--no-split` skips it).
 
 Each run of a job follows a bare run of its own (two for `compare`, its masked-LM's encoder for `cloze`), and
 `paired_ratio` is the median of the runs' own ratios: on a busy machine, where one bare run takes
@@ -231,6 +232,9 @@ def without_arithmetic(job: str) -> contextlib.ExitStack:
             (syntax, "most_attended_other", lambda word_level, present: present.new_zeros((len(present), word_level.shape[1], present.shape[1]), dtype=torch.long)),
         ],
         "mixing": [
+            (ablation, "weighted_norms", lambda weights, value, projection: weights),
+            (mixing, "normalised_rows", lambda matrix: matrix),
+            (mixing, "_residual_attention", lambda means: means),
             (mixing, "rolled_out", lambda per_layer: per_layer),
             (mixing, "_spearman_between", lambda matrices, real: matrices.new_zeros((len(matrices), *matrices.shape[:3]))),
             (mixing, "_summed_shares", lambda matrices, classes, real: matrices.new_zeros((*matrices.shape[:-3], 4))),
