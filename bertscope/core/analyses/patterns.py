@@ -76,10 +76,10 @@ TOP_COLUMNS = 2
 # when each statistic had its own operations (benchmarks/README.md). So a layer's statistics are a few large
 # operations on its maps: every statistic that is a weighted sum of the attention (the shares and the distance) is
 # one product of the maps with a table of weights, a column a statistic, each weight already divided by the number
-# of queries its mean is over; the entropy is one more product, V and D a weighted sum over the queries each, B
-# (pairs only) a product with the segments' words. The weights depend only on the batch (and a local layer's
-# window): they are made for the first layer and serve the others. The largest, `LayerWeights.linear`, holds as
-# many numbers as 8 heads' maps of the batch.
+# of queries its mean is over; the entropy is one more product, V a product with a row of the queries' weights, D a
+# weighted sum over the queries, B (pairs only) a product with the segments' words. The weights depend only on the
+# batch (and a local layer's window): they are made for the first layer and serve the others. The largest,
+# `LayerWeights.linear`, holds as many numbers as 8 heads' maps of the batch.
 
 # The statistics that are weighted sums of the attention: the columns of `LayerWeights.linear`.
 LINEAR = ("cls", "sep", "punct", "self", "prev", "next", "block", "distance")
@@ -93,7 +93,8 @@ class LayerWeights:
 
     linear: Tensor  # [B, T*T, len(LINEAR)]: each statistic's weight, over the number of queries it is a mean over
     real_queries: Tensor  # [B, T, 1]: the real queries, over their number (the entropy's mean)
-    columns: Tensor  # [B, 1, T, T or 1]: V's received weight: the real queries, over the number of them that see key j
+    columns: Tensor  # [B, 1, 1, T]: V's received weight, a row over the queries: the real ones, over their number
+    seen_by: Tensor | None  # [B, 1, 1, T]: for a head that does not see every key, 1 over the real queries that see key j
     band: Tensor  # [B, 1, T, T]: D's band: the real queries where |i - j| <= 1, over the number of real queries
 
 
@@ -162,11 +163,11 @@ class BatchMasks:
             dim=-1,
         )
         real_queries = (real / count)[:, :, None]  # [B, T, 1]
-        seen_by = count[..., None, None] if visible is None else (real @ visible).clamp(min=1)[:, None, None, :]
         return LayerWeights(
             linear=keys.mul_(queries[:, :, None]).flatten(1, 2),  # in place: a long input's table is large
             real_queries=real_queries,
-            columns=real[:, None, :, None] / seen_by,
+            columns=real_queries.transpose(1, 2)[:, None] if visible is None else real[:, None, None, :],
+            seen_by=None if visible is None else 1 / (real @ visible).clamp(min=1)[:, None, None, :],
             band=real_queries[:, None] * (relative[..., 3] <= 1),
         )
 
@@ -212,7 +213,9 @@ def _feature_table(attention: Tensor, masks: BatchMasks, window: int | None = No
     entropy = torch.special.entr(attention).sum(-1) @ weights.real_queries
     # V: the weight the two most-attended keys receive, each a mean over the queries that see it; D: the band
     # |i - j| <= 1 without those two columns
-    columns = (attention * weights.columns).sum(-2, keepdim=True)  # [B, H, 1, T]; 0 for padding, as for a key no one sees
+    columns = weights.columns @ attention  # [B, H, 1, T]; 0 for padding, as for a key no one sees
+    if weights.seen_by is not None:  # the received weight a mean over the queries that see each key
+        columns = columns * weights.seen_by
     top_values, top_index = columns.topk(min(TOP_COLUMNS, columns.shape[-1]), dim=-1)
     diagonal = (attention * weights.band).sum(-2, keepdim=True).scatter(-1, top_index, 0.0).sum(-1)
     # B: a word's attention to the words of its own segment, as a share of its attention to words (pairs only)
