@@ -6,9 +6,10 @@
 # Sized for a 15-minute lease (about 8 minutes here; session 21 ran these steps on an H200 in two calls):
 # 1. tests/test_cuda.py (skipped without a GPU elsewhere), verbose, into OUT_DIR/test_cuda.log (~100 s);
 # 2. host_overhead.py on MODEL_DIR (default: the bundled MiniLM) in float32 and bfloat16: every corpus job
-#    against a bare forward on the GPU (~60 s each);
+#    against a bare forward on the GPU, and the host's share of four of them (~75 s each);
 # 3. cold_start.py in bfloat16, with and without cuDNN's attention: a job's first run in a fresh process;
-# 4. host_overhead.py on a seeded random BERT of bert-base's shape, float32 and bfloat16, while time is left;
+# 4. host_overhead.py on a seeded random BERT of bert-base's shape, float32 and bfloat16, while time is left (no host
+#    share: `--no-split`, to fit its time limit);
 # 5. device_profile.py on gradient importance in bfloat16, while time is left.
 # Each step has its own time limit and leaves its JSON in OUT_DIR (8 files at most); every summary line
 # goes to OUT_DIR/steps.log and to the terminal. Exit status 0.
@@ -42,8 +43,8 @@ for variant in "" --with-cudnn; do
         $variant -o "$out/cold${variant:+_cudnn}.json" > /dev/null 2>> "$log"
     say "cold_start $variant"
 done
-[ "$(elapsed)" -lt 380 ] && overhead base_float32 100 --shape base --dtype float32 --runs 2
-[ "$(elapsed)" -lt 440 ] && overhead base_bfloat16 100 --shape base --dtype bfloat16 --runs 2
+[ "$(elapsed)" -lt 380 ] && overhead base_float32 100 --shape base --dtype float32 --runs 2 --no-split
+[ "$(elapsed)" -lt 440 ] && overhead base_bfloat16 100 --shape base --dtype bfloat16 --runs 2 --no-split
 if [ "$(elapsed)" -lt 480 ]; then
     echo "-- device_profile" >> "$log"
     timeout 60 python3 benchmarks/device_profile.py --conllu "$data" --model "$model" --job importance --device cuda \

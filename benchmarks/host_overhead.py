@@ -217,8 +217,8 @@ def without_arithmetic(job: str) -> contextlib.ExitStack:
     from bertscope.core.analyses import mixing, patterns, syntax
     from bertscope.core.model import ablation
 
-    def zeros(width: int):  # [B, H, width], whatever the maps' T
-        return lambda maps, *args, **kwargs: maps.new_zeros((*maps.shape[:2], width))
+    def zeros(width: int):  # [B, H, width] in float32, as the statistics are, whatever the maps' T and dtype
+        return lambda maps, *args, **kwargs: maps.new_zeros((*maps.shape[:2], width), dtype=torch.float32)
 
     stubs = {
         "patterns": [(patterns, "_feature_table", zeros(len(patterns.FEATURES)))],
