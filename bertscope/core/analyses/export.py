@@ -18,6 +18,7 @@ from typing import BinaryIO
 import numpy as np
 import torch
 
+from bertscope.core.analyses.streaming import joined_ids
 from bertscope.core.data.files import atomic_write, temporary_beside
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import NORM_DEFINITION, Encoding
@@ -63,7 +64,7 @@ def export_input(session: Session, encoding: Encoding, mask: HeadMask, ablation:
             "tokens": np.array(encoding.tokens),
             "input_ids": encoding.input_ids,
             "token_type_ids": encoding.token_type_ids,
-            "word_ids": np.array([-1 if word is None else word for word in encoding.word_ids], dtype=np.int64),
+            "word_ids": joined_ids([encoding.word_ids]),
             "special": encoding.special,
             "norm_definition": np.array(NORM_DEFINITION),
             "hidden_states": hidden_states,

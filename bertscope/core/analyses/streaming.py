@@ -106,14 +106,14 @@ class WordPieces:
     def of(cls, word_ids: Sequence[Sequence[int | None]]) -> WordPieces:
         """Found for the batch at once (numpy over its word ids): a word-level job sees every token of its corpus."""
         sizes = [len(ids) for ids in word_ids]
-        flat = np.array(list(itertools.chain.from_iterable(word_ids)), dtype=np.float64)  # None: NaN
+        flat = joined_ids(word_ids)  # None: -1
         places = np.arange(len(flat))
         starts = np.repeat(np.cumsum(sizes) - sizes, sizes)  # each token's row's first place
-        previous = np.concatenate([[np.nan], flat[:-1]])
-        word = ~np.isnan(flat)
+        previous = np.concatenate([[-1], flat[:-1]])
+        word = flat >= 0
         first = (flat != previous) | (places == starts)
         rows = np.repeat(np.arange(len(sizes)), sizes)
-        return cls(rows[word], (places - starts)[word], flat[word].astype(np.int64), first[word])
+        return cls(rows[word], (places - starts)[word], flat[word], first[word])
 
     def starts(self) -> WordPieces:
         """Each word's first token only."""
