@@ -38,8 +38,11 @@ costs the host a dispatch; `kernels`, those that are not views of a tensor, each
 tensor's values into Python (`item`, `tolist`, `numpy`, `cpu`, `bool`, `float`...: on a GPU each waits for the
 device), divided by the job's batches (its model passes, counted by a hook on the
 input embeddings). On the CPU every tensor is a host tensor, so a read of a tokenizer's output counts too: the
-reads are an upper bound of a GPU run's. Both counts include what a job does once, after its last batch.
-Prints JSON; exit status 0 whatever the numbers.
+reads are an upper bound of a GPU run's. Both counts include what a job does once, after its last batch; for
+`geometry` and `erase` they are also given by stage (`stages`), and split into their model passes' counts a pass
+(`passes`, with their own `operations_ratio`) and what the job does once whatever the corpus's size (`once`: the
+measures of the sample, the eraser's and the probes' fits). The bare runs, like the jobs, run with Python's cycle
+collection paused (core.collector). Prints JSON; exit status 0 whatever the numbers.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 
 from common import cloze_queries, emit  # benchmarks/common.py, found beside this script
 
@@ -102,13 +106,15 @@ def main() -> None:
             "patterns": lambda: bertscope.patterns(model, corpus),
             "norms": lambda: bertscope.patterns(model, corpus, norms=True),
             "syntax": lambda: api.syntax(model, corpus),
-            "geometry": lambda: stage_seconds(api.steps(api.geometry, model, corpus)),
+            "geometry": lambda on_stage=None: stage_seconds(api.steps(api.geometry, model, corpus), on_stage),
             "compare": lambda: api.compare(model, other, corpus),
             "features": lambda: list(extract_features(model, treebank, FeatureOptions(level="word"), cache_dir=False)),
             "importance": lambda: bertscope.importance(model, "preserve", corpus),
             "cloze": lambda: bertscope.cloze(mlm, queries),
             "mixing": lambda: api.mixing_agreement(model, corpus, method=("attention", "norms", "rollout")),
-            "erase": lambda: stage_seconds(api.steps(bertscope.erase, model, "upos", treebank, layer=1, cache_dir=False)),
+            "erase": lambda on_stage=None: stage_seconds(
+                api.steps(bertscope.erase, model, "upos", treebank, layer=1, cache_dir=False), on_stage
+            ),
         }
         bare = Bare(model, [sentence.text for sentence in treebank])
         cloze_bare = Bare(mlm, [query.split("\t")[0] for query in queries]) if mlm else None
@@ -174,12 +180,16 @@ def main() -> None:
             if backward_bare is not None:
                 counted["bare (forward and backward)"] = counts(backward_bare.model, backward_bare.time)
             for name in jobs:
-                counted[name] = counts((mlm if name == "cloze" else model).model, runs[name])
+                counted[name] = counts((mlm if name == "cloze" else model).model, runs[name], staged=name in STAGED)
                 base = counted["bare (cloze)" if name == "cloze" else "bare"]["operations_per_batch"]
                 base *= 2 if name == "compare" else 1  # two models: two forwards a batch (erase's passes are counted one by one)
                 counted[name]["operations_ratio"] = round(counted[name]["operations_per_batch"] / base, 2)
                 kernels = counted["bare (cloze)" if name == "cloze" else "bare"]["kernels_per_batch"] * (2 if name == "compare" else 1)
                 counted[name]["kernels_ratio"] = round(counted[name]["kernels_per_batch"] / kernels, 2)
+                if "passes" in counted[name]:  # a staged job: its passes' counts apart from its work done once
+                    passes = counted[name]["passes"]
+                    passes["operations_ratio"] = round(passes["operations_per_batch"] / base, 2)
+                    passes["kernels_ratio"] = round(passes["kernels_per_batch"] / kernels, 2)
                 results[name].update(counted[name])
             if backward_bare is not None:
                 both = counted["bare (forward and backward)"]
@@ -246,10 +256,10 @@ def without_arithmetic(job: str) -> contextlib.ExitStack:
     return stack
 
 
-def stage_seconds(steps) -> dict[str, float]:
+def stage_seconds(steps, on_stage: Callable[[str], None] | None = None) -> dict[str, float]:
     """Seconds spent in each stage of an analysis's progress stream (`api.steps`), a stage's splits added up: the time
     up to a record and after it is its stage's (a stage's first record may come before its work or after its first
-    part of it)."""
+    part of it). `on_stage(name)` is told each record's stage as it comes."""
     seconds: dict[str, float] = {}
     stage, since = None, time.perf_counter()
     for step in steps:
@@ -257,6 +267,8 @@ def stage_seconds(steps) -> dict[str, float]:
         name = step.stage.split(" (")[0]  # "features (erased, test)": "features"
         seconds[stage or name] = seconds.get(stage or name, 0.0) + now - since
         stage, since = name, now
+        if on_stage is not None:
+            on_stage(name)
     return {name: round(value, 3) for name, value in seconds.items()}
 
 
@@ -304,6 +316,15 @@ class Bare:
             self.answers = torch.as_tensor(session.tokenizer.convert_tokens_to_ids(answers), device=session.device)
 
     def time(self) -> float:
+        """Seconds for one pass over the texts, with cycle collection paused as a corpus job pauses it
+        (core.collector): a full collection walks every object torch and transformers made, 0.2-0.3 s here, and
+        came in about one bare run in three, which made the unit the noisiest number in the table."""
+        from bertscope.core import collector
+
+        with collector.paused():
+            return self._time()
+
+    def _time(self) -> float:
         import torch
 
         from bertscope.core.data.batching import plan_batches
@@ -338,37 +359,65 @@ class Bare:
         torch.stack([*ranks, logits.argmax(-1)]).tolist()
 
 
-def counts(model, run) -> dict:
-    """`run()` once under the counters: aten operations and reads of tensor values into Python, per model pass."""
+def counts(model, run, staged: bool = False) -> dict:
+    """`run()` once under the counters: aten operations and reads of tensor values into Python, per model pass.
+
+    `staged`: `run(on_stage)` reports its stages (`stage_seconds`), and the counts are also given by stage, each
+    stage's counts being what ran from its record to the next (before the first record: the first record's stage).
+    The stages with model passes give `passes` (their counts a pass); those without (a job's measures of its sample,
+    its fits) give `once` (their counts in all): work that does not grow with the corpus.
+    """
+    from collections import Counter
+
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    tally = {"operations": 0, "kernels": 0, "reads": 0, "batches": 0}
+    stages: dict[str | None, Counter] = {None: Counter()}
+    current: list[str | None] = [None]
+
+    def tally() -> Counter:
+        return stages[current[0]]
+
+    def on_stage(name: str) -> None:
+        stages.setdefault(name, Counter()).update(stages.pop(None) if current[0] is None else Counter())
+        current[0] = name
 
     class Operations(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            tally["operations"] += 1
-            tally["kernels"] += not func.is_view  # a view (unsqueeze, slice, transpose...) launches nothing on a GPU
+            tally()["operations"] += 1
+            tally()["kernels"] += not func.is_view  # a view (unsqueeze, slice, transpose...) launches nothing on a GPU
             return func(*args, **(kwargs or {}))
 
     class Reads(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             if getattr(func, "__name__", "") in READS:
-                tally["reads"] += 1
+                tally()["reads"] += 1
             return func(*args, **(kwargs or {}))
 
-    hook = model.get_input_embeddings().register_forward_pre_hook(lambda *_: tally.__setitem__("batches", tally["batches"] + 1))
+    hook = model.get_input_embeddings().register_forward_pre_hook(lambda *_: tally().update(batches=1))
     try:
         with Reads(), Operations():
-            run()
+            run(on_stage) if staged else run()
     finally:
         hook.remove()
-    batches = max(tally["batches"], 1)
+    found = per_batch(sum(stages.values(), Counter()))
+    if staged:
+        passes = sum((counted for counted in stages.values() if counted["batches"]), Counter())
+        once = sum((counted for counted in stages.values() if not counted["batches"]), Counter())
+        found["passes"] = per_batch(passes)
+        found["once"] = {name: once[name] for name in ("operations", "kernels", "reads")}
+        found["stages"] = {name: dict(counted) for name, counted in stages.items()}
+    return found
+
+
+def per_batch(counted) -> dict:
+    """Counts divided by their model passes."""
+    batches = max(counted["batches"], 1)
     return {
-        "batches": tally["batches"],
-        "operations_per_batch": round(tally["operations"] / batches, 1),
-        "kernels_per_batch": round(tally["kernels"] / batches, 1),
-        "reads_per_batch": round(tally["reads"] / batches, 2),
+        "batches": counted["batches"],
+        "operations_per_batch": round(counted["operations"] / batches, 1),
+        "kernels_per_batch": round(counted["kernels"] / batches, 1),
+        "reads_per_batch": round(counted["reads"] / batches, 2),
     }
 
 
