@@ -203,9 +203,11 @@ class SessionBackend:
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
         norms: bool = False,
+        erasure: LiveErasure | None = None,
         cancel: threading.Event | None = None,
     ) -> Iterator[Progress[PatternResult]]:
-        return api.steps(api.patterns, self.session, chosen(sentences), mask=mask, ablation=ablation, norms=norms, cancel=cancel)
+        steps = api.steps(api.patterns, self.session, chosen(sentences), mask=mask, ablation=ablation, norms=norms, cancel=cancel)
+        return self._erased(erasure, steps)
 
     def syntax_heads(
         self,
@@ -213,9 +215,10 @@ class SessionBackend:
         *,
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
+        erasure: LiveErasure | None = None,
         cancel: threading.Event | None = None,
     ) -> Iterator[Progress[SyntaxResult]]:
-        return api.steps(api.syntax, self.session, chosen(sentences), mask=mask, ablation=ablation, cancel=cancel)
+        return self._erased(erasure, api.steps(api.syntax, self.session, chosen(sentences), mask=mask, ablation=ablation, cancel=cancel))
 
     def probe(
         self,
@@ -256,11 +259,13 @@ class SessionBackend:
         max_rows: int | None = None,
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
+        erasure: LiveErasure | None = None,
         cancel: threading.Event | None = None,
     ) -> Iterator[Progress[GeometryResult]]:
-        return api.steps(
+        steps = api.steps(
             api.geometry, self.session, chosen(sentences), unit=unit, max_rows=max_rows, mask=mask, ablation=ablation, cancel=cancel
         )
+        return self._erased(erasure, steps)
 
     def compare(
         self,

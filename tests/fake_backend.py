@@ -52,7 +52,7 @@ class FakeBackend:
         self.layer_calls: list[tuple[int, str, bool]] = []  # (layer, mask spec, from a result) of each layer_maps
         self.mixing_calls: list[tuple[str, str]] = []  # (method, mask spec) of each context-mixing run
         self.erasure_calls: list[tuple[str, int, int]] = []  # (task, layer, training sentences) of each eraser fitted
-        self.erased: list[tuple[str, object]] = []  # (what ran: forward, mixing, attribute, probe; its erasure) of each erased run
+        self.erased: list[tuple[str, object]] = []  # (what ran: forward, mixing, attribute, probe, patterns, syntax, geometry; its erasure) of each erased run
 
     @property
     def info(self) -> ModelInfo:
@@ -152,8 +152,10 @@ class FakeBackend:
             mask=mask, ablation=ablation,
         ))
 
-    def attention_patterns(self, sentences, *, mask=None, ablation="zero", norms=False, cancel=None):
+    def attention_patterns(self, sentences, *, mask=None, ablation="zero", norms=False, erasure=None, cancel=None):
         """Known statistics: head (l, h) is always of class (l + h) % 5; a batch of 2 per step; norm shares 0.05 × (i + 1)."""
+        if erasure is not None:
+            self.erased.append(("patterns", erasure))
         done = 0
         shares = np.zeros((LAYERS, HEADS, len(PATTERNS)))
         for layer in range(LAYERS):
@@ -183,7 +185,7 @@ class FakeBackend:
             raise InputError("no sentences to analyse; the corpus is empty")
         yield progress(final=True)
 
-    def syntax_heads(self, sentences, *, mask=None, ablation="zero", cancel=None):
+    def syntax_heads(self, sentences, *, mask=None, ablation="zero", erasure=None, cancel=None):
         """Known counts: per sentence one arc of each of det, nsubj, obj; head (1, 2) always finds det's head,
         (2, 0) nsubj's, (0, 3) obj's (dependent to head) and half the others; the +1 offset finds det's head
         in half the sentences. Under a mask the masked heads find nothing. One sentence a step."""
@@ -192,6 +194,8 @@ class FakeBackend:
         relations, best = ("det", "nsubj", "obj"), ((1, 2), (2, 0), (0, 3))
         done = 0
         self.syntax_calls.append(mask.spec() if mask is not None else "")
+        if erasure is not None:
+            self.erased.append(("syntax", erasure))
 
         def result_after(count: int) -> SyntaxResult:
             correct = np.zeros((3, 2, LAYERS, HEADS), dtype=np.int64)
@@ -350,9 +354,12 @@ class FakeBackend:
             yield Progress(f"{count} heads removed", len(points), 5)
         yield Progress("done", 5, 5, PruningCurve(objective, "cosine", "gradient", ablation, reestimate, tuple(points), 0.2))
 
-    def geometry(self, sentences, *, unit="auto", max_rows=None, mask=None, ablation="zero", cancel=None):
+    def geometry(self, sentences, *, unit="auto", max_rows=None, mask=None, ablation="zero", erasure=None, cancel=None):
         """Known geometry: 3 sentences per step; ID of layer l is 2 + l; 12 points whose label is "A" or "B" by their x sign."""
         from bertscope.core.analyses.geometry_results import GeometryResult
+
+        if erasure is not None:
+            self.erased.append(("geometry", erasure))
 
         if not sentences:
             raise InputError("no sentences to analyse; the corpus is empty")

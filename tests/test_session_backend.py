@@ -69,3 +69,24 @@ def test_the_objective_is_prepared_once_and_measured_through_the_api(backend):
     prepared = backend._objective_cache[1]
     again = backend.measure_objective("preserve", sentences)
     assert backend._objective_cache[1] is prepared and again.metric == pytest.approx(before.metric)
+
+
+def test_the_corpus_analyses_that_take_a_mask_take_the_erasure_too_from_its_state_up(backend):
+    """The overview's patterns and syntax and geometry run with the explorer's erasure (`E`) as they run with its mask:
+    what reads hidden states below the erased one is the model's as it is, what reads it and above is not."""
+    from bertscope.ui.erasure import training_sentences
+
+    fitted = last(backend.fit_erasure("upos", 1, training_sentences("upos")[:300])).result
+    sentences = list(api.treebank(limit=40).sentences)
+    plain, erased = (last(backend.attention_patterns(sentences, erasure=erasure)).result for erasure in (None, fitted))
+    for name, values in plain.statistics.items():  # layer 0 reads hidden state 0; layer 1 reads the erased state 1
+        np.testing.assert_array_equal(erased.statistics[name][0], values[0], err_msg=name)
+    assert not np.allclose(erased.statistics["entropy"][1:], plain.statistics["entropy"][1:])
+    after = last(backend.attention_patterns(sentences)).result  # the eraser's hook went with its stream
+    np.testing.assert_array_equal(after.statistics["entropy"], plain.statistics["entropy"])
+    plain, erased = (last(backend.syntax_heads(sentences, erasure=erasure)).result for erasure in (None, fitted))
+    np.testing.assert_array_equal(erased.correct[:, :, 0], plain.correct[:, :, 0])
+    assert erased.counts.sum() == plain.counts.sum() and not np.array_equal(erased.correct[:, :, 1:], plain.correct[:, :, 1:])
+    plain, erased = (last(backend.geometry(sentences, max_rows=200, erasure=erasure)).result for erasure in (None, fitted))
+    np.testing.assert_array_equal(erased.projection[0], plain.projection[0])  # the embeddings
+    assert not np.allclose(erased.projection[1], plain.projection[1])  # the erased state itself, as its hidden state

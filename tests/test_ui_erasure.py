@@ -125,3 +125,93 @@ def test_the_dialog_offers_classification_tasks_and_a_failed_fit_is_a_notificati
         assert app.main_screen.erasure is None
 
     run(app, steps)
+
+
+def test_the_overview_its_syntax_geometry_and_the_syntax_figure_run_with_the_erasure_as_with_a_mask():
+    from bertscope.core.data.corpus import sample_corpus
+    from bertscope.ui.syntax import SyntaxPanel
+    from tests.test_ui import overview_of
+
+    app = make_app()
+
+    async def steps(pilot):
+        await erase(pilot, "upos", 1)
+        erasure, fake = app.main_screen.erasure, app.fake
+        await pilot.press("y")  # the grid's syntax figure: its treebank run under the erasure, and it says so
+        await settle(pilot)
+        assert fake.erased[-1] == ("syntax", erasure) and "upos erased @1" in rendered(app.query_one(SyntaxPanel))
+        screen = await overview_of(pilot, sample_corpus("conllu"))
+        assert set(fake.erased[-2:]) == {("patterns", erasure), ("syntax", erasure)}  # its two runs, side by side
+        assert "164 sentences · done · upos erased @1" in rendered(screen.query_one(".progress-text"))
+        await pilot.press("escape")
+        await pilot.press("g")  # geometry on the generated treebank
+        await settle(pilot)
+        assert fake.erased[-1] == ("geometry", erasure)
+        assert rendered(app.screen.query_one(".progress-text")).rstrip().endswith("upos erased @1")
+        assert app.screen.export_data()["erased"] == {"task": "upos", "layer": 1, "rank": erasure.rank, "sentences": 1000}
+        await pilot.press("escape")
+        await pilot.press("o")  # the overview's run is kept, with what it ran under
+        await pilot.pause()
+        assert "kept from before (r runs again) · upos erased @1" in rendered(app.screen.query_one(".progress-text"))
+        await pilot.press("escape")
+        calls, erased_runs = len(fake.syntax_calls), len(fake.erased)
+        await pilot.press("E")  # taken away: the syntax figure runs again as the model is
+        await settle(pilot)
+        assert len(fake.syntax_calls) == calls + 1 and len(fake.erased) == erased_runs  # one more run, not erased
+        assert "erased" not in rendered(app.query_one(SyntaxPanel))
+        await pilot.press("g")
+        await pilot.press("r")
+        await settle(pilot)
+        assert "erased" not in app.screen.export_data() and "erased" not in rendered(app.screen.query_one(".progress-text"))
+
+    run(app, steps)
+
+
+def test_a_session_file_keeps_the_erasure_and_reopening_fits_it_again(tmp_path):
+    import json
+
+    from bertscope.ui.app import ExplorerApp
+
+    session = tmp_path / "session.json"
+    app = make_app(session_file=session)
+
+    async def steps(pilot):
+        await erase(pilot, "upos", 2)
+
+    run(app, steps)
+    assert json.loads(session.read_text())["erased"] == "upos@2"
+    again = FakeBackend()
+    reopened = ExplorerApp(lambda report: again, session_file=session)
+
+    async def check(pilot):
+        await settle(pilot)
+        await settle(pilot)
+        assert again.erasure_calls == [("upos", 2, 1000)]
+        screen = reopened.main_screen
+        assert screen.erasure is not None and (screen.erasure.task, screen.erasure.layer) == ("upos", 2)
+        assert screen.analysis.erasure == screen.erasure
+        assert any("erasing upos at hidden state 2 again" in str(note.message) for note in reopened._notifications)
+        await pilot.press("E")  # taken away: the session forgets it
+        await settle(pilot)
+
+    run(reopened, check)
+    assert json.loads(session.read_text())["erased"] == ""
+
+
+def test_a_saved_erasure_that_does_not_fit_the_model_is_a_warning_and_nothing_is_erased(tmp_path):
+    import json
+
+    from bertscope.ui.app import ExplorerApp
+
+    session = tmp_path / "session.json"
+    session.write_text(json.dumps({"version": 1, "text": "a b c", "erased": "upos@9"}))
+    backend = FakeBackend()
+    app = ExplorerApp(lambda report: backend, session_file=session)
+
+    async def steps(pilot):
+        await settle(pilot)
+        assert backend.erasure_calls == [] and app.main_screen.erasure is None
+        assert any("the saved erasure upos@9 is not a task@layer" in str(note.message) for note in app._notifications)
+
+    run(app, steps)
+    assert json.loads(session.read_text())["erased"] == ""

@@ -125,9 +125,11 @@ class Backend(Protocol):
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
         norms: bool = False,
+        erasure: LiveErasure | None = None,
         cancel: threading.Event | None = None,
     ) -> Iterator[Progress[PatternResult]]:
-        """Each item's `partial` holds the statistics so far; `norms` adds the shares of value-weighted norms."""
+        """Each item's `partial` holds the statistics so far; `norms` adds the shares of value-weighted norms. `erasure`
+        (as in `forward`, here and in the other corpus analyses that take a mask) runs every pass with it."""
         ...
 
     def syntax_heads(
@@ -136,6 +138,7 @@ class Backend(Protocol):
         *,
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
+        erasure: LiveErasure | None = None,
         cancel: threading.Event | None = None,
     ) -> Iterator[Progress[SyntaxResult]]:
         """Heads that track dependency relations over a treebank (Clark et al. §4); each item's `partial` holds the counts so far."""
@@ -167,6 +170,7 @@ class Backend(Protocol):
         max_rows: int | None = None,
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
+        erasure: LiveErasure | None = None,
         cancel: threading.Event | None = None,
     ) -> Iterator[Progress[GeometryResult]]: ...
 

@@ -4,6 +4,7 @@ to save the screen with the result's numbers. The overview, geometry and compari
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from threading import Event
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
@@ -12,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import ProgressBar, Static
 
 from bertscope.api import built_in_treebank, corpus
+from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.data.corpus import ReadReport, Sentence
 from bertscope.core.progress import Progress
 from bertscope.ui.export import json_text, save_screen
@@ -43,7 +45,7 @@ class CorpusRunScreen(Screen[tuple[int, int] | None], Generic[R]):
         self.kept = kept if kept is not None else KeptResults()
         self.result: R | None = None
         self.job = JobRun(self, self.stepped, name="corpus-run", on_failed=self.failed)
-        self._run_on = ("", "", "")  # (data, mask spec, ablation) of the run under way
+        self._run_on: tuple[str, str, str, LiveErasure | None] = ("", "", "", None)  # (data, mask, ablation, erasure) of the run
         self._read = ReadReport()  # what reading its corpus skipped
 
     @property
@@ -64,17 +66,31 @@ class CorpusRunScreen(Screen[tuple[int, int] | None], Generic[R]):
             self.call_after_refresh(self.draw)
         return kept
 
+    def result_erasure(self) -> LiveErasure | None:
+        """The property erased in the passes of the result shown: the kept run's, or the one under way's."""
+        kept = self.kept.runs.get(self.name_kept)
+        return kept.erasure if kept is not None and kept.result is self.result else self._run_on[3]
+
     def keep_view(self) -> dict[str, Any]:
         """What of the screen's view to keep with the result (overridden)."""
         return {}
 
-    def run_on_corpus(self, describe: str, path: str, analyse: Analyse, data: str = "", mask: str = "", ablation: str = "") -> None:
+    def run_on_corpus(
+        self,
+        describe: str,
+        path: str,
+        analyse: Analyse,
+        data: str = "",
+        mask: str = "",
+        ablation: str = "",
+        erasure: LiveErasure | None = None,
+    ) -> None:
         """Read the corpus at `path` (empty: the built-in treebank), then run `analyse(sentences, cancel)` on it.
 
-        The sentences are read as the analysis takes them. `data`, `mask` and `ablation` say what
-        the run is on, to keep with its result.
+        The sentences are read as the analysis takes them. `data`, `mask`, `ablation` and `erasure` (the
+        property erased in its passes) say what the run is on, to keep with its result.
         """
-        self._run_on = (data, mask, ablation)
+        self._run_on = (data, mask, ablation, erasure)
         self._read = ReadReport()
         self.say(describe)
         self.query_one(ProgressBar).update(total=None, progress=0)
@@ -97,7 +113,8 @@ class CorpusRunScreen(Screen[tuple[int, int] | None], Generic[R]):
                 self.draw()
             return
         self.result = progress.result
-        self.kept.runs[self.name_kept] = KeptRun(*self._run_on, self.result, self.keep_view())
+        data, mask, ablation, erasure = self._run_on
+        self.kept.runs[self.name_kept] = KeptRun(data, mask, ablation, self.result, self.keep_view(), erasure)
         bar.update(total=1, progress=1)
         self.say(self.done_text())  # the result's notes come with the step (JobRun)
         if self._read.skipped:
@@ -110,7 +127,7 @@ class CorpusRunScreen(Screen[tuple[int, int] | None], Generic[R]):
     def on_screen_suspend(self) -> None:
         kept = self.kept.runs.get(self.name_kept)
         if kept is not None and kept.result is self.result:
-            self.kept.runs[self.name_kept] = KeptRun(kept.data, kept.mask, kept.ablation, kept.result, self.keep_view())
+            self.kept.runs[self.name_kept] = dataclasses.replace(kept, view=self.keep_view())
 
     def on_unmount(self) -> None:
         self.on_screen_suspend()

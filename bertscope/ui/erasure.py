@@ -3,9 +3,11 @@
 The dialog asks which property (a classification task) and at which hidden state (0 the
 embeddings, l + 1 the output of layer l); the backend fits LEACE on the task's training
 sentences on the model as it is (core.analyses.erasure.fit_eraser) and keeps the eraser. From
-then on the main view's passes run with it, as with a head mask: the heatmap of every layer
-from the erased state up, the effect pane against the model as it is, the context-mixing cells,
-attribution, and the probing pane's `m`. `E` again takes it away.
+then every pass that a head mask changes runs with it too: the heatmap of every layer from the
+erased state up, the effect pane against the model as it is, the context-mixing cells,
+attribution, the grid's syntax figure, the overview (`o`: patterns and syntactic heads over a
+corpus), geometry (`g`) and the probing pane's `m`. `E` again takes it away. A session file
+keeps it as "task@layer", fitted again when the explorer reopens the session.
 """
 
 from __future__ import annotations

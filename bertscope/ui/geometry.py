@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Input, ProgressBar, Static
 
+from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.geometry_results import GeometryResult
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.model.masks import Ablation, HeadMask
@@ -27,7 +28,7 @@ from bertscope.theming import Colormap
 from bertscope.ui.backend import Backend
 from bertscope.ui.corpus_screen import CorpusRunScreen
 from bertscope.ui.help import HELP_KEY
-from bertscope.ui.kept import KeptResults
+from bertscope.ui.kept import KeptResults, conditions_note, erasure_json
 from bertscope.ui.widgets.footer import KeyFooter
 
 if TYPE_CHECKING:
@@ -66,10 +67,18 @@ class GeometryScreen(CorpusRunScreen[GeometryResult]):
     """
 
     def __init__(
-        self, backend: Backend, mask: HeadMask, ablation: Ablation, colormap: Colormap, glyphs: bool, kept: KeptResults | None = None
+        self,
+        backend: Backend,
+        mask: HeadMask,
+        ablation: Ablation,
+        colormap: Colormap,
+        glyphs: bool,
+        kept: KeptResults | None = None,
+        erasure: LiveErasure | None = None,
     ) -> None:
+        """`erasure`: the explorer's erased property (`E`), which every pass here runs with, as with the mask."""
         super().__init__(kept)
-        self.backend, self.mask, self.ablation = backend, mask, ablation
+        self.backend, self.mask, self.ablation, self.erasure = backend, mask, ablation, erasure
         self.colormap, self.glyphs = colormap, glyphs
         self.shown_layer = backend.num_layers  # the last hidden state
         self.label: str | None = None
@@ -107,17 +116,18 @@ class GeometryScreen(CorpusRunScreen[GeometryResult]):
     def export_data(self) -> dict[str, Any]:
         """The CLI's `geometry --json --points`: every layer's scatter coordinates, the CKA matrices, ID."""
         assert self.result is not None  # `e` exports only a result
-        return self.result.as_json(self.backend.info.source, points=True) | {"layer_shown": self.shown_layer, "colour_by": self.label}
+        shown = {"layer_shown": self.shown_layer, "colour_by": self.label}
+        return self.result.as_json(self.backend.info.source, points=True) | erasure_json(self.result_erasure()) | shown
 
     def action_run(self) -> None:
         path = self.query_one("#geometry-corpus", Input).value.strip()
         mask = self.mask if len(self.mask) else None
 
         def analyse(sentences: Iterable[Sentence], cancel: Event) -> Iterable[Progress[GeometryResult]]:
-            return self.backend.geometry(list(sentences), mask=mask, ablation=self.ablation, cancel=cancel)
+            return self.backend.geometry(list(sentences), mask=mask, ablation=self.ablation, erasure=self.erasure, cancel=cancel)
 
         describe = f"reading {path}…" if path else f"generating a treebank of {TREEBANK_SENTENCES:,} sentences…"
-        self.run_on_corpus(describe, path, analyse, path, self.mask.spec(), self.ablation)
+        self.run_on_corpus(describe, path, analyse, path, self.mask.spec(), self.ablation, self.erasure)
 
     @on(Input.Submitted, "#geometry-corpus")
     def corpus_submitted(self) -> None:
@@ -127,8 +137,8 @@ class GeometryScreen(CorpusRunScreen[GeometryResult]):
     def done_text(self) -> str:
         result = self.result
         assert result is not None  # said once the run is done
-        mask = f" · mask {result.mask} ({result.ablation})" if result.mask else ""
-        return f"{result.sentences:,} sentences · {result.size:,} of {result.seen:,} {result.unit}s{mask}"
+        conditions = conditions_note(result.mask, result.ablation, self.result_erasure())
+        return f"{result.sentences:,} sentences · {result.size:,} of {result.seen:,} {result.unit}s{conditions}"
 
     def action_layer(self, step: int) -> None:
         if self.result is None:

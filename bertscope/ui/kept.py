@@ -8,23 +8,36 @@ changes while the app runs, so nothing here needs to be thrown away for that.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
+from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.probing_results import ProbeReport
+
+
+def conditions_note(mask: str, ablation: str, erasure: LiveErasure | None = None) -> str:
+    """What a run's passes were changed by, as its lines end: " · mask 0:3 (zero) · upos erased @4", or ""."""
+    return (f" · mask {mask} ({ablation})" if mask else "") + (f" · {erasure.short()}" if erasure is not None else "")
+
+
+def erasure_json(erasure: LiveErasure | None) -> dict[str, Any]:
+    """What an export adds of the property erased in its passes: `{"erased": {task, layer, rank, sentences}}`, or nothing."""
+    return {"erased": asdict(erasure)} if erasure is not None else {}
 
 
 @dataclass(frozen=True)
 class KeptRun:
-    """A finished run: what it ran on, under which mask, and what it found."""
+    """A finished run: what it ran on, under which mask and erasure, and what it found."""
 
     data: str  # the corpus path ("" for the built-in one); for compare, model B and the corpus
     mask: str  # the head mask spec it ran under ("" for none)
     ablation: str
     result: object
     view: dict = field(default_factory=dict)  # how the screen showed it (layer, label, ...)
+    erasure: LiveErasure | None = None  # the property erased in its passes (`E`), if any
 
     def mask_note(self) -> str:
-        return f" · mask {self.mask} ({self.ablation})" if self.mask else ""
+        return conditions_note(self.mask, self.ablation, self.erasure)
 
 
 @dataclass

@@ -55,7 +55,7 @@ from bertscope.ui.messages import Analysis, LayerMaps
 from bertscope.ui.overview import OverviewScreen
 from bertscope.ui.patching import PatchingScreen
 from bertscope.ui.probing import ProbingScreen
-from bertscope.ui.state import VIEWS, ExplorerState, fit_to_model
+from bertscope.ui.state import VIEWS, ExplorerState, fit_to_model, saved_erasure
 from bertscope.ui.syntax import SYNTAX_FIGURE, SyntaxPanel
 from bertscope.ui.theme import heatmap_for
 from bertscope.ui.widgets.attention_view import AttentionView
@@ -262,6 +262,10 @@ class MainScreen(Screen[None]):
         self.query_one(SyntaxPanel).set_backend(backend)
         self._follow_syntax()
         self._analyse(reuse_plain=False)
+        restored = saved_erasure(self.state.erased, backend.num_layers) if self.state.erased else None
+        if restored is not None:  # the last session's erasure: fitted again, as `E` fits it
+            self.notify(f"erasing {restored[0]} at hidden state {restored[1]} again, as the session left it: E takes it away", timeout=6)
+            self._fit_erasure(backend, *restored)
 
     # running the model
 
@@ -446,7 +450,7 @@ class MainScreen(Screen[None]):
             grid.show(
                 analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), self.mask, (layer, head)
             )
-        erased = f"{analysis.erasure.task} erased @{analysis.erasure.layer}" if analysis.erasure is not None else None
+        erased = analysis.erasure.short() if analysis.erasure is not None else None
         self.query_one(EffectPanel).show(
             analysis.cosines,
             len(analysis.current.mask),
@@ -598,7 +602,7 @@ class MainScreen(Screen[None]):
             info.device,
             f"{info.num_layers}×{info.num_heads} heads",
             f"{masked} masked ({self.state.ablation})",
-            *([f"{self.erasure.task} erased @{self.erasure.layer}"] if self.erasure is not None else []),
+            *([self.erasure.short()] if self.erasure is not None else []),
             *([self._cells_status()] if self.heatmap_cells != "weights" else []),
             self.state.view,
             self.state.figure,
@@ -682,12 +686,12 @@ class MainScreen(Screen[None]):
     # heads that track syntax (ui.syntax)
 
     def _follow_syntax(self) -> None:
-        """Show the syntax panel (running over the sample treebank under the mask) while the grid shows its figure."""
+        """Show the syntax panel (running over the sample treebank under the mask and erasure) while the grid shows its figure."""
         panel = self.query_one(SyntaxPanel)
         if self.state.figure != SYNTAX_FIGURE or self.backend is None or self.mask is None:
             panel.hide()
             return
-        panel.show_for(self.mask, self.state.ablation)
+        panel.show_for(self.mask, self.state.ablation, self.erasure)
 
     def action_syntax_relation(self) -> None:
         """`y`: shade the grid by the heads that track a relation, or go on to the next relation."""
@@ -775,7 +779,7 @@ class MainScreen(Screen[None]):
         if (loaded := self._loaded()) is None:
             return
         explorer, selected = self.explorer, (self.state.layer, self.state.head)
-        screen = OverviewScreen(*loaded, self.state.ablation, explorer.colormap(), explorer.glyphs, selected, explorer.kept)
+        screen = OverviewScreen(*loaded, self.state.ablation, explorer.colormap(), explorer.glyphs, selected, explorer.kept, self.erasure)
         self.app.push_screen(screen, self._open_head)
 
     def action_probing(self) -> None:
@@ -789,7 +793,7 @@ class MainScreen(Screen[None]):
         if (loaded := self._loaded()) is None:
             return
         explorer = self.explorer
-        screen = GeometryScreen(*loaded, self.state.ablation, explorer.colormap(), explorer.glyphs, explorer.kept)
+        screen = GeometryScreen(*loaded, self.state.ablation, explorer.colormap(), explorer.glyphs, explorer.kept, self.erasure)
         self.app.push_screen(screen)
 
     def action_compare(self) -> None:
@@ -834,39 +838,54 @@ class MainScreen(Screen[None]):
             return
         if self.erasure is not None:
             self.notify(f"{self.erasure.task} is no longer erased: E erases a property again", timeout=4)
-            self.erasure = None
-            self._analyse(reuse_plain=True)
+            self._set_erasure(None)
             return
         backend, _mask = loaded
 
         def chosen(choice: tuple[str, int] | None) -> None:
-            if choice is None:
-                return
-            task, layer = choice
-            self.query_one(StatusLine).set_facts(f"erasing {task} at hidden state {layer}: fitting LEACE…")
-            self._set_busy(True)
-            self.erasure_fitting.start(lambda cancel: backend.fit_erasure(task, layer, training_sentences(task), cancel=cancel))
+            if choice is not None:
+                self._fit_erasure(backend, *choice)
 
         self.app.push_screen(EraseScreen(self.state.layer, backend.num_layers), chosen)
+
+    def _fit_erasure(self, backend: Backend, task: str, layer: int) -> None:
+        self.query_one(StatusLine).set_facts(f"erasing {task} at hidden state {layer}: fitting LEACE…")
+        self._set_busy(True)
+        self.erasure_fitting.start(lambda cancel: backend.fit_erasure(task, layer, training_sentences(task), cancel=cancel))
+
+    def _set_erasure(self, erasure: LiveErasure | None) -> None:
+        """From now on every pass runs with `erasure` (None: as the model is); the session remembers it."""
+        self.erasure = erasure
+        self.state = self.state.with_(erased=f"{erasure.task}@{erasure.layer}" if erasure is not None else "")
+        self._analyse(reuse_plain=True)  # saves the session
+        self._follow_syntax()
 
     def _erasure_step(self, progress: Progress[LiveErasure]) -> None:
         if not progress.finished:
             self.query_one(StatusLine).set_facts(f"fitting the eraser: {progress.stage} {progress.done}/{progress.total} (escape cancels)")
             return
         self._set_busy(False)
-        self.erasure = erasure = progress.result
+        erasure = progress.result
         if erasure is None:
             return
         self.notify(
             f"{erasure.describe()}, fitted on {erasure.sentences:,} sentences: the heatmap from layer {erasure.layer} up, the effect "
-            "pane, mixing, attribution and the probing pane's m now run with it; E takes it away",
+            "pane, mixing, attribution, the overview, syntax and geometry, and the probing pane's m now run with it; E takes it away",
             timeout=8,
         )
-        self._analyse(reuse_plain=True)
+        self._set_erasure(erasure)
 
     def _erasure_failed(self, _reason: str) -> None:
         self._set_busy(False)
         self._update_status()
+        self._forget_erasure()
+
+    def _forget_erasure(self) -> None:
+        """A fit that did not finish (failed, cancelled): the session remembers the erasure in force, if any."""
+        kept = f"{self.erasure.task}@{self.erasure.layer}" if self.erasure is not None else ""
+        if self.state.erased != kept:
+            self.state = self.state.with_(erased=kept)
+            self.explorer.save_state()
 
     # head importance (ui.importance)
 
@@ -959,6 +978,7 @@ class MainScreen(Screen[None]):
             self._set_busy(False)
             self._update_status()
             self.notify("erasure cancelled: nothing is erased", timeout=3)
+            self._forget_erasure()
         if self.mixing_run.cancel() and wanted is not None:
             self._mixing_wanted = None
             self.notify(f"{MIXING_NAMES[wanted[1]]} cancelled; showing the weights", timeout=3)

@@ -28,6 +28,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, ProgressBar, Static
 
 from bertscope.api import treebank
+from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
 from bertscope.core.data.corpus import Sentence, detect_format, sample_corpus
 from bertscope.core.model.masks import Ablation, HeadMask
@@ -41,7 +42,7 @@ from bertscope.ui.corpus_screen import CorpusRunScreen
 from bertscope.ui.export import csv_text, save_screen
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
-from bertscope.ui.kept import KeptResults, KeptRun
+from bertscope.ui.kept import KeptResults, KeptRun, conditions_note
 from bertscope.ui.syntax import SYNTAX_FIGURE, kept_relation, next_relation, syntax_label, syntax_overlay
 from bertscope.ui.theme import rich_colour
 from bertscope.ui.widgets.footer import KeyFooter
@@ -132,9 +133,11 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
         glyphs: bool,
         selected: tuple[int, int],
         kept: KeptResults | None = None,
+        erasure: LiveErasure | None = None,
     ) -> None:
+        """`erasure`: the explorer's erased property (`E`), which every pass here runs with, as with the mask."""
         super().__init__(kept)
-        self.backend, self.mask, self.ablation = backend, mask, ablation
+        self.backend, self.mask, self.ablation, self.erasure = backend, mask, ablation, erasure
         self.colormap, self.glyphs = colormap, glyphs
         self.selected = selected
         self.shading = "pattern"
@@ -183,9 +186,11 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
             return
 
         def analyse(sentences: Iterable[Sentence], cancel: Event) -> Iterable[Progress[PatternResult]]:
-            return self.backend.attention_patterns(sentences, mask=self.mask, ablation=self.ablation, norms=True, cancel=cancel)
+            return self.backend.attention_patterns(
+                sentences, mask=self.mask, ablation=self.ablation, norms=True, erasure=self.erasure, cancel=cancel
+            )
 
-        self.run_on_corpus(f"reading {path}…", path, analyse, path, self.mask.spec(), self.ablation)
+        self.run_on_corpus(f"reading {path}…", path, analyse, path, self.mask.spec(), self.ablation, self.erasure)
         self._run_syntax(path)
 
     def _run_syntax(self, path: str) -> None:
@@ -202,7 +207,8 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
             return
 
         def job(cancel: Event) -> Iterable[Progress[SyntaxResult]]:
-            return self.backend.syntax_heads(treebank(data=path).sentences, mask=self.mask, ablation=self.ablation, cancel=cancel)
+            sentences = treebank(data=path).sentences
+            return self.backend.syntax_heads(sentences, mask=self.mask, ablation=self.ablation, erasure=self.erasure, cancel=cancel)
 
         self.syntax_job.start(job)
 
@@ -210,7 +216,8 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
         self.syntax = progress.partial
         self.relation = kept_relation(self.syntax, self.relation)
         if progress.finished:
-            self.kept.runs["overview-syntax"] = KeptRun(self._path, self.mask.spec(), self.ablation, progress.result)
+            kept = KeptRun(self._path, self.mask.spec(), self.ablation, progress.result, erasure=self.erasure)
+            self.kept.runs["overview-syntax"] = kept
         self.draw()
 
     @on(Input.Submitted, "#corpus")
@@ -228,8 +235,7 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
     def _run_text(self, sentences: int, state: str) -> str:
         assert self.result is not None  # every step of the run carries the statistics so far
         truncated = f" · {self.result.truncated:,} tokens cut" if self.result.truncated else ""
-        mask = f" · mask {self.mask.spec()} ({self.ablation})" if len(self.mask) else ""
-        return f"{sentences:,} sentences · {state}{truncated}{mask}"
+        return f"{sentences:,} sentences · {state}{truncated}{conditions_note(self.mask.spec(), self.ablation, self.erasure)}"
 
     def kept_text(self, kept: KeptRun) -> str:
         result = cast(PatternResult, kept.result)  # kept under this screen's name

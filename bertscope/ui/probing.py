@@ -163,7 +163,7 @@ class ProbingScreen(Screen[None]):
         self._title = title = (
             task
             + (f" · mask {self.mask.spec()}" if mask is not None else "")
-            + (f" · {erasure.task} erased @{erasure.layer}" if erasure is not None else "")
+            + (f" · {erasure.short()}" if erasure is not None else "")
             + ("" if not data else f" · {data.rsplit('/', 1)[-1]}")
         )
         self.query_one("#probe-status", Static).update(f"{title}: starting…")

@@ -54,6 +54,7 @@ class ExplorerState:
     figure: str = "entropy"
     theme: str | None = None
     cursor: tuple[int, int] = (0, 0)  # (query row, key column) in the heatmap
+    erased: str = ""  # a property erased in every pass (`E`), "task@layer" such as "upos@4"; checked by fit_to_model
 
     def with_(self, **changes: Any) -> ExplorerState:
         """A copy with some fields changed."""
@@ -77,7 +78,7 @@ class ExplorerState:
             raise StateFileError(f"it is version {_short(version)}; this bertscope reads version {STATE_VERSION}")
         defaults = cls()
         fields: dict[str, Any] = {}
-        for name in ("text", "pair", "mask", "figure"):
+        for name in ("text", "pair", "mask", "figure", "erased"):
             fields[name] = _string(data, name, getattr(defaults, name))
         fields["ablation"] = _choice(data, "ablation", ABLATIONS, defaults.ablation)
         fields["view"] = _choice(data, "view", VIEWS, defaults.view)
@@ -119,7 +120,22 @@ def fit_to_model(state: ExplorerState, num_layers: int, num_heads: int) -> tuple
         warnings.append(f"the saved mask {shown} does not fit this model ({size}); starting unmasked")
     else:
         changes["mask"] = mask.spec()
+    if state.erased and saved_erasure(state.erased, num_layers) is None:
+        changes["erased"] = ""
+        shown = state.erased if state.erased.isprintable() else repr(state.erased)
+        warnings.append(f"the saved erasure {shown} is not a task@layer of this model's hidden states 0-{num_layers}; nothing is erased")
     return state.with_(**changes), warnings
+
+
+def saved_erasure(erased: str, num_layers: int) -> tuple[str, int] | None:
+    """(task, hidden-state layer) of a session's "task@layer" erasure, or None where it names no erasable task or no
+    hidden state of a model of `num_layers` layers."""
+    from bertscope.ui.erasure import erasable_tasks
+
+    task, _, layer = erased.rpartition("@")
+    if task not in erasable_tasks() or not layer.isdecimal() or not 0 <= int(layer) <= num_layers:
+        return None
+    return task, int(layer)
 
 
 def check_session_file(path: str | Path) -> None:

@@ -18,6 +18,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from bertscope.api import treebank
+from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.model.masks import Ablation, HeadMask
@@ -67,8 +68,8 @@ def kept_relation(result: SyntaxResult | None, current: str | None) -> str | Non
 class SyntaxPanel(Static):
     """The syntax figure's numbers under the grid, and the run over the sample treebank behind them.
 
-    Hidden unless the grid shows the figure. The result follows the explorer's mask: a new
-    mask starts a new run when the figure is shown (`show_for`), the counts streaming in.
+    Hidden unless the grid shows the figure. The result follows the explorer's mask and erasure: a
+    new mask or erasure starts a new run when the figure is shown (`show_for`), the counts streaming in.
     """
 
     DEFAULT_CSS = """
@@ -83,7 +84,7 @@ class SyntaxPanel(Static):
         self.relation: str | None = None
         self.direction = DIRECTIONS[0]
         self._on_changed = on_changed  # the app repaints the grid
-        self._key: tuple[str, str] | None = None  # (mask spec, ablation) of the result
+        self._key: tuple[str, str, LiveErasure | None] | None = None  # (mask spec, ablation, erasure) of the result
         self._sentences: list[Sentence] | None = None
         self.job = JobRun(self, self._stepped, name="syntax", on_failed=self._failed, title="syntactic heads")
 
@@ -97,10 +98,10 @@ class SyntaxPanel(Static):
             self._sentences = list(treebank().sentences)
         return self._sentences
 
-    def show_for(self, mask: HeadMask, ablation: Ablation) -> None:
-        """The figure is shown under this mask: run over the treebank unless the result is for it already."""
+    def show_for(self, mask: HeadMask, ablation: Ablation, erasure: LiveErasure | None = None) -> None:
+        """The figure is shown under this mask and erasure: run over the treebank unless the result is for them already."""
         self.display = True
-        key = (mask.spec(), ablation)
+        key = (mask.spec(), ablation, erasure)
         if key == self._key and (self.finished or self.job.running):
             self._draw()
             return
@@ -109,7 +110,7 @@ class SyntaxPanel(Static):
         assert backend is not None  # the main screen shows the figure only once the model is loaded
         masked = mask if len(mask) else None
         self._draw("starting")
-        self.job.start(lambda cancel: backend.syntax_heads(sentences, mask=masked, ablation=ablation, cancel=cancel))
+        self.job.start(lambda cancel: backend.syntax_heads(sentences, mask=masked, ablation=ablation, erasure=erasure, cancel=cancel))
 
     def hide(self) -> None:
         self.display = False
@@ -157,6 +158,9 @@ class SyntaxPanel(Static):
             f"best {layer}:{head} {accuracy:.0%} · offset {offset:+d} {baseline:.0%}\n",
             (f"{count:,} arcs, {result.sentences:,} sample sentences" + (" (few)" if count < MIN_COUNT else ""), "dim"),
         )
+        erasure = self._key[2] if self._key is not None else None
+        if erasure is not None:
+            lines.append(f" · {erasure.short()}", style="dim")
         if stage:
             lines.append(f"\n{stage}…", style="dim")
         else:

@@ -31,6 +31,10 @@ class LiveErasure:
     def describe(self) -> str:
         return f"{self.task} erased at hidden state {self.layer} (rank {self.rank})"
 
+    def short(self) -> str:
+        """What a status line or a title says of it."""
+        return f"{self.task} erased @{self.layer}"
+
 
 @dataclass(frozen=True, repr=False)
 class ErasureResult(Shown):
