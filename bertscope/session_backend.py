@@ -292,9 +292,20 @@ class SessionBackend:
         return api.steps(api.importance, self.session, prepared, method=method, ablation=ablation, normalize=normalize, cancel=cancel)
 
     def measure_objective(
-        self, objective: str, sentences: Iterable[Sentence], mask: HeadMask | None = None, ablation: Ablation = "zero"
+        self,
+        objective: str,
+        sentences: Iterable[Sentence],
+        mask: HeadMask | None = None,
+        ablation: Ablation = "zero",
+        erasure: LiveErasure | None = None,
     ) -> Measurement:
-        return api.measure(self._prepared_objective(objective, sentences), mask, ablation)
+        prepared = self._prepared_objective(objective, sentences)
+        if erasure is None:
+            return api.measure(prepared, mask, ablation)
+        from bertscope.core.analyses.erasure import measured  # its reference (the `preserve` target) left unerased
+
+        eraser = self._erasers[erasure.task, erasure.layer]
+        return measured(prepared, erasure.layer, eraser, mask if mask is not None and len(mask) else None, ablation)
 
     def pruning_curve(
         self,

@@ -331,13 +331,16 @@ class FakeBackend:
                                 sentences=len(sentences))
         yield Progress("done", 2, 2, result)
 
-    def measure_objective(self, objective, sentences, mask=None, ablation="zero"):
-        """The metric falls by 0.05 per masked head."""
+    def measure_objective(self, objective, sentences, mask=None, ablation="zero", erasure=None):
+        """The metric falls by 0.05 per masked head, and by 0.2 more under an erasure."""
         from bertscope.core.analyses.importance_results import Measurement
 
         masked = len(mask) if mask is not None else 0
         self.release.wait(timeout=10)
-        return Measurement(loss=0.1 * masked, metric=1.0 - 0.05 * masked)
+        if erasure is not None:
+            self.erased.append(("objective", erasure))
+        erased = 0.2 if erasure is not None else 0.0
+        return Measurement(loss=0.1 * masked + erased, metric=1.0 - 0.05 * masked - erased)
 
     def pruning_curve(self, objective, sentences, *, importance=None, ablation="zero", step=0.1, reestimate=False, max_drop=0.01,
                       cancel=None):

@@ -72,7 +72,7 @@ def test_the_objective_is_prepared_once_and_measured_through_the_api(backend):
 
 
 def test_the_corpus_analyses_that_take_a_mask_take_the_erasure_too_from_its_state_up(backend):
-    """The overview's patterns and syntax and geometry run with the explorer's erasure (`E`) as they run with its mask:
+    """The overview's patterns and syntax, geometry and the objective run with the explorer's erasure (`E`) as with its mask:
     what reads hidden states below the erased one is the model's as it is, what reads it and above is not."""
     from bertscope.ui.erasure import training_sentences
 
@@ -87,6 +87,8 @@ def test_the_corpus_analyses_that_take_a_mask_take_the_erasure_too_from_its_stat
     plain, erased = (last(backend.syntax_heads(sentences, erasure=erasure)).result for erasure in (None, fitted))
     np.testing.assert_array_equal(erased.correct[:, :, 0], plain.correct[:, :, 0])
     assert erased.counts.sum() == plain.counts.sum() and not np.array_equal(erased.correct[:, :, 1:], plain.correct[:, :, 1:])
+    as_it_is, erased_objective = (backend.measure_objective("preserve", sentences, erasure=erasure) for erasure in (None, fitted))
+    assert as_it_is.loss == pytest.approx(0, abs=1e-6) and erased_objective.loss > 1e-4  # against the model as it is
     plain, erased = (last(backend.geometry(sentences, max_rows=200, erasure=erasure)).result for erasure in (None, fitted))
     np.testing.assert_array_equal(erased.projection[0], plain.projection[0])  # the embeddings
     assert not np.allclose(erased.projection[1], plain.projection[1])  # the erased state itself, as its hidden state

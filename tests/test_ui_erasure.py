@@ -215,3 +215,28 @@ def test_a_saved_erasure_that_does_not_fit_the_model_is_a_warning_and_nothing_is
 
     run(app, steps)
     assert json.loads(session.read_text())["erased"] == ""
+
+
+def test_the_objective_pane_measures_the_erasure_with_the_mask():
+    from bertscope.ui.importance import ObjectivePanel
+
+    app = make_app()
+
+    async def steps(pilot):
+        await pilot.press("i")  # head importance: the objective pane shows the objective under the mask
+        await settle(pilot)
+        panel = app.query_one(ObjectivePanel)
+        await erase(pilot, "upos", 1)
+        erasure = app.main_screen.erasure
+        text = rendered(panel)
+        assert "as it is 1.0000" in text and "erased   0.8000" in text and "-0.2000" in text and "upos erased @1" in text
+        assert app.fake.erased[-1] == ("objective", erasure)
+        await pilot.press("space")  # a head off as well
+        await settle(pilot)
+        assert "mask+erased 0.7500" in rendered(panel)
+        await pilot.press("E")  # the erasure taken away: the mask alone
+        await settle(pilot)
+        text = rendered(panel)
+        assert "this mask 0.9500" in text and "erased" not in text
+
+    run(app, steps)

@@ -205,8 +205,10 @@ class Backend(Protocol):
         sentences: list[Sentence],
         mask: HeadMask | None = None,
         ablation: Ablation = "zero",
+        erasure: LiveErasure | None = None,
     ) -> Measurement:
-        """The objective under `mask`; quick to repeat for the same objective and sentences (the explorer's toggles)."""
+        """The objective under `mask` and `erasure` (what it compares with, the model as it is); quick to repeat for the
+        same objective and sentences (the explorer's toggles)."""
         ...
 
     def pruning_curve(

@@ -6,8 +6,9 @@ sentences on the model as it is (core.analyses.erasure.fit_eraser) and keeps the
 then every pass that a head mask changes runs with it too: the heatmap of every layer from the
 erased state up, the effect pane against the model as it is, the context-mixing cells,
 attribution, the grid's syntax figure, the overview (`o`: patterns and syntactic heads over a
-corpus), geometry (`g`) and the probing pane's `m`. `E` again takes it away. A session file
-keeps it as "task@layer", fitted again when the explorer reopens the session.
+corpus), geometry (`g`), the objective pane (against the model as it is) and the probing
+pane's `m`. `E` again takes it away. A session file keeps it as "task@layer", fitted again
+when the explorer reopens the session.
 """
 
 from __future__ import annotations

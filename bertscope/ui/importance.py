@@ -26,6 +26,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Input, Label, Static
 
 from bertscope.api import corpus
+from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.model.masks import Ablation, HeadMask
@@ -71,6 +72,7 @@ class ObjectivePanel(Static):
         self.current: Measurement | None = None  # ... under the mask last measured
         self._mask: HeadMask | None = None
         self._ablation: Ablation = "zero"
+        self._erasure: LiveErasure | None = None  # the explorer's erased property (`E`), measured with the mask
         self._sentences: list[Sentence] | None = None
         self._waiting: list[Callable[[HeadImportance], None]] | None = None  # callers of an estimate under way
         self.estimating = JobRun(self, self._estimate_stepped, name="importance", on_failed=self._estimate_failed, title="head importance")
@@ -110,21 +112,21 @@ class ObjectivePanel(Static):
             lambda cancel: backend.head_importance(objective, sentences, method="gradient", ablation=ablation, cancel=cancel)
         )
 
-    def follow(self, mask: HeadMask, ablation: Ablation) -> None:
-        """The explorer's mask or ablation changed: measure the objective under it (once importance is known)."""
-        self._mask, self._ablation = mask, ablation
+    def follow(self, mask: HeadMask, ablation: Ablation, erasure: LiveErasure | None = None) -> None:
+        """The explorer's mask, ablation or erasure changed: measure the objective under them (once importance is known)."""
+        self._mask, self._ablation, self._erasure = mask, ablation, erasure
         if self.importance is None:
             return
-        spec = mask.spec()
-        self._draw(None, pending=bool(spec))
-        if not spec:
-            self.measuring.cancel()  # the unmasked objective is the baseline: nothing to measure
+        changed = bool(mask.spec()) or erasure is not None
+        self._draw(None, pending=changed)
+        if not changed:
+            self.measuring.cancel()  # the model as it is gives the baseline: nothing to measure
             return
         backend, objective, sentences = self.backend, self.importance.objective, self.sentences
         assert backend is not None  # importance is known, so the model is loaded
 
         def measure(cancel: Event) -> Iterator[Progress[Measurement]]:
-            yield Progress("measured", 1, 1, backend.measure_objective(objective, sentences, mask, ablation))
+            yield Progress("measured", 1, 1, backend.measure_objective(objective, sentences, mask, ablation, erasure))
 
         self.measuring.start(measure)
 
@@ -140,7 +142,7 @@ class ObjectivePanel(Static):
         waiting, self._waiting = self._waiting or [], None
         for then in waiting:
             then(importance)
-        self.follow(self._mask, self._ablation)
+        self.follow(self._mask, self._ablation, self._erasure)
 
     def _estimate_failed(self, reason: str) -> None:
         self._waiting = None
@@ -165,13 +167,18 @@ class ObjectivePanel(Static):
             lines.append(Text("estimating head importance…" + (f" {stage}" if stage else "")))
         else:
             baseline, current = self.baseline, None if pending else self.current
-            lines.append(Text(f"no mask   {baseline.metric:.4f}  loss {baseline.loss:.4g}"))
-            if current is not None and spec:
+            erasure = self._erasure
+            plain, label = ("no mask", "this mask") if erasure is None else ("as it is", "mask+erased" if spec else "erased")
+            width = max(len(plain), len(label))
+            lines.append(Text(f"{plain:<{width}} {baseline.metric:.4f}  loss {baseline.loss:.4g}"))
+            if current is not None and (spec or erasure is not None):
                 change = current.metric - baseline.metric
                 style = "red" if change < -0.01 else ""
-                lines.append(Text.assemble(f"this mask {current.metric:.4f}  loss {current.loss:.4g}  ", (f"{change:+.4f}", style)))
-            elif spec:
-                lines.append(Text("this mask …"))
+                lines.append(Text.assemble(f"{label:<{width}} {current.metric:.4f}  loss {current.loss:.4g}  ", (f"{change:+.4f}", style)))
+            elif spec or erasure is not None:
+                lines.append(Text(f"{label:<{width}} …"))
+            if erasure is not None:
+                lines.append(Text(erasure.short(), style="dim"))
         if pending:
             lines.append(Text("measuring…", style="dim"))
         self.update(Group(*lines))

@@ -656,7 +656,7 @@ class MainScreen(Screen[None]):
         self.query_one(HeadGrid).show_mask(mask)
         self._update_status()
         self._analyse(reuse_plain=True)
-        self.query_one(ObjectivePanel).follow(mask, self.state.ablation)
+        self.query_one(ObjectivePanel).follow(mask, self.state.ablation, self.erasure)
         self._follow_syntax()
 
     def action_clear_mask(self) -> None:
@@ -669,7 +669,7 @@ class MainScreen(Screen[None]):
         self._update_status()
         if self.mask is not None and len(self.mask):
             self._analyse(reuse_plain=True)
-            self.query_one(ObjectivePanel).follow(self.mask, self.state.ablation)
+            self.query_one(ObjectivePanel).follow(self.mask, self.state.ablation, self.erasure)
             self._follow_syntax()
         else:
             self.explorer.save_state()
@@ -859,6 +859,8 @@ class MainScreen(Screen[None]):
         self.state = self.state.with_(erased=f"{erasure.task}@{erasure.layer}" if erasure is not None else "")
         self._analyse(reuse_plain=True)  # saves the session
         self._follow_syntax()
+        if self.mask is not None:
+            self.query_one(ObjectivePanel).follow(self.mask, self.state.ablation, erasure)
 
     def _erasure_step(self, progress: Progress[LiveErasure]) -> None:
         if not progress.finished:
@@ -870,7 +872,8 @@ class MainScreen(Screen[None]):
             return
         self.notify(
             f"{erasure.describe()}, fitted on {erasure.sentences:,} sentences: the heatmap from layer {erasure.layer} up, the effect "
-            "pane, mixing, attribution, the overview, syntax and geometry, and the probing pane's m now run with it; E takes it away",
+            "pane, mixing, attribution, the overview, syntax, geometry, the objective and the probing pane's m now run with it; "
+            "E takes it away",
             timeout=8,
         )
         self._set_erasure(erasure)
