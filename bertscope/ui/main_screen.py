@@ -55,7 +55,7 @@ from bertscope.ui.messages import Analysis, LayerMaps
 from bertscope.ui.overview import OverviewScreen
 from bertscope.ui.patching import PatchingScreen
 from bertscope.ui.probing import ProbingScreen
-from bertscope.ui.state import VIEWS, ExplorerState, fit_to_model, saved_erasure
+from bertscope.ui.state import VIEWS, ExplorerState, erasure_spec, fit_to_model, saved_erasure
 from bertscope.ui.syntax import SYNTAX_FIGURE, SyntaxPanel
 from bertscope.ui.theme import heatmap_for
 from bertscope.ui.widgets.attention_view import AttentionView
@@ -856,7 +856,7 @@ class MainScreen(Screen[None]):
     def _set_erasure(self, erasure: LiveErasure | None) -> None:
         """From now on every pass runs with `erasure` (None: as the model is); the session remembers it."""
         self.erasure = erasure
-        self.state = self.state.with_(erased=f"{erasure.task}@{erasure.layer}" if erasure is not None else "")
+        self.state = self.state.with_(erased=erasure_spec(erasure))
         self._analyse(reuse_plain=True)  # saves the session
         self._follow_syntax()
         if self.mask is not None:
@@ -885,9 +885,8 @@ class MainScreen(Screen[None]):
 
     def _forget_erasure(self) -> None:
         """A fit that did not finish (failed, cancelled): the session remembers the erasure in force, if any."""
-        kept = f"{self.erasure.task}@{self.erasure.layer}" if self.erasure is not None else ""
-        if self.state.erased != kept:
-            self.state = self.state.with_(erased=kept)
+        if self.state.erased != erasure_spec(self.erasure):
+            self.state = self.state.with_(erased=erasure_spec(self.erasure))
             self.explorer.save_state()
 
     # head importance (ui.importance)

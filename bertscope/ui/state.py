@@ -13,11 +13,14 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bertscope.core.data.files import atomic_write
 from bertscope.core.errors import InputError, MaskSpecError
 from bertscope.core.model.masks import ABLATIONS, Ablation, HeadMask
+
+if TYPE_CHECKING:
+    from bertscope.core.analyses.erasure_results import LiveErasure
 
 STATE_VERSION = 1
 DEFAULT_TEXT = "The keys to the cabinet are on the table."
@@ -125,6 +128,11 @@ def fit_to_model(state: ExplorerState, num_layers: int, num_heads: int) -> tuple
         shown = state.erased if state.erased.isprintable() else repr(state.erased)
         warnings.append(f"the saved erasure {shown} is not a task@layer of this model's hidden states 0-{num_layers}; nothing is erased")
     return state.with_(**changes), warnings
+
+
+def erasure_spec(erasure: LiveErasure | None) -> str:
+    """How a session file keeps an erasure: "task@layer" ("" for none)."""
+    return f"{erasure.task}@{erasure.layer}" if erasure is not None else ""
 
 
 def saved_erasure(erased: str, num_layers: int) -> tuple[str, int] | None:
