@@ -16,6 +16,7 @@ from bertscope.api import built_in_treebank, corpus
 from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.data.corpus import ReadReport, Sentence
 from bertscope.core.progress import Progress
+from bertscope.ui.conditions import Conditions
 from bertscope.ui.export import json_text, save_screen
 from bertscope.ui.focus import leave_input
 from bertscope.ui.job_run import JobRun
@@ -45,7 +46,7 @@ class CorpusRunScreen(Screen[tuple[int, int] | None], Generic[R]):
         self.kept = kept if kept is not None else KeptResults()
         self.result: R | None = None
         self.job = JobRun(self, self.stepped, name="corpus-run", on_failed=self.failed)
-        self._run_on: tuple[str, str, str, LiveErasure | None] = ("", "", "", None)  # (data, mask, ablation, erasure) of the run
+        self._run_on: tuple[str, Conditions | None] = ("", None)  # (data, conditions) of the run under way
         self._read = ReadReport()  # what reading its corpus skipped
 
     @property
@@ -69,7 +70,10 @@ class CorpusRunScreen(Screen[tuple[int, int] | None], Generic[R]):
     def result_erasure(self) -> LiveErasure | None:
         """The property erased in the passes of the result shown: the kept run's, or the one under way's."""
         kept = self.kept.runs.get(self.name_kept)
-        return kept.erasure if kept is not None and kept.result is self.result else self._run_on[3]
+        if kept is not None and kept.result is self.result:
+            return kept.erasure
+        conditions = self._run_on[1]
+        return conditions.erasure if conditions is not None else None
 
     def keep_view(self) -> dict[str, Any]:
         """What of the screen's view to keep with the result (overridden)."""
@@ -81,16 +85,14 @@ class CorpusRunScreen(Screen[tuple[int, int] | None], Generic[R]):
         path: str,
         analyse: Analyse,
         data: str = "",
-        mask: str = "",
-        ablation: str = "",
-        erasure: LiveErasure | None = None,
+        conditions: Conditions | None = None,
     ) -> None:
         """Read the corpus at `path` (empty: the built-in treebank), then run `analyse(sentences, cancel)` on it.
 
-        The sentences are read as the analysis takes them. `data`, `mask`, `ablation` and `erasure` (the
-        property erased in its passes) say what the run is on, to keep with its result.
+        The sentences are read as the analysis takes them. `data` and `conditions` (the explorer's mask, ablation
+        and erasure) say what the run is on, to keep with its result.
         """
-        self._run_on = (data, mask, ablation, erasure)
+        self._run_on = (data, conditions)
         self._read = ReadReport()
         self.say(describe)
         self.query_one(ProgressBar).update(total=None, progress=0)
@@ -113,8 +115,8 @@ class CorpusRunScreen(Screen[tuple[int, int] | None], Generic[R]):
                 self.draw()
             return
         self.result = progress.result
-        data, mask, ablation, erasure = self._run_on
-        self.kept.runs[self.name_kept] = KeptRun(data, mask, ablation, self.result, self.keep_view(), erasure)
+        data, conditions = self._run_on
+        self.kept.runs[self.name_kept] = KeptRun.of(data, conditions, self.result, self.keep_view())
         bar.update(total=1, progress=1)
         self.say(self.done_text())  # the result's notes come with the step (JobRun)
         if self._read.skipped:

@@ -17,18 +17,17 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Input, ProgressBar, Static
 
-from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.geometry_results import GeometryResult
 from bertscope.core.data.corpus import Sentence
-from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
 from bertscope.render.geometry import cka_heatmap, scatter
 from bertscope.render.patterns import layer_bars
 from bertscope.theming import Colormap
 from bertscope.ui.backend import Backend
+from bertscope.ui.conditions import Conditions, conditions_note
 from bertscope.ui.corpus_screen import CorpusRunScreen
 from bertscope.ui.help import HELP_KEY
-from bertscope.ui.kept import KeptResults, conditions_note, erasure_json
+from bertscope.ui.kept import KeptResults, erasure_json
 from bertscope.ui.widgets.footer import KeyFooter
 
 if TYPE_CHECKING:
@@ -69,16 +68,14 @@ class GeometryScreen(CorpusRunScreen[GeometryResult]):
     def __init__(
         self,
         backend: Backend,
-        mask: HeadMask,
-        ablation: Ablation,
+        conditions: Conditions,
         colormap: Colormap,
         glyphs: bool,
         kept: KeptResults | None = None,
-        erasure: LiveErasure | None = None,
     ) -> None:
-        """`erasure`: the explorer's erased property (`E`), which every pass here runs with, as with the mask."""
+        """`conditions`: the explorer's mask, ablation and erasure, which every pass here runs with."""
         super().__init__(kept)
-        self.backend, self.mask, self.ablation, self.erasure = backend, mask, ablation, erasure
+        self.backend, self.conditions = backend, conditions
         self.colormap, self.glyphs = colormap, glyphs
         self.shown_layer = backend.num_layers  # the last hidden state
         self.label: str | None = None
@@ -121,13 +118,13 @@ class GeometryScreen(CorpusRunScreen[GeometryResult]):
 
     def action_run(self) -> None:
         path = self.query_one("#geometry-corpus", Input).value.strip()
-        mask = self.mask if len(self.mask) else None
+        under = self.conditions
 
         def analyse(sentences: Iterable[Sentence], cancel: Event) -> Iterable[Progress[GeometryResult]]:
-            return self.backend.geometry(list(sentences), mask=mask, ablation=self.ablation, erasure=self.erasure, cancel=cancel)
+            return self.backend.geometry(list(sentences), mask=under.masked, ablation=under.ablation, erasure=under.erasure, cancel=cancel)
 
         describe = f"reading {path}…" if path else f"generating a treebank of {TREEBANK_SENTENCES:,} sentences…"
-        self.run_on_corpus(describe, path, analyse, path, self.mask.spec(), self.ablation, self.erasure)
+        self.run_on_corpus(describe, path, analyse, path, under)
 
     @on(Input.Submitted, "#geometry-corpus")
     def corpus_submitted(self) -> None:

@@ -26,13 +26,13 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Input, Label, Static
 
 from bertscope.api import corpus
-from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
 from bertscope.core.data.corpus import Sentence
-from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import Progress
 from bertscope.render.importance import curve_chart
 from bertscope.ui.backend import Backend
+from bertscope.ui.conditions import Conditions
 from bertscope.ui.export import csv_text, save_screen
 from bertscope.ui.focus import dismissed
 from bertscope.ui.help import HELP_KEY
@@ -70,9 +70,7 @@ class ObjectivePanel(Static):
         self.importance: HeadImportance | None = None
         self.baseline: Measurement | None = None  # the objective with no head masked
         self.current: Measurement | None = None  # ... under the mask last measured
-        self._mask: HeadMask | None = None
-        self._ablation: Ablation = "zero"
-        self._erasure: LiveErasure | None = None  # the explorer's erased property (`E`), measured with the mask
+        self._conditions: Conditions | None = None  # the explorer's mask, ablation and erasure, last told
         self._sentences: list[Sentence] | None = None
         self._waiting: list[Callable[[HeadImportance], None]] | None = None  # callers of an estimate under way
         self.estimating = JobRun(self, self._estimate_stepped, name="importance", on_failed=self._estimate_failed, title="head importance")
@@ -93,9 +91,10 @@ class ObjectivePanel(Static):
             self._sentences = list(corpus(limit=SAMPLE_SENTENCES).sentences)
         return self._sentences
 
-    def with_importance(self, then: Callable[[HeadImportance], None], mask: HeadMask, ablation: Ablation) -> None:
-        """Call `then(importance)` once importance is known, estimating it first (under `ablation`) if needed."""
-        self._mask, self._ablation = mask, ablation
+    def with_importance(self, then: Callable[[HeadImportance], None], conditions: Conditions) -> None:
+        """Call `then(importance)` once importance is known, estimating it first (under the ablation) if needed."""
+        self._conditions = conditions
+        ablation = conditions.ablation
         if self.importance is not None:
             then(self.importance)
             return
@@ -112,18 +111,18 @@ class ObjectivePanel(Static):
             lambda cancel: backend.head_importance(objective, sentences, method="gradient", ablation=ablation, cancel=cancel)
         )
 
-    def follow(self, mask: HeadMask, ablation: Ablation, erasure: LiveErasure | None = None) -> None:
+    def follow(self, conditions: Conditions) -> None:
         """The explorer's mask, ablation or erasure changed: measure the objective under them (once importance is known)."""
-        self._mask, self._ablation, self._erasure = mask, ablation, erasure
+        self._conditions = conditions
         if self.importance is None:
             return
-        changed = bool(mask.spec()) or erasure is not None
-        self._draw(None, pending=changed)
-        if not changed:
+        self._draw(None, pending=conditions.changed)
+        if not conditions.changed:
             self.measuring.cancel()  # the model as it is gives the baseline: nothing to measure
             return
         backend, objective, sentences = self.backend, self.importance.objective, self.sentences
         assert backend is not None  # importance is known, so the model is loaded
+        mask, ablation, erasure = conditions.mask, conditions.ablation, conditions.erasure
 
         def measure(cancel: Event) -> Iterator[Progress[Measurement]]:
             yield Progress("measured", 1, 1, backend.measure_objective(objective, sentences, mask, ablation, erasure))
@@ -137,12 +136,12 @@ class ObjectivePanel(Static):
             self._draw(f"{progress.stage} {progress.done}/{progress.total}")
             return
         self.importance = importance = progress.result
-        assert importance is not None and self._mask is not None  # the last step carries it; the mask came with the request
+        assert importance is not None and self._conditions is not None  # the last step carries it; the conditions came with the request
         self.baseline = Measurement(importance.baseline_loss, importance.baseline_metric)
         waiting, self._waiting = self._waiting or [], None
         for then in waiting:
             then(importance)
-        self.follow(self._mask, self._ablation, self._erasure)
+        self.follow(self._conditions)
 
     def _estimate_failed(self, reason: str) -> None:
         self._waiting = None
@@ -159,7 +158,7 @@ class ObjectivePanel(Static):
         self.display = True
         importance = self.importance
         self.border_title = f"objective: {importance.objective if importance is not None else self.objective}"
-        spec = self._mask.spec() if self._mask is not None else ""
+        spec = self._conditions.mask.spec() if self._conditions is not None else ""
         metric = importance.metric if importance is not None else ""
         sentences = importance.sentences if importance is not None else len(self.sentences)
         lines = [Text(f"{metric}, {sentences} sentences" if metric else f"{sentences} sentences", style="dim")]
@@ -167,7 +166,7 @@ class ObjectivePanel(Static):
             lines.append(Text("estimating head importance…" + (f" {stage}" if stage else "")))
         else:
             baseline, current = self.baseline, None if pending else self.current
-            erasure = self._erasure
+            erasure = self._conditions.erasure if self._conditions is not None else None
             plain, label = ("no mask", "this mask") if erasure is None else ("as it is", "mask+erased" if spec else "erased")
             width = max(len(plain), len(label))
             lines.append(Text(f"{plain:<{width}} {baseline.metric:.4f}  loss {baseline.loss:.4g}"))

@@ -13,11 +13,7 @@ from typing import Any
 
 from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.probing_results import ProbeReport
-
-
-def conditions_note(mask: str, ablation: str, erasure: LiveErasure | None = None) -> str:
-    """What a run's passes were changed by, as its lines end: " · mask 0:3 (zero) · upos erased @4", or ""."""
-    return (f" · mask {mask} ({ablation})" if mask else "") + (f" · {erasure.short()}" if erasure is not None else "")
+from bertscope.ui.conditions import Conditions, conditions_note
 
 
 def erasure_json(erasure: LiveErasure | None) -> dict[str, Any]:
@@ -35,6 +31,13 @@ class KeptRun:
     result: object
     view: dict = field(default_factory=dict)  # how the screen showed it (layer, label, ...)
     erasure: LiveErasure | None = None  # the property erased in its passes (`E`), if any
+
+    @classmethod
+    def of(cls, data: str, conditions: Conditions | None, result: object, view: dict | None = None) -> KeptRun:
+        """A run on `data` under the explorer's `conditions` (None: a run no mask changes)."""
+        if conditions is None:
+            return cls(data, "", "", result, view or {})
+        return cls(data, conditions.mask.spec(), conditions.ablation, result, view or {}, conditions.erasure)
 
     def mask_note(self) -> str:
         return conditions_note(self.mask, self.ablation, self.erasure)

@@ -43,6 +43,7 @@ from bertscope.theming import DEFAULT_THEME, Colormap, ThemeSpec
 from bertscope.ui.attribution import AttributionRow
 from bertscope.ui.backend import Backend
 from bertscope.ui.comparison import ComparisonScreen
+from bertscope.ui.conditions import Conditions
 from bertscope.ui.erasure import EraseScreen, training_sentences
 from bertscope.ui.export import export_view, save_in_worker
 from bertscope.ui.focus import focus_main, leave_input
@@ -656,7 +657,7 @@ class MainScreen(Screen[None]):
         self.query_one(HeadGrid).show_mask(mask)
         self._update_status()
         self._analyse(reuse_plain=True)
-        self.query_one(ObjectivePanel).follow(mask, self.state.ablation, self.erasure)
+        self.query_one(ObjectivePanel).follow(self._conditions())
         self._follow_syntax()
 
     def action_clear_mask(self) -> None:
@@ -669,7 +670,7 @@ class MainScreen(Screen[None]):
         self._update_status()
         if self.mask is not None and len(self.mask):
             self._analyse(reuse_plain=True)
-            self.query_one(ObjectivePanel).follow(self.mask, self.state.ablation, self.erasure)
+            self.query_one(ObjectivePanel).follow(self._conditions())
             self._follow_syntax()
         else:
             self.explorer.save_state()
@@ -691,7 +692,7 @@ class MainScreen(Screen[None]):
         if self.state.figure != SYNTAX_FIGURE or self.backend is None or self.mask is None:
             panel.hide()
             return
-        panel.show_for(self.mask, self.state.ablation, self.erasure)
+        panel.show_for(self._conditions())
 
     def action_syntax_relation(self) -> None:
         """`y`: shade the grid by the heads that track a relation, or go on to the next relation."""
@@ -779,21 +780,21 @@ class MainScreen(Screen[None]):
         if (loaded := self._loaded()) is None:
             return
         explorer, selected = self.explorer, (self.state.layer, self.state.head)
-        screen = OverviewScreen(*loaded, self.state.ablation, explorer.colormap(), explorer.glyphs, selected, explorer.kept, self.erasure)
+        screen = OverviewScreen(loaded[0], self._conditions(), explorer.colormap(), explorer.glyphs, selected, explorer.kept)
         self.app.push_screen(screen, self._open_head)
 
     def action_probing(self) -> None:
         """What each layer knows; `m` there re-scores under this explorer's mask."""
         if (loaded := self._loaded()) is None:
             return
-        self.app.push_screen(ProbingScreen(*loaded, self.state.ablation, self.explorer.kept, self.erasure))
+        self.app.push_screen(ProbingScreen(loaded[0], self._conditions(), self.explorer.kept))
 
     def action_geometry(self) -> None:
         """Representation geometry per layer over a corpus: PCA scatter, CKA, intrinsic dimension."""
         if (loaded := self._loaded()) is None:
             return
         explorer = self.explorer
-        screen = GeometryScreen(*loaded, self.state.ablation, explorer.colormap(), explorer.glyphs, explorer.kept, self.erasure)
+        screen = GeometryScreen(loaded[0], self._conditions(), explorer.colormap(), explorer.glyphs, explorer.kept)
         self.app.push_screen(screen)
 
     def action_compare(self) -> None:
@@ -823,6 +824,11 @@ class MainScreen(Screen[None]):
             explorer.kept,
         )
         self.app.push_screen(screen, self._open_head)
+
+    def _conditions(self) -> Conditions:
+        """What every pass runs under now (the model is loaded, so there is a mask)."""
+        assert self.mask is not None  # asked for by screens that open once the model is loaded
+        return Conditions(self.mask, self.state.ablation, self.erasure)
 
     def _open_head(self, chosen: tuple[int, int] | None) -> None:
         if chosen is not None:
@@ -860,7 +866,7 @@ class MainScreen(Screen[None]):
         self._analyse(reuse_plain=True)  # saves the session
         self._follow_syntax()
         if self.mask is not None:
-            self.query_one(ObjectivePanel).follow(self.mask, self.state.ablation, erasure)
+            self.query_one(ObjectivePanel).follow(self._conditions())
 
     def _erasure_step(self, progress: Progress[LiveErasure]) -> None:
         if not progress.finished:
@@ -893,10 +899,9 @@ class MainScreen(Screen[None]):
 
     def _with_importance(self, then: Callable[[HeadImportance], None]) -> None:
         """Call `then(importance)` once head importance is known, estimating it first if needed."""
-        if (loaded := self._loaded()) is None:
+        if self._loaded() is None:
             return
-        _backend, mask = loaded
-        self.query_one(ObjectivePanel).with_importance(then, mask, self.state.ablation)
+        self.query_one(ObjectivePanel).with_importance(then, self._conditions())
 
     def action_importance(self) -> None:
         """`i`: shade the grid by head importance (estimated on first use), or back to the previous figure."""

@@ -28,21 +28,21 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, ProgressBar, Static
 
 from bertscope.api import treebank
-from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
 from bertscope.core.data.corpus import Sentence, detect_format, sample_corpus
-from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.model.masks import HeadMask
 from bertscope.core.model.results import NORM_SHARES, PATTERNS, STATISTICS, PatternResult
 from bertscope.core.progress import Progress
 from bertscope.render.patterns import layer_bars, layer_pattern_table
 from bertscope.render.syntax import syntax_table
 from bertscope.theming import Colormap
 from bertscope.ui.backend import Backend
+from bertscope.ui.conditions import Conditions
 from bertscope.ui.corpus_screen import CorpusRunScreen
 from bertscope.ui.export import csv_text, save_screen
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
-from bertscope.ui.kept import KeptResults, KeptRun, conditions_note
+from bertscope.ui.kept import KeptResults, KeptRun
 from bertscope.ui.syntax import SYNTAX_FIGURE, kept_relation, next_relation, syntax_label, syntax_overlay
 from bertscope.ui.theme import rich_colour
 from bertscope.ui.widgets.footer import KeyFooter
@@ -127,17 +127,15 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
     def __init__(
         self,
         backend: Backend,
-        mask: HeadMask,
-        ablation: Ablation,
+        conditions: Conditions,
         colormap: Colormap,
         glyphs: bool,
         selected: tuple[int, int],
         kept: KeptResults | None = None,
-        erasure: LiveErasure | None = None,
     ) -> None:
-        """`erasure`: the explorer's erased property (`E`), which every pass here runs with, as with the mask."""
+        """`conditions`: the explorer's mask, ablation and erasure, which every pass here runs with."""
         super().__init__(kept)
-        self.backend, self.mask, self.ablation, self.erasure = backend, mask, ablation, erasure
+        self.backend, self.conditions = backend, conditions
         self.colormap, self.glyphs = colormap, glyphs
         self.selected = selected
         self.shading = "pattern"
@@ -186,11 +184,12 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
             return
 
         def analyse(sentences: Iterable[Sentence], cancel: Event) -> Iterable[Progress[PatternResult]]:
+            under = self.conditions
             return self.backend.attention_patterns(
-                sentences, mask=self.mask, ablation=self.ablation, norms=True, erasure=self.erasure, cancel=cancel
+                sentences, mask=under.mask, ablation=under.ablation, erasure=under.erasure, norms=True, cancel=cancel
             )
 
-        self.run_on_corpus(f"reading {path}…", path, analyse, path, self.mask.spec(), self.ablation, self.erasure)
+        self.run_on_corpus(f"reading {path}…", path, analyse, path, self.conditions)
         self._run_syntax(path)
 
     def _run_syntax(self, path: str) -> None:
@@ -207,8 +206,9 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
             return
 
         def job(cancel: Event) -> Iterable[Progress[SyntaxResult]]:
+            under = self.conditions
             sentences = treebank(data=path).sentences
-            return self.backend.syntax_heads(sentences, mask=self.mask, ablation=self.ablation, erasure=self.erasure, cancel=cancel)
+            return self.backend.syntax_heads(sentences, mask=under.mask, ablation=under.ablation, erasure=under.erasure, cancel=cancel)
 
         self.syntax_job.start(job)
 
@@ -216,8 +216,7 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
         self.syntax = progress.partial
         self.relation = kept_relation(self.syntax, self.relation)
         if progress.finished:
-            kept = KeptRun(self._path, self.mask.spec(), self.ablation, progress.result, erasure=self.erasure)
-            self.kept.runs["overview-syntax"] = kept
+            self.kept.runs["overview-syntax"] = KeptRun.of(self._path, self.conditions, progress.result)
         self.draw()
 
     @on(Input.Submitted, "#corpus")
@@ -235,7 +234,7 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
     def _run_text(self, sentences: int, state: str) -> str:
         assert self.result is not None  # every step of the run carries the statistics so far
         truncated = f" · {self.result.truncated:,} tokens cut" if self.result.truncated else ""
-        return f"{sentences:,} sentences · {state}{truncated}{conditions_note(self.mask.spec(), self.ablation, self.erasure)}"
+        return f"{sentences:,} sentences · {state}{truncated}{self.conditions.note()}"
 
     def kept_text(self, kept: KeptRun) -> str:
         result = cast(PatternResult, kept.result)  # kept under this screen's name

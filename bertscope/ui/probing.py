@@ -30,13 +30,12 @@ from textual.screen import Screen
 from textual.widgets import Input, ProgressBar, Select, Static
 
 from bertscope.api import built_in_treebank, corpus
-from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.probing_results import ProbeReport
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.probing_tasks import TASKS, TREEBANK_TASKS, generate
-from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
 from bertscope.ui.backend import Backend
+from bertscope.ui.conditions import Conditions
 from bertscope.ui.export import json_text, save_screen
 from bertscope.ui.focus import leave_input
 from bertscope.ui.help import HELP_KEY
@@ -100,12 +99,10 @@ class ProbingScreen(Screen[None]):
     ProbingScreen #curves { padding: 0 1; height: 1fr; }
     """
 
-    def __init__(
-        self, backend: Backend, mask: HeadMask, ablation: Ablation, kept: KeptResults | None = None, erasure: LiveErasure | None = None
-    ) -> None:
-        """`erasure`: the explorer's erased property (`E`), which `m` applies with the mask."""
+    def __init__(self, backend: Backend, conditions: Conditions, kept: KeptResults | None = None) -> None:
+        """`conditions`: the explorer's mask, ablation and erasure, which `m` applies."""
         super().__init__()
-        self.backend, self.mask, self.ablation, self.erasure = backend, mask, ablation, erasure
+        self.backend, self.conditions = backend, conditions
         self.kept = kept if kept is not None else KeptResults()
         self.reports: dict[str, ProbeReport] = self.kept.probes  # column title -> ProbeReport, in run order; kept on the app
         self.job = JobRun(self, self.probe_stepped, name="probing", on_failed=self.probe_failed)
@@ -157,12 +154,12 @@ class ProbingScreen(Screen[None]):
         if masked and self._last is not None:
             task, data = self._last
         self.kept.last_probe = (task, data)
-        mask = self.mask if masked and len(self.mask) else None
-        erasure = self.erasure if masked else None
+        mask = self.conditions.masked if masked else None
+        erasure = self.conditions.erasure if masked else None
         codes = self.kept.probe_codes
         self._title = title = (
             task
-            + (f" · mask {self.mask.spec()}" if mask is not None else "")
+            + (f" · mask {mask.spec()}" if mask is not None else "")
             + (f" · {erasure.short()}" if erasure is not None else "")
             + ("" if not data else f" · {data.rsplit('/', 1)[-1]}")
         )
@@ -170,14 +167,15 @@ class ProbingScreen(Screen[None]):
 
         def job(cancel: Event) -> Iterable[Progress[ProbeReport]]:
             sentences = task_sentences(task, data)
-            return self.backend.probe(task, sentences, mask=mask, ablation=self.ablation, mdl=codes, erasure=erasure, cancel=cancel)
+            ablation = self.conditions.ablation
+            return self.backend.probe(task, sentences, mask=mask, ablation=ablation, mdl=codes, erasure=erasure, cancel=cancel)
 
         self.job.start(job)
 
     def action_rescore_masked(self) -> None:
         if self._last is None:
             self.notify("run a task first, then m re-scores it under the explorer's mask", severity="warning")
-        elif not len(self.mask) and self.erasure is None:
+        elif not self.conditions.changed:
             self.notify("no heads are masked nor property erased in the explorer; switch some off (or E) first", severity="warning")
         else:
             self.action_run(masked=True)

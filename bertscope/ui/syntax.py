@@ -18,12 +18,11 @@ from rich.text import Text
 from textual.widgets import Static
 
 from bertscope.api import treebank
-from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
 from bertscope.core.data.corpus import Sentence
-from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
 from bertscope.ui.backend import Backend
+from bertscope.ui.conditions import Conditions
 from bertscope.ui.job_run import JobRun
 
 SYNTAX_FIGURE = "syntax"
@@ -84,7 +83,7 @@ class SyntaxPanel(Static):
         self.relation: str | None = None
         self.direction = DIRECTIONS[0]
         self._on_changed = on_changed  # the app repaints the grid
-        self._key: tuple[str, str, LiveErasure | None] | None = None  # (mask spec, ablation, erasure) of the result
+        self._key: Conditions | None = None  # what the result's passes ran under
         self._sentences: list[Sentence] | None = None
         self.job = JobRun(self, self._stepped, name="syntax", on_failed=self._failed, title="syntactic heads")
 
@@ -98,19 +97,21 @@ class SyntaxPanel(Static):
             self._sentences = list(treebank().sentences)
         return self._sentences
 
-    def show_for(self, mask: HeadMask, ablation: Ablation, erasure: LiveErasure | None = None) -> None:
-        """The figure is shown under this mask and erasure: run over the treebank unless the result is for them already."""
+    def show_for(self, conditions: Conditions) -> None:
+        """The figure is shown under these conditions: run over the treebank unless the result is for them already."""
         self.display = True
-        key = (mask.spec(), ablation, erasure)
-        if key == self._key and (self.finished or self.job.running):
+        if conditions == self._key and (self.finished or self.job.running):
             self._draw()
             return
-        self._key, self.finished = key, False
+        self._key, self.finished = conditions, False
         backend, sentences = self.backend, self.sentences
         assert backend is not None  # the main screen shows the figure only once the model is loaded
-        masked = mask if len(mask) else None
         self._draw("starting")
-        self.job.start(lambda cancel: backend.syntax_heads(sentences, mask=masked, ablation=ablation, erasure=erasure, cancel=cancel))
+        self.job.start(
+            lambda cancel: backend.syntax_heads(
+                sentences, mask=conditions.masked, ablation=conditions.ablation, erasure=conditions.erasure, cancel=cancel
+            )
+        )
 
     def hide(self) -> None:
         self.display = False
@@ -158,7 +159,7 @@ class SyntaxPanel(Static):
             f"best {layer}:{head} {accuracy:.0%} · offset {offset:+d} {baseline:.0%}\n",
             (f"{count:,} arcs, {result.sentences:,} sample sentences" + (" (few)" if count < MIN_COUNT else ""), "dim"),
         )
-        erasure = self._key[2] if self._key is not None else None
+        erasure = self._key.erasure if self._key is not None else None
         if erasure is not None:
             lines.append(f" · {erasure.short()}", style="dim")
         if stage:
