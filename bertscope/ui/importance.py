@@ -158,7 +158,7 @@ class ObjectivePanel(Static):
         self.display = True
         importance = self.importance
         self.border_title = f"objective: {importance.objective if importance is not None else self.objective}"
-        spec = self._conditions.mask.spec() if self._conditions is not None else ""
+        conditions = self._conditions
         metric = importance.metric if importance is not None else ""
         sentences = importance.sentences if importance is not None else len(self.sentences)
         lines = [Text(f"{metric}, {sentences} sentences" if metric else f"{sentences} sentences", style="dim")]
@@ -166,15 +166,17 @@ class ObjectivePanel(Static):
             lines.append(Text("estimating head importance…" + (f" {stage}" if stage else "")))
         else:
             baseline, current = self.baseline, None if pending else self.current
-            erasure = self._conditions.erasure if self._conditions is not None else None
-            plain, label = ("no mask", "this mask") if erasure is None else ("as it is", "mask+erased" if spec else "erased")
+            changed = conditions is not None and conditions.changed
+            erasure = conditions.erasure if conditions is not None else None
+            masked = conditions is not None and conditions.masked is not None
+            plain, label = ("no mask", "this mask") if erasure is None else ("as it is", "mask+erased" if masked else "erased")
             width = max(len(plain), len(label))
             lines.append(Text(f"{plain:<{width}} {baseline.metric:.4f}  loss {baseline.loss:.4g}"))
-            if current is not None and (spec or erasure is not None):
+            if current is not None and changed:
                 change = current.metric - baseline.metric
                 style = "red" if change < -0.01 else ""
                 lines.append(Text.assemble(f"{label:<{width}} {current.metric:.4f}  loss {current.loss:.4g}  ", (f"{change:+.4f}", style)))
-            elif spec or erasure is not None:
+            elif changed:
                 lines.append(Text(f"{label:<{width}} …"))
             if erasure is not None:
                 lines.append(Text(erasure.short(), style="dim"))

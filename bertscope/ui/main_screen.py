@@ -656,9 +656,7 @@ class MainScreen(Screen[None]):
         self.state = self.state.with_(mask=mask.spec())
         self.query_one(HeadGrid).show_mask(mask)
         self._update_status()
-        self._analyse(reuse_plain=True)
-        self.query_one(ObjectivePanel).follow(self._conditions())
-        self._follow_syntax()
+        self._follow_conditions()
 
     def action_clear_mask(self) -> None:
         if self.mask is not None and len(self.mask):
@@ -669,9 +667,7 @@ class MainScreen(Screen[None]):
         self.notify(f"ablation: {self.state.ablation}", timeout=2)
         self._update_status()
         if self.mask is not None and len(self.mask):
-            self._analyse(reuse_plain=True)
-            self.query_one(ObjectivePanel).follow(self._conditions())
-            self._follow_syntax()
+            self._follow_conditions()
         else:
             self.explorer.save_state()
 
@@ -863,10 +859,15 @@ class MainScreen(Screen[None]):
         """From now on every pass runs with `erasure` (None: as the model is); the session remembers it."""
         self.erasure = erasure
         self.state = self.state.with_(erased=erasure_spec(erasure))
-        self._analyse(reuse_plain=True)  # saves the session
-        self._follow_syntax()
+        self._follow_conditions()
+
+    def _follow_conditions(self) -> None:
+        """The mask, its ablation or the erasure changed: the sentence, the objective pane and the syntax figure run
+        again under them (and the session is saved)."""
+        self._analyse(reuse_plain=True)
         if self.mask is not None:
             self.query_one(ObjectivePanel).follow(self._conditions())
+        self._follow_syntax()
 
     def _erasure_step(self, progress: Progress[LiveErasure]) -> None:
         if not progress.finished:
