@@ -234,3 +234,33 @@ def test_other_threads_forward_passes_are_not_erased(tiny_session):
         here = tiny_session.forward(TEXT)
     np.testing.assert_allclose(seen["other"].hidden_states, plain.hidden_states, atol=1e-6)
     assert not np.allclose(here.hidden_states[-1], plain.hidden_states[-1], atol=1e-4)
+
+
+@pytest.mark.parametrize("family", [*BERT_LAYOUTS, *FAMILIES])
+def test_the_explorers_corpus_views_run_with_a_live_erasure_on_every_family(family, tmp_path):
+    """The overview's patterns, the syntax heads and geometry take the explorer's erasure (`E`) through the backend:
+    what reads the hidden states below the erased one is as it was, the layer that reads it is not, and the hook goes
+    with the stream (the run after it is the model as it is again)."""
+    from bertscope.core.analyses.erasure_results import LiveErasure
+    from bertscope.session_backend import SessionBackend
+
+    session = bertscope.load(tiny_of(family, tmp_path), device="cpu")
+    backend = SessionBackend(session)
+    backend._erasers["upos", 1] = shift_eraser(session.hidden_size, seed=2)  # as `fit_erasure` keeps a fitted one
+    erasure = LiveErasure(task="upos", layer=1, rank=2, sentences=0)
+    sentences = list(bertscope.treebank(limit=12).sentences)
+
+    def last(steps):
+        return list(steps)[-1].result
+
+    plain, erased = last(backend.attention_patterns(sentences)), last(backend.attention_patterns(sentences, erasure=erasure))
+    np.testing.assert_allclose(erased.statistics["entropy"][0], plain.statistics["entropy"][0], atol=1e-6, err_msg=family)
+    # random tiny maps are near uniform: layer 1's entropy moves by 1e-5, tens of float32 steps, where the same run moves none
+    assert np.abs(erased.statistics["entropy"][1] - plain.statistics["entropy"][1]).max() > 1e-6, family
+    np.testing.assert_array_equal(last(backend.attention_patterns(sentences)).statistics["entropy"], plain.statistics["entropy"])
+    syntax_plain, syntax_erased = last(backend.syntax_heads(sentences)), last(backend.syntax_heads(sentences, erasure=erasure))
+    np.testing.assert_array_equal(syntax_erased.correct[:, :, 0], syntax_plain.correct[:, :, 0])
+    geometry_plain = last(backend.geometry(sentences, max_rows=60))
+    geometry_erased = last(backend.geometry(sentences, max_rows=60, erasure=erasure))
+    np.testing.assert_allclose(geometry_erased.projection[0], geometry_plain.projection[0], atol=1e-5, err_msg=family)
+    assert not np.allclose(geometry_erased.projection[1], geometry_plain.projection[1]), family
