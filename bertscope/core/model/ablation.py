@@ -183,11 +183,12 @@ def _eager_attention(
     """Attention with its weights; the mask is SDPA's boolean one (True = may attend) or None."""
     if scaling is None:
         scaling = query.size(-1) ** -0.5
-    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    # the scores are a new tensor: scaled and masked in place, not copied twice more (each copy the size of the weights)
+    scores = torch.matmul(query, key.transpose(2, 3)).mul_(scaling)
     if attention_mask is not None:
         if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
-        else:
+            scores.masked_fill_(attention_mask.logical_not(), torch.finfo(scores.dtype).min)
+        else:  # an additive mask, which may be of another dtype
             scores = scores + attention_mask
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
