@@ -72,9 +72,15 @@ def word_pooling(word_of: Tensor, words: int) -> tuple[Tensor, Tensor]:
 
 def word_attention(attention: Tensor, word_of: Tensor, words: int, pooling: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """`[B, H, W, W]` word-level attention from token-level `[B, H, T, T]` (float32): columns summed over
-    a word's sub-words, rows averaged, [CLS], [SEP] and padding left out (`word_pooling`)."""
+    a word's sub-words, rows averaged, [CLS], [SEP] and padding left out (`word_pooling`).
+
+    Two products over the batch with the heads folded into the rows and then the columns: a product of `[B, H, ...]`
+    with `[B, 1, ...]` would copy the pooling once a head first (twice the time on a CPU)."""
     rows, columns = pooling if pooling is not None else word_pooling(word_of, words)
-    return rows[:, None] @ attention @ columns[:, None]
+    batch, heads, length, _ = attention.shape
+    summed = (attention.reshape(batch, heads * length, length) @ columns).view(batch, heads, length, words)
+    pooled = rows @ summed.transpose(1, 2).reshape(batch, length, heads * words)  # [B, W, H·W]
+    return pooled.view(batch, words, heads, words).transpose(1, 2)
 
 
 def most_attended_other(word_level: Tensor, present: Tensor) -> Tensor:
