@@ -143,6 +143,9 @@ def test_the_overview_its_syntax_geometry_and_the_syntax_figure_run_with_the_era
         screen = await overview_of(pilot, sample_corpus("conllu"))
         assert set(fake.erased[-2:]) == {("patterns", erasure), ("syntax", erasure)}  # its two runs, side by side
         assert "164 sentences · done · upos erased @1" in rendered(screen.query_one(".progress-text"))
+        header, first = screen.table().splitlines()[:2]  # `e`'s CSV says on every row what the passes ran under
+        assert header.endswith(",norm_next,mask,ablation,erased") and first.endswith(",,,upos@1")
+        assert "upos erased @1" in screen.figure().get_supxlabel()
         await pilot.press("escape")
         await pilot.press("g")  # geometry on the generated treebank
         await settle(pilot)

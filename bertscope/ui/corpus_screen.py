@@ -67,13 +67,20 @@ class CorpusRunScreen(Screen[tuple[int, int] | None], Generic[R]):
             self.call_after_refresh(self.draw)
         return kept
 
-    def result_erasure(self) -> LiveErasure | None:
-        """The property erased in the passes of the result shown: the kept run's, or the one under way's."""
+    def result_conditions(self) -> tuple[str, str, LiveErasure | None]:
+        """What the passes of the result shown ran under, as (mask spec, ablation, erased property): the kept run's, or
+        the one under way's; ("", "", None) for the model as it is."""
         kept = self.kept.runs.get(self.name_kept)
         if kept is not None and kept.result is self.result:
-            return kept.erasure
+            return kept.mask, kept.ablation, kept.erasure
         conditions = self._run_on[1]
-        return conditions.erasure if conditions is not None else None
+        if conditions is None:
+            return "", "", None
+        return conditions.mask.spec(), conditions.ablation, conditions.erasure
+
+    def result_erasure(self) -> LiveErasure | None:
+        """The property erased in the passes of the result shown."""
+        return self.result_conditions()[2]
 
     def keep_view(self) -> dict[str, Any]:
         """What of the screen's view to keep with the result (overridden)."""

@@ -37,12 +37,13 @@ from bertscope.render.patterns import layer_bars, layer_pattern_table
 from bertscope.render.syntax import syntax_table
 from bertscope.theming import Colormap
 from bertscope.ui.backend import Backend
-from bertscope.ui.conditions import Conditions
+from bertscope.ui.conditions import Conditions, conditions_note
 from bertscope.ui.corpus_screen import CorpusRunScreen
 from bertscope.ui.export import csv_text, save_screen
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
+from bertscope.ui.state import erasure_spec
 from bertscope.ui.syntax import SYNTAX_FIGURE, kept_relation, next_relation, syntax_label, syntax_overlay
 from bertscope.ui.theme import rich_colour
 from bertscope.ui.widgets.footer import KeyFooter
@@ -371,13 +372,20 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
         """The grid as shaded here: the pattern classes, a statistic (its share of norm after `n`), or a relation's heads."""
         result, syntax, relation = self.result, self.syntax, self.relation
         assert result is not None  # `e` exports only a result
+        under = conditions_note(*self.result_conditions())  # the syntax heads ran with the patterns, under the same
         if self.shading == SYNTAX_FIGURE and syntax is not None and relation is not None:
-            return syntax.figure([relation], self.direction)
-        return result.figure(None if self.shading == "pattern" else self._shown(self.shading))
+            return syntax.figure([relation], self.direction, under=under)
+        return result.figure(None if self.shading == "pattern" else self._shown(self.shading), under=under)
 
     def table(self) -> str | None:
-        """The per-head table: dominant pattern, the share of each pattern, every statistic (the shares of norm too)."""
+        """The per-head table: dominant pattern, the share of each pattern, every statistic (the shares of norm too); for
+        a run under a mask or an erasure, what it ran under on every row (a CSV has nowhere else to say it)."""
         result = self.result
         if result is None:
             return None
-        return csv_text(*result.head_table())
+        header, rows = result.head_table()
+        mask, ablation, erasure = self.result_conditions()
+        if mask or erasure is not None:
+            under = [mask, ablation if mask else "", erasure_spec(erasure)]
+            header, rows = [*header, "mask", "ablation", "erased"], [[*row, *under] for row in rows]
+        return csv_text(header, rows)

@@ -135,9 +135,10 @@ class SyntaxResult(Shown):
             for row in self.rows()
         ]
 
-    def figure(self, relations: list[str] | None = None, direction: str = DIRECTIONS[0]) -> Figure:
+    def figure(self, relations: list[str] | None = None, direction: str = DIRECTIONS[0], under: str = "") -> Figure:
         """Each head's accuracy for each of `relations` (default: the four most frequent), one grid per relation on one
-        0–1 scale, the best head boxed; the title of each names its count and the best fixed-offset baseline."""
+        0–1 scale, the best head boxed; the title of each names its count and the best fixed-offset baseline. `under`
+        ends the note: what the passes ran under (" · mask 0:3 (zero)"), which the result does not hold."""
         from bertscope.figures.grids import Grid, head_grids
 
         if direction not in DIRECTIONS:
@@ -159,7 +160,7 @@ class SyntaxResult(Shown):
             panels,
             f"accuracy, {arrow}",
             title="heads that track dependency relations",
-            note=f"over {self.sentences:,} sentences; the best head boxed",
+            note=f"over {self.sentences:,} sentences; the best head boxed{under}",
             vmin=0.0,
             vmax=1.0,
         )

@@ -249,13 +249,15 @@ class PatternResult(Shown):
         header, rows = self.head_table()
         return [dict(zip(header, row)) for row in rows]
 
-    def figure(self, statistic: str | None = None) -> Figure:
+    def figure(self, statistic: str | None = None, under: str = "") -> Figure:
         """Each head's dominant pattern class (Kovaleva et al. 2019), or with `statistic` (cls, entropy, norm_sep, ...)
-        that statistic per head on a colour bar (shares on 0–1)."""
+        that statistic per head on a colour bar (shares on 0–1). `under` ends the figure's note: what the passes ran under
+        (" · mask 0:3 (zero)"), which the result does not hold."""
+        note = self._counted() + under
         if statistic is None:
             from bertscope.figures.grids import pattern_classes
 
-            return pattern_classes(self.dominant, PATTERNS, shares=self.pattern_shares, note=self._counted())
+            return pattern_classes(self.dominant, PATTERNS, shares=self.pattern_shares, note=note)
         if statistic not in self.statistics:
             raise InputError(f"no statistic {statistic!r}: choose one of {', '.join(self.statistic_names)}", setting="statistic")
         from bertscope.figures.grids import head_grid
@@ -264,7 +266,7 @@ class PatternResult(Shown):
         label = STATISTIC_LABELS[name].replace("attention", "value-weighted norm ‖α f(x)‖") if statistic != name else STATISTIC_LABELS[name]
         share = name not in ("entropy", "distance")
         title = f"{label} per head"
-        return head_grid(self.statistics[statistic], label, title=title, vmin=0.0, vmax=1.0 if share else None, note=self._counted())
+        return head_grid(self.statistics[statistic], label, title=title, vmin=0.0, vmax=1.0 if share else None, note=note)
 
     def _counted(self) -> str:
         return f"over {self.sentences:,} sentences, {self.tokens:,} tokens"
