@@ -92,7 +92,7 @@ class LayerWeights:
     """What a layer's `[B, H, T, T]` maps are weighed by (query i, key j), made once a batch and window."""
 
     linear: Tensor  # [B, T*T, len(LINEAR)]: each statistic's weight, over the number of queries it is a mean over
-    entropy_queries: Tensor  # [B, T, 1]: minus the real queries over their number: a row's x log x summed, to the entropy's mean
+    real_queries: Tensor  # [B, T, 1]: the real queries, over their number (the entropy's mean)
     columns: Tensor  # [B, 1, 1, T]: V's received weight, a row over the queries: the real ones, over their number
     seen_by: Tensor | None  # [B, 1, 1, T]: for a head that does not see every key, 1 over the real queries that see key j
     band: Tensor  # [B, 1, T, T]: D's band: the real queries where |i - j| <= 1, over the number of real queries
@@ -165,7 +165,7 @@ class BatchMasks:
         real_queries = (real / count)[:, :, None]  # [B, T, 1]
         return LayerWeights(
             linear=keys.mul_(queries[:, :, None]).flatten(1, 2),  # in place: a long input's table is large
-            entropy_queries=-real_queries,
+            real_queries=real_queries,
             columns=real_queries.transpose(1, 2)[:, None] if visible is None else real[:, None, None, :],
             seen_by=None if visible is None else 1 / (real @ visible).clamp(min=1)[:, None, None, :],
             band=real_queries[:, None] * (relative[..., 3] <= 1),
@@ -210,9 +210,7 @@ def _feature_table(attention: Tensor, masks: BatchMasks, window: int | None = No
     """`[B, H, len(FEATURES)]`: `head_features` as the columns of one tensor."""
     attention = attention.float()
     weights = masks.weights(window)
-    # x log x then minus the mean is the entropy to the last bit (what `torch.special.entr` gives), and `xlogy` is a third
-    # faster on the CPU, where `entr` runs one element at a time
-    entropy = torch.xlogy(attention, attention).sum(-1) @ weights.entropy_queries
+    entropy = torch.special.entr(attention).sum(-1) @ weights.real_queries
     # V: the weight the two most-attended keys receive, each a mean over the queries that see it; D: the band
     # |i - j| <= 1 without those two columns
     columns = weights.columns @ attention  # [B, H, 1, T]; 0 for padding, as for a key no one sees
