@@ -63,6 +63,8 @@ class LongNamed(FakeBackend):
 
 
 def test_the_status_line_leaves_out_the_facts_that_do_not_fit_rather_than_cutting_one():
+    from tests.test_ui_erasure import erase
+
     app = make_app(LongNamed(), text=SENTENCE)
 
     async def steps(pilot):
@@ -70,10 +72,13 @@ def test_the_status_line_leaves_out_the_facts_that_do_not_fit_rather_than_cuttin
         await settle(pilot)
         narrow = rendered(app.query_one(StatusLine)).strip()
         assert "1 masked (zero)" in narrow and "…" not in narrow and len(narrow) <= 78
+        await erase(pilot, "upos", 1)  # what the passes run under goes before the device and the model's size
+        narrow = rendered(app.query_one(StatusLine)).strip()
+        assert narrow.endswith("(bundled) · 1 masked (zero) · upos erased @1") and len(narrow) <= 78
         await pilot.resize_terminal(160, 30)
         await settle(pilot)
         wide = rendered(app.query_one(StatusLine)).strip()
-        assert wide.endswith("1 masked (zero) · head · entropy")
+        assert wide.endswith("1 masked (zero) · upos erased @1 · cpu · 2×6 heads · head · entropy")
 
     run(app, steps, size=(80, 24))
 

@@ -598,12 +598,12 @@ class MainScreen(Screen[None]):
             return
         info = self.backend.info
         masked = len(self.mask) if self.mask is not None else 0
-        status.set_facts(  # most important first: the line keeps those that fit
-            info.source,
-            info.device,
-            f"{info.num_layers}×{info.num_heads} heads",
+        status.set_facts(  # most important first: the line keeps those that fit, so what the passes run under comes
+            info.source,  # before the device and the model's size, which do not change while it runs
             f"{masked} masked ({self.state.ablation})",
             *([self.erasure.short()] if self.erasure is not None else []),
+            info.device,
+            f"{info.num_layers}×{info.num_heads} heads",
             *([self._cells_status()] if self.heatmap_cells != "weights" else []),
             self.state.view,
             self.state.figure,
