@@ -78,7 +78,7 @@ def test_the_status_line_leaves_out_the_facts_that_do_not_fit_rather_than_cuttin
         await pilot.resize_terminal(160, 30)
         await settle(pilot)
         wide = rendered(app.query_one(StatusLine)).strip()
-        assert wide.endswith("1 masked (zero) · upos erased @1 · cpu · 2×6 heads · head · entropy")
+        assert wide.endswith("1 masked (zero) · upos erased @1 · cpu · 3×4 heads · head · entropy")
 
     run(app, steps, size=(80, 24))
 
