@@ -2,7 +2,7 @@
 
     python benchmarks/host_overhead.py --conllu TREEBANK.conllu [--sentences 2000] [--runs 3] [--jobs patterns,syntax,...]
                                        [--model DIR | --shape tiny|base] [--device cpu] [--dtype float32] [--no-count]
-                                       [--no-split] [-o FILE.json]
+                                       [--no-split] [--instructions] [-o FILE.json]
 
 On a GPU the model is cheap and what the host does around it dominates. A model whose forward costs almost
 nothing shows that here: by default a seeded random BERT of 2 layers x 64 hidden, 4 heads, MiniLM's vocabulary
@@ -43,6 +43,14 @@ reads are an upper bound of a GPU run's. Both counts include what a job does onc
 (`passes`, with their own `operations_ratio`) and what the job does once whatever the corpus's size (`once`: the
 measures of the sample, the eraser's and the probes' fits). The bare runs, like the jobs, run with Python's cycle
 collection paused (core.collector). Prints JSON; exit status 0 whatever the numbers.
+
+`--instructions` counts instead of timing: the script runs itself under valgrind's callgrind, and each job's one run
+(after one run to warm its caches, as the timed runs are warm) is counted in machine instructions, against the bare
+forward's, with the same units. A count does not depend on what else the machine runs, so two trees can be told apart
+by a few per cent where the clock spreads by half; it weighs an instruction of Python as one of a matrix product, so
+it is a check beside the times, not a time. Slow: about 9 minutes a job over 2,000 sentences on a 2-core machine (its
+warm run and its counted run under valgrind); with --sentences 200, 4.4 minutes for the bare forward and `patterns`,
+start-up included.
 """
 
 from __future__ import annotations
@@ -51,10 +59,14 @@ import argparse
 import contextlib
 import itertools
 import os
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from common import cloze_queries, emit  # benchmarks/common.py, found beside this script
 
@@ -64,6 +76,7 @@ ARITHMETIC = ("patterns", "norms", "syntax", "mixing")  # jobs also timed withou
 STAGED = ("geometry", "erase")  # jobs run through their progress stream, timed by stage (`stage_seconds`)
 FORWARDS = {"compare": 2, "erase": 2}  # a job's unit in bare forwards: two models, or two feature passes
 SHAPES = {"tiny": TINY, "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)}
+CALLGRIND_OUT = "HOST_OVERHEAD_CALLGRIND_OUT"  # set in the run under callgrind: the folder of its dumps
 READS = {"item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__", "__array__"}
 
 
@@ -79,12 +92,17 @@ def main() -> None:
     parser.add_argument("--jobs", default=",".join(JOBS))
     parser.add_argument("--no-count", action="store_true", help="time only")
     parser.add_argument("--no-split", action="store_true", help="do not time the jobs again without their arithmetic on the maps")
+    parser.add_argument("--instructions", action="store_true", help="count machine instructions under valgrind instead of timing")
     parser.add_argument("-o", "--output", default=None)
     args = parser.parse_args()
     jobs = [job for job in args.jobs.split(",") if job]
     unknown = sorted(set(jobs) - set(JOBS))
     if unknown:
         parser.error(f"unknown jobs {', '.join(unknown)}; choose from {', '.join(JOBS)}")
+    if args.instructions and CALLGRIND_OUT not in os.environ:
+        if not (shutil.which("valgrind") and shutil.which("callgrind_control")):
+            parser.error("--instructions needs valgrind (with callgrind_control) on the PATH")
+        run_under_callgrind()  # does not return
 
     import torch
 
@@ -119,8 +137,30 @@ def main() -> None:
         bare = Bare(model, [sentence.text for sentence in treebank])
         cloze_bare = Bare(mlm, [query.split("\t")[0] for query in queries]) if mlm else None
         masked_lm_bare = Bare(mlm, [query.split("\t")[0] for query in queries], head=True) if mlm else None
-        lens_bare = Bare(mlm, [query.split("\t")[0] for query in queries], answers=[query.split("\t")[1] for query in queries]) if mlm else None
+        lens_bare = (
+            Bare(mlm, [query.split("\t")[0] for query in queries], answers=[query.split("\t")[1] for query in queries]) if mlm else None
+        )
         backward_bare = Bare(model, [sentence.text for sentence in treebank], backward=True) if "importance" in jobs else None
+        if args.instructions:
+            units = {
+                "bare": bare.time,
+                "bare (cloze)": cloze_bare.time if cloze_bare else None,
+                "bare (forward and backward)": backward_bare.time if backward_bare else None,
+            }
+            counted = instruction_counts(
+                {name: run for name, run in units.items() if run is not None} | {name: runs[name] for name in jobs}
+            )
+            result = {
+                "benchmark": "host_overhead --instructions",
+                "model": model_name(args),
+                "data": args.conllu,
+                "sentences": len(treebank),
+                "instructions": counted,
+                "ratios": instruction_ratios(counted, jobs),
+            }
+            table = " · ".join(f"{name} {ratio}x" for name, ratio in result["ratios"].items())
+            emit(result, args.output, f"host_overhead in instructions, bare forward {counted['bare']:,}: {table}")
+            return
         before = [bare.time() for _ in range(args.runs)]
         results: dict[str, dict] = {}
         for name in jobs:
@@ -131,8 +171,11 @@ def main() -> None:
                 stages.append(runs[name]())  # a staged job's seconds by stage
                 seconds.append(time.perf_counter() - started)
                 paired.append(seconds[-1] / own_bare)
-            results[name] = {"seconds": round(min(seconds), 3), "runs_s": [round(s, 3) for s in seconds],
-                             "paired_ratio": round(statistics.median(paired), 2)}
+            results[name] = {
+                "seconds": round(min(seconds), 3),
+                "runs_s": [round(s, 3) for s in seconds],
+                "paired_ratio": round(statistics.median(paired), 2),
+            }
             if name in STAGED:  # the fastest run's stages
                 results[name]["stages_s"] = stages[seconds.index(min(seconds))]
             if name in ARITHMETIC and not args.no_split:  # again, the job's arithmetic on the maps left out
@@ -199,7 +242,7 @@ def main() -> None:
                 results["importance"]["kernels_ratio_to_forward_backward"] = round(ratio, 2)
     result = {
         "benchmark": "host_overhead",
-        "model": args.model or f"{args.shape} random BERT " + ", ".join(f"{k}={v}" for k, v in SHAPES[args.shape].items()),
+        "model": model_name(args),
         "device": str(model.device),
         "dtype": args.dtype,
         "threads": torch.get_num_threads(),
@@ -214,6 +257,64 @@ def main() -> None:
     }
     table = " · ".join(f"{name} {entry['ratio']}x (paired {entry['paired_ratio']}x)" for name, entry in results.items())
     emit(result, args.output, f"host_overhead on {result['device']}, bare forward {bare_s:.3f}s: {table}")
+
+
+def model_name(args: argparse.Namespace) -> str:
+    return args.model or f"{args.shape} random BERT " + ", ".join(f"{k}={v}" for k, v in SHAPES[args.shape].items())
+
+
+def run_under_callgrind() -> None:
+    """Run this script again, as it was called, under callgrind with counting off until a job turns it on; its dumps go
+    to a folder of their own, which the counted run reads, removed when it ends."""
+    folder = tempfile.mkdtemp(prefix="host-overhead-callgrind-")
+    command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={folder}/callgrind.out", "-q"]
+    environment = os.environ | {CALLGRIND_OUT: folder, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    try:
+        status = subprocess.run([*command, sys.executable, *sys.argv], env=environment).returncode
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    sys.exit(status)
+
+
+def instruction_counts(runs: dict[str, Callable]) -> dict[str, int]:
+    """Each run's machine instructions, counted by callgrind from turning it on to turning it off (`callgrind_control`
+    from a second process: its own instructions are not counted), after one uncounted run to warm the caches."""
+    folder = os.environ[CALLGRIND_OUT]
+
+    def control(*options: str) -> None:
+        subprocess.run(["callgrind_control", *options, str(os.getpid())], check=True, capture_output=True)
+
+    counted = {}
+    for name, run in runs.items():
+        run()
+        control("--instr=on")
+        run()
+        control("--instr=off")
+        control(f"--dump={name}")
+        counted[name] = dumped_instructions(folder, name)
+        print(f"{time.strftime('%H:%M:%S')} {name}: {counted[name]:,} instructions", file=sys.stderr)
+    return counted
+
+
+def dumped_instructions(folder: str, name: str) -> int:
+    """The instruction count of the dump callgrind wrote for `--dump=name`."""
+    for path in sorted(Path(folder).glob("callgrind.out.*")):
+        text = path.read_text(errors="replace")
+        if f"desc: Trigger: dump {name}\n" in text:
+            return int(text.split("\ntotals: ", 1)[1].split()[0])
+    raise RuntimeError(f"callgrind wrote no dump for {name}")
+
+
+def instruction_ratios(counted: dict[str, int], jobs: list[str]) -> dict[str, float]:
+    """Each job's instructions over its unit's: the bare forward's (two for `compare` and `erase`), `cloze`'s over its
+    masked-LM's encoder's; `importance` also over a bare forward and backward's."""
+    ratios = {}
+    for name in jobs:
+        unit = counted["bare (cloze)"] if name == "cloze" else counted["bare"] * FORWARDS.get(name, 1)
+        ratios[name] = round(counted[name] / unit, 2)
+    if "importance" in jobs:
+        ratios["importance against a forward and backward"] = round(counted["importance"] / counted["bare (forward and backward)"], 2)
+    return ratios
 
 
 def without_arithmetic(job: str) -> contextlib.ExitStack:
@@ -239,7 +340,11 @@ def without_arithmetic(job: str) -> contextlib.ExitStack:
         ],
         "syntax": [
             (syntax, "word_attention", lambda attention, word_of, words, pooling=None: attention),
-            (syntax, "most_attended_other", lambda word_level, present: present.new_zeros((len(present), word_level.shape[1], present.shape[1]), dtype=torch.long)),
+            (
+                syntax,
+                "most_attended_other",
+                lambda word_level, present: present.new_zeros((len(present), word_level.shape[1], present.shape[1]), dtype=torch.long),
+            ),
         ],
         "mixing": [
             (ablation, "weighted_norms", lambda weights, value, projection: weights),
@@ -308,8 +413,11 @@ class Bare:
 
         self.session, self.texts, self.backward = session, texts, backward
         kind = AutoModelForMaskedLM if head or answers is not None else AutoModel
-        self.model = kind.from_pretrained(session.loaded.directory, attn_implementation="eager",
-                                          dtype=session.loaded.dtype).to(session.device).eval()
+        self.model = (
+            kind.from_pretrained(session.loaded.directory, attn_implementation="eager", dtype=session.loaded.dtype)
+            .to(session.device)
+            .eval()
+        )
         self.answers = None
         if answers is not None:  # BERT's head is `cls`, RoBERTa's `lm_head`
             self.head = getattr(self.model, "cls", None) or self.model.lm_head
