@@ -54,8 +54,9 @@ Keys are commands unless you chose a box on purpose (`/`, a click, `tab`); Enter
 scatter. What the overview, probing, geometry, compare, patching and pruning-curve screens computed
 stays while you move between screens: coming back shows it again (`r` runs again), and `m`
 re-scores the kept probes under the current mask. `e` there saves the screen as SVG and
-its data: the per-head table (CSV; with the mask and the erasure it ran under), the probe curves (JSON), the scatter coordinates and
-CKA matrices (JSON), the per-head cosines and CKA (JSON), the patching effects (JSON), the pruning curve (CSV).
+its data: the per-head table (CSV, with the mask and the erasure it ran under), the probe
+curves (JSON), the scatter coordinates and CKA matrices (JSON), the per-head cosines and
+CKA (JSON), the patching effects (JSON), the pruning curve (CSV).
 
 The grid shades each head by the chosen figure for this sentence (the line under it gives
 the selected head's value and the range of the shades); `×` marks a head that is

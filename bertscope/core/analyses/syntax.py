@@ -75,7 +75,7 @@ def word_attention(attention: Tensor, word_of: Tensor, words: int, pooling: tupl
     a word's sub-words, rows averaged, [CLS], [SEP] and padding left out (`word_pooling`).
 
     Two products over the batch with the heads folded into the rows and then the columns: a product of `[B, H, ...]`
-    with `[B, 1, ...]` would copy the pooling once a head first (twice the time on a CPU)."""
+    with `[B, 1, ...]` would copy the pooling once a head first (on a CPU a third more time)."""
     rows, columns = pooling if pooling is not None else word_pooling(word_of, words)
     batch, heads, length, _ = attention.shape
     summed = (attention.reshape(batch, heads * length, length) @ columns).view(batch, heads, length, words)
