@@ -492,6 +492,8 @@ def test_overview_runs_over_a_corpus_and_opens_a_head(tmp_path):
 def test_the_overviews_export_says_which_mask_its_passes_ran_under(tmp_path):
     """A CSV has nowhere but its rows to say it: a run under a mask adds mask, ablation and erased columns, and the
     figure's note ends with the mask; a run of the model as it is exports the `patterns --csv` table alone."""
+    from tests.fake_backend import HEADS, LAYERS
+
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(f"sentence number {i}" for i in range(5)))
     app = make_app()
@@ -506,7 +508,7 @@ def test_the_overviews_export_says_which_mask_its_passes_ran_under(tmp_path):
         screen = await overview_of(pilot, corpus)
         assert "mask 0:0 (zero)" in rendered(screen.query_one(".progress-text"))
         header, *rows = screen.table().splitlines()
-        assert header.endswith(",norm_next,mask,ablation,erased") and len(rows) == 2 * 6  # the fake model: 2 layers of 6 heads
+        assert header.endswith(",norm_next,mask,ablation,erased") and len(rows) == LAYERS * HEADS  # a row a head
         assert all(row.endswith(",0:0,zero,") for row in rows)
         assert screen.figure().get_supxlabel().endswith("tokens · mask 0:0 (zero)")
 
