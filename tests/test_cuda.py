@@ -103,6 +103,37 @@ def test_probe_features_and_report(gpu, cpu):
         assert abs(mine["accuracy"] - theirs["accuracy"]) <= 1.0 / words + 1e-9
 
 
+def test_an_mdl_probe_gives_the_cpus_description_length(gpu, cpu):
+    """Voita & Titov's online code fitted block by block on the GPU: each layer's codelength within 1% of the CPU's (the
+    uniform code's, which only counts, exactly)."""
+    train = probe_sentences("upos", data=str(sample_corpus("conllu")), limit=80).train
+    one, other = (
+        bertscope.api.probe(session, "upos", train, control=False, random_baseline=False, cache_dir=False, mdl=True)
+        for session in (gpu, cpu)
+    )
+    for mine, theirs in zip(one.layers, other.layers, strict=True):
+        assert mine["mdl"]["uniform_bits"] == theirs["mdl"]["uniform_bits"]
+        assert mine["mdl"]["online_bits"] == pytest.approx(theirs["mdl"]["online_bits"], rel=0.01), mine["layer"]
+
+
+def test_erasure_gives_the_cpus_result(gpu, cpu):
+    """Amnesic probing with the eraser fitted on GPU features and applied inside the GPU's forward: the rank it removes,
+    the splits, the probes before and after it (within two test words) and the measure are the CPU's."""
+    one, other = (
+        bertscope.erase(session, "upos", data=str(sample_corpus("conllu")), limit=120, layer=1, cache_dir=False).as_json()
+        for session in (gpu, cpu)
+    )
+    assert (one["rank"], one["counts"]) == (other["rank"], other["counts"])
+    assert one["variance_share"] == pytest.approx(other["variance_share"], abs=1e-3)
+    words = 2.0 / other["counts"]["test"] + 1e-9
+    for mine, theirs in zip(one["guardedness"], other["guardedness"], strict=True):
+        assert mine["layer"] == theirs["layer"]
+        assert abs(mine["accuracy_before"] - theirs["accuracy_before"]) <= words, mine
+        assert abs(mine["accuracy_after"] - theirs["accuracy_after"]) <= words, mine
+    for key in ("none", "erased", "control"):
+        assert one["measure"][key] == pytest.approx(other["measure"][key], abs=2e-3), key
+
+
 @pytest.mark.slow
 def test_a_probe_on_minilm_gives_the_cpus_accuracy(bundled_session):
     """The issue-34 case on the GPU: MiniLM's [CLS] varies by 4e-4 around a large mean; features and fit on the GPU
