@@ -58,7 +58,6 @@ class _HeadCosines:
         self.sums = torch.zeros(num_layers, num_heads, dtype=torch.float64, device=device)
         self.squares = torch.zeros_like(self.sums)
         self.sentences = 0
-        self.tokens = 0
 
     def add(self, outputs: list[Any], prepared: PreparedBatch) -> None:
         a, b = outputs
@@ -72,7 +71,6 @@ class _HeadCosines:
             self.sums[layer] += cosine.sum(0)
             self.squares[layer] += cosine.pow(2).sum(0)
         self.sentences += real.shape[0]
-        self.tokens += int(real.sum())
 
     def result(self) -> tuple[np.ndarray, np.ndarray]:
         """Mean and spread over the whole corpus (under torchrun, every rank's sums added)."""
@@ -121,7 +119,7 @@ def compare_models(
         if heads is not None:
             heads.add(outputs, prepared)
         counted["sentences"] += int(prepared.real.shape[0])
-        counted["tokens"] += int(prepared.real.sum())
+        counted["tokens"] += prepared.tokens
 
     sample = yield from relay(
         stream_sample(

@@ -137,6 +137,7 @@ class PreparedBatch:
     labels: dict[str, list[str]]
     texts: list[str]
     truncated: int
+    tokens: int  # real tokens in the batch, counted on the host
 
 
 def check_unit(unit: str, sentences: Sequence[Sentence]) -> str:
@@ -240,6 +241,7 @@ def prepare(
         labels,
         texts,
         truncated,
+        sum(real_lengths),
     )
 
 
@@ -250,20 +252,16 @@ def _cut_tokens(tokenizer: PreTrainedTokenizerBase, sentence: Sentence, kept: in
     return max(0, len(tokenizer(sentence.text, sentence.pair, add_special_tokens=True)["input_ids"]) - kept)
 
 
-def batch_rows(hidden_states: Sequence[torch.Tensor], prepared: PreparedBatch, unit: str, rows: np.ndarray) -> np.ndarray:
-    """`[len(rows), L+1, D]` float32: the chosen rows of one batch from every hidden-state layer."""
+def batch_rows(hidden_states: Sequence[torch.Tensor], prepared: PreparedBatch, unit: str, rows: np.ndarray) -> torch.Tensor:
+    """`[len(rows), L+1, D]` float32 where the model ran: the chosen rows of one batch from every hidden-state layer."""
     if unit == "sentence":
         keep = prepared.real & ~prepared.special
         weights = keep.float() / keep.float().sum(-1, keepdim=True).clamp(min=1)
         chosen = torch.as_tensor(rows, device=weights.device)
-        return (
-            torch.stack([torch.einsum("bt,btd->bd", weights[chosen], layer[chosen].float()) for layer in hidden_states], dim=1)
-            .cpu()
-            .numpy()
-        )
+        return torch.stack([torch.einsum("bt,btd->bd", weights[chosen], layer[chosen].float()) for layer in hidden_states], dim=1)
     batch, length, dim = hidden_states[0].shape
     flat = torch.as_tensor(prepared.positions[rows], device=hidden_states[0].device)
-    return torch.stack([layer.reshape(batch * length, dim)[flat].float() for layer in hidden_states], dim=1).cpu().numpy()
+    return torch.stack([layer.reshape(batch * length, dim)[flat].float() for layer in hidden_states], dim=1)
 
 
 def stream_sample(
@@ -293,7 +291,9 @@ def stream_sample(
     lead = sessions[0]
     max_length = min(session.max_length for session in sessions)
     gates = lead.gate_tensor(mask)
-    stores: dict[int, np.ndarray] = {}  # per session, once a batch has rows to keep
+    # Per session, once a batch has rows to keep: the sample where the model runs, read to the host once at the end.
+    # A read a batch would make the host wait for each batch's forward before it prepares the next (on a GPU).
+    stores: dict[int, torch.Tensor] = {}
     labels: dict[str, list[str]] = {}
     texts: list[str] = [""] * max_rows
     truncated = 0
@@ -332,8 +332,8 @@ def stream_sample(
                 kept = batch_rows(output.hidden_states, prepared, unit, rows) if len(rows) else None
             if kept is not None:
                 if index not in stores:
-                    stores[index] = np.empty((max_rows, *kept.shape[1:]), dtype=np.float32)
-                stores[index][slots] = kept
+                    stores[index] = torch.empty((max_rows, *kept.shape[1:]), dtype=torch.float32, device=kept.device)
+                stores[index][torch.as_tensor(slots, device=kept.device)] = kept
             outputs.append(output)
         if on_batch is not None:
             with torch.inference_mode():
@@ -362,7 +362,7 @@ def stream_sample(
         unit if read else "",
         sampler.keys[filled],
         sampler.origins[filled],
-        tuple(stores[index][filled] for index in range(len(sessions))) if len(filled) else (),
+        tuple(stores[index].cpu().numpy()[filled] for index in range(len(sessions))) if len(filled) else (),
         {name: [values[slot] for slot in filled] for name, values in labels.items()},
         [texts[slot] for slot in filled],
     )
