@@ -81,7 +81,8 @@ def test_a_forward_gives_the_cpus_attentions_and_states(gpu, cpu):
 
 
 def test_patterns_with_norms(gpu, cpu):
-    one, other = bertscope.patterns(gpu, limit=40, norms=True), bertscope.patterns(cpu, limit=40, norms=True)
+    # batches of 8: each batch's table reaches the host once the next is queued (core.model.lagged), the last at the end
+    one, other = bertscope.patterns(gpu, limit=40, norms=True, batch_size=8), bertscope.patterns(cpu, limit=40, norms=True, batch_size=8)
     assert (one.sentences, one.tokens) == (other.sentences, other.tokens)
     for name, values in other.statistics.items():
         np.testing.assert_allclose(one.statistics[name], values, rtol=1e-4, atol=1e-5, err_msg=name)
@@ -89,7 +90,11 @@ def test_patterns_with_norms(gpu, cpu):
 
 
 def test_syntax(gpu, cpu):
-    assert bertscope.api.syntax(gpu, limit=40).rows() == bertscope.api.syntax(cpu, limit=40).rows()
+    """In batches of 8: the GPU's partial counts come a batch late (core.model.lagged), every one of them, and in order."""
+    steps = list(bertscope.api.steps(bertscope.api.syntax, gpu, limit=40, batch_size=8))
+    partial = [step.partial.sentences for step in steps if step.partial is not None]
+    assert partial == [8, 16, 24, 32, 40], partial
+    assert steps[-1].result.rows() == bertscope.api.syntax(cpu, limit=40, batch_size=8).rows()
 
 
 def test_probe_features_and_report(gpu, cpu):
@@ -203,7 +208,7 @@ def test_context_mixing_one_input_and_over_a_corpus(gpu, cpu):
         one, other = bertscope.mixing(gpu, TEXTS[0], method=method), bertscope.mixing(cpu, TEXTS[0], method=method)
         np.testing.assert_allclose(one.rolled, other.rolled, atol=1e-4, err_msg=method)
     methods = ["attention", "norms", "value-zeroing", "alti", "rollout"]
-    one, other = (bertscope.mixing_agreement(session, TEXTS * 4, method=methods) for session in (gpu, cpu))
+    one, other = (bertscope.mixing_agreement(session, TEXTS * 4, method=methods, batch_size=4) for session in (gpu, cpu))
     assert_same_numbers(one.as_json(), other.as_json(), rtol=1e-3, atol=1e-4)
 
 

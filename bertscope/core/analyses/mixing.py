@@ -64,6 +64,7 @@ from bertscope.core.analyses.streaming import CorpusBatches, item_lengths
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
 from bertscope.core.model.device import float64_device
+from bertscope.core.model.lagged import LaggedReads
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding
 from bertscope.core.progress import Progress, relay
@@ -547,15 +548,17 @@ def mixing_agreement(
         max_square=MIXING_SQUARE if {"value-zeroing", "alti"} & set(chosen) else MAPS_SQUARE,
         cancel=cancel,
     )
+    reads = LaggedReads()  # each batch's sums are added once the next batch's pass is queued (on a GPU)
     for batch in batches:
         encodings = batch.take(batch.encoded)
         found = yield from relay(_measure_batch(session, encodings, chosen, head_mask, ablation, cancel))
         if found is None:
             return
-        _add_batch(sums, *found, encodings, punctuation)
+        _add_batch(sums, reads, *found, encodings, punctuation)
         yield Progress("sentences", sums["sentences"], partial=_agreement(chosen, sums, head_mask, ablation))
     if batches.cancelled:
         return
+    reads.flush()
     sums = distributed.sum_across(sums)
     if sums["sentences"] == 0:
         raise InputError("no sentences to analyse; the corpus is empty", setting="data")
@@ -563,9 +566,11 @@ def mixing_agreement(
     yield Progress("sentences", sums["sentences"], result=result)
 
 
-def _add_batch(sums: dict[str, Any], measured: Measured, real: Tensor, encodings: Sequence[Encoding], punctuation: PunctuationIds) -> None:
+def _add_batch(
+    sums: dict[str, Any], reads: LaggedReads, measured: Measured, real: Tensor, encodings: Sequence[Encoding], punctuation: PunctuationIds
+) -> None:
     """A batch's agreement (each sentence's mean over its rows, added) and shares (each sentence's mean, added),
-    computed where the maps are and read from there at once."""
+    computed where the maps are and read from there at once (`reads`: one batch late on a GPU)."""
     rolled = torch.stack([rolled for _, rolled in measured.values()])  # [M, L, B, T, T]
     per_layer = {index: maps for index, (maps, _) in enumerate(measured.values()) if maps is not None}  # not flow, rollout
     ids = np.concatenate([encoding.input_ids for encoding in encodings])
@@ -582,14 +587,22 @@ def _add_batch(sums: dict[str, Any], measured: Measured, real: Tensor, encodings
         "agreement_counts": counted.sum(-1, dtype=torch.float64),
         "shares": shares,  # [M + P, L, 4]: every method's rolled out, then the per-layer methods' own
     }
-    read = _read(found)
-    sums["agreement"] += read["agreement"]
-    sums["agreement_counts"] += read["agreement_counts"]
-    sums["rolled_shares"] += read["shares"][: len(rolled)]
-    sums["layer_shares"][list(per_layer)] += read["shares"][len(rolled) :]
-    sums["sentences"] += len(encodings)
-    sums["tokens"] += sum(len(encoding) for encoding in encodings)
-    sums["truncated"] += sum(encoding.truncated > 0 for encoding in encodings)
+    shapes = {name: tensor.shape for name, tensor in found.items()}
+    rolled_count, layer_methods = len(rolled), list(per_layer)
+    sentences, tokens = len(encodings), sum(len(encoding) for encoding in encodings)
+    truncated = sum(encoding.truncated > 0 for encoding in encodings)
+
+    def add(flat: np.ndarray) -> None:
+        read = _split(flat, shapes)
+        sums["agreement"] += read["agreement"]
+        sums["agreement_counts"] += read["agreement_counts"]
+        sums["rolled_shares"] += read["shares"][:rolled_count]
+        sums["layer_shares"][layer_methods] += read["shares"][rolled_count:]
+        sums["sentences"] += sentences
+        sums["tokens"] += tokens
+        sums["truncated"] += truncated
+
+    reads.put(torch.cat([tensor.reshape(-1) for tensor in found.values()]), add)  # float64 tensors: one read, not one each
 
 
 def _spearman_between(matrices: Tensor, real: Tensor) -> Tensor:
@@ -625,11 +638,10 @@ def _summed_shares(matrices: Tensor, classes: Tensor, real: Tensor) -> Tensor:
     return torch.cat([to_classes, own[..., None]], -1)
 
 
-def _read(tensors: dict[str, Tensor]) -> dict[str, np.ndarray]:
-    """Float64 tensors read from the device together: one wait for a GPU, not one a tensor."""
-    flat = torch.cat([tensor.reshape(-1) for tensor in tensors.values()]).cpu().numpy()
-    parts = np.split(flat, np.cumsum([tensor.numel() for tensor in tensors.values()])[:-1])
-    return {name: part.reshape(tensor.shape) for (name, tensor), part in zip(tensors.items(), parts, strict=True)}
+def _split(flat: np.ndarray, shapes: dict[str, torch.Size]) -> dict[str, np.ndarray]:
+    """Tensors read from the device together, flattened one after another, as arrays of their own shapes again."""
+    parts = np.split(flat, np.cumsum([shape.numel() for shape in shapes.values()])[:-1])
+    return {name: part.reshape(shape) for (name, shape), part in zip(shapes.items(), parts, strict=True)}
 
 
 def _agreement(methods: tuple[str, ...], sums: dict[str, Any], mask: HeadMask, ablation: Ablation) -> MixingAgreement:

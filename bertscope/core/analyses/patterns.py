@@ -59,6 +59,7 @@ from bertscope.core.analyses.streaming import CorpusBatches, item_lengths, joine
 from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
+from bertscope.core.model.lagged import LaggedReads
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import NORM_SHARES, PATTERNS, STATISTICS, Encoding, PatternResult
 from bertscope.core.progress import Progress
@@ -271,17 +272,22 @@ class _Accumulator:
         self.tokens = 0
         self.truncated = 0
 
-    def add(self, features: list[Tensor], shares: list[Tensor]) -> None:
-        """A batch's `_feature_table` (and `_norm_share_table`) of every layer, read from the device at once and added
-        on the host: one read a batch, and no operation a layer beyond the tables (on a GPU each is a launch)."""
-        table = torch.cat([torch.stack(features), *([torch.stack(shares)] if shares else [])], -1).cpu().numpy()  # [L, B, H, ·]
+    @staticmethod
+    def batch_table(features: list[Tensor], shares: list[Tensor]) -> Tensor:
+        """A batch's `_feature_table` (and `_norm_share_table`) of every layer as one tensor `[L, B, H, ·]` where the
+        maps were: one read a batch, and no operation a layer beyond the tables (on a GPU each is a launch)."""
+        return torch.cat([torch.stack(features), *([torch.stack(shares)] if shares else [])], -1)
+
+    def add(self, table: np.ndarray, sentences: int, tokens: int) -> None:
+        """A batch's `batch_table`, read to the host, added to the sums."""
         statistics, patterns, norm_shares = np.split(table, [len(STATISTICS), len(FEATURES)], axis=-1)
         self.table += statistics.sum(1, dtype=np.float64)
         pattern = classify(*np.moveaxis(patterns, -1, 0))  # [L, B, H]
         self.counts += (pattern[..., None] == np.arange(len(PATTERNS))).sum(1)
-        if shares:
-            assert self.norm_table is not None  # made with norms=True
+        if self.norm_table is not None:
             self.norm_table += norm_shares.sum(1, dtype=np.float64)
+        self.sentences += sentences
+        self.tokens += tokens
 
     def statistics(self) -> dict:
         """The sufficient statistics: what ranks add up (core.distributed.sum_across)."""
@@ -332,6 +338,7 @@ def pattern_statistics(
     value-weighted norms, from the same passes (module docstring).
     """
     accumulator = _Accumulator(session.num_layers, session.num_heads, norms)
+    reads = LaggedReads()  # each batch's table is added once the next batch's pass is queued (on a GPU)
     gates = session.gate_tensor(mask)
     punctuation = punctuation_ids(session.tokenizer)
     batches: CorpusBatches[Sentence, list[Encoding]] = CorpusBatches(
@@ -347,10 +354,11 @@ def pattern_statistics(
     for batch in batches:
         encoded = batch.take(batch.encoded)
         accumulator.truncated += sum(item.truncated for item in encoded)
-        _add_batch(session, accumulator, encoded, punctuation, gates, ablation, norms)
+        _add_batch(session, accumulator, reads, encoded, punctuation, gates, ablation, norms)
         yield Progress("sentences", accumulator.sentences, partial=accumulator.result())
     if batches.cancelled:
         return
+    reads.flush()
     accumulator.sum_across_ranks()  # under torchrun: the whole corpus's sums on every rank
     if accumulator.sentences == 0:
         raise InputError("no sentences to analyse; the corpus is empty")
@@ -361,13 +369,15 @@ def pattern_statistics(
 def _add_batch(
     session: Session,
     accumulator: _Accumulator,
+    reads: LaggedReads,
     batch: list[Encoding],
     punctuation: PunctuationIds,
     gates: Tensor | None,
     ablation: Ablation,
     norms: bool = False,
 ) -> None:
-    """One forward pass, its attention maps (and norms) reduced layer by layer; nothing of it outlives the call."""
+    """One forward pass, its attention maps (and norms) reduced layer by layer; nothing of it outlives the call but its
+    table, on its way to the host (`reads`)."""
     inputs, masks = batch_tensors(session, batch, punctuation)
 
     features: list[Tensor] = []  # per layer `[B, H, len(FEATURES)]`: small, added to the sums once the pass is done
@@ -390,9 +400,8 @@ def _add_batch(
             on_attention=reduce,
             on_norms=reduce_norms if norms else None,
         )
-    accumulator.add(features, shares)
-    accumulator.sentences += len(batch)
-    accumulator.tokens += sum(len(item) for item in batch)
+    sentences, tokens = len(batch), sum(len(item) for item in batch)
+    reads.put(accumulator.batch_table(features, shares), lambda table: accumulator.add(table, sentences, tokens))
 
 
 def encode_sorted(session: Session, chunk: list[Sentence]) -> list[Encoding]:

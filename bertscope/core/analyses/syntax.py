@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -47,6 +47,7 @@ from bertscope.core.analyses.syntax_results import OFFSETS, SyntaxResult
 from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
+from bertscope.core.model.lagged import LaggedReads
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
 
@@ -63,9 +64,10 @@ def word_pooling(word_of: Tensor, words: int) -> tuple[Tensor, Tensor]:
     `word_of[b, t]` is token t's word (0..W-1), or -1 for special tokens and padding, whose
     rows and columns are left out.
     """
-    onehot = torch.zeros(*word_of.shape, words, device=word_of.device)  # [B, T, W]
-    inside = word_of >= 0
-    onehot[inside.nonzero(as_tuple=True) + (word_of[inside],)] = 1
+    inside = word_of >= 0  # a scatter, not indices found by `nonzero`: on a GPU that would wait for the device
+    onehot = torch.zeros(*word_of.shape, words, device=word_of.device).scatter_(
+        2, word_of.clamp(min=0)[..., None], inside[..., None].float()
+    )
     pieces = onehot.sum(1).clamp(min=1)  # [B, W]
     return (onehot / pieces[:, None, :]).transpose(1, 2), onehot
 
@@ -131,16 +133,23 @@ class _Counts:
             for index, offset in enumerate(OFFSETS):
                 np.add.at(self.baseline[:, direction, index], relations[offsets == offset], 1)
 
-    def result(self) -> SyntaxResult:
+    def result(self, correct: np.ndarray | None = None) -> SyntaxResult:
+        """The counts so far; `correct`: the device's hits as read already (`later`), else read now."""
         return SyntaxResult(
             relations=tuple(self.relations),
             counts=self.counts.copy(),
-            correct=self.correct.cpu().numpy().copy(),
+            correct=self.correct.cpu().numpy().copy() if correct is None else correct,
             baseline_correct=self.baseline.copy(),
             sentences=self.sentences,
             words=self.words,
             truncated=self.truncated,
         )
+
+    def later(self, reads: LaggedReads, shown: list[SyntaxResult]) -> None:
+        """The counts so far, appended to `shown` once their hits are read (one batch late on a GPU): a partial result
+        that does not make the host wait for the batch it has just queued."""
+        host = self.result(correct=np.empty(0))  # the host's counts as they are now, the device's to come
+        reads.put(self.correct.clone(), lambda correct: shown.append(replace(host, correct=correct)))
 
 
 def syntax_heads(
@@ -168,11 +177,15 @@ def syntax_heads(
         max_square=max_square,
         cancel=cancel,
     )
+    reads, shown = LaggedReads(), list[SyntaxResult]()
     for batch in batches:
         _add_batch(session, counts, batch.take(batch.encoded), gates, ablation)
-        yield Progress("sentences", counts.sentences, partial=counts.result())
+        counts.later(reads, shown)
+        if shown:  # on a GPU the batch before this one's, the first batch's once the second is queued
+            yield Progress("sentences", shown[-1].sentences, partial=shown.pop())
     if batches.cancelled:
         return
+    reads.flush()
     shards = distributed.gather(counts.result())  # under torchrun: every rank's counts (relations matched by name)
     result = functools.reduce(SyntaxResult.merged, shards)
     if result.sentences == 0:
@@ -232,8 +245,6 @@ def _add_batch(session: Session, counts: _Counts, batch: list[_Encoded], gates: 
         ],
     )
     input_ids, attention_mask, word_of = torch.from_numpy(table).to(device).unbind()
-    present = torch.zeros(len(batch), words, dtype=torch.bool, device=device)
-    present[(word_of >= 0).nonzero(as_tuple=True)[0], word_of[word_of >= 0]] = True
 
     arcs = [arc for item in batch for arc in item.arcs]
     arc_rows = np.repeat(np.arange(len(batch)), [len(item.arcs) for item in batch])
@@ -246,6 +257,7 @@ def _add_batch(session: Session, counts: _Counts, batch: list[_Encoded], gates: 
     )
 
     pooling = word_pooling(word_of, words)
+    present = pooling[1].sum(1) > 0  # [B, W]: the words of each sentence that reached the model
 
     def reduce(layer: int, attention: Tensor) -> None:
         predicted = most_attended_other(word_attention(attention.float(), word_of, words, pooling), present).transpose(1, 2)  # [B, W, H]

@@ -1,0 +1,49 @@
+"""A batch's results read to the host one batch late, so that a GPU and the host work at the same time.
+
+A corpus job reduces each batch on the device and reads the reduction to the host. Read at once, the host waits
+for the batch's forward to finish, and only then tokenises, pads and uploads the next batch, while the GPU waits
+in turn: the job's time is the host's work plus the device's. The bare forward it is measured against reads
+nothing until the end, so its time is the larger of the two. `LaggedReads` queues each batch's copy behind the
+batch's own work (pinned memory, no wait) and waits for it only once the next batch's work is queued as well.
+On a device that runs as it is called (the CPU) the read is immediate, and nothing changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+
+class LaggedReads:
+    """Hands each batch's tensor to its consumer as a host array, one batch late on a CUDA device.
+
+    The consumers run in the order the batches came; `flush` reads what is still queued (at the end of the corpus,
+    or before the sums so far are shown).
+    """
+
+    def __init__(self) -> None:
+        self._queued: tuple[torch.Tensor, torch.cuda.Event, Callable[[np.ndarray], None]] | None = None
+
+    def put(self, values: torch.Tensor, use: Callable[[np.ndarray], None]) -> None:
+        """Queue `values`' copy to the host; `use` gets them once read. The batch before it is read now."""
+        if values.device.type != "cuda":
+            self.flush()
+            use(values.cpu().numpy())
+            return
+        host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+        host.copy_(values, non_blocking=True)
+        copied = torch.cuda.Event()
+        copied.record(torch.cuda.current_stream(values.device))
+        self.flush()
+        self._queued = (host, copied, use)
+
+    def flush(self) -> None:
+        """Read the batch still queued, if any, and hand it on."""
+        if self._queued is None:
+            return
+        host, copied, use = self._queued
+        self._queued = None
+        copied.synchronize()
+        use(host.numpy())
