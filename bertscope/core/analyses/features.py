@@ -10,6 +10,7 @@ and an entry that does not load cleanly is computed again, never trusted.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -29,6 +30,7 @@ from bertscope.core.data.cache import default_cache_dir
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.files import atomic_write, publish, reserve_space, temporary_beside
 from bertscope.core.errors import InputError
+from bertscope.core.model.lagged import LaggedReads
 from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import Progress, relay
 
@@ -213,6 +215,12 @@ def _float16_would_lose(pooled: torch.Tensor) -> bool:
     return bool((share > LOSSY_FEATURES).any())
 
 
+def beyond_float16(rows: torch.Tensor) -> torch.Tensor:
+    """`rows` in float16, infinite wherever a value is beyond float16's largest (`FLOAT16_MAX`, rounding aside): read
+    with the rows, not on its own, so that the host does not wait for the device to find out."""
+    return rows.masked_fill(rows.abs() > FLOAT16_MAX, torch.inf).to(torch.float16)
+
+
 def _extract(
     session: Session,
     sentences: Sequence[Sentence],
@@ -240,6 +248,21 @@ def _extract(
     filled = np.zeros(sum(slots), dtype=bool)
     word_index = np.zeros(sum(slots), dtype=np.int64)
     lost = 0
+
+    def store(numbers: list[int], present: list[list[int]], rows: np.ndarray) -> None:
+        """A batch's rows `[rows of the batch, L+1, D]`, read to the host, put in their slots."""
+        if dtype == np.float16 and np.isinf(rows).any():  # beyond float16's range (`beyond_float16`)
+            raise _BeyondFloat16
+        block = rows.transpose(1, 0, 2)  # [L+1, rows of the batch, D]
+        row = 0
+        for index, words in zip(numbers, present, strict=True):  # slice copies: numpy's scattered assignment is 10x slower
+            start_slot, end_row = first_slot[index], row + len(words)
+            by_layer[:, start_slot : start_slot + len(words)] = block[:, row:end_row]
+            word_index[start_slot : start_slot + len(words)] = words
+            filled[start_slot : start_slot + len(words)] = True
+            row = end_row
+
+    reads = LaggedReads()  # a batch's rows are stored once the next batch's pass is queued (on a GPU)
     try:
         batches = _batches(session, sentences, options.level, batch_size, cancel)
         for batch in batches:
@@ -251,20 +274,13 @@ def _extract(
                         len(words_of(sentence)) - (words[-1] + 1 if words else 0)
                         for sentence, words in zip(batch.items, present, strict=True)
                     )
-                if dtype == np.float16 and (
-                    pooled.abs().amax() > FLOAT16_MAX or (judge and batch.number == 0 and _float16_would_lose(pooled))
-                ):
+                if dtype == np.float16 and judge and batch.number == 0 and _float16_would_lose(pooled):
                     raise _BeyondFloat16
-            block = pooled.to(torch_dtype).cpu().numpy().transpose(1, 0, 2)  # [L+1, rows of the batch, D]
-            row = 0
-            for index, words in zip(batch.numbers, present, strict=True):  # slice copies: numpy's scattered assignment is 10x slower
-                start_slot, end_row = first_slot[index], row + len(words)
-                by_layer[:, start_slot : start_slot + len(words)] = block[:, row:end_row]
-                word_index[start_slot : start_slot + len(words)] = words
-                filled[start_slot : start_slot + len(words)] = True
-                row = end_row
-            del inputs, special, pooled, block  # nothing of a batch outlives it (the next pass would stack on it)
+                rows = beyond_float16(pooled) if dtype == np.float16 else pooled.to(torch_dtype)
+            reads.put(rows, functools.partial(store, batch.numbers, present))
+            del inputs, special, pooled, rows  # nothing of a batch outlives it (the next pass would stack on it)
             yield Progress("features", batch.done, len(sentences))
+        reads.flush()
         if batches.cancelled:
             return None
     finally:
