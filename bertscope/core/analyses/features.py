@@ -30,6 +30,7 @@ from bertscope.core.data.cache import default_cache_dir
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.files import atomic_write, publish, reserve_space, temporary_beside
 from bertscope.core.errors import InputError
+from bertscope.core.model.device import upload
 from bertscope.core.model.lagged import LaggedReads
 from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import Progress, relay
@@ -215,12 +216,6 @@ def _float16_would_lose(pooled: torch.Tensor) -> bool:
     return bool((share > LOSSY_FEATURES).any())
 
 
-def beyond_float16(rows: torch.Tensor) -> torch.Tensor:
-    """`rows` in float16, infinite wherever a value is beyond float16's largest (`FLOAT16_MAX`, rounding aside): read
-    with the rows, not on its own, so that the host does not wait for the device to find out."""
-    return rows.masked_fill(rows.abs() > FLOAT16_MAX, torch.inf).to(torch.float16)
-
-
 def _extract(
     session: Session,
     sentences: Sequence[Sentence],
@@ -249,9 +244,10 @@ def _extract(
     word_index = np.zeros(sum(slots), dtype=np.int64)
     lost = 0
 
-    def store(numbers: list[int], present: list[list[int]], rows: np.ndarray) -> None:
-        """A batch's rows `[rows of the batch, L+1, D]`, read to the host, put in their slots."""
-        if dtype == np.float16 and np.isinf(rows).any():  # beyond float16's range (`beyond_float16`)
+    def store(numbers: list[int], present: list[list[int]], rows: np.ndarray, beyond: np.ndarray | None = None) -> None:
+        """A batch's rows `[rows of the batch, L+1, D]`, read to the host, put in their slots; `beyond`: whether a
+        state was beyond float16's range (float16 rows), read with them."""
+        if beyond is not None and bool(beyond):
             raise _BeyondFloat16
         block = rows.transpose(1, 0, 2)  # [L+1, rows of the batch, D]
         row = 0
@@ -276,9 +272,9 @@ def _extract(
                     )
                 if dtype == np.float16 and judge and batch.number == 0 and _float16_would_lose(pooled):
                     raise _BeyondFloat16
-                rows = beyond_float16(pooled) if dtype == np.float16 else pooled.to(torch_dtype)
-            reads.put(rows, functools.partial(store, batch.numbers, present))
-            del inputs, special, pooled, rows  # nothing of a batch outlives it (the next pass would stack on it)
+                checked = (pooled.abs().amax() > FLOAT16_MAX,) if dtype == np.float16 else ()
+                reads.put(pooled.to(torch_dtype), *checked, use=functools.partial(store, batch.numbers, present))
+            del inputs, special, pooled, checked  # nothing of a batch outlives it (the next pass would stack on it)
             yield Progress("features", batch.done, len(sentences))
         reads.flush()
         if batches.cancelled:
@@ -365,7 +361,7 @@ def _pad(session: Session, encoded: BatchEncoding, indices: list[int]) -> tuple[
     the special-tokens mask (sentence level) or None."""
     batch = pad_batch(session.tokenizer, encoded, indices)
     special = batch.pop("special_tokens_mask", None)
-    return {name: tensor.to(session.device) for name, tensor in batch.items()}, special
+    return {name: upload(tensor, session.device) for name, tensor in batch.items()}, special
 
 
 def _pool_sentences(
@@ -375,7 +371,7 @@ def _pool_sentences(
     if pooling == "cls":
         return torch.stack([layer[:, 0] for layer in hidden_states], dim=1)
     assert special is not None  # sentence level encodes with the special-tokens mask
-    keep = attention_mask.bool() & ~special.to(attention_mask.device).bool()
+    keep = attention_mask.bool() & ~upload(special, attention_mask.device).bool()
     weights = keep.float() / keep.float().sum(-1, keepdim=True).clamp(min=1)
     return torch.stack([torch.einsum("bt,btd->bd", weights, layer.float()) for layer in hidden_states], dim=1)
 
@@ -395,14 +391,14 @@ def _pool_words(
     present = [starts.words[here].tolist() for here in starts.per_row(len(word_ids))]
     device = hidden_states[0].device
     taken = starts if pooling == "first" else pieces
-    flat = torch.as_tensor(taken.rows * length + taken.positions, device=device)
+    flat = upload(taken.rows * length + taken.positions, device)
     pooled = torch.empty(len(starts.words), len(hidden_states), dim, dtype=torch.float32, device=device)
     if pooling == "first":
         for layer, states in enumerate(hidden_states):
             pooled[:, layer] = states.reshape(batch * length, dim)[flat]
         return pooled, present
     # Mean: a word's pieces are consecutive among the gathered positions; average each run.
-    runs = torch.as_tensor(np.diff(np.flatnonzero(np.append(pieces.first, True))), device=device)  # each word's piece count
+    runs = upload(np.diff(np.flatnonzero(np.append(pieces.first, True))), device)  # each word's piece count
     for layer, states in enumerate(hidden_states):
         gathered = states.reshape(batch * length, dim)[flat].float()
         pooled[:, layer] = torch.segment_reduce(gathered, "mean", lengths=runs, axis=0)

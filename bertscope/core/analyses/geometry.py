@@ -159,7 +159,7 @@ def nearest_neighbours(X: Rows, k: int, block: int = BLOCK, rows: npt.ArrayLike 
             candidates[crowded] = _lowest_ties(near[crowded], nearest[crowded, spare - 1 : spare], spare)
         candidates = torch.sort(candidates, dim=1).values  # by index first, so equal distances keep index order
         true = torch.linalg.vector_norm(exact[candidates] - exact[here, None, :], dim=-1)
-        true[candidates == here[:, None]] = float("inf")
+        true.masked_fill_(candidates == here[:, None], float("inf"))  # a mask, not indices: no wait for the GPU
         order = torch.sort(true, dim=1, stable=True).indices[:, :k]
         indices[start : start + size] = torch.gather(candidates, 1, order)
         distances[start : start + size] = torch.gather(true, 1, order)

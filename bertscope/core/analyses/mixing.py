@@ -63,7 +63,7 @@ from bertscope.core.analyses.mixing_results import (
 from bertscope.core.analyses.streaming import CorpusBatches, item_lengths
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
-from bertscope.core.model.device import float64_device
+from bertscope.core.model.device import float64_device, upload
 from bertscope.core.model.lagged import LaggedReads
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding
@@ -239,7 +239,7 @@ class _Padded:
 
     @classmethod
     def of(cls, encodings: Sequence[Encoding], device: torch.device) -> _Padded:
-        lengths = torch.tensor([len(encoding) for encoding in encodings], device=device)
+        lengths = upload(np.array([len(encoding) for encoding in encodings], dtype=np.int64), device)
         real = torch.arange(max(len(encoding) for encoding in encodings), device=device) < lengths[:, None]  # padded on the right
         inside = real[:, :, None] & real[:, None, :]
         outside = torch.diag_embed((~real).double())
@@ -576,7 +576,7 @@ def _add_batch(
     ids = np.concatenate([encoding.input_ids for encoding in encodings])
     marks = np.split(punctuation(ids), np.cumsum([len(encoding) for encoding in encodings])[:-1])  # each input's
     special = [encoding.special for encoding in encodings]
-    classes = torch.as_tensor(padded_token_classes(marks, special, real.shape[1]), dtype=torch.float64, device=rolled.device)
+    classes = upload(padded_token_classes(marks, special, real.shape[1]).astype(np.float64), rolled.device)
     correlations = _spearman_between(rolled[:, -1], real)  # [M, M, B, T]: each pair of methods, each row at the last layer
     rho = correlations.nansum(-1) / correlations.isnan().logical_not().sum(-1)  # [M, M, B]: the mean over rows not constant
     rho.diagonal().fill_(1.0)  # a method agrees with itself, constant rows too
@@ -602,7 +602,7 @@ def _add_batch(
         sums["tokens"] += tokens
         sums["truncated"] += truncated
 
-    reads.put(torch.cat([tensor.reshape(-1) for tensor in found.values()]), add)  # float64 tensors: one read, not one each
+    reads.put(torch.cat([tensor.reshape(-1) for tensor in found.values()]), use=add)  # float64 tensors: one read, not one each
 
 
 def _spearman_between(matrices: Tensor, real: Tensor) -> Tensor:

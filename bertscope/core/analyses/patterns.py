@@ -59,6 +59,7 @@ from bertscope.core.analyses.streaming import CorpusBatches, item_lengths, joine
 from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
+from bertscope.core.model.device import upload
 from bertscope.core.model.lagged import LaggedReads
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import NORM_SHARES, PATTERNS, STATISTICS, Encoding, PatternResult
@@ -401,7 +402,7 @@ def _add_batch(
             on_norms=reduce_norms if norms else None,
         )
     sentences, tokens = len(batch), sum(len(item) for item in batch)
-    reads.put(accumulator.batch_table(features, shares), lambda table: accumulator.add(table, sentences, tokens))
+    reads.put(accumulator.batch_table(features, shares), use=lambda table: accumulator.add(table, sentences, tokens))
 
 
 def encode_sorted(session: Session, chunk: list[Sentence]) -> list[Encoding]:
@@ -432,13 +433,13 @@ def batch_tensors(session: Session, batch: list[Encoding], punctuation: Punctuat
     keys[..., 2][real] = punctuation(ids) & ~special[real]
     keys[..., 3:] = segments[..., None] == np.arange(2)
     pairs = ((segments == 0).any(axis=1) & (segments == 1).any(axis=1)).tolist()
-    inputs = dict(zip(names, torch.from_numpy(rows[: len(names)]).to(session.device).unbind(), strict=True))
-    on_device = torch.from_numpy(keys).to(session.device)
+    inputs = dict(zip(names, upload(rows[: len(names)], session.device).unbind(), strict=True))
+    on_device = upload(keys, session.device)
     masks = BatchMasks(
         real=inputs["attention_mask"].bool(),
         special_keys=on_device[..., :3],
         segment_words=on_device[..., 3:],
-        two_segments=torch.tensor(pairs, device=session.device),
+        two_segments=upload(np.array(pairs, dtype=bool), session.device),
         pairs=any(pairs),
     )
     return inputs, masks

@@ -39,6 +39,7 @@ from bertscope.core.analyses.streaming import CorpusBatches, WordPieces, pad_bat
 from bertscope.core.data.batching import MAX_SQUARE
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
+from bertscope.core.model.device import upload
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
 
@@ -230,11 +231,11 @@ def prepare(
             truncated += _cut_tokens(tokenizer, sentence, kept, max_length)
         owners.extend([row] * (len(positions) - first_row))
         ordinals.extend(range(len(positions) - first_row))
-    inputs = {name: tensor.to(device) for name, tensor in encoded.items()}
+    inputs = {name: upload(tensor, device) for name, tensor in encoded.items()}
     return PreparedBatch(
         inputs,
-        real.to(device),
-        special.to(device),
+        upload(real, device),
+        upload(special, device),
         np.asarray(positions, dtype=np.int64),
         np.asarray(owners, dtype=np.int64),
         np.asarray(ordinals, dtype=np.int64),
@@ -257,10 +258,10 @@ def batch_rows(hidden_states: Sequence[torch.Tensor], prepared: PreparedBatch, u
     if unit == "sentence":
         keep = prepared.real & ~prepared.special
         weights = keep.float() / keep.float().sum(-1, keepdim=True).clamp(min=1)
-        chosen = torch.as_tensor(rows, device=weights.device)
+        chosen = upload(rows, weights.device)
         return torch.stack([torch.einsum("bt,btd->bd", weights[chosen], layer[chosen].float()) for layer in hidden_states], dim=1)
     batch, length, dim = hidden_states[0].shape
-    flat = torch.as_tensor(prepared.positions[rows], device=hidden_states[0].device)
+    flat = upload(prepared.positions[rows], hidden_states[0].device)
     return torch.stack([layer.reshape(batch * length, dim)[flat].float() for layer in hidden_states], dim=1)
 
 
@@ -333,7 +334,7 @@ def stream_sample(
             if kept is not None:
                 if index not in stores:
                     stores[index] = torch.empty((max_rows, *kept.shape[1:]), dtype=torch.float32, device=kept.device)
-                stores[index][torch.as_tensor(slots, device=kept.device)] = kept
+                stores[index][upload(slots, kept.device)] = kept
             outputs.append(output)
         if on_batch is not None:
             with torch.inference_mode():

@@ -47,6 +47,7 @@ from bertscope.core.analyses.syntax_results import OFFSETS, SyntaxResult
 from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
+from bertscope.core.model.device import upload
 from bertscope.core.model.lagged import LaggedReads
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.progress import Progress
@@ -149,7 +150,7 @@ class _Counts:
         """The counts so far, appended to `shown` once their hits are read (one batch late on a GPU): a partial result
         that does not make the host wait for the batch it has just queued."""
         host = self.result(correct=np.empty(0))  # the host's counts as they are now, the device's to come
-        reads.put(self.correct.clone(), lambda correct: shown.append(replace(host, correct=correct)))
+        reads.put(self.correct.clone(), use=lambda correct: shown.append(replace(host, correct=correct)))
 
 
 def syntax_heads(
@@ -244,7 +245,7 @@ def _add_batch(session: Session, counts: _Counts, batch: list[_Encoded], gates: 
             (np.concatenate([item.word_of for item in batch]), -1),
         ],
     )
-    input_ids, attention_mask, word_of = torch.from_numpy(table).to(device).unbind()
+    input_ids, attention_mask, word_of = upload(table, device).unbind()
 
     arcs = [arc for item in batch for arc in item.arcs]
     arc_rows = np.repeat(np.arange(len(batch)), [len(item.arcs) for item in batch])
@@ -252,9 +253,7 @@ def _add_batch(session: Session, counts: _Counts, batch: list[_Encoded], gates: 
     arc_heads = np.array([head for _, head, _ in arcs], dtype=np.int64)
     arc_relations = np.array([counts.relation_index(name) for _, _, name in arcs], dtype=np.int64)
     counts.add_baselines(arc_dependents, arc_heads, arc_relations)
-    sentence, dependent, head, relation = (
-        torch.from_numpy(values).to(device) for values in (arc_rows, arc_dependents, arc_heads, arc_relations)
-    )
+    sentence, dependent, head, relation = (upload(values, device) for values in (arc_rows, arc_dependents, arc_heads, arc_relations))
 
     pooling = word_pooling(word_of, words)
     present = pooling[1].sum(1) > 0  # [B, W]: the words of each sentence that reached the model

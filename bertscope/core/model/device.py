@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from bertscope.core.errors import InputError
@@ -46,3 +47,16 @@ def float64_device(device: torch.device | str) -> torch.device:
     to the host first, except MPS, which has no float64 (there: the CPU)."""
     device = torch.device(device)
     return torch.device("cpu") if device.type == "mps" else device
+
+
+def upload(values: torch.Tensor | np.ndarray, device: torch.device | str) -> torch.Tensor:
+    """Host values (a batch's ids, masks, indices) on `device`, without the host waiting for the device.
+
+    A copy to a GPU from pageable memory waits for every kernel queued before it (torch synchronises the stream), so
+    the host cannot prepare a batch while the GPU still runs the last one; a copy from pinned memory is queued like a
+    kernel. torch keeps the pinned block until the copy is done. Elsewhere a plain copy.
+    """
+    tensor = torch.as_tensor(values)
+    if torch.device(device).type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)

@@ -12,38 +12,37 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
 import torch
 
 
 class LaggedReads:
-    """Hands each batch's tensor to its consumer as a host array, one batch late on a CUDA device.
+    """Hands each batch's tensors to its consumer as host arrays, one batch late on a CUDA device.
 
     The consumers run in the order the batches came; `flush` reads what is still queued (at the end of the corpus,
     or before the sums so far are shown).
     """
 
     def __init__(self) -> None:
-        self._queued: tuple[torch.Tensor, torch.cuda.Event, Callable[[np.ndarray], None]] | None = None
+        self._queued: tuple[tuple[torch.Tensor, ...], torch.cuda.Event, Callable[..., None]] | None = None
 
-    def put(self, values: torch.Tensor, use: Callable[[np.ndarray], None]) -> None:
-        """Queue `values`' copy to the host; `use` gets them once read. The batch before it is read now."""
-        if values.device.type != "cuda":
+    def put(self, *values: torch.Tensor, use: Callable[..., None]) -> None:
+        """Queue the copy of `values` to the host; `use` gets them, as arrays in the same order, once they are read.
+        The batch before is read now."""
+        if any(tensor.device.type != "cuda" for tensor in values):
             self.flush()
-            use(values.cpu().numpy())
+            use(*(tensor.cpu().numpy() for tensor in values))
             return
-        host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
-        host.copy_(values, non_blocking=True)
+        hosts = tuple(torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True).copy_(tensor, non_blocking=True) for tensor in values)
         copied = torch.cuda.Event()
-        copied.record(torch.cuda.current_stream(values.device))
+        copied.record(torch.cuda.current_stream(values[0].device))
         self.flush()
-        self._queued = (host, copied, use)
+        self._queued = (hosts, copied, use)
 
     def flush(self) -> None:
         """Read the batch still queued, if any, and hand it on."""
         if self._queued is None:
             return
-        host, copied, use = self._queued
+        hosts, copied, use = self._queued
         self._queued = None
         copied.synchronize()
-        use(host.numpy())
+        use(*(host.numpy() for host in hosts))

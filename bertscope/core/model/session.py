@@ -21,6 +21,7 @@ from torch import Tensor
 from bertscope.core.errors import InputError
 from bertscope.core.model import cpu_linear
 from bertscope.core.model.ablation import AttentionSite, attention_pass
+from bertscope.core.model.device import upload
 from bertscope.core.model.effects import softmax
 from bertscope.core.model.families import Family
 from bertscope.core.model.loading import LoadedModel, load_model
@@ -258,7 +259,7 @@ class Session:
         for row, encoding in enumerate(encodings):
             rows[0, row, : len(encoding)], rows[1, row, : len(encoding)] = encoding.input_ids, encoding.token_type_ids
             rows[2, row, : len(encoding)] = 1
-        return dict(zip(("input_ids", "token_type_ids", "attention_mask"), torch.from_numpy(rows).to(self.device).unbind(), strict=True))
+        return dict(zip(("input_ids", "token_type_ids", "attention_mask"), upload(rows, self.device).unbind(), strict=True))
 
     def layer_maps(
         self,
