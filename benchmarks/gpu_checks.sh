@@ -11,7 +11,8 @@
 #    (no host share and no `erase`, whose probes at every layer above its own would not fit: `--no-split`);
 # 4. cold_start.py in bfloat16 (a job's first run in a fresh process), while time is left; `--with-cudnn`
 #    is session 21's question, answered (benchmarks/README.md), and left out;
-# 5. device_profile.py on gradient importance in bfloat16, while time is left.
+# 5. device_profile.py on gradient importance in bfloat16, while time is left;
+# 6. device_syncs.py: where each job's batch still makes the host wait for the GPU, into steps.log (~20 s).
 # Each step has its own time limit and leaves its JSON in OUT_DIR (8 files at most); every summary line
 # goes to OUT_DIR/steps.log and to the terminal. Exit status 0.
 set -u
@@ -52,6 +53,11 @@ if [ "$(elapsed)" -lt 530 ]; then
     timeout 50 python3 benchmarks/device_profile.py --conllu "$data" --model "$model" --job importance --device cuda \
         --dtype bfloat16 -o "$out/profile_importance_bfloat16.json" > /dev/null 2>> "$log"
     echo "== device_profile [$(elapsed)s]"; grep -A 20 " under the profiler" "$log" | tail -n 21
+fi
+if [ "$(elapsed)" -lt 540 ]; then
+    echo "-- device_syncs" >> "$log"
+    timeout 45 python3 benchmarks/device_syncs.py --conllu "$data" --model "$model" > /dev/null 2>> "$log"
+    echo "== device_syncs [$(elapsed)s]"; grep -A 7 "^synchronising calls" "$log" | tail -n 7
 fi
 echo "== done in $(elapsed)s"
 exit 0

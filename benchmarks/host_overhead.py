@@ -67,6 +67,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from common import cloze_queries, emit  # benchmarks/common.py, found beside this script
 
@@ -74,6 +75,7 @@ JOBS = ("patterns", "norms", "syntax", "geometry", "compare", "features", "impor
 TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256)
 ARITHMETIC = ("patterns", "norms", "syntax", "mixing")  # jobs also timed without their arithmetic on the maps
 STAGED = ("geometry", "erase")  # jobs run through their progress stream, timed by stage (`stage_seconds`)
+T = TypeVar("T")
 FORWARDS = {"compare": 2, "erase": 2}  # a job's unit in bare forwards: two models, or two feature passes
 SHAPES = {"tiny": TINY, "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)}
 CALLGRIND_OUT = "HOST_OVERHEAD_CALLGRIND_OUT"  # set in the run under callgrind: the folder of its dumps
@@ -166,7 +168,8 @@ def main() -> None:
         for name in jobs:
             seconds, paired, stages = [], [], []
             for _ in range(args.runs):  # each run beside a bare run of its own: a ratio a pair, steadier on a busy machine
-                own_bare = (cloze_bare if name == "cloze" and cloze_bare is not None else bare).time() * FORWARDS.get(name, 1)
+                against, times = unit_of(name, bare, cloze_bare)
+                own_bare = against.time() * times
                 started = time.perf_counter()
                 stages.append(runs[name]())  # a staged job's seconds by stage
                 seconds.append(time.perf_counter() - started)
@@ -191,7 +194,11 @@ def main() -> None:
                 results[name]["without_arithmetic_paired_ratio"] = round(statistics.median(paired), 2)
         after = [bare.time() for _ in range(args.runs)]
         bare_s = min(before + after)
-        unit = {name: bare_s * FORWARDS.get(name, 1) for name in jobs}
+        cloze_s = min(cloze_bare.time() for _ in range(args.runs)) if cloze_bare is not None and "cloze" in jobs else None
+        unit = {}
+        for name in jobs:
+            against_s, times = unit_of(name, bare_s, cloze_s)
+            unit[name] = against_s * times
         if "erase" in unit:  # its feature passes (as the model is, and erased), then the fits and the measure on top
             results["erase"]["feature_passes_ratio"] = round(results["erase"]["stages_s"]["features"] / unit["erase"], 2)
         if "geometry" in unit:  # its sample pass over the corpus, then its measures of the fixed-size sample
@@ -199,7 +206,6 @@ def main() -> None:
             results["geometry"]["sample_pass_ratio"] = round(staged["representations"] / unit["geometry"], 2)
             results["geometry"]["measures_s"] = round(sum(staged.values()) - staged["representations"], 3)
         if cloze_bare is not None and masked_lm_bare is not None and lens_bare is not None:
-            unit["cloze"] = min(cloze_bare.time() for _ in range(args.runs))
             masked_lm_s = min(masked_lm_bare.time() for _ in range(args.runs))
             results["cloze"]["masked_lm_forward_s"] = round(masked_lm_s, 3)
             results["cloze"]["ratio_to_masked_lm"] = round(results["cloze"]["seconds"] / masked_lm_s, 2)
@@ -305,13 +311,23 @@ def dumped_instructions(folder: str, name: str) -> int:
     raise RuntimeError(f"callgrind wrote no dump for {name}")
 
 
+def unit_of(name: str, bare: T, cloze_bare: T | None) -> tuple[T, int]:
+    """What a job is measured against, of the bare runs (each a Bare, its seconds or its instructions), and how many of
+    it make the job's unit: the masked-LM's encoder once for `cloze` (when it ran), the bare forward FORWARDS times
+    (two models for `compare`, two feature passes for `erase`), else once. The timed table and the counted one both
+    take their units here."""
+    if name == "cloze" and cloze_bare is not None:
+        return cloze_bare, 1
+    return bare, FORWARDS.get(name, 1)
+
+
 def instruction_ratios(counted: dict[str, int], jobs: list[str]) -> dict[str, float]:
     """Each job's instructions over its unit's: the bare forward's (two for `compare` and `erase`), `cloze`'s over its
     masked-LM's encoder's; `importance` also over a bare forward and backward's."""
     ratios = {}
     for name in jobs:
-        unit = counted["bare (cloze)"] if name == "cloze" else counted["bare"] * FORWARDS.get(name, 1)
-        ratios[name] = round(counted[name] / unit, 2)
+        against, times = unit_of(name, counted["bare"], counted.get("bare (cloze)"))
+        ratios[name] = round(counted[name] / (against * times), 2)
     if "importance" in jobs:
         ratios["importance against a forward and backward"] = round(counted["importance"] / counted["bare (forward and backward)"], 2)
     return ratios
