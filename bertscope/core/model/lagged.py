@@ -5,7 +5,9 @@ for the batch's forward to finish, and only then tokenises, pads and uploads the
 in turn: the job's time is the host's work plus the device's. The bare forward it is measured against reads
 nothing until the end, so its time is the larger of the two. `LaggedReads` queues each batch's copy behind the
 batch's own work (pinned memory, no wait) and waits for it only once the next batch's work is queued as well.
-On a device that runs as it is called (the CPU) the read is immediate, and nothing changes.
+On a device that runs as it is called (the CPU) the read is immediate, and nothing changes. The batch's uploads must
+not wait either (`device.upload`): on one H200 the late reads alone bought nothing while each batch still copied
+its ids from pageable memory (benchmarks/README.md, session 27).
 """
 
 from __future__ import annotations
