@@ -27,6 +27,7 @@ from bertscope.core import distributed
 from bertscope.core.analyses.streaming import CorpusBatches, pad_batch
 from bertscope.core.data.corpus import ReadReport, _lines, packaged_data, readable_file
 from bertscope.core.errors import InputError, NoMLMHeadError
+from bertscope.core.model.device import upload
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding, MaskPrediction
 from bertscope.core.progress import Progress
@@ -329,9 +330,12 @@ def cloze_scores(
         indices = planned.items
         batch = [kept[index] for index in indices]
         padded = pad_batch(tokenizer, encoded, [kept_rows[index] for index in indices])
-        inputs = {name: tensor.to(session.device) for name, tensor in padded.items()}
-        golds = torch.as_tensor([g for _, g in batch], device=session.device)
-        rows, columns = torch.nonzero(inputs["input_ids"] == tokenizer.mask_token_id, as_tuple=True)  # one per query
+        inputs = {name: upload(tensor, session.device) for name, tensor in padded.items()}
+        golds = upload(np.array([g for _, g in batch], dtype=np.int64), session.device)
+        # one per query, found on the host: `nonzero` on a GPU would wait for it
+        rows, columns = (
+            upload(index, session.device) for index in torch.nonzero(padded["input_ids"] == tokenizer.mask_token_id, as_tuple=True)
+        )
         with torch.inference_mode():
             outputs = session.run(inputs, gates=gates, ablation=ablation, encoder_only=True)
             layer_ranks = []

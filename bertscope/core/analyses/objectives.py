@@ -33,6 +33,7 @@ from bertscope.core.analyses.streaming import CorpusBatches, WordPieces, pad_bat
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
 from bertscope.core.model.allocator import fitting_heap
+from bertscope.core.model.device import upload
 from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import outcome
 
@@ -227,12 +228,12 @@ def _batches(
 
     def finish(number: int, group: list[Sentence], encoded: BatchEncoding, indices: list[int], padded: dict[str, Tensor]) -> Batch:
         special = padded.pop("special_tokens_mask")
-        inputs = {k: v.to(session.device) for k, v in padded.items()}
-        target = {"special": special.bool().to(session.device)}
+        inputs = {k: upload(v, session.device) for k, v in padded.items()}
+        target = {"special": upload(special.bool(), session.device)}
         if targets is not None:
             values = [targets(sentence) for sentence in group]
             for key in values[0]:
-                target[key] = torch.as_tensor(np.array([value[key] for value in values]), device=session.device)
+                target[key] = upload(np.array([value[key] for value in values]), session.device)
         batch = Batch(inputs, target, number)
         return batch if then is None else then(batch)
 
@@ -276,7 +277,7 @@ class MLMObjective(Objective):
             for row in np.flatnonzero(~chosen.any(axis=1) & candidates.any(axis=1)):  # at least one masked token each
                 options = np.flatnonzero(candidates[row])
                 chosen[row, options[int(torch.randint(len(options), (1,), generator=generators[row]))]] = True
-            chosen = torch.from_numpy(chosen).to(ids.device)
+            chosen = upload(chosen, ids.device)
             batch.target["labels"] = torch.where(chosen, ids, torch.full_like(ids, -100))
             batch.inputs["input_ids"] = torch.where(chosen, torch.full_like(ids, mask_id), ids)
             return batch
@@ -554,7 +555,7 @@ def _word_batches(session: Session, sentences: Sequence[Sentence], task: str, in
         tags = [getattr(group[row], column)[word] for row, word in zip(starts.rows.tolist(), starts.words.tolist(), strict=True)]
         values = torch.tensor([index.get(tag, -100) for tag in tags], dtype=torch.long)  # -100: a label the probe never saw
         labels[torch.from_numpy(starts.rows), torch.from_numpy(starts.positions)] = values
-        return Batch({k: v.to(session.device) for k, v in padded.items()}, {"labels": labels.to(session.device)}, number)
+        return Batch({k: upload(v, session.device) for k, v in padded.items()}, {"labels": upload(labels, session.device)}, number)
 
     return Batches(session, sentences, batch_size, finish, words=True)
 
