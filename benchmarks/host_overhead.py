@@ -75,6 +75,8 @@ JOBS = ("patterns", "norms", "syntax", "geometry", "compare", "features", "impor
 TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256)
 ARITHMETIC = ("patterns", "norms", "syntax", "mixing")  # jobs also timed without their arithmetic on the maps
 STAGED = ("geometry", "erase")  # jobs run through their progress stream, timed by stage (`stage_seconds`)
+PASSES = {"geometry": "representations", "erase": "features"}  # a staged job's stage of model passes over the corpus
+STRIPPED = "without its arithmetic"
 T = TypeVar("T")
 FORWARDS = {"compare": 2, "erase": 2}  # a job's unit in bare forwards: two models, or two feature passes
 SHAPES = {"tiny": TINY, "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)}
@@ -147,18 +149,21 @@ def main() -> None:
             units = {
                 "bare": bare.time,
                 "bare (cloze)": cloze_bare.time if cloze_bare else None,
+                "lens (cloze)": lens_bare.time if lens_bare else None,
                 "bare (forward and backward)": backward_bare.time if backward_bare else None,
             }
-            counted = instruction_counts(
-                {name: run for name, run in units.items() if run is not None} | {name: runs[name] for name in jobs}
-            )
+            counted_runs = {name: run for name, run in units.items() if run is not None} | {name: runs[name] for name in jobs}
+            if not args.no_split:  # again, each job's arithmetic on the maps left out
+                counted_runs |= {f"{name} {STRIPPED}": stripped(name, runs[name]) for name in jobs if name in ARITHMETIC}
+            counted, by_stage = instruction_counts(counted_runs, staged=set(jobs) & set(STAGED))
             result = {
                 "benchmark": "host_overhead --instructions",
                 "model": model_name(args),
                 "data": args.conllu,
                 "sentences": len(treebank),
                 "instructions": counted,
-                "ratios": instruction_ratios(counted, jobs),
+                "instructions_by_stage": by_stage,
+                "ratios": instruction_ratios(counted, by_stage, jobs),
             }
             table = " · ".join(f"{name} {ratio}x" for name, ratio in result["ratios"].items())
             emit(result, args.output, f"host_overhead in instructions, bare forward {counted['bare']:,}: {table}")
@@ -183,13 +188,12 @@ def main() -> None:
                 results[name]["stages_s"] = stages[seconds.index(min(seconds))]
             if name in ARITHMETIC and not args.no_split:  # again, the job's arithmetic on the maps left out
                 seconds, paired = [], []
-                with without_arithmetic(name):
-                    for _ in range(args.runs):
-                        own_bare = bare.time()
-                        started = time.perf_counter()
-                        runs[name]()
-                        seconds.append(time.perf_counter() - started)
-                        paired.append(seconds[-1] / own_bare)
+                for _ in range(args.runs):
+                    own_bare = bare.time()
+                    started = time.perf_counter()
+                    stripped(name, runs[name])()
+                    seconds.append(time.perf_counter() - started)
+                    paired.append(seconds[-1] / own_bare)
                 results[name]["without_arithmetic_s"] = round(min(seconds), 3)
                 results[name]["without_arithmetic_paired_ratio"] = round(statistics.median(paired), 2)
         after = [bare.time() for _ in range(args.runs)]
@@ -200,11 +204,11 @@ def main() -> None:
             against_s, times = unit_of(name, bare_s, cloze_s)
             unit[name] = against_s * times
         if "erase" in unit:  # its feature passes (as the model is, and erased), then the fits and the measure on top
-            results["erase"]["feature_passes_ratio"] = round(results["erase"]["stages_s"]["features"] / unit["erase"], 2)
+            results["erase"]["feature_passes_ratio"] = round(results["erase"]["stages_s"][PASSES["erase"]] / unit["erase"], 2)
         if "geometry" in unit:  # its sample pass over the corpus, then its measures of the fixed-size sample
             staged = results["geometry"]["stages_s"]
-            results["geometry"]["sample_pass_ratio"] = round(staged["representations"] / unit["geometry"], 2)
-            results["geometry"]["measures_s"] = round(sum(staged.values()) - staged["representations"], 3)
+            results["geometry"]["sample_pass_ratio"] = round(staged[PASSES["geometry"]] / unit["geometry"], 2)
+            results["geometry"]["measures_s"] = round(sum(staged.values()) - staged[PASSES["geometry"]], 3)
         if cloze_bare is not None and masked_lm_bare is not None and lens_bare is not None:
             masked_lm_s = min(masked_lm_bare.time() for _ in range(args.runs))
             results["cloze"]["masked_lm_forward_s"] = round(masked_lm_s, 3)
@@ -282,24 +286,46 @@ def run_under_callgrind() -> None:
     sys.exit(status)
 
 
-def instruction_counts(runs: dict[str, Callable]) -> dict[str, int]:
+def instruction_counts(runs: dict[str, Callable], staged: set[str]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
     """Each run's machine instructions, counted by callgrind from turning it on to turning it off (`callgrind_control`
-    from a second process: its own instructions are not counted), after one uncounted run to warm the caches."""
+    from a second process: its own instructions are not counted), after one uncounted run to warm the caches; and for
+    the `staged` runs (`run(on_stage)`, as `stage_seconds` takes it), their instructions by stage, a dump at each change
+    of stage: what comes before a record is its stage's when it is the first, else the stage of the record before."""
     folder = os.environ[CALLGRIND_OUT]
 
     def control(*options: str) -> None:
         subprocess.run(["callgrind_control", *options, str(os.getpid())], check=True, capture_output=True)
 
-    counted = {}
+    counted: dict[str, int] = {}
+    by_stage: dict[str, dict[str, int]] = {}
     for index, (name, run) in enumerate(runs.items()):
         run()
         control("--instr=on")
-        run()
-        control("--instr=off")
-        control(f"--dump=run{index}")  # a plain word: asked with "bare (cloze)", callgrind wrote no dump at all
-        counted[name] = dumped_instructions(folder, f"run{index}")
+        if name in staged:
+            names: list[str] = []  # the stage of each record where the stage changed
+
+            def dump_at(stage: str, names: list[str] = names, index: int = index) -> None:
+                if names and names[-1] == stage:
+                    return
+                control(f"--dump=run{index}s{len(names)}")
+                names.append(stage)
+
+            run(dump_at)
+            control("--instr=off")
+            control(f"--dump=run{index}s{len(names)}")
+            owners = names[:1] + names  # dump 0 (before the first record): the first record's stage; dump k: record k-1's
+            parts = [dumped_instructions(folder, f"run{index}s{k}") for k in range(len(owners))]
+            by_stage[name] = {}
+            for owner, part in zip(owners, parts, strict=True):
+                by_stage[name][owner] = by_stage[name].get(owner, 0) + part
+            counted[name] = sum(parts)
+        else:
+            run()
+            control("--instr=off")
+            control(f"--dump=run{index}")  # a plain word: asked with "bare (cloze)", callgrind wrote no dump at all
+            counted[name] = dumped_instructions(folder, f"run{index}")
         print(f"{time.strftime('%H:%M:%S')} {name}: {counted[name]:,} instructions", file=sys.stderr)
-    return counted
+    return counted, by_stage
 
 
 def dumped_instructions(folder: str, name: str) -> int:
@@ -321,16 +347,34 @@ def unit_of(name: str, bare: T, cloze_bare: T | None) -> tuple[T, int]:
     return bare, FORWARDS.get(name, 1)
 
 
-def instruction_ratios(counted: dict[str, int], jobs: list[str]) -> dict[str, float]:
+def instruction_ratios(counted: dict[str, int], by_stage: dict[str, dict[str, int]], jobs: list[str]) -> dict[str, float]:
     """Each job's instructions over its unit's: the bare forward's (two for `compare` and `erase`), `cloze`'s over its
-    masked-LM's encoder's; `importance` also over a bare forward and backward's."""
+    masked-LM's encoder's; and beside it what can be held to the same unit alone: a job without its arithmetic on the
+    maps, a staged job's model passes (PASSES), `cloze` over the plain logit lens, `importance` over a bare forward and
+    backward."""
     ratios = {}
     for name in jobs:
         against, times = unit_of(name, counted["bare"], counted.get("bare (cloze)"))
         ratios[name] = round(counted[name] / (against * times), 2)
+        if f"{name} {STRIPPED}" in counted:
+            ratios[f"{name} {STRIPPED}"] = round(counted[f"{name} {STRIPPED}"] / (against * times), 2)
+        if name in by_stage:
+            ratios[f"{name}'s passes"] = round(by_stage[name][PASSES[name]] / (against * times), 2)
+    if "cloze" in jobs and "lens (cloze)" in counted:
+        ratios["cloze against the plain logit lens"] = round(counted["cloze"] / counted["lens (cloze)"], 2)
     if "importance" in jobs:
         ratios["importance against a forward and backward"] = round(counted["importance"] / counted["bare (forward and backward)"], 2)
     return ratios
+
+
+def stripped(job: str, run: Callable[[], object]) -> Callable[[], object]:
+    """`run` of `job` with its arithmetic on the maps left out (`without_arithmetic`)."""
+
+    def run_stripped() -> object:
+        with without_arithmetic(job):
+            return run()
+
+    return run_stripped
 
 
 def without_arithmetic(job: str) -> contextlib.ExitStack:
