@@ -46,7 +46,10 @@ collection paused (core.collector). Prints JSON; exit status 0 whatever the numb
 
 `--instructions` counts instead of timing: the script runs itself under valgrind's callgrind, and each job's one run
 (after one run to warm its caches, as the timed runs are warm) is counted in machine instructions, against the bare
-forward's, with the same units. A count does not depend on what else the machine runs, so two trees can be told apart
+forward's, with the same units; beside each, what can be held to the same unit alone: the four jobs above without
+their arithmetic on the maps, `geometry`'s and `erase`'s model passes (their instructions by stage, a callgrind dump
+at each change of stage), `cloze` against the plain logit lens, `importance` against a bare forward and backward. A
+count does not depend on what else the machine runs, so two trees can be told apart
 by a few per cent where the clock spreads by half; it weighs an instruction of Python as one of a matrix product, so
 it is a check beside the times, not a time. Slow: about 9 minutes a job over 2,000 sentences on a 2-core machine (its
 warm run and its counted run under valgrind); with --sentences 200, 4.4 minutes for the bare forward and `patterns`,

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -134,23 +134,27 @@ class _Counts:
             for index, offset in enumerate(OFFSETS):
                 np.add.at(self.baseline[:, direction, index], relations[offsets == offset], 1)
 
-    def result(self, correct: np.ndarray | None = None) -> SyntaxResult:
-        """The counts so far; `correct`: the device's hits as read already (`later`), else read now."""
-        return SyntaxResult(
+    def result(self) -> SyntaxResult:
+        """The counts so far, the device's hits read now."""
+        return self._host_counts()(correct=self.correct.cpu().numpy().copy())
+
+    def later(self, reads: LaggedReads, shown: list[SyntaxResult]) -> None:
+        """The counts so far, appended to `shown` once their hits are read (one batch late on a GPU): a partial result
+        that does not make the host wait for the batch it has just queued."""
+        complete = self._host_counts()
+        reads.put(self.correct.clone(), use=lambda correct: shown.append(complete(correct=correct)))
+
+    def _host_counts(self) -> Callable[..., SyntaxResult]:
+        """A SyntaxResult of the host's counts as they are now, still to be given the device's hits (`correct`)."""
+        return functools.partial(
+            SyntaxResult,
             relations=tuple(self.relations),
             counts=self.counts.copy(),
-            correct=self.correct.cpu().numpy().copy() if correct is None else correct,
             baseline_correct=self.baseline.copy(),
             sentences=self.sentences,
             words=self.words,
             truncated=self.truncated,
         )
-
-    def later(self, reads: LaggedReads, shown: list[SyntaxResult]) -> None:
-        """The counts so far, appended to `shown` once their hits are read (one batch late on a GPU): a partial result
-        that does not make the host wait for the batch it has just queued."""
-        host = self.result(correct=np.empty(0))  # the host's counts as they are now, the device's to come
-        reads.put(self.correct.clone(), use=lambda correct: shown.append(replace(host, correct=correct)))
 
 
 def syntax_heads(
