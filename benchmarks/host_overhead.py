@@ -53,7 +53,7 @@ count does not depend on what else the machine runs, so two trees can be told ap
 by a few per cent where the clock spreads by half; it weighs an instruction of Python as one of a matrix product, so
 it is a check beside the times, not a time. Slow: about 9 minutes a job over 2,000 sentences on a 2-core machine (its
 warm run and its counted run under valgrind); with --sentences 200, 4.4 minutes for the bare forward and `patterns`,
-start-up included.
+start-up included; every job with its splits over 300 sentences, 69 minutes.
 """
 
 from __future__ import annotations
