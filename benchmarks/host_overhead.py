@@ -303,30 +303,27 @@ def instruction_counts(runs: dict[str, Callable], staged: set[str]) -> tuple[dic
     by_stage: dict[str, dict[str, int]] = {}
     for index, (name, run) in enumerate(runs.items()):
         run()
+        names: list[str] = []  # a staged run's stage at each record where the stage changed
+
+        def dump_at(stage: str, names: list[str] = names, index: int = index) -> None:
+            if names and names[-1] == stage:
+                return
+            control(f"--dump=run{index}s{len(names)}")
+            names.append(stage)
+
         control("--instr=on")
         if name in staged:
-            names: list[str] = []  # the stage of each record where the stage changed
-
-            def dump_at(stage: str, names: list[str] = names, index: int = index) -> None:
-                if names and names[-1] == stage:
-                    return
-                control(f"--dump=run{index}s{len(names)}")
-                names.append(stage)
-
             run(dump_at)
-            control("--instr=off")
-            control(f"--dump=run{index}s{len(names)}")
-            owners = names[:1] + names  # dump 0 (before the first record): the first record's stage; dump k: record k-1's
-            parts = [dumped_instructions(folder, f"run{index}s{k}") for k in range(len(owners))]
-            by_stage[name] = {}
-            for owner, part in zip(owners, parts, strict=True):
-                by_stage[name][owner] = by_stage[name].get(owner, 0) + part
-            counted[name] = sum(parts)
         else:
             run()
-            control("--instr=off")
-            control(f"--dump=run{index}")  # a plain word: asked with "bare (cloze)", callgrind wrote no dump at all
-            counted[name] = dumped_instructions(folder, f"run{index}")
+        control("--instr=off")
+        control(f"--dump=run{index}s{len(names)}")  # a plain word: asked with "bare (cloze)", callgrind wrote no dump at all
+        parts = [dumped_instructions(folder, f"run{index}s{k}") for k in range(len(names) + 1)]
+        counted[name] = sum(parts)
+        if names:  # dump 0 (before the first record) is the first record's stage; dump k, record k-1's
+            by_stage[name] = {}
+            for owner, part in zip(names[:1] + names, parts, strict=True):
+                by_stage[name][owner] = by_stage[name].get(owner, 0) + part
         print(f"{time.strftime('%H:%M:%S')} {name}: {counted[name]:,} instructions", file=sys.stderr)
     return counted, by_stage
 
