@@ -44,6 +44,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import forward_latency
+
     from tests.family_models import save_tiny_family
 
     results = {}
@@ -51,7 +52,7 @@ def main() -> None:
         for family in args.families.split(","):
             directory = Path(scratch) / family
             if family == "bert":
-                from tests.conftest import save_tiny
+                from tests.helpers.models import save_tiny
 
                 save_tiny(directory, "BertModel", **BASE, max_position_embeddings=512)
             else:

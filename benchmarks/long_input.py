@@ -97,9 +97,8 @@ def main() -> None:
     parser.add_argument("-o", "--output", default=None)
     args = parser.parse_args()
 
-    from tests.family_models import save_tiny_family
-
     import bertscope
+    from tests.family_models import save_tiny_family
 
     results = {}
     with tempfile.TemporaryDirectory() as scratch:

@@ -57,8 +57,8 @@ def main() -> None:
     from transformers import AutoModel
 
     from bertscope.core.analyses.probing import run_probe
-    from bertscope.core.data.splits import make_splits
     from bertscope.core.data.corpus import read_sentences
+    from bertscope.core.data.splits import make_splits
     from bertscope.core.data.treebank import generate_treebank
     from bertscope.core.model.session import Session
 

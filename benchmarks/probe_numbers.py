@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from common import emit  # benchmarks/common.py, found beside this script
 
 VARIANTS = {"cpu-blas": ("cpu", "float32", "blas"), "cpu-onednn": ("cpu", "float32", "onednn"),
@@ -41,7 +40,7 @@ def main() -> None:
     import bertscope
     from bertscope.core.analyses import probes
     from bertscope.core.data.probing_tasks import TASKS
-    from tests.test_probe_numbers import bertscope_accuracy, cls_features, labelled, scikit_learn_accuracy
+    from tests.helpers.probes import bertscope_accuracy, cls_features, labelled, scikit_learn_accuracy
 
     tasks = args.tasks.split(",") if args.tasks else list(TASKS)
     variants = args.variants.split(",")

@@ -21,7 +21,6 @@ import sys
 import time
 
 import numpy as np
-
 from common import emit  # benchmarks/common.py, found beside this script
 from probe_numbers import VARIANTS
 

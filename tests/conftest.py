@@ -6,11 +6,12 @@ and word alignment are the real thing while the networks stay small and fast.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.models import save_tiny
 
 
 def pytest_addoption(parser):
@@ -47,35 +48,6 @@ def cache_of_the_run(tmp_path_factory, monkeypatch):
         monkeypatch.setenv("BERTSCOPE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "bertscope-cache"))
 
 
-TINY = dict(
-    vocab_size=30522,
-    hidden_size=32,
-    num_hidden_layers=3,
-    num_attention_heads=4,
-    intermediate_size=64,
-    max_position_embeddings=64,
-    type_vocab_size=2,
-    hidden_dropout_prob=0.1,
-    attention_probs_dropout_prob=0.1,
-)
-
-
-def save_tiny(directory: Path, model_class_name: str, seed: int = 0, config_class_name: str = "BertConfig", **overrides):
-    """Save a seeded random model of `model_class_name` with the bundled tokenizer."""
-    import torch
-    import transformers
-    from transformers import AutoTokenizer
-
-    from bertscope.core.model.model_files import bundled_model_dir
-
-    torch.manual_seed(seed)
-    config = getattr(transformers, config_class_name)(**{**TINY, **overrides})
-    model = getattr(transformers, model_class_name)(config)
-    model.save_pretrained(directory)
-    AutoTokenizer.from_pretrained(bundled_model_dir()).save_pretrained(directory)
-    return directory
-
-
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory) -> Path:
     return save_tiny(tmp_path_factory.mktemp("tiny-bert"), "BertModel")
@@ -107,24 +79,14 @@ def bundled_session():
     return Session.open(device="cpu")
 
 
-def command_in_a_new_process(arguments: list[str], module: str = "transformers") -> tuple[list[str], str]:
-    """`bertscope ARGUMENTS` in a fresh interpreter: ([its exit status, whether it imported `module`], its stderr)."""
-    import subprocess
-    import sys
+@pytest.fixture
+def run():
+    """`bertscope ARGS` through click's runner in this process: its result (exit code, stdout, stderr)."""
+    from click.testing import CliRunner
 
-    script = (
-        "import sys\n"
-        "from bertscope.cli import main\n"
-        "try:\n"
-        f"    main({arguments!r})\n"
-        "except SystemExit as stop:\n"
-        f"    print(stop.code, {module!r} in sys.modules)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    return done.stdout.split(), done.stderr
+    from bertscope.cli import main
 
+    def invoke(*args: str):
+        return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
-def write_config(directory: Path, **config) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(config))
-    return directory
+    return invoke

@@ -9,7 +9,7 @@ import torch
 from bertscope.core.analyses.attribution import Target, attribute, gauss_legendre, rollout
 from bertscope.core.data.probing_tasks import generate, write_senteval
 from bertscope.core.errors import InputError
-from tests.conftest import save_tiny
+from tests.helpers.models import save_tiny
 
 TEXT = "Dante was born in [MASK], a city of Tuscany."
 

@@ -12,7 +12,7 @@ from bertscope.core.analyses.features import FeatureOptions, extract_features, f
 from bertscope.core.data.cache import cache_usage, clear_cache
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
-from tests.test_cli import assert_one_line_error
+from tests.helpers.cli import assert_one_line_error
 
 SENTENCES = [Sentence(text="A dog barked .", words=("A", "dog", "barked", "."))]
 

@@ -16,26 +16,12 @@ from click.testing import CliRunner
 
 from bertscope.cli import main
 from bertscope.core.data.corpus import sample_corpus
-from tests.conftest import write_config
+from tests.helpers.cli import assert_one_line_error
+from tests.helpers.models import write_config
 
 SENTENCE = "The keys to the cabinet are on the table."
 
 
-@pytest.fixture
-def run():
-    def invoke(*args: str):
-        return CliRunner().invoke(main, list(args), catch_exceptions=False)
-
-    return invoke
-
-
-def assert_one_line_error(result, fragment: str):
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("bertscope: error: ") and fragment in lines[0], lines[0]
-    assert "Traceback" not in result.output
-    assert result.stdout == ""
 
 
 def test_info_json(run, tiny_bert_dir):

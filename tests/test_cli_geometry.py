@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from bertscope.cli import main
 from bertscope.core.data.corpus import sample_corpus
-from tests.conftest import save_tiny
-from tests.test_cli import assert_one_line_error
+from tests.helpers.cli import assert_one_line_error
+from tests.helpers.models import save_tiny
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from bertscope.cli import main
-from tests.test_cli import assert_one_line_error
+from tests.helpers.cli import assert_one_line_error
 
 DATA_LINES = [
     "The keys to the cabinet are on the table.",

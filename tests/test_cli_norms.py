@@ -10,7 +10,7 @@ import numpy as np
 from click.testing import CliRunner
 
 from bertscope.cli import main
-from tests.test_cli import assert_one_line_error
+from tests.helpers.cli import assert_one_line_error
 
 SENTENCE = "The keys to the cabinet are on the table."
 

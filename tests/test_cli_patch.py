@@ -7,7 +7,7 @@ import io
 import json
 
 from bertscope.core.data.probing_tasks import generate, write_senteval
-from tests.test_cli import assert_one_line_error, run  # noqa: F401  (the fixture)
+from tests.helpers.cli import assert_one_line_error
 
 CLEAN, CORRUPT = "the keys to the cabinet are here", "the key to the cabinet is here"
 

@@ -12,8 +12,7 @@ from click.testing import CliRunner
 from bertscope.cli import main
 from bertscope.core.data.corpus import sample_corpus
 from bertscope.core.data.treebank import generate_treebank, write_conllu
-from tests.test_cli import assert_one_line_error
-from tests.test_cli_before_torch import assert_refused_before_torch
+from tests.helpers.cli import assert_one_line_error, assert_refused_before_torch
 
 
 @pytest.fixture

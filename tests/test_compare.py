@@ -11,7 +11,7 @@ import pytest
 from bertscope.core.analyses.compare import check_same_tokenizer, compare_models, probe_data
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
-from tests.conftest import save_tiny
+from tests.helpers.models import save_tiny
 
 SENTENCES = [Sentence(text) for text in (
     "The cat sat on the mat.", "A dog barked at the mail carrier this morning.", "She said that the report was finished.",

@@ -143,7 +143,7 @@ def test_erasure_gives_the_cpus_result(gpu, cpu):
 def test_a_probe_on_minilm_gives_the_cpus_accuracy(bundled_session):
     """The issue-34 case on the GPU: MiniLM's [CLS] varies by 4e-4 around a large mean; features and fit on the GPU
     in float32 give every layer's bigram_shift accuracy within 0.005 (two of 400 test sentences) of the CPU's."""
-    from tests.test_probe_numbers import bertscope_accuracy, cls_features, labelled
+    from tests.helpers.probes import bertscope_accuracy, cls_features, labelled
 
     data, y, num_classes = labelled("bigram_shift")
     accuracies = []

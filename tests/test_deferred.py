@@ -12,7 +12,7 @@ from bertscope.core.analyses.features import FeatureOptions, extract_features
 from bertscope.core.data.corpus import read_sentences, sample_corpus
 from bertscope.core.model.deferred import DeferredSession
 from bertscope.core.model.model_files import find_model
-from tests.conftest import command_in_a_new_process
+from tests.helpers.models import command_in_a_new_process
 
 
 def deferred(directory, session, loads: list) -> DeferredSession:

@@ -17,8 +17,8 @@ import bertscope
 from bertscope.api import probe_sentences
 from bertscope.core import distributed
 from bertscope.core.data.corpus import sample_corpus
-from tests.conftest import command_in_a_new_process, save_tiny
 from tests.distributed_job import COMPARE, ERASE, GEOMETRY, MIXING, PROBE_TASK, cached_probe_arguments
+from tests.helpers.models import command_in_a_new_process, save_tiny
 
 JOB = Path(__file__).with_name("distributed_job.py")
 

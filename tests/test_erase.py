@@ -15,8 +15,8 @@ from bertscope.core.analyses.erasure import Eraser, erasing, run_erasure
 from bertscope.core.data.corpus import read_sentences, sample_corpus
 from bertscope.core.data.splits import make_splits
 from bertscope.core.errors import InputError
-from tests.conftest import save_tiny
 from tests.family_models import FAMILIES, save_tiny_family
+from tests.helpers.models import save_tiny
 
 TEXT = "The keys to the cabinet are on the table."
 
@@ -200,7 +200,7 @@ def test_the_cli_prints_json_and_a_table(tiny_bert_dir, tmp_path):
     ],
 )
 def test_the_cli_refuses_before_torch(tiny_bert_dir, args, message):
-    from tests.test_cli_before_torch import assert_refused_before_torch
+    from tests.helpers.cli import assert_refused_before_torch
 
     assert_refused_before_torch(["erase", *args, "-m", str(tiny_bert_dir)], message)
 

@@ -10,7 +10,6 @@ import pytest
 from click.testing import CliRunner
 
 import bertscope
-
 from bertscope.cli import main
 from bertscope.core.data.corpus import sample_corpus
 from tests.family_models import FAMILIES, save_tiny_family

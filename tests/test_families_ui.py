@@ -12,7 +12,7 @@ from bertscope.ui.geometry import GeometryScreen
 from bertscope.ui.overview import OverviewScreen
 from bertscope.ui.widgets.head_grid import HeadGrid
 from tests.family_models import FAMILIES, save_tiny_family
-from tests.test_ui import heatmap_text, make_app, rendered, run, settle
+from tests.helpers.ui import heatmap_text, make_app, rendered, run, settle
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -23,8 +23,8 @@ from bertscope.figures.layout import tick_plan
 from bertscope.figures.save import check_figure_path, save_figure
 from bertscope.figures.scatter import MAX_LABELS, pca_scatter
 from bertscope.figures.strips import attribution_strip
-from tests.conftest import command_in_a_new_process
 from tests.fake_backend import HEADS, LAYERS, FakeBackend
+from tests.helpers.models import command_in_a_new_process
 
 SENTENCES = ["The keys to the cabinet are on the table.", "A dog barked.", "It rained all day."]
 

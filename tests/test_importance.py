@@ -15,7 +15,7 @@ from bertscope.core.analyses.pruned_export import write_pruned_model
 from bertscope.core.data.corpus import Sentence, read_sentences, sample_corpus
 from bertscope.core.errors import InputError
 from bertscope.core.model.session import Session
-from tests.conftest import save_tiny
+from tests.helpers.models import save_tiny
 
 TEXTS = [s.text for s in read_sentences(sample_corpus(), limit=48)]
 SENTENCES = [Sentence(text=t) for t in TEXTS]

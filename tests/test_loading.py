@@ -11,7 +11,7 @@ import pytest
 from bertscope.core.errors import ModelLoadError
 from bertscope.core.model.loading import load_model
 from bertscope.core.model.session import Session
-from tests.conftest import save_tiny, write_config
+from tests.helpers.models import save_tiny, write_config
 
 
 def test_local_directory(tiny_session, tiny_bert_dir):

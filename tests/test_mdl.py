@@ -255,6 +255,6 @@ def test_the_cli_prints_mdl_as_json_csv_and_a_table(tiny_bert_dir, tmp_path):
 
 
 def test_the_cli_refuses_mdl_on_a_structural_task_before_torch(tiny_bert_dir):
-    from tests.test_cli_before_torch import assert_refused_before_torch
+    from tests.helpers.cli import assert_refused_before_torch
 
     assert_refused_before_torch(["probe", "--task", "depth", "--mdl", "-m", str(tiny_bert_dir)], "structural probes")

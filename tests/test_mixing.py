@@ -353,7 +353,7 @@ def test_the_cli_compares_over_a_corpus(tiny_bert_dir, tmp_path):
     (("mixing", TEXT, "--layer", "6"), "--layer 6 is out of range: this model has 6 layers (0-5)"),
 ])
 def test_bad_input_is_refused_before_torch(args, message, tmp_path):
-    from tests.test_cli_before_torch import assert_refused_before_torch
+    from tests.helpers.cli import assert_refused_before_torch
 
     missing = str(tmp_path / "missing.txt")
     assert_refused_before_torch(tuple(arg.replace("MISSING", missing) for arg in args), message.replace("MISSING", missing))

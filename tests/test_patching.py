@@ -129,7 +129,7 @@ def test_inputs_that_score_the_same_are_refused(tiny_session, tiny_mlm_session):
 
 def test_class_metric_compares_two_classes_of_a_classifier(tmp_path):
     from bertscope.core.model.session import Session
-    from tests.conftest import save_tiny
+    from tests.helpers.models import save_tiny
 
     directory = save_tiny(tmp_path / "classifier", "BertForSequenceClassification", seed=3, num_labels=3,
                           id2label={0: "negative", 1: "neutral", 2: "positive"},

@@ -15,59 +15,14 @@ import torch
 
 import bertscope
 from bertscope.core.analyses import probes
-from bertscope.core.analyses.features import FeatureOptions, extract_features
+from bertscope.core.analyses.features import FeatureOptions
 from bertscope.core.model import cpu_linear
 from bertscope.core.progress import outcome
+from tests.helpers.probes import bertscope_accuracy, cls_features, features_of, labelled, scikit_learn_accuracy
 
 # The other built-in tasks are measured the same way by benchmarks/probe_numbers.py (minutes: scikit-learn's L-BFGS
 # needs hundreds of iterations on these features); their figures are in benchmarks/README.md.
 SENTENCE_TASKS = ("bigram_shift",)
-# The reference's penalties: bertscope's grid as scikit-learn's C (C = 1 / (2 · l2 · N)). benchmarks/probe_numbers.py
-# adds a decade weaker (the slowest fits), so that a grid too narrow to reach the representation's best would show.
-REFERENCE_L2 = probes.L2_GRID
-
-
-def features_of(session, sentences, options=FeatureOptions(), batch_size=None):
-    return outcome(extract_features(session, sentences, options, cache_dir=False, batch_size=batch_size), "features")
-
-
-def cls_features(session, data: dict, batch_size=None) -> dict:
-    """Every split's [CLS] features of every layer, float32, as `probe` takes them (`task_sentences`' splits)."""
-    return {name: np.asarray(features_of(session, split, batch_size=batch_size).X, dtype=np.float32) for name, split in data.items()}
-
-
-def labelled(task: str):
-    """A task's splits as `probe` makes them (`bertscope.task_sentences`) and integer labels over the train classes."""
-    data = bertscope.task_sentences(task)
-    classes = sorted({sentence.label for sentence in data["train"]})
-    labels = {name: np.array([classes.index(s.label) for s in split]) for name, split in data.items()}
-    return data, labels, len(classes)
-
-
-def scikit_learn_accuracy(X: dict, y: dict, grid=REFERENCE_L2) -> np.ndarray:
-    """Per layer: StandardScaler + LogisticRegression, C = 1 / (2 · l2 · N) for each l2 of `grid` chosen on dev (the
-    best dev accuracy, ties to the smaller C), scored on test. benchmarks/probe_numbers.py calls it too."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    accuracies = []
-    for layer in range(X["train"].shape[1]):
-        best = None
-        for l2 in sorted(grid, reverse=True):
-            pipeline = make_pipeline(StandardScaler(), LogisticRegression(C=1 / (2 * l2 * len(y["train"])), max_iter=5000))
-            pipeline.fit(X["train"][:, layer], y["train"])
-            dev = pipeline.score(X["dev"][:, layer], y["dev"])
-            if best is None or dev > best[0]:
-                best = (dev, pipeline)
-        accuracies.append(best[1].score(X["test"][:, layer], y["test"]))
-    return np.array(accuracies)
-
-
-def bertscope_accuracy(X: dict, y: dict, num_classes: int, device="cpu") -> tuple[np.ndarray, probes.TrainedProbes]:
-    """Per layer test accuracy of bertscope's linear probes, trained as `bertscope probe` trains them, and the probes."""
-    trained = probes.train_probes(X["train"], y["train"], X["dev"], y["dev"], num_classes=num_classes, device=device)
-    return probes.score(trained, X["test"], y["test"], num_classes).accuracy, trained
 
 
 @pytest.fixture(scope="module")
@@ -198,9 +153,8 @@ def test_the_cache_key_names_the_dtype_and_shares_float32_entries_between_kernel
     between kernel paths (above): one entry. Each entry records how it was computed."""
     from bertscope.core.analyses import features as feature_module
     from bertscope.core.data.corpus import Sentence
-    from bertscope.core.model.session import Session
-
     from bertscope.core.model.deferred import DeferredSession
+    from bertscope.core.model.session import Session
 
     sentences = [Sentence(text="The keys are on the table."), Sentence(text="A dog barked.")]
     entries, made = {}, {}

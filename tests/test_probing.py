@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 from bertscope.cli import main
 from bertscope.core.analyses.probing import center_of_gravity, encode_labels, run_probe
-from bertscope.core.data.splits import make_splits
 from bertscope.core.data.corpus import Sentence, read_sentences, sample_corpus
 from bertscope.core.data.probing_tasks import generate
+from bertscope.core.data.splits import make_splits
 from bertscope.core.errors import InputError
 
 

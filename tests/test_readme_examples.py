@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from bertscope.cli import main
-from tests.conftest import save_tiny
+from tests.helpers.models import save_tiny
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "bertscope" / "data"

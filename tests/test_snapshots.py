@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_ui import make_app, settle
+from tests.helpers.ui import make_app, settle
 
 SIZES = {"100x30": (100, 30), "80x24": (80, 24)}
 

@@ -6,7 +6,7 @@ Update after an intended change of the look with
 
 from __future__ import annotations
 
-from tests.test_ui import make_app, settle
+from tests.helpers.ui import make_app, settle
 
 
 def test_attribution_row(snap_compare):

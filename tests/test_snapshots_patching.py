@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_ui import make_app, settle
+from tests.helpers.ui import make_app, settle
 
 SIZES = {"80x24": (80, 24), "160x48": (160, 48)}
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_ui import make_app, settle
+from tests.helpers.ui import make_app, settle
 
 SIZES = {"80x24": (80, 24), "160x48": (160, 48)}
 SENTENCE = "the keys to the cabinet are on the table"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from bertscope.core.model.results import ModelInfo
 from bertscope.ui.attribution import AttributionRow, targets_for
 from tests.fake_backend import FakeBackend
-from tests.test_ui import make_app, rendered, run, settle
+from tests.helpers.ui import make_app, rendered, run, settle
 
 
 def row_text(app) -> str:

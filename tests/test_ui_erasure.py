@@ -8,21 +8,7 @@ from bertscope.ui.erasure import EraseScreen
 from bertscope.ui.widgets.attention_view import AttentionView
 from bertscope.ui.widgets.panels import EffectPanel, StatusLine
 from tests.fake_backend import FakeBackend
-from tests.test_ui import heatmap_text, make_app, rendered, run, settle
-
-
-async def erase(pilot, task: str, layer: int) -> None:
-    """`E`, the task and hidden state chosen in the dialog, Enter, and the eraser fitted."""
-    await settle(pilot)
-    await pilot.press("E")
-    await pilot.pause()
-    dialog = pilot.app.screen
-    assert isinstance(dialog, EraseScreen)
-    dialog.query_one("#erase-task").value = task
-    dialog.query_one("#erase-layer").value = str(layer)
-    await pilot.press("enter")
-    await settle(pilot)
-    await settle(pilot)
+from tests.helpers.ui import erase, heatmap_text, make_app, rendered, run, settle
 
 
 def test_an_erased_property_changes_the_layers_from_its_state_up_and_the_effect_pane():
@@ -130,7 +116,7 @@ def test_the_dialog_offers_classification_tasks_and_a_failed_fit_is_a_notificati
 def test_the_overview_its_syntax_geometry_and_the_syntax_figure_run_with_the_erasure_as_with_a_mask():
     from bertscope.core.data.corpus import sample_corpus
     from bertscope.ui.syntax import SyntaxPanel
-    from tests.test_ui import overview_of
+    from tests.helpers.ui import overview_of
 
     app = make_app()
 

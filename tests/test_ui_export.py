@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from bertscope.core.errors import InputError
-from bertscope.ui import export
 from bertscope.figures.heatmaps import attention_heatmap
+from bertscope.ui import export
 from bertscope.ui.export import export_stem, export_view, unique_path, write_matrix_csv
 
 WHEN = datetime(2026, 11, 21, 11, 30, 5)

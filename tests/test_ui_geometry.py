@@ -6,7 +6,7 @@ from bertscope.ui.comparison import ComparisonScreen
 from bertscope.ui.geometry import GeometryScreen
 from bertscope.ui.widgets.pattern_grid import PatternGrid
 from tests.fake_backend import FakeBackend
-from tests.test_ui import heatmap_text, make_app, rendered, run, settle
+from tests.helpers.ui import heatmap_text, make_app, rendered, run, settle
 
 
 def test_geometry_screen_without_a_corpus_runs_on_the_generated_treebank():

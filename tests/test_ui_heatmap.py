@@ -9,8 +9,8 @@ from textual import events
 from bertscope.ui.widgets.attention_view import AttentionView
 from bertscope.ui.widgets.head_grid import HeadGrid
 from tests.fake_backend import FakeBackend
-from tests.test_ui import make_app as make_any_app
-from tests.test_ui import rendered, run, settle
+from tests.helpers.ui import make_app as make_any_app
+from tests.helpers.ui import rendered, run, settle
 
 README_SENTENCE = "the keys to the cabinet are on the table ."  # 12 tokens with [CLS] and [SEP]
 

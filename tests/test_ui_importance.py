@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bertscope.ui.importance import ObjectivePanel, PruneToScreen, PruningCurveScreen
 from bertscope.ui.widgets.head_grid import HeadGrid
-from tests.test_ui import make_app, rendered, run, settle
+from tests.helpers.ui import make_app, rendered, run, settle
 
 
 def test_importance_overlay_shades_the_grid_and_goes_back():

@@ -12,18 +12,11 @@ from textual.widgets import Input, Select
 from bertscope.ui.geometry import GeometryScreen, Scatter
 from bertscope.ui.importance import PruningCurveScreen
 from bertscope.ui.overview import OverviewScreen
-from bertscope.ui.widgets.pattern_grid import PatternGrid
 from bertscope.ui.probing import ProbingScreen
 from bertscope.ui.widgets.head_grid import HeadGrid
 from bertscope.ui.widgets.panels import EffectPanel
-from tests.test_ui import heatmap_text, make_app, rendered, run, settle
-
-
-async def open_screen(pilot, key: str):
-    await pilot.press(key)
-    await settle(pilot)
-    return pilot.app.screen
-
+from bertscope.ui.widgets.pattern_grid import PatternGrid
+from tests.helpers.ui import heatmap_text, make_app, open_screen, rendered, run, settle
 
 # focus
 

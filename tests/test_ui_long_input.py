@@ -15,7 +15,7 @@ from bertscope.core.analyses.headstats import head_figures
 from bertscope.core.model.masks import HeadMask
 from bertscope.ui.widgets.attention_view import AttentionView
 from tests.fake_backend import FakeBackend, pattern
-from tests.test_ui import heatmap_text, make_app, run, settle
+from tests.helpers.ui import heatmap_text, make_app, run, settle
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import numpy as np
 from bertscope.ui.widgets.attention_view import AttentionView
 from bertscope.ui.widgets.panels import StatusLine, TokenPanel
 from tests.fake_backend import FakeBackend
-from tests.test_ui import heatmap_text, make_app, rendered, run, settle
+from tests.helpers.ui import heatmap_text, make_app, rendered, run, settle
 
 
 async def layer_view_cells(pilot, presses: int) -> None:

@@ -10,8 +10,7 @@ from bertscope.ui.widgets.attention_view import AttentionView
 from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.panels import EffectPanel, StatusLine
 from tests.fake_backend import FakeBackend
-from tests.test_ui import make_app, rendered, run, settle
-from tests.test_ui_keys import open_screen
+from tests.helpers.ui import make_app, open_screen, rendered, run, settle
 
 SENTENCE = "the keys to the cabinet are on the table"
 
@@ -63,7 +62,7 @@ class LongNamed(FakeBackend):
 
 
 def test_the_status_line_leaves_out_the_facts_that_do_not_fit_rather_than_cutting_one():
-    from tests.test_ui_erasure import erase
+    from tests.helpers.ui import erase
 
     app = make_app(LongNamed(), text=SENTENCE)
 

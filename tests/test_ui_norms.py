@@ -8,7 +8,7 @@ import numpy as np
 
 from bertscope.ui.widgets.attention_view import AttentionView
 from bertscope.ui.widgets.panels import StatusLine, TokenPanel
-from tests.test_ui import heatmap_text, make_app, rendered, run
+from tests.helpers.ui import heatmap_text, make_app, rendered, run
 
 
 def test_n_switches_the_heatmap_between_weights_and_norms_without_a_forward_pass():
@@ -73,7 +73,7 @@ def test_n_in_the_overview_shows_the_shares_of_norm(tmp_path):
     """The overview takes the norms in the same passes; `n` shades the grid, fills the head's details and draws the
     per-layer chart from the shares of ‖αf‖ instead of the weights, and back."""
     from bertscope.ui.widgets.pattern_grid import PatternGrid
-    from tests.test_ui import overview_of
+    from tests.helpers.ui import overview_of
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(f"sentence number {i}" for i in range(6)))

@@ -8,7 +8,7 @@ import pytest
 
 from bertscope.ui.patching import EffectGrid, PatchingScreen, compact_positions, metrics_for, parse_argument
 from tests.fake_backend import FakeBackend
-from tests.test_ui import heatmap_text, make_app, rendered, run, settle
+from tests.helpers.ui import heatmap_text, make_app, rendered, run, settle
 
 CLEAN = "the keys to the cabinet are on the table"
 CORRUPT = "the key to the cabinet is on the table"

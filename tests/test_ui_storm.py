@@ -13,7 +13,7 @@ import random
 from textual import events
 
 from bertscope.ui.help import HelpScreen
-from tests.test_ui import make_app, run, settle
+from tests.helpers.ui import make_app, run, settle
 
 # Every screen's key, the help and the palette, escape to leave them, the keys each screen acts on, and typing.
 OPENERS = ["o", "p", "g", "c", "X", "i", "C", "P", "question_mark", "ctrl+p"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from bertscope.core.analyses.headstats import FIGURES
 from bertscope.ui.syntax import SyntaxPanel
 from bertscope.ui.widgets.head_grid import HeadGrid
-from tests.test_ui import make_app, overview_of, rendered, run, settle
+from tests.helpers.ui import make_app, overview_of, rendered, run, settle
 
 
 def test_the_f_cycle_reaches_the_syntax_figure_and_shades_heads_by_accuracy():
