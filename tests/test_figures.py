@@ -18,8 +18,8 @@ from bertscope.core.model.masks import HeadMask
 from bertscope.core.model.results import PATTERNS
 from bertscope.figures.curves import ProbeCurve, probe_curves
 from bertscope.figures.grids import head_grid
-from bertscope.figures.heatmaps import attention_heatmap
-from bertscope.figures.layout import tick_plan
+from bertscope.figures.heatmaps import attention_heatmap, residual_map
+from bertscope.figures.layout import MAX_TOKENS
 from bertscope.figures.save import check_figure_path, save_figure
 from bertscope.figures.scatter import MAX_LABELS, pca_scatter
 from bertscope.figures.strips import attribution_strip
@@ -94,17 +94,59 @@ def test_the_mean_of_a_layer_the_norms_and_a_masked_head_are_said(backend):
         backend.forward("the cat sat").figure()
 
 
-def test_a_long_input_keeps_its_labels_legible_and_true_to_their_cells():
-    tokens = [f"t{i}" for i in range(150)]
-    figure = attention_heatmap(np.full((150, 150), 1 / 150), tokens, layer=0, head=0)
+def drawn_labels(figure: Figure, axis: str) -> list:
+    """The tick labels of the figure's map along `axis` as drawn (Agg), with where each lies."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
     ax = figure.axes[0]
-    size, step = tick_plan(150, figure.get_size_inches()[1] - 1.6)
-    assert step > 1 and size >= 5  # thinned to every k-th label rather than shrunk past legibility
-    positions = ax.get_yticks().astype(int)
-    assert ticks(ax, "y") == [tokens[i] for i in positions] and list(positions) == list(range(0, 150, step))
-    assert ax.get_yticklabels()[0].get_fontsize() == size
-    assert ax.images[0].get_array().shape == (150, 150)  # the full map, never a window
-    assert max(figure.get_size_inches()) <= 13.0
+    return [label.get_window_extent(canvas.get_renderer()) for label in (ax.get_xticklabels() if axis == "x" else ax.get_yticklabels())]
+
+
+def test_every_token_of_a_long_input_is_labelled_on_both_axes_without_overlap():
+    """Issue 54: a 62-token input labelled 31 tokens an axis; every row and column is named, the figure grows to fit."""
+    tokens = ["[CLS]", *(f"word{i}" for i in range(60)), "[SEP]"]
+    figure = attention_heatmap(np.full((62, 62), 1 / 62), tokens, layer=0, head=0)
+    ax = figure.axes[0]
+    assert ticks(ax, "y") == tokens and ticks(ax, "x") == tokens
+    assert list(ax.get_yticks()) == list(range(62))  # each label at its own cell
+    assert min(label.get_fontsize() for label in ax.get_yticklabels()) >= 5
+    for axis in ("x", "y"):
+        boxes = drawn_labels(figure, axis)
+        assert not any(one.overlaps(two) for one, two in zip(boxes, boxes[1:])), axis
+    short = attention_heatmap(np.full((8, 8), 1 / 8), tokens[:8], layer=0, head=0)
+    assert figure.get_size_inches()[1] > short.get_size_inches()[1] + 5  # the figure grows with the input
+    assert note_of(figure) == ""  # nothing left out, nothing to say
+
+
+def test_past_what_prints_legibly_the_figure_shows_the_first_tokens_and_says_where_the_rest_are():
+    tokens = [f"t{i}" for i in range(150)]
+    matrix = np.tile(np.linspace(0.0, 1.0, 150), (150, 1))  # the largest values lie in the columns left out
+    figure = attention_heatmap(matrix, tokens, layer=0, head=0, rest="--csv writes every token")
+    ax = figure.axes[0]
+    assert ticks(ax, "y") == tokens[:MAX_TOKENS] and ticks(ax, "x") == tokens[:MAX_TOKENS]
+    assert ax.images[0].get_array().shape == (MAX_TOKENS, MAX_TOKENS)
+    assert ax.images[0].norm.vmax == 1.0  # the colours of the whole map, not of the part shown
+    assert note_of(figure) == f"the first {MAX_TOKENS} of 150 tokens shown (the most a figure labels legibly); --csv writes every token"
+    assert min(label.get_fontsize() for label in ax.get_xticklabels()) >= 5
+
+
+def test_a_forward_pass_figure_says_its_arrays_hold_the_tokens_it_leaves_out():
+    backend = FakeBackend()
+    backend.max_length = 200
+    result = backend.forward(" ".join(["word"] * 120), attentions=True)
+    figure = result.figure(layer=0, head=0)
+    assert len(result.tokens) > MAX_TOKENS and len(ticks(figure.axes[0], "y")) == MAX_TOKENS
+    assert note_of(figure).endswith(f"of {len(result.tokens)} tokens shown (the most a figure labels legibly); result.attentions has every token")
+
+
+def test_the_residual_stream_map_labels_every_token():
+    tokens = [f"t{i}" for i in range(70)]
+    figure = residual_map(np.zeros((4, 70)), tokens, differing={3})
+    assert ticks(figure.axes[0], "y") == [f"{t}*" if i == 3 else t for i, t in enumerate(tokens)]
+    boxes = drawn_labels(figure, "y")
+    assert not any(one.overlaps(two) for one, two in zip(boxes, boxes[1:]))
 
 
 def test_a_dollar_in_a_token_is_text_not_mathematics(tmp_path):

@@ -141,7 +141,8 @@ class ForwardResult(Shown):
         from bertscope.core.model.labels import token_labels
 
         labels = token_labels(self.tokens, self.encoding.special)  # RoBERTa's `Ġte` as `te`, as the explorer labels it
-        return attention_heatmap(matrix, labels, layer=layer, head=head, heads=num_heads, quantity=quantity, note=note)
+        rest = f"result.{'norms' if norms else 'attentions'} has every token"
+        return attention_heatmap(matrix, labels, layer=layer, head=head, heads=num_heads, quantity=quantity, note=note, rest=rest)
 
     def _mask_note(self, layer: int, head: int | None) -> str | None:
         """What the figure of (layer, head) should say of the heads switched off in this pass."""
