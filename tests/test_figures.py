@@ -198,6 +198,23 @@ def test_the_pattern_classes_have_a_legend_of_distinct_colours(backend):
         result.figure("nope")
 
 
+def test_a_head_switched_off_is_its_own_class_in_the_figure_and_marked_in_a_statistic(backend):
+    mask = HeadMask.parse("1:2", LAYERS, HEADS)
+    result = last(backend.attention_patterns(SENTENCES, mask=mask))
+    figure = result.figure()
+    ax = figure.axes[0]
+    assert [text.get_text() for text in ax.texts if text.get_position() == (2, 1)] == ["×"]  # x = head, y = layer
+    assert "×" not in [text.get_text() for text in ax.texts if text.get_position() != (2, 1)]
+    legend = [text.get_text() for text in figure.legends[0].get_texts()]
+    assert legend[-1] == "×  off (switched off; not in the shares)" and len(legend) == len(PATTERNS) + 1
+    assert note_of(figure).endswith("tokens · mask 1:2 (zero)")  # what the passes ran under, from the result itself
+    statistic = result.figure("cls")
+    assert [text.get_position() for text in statistic.axes[0].texts if text.get_text() == "×"] == [(2, 1)]
+    assert result.figure(under=" · mask 1:2 (zero) · upos erased @1").get_supxlabel().endswith("upos erased @1")
+    unmasked = last(backend.attention_patterns(SENTENCES)).figure()
+    assert len(unmasked.legends[0].get_texts()) == len(PATTERNS)  # no class off where no head was
+
+
 def test_importance_syntax_and_comparison_grids_draw_their_arrays(backend, importance):
     figure = importance.figure()
     assert np.array_equal(figure.axes[0].images[0].get_array(), importance.importance)
