@@ -451,6 +451,8 @@ class FakeBackend:
             corrupt_metric=-4.0 if metric == "preserve" else -1.5,
             heads=heads if "heads" in sweeps else None, layers=layers if "layers" in sweeps else None,
             positions=positions if "positions" in sweeps else None,
+            clean_text=clean if clean_pair is None else f"{clean} / {clean_pair}",
+            corrupt_text=corrupt if corrupt_pair is None else f"{corrupt} / {corrupt_pair}",
         ))
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:

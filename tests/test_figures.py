@@ -254,6 +254,21 @@ def test_a_probing_curve_has_its_numbers_its_baselines_dashed_and_its_best_layer
     assert (star.get_xdata()[0], star.get_ydata()[0]) == (report.best_layer, report.layers[report.best_layer][report.metric])
 
 
+def test_a_probing_figure_with_description_lengths_shows_the_accuracy_and_the_compression(backend):
+    """Issue 54: with --mdl the figure showed the compression alone; it shows the score above, the compression below."""
+    report = last(backend.probe("sentence_length", list(built_in_treebank(30).sentences), mdl=True))
+    figure = report.figure(mdl=True, under="mask 0:1 (zero)")
+    top, bottom = figure.axes
+    assert list(top.lines[0].get_ydata()) == [layer[report.metric] for layer in report.layers]
+    assert top.get_ylabel() == report.metric
+    assert list(bottom.lines[0].get_ydata()) == list(report.compression())
+    assert bottom.get_ylabel() == "compression (uniform / online bits)" and bottom.get_xlabel() == "layer (0 = embeddings)"
+    assert {line.get_label() for line in bottom.lines} >= {"uniform code", "control task"}
+    assert title_of(figure) == f"probing sentence_length: {report.metric} and description length"
+    assert note_of(figure) == "mask 0:1 (zero)"
+    assert len(report.figure().axes) == 1 and note_of(report.figure()) == ""  # without mdl: the score alone
+
+
 def test_several_tasks_share_the_axes_each_in_its_colour_with_per_layer_baselines():
     curves = [
         ProbeCurve("upos", [0.5, 0.9, 0.8], 1, {"majority": 0.2, "random_init": [0.5, 0.55, 0.5], "control": [0.4, 0.6, 0.6]}),
@@ -303,6 +318,17 @@ def test_the_scatter_has_a_legend_of_distinct_colours_and_the_variance_on_its_ax
     assert dimension.axes[0].get_ylabel() == "intrinsic dimension (TwoNN)"
 
 
+def test_a_geometry_figure_says_the_mask_its_passes_ran_under(backend):
+    """Issue 54: the geometry figure lacked the mask its JSON has: each kind says it now."""
+    result = last(backend.geometry(SENTENCES * 4, mask=HeadMask.parse("2:2", LAYERS, HEADS), ablation="uniform"))
+    assert result.as_json("fake")["mask"] == "2:2"
+    for kind in ("scatter", "cka", "dimension"):
+        assert note_of(result.figure(kind)).endswith("mask 2:2 (uniform)"), kind
+    assert note_of(result.figure("cka", under=" · mask 2:2 (uniform) · upos erased @1")).endswith("upos erased @1")
+    plain = last(backend.geometry(SENTENCES * 4))
+    assert "mask" not in note_of(plain.figure("cka")) and note_of(plain.figure()) == ""
+
+
 def test_past_twelve_labels_the_rarest_are_folded_into_other():
     rng = np.random.default_rng(0)
     labels = [f"L{i:02d}" for i in range(16) for _ in range(20 - i)]  # L00 most frequent … L15 least
@@ -329,6 +355,14 @@ def test_the_residual_stream_map_has_tokens_down_and_layers_across(backend):
     assert ax.get_xlabel() == "hidden state (0 = embeddings)"
     with pytest.raises(InputError, match=r"this run did not patch heads \(it swept positions\)"):
         result.figure("heads")
+
+
+def test_every_patching_figure_names_the_clean_and_the_corrupted_input(backend):
+    for sweep in ("heads", "layers", "positions"):
+        result = last(backend.patch("the cat sat", "the dog sat", sweeps=(sweep,)))
+        assert note_of(result.figure()).startswith('clean "the cat sat" · corrupted "the dog sat"\ndenoise'), sweep
+    pair = last(backend.patch("the cat sat", "the dog sat", clean_pair="it purred", corrupt_pair="it barked", sweeps=("heads",)))
+    assert note_of(pair.figure()).startswith('clean "the cat sat / it purred" · corrupted "the dog sat / it barked"')
 
 
 def test_the_attribution_strip_shades_each_token_and_names_what_it_explains(backend):

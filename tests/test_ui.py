@@ -628,7 +628,7 @@ def test_d_adds_the_description_length_beside_accuracy(tmp_path):
         await pilot.press("e")
         await settle(pilot)
         [figure] = tmp_path.glob("bertscope-probing-*.svg")
-        assert "compression" in figure.read_text()
+        assert "compression" in figure.read_text() and ">accuracy</text>" in figure.read_text()  # both panels
         await pilot.press("d", "r")  # off again: runs fit no codes
         await settle(pilot)
         assert not screen.reports["sentence_length"].mdl
