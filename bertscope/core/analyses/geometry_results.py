@@ -118,8 +118,8 @@ class GeometryResult(Shown):
             raise InputError(f"these {self.unit}s have no label {label!r}; labels here: {have}", setting="label")
         title = f"layer {layer}: PCA of {self.size:,} {self.unit}s" + (f", by {label}" if label else "")
         labels = self.labels[label] if label is not None else None
-        note = ran.removeprefix(" · ") or None
-        return pca_scatter(self.projection[layer], labels, explained=self.explained[layer], title=title, legend_title=label, note=note)
+        ran_under = ran.removeprefix(" · ") or None
+        return pca_scatter(self.projection[layer], labels, explained=self.explained[layer], title=title, legend_title=label, note=ran_under)
 
     def as_json(self, model: str, *, points: bool = False) -> dict:
         layers = []
