@@ -153,21 +153,25 @@ class FakeBackend:
         ))
 
     def attention_patterns(self, sentences, *, mask=None, ablation="zero", norms=False, erasure=None, cancel=None):
-        """Known statistics: head (l, h) is always of class (l + h) % 5; a batch of 2 per step; norm shares 0.05 × (i + 1)."""
+        """Known statistics: head (l, h) is always of class (l + h) % 5, or off where masked (its shares 0, as the real
+        analysis gives); a batch of 2 per step; norm shares 0.05 × (i + 1)."""
         if erasure is not None:
             self.erased.append(("patterns", erasure))
         done = 0
         shares = np.zeros((LAYERS, HEADS, len(PATTERNS)))
         for layer in range(LAYERS):
             for head in range(HEADS):
-                shares[layer, head, (layer + head) % len(PATTERNS)] = 1.0
+                shares[layer, head, (layer + head) % len(PATTERNS)] = 0.0 if mask is not None and mask.is_masked(layer, head) else 1.0
         statistics = {name: np.full((LAYERS, HEADS), 0.1 * (i + 1), dtype=np.float32) for i, name in enumerate(STATISTICS)}
         if norms:
             statistics |= {f"norm_{name}": np.full((LAYERS, HEADS), 0.05 * (i + 1), dtype=np.float32) for i, name in enumerate(NORM_SHARES)}
         batch_sentences = []
 
         def progress(final=False):
-            result = PatternResult(sentences=done, tokens=5 * done, truncated=0, statistics=statistics, pattern_shares=shares)
+            result = PatternResult(
+                sentences=done, tokens=5 * done, truncated=0, statistics=statistics, pattern_shares=shares,
+                mask=mask if mask is not None and len(mask) else None, ablation=ablation,
+            )
             return Progress("sentences", done, result=result if final else None, partial=result)
 
         for sentence in sentences:
@@ -447,6 +451,8 @@ class FakeBackend:
             corrupt_metric=-4.0 if metric == "preserve" else -1.5,
             heads=heads if "heads" in sweeps else None, layers=layers if "layers" in sweeps else None,
             positions=positions if "positions" in sweeps else None,
+            clean_text=clean if clean_pair is None else f"{clean} / {clean_pair}",
+            corrupt_text=corrupt if corrupt_pair is None else f"{corrupt} / {corrupt_pair}",
         ))
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:

@@ -370,6 +370,26 @@ def test_patterns_csv_and_person_output(run, tiny_bert_dir):
     assert "dominant pattern per head" in person and "pattern shares per layer" in person and "[CLS]" in person
 
 
+def test_patterns_under_a_mask_calls_the_head_off_everywhere(run, tiny_bert_dir, tmp_path):
+    """Issue 54: a switched-off head is of its own class, off: in the JSON, the table (×, explained in the legend), and
+    the figure; the layer's shares leave it out."""
+    arguments = ["patterns", "A short one. And another.", "-m", str(tiny_bert_dir), "--mask", "1:2"]
+    data = json.loads(run(*arguments, "--json", "--figure", str(tmp_path / "classes.svg")).stdout)
+    head = data["heads"][1 * 4 + 2]
+    assert head["pattern"] == "off" and sum(head["pattern_shares"].values()) == 0
+    assert [entry["head"] for entry in data["heads"] if entry["pattern"] == "off"] == [2]
+    assert sum(data["layers"][1]["pattern_shares"].values()) == pytest.approx(1, abs=1e-5)
+    svg = (tmp_path / "classes.svg").read_text()
+    assert "×  off (switched off; not in the shares)</text>" in svg and "mask 1:2 (zero)</text>" in svg
+    person = run(*arguments).stdout
+    grid = person.split("dominant pattern per head")[1].split("V vertical")[0]
+    layer_one = next(line.split() for line in grid.splitlines() if line.split()[:1] == ["1"])
+    assert layer_one[1 + 2] == "×" and grid.count("×") == 1  # head 1:2, and no other
+    words = " ".join(person.split())
+    assert "× off (switched off in these passes, of no pattern and left out of the shares)" in words
+    assert "pattern shares per layer, heads off left out" in words
+
+
 def test_patterns_conllu_and_senteval_samples(run, tiny_bert_dir):
     from bertscope.core.data.corpus import sample_corpus
 

@@ -18,8 +18,8 @@ from bertscope.core.model.masks import HeadMask
 from bertscope.core.model.results import PATTERNS
 from bertscope.figures.curves import ProbeCurve, probe_curves
 from bertscope.figures.grids import head_grid
-from bertscope.figures.heatmaps import attention_heatmap
-from bertscope.figures.layout import tick_plan
+from bertscope.figures.heatmaps import attention_heatmap, residual_map
+from bertscope.figures.layout import MAX_TOKENS
 from bertscope.figures.save import check_figure_path, save_figure
 from bertscope.figures.scatter import MAX_LABELS, pca_scatter
 from bertscope.figures.strips import attribution_strip
@@ -94,17 +94,59 @@ def test_the_mean_of_a_layer_the_norms_and_a_masked_head_are_said(backend):
         backend.forward("the cat sat").figure()
 
 
-def test_a_long_input_keeps_its_labels_legible_and_true_to_their_cells():
-    tokens = [f"t{i}" for i in range(150)]
-    figure = attention_heatmap(np.full((150, 150), 1 / 150), tokens, layer=0, head=0)
+def drawn_labels(figure: Figure, axis: str) -> list:
+    """The tick labels of the figure's map along `axis` as drawn (Agg), with where each lies."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
     ax = figure.axes[0]
-    size, step = tick_plan(150, figure.get_size_inches()[1] - 1.6)
-    assert step > 1 and size >= 5  # thinned to every k-th label rather than shrunk past legibility
-    positions = ax.get_yticks().astype(int)
-    assert ticks(ax, "y") == [tokens[i] for i in positions] and list(positions) == list(range(0, 150, step))
-    assert ax.get_yticklabels()[0].get_fontsize() == size
-    assert ax.images[0].get_array().shape == (150, 150)  # the full map, never a window
-    assert max(figure.get_size_inches()) <= 13.0
+    return [label.get_window_extent(canvas.get_renderer()) for label in (ax.get_xticklabels() if axis == "x" else ax.get_yticklabels())]
+
+
+def test_every_token_of_a_long_input_is_labelled_on_both_axes_without_overlap():
+    """Issue 54: a 62-token input labelled 31 tokens an axis; every row and column is named, the figure grows to fit."""
+    tokens = ["[CLS]", *(f"word{i}" for i in range(60)), "[SEP]"]
+    figure = attention_heatmap(np.full((62, 62), 1 / 62), tokens, layer=0, head=0)
+    ax = figure.axes[0]
+    assert ticks(ax, "y") == tokens and ticks(ax, "x") == tokens
+    assert list(ax.get_yticks()) == list(range(62))  # each label at its own cell
+    assert min(label.get_fontsize() for label in ax.get_yticklabels()) >= 5
+    for axis in ("x", "y"):
+        boxes = drawn_labels(figure, axis)
+        assert not any(one.overlaps(two) for one, two in zip(boxes, boxes[1:])), axis
+    short = attention_heatmap(np.full((8, 8), 1 / 8), tokens[:8], layer=0, head=0)
+    assert figure.get_size_inches()[1] > short.get_size_inches()[1] + 5  # the figure grows with the input
+    assert note_of(figure) == ""  # nothing left out, nothing to say
+
+
+def test_past_what_prints_legibly_the_figure_shows_the_first_tokens_and_says_where_the_rest_are():
+    tokens = [f"t{i}" for i in range(150)]
+    matrix = np.tile(np.linspace(0.0, 1.0, 150), (150, 1))  # the largest values lie in the columns left out
+    figure = attention_heatmap(matrix, tokens, layer=0, head=0, rest="--csv writes every token")
+    ax = figure.axes[0]
+    assert ticks(ax, "y") == tokens[:MAX_TOKENS] and ticks(ax, "x") == tokens[:MAX_TOKENS]
+    assert ax.images[0].get_array().shape == (MAX_TOKENS, MAX_TOKENS)
+    assert ax.images[0].norm.vmax == 1.0  # the colours of the whole map, not of the part shown
+    assert note_of(figure) == f"the first {MAX_TOKENS} of 150 tokens shown (the most a figure labels legibly); --csv writes every token"
+    assert min(label.get_fontsize() for label in ax.get_xticklabels()) >= 5
+
+
+def test_a_forward_pass_figure_says_its_arrays_hold_the_tokens_it_leaves_out():
+    backend = FakeBackend()
+    backend.max_length = 200
+    result = backend.forward(" ".join(["word"] * 120), attentions=True)
+    figure = result.figure(layer=0, head=0)
+    assert len(result.tokens) > MAX_TOKENS and len(ticks(figure.axes[0], "y")) == MAX_TOKENS
+    assert note_of(figure).endswith(f"of {len(result.tokens)} tokens shown (the most a figure labels legibly); result.attentions has every token")
+
+
+def test_the_residual_stream_map_labels_every_token():
+    tokens = [f"t{i}" for i in range(70)]
+    figure = residual_map(np.zeros((4, 70)), tokens, differing={3})
+    assert ticks(figure.axes[0], "y") == [f"{t}*" if i == 3 else t for i, t in enumerate(tokens)]
+    boxes = drawn_labels(figure, "y")
+    assert not any(one.overlaps(two) for one, two in zip(boxes, boxes[1:]))
 
 
 def test_a_dollar_in_a_token_is_text_not_mathematics(tmp_path):
@@ -156,6 +198,23 @@ def test_the_pattern_classes_have_a_legend_of_distinct_colours(backend):
         result.figure("nope")
 
 
+def test_a_head_switched_off_is_its_own_class_in_the_figure_and_marked_in_a_statistic(backend):
+    mask = HeadMask.parse("1:2", LAYERS, HEADS)
+    result = last(backend.attention_patterns(SENTENCES, mask=mask))
+    figure = result.figure()
+    ax = figure.axes[0]
+    assert [text.get_text() for text in ax.texts if text.get_position() == (2, 1)] == ["×"]  # x = head, y = layer
+    assert "×" not in [text.get_text() for text in ax.texts if text.get_position() != (2, 1)]
+    legend = [text.get_text() for text in figure.legends[0].get_texts()]
+    assert legend[-1] == "×  off (switched off; not in the shares)" and len(legend) == len(PATTERNS) + 1
+    assert note_of(figure).endswith("tokens · mask 1:2 (zero)")  # what the passes ran under, from the result itself
+    statistic = result.figure("cls")
+    assert [text.get_position() for text in statistic.axes[0].texts if text.get_text() == "×"] == [(2, 1)]
+    assert result.figure(under=" · mask 1:2 (zero) · upos erased @1").get_supxlabel().endswith("upos erased @1")
+    unmasked = last(backend.attention_patterns(SENTENCES)).figure()
+    assert len(unmasked.legends[0].get_texts()) == len(PATTERNS)  # no class off where no head was
+
+
 def test_importance_syntax_and_comparison_grids_draw_their_arrays(backend, importance):
     figure = importance.figure()
     assert np.array_equal(figure.axes[0].images[0].get_array(), importance.importance)
@@ -193,6 +252,21 @@ def test_a_probing_curve_has_its_numbers_its_baselines_dashed_and_its_best_layer
     assert set(majority.get_ydata()) == {report.baselines["majority"]} and majority.get_linestyle() != "-"
     star = next(line for line in ax.lines if line.get_label() == "best layer")
     assert (star.get_xdata()[0], star.get_ydata()[0]) == (report.best_layer, report.layers[report.best_layer][report.metric])
+
+
+def test_a_probing_figure_with_description_lengths_shows_the_accuracy_and_the_compression(backend):
+    """Issue 54: with --mdl the figure showed the compression alone; it shows the score above, the compression below."""
+    report = last(backend.probe("sentence_length", list(built_in_treebank(30).sentences), mdl=True))
+    figure = report.figure(mdl=True, under="mask 0:1 (zero)")
+    top, bottom = figure.axes
+    assert list(top.lines[0].get_ydata()) == [layer[report.metric] for layer in report.layers]
+    assert top.get_ylabel() == report.metric
+    assert list(bottom.lines[0].get_ydata()) == list(report.compression())
+    assert bottom.get_ylabel() == "compression (uniform / online bits)" and bottom.get_xlabel() == "layer (0 = embeddings)"
+    assert {line.get_label() for line in bottom.lines} >= {"uniform code", "control task"}
+    assert title_of(figure) == f"probing sentence_length: {report.metric} and description length"
+    assert note_of(figure) == "mask 0:1 (zero)"
+    assert len(report.figure().axes) == 1 and note_of(report.figure()) == ""  # without mdl: the score alone
 
 
 def test_several_tasks_share_the_axes_each_in_its_colour_with_per_layer_baselines():
@@ -244,6 +318,17 @@ def test_the_scatter_has_a_legend_of_distinct_colours_and_the_variance_on_its_ax
     assert dimension.axes[0].get_ylabel() == "intrinsic dimension (TwoNN)"
 
 
+def test_a_geometry_figure_says_the_mask_its_passes_ran_under(backend):
+    """Issue 54: the geometry figure lacked the mask its JSON has: each kind says it now."""
+    result = last(backend.geometry(SENTENCES * 4, mask=HeadMask.parse("2:2", LAYERS, HEADS), ablation="uniform"))
+    assert result.as_json("fake")["mask"] == "2:2"
+    for kind in ("scatter", "cka", "dimension"):
+        assert note_of(result.figure(kind)).endswith("mask 2:2 (uniform)"), kind
+    assert note_of(result.figure("cka", under=" · mask 2:2 (uniform) · upos erased @1")).endswith("upos erased @1")
+    plain = last(backend.geometry(SENTENCES * 4))
+    assert "mask" not in note_of(plain.figure("cka")) and note_of(plain.figure()) == ""
+
+
 def test_past_twelve_labels_the_rarest_are_folded_into_other():
     rng = np.random.default_rng(0)
     labels = [f"L{i:02d}" for i in range(16) for _ in range(20 - i)]  # L00 most frequent … L15 least
@@ -270,6 +355,14 @@ def test_the_residual_stream_map_has_tokens_down_and_layers_across(backend):
     assert ax.get_xlabel() == "hidden state (0 = embeddings)"
     with pytest.raises(InputError, match=r"this run did not patch heads \(it swept positions\)"):
         result.figure("heads")
+
+
+def test_every_patching_figure_names_the_clean_and_the_corrupted_input(backend):
+    for sweep in ("heads", "layers", "positions"):
+        result = last(backend.patch("the cat sat", "the dog sat", sweeps=(sweep,)))
+        assert note_of(result.figure()).startswith('clean "the cat sat" · corrupted "the dog sat"\ndenoise'), sweep
+    pair = last(backend.patch("the cat sat", "the dog sat", clean_pair="it purred", corrupt_pair="it barked", sweeps=("heads",)))
+    assert note_of(pair.figure()).startswith('clean "the cat sat / it purred" · corrupted "the dog sat / it barked"')
 
 
 def test_the_attribution_strip_shades_each_token_and_names_what_it_explains(backend):

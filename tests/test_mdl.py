@@ -230,7 +230,9 @@ def test_structural_tasks_have_no_description_length(tiny_session):
 
 def test_the_figure_draws_compression_when_asked(tiny_session, tmp_path):
     report = list(run_probe(tiny_session, "upos", treebank_splits(), cache_dir=tmp_path, random_baseline=False, mdl=True))[-1].result
-    lines = {line.get_label(): line for line in report.figure(mdl=True).axes[0].get_lines()}
+    scores, codes = report.figure(mdl=True).axes  # the accuracy above, the compression below (issue 54)
+    np.testing.assert_allclose(scores.get_lines()[0].get_ydata(), [layer["accuracy"] for layer in report.layers])
+    lines = {line.get_label(): line for line in codes.get_lines()}
     np.testing.assert_allclose(lines["upos"].get_ydata(), report.compression())
     np.testing.assert_allclose(lines["control task"].get_ydata(), report.compression(control=True))
     np.testing.assert_allclose(lines["uniform code"].get_ydata(), 1.0)

@@ -7,6 +7,7 @@ in tests/test_readme_examples.py.
 
 from __future__ import annotations
 
+import base64
 import builtins
 import html
 import re
@@ -137,3 +138,37 @@ def test_to_pandas_without_pandas_says_what_to_install(results, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_pandas)
     with pytest.raises(BertscopeError, match="pip install pandas"):
         results["probe"].to_pandas()
+
+
+def test_a_figure_displays_in_jupyter_as_it_is(tmp_path, monkeypatch):
+    """Issue 54: a cell whose last line is `result.figure()` showed `<Figure size 520x400 with 2 Axes>` unless
+    `%matplotlib inline` had run. It shows the picture, with no magic: one kernel on this interpreter, the fake's results."""
+    import json
+    import sys
+    from pathlib import Path
+
+    import nbformat
+    from jupyter_client.manager import KernelManager
+    from nbclient import NotebookClient
+
+    kernels = tmp_path / "jupyter" / "kernels" / "bertscope-test"
+    kernels.mkdir(parents=True)
+    (kernels / "kernel.json").write_text(json.dumps(
+        {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"], "display_name": "test", "language": "python"}
+    ))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    root = Path(__file__).resolve().parent.parent  # where `tests.fake_backend` imports from
+    cells = [
+        f"import sys\nsys.path.insert(0, {str(root)!r})\nfrom tests.fake_backend import FakeBackend\n"
+        "result = list(FakeBackend().attention_patterns(['a b', 'c d']))[-1].result",
+        "result.figure()",
+        "FakeBackend().forward('the cat sat', attentions=True).figure(layer=0, head=1)",
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell) for cell in cells])
+    kernel = KernelManager(kernel_name="bertscope-test", transport="ipc", ip=str(tmp_path / "kernel"))  # no race for TCP ports
+    NotebookClient(notebook, km=kernel, timeout=120, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    for cell in notebook.cells[1:]:
+        (shown,) = [output for output in cell.outputs if output.output_type == "execute_result"]
+        assert "image/png" in shown.data, (cell.source, shown.data.get("text/plain"))
+        assert base64.b64decode(shown.data["image/png"]).startswith(b"\x89PNG\r\n\x1a\n")
+        assert not [output for output in cell.outputs if output.output_type == "display_data"]  # the one picture, not two

@@ -226,3 +226,29 @@ def test_modernbert_local_layers_report_their_window(tmp_path):
 
     session = bertscope.load(str(save_tiny_family(tmp_path / "modernbert", "modernbert")), device="cpu")
     assert [session.attention_window(layer) for layer in range(session.num_layers)] == [None, 4, 4, None]
+
+
+@pytest.mark.parametrize("ablation", ["zero", "uniform"])
+def test_a_switched_off_head_is_of_class_off_and_left_out_of_its_layers_shares(tiny_session, ablation):
+    """Issue 54: under `--mask 1:2` head 1:2 was called heterogeneous and counted in layer 1's shares. A masked head's
+    map is the ablation's (zeros, or uniform), no pattern of the model's: its class is off, its shares 0."""
+    from bertscope.core.model.masks import HeadMask
+    from bertscope.core.model.results import CLASSES
+
+    sentences = [Text(f"Sentence number {i} has {'many ' * (i % 5)}words.") for i in range(12)]
+    plain = list(pattern_statistics(tiny_session, sentences))[-1].result
+    masked = list(pattern_statistics(tiny_session, sentences, mask=HeadMask.parse("1:2", 3, 4), ablation=ablation))[-1].result
+    classes = np.array(CLASSES)[masked.dominant]
+    assert classes[1, 2] == "off" and (classes == "off").sum() == 1
+    assert "off" not in np.array(CLASSES)[plain.dominant]
+    np.testing.assert_array_equal(masked.dominant[0], plain.dominant[0])  # layer 0 runs before the mask: as it was
+    np.testing.assert_array_equal(masked.pattern_shares[1, 2], 0.0)
+    others = [0, 1, 3]
+    np.testing.assert_allclose(masked.layer_pattern_shares()[1], masked.pattern_shares[1, others].mean(0), atol=1e-6)
+    np.testing.assert_allclose(masked.layer_pattern_shares().sum(-1), 1.0, atol=1e-5)  # every layer's shares, the off head left out
+    np.testing.assert_allclose(masked.layer_pattern_shares()[0], plain.layer_pattern_shares()[0], atol=1e-6)
+    head = next(entry for entry in masked.as_json("tiny")["heads"] if (entry["layer"], entry["head"]) == (1, 2))
+    assert head["pattern"] == "off" and set(head["pattern_shares"].values()) == {0.0}
+    assert "off 1" in masked.summary()
+    header, rows = masked.head_table()
+    assert rows[1 * 4 + 2][header.index("pattern")] == "off"

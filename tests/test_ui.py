@@ -429,7 +429,10 @@ def test_overview_runs_over_a_corpus_and_opens_a_head(tmp_path):
 
 def test_the_overviews_export_says_which_mask_its_passes_ran_under(tmp_path):
     """A CSV has nowhere but its rows to say it: a run under a mask adds mask, ablation and erased columns, and the
-    figure's note ends with the mask; a run of the model as it is exports the `patterns --csv` table alone."""
+    figure's note ends with the mask; a run of the model as it is exports the `patterns --csv` table alone. A head
+    switched off is of class off (issue 54), in the grid, the table and the per-layer shares' title."""
+    from bertscope.core.model.results import CLASSES
+    from bertscope.ui.widgets.pattern_grid import PatternGrid
     from tests.fake_backend import HEADS, LAYERS
 
     corpus = tmp_path / "corpus.txt"
@@ -449,6 +452,13 @@ def test_the_overviews_export_says_which_mask_its_passes_ran_under(tmp_path):
         assert header.endswith(",norm_next,mask,ablation,erased") and len(rows) == LAYERS * HEADS  # a row a head
         assert all(row.endswith(",0:0,zero,") for row in rows)
         assert screen.figure().get_supxlabel().endswith("tokens · mask 0:0 (zero)")
+        assert rows[0].split(",")[2] == "off"  # head 0:0's class: switched off, no pattern
+        grid = screen.query_one(PatternGrid)
+        assert CLASSES[grid.classes_of[0, 0]] == "off" and rendered(grid).splitlines()[1].split()[:2] == ["0", "[×]"]  # selected
+        assert "0:0 off" in grid._legend()
+        charts = [line.rstrip() for line in rendered(screen.query_one("#charts-content")).splitlines()]
+        assert "shares per layer, heads off out" in charts  # on one line, over the table of the other heads' shares
+        assert "switched off (zero): no pattern" in rendered(screen.query_one("#head-details"))
 
     run(app, steps)
 
@@ -556,7 +566,7 @@ def test_d_adds_the_description_length_beside_accuracy(tmp_path):
         await pilot.press("e")
         await settle(pilot)
         [figure] = tmp_path.glob("bertscope-probing-*.svg")
-        assert "compression" in figure.read_text()
+        assert "compression" in figure.read_text() and ">accuracy</text>" in figure.read_text()  # both panels
         await pilot.press("d", "r")  # off again: runs fit no codes
         await settle(pilot)
         assert not screen.reports["sentence_length"].mdl

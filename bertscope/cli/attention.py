@@ -271,7 +271,10 @@ def attention(
         if window is not None and len(tokens) > window + 1:
             notes.append(f"local layer: its heads see ±{window} tokens (grey: out of reach)")
         quantity, note, shown = "norm" if norms else "weight", "; ".join(notes) or None, beyond_reach(weights, window)
-        write_figure(figure, lambda: attention_heatmap(shown, tokens, layer=layer, head=head, quantity=quantity, scale=scale, note=note))
+        rest = "--csv writes every token"
+        write_figure(
+            figure, lambda: attention_heatmap(shown, tokens, layer=layer, head=head, quantity=quantity, scale=scale, note=note, rest=rest)
+        )
     if output_format == "json":
         payload = {
             "model": session.info.source,

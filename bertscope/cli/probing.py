@@ -141,7 +141,8 @@ def probe(
             mdl=mdl,
             progress=progress,
         )
-    write_figure(figure, lambda: report.figure(mdl=mdl))
+    under = f"mask {mask.spec()} ({ablation})" if len(mask) else ""
+    write_figure(figure, lambda: report.figure(mdl=mdl, under=under))
     if output_format == "json":
         payload = report.as_json() | {"model": session.source, "data": chosen.source, "mask": mask.spec(), "seed": seed}
         print_json(payload)

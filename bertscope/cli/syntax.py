@@ -92,7 +92,8 @@ def syntax(
         drawn = [name for name in wanted or () if name in result.relations][:4] or None
         if wanted and drawn is None:
             warn("none of the relations asked for occur in this corpus: the figure shows its four most frequent")
-        write_figure(figure, lambda: result.figure(drawn))
+        under = f" · mask {mask.spec()} ({ablation})" if len(mask) else ""  # the result does not hold what it ran under
+        write_figure(figure, lambda: result.figure(drawn, under=under))
     if output_format == "json":
         print_json(
             {

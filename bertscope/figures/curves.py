@@ -37,12 +37,43 @@ class ProbeCurve:
     baselines: Mapping[str, float | Values] = field(default_factory=dict)
 
 
-def probe_curves(curves: Sequence[ProbeCurve], metric: str, *, title: str | None = None, note: str | None = None) -> Figure:
-    """One line per task (`metric` against the layer), its baselines dashed, its best layer starred."""
+COMPRESSION = "compression (uniform / online bits)"  # the description length's axis (Voita & Titov 2020)
+
+
+def probe_curves(
+    curves: Sequence[ProbeCurve],
+    metric: str,
+    *,
+    title: str | None = None,
+    note: str | None = None,
+    compression: Sequence[ProbeCurve] | None = None,
+) -> Figure:
+    """One line per task (`metric` against the layer), its baselines dashed, its best layer starred.
+
+    `compression`: the same tasks' compression per layer (uniform over online codelength) in a second panel under
+    the first, on the same layers, so that a figure of a run with description lengths shows the score beside them.
+    """
     if not curves:
         raise ValueError("no probing curve to draw")
-    figure = new_figure(6.4, 3.8)
-    ax = figure.add_subplot()
+    if compression is None:
+        figure = new_figure(6.4, 3.8)
+        ax = figure.add_subplot()
+        _probe_panel(ax, curves, metric)
+        figure.legend(loc="outside right upper", fontsize=8, frameon=False)
+        titled(figure, title, note, ax)
+        return figure
+    figure = new_figure(6.8, 6.2)
+    top, bottom = figure.subplots(2, 1, sharex=True)
+    for ax, panel, label in ((top, curves, metric), (bottom, compression, COMPRESSION)):
+        _probe_panel(ax, panel, label)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
+    top.set_xlabel("")
+    titled(figure, title, note, top)
+    return figure
+
+
+def _probe_panel(ax: Axes, curves: Sequence[ProbeCurve], metric: str) -> None:
+    """`curves` on `ax`: a line per task in its colour, its baselines dashed in the same colour, its best layer starred."""
     many = len(curves) > 1
     starred = False
     for number, curve in enumerate(curves):
@@ -73,9 +104,6 @@ def probe_curves(curves: Sequence[ProbeCurve], metric: str, *, title: str | None
     ax.set_xlabel(LAYER_AXIS)
     ax.set_ylabel(plain(metric.replace("_", " ")))
     ax.grid(alpha=0.3)
-    figure.legend(loc="outside right upper", fontsize=8, frameon=False)
-    titled(figure, title, note, ax)
-    return figure
 
 
 def pruning_curve(

@@ -31,15 +31,17 @@ from bertscope.figures.layout import (
 )
 
 CELL = 0.4  # inches a head's cell takes
-PATTERN_LETTERS = {"vertical": "V", "diagonal": "D", "vertical+diagonal": "VD", "block": "B", "heterogeneous": "H"}
-# Okabe & Ito's colour-blind-safe palette for the structured classes; heterogeneous (no structure) in grey
+PATTERN_LETTERS = {"vertical": "V", "diagonal": "D", "vertical+diagonal": "VD", "block": "B", "heterogeneous": "H", "off": "×"}
+# Okabe & Ito's colour-blind-safe palette for the structured classes; heterogeneous (no structure) in grey; off in white
 PATTERN_COLOURS = {
     "vertical": "#E69F00",
     "diagonal": "#56B4E9",
     "vertical+diagonal": "#009E73",
     "block": "#CC79A7",
     "heterogeneous": "#DDDDDD",
+    "off": "#FFFFFF",
 }
+PATTERN_NAMES = {"off": "off (switched off; not in the shares)"}  # a class the legend explains beyond its name
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,8 @@ def pattern_classes(
     """Each head's pattern class (Kovaleva et al. 2019) as a coloured cell with its letter, and a legend of the classes.
 
     `dominant` `[L, H]` indexes `classes`; `shares` `[L, H, C]`, when given, writes the letter in
-    lower case where the class holds under half of the head's sentences.
+    lower case where the class holds under half of the head's sentences. A head of class "off"
+    (switched off in the passes) is a white cell marked ×.
     """
     dominant = np.asarray(dominant, dtype=int)
     layers, heads = dominant.shape
@@ -164,13 +167,11 @@ def pattern_classes(
     weak = False
     for (layer, head), index in np.ndenumerate(dominant):
         letter = PATTERN_LETTERS.get(classes[index], classes[index][:2].upper())
-        if shares is not None and float(np.max(shares[layer, head])) < 0.5:
+        if shares is not None and float(np.max(shares[layer, head])) < 0.5 and classes[index] != "off":
             letter, weak = letter.lower(), True
         ax.text(head, layer, letter, ha="center", va="center", fontsize=7 if len(letter) > 1 else 8)
-    handles = [
-        Patch(facecolor=colour, edgecolor="#555555", linewidth=0.5, label=f"{PATTERN_LETTERS.get(name, '?')}  {name}")
-        for name, colour in zip(classes, colours)
-    ]
+    legend = [f"{PATTERN_LETTERS.get(name, '?')}  {PATTERN_NAMES.get(name, name)}" for name in classes]
+    handles = [Patch(facecolor=colour, edgecolor="#555555", linewidth=0.5, label=label) for label, colour in zip(legend, colours)]
     figure.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
     lower = "lower case: the class of under half the head's sentences"
     titled(figure, title, "; ".join(part for part in (note, lower if weak else None) if part) or None, ax)

@@ -2,12 +2,14 @@
 
 Imported only when a figure is drawn (it imports matplotlib). Figures are built on
 `matplotlib.figure.Figure` directly: no pyplot, so no global figure list, no GUI backend, and
-nothing kept alive after the caller drops the figure.
+nothing kept alive after the caller drops the figure. Such a figure has no display in a
+notebook of its own (IPython's is registered by `%matplotlib inline`, for pyplot's), so each
+is a `ShownFigure`, which draws itself as PNG when a cell ends with it.
 """
 
 from __future__ import annotations
 
-import math
+import io
 from collections.abc import Collection, Sequence
 
 import numpy as np
@@ -19,16 +21,31 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
 LARGEST_LABEL = 9.0  # points: tick labels of short inputs
-SMALLEST_LABEL = 5.0  # points: below this a label is thinned out (every k-th) rather than shrunk
+SMALLEST_LABEL = 5.0  # points: the smallest token label, still legible on paper
 LABEL_PITCH = 1.3  # a label needs this many times its font size along the axis
-MAX_INCHES = 13.0  # the longest side of a figure; past it labels shrink, then thin out
+TOKEN_AXIS_INCHES = 9.0  # a token axis grows to this at the largest labels, then its labels shrink
+MAX_TOKENS = 100  # the tokens a figure labels, each one: 100 labels of SMALLEST_LABEL take TOKEN_AXIS_INCHES
+MAX_INCHES = 13.0  # the longest side of a figure (but a token heatmap's, which grows with its tokens)
 ANNOTATE_CELLS = 160  # grids with at most this many cells write each value in its cell
 MISSING = "#d9d9d9"  # cells with no value (NaN): out of a local head's reach, a relation never seen
 
 
-def new_figure(width: float, height: float) -> Figure:
-    """An empty figure of `width` × `height` inches (capped), laid out so labels, titles and colour bars are never cut."""
-    return Figure(figsize=(min(width, MAX_INCHES), min(height, MAX_INCHES)), layout="constrained")
+class ShownFigure(Figure):
+    """A matplotlib Figure that a notebook shows as it is: a cell whose last line is `result.figure()` displays the
+    picture (image/png), with no `%matplotlib inline` first; everything else (`savefig`, axes) is matplotlib's own."""
+
+    def _repr_png_(self) -> bytes:
+        buffer = io.BytesIO()
+        self.savefig(buffer, format="png", bbox_inches="tight")
+        return buffer.getvalue()
+
+
+def new_figure(width: float, height: float, largest: float | None = MAX_INCHES) -> Figure:
+    """An empty figure of `width` × `height` inches (each at most `largest`; None: as given), laid out so labels,
+    titles and colour bars are never cut."""
+    if largest is not None:
+        width, height = min(width, largest), min(height, largest)
+    return ShownFigure(figsize=(width, height), layout="constrained")
 
 
 def plain(text: str) -> str:
@@ -36,22 +53,26 @@ def plain(text: str) -> str:
     return text.replace("$", r"\$")
 
 
-def tick_plan(count: int, inches: float) -> tuple[float, int]:
-    """(font size in points, step k) so that `count` labels along `inches` do not overlap: shrink first, then show every k-th."""
-    room = max(inches, 0.5) * 72.0
-    size = min(LARGEST_LABEL, max(SMALLEST_LABEL, room / (max(count, 1) * LABEL_PITCH)))
-    fits = max(1, int(room // (size * LABEL_PITCH)))
-    return size, max(1, math.ceil(count / fits))
+def token_label_size(count: int) -> float:
+    """The font size (points) of `count` token labels: the largest while they fit TOKEN_AXIS_INCHES, then smaller,
+    never under SMALLEST_LABEL (a figure shows at most MAX_TOKENS tokens)."""
+    return min(LARGEST_LABEL, max(SMALLEST_LABEL, TOKEN_AXIS_INCHES * 72.0 / (max(count, 1) * LABEL_PITCH)))
 
 
-def token_ticks(ax: Axes, axis: str, labels: Sequence[str], inches: float, bold: Collection[int] = ()) -> None:
-    """Tick `labels` (one per cell) along `axis` ("x", rotated, or "y"), shrunk or thinned to fit `inches`.
+def token_axis_inches(count: int, size: float) -> float:
+    """How long an axis of `count` labels of `size` points must be for no two to overlap."""
+    return count * size * LABEL_PITCH / 72.0
 
-    With every k-th label shown, the ticks keep their true positions, so the labels still name their cells.
-    """
-    size, step = tick_plan(len(labels), inches)
-    positions = list(range(0, len(labels), step))
-    shown = [plain(labels[i]) for i in positions]
+
+def label_inches(labels: Sequence[str], size: float) -> float:
+    """About how far the longest of `labels` reaches from its axis at `size` points (room the figure leaves for it)."""
+    return max((len(label) for label in labels), default=1) * size * 0.62 / 72.0 + 0.1
+
+
+def token_ticks(ax: Axes, axis: str, labels: Sequence[str], size: float, bold: Collection[int] = ()) -> None:
+    """Tick every one of `labels` (one per cell) along `axis` ("x", rotated, or "y") at `size` points: each cell named."""
+    positions = list(range(len(labels)))
+    shown = [plain(label) for label in labels]
     if axis == "x":
         ax.set_xticks(positions, shown, rotation=90, fontsize=size)
         ticks = ax.get_xticklabels()

@@ -18,14 +18,16 @@ from rich.text import Text
 if TYPE_CHECKING:
     from bertscope.core.model.results import PatternResult
 
-PATTERN_LETTERS = {"vertical": "V", "diagonal": "D", "vertical+diagonal": "VD", "block": "B", "heterogeneous": "H"}
+PATTERN_LETTERS = {"vertical": "V", "diagonal": "D", "vertical+diagonal": "VD", "block": "B", "heterogeneous": "H", "off": "×"}
 PATTERN_STYLES = {
     "vertical": "bold magenta",
     "diagonal": "bold cyan",
     "vertical+diagonal": "bold blue",
     "block": "bold green",
     "heterogeneous": "dim",
+    "off": "bold red",
 }
+OFF_LEGEND = "switched off in these passes, of no pattern and left out of the shares"
 
 
 def pattern_grid(dominant: np.ndarray, patterns: tuple[str, ...], shares: np.ndarray | None = None) -> Table:
@@ -40,7 +42,7 @@ def pattern_grid(dominant: np.ndarray, patterns: tuple[str, ...], shares: np.nda
         for head in range(num_heads):
             name = patterns[dominant[layer, head]]
             letter = PATTERN_LETTERS[name]
-            if shares is not None and shares[layer, head].max() < 0.5:
+            if shares is not None and shares[layer, head].max() < 0.5 and name != "off":
                 letter = letter.lower()  # no class holds half the sentences
             cells.append(Text(letter, style=PATTERN_STYLES[name]))
         table.add_row(str(layer), *cells)
@@ -51,7 +53,7 @@ def pattern_legend(patterns: tuple[str, ...]) -> Text:
     legend = Text(style="dim")
     for name in patterns:
         legend.append(PATTERN_LETTERS[name], style=PATTERN_STYLES[name])
-        legend.append(f" {name}  ")
+        legend.append(f" {name}{f' ({OFF_LEGEND})' if name == 'off' else ''}  ")
     legend.append("(lower case: the class of under half the sentences)")
     return legend
 
@@ -72,9 +74,13 @@ def layer_bars(values: dict[str, np.ndarray], title: str, scale: float = 1.0, wi
     return table
 
 
-def layer_pattern_table(layer_shares: np.ndarray, patterns: tuple[str, ...], short: bool = False) -> Table:
-    """Per layer, the share of (head, sentence) maps in each pattern class (`short`: letters as headers)."""
-    table = Table(box=None, padding=(0, 1), title="pattern shares per layer", title_justify="left")
+def layer_pattern_table(layer_shares: np.ndarray, patterns: tuple[str, ...], short: bool = False, off: bool = False) -> Table:
+    """Per layer, the share of (head, sentence) maps in each pattern class (`short`: letters as headers); `off`: some
+    heads were switched off, and are left out (the title says so, in the width of the short table)."""
+    title = "pattern shares per layer"
+    if off:
+        title = "shares per layer, heads off out" if short else f"{title}, heads off left out"
+    table = Table(box=None, padding=(0, 1), title=title, title_justify="left")
     table.add_column("layer", justify="right", style="dim")
     for name in patterns:
         table.add_column(PATTERN_LETTERS[name] if short else name, justify="right", style=PATTERN_STYLES[name])
@@ -148,13 +154,19 @@ def norms_report(result: PatternResult) -> Group:
 
 
 def patterns_report(result: PatternResult, patterns: tuple[str, ...]) -> Group:
-    """Everything a person wants from one run, top to bottom (and the norms beside the weights, when computed)."""
+    """Everything a person wants from one run, top to bottom (and the norms beside the weights, when computed).
+
+    `patterns` are the pattern classes (PATTERNS); heads switched off are of one more, off (CLASSES)."""
+    from bertscope.core.model.results import OFF
+
+    off = bool(result.off.any())
+    classes = (*patterns, OFF)
     parts: list[RenderableType] = [
         Text("dominant pattern per head", style="bold"),
-        pattern_grid(result.dominant, patterns, result.pattern_shares),
-        pattern_legend(patterns),
+        pattern_grid(result.dominant, classes, result.pattern_shares),
+        pattern_legend(classes if off else patterns),
         Text(),
-        layer_pattern_table(result.layer_pattern_shares(), patterns),
+        layer_pattern_table(result.layer_pattern_shares(), patterns, off=off),
         Text(),
         layer_bars(
             {name: result.layer_statistics(name) for name in ("cls", "sep", "punct")},

@@ -108,7 +108,8 @@ class GeometryScreen(CorpusRunScreen[GeometryResult]):
     def figure(self) -> Figure:
         """The scatter of the layer shown, coloured as here."""
         assert self.result is not None  # `e` exports only a result
-        return self.result.figure("scatter", layer=self.shown_layer, label=self.label)
+        under = conditions_note(*self.result_conditions())  # the mask, and an erasure, which the result does not hold
+        return self.result.figure("scatter", layer=self.shown_layer, label=self.label, under=under)
 
     def export_data(self) -> dict[str, Any]:
         """The CLI's `geometry --json --points`: every layer's scatter coordinates, the CKA matrices, ID."""

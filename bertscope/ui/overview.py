@@ -264,9 +264,11 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
         else:
             values = result.statistics[self._shown(self.shading)]
             high = 1.0 if self.shading not in ("entropy", "distance") else max(float(values.max()), 1e-6)
-            grid.show(values, (0.0, high), self._label(self.shading), HeadMask.none(*values.shape), self.selected)
+            grid.show(values, (0.0, high), self._label(self.shading), result.mask or HeadMask.none(*values.shape), self.selected)
         layer, head = self.selected
         items = [f"{name} {share:.0%}" for name, share in zip(PATTERNS, result.pattern_shares[layer, head]) if share > 0]
+        if result.off[layer, head]:
+            items.insert(0, f"switched off ({result.ablation}): no pattern")
         items += [
             f"{'‖αf‖ ' * (self._shown(name) != name)}{name} {result.statistics[self._shown(name)][layer, head]:.2f}" for name in STATISTICS
         ]
@@ -289,7 +291,7 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
         charts: list[RenderableType] = [
             per_layer,
             Text(),
-            layer_pattern_table(result.layer_pattern_shares(), PATTERNS, short=True),
+            layer_pattern_table(result.layer_pattern_shares(), PATTERNS, short=True, off=bool(result.off.any())),
         ]
         if self.syntax is not None and self.syntax.relations:
             relations = self.syntax.by_frequency()[:SYNTAX_ROWS]

@@ -294,14 +294,16 @@ class ProbingScreen(Screen[None]):
         save_screen(self.app, "probing", self.curves(), ".json", self.figure)
 
     def figure(self) -> Figure:
-        """Every curve shown, on one plot, each named as its column here (with `d`: the compression of those with codes)."""
+        """Every curve shown, on one plot, each named as its column here (with `d`: beside those with codes, their
+        compression in a second panel, as `bertscope probe --mdl --figure` draws them)."""
         from bertscope.figures.curves import probe_curves
 
         reports = list(self.reports.items())
         coded = [(title, report) for title, report in reports if report.mdl]
-        if self.kept.probe_codes and coded:  # the compression curves, as `bertscope probe --mdl --figure` draws them
-            curves = [replace(report.compression_curve(), task=title) for title, report in coded]
-            return probe_curves(curves, "compression (uniform / online bits)")
+        if self.kept.probe_codes and coded:
+            curves = [replace(report.curve(), task=title) for title, report in coded]
+            codes = [replace(report.compression_curve(), task=title) for title, report in coded]
+            return probe_curves(curves, coded[0][1].metric, compression=codes)
         metric = reports[0][1].metric
         return probe_curves([replace(report.curve(), task=title) for title, report in reports], metric)
 

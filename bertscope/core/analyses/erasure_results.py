@@ -104,4 +104,6 @@ class ErasureResult(Shown):
             f"{self.measure['name']}: {self.measure['none']:.3f} as it is, {self.measure['erased']:.3f} erased, "
             f"{self.measure['control']:.3f} with {self.rank} random directions removed"
         )
+        if self.settings.get("mask"):
+            note += f"; heads off {self.settings['mask']} ({self.settings.get('ablation', 'zero')} ablation)"
         return probe_curves(curves, "accuracy", title=f"{self.task} erased at layer {self.layer} (LEACE)", note=note)

@@ -89,18 +89,20 @@ class GeometryResult(Shown):
             for layer in range(self.num_layers)
         ]
 
-    def figure(self, kind: str = "scatter", layer: int | None = None, label: str | None = None) -> Figure:
+    def figure(self, kind: str = "scatter", layer: int | None = None, label: str | None = None, under: str | None = None) -> Figure:
         """`kind` "scatter": the sample on `layer`'s first two principal components (default: the last layer), coloured by
         `label` (default: the first scheme it has); "cka": linear CKA layer × layer; "dimension": the TwoNN intrinsic
-        dimension per layer."""
+        dimension per layer. `under` ends the figure's note: what the passes ran under (" · mask 0:3 (zero) · upos erased
+        @4"); by default the result's mask."""
+        ran = (f" · mask {self.mask} ({self.ablation})" if self.mask else "") if under is None else under
         if kind == "cka":
             from bertscope.figures.heatmaps import cka_matrix
 
-            return cka_matrix(self.cka, note=f"on {self.size:,} {self.unit}s from {self.sentences:,} sentences")
+            return cka_matrix(self.cka, note=f"on {self.size:,} {self.unit}s from {self.sentences:,} sentences{ran}")
         if kind == "dimension":
             from bertscope.figures.curves import layer_curve
 
-            note = f"TwoNN (Facco et al. 2017) on {self.size:,} {self.unit}s"
+            note = f"TwoNN (Facco et al. 2017) on {self.size:,} {self.unit}s{ran}"
             return layer_curve(self.intrinsic_dimension, "intrinsic dimension (TwoNN)", title="intrinsic dimension per layer", note=note)
         if kind != "scatter":
             raise InputError(f"no figure {kind!r} of a geometry: choose scatter, cka or dimension", setting="kind")
@@ -116,7 +118,8 @@ class GeometryResult(Shown):
             raise InputError(f"these {self.unit}s have no label {label!r}; labels here: {have}", setting="label")
         title = f"layer {layer}: PCA of {self.size:,} {self.unit}s" + (f", by {label}" if label else "")
         labels = self.labels[label] if label is not None else None
-        return pca_scatter(self.projection[layer], labels, explained=self.explained[layer], title=title, legend_title=label)
+        ran_under = ran.removeprefix(" · ") or None
+        return pca_scatter(self.projection[layer], labels, explained=self.explained[layer], title=title, legend_title=label, note=ran_under)
 
     def as_json(self, model: str, *, points: bool = False) -> dict:
         layers = []

@@ -104,6 +104,7 @@ class HeadImportance(Shown):
         label += " (ℓ2-normalised per layer)" if self.normalized else ""
         title = f"head importance · {self.objective} · {self.method} ({self.ablation})"
         note = f"over {self.sentences:,} sentences" + ("; × pruned" if self.pruned else "")
+        note += f"; with heads {self.base_mask} off ({self.ablation})" if self.base_mask else ""
         return head_grid(self.importance, label, title=title, masked=self.pruned, note=note)
 
     def as_json(self, model: str) -> dict:

@@ -225,7 +225,8 @@ class MixingAgreement(Shown):
         ax.tick_params(axis="x", labelrotation=45)
         annotate_cells(ax, self.agreement, image)
         colour_bar(figure, image, ax, "Spearman ρ of rolled-out rows, last layer", shrink=0.85)
-        titled(figure, f"context-mixing measures compared · {self.sentences:,} sentences", None, ax)
+        note = f"heads off {self.mask.spec()} ({self.ablation})" if self.mask is not None and len(self.mask) else None
+        titled(figure, f"context-mixing measures compared · {self.sentences:,} sentences", note, ax)
         return figure
 
     def as_json(self) -> dict:

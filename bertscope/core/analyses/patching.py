@@ -180,6 +180,8 @@ def patch(
             layers=effects.get("layers"),
             positions=effects.get("positions"),
             notes=tuple(_notes(probe, clean_encoding, corrupt_encoding)),
+            clean_text=clean if clean_pair is None else f"{clean} / {clean_pair}",
+            corrupt_text=corrupt if corrupt_pair is None else f"{corrupt} / {corrupt_pair}",
         ),
     )
 

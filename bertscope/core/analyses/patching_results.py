@@ -20,6 +20,7 @@ SWEEPS = ("heads", "layers", "positions")
 DIRECTIONS = ("denoise", "noise")
 """denoise: clean activations into the corrupted run (what restores the behaviour); noise: corrupted into clean (what breaks it)."""
 COMPONENTS = ("attention", "feed_forward")
+INPUT_CHARACTERS = 120  # a figure names each input in at most this many characters
 
 EFFECTS = {
     "denoise": "(m(patched) - m(corrupt)) / (m(clean) - m(corrupt)): the share of the behaviour the clean activation restores",
@@ -44,6 +45,8 @@ class PatchingResult(Shown):
     layers: np.ndarray | None = None  # [L, 2]: the layer's attention write, its feed-forward write
     positions: np.ndarray | None = None  # [L+1, T]: the hidden state (0 = embedding output) at one position
     notes: tuple[str, ...] = ()
+    clean_text: str = ""  # the inputs as given (a pair's second text after " / "), for the figure to name them
+    corrupt_text: str = ""
 
     def summary(self) -> str:
         parts = [f"{self.metric_description} · {self.direction}", f"clean {self.clean_metric:.4g}, corrupted {self.corrupt_metric:.4g}"]
@@ -80,7 +83,7 @@ class PatchingResult(Shown):
             raise InputError(f"this run did not patch {sweep or 'anything'} (it swept {ran}): nothing to draw", setting="sweep")
         label = "effect (share of m(clean) − m(corrupt))"
         how = "clean into corrupted: the share restored" if self.direction == "denoise" else "corrupted into clean: the share destroyed"
-        note = f"{self.direction} ({how}); m = {self.metric_description}"
+        note = f"{self.inputs()}\n{self.direction} ({how}); m = {self.metric_description}"
         if sweep == "positions":
             from bertscope.figures.heatmaps import residual_map
 
@@ -91,6 +94,13 @@ class PatchingResult(Shown):
             columns = [component.replace("_", "-") for component in COMPONENTS]
             return head_grid(values, label, title="patching each layer's writes", note=note, signed=True, columns=columns, xlabel="")
         return head_grid(values, label, title="patching each head's output", note=note, signed=True)
+
+    def inputs(self) -> str:
+        """Which inputs were patched, as a figure names them: 'clean "…" · corrupted "…"' (the tokens where the texts
+        were not kept)."""
+        texts = (self.clean_text or " ".join(self.tokens), self.corrupt_text or " ".join(self.corrupt_tokens))
+        clean, corrupt = (text if len(text) <= INPUT_CHARACTERS else text[: INPUT_CHARACTERS - 1] + "…" for text in texts)
+        return f'clean "{clean}" · corrupted "{corrupt}"'
 
     def as_json(self) -> dict:
         payload = {

@@ -37,7 +37,9 @@ queries that can see such a token, and V's columns over the queries that can see
 that what the window hides is not read as attention the head chose not to pay.
 
 Over a corpus, each head gets the share of sentences in each class and its dominant class;
-each layer the mean of its heads. Statistics accumulate batch by batch on the model's
+each layer the mean of its heads. A head switched off by the mask is of its own class, off
+(results.OFF): its map is the ablation's (zeros, or uniform), so it is not classified, and
+the layer's shares are the mean of its other heads. Statistics accumulate batch by batch on the model's
 device, so memory does not grow with the corpus.
 """
 
@@ -265,7 +267,8 @@ class _Accumulator:
     """Sums over sentences, kept on the host as float64 `[L, H, S]` arrays (S: the statistics in FEATURES' order,
     NORM_SHARES), and each head's count of sentences per pattern class."""
 
-    def __init__(self, num_layers: int, num_heads: int, norms: bool = False):
+    def __init__(self, num_layers: int, num_heads: int, norms: bool = False, mask: HeadMask | None = None, ablation: Ablation = "zero"):
+        self.mask, self.ablation = (mask if mask is not None and len(mask) else None), ablation
         self.table = np.zeros((num_layers, num_heads, len(STATISTICS)))
         self.norm_table = np.zeros((num_layers, num_heads, len(NORM_SHARES))) if norms else None
         self.counts = np.zeros((num_layers, num_heads, len(PATTERNS)))
@@ -307,12 +310,17 @@ class _Accumulator:
         values = (np.concatenate(tables, -1) / sentences).astype(np.float32)
         norms = [f"norm_{name}" for name in NORM_SHARES] if self.norm_table is not None else []
         columns = dict(zip([*FEATURES[: len(STATISTICS)], *norms], np.moveaxis(values[..., : -len(PATTERNS)], -1, 0), strict=True))
+        shares = np.ascontiguousarray(values[..., -len(PATTERNS) :])
+        for layer, head in self.mask.off if self.mask is not None else ():
+            shares[layer, head] = 0.0  # switched off: of no pattern (PatternResult's OFF)
         return PatternResult(
             sentences=self.sentences,
             tokens=self.tokens,
             truncated=self.truncated,
             statistics={name: np.ascontiguousarray(columns[name]) for name in [*STATISTICS, *norms]},
-            pattern_shares=np.ascontiguousarray(values[..., -len(PATTERNS) :]),
+            pattern_shares=shares,
+            mask=self.mask,
+            ablation=self.ablation,
         )
 
 
@@ -338,7 +346,7 @@ def pattern_statistics(
     (core.data.batching), so a chunk's longest sentences cost no more than its shortest. `norms` adds the shares of
     value-weighted norms, from the same passes (module docstring).
     """
-    accumulator = _Accumulator(session.num_layers, session.num_heads, norms)
+    accumulator = _Accumulator(session.num_layers, session.num_heads, norms, mask, ablation)
     reads = LaggedReads()  # each batch's table is added once the next batch's pass is queued (on a GPU)
     gates = session.gate_tensor(mask)
     punctuation = punctuation_ids(session.tokenizer)

@@ -78,19 +78,23 @@ class ProbeReport(Shown):
         codes = [layer["mdl"]["control"] if control else layer["mdl"] for layer in self.layers]
         return np.array([code["compression"] for code in codes], dtype=np.float64)
 
-    def figure(self, *others: ProbeReport, mdl: bool = False) -> Figure:
+    def figure(self, *others: ProbeReport, mdl: bool = False, under: str = "") -> Figure:
         """The score per layer (0 = embeddings) with its baselines dashed and the best layer starred; `others`: more
-        tasks on the same axes (one line each). `mdl`: the compression per layer instead (uniform over online
-        codelength, Voita & Titov), the control task's dashed, 1 (the uniform code) as the floor."""
+        tasks on the same axes (one line each). `mdl`: under the scores, a second panel of the compression per layer
+        (uniform over online codelength, Voita & Titov), the control task's dashed, 1 (the uniform code) as the floor.
+        `under`: what the passes ran under ("mask 0:3 (zero)"), which the report does not hold, as the figure's note."""
         from bertscope.figures.curves import probe_curves
 
         reports = (self, *others)
-        if mdl:
-            title = "description length " + ", ".join(report.task for report in reports)
-            return probe_curves([report.compression_curve() for report in reports], "compression (uniform / online bits)", title=title)
         metrics = list(dict.fromkeys(report.metric for report in reports))
-        title = "probing " + ", ".join(report.task for report in reports)
-        return probe_curves([report.curve() for report in reports], " / ".join(metrics), title=title)
+        tasks = ", ".join(report.task for report in reports)
+        curves = [report.curve() for report in reports]
+        note = under.removeprefix(" · ") or None
+        if mdl:
+            codes = [report.compression_curve() for report in reports]
+            title = f"probing {tasks}: {' / '.join(metrics)} and description length"
+            return probe_curves(curves, " / ".join(metrics), title=title, note=note, compression=codes)
+        return probe_curves(curves, " / ".join(metrics), title=f"probing {tasks}", note=note)
 
     def compression_curve(self) -> ProbeCurve:
         """The report's compression per layer as a figure's curve, its best layer, the uniform code's 1 and the control

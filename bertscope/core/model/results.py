@@ -141,7 +141,8 @@ class ForwardResult(Shown):
         from bertscope.core.model.labels import token_labels
 
         labels = token_labels(self.tokens, self.encoding.special)  # RoBERTa's `Ġte` as `te`, as the explorer labels it
-        return attention_heatmap(matrix, labels, layer=layer, head=head, heads=num_heads, quantity=quantity, note=note)
+        rest = f"result.{'norms' if norms else 'attentions'} has every token"
+        return attention_heatmap(matrix, labels, layer=layer, head=head, heads=num_heads, quantity=quantity, note=note, rest=rest)
 
     def _mask_note(self, layer: int, head: int | None) -> str | None:
         """What the figure of (layer, head) should say of the heads switched off in this pass."""
@@ -166,6 +167,10 @@ class MaskPrediction:
 
 PATTERNS = ("vertical", "diagonal", "vertical+diagonal", "block", "heterogeneous")
 """Attention pattern classes after Kovaleva et al. 2019 (how they are told apart: core.analyses.patterns)."""
+OFF = "off"
+"""The class of a head switched off in the passes: its map is the ablation's (zeros, or uniform), not a pattern it has."""
+CLASSES = (*PATTERNS, OFF)
+"""Every class a head is given (`PatternResult.dominant` indexes it): a pattern, or off."""
 STATISTICS = ("cls", "sep", "punct", "self", "prev", "next", "block", "entropy", "distance")
 """Per-head attention statistics, each averaged over real query tokens and sentences."""
 NORM_SHARES = ("cls", "sep", "punct", "self", "prev", "next")
@@ -191,7 +196,9 @@ class PatternResult(Shown):
     """Corpus-level attention statistics: `[L, H]` arrays, `pattern_shares` `[L, H, 5]`.
 
     When norms were asked for, `statistics` also holds `norm_cls`, `norm_sep`, ... (NORM_SHARES):
-    the same shares taken of the value-weighted norms instead of the weights.
+    the same shares taken of the value-weighted norms instead of the weights. A head that
+    `mask` switched off is of class OFF: its pattern shares are all 0 (its map is the
+    ablation's, no pattern of the model's) and the per-layer shares leave it out.
     """
 
     sentences: int
@@ -200,11 +207,21 @@ class PatternResult(Shown):
     statistics: dict[str, np.ndarray]
     pattern_shares: np.ndarray
     notes: tuple[str, ...] = ()  # what a person should be told about the outcome (lines skipped, text cut)
+    mask: HeadMask | None = None  # the heads switched off in the passes
+    ablation: Ablation = "zero"
+
+    @property
+    def off(self) -> np.ndarray:
+        """`[L, H]` bool: the heads switched off in the passes."""
+        off = np.zeros(self.pattern_shares.shape[:2], dtype=bool)
+        for layer, head in self.mask.off if self.mask is not None else ():
+            off[layer, head] = True
+        return off
 
     @property
     def dominant(self) -> np.ndarray:
-        """`[L, H]` index into PATTERNS of each head's most frequent class."""
-        return self.pattern_shares.argmax(-1)
+        """`[L, H]` index into CLASSES of each head's most frequent pattern, or of OFF for a head switched off."""
+        return np.where(self.off, CLASSES.index(OFF), self.pattern_shares.argmax(-1))
 
     @property
     def has_norms(self) -> bool:
@@ -227,7 +244,7 @@ class PatternResult(Shown):
             [
                 layer,
                 head,
-                PATTERNS[self.dominant[layer, head]],
+                CLASSES[self.dominant[layer, head]],
                 *(float(share) for share in self.pattern_shares[layer, head]),
                 *(float(self.statistics[name][layer, head]) for name in names),
             ]
@@ -236,12 +253,14 @@ class PatternResult(Shown):
         return header, rows
 
     def layer_pattern_shares(self) -> np.ndarray:
-        return self.pattern_shares.mean(1)
+        """`[L, 5]`: per layer, the share of (head, sentence) maps in each pattern, over the heads not switched off."""
+        on = ~self.off
+        return (self.pattern_shares * on[..., None]).sum(1) / np.maximum(on.sum(1), 1)[:, None]
 
     def summary(self) -> str:
         num_layers, num_heads = self.dominant.shape
-        counts = np.bincount(self.dominant.ravel(), minlength=len(PATTERNS))
-        classes = ", ".join(f"{name} {count}" for name, count in zip(PATTERNS, counts) if count)
+        counts = np.bincount(self.dominant.ravel(), minlength=len(CLASSES))
+        classes = ", ".join(f"{name} {count}" for name, count in zip(CLASSES, counts) if count)
         return f"{self.sentences:,} sentences · {self.tokens:,} tokens · {num_layers}×{num_heads} heads · heads by pattern: {classes}"
 
     def table(self) -> list[dict[str, Any]]:
@@ -249,15 +268,16 @@ class PatternResult(Shown):
         header, rows = self.head_table()
         return [dict(zip(header, row)) for row in rows]
 
-    def figure(self, statistic: str | None = None, under: str = "") -> Figure:
+    def figure(self, statistic: str | None = None, under: str | None = None) -> Figure:
         """Each head's dominant pattern class (Kovaleva et al. 2019), or with `statistic` (cls, entropy, norm_sep, ...)
-        that statistic per head on a colour bar (shares on 0–1). `under` ends the figure's note: what the passes ran under
-        (" · mask 0:3 (zero)"), which the result does not hold."""
-        note = self._counted() + under
+        that statistic per head on a colour bar (shares on 0–1), heads switched off marked ×. `under` ends the figure's
+        note: what the passes ran under (" · mask 0:3 (zero) · upos erased @4"); by default the result's mask."""
+        note = self._counted() + (self._mask_note() if under is None else under)
+        off = self.off
         if statistic is None:
             from bertscope.figures.grids import pattern_classes
 
-            return pattern_classes(self.dominant, PATTERNS, shares=self.pattern_shares, note=note)
+            return pattern_classes(self.dominant, CLASSES if off.any() else PATTERNS, shares=self.pattern_shares, note=note)
         if statistic not in self.statistics:
             raise InputError(f"no statistic {statistic!r}: choose one of {', '.join(self.statistic_names)}", setting="statistic")
         from bertscope.figures.grids import head_grid
@@ -266,10 +286,14 @@ class PatternResult(Shown):
         label = STATISTIC_LABELS[name].replace("attention", "value-weighted norm ‖α f(x)‖") if statistic != name else STATISTIC_LABELS[name]
         share = name not in ("entropy", "distance")
         title = f"{label} per head"
-        return head_grid(self.statistics[statistic], label, title=title, vmin=0.0, vmax=1.0 if share else None, note=note)
+        masked = {(int(layer), int(head)) for layer, head in zip(*np.nonzero(off))}
+        return head_grid(self.statistics[statistic], label, title=title, vmin=0.0, vmax=1.0 if share else None, note=note, masked=masked)
 
     def _counted(self) -> str:
         return f"over {self.sentences:,} sentences, {self.tokens:,} tokens"
+
+    def _mask_note(self) -> str:
+        return f" · mask {self.mask.spec()} ({self.ablation})" if self.mask is not None and len(self.mask) else ""
 
     def as_json(self, model: str) -> dict:
         heads = []
@@ -280,7 +304,7 @@ class PatternResult(Shown):
             per_layer = (*NORM_SHARES, *(f"norm_{name}" for name in NORM_SHARES))
         for layer in range(num_layers):
             for head in range(num_heads):
-                entry = {"layer": layer, "head": head, "pattern": PATTERNS[self.dominant[layer, head]]}
+                entry = {"layer": layer, "head": head, "pattern": CLASSES[self.dominant[layer, head]]}
                 entry["pattern_shares"] = _shares(self.pattern_shares[layer, head])
                 entry.update({name: round(float(self.statistics[name][layer, head]), 6) for name in names})
                 heads.append(entry)

@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.binding import Binding
 
 from bertscope.core.model.masks import HeadMask
-from bertscope.core.model.results import PATTERNS
+from bertscope.core.model.results import CLASSES, OFF
 from bertscope.render.patterns import PATTERN_LETTERS
 from bertscope.theming import Colormap
 from bertscope.ui.widgets.head_grid import CELL, HeadGrid
@@ -21,7 +21,7 @@ class PatternGrid(HeadGrid, inherit_bindings=False):
 
     def __init__(self, colormap: Colormap, *, id: str | None = None) -> None:
         super().__init__(colormap, id=id)
-        self.classes_of: np.ndarray | None = None  # [L, H] index into PATTERNS, or None to shade values
+        self.classes_of: np.ndarray | None = None  # [L, H] index into CLASSES, or None to shade values
         self.class_colours: dict[str, str] = {}
 
     def show_classes(self, classes: np.ndarray, colours: dict[str, str], selected: tuple[int, int], label: str) -> None:
@@ -43,15 +43,16 @@ class PatternGrid(HeadGrid, inherit_bindings=False):
     def _append_cell(self, text: Text, layer: int, head: int) -> None:
         if self.classes_of is None:
             return super()._append_cell(text, layer, head)
-        name = PATTERNS[self.classes_of[layer, head]]
+        name = CLASSES[self.classes_of[layer, head]]
         letter = PATTERN_LETTERS[name]
         chosen = (layer, head) == self.selected
         body = (f"[{letter}]" if chosen else f" {letter} ") if len(letter) == 1 else (f"[{letter}" if chosen else f" {letter}")
-        style = Style(bold=chosen, reverse=chosen or self.glyphs, bgcolor=None if self.glyphs else self.class_colours[name])
+        colour = self.colormap.masked if name == OFF else self.class_colours[name]  # off: as the main grid colours a masked head
+        style = Style(bold=chosen, reverse=chosen or self.glyphs, bgcolor=None if self.glyphs else colour)
         text.append(body[:CELL].ljust(CELL), style=style)
 
     def _legend(self) -> str:
         if self.classes_of is None:
             return super()._legend()
         layer, head = self.selected
-        return f"{self.figure_label}  {layer}:{head} {PATTERNS[self.classes_of[layer, head]]}"
+        return f"{self.figure_label}  {layer}:{head} {CLASSES[self.classes_of[layer, head]]}"
