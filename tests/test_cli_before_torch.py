@@ -1,8 +1,9 @@
 """Input that can be judged without the model is refused before torch is imported.
 
-Each case runs the real command line in a fresh interpreter and reports its exit status
-and whether torch or transformers were imported: a refusal must be one line, status 2,
-with neither (so it prints in a fraction of a second, not after 5-9 s of imports).
+The cases run the real command line one after another in one fresh interpreter, which
+reports each one's exit status and whether torch or transformers had been imported by its
+end: a refusal must be one line, status 2, with neither (so it prints in a fraction of a
+second, not after 5-9 s of imports).
 Numbers are judged against the model's config.json read as JSON.
 """
 
@@ -13,7 +14,7 @@ import shutil
 
 import pytest
 
-from tests.helpers.cli import assert_refused_before_torch, bertscope
+from tests.helpers.cli import assert_a_refusal, bertscope, refusals
 
 SENTENCE = "The keys to the cabinet are on the table."
 
@@ -90,35 +91,55 @@ OUT_OF_RANGE_BUNDLED = [  # all-MiniLM-L6-v2: 6 layers x 12 heads
 ]
 
 
-@pytest.mark.parametrize(("args", "message"), EMPTY_TEXT, ids=lambda value: " ".join(value) if isinstance(value, tuple) else "")
-def test_empty_text(files, args, message):
-    assert_refused_before_torch([named(word, files) for word in args], message)
+def ids(value) -> str:
+    return " ".join(value) if isinstance(value, tuple) else ""
 
 
-@pytest.mark.parametrize(("args", "message"), BAD_MASK, ids=lambda value: " ".join(value) if isinstance(value, tuple) else "")
-def test_malformed_mask(args, message):
-    assert_refused_before_torch(args, message)
+def case(args: tuple[str, ...], files: dict, model: str | None = None) -> list[str]:
+    return [*(named(word, files) for word in args), *(["-m", files[model]] if model else [])]
 
 
-@pytest.mark.parametrize(("args", "message"), MISSING_OR_UNWRITABLE_FILE, ids=lambda value: " ".join(value) if isinstance(value, tuple) else "")
-def test_missing_or_unwritable_file(files, args, message):
-    assert_refused_before_torch([named(word, files) for word in args], named(message, files))
+VOCABULARY_CASE = ("fill", "A [MASK] day.", "--top", "500")
 
 
-@pytest.mark.parametrize(("args", "message"), OUT_OF_RANGE_TINY, ids=lambda value: " ".join(value) if isinstance(value, tuple) else "")
-def test_out_of_range_for_a_tiny_saved_model(files, args, message):
-    assert_refused_before_torch([*(named(word, files) for word in args), "-m", files["TINY"]], message)
+@pytest.fixture(scope="module")
+def refused(files) -> dict:
+    """Every case of this file, run in one new interpreter (see `refusals`)."""
+    cases = [case(args, files) for args, _ in EMPTY_TEXT + BAD_MASK + MISSING_OR_UNWRITABLE_FILE + OUT_OF_RANGE_BUNDLED]
+    cases += [case(args, files, "TINY") for args, _ in OUT_OF_RANGE_TINY]
+    cases.append(case(VOCABULARY_CASE, files, "SMALL_VOCABULARY"))
+    return refusals(cases)
 
 
-@pytest.mark.parametrize(("args", "message"), OUT_OF_RANGE_BUNDLED, ids=lambda value: " ".join(value) if isinstance(value, tuple) else "")
-def test_out_of_range_for_the_bundled_model(args, message):
-    assert_refused_before_torch(args, message)
+@pytest.mark.parametrize(("args", "message"), EMPTY_TEXT, ids=ids)
+def test_empty_text(refused, files, args, message):
+    assert_a_refusal(refused[tuple(case(args, files))], message)
 
 
-def test_more_guesses_than_the_vocabulary_has(files):
+@pytest.mark.parametrize(("args", "message"), BAD_MASK, ids=ids)
+def test_malformed_mask(refused, files, args, message):
+    assert_a_refusal(refused[tuple(case(args, files))], message)
+
+
+@pytest.mark.parametrize(("args", "message"), MISSING_OR_UNWRITABLE_FILE, ids=ids)
+def test_missing_or_unwritable_file(refused, files, args, message):
+    assert_a_refusal(refused[tuple(case(args, files))], named(message, files))
+
+
+@pytest.mark.parametrize(("args", "message"), OUT_OF_RANGE_TINY, ids=ids)
+def test_out_of_range_for_a_tiny_saved_model(refused, files, args, message):
+    assert_a_refusal(refused[tuple(case(args, files, "TINY"))], message)
+
+
+@pytest.mark.parametrize(("args", "message"), OUT_OF_RANGE_BUNDLED, ids=ids)
+def test_out_of_range_for_the_bundled_model(refused, files, args, message):
+    assert_a_refusal(refused[tuple(case(args, files))], message)
+
+
+def test_more_guesses_than_the_vocabulary_has(refused, files):
     """config.json says 100 tokens: --top 500 is refused without reading the weights."""
-    assert_refused_before_torch(
-        ["fill", "A [MASK] day.", "--top", "500", "-m", files["SMALL_VOCABULARY"]],
+    assert_a_refusal(
+        refused[tuple(case(VOCABULARY_CASE, files, "SMALL_VOCABULARY"))],
         "--top 500 is more guesses than this model has tokens (100); give at most that",
     )
 
