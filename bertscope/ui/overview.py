@@ -25,7 +25,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Input, ProgressBar, Static
+from textual.widgets import Input, Static
 
 from bertscope.api import treebank
 from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
@@ -48,6 +48,7 @@ from bertscope.ui.syntax import SYNTAX_FIGURE, kept_relation, next_relation, syn
 from bertscope.ui.theme import rich_colour
 from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.head_grid import HeadGrid
+from bertscope.ui.widgets.job_progress import JobProgress
 from bertscope.ui.widgets.pattern_grid import PatternGrid
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
         with Horizontal(id="corpus-row"):
             yield Input(str(sample_corpus()), placeholder="a corpus file (text, CoNLL-U or SentEval), then Enter", id="corpus")
         with Horizontal(classes="progress-line"):
-            yield ProgressBar(total=None, show_eta=False, show_percentage=False)
+            yield JobProgress()
             yield Static("", classes="progress-text")
         with Horizontal(id="overview-body"):
             with VerticalScroll(id="overview-left", can_focus=False):
