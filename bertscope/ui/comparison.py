@@ -18,14 +18,14 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Static
 
 from bertscope.core.analyses.geometry_results import ComparisonResult
-from bertscope.core.data.corpus import Sentence, sample_corpus
+from bertscope.core.data.corpus import Sentence
 from bertscope.core.model.masks import HeadMask
 from bertscope.core.progress import Progress
 from bertscope.render.geometry import cka_heatmap
 from bertscope.render.patterns import layer_bars
 from bertscope.theming import Colormap
 from bertscope.ui.backend import Backend
-from bertscope.ui.corpus_screen import CorpusRunScreen
+from bertscope.ui.corpus_screen import SAMPLE, CorpusRunScreen
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.kept import KeptResults
 from bertscope.ui.widgets.footer import KeyFooter
@@ -72,7 +72,7 @@ class ComparisonScreen(CorpusRunScreen[ComparisonResult]):
     def compose(self) -> ComposeResult:
         with Horizontal(id="compare-inputs"):
             yield Input(placeholder="model B: directory or Hugging Face name", id="model-b")
-            yield Input(str(sample_corpus()), placeholder="corpus file, then Enter", id="compare-corpus")
+            yield Input(SAMPLE, placeholder=f"corpus file or {SAMPLE}, then Enter", id="compare-corpus")
         with Horizontal(classes="progress-line"):
             yield JobProgress()
             yield Static("/ types model B (same tokenizer as this model), then Enter", classes="progress-text")

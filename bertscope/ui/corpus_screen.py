@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from threading import Event
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
@@ -14,7 +15,7 @@ from textual.widgets import Static
 
 from bertscope.api import built_in_treebank, corpus
 from bertscope.core.analyses.erasure_results import LiveErasure
-from bertscope.core.data.corpus import ReadReport, Sentence
+from bertscope.core.data.corpus import ReadReport, Sentence, sample_corpus
 from bertscope.core.progress import Progress
 from bertscope.ui.conditions import Conditions
 from bertscope.ui.export import json_text, save_screen
@@ -26,8 +27,15 @@ from bertscope.ui.widgets.job_progress import JobProgress
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+SAMPLE = "sample corpus"  # what a corpus field shows for the sample shipped with bertscope, not its installed path
 R = TypeVar("R")  # the result of a screen's analysis
 Analyse = Callable[[Iterable[Sentence], Event], Iterable[Progress]]  # the sentences as they are read, the cancel event
+
+
+def corpus_path(typed: str) -> str:
+    """The file a corpus field names: what was typed, or the shipped sample's path for `sample corpus` (unless a file of
+    that name is there)."""
+    return str(sample_corpus()) if typed == SAMPLE and not Path(typed).exists() else typed
 
 
 class CorpusRunScreen(Screen[tuple[int, int] | None], Generic[R]):
@@ -95,7 +103,8 @@ class CorpusRunScreen(Screen[tuple[int, int] | None], Generic[R]):
         data: str = "",
         conditions: Conditions | None = None,
     ) -> None:
-        """Read the corpus at `path` (empty: the built-in treebank), then run `analyse(sentences, cancel)` on it.
+        """Read the corpus at `path` (empty: the built-in treebank; `sample corpus`: the shipped sample), then run
+        `analyse(sentences, cancel)` on it.
 
         The sentences are read as the analysis takes them. `data` and `conditions` (the explorer's mask, ablation
         and erasure) say what the run is on, to keep with its result.
@@ -106,7 +115,7 @@ class CorpusRunScreen(Screen[tuple[int, int] | None], Generic[R]):
         self.query_one(JobProgress).started()
 
         def job(cancel: Event) -> Iterable[Progress]:
-            chosen = corpus(data=path) if path else built_in_treebank(self.treebank_sentences)
+            chosen = corpus(data=corpus_path(path)) if path else built_in_treebank(self.treebank_sentences)
             self._read = chosen.report  # filled as the sentences are read
             return analyse(chosen.sentences, cancel)
 

@@ -29,7 +29,7 @@ from textual.widgets import Input, Static
 
 from bertscope.api import treebank
 from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
-from bertscope.core.data.corpus import Sentence, detect_format, sample_corpus
+from bertscope.core.data.corpus import Sentence, detect_format
 from bertscope.core.model.masks import HeadMask
 from bertscope.core.model.results import NORM_SHARES, PATTERNS, STATISTICS, PatternResult
 from bertscope.core.progress import Progress
@@ -38,7 +38,7 @@ from bertscope.render.syntax import syntax_table
 from bertscope.theming import Colormap
 from bertscope.ui.backend import Backend
 from bertscope.ui.conditions import Conditions, conditions_note
-from bertscope.ui.corpus_screen import CorpusRunScreen
+from bertscope.ui.corpus_screen import SAMPLE, CorpusRunScreen, corpus_path
 from bertscope.ui.export import csv_text, save_screen
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
@@ -150,7 +150,7 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="corpus-row"):
-            yield Input(str(sample_corpus()), placeholder="a corpus file (text, CoNLL-U or SentEval), then Enter", id="corpus")
+            yield Input(SAMPLE, placeholder=f"a corpus file (text, CoNLL-U or SentEval) or {SAMPLE}, then Enter", id="corpus")
         with Horizontal(classes="progress-line"):
             yield JobProgress()
             yield Static("", classes="progress-text")
@@ -192,7 +192,7 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
             )
 
         self.run_on_corpus(f"reading {path}…", path, analyse, path, self.conditions)
-        self._run_syntax(path)
+        self._run_syntax(corpus_path(path))
 
     def _run_syntax(self, path: str) -> None:
         """Heads that track syntax beside the patterns, when the corpus is a treebank (CoNLL-U)."""

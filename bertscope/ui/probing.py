@@ -219,11 +219,7 @@ class ProbingScreen(Screen[None]):
             self._filling = True
             missing = self._without_codes()
             again = f"; fitting it for the {len(missing)} curve(s) drawn without it" if missing else ""
-            self.notify(
-                "description length: runs also fit the online code (Voita & Titov 2020), about as long again; compression = "
-                f"uniform / online bits{again}",
-                timeout=5,
-            )
+            self.notify(f"description length: runs also fit the online code, about as long again{again}", timeout=5)
             self._fill_codes()
         else:
             self.notify("accuracy alone; runs no longer fit the online code", timeout=3)
