@@ -217,9 +217,8 @@ class ProbingScreen(Screen[None]):
         codes = self.kept.probe_codes = not self.kept.probe_codes
         if codes:
             self._filling = True
-            missing = self._without_codes()
-            again = f"; fitting it for the {len(missing)} curve(s) drawn without it" if missing else ""
-            self.notify(f"description length: runs also fit the online code, about as long again{again}", timeout=5)
+            self.notify("description length: runs also fit the online code, about as long again", timeout=5)  # the status
+            # line says which curves drawn without it are fitted now: two lines here, over the data field, not the status
             self._fill_codes()
         else:
             self.notify("accuracy alone; runs no longer fit the online code", timeout=3)
