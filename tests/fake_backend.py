@@ -230,7 +230,10 @@ class FakeBackend:
     def probe(self, task, train, dev=None, test=None, *, mask=None, ablation="zero", kind="linear", mdl=False, erasure=None,
               cancel=None):
         """Two feature stages, then a report whose layer l scores 0.5 + 0.1 l (less under a mask); with `mdl`, layer l
-        compresses 1 + l times (its control task 1 + l / 4 times) over a uniform code of 100 bits."""
+        compresses 1 + l times (a word task's control task 1 + l / 4 times: as in the real one, a sentence task has no
+        control) over a uniform code of 100 bits."""
+        from bertscope.core.data.probing_tasks import WORD_TASKS
+
         from bertscope.core.analyses.probing_results import ProbeReport
         from bertscope.core.data.splits import make_splits
 
@@ -251,8 +254,10 @@ class FakeBackend:
         if mdl:
             for layer in layers:
                 code, control = 1.0 + layer["layer"], 1.0 + layer["layer"] / 4
-                layer["mdl"] = {"online_bits": 100 / code, "uniform_bits": 100.0, "compression": code, "blocks": [],
-                                "control": {"online_bits": 100 / control, "uniform_bits": 100.0, "compression": control, "blocks": []}}
+                layer["mdl"] = {"online_bits": 100 / code, "uniform_bits": 100.0, "compression": code, "blocks": []}
+                if task in WORD_TASKS:
+                    layer["mdl"]["control"] = {"online_bits": 100 / control, "uniform_bits": 100.0, "compression": control,
+                                               "blocks": []}
         splits = make_splits(train, dev, test)  # as the real backend's probe_steps splits them
         counts = {"train": len(splits.train), "dev": len(splits.dev), "test": len(splits.test), "classes": 2, "unit": "sentences"}
         report = ProbeReport(task=task, metric="accuracy", layers=layers, best_layer=LAYERS, center_of_gravity=2.0,

@@ -8,8 +8,6 @@ tests/__snapshots__/ to PNG and look at them before committing.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from tests.helpers.ui import make_app, settle
@@ -115,17 +113,6 @@ async def mixing(pilot):
 SCREENS["mixing"] = mixing
 
 
-@pytest.fixture
-def short_sample_path(monkeypatch):
-    """The sample corpus named relative to the repository, so the snapshot is the same in every checkout."""
-    root = Path(__file__).resolve().parents[1]
-    monkeypatch.chdir(root)
-    relative = lambda: Path("bertscope/data/sample.txt")  # noqa: E731
-    monkeypatch.setattr("bertscope.ui.overview.sample_corpus", relative)
-    monkeypatch.setattr("bertscope.ui.comparison.sample_corpus", relative)  # the comparison screen's corpus field
-
-
-@pytest.mark.usefixtures("short_sample_path")
 @pytest.mark.parametrize("size", list(SIZES))
 @pytest.mark.parametrize("screen", list(SCREENS))
 def test_screen(snap_compare, screen, size):

@@ -539,7 +539,9 @@ def test_probing_pane_runs_tasks_side_by_side_and_rescores_with_the_mask():
 
 
 def test_d_adds_the_description_length_beside_accuracy(tmp_path):
-    """Runs fit the online code too; each curve gets a compression column with the control task's, the export draws it."""
+    """Runs fit the online code too; each curve gets a compression column (a word task's control task's beside it), the
+    curve drawn before `d` is fitted again with it, the export draws it."""
+    from bertscope.core.data.corpus import sample_corpus
     from bertscope.ui.probing import ProbingScreen
 
     app = make_app(export_dir=tmp_path)
@@ -552,17 +554,27 @@ def test_d_adds_the_description_length_beside_accuracy(tmp_path):
         await pilot.press("r")  # accuracy alone: no codes fitted
         await settle(pilot)
         assert not screen.reports["bigram_shift"].mdl and "compression" not in rendered(screen.query_one("#curves-content"))
-        await pilot.press("d")
-        await pilot.pause()
+        await pilot.press("d")  # the curve drawn without codes is run again with them
+        await settle(pilot)
+        assert screen.reports["bigram_shift"].mdl and list(screen.reports) == ["bigram_shift"]
         curves = rendered(screen.query_one("#curves-content"))
-        assert "compression" in curves and "—" in curves  # the run made without codes says so
+        assert "compression" in curves and "—" not in curves and "4.00 *" in curves
+        assert "a sentence task has no control task" in curves and "(1.75)" not in curves
+        screen.query_one("#task").value = "upos"  # a word task: its control task's compression in brackets
+        screen.query_one("#probe-data").value = str(sample_corpus("conllu"))
+        await pilot.press("r")
+        await settle(pilot)
+        report = screen.reports[f"upos · {sample_corpus('conllu').name}"]
+        assert report.mdl and report.layers[3]["mdl"]["compression"] == 4.0
+        curves = rendered(screen.query_one("#curves-content"))
+        assert "4.00 * (1.75)" in curves and "1.00 (1.00)" in curves  # layer 3, the best, and layer 0; the control's in brackets
+        assert "(in brackets) the control task's" in curves
         screen.query_one("#task").value = "sentence_length"
+        screen.query_one("#probe-data").value = ""
         await pilot.press("r")
         await settle(pilot)
         report = screen.reports["sentence_length"]
         assert report.mdl and report.layers[3]["mdl"]["compression"] == 4.0
-        curves = rendered(screen.query_one("#curves-content"))
-        assert "4.00 * (1.75)" in curves and "1.00 (1.00)" in curves  # layer 3, the best, and layer 0; the control's in brackets
         await pilot.press("e")
         await settle(pilot)
         [figure] = tmp_path.glob("bertscope-probing-*.svg")

@@ -1,8 +1,11 @@
 """One attention matrix drawn as a Rich renderable, shared by the CLI and the UI.
 
 Rows are query ("from") tokens, columns key ("to") tokens. A cell is one or two terminal
-cells wide; in dense mode one line holds two query rows (the half-block ``▀``: its
-foreground is the upper row, its background the lower one), so a long input fits a pane.
+cells wide (the explorer makes it wider, and a row more than a line tall, where its pane has
+room); in dense mode one line holds two query rows (the half-block ``▀``: its foreground is
+the upper row, its background the lower one), so a long input fits a pane. Column labels are
+written downwards, one character a line; where columns are two or more cells wide they can be
+written across instead, on alternate lines (``staggered``), which takes fewer lines.
 With 256 or more colours a cell is a colour from the theme's colour map; with 16 colours or
 none (NO_COLOR) the value is a shade glyph instead, so the picture still reads (glyphs have
 no halves: there dense mode draws one row per line).
@@ -71,8 +74,9 @@ class AttentionHeatmap:
     """An attention matrix with token labels on both axes, a legend and an optional cursor.
 
     ``scale`` is one of ``SCALES`` (None: the range vmin–vmax, unnamed in the legend).
-    ``cell_width`` is 1 or 2 terminal cells, or None for 2 where the whole grid fits the
-    console and 1 where it does not. ``dense`` draws two query rows per line (colours only).
+    ``cell_width`` is the terminal cells of a column (1 or more), or None for 2 where the whole
+    grid fits the console and 1 where it does not; ``row_height`` the lines of a query row (a map
+    drawn one row a line). ``dense`` draws two query rows per line (colours only).
     ``label_width`` is the row-label gutter (None: the longest label, up to MAX_LABEL_WIDTH);
     ``label_height`` the most lines the vertical column labels may take (0: none).
     ``split_columns`` prints a grid wider than the console in column blocks, like numpy
@@ -83,6 +87,8 @@ class AttentionHeatmap:
     line, else the upper row (the explorer's narrow pane). ``ruler`` replaces the column labels written
     downwards, which one-cell columns leave unreadable past a few dozen tokens, by a ruler: the column
     numbers every ten and a mark over the cursor's column (whose label the line above the map names).
+    ``staggered`` writes the column labels across, on ``label_height`` alternate lines, where a column is two
+    or more cells wide (``stagger_height`` says how many lines show them whole).
     """
 
     def __init__(
@@ -108,6 +114,8 @@ class AttentionHeatmap:
         quantity: str | None = None,
         compact_gutter: bool = False,
         ruler: bool = False,
+        row_height: int = 1,
+        staggered: bool = False,
     ) -> None:
         weights = np.asarray(weights, dtype=float)
         if weights.ndim != 2:
@@ -123,8 +131,10 @@ class AttentionHeatmap:
             raise ValueError(f"vmax ({vmax}) must not be below vmin ({vmin})")
         if scale is not None and scale not in SCALES:
             raise ValueError(f"unknown colour scale {scale!r}; choose one of {', '.join(SCALES)}")
-        if cell_width not in (None, 1, 2):
-            raise ValueError(f"cell_width must be 1, 2 or None (automatic), got {cell_width}")
+        if cell_width is not None and cell_width < 1:
+            raise ValueError(f"cell_width must be at least 1, or None (automatic), got {cell_width}")
+        if row_height < 1:
+            raise ValueError(f"row_height must be at least 1, got {row_height}")
         if label_width is not None and label_width < 1:
             raise ValueError(f"label_width must be at least 1, got {label_width}")
         self.weights = weights
@@ -151,6 +161,8 @@ class AttentionHeatmap:
         self.quantity = quantity
         self.compact_gutter = compact_gutter
         self.ruler = ruler
+        self.row_height = row_height
+        self.staggered = staggered
 
     def layout(self, use_colour: bool, cell_width: int | None = None) -> HeatmapLayout:
         """The picture's lines for a console with (or without) enough colours."""
@@ -269,8 +281,10 @@ class AttentionHeatmap:
 class HeatmapLayout:
     """The heatmap's lines, each built on request: a scrolling view builds only what it shows.
 
-    Grid line i holds query row i, or rows 2i and 2i+1 in dense mode. The gutter holds the
-    row labels (both rows' labels in dense mode, the upper one first), right-aligned.
+    Grid line i holds query row i, or rows 2i and 2i+1 in dense mode; a row ``row_height``
+    lines tall takes lines ``row_height`` × i onwards. The gutter holds the row labels (both
+    rows' labels in dense mode, the upper one first), right-aligned, on a tall row's first line
+    (its middle one from three lines).
     """
 
     def __init__(self, heatmap: AttentionHeatmap, use_colour: bool, cell_width: int) -> None:
@@ -279,8 +293,9 @@ class HeatmapLayout:
         self.use_colour = use_colour
         self.cell_width = cell_width
         self.rows_per_line = 2 if heatmap.dense and use_colour else 1
+        self.row_height = heatmap.row_height if self.rows_per_line == 1 else 1
         rows, cols = heatmap.weights.shape
-        self.lines = -(-rows // self.rows_per_line)
+        self.lines = -(-rows // self.rows_per_line) * self.row_height
         self.grid_width = cell_width * cols
         self.codes = _codes(heatmap, self.palette.levels)
         self._cells = {code: self.palette.cell(code, cell_width) for code in self.palette.cells}
@@ -298,8 +313,20 @@ class HeatmapLayout:
         self._label_width = label_width
         return self
 
+    def first_line(self, row: int) -> int:
+        """The first grid line of query row ``row``."""
+        return row // self.rows_per_line * self.row_height
+
+    def row_at(self, line: int) -> int:
+        """The query row drawn on grid line ``line`` (the upper one in dense mode)."""
+        return line // self.row_height * self.rows_per_line
+
     def gutter(self, line: int) -> list[Segment]:
         """Line ``line``'s row labels and the marker of the cursor's row."""
+        if self.row_height > 1:
+            if line % self.row_height != (self.row_height - 1) // 2:
+                return [Segment(" " * self.gutter_width)]  # a tall row is labelled once
+            line //= self.row_height
         heatmap, emphasis = self.heatmap, self.palette.emphasis
         cursor_row = heatmap.cursor[0] if heatmap.cursor is not None else -1
         rows = range(line * self.rows_per_line, min((line + 1) * self.rows_per_line, len(self._labels)))
@@ -331,6 +358,7 @@ class HeatmapLayout:
 
     def grid(self, line: int, start: int = 0, stop: int | None = None) -> list[Segment]:
         """Line ``line`` of the grid, columns ``start`` to ``stop``."""
+        line //= self.row_height
         if self.rows_per_line == 1:
             cells = self._cells
             segments = []
@@ -351,6 +379,8 @@ class HeatmapLayout:
         heatmap = self.heatmap
         if heatmap.ruler:
             return self.ruler_lines(start, stop)
+        if heatmap.staggered and self.cell_width >= 2:
+            return self.staggered_lines(start, stop)
         labels = heatmap.col_labels[start:stop]
         height = min(heatmap.label_height, max((len(label) for label in labels), default=0))
         if height <= 0:
@@ -366,6 +396,27 @@ class HeatmapLayout:
                 text = stack[-depth] if depth <= len(stack) else " " * self.cell_width
                 style = self.palette.emphasis if column == cursor_col else dim if column % 2 else None
                 segments.append(Segment(text, style))
+            lines.append(list(Segment.simplify(segments)))
+        return lines
+
+    def staggered_lines(self, start: int = 0, stop: int | None = None) -> list[list[Segment]]:
+        """Column labels written across, each from its column's first cell, on ``label_height`` alternate lines (column
+        c on line c mod lines), so each has that many columns' cells less one; cut with an ellipsis beyond."""
+        heatmap, width = self.heatmap, self.cell_width
+        labels = heatmap.col_labels[start:stop]
+        height = min(heatmap.label_height, len(labels))
+        if height <= 0:
+            return []
+        room = height * width - 1
+        cursor_col = heatmap.cursor[1] - start if heatmap.cursor is not None else -1
+        dim = Style(dim=True)
+        lines = []
+        for line in range(height):
+            segments: list[Segment] = []
+            for column in range(line, len(labels), height):
+                text = _fit(labels[column], room).lstrip(" ") if cell_len(labels[column]) > room else labels[column]
+                style = self.palette.emphasis if column == cursor_col else dim if column % 2 else None
+                segments += [Segment(" " * (column * width - sum(s.cell_length for s in segments))), Segment(text, style)]
             lines.append(list(Segment.simplify(segments)))
         return lines
 
@@ -484,6 +535,8 @@ class _Palette:
         text, style = self.cells[code]
         if width == 1:
             text = self.cursor_glyph if code == _CURSOR else text[0]
+        elif width > CELL_WIDTH:
+            text = text[0] + " " * (width - 2) + text[-1] if code == _CURSOR else text[0] * width  # the cursor `[  ]`
         return text, style
 
     def colour_bar(self, cells: int) -> list[Segment]:
@@ -531,6 +584,12 @@ def _fit(label: str, width: int) -> str:
     if width == 1:
         return set_cell_size(label, 1)
     return set_cell_size(label, width - 1) + "…"
+
+
+def stagger_height(longest: int, cell_width: int) -> int:
+    """How many alternate lines show column labels of ``longest`` cells whole when written across
+    columns ``cell_width`` wide (a cell between neighbours on a line)."""
+    return -(-(longest + 1) // cell_width)
 
 
 def _vertical(label: str, height: int, width: int) -> list[str]:

@@ -15,21 +15,22 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Input, ProgressBar, Static
+from textual.widgets import Input, Static
 
 from bertscope.core.analyses.geometry_results import ComparisonResult
-from bertscope.core.data.corpus import Sentence, sample_corpus
+from bertscope.core.data.corpus import Sentence
 from bertscope.core.model.masks import HeadMask
 from bertscope.core.progress import Progress
 from bertscope.render.geometry import cka_heatmap
 from bertscope.render.patterns import layer_bars
 from bertscope.theming import Colormap
 from bertscope.ui.backend import Backend
-from bertscope.ui.corpus_screen import CorpusRunScreen
+from bertscope.ui.corpus_screen import SAMPLE, CorpusRunScreen
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.kept import KeptResults
 from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.head_grid import HeadGrid
+from bertscope.ui.widgets.job_progress import JobProgress
 from bertscope.ui.widgets.pattern_grid import PatternGrid
 
 if TYPE_CHECKING:
@@ -71,9 +72,9 @@ class ComparisonScreen(CorpusRunScreen[ComparisonResult]):
     def compose(self) -> ComposeResult:
         with Horizontal(id="compare-inputs"):
             yield Input(placeholder="model B: directory or Hugging Face name", id="model-b")
-            yield Input(str(sample_corpus()), placeholder="corpus file, then Enter", id="compare-corpus")
+            yield Input(SAMPLE, placeholder=f"corpus file or {SAMPLE}, then Enter", id="compare-corpus")
         with Horizontal(classes="progress-line"):
-            yield ProgressBar(total=None, show_eta=False, show_percentage=False)
+            yield JobProgress()
             yield Static("/ types model B (same tokenizer as this model), then Enter", classes="progress-text")
         with Horizontal(id="compare-body"):
             with VerticalScroll(can_focus=False):

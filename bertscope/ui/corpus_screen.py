@@ -6,27 +6,36 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from threading import Event
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from textual.screen import Screen
-from textual.widgets import ProgressBar, Static
+from textual.widgets import Static
 
 from bertscope.api import built_in_treebank, corpus
 from bertscope.core.analyses.erasure_results import LiveErasure
-from bertscope.core.data.corpus import ReadReport, Sentence
+from bertscope.core.data.corpus import ReadReport, Sentence, sample_corpus
 from bertscope.core.progress import Progress
 from bertscope.ui.conditions import Conditions
 from bertscope.ui.export import json_text, save_screen
 from bertscope.ui.focus import leave_input
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
+from bertscope.ui.widgets.job_progress import JobProgress
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+SAMPLE = "sample corpus"  # what a corpus field shows for the sample shipped with bertscope, not its installed path
 R = TypeVar("R")  # the result of a screen's analysis
 Analyse = Callable[[Iterable[Sentence], Event], Iterable[Progress]]  # the sentences as they are read, the cancel event
+
+
+def corpus_path(typed: str) -> str:
+    """The file a corpus field names: what was typed, or the shipped sample's path for `sample corpus` (unless a file of
+    that name is there)."""
+    return str(sample_corpus()) if typed == SAMPLE and not Path(typed).exists() else typed
 
 
 class CorpusRunScreen(Screen[tuple[int, int] | None], Generic[R]):
@@ -62,7 +71,7 @@ class CorpusRunScreen(Screen[tuple[int, int] | None], Generic[R]):
         kept = self.kept.runs.get(self.name_kept)
         if kept is not None:
             self.result = cast(R, kept.result)  # kept under this screen's name: its own result type
-            self.query_one(ProgressBar).update(total=1, progress=1)
+            self.query_one(JobProgress).finished()
             self.say(self.kept_text(kept))
             self.call_after_refresh(self.draw)
         return kept
@@ -94,7 +103,8 @@ class CorpusRunScreen(Screen[tuple[int, int] | None], Generic[R]):
         data: str = "",
         conditions: Conditions | None = None,
     ) -> None:
-        """Read the corpus at `path` (empty: the built-in treebank), then run `analyse(sentences, cancel)` on it.
+        """Read the corpus at `path` (empty: the built-in treebank; `sample corpus`: the shipped sample), then run
+        `analyse(sentences, cancel)` on it.
 
         The sentences are read as the analysis takes them. `data` and `conditions` (the explorer's mask, ablation
         and erasure) say what the run is on, to keep with its result.
@@ -102,35 +112,36 @@ class CorpusRunScreen(Screen[tuple[int, int] | None], Generic[R]):
         self._run_on = (data, conditions)
         self._read = ReadReport()
         self.say(describe)
-        self.query_one(ProgressBar).update(total=None, progress=0)
+        self.query_one(JobProgress).started()
 
         def job(cancel: Event) -> Iterable[Progress]:
-            chosen = corpus(data=path) if path else built_in_treebank(self.treebank_sentences)
+            chosen = corpus(data=corpus_path(path)) if path else built_in_treebank(self.treebank_sentences)
             self._read = chosen.report  # filled as the sentences are read
             return analyse(chosen.sentences, cancel)
 
         self.job.start(job)
 
     def stepped(self, progress: Progress) -> None:
-        bar = self.query_one(ProgressBar)
+        bar = self.query_one(JobProgress)
         if not progress.finished:
             if progress.partial is not None:  # what the run has found so far
                 self.result = progress.partial
             self.say(self.step_text(progress))
-            bar.update(total=progress.total, progress=progress.done)
+            bar.stepped(progress.done, progress.total)
             if progress.partial is not None:
                 self.draw()
             return
         self.result = progress.result
         data, conditions = self._run_on
         self.kept.runs[self.name_kept] = KeptRun.of(data, conditions, self.result, self.keep_view())
-        bar.update(total=1, progress=1)
+        bar.finished()
         self.say(self.done_text())  # the result's notes come with the step (JobRun)
         if self._read.skipped:
             self.notify(self._read.summary(), severity="warning", timeout=10)
         self.draw()
 
     def failed(self, reason: str) -> None:
+        self.query_one(JobProgress).stopped()
         self.say("stopped: " + reason)
 
     def on_screen_suspend(self) -> None:
@@ -153,6 +164,7 @@ class CorpusRunScreen(Screen[tuple[int, int] | None], Generic[R]):
 
     def cancel_run(self) -> bool:
         """Stop the run under way; True when one was running."""
+        self.query_one(JobProgress).stopped()
         return self.job.cancel()
 
     def action_back(self) -> None:

@@ -15,7 +15,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Input, ProgressBar, Static
+from textual.widgets import Input, Static
 
 from bertscope.core.analyses.geometry_results import GeometryResult
 from bertscope.core.data.corpus import Sentence
@@ -29,6 +29,7 @@ from bertscope.ui.corpus_screen import CorpusRunScreen
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.kept import KeptResults, erasure_json
 from bertscope.ui.widgets.footer import KeyFooter
+from bertscope.ui.widgets.job_progress import JobProgress
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -83,7 +84,7 @@ class GeometryScreen(CorpusRunScreen[GeometryResult]):
     def compose(self) -> ComposeResult:
         yield Input(placeholder="corpus file (text, CoNLL-U, SentEval), Enter · empty: built-in treebank", id="geometry-corpus")
         with Horizontal(classes="progress-line"):
-            yield ProgressBar(total=None, show_eta=False, show_percentage=False)
+            yield JobProgress()
             yield Static("", classes="progress-text")
         with Horizontal(id="geometry-body"):
             with Vertical(id="scatter-column"):

@@ -13,6 +13,7 @@ from typing import Any
 
 from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.probing_results import ProbeReport
+from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.ui.conditions import Conditions, conditions_note
 
 
@@ -43,9 +44,21 @@ class KeptRun:
         return conditions_note(self.mask, self.ablation, self.erasure)
 
 
+@dataclass(frozen=True)
+class ProbeRun:
+    """What a probing curve ran on, to run it again: `d` fits the description length of a curve run without it."""
+
+    task: str
+    data: str  # the file ("" for the built-in sentences)
+    mask: HeadMask | None = None
+    ablation: Ablation = "zero"
+    erasure: LiveErasure | None = None
+
+
 @dataclass
 class KeptResults:
     runs: dict[str, KeptRun] = field(default_factory=dict)  # screen name -> its last finished run
     probes: dict[str, ProbeReport] = field(default_factory=dict)  # probing: column title -> report, in run order
     last_probe: tuple[str, str] | None = None  # probing: (task, data) of the last run, for `m`
+    probe_runs: dict[str, ProbeRun] = field(default_factory=dict)  # probing: column title -> what it ran on
     probe_codes: bool = False  # probing: runs fit the online code too, and the curves show its compression (`d`)

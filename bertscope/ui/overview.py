@@ -25,11 +25,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Input, ProgressBar, Static
+from textual.widgets import Input, Static
 
 from bertscope.api import treebank
 from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
-from bertscope.core.data.corpus import Sentence, detect_format, sample_corpus
+from bertscope.core.data.corpus import Sentence, detect_format
 from bertscope.core.model.masks import HeadMask
 from bertscope.core.model.results import NORM_SHARES, PATTERNS, STATISTICS, PatternResult
 from bertscope.core.progress import Progress
@@ -38,7 +38,7 @@ from bertscope.render.syntax import syntax_table
 from bertscope.theming import Colormap
 from bertscope.ui.backend import Backend
 from bertscope.ui.conditions import Conditions, conditions_note
-from bertscope.ui.corpus_screen import CorpusRunScreen
+from bertscope.ui.corpus_screen import SAMPLE, CorpusRunScreen, corpus_path
 from bertscope.ui.export import csv_text, save_screen
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
@@ -48,6 +48,7 @@ from bertscope.ui.syntax import SYNTAX_FIGURE, kept_relation, next_relation, syn
 from bertscope.ui.theme import rich_colour
 from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.head_grid import HeadGrid
+from bertscope.ui.widgets.job_progress import JobProgress
 from bertscope.ui.widgets.pattern_grid import PatternGrid
 
 if TYPE_CHECKING:
@@ -149,9 +150,9 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="corpus-row"):
-            yield Input(str(sample_corpus()), placeholder="a corpus file (text, CoNLL-U or SentEval), then Enter", id="corpus")
+            yield Input(SAMPLE, placeholder=f"a corpus file (text, CoNLL-U or SentEval) or {SAMPLE}, then Enter", id="corpus")
         with Horizontal(classes="progress-line"):
-            yield ProgressBar(total=None, show_eta=False, show_percentage=False)
+            yield JobProgress()
             yield Static("", classes="progress-text")
         with Horizontal(id="overview-body"):
             with VerticalScroll(id="overview-left", can_focus=False):
@@ -191,7 +192,7 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
             )
 
         self.run_on_corpus(f"reading {path}…", path, analyse, path, self.conditions)
-        self._run_syntax(path)
+        self._run_syntax(corpus_path(path))
 
     def _run_syntax(self, path: str) -> None:
         """Heads that track syntax beside the patterns, when the corpus is a treebank (CoNLL-U)."""

@@ -25,7 +25,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Input, ProgressBar, Static
+from textual.widgets import Input, Static
 
 from bertscope.core.analyses.patching_results import PatchingResult
 from bertscope.core.data.probing_tasks import TASKS
@@ -44,6 +44,7 @@ from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
 from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.head_grid import HeadGrid
+from bertscope.ui.widgets.job_progress import JobProgress
 from bertscope.ui.widgets.pattern_grid import PatternGrid
 
 if TYPE_CHECKING:
@@ -245,7 +246,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
                 yield Input(self.clean_pair, placeholder="the corrupted second segment", id="patch-corrupt-pair")
             yield Input("", id="patch-argument")
         with Horizontal(classes="progress-line"):
-            yield ProgressBar(total=None, show_eta=False, show_percentage=False)
+            yield JobProgress()
             yield Static("", classes="progress-text")
         with Horizontal(id="patch-body"):
             with VerticalScroll(can_focus=False, id="patch-left"):
@@ -270,7 +271,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
                     self.query_one("#patch-corrupt-pair", Input).value = view["corrupt_pair"] or ""
                 self.result = cast(PatchingResult, kept.result)  # kept under this screen's name
                 self.selected = tuple(view.get("selected", self.selected))
-                self.query_one(ProgressBar).update(total=1, progress=1)
+                self.query_one(JobProgress).finished()
                 self.say(f"{self.done_text()} · kept from before (r runs again)")
                 self.call_after_refresh(self.draw)
         self.show_settings()
@@ -343,7 +344,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
             "arguments": dict(self.arguments),
         }
         self.say(f"patching ({self.metric}, {self.direction})… · escape cancels")
-        self.query_one(ProgressBar).update(total=None, progress=0)
+        self.query_one(JobProgress).started()
         clean, clean_pair, metric, direction = self.clean, self.clean_pair, self.metric, self.direction
 
         def job(cancel: Event) -> Iterable[Progress[PatchingResult]]:
@@ -363,19 +364,20 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
         self.job.start(job)
 
     def stepped(self, progress: Progress[PatchingResult]) -> None:
-        bar = self.query_one(ProgressBar)
+        bar = self.query_one(JobProgress)
         if not progress.finished:
             total = f" of {progress.total:,}" if progress.total else ""
             self.say(f"{progress.stage}: {progress.done:,}{total} · escape cancels")
-            bar.update(total=progress.total, progress=progress.done)
+            bar.stepped(progress.done, progress.total)
             return
         self.result = progress.result
         self.kept.runs[self.name_kept] = KeptRun(self._asked["corrupt"], "", "", self.result, self._asked)
-        bar.update(total=1, progress=1)
+        bar.finished()
         self.say(self.done_text())  # the result's notes come as notifications with the step (JobRun)
         self.draw()
 
     def failed(self, reason: str) -> None:
+        self.query_one(JobProgress).stopped()
         self.say("stopped: " + reason)
 
     def done_text(self) -> str:
@@ -400,6 +402,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
         if leave_input(self):
             return
         if self.job.cancel():
+            self.query_one(JobProgress).stopped()
             self.say("cancelled (r runs again)")
             return
         self.dismiss(None)

@@ -5,8 +5,9 @@ with per-stage progress, and compare the per-layer curves of every task run so f
 re-scores the last task under the explorer's current head mask (and the property it erases,
 `E`), so the pane shows what the masked heads (or the erasure) cost each layer. `d` adds
 each layer's description length (Voita & Titov 2020): runs then fit the online code too, and
-a compression column (uniform over online codelength, the control task's beside it) stands
-by each accuracy curve.
+a compression column (uniform over online codelength, a word task's control task beside it)
+stands by each accuracy curve; the curves already drawn without it are run again with it, one
+after another (their features come from the cache).
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, ScrollableContainer
 from textual.screen import Screen
-from textual.widgets import Input, ProgressBar, Select, Static
+from textual.widgets import Input, Select, Static
 
 from bertscope.api import built_in_treebank, corpus
 from bertscope.core.analyses.probing_results import ProbeReport
 from bertscope.core.data.corpus import Sentence
-from bertscope.core.data.probing_tasks import TASKS, TREEBANK_TASKS, generate
+from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, TASKS, TREEBANK_TASKS, generate
 from bertscope.core.progress import Progress
 from bertscope.ui.backend import Backend
 from bertscope.ui.conditions import Conditions
@@ -40,8 +41,9 @@ from bertscope.ui.export import json_text, save_screen
 from bertscope.ui.focus import leave_input
 from bertscope.ui.help import HELP_KEY
 from bertscope.ui.job_run import JobRun
-from bertscope.ui.kept import KeptResults
+from bertscope.ui.kept import KeptResults, ProbeRun
 from bertscope.ui.widgets.footer import KeyFooter
+from bertscope.ui.widgets.job_progress import JobProgress
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -107,6 +109,8 @@ class ProbingScreen(Screen[None]):
         self.reports: dict[str, ProbeReport] = self.kept.probes  # column title -> ProbeReport, in run order; kept on the app
         self.job = JobRun(self, self.probe_stepped, name="probing", on_failed=self.probe_failed)
         self._title = ""  # the column title of the run under way
+        self._run = ProbeRun("", "")  # what it runs on
+        self._filling = True  # whether `d` runs the curves without codes again (escape stops it, `d` starts it again)
 
     @property
     def running(self) -> bool:
@@ -123,7 +127,7 @@ class ProbingScreen(Screen[None]):
             yield Select(options, value="bigram_shift", allow_blank=False, id="task")
             yield Input(placeholder="CoNLL-U/SentEval (empty: built-in)", id="probe-data")
         with Horizontal(id="probe-progress-line"):
-            yield ProgressBar(total=None, show_eta=False, id="probe-progress")
+            yield JobProgress(show_percentage=True, id="probe-progress")
             yield Static("r runs the chosen task (/ chooses another)", id="probe-status")
         yield ScrollableContainer(Static("", id="curves-content"), id="curves")
         yield KeyFooter()
@@ -156,21 +160,48 @@ class ProbingScreen(Screen[None]):
         self.kept.last_probe = (task, data)
         mask = self.conditions.masked if masked else None
         erasure = self.conditions.erasure if masked else None
-        codes = self.kept.probe_codes
-        self._title = title = (
+        title = (
             task
             + (f" · mask {mask.spec()}" if mask is not None else "")
             + (f" · {erasure.short()}" if erasure is not None else "")
             + ("" if not data else f" · {data.rsplit('/', 1)[-1]}")
         )
-        self.query_one("#probe-status", Static).update(f"{title}: starting…")
+        self._filling = True
+        self._start(title, ProbeRun(task, data, mask, self.conditions.ablation, erasure), "starting…")
+
+    def _start(self, title: str, run: ProbeRun, saying: str) -> None:
+        """Run `run` for the column `title`, with the online code where `d` is on."""
+        self._title, self._run = title, run
+        codes = self.kept.probe_codes
+        self.query_one("#probe-status", Static).update(f"{title}: {saying}")
+        self.query_one(JobProgress).started()
 
         def job(cancel: Event) -> Iterable[Progress[ProbeReport]]:
-            sentences = task_sentences(task, data)
-            ablation = self.conditions.ablation
-            return self.backend.probe(task, sentences, mask=mask, ablation=ablation, mdl=codes, erasure=erasure, cancel=cancel)
+            sentences = task_sentences(run.task, run.data)
+            return self.backend.probe(
+                run.task, sentences, mask=run.mask, ablation=run.ablation, mdl=codes, erasure=run.erasure, cancel=cancel
+            )
 
         self.job.start(job)
+        if self.reports:
+            self._draw()  # a curve waiting for its codes says so
+
+    def _without_codes(self) -> list[str]:
+        """The curves shown without a description length that `d` can fit (a structural probe has none to fit)."""
+        return [
+            title
+            for title, report in self.reports.items()
+            if not report.mdl and report.task not in STRUCTURAL_TASKS and title in self.kept.probe_runs
+        ]
+
+    def _fill_codes(self) -> None:
+        """With `d` on, run the next curve drawn without codes again with them, unless a run is under way."""
+        missing = self._without_codes()
+        if not (self.kept.probe_codes and self._filling and missing) or self.running:
+            return
+        title = missing[0]
+        counted = f" ({len(missing)} to go)" if len(missing) > 1 else ""
+        self._start(title, self.kept.probe_runs[title], f"fitting its description length{counted}… · escape stops")
 
     def action_rescore_masked(self) -> None:
         if self._last is None:
@@ -181,16 +212,14 @@ class ProbingScreen(Screen[None]):
             self.action_run(masked=True)
 
     def action_toggle_codes(self) -> None:
-        """`d`: description length beside accuracy (the online code: Voita & Titov 2020), or accuracy alone."""
+        """`d`: description length beside accuracy (the online code: Voita & Titov 2020), or accuracy alone; the curves
+        drawn without it are run again with it."""
         codes = self.kept.probe_codes = not self.kept.probe_codes
         if codes:
-            missing = [title for title, report in self.reports.items() if not report.mdl]
-            again = f"; {len(missing)} curve(s) without codes: r runs the task again with them" if missing else ""
-            self.notify(
-                "description length: runs also fit the online code (Voita & Titov 2020), about as long again; compression = "
-                f"uniform / online bits, the control task's in brackets{again}",
-                timeout=8,
-            )
+            self._filling = True
+            self.notify("description length: runs also fit the online code, about as long again", timeout=5)  # the status
+            # line says which curves drawn without it are fitted now: two lines here, over the data field, not the status
+            self._fill_codes()
         else:
             self.notify("accuracy alone; runs no longer fit the online code", timeout=3)
         if self.reports:
@@ -198,19 +227,26 @@ class ProbingScreen(Screen[None]):
 
     def probe_stepped(self, progress: Progress[ProbeReport]) -> None:
         title = self._title
-        bar = self.query_one("#probe-progress", ProgressBar)
-        bar.update(total=max(progress.total or 0, 1), progress=progress.done)
+        bar = self.query_one(JobProgress)
         if not progress.finished:
+            bar.stepped(progress.done, progress.total)
             self.query_one("#probe-status", Static).update(f"{title}: {progress.stage}")
             return
+        bar.finished()
         report = progress.result
         assert report is not None  # the last step carries the report
         self.reports[title] = report  # its notes come as notifications with the step (JobRun)
+        self.kept.probe_runs[title] = self._run
         self.query_one("#probe-status", Static).update(f"{title}: done, best layer {report.best_layer}")
         self._draw()
+        self._fill_codes()
 
     def probe_failed(self, reason: str) -> None:
+        self._filling = False  # not again and again: `d` tries again
+        self.query_one(JobProgress).stopped()
         self.query_one("#probe-status", Static).update("stopped: " + reason)
+        if self.reports:
+            self._draw()
 
     # drawing
 
@@ -256,14 +292,7 @@ class ProbingScreen(Screen[None]):
             for title, report in reports
         ]
         if codes:
-            baselines.insert(
-                0,
-                Text(
-                    "compression: uniform / online codelength (Voita & Titov 2020), * the best layer, the control task's in "
-                    "brackets; — : run without codes (r runs it again with them)",
-                    style="dim",
-                ),
-            )
+            baselines.insert(0, Text(self._codes_legend(), style="dim"))
         from rich.console import Group
 
         content = self.query_one("#curves-content", Static)
@@ -272,11 +301,34 @@ class ProbingScreen(Screen[None]):
         content.styles.width = max(wanted, self.query_one("#curves").content_size.width)
         content.update(Group(table, Text("layer 0 is the embeddings; * marks the best layer", style="dim"), *baselines))
 
-    @staticmethod
-    def _code_cells(report: ProbeReport, layer: int, top: float, width: int) -> list[RenderableType]:
+    def _codes_legend(self) -> str:
+        """What the compression columns hold, and what their marks mean where a curve has no codes."""
+        parts = ["compression: uniform / online codelength (Voita & Titov 2020), * the best layer"]
+        controlled = {"control" in report.layers[0]["mdl"] for report in self.reports.values() if report.mdl}
+        if True in controlled:
+            parts.append("(in brackets) the control task's")
+        if False in controlled:  # Hewitt & Liang's control task gives each word type a label: it has no sentence form
+            parts.append("a sentence task has no control task (it gives each word type a random label)")
+        marks = {self._code_mark(report) for report in self.reports.values() if not report.mdl}
+        if "…" in marks:
+            parts.append("… : being fitted (escape stops)")
+        if "—" in marks:
+            parts.append("— : run without codes (d twice, or r, fits them)")
+        if "n/a" in marks:
+            parts.append("n/a: a structural probe regresses numbers, which have no codelength")
+        return "; ".join(parts)
+
+    def _code_mark(self, report: ProbeReport) -> str:
+        """What a curve without codes shows in its compression column: being fitted, not fitted, or none to fit."""
+        if report.task in STRUCTURAL_TASKS:
+            return "n/a"
+        waiting = self._filling and any(self.reports.get(title) is report for title in self._without_codes())
+        return "…" if waiting else "—"
+
+    def _code_cells(self, report: ProbeReport, layer: int, top: float, width: int) -> list[RenderableType]:
         """A layer's compression as a bar (up to the largest shown) and its number, the control task's beside it."""
         if not report.mdl:
-            return ["", "—"]
+            return ["", self._code_mark(report)]
         code = report.layers[layer]["mdl"]
         mark = " *" if layer == int(np.argmax(report.compression())) else ""
         control = f" ({code['control']['compression']:.2f})" if "control" in code else ""
@@ -288,6 +340,7 @@ class ProbingScreen(Screen[None]):
 
     def action_clear(self) -> None:
         self.reports.clear()
+        self.kept.probe_runs.clear()
         self.query_one("#curves-content", Static).update("")
 
     def action_export(self) -> None:
@@ -329,6 +382,10 @@ class ProbingScreen(Screen[None]):
         if leave_input(self):
             return
         if self.job.cancel():
+            self._filling = False
+            self.query_one(JobProgress).stopped()
             self.query_one("#probe-status", Static).update("cancelled")
+            if self.reports:
+                self._draw()
             return
         self.dismiss(None)

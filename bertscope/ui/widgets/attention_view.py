@@ -1,8 +1,11 @@
 """The selected head's attention as a scrolling heatmap with a cell cursor.
 
 The heatmap is the same renderable the CLI prints, laid out for the pane: one terminal cell
-per token (two where the whole map fits), two query rows per line in dense mode, row labels
-as wide as the pane allows. The row labels (a gutter on the left), the header line naming
+per token (two where the whole map fits, and wider cells, rows two or three lines tall, where
+the pane has room to spare), two query rows per line in dense mode, row labels as wide as the
+pane allows. Column labels are written downwards in one-cell columns and across, on alternate
+lines, in wider ones; they get the lines that show short tokens whole ([CLS], five letters)
+even where the grid then scrolls a few rows. The row labels (a gutter on the left), the header line naming
 the cursor's cell, the column labels and the legend stay in place while the grid scrolls
 under them. Lines are built only when Textual asks for them (the line API) and kept until
 the next change, so a 512-token map repaints as quickly as a short one.
@@ -23,12 +26,34 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from bertscope.render.heatmap import CELL_WIDTH, MAX_LABEL_HEIGHT, MAX_LABEL_WIDTH, AttentionHeatmap, HeatmapLayout
+from bertscope.render.heatmap import (
+    CELL_WIDTH,
+    MAX_LABEL_HEIGHT,
+    MAX_LABEL_WIDTH,
+    AttentionHeatmap,
+    HeatmapLayout,
+    stagger_height,
+)
 from bertscope.theming import Colormap
 
 MIN_LABEL_WIDTH = 5  # row labels keep at least this many cells when the grid does not fit
 LABEL_SHARE = 4  # ... and take at most a quarter of the pane then
 RULER_FROM = 50  # columns from which one-cell columns get a ruler, not labels written downwards
+MAX_ROW_HEIGHT = 3  # lines a query row may take where the pane has room
+SHORT_LABEL = 5  # column labels get the lines for this many characters ([CLS]) even where the grid then scrolls
+FIXED_LINES = 2  # the header line and the legend
+
+
+def cell_size(rows: int, cols: int, longest: int, width: int, height: int) -> tuple[int, int]:
+    """The (cell width, row height) of a map of `rows` lines and `cols` columns with labels of `longest` cells,
+    drawn in `width` × `height` cells besides its gutter and fixed lines: rows as tall and columns as wide as the pane
+    allows with every row and whole column labels on screen, a row of h lines at most 3h - 1 cells wide (two cells
+    a line: a square). One line a row where that leaves no room; one cell a column where two do not fit."""
+    for row_height in range(MAX_ROW_HEIGHT, 1, -1):
+        cell_width = min(3 * row_height - 1, width // max(1, cols))
+        if cell_width >= 2 and rows * row_height + min(MAX_LABEL_HEIGHT, stagger_height(longest, cell_width)) <= height:
+            return cell_width, row_height
+    return (CELL_WIDTH if CELL_WIDTH * cols <= width else 1), 1
 
 
 def _cut_number(text: str, start: int) -> int:
@@ -145,26 +170,31 @@ class AttentionView(ScrollView, can_focus=True):
         fits = cell_len(title) + 6 <= self.size.width or not self.size.width  # "╭─ title ─╮"
         self.border_title = title if fits or short_title is None else short_title
         use_colour = not request["glyphs"]
-        fixed = 2  # the header line and the legend
+        fixed = FIXED_LINES
         dense = request["dense"]
         if dense is None:
             dense = rows + fixed > height
         dense = dense and use_colour  # glyphs have no halves: one row a line
         rows_per_line = 2 if dense else 1
         lines = -(-rows // rows_per_line)
-        if lines + fixed > height:
-            width -= 1  # a vertical scrollbar
         longest = max((cell_len(token) for token in tokens), default=1)
+        longest_column = max((len(token) for token in tokens), default=0)
+        short_labels = min(SHORT_LABEL, longest_column, (height - fixed) // 3)  # lines the column labels get at least
+        if lines + fixed + short_labels > height:
+            width -= 1  # a vertical scrollbar
         labels_wanted = min(longest, MAX_LABEL_WIDTH)
         gutter_wanted = labels_wanted + 1  # one label a line, dense or not (the cursor's row where it is)
         if gutter_wanted + cols <= width:
             gutter = gutter_wanted
         else:  # the grid scrolls anyway: the labels take a quarter of the pane
             gutter = min(gutter_wanted, max(MIN_LABEL_WIDTH + 1, width // LABEL_SHARE))
-        cell_width = CELL_WIDTH if gutter + CELL_WIDTH * cols <= width else 1
+        cell_width, row_height = cell_size(lines, cols, longest_column, width - gutter, height - fixed)
+        if dense:  # two rows a line: one cell or two, as ever
+            cell_width, row_height = (CELL_WIDTH if gutter + CELL_WIDTH * cols <= width else 1), 1
         if gutter + cell_width * cols > width:
             height -= 1  # a horizontal scrollbar
         ruler = cell_width == 1 and cols > RULER_FROM  # letters a cell wide, one over another, read no more
+        staggered = cell_width >= 2 and not ruler
         self.heatmap = AttentionHeatmap(
             weights,
             tokens,
@@ -183,6 +213,8 @@ class AttentionView(ScrollView, can_focus=True):
             vmax=request["vmax"],
             compact_gutter=True,
             ruler=ruler,
+            row_height=row_height,
+            staggered=staggered,
         )
         self.map_layout = layout = self.heatmap.layout(use_colour, cell_width).with_gutter(gutter)
         self.dense_shown = layout.rows_per_line == 2
@@ -190,11 +222,12 @@ class AttentionView(ScrollView, can_focus=True):
         # the cursor's row and column in words, on two lines where one would cut them: always readable
         self._header = [Strip(line).apply_style(base) for line in layout.header_lines(width)]
         fixed = len(self._header) + 1  # and the legend
-        spare = height - fixed - lines
-        longest_column = 2 if ruler else max((len(token) for token in tokens), default=0)
-        label_height = min(MAX_LABEL_HEIGHT, longest_column, spare if spare > 0 else (height - fixed) // 5)
+        spare = height - fixed - layout.lines
+        wanted = 2 if ruler else stagger_height(longest_column, cell_width) if staggered else longest_column
+        short = min(SHORT_LABEL, wanted, (height - fixed) // 3)  # [CLS] whole, even where the grid then scrolls
+        label_height = min(MAX_LABEL_HEIGHT, wanted, max(spare, short))
         self.heatmap.label_height = max(0, label_height)
-        labels_key = (tokens, use_colour, cell_width, label_height, self.cursor[1], request["colormap"], base)
+        labels_key = (tokens, use_colour, cell_width, label_height, staggered, self.cursor[1], request["colormap"], base)
         if labels_key != self._labels_key:  # the same for every head of a sentence
             self._labels_key = labels_key
             self._labels = [Strip(line).apply_style(base) for line in layout.column_label_lines()]
@@ -299,7 +332,8 @@ class AttentionView(ScrollView, can_focus=True):
 
     def action_page(self, pages: int) -> None:
         if self.map_layout is not None:
-            self.action_move(pages * self._window()[0] * self.map_layout.rows_per_line, 0)
+            layout = self.map_layout
+            self.action_move(pages * max(1, self._window()[0] // layout.row_height) * layout.rows_per_line, 0)
 
     def action_jump(self, col: int) -> None:
         if self.weights is not None:
@@ -315,7 +349,7 @@ class AttentionView(ScrollView, can_focus=True):
         x = offset.x - layout.gutter_width + round(self.scroll_offset.x)
         if offset.y < self._top() or offset.x < layout.gutter_width or not 0 <= line < layout.lines:
             return
-        row = line * layout.rows_per_line
+        row = layout.row_at(line)
         col = x // layout.cell_width
         assert self.weights is not None  # laid out from them
         if row < self.weights.shape[0] and 0 <= col < self.weights.shape[1]:
@@ -332,13 +366,14 @@ class AttentionView(ScrollView, can_focus=True):
         if layout is None:
             return
         window_lines, window_cells = self._window()
-        line = self.cursor[0] // layout.rows_per_line
+        line = layout.first_line(self.cursor[0])
+        last = line + layout.row_height - 1
         left, right = self.cursor[1] * layout.cell_width, (self.cursor[1] + 1) * layout.cell_width
         scroll_x, scroll_y = self.scroll_offset.x, self.scroll_offset.y
         if line < scroll_y:
             scroll_y = line
-        elif line >= scroll_y + window_lines:
-            scroll_y = line - window_lines + 1
+        elif last >= scroll_y + window_lines:
+            scroll_y = last - window_lines + 1
         if left < scroll_x:
             scroll_x = left
         elif right > scroll_x + window_cells:
