@@ -14,7 +14,7 @@ from bertscope.theming import Colormap
 from bertscope.ui.widgets.attention_view import AttentionView
 from bertscope.ui.widgets.job_progress import JobProgress
 from bertscope.ui.widgets.panels import StatusLine
-from tests.test_ui import make_app, rendered, run, settle
+from tests.helpers.ui import make_app, rendered, run, settle
 
 COLORMAP = Colormap(("#000000", "#ff8000", "#ffff00"), masked="#404040", cursor="#00ffff")
 README_SENTENCE = "the keys to the cabinet are on the table"  # 11 tokens with [CLS] and [SEP]
