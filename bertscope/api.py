@@ -98,7 +98,7 @@ def note(message: str) -> None:
 
 # --- an analysis, written once -------------------------------------------------------------------------
 
-_STREAMS: dict[Callable, Callable] = {}  # each analysis function -> the stream it was made from
+_STREAMS: dict[Callable[..., Any], Callable[..., Any]] = {}  # each analysis function -> the stream it was made from
 
 
 def analysis(what: str, *, summed: bool = True) -> Callable[[Callable[P, Iterator[Progress[R]]]], Callable[P, R]]:
@@ -991,7 +991,7 @@ class Pruning:
     fraction: float = 0.0
     notes: tuple[str, ...] = ()
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         """What was pruned and why, as the copy's bertscope-pruning.json and the CLI's JSON both say it."""
         return {
             "objective": self.objective,
@@ -1004,7 +1004,7 @@ class Pruning:
             "after": {"loss": self.loss_after, "metric": self.metric_after},
         }
 
-    def as_json(self, model: str) -> dict:
+    def as_json(self, model: str) -> dict[str, Any]:
         """The CLI's `prune --fraction --json`: the record, the heads, and the copy written (if any)."""
         record = self.record()
         payload = {"model": model, "data": record["data"]}

@@ -332,7 +332,7 @@ def whole_corpus(progress: Callable[[Any], None] | None, *, summed: bool = True)
         return progress
     store, here = _state["store"], world()
 
-    def publish(step: Progress) -> None:
+    def publish(step: Progress[Any]) -> None:
         now = time.monotonic()
         if now - _state["published"] < PUBLISH_EVERY_S and not step.finished:
             return

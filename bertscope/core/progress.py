@@ -35,7 +35,9 @@ class Progress(Generic[T]):
         return self.result is not None
 
 
-def relay(steps: Iterable[Progress[T]], relabel: Callable[[Progress[T]], Progress] | None = None) -> Generator[Progress, None, T | None]:
+def relay(
+    steps: Iterable[Progress[T]], relabel: Callable[[Progress[T]], Progress[Any]] | None = None
+) -> Generator[Progress[Any], None, T | None]:
     """Run a sub-job inside a job: `result = yield from relay(steps)`.
 
     Yields the sub-job's steps (through `relabel`, to say them in the outer job's terms) and

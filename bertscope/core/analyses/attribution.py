@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from torch import Tensor
 
@@ -152,7 +153,7 @@ def attribute(
     )
 
 
-def rollout(attentions: np.ndarray, layers: int, rows: np.ndarray) -> np.ndarray:
+def rollout(attentions: np.ndarray, layers: int, rows: np.ndarray) -> npt.NDArray[np.float32]:
     """Abnar & Zuidema's attention rollout through the first `layers` layers, read at `rows` (averaged).
 
     `attentions` `[L, H, T, T]`. A head switched off with zero ablation has all-zero
@@ -165,7 +166,7 @@ def rollout(attentions: np.ndarray, layers: int, rows: np.ndarray) -> np.ndarray
         mixed = 0.5 * attentions[layer].astype(np.float64).mean(0) + 0.5 * identity
         mixed /= mixed.sum(-1, keepdims=True)
         joint = mixed @ joint
-    return joint[rows].mean(0).astype(np.float32)
+    return cast(npt.NDArray[np.float32], joint[rows].mean(0).astype(np.float32))
 
 
 def gauss_legendre(steps: int) -> tuple[np.ndarray, np.ndarray]:
@@ -307,7 +308,7 @@ class _Decision:
         session = self.session
         inputs = {"inputs_embeds": embeds, "token_type_ids": self.token_type_ids.expand(len(embeds), -1)}
         if self.kind == "class":
-            return session.run(inputs, gates=self.gates, ablation=self.ablation, hidden_states=False).logits.float()
+            return cast(Tensor, session.run(inputs, gates=self.gates, ablation=self.ablation, hidden_states=False).logits.float())
         hidden = session.run(inputs, gates=self.gates, ablation=self.ablation, encoder_only=True).hidden_states
         if self.kind == "mlm":
             head = session.mlm_head
@@ -355,7 +356,7 @@ class _Decision:
             return cast(str, self.session.tokenizer.convert_ids_to_tokens(index))  # transformers: str for one id, a list for many
         return self._class_names(self.num_classes)[index]
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         description = {"kind": self.kind, "label": self.label, "index": self.index}
         if self.kind == "mlm":
             description["position"] = self.position

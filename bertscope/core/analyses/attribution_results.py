@@ -64,7 +64,7 @@ class Attribution(Shown):
     encoding: Encoding
     method: str
     scores: np.ndarray  # [T]
-    target: dict  # kind, label, and where it is read (position / layer / probe details)
+    target: dict[str, Any]  # kind, label, and where it is read (position / layer / probe details)
     score: str  # what f is: log-probability, probability or logit
     output: float  # f(x)
     baseline_output: float | None = None  # f(b), integrated gradients only
@@ -78,7 +78,7 @@ class Attribution(Shown):
     def tokens(self) -> tuple[str, ...]:
         return self.encoding.tokens
 
-    def words(self) -> list[dict]:
+    def words(self) -> list[dict[str, Any]]:
         """Scores summed over each word's sub-word tokens (special tokens left out)."""
         groups: dict[tuple[int, int], list[int]] = {}
         for index, (word, segment) in enumerate(zip(self.encoding.word_ids, self.encoding.segment_ids)):
@@ -129,7 +129,7 @@ class Attribution(Shown):
             note=note,
         )
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         payload = {
             "tokens": list(self.tokens),
             "method": self.method,

@@ -27,7 +27,9 @@ from bertscope.core.model.session import Session
 COPY_BLOCK = 1 << 24  # bytes copied from a map file into the archive at a time
 
 
-def export_input(session: Session, encoding: Encoding, mask: HeadMask, ablation: Ablation, output: str | Path) -> dict:
+def export_input(
+    session: Session, encoding: Encoding, mask: HeadMask, ablation: Ablation, output: str | Path
+) -> dict[str, int | list[int]]:
     """Write `encoding`'s tokens, attentions, norms, hidden states (and MLM logits) to `output`; their shapes."""
     length, shape = len(encoding), (session.num_layers, session.num_heads, len(encoding), len(encoding))
     maps = {name: temporary_beside(output) for name in ("attentions", "norms")}

@@ -19,7 +19,7 @@ import zipfile
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import torch
@@ -96,7 +96,7 @@ class Features:
     word_index: np.ndarray  # [N] which word of it (0 for sentence-level rows)
     truncated_words: int  # words lost because their sentence was cut to the model's maximum
     from_cache: bool = False
-    numerics: dict | None = None  # the passes' device, dtype and CPU kernel path (`Session.numerics`), kept in the cache
+    numerics: dict[str, Any] | None = None  # the passes' device, dtype and CPU kernel path (`Session.numerics`), kept in the cache
 
 
 def data_hash(sentences: Sequence[Sentence], level: str) -> str:
@@ -344,16 +344,21 @@ def _encode(session: Session, sentences: Sequence[Sentence], level: str) -> Batc
     """A chunk of sentences tokenised in one call (the fast tokenizer runs it in parallel), unpadded."""
     options: dict[str, Any] = dict(truncation=True, max_length=session.max_length)
     if level == "word":  # single sequences: the token types are all 0, and padding makes the attention mask
-        return session.tokenizer(
-            [list(words_of(sentence)) for sentence in sentences],
-            is_split_into_words=True,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-            **options,
+        return cast(
+            "BatchEncoding",
+            session.tokenizer(
+                [list(words_of(sentence)) for sentence in sentences],
+                is_split_into_words=True,
+                return_attention_mask=False,
+                return_token_type_ids=False,
+                **options,
+            ),
         )
     pairs = [sentence.pair for sentence in sentences]
     texts = [sentence.text for sentence in sentences]
-    return session.tokenizer(texts, pairs if pairs[0] is not None else None, return_special_tokens_mask=True, **options)
+    return cast(
+        "BatchEncoding", session.tokenizer(texts, pairs if pairs[0] is not None else None, return_special_tokens_mask=True, **options)
+    )
 
 
 def _pad(session: Session, encoded: BatchEncoding, indices: list[int]) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:

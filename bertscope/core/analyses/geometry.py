@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import scipy.linalg  # type: ignore[import-untyped]  # scipy ships no type information
+import scipy.linalg
 import torch
-from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]  # nor does threadpoolctl
+from threadpoolctl import threadpool_limits
 from torch import Tensor
 
 from bertscope.core import distributed

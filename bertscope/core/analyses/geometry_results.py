@@ -121,7 +121,7 @@ class GeometryResult(Shown):
         ran_under = ran.removeprefix(" · ") or None
         return pca_scatter(self.projection[layer], labels, explained=self.explained[layer], title=title, legend_title=label, note=ran_under)
 
-    def as_json(self, model: str, *, points: bool = False) -> dict:
+    def as_json(self, model: str, *, points: bool = False) -> dict[str, Any]:
         layers = []
         for layer in range(self.num_layers):
             entry: dict[str, Any] = {
@@ -167,7 +167,7 @@ class ProbeDifference:
     a: tuple[float, ...]
     b: tuple[float, ...]
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         layers = []
         for layer in range(max(len(self.a), len(self.b))):
             a = self.a[layer] if layer < len(self.a) else float("nan")
@@ -248,7 +248,7 @@ class ComparisonResult(Shown):
             vmax=1.0,
         )
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         heads = []
         if self.head_cosine is not None:
             assert self.head_cosine_std is not None  # the spreads come with the cosines

@@ -12,9 +12,10 @@ import threading
 import unicodedata
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 FIGURES: dict[str, str] = {
     "entropy": "attention entropy (nats)",
@@ -57,7 +58,7 @@ class PunctuationIds:
         self.punctuation = np.zeros(0, dtype=bool)  # by id: its token is punctuation
         self.lock = threading.Lock()  # jobs in several threads may share it
 
-    def __call__(self, ids: np.ndarray) -> np.ndarray:
+    def __call__(self, ids: np.ndarray) -> npt.NDArray[np.bool_]:
         """A bool array of the shape of `ids` (non-negative ints)."""
         with self.lock:
             if ids.size and ids.max() >= len(self.known):
@@ -71,7 +72,7 @@ class PunctuationIds:
                 tokens = tokenizer.convert_ids_to_tokens(new.tolist())
                 self.punctuation[new] = [is_punctuation(token) for token in tokens]
                 self.known[new] = True
-            return self.punctuation[ids]
+            return cast(npt.NDArray[np.bool_], self.punctuation[ids])
 
 
 def head_figures(attentions: np.ndarray, tokens: Sequence[str], special: np.ndarray) -> dict[str, np.ndarray]:
@@ -115,9 +116,9 @@ def figure_range(name: str, length: int) -> tuple[float, float]:
     return 0.0, 1.0
 
 
-def _offset_mean(attentions: np.ndarray, offset: int) -> np.ndarray:
+def _offset_mean(attentions: np.ndarray, offset: int) -> npt.NDArray[np.floating[Any]]:
     """Mean weight from token i to token i+offset, over the queries that have such a neighbour."""
     length = attentions.shape[-1]
     if length < 2:
         return np.zeros(attentions.shape[:-2])
-    return np.diagonal(attentions, offset=offset, axis1=-2, axis2=-1).mean(-1)
+    return cast(npt.NDArray[np.floating[Any]], np.diagonal(attentions, offset=offset, axis1=-2, axis2=-1).mean(-1))

@@ -19,9 +19,10 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from bertscope.core import distributed
@@ -249,10 +250,10 @@ def _result(
     )
 
 
-def normalize_per_layer(scores: np.ndarray) -> np.ndarray:
+def normalize_per_layer(scores: np.ndarray) -> npt.NDArray[np.floating[Any]]:
     """Each layer's scores divided by their ℓ2 norm (Michel et al.); a layer of zeros stays zero."""
     norms = np.linalg.norm(scores, axis=1, keepdims=True)
-    return np.divide(scores, norms, out=np.zeros_like(scores), where=norms > 0)
+    return cast(npt.NDArray[np.floating[Any]], np.divide(scores, norms, out=np.zeros_like(scores), where=norms > 0))
 
 
 def pruning_curve(

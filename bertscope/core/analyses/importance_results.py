@@ -107,7 +107,7 @@ class HeadImportance(Shown):
         note += f"; with heads {self.base_mask} off ({self.ablation})" if self.base_mask else ""
         return head_grid(self.importance, label, title=title, masked=self.pruned, note=note)
 
-    def as_json(self, model: str) -> dict:
+    def as_json(self, model: str) -> dict[str, Any]:
         num_layers, num_heads = self.shape
         heads = []
         for layer in range(num_layers):
@@ -212,7 +212,7 @@ class PruningCurve(Shown):
             note=f"least important heads removed first; {how}",
         )
 
-    def as_json(self, model: str) -> dict:
+    def as_json(self, model: str) -> dict[str, Any]:
         best = self.prunable()
         return {
             "model": model,

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from torch import Tensor
 
@@ -482,15 +483,15 @@ def _copies_flow(capacities: np.ndarray, layer: int, chunk: np.ndarray) -> np.nd
     """The maximum flow of each (source i, sink j) in `chunk` `[C, 2]` at `layer` ≥ 1, from one call on C disjoint
     copies of its graph. Node 0 is the super-source, 1 the super-sink, and copy c's token a of hidden state k
     (1 ≤ k ≤ layer) is node 2 + (c·layer + k − 1)·T + a."""
-    from scipy.sparse import csr_array  # type: ignore[import-untyped]  # scipy ships no type information
-    from scipy.sparse.csgraph import maximum_flow  # type: ignore[import-untyped]
+    from scipy.sparse import csr_array
+    from scipy.sparse.csgraph import maximum_flow
 
     length, copies = capacities.shape[-1], len(chunk)
     nodes = 2 + copies * layer * length
     first = 2 + np.arange(copies)[:, None] * (layer * length) + np.arange(length)  # [C, T]: hidden state 1 of each copy
 
-    def state(k: int) -> np.ndarray:
-        return first + (k - 1) * length
+    def state(k: int) -> npt.NDArray[np.int64]:
+        return cast(npt.NDArray[np.int64], first + (k - 1) * length)
 
     tails = [np.zeros(copies * length, dtype=np.int64)]  # the super-source gives what source i gives to hidden state `layer`
     heads = [state(layer).reshape(-1)]
@@ -610,7 +611,7 @@ def _spearman_between(matrices: Tensor, real: Tensor) -> Tensor:
     row i of matrix b, for every pair (a, b) at once (each matrix ranked once), input b's rows ranked over its own
     columns (`real`, `[B, T]`); NaN where either row is constant and on padding rows."""
     ranked = _centred_ranks(matrices, real)
-    unit = ranked / torch.linalg.vector_norm(ranked, dim=-1, keepdim=True)  # 0 / 0 where a row is constant: NaN
+    unit: Tensor = ranked / torch.linalg.vector_norm(ranked, dim=-1, keepdim=True)  # 0 / 0 where a row is constant: NaN
     return (unit[:, None] * unit[None]).sum(-1)
 
 

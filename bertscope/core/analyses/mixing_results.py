@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from bertscope.core.model.labels import token_labels
 from bertscope.core.model.masks import Ablation, HeadMask
@@ -50,12 +51,12 @@ DEFINITIONS = {
 SHARES = ("cls", "sep", "punctuation", "self")  # where a row's mixing comes from (core.analyses.headstats's token classes)
 
 
-def token_classes(tokens: Sequence[str], special: np.ndarray) -> np.ndarray:
+def token_classes(tokens: Sequence[str], special: np.ndarray) -> npt.NDArray[np.bool_]:
     """`[T, 3]` bool: [CLS] (the first special token), [SEP] (every later one), punctuation, as patterns counts them."""
     from bertscope.core.analyses.headstats import is_punctuation
 
     punctuation = np.array([is_punctuation(token) for token in tokens], dtype=bool)
-    return padded_token_classes([punctuation], [special], len(tokens))[0]
+    return cast(npt.NDArray[np.bool_], padded_token_classes([punctuation], [special], len(tokens))[0])
 
 
 def padded_token_classes(punctuation: Sequence[np.ndarray], special: Sequence[np.ndarray], size: int) -> np.ndarray:
@@ -70,12 +71,12 @@ def padded_token_classes(punctuation: Sequence[np.ndarray], special: Sequence[np
     return np.stack([first, specials & ~first, punctuations & ~specials], axis=-1)
 
 
-def shares(matrices: np.ndarray, classes: np.ndarray) -> np.ndarray:
+def shares(matrices: np.ndarray, classes: np.ndarray) -> npt.NDArray[np.float64]:
     """`[..., 4]`: for matrices `[..., T, T]` of rows summing to 1, the mean over rows of the share taken from [CLS], [SEP],
     punctuation and the token itself (SHARES)."""
     to_classes = matrices @ classes.astype(np.float64)  # [..., T, 3]
     own = np.diagonal(matrices, axis1=-2, axis2=-1)[..., None]
-    return np.concatenate([to_classes, own], axis=-1).mean(-2)
+    return cast(npt.NDArray[np.float64], np.concatenate([to_classes, own], axis=-1).mean(-2))
 
 
 @dataclass(frozen=True, repr=False)
@@ -128,14 +129,14 @@ class Mixing(Shown):
             rows.append(row)
         return rows
 
-    def matrix(self, layer: int | None = None, rolled: bool = True) -> np.ndarray:
+    def matrix(self, layer: int | None = None, rolled: bool = True) -> npt.NDArray[np.floating[Any]]:
         """`[T, T]` of `layer` (None: the last), rolled out from the input or the layer's own (where the method has one)."""
         layer = self.num_layers - 1 if layer is None else layer
         if not -self.num_layers <= layer < self.num_layers:
             raise IndexError(f"layer {layer} is out of range: {self.num_layers} layers (0-{self.num_layers - 1})")
         if rolled or self.per_layer is None:
-            return self.rolled[layer]
-        return self.per_layer[layer]
+            return cast(npt.NDArray[np.floating[Any]], self.rolled[layer])
+        return cast(npt.NDArray[np.floating[Any]], self.per_layer[layer])
 
     def figure(self, layer: int | None = None, rolled: bool = True) -> Figure:
         """The matrix of `layer` (None: the last), rolled out from the input unless `rolled=False` (the layer's own), as
@@ -153,7 +154,7 @@ class Mixing(Shown):
             axes.set_ylabel(f"share of token i's mixing from token j ({METHOD_NAMES[self.method]})")
         return figure
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         """`{"method", "definition", "tokens", "per_layer" (not for flow and rollout), "rolled", "mask", "ablation", "notes"}`."""
         payload: dict[str, Any] = {"method": self.method, "definition": self.definition, "tokens": list(self.tokens)}
         if self.per_layer is not None:
@@ -229,7 +230,7 @@ class MixingAgreement(Shown):
         titled(figure, f"context-mixing measures compared · {self.sentences:,} sentences", note, ax)
         return figure
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         return {
             "methods": list(self.methods),
             "definitions": {method: DEFINITIONS[method] for method in self.methods},

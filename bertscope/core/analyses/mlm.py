@@ -98,8 +98,8 @@ class FillResult(Shown):
             for rank, (token, p) in enumerate(zip(blank.predictions.tokens, blank.predictions.probabilities), start=1)
         ]
 
-    def as_json(self) -> dict:
-        def guesses(prediction: MaskPrediction) -> list[dict]:
+    def as_json(self) -> dict[str, Any]:
+        def guesses(prediction: MaskPrediction) -> list[dict[str, Any]]:
             return [{"token": token, "probability": round(p, 6)} for token, p in zip(prediction.tokens, prediction.probabilities)]
 
         masks = []
@@ -175,7 +175,7 @@ class ClozeResult(Shown):
 
     queries: int
     precision: dict[int, np.ndarray]  # k -> [L+1]
-    answers: list[dict] = field(default_factory=list)  # per query: text, answer, the output's top guess, the answer's rank
+    answers: list[dict[str, Any]] = field(default_factory=list)  # per query: text, answer, the output's top guess, the answer's rank
     skipped: int = 0  # queries of the file not scored (malformed, or no one-token answer)
     notes: tuple[str, ...] = ()
 
@@ -189,7 +189,7 @@ class ClozeResult(Shown):
         num_layers = len(self.precision[PRECISION_AT[0]])
         return [{"layer": layer, **{f"p_at_{k}": float(self.precision[k][layer]) for k in PRECISION_AT}} for layer in range(num_layers)]
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         num_layers = len(self.precision[PRECISION_AT[0]])
         layers = [
             {"layer": layer, **{f"p_at_{k}": round(float(self.precision[k][layer]), 6) for k in PRECISION_AT}}
@@ -313,7 +313,7 @@ def cloze_scores(
         raise InputError("no query has a one-token answer in this model's vocabulary; LAMA scores single-token answers")
     gates = session.gate_tensor(mask)
     hits = {k: np.zeros(session.num_layers + 1) for k in PRECISION_AT}
-    answers: list[dict | None] = [None] * len(kept)  # in the file's order
+    answers: list[dict[str, Any] | None] = [None] * len(kept)  # in the file's order
     # Batches capped by tokens (core.data.batching) and by the head's scores: the MLM head runs on the [MASK]
     # positions only (never B·T·vocabulary floats), a layer at a time, on at most MAX_SCORES // V queries.
     most = max(1, MAX_SCORES // session.info.vocab_size)
@@ -361,7 +361,7 @@ def cloze_scores(
         for found in distributed.gather({index: answers[index] for index in mine}):
             for index, answer in found.items():
                 answers[index] = answer
-    filled = cast(list[dict], answers)  # every query's answer is in its place now
+    filled = cast(list[dict[str, Any]], answers)  # every query's answer is in its place now
     result = ClozeResult(queries=len(kept), precision={k: hits[k] / len(kept) for k in PRECISION_AT}, answers=filled)
     yield Progress("queries", len(kept), len(kept), result)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -100,12 +100,17 @@ class Batches:
     def _encode(self, chunk: Sequence[Sentence]) -> BatchEncoding:
         tokenizer, limit = self.session.tokenizer, self.session.max_length
         if self.words:
-            return tokenizer([list(words_of(s)) for s in chunk], is_split_into_words=True, truncation=True, max_length=limit)
+            return cast(
+                "BatchEncoding", tokenizer([list(words_of(s)) for s in chunk], is_split_into_words=True, truncation=True, max_length=limit)
+            )
         pairs = [s.pair for s in chunk]
         if any(p is not None for p in pairs) and not all(p is not None for p in pairs):
             raise InputError("a batch mixes single sentences and pairs; give one kind of input per corpus")
         texts = [s.text for s in chunk]
-        return tokenizer(texts, pairs if pairs[0] is not None else None, truncation=True, max_length=limit, return_special_tokens_mask=True)
+        return cast(
+            "BatchEncoding",
+            tokenizer(texts, pairs if pairs[0] is not None else None, truncation=True, max_length=limit, return_special_tokens_mask=True),
+        )
 
     def __iter__(self) -> Iterator[Batch]:
         for batch in self.corpus:
@@ -338,7 +343,8 @@ class PreserveObjective(Objective):
     description = "how far the final hidden states move: Σ‖h′−h‖² / Σ‖h‖² per sentence"
 
     def _hidden(self, batch: Batch, gates: Tensor | None, ablation: Ablation) -> Tensor:
-        return self.session.run(batch.inputs, gates=gates, ablation=ablation, hidden_states=False, encoder_only=True).last_hidden_state
+        outputs = self.session.run(batch.inputs, gates=gates, ablation=ablation, hidden_states=False, encoder_only=True)
+        return cast(Tensor, outputs.last_hidden_state)
 
     # The unmasked outputs of the first batches, kept so that repeated measurements (a pruning
     # curve) skip their reference pass: a fixed budget, so memory does not grow with the corpus.

@@ -102,7 +102,7 @@ class PatchingResult(Shown):
         clean, corrupt = (text if len(text) <= INPUT_CHARACTERS else text[: INPUT_CHARACTERS - 1] + "…" for text in texts)
         return f'clean "{clean}" · corrupted "{corrupt}"'
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         payload = {
             "metric": self.metric,
             "metric_description": self.metric_description,

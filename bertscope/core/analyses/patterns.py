@@ -49,7 +49,7 @@ import functools
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -128,7 +128,7 @@ class BatchMasks:
         """`[T, T]` float: 1 where a head with this window sees the key; None where it sees every key."""
         if window is None or self.real.shape[1] <= window + 1:
             return None
-        cache = self.__dict__.setdefault("_visible", {})
+        cache: dict[int, Tensor] = self.__dict__.setdefault("_visible", {})
         if window not in cache:
             cache[window] = (self.offset.abs() <= window).float()
         return cache[window]
@@ -136,7 +136,7 @@ class BatchMasks:
     def weights(self, window: int | None = None) -> LayerWeights:
         """The weights of a layer whose heads see keys within ±window (None: every key), made once a batch."""
         visible = self.visible(window)
-        cache = self.__dict__.setdefault("_weights", {})
+        cache: dict[int | None, LayerWeights] = self.__dict__.setdefault("_weights", {})
         key = None if visible is None else window
         if key not in cache:
             cache[key] = self._make_weights(visible)
@@ -293,7 +293,7 @@ class _Accumulator:
         self.sentences += sentences
         self.tokens += tokens
 
-    def statistics(self) -> dict:
+    def statistics(self) -> dict[str, Any]:
         """The sufficient statistics: what ranks add up (core.distributed.sum_across)."""
         tables = {"table": self.table} | ({"norm_table": self.norm_table} if self.norm_table is not None else {})
         return {**tables, "counts": self.counts, "sentences": self.sentences, "tokens": self.tokens, "truncated": self.truncated}

@@ -23,7 +23,7 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import torch
@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from bertscope.core.model.session import Session
 
 POOLINGS = ("cls", "mean")
-_trained: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # session -> {key: DecisionProbe}
+# session -> {(task, digest of the sentences, pooling): DecisionProbe}
+_trained: weakref.WeakKeyDictionary[Session, dict[tuple[str, str, str], DecisionProbe]] = weakref.WeakKeyDictionary()
 _training_lock = threading.Lock()
 
 
@@ -76,7 +77,7 @@ class DecisionProbe:
             z = torch.relu(z @ as_tensor(t.hidden_weights[self.layer]) + as_tensor(t.hidden_bias[self.layer]))
         return z @ as_tensor(t.weights[self.layer]) + as_tensor(t.bias[self.layer])
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {
             "task": self.task,
             "data": self.source,
@@ -225,7 +226,7 @@ CACHE_VERSION = 2  # 2: fitted on standardised rows; the dtype (and device below
 _ARRAYS = ("mean", "std", "weights", "bias", "l2", "l2_grid", "dev_accuracy")
 
 
-def _cache_key(session: Session, key: tuple) -> str:
+def _cache_key(session: Session, key: tuple[str, str, str]) -> str:
     payload = json.dumps(
         {
             "v": CACHE_VERSION,

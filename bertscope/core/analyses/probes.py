@@ -28,7 +28,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -116,22 +116,22 @@ class TrainedProbes:
 
     @property
     def num_layers(self) -> int:
-        return self.mean.shape[0]
+        return int(self.mean.shape[0])
 
     @property
     def num_classes(self) -> int:
-        return self.bias.shape[1]
+        return int(self.bias.shape[1])
 
     @property
-    def chosen_strengths(self) -> np.ndarray:
+    def chosen_strengths(self) -> npt.NDArray[np.floating[Any]]:
         """`[L]` the grid value each layer chose on dev (`l2` may be it rescaled to more rows); give it as another
         probe's `layer_l2` to train that probe at the same strengths."""
-        return self.l2_grid[self._chosen]
+        return cast(npt.NDArray[np.floating[Any]], self.l2_grid[self._chosen])
 
     @property
-    def chosen_dev_accuracy(self) -> np.ndarray:
+    def chosen_dev_accuracy(self) -> npt.NDArray[np.floating[Any]]:
         """`[L]` each layer's dev accuracy at the strength it chose (what a caller picking a layer should compare)."""
-        return self.dev_accuracy[self._chosen, np.arange(self.num_layers)]
+        return cast(npt.NDArray[np.floating[Any]], self.dev_accuracy[self._chosen, np.arange(self.num_layers)])
 
     @property
     def _chosen(self) -> np.ndarray:
@@ -317,9 +317,9 @@ def score(probes: TrainedProbes, X: FeatureRows, y: np.ndarray, num_classes: int
     return ProbeScores(accuracy=accuracy, macro_f1=macro_f1, l2=probes.l2.copy())
 
 
-def selectivity(task: ProbeScores, control: ProbeScores) -> np.ndarray:
+def selectivity(task: ProbeScores, control: ProbeScores) -> npt.NDArray[np.floating[Any]]:
     """Hewitt & Liang's selectivity per layer: task accuracy minus control-task accuracy."""
-    return task.accuracy - control.accuracy
+    return cast(npt.NDArray[np.floating[Any]], task.accuracy - control.accuracy)
 
 
 def majority_baseline(y_train: np.ndarray, y_test: np.ndarray) -> float:
@@ -912,7 +912,7 @@ def _train_mlp(
 
     def uniform(*shape: int, fan_in: int) -> torch.Tensor:  # nn.Linear's initialisation, drawn on the CPU for determinism across devices
         bound = 1 / fan_in**0.5
-        return ((torch.rand(*shape, generator=generator) * 2 - 1) * bound).to(Z.device).requires_grad_()
+        return cast(torch.Tensor, ((torch.rand(*shape, generator=generator) * 2 - 1) * bound).to(Z.device).requires_grad_())
 
     params = [
         uniform(num_layers, dim, grid, width, fan_in=dim),
@@ -988,7 +988,7 @@ def _choose(dev_accuracy: np.ndarray, grid: np.ndarray, dev_rows: int) -> np.nda
     flat = np.all((accuracy >= best - error - 1e-12) | ~tried, axis=1, keepdims=True)  # every strength within one error
     within |= flat & tried  # nothing to choose between (a layer at chance, say): the strongest penalty
     strongest_first = np.argsort(-grid, kind="stable")
-    return strongest_first[within[:, strongest_first].argmax(1)]  # argmax takes the first: the strongest
+    return cast(npt.NDArray[np.intp], strongest_first[within[:, strongest_first].argmax(1)])  # argmax takes the first: the strongest
 
 
 def _check_cancel(cancel: threading.Event | None) -> None:

@@ -99,7 +99,7 @@ class EncodedLabels:
             f"their examples ({rows}) are neither trained on nor scored"
         )
 
-    def as_json(self, min_examples: int) -> dict:
+    def as_json(self, min_examples: int) -> dict[str, Any]:
         return {
             "min_examples": min_examples,
             "labels_left_out": dict(sorted(self.left_out.items())),
@@ -409,7 +409,7 @@ def convergence_note(fitted: Sequence[tuple[str, Sequence[str]]]) -> str | None:
     )
 
 
-def _numerics(features: dict[tuple[str, str], Features], fit_device: str) -> dict:
+def _numerics(features: dict[tuple[str, str], Features], fit_device: str) -> dict[str, Any]:
     """What the report's numbers depend on besides model, data and seed: how the model's features were computed
     (device, dtype, CPU kernel path; from the cache entry when they were cached) and where the probes were fitted."""
     made = features["model", "train"].numerics or {}

@@ -32,14 +32,14 @@ class ProbeReport(Shown):
 
     task: str
     metric: str
-    layers: list[dict]
+    layers: list[dict[str, Any]]
     best_layer: int
     center_of_gravity: float
-    baselines: dict
-    counts: dict
+    baselines: dict[str, Any]
+    counts: dict[str, Any]
     notes: tuple[str, ...] = ()
-    numerics: dict = field(default_factory=dict)  # how the features were computed and where the probes were fitted
-    mdl: dict = field(default_factory=dict)  # the online code's choices (core.analyses.mdl.report_codes); {} without one
+    numerics: dict[str, Any] = field(default_factory=dict)  # how the features were computed and where the probes were fitted
+    mdl: dict[str, Any] = field(default_factory=dict)  # the online code's choices (core.analyses.mdl.report_codes); {} without one
 
     def summary(self) -> str:
         best = self.layers[self.best_layer][self.metric]
@@ -122,7 +122,7 @@ class ProbeReport(Shown):
         values = [float(layer[self.metric]) for layer in self.layers]
         return ProbeCurve(self.task, values, self.best_layer, baselines)
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         return {
             "task": self.task,
             "metric": self.metric,

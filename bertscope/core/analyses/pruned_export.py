@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -58,7 +59,7 @@ def write_pruned_model(
     directory: str | Path,
     *,
     timing_texts: Sequence[str],
-    extra: dict,
+    extra: dict[str, Any],
     weights: str = "sliced",
 ) -> PrunedModel:
     """Save a copy of the session's model without heads `remove`, then load it back and measure it.

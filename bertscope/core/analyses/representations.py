@@ -27,9 +27,10 @@ import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from bertscope.core import distributed
@@ -73,12 +74,12 @@ EMPTY = np.uint64(np.iinfo(np.uint64).max)  # the key of an empty slot: above ev
 _ORDINAL_BITS = np.uint64(20)  # a row's place in its sentence takes the low bits of its identity
 
 
-def _mix(values: np.ndarray) -> np.ndarray:
+def _mix(values: np.ndarray) -> npt.NDArray[np.uint64]:
     """SplitMix64's finaliser on uint64 arrays (wrapping arithmetic): nearby inputs, unrelated outputs."""
     values = values + np.uint64(0x9E3779B97F4A7C15)
     values = (values ^ (values >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     values = (values ^ (values >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return values ^ (values >> np.uint64(31))
+    return cast(npt.NDArray[np.uint64], values ^ (values >> np.uint64(31)))
 
 
 def row_keys(seed: int, sentences: np.ndarray, ordinals: np.ndarray) -> np.ndarray:
@@ -159,11 +160,11 @@ def encode_chunk(tokenizer: PreTrainedTokenizerBase, max_length: int, chunk: lis
     """A chunk's sentences tokenised in one call, unpadded (its batches are padded from it: `prepare`)."""
     options: dict[str, Any] = dict(truncation=True, max_length=max_length, return_special_tokens_mask=True)
     if unit == "word":
-        return tokenizer([list(words_of(s)) for s in chunk], is_split_into_words=True, **options)
+        return cast("BatchEncoding", tokenizer([list(words_of(s)) for s in chunk], is_split_into_words=True, **options))
     pairs = [s.pair for s in chunk]
     if any(p is not None for p in pairs) and not all(p is not None for p in pairs):
         raise InputError("the corpus mixes single sentences and pairs; give one kind of input per corpus")
-    return tokenizer([s.text for s in chunk], pairs if pairs[0] is not None else None, **options)
+    return cast("BatchEncoding", tokenizer([s.text for s in chunk], pairs if pairs[0] is not None else None, **options))
 
 
 def prepare(
@@ -276,7 +277,7 @@ def stream_sample(
     mask: HeadMask | None = None,
     ablation: Ablation = "zero",
     attentions: bool = False,
-    on_batch: Callable[[list, PreparedBatch], None] | None = None,
+    on_batch: Callable[[list[Any], PreparedBatch], None] | None = None,
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[Sample]]:
     """Run the corpus through every session; yield progress per batch, the last item carrying the Sample.

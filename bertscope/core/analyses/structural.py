@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from bertscope.core.errors import Cancelled, InputError
@@ -73,17 +74,17 @@ def tree_depths(heads: Sequence[int]) -> np.ndarray:
     return depths
 
 
-def tree_distances(heads: Sequence[int]) -> np.ndarray:
+def tree_distances(heads: Sequence[int]) -> npt.NDArray[np.int64]:
     """Path lengths `[n, n]` between all words in the undirected dependency tree."""
     # scipy loads only for structural probes (0.6 s of every probe run's start-up); it ships no type information
-    from scipy.sparse import csr_matrix  # type: ignore[import-untyped]
-    from scipy.sparse.csgraph import shortest_path  # type: ignore[import-untyped]
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import shortest_path
 
     tree_depths(heads)  # validates, cycles included
     n = len(heads)
     children = [i for i in range(n) if heads[i] != 0]
     graph = csr_matrix((np.ones(len(children)), (children, [heads[i] - 1 for i in children])), shape=(n, n))
-    return shortest_path(graph, directed=False, unweighted=True).astype(np.int64)
+    return cast(npt.NDArray[np.int64], shortest_path(graph, directed=False, unweighted=True).astype(np.int64))
 
 
 def _check_heads(heads: Sequence[int]) -> None:
@@ -384,7 +385,7 @@ def train_structural_probes(
 
 def _row_spearman(predicted: np.ndarray, gold_ranks: np.ndarray) -> np.ndarray:
     """Spearman's rho along the last axis; nan where the prediction is constant."""
-    from scipy.stats import rankdata  # type: ignore[import-untyped]  # scipy ships no type information
+    from scipy.stats import rankdata
 
     ranks = rankdata(predicted, axis=-1)
     ranks -= ranks.mean(-1, keepdims=True)
@@ -394,11 +395,11 @@ def _row_spearman(predicted: np.ndarray, gold_ranks: np.ndarray) -> np.ndarray:
         return np.where(scale > 0, covariance / scale, np.nan)
 
 
-def _centred_ranks(gold: np.ndarray) -> np.ndarray:
+def _centred_ranks(gold: np.ndarray) -> npt.NDArray[np.float64]:
     from scipy.stats import rankdata
 
     ranks = rankdata(gold, axis=-1)
-    return ranks - ranks.mean(-1, keepdims=True)
+    return cast(npt.NDArray[np.float64], ranks - ranks.mean(-1, keepdims=True))
 
 
 def _mst_edges(distances: np.ndarray, words: np.ndarray) -> set[tuple[int, int]]:
@@ -455,7 +456,7 @@ class _Tally:
                 self.edges_found[layer] += len(_mst_edges(distances[layer][np.ix_(words, words)], words) & gold)
             self.roots_found[layer] += words[np.argmin(depths[layer, words])] == root
 
-    def length_average(self, name: str) -> np.ndarray:
+    def length_average(self, name: str) -> npt.NDArray[np.float32]:
         """Mean per sentence length, then mean over the lengths (nan where nothing was scored)."""
         per_length = [np.where(count > 0, total / np.maximum(count, 1), np.nan) for total, count in self.rho[name].values()]
         if not per_length:
@@ -463,7 +464,7 @@ class _Tally:
         means = np.stack(per_length)
         present = ~np.isnan(means)
         with np.errstate(invalid="ignore"):
-            return (np.where(present, means, 0).sum(0) / present.sum(0)).astype(np.float32)
+            return cast(npt.NDArray[np.float32], (np.where(present, means, 0).sum(0) / present.sum(0)).astype(np.float32))
 
     def scores(self) -> StructuralScores:
         nan = np.full(self.layers, np.nan)

@@ -10,9 +10,10 @@ Computed by core.analyses.syntax; kept apart so the UI's contract can name it wi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from bertscope.core.errors import InputError
 from bertscope.figures.notebook import Shown
@@ -67,10 +68,10 @@ class SyntaxResult(Shown):
     def index(self, relation: str) -> int:
         return self.relations.index(relation_name(relation))
 
-    def accuracy(self, relation: str, direction: str = DIRECTIONS[0]) -> np.ndarray:
+    def accuracy(self, relation: str, direction: str = DIRECTIONS[0]) -> npt.NDArray[np.float64]:
         """`[L, H]`: each head's share of the relation's instances it gets right (0 where there are none)."""
         r, d = self.index(relation), DIRECTIONS.index(direction)
-        return self.correct[r, d] / max(int(self.counts[r, d]), 1)
+        return cast(npt.NDArray[np.float64], self.correct[r, d] / max(int(self.counts[r, d]), 1))
 
     def best(self, relation: str, direction: str = DIRECTIONS[0]) -> tuple[int, int, float]:
         """(layer, head, accuracy) of the head that gets the relation right most often (the first on a tie)."""
@@ -165,7 +166,7 @@ class SyntaxResult(Shown):
             vmax=1.0,
         )
 
-    def rows(self, relations: list[str] | None = None, min_count: int = DEFAULT_MIN_COUNT) -> list[dict]:
+    def rows(self, relations: list[str] | None = None, min_count: int = DEFAULT_MIN_COUNT) -> list[dict[str, Any]]:
         """One entry per relation and direction, as `bertscope syntax --json` prints them.
 
         `relations`: those to report, in that order (one absent from the corpus has count 0);

@@ -16,6 +16,7 @@ import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bertscope.core.errors import InputError
 
@@ -41,7 +42,7 @@ class CacheUsage:
     files: int  # every cache file, temporaries included
     bytes: int
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         return {
             "directory": str(self.directory),
             "feature_entries": self.feature_entries,

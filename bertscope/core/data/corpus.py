@@ -131,7 +131,7 @@ def packaged_data(name: str) -> Path:
     return Path(__file__).resolve().parents[2] / "data" / name
 
 
-def detect_format(path: str | os.PathLike) -> str:
+def detect_format(path: str | os.PathLike[str]) -> str:
     """Guess a file's format from its name and first lines.
 
     `.conllu`/`.conll` is CoNLL-U; a `.tsv`/`.txt` whose first non-empty line is
@@ -159,7 +159,7 @@ def detect_format(path: str | os.PathLike) -> str:
 
 
 def read_sentences(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     format: str = "auto",
     *,
     limit: int | None = None,
@@ -187,7 +187,7 @@ def read_sentences(
 # --- reading lines ---------------------------------------------------------------------------
 
 
-def readable_file(path: str | os.PathLike) -> tuple[Path, str]:
+def readable_file(path: str | os.PathLike[str]) -> tuple[Path, str]:
     """The path, checked to be a readable file, and its name as the user wrote it."""
     name = os.fspath(path)
     target = Path(name).expanduser()
@@ -334,7 +334,7 @@ def _conllu_sentence(block: list[tuple[int, str]], columns: list[str], name: str
         report.skip(_bad_line(block, columns, name) or start, f"not valid CoNLL-U ({str(error).rstrip('.')})")
         return None
 
-    words: list[dict] = []
+    words: list[dict[str, Any]] = []
     word_numbers: list[int] = []  # the line of each word
     surface: list[str] = []  # the text rebuilt from tokens, for blocks without `# text =`
     covered_until = 0  # the last word id inside a multi-word token already written
@@ -395,12 +395,13 @@ def _bad_line(block: list[tuple[int, str]], columns: list[str], name: str) -> st
     return None
 
 
-def _with_space(token: dict) -> str:
+def _with_space(token: dict[str, Any]) -> str:
     misc = token.get("misc") or ""  # as written: `SpaceAfter=No|...`
-    return token["form"] if "SpaceAfter=No" in misc.split("|") else token["form"] + " "
+    form: str = token["form"]  # conllu's tokens hold Any; FORM is read as written
+    return form if "SpaceAfter=No" in misc.split("|") else form + " "
 
 
-def _column(words: list[dict], column: str) -> tuple[str, ...] | None:
+def _column(words: list[dict[str, Any]], column: str) -> tuple[str, ...] | None:
     """A column's values for every word (`_` where missing), or None if it is `_` throughout."""
     values = tuple(sys.intern(word.get(column) or "_") for word in words)  # one copy of each tag: a corpus's Sentences stay small
     return None if all(value == "_" for value in values) else values

@@ -8,7 +8,7 @@ import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from bertscope.core.errors import InputError
 
@@ -24,7 +24,7 @@ def check_writable(path: str | Path) -> Path:
     return target
 
 
-def _checked_target(path: str | os.PathLike) -> Path:
+def _checked_target(path: str | os.PathLike[str]) -> Path:
     """`path` as a file name whose directory exists; what is wrong said in one line."""
     target = Path(path).expanduser()
     if target.is_dir():
@@ -58,7 +58,7 @@ def check_new_directory(path: str | Path) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
+def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[Any]]:
     """Write to a temporary file beside `path`, then rename it over `path` in one step."""
     target = _checked_target(path)
     temporary = _new_temporary(target)  # the check and the file in one step

@@ -144,7 +144,7 @@ def generate_examples(task: str, *, train: int = 2000, dev: int = 400, test: int
     ]
 
 
-def write_senteval(path: str | os.PathLike, sentences: Iterable[Sentence]) -> int:
+def write_senteval(path: str | os.PathLike[str], sentences: Iterable[Sentence]) -> int:
     """Write `split<TAB>label<TAB>sentence` lines (SentEval's probing format); return how many.
 
     Written atomically and in UTF-8 whatever the locale, so `read_sentences` reads back

@@ -77,7 +77,7 @@ def generate_treebank(sentences: int = DEFAULT_SENTENCES, seed: int = 0) -> list
     return treebank
 
 
-def write_conllu(path: str | os.PathLike, sentences: Iterable[Sentence], *, id_prefix: str = "treebank") -> int:
+def write_conllu(path: str | os.PathLike[str], sentences: Iterable[Sentence], *, id_prefix: str = "treebank") -> int:
     """Write annotated sentences as CoNLL-U, with `# sent_id` and `# text`; return how many.
 
     Written atomically in UTF-8, so `read_sentences` reads back exactly these sentences and

@@ -28,6 +28,7 @@ import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -39,7 +40,7 @@ from bertscope.core.data.files import publish, temporary_beside
 MODES = ("auto", "onednn", "blas")
 FASTER_BY = 1.1  # oneDNN is kept only when at least this many times as fast: a tie is not worth a private operator
 
-_available = torch.backends.mkldnn.is_available()
+_available: bool = torch.backends.mkldnn.is_available()
 
 # oneDNN keeps up to 1,024 primitives, one per input shape, and a corpus job's batches come in ever new shapes,
 # so its memory would grow with the corpus; 64 still hold every shape of a pass.
@@ -75,7 +76,7 @@ def product(a: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     empty = a.numel() == 0 or weight.numel() == 0
     if _available and fp32_cpu and not empty and not _needs_grad(a, weight, bias):
         try:
-            return torch.ops.mkldnn._linear_pointwise(a, weight, bias, "none", [], "")
+            return cast(Tensor, torch.ops.mkldnn._linear_pointwise(a, weight, bias, "none", [], ""))
         except (AttributeError, RuntimeError):  # a torch without the operator, or one that refuses these inputs
             _available = False
     return F.linear(a, weight, bias)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 if TYPE_CHECKING:  # only in annotations
     from torch import Tensor, nn
@@ -28,7 +28,8 @@ from bertscope.core.errors import InputError, ModelLoadError
 
 # A transformers model, and one of its encoder layers. The families read their submodules by the names in
 # transformers' modeling code (`layer.attention.self`), which nn.Module's typing cannot follow (to it, a submodule
-# read by name is `Tensor | Module`): so they are Any, named for what they hold.
+# read by name is `Tensor | Module`): so they are Any, named for what they hold, and what the families return of them is
+# cast to what transformers' code puts there.
 Model: TypeAlias = Any
 Layer: TypeAlias = Any
 
@@ -49,7 +50,7 @@ class Family:
     physical_pruning: bool = True
     projects_in_attention: bool = False  # `self_attention` applies `attention_output` itself (DistilBERT)
 
-    def check_config(self, config: dict, architecture: str) -> None:
+    def check_config(self, config: dict[str, Any], architecture: str) -> None:
         """Refuse, before loading, a layout of this family that bertscope cannot read layer by layer."""
 
     # --- modules ---------------------------------------------------------------------------
@@ -68,7 +69,7 @@ class Family:
         what anything beside that layer reads of it (DeBERTa-v2's convolution)."""
         base = model.base_model
         projection = getattr(base, "embeddings_project", None)  # ELECTRA with embeddings narrower than its layers
-        return projection if projection is not None else base.embeddings
+        return cast("nn.Module", projection if projection is not None else base.embeddings)
 
     def hidden_state_module(self, model: Model, index: int) -> nn.Module:
         """The module whose output is hidden state `index` as the model reports it and as everything above reads it:
@@ -83,15 +84,15 @@ class Family:
 
     def self_attention(self, layer: Layer) -> nn.Module:
         """The module that computes the layer's attention (for "interface" families: the one handed to it)."""
-        return layer.attention.self
+        return cast("nn.Module", layer.attention.self)
 
     def attention_output(self, layer: Layer) -> nn.Linear:
         """The projection whose input is the concatenated per-head context (where heads are gated)."""
-        return layer.attention.output.dense
+        return cast("nn.Linear", layer.attention.output.dense)
 
     def feed_forward_output(self, layer: Layer) -> nn.Linear:
         """The feed-forward block's output projection (its write, before the residual and LayerNorm)."""
-        return layer.output.dense
+        return cast("nn.Linear", layer.output.dense)
 
     def weights_module(self, layer: Layer) -> nn.Module | None:
         """For "own" families: the module applied to the attention weights `[B, H, T, K]` alone (their dropout)."""
@@ -123,14 +124,14 @@ class Family:
     def attention_norm(self, layer: Layer) -> nn.Module | None:
         """The LayerNorm over the attention block's residual sum x + attention (post-LN); None where the block has no
         norm after it (pre-LN)."""
-        return layer.attention.output.LayerNorm
+        return cast("nn.Module", layer.attention.output.LayerNorm)
 
     def after_attention(self, model: Model, index: int, summed: Tensor) -> Tensor:
         """The rest of layer `index` from its attention block's residual sum `[..., D]` (x + the attention output, the
         bias of W_O included) to what the layer leaves, as `run_layers` yields it. Position-wise: any rows at once."""
         layer: Layer = self.layers(model)[index]
         attended = layer.attention.output.LayerNorm(summed)
-        return layer.output(layer.intermediate(attended), attended)
+        return cast("Tensor", layer.output(layer.intermediate(attended), attended))
 
     # --- running ---------------------------------------------------------------------------
 
@@ -141,7 +142,7 @@ class Family:
             hidden = layer(hidden)
             yield hidden
 
-    def inputs(self, inputs: dict) -> dict:
+    def inputs(self, inputs: dict[str, Tensor]) -> dict[str, Tensor]:
         """The tokenizer's tensors this family's forward takes (no segment ids where it has none)."""
         if self.token_types:
             return inputs
@@ -155,16 +156,16 @@ class Family:
         if classifier is None:
             return None
         if hasattr(classifier, "out_proj"):  # RoBERTa, ELECTRA, MPNet: a head that reads the first token itself
-            return classifier
+            return cast("nn.Module", classifier)
         pooler = model.base_model.pooler  # BERT: the pooler (tanh of a projection of [CLS]), then a linear layer
         return lambda hidden: classifier(pooler(hidden))
 
     def mlm_head(self, model: Model) -> Callable[[Tensor], Tensor] | None:
         """A function from hidden states `[..., D]` to vocabulary logits, if the model has one."""
         if hasattr(model, "cls") and hasattr(model.cls, "predictions"):
-            return model.cls.predictions  # BertForMaskedLM, BertForPreTraining, DeBERTa-v2 (legacy head)
+            return cast("nn.Module", model.cls.predictions)  # BertForMaskedLM, BertForPreTraining, DeBERTa-v2 (legacy head)
         if hasattr(model, "lm_head"):
-            return model.lm_head  # RoBERTa, XLM-R, CamemBERT, MPNet
+            return cast("nn.Module", model.lm_head)  # RoBERTa, XLM-R, CamemBERT, MPNet
         if hasattr(model, "generator_lm_head"):  # ELECTRA generator
             predictions, lm_head = model.generator_predictions, model.generator_lm_head
             return lambda hidden: lm_head(predictions(hidden))
@@ -186,13 +187,13 @@ class DistilBert(Family):
         return list(model.base_model.transformer.layer)
 
     def self_attention(self, layer: Layer) -> nn.Module:
-        return layer.attention
+        return cast("nn.Module", layer.attention)
 
     def attention_output(self, layer: Layer) -> nn.Linear:
-        return layer.attention.out_lin
+        return cast("nn.Linear", layer.attention.out_lin)
 
     def feed_forward_output(self, layer: Layer) -> nn.Linear:
-        return layer.ffn.lin2
+        return cast("nn.Linear", layer.ffn.lin2)
 
     def query_key_value(self, layer: Layer) -> tuple[str, ...]:
         return ("q_lin", "k_lin", "v_lin")
@@ -201,12 +202,12 @@ class DistilBert(Family):
         layer.attention.out_lin = projection
 
     def attention_norm(self, layer: Layer) -> nn.Module | None:
-        return layer.sa_layer_norm
+        return cast("nn.Module", layer.sa_layer_norm)
 
     def after_attention(self, model: Model, index: int, summed: Tensor) -> Tensor:
         layer: Layer = self.layers(model)[index]
         attended = layer.sa_layer_norm(summed)
-        return layer.output_layer_norm(layer.ffn(attended) + attended)
+        return cast("Tensor", layer.output_layer_norm(layer.ffn(attended) + attended))
 
     def classifier_head(self, model: Model) -> Callable[[Tensor], Tensor] | None:
         if not hasattr(model, "pre_classifier"):
@@ -226,7 +227,7 @@ class Albert(Family):
     """One layer's weights applied N times. `prepare` gives each application its own module objects over the
     same parameters, so that a hook, a gate or a statistic belongs to an application, not to the shared weights."""
 
-    def check_config(self, config: dict, architecture: str) -> None:
+    def check_config(self, config: dict[str, Any], architecture: str) -> None:
         inner = config.get("inner_group_num", 1)
         if inner != 1:
             raise ModelLoadError(
@@ -268,27 +269,27 @@ class Albert(Family):
         return [layer for group in model.base_model.encoder.albert_layer_groups for layer in group.albert_layers]
 
     def embedding_output(self, model: Model) -> nn.Module:
-        return model.base_model.encoder.embedding_hidden_mapping_in  # the embeddings projected to the hidden size
+        return cast("nn.Module", model.base_model.encoder.embedding_hidden_mapping_in)  # the embeddings projected to the hidden size
 
     def self_attention(self, layer: Layer) -> nn.Module:
-        return layer.attention
+        return cast("nn.Module", layer.attention)
 
     def attention_output(self, layer: Layer) -> nn.Linear:
-        return layer.attention.dense
+        return cast("nn.Linear", layer.attention.dense)
 
     def feed_forward_output(self, layer: Layer) -> nn.Linear:
-        return layer.ffn_output
+        return cast("nn.Linear", layer.ffn_output)
 
     def set_attention_output(self, layer: Layer, projection: nn.Linear) -> None:
         layer.attention.dense = projection
 
     def attention_norm(self, layer: Layer) -> nn.Module | None:
-        return layer.attention.LayerNorm
+        return cast("nn.Module", layer.attention.LayerNorm)
 
     def after_attention(self, model: Model, index: int, summed: Tensor) -> Tensor:
         layer: Layer = self.layers(model)[index]
         attended = layer.attention.LayerNorm(summed)
-        return layer.full_layer_layer_norm(layer.ff_chunk(attended) + attended)
+        return cast("Tensor", layer.full_layer_layer_norm(layer.ff_chunk(attended) + attended))
 
     def classifier_head(self, model: Model) -> Callable[[Tensor], Tensor] | None:
         if getattr(model, "classifier", None) is None:
@@ -308,10 +309,10 @@ class DebertaV2(Family):
     attention: str = "own"
 
     def weights_module(self, layer: Layer) -> nn.Module | None:
-        return layer.attention.self.dropout
+        return cast("nn.Module", layer.attention.self.dropout)
 
     def value_projection(self, layer: Layer) -> nn.Linear | None:
-        return layer.attention.self.value_proj
+        return cast("nn.Linear", layer.attention.self.value_proj)
 
     def query_key_value(self, layer: Layer) -> tuple[str, ...]:
         return ("query_proj", "key_proj", "value_proj")
@@ -329,7 +330,7 @@ class DebertaV2(Family):
     def hidden_state_module(self, model: Model, index: int) -> nn.Module:
         conv = model.base_model.encoder.conv
         if index == 1 and conv is not None:  # the convolution beside layer 0 gives hidden state 1 from the layer's output
-            return conv
+            return cast("nn.Module", conv)
         return super().hidden_state_module(model, index)
 
     def run_layers(self, model: Model, hidden: Tensor, start: int, stop: int) -> Iterator[Tensor]:
@@ -371,13 +372,13 @@ class ModernBert(Family):
         return list(model.base_model.layers)
 
     def self_attention(self, layer: Layer) -> nn.Module:
-        return layer.attn
+        return cast("nn.Module", layer.attn)
 
     def attention_output(self, layer: Layer) -> nn.Linear:
-        return layer.attn.Wo
+        return cast("nn.Linear", layer.attn.Wo)
 
     def feed_forward_output(self, layer: Layer) -> nn.Linear:
-        return layer.mlp.Wo
+        return cast("nn.Linear", layer.mlp.Wo)
 
     def set_attention_output(self, layer: Layer, projection: nn.Linear) -> None:
         layer.attn.Wo = projection
@@ -393,7 +394,7 @@ class ModernBert(Family):
         layers: list[Layer] = self.layers(model)
         layer = layers[index]
         hidden = summed + layer.mlp(layer.mlp_norm(summed))
-        return model.base_model.final_norm(hidden) if index == len(layers) - 1 else hidden
+        return cast("Tensor", model.base_model.final_norm(hidden) if index == len(layers) - 1 else hidden)
 
     def window(self, model: Model, layer: int) -> int | None:
         config = model.config
@@ -427,7 +428,7 @@ class ModernBert(Family):
                 pooled = hidden.mean(1)
             else:
                 pooled = hidden[:, 0]
-            return model.classifier(model.drop(model.head(pooled)))
+            return cast("Tensor", model.classifier(model.drop(model.head(pooled))))
 
         return logits
 
@@ -437,7 +438,7 @@ class ModernBert(Family):
         return lambda hidden: model.decoder(model.head(hidden))
 
     def lens_norm(self, model: Model) -> Callable[[Tensor], Tensor] | None:
-        return model.base_model.final_norm
+        return cast("nn.Module", model.base_model.final_norm)
 
     def describe(self) -> str:
         return "index 0: the embeddings (after their norm); index l < L: the residual stream after layer l; index L: its final norm"
@@ -450,16 +451,16 @@ class MPNet(Family):
     physical_pruning: bool = False  # the relative position bias is shared by every layer's heads
 
     def self_attention(self, layer: Layer) -> nn.Module:
-        return layer.attention.attn
+        return cast("nn.Module", layer.attention.attn)
 
     def attention_output(self, layer: Layer) -> nn.Linear:
-        return layer.attention.attn.o
+        return cast("nn.Linear", layer.attention.attn.o)
 
     def weights_module(self, layer: Layer) -> nn.Module | None:
-        return layer.attention.attn.dropout
+        return cast("nn.Module", layer.attention.attn.dropout)
 
     def value_projection(self, layer: Layer) -> nn.Linear | None:
-        return layer.attention.attn.v
+        return cast("nn.Linear", layer.attention.attn.v)
 
     def query_key_value(self, layer: Layer) -> tuple[str, ...]:
         return ("q", "k", "v")
@@ -468,12 +469,12 @@ class MPNet(Family):
         layer.attention.attn.o = projection
 
     def attention_norm(self, layer: Layer) -> nn.Module | None:
-        return layer.attention.LayerNorm
+        return cast("nn.Module", layer.attention.LayerNorm)
 
     def after_attention(self, model: Model, index: int, summed: Tensor) -> Tensor:
         layer: Layer = self.layers(model)[index]
         attended = layer.attention.LayerNorm(summed)
-        return layer.output(layer.intermediate(attended), attended)
+        return cast("Tensor", layer.output(layer.intermediate(attended), attended))
 
     def run_layers(self, model: Model, hidden: Tensor, start: int, stop: int) -> Iterator[Tensor]:
         bias = model.base_model.encoder.compute_position_bias(hidden)

@@ -115,7 +115,9 @@ def _load_weights(
     )
     try:
         # with output_loading_info, from_pretrained gives the loading info beside the model (transformers types it as the model alone)
-        model, info = cast(tuple[PreTrainedModel, dict], model_class.from_pretrained(directory, output_loading_info=True, **options))
+        model, info = cast(
+            tuple[PreTrainedModel, dict[str, Any]], model_class.from_pretrained(directory, output_loading_info=True, **options)
+        )
         if model_class is not encoder_class and _head_missing(info, model):
             model = encoder_class.from_pretrained(directory, **options)
             architecture = f"encoder of {architecture} (head weights missing)"
@@ -128,7 +130,7 @@ def _load_weights(
     return model, architecture
 
 
-def _head_missing(info: dict, model: PreTrainedModel) -> bool:
+def _head_missing(info: dict[str, Any], model: PreTrainedModel) -> bool:
     prefix = model.base_model_prefix + "."
     return any(not key.startswith(prefix) for key in info.get("missing_keys", ()))
 

@@ -14,6 +14,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bertscope.core.errors import ModelLoadError
 from bertscope.core.model.families import Family, family_for
@@ -102,7 +103,7 @@ def _hub_snapshot(name: str, allow_download: bool) -> Path:
     return directory
 
 
-def read_config(directory: Path) -> dict:
+def read_config(directory: Path) -> dict[str, Any]:
     config_file = directory / "config.json"
     if not config_file.is_file():
         raise ModelLoadError(f"{directory} has no config.json; name a directory saved with save_pretrained()", setting="model")

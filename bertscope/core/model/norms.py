@@ -16,6 +16,8 @@ forward pass as the weights (core.model.ablation). Outputs name this definition 
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 
@@ -24,7 +26,7 @@ def value_norms(value: Tensor, output_projection: nn.Linear) -> Tensor:
     """`[B, H, K]`: ‖f_h(x_k)‖ for each key token, from the heads' values `[B, H, K, d]` (bias of W_V included)."""
     factors = _head_factors(output_projection, value.shape[1], value.shape[-1])
     with torch.no_grad():  # no gradient flows through a norm (as detach(), with no operation of its own)
-        return torch.linalg.vector_norm(torch.matmul(_float32(value), factors), dim=-1)
+        return cast(Tensor, torch.linalg.vector_norm(torch.matmul(_float32(value), factors), dim=-1))
 
 
 def _head_factors(output_projection: nn.Linear, heads: int, size: int) -> Tensor:
@@ -34,10 +36,10 @@ def _head_factors(output_projection: nn.Linear, heads: int, size: int) -> Tensor
     key = (weight.data_ptr(), weight._version, heads, size)
     kept = getattr(output_projection, "_bertscope_head_factors", None)
     if kept is not None and kept[0] == key:
-        return kept[1]
+        return cast(Tensor, kept[1])
     per_head = weight.detach().float().view(weight.shape[0], heads, size).transpose(0, 1)  # [H, D, d]: the heads side by side
     with torch.inference_mode(False), torch.no_grad():  # a plain tensor, usable in and out of inference mode
-        factors = torch.linalg.qr(per_head.clone(), mode="r").R.transpose(1, 2).contiguous()
+        factors: Tensor = torch.linalg.qr(per_head.clone(), mode="r").R.transpose(1, 2).contiguous()
     output_projection._bertscope_head_factors = (key, factors)  # type: ignore[assignment]  # not a parameter: no state
     return factors
 

@@ -8,9 +8,10 @@ being the embedding output and index l+1 the output of layer l.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from bertscope.core.errors import InputError
 from bertscope.core.model.masks import Ablation, HeadMask
@@ -44,7 +45,7 @@ class ModelInfo:
     # per layer, how far its heads see (keys within ±w of the query; ModernBERT's local layers), None: everything
     attention_windows: tuple[int | None, ...] = ()
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
@@ -232,10 +233,10 @@ class PatternResult(Shown):
         """Every statistic it holds, in the order tables list them: STATISTICS, then the shares of norm if taken."""
         return [*STATISTICS, *(f"norm_{name}" for name in NORM_SHARES)] if self.has_norms else list(STATISTICS)
 
-    def layer_statistics(self, name: str) -> np.ndarray:
-        return self.statistics[name].mean(-1)
+    def layer_statistics(self, name: str) -> npt.NDArray[np.floating[Any]]:
+        return cast(npt.NDArray[np.floating[Any]], self.statistics[name].mean(-1))
 
-    def head_table(self) -> tuple[list[str], list[list]]:
+    def head_table(self) -> tuple[list[str], list[list[str | float]]]:
         """One row per head (the `patterns --csv` table and the overview's export): layer, head, dominant pattern,
         the share of each pattern, every statistic."""
         names = self.statistic_names
@@ -252,10 +253,10 @@ class PatternResult(Shown):
         ]
         return header, rows
 
-    def layer_pattern_shares(self) -> np.ndarray:
+    def layer_pattern_shares(self) -> npt.NDArray[np.floating[Any]]:
         """`[L, 5]`: per layer, the share of (head, sentence) maps in each pattern, over the heads not switched off."""
         on = ~self.off
-        return (self.pattern_shares * on[..., None]).sum(1) / np.maximum(on.sum(1), 1)[:, None]
+        return cast(npt.NDArray[np.floating[Any]], (self.pattern_shares * on[..., None]).sum(1) / np.maximum(on.sum(1), 1)[:, None])
 
     def summary(self) -> str:
         num_layers, num_heads = self.dominant.shape
@@ -295,7 +296,7 @@ class PatternResult(Shown):
     def _mask_note(self) -> str:
         return f" · mask {self.mask.spec()} ({self.ablation})" if self.mask is not None and len(self.mask) else ""
 
-    def as_json(self, model: str) -> dict:
+    def as_json(self, model: str) -> dict[str, Any]:
         heads = []
         num_layers, num_heads = self.pattern_shares.shape[:2]
         names = self.statistic_names

@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -115,7 +115,7 @@ class Session:
         return numerics_key(self.dtype, self.device.type)
 
     @property
-    def numerics(self) -> dict:
+    def numerics(self) -> dict[str, str | None]:
         """What its passes' numbers depend on besides the model and the input: device, dtype, and on the CPU in
         float32 the kernel path of its linear layers (`onednn` or `blas`, `core.model.cpu_linear`)."""
         linear = self.linear_path if self.device.type == "cpu" and self.dtype == "float32" else None
@@ -490,7 +490,7 @@ class Session:
         return hidden
 
     @property
-    def layer_modules(self) -> list:
+    def layer_modules(self) -> list[torch.nn.Module]:
         """The encoder's layers, in order: analyses that run part of the model (patching) call them directly."""
         return self.loaded.family.layers(self.model)
 
@@ -511,7 +511,7 @@ class Session:
 def _mlm_logits(outputs: Any) -> Tensor:
     """MLM logits of a model with an MLM head (pre-training models name them differently)."""
     prediction_logits = getattr(outputs, "prediction_logits", None)
-    return prediction_logits if prediction_logits is not None else outputs.logits
+    return cast(Tensor, prediction_logits if prediction_logits is not None else outputs.logits)
 
 
 def _numpy(tensor: Tensor) -> np.ndarray:
