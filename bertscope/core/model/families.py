@@ -105,6 +105,11 @@ class Family:
         """Attribute names (on `self_attention`) of the query, key and value projections, for physical pruning."""
         return ("query", "key", "value")
 
+    def head_projections(self, layer: Layer) -> tuple[str, ...]:
+        """Attribute names (on `self_attention`) of every projection whose output is `[H·d]`, one slice per head: what
+        physical pruning slices to the kept heads (the query, key and value, and any projection of positions)."""
+        return self.query_key_value(layer)
+
     def set_attention_output(self, layer: Layer, projection: nn.Linear) -> None:
         """Put a (pruned) output projection back where `attention_output` found it."""
         layer.attention.output.dense = projection
@@ -315,6 +320,13 @@ class DebertaV2(Family):
 
     def query_key_value(self, layer: Layer) -> tuple[str, ...]:
         return ("query_proj", "key_proj", "value_proj")
+
+    def head_projections(self, layer: Layer) -> tuple[str, ...]:
+        # share_att_key false (transformers' default): relative positions get their own per-head projections,
+        # pos_key_proj for c2p and pos_query_proj for p2c, present as pos_att_type and relative_attention ask.
+        attention = self.self_attention(layer)
+        own = tuple(name for name in ("pos_key_proj", "pos_query_proj") if hasattr(attention, name))
+        return (*self.query_key_value(layer), *own)
 
     def after_attention(self, model: Model, index: int, summed: Tensor) -> Tensor:
         if index == 0 and model.base_model.encoder.conv is not None:
