@@ -63,3 +63,19 @@ def test_a_sliced_copy_computes_the_masked_original(family, switches, tmp_path, 
     masked = session.forward(TEXT, mask=",".join(f"{layer}:{head}" for layer, head in remove))
     for name in ("hidden_states", "attentions", "mlm_logits"):
         np.testing.assert_allclose(getattr(pruned, name), getattr(masked, name), atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["albert", "modernbert", "mpnet"])
+def test_the_api_refuses_a_sliced_copy_it_cannot_write_before_scoring_a_head(family, tmp_path, monkeypatch):
+    """Issue 54: the refusal came after 14-18 s of importance scoring; the family says it before any."""
+    from bertscope import api
+    from bertscope.core.errors import InputError
+
+    def scored(*args, **kwargs):
+        raise AssertionError("heads were scored before the copy was judged")
+
+    monkeypatch.setattr(api, "_ranking", scored)
+    session = bertscope.load(str(save_tiny_family(tmp_path / "model", family)), device="cpu")
+    with pytest.raises(InputError, match="cannot be sliced out of its weights; write a copy with the heads' weights zeroed"):
+        bertscope.prune(session, "preserve", [TEXT], fraction=0.5, output=tmp_path / "sliced")
+    assert not (tmp_path / "sliced").exists()

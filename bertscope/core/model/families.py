@@ -48,9 +48,16 @@ class Family:
     # Heads can be sliced out of the weights (core.model.pruning); else `--weights zeroed` only.
     physical_pruning: bool = True
     projects_in_attention: bool = False  # `self_attention` applies `attention_output` itself (DistilBERT)
+    # The head classes (name endings) that load with an MLM head (ELECTRA's ForPreTraining is its discriminator).
+    mlm_classes: tuple[str, ...] = ("ForMaskedLM", "ForPreTraining")
 
     def check_config(self, config: dict, architecture: str) -> None:
         """Refuse, before loading, a layout of this family that bertscope cannot read layer by layer."""
+
+    def may_have_mlm_head(self, architecture: str) -> bool:
+        """Whether a model saved as `architecture` can load with an MLM head (False: it certainly has none), judged
+        from the name before loading; its weights may still lack the head."""
+        return architecture.endswith(self.mlm_classes)
 
     # --- modules ---------------------------------------------------------------------------
 
@@ -497,7 +504,7 @@ class MPNet(Family):
 FAMILIES: tuple[Family, ...] = (
     Family("BERT", frozenset({"bert"})),
     Family("RoBERTa", frozenset({"roberta", "xlm-roberta", "camembert"}), reserved_positions=2),
-    Family("ELECTRA", frozenset({"electra"})),
+    Family("ELECTRA", frozenset({"electra"}), mlm_classes=("ForMaskedLM",)),
     DistilBert("DistilBERT", frozenset({"distilbert"}), token_types=False, projects_in_attention=True),
     Albert("ALBERT", frozenset({"albert"}), physical_pruning=False),
     DebertaV2("DeBERTa-v2", frozenset({"deberta-v2"})),
