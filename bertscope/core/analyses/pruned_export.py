@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from bertscope.core.analyses.importance_results import HeadImportance, check_pruned_copy
-from bertscope.core.data.files import check_new_directory
+from bertscope.core.data.files import check_new_directory, follow_umask
 from bertscope.core.errors import InputError
 from bertscope.core.model.pruning import PRUNING_FILE, apply_pruning, pruned_heads_of, zero_heads
 from bertscope.core.model.session import Session
@@ -120,6 +120,7 @@ def write_pruned_model(
             **extra,
         }
         (staging / PRUNING_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        follow_umask(staging)  # mkdtemp's directory and the saved weights are private; the copy is not
         if target.exists():
             target.rmdir()  # check_new_directory allowed only an empty directory
         os.replace(staging, target)

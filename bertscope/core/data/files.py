@@ -6,11 +6,15 @@ import contextlib
 import errno
 import os
 import secrets
+import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 from bertscope.core.errors import InputError
+
+PROCESS_STATUS = "/proc/self/status"  # Linux 4.7 and later report the umask there
 
 
 def check_writable(path: str | Path) -> Path:
@@ -89,6 +93,39 @@ def temporary_beside(path: str | Path) -> Path:
         os.close(descriptor)
         return candidate
     raise FileExistsError(errno.EEXIST, "no free temporary name", str(target.parent))
+
+
+def current_umask() -> int:
+    """The process's umask, read without setting it (see `temporary_beside`): from /proc where Linux reports it,
+    else from the permissions a new directory asking for all of them is given."""
+    try:
+        with open(PROCESS_STATUS, encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    probe = Path(tempfile.gettempdir()) / f".bertscope-umask-{secrets.token_hex(4)}"
+    os.mkdir(probe, 0o777)
+    try:
+        return 0o777 & ~stat.S_IMODE(os.stat(probe).st_mode)
+    finally:
+        os.rmdir(probe)
+
+
+def follow_umask(directory: str | Path) -> None:
+    """Give `directory` and everything in it the permissions a plain mkdir and open() give, where other code made
+    them private (tempfile.mkdtemp's directory, the weights transformers saves), so that what bertscope writes
+    follows the user's umask like any other file."""
+    mask = current_umask()
+    os.chmod(directory, 0o777 & ~mask)
+    for root, folders, files in os.walk(directory):
+        for name in folders:
+            if not os.path.islink(os.path.join(root, name)):
+                os.chmod(os.path.join(root, name), 0o777 & ~mask)
+        for name in files:
+            if not os.path.islink(os.path.join(root, name)):
+                os.chmod(os.path.join(root, name), 0o666 & ~mask)
 
 
 def publish(temporary: str | Path, path: str | Path) -> None:
