@@ -271,8 +271,8 @@ def prune(
 
         from bertscope.core.data.files import check_new_directory
 
-        check_pruned_copy_of(model, weights)
         check_new_directory(Path(output))
+        check_pruned_copy_of(model, weights)
     session, prepared = load_objective(model, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed)
     if fraction is None:
         _curve(session, prepared, method, ablation, normalize, step, reestimate, max_drop, seed, as_json, figure)

@@ -62,14 +62,17 @@ def check_new_directory(path: str | Path) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
-    """Write to a temporary file beside `path`, then rename it over `path` in one step."""
+def atomic_write(path: str | os.PathLike, mode: str = "wb", *, replace: bool = True) -> Iterator[IO]:
+    """Write to a temporary file beside `path`, then rename it over `path` in one step.
+
+    `replace=False`: an existing `path` is never replaced, even one made while this wrote (FileExistsError).
+    """
     target = _checked_target(path)
     temporary = _new_temporary(target)  # the check and the file in one step
     try:
         with open(temporary, mode) as handle:
             yield handle
-        publish(temporary, target)
+        publish(temporary, target, replace=replace)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
@@ -128,14 +131,29 @@ def follow_umask(directory: str | Path) -> None:
                 os.chmod(os.path.join(root, name), 0o666 & ~mask)
 
 
-def publish(temporary: str | Path, path: str | Path) -> None:
-    """Move a complete `temporary` file over `path` in one step, once its contents are on disk."""
+def publish(temporary: str | Path, path: str | Path, *, replace: bool = True) -> None:
+    """Move a complete `temporary` file over `path` in one step, once its contents are on disk.
+
+    `replace=False`: only where no `path` exists (FileExistsError otherwise), by a hard link, which fails where the
+    name is taken however late it was; a file system without hard links is checked, then renamed onto."""
     descriptor = os.open(temporary, os.O_RDONLY)
     try:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
-    os.replace(temporary, path)
+    if replace:
+        os.replace(temporary, path)
+        return
+    try:
+        os.link(temporary, path)
+    except FileExistsError:
+        raise
+    except OSError:  # no hard links here (FAT, some network file systems)
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path)) from None
+        os.replace(temporary, path)
+        return
+    os.unlink(temporary)
 
 
 def reserve_space(path: str | Path, start: int = 0, chunk: int = 1 << 20) -> None:
