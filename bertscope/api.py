@@ -651,18 +651,14 @@ def erase(
 
 
 def check_erasure(task: str, measure: str | None) -> None:
-    """Refuse, before any model loads, what erasure cannot do: a structural task, a measure it does not know
-    (torch-free: the CLI calls it)."""
+    """Refuse, before any model loads, what erasure cannot do: a structural task, a measure it does not know or cannot
+    take with this task (torch-free: the CLI calls it)."""
+    from bertscope.core.analyses.erasure_results import check_measure
     from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS
 
     if task in STRUCTURAL_TASKS:
         raise InputError(f"task {task!r} is a structural probe; erasure takes classification tasks", setting="task")
-    if measure is not None:
-        name, _, other = measure.partition(":")
-        if name not in ("mlm", "preserve", "class", "classification", "probe") or (name == "probe") != bool(other):
-            raise InputError(f"unknown measure {measure!r}; use mlm, preserve, class or probe:TASK (probe:upos, say)", setting="measure")
-        if other in STRUCTURAL_TASKS:
-            raise InputError(f"the probe measure takes classification tasks; {other!r} is a structural probe", setting="measure")
+    check_measure(task, measure)
 
 
 def erasure_sentences(
@@ -889,13 +885,15 @@ def prune(
     `weights` sliced (the heads cut out of the weights: smaller and faster, for bertscope and
     transformers 4) or zeroed (same shapes, their output projection zeroed: loads in any transformers)."""
     from bertscope.core.analyses.importance import check_fraction
-    from bertscope.core.analyses.pruned_export import check_weights
+    from bertscope.core.analyses.importance_results import check_pruned_copy, check_weights
 
     check_fraction(fraction)
     check_weights(weights)
-    if output is not None:
+    if output is not None:  # what the copy cannot be is refused before any head is scored
         from bertscope.core.data.files import check_new_directory
+        from bertscope.core.model.pruning import pruned_heads_of
 
+        check_pruned_copy(weights, model.loaded.family, bool(pruned_heads_of(model.model.config)))
         check_new_directory(Path(output))
     prepared = _prepared(
         model,

@@ -196,7 +196,7 @@ def test_explorer_without_a_terminal_refuses_in_one_line_before_torch():
     assert "explore" not in lines[0].split("need none:")[1]
 
 
-@pytest.mark.parametrize("content", [b"my notes\n", b'{"name": "my-package", "version": "1.0.0"}', b"\x89PNG\r\n\x1a\n"])
+@pytest.mark.parametrize("content", [b"my notes\n", b'{"name": "my-package", "version": "1.0.0"}', b"\x89PNG\r\n\x1a\n", b""])
 def test_explorer_refuses_a_session_file_that_is_not_a_session_and_leaves_it_alone(tmp_path, content):
     notes = tmp_path / "notes.txt"
     notes.write_bytes(content)
@@ -262,6 +262,28 @@ def test_outputs_and_masks_are_refused_before_the_model_loads(run, tmp_path):
         run("attention", SENTENCE, "--layer", "0", "--head", "0", "--mask", "-1:0", "-m", missing_model),
         "layer -1 in mask item '-1:0' is negative: layers and heads count from 0",
     )
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["prune", "-O", "preserve", "--limit", "0"], "--limit 0 is out of range: it must be at least 1"),
+        (["patterns", "--batch-size", "0"], "--batch-size 0 is out of range: it must be at least 1"),
+        (["fill", "A [MASK] day.", "--top", "0"], "--top 0 is out of range: it must be between 1 and 1000"),
+        (["prune", "-O", "preserve", "--max-drop", "-1"], "--max-drop -1.0 is out of range: it must be at least 0"),
+        (["prune", "-O", "preserve", "--fraction", "0.3", "--weights", "bogus"], "--weights: 'bogus' is not one of 'sliced', 'zeroed'"),
+        (["attention", SENTENCE, "--layer", "x"], "--layer: 'x' is not a valid integer"),
+        (["attention", "--layer", "0"], "missing argument 'TEXT' (see `bertscope attention --help`)"),
+        (["prune", "--bogus"], "no such option '--bogus' (see `bertscope prune --help`)"),
+        (["attention", SENTENCE, "-l", "0", "-H", "0", "--json", "--csv"], "give --json or --csv, not both: each prints the whole result"),
+        (["patterns", SENTENCE, "--csv", "--json"], "give --json or --csv, not both: each prints the whole result"),
+    ],
+)
+def test_what_click_refuses_is_one_line_too(run, args, line):
+    """Issue 54: click's four-line usage block for a bad flag value; the same one line as every other refusal."""
+    result = run(*args)
+    assert_one_line_error(result, line)
+    assert result.stderr.strip() == f"bertscope: error: {line}"
 
 
 def test_ctrl_c_exits_130_with_one_line(run, monkeypatch, tmp_path):

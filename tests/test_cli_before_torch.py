@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -27,8 +28,19 @@ def files(tmp_path_factory, tiny_bert_dir):
     small_vocabulary = shutil.copytree(tiny_bert_dir, root / "small-vocabulary")
     config = json.loads((small_vocabulary / "config.json").read_text())
     (small_vocabulary / "config.json").write_text(json.dumps(config | {"vocab_size": 100}))
-    return {"TINY": str(tiny_bert_dir), "AFILE": str(root / "afile"), "MISSING": str(root / "missing.txt"),
-            "OUT": str(root / "out.npz"), "SMALL_VOCABULARY": str(small_vocabulary)}
+    paths = {"TINY": str(tiny_bert_dir), "AFILE": str(root / "afile"), "MISSING": str(root / "missing.txt"),
+             "OUT": str(root / "out.npz"), "SMALL_VOCABULARY": str(small_vocabulary)}
+    # Only config.json differs (nothing here loads them): families whose heads cannot be sliced, and a sliced copy.
+    for name, changes in {
+        "ALBERT": {"model_type": "albert", "architectures": ["AlbertForMaskedLM"]},
+        "MODERNBERT": {"model_type": "modernbert", "architectures": ["ModernBertForMaskedLM"]},
+        "MPNET": {"model_type": "mpnet", "architectures": ["MPNetForMaskedLM"]},
+        "SLICED": {"pruned_heads": {"1": [0, 2]}},
+    }.items():
+        copy = shutil.copytree(tiny_bert_dir, root / name.lower())
+        (copy / "config.json").write_text(json.dumps(config | changes))
+        paths[name] = str(copy)
+    return paths
 
 
 def named(text: str, files: dict) -> str:
@@ -84,6 +96,32 @@ OUT_OF_RANGE_TINY = [  # 3 layers x 4 heads, hidden states 0-3
      "--probe-layer -1 is out of range: hidden-state layers are 0 (embeddings) to 3"),
 ]
 
+JUDGED_FROM_THE_CONFIG = [  # issue 54: what the config and the arguments tell is refused before any work
+    (("prune", "-O", "preserve", "--fraction", "0.5", "-o", "OUT", "-m", "ALBERT"),
+     "ALBERT heads cannot be sliced out of its weights; write a copy with the heads' weights zeroed instead (--weights)"),
+    (("prune", "-O", "preserve", "--fraction", "0.5", "-o", "OUT", "-m", "MODERNBERT"), "ModernBERT heads cannot be sliced"),
+    (("prune", "-O", "preserve", "--fraction", "0.5", "-o", "OUT", "--weights", "sliced", "-m", "MPNET"), "MPNet heads cannot be sliced"),
+    (("prune", "-O", "preserve", "--fraction", "0.5", "-o", "OUT", "--weights", "zeroed", "-m", "SLICED"),
+     "a zeroed copy keeps every head's weights, but this model has heads sliced out already"),
+    (("prune", "-O", "preserve", "--curve", "--weights", "zeroed", "-m", "TINY"),
+     "--weights says how the copy written with -o DIR keeps the pruned heads: give it with --fraction F -o DIR"),
+    (("prune", "-O", "preserve", "--fraction", "0.5", "--weights", "sliced", "-m", "TINY"), "--weights says how the copy"),
+    (("importance", SENTENCE, "-O", "mlm", "-m", "TINY"),
+     "objective 'mlm' needs a model with an MLM head; BertModel has none; objectives that work for this model: probe, preserve"),
+    (("erase", "--task", "main_verb_tense", "--measure", "mlm", "-m", "TINY"),
+     "measure 'mlm' needs a model with an MLM head; BertModel has none; measures that work for this model: preserve, probe:TASK"),
+    (("erase", "--task", "main_verb_tense", "--measure", "class", "-m", "TINY"),
+     "measure 'class' needs a sequence-classification model; BertModel is not one; measures that work for this model: preserve, probe:TASK (--measure M)"),
+    (("erase", "--task", "main_verb_tense", "--measure", "probe:nosuch", "-m", "TINY"),
+     "unknown task 'nosuch' in measure 'probe:nosuch'; a probe measure takes the task erased (probe:main_verb_tense) (--measure M)"),
+    (("erase", "--task", "upos", "--measure", "probe:nosuch", "-m", "TINY"),
+     "a probe measure takes the task erased (probe:upos) or another word-level task (probe:xpos, probe:deprel)"),
+    (("erase", "--task", "upos", "--measure", "probe:subject_number", "-m", "TINY"),
+     "measure 'probe:subject_number' probes 'subject_number', whose labels the sentences erased for 'upos' do not carry"),
+    (("erase", "--task", "main_verb_tense", "--measure", "probe:upos", "-m", "TINY"),
+     "measure 'probe:upos' probes 'upos', whose labels the sentences erased for 'main_verb_tense' do not carry"),
+]
+
 OUT_OF_RANGE_BUNDLED = [  # all-MiniLM-L6-v2: 6 layers x 12 heads
     (("attention", SENTENCE, "-l", "6", "-H", "0"), "--layer 6 is out of range: this model has 6 layers (0-5)"),
     (("attention", SENTENCE, "-l", "5", "-H", "12"), "--head 12 is out of range: this model has 12 heads (0-11)"),
@@ -105,7 +143,7 @@ VOCABULARY_CASE = ("fill", "A [MASK] day.", "--top", "500")
 @pytest.fixture(scope="module")
 def refused(files) -> dict:
     """Every case of this file, run in one new interpreter (see `refusals`)."""
-    cases = [case(args, files) for args, _ in EMPTY_TEXT + BAD_MASK + MISSING_OR_UNWRITABLE_FILE + OUT_OF_RANGE_BUNDLED]
+    cases = [case(args, files) for args, _ in EMPTY_TEXT + BAD_MASK + MISSING_OR_UNWRITABLE_FILE + OUT_OF_RANGE_BUNDLED + JUDGED_FROM_THE_CONFIG]
     cases += [case(args, files, "TINY") for args, _ in OUT_OF_RANGE_TINY]
     cases.append(case(VOCABULARY_CASE, files, "SMALL_VOCABULARY"))
     return refusals(cases)
@@ -114,6 +152,12 @@ def refused(files) -> dict:
 @pytest.mark.parametrize(("args", "message"), EMPTY_TEXT, ids=ids)
 def test_empty_text(refused, files, args, message):
     assert_a_refusal(refused[tuple(case(args, files))], message)
+
+
+@pytest.mark.parametrize(("args", "message"), JUDGED_FROM_THE_CONFIG, ids=ids)
+def test_what_the_config_and_the_arguments_rule_out(refused, files, args, message):
+    assert_a_refusal(refused[tuple(case(args, files))], message)
+    assert not Path(files["OUT"]).exists()
 
 
 @pytest.mark.parametrize(("args", "message"), BAD_MASK, ids=ids)

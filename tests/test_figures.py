@@ -402,6 +402,53 @@ def test_svg_keeps_the_tokens_as_text_and_pdf_and_png_open(tmp_path, backend):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["map.PNG", "map.pdf", "map.svg"]
 
 
+def test_a_figure_never_replaces_a_file_and_the_explorer_picks_a_free_name(tmp_path):
+    """Issue 54: `--figure existing.svg` overwrote without a word while the explorer's `e` never overwrites. One rule
+    (figures.save): a figure never replaces a file; the command line refuses the name, the explorer finds a free one."""
+    from datetime import datetime
+
+    from bertscope.ui.export import export_screen
+
+    taken = tmp_path / "map.svg"
+    taken.write_text("the user's own figure")
+    for write in (check_figure_path, lambda path: save_figure(head_grid(np.eye(3), "metric"), path)):
+        with pytest.raises(InputError) as refused:
+            write(taken)
+        assert str(refused.value) == f"cannot write a figure to {taken}: a file of that name exists; remove it or give another name"
+        assert refused.value.setting == "figure"
+    assert taken.read_text() == "the user's own figure" and [p.name for p in tmp_path.iterdir()] == ["map.svg"]
+    (tmp_path / "bertscope-grid-20261121-113005.svg").write_text("an earlier export")
+    figure_path, data_path = export_screen(tmp_path, "grid", figure=head_grid(np.eye(3), "metric"), data="{}", suffix=".json", when=datetime(2026, 11, 21, 11, 30, 5))
+    assert figure_path.name == "bertscope-grid-20261121-113005-2.svg" and data_path.name == "bertscope-grid-20261121-113005-2.json"
+    assert (tmp_path / "bertscope-grid-20261121-113005.svg").read_text() == "an earlier export"
+
+
+def test_a_file_made_while_the_figure_is_drawn_is_not_replaced(tmp_path, monkeypatch):
+    figure = head_grid(np.eye(3), "metric")
+    target = tmp_path / "grid.svg"
+    real_savefig = figure.savefig
+
+    def someone_else_writes_first(handle, **options):
+        target.write_text("written meanwhile")
+        real_savefig(handle, **options)
+
+    monkeypatch.setattr(figure, "savefig", someone_else_writes_first)
+    with pytest.raises(InputError, match="a file of that name exists"):
+        save_figure(figure, target)
+    assert target.read_text() == "written meanwhile" and [p.name for p in tmp_path.iterdir()] == ["grid.svg"]
+
+
+def test_the_cli_refuses_an_existing_figure_before_torch_loads(tmp_path):
+    taken = tmp_path / "map.svg"
+    taken.write_text("mine")
+    (status, imported), stderr = command_in_a_new_process(["attention", "a b", "-l", "0", "-H", "0", "--figure", str(taken)], module="torch")
+    assert (status, imported) == ("2", "False")
+    assert stderr.strip() == (
+        f"bertscope: error: cannot write a figure to {taken}: a file of that name exists; remove it or give another name (--figure PATH)"
+    )
+    assert taken.read_text() == "mine"
+
+
 def test_a_failing_save_leaves_no_file_and_an_old_one_as_it_was(tmp_path, monkeypatch):
     figure = head_grid(np.eye(3), "metric")
     target = tmp_path / "grid.pdf"

@@ -66,3 +66,38 @@ def test_files_written_while_another_thread_makes_directories_leave_them_private
         os.umask(old)
     assert not [folder for folder in made if folder.stat().st_mode & stat.S_IWOTH]
     assert {stat.S_IMODE((tmp_path / f"f{index}.bin").stat().st_mode) for index in range(300)} == {0o644}
+
+
+@pytest.mark.parametrize("reported", [True, False], ids=["proc", "without-proc"])
+@pytest.mark.parametrize("mask", [0o022, 0o027, 0o077])
+def test_the_umask_is_read_without_setting_it(tmp_path, monkeypatch, reported, mask):
+    """From /proc/self/status where Linux reports it, else from a new directory's permissions (macOS)."""
+    from bertscope.core.data import files
+
+    old = os.umask(mask)
+    try:
+        monkeypatch.setattr(os, "umask", lambda _mask: pytest.fail("os.umask changed the whole process's umask"))
+        if not reported:
+            monkeypatch.setattr(files, "PROCESS_STATUS", str(tmp_path / "no-status"))
+        assert files.current_umask() == mask
+    finally:
+        monkeypatch.undo()
+        os.umask(old)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027])
+def test_a_pruned_copy_follows_the_umask_like_every_other_file(tiny_session, tmp_path, monkeypatch, mask):
+    """Issue 54: the copy's folder came out 0700 and its weights 0600 (mkdtemp, transformers), beside 0644 files."""
+    from bertscope.core.analyses import pruned_export
+
+    monkeypatch.setattr(pruned_export, "time_forward", lambda session, texts: 1.0)  # its speed is not the point
+    old = os.umask(mask)
+    try:
+        pruned_export.write_pruned_model(tiny_session, [(0, 1)], tmp_path / "pruned", timing_texts=["The cat sat."], extra={})
+    finally:
+        os.umask(old)
+    written = tmp_path / "pruned"
+    assert stat.S_IMODE(written.stat().st_mode) == 0o777 & ~mask
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in written.iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o666 & ~mask}, modes

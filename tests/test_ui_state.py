@@ -115,11 +115,17 @@ def test_a_file_that_is_not_a_session_is_refused_and_left_as_it_is(tmp_path, con
     assert [p.name for p in tmp_path.iterdir()] == ["notes.json"] and path.read_bytes() == content
 
 
-def test_an_empty_file_is_a_new_session(tmp_path):
-    path = tmp_path / "session.json"
-    path.write_bytes(b"\n")
-    assert load_state(path) == (ExplorerState(), None)
-    check_session_file(path)
+@pytest.mark.parametrize("content", [b"", b"\n"])
+def test_an_empty_file_is_not_a_session_and_is_left_as_it_is(tmp_path, content):
+    """Issue 54: the explorer never writes an empty session, so an empty file is someone else's (a placeholder, a
+    log about to be written): it is refused like any other, not written over. A missing file is a new session."""
+    path = tmp_path / "empty.txt"
+    path.write_bytes(content)
+    for check in (load_state, check_session_file):
+        with pytest.raises(NotASessionError, match="is not a bertscope session \\(it is empty\\)"):
+            check(path)
+    assert [p.name for p in tmp_path.iterdir()] == ["empty.txt"] and path.read_bytes() == content
+    assert load_state(tmp_path / "new.json") == (ExplorerState(), None)
 
 
 @pytest.mark.parametrize(

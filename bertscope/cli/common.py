@@ -71,6 +71,11 @@ class BertscopeGroup(click.Group):
             if here.main:
                 click.echo(f"bertscope: error: {error_line(error, self._failed_command(ctx))}", err=True)
             ctx.exit(error.status)
+        except click.UsageError as error:  # click's own refusal of a flag or an argument: one line too, not its usage block
+            if here.main:
+                command = " ".join(name for name in ("bertscope", ctx.invoked_subcommand) if name)  # as `python -m` too
+                click.echo(f"bertscope: error: {usage_line(error, command)}", err=True)
+            ctx.exit(EXIT_BAD_INPUT)
         except BertscopeError as error:
             if here.main or isinstance(error, distributed.RankSetupFailed):
                 prefix = f"rank {here.rank}: " if distributed.started() else ""  # before the group starts, every rank sees the same
@@ -118,6 +123,31 @@ def flag_for(setting: str, command: click.Command | None = None) -> str:
             flag = max(option.opts, key=len)
             return f"{flag} {option.metavar}" if option.metavar and not option.is_flag else flag
     return dashed
+
+
+def usage_line(error: click.UsageError, command: str = "bertscope") -> str:
+    """click's refusal as one line that names the flag (`--limit 0 is out of range: it must be at least 1`), or
+    points to `command`'s help."""
+    if not isinstance(error, click.BadParameter) or isinstance(error, click.MissingParameter) or error.param is None:
+        message = error.format_message().rstrip(".")  # No such option '--x'. Did you mean '--y'?
+        return f"{message[:1].lower()}{message[1:]} (see `{command} --help`)"
+    param = error.param
+    name = max(param.opts, key=len) if isinstance(param, click.Option) else param.human_readable_name
+    kind = param.type
+    if isinstance(kind, (click.IntRange, click.FloatRange)):
+        refused = f" is not in the range {kind._describe_range()}."
+        if error.message.endswith(refused):
+            return f"{name} {error.message.removesuffix(refused)} is out of range: it must be {_bounds(kind)}"
+    return f"{name}: {error.message.rstrip('.')}"
+
+
+def _bounds(kind: click.IntRange | click.FloatRange) -> str:
+    """A range as a person says it: at least 1, between 1 and 1000, more than 0."""
+    low = None if kind.min is None else f"{'more than' if kind.min_open else 'at least'} {kind.min}"
+    high = None if kind.max is None else f"{'less than' if kind.max_open else 'at most'} {kind.max}"
+    if low is not None and high is not None and not (kind.min_open or kind.max_open):
+        return f"between {kind.min} and {kind.max}"
+    return " and ".join(bound for bound in (low, high) if bound is not None)
 
 
 def error_line(error: BertscopeError, command: click.Command | None = None) -> str:
@@ -335,9 +365,18 @@ def batch_size_option(command: CommandFunction) -> CommandFunction:
     )(command)
 
 
-def format_options(command: CommandFunction) -> CommandFunction:
-    command = click.option("--csv", "output_format", flag_value="csv", help="Print CSV for programs.")(command)
-    return click.option("--json", "output_format", flag_value="json", help="Print JSON for programs.")(command)
+def format_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--json or --csv, handed to the command as `output_format` ("json", "csv" or None); both together are refused,
+    where the command would print one and drop the other without a word."""
+
+    @functools.wraps(command)
+    def with_format(*, as_json: bool, as_csv: bool, **options: Any) -> Any:
+        if as_json and as_csv:
+            raise BertscopeError("give --json or --csv, not both: each prints the whole result")
+        return command(output_format="json" if as_json else "csv" if as_csv else None, **options)
+
+    with_format = click.option("--csv", "as_csv", is_flag=True, help="Print CSV for programs.")(with_format)
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")(with_format)
 
 
 def chosen_theme(theme: str | None) -> ThemeSpec:

@@ -112,6 +112,11 @@ def erase(
     from bertscope import api
 
     api.check_erasure(task, measure)
+    files = model.judge_files()
+    if files is not None:  # a head the measure needs, judged from config.json before the model loads
+        from bertscope.core.analyses.erasure_results import check_measure_heads
+
+        check_measure_heads(measure, files.architecture, files.may_have_mlm_head, files.may_classify)
     shape = model.shape()
     check_hidden_layer(layer, shape)
     check_hidden_layer(probe_layer, shape, "--probe-layer")

@@ -20,7 +20,7 @@ from bertscope.cli.common import (
     print_json,
     write_figure,
 )
-from bertscope.core.analyses.importance_results import METHODS, OBJECTIVES
+from bertscope.core.analyses.importance_results import METHODS, OBJECTIVES, WEIGHTS
 from bertscope.core.errors import BertscopeError
 from bertscope.core.model.masks import ABLATIONS
 
@@ -121,6 +121,11 @@ def load_objective(
 ) -> tuple[Session, Objective]:
     """(session, the objective ready to measure, where its data comes from): the data and the probe layer judged before the model loads."""
     sentences = objective_data(objective, text, data, data_format, limit, task)
+    files = model.judge_files()
+    if files is not None:  # a head the objective needs, judged from config.json before the model loads
+        from bertscope.core.analyses.importance_results import check_objective_heads
+
+        check_objective_heads(objective, files.architecture, files.may_have_mlm_head, files.may_classify)
     if objective == "probe":
         check_hidden_layer(probe_layer, model.shape(), "--probe-layer")
     session = model.open()
@@ -204,11 +209,10 @@ def importance(
 @click.option(
     "--weights",
     "weights",
-    default="sliced",
-    show_default=True,
-    type=click.Choice(["sliced", "zeroed"]),
-    help="-o: sliced cuts the heads out (smaller, faster; bertscope or transformers 4 load it); zeroed keeps the shapes "
-    "and zeroes their output projection (any transformers loads it).",
+    default=None,
+    type=click.Choice(WEIGHTS),
+    help="-o: sliced cuts the heads out (smaller, faster; bertscope or transformers 4 load it; the default); zeroed keeps "
+    "the shapes and zeroes their output projection (any transformers loads it).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 @figure_option
@@ -232,7 +236,7 @@ def prune(
     max_drop: float,
     fraction: float | None,
     output: str | None,
-    weights: str,
+    weights: str | None,
     as_json: bool,
     figure: str | None,
     model: ModelChoice,
@@ -259,17 +263,35 @@ def prune(
         check_fraction(fraction, "--fraction")
         if figure is not None:
             raise BertscopeError("--figure draws the pruning curve: use it with --curve, not --fraction")
+    if weights is not None and output is None:
+        raise BertscopeError("--weights says how the copy written with -o DIR keeps the pruned heads: give it with --fraction F -o DIR")
+    weights = weights or "sliced"
     if output is not None:
         from pathlib import Path
 
         from bertscope.core.data.files import check_new_directory
 
         check_new_directory(Path(output))
+        check_pruned_copy_of(model, weights)
     session, prepared = load_objective(model, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed)
     if fraction is None:
         _curve(session, prepared, method, ablation, normalize, step, reestimate, max_drop, seed, as_json, figure)
     else:
         _prune_to(session, prepared, method, ablation, normalize, fraction, output, weights, seed, as_json)
+
+
+def check_pruned_copy_of(model: ModelChoice, weights: str) -> None:
+    """Refuse, from config.json and before any head is scored, a copy this model cannot have (ALBERT's, ModernBERT's
+    and MPNet's heads cannot be sliced; an already sliced model cannot be written zeroed)."""
+    from bertscope.core.analyses.importance_results import check_pruned_copy
+    from bertscope.core.model.model_files import read_config
+
+    files = model.judge_files()
+    if files is None:  # --allow-download: the files may not be here yet; the API judges the loaded model
+        return
+    listed = read_config(files.directory).get("pruned_heads")
+    already = isinstance(listed, dict) and any(listed.values())
+    check_pruned_copy(weights, files.family, already)
 
 
 def _curve(

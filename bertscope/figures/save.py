@@ -30,18 +30,23 @@ def figure_format(path: str | Path) -> str:
 
 
 def check_figure_path(path: str | Path) -> Path:
-    """Fail early, before a model loads, if a figure cannot be written to `path` (its suffix, its directory)."""
+    """Fail early, before a model loads, if a figure cannot be written to `path` (its suffix, its directory, a file
+    already there)."""
     figure_format(path)
     try:
-        return check_writable(path)
+        target = check_writable(path)
     except InputError as error:
         raise InputError(str(error), setting="figure") from None
+    if target.exists() or target.is_symlink():
+        raise _exists(target)
+    return target
 
 
 def save_figure(figure: Figure, path: str | Path) -> Path:
     """Write `figure` to `path` as SVG, PDF or PNG (by the suffix), text kept as text, atomically.
 
-    A failure while drawing or writing leaves no file behind (and an existing file as it was).
+    A figure never replaces a file: the one rule of the command line's `--figure PATH`, refused where PATH exists,
+    and the explorer's `e`, which picks a free name first. A failure while drawing or writing leaves no file behind.
     """
     from matplotlib import rc_context
 
@@ -49,11 +54,17 @@ def save_figure(figure: Figure, path: str | Path) -> Path:
     target = check_figure_path(path)
     # Text stays text: SVG <text> elements and PDF TrueType (Type 42) fonts, which editors, journals and search read.
     try:
-        with rc_context({"svg.fonttype": "none", "pdf.fonttype": 42}), atomic_write(target, "wb") as handle:
+        with rc_context({"svg.fonttype": "none", "pdf.fonttype": 42}), atomic_write(target, "wb", replace=False) as handle:
             figure.savefig(handle, format=kind, dpi=PNG_DPI, bbox_inches="tight", pad_inches=0.05, metadata=_metadata(kind))
+    except FileExistsError:  # made while the figure was drawn
+        raise _exists(target) from None
     except OSError as error:  # a full disk, a directory removed meanwhile: said in one line, nothing left behind
         raise InputError(f"cannot write {target}: {error.strerror or error}", setting="figure") from None
     return target
+
+
+def _exists(target: Path) -> InputError:
+    return InputError(f"cannot write a figure to {target}: a file of that name exists; remove it or give another name", setting="figure")
 
 
 def _metadata(kind: str) -> dict[str, str | None]:

@@ -1,8 +1,8 @@
 """What the explorer remembers between runs with `--session FILE`.
 
 A session file is small JSON a person can read and edit. A file that is not one (a text
-file named by mistake, someone else's JSON) is never touched: the command line refuses it
-before the explorer starts (`check_session_file`). A session the explorer wrote that has
+file named by mistake, someone else's JSON, an empty file) is never touched: the command
+line refuses it before the explorer starts (`check_session_file`). A session the explorer wrote that has
 since been damaged (an edit gone wrong, a newer version) never stops the explorer and is
 never lost: it is moved aside and the explorer starts fresh.
 """
@@ -148,7 +148,7 @@ def saved_erasure(erased: str, num_layers: int) -> tuple[str, int] | None:
 
 def check_session_file(path: str | Path) -> None:
     """Raise NotASessionError where `path` holds something other than a session (the command line's check,
-    before the explorer starts); a missing or empty file, a session, or a damaged session pass."""
+    before the explorer starts); a missing file, a session, or a damaged session pass."""
     try:
         read_state(path)
     except DamagedSessionError:
@@ -156,10 +156,10 @@ def check_session_file(path: str | Path) -> None:
 
 
 def read_state(path: str | Path) -> ExplorerState | None:
-    """The state saved in `path`; None where there is none yet (no file, or an empty one).
+    """The state saved in `path`; None where there is none yet (no file).
 
     Raises NotASessionError where the file is not a session the explorer wrote: a directory,
-    unreadable, not UTF-8 (the explorer writes ASCII), not JSON, or JSON without the
+    unreadable, empty, not UTF-8 (the explorer writes ASCII), not JSON, or JSON without the
     session's version and fields. Raises DamagedSessionError where it is a session this
     bertscope cannot use (a value out of place, another version).
     """
@@ -172,8 +172,8 @@ def read_state(path: str | Path) -> ExplorerState | None:
         return None
     except OSError as error:
         raise NotASessionError(f"cannot read session file {path}: {error.strerror or error}", setting="session_file") from None
-    if not raw.strip():
-        return None  # nothing to lose: a new session (a file made with `touch`)
+    if not raw.strip():  # the explorer never writes an empty session: this file is someone else's, or a placeholder
+        raise _not_a_session(path, "it is empty")
     try:
         data = json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
@@ -193,7 +193,7 @@ def read_state(path: str | Path) -> ExplorerState | None:
 def load_state(path: str | Path) -> tuple[ExplorerState, str | None]:
     """The state saved in `path`, or a fresh one and a one-line message saying why not.
 
-    A missing or empty file is a new session (no message). A damaged session is renamed
+    A missing file is a new session (no message). A damaged session is renamed
     aside to `<name>.damaged` (or `.damaged-2`, ...) so nothing the user had is lost or
     overwritten. A file that is not a session raises NotASessionError and is left as it is.
     """

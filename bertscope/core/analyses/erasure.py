@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from bertscope.core import distributed
 from bertscope.core.analyses import probes
-from bertscope.core.analyses.erasure_results import ErasureResult
+from bertscope.core.analyses.erasure_results import ErasureResult, check_measure, check_measure_heads, parse_measure
 from bertscope.core.analyses.features import FeatureOptions, Features, extract_features, extract_sharded
 from bertscope.core.analyses.importance_results import Measurement
 from bertscope.core.analyses.objectives import Objective, make_objective
@@ -51,8 +51,6 @@ from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
     from bertscope.core.model.session import Session
-
-MEASURES = ("mlm", "preserve", "probe", "classification")  # the objectives of core.analyses.objectives
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,15 +170,6 @@ def default_measure(session: Session) -> str:
     return "mlm" if session.mlm_head is not None else "preserve"
 
 
-def parse_measure(measure: str) -> tuple[str, str | None]:
-    """`mlm`, `preserve`, `class`/`classification` or `probe:TASK` as (objective, probe task)."""
-    name, _, task = measure.partition(":")
-    name = "classification" if name == "class" else name
-    if name not in MEASURES or (name == "probe") != bool(task):
-        raise InputError(f"unknown measure {measure!r}; use mlm, preserve, class or probe:TASK (probe:upos, say)", setting="measure")
-    return name, task or None
-
-
 def run_erasure(
     session: Session,
     task: str,
@@ -207,6 +196,8 @@ def run_erasure(
     the test split: as it is, erased, and with as many random directions removed. Under the head `mask` throughout.
     """
     _check_task_and_layer(session, task, layer)
+    check_measure(task, measure)
+    check_measure_heads(measure, session.info.architecture, session.mlm_head is not None, session.is_classifier)
     objective_name, measure_task = parse_measure(measure or default_measure(session))
     level = "word" if task in WORD_TASKS else "sentence"
     options = FeatureOptions(level=level, word_pooling=word_pooling, sentence_pooling=sentence_pooling, mask=mask, ablation=ablation)

@@ -9,10 +9,61 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from bertscope.core.analyses.importance_results import missing_heads
+from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, TASKS, TREEBANK_TASKS, WORD_TASKS
+from bertscope.core.errors import InputError
 from bertscope.figures.notebook import Shown
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+MEASURES = ("mlm", "preserve", "class", "probe:TASK")
+"""What erasure can measure the model losing, as a person writes it (`class` is the classification objective)."""
+
+
+def parse_measure(measure: str) -> tuple[str, str | None]:
+    """`mlm`, `preserve`, `class`/`classification` or `probe:TASK` as (objective, probe task)."""
+    name, _, task = measure.partition(":")
+    name = "classification" if name == "class" else name
+    if name not in ("mlm", "preserve", "classification", "probe") or (name == "probe") != bool(task):
+        raise InputError(f"unknown measure {measure!r}; use {', '.join(MEASURES)} (probe:upos, say)", setting="measure")
+    return name, task or None
+
+
+def check_measure(task: str, measure: str | None) -> None:
+    """Refuse, from the arguments alone, a measure that erasing `task` cannot take.
+
+    A `probe:OTHER` measure trains its probe on the sentences erasure reads for `task`, so it can only probe what
+    they are labelled for: `task` itself, or (a treebank's words, which carry every tag) another word-level task.
+    """
+    if measure is None:
+        return
+    other = parse_measure(measure)[1]
+    if other is None or other == task or (other in WORD_TASKS and task in WORD_TASKS):
+        return
+    if other in STRUCTURAL_TASKS:
+        raise InputError(f"the probe measure takes classification tasks; {other!r} is a structural probe", setting="measure")
+    takes = f"the task erased (probe:{task})"
+    if task in WORD_TASKS:
+        takes += " or another word-level task (" + ", ".join(f"probe:{word}" for word in WORD_TASKS if word != task) + ")"
+    if other not in TASKS and other not in TREEBANK_TASKS:
+        raise InputError(f"unknown task {other!r} in measure {measure!r}; a probe measure takes {takes}", setting="measure")
+    raise InputError(
+        f"measure {measure!r} probes {other!r}, whose labels the sentences erased for {task!r} do not carry; a probe measure takes {takes}",
+        setting="measure",
+    )
+
+
+def check_measure_heads(measure: str | None, architecture: str, has_mlm_head: bool, is_classifier: bool) -> None:
+    """Refuse a measure the model has no head for (torch-free: judged from config.json before it loads, and again
+    on the loaded model before any work)."""
+    if measure is None:
+        return
+    name = parse_measure(measure)[0]
+    reasons = missing_heads(architecture, has_mlm_head, is_classifier)
+    if name in reasons:
+        working = ["preserve", "probe:TASK", *(["mlm"] if has_mlm_head else []), *(["class"] if is_classifier else [])]
+        raise InputError(f"measure {measure!r} {reasons[name]}; measures that work for this model: {', '.join(working)}", setting="measure")
 
 
 @dataclass(frozen=True)

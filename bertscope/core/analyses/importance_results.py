@@ -19,10 +19,14 @@ from bertscope.figures.notebook import Shown
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from bertscope.core.model.families import Family
+
 OBJECTIVES = ("mlm", "classification", "probe", "preserve")
 """What importance is measured on (core.analyses.objectives)."""
 METHODS = ("gradient", "ablation")
 """How importance is measured: Michel et al.'s gate gradient, or the exact loss change of switching a head off."""
+WEIGHTS = ("sliced", "zeroed")
+"""How a pruned copy keeps its heads' weights (core.analyses.pruned_export): sliced out, or zeroed."""
 
 
 def finite(value: float) -> float | None:
@@ -238,7 +242,49 @@ class PruningCurve(Shown):
         }
 
 
+def missing_heads(architecture: str, has_mlm_head: bool, is_classifier: bool) -> dict[str, str]:
+    """The objectives that need a head this model lacks, each with why (torch-free: erasure's measures say it too)."""
+    reasons = {}
+    if not has_mlm_head:
+        reasons["mlm"] = f"needs a model with an MLM head; {architecture} has none"
+    if not is_classifier:
+        reasons["classification"] = f"needs a sequence-classification model; {architecture} is not one"
+    return reasons
+
+
+def check_objective_heads(name: str, architecture: str, has_mlm_head: bool, is_classifier: bool) -> None:
+    """Refuse an objective the model has no head for, naming those that work (torch-free: judged from config.json
+    before the model loads, and again on the loaded model)."""
+    missing = missing_heads(architecture, has_mlm_head, is_classifier)
+    if name in missing:
+        working = ", ".join(objective for objective in OBJECTIVES if objective not in missing)
+        raise InputError(f"objective {name!r} {missing[name]}; objectives that work for this model: {working}", setting="objective")
+
+
 def check_fraction(value: float, what: str = "fraction") -> float:
     if not 0.0 < value < 1.0:
         raise InputError(f"{what} {value:g} must lie strictly between 0 and 1 (e.g. 0.3 for 30% of the heads)")
     return float(value)
+
+
+def check_weights(weights: str) -> None:
+    """How a pruned copy keeps its heads' weights: sliced out, or zeroed."""
+    if weights not in WEIGHTS:
+        raise InputError(f"unknown pruned-model weights {weights!r}; use one of: {', '.join(WEIGHTS)}", setting="weights")
+
+
+def check_pruned_copy(weights: str, family: Family, already_pruned: bool) -> None:
+    """Refuse a pruned copy this model cannot have, before any head is scored: what it needs is in the model's
+    family and config (torch-free: the CLI judges it from config.json before the model loads)."""
+    check_weights(weights)
+    if weights == "sliced" and not family.physical_pruning:
+        raise InputError(
+            f"{family.name} heads cannot be sliced out of its weights; write a copy with the heads' weights zeroed instead",
+            setting="weights",
+        )
+    if weights == "zeroed" and already_pruned:
+        raise InputError(
+            "a zeroed copy keeps every head's weights, but this model has heads sliced out already; "
+            "write it sliced, or start from the unpruned model",
+            setting="weights",
+        )

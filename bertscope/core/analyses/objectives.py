@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bertscope.core import distributed
+from bertscope.core.analyses.importance_results import OBJECTIVES, check_objective_heads, missing_heads
 from bertscope.core.analyses.streaming import CorpusBatches, WordPieces, pad_batch, words_of
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
@@ -168,25 +169,13 @@ class Objective:
         return scores.loss.sum(), False, scores
 
 
-def available(session: Session) -> dict[str, str | None]:
-    """Each objective, with None where this model can serve it, or the reason it cannot."""
-    info = session.info
-    return {
-        "mlm": None if session.mlm_head is not None else f"needs a model with an MLM head; {info.architecture} has none",
-        "classification": None if session.is_classifier else f"needs a sequence-classification model; {info.architecture} is not one",
-        "probe": None,
-        "preserve": None,
-    }
-
-
 def check_objective(session: Session, name: str) -> str:
     """`name` if this model can serve it, else an InputError listing the objectives that work."""
-    reasons = available(session)
-    working = ", ".join(o for o, reason in reasons.items() if reason is None)
-    if name not in reasons:
+    has_mlm_head = session.mlm_head is not None
+    if name not in OBJECTIVES:
+        working = ", ".join(o for o in OBJECTIVES if o not in missing_heads(session.info.architecture, has_mlm_head, session.is_classifier))
         raise InputError(f"unknown objective {name!r}; objectives for this model: {working}")
-    if reasons[name] is not None:
-        raise InputError(f"objective {name!r} {reasons[name]}; objectives that work for this model: {working}")
+    check_objective_heads(name, session.info.architecture, has_mlm_head, session.is_classifier)
     return name
 
 

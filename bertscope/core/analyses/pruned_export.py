@@ -20,13 +20,11 @@ from typing import Any
 
 import torch
 
-from bertscope.core.analyses.importance_results import HeadImportance
-from bertscope.core.data.files import check_new_directory
+from bertscope.core.analyses.importance_results import HeadImportance, check_pruned_copy
+from bertscope.core.data.files import check_new_directory, follow_umask
 from bertscope.core.errors import InputError
 from bertscope.core.model.pruning import PRUNING_FILE, apply_pruning, pruned_heads_of, zero_heads
 from bertscope.core.model.session import Session
-
-FORMATS = ("sliced", "zeroed")
 
 
 @dataclass(frozen=True)
@@ -47,12 +45,6 @@ class PrunedModel:
         return self.seconds_before / self.seconds_after if self.seconds_after > 0 else float("nan")
 
 
-def check_weights(weights: str) -> None:
-    """How a pruned copy keeps its heads' weights: sliced out, or zeroed."""
-    if weights not in FORMATS:
-        raise InputError(f"unknown pruned-model weights {weights!r}; use one of: {', '.join(FORMATS)}", setting="weights")
-
-
 def write_pruned_model(
     session: Session,
     remove: Sequence[tuple[int, int]],
@@ -71,26 +63,15 @@ def write_pruned_model(
     Written to a temporary directory beside `directory` and renamed into place when complete,
     so a failure never leaves half a model. `extra` goes into the pruning JSON file.
     """
-    check_weights(weights)
     target = Path(directory).expanduser()
-    check_new_directory(target)
     already = pruned_heads_of(session.model.config)
-    if weights == "zeroed" and already:
-        raise InputError(
-            "a zeroed copy keeps every head's weights, but this model has heads sliced out already; "
-            "write it sliced, or start from the unpruned model",
-            setting="weights",
-        )
+    family = session.loaded.family
+    check_pruned_copy(weights, family, bool(already))
+    check_new_directory(target)
     pruned = {
         layer: sorted(set(already.get(layer, [])) | {head for (at, head) in remove if at == layer}) for layer in range(session.num_layers)
     }
     pruned = {layer: heads for layer, heads in pruned.items() if heads}
-    family = session.loaded.family
-    if weights == "sliced" and not family.physical_pruning:
-        raise InputError(
-            f"{family.name} heads cannot be sliced out of its weights; write a copy with the heads' weights zeroed instead",
-            setting="weights",
-        )
     _check_shared_weights(session, pruned)
     model = copy.deepcopy(session.model).float().cpu()
     if weights == "zeroed":
@@ -140,6 +121,7 @@ def write_pruned_model(
             **extra,
         }
         (staging / PRUNING_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        follow_umask(staging)  # mkdtemp's directory and the saved weights are private; the copy is not
         if target.exists():
             target.rmdir()  # check_new_directory allowed only an empty directory
         os.replace(staging, target)

@@ -6,11 +6,15 @@ import contextlib
 import errno
 import os
 import secrets
+import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 from bertscope.core.errors import InputError
+
+PROCESS_STATUS = "/proc/self/status"  # Linux 4.7 and later report the umask there
 
 
 def check_writable(path: str | Path) -> Path:
@@ -58,14 +62,17 @@ def check_new_directory(path: str | Path) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[Any]]:
-    """Write to a temporary file beside `path`, then rename it over `path` in one step."""
+def atomic_write(path: str | os.PathLike[str], mode: str = "wb", *, replace: bool = True) -> Iterator[IO[Any]]:
+    """Write to a temporary file beside `path`, then rename it over `path` in one step.
+
+    `replace=False`: an existing `path` is never replaced, even one made while this wrote (FileExistsError).
+    """
     target = _checked_target(path)
     temporary = _new_temporary(target)  # the check and the file in one step
     try:
         with open(temporary, mode) as handle:
             yield handle
-        publish(temporary, target)
+        publish(temporary, target, replace=replace)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
@@ -91,14 +98,62 @@ def temporary_beside(path: str | Path) -> Path:
     raise FileExistsError(errno.EEXIST, "no free temporary name", str(target.parent))
 
 
-def publish(temporary: str | Path, path: str | Path) -> None:
-    """Move a complete `temporary` file over `path` in one step, once its contents are on disk."""
+def current_umask() -> int:
+    """The process's umask, read without setting it (see `temporary_beside`): from /proc where Linux reports it,
+    else from the permissions a new directory asking for all of them is given."""
+    try:
+        with open(PROCESS_STATUS, encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    probe = Path(tempfile.gettempdir()) / f".bertscope-umask-{secrets.token_hex(4)}"
+    os.mkdir(probe, 0o777)
+    try:
+        return 0o777 & ~stat.S_IMODE(os.stat(probe).st_mode)
+    finally:
+        os.rmdir(probe)
+
+
+def follow_umask(directory: str | Path) -> None:
+    """Give `directory` and everything in it the permissions a plain mkdir and open() give, where other code made
+    them private (tempfile.mkdtemp's directory, the weights transformers saves), so that what bertscope writes
+    follows the user's umask like any other file."""
+    mask = current_umask()
+    os.chmod(directory, 0o777 & ~mask)
+    for root, folders, files in os.walk(directory):
+        for name in folders:
+            if not os.path.islink(os.path.join(root, name)):
+                os.chmod(os.path.join(root, name), 0o777 & ~mask)
+        for name in files:
+            if not os.path.islink(os.path.join(root, name)):
+                os.chmod(os.path.join(root, name), 0o666 & ~mask)
+
+
+def publish(temporary: str | Path, path: str | Path, *, replace: bool = True) -> None:
+    """Move a complete `temporary` file over `path` in one step, once its contents are on disk.
+
+    `replace=False`: only where no `path` exists (FileExistsError otherwise), by a hard link, which fails where the
+    name is taken however late it was; a file system without hard links is checked, then renamed onto."""
     descriptor = os.open(temporary, os.O_RDONLY)
     try:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
-    os.replace(temporary, path)
+    if replace:
+        os.replace(temporary, path)
+        return
+    try:
+        os.link(temporary, path)
+    except FileExistsError:
+        raise
+    except OSError:  # no hard links here (FAT, some network file systems)
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path)) from None
+        os.replace(temporary, path)
+        return
+    os.unlink(temporary)
 
 
 def reserve_space(path: str | Path, start: int = 0, chunk: int = 1 << 20) -> None:

@@ -49,9 +49,16 @@ class Family:
     # Heads can be sliced out of the weights (core.model.pruning); else `--weights zeroed` only.
     physical_pruning: bool = True
     projects_in_attention: bool = False  # `self_attention` applies `attention_output` itself (DistilBERT)
+    # The head classes (name endings) that load with an MLM head (ELECTRA's ForPreTraining is its discriminator).
+    mlm_classes: tuple[str, ...] = ("ForMaskedLM", "ForPreTraining")
 
     def check_config(self, config: dict[str, Any], architecture: str) -> None:
         """Refuse, before loading, a layout of this family that bertscope cannot read layer by layer."""
+
+    def may_have_mlm_head(self, architecture: str) -> bool:
+        """Whether a model saved as `architecture` can load with an MLM head (False: it certainly has none), judged
+        from the name before loading; its weights may still lack the head."""
+        return architecture.endswith(self.mlm_classes)
 
     # --- modules ---------------------------------------------------------------------------
 
@@ -105,6 +112,11 @@ class Family:
     def query_key_value(self, layer: Layer) -> tuple[str, ...]:
         """Attribute names (on `self_attention`) of the query, key and value projections, for physical pruning."""
         return ("query", "key", "value")
+
+    def head_projections(self, layer: Layer) -> tuple[str, ...]:
+        """Attribute names (on `self_attention`) of every projection whose output is `[H·d]`, one slice per head: what
+        physical pruning slices to the kept heads (the query, key and value, and any projection of positions)."""
+        return self.query_key_value(layer)
 
     def set_attention_output(self, layer: Layer, projection: nn.Linear) -> None:
         """Put a (pruned) output projection back where `attention_output` found it."""
@@ -317,6 +329,13 @@ class DebertaV2(Family):
     def query_key_value(self, layer: Layer) -> tuple[str, ...]:
         return ("query_proj", "key_proj", "value_proj")
 
+    def head_projections(self, layer: Layer) -> tuple[str, ...]:
+        # share_att_key false (transformers' default): relative positions get their own per-head projections,
+        # pos_key_proj for c2p and pos_query_proj for p2c, present as pos_att_type and relative_attention ask.
+        attention = self.self_attention(layer)
+        own = tuple(name for name in ("pos_key_proj", "pos_query_proj") if hasattr(attention, name))
+        return (*self.query_key_value(layer), *own)
+
     def after_attention(self, model: Model, index: int, summed: Tensor) -> Tensor:
         if index == 0 and model.base_model.encoder.conv is not None:
             raise InputError(
@@ -486,7 +505,7 @@ class MPNet(Family):
 FAMILIES: tuple[Family, ...] = (
     Family("BERT", frozenset({"bert"})),
     Family("RoBERTa", frozenset({"roberta", "xlm-roberta", "camembert"}), reserved_positions=2),
-    Family("ELECTRA", frozenset({"electra"})),
+    Family("ELECTRA", frozenset({"electra"}), mlm_classes=("ForMaskedLM",)),
     DistilBert("DistilBERT", frozenset({"distilbert"}), token_types=False, projects_in_attention=True),
     Albert("ALBERT", frozenset({"albert"}), physical_pruning=False),
     DebertaV2("DeBERTa-v2", frozenset({"deberta-v2"})),

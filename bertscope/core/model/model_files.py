@@ -35,6 +35,16 @@ class ModelFiles:
     architecture: str
     weights: Path
 
+    @property
+    def may_have_mlm_head(self) -> bool:
+        """False where the saved class certainly loads without an MLM head (its weights may lack one all the same)."""
+        return self.family.may_have_mlm_head(self.architecture)
+
+    @property
+    def may_classify(self) -> bool:
+        """False where the saved class is not a sequence classifier (as `Session.is_classifier` reads it)."""
+        return self.architecture.endswith("ForSequenceClassification")
+
 
 def find_model(model: str | None = None, allow_download: bool = False) -> ModelFiles:
     """The files of a model argument (None: the bundled default), checked; downloads only if allowed."""

@@ -149,7 +149,7 @@ def apply_pruning(model: PreTrainedModel, family: Family, pruned: Mapping[int, S
         family.set_attention_output(
             layer,
             prune_layer(
-                attention, family.attention_output(layer), remove, num_heads, family.query_key_value(layer), family.projects_in_attention
+                attention, family.attention_output(layer), remove, num_heads, family.head_projections(layer), family.projects_in_attention
             ),
         )
 
