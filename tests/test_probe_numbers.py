@@ -20,9 +20,11 @@ from bertscope.core.model import cpu_linear
 from bertscope.core.progress import outcome
 from tests.helpers.probes import bertscope_accuracy, cls_features, features_of, labelled, scikit_learn_accuracy
 
-# The other built-in tasks are measured the same way by benchmarks/probe_numbers.py (minutes: scikit-learn's L-BFGS
-# needs hundreds of iterations on these features); their figures are in benchmarks/README.md.
+# The other built-in tasks, and every layer, are measured the same way by benchmarks/probe_numbers.py --sklearn
+# (minutes: scikit-learn's L-BFGS needs hundreds of iterations on these features); their figures are in
+# benchmarks/README.md. Here the reference is fitted at two layers a task (a fit of bertscope's own is per layer too).
 SENTENCE_TASKS = ("bigram_shift",)
+REFERENCE_LAYERS = {"bigram_shift": [2, 3], "upos": [0, 4]}  # bigram_shift: the layers of issue 34's case
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +42,9 @@ def task_features(bundled_session):
 def test_sentence_probes_read_as_much_as_a_standard_pipeline(task_features, task):
     X, y, num_classes = task_features[task]
     ours, trained = bertscope_accuracy(X, y, num_classes)
-    reference = scikit_learn_accuracy(X, y)
-    assert np.abs(ours - reference).max() <= 0.03, (ours.round(3), reference.round(3))
+    layers = REFERENCE_LAYERS[task]
+    reference = scikit_learn_accuracy(X, y, layers=layers)
+    assert np.abs(ours[layers] - reference).max() <= 0.03, (ours.round(3), reference.round(3))
     assert trained.unconverged == []
     if task == "bigram_shift":  # the issue's case: 0.67 and 0.64 before, a standard pipeline 0.83 and 0.855
         assert ours[2] > 0.8 and ours[3] > 0.8
@@ -104,8 +107,9 @@ def test_word_probes_on_the_generated_treebank_read_as_much_as_a_standard_pipeli
     X = {name: np.asarray(encoded.rows(name, found[name].X), dtype=np.float32) for name in found}
     y = {"train": encoded.train, "dev": encoded.dev, "test": encoded.test}
     ours, trained = bertscope_accuracy(X, y, len(encoded.classes))
-    reference = scikit_learn_accuracy(X, y)
-    assert np.abs(ours - reference).max() <= 0.03, (ours.round(3), reference.round(3))
+    layers = REFERENCE_LAYERS["upos"]
+    reference = scikit_learn_accuracy(X, y, layers=layers)
+    assert np.abs(ours[layers] - reference).max() <= 0.03, (ours.round(3), reference.round(3))
     assert trained.unconverged == []
 
 

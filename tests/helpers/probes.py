@@ -34,15 +34,16 @@ def labelled(task: str):
     return data, labels, len(classes)
 
 
-def scikit_learn_accuracy(X: dict, y: dict, grid=REFERENCE_L2) -> np.ndarray:
-    """Per layer: StandardScaler + LogisticRegression, C = 1 / (2 · l2 · N) for each l2 of `grid` chosen on dev (the
-    best dev accuracy, ties to the smaller C), scored on test. benchmarks/probe_numbers.py calls it too."""
+def scikit_learn_accuracy(X: dict, y: dict, grid=REFERENCE_L2, layers=None) -> np.ndarray:
+    """Per layer (each of `layers`; None: every one): StandardScaler + LogisticRegression, C = 1 / (2 · l2 · N) for each
+    l2 of `grid` chosen on dev (the best dev accuracy, ties to the smaller C), scored on test.
+    benchmarks/probe_numbers.py calls it too, on every layer."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
     accuracies = []
-    for layer in range(X["train"].shape[1]):
+    for layer in range(X["train"].shape[1]) if layers is None else layers:
         best = None
         for l2 in sorted(grid, reverse=True):
             pipeline = make_pipeline(StandardScaler(), LogisticRegression(C=1 / (2 * l2 * len(y["train"])), max_iter=5000))
