@@ -190,7 +190,11 @@ def _make_pruned_model(stand_ins) -> None:
     assert result.exit_code == 0, result.stderr
 
 
-@pytest.mark.parametrize(("page", "block"), PYTHON_EXAMPLES, ids=lambda value: value if value.endswith(".md") else value.splitlines()[-1][:60])
+def _python_id(value: str) -> str:
+    return value if value.endswith(".md") else value.splitlines()[-1][:60]  # the page, then the block's last line
+
+
+@pytest.mark.parametrize(("page", "block"), PYTHON_EXAMPLES, ids=_python_id)
 def test_doc_python_example_runs(page, block, stand_ins, monkeypatch, capsys, tmp_path):
     """The Python examples run as written, and print what their comments say they print."""
     monkeypatch.setenv("BERTSCOPE_CACHE_DIR", stand_ins["cache_dir"])
