@@ -66,7 +66,18 @@ def doc_examples() -> dict[str, str]:
 
 
 EXAMPLES = doc_examples()
-PYTHON_EXAMPLES = [(page.relative_to(ROOT).as_posix(), block) for page in PAGES for block in blocks(page, "python")]
+PYTHON_EXAMPLES = [  # the guide's blocks run as a notebook (below), the others here
+    (page.relative_to(ROOT).as_posix(), block) for page in PAGES if page != GUIDE for block in blocks(page, "python")
+]
+
+
+def promises(block: str) -> list[str]:
+    """`print(x)  # (6, 12): what it is` promises that `(6, 12)` is printed."""
+    return [
+        re.match(r"\s*(\(.*?\))(:|$)", line.split("#", 1)[1]).group(1)
+        for line in block.splitlines()
+        if line.startswith("print(") and re.search(r"#\s*\(", line)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -201,17 +212,15 @@ def test_doc_python_example_runs(page, block, stand_ins, monkeypatch, capsys, tm
     monkeypatch.chdir(tmp_path)  # where the examples write their figures
     exec(compile(block, page, "exec"), {"__name__": "docs"})
     printed = capsys.readouterr().out.splitlines()
-    # `print(x)  # (6, 12): what it is` promises that `(6, 12)` is printed
-    promised = [re.match(r"\s*(\(.*?\))(:|$)", line.split("#", 1)[1]).group(1)
-                for line in block.splitlines() if line.startswith("print(") and re.search(r"#\s*\(", line)]
-    assert promised
-    for value in promised:
+    assert promises(block)
+    for value in promises(block):
         assert value in printed, (value, printed)
 
 
 def test_python_guide_runs_as_a_notebook(stand_ins, monkeypatch, tmp_path):
     """The Python guide's blocks, cut into cells at blank lines, run in Jupyter (nbclient, a kernel on this
-    interpreter): nothing is written to stderr, and what the cells display is what a reader wants to see."""
+    interpreter): nothing is written to stderr, they print what their comments promise, and what the cells
+    display is what a reader wants to see."""
     import json
     import sys
 
@@ -239,6 +248,11 @@ def test_python_guide_runs_as_a_notebook(stand_ins, monkeypatch, tmp_path):
 
     stderr = "".join(output.text for cell in notebook.cells for output in cell.outputs if output.get("name") == "stderr")
     assert "TqdmWarning" not in stderr and "Traceback" not in stderr, stderr  # a note (BertscopeNote) may show, nothing else
+    printed = "".join(output.text for cell in notebook.cells for output in cell.outputs if output.get("name") == "stdout").splitlines()
+    guide = blocks(GUIDE, "python")
+    assert all(promises(block) for block in guide)
+    for value in [value for block in guide for value in promises(block)]:
+        assert value in printed, (value, printed)
     model = shown("model")["text/plain"]
     assert model.startswith("Session(all-MiniLM-L6-v2") and "6 layers × 12 heads" in model and " at 0x" not in model
     stats = shown("stats")
