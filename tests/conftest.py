@@ -16,10 +16,10 @@ from tests.helpers.models import save_tiny
 
 def pytest_addoption(parser):
     parser.addoption(
-        "--readme-examples",
+        "--doc-examples",
         action="store_true",
         default=False,
-        help="also run every command shown in the README (minutes, on the bundled model)",
+        help="also run every example of the documentation and the README (minutes, on the bundled model)",
     )
 
 

@@ -1,8 +1,8 @@
 """Results as a notebook shows them: a one-line repr, an HTML view with a table, a DataFrame.
 
 The results come from the UI's fake backend (every analysis, known numbers, no torch) and,
-for the masked LM, from a tiny seeded model; the README's notebook section runs in Jupyter
-in tests/test_readme_examples.py.
+for the masked LM, from a tiny seeded model; the Python guide (docs/python.md) runs in Jupyter
+in tests/test_doc_examples.py.
 """
 
 from __future__ import annotations

@@ -27,6 +27,15 @@ def test_ci_runs_exactly_the_readme_commands():
     assert "pip install torch==2.13.0" in ci_lines[0]  # the CPU wheel on disk, not the CUDA build
 
 
+def test_the_readme_links_to_every_page_of_the_docs():
+    """The README is the front page on GitHub: its links land on files, and every page of docs/ is reachable."""
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", (ROOT / "README.md").read_text())
+    local = {link for link in links if "://" not in link}
+    assert not [link for link in local if not (ROOT / link).exists()]
+    pages = {page.relative_to(ROOT).as_posix() for page in (ROOT / "docs").rglob("*.md")}
+    assert pages - {"docs/index.md"} <= local, pages - local
+
+
 def test_wheel_ships_the_themes(tmp_path):
     pytest.importorskip("hatchling")
     subprocess.run(

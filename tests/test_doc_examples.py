@@ -1,10 +1,12 @@
-"""Every command the README shows runs, so the README cannot drift from the tool.
+"""Every example of the documentation runs, so the docs cannot drift from the tool.
 
-Each `bertscope …` line of the README's example blocks runs as written, on the bundled
-model and the data bertscope ships. Only the files and models a reader would bring are
-swapped for real stand-ins made here: a tiny MLM for `bert-base-uncased`, a tiny classifier
+Each `bertscope …` line of the `sh` blocks of docs/*.md and the README runs as written, on the
+bundled model and the data bertscope ships, and so does each `python` block; the Python
+guide (docs/python.md) also runs as a notebook. Only the files and models a reader would bring
+are swapped for real stand-ins made here: a tiny MLM for `bert-base-uncased`, a tiny classifier
 for an SST-2 model, generated treebanks for UD files, the shipped samples for the corpora.
-The explorer's commands open the app headless and wait until the model has loaded.
+The explorer's commands open the app headless and wait until the model has loaded. A command
+shown on several pages runs once.
 """
 
 from __future__ import annotations
@@ -23,21 +25,26 @@ from tests.helpers.models import save_tiny
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "bertscope" / "data"
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+GUIDE = ROOT / "docs" / "python.md"  # the Python section, also run as a notebook
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
-        "not config.getoption('--readme-examples')",
-        reason="the README's examples take minutes on the bundled model: CI runs them with --readme-examples",
+        "not config.getoption('--doc-examples')",
+        reason="the documentation's examples take minutes on the bundled model: CI runs them with --doc-examples",
     ),
 ]
 
 
-def readme_examples() -> list[str]:
-    """The `bertscope` command lines of every sh block after the two install blocks, comments cut."""
-    blocks = re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)[2:]
+def blocks(page: Path, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", page.read_text(), flags=re.S)
+
+
+def shell_examples(page: Path) -> list[str]:
+    """The `bertscope` command lines of the page's sh blocks, comments cut (install lines start otherwise)."""
     commands = []
-    for block in blocks:
+    for block in blocks(page, "sh"):
         for line in block.strip().splitlines():
             for command in line.split(" ; "):
                 command = re.sub(r"\s+#.*$", "", command).strip()
@@ -46,14 +53,37 @@ def readme_examples() -> list[str]:
     return commands
 
 
-EXAMPLES = readme_examples()
-PYTHON_EXAMPLES = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+def doc_examples() -> dict[str, str]:
+    """Each command once (a command on several pages runs on the first), with the page it is from."""
+    examples: dict[str, str] = {}
+    seen: set[tuple[str, ...]] = set()
+    for page in PAGES:
+        for command in shell_examples(page):
+            if tuple(shlex.split(command)) not in seen:  # the same words, however spaced
+                seen.add(tuple(shlex.split(command)))
+                examples[command] = page.relative_to(ROOT).as_posix()
+    return examples
+
+
+EXAMPLES = doc_examples()
+PYTHON_EXAMPLES = [  # the guide's blocks run as a notebook (below), the others here
+    (page.relative_to(ROOT).as_posix(), block) for page in PAGES if page != GUIDE for block in blocks(page, "python")
+]
+
+
+def promises(block: str) -> list[str]:
+    """`print(x)  # (6, 12): what it is` promises that `(6, 12)` is printed."""
+    return [
+        re.match(r"\s*(\(.*?\))(:|$)", line.split("#", 1)[1]).group(1)
+        for line in block.splitlines()
+        if line.startswith("print(") and re.search(r"#\s*\(", line)
+    ]
 
 
 @pytest.fixture(scope="module")
 def stand_ins(tmp_path_factory) -> dict[str, str]:
-    """README placeholder → the real file or model this test uses for it."""
-    root = tmp_path_factory.mktemp("readme")
+    """Placeholder in the docs → the real file or model this test uses for it."""
+    root = tmp_path_factory.mktemp("docs")
     mlm = save_tiny(root / "bert-base-uncased", "BertForMaskedLM", seed=1, num_hidden_layers=12)  # `--mask 10:*,11:*`
     classifier = save_tiny(
         root / "sst2", "BertForSequenceClassification", seed=2, num_hidden_layers=12,  # `--mask 3:*`
@@ -98,7 +128,6 @@ def stand_ins(tmp_path_factory) -> dict[str, str]:
         "wiki.txt": str(DATA / "sample.txt"),
         "sst.txt": str(DATA / "sample.txt"),
         "cache_dir": str(root / "cache"),
-        **{name: str(root / name) for name in ("head.pdf", "patterns.svg", "scatter.png")},  # --figure files
     }
 
 
@@ -124,18 +153,27 @@ def explorer_runs(monkeypatch):
     return apps
 
 
-def test_the_readme_has_examples_of_every_command():
+def test_the_docs_have_examples_of_every_command():
+    """Every analysis command is shown somewhere, and every analysis page shows a command."""
     from bertscope.cli import main as group
 
     shown = {shlex.split(example)[1] for example in EXAMPLES if len(shlex.split(example)) > 1}
-    analyses = {"probe", "fill", "attribute", "importance", "prune", "geometry", "compare", "info", "patch"}
+    analyses = {
+        "attention", "patterns", "syntax", "mixing", "probe", "erase", "fill", "attribute",
+        "patch", "importance", "prune", "geometry", "compare", "export", "info",
+    }
     assert analyses <= shown, analyses - shown
     assert analyses <= set(group.commands)
+    pages = sorted((ROOT / "docs" / "analyses").glob("*.md"))
+    assert len(pages) >= 12
+    for page in pages:
+        assert shell_examples(page), f"{page.name} shows no command"
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda example: example[10:70])
-def test_readme_example_runs(example, stand_ins, explorer_runs, monkeypatch):
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda example: f"{EXAMPLES[example]}: {example[10:70]}")
+def test_doc_example_runs(example, stand_ins, explorer_runs, monkeypatch, tmp_path):
     monkeypatch.setenv("BERTSCOPE_CACHE_DIR", stand_ins["cache_dir"])
+    monkeypatch.chdir(tmp_path)  # where the examples write their figures and files
     args = []
     for word in shlex.split(example)[1:]:
         args.append(stand_ins.get(word, word))
@@ -144,7 +182,7 @@ def test_readme_example_runs(example, stand_ins, explorer_runs, monkeypatch):
     elif "pruned-minilm/" in example:
         _make_pruned_model(stand_ins)
     result = CliRunner().invoke(main, args, catch_exceptions=False)
-    assert result.exit_code == 0, f"{example}\n{result.stderr}"
+    assert result.exit_code == 0, f"{EXAMPLES[example]}: {example}\n{result.stderr}"
     assert "Traceback" not in result.output
     if args and args[0] not in main.commands:  # the explorer
         (app,) = explorer_runs
@@ -163,24 +201,26 @@ def _make_pruned_model(stand_ins) -> None:
     assert result.exit_code == 0, result.stderr
 
 
-@pytest.mark.parametrize("block", PYTHON_EXAMPLES, ids=lambda block: block.splitlines()[-1][:60])
-def test_readme_python_example_runs(block, stand_ins, monkeypatch, capsys, tmp_path):
-    """The Python API examples run as written, and print what their comments say they print."""
+def _python_id(value: str) -> str:
+    return value if value.endswith(".md") else value.splitlines()[-1][:60]  # the page, then the block's last line
+
+
+@pytest.mark.parametrize(("page", "block"), PYTHON_EXAMPLES, ids=_python_id)
+def test_doc_python_example_runs(page, block, stand_ins, monkeypatch, capsys, tmp_path):
+    """The Python examples run as written, and print what their comments say they print."""
     monkeypatch.setenv("BERTSCOPE_CACHE_DIR", stand_ins["cache_dir"])
     monkeypatch.chdir(tmp_path)  # where the examples write their figures
-    exec(compile(block, "README.md", "exec"), {"__name__": "readme"})
+    exec(compile(block, page, "exec"), {"__name__": "docs"})
     printed = capsys.readouterr().out.splitlines()
-    # `print(x)  # (6, 12): what it is` promises that `(6, 12)` is printed
-    promised = [re.match(r"\s*(\(.*?\))(:|$)", line.split("#", 1)[1]).group(1)
-                for line in block.splitlines() if line.startswith("print(") and re.search(r"#\s*\(", line)]
-    assert promised
-    for value in promised:
+    assert promises(block)
+    for value in promises(block):
         assert value in printed, (value, printed)
 
 
-def test_readme_python_section_runs_as_a_notebook(stand_ins, monkeypatch, tmp_path):
-    """The Python section's blocks, cut into cells at blank lines, run in Jupyter (nbclient, a kernel on this
-    interpreter): nothing is written to stderr, and what the cells display is what a reader wants to see."""
+def test_python_guide_runs_as_a_notebook(stand_ins, monkeypatch, tmp_path):
+    """The Python guide's blocks, cut into cells at blank lines, run in Jupyter (nbclient, a kernel on this
+    interpreter): nothing is written to stderr, they print what their comments promise, and what the cells
+    display is what a reader wants to see."""
     import json
     import sys
 
@@ -195,7 +235,7 @@ def test_readme_python_section_runs_as_a_notebook(stand_ins, monkeypatch, tmp_pa
     ))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     monkeypatch.setenv("BERTSCOPE_CACHE_DIR", stand_ins["cache_dir"])
-    cells = [cell.strip() for block in PYTHON_EXAMPLES for cell in block.split("\n\n") if cell.strip()]
+    cells = [cell.strip() for block in blocks(GUIDE, "python") for cell in block.split("\n\n") if cell.strip()]
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell) for cell in cells])
     kernel = KernelManager(kernel_name="bertscope-test", transport="ipc", ip=str(tmp_path / "kernel"))  # no race for TCP ports
     NotebookClient(notebook, km=kernel, timeout=900, resources={"metadata": {"path": str(tmp_path)}}).execute()
@@ -208,6 +248,11 @@ def test_readme_python_section_runs_as_a_notebook(stand_ins, monkeypatch, tmp_pa
 
     stderr = "".join(output.text for cell in notebook.cells for output in cell.outputs if output.get("name") == "stderr")
     assert "TqdmWarning" not in stderr and "Traceback" not in stderr, stderr  # a note (BertscopeNote) may show, nothing else
+    printed = "".join(output.text for cell in notebook.cells for output in cell.outputs if output.get("name") == "stdout").splitlines()
+    guide = blocks(GUIDE, "python")
+    assert all(promises(block) for block in guide)
+    for value in [value for block in guide for value in promises(block)]:
+        assert value in printed, (value, printed)
     model = shown("model")["text/plain"]
     assert model.startswith("Session(all-MiniLM-L6-v2") and "6 layers × 12 heads" in model and " at 0x" not in model
     stats = shown("stats")
