@@ -56,6 +56,7 @@ async def measure(args) -> dict:
     from bertscope.ui.main_screen import MainScreen
     from bertscope.ui.widgets.attention_view import AttentionView
     from bertscope.ui.widgets.head_grid import HeadGrid
+    from tests.helpers.ui import settle  # the tests' wait for the workers and their messages
 
     marks: dict[str, float] = {}
     repainted = asyncio.Event()
@@ -181,17 +182,6 @@ async def measure(args) -> dict:
     }
 
 
-async def settle(pilot) -> None:
-    from textual.worker import WorkerCancelled
-
-    for _ in range(3):
-        try:
-            await pilot.app.workers.wait_for_complete()
-        except WorkerCancelled:  # a newer request replaced it, as it should
-            pass
-        await pilot.pause()
-
-
 def sentence_of(session, tokens: int) -> str:
     """A plain English text whose tokenisation (special tokens included) is exactly `tokens` long."""
     words = "the committee said that the new bridge over the river would open next spring".split()
@@ -232,5 +222,5 @@ def quantile(values: list[float], q: float) -> float:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/helpers/ui.py
     main()
