@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from bertscope.cli import interrupts
 from bertscope.cli.common import (
     ModelChoice,
     check_index,
@@ -107,6 +108,7 @@ def explore(
         figure_format=figure_format,
         glyphs=glyphs,
     )
+    interrupts.release()  # Ctrl-C is a key to the explorer, and Textual restores the terminal itself
     try:
         app.run()
     finally:  # the explorer closed before its model loaded

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from bertscope import __version__
+from bertscope.cli import interrupts
+from bertscope.cli.interrupts import EXIT_INTERRUPTED
 from bertscope.core import collector
 from bertscope.core.data.batching import MAX_TOKENS
 from bertscope.core.errors import BertscopeError
@@ -39,7 +41,6 @@ if TYPE_CHECKING:
     from bertscope.theming import ThemeSpec
 
 EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a Ctrl-C
 
 CommandFunction = TypeVar("CommandFunction", bound=Callable[..., Any])  # a command's function, given back with options added
 
@@ -56,6 +57,12 @@ class BertscopeGroup(click.Group):
             args = ["explore", *args]
         return super().parse_args(ctx, args)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if name is not None:
+            interrupts.naming(name)
+        return name, command, rest
+
     def _failed_command(self, ctx: click.Context) -> click.Command | None:
         """The command that was running, whose flags an error's advice names."""
         return self.commands.get(ctx.invoked_subcommand or "")
@@ -65,7 +72,7 @@ class BertscopeGroup(click.Group):
 
         here = distributed.world()
         try:
-            with quiet_unless_main(here), distributed.failures_shared():
+            with interrupts.running(), quiet_unless_main(here), distributed.failures_shared():
                 return super().invoke(ctx)
         except distributed.RankFailed as error:  # another rank's failure, said once, by rank 0
             if here.main:
@@ -79,9 +86,11 @@ class BertscopeGroup(click.Group):
         except KeyboardInterrupt as stop:
             # Files are written whole or not at all (temporary file, then rename), so a stop
             # leaves only what was complete before it.
-            what = ctx.invoked_subcommand or "bertscope"
             if here.main and not isinstance(stop, distributed.Terminated):  # the rank that failed has said why
-                click.echo(f"bertscope: interrupted: {what} stopped before it finished; no file was left half written", err=True)
+                interrupts.said()
+                click.echo(interrupts.line(ctx.invoked_subcommand), err=True)
+            if not here.active:  # under torchrun, the process group's own teardown runs
+                interrupts.exit_interrupted()
             ctx.exit(EXIT_INTERRUPTED)
         except Exception as error:
             if not here.active:
