@@ -22,6 +22,7 @@ from bertscope.cli.common import (
     notes_as_warnings,
     print_csv,
     print_json,
+    report_console,
     warn,
     write_figure,
 )
@@ -180,7 +181,6 @@ def info(model: ModelChoice, as_json: bool) -> None:
     if as_json:
         print_json(details)
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(show_header=False, box=None, padding=(0, 2))
@@ -193,7 +193,7 @@ def info(model: ModelChoice, as_json: bool) -> None:
         elif key == "parameters":
             value = f"{value:,} ({value / 1e6:.1f} M)"
         table.add_row(f"[bold]{label}[/]", str(value))
-    Console().print(table)
+    report_console().print(table)
 
 
 @click.command()
@@ -308,7 +308,7 @@ def attention(
         title += f" · mask {mask.spec()} ({ablation})"
     title += reach_note(window, len(tokens))
     assert colormap is not None  # chosen for any output but JSON and CSV
-    Console().print(
+    report_console().print(
         AttentionHeatmap(
             beyond_reach(weights, window),
             tokens,

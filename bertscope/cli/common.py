@@ -32,6 +32,7 @@ from bertscope.core.model.masks import ABLATIONS, HeadMask
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+    from rich.console import Console
 
     from bertscope.api import ProgressCallback
     from bertscope.core.distributed import World
@@ -414,6 +415,18 @@ def api_call(what: str) -> Iterator[ProgressCallback]:
         with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
             task = bar.add_task(what, total=None)
             yield lambda step: bar.update(task, description=f"{what}: {step.stage}", completed=step.done, total=step.total)
+
+
+def report_console() -> Console:
+    """The console a command prints its report on (stdout): every table in it whole at the width, 80 columns in a
+    pipe or a file (bertscope.render.fit)."""
+    from rich.console import Console
+
+    from bertscope.render.fit import FitTables
+
+    console = Console()
+    console.push_render_hook(FitTables())
+    return console
 
 
 def warn(message: str) -> None:

@@ -22,6 +22,7 @@ from bertscope.cli.common import (
     output_option,
     print_csv,
     print_json,
+    report_console,
     warn,
     write_figure,
 )
@@ -178,7 +179,7 @@ def _print_maps(result: Mixing, layer: int | None, spec: ThemeSpec, source: str)
     from bertscope.core.analyses.mixing_results import METHOD_NAMES
     from bertscope.render.heatmap import AttentionHeatmap
 
-    console = Console()
+    console = report_console()
     tokens = list(result.tokens)
     name = METHOD_NAMES[result.method]
     masked = f" · mask {result.mask.spec()} ({result.ablation})" if result.mask is not None and len(result.mask) else ""
@@ -237,10 +238,9 @@ def _over_corpus(
 
 
 def _print_agreement(result: MixingAgreement, source: str, data: str) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = report_console()
     console.print(f"[bold]{source}[/] · {result.sentences:,} sentences from {data} · {result.tokens:,} tokens", highlight=False)
     agreement = Table(title="Spearman ρ of rolled-out rows at the last layer (mean over sentences)")
     agreement.add_column("")
