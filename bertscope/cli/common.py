@@ -29,6 +29,7 @@ from bertscope.core import collector
 from bertscope.core.data.batching import MAX_TOKENS
 from bertscope.core.errors import BertscopeError
 from bertscope.core.model.masks import ABLATIONS, HeadMask
+from bertscope.core.model.model_files import SHORTEST_MAX_LENGTH
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -179,7 +180,7 @@ class ModelShape:
 
 @dataclass
 class ModelChoice:
-    """The model a command was given (--model, --device, --dtype, --allow-download).
+    """The model a command was given (--model, --device, --dtype, --allow-download, --max-length).
 
     Its files and its shape are judged from disk without torch; `open` loads it, once.
     """
@@ -188,6 +189,7 @@ class ModelChoice:
     device: str = "auto"
     dtype: str = "float32"
     allow_download: bool = False
+    max_length: int | None = None  # cut inputs there rather than at the model's own limit
     _files: ModelFiles | None = field(default=None, init=False, repr=False)
     _session: Session | None = field(default=None, init=False, repr=False)
 
@@ -200,9 +202,13 @@ class ModelChoice:
         if self.allow_download:
             return None
         if self._files is None:
-            from bertscope.core.model.model_files import find_model
+            from bertscope.core.model.model_files import find_model, read_config, usable_length
 
-            self._files = find_model(self.name)
+            files = find_model(self.name)
+            positions = read_config(files.directory).get("max_position_embeddings")
+            if self.max_length is not None and isinstance(positions, int):  # a --max-length over the model's, refused now
+                usable_length(positions, files.family, self.max_length)
+            self._files = files
         return self._files
 
     def shape(self) -> ModelShape:
@@ -232,7 +238,9 @@ class ModelChoice:
             with status, collector.paused():  # imports make no garbage worth a walk of their objects (core.collector)
                 from bertscope.api import load
 
-                self._session = load(self.name, device=self.device, dtype=self.dtype, allow_download=self.allow_download)
+                self._session = load(
+                    self.name, device=self.device, dtype=self.dtype, allow_download=self.allow_download, max_length=self.max_length
+                )
         return self._session
 
     def deferred(self) -> Session | DeferredSession:
@@ -245,7 +253,7 @@ class ModelChoice:
             return self.open()
         from bertscope.core.model.deferred import DeferredSession
 
-        return DeferredSession.from_files(files, self.device, lambda: self.open(spinner=False), self.dtype)
+        return DeferredSession.from_files(files, self.device, lambda: self.open(spinner=False), self.dtype, self.max_length)
 
 
 MODEL_OPTIONS = [
@@ -266,15 +274,24 @@ MODEL_OPTIONS = [
         help="Precision; the half precisions are for GPUs.",
     ),
     click.option("--allow-download", is_flag=True, help="Fetch a Hugging Face model that is not in the cache."),
+    click.option(
+        "--max-length",
+        type=click.IntRange(min=SHORTEST_MAX_LENGTH),
+        default=None,
+        metavar="N",
+        help="Cut inputs at N tokens. Default: as many as the model takes (its position embeddings).",
+    ),
 ]
 
 
 def model_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """--model, --device, --dtype and --allow-download, handed to the command as one `model`: a ModelChoice."""
+    """--model, --device, --dtype, --allow-download and --max-length, handed to the command as one `model`: a ModelChoice."""
 
     @functools.wraps(command)
-    def with_model_choice(*, model: str | None, device: str, dtype: str, allow_download: bool, **options: Any) -> Any:
-        return command(model=ModelChoice(model, device, dtype, allow_download), **options)
+    def with_model_choice(
+        *, model: str | None, device: str, dtype: str, allow_download: bool, max_length: int | None, **options: Any
+    ) -> Any:
+        return command(model=ModelChoice(model, device, dtype, allow_download, max_length), **options)
 
     for option in reversed(MODEL_OPTIONS):
         with_model_choice = option(with_model_choice)
