@@ -176,12 +176,20 @@ def _noted(run: Iterable[Progress[R]], notes: Callable[[R], Iterable[str]]) -> I
 
 
 def load(
-    model: str | None = None, *, device: str = "auto", dtype: str = "float32", allow_download: bool = False, cpu_linear: str | None = None
+    model: str | None = None,
+    *,
+    device: str = "auto",
+    dtype: str = "float32",
+    allow_download: bool = False,
+    cpu_linear: str | None = None,
+    max_length: int | None = None,
 ) -> Session:
     """A model ready for analysis: None for the bundled all-MiniLM-L6-v2, a directory, or a name in the HF cache.
 
     `device` is auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps; `dtype` float32,
-    float16 or bfloat16. Nothing is downloaded unless `allow_download`. On the CPU the
+    float16 or bfloat16. Inputs longer than `max_length` tokens are cut (default: the model's
+    own limit, its position embeddings; not the tokenizer file's `model_max_length`, which a
+    model saved with another's tokenizer states wrongly). Nothing is downloaded unless `allow_download`. On the CPU the
     linear layers take the faster of torch's BLAS and oneDNN, timed on this machine
     (`cpu_linear`: auto, onednn or blas; default `$BERTSCOPE_CPU_LINEAR`, else auto).
     """
@@ -193,7 +201,7 @@ def load(
 
     linear_kernels.bound_primitive_cache()  # before the model's first pass: one primitive per batch shape
     device = distributed.start(device)  # under torchrun: join the process group; auto is cuda:LOCAL_RANK or the CPU
-    session = Session.open(model, device=device, dtype=dtype, allow_download=allow_download)
+    session = Session.open(model, device=device, dtype=dtype, allow_download=allow_download, max_length=max_length)
     session.choose_cpu_linear(cpu_linear)
     return session
 

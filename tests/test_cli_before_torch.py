@@ -94,6 +94,8 @@ OUT_OF_RANGE_TINY = [  # 3 layers x 4 heads, hidden states 0-3
     (("attribute", SENTENCE, "--probe", "subject_number", "--layer", "9"), "--layer 9 is out of range: hidden-state layers are 0 (embeddings) to 3"),
     (("importance", SENTENCE, "-O", "probe", "--task", "subject_number", "--probe-layer", "-1"),
      "--probe-layer -1 is out of range: hidden-state layers are 0 (embeddings) to 3"),
+    (("attention", SENTENCE, "-l", "0", "-H", "0", "--max-length", "100"),
+     "a maximum length of 100 tokens is more than this model takes (64: its position embeddings); give at most 64 (--max-length N)"),
 ]
 
 JUDGED_FROM_THE_CONFIG = [  # issue 54: what the config and the arguments tell is refused before any work

@@ -2,10 +2,28 @@
 
 `common` holds the group and what the commands share; each other module holds one family
 of commands, registered on the group here, in one place, so no module imports it back.
+The program's Ctrl-C handling goes in first, before the imports below (numpy, click: a
+second or so), so an interrupt at any moment from launch gives one line (`interrupts`).
 """
 
-from bertscope.cli import attention, erase, fill_attribute, geometry, importance, mixing, patching, patterns, probing, syntax
-from bertscope.cli.common import main
+from bertscope.cli import interrupts
+
+if interrupts.launched_as_program():
+    interrupts.guard()
+
+from bertscope.cli import (  # noqa: E402 - after the guard
+    attention,
+    erase,
+    fill_attribute,
+    geometry,
+    importance,
+    mixing,
+    patching,
+    patterns,
+    probing,
+    syntax,
+)
+from bertscope.cli.common import main  # noqa: E402 - after the guard
 
 for command in (
     attention.explore,

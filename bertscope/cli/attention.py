@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from bertscope.cli import interrupts
 from bertscope.cli.common import (
     ModelChoice,
     check_index,
@@ -21,6 +22,7 @@ from bertscope.cli.common import (
     notes_as_warnings,
     print_csv,
     print_json,
+    report_console,
     warn,
     write_figure,
 )
@@ -93,7 +95,10 @@ def explore(
             from bertscope.session_backend import SessionBackend
 
             report(f"loading {model.name or 'the bundled all-MiniLM-L6-v2'}…")
-            return SessionBackend(load(model.name, device=model.device, dtype=model.dtype, allow_download=model.allow_download))
+            session = load(
+                model.name, device=model.device, dtype=model.dtype, allow_download=model.allow_download, max_length=model.max_length
+            )
+            return SessionBackend(session)
         finally:
             starting.end()
 
@@ -107,6 +112,7 @@ def explore(
         figure_format=figure_format,
         glyphs=glyphs,
     )
+    interrupts.release()  # Ctrl-C is a key to the explorer, and Textual restores the terminal itself
     try:
         app.run()
     finally:  # the explorer closed before its model loaded
@@ -178,7 +184,6 @@ def info(model: ModelChoice, as_json: bool) -> None:
     if as_json:
         print_json(details)
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(show_header=False, box=None, padding=(0, 2))
@@ -190,8 +195,23 @@ def info(model: ModelChoice, as_json: bool) -> None:
             value = "yes" if value else "no (fill-in needs a model with an MLM head)"
         elif key == "parameters":
             value = f"{value:,} ({value / 1e6:.1f} M)"
+        elif key == "max_length":
+            value = length_said(details)
         table.add_row(f"[bold]{label}[/]", str(value))
-    Console().print(table)
+    report_console().print(table)
+
+
+def length_said(details: dict) -> str:
+    """The most tokens a command feeds the model, and why, where the model or its tokenizer's file says otherwise."""
+    length, own, stated = details["max_length"], details.get("model_limit"), details.get("tokenizer_limit")
+    why = []
+    if own is not None and length < own:
+        why.append(f"--max-length; the model takes {own}")
+    elif stated is not None and stated != length:
+        why.append("the model's position embeddings")
+    if stated is not None and stated != length:
+        why.append(f"its tokenizer's file says {stated}" + (f": --max-length {stated} cuts there" if stated < length else ""))
+    return f"{length} ({'; '.join(why)})" if why else str(length)
 
 
 @click.command()
@@ -302,18 +322,20 @@ def attention(
         return
     from rich.console import Console
 
-    from bertscope.render.heatmap import AttentionHeatmap, beyond_reach, reach_note
+    from bertscope.render.heatmap import AttentionHeatmap, beyond_reach, reach_note, terminal_window, window_note
 
     title = f"layer {layer} · head {head}" + (" · value-weighted norms ‖α f(x)‖" if norms else "")
     if len(mask):
         title += f" · mask {mask.spec()} ({ablation})"
     title += reach_note(window, len(tokens))
     assert colormap is not None  # chosen for any output but JSON and CSV
-    Console().print(
+    console = report_console()
+    visible = min(len(tokens), terminal_window(tokens, console.width, dense)) if console.is_terminal else len(tokens)
+    console.print(
         AttentionHeatmap(
-            beyond_reach(weights, window),
-            tokens,
-            tokens,
+            beyond_reach(weights, window)[:visible, :visible],
+            tokens[:visible],
+            tokens[:visible],
             colormap,
             title=title,
             masked=mask.is_masked(layer, head),
@@ -324,6 +346,8 @@ def attention(
             quantity="‖αf‖" if norms else None,
         )
     )
+    if visible < len(tokens):
+        console.print(window_note(visible, len(tokens)), style="dim", highlight=False)
     if norms:
         from bertscope.core.model.results import NORM_DEFINITION
 

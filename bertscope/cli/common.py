@@ -23,13 +23,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from bertscope import __version__
+from bertscope.cli import interrupts
+from bertscope.cli.interrupts import EXIT_INTERRUPTED
 from bertscope.core import collector
 from bertscope.core.data.batching import MAX_TOKENS
 from bertscope.core.errors import BertscopeError
 from bertscope.core.model.masks import ABLATIONS, HeadMask
+from bertscope.core.model.model_files import SHORTEST_MAX_LENGTH
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+    from rich.console import Console
 
     from bertscope.api import ProgressCallback
     from bertscope.core.distributed import World
@@ -39,7 +43,6 @@ if TYPE_CHECKING:
     from bertscope.theming import ThemeSpec
 
 EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a Ctrl-C
 
 CommandFunction = TypeVar("CommandFunction", bound=Callable[..., Any])  # a command's function, given back with options added
 
@@ -56,6 +59,12 @@ class BertscopeGroup(click.Group):
             args = ["explore", *args]
         return super().parse_args(ctx, args)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if name is not None:
+            interrupts.naming(name)
+        return name, command, rest
+
     def _failed_command(self, ctx: click.Context) -> click.Command | None:
         """The command that was running, whose flags an error's advice names."""
         return self.commands.get(ctx.invoked_subcommand or "")
@@ -65,7 +74,7 @@ class BertscopeGroup(click.Group):
 
         here = distributed.world()
         try:
-            with quiet_unless_main(here), distributed.failures_shared():
+            with interrupts.running(), quiet_unless_main(here), distributed.failures_shared():
                 return super().invoke(ctx)
         except distributed.RankFailed as error:  # another rank's failure, said once, by rank 0
             if here.main:
@@ -84,9 +93,11 @@ class BertscopeGroup(click.Group):
         except KeyboardInterrupt as stop:
             # Files are written whole or not at all (temporary file, then rename), so a stop
             # leaves only what was complete before it.
-            what = ctx.invoked_subcommand or "bertscope"
             if here.main and not isinstance(stop, distributed.Terminated):  # the rank that failed has said why
-                click.echo(f"bertscope: interrupted: {what} stopped before it finished; no file was left half written", err=True)
+                interrupts.said()
+                click.echo(interrupts.line(ctx.invoked_subcommand), err=True)
+            if not here.active:  # under torchrun, the process group's own teardown runs
+                interrupts.exit_interrupted()
             ctx.exit(EXIT_INTERRUPTED)
         except Exception as error:
             if not here.active:
@@ -199,7 +210,7 @@ class ModelShape:
 
 @dataclass
 class ModelChoice:
-    """The model a command was given (--model, --device, --dtype, --allow-download).
+    """The model a command was given (--model, --device, --dtype, --allow-download, --max-length).
 
     Its files and its shape are judged from disk without torch; `open` loads it, once.
     """
@@ -208,6 +219,7 @@ class ModelChoice:
     device: str = "auto"
     dtype: str = "float32"
     allow_download: bool = False
+    max_length: int | None = None  # cut inputs there rather than at the model's own limit
     _files: ModelFiles | None = field(default=None, init=False, repr=False)
     _session: Session | None = field(default=None, init=False, repr=False)
 
@@ -220,9 +232,13 @@ class ModelChoice:
         if self.allow_download:
             return None
         if self._files is None:
-            from bertscope.core.model.model_files import find_model
+            from bertscope.core.model.model_files import find_model, read_config, usable_length
 
-            self._files = find_model(self.name)
+            files = find_model(self.name)
+            positions = read_config(files.directory).get("max_position_embeddings")
+            if self.max_length is not None and isinstance(positions, int):  # a --max-length over the model's, refused now
+                usable_length(positions, files.family, self.max_length)
+            self._files = files
         return self._files
 
     def shape(self) -> ModelShape:
@@ -252,7 +268,9 @@ class ModelChoice:
             with status, collector.paused():  # imports make no garbage worth a walk of their objects (core.collector)
                 from bertscope.api import load
 
-                self._session = load(self.name, device=self.device, dtype=self.dtype, allow_download=self.allow_download)
+                self._session = load(
+                    self.name, device=self.device, dtype=self.dtype, allow_download=self.allow_download, max_length=self.max_length
+                )
         return self._session
 
     def deferred(self) -> Session | DeferredSession:
@@ -265,7 +283,7 @@ class ModelChoice:
             return self.open()
         from bertscope.core.model.deferred import DeferredSession
 
-        return DeferredSession.from_files(files, self.device, lambda: self.open(spinner=False), self.dtype)
+        return DeferredSession.from_files(files, self.device, lambda: self.open(spinner=False), self.dtype, self.max_length)
 
 
 MODEL_OPTIONS = [
@@ -286,15 +304,24 @@ MODEL_OPTIONS = [
         help="Precision; the half precisions are for GPUs.",
     ),
     click.option("--allow-download", is_flag=True, help="Fetch a Hugging Face model that is not in the cache."),
+    click.option(
+        "--max-length",
+        type=click.IntRange(min=SHORTEST_MAX_LENGTH),
+        default=None,
+        metavar="N",
+        help="Cut inputs at N tokens. Default: as many as the model takes (its position embeddings).",
+    ),
 ]
 
 
 def model_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """--model, --device, --dtype and --allow-download, handed to the command as one `model`: a ModelChoice."""
+    """--model, --device, --dtype, --allow-download and --max-length, handed to the command as one `model`: a ModelChoice."""
 
     @functools.wraps(command)
-    def with_model_choice(*, model: str | None, device: str, dtype: str, allow_download: bool, **options: Any) -> Any:
-        return command(model=ModelChoice(model, device, dtype, allow_download), **options)
+    def with_model_choice(
+        *, model: str | None, device: str, dtype: str, allow_download: bool, max_length: int | None, **options: Any
+    ) -> Any:
+        return command(model=ModelChoice(model, device, dtype, allow_download, max_length), **options)
 
     for option in reversed(MODEL_OPTIONS):
         with_model_choice = option(with_model_choice)
@@ -444,6 +471,18 @@ def api_call(what: str) -> Iterator[ProgressCallback]:
         with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
             task = bar.add_task(what, total=None)
             yield lambda step: bar.update(task, description=f"{what}: {step.stage}", completed=step.done, total=step.total)
+
+
+def report_console() -> Console:
+    """The console a command prints its report on (stdout): every table in it whole at the width, 80 columns in a
+    pipe or a file (bertscope.render.fit)."""
+    from rich.console import Console
+
+    from bertscope.render.fit import FitTables
+
+    console = Console()
+    console.push_render_hook(FitTables())
+    return console
 
 
 def warn(message: str) -> None:

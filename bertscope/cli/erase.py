@@ -18,6 +18,7 @@ from bertscope.cli.common import (
     output_option,
     print_csv,
     print_json,
+    report_console,
     write_figure,
 )
 
@@ -150,8 +151,7 @@ def erase(
         columns = list(rows[0])
         print_csv([columns, *([row[column] for column in columns] for row in rows)])
         return
-    from rich.console import Console
 
     from bertscope.render.erasure import erasure_report
 
-    Console().print(erasure_report(result, session.source, chosen.source))
+    report_console().print(erasure_report(result, session.source, chosen.source))

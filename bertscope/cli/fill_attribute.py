@@ -20,6 +20,7 @@ from bertscope.cli.common import (
     notes_as_warnings,
     output_option,
     print_json,
+    report_console,
     write_figure,
 )
 from bertscope.core.analyses.attribution_results import METHODS, SCORES
@@ -95,11 +96,10 @@ def fill(
     if as_json:
         print_json({"model": session.info.source, "text": text, **result.as_json()})
         return
-    from rich.console import Console
 
     from bertscope.render.mlm import fill_report
 
-    Console().print(fill_report(result, session.info.source))
+    report_console().print(fill_report(result, session.info.source))
 
 
 def _cloze(session: Session, path: str, mask: HeadMask, ablation: Ablation, batch_size: int | None, as_json: bool) -> None:
@@ -120,11 +120,10 @@ def _cloze(session: Session, path: str, mask: HeadMask, ablation: Ablation, batc
         }
         print_json(payload)
         return
-    from rich.console import Console
 
     from bertscope.render.mlm import cloze_report
 
-    Console().print(cloze_report(result, session.info.source, str(source)))
+    report_console().print(cloze_report(result, session.info.source, str(source)))
 
 
 @click.command()
@@ -233,8 +232,7 @@ def attribute(
     if as_json:
         print_json({"model": session.info.source, "text": text, "pair": pair, **result.as_json()})
         return
-    from rich.console import Console
 
     from bertscope.render.attribution import attribution_report
 
-    Console().print(attribution_report(result, session.info.source, theme_spec, notes=False))  # notes went to stderr
+    report_console().print(attribution_report(result, session.info.source, theme_spec, notes=False))  # notes went to stderr

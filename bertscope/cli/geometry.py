@@ -21,6 +21,7 @@ from bertscope.cli.common import (
     model_options,
     output_option,
     print_json,
+    report_console,
     write_figure,
 )
 from bertscope.core.analyses.geometry_results import UNITS
@@ -143,11 +144,10 @@ def geometry(
     if as_json:
         print_json(result.as_json(session.info.source, points=points) | {"data": source})
         return
-    from rich.console import Console
 
     from bertscope.render.geometry import geometry_report
 
-    console = Console()
+    console = report_console()
     glyphs = console.no_color or console.color_system not in ("256", "truecolor")
     masked = f" · mask {mask.spec()} ({ablation})" if len(mask) else ""
     console.print(
@@ -241,11 +241,10 @@ def compare(
     if as_json:
         print_json(result.as_json() | {"data": source})
         return
-    from rich.console import Console
 
     from bertscope.render.geometry import comparison_report
 
-    console = Console()
+    console = report_console()
     glyphs = console.no_color or console.color_system not in ("256", "truecolor")
     console.print(
         f"[bold]A[/] {result.model_a}\n[bold]B[/] {result.model_b}\n"

@@ -18,6 +18,7 @@ from bertscope.cli.common import (
     output_option,
     print_csv,
     print_json,
+    report_console,
     write_figure,
 )
 from bertscope.core.analyses.importance_results import METHODS, OBJECTIVES, WEIGHTS
@@ -183,11 +184,10 @@ def importance(
         )
         print_csv([["layer", "head", "importance", "raw", "pruned"], *rows])
         return
-    from rich.console import Console
 
     from bertscope.render.importance import importance_report
 
-    Console().print(importance_report(result, session.info.source, prepared.source))
+    report_console().print(importance_report(result, session.info.source, prepared.source))
 
 
 @click.command()
@@ -327,11 +327,10 @@ def _curve(
     if as_json:
         print_json(result.as_json(session.info.source) | {"data": source, "sentences": prepared.sentences})
         return
-    from rich.console import Console
 
     from bertscope.render.importance import curve_report
 
-    Console().print(curve_report(result, session.info.source, source))
+    report_console().print(curve_report(result, session.info.source, source))
 
 
 def _prune_to(
@@ -369,9 +368,8 @@ def _prune_to(
     if as_json:
         print_json(payload)
         return
-    from rich.console import Console
 
-    console = Console()
+    console = report_console()
     console.print(
         f"[bold]pruned {len(chosen)} of {total} heads[/] ({len(chosen) / total:.0%}) by {method} importance "
         f"for {prepared.name} on {source}: {mask.spec()}",

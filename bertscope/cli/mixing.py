@@ -22,6 +22,7 @@ from bertscope.cli.common import (
     output_option,
     print_csv,
     print_json,
+    report_console,
     warn,
     write_figure,
 )
@@ -172,14 +173,18 @@ def _print_csv(result: Mixing) -> None:
     print_csv(rows)
 
 
+LABEL_WIDTH = 12  # the maps' row labels
+
+
 def _print_maps(result: Mixing, layer: int | None, spec: ThemeSpec, source: str) -> None:
     from rich.console import Console
 
     from bertscope.core.analyses.mixing_results import METHOD_NAMES
-    from bertscope.render.heatmap import AttentionHeatmap
+    from bertscope.render.heatmap import AttentionHeatmap, terminal_window, window_note
 
-    console = Console()
+    console = report_console()
     tokens = list(result.tokens)
+    visible = min(len(tokens), terminal_window(tokens, console.width, label_width=LABEL_WIDTH)) if console.is_terminal else len(tokens)
     name = METHOD_NAMES[result.method]
     masked = f" · mask {result.mask.spec()} ({result.ablation})" if result.mask is not None and len(result.mask) else ""
     console.print(f"[bold]{source}[/] · {name} · {len(tokens)} tokens{masked}", highlight=False)
@@ -194,7 +199,12 @@ def _print_maps(result: Mixing, layer: int | None, spec: ThemeSpec, source: str)
         last = result.num_layers - 1
         maps.append((f"{name} · input → layer {last} (rolled out)", result.rolled[last]))
     for title, matrix in maps:
-        console.print(AttentionHeatmap(matrix, tokens, tokens, spec.heatmap, title=title, scale="max", cell_width=None, quantity="share"))
+        window = matrix[:visible, :visible], tokens[:visible], tokens[:visible]
+        console.print(
+            AttentionHeatmap(*window, spec.heatmap, title=title, scale="max", cell_width=None, label_width=LABEL_WIDTH, quantity="share")
+        )
+    if visible < len(tokens):
+        console.print(window_note(visible, len(tokens)), style="dim", highlight=False)
     table = ", ".join(f"{share} {value:.1%}" for share, value in zip(SHARES, result.shares()[-1], strict=True))
     console.print(f"rolled out to the last layer, a token's mixing on average from: {table}", highlight=False)
     from rich.markup import escape
@@ -237,10 +247,9 @@ def _over_corpus(
 
 
 def _print_agreement(result: MixingAgreement, source: str, data: str) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = report_console()
     console.print(f"[bold]{source}[/] · {result.sentences:,} sentences from {data} · {result.tokens:,} tokens", highlight=False)
     agreement = Table(title="Spearman ρ of rolled-out rows at the last layer (mean over sentences)")
     agreement.add_column("")

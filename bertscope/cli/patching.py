@@ -18,6 +18,7 @@ from bertscope.cli.common import (
     model_options,
     print_csv,
     print_json,
+    report_console,
     write_figure,
 )
 from bertscope.core.analyses.patching_results import COMPONENTS, DIRECTIONS, METRICS, SWEEPS
@@ -148,11 +149,10 @@ def patch(
     if output_format == "csv":
         print_csv(_rows(result))
         return
-    from rich.console import Console
 
     from bertscope.render.patching import patching_report
 
-    Console().print(patching_report(result, session.info.source))
+    report_console().print(patching_report(result, session.info.source))
 
 
 def _rows(result: PatchingResult) -> Iterator[list[str | int]]:

@@ -19,6 +19,7 @@ from bertscope.cli.common import (
     output_option,
     print_csv,
     print_json,
+    report_console,
     write_figure,
 )
 
@@ -98,11 +99,10 @@ def patterns(
 
             click.echo(f"norm_* columns: the same shares of {NORM_DEFINITION}", err=True)
         return
-    from rich.console import Console
 
     from bertscope.render.patterns import patterns_report
 
-    console = Console()
+    console = report_console()
     counted = f"{result.sentences:,} sentence{'' if result.sentences == 1 else 's'}"
     console.print(
         f"[bold]{session.info.source}[/] · {counted} from {source} · {result.tokens:,} tokens"

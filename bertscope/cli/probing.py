@@ -17,6 +17,7 @@ from bertscope.cli.common import (
     output_option,
     print_csv,
     print_json,
+    report_console,
     write_figure,
 )
 from bertscope.core.errors import BertscopeError
@@ -152,11 +153,10 @@ def probe(
     if output_format == "csv":
         print_csv([columns, *([row.get(column, "") for column in columns] for row in table)])
         return
-    from rich.console import Console
 
     from bertscope.render.probing import probe_report
 
-    Console().print(probe_report(report, session.source, chosen.source))
+    report_console().print(probe_report(report, session.source, chosen.source))
 
 
 @click.command()

@@ -18,6 +18,7 @@ from bertscope.cli.common import (
     output_option,
     print_csv,
     print_json,
+    report_console,
     warn,
     write_figure,
 )
@@ -143,11 +144,10 @@ def syntax(
             ]
         )
         return
-    from rich.console import Console
 
     from bertscope.render.syntax import syntax_table
 
-    console = Console()
+    console = report_console()
     console.print(
         f"[bold]{session.info.source}[/] · {result.sentences:,} sentences, {result.words:,} words from {corpus.source}"
         + (f" · mask {mask.spec()} ({ablation})" if len(mask) else ""),

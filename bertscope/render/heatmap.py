@@ -49,6 +49,7 @@ MASKED_BLEND = 0.75  # a masked head keeps a faint trace of its pattern
 SCALES = ("max", "row", "fixed", "log")
 LOG_DECADES = 3  # the log scale spans this many decades below the largest weight
 UPPER_HALF = "▀"
+WINDOW_TOKENS = 40  # a terminal shows at least this many tokens of a map too large for it
 
 _NAN = -1  # cell codes next to the quantised levels 0..n-1
 _CURSOR = -2
@@ -63,6 +64,24 @@ def beyond_reach(weights: np.ndarray, window: int | None) -> np.ndarray:
         return weights
     positions = np.arange(length)
     return np.where(np.abs(positions[:, None] - positions[None, :]) > window, np.nan, weights)
+
+
+def terminal_window(labels: Sequence[str], width: int, dense: bool = False, label_width: int | None = None) -> int:
+    """How many of a map's tokens a terminal `width` columns wide shows whole: one cell each beside the row labels
+    (`label_width` as the heatmap is given it; at least `WINDOW_TOKENS`). A longer map is shown as its first
+    tokens × as many: in column blocks, a map of 2,000 tokens took 62,094 lines."""
+    longest = max((cell_len(label) for label in token_labels(labels)), default=1)
+    label = label_width or max(1, min(longest, MAX_LABEL_WIDTH))
+    gutter = 2 * label + 2 if dense else label + 1
+    return max(WINDOW_TOKENS, width - gutter)
+
+
+def window_note(shown: int, length: int) -> str:
+    """The line under a map shown in part (`terminal_window`): which part, and how to get the whole."""
+    return (
+        f"tokens 0–{shown - 1} of {length:,} shown, as many as the terminal's width holds; "
+        "the whole map: --figure FILE (.svg, .pdf or .png), --csv or --json"
+    )
 
 
 def reach_note(window: int | None, length: int) -> str:

@@ -10,6 +10,7 @@ import numpy as np
 import bertscope
 from bertscope.core.analyses import probes
 from bertscope.core.analyses.features import FeatureOptions, extract_features
+from bertscope.core.analyses.probing_results import ProbeReport
 from bertscope.core.progress import outcome
 
 # The reference's penalties: bertscope's grid as scikit-learn's C (C = 1 / (2 · l2 · N)). benchmarks/probe_numbers.py
@@ -59,3 +60,19 @@ def bertscope_accuracy(X: dict, y: dict, num_classes: int, device="cpu") -> tupl
     """Per layer test accuracy of bertscope's linear probes, trained as `bertscope probe` trains them, and the probes."""
     trained = probes.train_probes(X["train"], y["train"], X["dev"], y["dev"], num_classes=num_classes, device=device)
     return probes.score(trained, X["test"], y["test"], num_classes).accuracy, trained
+
+
+def report_with_every_column(mdl: bool) -> ProbeReport:
+    """A report with every column a table can have: f1, fit, both baselines, selectivity and both codes."""
+    layers = []
+    for layer in range(13):
+        entry = {"layer": layer, "accuracy": 0.9 + layer / 200, "f1": 0.85, "l2": 0.1, "fit": "converged" if layer else "iteration limit",
+                 "random_init_accuracy": 0.812, "control_accuracy": 0.734, "selectivity": 0.166 + layer / 200}
+        if mdl:
+            entry["mdl"] = {"online_bits": 12345.6 - layer, "uniform_bits": 60000.0, "compression": 4.86,
+                            "control": {"online_bits": 23456.7, "uniform_bits": 60000.0, "compression": 2.557}}
+        layers.append(entry)
+    return ProbeReport(task="upos", metric="accuracy", layers=layers, best_layer=12, center_of_gravity=5.1,
+                       baselines={"majority": 0.19, "random_init": 0.812, "control_best": 0.74},
+                       counts={"train": 9000, "dev": 900, "test": 900, "classes": 17, "unit": "words"},
+                       mdl={"examples": 9000, "unit": "words", "block_ends": [1] * 10, "order": "shuffled"} if mdl else {})

@@ -7,9 +7,10 @@ was more than the probes' fitting itself. `DeferredSession` tells those things f
 `Session` the first time a pass is wanted (`ready`). A random-init copy is deferred the same
 way: its weights are drawn only if its features are not cached.
 
-If the files tell the maximum length wrongly (a tokenizer that sets its limit in code), the
-cache entries are not found under it, the model is loaded and its own key is looked up:
-a wrong guess costs the load that would have happened anyway, never a wrong entry.
+The maximum length is told from config.json as loading tells it (the positions, or the
+`max_length` asked for). Were the files to tell it wrongly, the cache entries would not be
+found under it, the model would be loaded and its own key looked up: a wrong guess costs the
+load that would have happened anyway, never a wrong entry.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from bertscope.core.model.masks import HeadMask
-from bertscope.core.model.model_files import ModelFiles, fingerprint, numerics_key, read_config, tokenizer_limit, usable_length
+from bertscope.core.model.model_files import ModelFiles, fingerprint, numerics_key, read_config, usable_length
 
 if TYPE_CHECKING:
     import torch
@@ -49,8 +50,11 @@ class DeferredSession:
         self._session: Session | None = None
 
     @classmethod
-    def from_files(cls, files: ModelFiles, device: str, load: Callable[[], Session], dtype: str = "float32") -> DeferredSession:
-        """The model in `files`, to run on `device` (auto, cpu, cuda…) in `dtype`; `load()` loads it as a `Session`."""
+    def from_files(
+        cls, files: ModelFiles, device: str, load: Callable[[], Session], dtype: str = "float32", max_length: int | None = None
+    ) -> DeferredSession:
+        """The model in `files`, to run on `device` (auto, cpu, cuda…) in `dtype`, its inputs cut at `max_length` (default:
+        the model's own limit); `load()` loads it as a `Session`."""
         from bertscope.core import distributed
         from bertscope.core.model.device import resolve_device
 
@@ -61,7 +65,7 @@ class DeferredSession:
         return cls(
             source=files.source,
             fingerprint=fingerprint(files.directory, files.weights),
-            max_length=usable_length(numbers[3], files.family, tokenizer_limit(files.directory)) if known else None,
+            max_length=usable_length(numbers[3], files.family, max_length) if known else None,
             counts=(numbers[0], numbers[1], numbers[2]) if known else None,
             # Under torchrun this joins the process group, as loading would: the ranks meet to share their features.
             device=resolve_device(distributed.start(device)),

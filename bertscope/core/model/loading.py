@@ -19,7 +19,7 @@ from bertscope.core.errors import ModelLoadError
 from bertscope.core.model import ablation, pruning
 from bertscope.core.model.device import resolve_device, resolve_dtype
 from bertscope.core.model.families import SUPPORTED_HEADS, Family
-from bertscope.core.model.model_files import find_model, fingerprint, first_line, usable_length
+from bertscope.core.model.model_files import UNLIMITED, find_model, fingerprint, first_line, usable_length
 
 # A transformers model class: a head's (BertForMaskedLM), or AutoModel, which picks the encoder's from the config.
 ModelClass = type[PreTrainedModel] | type[AutoModel]
@@ -37,12 +37,16 @@ class LoadedModel:
     architecture: str
     device: torch.device
     dtype: torch.dtype
-    max_length: int
+    max_length: int  # the most tokens a session feeds the model (model_files.usable_length)
     fingerprint: str
+    tokenizer_limit: int | None = None  # what the tokenizer's file states as its limit, shown beside max_length
 
 
-def load_model(model: str | None = None, *, device: str = "auto", dtype: str = "float32", allow_download: bool = False) -> LoadedModel:
-    """Load a supported encoder and its tokenizer, ready for `Session`."""
+def load_model(
+    model: str | None = None, *, device: str = "auto", dtype: str = "float32", allow_download: bool = False, max_length: int | None = None
+) -> LoadedModel:
+    """Load a supported encoder and its tokenizer, ready for `Session`; `max_length`: cut inputs there rather than at the
+    model's own limit (its positions)."""
     files = find_model(model, allow_download)
     source, directory, family, architecture, weights = files.source, files.directory, files.family, files.architecture, files.weights
     torch_device = resolve_device(device)
@@ -53,9 +57,12 @@ def load_model(model: str | None = None, *, device: str = "auto", dtype: str = "
     hf_logging.set_verbosity_error()
     try:
         config = AutoConfig.from_pretrained(directory, local_files_only=True, trust_remote_code=False)
+        longest = usable_length(config.max_position_embeddings, family, max_length)  # a wrong max_length, before the weights
         model_class, architecture = _model_class(architecture)
         loaded, architecture = _load_weights(model_class, architecture, directory, config, weights, torch_dtype, family)
         tokenizer = _load_tokenizer(directory)
+        stated = tokenizer.model_max_length if tokenizer.model_max_length < UNLIMITED else None
+        tokenizer.model_max_length = longest  # the limit in use, which the tokenizer's own truncation then agrees with
     finally:
         hf_logging.set_verbosity(verbosity)
     # transformers wraps PreTrainedModel.to with functools.wraps, which mypy does not bind to the model
@@ -69,8 +76,9 @@ def load_model(model: str | None = None, *, device: str = "auto", dtype: str = "
         architecture=architecture,
         device=torch_device,
         dtype=torch_dtype,
-        max_length=_max_length(tokenizer, config, family),
+        max_length=longest,
         fingerprint=fingerprint(directory, weights),
+        tokenizer_limit=stated,
     )
 
 
@@ -145,7 +153,3 @@ def _load_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
     if not tokenizer.is_fast:
         raise ModelLoadError(f"the tokenizer in {directory} is not a fast tokenizer; bertscope needs one for word alignment")
     return tokenizer
-
-
-def _max_length(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig, family: Family) -> int:
-    return usable_length(config.max_position_embeddings, family, tokenizer.model_max_length)

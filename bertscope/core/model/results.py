@@ -44,6 +44,8 @@ class ModelInfo:
     hidden_states: str = "index 0: the embeddings; index l: the output of layer l"  # the family's convention
     # per layer, how far its heads see (keys within ±w of the query; ModernBERT's local layers), None: everything
     attention_windows: tuple[int | None, ...] = ()
+    model_limit: int | None = None  # the most tokens the model takes (its positions); max_length is lower with --max-length
+    tokenizer_limit: int | None = None  # what the tokenizer's file states, which max_length does not follow
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -26,7 +26,7 @@ from bertscope.core.model.effects import softmax
 from bertscope.core.model.families import Family
 from bertscope.core.model.loading import LoadedModel, load_model
 from bertscope.core.model.masks import Ablation, HeadMask, check_ablation
-from bertscope.core.model.model_files import numerics_key
+from bertscope.core.model.model_files import model_limit, numerics_key
 from bertscope.core.model.pruning import kept_heads as pruned_layout
 from bertscope.core.model.pruning import pruned_heads_of
 from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
@@ -61,9 +61,18 @@ class Session:
         self.linear_path = "blas"  # or "onednn", once `choose_cpu_linear` found it faster
 
     @classmethod
-    def open(cls, model: str | None = None, *, device: str = "auto", dtype: str = "float32", allow_download: bool = False) -> Session:
-        """Load a model (None = the bundled all-MiniLM-L6-v2) and wrap it in a session."""
-        return cls(load_model(model, device=device, dtype=dtype, allow_download=allow_download))
+    def open(
+        cls,
+        model: str | None = None,
+        *,
+        device: str = "auto",
+        dtype: str = "float32",
+        allow_download: bool = False,
+        max_length: int | None = None,
+    ) -> Session:
+        """Load a model (None = the bundled all-MiniLM-L6-v2) and wrap it in a session; `max_length`: cut inputs there
+        (default: the model's own limit, its position embeddings)."""
+        return cls(load_model(model, device=device, dtype=dtype, allow_download=allow_download, max_length=max_length))
 
     def random_copy(self, seed: int = 0) -> Session:
         """The same architecture and tokenizer with freshly initialised weights (a probing baseline)."""
@@ -148,6 +157,8 @@ class Session:
             hidden_size=self.hidden_size,
             vocab_size=config.vocab_size,
             max_length=self.max_length,
+            model_limit=model_limit(config.max_position_embeddings, self.loaded.family),
+            tokenizer_limit=self.loaded.tokenizer_limit,
             has_mlm_head=self.mlm_head is not None,
             num_labels=config.num_labels if self.is_classifier else None,
             device=str(self.device),
