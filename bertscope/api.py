@@ -1146,18 +1146,22 @@ def mixing_agreement(
     data: str | Path | None = None,
     format: str = "auto",
     limit: int | None = None,
-    method: str | Iterable[str] = ("attention", "norms", "value-zeroing", "alti", "flow", "rollout"),
+    method: str | Iterable[str] = ("attention", "norms", "alti", "rollout"),
     mask: str | HeadMask | None = None,
     ablation: Ablation = "zero",
     batch_size: int | None = None,
     progress: ProgressCallback = None,
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[MixingAgreement]]:
-    """Context-mixing measures compared over a corpus: for every pair of `method`s (default: all six), the Spearman
-    rank correlation of their rolled-out rows at the last layer, averaged over sentences (Mohebbi et al. 2023 §5), and
-    per layer each method's share from [CLS], [SEP], punctuation and the token itself. Streamed: memory flat in the
-    corpus, measured a batch at a time (`batch_size` at most; by default as many as fit). The records' `partial` holds
-    the comparison so far."""
+    """Context-mixing measures compared over a corpus: for every pair of `method`s, the Spearman rank correlation of
+    their rolled-out rows at the last layer, averaged over sentences (Mohebbi et al. 2023 §5), and per layer each
+    method's share from [CLS], [SEP], punctuation and the token itself. Streamed: memory flat in the corpus, measured a
+    batch at a time (`batch_size` at most; by default as many as fit). The records' `partial` holds the comparison so
+    far.
+
+    By default the four measures that cost a bare forward or two each (attention, norms, alti, rollout); value zeroing
+    (about 13 bare forwards) and flow (L·T² max-flow problems a sentence) run when named, and are timed on the first
+    batch: the record after it carries a `mixing_results.CostEstimate` as its `partial` (`.line()` says it)."""
     from bertscope.core.analyses.mixing import check_methods
     from bertscope.core.analyses.mixing import mixing_agreement as agreement
 

@@ -22,7 +22,7 @@ SYNTAX_SENTENCES = 30
 GEOMETRY = dict(limit=16, max_rows=60)  # fewer rows than the sentences' tokens: the ranks' samples are merged
 COMPARE = dict(limit=30, max_rows=80)
 PROBE_TASK = "subject_number"  # the probe objective's built-in task
-MIXING = dict(limit=12)  # every context-mixing method, flow included
+MIXING = dict(limit=12, method=("attention", "norms", "value-zeroing", "alti", "flow", "rollout"))  # every method, flow included
 ERASE = dict(limit=60, layer=2, measure="preserve", cache_dir=False)  # UPOS of the sample treebank (its data in the job)
 
 

@@ -344,6 +344,85 @@ def test_the_cli_compares_over_a_corpus(tiny_bert_dir, tmp_path):
     assert len(payload["agreement"]) == 2 and payload["agreement"][0][0] == 1.0
 
 
+def test_a_corpus_run_by_default_leaves_out_the_costly_measures(tiny_session, monkeypatch):
+    """Over a corpus, value zeroing (a feed-forward block on T² rows a layer) and flow (L·T² max-flow problems a
+    sentence) run only when named: by default neither is computed at all, and no estimate is given."""
+    from bertscope.core.analyses import mixing
+    from bertscope.core.analyses.mixing_results import CORPUS_DEFAULT, CostEstimate
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a costly measure ran by default")
+
+    monkeypatch.setattr(mixing, "attention_flow", refused)
+    monkeypatch.setattr(mixing, "_value_zeroing", refused)
+    records = []
+    result = bertscope.mixing_agreement(tiny_session, [TEXT, SHORT], progress=records.append)
+    assert result.methods == CORPUS_DEFAULT == ("attention", "norms", "alti", "rollout") and result.sentences == 2
+    assert not any(isinstance(record.partial, CostEstimate) for record in records)
+    import inspect
+
+    assert inspect.signature(bertscope.mixing_agreement).parameters["method"].default == CORPUS_DEFAULT
+
+
+def test_a_costly_measure_named_is_timed_on_the_first_batch_and_changes_no_number(tiny_session):
+    """Value zeroing and flow named: the record after the first batch carries how long each will take over the
+    sentences read (the first batch's time scaled by each one's work in the sentences' lengths), before the rest runs;
+    and the numbers are each costly measure's alone, and those of a run with the sentences one a batch."""
+    from bertscope.core.analyses.mixing_results import CostEstimate
+
+    texts = [TEXT, SHORT, "Dogs bark at night, loudly.", "A much longer sentence than the others, with many more tokens in it."]
+    records = []
+    methods = ["value-zeroing", "flow", "attention"]
+    result = bertscope.mixing_agreement(tiny_session, texts, method=methods, progress=records.append)
+    estimates = [index for index, record in enumerate(records) if isinstance(record.partial, CostEstimate)]
+    assert len(estimates) == 1
+    estimate = records[estimates[0]].partial
+    assert list(estimate.seconds) == ["value-zeroing", "flow"] and all(seconds > 0 for seconds in estimate.seconds.values())
+    assert estimate.covered == 4 and estimate.whole
+    assert estimate.line().startswith("value zeroing about ") and ", attention flow about " in estimate.line()
+    assert estimate.line().endswith(" for these 4 sentences (timed on the first batch)")
+    first_batch_done = next(index for index, record in enumerate(records) if record.stage == "sentences" and record.partial is not estimate)
+    assert estimates[0] < first_batch_done  # said before the first batch's sums, long before the last batch
+    for method in ("value-zeroing", "flow"):  # each alone, timed alone: the same numbers
+        alone = bertscope.mixing_agreement(tiny_session, texts, method=[method])
+        np.testing.assert_array_equal(result.rolled_shares[result.methods.index(method)], alone.rolled_shares[0])
+    one_by_one = bertscope.mixing_agreement(tiny_session, texts, method=methods, batch_size=1)  # every batch but the first untimed
+    np.testing.assert_allclose(result.agreement, one_by_one.agreement, atol=1e-6)  # (a padded batch's float32 rounding)
+
+
+def test_the_estimate_scales_by_each_measures_work_in_the_lengths():
+    """Flow's work counts the max-flow calls `attention_flow` makes (each call's own cost added to its edges'), so that a
+    first batch of short sentences, where the calls dominate, is not scaled as if it were all edges."""
+    from bertscope.core.analyses.mixing import FLOW_CALL_EDGES, _copy_edges, attention_flow, cost_estimate, costly_work
+
+    rng = np.random.default_rng(0)
+    for length in (3, 9, 40):
+        residual = rng.random((4, length, length))
+        residual /= residual.sum(-1, keepdims=True)
+        calls = [record.total for record in attention_flow(residual) if record.result is None][0]
+        edges = sum(length * length * _copy_edges(layer, length) for layer in range(1, 4))
+        assert costly_work("flow", length, 4) == edges + FLOW_CALL_EDGES * (1 + calls)
+    assert costly_work("value-zeroing", 7, 4) == 49
+    found = cost_estimate({"value-zeroing": (2.0, [4, 4])}, [4, 4, 8], layers=4, whole=False)
+    assert found.seconds == {"value-zeroing": pytest.approx(2.0 * (16 + 16 + 64) / 32)} and found.covered == 3
+    assert found.line() == (
+        "value zeroing about 6.0 s for the first 3 sentences read, about as long again for every 3 more (timed on the first batch)"
+    )
+
+
+def test_the_cli_corpus_default_and_the_estimate_line(tiny_bert_dir, tmp_path, run):
+    data = tmp_path / "corpus.txt"
+    data.write_text(f"{TEXT}\n{SHORT}\n", encoding="utf-8")
+    done = run("mixing", "--data", str(data), "--json", "-m", str(tiny_bert_dir))
+    assert done.exit_code == 0 and json.loads(done.stdout)["methods"] == ["attention", "norms", "alti", "rollout"]
+    assert "timed on the first batch" not in done.stderr
+    done = run("mixing", "--data", str(data), "--method", "flow", "--method", "rollout", "--json", "-m", str(tiny_bert_dir))
+    assert done.exit_code == 0 and json.loads(done.stdout)["methods"] == ["flow", "rollout"]
+    lines = [line for line in done.stderr.splitlines() if "timed on the first batch" in line]
+    assert len(lines) == 1 and lines[0].startswith("bertscope: warning: attention flow about "), done.stderr
+    assert lines[0].endswith(" for these 2 sentences (timed on the first batch); Ctrl-C stops it")
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("mixing", TEXT, "--method", "saliency"), "unknown context-mixing method 'saliency'; use one of: attention, norms"),
     (("mixing", TEXT, "--mask", "0-3"), "mask item '0-3' is not LAYER:HEAD"),

@@ -26,7 +26,7 @@ from bertscope.cli.common import (
     warn,
     write_figure,
 )
-from bertscope.core.analyses.mixing_results import METHODS, SHARES
+from bertscope.core.analyses.mixing_results import CORPUS_DEFAULT, METHODS, SHARES
 from bertscope.core.errors import BertscopeError
 
 if TYPE_CHECKING:
@@ -55,7 +55,8 @@ def _checked_methods(ctx: click.Context, param: click.Parameter, methods: tuple[
     multiple=True,
     metavar="M",
     callback=_checked_methods,
-    help=f"{', '.join(METHODS)}. One for TEXT (default value-zeroing); repeat it to compare several over --data (default: all).",
+    help=f"{', '.join(METHODS)}. One for TEXT (default value-zeroing); repeat it to compare several over --data "
+    f"(default: {', '.join(CORPUS_DEFAULT)}; value-zeroing and flow cost far more, and say how long once timed).",
 )
 @click.option("--layer", "-l", type=int, default=None, help="Show this layer alone (from 0): its own map and the map rolled out to it.")
 @click.option("--data", default=None, metavar="FILE", help="A corpus: compare the methods over its sentences instead.")
@@ -102,7 +103,10 @@ def mixing(
 
     With --data FILE: every pair of methods' Spearman correlation of their rolled-out rows at
     the last layer, averaged over sentences (Mohebbi et al. 2023 §5), and per layer each
-    method's share from [CLS], [SEP], punctuation and the token itself.
+    method's share from [CLS], [SEP], punctuation and the token itself. By default attention,
+    norms, alti and rollout, each about a bare forward or two; value-zeroing (about 13) and
+    flow (grows as the fourth power of a sentence's length) run when named, and once timed on
+    the first batch a warning says how long they will take.
 
     --figure PATH draws TEXT's map rolled out to --layer (default: the last), or over --data
     the agreement table.
@@ -125,7 +129,7 @@ def mixing(
         check_index(layer, shape.num_layers, "layer")
     mask = head_mask(mask_spec, shape)
     if data is not None:
-        _over_corpus(model, data, data_format, limit, batch_size, methods or METHODS, mask_spec, ablation, output_format, figure)
+        _over_corpus(model, data, data_format, limit, batch_size, methods or CORPUS_DEFAULT, mask_spec, ablation, output_format, figure)
         return
     session = model.open()
     from bertscope import api
@@ -154,6 +158,19 @@ def _saying_flow(progress: ProgressCallback) -> ProgressCallback:
         if expected is not None and expected > FLOW_WARNING_S and not said:
             said.append(True)
             warn(f"attention flow over this input takes about {expected:.0f} s (Ctrl-C stops it)")
+        if progress is not None:
+            progress(record)
+
+    return step
+
+
+def _saying_estimate(progress: ProgressCallback) -> ProgressCallback:
+    """`progress`, which says on stderr how long the costly measures will take, once the first batch has timed them."""
+    from bertscope.core.analyses.mixing_results import CostEstimate
+
+    def step(record: Any) -> None:
+        if isinstance(record.partial, CostEstimate):
+            warn(f"{record.partial.line()}; Ctrl-C stops it")
         if progress is not None:
             progress(record)
 
@@ -233,7 +250,7 @@ def _over_corpus(
 
     with api_call("context-mixing agreement") as progress:
         result = api.mixing_agreement(
-            session, chosen, method=methods, mask=mask, ablation=ablation, batch_size=batch_size, progress=progress
+            session, chosen, method=methods, mask=mask, ablation=ablation, batch_size=batch_size, progress=_saying_estimate(progress)
         )
     write_figure(figure, result.figure)
     if output_format == "json":

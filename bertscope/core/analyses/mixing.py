@@ -37,13 +37,19 @@ off mixes nothing: its rows are the identity's.
 
 Any per-layer measure is rolled out by the product of its row-normalised layers (as Mohebbi et al.
 and Ferrando et al. do): `rolled[l] = C_l ⋯ C_0`.
+
+Over a corpus (`mixing_agreement`) the default is the measures that cost a bare forward or two
+(mixing_results.CORPUS_DEFAULT: attention, norms, ALTI, rollout). Value zeroing (about 13 bare
+forwards) and flow (growing as T⁴: about 70 bare forwards over English web text) run when named,
+and their time on the first batch, scaled by each one's work in the first chunk's lengths
+(`costly_work`), is said before the rest of the corpus runs (`CostEstimate`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -55,13 +61,16 @@ from torch import Tensor
 from bertscope.core import distributed
 from bertscope.core.analyses.headstats import PunctuationIds, punctuation_ids
 from bertscope.core.analyses.mixing_results import (
+    CORPUS_DEFAULT,
+    COSTLY,
     METHODS,
     PER_LAYER,
+    CostEstimate,
     Mixing,
     MixingAgreement,
     padded_token_classes,
 )
-from bertscope.core.analyses.streaming import CorpusBatches, item_lengths
+from bertscope.core.analyses.streaming import CHUNK, CorpusBatches, item_lengths
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
 from bertscope.core.model.device import float64_device, upload
@@ -73,7 +82,18 @@ from bertscope.core.progress import Progress, relay
 if TYPE_CHECKING:
     from bertscope.core.model.session import Session
 
-__all__ = ["METHODS", "Mixing", "MixingAgreement", "batch_mixings", "check_methods", "context_mixing", "mixing_agreement", "mixings"]
+__all__ = [
+    "CORPUS_DEFAULT",
+    "METHODS",
+    "CostEstimate",
+    "Mixing",
+    "MixingAgreement",
+    "batch_mixings",
+    "check_methods",
+    "context_mixing",
+    "mixing_agreement",
+    "mixings",
+]
 
 ROWS_PER_CHUNK = 8192  # (i, j) rows through the rest of a layer at a time: value zeroing's T² rows, ALTI's T²·D terms
 MIXING_SQUARE = 16384  # B·T² of a corpus batch: its B·T²·D attention terms (25 MB at MiniLM's 384) and B·L·H·T² weights
@@ -81,6 +101,8 @@ MAPS_SQUARE = 65536  # B·T² of a corpus batch without value zeroing or ALTI: i
 FLOW_SCALE = 2**30  # capacities in units of 2^-30: integers for scipy's max-flow, each flow within T·L·2^-30 of the real one
 FLOW_ESTIMATE_S = 10.0  # flows expected to take longer than this are said so before they start
 FLOW_EDGES_PER_CALL = 2**16  # max-flow problems solved together in one call, as disjoint copies: edges of one call
+FLOW_CALL_EDGES = 3000  # scipy's work around one max-flow call, in edges of its solver's (0.5 ms against 160 ns an edge)
+FLOW_TIMING_S = 1.0  # a corpus run's first batch times flow over its inputs until this long has passed, or the batch ends
 
 
 def check_methods(methods: Iterable[str]) -> tuple[str, ...]:
@@ -169,6 +191,7 @@ def batch_mixings(
 
 
 Measured = dict[str, tuple[Tensor | None, Tensor]]  # method: (per-layer maps or None, rolled out), each [L, B, T, T] float64
+Timings = dict[str, tuple[float, list[int]]]  # costly method: (seconds, the lengths of the inputs timed)
 
 
 def _measure_batch(
@@ -178,12 +201,16 @@ def _measure_batch(
     mask: HeadMask,
     ablation: Ablation,
     cancel: threading.Event | None,
+    estimate: Callable[[Timings], CostEstimate] | None = None,
 ) -> Iterator[Progress[tuple[Measured, Tensor]]]:
     """Every chosen measure of a batch of inputs, as padded `[L, B, T, T]` float64 tensors in which each input's padding
     rows are the identity's and its padding columns zero (`_Padded.within`), so that rows normalised and products rolled
     out over the batch are each input's own; and, beside them, `[B, T]`: which positions are each input's own tokens.
     Everything runs on the model's device (core.model.device's `float64_device`) and stays there; flow alone is solved
-    per input on the host."""
+    per input on the host.
+
+    With `estimate`, each costly measure chosen (COSTLY) is timed: value zeroing over the batch, flow over its inputs
+    until FLOW_TIMING_S has passed; once all are, a record carries `estimate(timings)` as its `partial`."""
     run = _Pass(session, encodings, mask, ablation, norms="norms" in chosen, values=bool({"value-zeroing", "alti"} & set(chosen)))
     padded = _Padded.of(encodings, run.device)
     maps: dict[str, Tensor] = {}  # each per-layer measure's raw maps, [L, B, T, T]
@@ -193,16 +220,28 @@ def _measure_batch(
         maps["attention"] = attention
     if "norms" in chosen:
         maps["norms"] = run.summed_norms()
+    timings: Timings = {}  # each costly measure's, timed once
+    timed = {method for method in COSTLY if method in chosen} if estimate is not None else set()
+
+    def said() -> list[Progress]:
+        """The estimate's record, when the measure just timed was the last to be."""
+        return [Progress("sentences", 0, partial=estimate(timings))] if estimate is not None and set(timings) == timed else []
+
+    lengths = [len(encoding) for encoding in encodings]
     for method, measure in (("value-zeroing", _value_zeroing), ("alti", _alti)):
         if method not in chosen:
             continue
         matrices: list[Tensor] = []
+        started = time.perf_counter()
         for layer in range(session.num_layers):
             if cancel is not None and cancel.is_set():
                 return
             matrices.append(measure(run, layer))
             yield Progress(method, layer + 1, session.num_layers)
         maps[method] = torch.stack(matrices).to(run.device, torch.float64)
+        if method in timed:
+            timings[method] = (_finished_seconds(started, run.device), lengths)
+            yield from said()
     layers: dict[str, Tensor] = {}  # what is rolled out: the per-layer measures' rows normalised, and rollout's Â
     if maps:
         layers.update(zip(maps, normalised_rows(padded.within(torch.stack(list(maps.values()), dim=1))).unbind(1)))
@@ -218,14 +257,44 @@ def _measure_batch(
     if "flow" in chosen:
         on_host = residual.cpu().numpy()
         flows = np.zeros_like(on_host)
-        for index, encoding in enumerate(encodings):
-            length = len(encoding)
+        started = time.perf_counter()
+        for index, length in enumerate(lengths):
             flow = yield from relay(attention_flow(on_host[:, index, :length, :length], cancel))
             if flow is None:
                 return
             flows[:, index, :length, :length] = flow
+            elapsed = time.perf_counter() - started
+            if "flow" in timed and "flow" not in timings and (elapsed >= FLOW_TIMING_S or index == len(lengths) - 1):
+                timings["flow"] = (elapsed, lengths[: index + 1])
+                yield from said()
         measured["flow"] = (None, padded.within(torch.as_tensor(flows, device=run.device)))
     yield Progress("done", 1, 1, ({method: measured[method] for method in chosen}, padded.real))
+
+
+def _finished_seconds(started: float, device: torch.device) -> float:
+    """Seconds since `started` (perf_counter) once the work queued on `device` is done."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - started
+
+
+def costly_work(method: str, length: int, layers: int) -> float:
+    """What a costly measure's time on an input of `length` tokens grows with, in units of its own: value zeroing's
+    rows through the rest of a layer (T², every layer alike); flow's max-flow edges, with each solver call's own work
+    (FLOW_CALL_EDGES) added, and a call's worth for the input's own setup (`attention_flow`: about T⁴ over its L·T²
+    problems)."""
+    if method == "value-zeroing":
+        return float(length * length)
+    edges = [length * length * _copy_edges(layer, length) for layer in range(1, layers)]
+    return float(sum(edges) + FLOW_CALL_EDGES * (1 + sum(-(-count // FLOW_EDGES_PER_CALL) for count in edges)))
+
+
+def cost_estimate(timings: Timings, lengths: Sequence[int], layers: int, whole: bool) -> CostEstimate:
+    """Each timed measure's seconds scaled from the inputs it was timed on to the inputs of `lengths` (costly_work)."""
+    seconds = {}
+    for method, (spent, timed) in timings.items():
+        seconds[method] = spent * sum(costly_work(method, n, layers) for n in lengths) / sum(costly_work(method, n, layers) for n in timed)
+    return CostEstimate(seconds={method: seconds[method] for method in METHODS if method in seconds}, covered=len(lengths), whole=whole)
 
 
 @dataclass(frozen=True)
@@ -516,7 +585,7 @@ def mixing_agreement(
     session: Session,
     sentences: Iterable[Sentence],
     *,
-    methods: Sequence[str] = METHODS,
+    methods: Sequence[str] = CORPUS_DEFAULT,
     mask: HeadMask | None = None,
     ablation: Ablation = "zero",
     batch_size: int | None = None,
@@ -527,6 +596,8 @@ def mixing_agreement(
     Sentences are read and encoded a chunk at a time (streaming.CorpusBatches) and measured a batch at a time, in
     one padded pass (`_measure_batch`; B·T² capped at MIXING_SQUARE with value zeroing or ALTI, so that their B·T²·D
     terms stay small, at MAPS_SQUARE without); each sentence is reduced to sums at once, so memory is flat in the corpus.
+    By default the measures that cost about a bare forward or two (CORPUS_DEFAULT); value zeroing and flow, when named,
+    are timed on the first batch, and a record then carries a `CostEstimate` for the first chunk's sentences as `partial`.
     """
     chosen = check_methods(methods)
     head_mask = mask if mask is not None else session.mask(None)
@@ -552,7 +623,15 @@ def mixing_agreement(
     reads = LaggedReads()  # each batch's sums are added once the next batch's pass is queued (on a GPU)
     for batch in batches:
         encodings = batch.take(batch.encoded)
-        found = yield from relay(_measure_batch(session, encodings, chosen, head_mask, ablation, cancel))
+        estimate = None
+        if batch.number == 0:  # the first chunk's lengths, to scale the first batch's times to
+            chunk = [len(encoding) for encoding in batch.encoded]
+            whole = len(batch.chunk) < CHUNK  # the first chunk was the corpus's last
+
+            def estimate(timings: Timings, chunk: list[int] = chunk, whole: bool = whole) -> CostEstimate:
+                return cost_estimate(timings, chunk, layers, whole)
+
+        found = yield from relay(_measure_batch(session, encodings, chosen, head_mask, ablation, cancel, estimate))
         if found is None:
             return
         _add_batch(sums, reads, *found, encodings, punctuation)

@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 
 METHODS = ("attention", "norms", "value-zeroing", "alti", "flow", "rollout")
 PER_LAYER = ("attention", "norms", "value-zeroing", "alti")  # a matrix per layer; flow and rollout are only cumulative
+# Over a corpus, the measures each within about two bare forwards run unless methods are named; value zeroing (a
+# feed-forward block on T² rows a layer, ≈ 13 bare forwards) and flow (L·T² max-flow problems a sentence, ≈ T⁴) run
+# only when named, with an estimate once the first batch is timed (`CostEstimate`; benchmarks/README.md, issue 54).
+CORPUS_DEFAULT = ("attention", "norms", "alti", "rollout")
+COSTLY = ("value-zeroing", "flow")
 METHOD_NAMES = {
     "attention": "raw attention",
     "norms": "value-weighted norms",
@@ -49,6 +54,33 @@ DEFINITIONS = {
     "layered graph whose edges carry Â_l (rollout's) as capacities, rows normalised",
 }
 SHARES = ("cls", "sep", "punctuation", "self")  # where a row's mixing comes from (core.analyses.headstats's token classes)
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """How long each costly measure (COSTLY) of a corpus run will take, said before the rest of the run: its time on the
+    first batch, scaled by its cost in the sentences' lengths to the sentences of the first chunk read (`covered`, the
+    whole corpus where `whole`). A corpus run's record after its first batch carries it as `partial`."""
+
+    seconds: dict[str, float]  # method: expected seconds over the covered sentences
+    covered: int
+    whole: bool
+
+    def line(self) -> str:
+        """One line for a person: 'attention flow takes about 12 min for these 200 sentences (timed on the first batch)'."""
+        each = ", ".join(f"{METHOD_NAMES[method]} about {_duration(seconds)}" for method, seconds in self.seconds.items())
+        if self.whole:
+            return f"{each} for these {self.covered:,} sentences (timed on the first batch)"
+        more = f"about as long again for every {self.covered:,} more"
+        return f"{each} for the first {self.covered:,} sentences read, {more} (timed on the first batch)"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def token_classes(tokens: Sequence[str], special: np.ndarray) -> npt.NDArray[np.bool_]:
