@@ -111,7 +111,9 @@ def test_a_zeroed_copy_is_not_timed(tiny_mlm_session, tmp_path, monkeypatch):
     written = write_pruned_model(tiny_mlm_session, [(0, 1)], tmp_path / "zeroed", timing_texts=TEXTS[:4], extra={}, weights="zeroed")
     assert written.timing is None and written.speedup is None
     assert written.describe_speed() == "runs the same arithmetic as the original (heads zeroed, not removed)"
-    assert written.timing_json()["timing"] == "same arithmetic" and written.timing_json()["speedup"] is None
+    said = written.timing_json()
+    assert said["timing"] == "same arithmetic" and said["speedup"] is None and said["speedup_spread"] is None
+    assert list(said) == list(PairedTiming((1.0,), (1.0,), sentences=1).as_json())  # one key set, whichever format
 
 
 def test_paired_timing_reports_the_median_ratio_and_its_spread():
