@@ -963,7 +963,6 @@ def _pruned(
         loss_after=after.loss,
         metric_after=after.metric,
         written=None,
-        timed_sentences=len(prepared.texts),
         method=method,
         ablation=ablation,
         fraction=fraction,
@@ -991,7 +990,6 @@ class Pruning:
     loss_after: float
     metric_after: float
     written: PrunedModel | None
-    timed_sentences: int
     method: str = "gradient"  # how the heads were ranked
     ablation: Ablation = "zero"  # ... under which ablation
     fraction: float = 0.0
@@ -1024,10 +1022,7 @@ class Pruning:
                 "weights": written.format,
                 "parameters_before": written.parameters_before,
                 "parameters_after": written.parameters_after,
-                "speedup": round(written.speedup, 4),
-                "encoder_seconds_before": round(written.seconds_before, 6),
-                "encoder_seconds_after": round(written.seconds_after, 6),
-                "timed_sentences": self.timed_sentences,
+                **written.timing_json(),
                 "max_abs_difference_vs_masked": written.max_abs_difference,
             }
         return payload

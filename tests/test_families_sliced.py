@@ -52,7 +52,8 @@ def _save(directory, family: str, switches: dict):
 def test_a_sliced_copy_computes_the_masked_original(family, switches, tmp_path, monkeypatch):
     from bertscope.core.analyses import pruned_export
 
-    monkeypatch.setattr(pruned_export, "time_forward", lambda session, texts: 1.0)  # the speed-up is not the point here
+    timing = pruned_export.PairedTiming((1.0,), (1.0,), sentences=1)
+    monkeypatch.setattr(pruned_export, "time_paired", lambda original, pruned_copy, texts: timing)  # the speed-up is not the point here
 
     session = bertscope.load(str(_save(tmp_path / "model", family, switches)), device="cpu")
     remove = [(0, 1), (0, 2), *((1, head) for head in range(session.num_heads))]  # layer 1 loses every head

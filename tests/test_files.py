@@ -91,7 +91,8 @@ def test_a_pruned_copy_follows_the_umask_like_every_other_file(tiny_session, tmp
     """Issue 54: the copy's folder came out 0700 and its weights 0600 (mkdtemp, transformers), beside 0644 files."""
     from bertscope.core.analyses import pruned_export
 
-    monkeypatch.setattr(pruned_export, "time_forward", lambda session, texts: 1.0)  # its speed is not the point
+    timing = pruned_export.PairedTiming((1.0,), (1.0,), sentences=1)
+    monkeypatch.setattr(pruned_export, "time_paired", lambda original, pruned_copy, texts: timing)  # its speed is not the point
     old = os.umask(mask)
     try:
         pruned_export.write_pruned_model(tiny_session, [(0, 1)], tmp_path / "pruned", timing_texts=["The cat sat."], extra={})

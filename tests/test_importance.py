@@ -11,7 +11,7 @@ from scipy.stats import spearmanr
 
 from bertscope.core.analyses.importance import check_fraction, head_importance, measure, pruning_curve
 from bertscope.core.analyses.objectives import make_objective
-from bertscope.core.analyses.pruned_export import write_pruned_model
+from bertscope.core.analyses.pruned_export import PairedTiming, time_paired, write_pruned_model
 from bertscope.core.data.corpus import Sentence, read_sentences, sample_corpus
 from bertscope.core.errors import InputError
 from bertscope.core.model.session import Session
@@ -58,6 +58,7 @@ def test_a_zeroed_export_loads_in_plain_transformers_and_equals_the_masked_model
     assert (written.directory / "model.safetensors").is_file()
     record = json.loads((written.directory / "bertscope-pruning.json").read_text())
     assert record["format"] == "zeroed" and record["pruned_heads"] == {"0": [1, 3], "2": [0, 1, 2, 3]}
+    assert record["timing"] == "same arithmetic" and record["speedup"] is None and record["speedup_spread"] is None
     assert written.parameters_after == written.parameters_before and written.max_abs_difference < 1e-5
     encoder = AutoModel.from_pretrained(written.directory).eval()  # plain transformers, no bertscope code
     with_head = AutoModelForMaskedLM.from_pretrained(written.directory).eval()
@@ -90,7 +91,90 @@ def test_pruned_model_is_smaller_and_says_what_it_pruned(pruned_pair):
     layer = pruned.model.base_model.encoder.layer[0].attention
     assert layer.self.query.out_features == 16 and layer.output.dense.in_features == 16
     assert pruned.info.num_heads == 4  # head numbers stay those of the original model
-    assert written.seconds_after > 0 and written.speedup > 0
+    timing = written.timing
+    assert timing is not None and timing.rounds == 7 and len(timing.seconds_after) == 7 and timing.sentences == 8
+    low, high = timing.spread
+    assert low <= written.speedup <= high and timing.verdict in ("faster", "slower", "within noise")
+    record = json.loads(report.read_text())
+    assert record["speedup"] == round(written.speedup, 4) and record["speedup_rounds"] == 7
+    assert record["speedup_spread"] == [round(low, 4), round(high, 4)] and record["timing"] == timing.verdict
+
+
+def test_a_zeroed_copy_is_not_timed(tiny_mlm_session, tmp_path, monkeypatch):
+    """Issue 54: zeroed copies were reported 0.64-2.39x as fast: the same shapes run the same arithmetic, noise timed."""
+    from bertscope.core.analyses import pruned_export
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("a zeroed copy was timed")
+
+    monkeypatch.setattr(pruned_export, "time_paired", no_timing)
+    written = write_pruned_model(tiny_mlm_session, [(0, 1)], tmp_path / "zeroed", timing_texts=TEXTS[:4], extra={}, weights="zeroed")
+    assert written.timing is None and written.speedup is None
+    assert written.describe_speed() == "runs the same arithmetic as the original (heads zeroed, not removed)"
+    said = written.timing_json()
+    assert said["timing"] == "same arithmetic" and said["speedup"] is None and said["speedup_spread"] is None
+    assert list(said) == list(PairedTiming((1.0,), (1.0,), sentences=1).as_json())  # one key set, whichever format
+
+
+def test_paired_timing_reports_the_median_ratio_and_its_spread():
+    faster = PairedTiming(seconds_before=(2.0, 2.2, 4.0, 2.0, 2.1), seconds_after=(1.0, 2.0, 2.0, 1.6, 1.5), sentences=32)
+    assert faster.ratios == pytest.approx((2.0, 1.1, 2.0, 1.25, 1.4))
+    assert faster.speedup == pytest.approx(1.4) and faster.spread == pytest.approx((1.1, 2.0)) and faster.verdict == "faster"
+    assert faster.describe() == "encoder forward 1.40× as fast (median of 5 paired rounds on 32 sentences, 1.10–2.00×)"
+    assert faster.as_json() == {
+        "speedup": 1.4,
+        "speedup_spread": [1.1, 2.0],
+        "speedup_rounds": 5,
+        "timing": "faster",
+        "timed_sentences": 32,
+        "encoder_seconds_before": 2.1,
+        "encoder_seconds_after": 1.6,
+    }
+    slower = PairedTiming(seconds_before=(1.0, 1.0, 1.0), seconds_after=(1.25, 1.1, 2.0), sentences=3)
+    assert slower.verdict == "slower" and slower.speedup == pytest.approx(1 / 1.25)
+    assert slower.describe().startswith("encoder forward 0.80× as fast (median of 3 paired rounds")
+
+
+def test_paired_timing_calls_a_spread_across_one_within_noise():
+    """Issue 54: one quiet run said 1.00x and a loud one 36.04x; rounds that straddle 1 claim no speed-up."""
+    noisy = PairedTiming(seconds_before=(1.0, 1.0, 1.0, 36.0, 1.0, 1.0, 1.0), seconds_after=(1.03, 0.97, 1.0, 1.0, 0.99, 1.01, 1.02), sentences=8)
+    low, high = noisy.spread
+    assert low < 1 < high and noisy.verdict == "within noise" and noisy.as_json()["timing"] == "within noise"
+    assert noisy.speedup == pytest.approx(1.0)  # the loud round moves the spread, not the median
+    assert noisy.describe() == "encoder forward: no measurable difference (0.97–36.00× over 7 paired rounds on 8 sentences)"
+
+
+@pytest.mark.parametrize("before, after", [((), ()), ((1.0, 2.0), (1.0,)), ((1.0,), (0.0,))])
+def test_paired_timing_needs_one_positive_time_of_each_per_round(before, after):
+    with pytest.raises(ValueError):
+        PairedTiming(seconds_before=before, seconds_after=after, sentences=1)
+
+
+def test_time_paired_alternates_the_models_over_one_batch_after_a_warm_up():
+    """Each round times both on the same batch, the first of the pair alternating, so neither gains from going second."""
+    calls = []
+
+    class Timed:
+        device = torch.device("cpu")
+
+        def __init__(self, name):
+            self.name = name
+
+        def tokenize_batch(self, texts):
+            calls.append(("batch", len(texts), texts[0], texts[-1]))
+            return {"input_ids": torch.zeros(len(texts), 3, dtype=torch.long)}
+
+        def run(self, batch, **kwargs):
+            calls.append((self.name, batch["input_ids"].shape[0]))
+            assert kwargs == {"hidden_states": False, "encoder_only": True}
+
+    texts = [f"sentence {i}" for i in range(100)]
+    timing = time_paired(Timed("original"), Timed("copy"), texts, rounds=4)
+    assert calls[0] == ("batch", 32, "sentence 0", "sentence 96")  # 32 sentences spread over the data, tokenised once
+    order = [name for name, *_ in calls[1:]]
+    assert order == ["original", "copy"] + ["original", "copy", "copy", "original"] * 2
+    assert all(size == 32 for _, size in calls[1:])
+    assert timing.rounds == 4 and timing.sentences == 32 and min(timing.seconds_before + timing.seconds_after) > 0
 
 
 def test_masking_kept_heads_of_a_pruned_model(pruned_pair):

@@ -364,7 +364,6 @@ def _prune_to(
     result, mask, chosen = pruning.importance, pruning.mask, pruning.mask.off
     total = session.num_layers * session.num_heads
     payload = pruning.as_json(session.info.source)
-    texts = prepared.texts
     if as_json:
         print_json(payload)
         return
@@ -380,15 +379,16 @@ def _prune_to(
         f"loss {result.baseline_loss:.4g} → {pruning.loss_after:.4g}",
         highlight=False,
     )
-    if output is not None:
+    written = pruning.written
+    if written is not None:
         before, after_p = payload["parameters_before"], payload["parameters_after"]
         console.print(
             f"wrote {payload['output']}: parameters {before:,} → {after_p:,} ({(after_p - before) / before:+.1%}); "
-            f"encoder forward {payload['speedup']:.2f}× as fast (measured on {len(texts)} sentences); "
+            f"{written.describe_speed()}; "
             f"outputs equal the masked original within {payload['max_abs_difference_vs_masked']:.2g}",
             highlight=False,
         )
         loader = "bertscope --model" if weights == "sliced" else "bertscope --model, or transformers' AutoModel.from_pretrained on"
         console.print(f"load it with: {loader} {payload['output']}", style="dim", highlight=False)
-    else:
+    elif output is None:  # under torchrun only rank 0 writes the copy
         console.print("give -o DIR to write the pruned model", style="dim")

@@ -2,15 +2,18 @@
 
 The surgery itself (slicing heads out of the weights) is `core.model.pruning`; this module
 saves the result as a standard model directory with bertscope's pruning record beside it,
-and measures the copy against the original masked the same way.
+and measures the copy against the original masked the same way (and a sliced copy's speed
+against the original's, timed in pairs; a zeroed copy runs the same arithmetic, so is not timed).
 """
 
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Sequence
@@ -26,6 +29,75 @@ from bertscope.core.errors import InputError
 from bertscope.core.model.pruning import PRUNING_FILE, apply_pruning, pruned_heads_of, zero_heads
 from bertscope.core.model.session import Session
 
+TIMING_ROUNDS = 7  # paired rounds: all seven on one side of 1 happens by chance alone 2 times in 2**7
+TIMING_SENTENCES = 32  # the one batch both models are timed on, taken evenly across the data
+
+
+@dataclass(frozen=True)
+class PairedTiming:
+    """A sliced copy's encoder forward timed against the original's, in pairs over the same batch.
+
+    Each round runs both back to back (in alternating order), so what slows the machine
+    during a round slows both and cancels in that round's ratio. The spread is the lowest
+    and highest ratio of the rounds: only when every round falls on the same side of 1 is
+    the difference more than noise (by chance alone: 2 in 2**7 for seven rounds).
+    """
+
+    seconds_before: tuple[float, ...]  # the original's forward, one per round
+    seconds_after: tuple[float, ...]  # the copy's, paired with them
+    sentences: int  # in the timed batch
+
+    def __post_init__(self) -> None:
+        if not self.seconds_before or len(self.seconds_before) != len(self.seconds_after):
+            raise ValueError("paired timing needs one time of each model per round, and at least one round")
+        if min(self.seconds_before + self.seconds_after) <= 0:
+            raise ValueError("a forward cannot take no time")
+
+    @property
+    def rounds(self) -> int:
+        return len(self.seconds_before)
+
+    @property
+    def ratios(self) -> tuple[float, ...]:
+        """How many times as fast the copy was, round by round."""
+        return tuple(before / after for before, after in zip(self.seconds_before, self.seconds_after, strict=True))
+
+    @property
+    def speedup(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        return min(self.ratios), max(self.ratios)
+
+    @property
+    def verdict(self) -> str:
+        """faster, slower, or within noise (the rounds disagree on the side of 1)."""
+        low, high = self.spread
+        return "faster" if low > 1 else "slower" if high < 1 else "within noise"
+
+    def describe(self) -> str:
+        """The measurement in words, its spread beside it."""
+        low, high = self.spread
+        where = f"{self.rounds} paired rounds on {self.sentences} sentences"
+        if self.verdict == "within noise":
+            return f"encoder forward: no measurable difference ({low:.2f}–{high:.2f}× over {where})"
+        return f"encoder forward {self.speedup:.2f}× as fast (median of {where}, {low:.2f}–{high:.2f}×)"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "speedup": round(self.speedup, 4),
+            "speedup_spread": [round(value, 4) for value in self.spread],
+            "speedup_rounds": self.rounds,
+            "timing": self.verdict,
+            "timed_sentences": self.sentences,
+            "encoder_seconds_before": round(statistics.median(self.seconds_before), 6),
+            "encoder_seconds_after": round(statistics.median(self.seconds_after), 6),
+        }
+
+
+SAME_ARITHMETIC = "runs the same arithmetic as the original (heads zeroed, not removed)"
+
 
 @dataclass(frozen=True)
 class PrunedModel:
@@ -35,14 +107,27 @@ class PrunedModel:
     pruned: dict[int, list[int]]
     parameters_before: int
     parameters_after: int
-    seconds_before: float
-    seconds_after: float
     max_abs_difference: float  # pruned model vs the original masked with `zero`, on the timing sentences
     format: str = "sliced"
+    timing: PairedTiming | None = None  # None for a zeroed copy: the same shapes run the same arithmetic, nothing to time
 
     @property
-    def speedup(self) -> float:
-        return self.seconds_before / self.seconds_after if self.seconds_after > 0 else float("nan")
+    def speedup(self) -> float | None:
+        """The median paired ratio of encoder forwards (None: zeroed, the same arithmetic)."""
+        return None if self.timing is None else self.timing.speedup
+
+    def describe_speed(self) -> str:
+        return SAME_ARITHMETIC if self.timing is None else self.timing.describe()
+
+    def timing_json(self) -> dict[str, Any]:
+        """The speed keys of the JSON, the same set for both formats (null where a zeroed copy is not timed)."""
+        if self.timing is not None:
+            return self.timing.as_json()
+        return (
+            dict.fromkeys(("speedup", "speedup_spread", "speedup_rounds"))
+            | {"timing": "same arithmetic"}
+            | dict.fromkeys(("timed_sentences", "encoder_seconds_before", "encoder_seconds_after"))
+        )
 
 
 def write_pruned_model(
@@ -56,10 +141,10 @@ def write_pruned_model(
 ) -> PrunedModel:
     """Save a copy of the session's model without heads `remove`, then load it back and measure it.
 
-    `sliced`: the heads cut out of the weights (smaller and faster; loads in bertscope and
+    `sliced`: the heads cut out of the weights (smaller, and timed against the original; loads in bertscope and
     transformers 4, which honour config.json's `pruned_heads`). `zeroed`: the same shapes,
     the heads' columns of the attention output projection zeroed (loads in any transformers,
-    including 5, and computes what the masked model does, at the same speed).
+    including 5, and computes what the masked model does with the same arithmetic: not timed).
     Written to a temporary directory beside `directory` and renamed into place when complete,
     so a failure never leaves half a model. `extra` goes into the pruning JSON file.
     """
@@ -92,17 +177,14 @@ def write_pruned_model(
         reloaded = Session.open(str(staging), device=str(session.device))
         reloaded.choose_cpu_linear(session.linear_path)  # timed on the same kernels as the original
         difference = _max_difference(session, reloaded, pruned, timing_texts[:8])
-        before = time_forward(session, timing_texts)
-        after = time_forward(reloaded, timing_texts)
         result = PrunedModel(
             directory=target,
             pruned=pruned,
             parameters_before=session.info.parameters,
             parameters_after=sum(p.numel() for p in reloaded.model.parameters()),
-            seconds_before=before,
-            seconds_after=after,
             max_abs_difference=difference,
             format=weights,
+            timing=None if weights == "zeroed" else time_paired(session, reloaded, timing_texts),
         )
         summary = {
             "source": session.info.source,
@@ -112,7 +194,7 @@ def write_pruned_model(
             "heads_total": session.num_layers * session.num_heads,
             "parameters_before": result.parameters_before,
             "parameters_after": result.parameters_after,
-            "speedup": round(result.speedup, 4),
+            **result.timing_json(),
             "max_abs_difference_vs_masked": difference,
             "head_numbers": "original: masks and heatmaps of the pruned model use the unpruned model's head numbers",
             "loads_with": "any transformers (AutoModel.from_pretrained)"
@@ -183,21 +265,41 @@ def _max_difference(original: Session, pruned_session: Session, pruned: dict[int
     return float((want[real].float().cpu() - got[real].float().cpu()).abs().max())
 
 
-def time_forward(session: Session, texts: Sequence[str], batch_size: int = 32, repeats: int = 3) -> float:
-    """Best of `repeats` wall-clock seconds for one batched pass of the encoder over `texts`.
+def time_paired(original: Session, pruned_copy: Session, texts: Sequence[str], rounds: int = TIMING_ROUNDS) -> PairedTiming:
+    """Time the encoder forward of `original` and `pruned_copy` in pairs over one batch, after a warm-up of each.
 
-    The encoder alone: pruning acts there, and an MLM head's vocabulary projection would
-    dilute the measured speed-up with work pruning does not touch.
+    One batch of at most `TIMING_SENTENCES` sentences spread evenly over `texts`, so the cost is
+    `rounds` × 2 forwards of it whatever the data's size. The encoder alone: pruning acts there,
+    and an MLM head's vocabulary projection would dilute the ratio with work pruning does not
+    touch. The garbage collector is held off while timing, as `timeit` does.
     """
-    batches = [session.tokenize_batch(list(texts[i : i + batch_size])) for i in range(0, len(texts), batch_size)]
-    best = float("inf")
-    with torch.inference_mode():
-        session.run(batches[0], hidden_states=False, encoder_only=True)  # warm-up
-        for _ in range(repeats):
-            started = time.perf_counter()
-            for batch in batches:
-                session.run(batch, hidden_states=False, encoder_only=True)
-            if session.device.type == "cuda":
-                torch.cuda.synchronize()
-            best = min(best, time.perf_counter() - started)
-    return best
+    count = min(TIMING_SENTENCES, len(texts))
+    sample = [texts[i * len(texts) // count] for i in range(count)]
+    batch = original.tokenize_batch(sample)
+    sessions = (original, pruned_copy)
+    seconds: tuple[list[float], list[float]] = ([], [])
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with torch.inference_mode():
+            for session in sessions:  # warm-up: the batch's shapes, kernels and allocations are new to both
+                _forward_seconds(session, batch)
+            for round_number in range(rounds):
+                order = (0, 1) if round_number % 2 == 0 else (1, 0)  # alternate who goes first: no side gains from going second
+                for which in order:
+                    seconds[which].append(_forward_seconds(sessions[which], batch))
+    finally:
+        if collecting:
+            gc.enable()
+    return PairedTiming(tuple(seconds[0]), tuple(seconds[1]), count)
+
+
+def _forward_seconds(session: Session, batch: dict[str, torch.Tensor]) -> float:
+    """Wall-clock seconds of one encoder forward over `batch`, the device's queue drained on both sides."""
+    if session.device.type == "cuda":
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    session.run(batch, hidden_states=False, encoder_only=True)
+    if session.device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - started
