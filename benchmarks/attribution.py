@@ -63,7 +63,9 @@ def main() -> None:
     setup_s = time.perf_counter() - started  # training the probe (or reading it from the cache)
 
     bare = AutoModel.from_pretrained(session.loaded.directory, attn_implementation="sdpa").to(session.device).eval()
-    inputs = [session.tokenizer(text, return_tensors="pt", truncation=True, max_length=session.max_length).to(session.device) for text in texts]
+    inputs = [
+        session.tokenizer(text, return_tensors="pt", truncation=True, max_length=session.max_length).to(session.device) for text in texts
+    ]
 
     def timed(function) -> float:
         best = []
@@ -80,10 +82,14 @@ def main() -> None:
 
     rows = []
     for text, item in zip(texts, inputs):
-        row = {"tokens": int(item["input_ids"].shape[1]), "bare_ms": timed(lambda: bare_forward(item))}
+        row = {"tokens": int(item["input_ids"].shape[1]), "bare_ms": timed(lambda item=item: bare_forward(item))}
         for method in METHODS:
             results = []
-            row[f"{method}_ms"] = timed(lambda: results.append(_run(attribute(session, text, method=method, target=target))))
+            row[f"{method}_ms"] = timed(
+                lambda results=results, text=text, method=method: results.append(
+                    _run(attribute(session, text, method=method, target=target))
+                )
+            )
             if method == "integrated-gradients":
                 row["default_steps"] = results[-1].steps
                 row["default_error"] = results[-1].completeness_error
@@ -97,23 +103,37 @@ def main() -> None:
 
     def ratio_summary(key: str) -> dict:
         ratios = [row[key] / row["bare_ms"] for row in rows]
-        return {"median_ms": round(statistics.median(row[key] for row in rows), 2),
-                "median_ratio": round(statistics.median(ratios), 1), "max_ratio": round(max(ratios), 1)}
+        return {
+            "median_ms": round(statistics.median(row[key] for row in rows), 2),
+            "median_ratio": round(statistics.median(ratios), 1),
+            "max_ratio": round(max(ratios), 1),
+        }
 
     def error_summary(values) -> dict:
         values = np.array([v for v in values if v == v])
-        return {"median": float(np.median(values)), "p90": float(np.percentile(values, 90)), "max": float(values.max()),
-                "share_under_5pct": float((values < 0.05).mean())}
+        return {
+            "median": float(np.median(values)),
+            "p90": float(np.percentile(values, 90)),
+            "max": float(values.max()),
+            "share_under_5pct": float((values < 0.05).mean()),
+        }
 
     result = {
-        "model": session.info.source, "device": str(session.device), "torch_threads": torch.get_num_threads(),
-        "sentences": len(texts), "tokens_median": statistics.median(row["tokens"] for row in rows),
+        "model": session.info.source,
+        "device": str(session.device),
+        "torch_threads": torch.get_num_threads(),
+        "sentences": len(texts),
+        "tokens_median": statistics.median(row["tokens"] for row in rows),
         "tokens_max": max(row["tokens"] for row in rows),
-        "target": first.target, "probe_setup_s": round(setup_s, 2), "repeats": args.repeats,
+        "target": first.target,
+        "probe_setup_s": round(setup_s, 2),
+        "repeats": args.repeats,
         "bare_ms_median": round(statistics.median(row["bare_ms"] for row in rows), 2),
         "methods": {method: ratio_summary(f"{method}_ms") for method in METHODS},
         "default_integrated_gradients": {
-            "steps_used": {str(n): sum(1 for row in rows if row["default_steps"] == n) for n in sorted({row["default_steps"] for row in rows})},
+            "steps_used": {
+                str(n): sum(1 for row in rows if row["default_steps"] == n) for n in sorted({row["default_steps"] for row in rows})
+            },
             "completeness_error": error_summary([row["default_error"] for row in rows]),
         },
         "completeness_error_by_steps": {str(n): error_summary(errors[n]) for n in steps},

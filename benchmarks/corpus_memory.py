@@ -47,10 +47,29 @@ JOBS = {
     "geometry": ["geometry", "--data", "{text}", "--json"],
     "compare": ["compare", "--data", "{text}", "--model-b", "{model_b}", "--json"],
     "fill-cloze": ["fill", "--cloze", "{cloze}", "--model", "{mlm}", "--json"],
-    "probe-features": ["probe", "--task", "upos", "--data", "{conllu}", "--no-control", "--no-random-baseline",
-                       "--cache-dir", "{cache}", "--json"],
-    "attribute-probe": ["attribute", "Some cats sleep all day long.", "--probe", "length", "--data", "{senteval}",
-                        "--cache-dir", "{cache}", "--json"],
+    "probe-features": [
+        "probe",
+        "--task",
+        "upos",
+        "--data",
+        "{conllu}",
+        "--no-control",
+        "--no-random-baseline",
+        "--cache-dir",
+        "{cache}",
+        "--json",
+    ],
+    "attribute-probe": [
+        "attribute",
+        "Some cats sleep all day long.",
+        "--probe",
+        "length",
+        "--data",
+        "{senteval}",
+        "--cache-dir",
+        "{cache}",
+        "--json",
+    ],
 }
 
 # Runs the CLI in this process and reports its peaks as the last line of stderr.
@@ -131,7 +150,7 @@ def write_corpora(directory: Path, count: int, treebank: Path | None = None) -> 
         words = line.rstrip(".").split()
         last = max((i for i, word in enumerate(words) if word.isalpha()), default=None)
         if last is not None:  # a real treebank's lines of punctuation alone have nothing to mask
-            queries.append(" ".join(words[:last] + ["[MASK]"] + words[last + 1:]) + ".\t" + words[last] + "\n")
+            queries.append(" ".join(words[:last] + ["[MASK]"] + words[last + 1 :]) + ".\t" + words[last] + "\n")
     cloze.write_text("".join(queries), encoding="utf-8")
     return {"text": str(text), "conllu": str(conllu), "senteval": str(senteval), "cloze": str(cloze)}
 
@@ -195,8 +214,9 @@ def tiny_bert(directory: Path) -> str:
 
 def run_job(arguments: list[str]) -> dict:
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", RUNNER, *arguments], capture_output=True, text=True,
-                          env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER, *arguments], capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    )
     seconds = time.perf_counter() - started
     try:
         figures = json.loads(done.stderr.strip().splitlines()[-1])
@@ -211,10 +231,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,16000", help="Corpus sizes in sentences, comma-separated.")
     parser.add_argument("--jobs", default=",".join(JOBS), help=f"Which jobs: {', '.join(JOBS)}.")
-    parser.add_argument("--conllu", default=None, type=Path,
-                        help="Take the corpora from this CoNLL-U treebank (e.g. UD_English-EWT) instead of generated text.")
-    parser.add_argument("--tiny", action="store_true",
-                        help="Run the bundled-model jobs on a small random BERT (2 layers, hidden 128) instead.")
+    parser.add_argument(
+        "--conllu",
+        default=None,
+        type=Path,
+        help="Take the corpora from this CoNLL-U treebank (e.g. UD_English-EWT) instead of generated text.",
+    )
+    parser.add_argument(
+        "--tiny", action="store_true", help="Run the bundled-model jobs on a small random BERT (2 layers, hidden 128) instead."
+    )
     parser.add_argument("-o", "--output", default=None)
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
@@ -248,15 +273,24 @@ def main() -> None:
             for key in ("peak_rss_mb", "peak_anon_mb"):
                 if first.get(key) and last.get(key):
                     results[job][f"growth_{key.removeprefix('peak_').removesuffix('_mb')}"] = round(last[key] / first[key] - 1, 4)
-    payload = {"sizes": sizes, "jobs": results, "budget_growth": 0.10, "cpu_count": os.cpu_count(),
-               "corpus": str(args.conllu) if args.conllu else "generated treebank, varied",
-               "model": "small random BERT (2 layers, hidden 128)" if args.tiny else "bundled all-MiniLM-L6-v2",
-               # auto times BLAS against oneDNN at load and may choose differently from run to run (a small model's
-               # peak differs by ~70 MB between them): pin it with BERTSCOPE_CPU_LINEAR to compare runs
-               "cpu_linear": os.environ.get("BERTSCOPE_CPU_LINEAR", "auto"),
-               "load_average": [round(load, 2) for load in os.getloadavg()]}
-    lines = [f"{job}: " + " → ".join(f"{results[job][str(s)].get('peak_rss_mb')} MB" for s in sizes)
-             + f" ({results[job].get('growth_rss', float('nan')):+.1%})" for job in jobs]
+    payload = {
+        "sizes": sizes,
+        "jobs": results,
+        "budget_growth": 0.10,
+        "cpu_count": os.cpu_count(),
+        "corpus": str(args.conllu) if args.conllu else "generated treebank, varied",
+        "model": "small random BERT (2 layers, hidden 128)" if args.tiny else "bundled all-MiniLM-L6-v2",
+        # auto times BLAS against oneDNN at load and may choose differently from run to run (a small model's
+        # peak differs by ~70 MB between them): pin it with BERTSCOPE_CPU_LINEAR to compare runs
+        "cpu_linear": os.environ.get("BERTSCOPE_CPU_LINEAR", "auto"),
+        "load_average": [round(load, 2) for load in os.getloadavg()],
+    }
+    lines = [
+        f"{job}: "
+        + " → ".join(f"{results[job][str(s)].get('peak_rss_mb')} MB" for s in sizes)
+        + f" ({results[job].get('growth_rss', float('nan')):+.1%})"
+        for job in jobs
+    ]
     emit(payload, args.output, "\n".join(lines))
 
 

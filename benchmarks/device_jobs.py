@@ -97,6 +97,7 @@ def main() -> None:
         if "compare" in jobs:
             timed("compare", lambda: api.compare(model, str(model.loaded.directory), as_corpus(treebank)))
         if "probe" in jobs:
+
             def probe(lean: bool) -> None:
                 api.probe(model, "upos", treebank, control=not lean, random_baseline=not lean, cache_dir=cache)
 
@@ -133,8 +134,7 @@ def main() -> None:
         "jobs": timings,
         "cloze": cloze,
     }
-    table = " · ".join([f"{name} {entry['ratio']}x" for name, entry in timings.items()]
-                       + ([f"cloze {cloze['ratio']}x"] if cloze else []))
+    table = " · ".join([f"{name} {entry['ratio']}x" for name, entry in timings.items()] + ([f"cloze {cloze['ratio']}x"] if cloze else []))
     emit(result, args.output, f"device_jobs on {result['device']} ({args.dtype}), bare forward {bare_s:.2f}s: {table}")
 
 
@@ -146,8 +146,11 @@ class Bare:
         from transformers import AutoModel
 
         self.session = session
-        self.model = AutoModel.from_pretrained(session.loaded.directory, attn_implementation="eager",
-                                               dtype=session.loaded.dtype).to(session.device).eval()
+        self.model = (
+            AutoModel.from_pretrained(session.loaded.directory, attn_implementation="eager", dtype=session.loaded.dtype)
+            .to(session.device)
+            .eval()
+        )
         self.torch, self.batches, self.runs = torch, [], []
 
     def prepare(self, sentences) -> None:

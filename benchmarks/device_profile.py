@@ -48,8 +48,9 @@ def main() -> None:
         "norms": lambda: bertscope.patterns(model, corpus, norms=True),
         "syntax": lambda: api.syntax(model, corpus),
         "importance": lambda: bertscope.importance(model, "preserve", corpus),
-        "ablation": lambda: bertscope.importance(model, "preserve", api.Corpus(treebank[:100], args.conllu, ReadReport()),
-                                                 method="ablation"),
+        "ablation": lambda: bertscope.importance(
+            model, "preserve", api.Corpus(treebank[:100], args.conllu, ReadReport()), method="ablation"
+        ),
         "geometry": lambda: api.geometry(model, corpus),
         "probe": lambda: api.probe(model, "upos", treebank, control=False, random_baseline=False, cache_dir=False),
     }
@@ -73,14 +74,22 @@ def main() -> None:
     device = busiest("self_device_time_total") if on_gpu else []
     device_busy_s = sum(event.self_device_time_total for event in events) / 1e6 if on_gpu else None
     result = {
-        "benchmark": "device_profile", "job": args.job, "model": model.source, "device": str(model.device),
-        "device_name": torch.cuda.get_device_name(model.device) if on_gpu else None, "dtype": args.dtype,
-        "sentences": len(treebank), "wall_s": round(wall, 3),
+        "benchmark": "device_profile",
+        "job": args.job,
+        "model": model.source,
+        "device": str(model.device),
+        "device_name": torch.cuda.get_device_name(model.device) if on_gpu else None,
+        "dtype": args.dtype,
+        "sentences": len(treebank),
+        "wall_s": round(wall, 3),
         "device_busy_s": None if device_busy_s is None else round(device_busy_s, 3),
-        "host_busiest": host, "device_busiest": device,
+        "host_busiest": host,
+        "device_busiest": device,
     }
-    lines = [f"{args.job} on {result['device']} ({args.dtype}): {wall:.2f} s under the profiler"
-             + ("" if device_busy_s is None else f", the GPU busy {device_busy_s:.2f} s of it")]
+    lines = [
+        f"{args.job} on {result['device']} ({args.dtype}): {wall:.2f} s under the profiler"
+        + ("" if device_busy_s is None else f", the GPU busy {device_busy_s:.2f} s of it")
+    ]
     lines += [f"  host   {entry['self_ms']:>9.1f} ms  {entry['calls']:>7}x  {entry['name']}" for entry in host[:10]]
     lines += [f"  device {entry['self_ms']:>9.1f} ms  {entry['calls']:>7}x  {entry['name']}" for entry in device[:10]]
     emit(result, args.output, "\n".join(lines))

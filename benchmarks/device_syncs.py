@@ -61,8 +61,10 @@ def main() -> None:
         runs[name]()  # warm: kernels loaded, plans made
         sites = count_syncs(runs[name])
         results[name] = {"syncs": sum(sites.values()), "sites": dict(sites.most_common(args.sites))}
-    summary = "synchronising calls, " + f"{args.sentences} sentences in batches of {size}: " + " · ".join(
-        f"{name} {result['syncs']}" for name, result in results.items()
+    summary = (
+        "synchronising calls, "
+        + f"{args.sentences} sentences in batches of {size}: "
+        + " · ".join(f"{name} {result['syncs']}" for name, result in results.items())
     )
     for name, result in results.items():
         summary += f"\n  {name}: " + "; ".join(f"{count}× {site}" for site, count in result["sites"].items())

@@ -80,14 +80,17 @@ def main() -> None:
         two = min(run([*torchrun, *arguments], 1, folder / f"{job}-two.json") for _ in range(args.repeats))
         a, b = (numbers(json.loads((folder / f"{job}-{n}.json").read_text())) for n in ("one", "two"))
         report["jobs"][job] = {
-            "one_process_2_threads_s": round(one, 2), "two_ranks_1_thread_s": round(two, 2),
+            "one_process_2_threads_s": round(one, 2),
+            "two_ranks_1_thread_s": round(two, 2),
             "speed_up": round(one / two, 3),
             "speed_up_after_start": round((one - report["start_s"]) / max(two - report["start_s"], 1e-9), 3),
             "largest_difference": max((abs(x - y) for x, y in zip(a, b, strict=True)), default=0.0),
         }
     report["load_after"] = os.getloadavg()
-    summary = "; ".join(f"{job}: two ranks {row['speed_up']}x one process ({row['one_process_2_threads_s']} s against "
-                        f"{row['two_ranks_1_thread_s']} s)" for job, row in report["jobs"].items())
+    summary = "; ".join(
+        f"{job}: two ranks {row['speed_up']}x one process ({row['one_process_2_threads_s']} s against {row['two_ranks_1_thread_s']} s)"
+        for job, row in report["jobs"].items()
+    )
     emit(report, args.output, f"{summary}; load average {report['load_before'][0]:.1f} before, {report['load_after'][0]:.1f} after")
 
 

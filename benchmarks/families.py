@@ -59,16 +59,45 @@ def main() -> None:
                 positions = {"mpnet": 514}.get(family, 512)
                 save_tiny_family(directory, family, **SIZES[family], max_position_embeddings=positions)
             report = Path(scratch) / f"{family}.json"
-            forward_latency.main(["--model", str(directory), "--lengths", str(args.length), "--repeats", str(args.repeats),
-                                  "--device", args.device, "--dtype", args.dtype, "-o", str(report)])
+            forward_latency.main(
+                [
+                    "--model",
+                    str(directory),
+                    "--lengths",
+                    str(args.length),
+                    "--repeats",
+                    str(args.repeats),
+                    "--device",
+                    args.device,
+                    "--dtype",
+                    args.dtype,
+                    "-o",
+                    str(report),
+                ]
+            )
             found = json.loads(report.read_text())
-            results[family] = {"family": found["model"]["family"], "max_abs_diff": found["max_abs_diff"],
-                               "results": found["results"], "load_average": found["load_average"]}
+            results[family] = {
+                "family": found["model"]["family"],
+                "max_abs_diff": found["max_abs_diff"],
+                "results": found["results"],
+                "load_average": found["load_average"],
+            }
     summary = "\n".join(
         f"{family}: " + ", ".join(f"{'attn' if row['attentions'] else 'plain'} {row['ratio']:.2f}" for row in found["results"])
-        for family, found in results.items())
-    emit({"length": args.length, "repeats": args.repeats, "device": args.device, "dtype": args.dtype,
-          "device_name": found["device_name"], "families": results}, args.output, summary)
+        for family, found in results.items()
+    )
+    emit(
+        {
+            "length": args.length,
+            "repeats": args.repeats,
+            "device": args.device,
+            "dtype": args.dtype,
+            "device_name": found["device_name"],
+            "families": results,
+        },
+        args.output,
+        summary,
+    )
 
 
 if __name__ == "__main__":

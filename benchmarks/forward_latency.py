@@ -43,8 +43,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="model directory or cached name (default: the bundled model)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="where to run (default auto)")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"),
-                        help="weights' precision; the half precisions only on a GPU (default float32)")
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=("float32", "float16", "bfloat16"),
+        help="weights' precision; the half precisions only on a GPU (default float32)",
+    )
     parser.add_argument("--repeats", type=int, default=20, help="timed runs per case and contender (default 20)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed runs per case and contender first (default 3)")
     parser.add_argument("--lengths", default="16,64,256", help="token counts, special tokens included (default 16,64,256)")
@@ -187,9 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         for want_weights in (False, True):
             result = session.forward(texts[length], attentions=want_weights)
             with torch.inference_mode():
-                outputs = bare[want_weights](
-                    **tensors[length], output_hidden_states=True, output_attentions=want_weights
-                )
+                outputs = bare[want_weights](**tensors[length], output_hidden_states=True, output_attentions=want_weights)
             hidden = torch.stack(outputs.hidden_states)[:, 0].float().cpu().numpy()
             diff = float(abs(result.hidden_states - hidden).max())
             if want_weights:

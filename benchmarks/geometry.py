@@ -61,17 +61,24 @@ def main() -> None:
     total = time.perf_counter() - start
     result = step.result
     payload = {
-        "model": session.info.source, "device": str(session.device), "sentences": len(sentences),
-        "rows_seen": result.seen, "rows_sampled": result.size, "load_average": os.getloadavg(),
-        "bare_forward_s": round(bare, 3), "geometry_s": round(total, 3), "ratio": round(total / bare, 2),
+        "model": session.info.source,
+        "device": str(session.device),
+        "sentences": len(sentences),
+        "rows_seen": result.seen,
+        "rows_sampled": result.size,
+        "load_average": os.getloadavg(),
+        "bare_forward_s": round(bare, 3),
+        "geometry_s": round(total, 3),
+        "ratio": round(total / bare, 2),
         "stages_s": {name: round(value, 3) for name, value in stages.items()},
         "rss_mb": {"start": round(memory[0], 1), "peak": round(max(memory), 1), "end": round(memory[-1], 1)},
         "intrinsic_dimension": [round(float(v), 2) for v in result.intrinsic_dimension],
-        "cka_next_layer": [round(float(result.cka[l, l + 1]), 3) for l in range(result.num_layers - 1)],
+        "cka_next_layer": [round(float(result.cka[layer, layer + 1]), 3) for layer in range(result.num_layers - 1)],
         "neighbourhood_overlap": [round(float(v), 3) for v in result.neighbourhood_overlap],
     }
-    emit(payload, args.output, f"geometry {total:.1f} s = {total / bare:.2f} × a bare forward ({bare:.1f} s); "
-                               f"peak RSS {max(memory):.0f} MB")
+    emit(
+        payload, args.output, f"geometry {total:.1f} s = {total / bare:.2f} × a bare forward ({bare:.1f} s); peak RSS {max(memory):.0f} MB"
+    )
 
 
 if __name__ == "__main__":

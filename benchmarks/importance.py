@@ -97,8 +97,12 @@ def main() -> None:
         exact = list(head_importance(check, "ablation", normalize=False, layers=False))[-1].result
         output["check_sentences"] = len(check.texts)
         output["spearman_gradient_vs_ablation"] = round(float(spearmanr(gradient.raw.ravel(), exact.raw.ravel()).statistic), 4)
-    emit(output, args.output, f"importance: gradient {output['ratio']}x of a bare forward ({bare_s:.2f}s)"
-         + (f"; Spearman vs ablation {output['spearman_gradient_vs_ablation']}" if "spearman_gradient_vs_ablation" in output else ""))
+    emit(
+        output,
+        args.output,
+        f"importance: gradient {output['ratio']}x of a bare forward ({bare_s:.2f}s)"
+        + (f"; Spearman vs ablation {output['spearman_gradient_vs_ablation']}" if "spearman_gradient_vs_ablation" in output else ""),
+    )
 
 
 if __name__ == "__main__":

@@ -88,12 +88,20 @@ print(times["first screen"], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss 
 """
 
 
+def on_the_gpu(row: dict) -> str:
+    return f" host, {row['gpu_peak_mb']:d} MB GPU" if "gpu_peak_mb" in row else ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=2000)
     parser.add_argument("--layers", type=int, default=22)
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
-                        help="where the model runs; on cuda each contender also reports its peak GPU memory")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="where the model runs; on cuda each contender also reports its peak GPU memory",
+    )
     parser.add_argument("-o", "--output", default=None)
     args = parser.parse_args()
 
@@ -102,9 +110,16 @@ def main() -> None:
 
     results = {}
     with tempfile.TemporaryDirectory() as scratch:
-        directory = save_tiny_family(Path(scratch) / "modernbert", "modernbert", hidden_size=768, num_hidden_layers=args.layers,
-                                     num_attention_heads=12, intermediate_size=1152, local_attention=128,
-                                     max_position_embeddings=8192)
+        directory = save_tiny_family(
+            Path(scratch) / "modernbert",
+            "modernbert",
+            hidden_size=768,
+            num_hidden_layers=args.layers,
+            num_attention_heads=12,
+            intermediate_size=1152,
+            local_attention=128,
+            max_position_embeddings=8192,
+        )
         session = bertscope.load(str(directory), device="cpu")
         words = "the cat sat on the mat and the dog slept near the window".split()
         while len(session.encode(" ".join(words))) < args.tokens:
@@ -114,12 +129,20 @@ def main() -> None:
         text = " ".join(words)
         length = len(session.encode(text))
         del session
-        for name, script, extra in (("attention command", COMMAND, ["attention"]), ("export command", COMMAND, ["export"]),
-                                    ("explorer", EXPLORER, ["explore"]),
-                                    ("bare sdpa, no weights", BARE, ["sdpa"]),
-                                    ("bare eager, every layer's weights", BARE, ["eager"])):
-            done = subprocess.run([sys.executable, "-c", script, str(directory), text, *extra, args.device], capture_output=True,
-                                  text=True, check=True, cwd=Path(__file__).resolve().parent.parent)
+        for name, script, extra in (
+            ("attention command", COMMAND, ["attention"]),
+            ("export command", COMMAND, ["export"]),
+            ("explorer", EXPLORER, ["explore"]),
+            ("bare sdpa, no weights", BARE, ["sdpa"]),
+            ("bare eager, every layer's weights", BARE, ["eager"]),
+        ):
+            done = subprocess.run(
+                [sys.executable, "-c", script, str(directory), text, *extra, args.device],
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=Path(__file__).resolve().parent.parent,
+            )
             seconds, peak, gpu_peak = map(float, done.stdout.split()[-3:])
             results[name] = {"seconds": round(seconds, 2), "peak_mb": round(peak)}
             if script is EXPLORER:  # seconds to each screen
@@ -127,10 +150,12 @@ def main() -> None:
                 results[name]["steps"] = {key: float(value) for key, value in (item.split("=") for item in steps.split()[1:])}
             if args.device == "cuda":
                 results[name]["gpu_peak_mb"] = round(gpu_peak)
-    summary = ", ".join(f"{name}: {row['peak_mb']} MB{' host, %d MB GPU' % row['gpu_peak_mb'] if 'gpu_peak_mb' in row else ''} "
-                        f"({row['seconds']} s)" for name, row in results.items())
-    emit({"tokens": length, "layers": args.layers, "heads": 12, "hidden": 768, "device": args.device, "results": results},
-         args.output, summary)
+    summary = ", ".join(f"{name}: {row['peak_mb']} MB{on_the_gpu(row)} ({row['seconds']} s)" for name, row in results.items())
+    emit(
+        {"tokens": length, "layers": args.layers, "heads": 12, "hidden": 768, "device": args.device, "results": results},
+        args.output,
+        summary,
+    )
 
 
 if __name__ == "__main__":

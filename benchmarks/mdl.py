@@ -124,8 +124,11 @@ def main() -> None:
         ],
         "uniform_kbits": round(report.table()[0]["uniform_bits"] / 1000, 2),
     }
-    emit(result, args.output, f"mdl: {mdl_s:.2f}s for every layer's online codes, {result['mdl_ratio']}x the accuracy probes' "
-                              f"fit ({accuracy_s:.2f}s; budget 3x)")
+    emit(
+        result,
+        args.output,
+        f"mdl: {mdl_s:.2f}s for every layer's online codes, {result['mdl_ratio']}x the accuracy probes' fit ({accuracy_s:.2f}s; budget 3x)",
+    )
 
 
 if __name__ == "__main__":

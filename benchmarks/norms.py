@@ -90,8 +90,12 @@ def main() -> None:
         "budget": 1.5,
         "within_budget": ratio <= 1.5,
     }
-    emit(result, args.output, f"norms: patterns --norms {best['norms']}s vs patterns {best['patterns']}s = {ratio:.3f}x "
-         f"(budget 1.5); bare forward {best['bare']}s; {len(sentences)} sentences from {source}; load {result['load_average']}")
+    emit(
+        result,
+        args.output,
+        f"norms: patterns --norms {best['norms']}s vs patterns {best['patterns']}s = {ratio:.3f}x "
+        f"(budget 1.5); bare forward {best['bare']}s; {len(sentences)} sentences from {source}; load {result['load_average']}",
+    )
 
 
 if __name__ == "__main__":

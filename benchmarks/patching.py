@@ -38,8 +38,9 @@ def bert_base_directory(root: Path) -> Path:
     from bertscope.core.model.model_files import bundled_model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                        intermediate_size=3072)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072
+    )
     directory = root / "bert-base-random"
     BertModel(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
@@ -106,11 +107,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         results = [
             measure(None, "all-MiniLM-L6-v2 (bundled)", args.device, args.dtype, args.repeats, args.per_position),
-            measure(str(bert_base_directory(Path(root))), "bert-base-sized, random weights", args.device, args.dtype, args.repeats, args.per_position),
+            measure(
+                str(bert_base_directory(Path(root))),
+                "bert-base-sized, random weights",
+                args.device,
+                args.dtype,
+                args.repeats,
+                args.per_position,
+            ),
         ]
     summary = "; ".join(
         f"{r['model']}: forward {r['forward_ms']} ms, heads {r['heads']['ratio_to_forward']}x, "
-        f"positions {r['positions']['ratio_to_forward']}x" for r in results
+        f"positions {r['positions']['ratio_to_forward']}x"
+        for r in results
     )
     emit({"device": args.device, "dtype": args.dtype, "results": results}, args.output, summary)
 

@@ -94,8 +94,12 @@ def main() -> None:
         "budget": 1.3,
         "within_budget": patterns_s / bare_s <= 1.3,
     }
-    emit(result, args.output, f"pattern_stats: {result['patterns_s']}s vs bare {result['bare_forward_with_attentions_s']}s "
-        f"= {result['ratio']}x (budget 1.3) over {len(sentences)} sentences")
+    emit(
+        result,
+        args.output,
+        f"pattern_stats: {result['patterns_s']}s vs bare {result['bare_forward_with_attentions_s']}s "
+        f"= {result['ratio']}x (budget 1.3) over {len(sentences)} sentences",
+    )
 
 
 if __name__ == "__main__":

@@ -74,12 +74,19 @@ def main() -> None:
 
     bare = AutoModel.from_pretrained(session.loaded.directory, attn_implementation="sdpa").to(session.device).eval()
     # Sorted by token count, the batching with the least padding (what bertscope's extraction does).
-    lengths = session.tokenizer([list(s.words) for s in sentences], is_split_into_words=True, truncation=True,
-                                max_length=session.max_length, return_length=True)["length"]
+    lengths = session.tokenizer(
+        [list(s.words) for s in sentences], is_split_into_words=True, truncation=True, max_length=session.max_length, return_length=True
+    )["length"]
     ordered = [sentences[i] for i in sorted(range(len(sentences)), key=lengths.__getitem__)]
     batches = [
-        session.tokenizer([list(s.words) for s in ordered[i : i + 32]], is_split_into_words=True, padding=True,
-                          truncation=True, max_length=session.max_length, return_tensors="pt").to(session.device)
+        session.tokenizer(
+            [list(s.words) for s in ordered[i : i + 32]],
+            is_split_into_words=True,
+            padding=True,
+            truncation=True,
+            max_length=session.max_length,
+            return_tensors="pt",
+        ).to(session.device)
         for i in range(0, len(ordered), 32)
     ]
 
@@ -106,8 +113,21 @@ def main() -> None:
 
     def time_cli(cache_dir, lean=True) -> float:
         """One `bertscope probe` process on the same files and cache, start-up included."""
-        command = [sys.executable, "-m", "bertscope", "probe", "--task", args.task, "--cache-dir", cache_dir, "--json",
-                   "--device", str(session.device), "-o", os.path.join(cache_dir, "report.json")]
+        command = [
+            sys.executable,
+            "-m",
+            "bertscope",
+            "probe",
+            "--task",
+            args.task,
+            "--cache-dir",
+            cache_dir,
+            "--json",
+            "--device",
+            str(session.device),
+            "-o",
+            os.path.join(cache_dir, "report.json"),
+        ]
         command += ["--data", args.data, "--limit", str(args.sentences)] if args.data else ["--limit", str(args.sentences)]
         command += (["--dev", args.dev] if args.dev else []) + (["--test", args.test] if args.test else [])
         command += ["--no-control", "--no-random-baseline"] if lean else []
@@ -169,13 +189,18 @@ def main() -> None:
         "control_accuracy_by_layer": [entry.get("control_accuracy") for entry in default_report.layers],
         "random_init_accuracy_by_layer": [entry.get("random_init_accuracy") for entry in default_report.layers],
         "budgets": {"cold": 1.5, "cli_warm_lean": 0.3, "cli_warm_default": 0.5},
-        "within_budget": cold_s / bare_s <= 1.5 and (cli_lean_s is None or cli_lean_s / bare_s <= 0.3)
+        "within_budget": cold_s / bare_s <= 1.5
+        and (cli_lean_s is None or cli_lean_s / bare_s <= 0.3)
         and (cli_default_s is None or cli_default_s / bare_s <= 0.5),
     }
-    emit(result, args.output, f"probe_layers: cold {result['cold_ratio']}x, warm {result['warm_ratio']}x, default warm "
-                 f"{result['default_warm_ratio']}x, CLI warm {result['cli_warm_lean_ratio']}x / {result['cli_warm_default_ratio']}x "
-                 f"of a bare forward ({bare_s:.2f}s); "
-                 f"cold {result['cold_ratio_of_session_forward']}x of bertscope's own forward ({session_s:.2f}s)")
+    emit(
+        result,
+        args.output,
+        f"probe_layers: cold {result['cold_ratio']}x, warm {result['warm_ratio']}x, default warm "
+        f"{result['default_warm_ratio']}x, CLI warm {result['cli_warm_lean_ratio']}x / {result['cli_warm_default_ratio']}x "
+        f"of a bare forward ({bare_s:.2f}s); "
+        f"cold {result['cold_ratio_of_session_forward']}x of bertscope's own forward ({session_s:.2f}s)",
+    )
 
 
 if __name__ == "__main__":

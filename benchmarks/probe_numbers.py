@@ -24,8 +24,12 @@ from pathlib import Path
 import numpy as np
 from common import emit  # benchmarks/common.py, found beside this script
 
-VARIANTS = {"cpu-blas": ("cpu", "float32", "blas"), "cpu-onednn": ("cpu", "float32", "onednn"),
-            "cuda": ("cuda", "float32", None), "cuda-bfloat16": ("cuda", "bfloat16", None)}
+VARIANTS = {
+    "cpu-blas": ("cpu", "float32", "blas"),
+    "cpu-onednn": ("cpu", "float32", "onednn"),
+    "cuda": ("cuda", "float32", None),
+    "cuda-bfloat16": ("cuda", "bfloat16", None),
+}
 
 
 def main() -> None:
@@ -60,8 +64,14 @@ def main() -> None:
             started = time.perf_counter()
             accuracy, trained = bertscope_accuracy(X, y, num_classes, device=session.device)  # scoring included
             fit_s = time.perf_counter() - started
-            row = {"accuracy": accuracy.round(6).tolist(), "l2": trained.l2.tolist(), "fit": list(trained.endings),
-                   "numerics": session.numerics, "features_s": round(features_s, 3), "fit_s": round(fit_s, 3)}
+            row = {
+                "accuracy": accuracy.round(6).tolist(),
+                "l2": trained.l2.tolist(),
+                "fit": list(trained.endings),
+                "numerics": session.numerics,
+                "features_s": round(features_s, 3),
+                "fit_s": round(fit_s, 3),
+            }
             if first is None:
                 first = (name, X, accuracy)
             else:
@@ -75,10 +85,11 @@ def main() -> None:
         results.append(entry)
         print(task, {name: row["accuracy"] for name, row in entry["variants"].items()}, entry.get("sklearn"), file=sys.stderr)
     summary = "\n".join(
-        f"{entry['task']}: " + ", ".join(f"{name} {row.get('test_sentences_apart', 0):.0f} apart"
-                                         for name, row in entry["variants"].items())
+        f"{entry['task']}: "
+        + ", ".join(f"{name} {row.get('test_sentences_apart', 0):.0f} apart" for name, row in entry["variants"].items())
         + (f"; scikit-learn gap {entry['sklearn_largest_gap']:.3f}" if "sklearn_largest_gap" in entry else "")
-        for entry in results)
+        for entry in results
+    )
     emit({"first_variant": variants[0], "tasks": results}, args.output, summary)
 
 

@@ -102,15 +102,20 @@ def main() -> None:
         "bare_runs_s": [round(run["loaded_s"], 2) for run in bare],
         "load_average": round(os.getloadavg()[0], 2),
     }
-    emit(result, args.output, f"startup: first frame {result['explorer_first_frame_s']}s, first heatmap {heatmap:.2f}s, "
-         f"torch + transformers + model {loaded:.2f}s: {result['ratio']}x (budget 1.3)")
+    emit(
+        result,
+        args.output,
+        f"startup: first frame {result['explorer_first_frame_s']}s, first heatmap {heatmap:.2f}s, "
+        f"torch + transformers + model {loaded:.2f}s: {result['ratio']}x (budget 1.3)",
+    )
 
 
 def child(script: str, model: str) -> dict:
     """Run `script` in a fresh interpreter; its last line of output, a dict of seconds since the parent's clock."""
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-    done = subprocess.run([sys.executable, "-c", script, repr(time.time()), model],
-                          capture_output=True, text=True, timeout=300, env=env, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script, repr(time.time()), model], capture_output=True, text=True, timeout=300, env=env, check=True
+    )
     return json.loads(done.stdout.strip().splitlines()[-1].replace("'", '"'))
 
 

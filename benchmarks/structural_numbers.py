@@ -53,18 +53,27 @@ def main() -> None:
         for precision in args.precisions.split(","):
             options = FeatureOptions(level="word", precision=precision)
             started = time.perf_counter()
-            data = {name: _whole_trees(sentences, outcome(extract_features(session, sentences, options, cache_dir=False)))
-                    for name, sentences in splits.items()}
+            data = {
+                name: _whole_trees(sentences, outcome(extract_features(session, sentences, options, cache_dir=False)))
+                for name, sentences in splits.items()
+            }
             features_s = time.perf_counter() - started
             for seed in seeds:
                 started = time.perf_counter()
-                probes = structural.train_structural_probes(*data["train"][:3], *data["dev"][:3], device=session.device,
-                                                            seed=seed)
+                probes = structural.train_structural_probes(*data["train"][:3], *data["dev"][:3], device=session.device, seed=seed)
                 scores = structural.score_structural(probes, *data["test"][:3], skip=data["test"][3], device=session.device)
-                run = {"variant": variant, "precision": precision, "stored": str(data["train"][0].dtype), "seed": seed,
-                       "uuas": scores.uuas.round(6).tolist(), "spearman": scores.spearman.round(6).tolist(),
-                       "epochs": probes.distance_epoch.tolist(), "fit": list(probes.distance_endings),
-                       "features_s": round(features_s, 3), "fit_s": round(time.perf_counter() - started, 3)}
+                run = {
+                    "variant": variant,
+                    "precision": precision,
+                    "stored": str(data["train"][0].dtype),
+                    "seed": seed,
+                    "uuas": scores.uuas.round(6).tolist(),
+                    "spearman": scores.spearman.round(6).tolist(),
+                    "epochs": probes.distance_epoch.tolist(),
+                    "fit": list(probes.distance_endings),
+                    "features_s": round(features_s, 3),
+                    "fit_s": round(time.perf_counter() - started, 3),
+                }
                 first = reference.setdefault((precision, seed), run)
                 for metric in ("uuas", "spearman"):
                     run[f"{metric}_largest_difference"] = float(np.abs(np.subtract(run[metric], first[metric])).max())
@@ -73,14 +82,22 @@ def main() -> None:
     seed_ranges = []
     for variant, precision in dict.fromkeys((run["variant"], run["precision"]) for run in runs):
         same = [run for run in runs if (run["variant"], run["precision"]) == (variant, precision)]
-        seed_ranges.append({"variant": variant, "precision": precision} | {
-            metric: float(np.ptp([run[metric] for run in same], axis=0).max()) for metric in ("uuas", "spearman")})
+        seed_ranges.append(
+            {"variant": variant, "precision": precision}
+            | {metric: float(np.ptp([run[metric] for run in same], axis=0).max()) for metric in ("uuas", "spearman")}
+        )
     counts = {name: len(sentences) for name, sentences in splits.items()}
     summary = "\n".join(
-        [f"{run['variant']} {run['precision']} seed {run['seed']}: UUAS ±{run['uuas_largest_difference']:.4f}, "
-         f"Spearman ±{run['spearman_largest_difference']:.4f} from {runs[0]['variant']}" for run in runs]
-        + [f"{row['variant']} {row['precision']} across seeds: UUAS {row['uuas']:.4f}, Spearman {row['spearman']:.4f}"
-           for row in seed_ranges])
+        [
+            f"{run['variant']} {run['precision']} seed {run['seed']}: UUAS ±{run['uuas_largest_difference']:.4f}, "
+            f"Spearman ±{run['spearman_largest_difference']:.4f} from {runs[0]['variant']}"
+            for run in runs
+        ]
+        + [
+            f"{row['variant']} {row['precision']} across seeds: UUAS {row['uuas']:.4f}, Spearman {row['spearman']:.4f}"
+            for row in seed_ranges
+        ]
+    )
     emit({"data": args.data, "sentences": counts, "runs": runs, "seed_ranges": seed_ranges}, args.output, summary)
 
 

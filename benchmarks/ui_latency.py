@@ -43,10 +43,14 @@ def main() -> None:
     parser.add_argument("-o", "--output", default=None)
     args = parser.parse_args()
     result = asyncio.run(measure(args))
-    emit(result, args.output, f"ui_latency: first frame {result['first_frame_s']:.2f}s, model ready {result['model_ready_s']:.2f}s; "
+    emit(
+        result,
+        args.output,
+        f"ui_latency: first frame {result['first_frame_s']:.2f}s, model ready {result['model_ready_s']:.2f}s; "
         f"repaint {result['repaint_ms']['median']:.1f} ms, {args.long_tokens} tokens {result['repaint_long_ms']['median']:.1f} ms, "
         f"zoomed {result['repaint_long_zoomed_ms']['median']:.1f} ms (budget 30); toggle {result['toggle_ms']['median']:.1f} ms "
-        f"= {result['toggle_over_forward']:.2f} forward passes (budget 2)")
+        f"= {result['toggle_over_forward']:.2f} forward passes (budget 2)",
+    )
 
 
 async def measure(args) -> dict:

@@ -91,8 +91,11 @@ def on_gpu(out: str, tiny: str) -> None:
     import bertscope
 
     model = bertscope.load(tiny)
-    result = {"device": str(model.device), "backend": distributed._state.get("backend"),
-              "patterns": bertscope.patterns(model, limit=PATTERN_SENTENCES, norms=True)}
+    result = {
+        "device": str(model.device),
+        "backend": distributed._state.get("backend"),
+        "patterns": bertscope.patterns(model, limit=PATTERN_SENTENCES, norms=True),
+    }
     if distributed.is_main():
         with open(out, "wb") as handle:
             pickle.dump(result, handle)
@@ -106,8 +109,23 @@ def cached_probe(out: str, cache_dir: str, tiny: str, data: str) -> None:
 
 
 def cached_probe_arguments(cache_dir: str, tiny: str, data: str) -> list[str]:
-    return ["probe", "--task", "upos", "--data", data, "--limit", "40", "--no-random-baseline", "--cache-dir", cache_dir,
-            "-m", tiny, "--device", "cpu", "--json"]
+    return [
+        "probe",
+        "--task",
+        "upos",
+        "--data",
+        data,
+        "--limit",
+        "40",
+        "--no-random-baseline",
+        "--cache-dir",
+        cache_dir,
+        "-m",
+        tiny,
+        "--device",
+        "cpu",
+        "--json",
+    ]
 
 
 if __name__ == "__main__":

@@ -52,14 +52,27 @@ class FakeBackend:
         self.layer_calls: list[tuple[int, str, bool]] = []  # (layer, mask spec, from a result) of each layer_maps
         self.mixing_calls: list[tuple[str, str]] = []  # (method, mask spec) of each context-mixing run
         self.erasure_calls: list[tuple[str, int, int]] = []  # (task, layer, training sentences) of each eraser fitted
-        self.erased: list[tuple[str, object]] = []  # (what ran: forward, mixing, attribute, probe, patterns, syntax, geometry; its erasure) of each erased run
+        self.erased: list[
+            tuple[str, object]
+        ] = []  # (what ran: forward, mixing, attribute, probe, patterns, syntax, geometry; its erasure) of each erased run
 
     @property
     def info(self) -> ModelInfo:
         return ModelInfo(
-            source="fake-bert", family="BERT", architecture="BertModel", num_layers=LAYERS, num_heads=HEADS,
-            hidden_size=WIDTH, vocab_size=100, max_length=self.max_length, has_mlm_head=True, num_labels=None,
-            device="cpu", dtype="float32", parameters=1234, fingerprint="fake",
+            source="fake-bert",
+            family="BERT",
+            architecture="BertModel",
+            num_layers=LAYERS,
+            num_heads=HEADS,
+            hidden_size=WIDTH,
+            vocab_size=100,
+            max_length=self.max_length,
+            has_mlm_head=True,
+            num_labels=None,
+            device="cpu",
+            dtype="float32",
+            parameters=1234,
+            fingerprint="fake",
         )
 
     def encode(self, text: str, pair: str | None = None) -> Encoding:
@@ -74,14 +87,20 @@ class FakeBackend:
         tokens = tokens[: self.max_length]
         special = np.array([t in ("[CLS]", "[SEP]") for t in tokens])
         return Encoding(
-            text=text, pair=pair, tokens=tuple(tokens), input_ids=np.arange(len(tokens)),
-            token_type_ids=np.array(types[: len(tokens)]), special=special,
+            text=text,
+            pair=pair,
+            tokens=tuple(tokens),
+            input_ids=np.arange(len(tokens)),
+            token_type_ids=np.array(types[: len(tokens)]),
+            special=special,
             word_ids=tuple(None if s else i for i, s in enumerate(special)),
-            segment_ids=tuple(None if s else t for s, t in zip(special, types)), truncated=cut,
+            segment_ids=tuple(None if s else t for s, t in zip(special, types)),
+            truncated=cut,
         )
 
-    def forward(self, text, pair=None, *, attentions=False, mask=None, ablation="zero", reuse=None, norms=False,
-                figures=False, erasure=None) -> ForwardResult:
+    def forward(
+        self, text, pair=None, *, attentions=False, mask=None, ablation="zero", reuse=None, norms=False, figures=False, erasure=None
+    ) -> ForwardResult:
         encoding = text if isinstance(text, Encoding) else self.encode(text, pair)
         mask = mask or HeadMask.none(LAYERS, HEADS)
         self.calls.append((encoding.text, mask.spec()))
@@ -100,8 +119,13 @@ class FakeBackend:
             self.erased.append(("forward", erasure))
             hidden[erasure.layer :] += 0.2 * rng.normal(size=(length, WIDTH))
         return ForwardResult(
-            encoding=encoding, hidden_states=hidden.astype(np.float32), attentions=weights if attentions else None,
-            mlm_logits=None, class_logits=None, mask=mask, ablation=ablation,
+            encoding=encoding,
+            hidden_states=hidden.astype(np.float32),
+            attentions=weights if attentions else None,
+            mlm_logits=None,
+            class_logits=None,
+            mask=mask,
+            ablation=ablation,
             norms=weighted_norms if norms else None,
             figures=head_figures(weights, encoding.tokens, encoding.special) if figures else None,
         )
@@ -147,10 +171,19 @@ class FakeBackend:
         per_layer /= per_layer.sum(-1, keepdims=True)
         rolled = np.stack(list(itertools.accumulate(per_layer, lambda joint, matrix: matrix @ joint)))
         cumulative = method in ("flow", "rollout")
-        yield Progress("done", 1, 1, Mixing(
-            encoding=text, method=method, rolled=rolled, per_layer=None if cumulative else per_layer,
-            mask=mask, ablation=ablation,
-        ))
+        yield Progress(
+            "done",
+            1,
+            1,
+            Mixing(
+                encoding=text,
+                method=method,
+                rolled=rolled,
+                per_layer=None if cumulative else per_layer,
+                mask=mask,
+                ablation=ablation,
+            ),
+        )
 
     def attention_patterns(self, sentences, *, mask=None, ablation="zero", norms=False, erasure=None, cancel=None):
         """Known statistics: head (l, h) is always of class (l + h) % 5, or off where masked (its shares 0, as the real
@@ -169,8 +202,13 @@ class FakeBackend:
 
         def progress(final=False):
             result = PatternResult(
-                sentences=done, tokens=5 * done, truncated=0, statistics=statistics, pattern_shares=shares,
-                mask=mask if mask is not None and len(mask) else None, ablation=ablation,
+                sentences=done,
+                tokens=5 * done,
+                truncated=0,
+                statistics=statistics,
+                pattern_shares=shares,
+                mask=mask if mask is not None and len(mask) else None,
+                ablation=ablation,
             )
             return Progress("sentences", done, result=result if final else None, partial=result)
 
@@ -211,8 +249,9 @@ class FakeBackend:
                     correct[:, :, layer, head] = 0
             baseline = np.zeros((3, 2, len(OFFSETS)), dtype=np.int64)
             baseline[0, 0, OFFSETS.index(1)] = count // 2
-            return SyntaxResult(relations, np.full((3, 2), count, dtype=np.int64), correct, baseline,
-                                sentences=count, words=4 * count, truncated=0)
+            return SyntaxResult(
+                relations, np.full((3, 2), count, dtype=np.int64), correct, baseline, sentences=count, words=4 * count, truncated=0
+            )
 
         for sentence in sentences:
             if sentence.heads is None:
@@ -227,14 +266,12 @@ class FakeBackend:
             raise InputError("no sentences to analyse; the treebank is empty")
         yield Progress("sentences", done, result=result_after(done), partial=result_after(done))
 
-    def probe(self, task, train, dev=None, test=None, *, mask=None, ablation="zero", kind="linear", mdl=False, erasure=None,
-              cancel=None):
+    def probe(self, task, train, dev=None, test=None, *, mask=None, ablation="zero", kind="linear", mdl=False, erasure=None, cancel=None):
         """Two feature stages, then a report whose layer l scores 0.5 + 0.1 l (less under a mask); with `mdl`, layer l
         compresses 1 + l times (a word task's control task 1 + l / 4 times: as in the real one, a sentence task has no
         control) over a uniform code of 100 bits."""
-        from bertscope.core.data.probing_tasks import WORD_TASKS
-
         from bertscope.core.analyses.probing_results import ProbeReport
+        from bertscope.core.data.probing_tasks import WORD_TASKS
         from bertscope.core.data.splits import make_splits
 
         if not train:
@@ -256,17 +293,35 @@ class FakeBackend:
                 code, control = 1.0 + layer["layer"], 1.0 + layer["layer"] / 4
                 layer["mdl"] = {"online_bits": 100 / code, "uniform_bits": 100.0, "compression": code, "blocks": []}
                 if task in WORD_TASKS:
-                    layer["mdl"]["control"] = {"online_bits": 100 / control, "uniform_bits": 100.0, "compression": control,
-                                               "blocks": []}
+                    layer["mdl"]["control"] = {"online_bits": 100 / control, "uniform_bits": 100.0, "compression": control, "blocks": []}
         splits = make_splits(train, dev, test)  # as the real backend's probe_steps splits them
         counts = {"train": len(splits.train), "dev": len(splits.dev), "test": len(splits.test), "classes": 2, "unit": "sentences"}
-        report = ProbeReport(task=task, metric="accuracy", layers=layers, best_layer=LAYERS, center_of_gravity=2.0,
-                             baselines={"majority": 0.5}, counts=counts, notes=[],
-                             mdl={"blocks": "fake", "seed": 0} if mdl else {})
+        report = ProbeReport(
+            task=task,
+            metric="accuracy",
+            layers=layers,
+            best_layer=LAYERS,
+            center_of_gravity=2.0,
+            baselines={"majority": 0.5},
+            counts=counts,
+            notes=[],
+            mdl={"blocks": "fake", "seed": 0} if mdl else {},
+        )
         yield Progress("done", 2, 2, report)
 
-    def attribute(self, text, pair=None, *, method="integrated-gradients", target=None, steps=None, mask=None, ablation="zero",
-                  erasure=None, cancel=None):
+    def attribute(
+        self,
+        text,
+        pair=None,
+        *,
+        method="integrated-gradients",
+        target=None,
+        steps=None,
+        mask=None,
+        ablation="zero",
+        erasure=None,
+        cancel=None,
+    ):
         """Known scores: token i scores ((3 i) % 5 - 2) / 2, 0 on [CLS]/[SEP], shifted by 0.1 per masked head.
 
         A probe target first "trains" (two progress steps); the MLM target needs a [mask].
@@ -280,8 +335,18 @@ class FakeBackend:
         if erasure is not None:
             self.erased.append(("attribute", erasure))
         if target.kind == "probe":
-            described = {"kind": "probe", "label": "NNS", "index": 1, "task": target.probe, "data": "built-in task", "layer": 2,
-                         "pooling": "cls", "classes": ["NN", "NNS"], "test_accuracy": 0.9, "majority_baseline": 0.5}
+            described = {
+                "kind": "probe",
+                "label": "NNS",
+                "index": 1,
+                "task": target.probe,
+                "data": "built-in task",
+                "layer": 2,
+                "pooling": "cls",
+                "classes": ["NN", "NNS"],
+                "test_accuracy": 0.9,
+                "majority_baseline": 0.5,
+            }
             for done in (1, 2):
                 if cancel is not None and cancel.is_set():
                     return
@@ -291,7 +356,9 @@ class FakeBackend:
         else:
             positions = [i for i, t in enumerate(encoding.tokens) if t == "[mask]"]
             if not positions:
-                raise InputError("the text has no [MASK] for the MLM head to fill; write one, or explain a probe's decision with --probe TASK")
+                raise InputError(
+                    "the text has no [MASK] for the MLM head to fill; write one, or explain a probe's decision with --probe TASK"
+                )
             described = {"kind": "mlm", "label": "paris", "index": 7, "position": positions[0]}
         for done in (16, 32):
             if cancel is not None and cancel.is_set():
@@ -302,11 +369,24 @@ class FakeBackend:
         index = np.arange(len(encoding.tokens))
         scores = (((3 * index) % 5 - 2) / 2 + 0.1 * len(mask)) * ~encoding.special
         ig = method == "integrated-gradients"
-        yield Progress("done", 1, 1, Attribution(
-            encoding=encoding, method=method, scores=scores.astype(np.float32), target=described, score="log-probability",
-            output=-0.25, baseline_output=-3.0 if ig else None, completeness_error=0.012 if ig else None, steps=32 if ig else None,
-            mask=mask, ablation=ablation,
-        ))
+        yield Progress(
+            "done",
+            1,
+            1,
+            Attribution(
+                encoding=encoding,
+                method=method,
+                scores=scores.astype(np.float32),
+                target=described,
+                score="log-probability",
+                output=-0.25,
+                baseline_output=-3.0 if ig else None,
+                completeness_error=0.012 if ig else None,
+                steps=32 if ig else None,
+                mask=mask,
+                ablation=ablation,
+            ),
+        )
 
     def fit_erasure(self, task, layer, sentences, *, cancel=None):
         """Two feature steps of `delay` each, then an erasure of rank 2; a structural task is refused as the real one is."""
@@ -335,9 +415,19 @@ class FakeBackend:
             time.sleep(self.delay)
             yield Progress("gradients", done, 2)
         raw = np.arange(1, LAYERS * HEADS + 1, dtype=np.float64).reshape(LAYERS, HEADS)
-        result = HeadImportance(objective=objective, method=method, ablation=ablation, normalized=False, importance=raw, raw=raw,
-                                layers=None, baseline_loss=0.0, baseline_metric=1.0, metric="cosine to the unmasked output",
-                                sentences=len(sentences))
+        result = HeadImportance(
+            objective=objective,
+            method=method,
+            ablation=ablation,
+            normalized=False,
+            importance=raw,
+            raw=raw,
+            layers=None,
+            baseline_loss=0.0,
+            baseline_metric=1.0,
+            metric="cosine to the unmasked output",
+            sentences=len(sentences),
+        )
         yield Progress("done", 2, 2, result)
 
     def measure_objective(self, objective, sentences, mask=None, ablation="zero", erasure=None):
@@ -351,8 +441,9 @@ class FakeBackend:
         erased = 0.2 if erasure is not None else 0.0
         return Measurement(loss=0.1 * masked + erased, metric=1.0 - 0.05 * masked - erased)
 
-    def pruning_curve(self, objective, sentences, *, importance=None, ablation="zero", step=0.1, reestimate=False, max_drop=0.01,
-                      cancel=None):
+    def pruning_curve(
+        self, objective, sentences, *, importance=None, ablation="zero", step=0.1, reestimate=False, max_drop=0.01, cancel=None
+    ):
         """Every third head removed per step; the metric falls by 0.05 per head (measure_objective)."""
         from bertscope.core.analyses.importance_results import CurvePoint, PruningCurve
 
@@ -383,16 +474,35 @@ class FakeBackend:
             yield Progress("representations", min(done, len(sentences)), len(sentences))
         layers = LAYERS + 1
         angles = np.linspace(0, 2 * np.pi, 12, endpoint=False)
-        projection = np.stack([np.stack([np.cos(angles) * (l + 1), np.sin(angles)], axis=1) for l in range(layers)]).astype(np.float32)
+        projection = np.stack([np.stack([np.cos(angles) * (layer + 1), np.sin(angles)], axis=1) for layer in range(layers)]).astype(
+            np.float32
+        )
         labels = tuple("A" if x > 0 else "B" for x in projection[0, :, 0])
         cka = np.fromfunction(lambda i, j: 1.0 - 0.1 * np.abs(i - j), (layers, layers))
-        yield Progress("done", 1, 1, GeometryResult(
-            unit="token", sentences=len(sentences), seen=5 * len(sentences), truncated=0, projection=projection,
-            explained=np.tile([0.3, 0.1], (layers, 1)), labels={"token": labels, "parity": labels[::-1]},
-            texts=tuple(f"t{i}" for i in range(12)), cka=cka, cka_debiased=cka, intrinsic_dimension=np.arange(2.0, 2.0 + layers),
-            duplicates=np.zeros(layers, dtype=int), neighbourhood_overlap=np.full(layers - 1, 0.5), neighbours=10, seed=0,
-            mask=mask.spec() if mask is not None else "", ablation=ablation,
-        ))
+        yield Progress(
+            "done",
+            1,
+            1,
+            GeometryResult(
+                unit="token",
+                sentences=len(sentences),
+                seen=5 * len(sentences),
+                truncated=0,
+                projection=projection,
+                explained=np.tile([0.3, 0.1], (layers, 1)),
+                labels={"token": labels, "parity": labels[::-1]},
+                texts=tuple(f"t{i}" for i in range(12)),
+                cka=cka,
+                cka_debiased=cka,
+                intrinsic_dimension=np.arange(2.0, 2.0 + layers),
+                duplicates=np.zeros(layers, dtype=int),
+                neighbourhood_overlap=np.full(layers - 1, 0.5),
+                neighbours=10,
+                seed=0,
+                mask=mask.spec() if mask is not None else "",
+                ablation=ablation,
+            ),
+        )
 
     def compare(self, other, sentences, *, unit="token", max_rows=None, cancel=None):
         """Known comparison: head (l, h) has cosine 1 - 0.05 (l + h); model B "other-vocab" has another tokenizer."""
@@ -406,27 +516,67 @@ class FakeBackend:
             self.release.wait(timeout=10)
             time.sleep(self.delay)
             yield Progress("attention and representations", done, 2)
-        cosine = np.fromfunction(lambda l, h: 1.0 - 0.05 * (l + h), (LAYERS, HEADS))
+        cosine = np.fromfunction(lambda layer, head: 1.0 - 0.05 * (layer + head), (LAYERS, HEADS))
         cka = np.fromfunction(lambda i, j: 1.0 - 0.1 * np.abs(i - j) - 0.05 * np.minimum(i, j), (LAYERS + 1, LAYERS + 1))
-        yield Progress("done", 1, 1, ComparisonResult(
-            model_a="fake-bert", model_b=other, sentences=len(sentences), tokens=5 * len(sentences), unit="token",
-            rows_sampled=5 * len(sentences), head_cosine=cosine, head_cosine_std=np.full_like(cosine, 0.01), cka=cka, cka_debiased=cka,
-        ))
+        yield Progress(
+            "done",
+            1,
+            1,
+            ComparisonResult(
+                model_a="fake-bert",
+                model_b=other,
+                sentences=len(sentences),
+                tokens=5 * len(sentences),
+                unit="token",
+                rows_sampled=5 * len(sentences),
+                head_cosine=cosine,
+                head_cosine_std=np.full_like(cosine, 0.01),
+                cka=cka,
+                cka_debiased=cka,
+            ),
+        )
 
-    def patch(self, clean, corrupt, *, clean_pair=None, corrupt_pair=None, metric="preserve", answers=None, classes=None, task=None,
-              sweeps=("heads", "layers", "positions"), direction="denoise", cancel=None):
+    def patch(
+        self,
+        clean,
+        corrupt,
+        *,
+        clean_pair=None,
+        corrupt_pair=None,
+        metric="preserve",
+        answers=None,
+        classes=None,
+        task=None,
+        sweeps=("heads", "layers", "positions"),
+        direction="denoise",
+        cancel=None,
+    ):
         """Known effects: head (l, h) has ((l·H + h) % 5 - 1) / 4 (so -0.25 to 0.75); layer l's attention write
         0.1 (l + 1), its feed-forward write -0.05 (l + 1); the hidden state k at a differing token 1 - k / L
         (shared among them), at the last token k / L. A probe metric first trains (two steps); then one step per layer.
         """
         from bertscope.core.analyses.patching_results import PatchingResult
 
-        self.patch_calls.append(dict(clean=clean, corrupt=corrupt, clean_pair=clean_pair, corrupt_pair=corrupt_pair, metric=metric,
-                                     answers=answers, classes=classes, task=task, sweeps=tuple(sweeps), direction=direction))
+        self.patch_calls.append(
+            dict(
+                clean=clean,
+                corrupt=corrupt,
+                clean_pair=clean_pair,
+                corrupt_pair=corrupt_pair,
+                metric=metric,
+                answers=answers,
+                classes=classes,
+                task=task,
+                sweeps=tuple(sweeps),
+                direction=direction,
+            )
+        )
         clean_encoding, corrupt_encoding = self.encode(clean, clean_pair), self.encode(corrupt, corrupt_pair)
         if len(clean_encoding) != len(corrupt_encoding):
-            raise InputError(f"the clean and corrupted inputs have {len(clean_encoding)} and {len(corrupt_encoding)} tokens; "
-                             "patching needs the same number")
+            raise InputError(
+                f"the clean and corrupted inputs have {len(clean_encoding)} and {len(corrupt_encoding)} tokens; "
+                "patching needs the same number"
+            )
         differing = tuple(i for i, (a, b) in enumerate(zip(clean_encoding.tokens, corrupt_encoding.tokens)) if a != b)
         if not differing:
             raise InputError("the clean and corrupted inputs are the same tokens; change the corrupted one")
@@ -439,33 +589,45 @@ class FakeBackend:
             time.sleep(self.delay)
             yield Progress(stage, done, total)
         length = len(clean_encoding)
-        heads = np.fromfunction(lambda l, h: ((l * HEADS + h) % 5 - 1) / 4, (LAYERS, HEADS))
+        heads = np.fromfunction(lambda layer, head: ((layer * HEADS + head) % 5 - 1) / 4, (LAYERS, HEADS))
         layers = np.stack([0.1 * np.arange(1, LAYERS + 1), -0.05 * np.arange(1, LAYERS + 1)], axis=1)
         positions = np.zeros((LAYERS + 1, length))
         share = (1 - np.arange(LAYERS + 1) / LAYERS) / len(differing)
         for position in differing:
             positions[:, position] = share
         positions[:, length - 1] += np.arange(LAYERS + 1) / LAYERS
-        described = {"preserve": "minus the squared distance of the final hidden states to the clean run's",
-                     "probe": f"logit(NNS) - logit(NN) of the {task} probe at hidden state 2",
-                     "mlm": f"logit({(answers or ('paris', 'lyon'))[0]}) - logit({(answers or ('paris', 'lyon'))[1]}) at the [MASK]",
-                     "class": "logit(A) - logit(B) of the classifier"}
-        yield Progress("patching", LAYERS, LAYERS, PatchingResult(
-            metric=metric, metric_description=described[metric], direction=direction, tokens=clean_encoding.tokens,
-            corrupt_tokens=corrupt_encoding.tokens, differing=differing, clean_metric=0.0 if metric == "preserve" else 2.5,
-            corrupt_metric=-4.0 if metric == "preserve" else -1.5,
-            heads=heads if "heads" in sweeps else None, layers=layers if "layers" in sweeps else None,
-            positions=positions if "positions" in sweeps else None,
-            clean_text=clean if clean_pair is None else f"{clean} / {clean_pair}",
-            corrupt_text=corrupt if corrupt_pair is None else f"{corrupt} / {corrupt_pair}",
-        ))
+        described = {
+            "preserve": "minus the squared distance of the final hidden states to the clean run's",
+            "probe": f"logit(NNS) - logit(NN) of the {task} probe at hidden state 2",
+            "mlm": f"logit({(answers or ('paris', 'lyon'))[0]}) - logit({(answers or ('paris', 'lyon'))[1]}) at the [MASK]",
+            "class": "logit(A) - logit(B) of the classifier",
+        }
+        yield Progress(
+            "patching",
+            LAYERS,
+            LAYERS,
+            PatchingResult(
+                metric=metric,
+                metric_description=described[metric],
+                direction=direction,
+                tokens=clean_encoding.tokens,
+                corrupt_tokens=corrupt_encoding.tokens,
+                differing=differing,
+                clean_metric=0.0 if metric == "preserve" else 2.5,
+                corrupt_metric=-4.0 if metric == "preserve" else -1.5,
+                heads=heads if "heads" in sweeps else None,
+                layers=layers if "layers" in sweeps else None,
+                positions=positions if "positions" in sweeps else None,
+                clean_text=clean if clean_pair is None else f"{clean} / {clean_pair}",
+                corrupt_text=corrupt if corrupt_pair is None else f"{corrupt} / {corrupt_pair}",
+            ),
+        )
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
         positions = [i for i, t in enumerate(result.tokens) if t == "[mask]"]
         shift = 0.1 * len(result.mask)
         return [
-            MaskPrediction(position=p, tokens=("paris", "lyon", "rome"), probabilities=(0.6 - shift, 0.2, 0.1 + shift))
-            for p in positions
+            MaskPrediction(position=p, tokens=("paris", "lyon", "rome"), probabilities=(0.6 - shift, 0.2, 0.1 + shift)) for p in positions
         ]
 
 
@@ -473,11 +635,13 @@ def pattern(kind: int, length: int) -> np.ndarray:
     """Four recognisable heads: everyone to [CLS], to itself, to the previous token, uniform."""
     kind %= 4
     if kind == 0:
-        weights = np.zeros((length, length)); weights[:, 0] = 1.0
+        weights = np.zeros((length, length))
+        weights[:, 0] = 1.0
     elif kind == 1:
         weights = np.eye(length)
     elif kind == 2:
-        weights = np.eye(length, k=-1); weights[0, 0] = 1.0
+        weights = np.eye(length, k=-1)
+        weights[0, 0] = 1.0
     else:
         weights = np.full((length, length), 1.0 / length)
     return weights

@@ -108,11 +108,14 @@ def _unigram(tokenizer_class):
 
     pipeline = Tokenizer.from_str(tokenizer_class(**_SPECIAL_NAMES).backend_tokenizer.to_str())
     trainer = trainers.UnigramTrainer(
-        vocab_size=600, special_tokens=list(SPECIALS), unk_token="[UNK]",
-        initial_alphabet=_ALPHABET, show_progress=False,
+        vocab_size=600,
+        special_tokens=list(SPECIALS),
+        unk_token="[UNK]",
+        initial_alphabet=_ALPHABET,
+        show_progress=False,
     )
     pipeline.train_from_iterator(SENTENCES, trainer)
-    trained = json.loads(pipeline.to_str())["model"]["vocab"][len(SPECIALS):]
+    trained = json.loads(pipeline.to_str())["model"]["vocab"][len(SPECIALS) :]
     # The trainer ends its list with the characters it keeps only as a fallback, each 1e-4 below the
     # one before, in an order (like the last bits of all scores) that varies between processes with
     # its hash maps. One score for that tail, rounding and sorting give the same ids in every process.
@@ -143,17 +146,21 @@ def _byte_level_bpe():
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=600, special_tokens=[*SPECIALS[:-1], mask],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        vocab_size=600,
+        special_tokens=[*SPECIALS[:-1], mask],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     backend.train_from_iterator([*SENTENCES, *(word for sentence in SENTENCES for word in sentence.split())], trainer)
     cls, sep = backend.token_to_id("[CLS]"), backend.token_to_id("[SEP]")
     backend.post_processor = processors.TemplateProcessing(
-        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        single="[CLS]:0 $A:0 [SEP]:0",
+        pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
         special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
     )
     return PreTrainedTokenizerFast(
-        tokenizer_object=backend, model_input_names=["input_ids", "attention_mask"],
+        tokenizer_object=backend,
+        model_input_names=["input_ids", "attention_mask"],
         **{**_SPECIAL_NAMES, "mask_token": mask},
     )
 
@@ -189,19 +196,33 @@ def _config(family: str, tokenizer, head: str, **overrides):
 
     ids = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
     bos_eos = dict(bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id)
-    bert_like = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
-                     max_position_embeddings=128)
+    bert_like = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, max_position_embeddings=128)
     settings = {
         "distilbert": dict(dim=32, n_layers=3, n_heads=4, hidden_dim=64, max_position_embeddings=128),
         # One layer group run three times: ALBERT's weight sharing.
         "albert": dict(bert_like, embedding_size=16, num_hidden_groups=1, inner_group_num=1, **bos_eos),
         # DeBERTa-v3's attention: disentangled c2p/p2c with log-bucketed relative positions, no absolute ones.
-        "deberta-v2": dict(bert_like, relative_attention=True, pos_att_type=["p2c", "c2p"], position_buckets=8,
-                           max_relative_positions=32, share_att_key=True, norm_rel_ebd="layer_norm",
-                           position_biased_input=False, type_vocab_size=0),
+        "deberta-v2": dict(
+            bert_like,
+            relative_attention=True,
+            pos_att_type=["p2c", "c2p"],
+            position_buckets=8,
+            max_relative_positions=32,
+            share_att_key=True,
+            norm_rel_ebd="layer_norm",
+            position_biased_input=False,
+            type_vocab_size=0,
+        ),
         # Layers 0 and 3 attend globally, 1 and 2 within a window of 8 (4 tokens either side).
-        "modernbert": dict(bert_like, num_hidden_layers=4, local_attention=8, global_attn_every_n_layers=3,
-                           cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id, **bos_eos),
+        "modernbert": dict(
+            bert_like,
+            num_hidden_layers=4,
+            local_attention=8,
+            global_attn_every_n_layers=3,
+            cls_token_id=tokenizer.cls_token_id,
+            sep_token_id=tokenizer.sep_token_id,
+            **bos_eos,
+        ),
         # MPNet numbers positions from pad_token_id + 1, so 130 positions hold 128 tokens. Its relative
         # buckets stay at 32: MPNetEncoder.compute_position_bias ignores the config and always asks for 32.
         "mpnet": dict(bert_like, max_position_embeddings=130, **bos_eos),

@@ -75,18 +75,19 @@ def test_bad_input_raises_one_bertscope_error(tiny_session):
 
 def senteval_file(directory):
     """A small SentEval file: the label is whether the sentence is about cats or dogs."""
-    lines = [f"{split}\t{label}\tThe {animal} {verb} {place}."
-             for split, count in (("tr", 6), ("va", 2), ("te", 2))
-             for label, animal in (("cat", "cat"), ("dog", "dog"))
-             for verb, place in zip(("sat", "slept", "ran", "ate", "hid", "sang")[:count], ("here", "there", "home", "in", "out", "up"))]
+    lines = [
+        f"{split}\t{label}\tThe {animal} {verb} {place}."
+        for split, count in (("tr", 6), ("va", 2), ("te", 2))
+        for label, animal in (("cat", "cat"), ("dog", "dog"))
+        for verb, place in zip(("sat", "slept", "ran", "ate", "hid", "sang")[:count], ("here", "there", "home", "in", "out", "up"))
+    ]
     path = directory / "animals.tsv"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
 
 def test_probe_importance_and_pruning(tiny_session, tmp_path):
-    report = bertscope.probe(tiny_session, "animals", data=senteval_file(tmp_path), control=False, random_baseline=False,
-                             cache_dir=False)
+    report = bertscope.probe(tiny_session, "animals", data=senteval_file(tmp_path), control=False, random_baseline=False, cache_dir=False)
     assert [row["layer"] for row in report.layers] == list(range(tiny_session.num_layers + 1))
     ranking = bertscope.importance(tiny_session, "preserve", TEXTS)
     assert ranking.importance.shape == (tiny_session.num_layers, tiny_session.num_heads)
@@ -110,8 +111,9 @@ def test_fill_and_cloze_with_an_mlm_head(tiny_mlm_session, tiny_session, tmp_pat
 
 
 def test_attribute_geometry_and_compare(tiny_session, tmp_path):
-    explained = bertscope.attribute(tiny_session, "The cat slept here.", probe="animals", data=senteval_file(tmp_path),
-                                    cache_dir=False, method="gradient")
+    explained = bertscope.attribute(
+        tiny_session, "The cat slept here.", probe="animals", data=senteval_file(tmp_path), cache_dir=False, method="gradient"
+    )
     assert explained.scores.shape == (len(explained.encoding.tokens),)
     shape = bertscope.geometry(tiny_session, TEXTS, unit="token", max_rows=20)
     assert shape.size == min(20, shape.seen)
@@ -127,8 +129,23 @@ def test_patch_is_in_the_api(tiny_session):
         bertscope.patch(tiny_session, "the keys are here", " ")
 
 
-ANALYSES = ["patterns", "syntax", "probe", "importance", "pruning_curve", "prune", "fill", "cloze", "attribute", "patch",
-            "geometry", "compare", "mixing", "mixing_agreement", "erase"]
+ANALYSES = [
+    "patterns",
+    "syntax",
+    "probe",
+    "importance",
+    "pruning_curve",
+    "prune",
+    "fill",
+    "cloze",
+    "attribute",
+    "patch",
+    "geometry",
+    "compare",
+    "mixing",
+    "mixing_agreement",
+    "erase",
+]
 
 
 def test_every_analysis_is_written_once_and_its_stream_takes_exactly_its_arguments():
@@ -142,8 +159,19 @@ def test_every_analysis_is_written_once_and_its_stream_takes_exactly_its_argumen
         assert inspect.signature(function).parameters == inspect.signature(stream).parameters, name
         assert {"progress", "cancel"} <= set(inspect.signature(function).parameters), name
         assert inspect.signature(function).return_annotation != inspect.signature(stream).return_annotation, name
-    corpus_analyses = ["patterns", "syntax", "importance", "pruning_curve", "prune", "cloze", "geometry", "compare", "probe",
-                       "mixing_agreement", "erase"]
+    corpus_analyses = [
+        "patterns",
+        "syntax",
+        "importance",
+        "pruning_curve",
+        "prune",
+        "cloze",
+        "geometry",
+        "compare",
+        "probe",
+        "mixing_agreement",
+        "erase",
+    ]
     for name in corpus_analyses:  # one form of corpus argument: `texts` given, or a file as `data=`
         parameters = inspect.signature(getattr(bertscope, name)).parameters
         assert "texts" in parameters and parameters["data"].kind is inspect.Parameter.KEYWORD_ONLY, name
@@ -191,12 +219,38 @@ def test_the_apis_keywords_are_named_as_the_commands_flags():
 
     from bertscope.cli import main
 
-    shown_only = {"output", "json", "csv", "theme", "figure", "device", "dtype", "allow_download",  # how and where to print, which model
-                  "no_cache",  # cache_dir=False
-                  "relations", "min_count", "layer", "colour_by", "points", "curve", "cloze"}  # rows shown, or which function
-    commands = {"patterns": ["patterns"], "syntax": ["syntax"], "probe": ["probe"], "importance": ["importance"],
-                "prune": ["prune", "pruning_curve"], "fill": ["fill", "cloze"], "attribute": ["attribute"], "patch": ["patch"],
-                "geometry": ["geometry"], "compare": ["compare"], "mixing": ["mixing", "mixing_agreement"], "erase": ["erase"]}
+    shown_only = {
+        "output",
+        "json",
+        "csv",
+        "theme",
+        "figure",
+        "device",
+        "dtype",
+        "allow_download",  # how and where to print, which model
+        "no_cache",  # cache_dir=False
+        "relations",
+        "min_count",
+        "layer",
+        "colour_by",
+        "points",
+        "curve",
+        "cloze",
+    }  # rows shown, or which function
+    commands = {
+        "patterns": ["patterns"],
+        "syntax": ["syntax"],
+        "probe": ["probe"],
+        "importance": ["importance"],
+        "prune": ["prune", "pruning_curve"],
+        "fill": ["fill", "cloze"],
+        "attribute": ["attribute"],
+        "patch": ["patch"],
+        "geometry": ["geometry"],
+        "compare": ["compare"],
+        "mixing": ["mixing", "mixing_agreement"],
+        "erase": ["erase"],
+    }
     for command, functions in commands.items():
         keywords = set().union(*(inspect.signature(getattr(bertscope, name)).parameters for name in functions))
         for option in main.commands[command].params:

@@ -51,8 +51,16 @@ def reference(sharp_dir):
         logits = model(inputs_embeds=inputs_embeds, token_type_ids=torch.zeros_like(ids).expand(len(inputs_embeds), -1)).logits
         return torch.log_softmax(logits[:, position].double(), -1)[:, token]
 
-    return {"model": model, "tokenizer": tokenizer, "inputs": inputs, "position": position, "token": token,
-            "embeds": embeds, "baseline": baseline, "f": f}
+    return {
+        "model": model,
+        "tokenizer": tokenizer,
+        "inputs": inputs,
+        "position": position,
+        "token": token,
+        "embeds": embeds,
+        "baseline": baseline,
+        "f": f,
+    }
 
 
 def test_integrated_gradients_agree_with_captum(tiny_mlm_session, reference):
@@ -62,7 +70,10 @@ def test_integrated_gradients_agree_with_captum(tiny_mlm_session, reference):
     assert ours.target["kind"] == "mlm" and ours.target["position"] == reference["position"]
     assert ours.target["index"] == reference["token"]
     expected, delta = IntegratedGradients(reference["f"]).attribute(
-        reference["embeds"], baselines=reference["baseline"], n_steps=32, method="gausslegendre",
+        reference["embeds"],
+        baselines=reference["baseline"],
+        n_steps=32,
+        method="gausslegendre",
         return_convergence_delta=True,
     )
     expected = expected[0].sum(-1).detach().numpy()
@@ -133,8 +144,9 @@ def test_context_mixing_methods_read_the_decisions_row_rolled_out(tiny_mlm_sessi
 def test_a_head_mask_reaches_the_attributed_forward(tiny_mlm_session):
     plain = result_of(attribute(tiny_mlm_session, TEXT, method="integrated-gradients", steps=16))
     mask = tiny_mlm_session.mask("1:*,2:0")
-    masked = result_of(attribute(tiny_mlm_session, TEXT, method="integrated-gradients", steps=16, mask=mask,
-                                 target=Target(label=plain.target["label"])))
+    masked = result_of(
+        attribute(tiny_mlm_session, TEXT, method="integrated-gradients", steps=16, mask=mask, target=Target(label=plain.target["label"]))
+    )
     assert masked.output != pytest.approx(plain.output)
     from bertscope.core.analyses.mlm import fill
 
@@ -148,7 +160,12 @@ def test_a_head_mask_reaches_the_attributed_forward(tiny_mlm_session):
 def test_a_named_target_and_a_chosen_mask_position(tiny_mlm_session):
     text = "[MASK] was born in [MASK]."
     result = result_of(attribute(tiny_mlm_session, text, method="gradient", target=Target(label="paris", position=5)))
-    assert result.target == {"kind": "mlm", "label": "paris", "index": tiny_mlm_session.tokenizer.convert_tokens_to_ids("paris"), "position": 5}
+    assert result.target == {
+        "kind": "mlm",
+        "label": "paris",
+        "index": tiny_mlm_session.tokenizer.convert_tokens_to_ids("paris"),
+        "position": 5,
+    }
     with pytest.raises(InputError, match="not a \\[MASK\\].*1, 5"):
         list(attribute(tiny_mlm_session, text, method="gradient", target=Target(position=2)))
     with pytest.raises(InputError, match="not one token"):
@@ -201,7 +218,11 @@ def test_probe_decisions_on_a_model_without_an_mlm_head(tiny_session, tmp_path):
     cached.write_bytes(b"damaged")
     assert module._load(cached, "subject_number", str(data), "cls", tiny_session) is None  # trained again, not trusted
     with pytest.raises(InputError, match="not a class here; classes: NN, NNS"):
-        list(attribute(tiny_session, text, method="gradient", target=Target(probe="subject_number", data=str(data), label="VB"), cache_dir=tmp_path))
+        list(
+            attribute(
+                tiny_session, text, method="gradient", target=Target(probe="subject_number", data=str(data), label="VB"), cache_dir=tmp_path
+            )
+        )
     with pytest.raises(InputError, match="unknown probing task"):
         list(attribute(tiny_session, text, method="gradient", target=Target(probe="nonsense"), cache_dir=tmp_path))
 
@@ -211,8 +232,14 @@ def test_sequence_classification_outputs(tmp_path):
 
     from bertscope.core.model.session import Session
 
-    directory = save_tiny(tmp_path / "cls", "BertForSequenceClassification", seed=3, num_labels=3,
-                          id2label={0: "neg", 1: "neu", 2: "pos"}, label2id={"neg": 0, "neu": 1, "pos": 2})
+    directory = save_tiny(
+        tmp_path / "cls",
+        "BertForSequenceClassification",
+        seed=3,
+        num_labels=3,
+        id2label={0: "neg", 1: "neu", 2: "pos"},
+        label2id={"neg": 0, "neu": 1, "pos": 2},
+    )
     session = Session.open(str(directory), device="cpu")
     result = result_of(attribute(session, "A fine film.", method="integrated-gradients", target=Target(label="POS"), steps=64))
     assert result.target["kind"] == "class" and result.target["label"] == "pos" and result.target["index"] == 2

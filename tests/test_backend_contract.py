@@ -58,7 +58,9 @@ def mismatches(backend) -> list[str]:
 
 def test_the_contract_declares_the_explorers_needs():
     assert {"num_layers", "num_heads"} <= set(ATTRIBUTES)
-    assert {"info", "encode", "forward", "attention_patterns", "probe", "head_importance", "measure_objective", "pruning_curve"} <= set(MEMBERS)
+    assert {"info", "encode", "forward", "attention_patterns", "probe", "head_importance", "measure_objective", "pruning_curve"} <= set(
+        MEMBERS
+    )
 
 
 def test_both_backends_keep_the_contract(backend):

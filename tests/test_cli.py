@@ -22,14 +22,18 @@ from tests.helpers.models import write_config
 SENTENCE = "The keys to the cabinet are on the table."
 
 
-
-
 def test_info_json(run, tiny_bert_dir):
     result = run("info", "--model", str(tiny_bert_dir), "--json")
     assert result.exit_code == 0
     info = json.loads(result.stdout)
     assert {k: info[k] for k in ("family", "num_layers", "num_heads", "hidden_size", "vocab_size", "max_length", "has_mlm_head")} == {
-        "family": "BERT", "num_layers": 3, "num_heads": 4, "hidden_size": 32, "vocab_size": 30522, "max_length": 64, "has_mlm_head": False,
+        "family": "BERT",
+        "num_layers": 3,
+        "num_heads": 4,
+        "hidden_size": 32,
+        "vocab_size": 30522,
+        "max_length": 64,
+        "has_mlm_head": False,
     }
     assert info["device"] == "cpu" and info["parameters"] > 0
 
@@ -185,9 +189,7 @@ EXPLORE_WITHOUT_A_TERMINAL = (
 def test_explorer_without_a_terminal_refuses_in_one_line_before_torch():
     """`bertscope < /dev/null`, or under a job scheduler: Textual would read end-of-file at full speed for ever."""
     with open(os.devnull) as nothing:
-        done = subprocess.run(
-            [sys.executable, "-c", EXPLORE_WITHOUT_A_TERMINAL], stdin=nothing, capture_output=True, text=True, timeout=60
-        )
+        done = subprocess.run([sys.executable, "-c", EXPLORE_WITHOUT_A_TERMINAL], stdin=nothing, capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["2", "False", "False"], done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("bertscope: error: the explorer needs a terminal"), lines
@@ -228,7 +230,9 @@ def test_bad_mask_specs(run, tiny_bert_dir, spec, fragment):
     assert_one_line_error(result, fragment)
 
 
-@pytest.mark.parametrize("option, value, fragment", [("--layer", "3", "--layer 3 is out of range"), ("--head", "-1", "--head -1 is out of range")])
+@pytest.mark.parametrize(
+    "option, value, fragment", [("--layer", "3", "--layer 3 is out of range"), ("--head", "-1", "--head -1 is out of range")]
+)
 def test_layer_or_head_out_of_range(run, tiny_bert_dir, option, value, fragment):
     args = {"--layer": "0", "--head": "0"}
     args[option] = value
@@ -321,7 +325,9 @@ def test_failed_write_leaves_no_file(run, tiny_bert_dir, tmp_path, monkeypatch):
 
 
 def test_bad_theme(run, tiny_bert_dir):
-    assert_one_line_error(run("attention", SENTENCE, "-l", "0", "-H", "0", "--theme", "no-such-theme", "-m", str(tiny_bert_dir)), "no-such-theme")
+    assert_one_line_error(
+        run("attention", SENTENCE, "-l", "0", "-H", "0", "--theme", "no-such-theme", "-m", str(tiny_bert_dir)), "no-such-theme"
+    )
 
 
 def test_half_precision_on_cpu(run, tiny_bert_dir):
@@ -332,7 +338,9 @@ def test_half_precision_on_cpu(run, tiny_bert_dir):
 
 
 def python_modules_after(code: str) -> set[str]:
-    out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print(' '.join(sys.modules))"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys; print(' '.join(sys.modules))"], capture_output=True, text=True, check=True
+    )
     return set(out.stdout.split())
 
 
@@ -347,7 +355,8 @@ def test_help_and_version_do_not_import_torch(flag):
 def test_module_entry_point_exit_status(tiny_bert_dir):
     done = subprocess.run(
         [sys.executable, "-m", "bertscope", "attention", "x", "-l", "9", "-H", "0", "-m", str(tiny_bert_dir)],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 2
     assert done.stderr.strip() == "bertscope: error: --layer 9 is out of range: this model has 3 layers (0-2)"
@@ -373,7 +382,21 @@ def test_patterns_json_schema(run, tiny_bert_dir, tmp_path):
     assert len(data["heads"]) == 3 * 4 and len(data["layers"]) == 3
     head = data["heads"][5]
     assert (head["layer"], head["head"]) == (1, 1)
-    assert set(head) >= {"layer", "head", "pattern", "pattern_shares", "cls", "sep", "punct", "self", "prev", "next", "block", "entropy", "distance"}
+    assert set(head) >= {
+        "layer",
+        "head",
+        "pattern",
+        "pattern_shares",
+        "cls",
+        "sep",
+        "punct",
+        "self",
+        "prev",
+        "next",
+        "block",
+        "entropy",
+        "distance",
+    }
     assert head["pattern"] in head["pattern_shares"] and sum(head["pattern_shares"].values()) == pytest.approx(1, abs=1e-5)
     assert set(data["layers"][0]) == {"layer", "pattern_shares", "cls", "sep", "punct"}
 
@@ -448,16 +471,21 @@ def test_patterns_bad_corpora(run, tiny_bert_dir, tmp_path, content, fragment):
 
 def test_patterns_bad_arguments(run, tiny_bert_dir, tmp_path):
     assert_one_line_error(run("patterns", "--data", str(tmp_path / "missing.txt"), "-m", str(tiny_bert_dir)), "missing.txt")
-    assert_one_line_error(run("patterns", "x", "--data", "y", "-m", str(tiny_bert_dir)), "give either a text or a corpus file, not both (--data FILE)")
+    assert_one_line_error(
+        run("patterns", "x", "--data", "y", "-m", str(tiny_bert_dir)), "give either a text or a corpus file, not both (--data FILE)"
+    )
     assert_one_line_error(run("patterns", "--data", str(tmp_path), "-m", str(tiny_bert_dir)), "directory")
 
 
-@pytest.mark.parametrize("command", [
-    ("syntax", "--data", "CONLLU", "--limit", "20", "--json"),
-    ("geometry", "--data", "CONLLU", "--limit", "20", "--json"),
-    ("compare", "--data", "CONLLU", "--limit", "20", "--model-b", "MLM", "--json"),
-    ("fill", "--cloze", "sample", "--json", "-m", "MLM"),
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("syntax", "--data", "CONLLU", "--limit", "20", "--json"),
+        ("geometry", "--data", "CONLLU", "--limit", "20", "--json"),
+        ("compare", "--data", "CONLLU", "--limit", "20", "--model-b", "MLM", "--json"),
+        ("fill", "--cloze", "sample", "--json", "-m", "MLM"),
+    ],
+)
 def test_corpus_commands_write_what_they_print_to_output_files(run, command, tiny_bert_dir, tiny_mlm_dir, tmp_path):
     """Every corpus job takes -o FILE (written atomically, by rank 0 alone under torchrun), as patterns, probe and importance do."""
     args = [{"CONLLU": str(sample_corpus("conllu")), "MLM": str(tiny_mlm_dir)}.get(a, a) for a in command]

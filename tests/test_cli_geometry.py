@@ -42,16 +42,23 @@ def test_geometry_for_a_person_draws_the_table_heatmap_and_scatter(run, tiny_ber
 
 def test_geometry_bad_input(run, tiny_bert_dir, tmp_path):
     assert_one_line_error(run("geometry", "--data", str(tmp_path / "missing.txt"), "-m", str(tiny_bert_dir)), "missing.txt")
-    assert_one_line_error(run("geometry", "--data", str(sample_corpus()), "--limit", "3", "--layer", "9", "-m", str(tiny_bert_dir)),
-                          "--layer 9 is out of range")
-    assert_one_line_error(run("geometry", "--data", str(sample_corpus()), "--limit", "3", "--unit", "word", "-m", str(tiny_bert_dir)),
-                          "CoNLL-U")
-    assert_one_line_error(run("geometry", "--data", str(sample_corpus()), "--limit", "3", "--colour-by", "upos", "-m", str(tiny_bert_dir)),
-                          "labels here: token")
+    assert_one_line_error(
+        run("geometry", "--data", str(sample_corpus()), "--limit", "3", "--layer", "9", "-m", str(tiny_bert_dir)),
+        "--layer 9 is out of range",
+    )
+    assert_one_line_error(
+        run("geometry", "--data", str(sample_corpus()), "--limit", "3", "--unit", "word", "-m", str(tiny_bert_dir)), "CoNLL-U"
+    )
+    assert_one_line_error(
+        run("geometry", "--data", str(sample_corpus()), "--limit", "3", "--colour-by", "upos", "-m", str(tiny_bert_dir)),
+        "labels here: token",
+    )
 
 
 def test_compare_json_with_itself(run, tiny_bert_dir):
-    result = run("compare", "--data", str(sample_corpus()), "--limit", "10", "-m", str(tiny_bert_dir), "--model-b", str(tiny_bert_dir), "--json")
+    result = run(
+        "compare", "--data", str(sample_corpus()), "--limit", "10", "-m", str(tiny_bert_dir), "--model-b", str(tiny_bert_dir), "--json"
+    )
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     assert len(payload["heads"]) == 12 and [h["attention_cosine"] for h in payload["heads"]] == pytest.approx([1.0] * 12, abs=1e-5)
@@ -78,6 +85,7 @@ def test_compare_with_a_different_tokenizer_is_one_line(run, tiny_bert_dir, tmp_
 def test_compare_needs_model_b_and_a_probe_it_can_run(run, tiny_bert_dir, tmp_path):
     result = run("compare", "-m", str(tiny_bert_dir))
     assert result.exit_code == 2 and "--model-b" in result.output
-    assert_one_line_error(run("compare", "--limit", "3", "--probe", "upos", "-m", str(tiny_bert_dir), "--model-b", str(tiny_bert_dir)),
-                          "CoNLL-U")
+    assert_one_line_error(
+        run("compare", "--limit", "3", "--probe", "upos", "-m", str(tiny_bert_dir), "--model-b", str(tiny_bert_dir)), "CoNLL-U"
+    )
     assert_one_line_error(run("compare", "--limit", "3", "-m", str(tiny_bert_dir), "--model-b", str(tmp_path / "nothing")), "nothing")

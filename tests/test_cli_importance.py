@@ -45,14 +45,15 @@ def test_importance_json(run, tiny_mlm_dir, data_file):
     payload = json.loads(result.stdout)
     assert payload["objective"] == "mlm" and payload["method"] == "gradient" and payload["sentences"] == len(DATA_LINES)
     heads = payload["heads"]
-    assert [(h["layer"], h["head"]) for h in heads] == [(l, h) for l in range(3) for h in range(4)]
+    assert [(h["layer"], h["head"]) for h in heads] == [(layer, head) for layer in range(3) for head in range(4)]
     values = np.array([h["importance"] for h in heads]).reshape(3, 4)
     np.testing.assert_allclose(np.linalg.norm(values, axis=1), 1.0, atol=1e-6)  # normalised per layer by default
 
 
 def test_importance_by_ablation_csv(run, tiny_bert_dir, data_file):
-    result = run("importance", "--data", data_file, "-O", "preserve", "--method", "ablation", "--no-normalize",
-                 "-m", str(tiny_bert_dir), "--csv")
+    result = run(
+        "importance", "--data", data_file, "-O", "preserve", "--method", "ablation", "--no-normalize", "-m", str(tiny_bert_dir), "--csv"
+    )
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert len(rows) == 12 and all(float(row["importance"]) > 0 for row in rows)
@@ -89,8 +90,21 @@ def test_classification_without_labelled_data(run, tiny_bert_dir, data_file):
 
 
 def test_prune_curve_json(run, tiny_bert_dir, data_file):
-    result = run("prune", "--data", data_file, "-O", "preserve", "--curve", "--step", "0.25", "--max-drop", "0.02",
-                 "-m", str(tiny_bert_dir), "--json")
+    result = run(
+        "prune",
+        "--data",
+        data_file,
+        "-O",
+        "preserve",
+        "--curve",
+        "--step",
+        "0.25",
+        "--max-drop",
+        "0.02",
+        "-m",
+        str(tiny_bert_dir),
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     points = payload["points"]
@@ -115,7 +129,9 @@ def test_prune_writes_a_smaller_model_that_loads(run, tiny_bert_dir, data_file, 
     assert info["pruned_heads"] == 6 and info["parameters"] == payload["parameters_after"]
     sentence = DATA_LINES[0]
     small = json.loads(run("attention", sentence, "-l", "1", "-H", "0", "-m", str(out), "--json").stdout)
-    masked = json.loads(run("attention", sentence, "-l", "1", "-H", "0", "-m", str(tiny_bert_dir), "--mask", payload["mask"], "--json").stdout)
+    masked = json.loads(
+        run("attention", sentence, "-l", "1", "-H", "0", "-m", str(tiny_bert_dir), "--mask", payload["mask"], "--json").stdout
+    )
     np.testing.assert_allclose(small["attention"], masked["attention"], atol=1e-5)
     # writing again into the same directory is refused before any work
     again = run("prune", "--data", data_file, "-O", "preserve", "--fraction", "0.5", "-o", str(out), "-m", str(tiny_bert_dir))
@@ -126,8 +142,22 @@ def test_prune_weights_zeroed_writes_a_model_plain_transformers_loads(run, tiny_
     from transformers import AutoModel
 
     out = tmp_path / "zeroed"
-    result = run("prune", "--data", data_file, "-O", "preserve", "--fraction", "0.25", "-o", str(out), "--weights", "zeroed",
-                 "--json", "-m", str(tiny_bert_dir))
+    result = run(
+        "prune",
+        "--data",
+        data_file,
+        "-O",
+        "preserve",
+        "--fraction",
+        "0.25",
+        "-o",
+        str(out),
+        "--weights",
+        "zeroed",
+        "--json",
+        "-m",
+        str(tiny_bert_dir),
+    )
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     assert payload["weights"] == "zeroed" and payload["parameters_after"] == payload["parameters_before"]
@@ -143,12 +173,28 @@ def test_prune_weights_zeroed_writes_a_model_plain_transformers_loads(run, tiny_
 def test_prune_says_what_the_copy_costs_to_run(run, tiny_bert_dir, data_file, tmp_path, weights):
     """Issue 54: a zeroed copy was '2.39x as fast' and a sliced one '36.04x' by noise: zeroed says same arithmetic,
     sliced gives its median of paired rounds with the spread."""
-    result = run("prune", "--data", data_file, "-O", "preserve", "--fraction", "0.25", "-o", str(tmp_path / "copy"),
-                 "--weights", weights, "-m", str(tiny_bert_dir))
+    result = run(
+        "prune",
+        "--data",
+        data_file,
+        "-O",
+        "preserve",
+        "--fraction",
+        "0.25",
+        "-o",
+        str(tmp_path / "copy"),
+        "--weights",
+        weights,
+        "-m",
+        str(tiny_bert_dir),
+    )
     assert result.exit_code == 0, result.output
     said = " ".join(result.stdout.split())
     if weights == "zeroed":
         assert "runs the same arithmetic as the original (heads zeroed, not removed);" in said and "×" not in said
     else:
-        assert re.search(r"encoder forward( \d+\.\d\d× as fast \(median of 7 paired rounds on 6 sentences, \d+\.\d\d–\d+\.\d\d×\)"
-                         r"|: no measurable difference \(\d+\.\d\d–\d+\.\d\d× over 7 paired rounds on 6 sentences\));", said), said
+        assert re.search(
+            r"encoder forward( \d+\.\d\d× as fast \(median of 7 paired rounds on 6 sentences, \d+\.\d\d–\d+\.\d\d×\)"
+            r"|: no measurable difference \(\d+\.\d\d–\d+\.\d\d× over 7 paired rounds on 6 sentences\));",
+            said,
+        ), said

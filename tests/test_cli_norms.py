@@ -36,13 +36,17 @@ def test_attention_norms_for_a_person_and_csv(tiny_bert_dir):
     assert "Kobayashi" in shown.stderr
     weights = run("attention", SENTENCE, "-l", "0", "-H", "1", "-m", str(tiny_bert_dir)).stdout
     assert "‖αf‖" not in weights
-    rows = list(csv.reader(io.StringIO(run("attention", SENTENCE, "-l", "0", "-H", "1", "--norms", "--csv", "-m", str(tiny_bert_dir)).stdout)))
+    rows = list(
+        csv.reader(io.StringIO(run("attention", SENTENCE, "-l", "0", "-H", "1", "--norms", "--csv", "-m", str(tiny_bert_dir)).stdout))
+    )
     values = np.array([[float(v) for v in row[1:]] for row in rows[1:]])
     assert values.min() >= 0 and not np.allclose(values.sum(1), 1.0)  # norms, not weights that sum to one
 
 
 def test_attention_norms_refuse_the_fixed_scale(tiny_bert_dir):
-    assert_one_line_error(run("attention", SENTENCE, "-l", "0", "-H", "1", "--norms", "--scale", "fixed", "-m", str(tiny_bert_dir)), "no fixed range")
+    assert_one_line_error(
+        run("attention", SENTENCE, "-l", "0", "-H", "1", "--norms", "--scale", "fixed", "-m", str(tiny_bert_dir)), "no fixed range"
+    )
 
 
 def test_export_writes_the_norms(tiny_session, tiny_bert_dir, tmp_path):

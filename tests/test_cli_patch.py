@@ -21,15 +21,15 @@ def test_patch_json_has_every_sweep(run, tiny_bert_dir):
     assert payload["corrupt_metric"] < 0 and payload["differing_positions"]
     assert len(payload["heads"]) == layers * heads and set(payload["heads"][0]) == {"layer", "head", "effect"}
     assert {(entry["layer"], entry["component"]) for entry in payload["layers"]} == {
-        (layer, component) for layer in range(layers) for component in ("attention", "feed_forward")}
+        (layer, component) for layer in range(layers) for component in ("attention", "feed_forward")
+    }
     assert len(payload["positions"]) == (layers + 1) * tokens
     final = [entry["effect"] for entry in payload["positions"] if entry["layer"] == layers]
     assert abs(sum(final) - 1.0) < 1e-4  # preserve: the output positions share the difference out
 
 
 def test_patch_one_sweep_as_csv_and_noising(run, tiny_bert_dir):
-    result = run("patch", CLEAN, "--corrupt", CORRUPT, "--model", str(tiny_bert_dir), "--sweep", "layers",
-                 "--direction", "noise", "--csv")
+    result = run("patch", CLEAN, "--corrupt", CORRUPT, "--model", str(tiny_bert_dir), "--sweep", "layers", "--direction", "noise", "--csv")
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert len(rows) == 6 and {row["sweep"] for row in rows} == {"layers"}
@@ -45,9 +45,27 @@ def test_patch_table_for_a_person(run, tiny_bert_dir):
 def test_patch_with_a_probe_metric(run, tiny_bert_dir, tmp_path):
     data = tmp_path / "number.tsv"
     write_senteval(data, generate("subject_number", train=60, dev=20, test=20))
-    result = run("patch", "The keys to the cabinet are here.", "--corrupt", "The key to the cabinet is here.", "--metric", "probe",
-                 "--task", "subject_number", "--data", str(data), "--probe-layer", "2", "--sweep", "positions",
-                 "--model", str(tiny_bert_dir), "--json", "--cache-dir", str(tmp_path / "cache"))
+    result = run(
+        "patch",
+        "The keys to the cabinet are here.",
+        "--corrupt",
+        "The key to the cabinet is here.",
+        "--metric",
+        "probe",
+        "--task",
+        "subject_number",
+        "--data",
+        str(data),
+        "--probe-layer",
+        "2",
+        "--sweep",
+        "positions",
+        "--model",
+        str(tiny_bert_dir),
+        "--json",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    )
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     assert "subject_number probe at hidden state 2" in payload["metric_description"]
@@ -57,10 +75,15 @@ def test_patch_with_a_probe_metric(run, tiny_bert_dir, tmp_path):
 
 def test_patch_refuses_bad_input_in_one_line(run, tiny_bert_dir, tiny_mlm_dir):
     model = ("--model", str(tiny_bert_dir))
-    assert_one_line_error(run("patch", CLEAN, "--corrupt", "the key to the big cabinet is here", *model), "have 9 and 10 tokens; patching needs the same number")
+    assert_one_line_error(
+        run("patch", CLEAN, "--corrupt", "the key to the big cabinet is here", *model),
+        "have 9 and 10 tokens; patching needs the same number",
+    )
     assert_one_line_error(run("patch", CLEAN, "--corrupt", " ", *model), "the text is empty")
     assert_one_line_error(run("patch", CLEAN, "--corrupt", CORRUPT, "--metric", "probe", *model), "needs a task: --task")
     assert_one_line_error(run("patch", CLEAN, "--corrupt", CORRUPT, "--metric", "class", *model), "not a sequence classifier")
-    assert_one_line_error(run("patch", "a [MASK] b", "--corrupt", "a [MASK] c", "--metric", "mlm", "--answers", "is",
-                              "--model", str(tiny_mlm_dir)), "give two names")
+    assert_one_line_error(
+        run("patch", "a [MASK] b", "--corrupt", "a [MASK] c", "--metric", "mlm", "--answers", "is", "--model", str(tiny_mlm_dir)),
+        "give two names",
+    )
     assert_one_line_error(run("patch", CLEAN, "--corrupt", CORRUPT, "--metric", "mlm", *model), "write [MASK]")

@@ -31,7 +31,9 @@ def generated(tmp_path_factory):
 
 
 def test_syntax_json_has_every_relation_in_both_directions(run, tiny_bert_dir, generated):
-    result = run("syntax", "--data", generated, "--relations", "det,dobj,nsubj,iobj", "--min-count", "10", "-m", str(tiny_bert_dir), "--json")
+    result = run(
+        "syntax", "--data", generated, "--relations", "det,dobj,nsubj,iobj", "--min-count", "10", "-m", str(tiny_bert_dir), "--json"
+    )
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     assert payload["sentences"] == 60 and payload["data"] == generated and payload["model"]

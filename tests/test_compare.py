@@ -13,11 +13,19 @@ from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
 from tests.helpers.models import save_tiny
 
-SENTENCES = [Sentence(text) for text in (
-    "The cat sat on the mat.", "A dog barked at the mail carrier this morning.", "She said that the report was finished.",
-    "Rain fell all night over the quiet town.", "They will visit their grandparents next week.", "The committee approved it.",
-    "Why?", "Seven hundred people came to the opening of the new library downtown.",
-)]
+SENTENCES = [
+    Sentence(text)
+    for text in (
+        "The cat sat on the mat.",
+        "A dog barked at the mail carrier this morning.",
+        "She said that the report was finished.",
+        "Rain fell all night over the quiet town.",
+        "They will visit their grandparents next week.",
+        "The committee approved it.",
+        "Why?",
+        "Seven hundred people came to the opening of the new library downtown.",
+    )
+]
 
 
 def compared(a, b, sentences=SENTENCES, **options):

@@ -93,7 +93,9 @@ def test_senteval_fields(tmp_path):
     path = write(tmp_path / "probe.txt", "tr\t0\tShort one.\nva\tPRES\tIt goes on.\nte\t3\t  Padded sentence .  \n")
     sentences, report = read_all(path)
     assert [(s.split, s.label, s.text) for s in sentences] == [
-        ("tr", "0", "Short one."), ("va", "PRES", "It goes on."), ("te", "3", "Padded sentence ."),
+        ("tr", "0", "Short one."),
+        ("va", "PRES", "It goes on."),
+        ("te", "3", "Padded sentence ."),
     ]
     assert sentences[1].location == f"{path}:2" and sentences[1].words is None
     assert report.skipped == []
@@ -118,8 +120,7 @@ def test_senteval_skips_malformed_lines_with_their_locations(tmp_path):
     assert "found 2" in reasons[0] and "found 4" in reasons[1]
     assert "'dev'" in reasons[2] and "empty sentence" in reasons[3] and "label" in reasons[4]
     assert report.summary() == (
-        f"read 2 sentences; skipped 5 (first: {path}:2: "
-        "expected 3 tab-separated fields (split, label, sentence), found 2)"
+        f"read 2 sentences; skipped 5 (first: {path}:2: expected 3 tab-separated fields (split, label, sentence), found 2)"
     )
 
 

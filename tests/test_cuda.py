@@ -237,8 +237,9 @@ def test_the_command_line_picks_the_gpu_by_itself(tiny_bert_dir, tmp_path):
     info = _bertscope("info", "--model", str(tiny_bert_dir), "--json")
     assert info.returncode == 0 and json.loads(info.stdout)["device"].startswith("cuda"), info.stderr[-3000:]
     for name, device in (("gpu", []), ("cpu", ["--device", "cpu"])):
-        done = _bertscope("patterns", "--model", str(tiny_bert_dir), *device, "--limit", "30", "--norms", "--json",
-                          "-o", str(tmp_path / f"{name}.json"))
+        done = _bertscope(
+            "patterns", "--model", str(tiny_bert_dir), *device, "--limit", "30", "--norms", "--json", "-o", str(tmp_path / f"{name}.json")
+        )
         assert done.returncode == 0, done.stderr[-3000:]
     on_gpu, on_cpu = (json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8")) for name in ("gpu", "cpu"))
     assert_same_numbers(on_gpu, on_cpu, rtol=1e-4, atol=1e-5)
@@ -248,9 +249,24 @@ def test_torchrun_with_one_rank_runs_on_the_gpu(tiny_bert_dir, cpu, tmp_path):
     """One rank is a world of one: no process group, the GPU as without torchrun. (Two NCCL ranks need two GPUs:
     NCCL refuses two ranks on one device, which the next test turns into one line.)"""
     out = tmp_path / "ranked.pkl"
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
-                           str(JOB), "on_gpu", str(out), str(tiny_bert_dir)],
-                          capture_output=True, text=True, env=_environment(), timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "1",
+            str(JOB),
+            "on_gpu",
+            str(out),
+            str(tiny_bert_dir),
+        ],
+        capture_output=True,
+        text=True,
+        env=_environment(),
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     ranked = pickle.loads(out.read_bytes())
     assert ranked["device"].startswith("cuda") and ranked["backend"] is None
@@ -262,14 +278,24 @@ def test_torchrun_with_one_rank_runs_on_the_gpu(tiny_bert_dir, cpu, tmp_path):
 def test_more_ranks_than_gpus_is_one_clear_line(tiny_bert_dir, tmp_path):
     ranks = torch.cuda.device_count() + 1
     out = tmp_path / "out.json"
-    done = _bertscope("patterns", "--model", str(tiny_bert_dir), "--limit", "8", "--json", "-o", str(out),
-                      launcher=(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
-                                "-m", "bertscope"))
+    done = _bertscope(
+        "patterns",
+        "--model",
+        str(tiny_bert_dir),
+        "--limit",
+        "8",
+        "--json",
+        "-o",
+        str(out),
+        launcher=(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks), "-m", "bertscope"),
+    )
     assert done.returncode != 0 and not out.exists()
     ours = [line for line in done.stderr.splitlines() if line.startswith("bertscope:")]
-    assert ours == [f"bertscope: error: rank {ranks - 1} would use cuda:{ranks - 1}, but this machine has {ranks - 1} "
-                    f"GPU{'s' if ranks != 2 else ''}; start at most {ranks - 1} rank{'s' if ranks != 2 else ''} on it, or run on the CPU "
-                    "(--device)"], done.stderr[-3000:]
+    assert ours == [
+        f"bertscope: error: rank {ranks - 1} would use cuda:{ranks - 1}, but this machine has {ranks - 1} "
+        f"GPU{'s' if ranks != 2 else ''}; start at most {ranks - 1} rank{'s' if ranks != 2 else ''} on it, or run on the CPU "
+        "(--device)"
+    ], done.stderr[-3000:]
 
 
 # ---- every encoder family (issue 30): the hooks that mask, read and replace heads work on the GPU, in both dtypes
@@ -309,14 +335,18 @@ def test_each_familys_corpus_statistics_importance_and_patching_match_the_cpu(fa
     other = bertscope.importance(cpu_session, "preserve", FAMILY_TEXTS, method="gradient")
     np.testing.assert_allclose(one.raw, other.raw, rtol=1e-3, atol=1e-6, err_msg=family)
     clean, corrupt = "The cat sat on the mat.", "The mat sat on the cat."
-    assert_same_numbers(bertscope.patch(gpu_session, clean, corrupt).as_json(),
-                        bertscope.patch(cpu_session, clean, corrupt).as_json(), rtol=1e-3, atol=1e-4, where=family)
+    assert_same_numbers(
+        bertscope.patch(gpu_session, clean, corrupt).as_json(),
+        bertscope.patch(cpu_session, clean, corrupt).as_json(),
+        rtol=1e-3,
+        atol=1e-4,
+        where=family,
+    )
 
 
 def test_each_family_prunes_to_a_zeroed_copy_on_the_gpu(family_on_both, tmp_path):
     family, _, _, gpu_session = family_on_both
-    pruned = bertscope.prune(gpu_session, "preserve", FAMILY_TEXTS, fraction=0.25, output=tmp_path / "zeroed",
-                             weights="zeroed")
+    pruned = bertscope.prune(gpu_session, "preserve", FAMILY_TEXTS, fraction=0.25, output=tmp_path / "zeroed", weights="zeroed")
     assert pruned.written is not None and pruned.written.max_abs_difference < 1e-4, family
 
 
@@ -330,5 +360,6 @@ def test_each_family_in_bfloat16_is_close_and_masks_exactly(family_on_both):
     uniform = session.forward(FAMILY_TEXTS[0], mask="1:1", ablation="uniform").attentions[1, 1]
     np.testing.assert_allclose(uniform.sum(-1), 1.0, atol=0.01, err_msg=family)
     seen = uniform > 0
-    np.testing.assert_allclose(uniform[seen], np.broadcast_to(1.0 / seen.sum(-1, keepdims=True), uniform.shape)[seen],
-                               rtol=0.01, err_msg=family)
+    np.testing.assert_allclose(
+        uniform[seen], np.broadcast_to(1.0 / seen.sum(-1, keepdims=True), uniform.shape)[seen], rtol=0.01, err_msg=family
+    )

@@ -28,7 +28,12 @@ def test_the_files_tell_what_the_loaded_model_would(tiny_bert_dir, tiny_session,
         loads = []
         model = deferred(directory, session, loads)
         assert (model.fingerprint, model.max_length, model.num_layers, model.num_heads, model.hidden_size) == (
-            session.fingerprint, session.max_length, session.num_layers, session.num_heads, session.hidden_size)
+            session.fingerprint,
+            session.max_length,
+            session.num_layers,
+            session.num_heads,
+            session.hidden_size,
+        )
         assert model.source == session.source and model.mask("1:*").spec() == session.mask("1:*").spec()
         assert loads == []
     copy = DeferredSession.random_copy_of(deferred(tiny_bert_dir, tiny_session, []), 3)
@@ -51,8 +56,20 @@ def test_a_wrong_maximum_length_costs_a_load_not_a_wrong_entry(tiny_bert_dir, ti
 
 
 def test_a_warm_probe_imports_no_transformers_and_reports_the_same(tiny_bert_dir, tmp_path):
-    args = ["probe", "--task", "upos", "--data", str(sample_corpus("conllu")), "--limit", "40", "-m", str(tiny_bert_dir),
-            "--cache-dir", str(tmp_path / "cache"), "--json"]
+    args = [
+        "probe",
+        "--task",
+        "upos",
+        "--data",
+        str(sample_corpus("conllu")),
+        "--limit",
+        "40",
+        "-m",
+        str(tiny_bert_dir),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--json",
+    ]
     cold = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "cold.json")], catch_exceptions=False)
     assert cold.exit_code == 0, cold.output
     status, errors = command_in_a_new_process([*args, "-o", str(tmp_path / "warm.json")])

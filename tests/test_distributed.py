@@ -28,8 +28,22 @@ def torchrun(mode: str, out: Path, *arguments: Path) -> subprocess.CompletedProc
     environment["OMP_NUM_THREADS"] = "1"
     environment["BERTSCOPE_CPU_LINEAR"] = "blas"  # the one process's kernels (`model`): the same arithmetic, shared out
     return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(JOB), mode, str(out), *map(str, arguments)],
-        capture_output=True, text=True, env=environment, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(JOB),
+            mode,
+            str(out),
+            *map(str, arguments),
+        ],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
     )
 
 
@@ -95,7 +109,8 @@ def test_progress_adds_the_ranks_at_rank_0s_stage_only(monkeypatch):
     publish(Progress("representations", 30, 50, result=1))  # `finished` steps are published at once
     publish(Progress("PCA, TwoNN and neighbours", 2, 7, result=1))  # a stage rank 0 runs alone, after the shards
     assert [(step.stage, step.done, step.total) for step in shown] == [
-        ("representations", 70, 100), ("PCA, TwoNN and neighbours", 2, 7),
+        ("representations", 70, 100),
+        ("PCA, TwoNN and neighbours", 2, 7),
     ]
 
 
@@ -114,13 +129,17 @@ def test_a_rank_without_a_gpu_of_its_own_says_so_itself(monkeypatch, capsys):
         main(["patterns", "--limit", "2", "--json"])
     assert stop.value.code == 2 and not distributed.started()
     assert capsys.readouterr().err.splitlines() == [
-        "bertscope: error: rank 1 would use cuda:1, but this machine has 1 GPU; start at most 1 rank on it, or run on the CPU (--device)"]
+        "bertscope: error: rank 1 would use cuda:1, but this machine has 1 GPU; start at most 1 rank on it, or run on the CPU (--device)"
+    ]
 
 
-@pytest.mark.parametrize("stop, said", [
-    (KeyboardInterrupt, ["bertscope: interrupted: patterns stopped before it finished; no file was left half written"]),
-    (distributed.Terminated, []),  # torchrun's SIGTERM: the rank that failed has said why; rank 0 adds nothing
-])
+@pytest.mark.parametrize(
+    "stop, said",
+    [
+        (KeyboardInterrupt, ["bertscope: interrupted: patterns stopped before it finished; no file was left half written"]),
+        (distributed.Terminated, []),  # torchrun's SIGTERM: the rank that failed has said why; rank 0 adds nothing
+    ],
+)
 def test_rank_0_speaks_of_ctrl_c_but_not_of_torchruns_stop(monkeypatch, capsys, stop, said):
     from bertscope.cli import main
 
@@ -241,7 +260,9 @@ def test_a_rank_that_runs_out_of_memory_stops_the_job_with_one_line(tmp_path):
     launched = torchrun("fail", out)
     assert launched.returncode != 0
     ours = [line for line in launched.stderr.splitlines() if line.startswith("bertscope:")]
-    assert ours == ["bertscope: error: rank 1: out of memory (CUDA out of memory. Tried to allocate 2.00 GiB); use a smaller batch size (--batch-size N)"]
+    assert ours == [
+        "bertscope: error: rank 1: out of memory (CUDA out of memory. Tried to allocate 2.00 GiB); use a smaller batch size (--batch-size N)"
+    ]
     assert not out.exists() and not list(tmp_path.iterdir())  # no output, not even a temporary file
 
 

@@ -86,19 +86,29 @@ def stand_ins(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("docs")
     mlm = save_tiny(root / "bert-base-uncased", "BertForMaskedLM", seed=1, num_hidden_layers=12)  # `--mask 10:*,11:*`
     classifier = save_tiny(
-        root / "sst2", "BertForSequenceClassification", seed=2, num_hidden_layers=12,  # `--mask 3:*`
-        id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1},
+        root / "sst2",
+        "BertForSequenceClassification",
+        seed=2,
+        num_hidden_layers=12,  # `--mask 3:*`
+        id2label={0: "negative", 1: "positive"},
+        label2id={"negative": 0, "positive": 1},
     )
     reviews = root / "sst.tsv"  # SST-2 as a SentEval file: split, label, sentence
-    reviews.write_text("".join(
-        f"{split}\t{label}\t{text}\n"
-        for split, label, text in [
-            ("tr", "positive", "A fine, moving film."), ("tr", "negative", "Dull and far too long."),
-            ("tr", "positive", "The cast is wonderful."), ("tr", "negative", "I wanted my two hours back."),
-            ("va", "positive", "Warm, funny and wise."), ("va", "negative", "The plot makes no sense."),
-            ("te", "positive", "A joy from start to finish."), ("te", "negative", "Flat jokes and a tired story."),
-        ]
-    ))
+    reviews.write_text(
+        "".join(
+            f"{split}\t{label}\t{text}\n"
+            for split, label, text in [
+                ("tr", "positive", "A fine, moving film."),
+                ("tr", "negative", "Dull and far too long."),
+                ("tr", "positive", "The cast is wonderful."),
+                ("tr", "negative", "I wanted my two hours back."),
+                ("va", "positive", "Warm, funny and wise."),
+                ("va", "negative", "The plot makes no sense."),
+                ("te", "positive", "A joy from start to finish."),
+                ("te", "negative", "Flat jokes and a tired story."),
+            ]
+        )
+    )
     from bertscope.core.model.model_files import bundled_model_dir
 
     finetuned = shutil.copytree(bundled_model_dir(), root / "minilm-finetuned")
@@ -145,6 +155,7 @@ def explorer_runs(monkeypatch):
                     if app.backend is not None or app.load_error is not None:
                         break
                     await pilot.pause(0.05)
+
         asyncio.run(go())
         apps.append(app)
 
@@ -159,8 +170,21 @@ def test_the_docs_have_examples_of_every_command():
 
     shown = {shlex.split(example)[1] for example in EXAMPLES if len(shlex.split(example)) > 1}
     analyses = {
-        "attention", "patterns", "syntax", "mixing", "probe", "erase", "fill", "attribute",
-        "patch", "importance", "prune", "geometry", "compare", "export", "info",
+        "attention",
+        "patterns",
+        "syntax",
+        "mixing",
+        "probe",
+        "erase",
+        "fill",
+        "attribute",
+        "patch",
+        "importance",
+        "prune",
+        "geometry",
+        "compare",
+        "export",
+        "info",
     }
     assert analyses <= shown, analyses - shown
     assert analyses <= set(group.commands)
@@ -230,9 +254,11 @@ def test_python_guide_runs_as_a_notebook(stand_ins, monkeypatch, tmp_path):
 
     kernels = tmp_path / "jupyter" / "kernels" / "bertscope-test"
     kernels.mkdir(parents=True)
-    (kernels / "kernel.json").write_text(json.dumps(
-        {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"], "display_name": "test", "language": "python"}
-    ))
+    (kernels / "kernel.json").write_text(
+        json.dumps(
+            {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"], "display_name": "test", "language": "python"}
+        )
+    )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     monkeypatch.setenv("BERTSCOPE_CACHE_DIR", stand_ins["cache_dir"])
     cells = [cell.strip() for block in blocks(GUIDE, "python") for cell in block.split("\n\n") if cell.strip()]

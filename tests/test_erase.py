@@ -153,7 +153,9 @@ def treebank_splits():
 
 def test_erasing_a_property_a_probe_reads_costs_more_than_the_random_control(tiny_session):
     """The measure here is a probe for the erased task two layers up: a reader built to use the property."""
-    result = list(run_erasure(tiny_session, "upos", treebank_splits(), layer=1, measure="probe:upos", probe_layer=3, cache_dir=False))[-1].result
+    result = list(run_erasure(tiny_session, "upos", treebank_splits(), layer=1, measure="probe:upos", probe_layer=3, cache_dir=False))[
+        -1
+    ].result
     at = result.guardedness[0]
     assert at["layer"] == 1 and at["accuracy_before"] > result.majority + 0.2
     assert abs(at["accuracy_after"] - result.majority) <= 0.05  # guarded at the layer erased
@@ -180,8 +182,21 @@ def test_erase_through_the_api_gives_the_issue_s_json(tiny_mlm_session, tmp_path
 
 
 def test_the_cli_prints_json_and_a_table(tiny_bert_dir, tmp_path):
-    base = ["erase", "--task", "upos", "--layer", "1", "--limit", "100", "--measure", "preserve", "-m", str(tiny_bert_dir),
-            "--cache-dir", str(tmp_path)]
+    base = [
+        "erase",
+        "--task",
+        "upos",
+        "--layer",
+        "1",
+        "--limit",
+        "100",
+        "--measure",
+        "preserve",
+        "-m",
+        str(tiny_bert_dir),
+        "--cache-dir",
+        str(tmp_path),
+    ]
     result = CliRunner().invoke(main, [*base, "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)

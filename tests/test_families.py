@@ -226,8 +226,7 @@ def test_albert_masks_one_application_of_its_shared_layer(tmp_path):
     assert not np.allclose(plain.hidden_states[2], masked.hidden_states[2])
     shared = {id(p) for p in session.model.parameters()}
     assert len(shared) == len(list(session.model.parameters()))  # one set of weights, not three copies
-    assert session.info.parameters == sum(p.numel() for p in transformers.AutoModel.from_pretrained(
-        tmp_path / "albert").parameters())
+    assert session.info.parameters == sum(p.numel() for p in transformers.AutoModel.from_pretrained(tmp_path / "albert").parameters())
 
 
 def test_albert_with_several_layers_per_group_is_refused_before_loading(tmp_path):

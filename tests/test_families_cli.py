@@ -21,8 +21,10 @@ TREEBANK = str(sample_corpus("conllu"))
 @pytest.fixture(scope="module", params=FAMILIES)
 def models(request, tmp_path_factory):
     family = request.param
-    made = {head: save_tiny_family(tmp_path_factory.mktemp(f"{family}-{head}"), family, head, seed=2)
-            for head in ("ForMaskedLM", "ForSequenceClassification")}
+    made = {
+        head: save_tiny_family(tmp_path_factory.mktemp(f"{family}-{head}"), family, head, seed=2)
+        for head in ("ForMaskedLM", "ForSequenceClassification")
+    }
     return family, made
 
 
@@ -36,16 +38,23 @@ COMMANDS = {
     "attention": ("attention", TEXT, "--layer", 1, "--head", 2, "--norms", "--json"),
     "patterns": ("patterns", "--json"),
     "syntax": ("syntax", "--data", TREEBANK, "--limit", 40, "--json"),
-    "probe": ("probe", "--task", "upos", "--data", TREEBANK, "--limit", 60, "--no-random-baseline", "--no-control",
-              "--no-cache", "--json"),
-    "structural": ("probe", "--task", "depth", "--data", TREEBANK, "--limit", 60, "--no-random-baseline", "--no-cache",
-                   "--json"),
+    "probe": ("probe", "--task", "upos", "--data", TREEBANK, "--limit", 60, "--no-random-baseline", "--no-control", "--no-cache", "--json"),
+    "structural": ("probe", "--task", "depth", "--data", TREEBANK, "--limit", 60, "--no-random-baseline", "--no-cache", "--json"),
     "fill": ("fill", "The cat sat on the [MASK].", "--json"),
     "attribute": ("attribute", "The cat sat on the [MASK].", "--json"),
     "importance": ("importance", "--objective", "mlm", "--json"),
     "geometry": ("geometry", "--json"),
-    "patch": ("patch", "The cat sat on the mat.", "--corrupt", "The mat sat on the cat.", "--metric", "preserve", "--sweep",
-              "layers", "--json"),  # the same words swapped: the same number of tokens in every tokenizer
+    "patch": (
+        "patch",
+        "The cat sat on the mat.",
+        "--corrupt",
+        "The mat sat on the cat.",
+        "--metric",
+        "preserve",
+        "--sweep",
+        "layers",
+        "--json",
+    ),  # the same words swapped: the same number of tokens in every tokenizer
 }
 
 
@@ -85,8 +94,11 @@ def test_albert_prunes_heads_of_its_shared_layer_from_every_application(tmp_path
     """A saved ALBERT can only lose a head of its one layer everywhere it runs: `prune -o` ranks those heads by their
     importance summed over the applications, and the zeroed copy is the masked model."""
     directory = save_tiny_family(tmp_path / "albert", "albert", "ForMaskedLM")
-    result = CliRunner().invoke(main, ["prune", "--objective", "preserve", "--fraction", "0.5", "-o", str(tmp_path / "out"),
-                                       "--weights", "zeroed", "-m", str(directory)], catch_exceptions=False)
+    result = CliRunner().invoke(
+        main,
+        ["prune", "--objective", "preserve", "--fraction", "0.5", "-o", str(tmp_path / "out"), "--weights", "zeroed", "-m", str(directory)],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     written = json.loads((tmp_path / "out" / "bertscope-pruning.json").read_text())
     pruned = written["pruned_heads"]
@@ -115,8 +127,20 @@ def test_cloze_ablation_importance_and_pruning(models, tmp_path):
     assert len(importance["heads"]) == session.num_layers * session.num_heads
     curve = run("prune", "-O", "preserve", "--curve", "--step", "0.25", "--json", "-m", made["ForMaskedLM"])
     assert curve["points"], family
-    pruned = run("prune", "-O", "preserve", "--fraction", "0.25", "-o", tmp_path / "zeroed", "--weights", "zeroed", "--json",
-                 "-m", made["ForMaskedLM"])
+    pruned = run(
+        "prune",
+        "-O",
+        "preserve",
+        "--fraction",
+        "0.25",
+        "-o",
+        tmp_path / "zeroed",
+        "--weights",
+        "zeroed",
+        "--json",
+        "-m",
+        made["ForMaskedLM"],
+    )
     assert pruned["weights"] == "zeroed" and pruned["max_abs_difference_vs_masked"] < 1e-4, family
 
 
@@ -131,14 +155,20 @@ def test_torchrun_shards_give_one_process_numbers(tmp_path):
 
     directory = save_tiny_family(tmp_path / "model", family, "ForMaskedLM", seed=2)
     environment = {key: value for key, value in os.environ.items() if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    environment |= {"OMP_NUM_THREADS": "1", "BERTSCOPE_CPU_LINEAR": "blas",
-                    "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1]), environment.get("PYTHONPATH")]))}
+    environment |= {
+        "OMP_NUM_THREADS": "1",
+        "BERTSCOPE_CPU_LINEAR": "blas",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1]), environment.get("PYTHONPATH")])),
+    }
     arguments = ["patterns", "-m", str(directory), "--device", "cpu", "--norms", "--limit", "40", "--json"]
-    launchers = {"two": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "bertscope"],
-                 "one": [sys.executable, "-m", "bertscope"]}
+    launchers = {
+        "two": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "bertscope"],
+        "one": [sys.executable, "-m", "bertscope"],
+    }
     for name, launcher in launchers.items():
-        done = subprocess.run([*launcher, *arguments, "-o", str(tmp_path / f"{name}.json")], capture_output=True, text=True,
-                              env=environment, timeout=300)
+        done = subprocess.run(
+            [*launcher, *arguments, "-o", str(tmp_path / f"{name}.json")], capture_output=True, text=True, env=environment, timeout=300
+        )
         assert done.returncode == 0, done.stderr[-2000:]
     two, one = (json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8")) for name in ("two", "one"))
     assert two["sentences"] == one["sentences"] == 40 and two["tokens"] == one["tokens"]

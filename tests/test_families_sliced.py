@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import bertscope
-from tests.helpers.models import save_tiny
 from tests.family_models import save_tiny_family
+from tests.helpers.models import save_tiny
 
 TEXT = "The keys to the cabinet are on the table."
 

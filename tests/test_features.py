@@ -97,7 +97,9 @@ def test_word_level_needs_words(tiny_session):
 
 def test_truncated_words_are_counted(tiny_session):
     words = tuple(["word"] * 80)
-    result = list(extract_features(tiny_session, [Sentence(text=" ".join(words), words=words)], FeatureOptions(level="word"), cache_dir=False))[-1].result
+    result = list(
+        extract_features(tiny_session, [Sentence(text=" ".join(words), words=words)], FeatureOptions(level="word"), cache_dir=False)
+    )[-1].result
     assert len(result.X) == 62 and result.truncated_words == 18
 
 
@@ -164,6 +166,7 @@ def changed_last_layer(tiny_bert_dir, directory, change):
 
 def test_hidden_states_beyond_float16_are_kept_in_float32(tiny_bert_dir, tmp_path):
     """A model whose states overflow float16 gets float32 features, fresh and from the cache."""
+
     def scale(norm):
         norm.weight.data *= 1e5  # the last layer's states reach ~1e5
 
@@ -182,6 +185,7 @@ def test_features_that_vary_little_around_a_large_value_are_kept_in_float32(tiny
     """Float16's steps near 200 are 0.125: a spread of a few tenths there would be rounded to a few steps (the case
     of an anisotropic model's [CLS], whose probe accuracy then moved with the rounding). Such features are float32,
     exactly the model's; ordinary ones stay float16."""
+
     def shift(norm):
         norm.bias.data += 200.0  # every feature of the last layer lies near 200, spread as before
 
@@ -190,5 +194,7 @@ def test_features_that_vary_little_around_a_large_value_are_kept_in_float32(tiny
     assert shifted.X.dtype == np.float32
     result = session.forward(session.encode(SENTENCES[1].text))
     np.testing.assert_allclose(shifted.X[7], result.hidden_states[:, 1], rtol=1e-6, atol=1e-5)
-    assert features(session.__class__.open(str(tiny_bert_dir), device="cpu"), FeatureOptions(level="word"),
-                    cache_dir=False).X.dtype == np.float16
+    assert (
+        features(session.__class__.open(str(tiny_bert_dir), device="cpu"), FeatureOptions(level="word"), cache_dir=False).X.dtype
+        == np.float16
+    )

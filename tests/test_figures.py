@@ -138,7 +138,9 @@ def test_a_forward_pass_figure_says_its_arrays_hold_the_tokens_it_leaves_out():
     result = backend.forward(" ".join(["word"] * 120), attentions=True)
     figure = result.figure(layer=0, head=0)
     assert len(result.tokens) > MAX_TOKENS and len(ticks(figure.axes[0], "y")) == MAX_TOKENS
-    assert note_of(figure).endswith(f"of {len(result.tokens)} tokens shown (the most a figure labels legibly); result.attentions has every token")
+    assert note_of(figure).endswith(
+        f"of {len(result.tokens)} tokens shown (the most a figure labels legibly); result.attentions has every token"
+    )
 
 
 def test_the_residual_stream_map_labels_every_token():
@@ -187,7 +189,11 @@ def test_the_pattern_classes_have_a_legend_of_distinct_colours(backend):
     assert np.array_equal(ax.images[0].get_array(), result.dominant)
     legend = figure.legends[0]
     assert [text.get_text() for text in legend.get_texts()] == [
-        "V  vertical", "D  diagonal", "VD  vertical+diagonal", "B  block", "H  heterogeneous"
+        "V  vertical",
+        "D  diagonal",
+        "VD  vertical+diagonal",
+        "B  block",
+        "H  heterogeneous",
     ]
     colours = [to_hex(patch.get_facecolor()) for patch in legend.get_patches()]
     assert len(set(colours)) == len(PATTERNS)
@@ -418,7 +424,9 @@ def test_a_figure_never_replaces_a_file_and_the_explorer_picks_a_free_name(tmp_p
         assert refused.value.setting == "figure"
     assert taken.read_text() == "the user's own figure" and [p.name for p in tmp_path.iterdir()] == ["map.svg"]
     (tmp_path / "bertscope-grid-20261121-113005.svg").write_text("an earlier export")
-    figure_path, data_path = export_screen(tmp_path, "grid", figure=head_grid(np.eye(3), "metric"), data="{}", suffix=".json", when=datetime(2026, 11, 21, 11, 30, 5))
+    figure_path, data_path = export_screen(
+        tmp_path, "grid", figure=head_grid(np.eye(3), "metric"), data="{}", suffix=".json", when=datetime(2026, 11, 21, 11, 30, 5)
+    )
     assert figure_path.name == "bertscope-grid-20261121-113005-2.svg" and data_path.name == "bertscope-grid-20261121-113005-2.json"
     assert (tmp_path / "bertscope-grid-20261121-113005.svg").read_text() == "an earlier export"
 
@@ -441,7 +449,9 @@ def test_a_file_made_while_the_figure_is_drawn_is_not_replaced(tmp_path, monkeyp
 def test_the_cli_refuses_an_existing_figure_before_torch_loads(tmp_path):
     taken = tmp_path / "map.svg"
     taken.write_text("mine")
-    (status, imported), stderr = command_in_a_new_process(["attention", "a b", "-l", "0", "-H", "0", "--figure", str(taken)], module="torch")
+    (status, imported), stderr = command_in_a_new_process(
+        ["attention", "a b", "-l", "0", "-H", "0", "--figure", str(taken)], module="torch"
+    )
     assert (status, imported) == ("2", "False")
     assert stderr.strip() == (
         f"bertscope: error: cannot write a figure to {taken}: a file of that name exists; remove it or give another name (--figure PATH)"

@@ -34,6 +34,7 @@ def test_reserving_space_keeps_a_header_and_zeroes_the_rest(tmp_path, monkeypatc
 
 def test_writing_a_file_never_touches_the_umask(tmp_path, monkeypatch):
     """Reading the umask by setting it opens a window in which another thread's new files are world-writable."""
+
     def forbidden(_mask):
         raise AssertionError("os.umask changed the whole process's umask")
 

@@ -26,6 +26,7 @@ def rotation(d: int, seed: int = 0) -> np.ndarray:
 
 def reference_debiased_cka(X: np.ndarray, Y: np.ndarray) -> float:
     """Song et al.'s unbiased HSIC written out on n × n Gram matrices (Kornblith et al., section 3)."""
+
     def hsic(K, L):
         n = len(K)
         K, L = K.copy(), L.copy()
@@ -99,8 +100,9 @@ def test_twonn_finds_the_dimension_of_a_linear_manifold_within_ten_percent(dimen
 def test_twonn_on_a_curved_manifold_and_with_duplicates():
     rng = np.random.default_rng(7)
     angles = rng.uniform(0, 2 * np.pi, size=(2000, 2))
-    torus = np.stack([(2 + np.cos(angles[:, 0])) * np.cos(angles[:, 1]), (2 + np.cos(angles[:, 0])) * np.sin(angles[:, 1]),
-                      np.sin(angles[:, 0])], axis=1)  # a 2-D torus in R^3
+    torus = np.stack(
+        [(2 + np.cos(angles[:, 0])) * np.cos(angles[:, 1]), (2 + np.cos(angles[:, 0])) * np.sin(angles[:, 1]), np.sin(angles[:, 0])], axis=1
+    )  # a 2-D torus in R^3
     with_copies = np.concatenate([torus, torus[:300]])
     estimate, duplicates = twonn_dimension(with_copies)
     assert duplicates == 300
@@ -182,10 +184,17 @@ def test_the_sample_is_uniform_seeded_bounded_and_blind_to_batching():
     assert set(sample(3, 7)) != set(sample(4, 7))
 
 
-SENTENCES = [Sentence(text) for text in (
-    "The cat sat on the mat.", "A dog barked at the mail carrier this morning.", "She said that the report was finished.",
-    "Rain fell all night over the quiet town.", "They will visit their grandparents next week.", "The committee approved it.",
-)]
+SENTENCES = [
+    Sentence(text)
+    for text in (
+        "The cat sat on the mat.",
+        "A dog barked at the mail carrier this morning.",
+        "She said that the report was finished.",
+        "Rain fell all night over the quiet town.",
+        "They will visit their grandparents next week.",
+        "The committee approved it.",
+    )
+]
 
 
 def run_geometry(session, sentences, **options):
@@ -200,7 +209,10 @@ def test_geometry_over_tokens_of_a_tiny_model(tiny_session):
     assert result.unit == "token" and result.size == 40 and result.seen > 40
     assert result.cka.shape == (layers, layers) and result.projection.shape == (layers, 40, 2)
     np.testing.assert_allclose(np.diagonal(result.cka), 1.0, atol=1e-9)
-    assert len(result.neighbourhood_overlap) == layers - 1 and ((0 <= result.neighbourhood_overlap) & (result.neighbourhood_overlap <= 1)).all()
+    assert (
+        len(result.neighbourhood_overlap) == layers - 1
+        and ((0 <= result.neighbourhood_overlap) & (result.neighbourhood_overlap <= 1)).all()
+    )
     assert np.isfinite(result.intrinsic_dimension).all()
     assert set(result.labels["token"]) <= {"[CLS]", "[SEP]", "punct", "word", "subword"}
     assert any("seeded sample of 40" in note for note in result.notes)
@@ -239,7 +251,9 @@ def test_a_word_that_makes_no_token_has_no_row_and_the_others_keep_their_labels(
     plain = Sentence(text="Dogs bark .", words=("Dogs", "bark", "."), upos=("NOUN", "VERB", "PUNCT"))
     sample = list(stream_sample([tiny_session], [plain, odd, plain], unit="word", max_rows=1000))[-1].result
     rows = sorted(zip(sample.texts, sample.labels["upos"], strict=True))
-    assert rows == sorted([("Dogs", "NOUN"), ("bark", "VERB"), (".", "PUNCT")] * 2 + [("The", "DET"), ("cat", "NOUN"), ("sat", "VERB"), (".", "PUNCT")])
+    assert rows == sorted(
+        [("Dogs", "NOUN"), ("bark", "VERB"), (".", "PUNCT")] * 2 + [("The", "DET"), ("cat", "NOUN"), ("sat", "VERB"), (".", "PUNCT")]
+    )
     assert sample.truncated == 1  # the word with no token is counted as not represented
 
 
@@ -269,7 +283,7 @@ def test_an_equal_sentence_gives_equal_rows_whatever_batch_it_ran_in(tiny_sessio
     monkeypatch.setattr(streaming, "CHUNK", 2)  # the first copy runs padded beside a long sentence, the second alone
     short, long = SENTENCES[0], Sentence("A much longer sentence, which pads the short one in its batch to many more tokens.")
     sample = list(stream_sample([tiny_session], [short, long, short], unit="token", max_rows=1000))[-1].result
-    first, second = (np.flatnonzero(np.array(sample.texts) == "cat")[[0, 1]])
+    first, second = np.flatnonzero(np.array(sample.texts) == "cat")[[0, 1]]
     np.testing.assert_array_equal(sample.states[0][first], sample.states[0][second])  # exact: TwoNN counts them as one
     geometry = run_geometry(tiny_session, [short, long, short], max_rows=1000)
     assert (geometry.duplicates[1:] == len(tiny_session.encode(short.text).input_ids)).all()

@@ -16,10 +16,13 @@ def maps(*patterns: np.ndarray) -> np.ndarray:
 
 def test_known_patterns():
     n = len(TOKENS)
-    to_cls = np.zeros((n, n)); to_cls[:, 0] = 1
-    to_sep = np.zeros((n, n)); to_sep[:, -1] = 1
+    to_cls = np.zeros((n, n))
+    to_cls[:, 0] = 1
+    to_sep = np.zeros((n, n))
+    to_sep[:, -1] = 1
     diagonal = np.eye(n)
-    previous = np.eye(n, k=-1); previous[0, 0] = 1
+    previous = np.eye(n, k=-1)
+    previous[0, 0] = 1
     uniform = np.full((n, n), 1 / n)
     figures = head_figures(maps(to_cls, to_sep, diagonal, previous, uniform), TOKENS, SPECIAL)
     assert set(figures) == set(FIGURES)
@@ -72,6 +75,7 @@ def test_layer_cosines():
     plain = rng.normal(size=(3, 5, 8))
     assert layer_cosines(plain, plain) == pytest.approx(np.ones(3))
     assert layer_cosines(-plain, plain) == pytest.approx(-np.ones(3))
-    moved = plain.copy(); moved[2] = rng.normal(size=(5, 8))
+    moved = plain.copy()
+    moved[2] = rng.normal(size=(5, 8))
     cos = layer_cosines(moved, plain)
     assert cos[:2] == pytest.approx([1, 1]) and cos[2] < 0.9

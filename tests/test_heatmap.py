@@ -19,9 +19,7 @@ TOKENS = ["[CLS]", "the", "cat", "sat", "on", "the", "mat", "[SEP]"]
 
 
 def render(heatmap, width=100, color_system=None, **console_options):
-    console = Console(
-        file=io.StringIO(), width=width, color_system=color_system, force_terminal=True, **console_options
-    )
+    console = Console(file=io.StringIO(), width=width, color_system=color_system, force_terminal=True, **console_options)
     console.print(heatmap)
     return console.file.getvalue()
 

@@ -137,7 +137,9 @@ def test_paired_timing_reports_the_median_ratio_and_its_spread():
 
 def test_paired_timing_calls_a_spread_across_one_within_noise():
     """Issue 54: one quiet run said 1.00x and a loud one 36.04x; rounds that straddle 1 claim no speed-up."""
-    noisy = PairedTiming(seconds_before=(1.0, 1.0, 1.0, 36.0, 1.0, 1.0, 1.0), seconds_after=(1.03, 0.97, 1.0, 1.0, 0.99, 1.01, 1.02), sentences=8)
+    noisy = PairedTiming(
+        seconds_before=(1.0, 1.0, 1.0, 36.0, 1.0, 1.0, 1.0), seconds_after=(1.03, 0.97, 1.0, 1.0, 0.99, 1.01, 1.02), sentences=8
+    )
     low, high = noisy.spread
     assert low < 1 < high and noisy.verdict == "within noise" and noisy.as_json()["timing"] == "within noise"
     assert noisy.speedup == pytest.approx(1.0)  # the loud round moves the spread, not the median
@@ -214,7 +216,9 @@ def test_mlm_gradient_importance_is_the_mean_absolute_per_sentence_gradient(tiny
     expected = np.zeros((session.num_layers, session.num_heads))
     for batch in objective.batches:  # one sentence at a time, the gradient of its own loss
         for row in range(batch.size):
-            single = type(batch)({k: v[row : row + 1] for k, v in batch.inputs.items()}, {k: v[row : row + 1] for k, v in batch.target.items()})
+            single = type(batch)(
+                {k: v[row : row + 1] for k, v in batch.inputs.items()}, {k: v[row : row + 1] for k, v in batch.target.items()}
+            )
             gates = torch.ones(session.num_layers, session.num_heads, requires_grad=True)
             objective.scores(single, gates, "zero").loss.sum().backward()
             expected += gates.grad.abs().numpy()

@@ -73,6 +73,7 @@ def test_problems_minimised_together_each_take_their_own_steps():
 
 def test_a_run_that_can_no_longer_lower_the_loss_says_it_stalled():
     """A gradient that does not vanish at the loss's minimum (as float noise makes it): the run stops and says so."""
+
     def noisy(x):
         return float(x.square().sum()), 2 * x + 0.01 * torch.sign(x)
 

@@ -80,7 +80,6 @@ def test_pytorch_bin_checkpoint_loads(tmp_path, tiny_session):
         torch.testing.assert_close(got, want)
 
 
-
 def _save_bin(session, directory):
     import torch
 

@@ -34,7 +34,11 @@ def long_modernbert(tmp_path_factory):
 
 
 def test_the_models_own_limit_counts_less_what_its_family_reserves():
-    modernbert, roberta, bert = family_for("modernbert", "ModernBertModel"), family_for("roberta", "RobertaModel"), family_for("bert", "BertModel")
+    modernbert, roberta, bert = (
+        family_for("modernbert", "ModernBertModel"),
+        family_for("roberta", "RobertaModel"),
+        family_for("bert", "BertModel"),
+    )
     assert usable_length(POSITIONS, modernbert) == POSITIONS
     assert usable_length(514, roberta) == 512 and usable_length(512, bert) == 512
     assert usable_length(POSITIONS, modernbert, requested=1000) == 1000

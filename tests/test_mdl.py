@@ -43,7 +43,7 @@ def test_the_block_schedule_by_hand():
 def test_the_uniform_codelength_is_n_log2_k_and_the_first_block_is_sent_with_it():
     assert uniform_codelength(1000, 17) == 1000 * math.log2(17)
     X, y = deterministic_problem(1000)
-    (code, _), = online_codes(X, [y], num_classes=4, l2=[1e-3, 1e-3])
+    ((code, _),) = online_codes(X, [y], num_classes=4, l2=[1e-3, 1e-3])
     assert code.examples == 1000 and code.uniform_bits == 1000 * math.log2(4) == 2000.0
     assert code.blocks[0] == (1, math.log2(4))  # ⌊0.1 % of 1000⌋ = 1 example, 2 bits
     assert [count for count, _ in code.blocks] == np.diff([0, *block_ends(1000)]).tolist()
@@ -117,7 +117,7 @@ def test_the_online_code_equals_one_written_by_hand():
     X, y = deterministic_problem(600, seed=3, classes=3, dim=6)
     noisy = np.where(np.random.default_rng(4).random(600) < 0.2, (y + 1) % 3, y)  # 20 % of the labels wrong: probabilities matter
     for seed, l2 in ((0, 1e-3), (5, 0.05)):
-        (_, code), = online_codes(X, [noisy], num_classes=3, l2=[l2, l2], seed=seed)
+        ((_, code),) = online_codes(X, [noisy], num_classes=3, l2=[l2, l2], seed=seed)
         reference = hand_written_online_code(X[:, 1], noisy, 3, l2, seed)
         assert len(code.blocks) == len(reference) == 10  # 0.1 % and 0.2 % of 600 both end at the first example
         np.testing.assert_allclose([bits for _, bits in code.blocks], reference, rtol=2e-3, atol=2e-3)
@@ -128,7 +128,7 @@ def test_strengths_chosen_on_dev_equal_the_hand_written_search():
     X, y = deterministic_problem(600, seed=3, classes=3, dim=6)
     noisy = np.where(np.random.default_rng(4).random(600) < 0.2, (y + 1) % 3, y)
     X_dev, y_dev = deterministic_problem(200, seed=11, classes=3, dim=6)
-    (_, code), = online_codes(X, [noisy], num_classes=3, l2=[1e-3, 1e-3], X_dev=X_dev, dev_label_sets=[y_dev])
+    ((_, code),) = online_codes(X, [noisy], num_classes=3, l2=[1e-3, 1e-3], X_dev=X_dev, dev_label_sets=[y_dev])
     reference = hand_written_online_code(X[:, 1], noisy, 3, 1e-3, 0, dev=(X_dev[:, 1], y_dev))
     np.testing.assert_allclose([bits for _, bits in code.blocks], reference, rtol=2e-3, atol=2e-3)
     assert code.online_bits == pytest.approx(sum(reference), rel=1e-4)
@@ -142,8 +142,8 @@ def test_a_probe_that_overfits_small_blocks_still_ranks_the_layers_on_dev():
     n, dim = 400, 120
     X = rng.normal(size=(n + 200, 2, dim)).astype(np.float32)
     y = (X[:, 1, 0] + 1.5 * rng.normal(size=n + 200) > 0).astype(np.int64)  # layer 1 holds a noisy copy of the label
-    (fixed_noise, fixed_signal), = online_codes(X[:n], [y[:n]], num_classes=2, l2=[1e-4, 1e-4])
-    (noise, signal), = online_codes(X[:n], [y[:n]], num_classes=2, l2=[1e-4, 1e-4], X_dev=X[n:], dev_label_sets=[y[n:]])
+    ((fixed_noise, fixed_signal),) = online_codes(X[:n], [y[:n]], num_classes=2, l2=[1e-4, 1e-4])
+    ((noise, signal),) = online_codes(X[:n], [y[:n]], num_classes=2, l2=[1e-4, 1e-4], X_dev=X[n:], dev_label_sets=[y[n:]])
     assert fixed_signal.compression < 0.3 and fixed_noise.compression < 0.3
     assert signal.compression > 1.01 and 0.95 < noise.compression < 1.01
 
@@ -161,9 +161,9 @@ def test_a_task_and_its_control_share_the_passes_as_if_fitted_alone():
 
 def test_the_order_is_the_seeds():
     X, y = deterministic_problem(400, seed=9)
-    (_, first), = online_codes(X, [y], num_classes=4, l2=[1e-2, 1e-2], seed=0)
-    (_, again), = online_codes(X, [y], num_classes=4, l2=[1e-2, 1e-2], seed=0)
-    (_, other), = online_codes(X, [y], num_classes=4, l2=[1e-2, 1e-2], seed=1)
+    ((_, first),) = online_codes(X, [y], num_classes=4, l2=[1e-2, 1e-2], seed=0)
+    ((_, again),) = online_codes(X, [y], num_classes=4, l2=[1e-2, 1e-2], seed=0)
+    ((_, other),) = online_codes(X, [y], num_classes=4, l2=[1e-2, 1e-2], seed=1)
     assert first == again and first != other
 
 
@@ -241,8 +241,21 @@ def test_the_figure_draws_compression_when_asked(tiny_session, tmp_path):
 
 
 def test_the_cli_prints_mdl_as_json_csv_and_a_table(tiny_bert_dir, tmp_path):
-    base = ["probe", "--task", "upos", "--data", str(sample_corpus("conllu")), "--limit", "40", "-m", str(tiny_bert_dir),
-            "--cache-dir", str(tmp_path), "--no-random-baseline", "--mdl"]
+    base = [
+        "probe",
+        "--task",
+        "upos",
+        "--data",
+        str(sample_corpus("conllu")),
+        "--limit",
+        "40",
+        "-m",
+        str(tiny_bert_dir),
+        "--cache-dir",
+        str(tmp_path),
+        "--no-random-baseline",
+        "--mdl",
+    ]
     result = CliRunner().invoke(main, [*base, "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)

@@ -99,8 +99,15 @@ def test_pattern_statistics_keep_no_batch(tiny_session):
 def test_representation_sample_keeps_no_batch(tiny_session):
     from bertscope.core.analyses.representations import stream_sample
 
-    steps = stream_sample([tiny_session, tiny_session], varied(96), unit="token", max_rows=16, batch_size=4, attentions=True,
-                          on_batch=lambda outputs, prepared: None)
+    steps = stream_sample(
+        [tiny_session, tiny_session],
+        varied(96),
+        unit="token",
+        max_rows=16,
+        batch_size=4,
+        attentions=True,
+        on_batch=lambda outputs, prepared: None,
+    )
     first, most = growth_between_batches(steps)
     assert most <= first + SLACK, f"live tensors grew from {first:,} to {most:,} bytes as batches were read"
 
@@ -132,7 +139,9 @@ def test_attention_consumer_sees_every_layer_and_the_output_keeps_none(tiny_sess
     inputs = tiny_session.tokenize_batch(["A short one.", "A somewhat longer sentence with more words in it."])
     seen = {}
     with torch.inference_mode():
-        output = tiny_session.run(inputs, attentions=True, hidden_states=False, on_attention=lambda layer, w: seen.setdefault(layer, w.clone()))
+        output = tiny_session.run(
+            inputs, attentions=True, hidden_states=False, on_attention=lambda layer, w: seen.setdefault(layer, w.clone())
+        )
         plain = tiny_session.run(inputs, attentions=True, hidden_states=False)
     assert not output.attentions
     assert sorted(seen) == list(range(tiny_session.num_layers))
@@ -194,6 +203,7 @@ def test_probe_training_holds_a_block_of_rows_not_the_whole_layer(monkeypatch):
                 first.append(True)
                 seen.append(live_tensor_bytes())
             return function(points)
+
         return minimise_together(measured, starts, **options)
 
     monkeypatch.setattr(lbfgs, "minimise_together", watched)

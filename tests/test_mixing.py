@@ -108,8 +108,9 @@ def test_norms_attention_and_rollout_are_the_sessions_own(tiny_session, found):
     rows = np.arange(len(out.tokens))
     for layer in range(tiny_session.num_layers):
         for row in rows:
-            np.testing.assert_allclose(found["rollout"].rolled[layer][row], attribution_rollout(out.attentions, layer + 1, rows[row : row + 1]),
-                                       atol=1e-6)
+            np.testing.assert_allclose(
+                found["rollout"].rolled[layer][row], attribution_rollout(out.attentions, layer + 1, rows[row : row + 1]), atol=1e-6
+            )
 
 
 def test_attention_flow_equals_a_general_max_flow_solver(tiny_session):
@@ -131,8 +132,16 @@ def test_attention_flow_equals_a_general_max_flow_solver(tiny_session):
 def test_alti_by_hand_on_one_layer_of_two_tokens(tiny_session):
     tokenizer = tiny_session.tokenizer
     ids = np.array([tokenizer.cls_token_id, tokenizer.sep_token_id])
-    encoding = Encoding(text="", pair=None, tokens=("[CLS]", "[SEP]"), input_ids=ids, token_type_ids=np.zeros(2, dtype=np.int64),
-                        special=np.array([True, True]), word_ids=(None, None), segment_ids=(None, None))
+    encoding = Encoding(
+        text="",
+        pair=None,
+        tokens=("[CLS]", "[SEP]"),
+        input_ids=ids,
+        token_type_ids=np.zeros(2, dtype=np.int64),
+        special=np.array([True, True]),
+        word_ids=(None, None),
+        segment_ids=(None, None),
+    )
     mixing = outcome(mixings(tiny_session, encoding, methods=["alti"]))["alti"]
     x = torch.as_tensor(tiny_session.forward(encoding, attentions=False).hidden_states[0]).double()  # [2, D]
     layer = tiny_session.model.encoder.layer[0]
@@ -260,7 +269,9 @@ def test_row_rank_correlations_equal_scipys_with_ties_and_padding():
         for m in range(2):
             for n in range(2):
                 rows = found[m, n, b]
-                np.testing.assert_allclose(rows[:length], spearman_rows(maps[m, b, :length, :length], maps[n, b, :length, :length]), atol=1e-12)
+                np.testing.assert_allclose(
+                    rows[:length], spearman_rows(maps[m, b, :length, :length], maps[n, b, :length, :length]), atol=1e-12
+                )
                 assert np.isnan(rows[length:]).all()
     assert found[0, 1, 0, 1] == pytest.approx(1.0) and np.isnan(found[0, 1, 1, 2])
 
@@ -272,8 +283,12 @@ def test_the_corpus_form_agreement_and_shares(tiny_session):
     np.testing.assert_allclose(np.diag(result.agreement), 1.0)
     np.testing.assert_allclose(result.agreement, result.agreement.T)
     singles = [bertscope.mixing(tiny_session, text, method="value-zeroing") for text in texts]
-    expected = np.mean([np.nanmean(spearman_rows(single.rolled[-1], bertscope.mixing(tiny_session, text, method="rollout").rolled[-1]))
-                        for single, text in zip(singles, texts)])
+    expected = np.mean(
+        [
+            np.nanmean(spearman_rows(single.rolled[-1], bertscope.mixing(tiny_session, text, method="rollout").rolled[-1]))
+            for single, text in zip(singles, texts)
+        ]
+    )
     assert result.agreement[1, 2] == pytest.approx(expected, abs=1e-9)
     # value zeroing's maps come from a float32 model run on a padded batch, alone: their rounding differs (about 1e-8)
     np.testing.assert_allclose(result.rolled_shares[1], np.mean([single.shares() for single in singles], axis=0), atol=1e-6)
@@ -283,7 +298,9 @@ def test_the_corpus_form_agreement_and_shares(tiny_session):
     figure = result.figure()
     np.testing.assert_allclose(figure.axes[0].images[0].get_array(), result.agreement)
     assert [label.get_text() for label in figure.axes[0].get_xticklabels()] == ["raw attention", "value zeroing", "attention rollout"]
-    assert repr(result).startswith("MixingAgreement(3 methods · 3 sentences") and '<img alt="MixingAgreement figure"' in result._repr_html_()
+    assert (
+        repr(result).startswith("MixingAgreement(3 methods · 3 sentences") and '<img alt="MixingAgreement figure"' in result._repr_html_()
+    )
 
 
 def test_the_api_refuses_bad_input(tiny_session):
@@ -336,8 +353,9 @@ def test_the_cli_compares_over_a_corpus(tiny_bert_dir, tmp_path):
 
     data = tmp_path / "corpus.txt"
     data.write_text(f"{TEXT}\n{SHORT}\n", encoding="utf-8")
-    done = CliRunner().invoke(main, ["mixing", "--data", str(data), "--method", "attention", "--method", "alti", "--json",
-                                     "-m", str(tiny_bert_dir)])
+    done = CliRunner().invoke(
+        main, ["mixing", "--data", str(data), "--method", "attention", "--method", "alti", "--json", "-m", str(tiny_bert_dir)]
+    )
     assert done.exit_code == 0, done.output
     payload = json.loads(done.stdout)
     assert payload["methods"] == ["attention", "alti"] and payload["sentences"] == 2
@@ -423,14 +441,17 @@ def test_the_cli_corpus_default_and_the_estimate_line(tiny_bert_dir, tmp_path, r
     assert lines[0].endswith(" for these 2 sentences (timed on the first batch); Ctrl-C stops it")
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("mixing", TEXT, "--method", "saliency"), "unknown context-mixing method 'saliency'; use one of: attention, norms"),
-    (("mixing", TEXT, "--mask", "0-3"), "mask item '0-3' is not LAYER:HEAD"),
-    (("mixing", "--data", "MISSING"), "MISSING: no such file; check the path"),
-    (("mixing", " "), "the text is empty; give a sentence to analyse"),
-    (("mixing", TEXT, "--method", "alti", "--method", "flow"), "one --method for TEXT"),
-    (("mixing", TEXT, "--layer", "6"), "--layer 6 is out of range: this model has 6 layers (0-5)"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("mixing", TEXT, "--method", "saliency"), "unknown context-mixing method 'saliency'; use one of: attention, norms"),
+        (("mixing", TEXT, "--mask", "0-3"), "mask item '0-3' is not LAYER:HEAD"),
+        (("mixing", "--data", "MISSING"), "MISSING: no such file; check the path"),
+        (("mixing", " "), "the text is empty; give a sentence to analyse"),
+        (("mixing", TEXT, "--method", "alti", "--method", "flow"), "one --method for TEXT"),
+        (("mixing", TEXT, "--layer", "6"), "--layer 6 is out of range: this model has 6 layers (0-5)"),
+    ],
+)
 def test_bad_input_is_refused_before_torch(args, message, tmp_path):
     from tests.helpers.cli import assert_refused_before_torch
 

@@ -153,9 +153,11 @@ def test_a_figure_displays_in_jupyter_as_it_is(tmp_path, monkeypatch):
 
     kernels = tmp_path / "jupyter" / "kernels" / "bertscope-test"
     kernels.mkdir(parents=True)
-    (kernels / "kernel.json").write_text(json.dumps(
-        {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"], "display_name": "test", "language": "python"}
-    ))
+    (kernels / "kernel.json").write_text(
+        json.dumps(
+            {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"], "display_name": "test", "language": "python"}
+        )
+    )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     root = Path(__file__).resolve().parent.parent  # where `tests.fake_backend` imports from
     cells = [

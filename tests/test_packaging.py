@@ -19,10 +19,7 @@ def readme_commands() -> list[str]:
 
 
 def test_ci_runs_exactly_the_readme_commands():
-    ci_lines = [
-        line for line in (ROOT / ".ci" / "run").read_text().splitlines()
-        if line and not line.startswith(("#", "set ", "cd "))
-    ]
+    ci_lines = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith(("#", "set ", "cd "))]
     assert ci_lines == readme_commands()
     assert "pip install torch==2.13.0" in ci_lines[0]  # the CPU wheel on disk, not the CUDA build
 
@@ -40,7 +37,9 @@ def test_wheel_ships_the_themes(tmp_path):
     pytest.importorskip("hatchling")
     subprocess.run(
         [sys.executable, "-m", "hatchling", "build", "-t", "wheel", "-d", str(tmp_path)],
-        cwd=ROOT, check=True, capture_output=True,
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
     )
     (wheel,) = tmp_path.glob("bertscope-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
@@ -65,5 +64,7 @@ def test_core_does_not_import_the_ui():
 
 def test_plain_core_modules_stay_light():
     """The UI may use masks, results and errors without pulling torch in."""
-    loaded = modules_after_import("bertscope.core.model.masks", "bertscope.core.model.results", "bertscope.core.errors", "bertscope.core.data.files")
+    loaded = modules_after_import(
+        "bertscope.core.model.masks", "bertscope.core.model.results", "bertscope.core.errors", "bertscope.core.data.files"
+    )
     assert "torch" not in loaded and "transformers" not in loaded

@@ -68,10 +68,12 @@ def test_a_patched_head_equals_a_hand_written_run(tiny_session, preserved):
     model = tiny_session.model.base_model
     projection = model.encoder.layer[layer].attention.output.dense
     width = projection.in_features // tiny_session.num_heads
-    inputs = {name: torch.as_tensor(getattr(tiny_session.encode(text), name))[None] for text in (CLEAN,)
-              for name in ("input_ids", "token_type_ids")}
-    corrupt_inputs = {name: torch.as_tensor(getattr(tiny_session.encode(CORRUPT), name))[None]
-                      for name in ("input_ids", "token_type_ids")}
+    inputs = {
+        name: torch.as_tensor(getattr(tiny_session.encode(text), name))[None]
+        for text in (CLEAN,)
+        for name in ("input_ids", "token_type_ids")
+    }
+    corrupt_inputs = {name: torch.as_tensor(getattr(tiny_session.encode(CORRUPT), name))[None] for name in ("input_ids", "token_type_ids")}
     seen = {}
     handle = projection.register_forward_pre_hook(lambda module, args: seen.setdefault("clean", args[0].clone()))
     with torch.inference_mode():
@@ -80,7 +82,7 @@ def test_a_patched_head_equals_a_hand_written_run(tiny_session, preserved):
 
     def swap(module, args):
         context = args[0].clone()
-        context[..., head * width:(head + 1) * width] = seen["clean"][..., head * width:(head + 1) * width]
+        context[..., head * width : (head + 1) * width] = seen["clean"][..., head * width : (head + 1) * width]
         return (context,)
 
     handle = projection.register_forward_pre_hook(swap)
@@ -106,8 +108,14 @@ def test_layer_sweep_reports_both_components(preserved):
 
 
 def test_mlm_metric_compares_two_answers(tiny_mlm_session):
-    result = run(tiny_mlm_session, "the keys to the cabinet [MASK] here", "the key to the cabinet [MASK] here",
-                 metric="mlm", answers=("is", "are"), sweeps=("layers",))
+    result = run(
+        tiny_mlm_session,
+        "the keys to the cabinet [MASK] here",
+        "the key to the cabinet [MASK] here",
+        metric="mlm",
+        answers=("is", "are"),
+        sweeps=("layers",),
+    )
     assert result.metric_description.startswith("logit(is) - logit(are) at the [MASK]")
     assert np.isfinite(result.layers).all()
 
@@ -131,9 +139,14 @@ def test_class_metric_compares_two_classes_of_a_classifier(tmp_path):
     from bertscope.core.model.session import Session
     from tests.helpers.models import save_tiny
 
-    directory = save_tiny(tmp_path / "classifier", "BertForSequenceClassification", seed=3, num_labels=3,
-                          id2label={0: "negative", 1: "neutral", 2: "positive"},
-                          label2id={"negative": 0, "neutral": 1, "positive": 2})
+    directory = save_tiny(
+        tmp_path / "classifier",
+        "BertForSequenceClassification",
+        seed=3,
+        num_labels=3,
+        id2label={0: "negative", 1: "neutral", 2: "positive"},
+        label2id={"negative": 0, "neutral": 1, "positive": 2},
+    )
     session = Session.open(str(directory), device="cpu")
     result = run(session, metric="class", classes=("positive", "negative"), sweeps=("positions",))
     assert result.metric_description == "logit(positive) - logit(negative) of the classifier"

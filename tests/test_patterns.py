@@ -195,8 +195,12 @@ def _one_sentence_masks(length: int):
     special_keys[0, 0, 0] = special_keys[0, -1, 1] = 1.0
     segment_words = torch.zeros(1, length, 2)
     segment_words[0, 1:-1, 0] = 1.0
-    return BatchMasks(real=torch.ones(1, length, dtype=torch.bool), special_keys=special_keys, segment_words=segment_words,
-                      two_segments=torch.tensor([False]))
+    return BatchMasks(
+        real=torch.ones(1, length, dtype=torch.bool),
+        special_keys=special_keys,
+        segment_words=segment_words,
+        two_segments=torch.tensor([False]),
+    )
 
 
 def test_a_local_head_is_measured_over_the_keys_it_can_see():

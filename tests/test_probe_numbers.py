@@ -85,11 +85,12 @@ def test_the_structural_probe_finds_the_same_edges_on_either_kernel_path(bundled
     sample = str(Path(bertscope.__file__).parent / "data" / "sample.conllu")
     other = Session.open(device="cpu")
     assert other.choose_cpu_linear("onednn") == "onednn"
-    reports = {linear: bertscope.probe(session, "distance", data=sample, random_baseline=False, cache_dir=False)
-               for linear, session in (("blas", bundled_session), ("onednn", other))}  # the fixture keeps torch's default
+    reports = {
+        linear: bertscope.probe(session, "distance", data=sample, random_baseline=False, cache_dir=False)
+        for linear, session in (("blas", bundled_session), ("onednn", other))
+    }  # the fixture keeps torch's default
     test = bertscope.task_sentences("distance", data=sample)["test"]
-    edges = [sum(head != 0 and "PUNCT" not in (s.upos[word], s.upos[head - 1]) for word, head in enumerate(s.heads))
-             for s in test]
+    edges = [sum(head != 0 and "PUNCT" not in (s.upos[word], s.upos[head - 1]) for word, head in enumerate(s.heads)) for s in test]
     one_sentence = max(edges) / sum(edges)
     uuas = {linear: np.array([layer["uuas"] for layer in report.layers]) for linear, report in reports.items()}
     assert np.abs(uuas["blas"] - uuas["onednn"]).max() < one_sentence, uuas
@@ -121,8 +122,7 @@ def test_a_fit_that_stops_on_its_iteration_limit_says_so(tiny_session, monkeypat
     assert len(stopped) >= 3 and {layer["fit"] for layer in report.layers} <= {"iteration limit", "converged"}
     (note,) = [note for note in report.notes if "did not converge" in note]
     assert f"task probe, layers {', '.join(map(str, stopped))}: iteration limit" in note
-    assert report.as_json()["numerics"] == {"features": {"device": "cpu", "dtype": "float32", "cpu_linear": "blas"},
-                                            "fit_device": "cpu"}
+    assert report.as_json()["numerics"] == {"features": {"device": "cpu", "dtype": "float32", "cpu_linear": "blas"}, "fit_device": "cpu"}
 
 
 def test_a_converged_report_has_no_convergence_note(tiny_session):
@@ -168,13 +168,22 @@ def test_the_cache_key_names_the_dtype_and_shares_float32_entries_between_kernel
         entries[linear] = feature_module._entry(session, tmp_path, "data", FeatureOptions())
         made[linear] = features_of(session, sentences).numerics
     for dtype in ("float32", "bfloat16"):  # bfloat16 runs on GPUs: named here without loading
-        gpu = DeferredSession(source="m", fingerprint=session.fingerprint, max_length=session.max_length, counts=None,
-                              device=torch.device("cuda"), load=lambda: None, dtype=dtype)
+        gpu = DeferredSession(
+            source="m",
+            fingerprint=session.fingerprint,
+            max_length=session.max_length,
+            counts=None,
+            device=torch.device("cuda"),
+            load=lambda: None,
+            dtype=dtype,
+        )
         entries[f"cuda {dtype}"] = feature_module._entry(gpu, tmp_path, "data", FeatureOptions())
     assert entries["blas"] == entries["onednn"] == entries["cuda float32"] != entries["cuda bfloat16"]
     expected_linear = "onednn" if cpu_linear.onednn_enabled() else "blas"
-    assert made == {"blas": {"device": "cpu", "dtype": "float32", "cpu_linear": "blas"},
-                    "onednn": {"device": "cpu", "dtype": "float32", "cpu_linear": expected_linear}}
+    assert made == {
+        "blas": {"device": "cpu", "dtype": "float32", "cpu_linear": "blas"},
+        "onednn": {"device": "cpu", "dtype": "float32", "cpu_linear": expected_linear},
+    }
     info = bertscope.load(str(tiny_bert_dir), device="cpu", cpu_linear="blas").info
     assert (info.dtype, info.cpu_linear) == ("float32", "blas")
 
@@ -195,6 +204,7 @@ def test_mlp_and_structural_fits_say_whether_they_ran_out_of_epochs():
     sentence_index = np.repeat(np.arange(len(trees)), [len(tree) for tree in trees])
     words = rng.normal(size=(len(sentence_index), 2, 8)).astype(np.float32)
     cut = sentence_index < 14
-    structural = train_structural_probes(words[cut], sentence_index[cut], trees[:14], words[~cut], sentence_index[~cut] - 14,
-                                         trees[14:], rank=4, epochs=1)
+    structural = train_structural_probes(
+        words[cut], sentence_index[cut], trees[:14], words[~cut], sentence_index[~cut] - 14, trees[14:], rank=4, epochs=1
+    )
     assert structural.distance_endings == ("epoch limit", "epoch limit") == structural.depth_endings

@@ -65,6 +65,7 @@ def test_linear_probe_matches_scikit_learn(layered_sets, l2):
     assert probes.weights.shape == (3, 32, 4) and probes.bias.shape == (3, 4)
     assert scores.l2.tolist() == [l2] * 3
     for layer in range(3):
+
         def standardise(X, layer=layer):
             return (X[:, layer] - probes.mean[layer]) / probes.std[layer]
 
@@ -141,8 +142,7 @@ def test_predict_reproduces_the_scores_seen_in_training(layered_sets):
 def test_training_is_deterministic(layered_sets):
     (X_train, y_train), (X_dev, y_dev), _ = layered_sets
     runs = [
-        train_probes(X_train[:300], y_train[:300], X_dev, y_dev, num_classes=4, kind="mlp", hidden=16, epochs=5, seed=3)
-        for _ in range(2)
+        train_probes(X_train[:300], y_train[:300], X_dev, y_dev, num_classes=4, kind="mlp", hidden=16, epochs=5, seed=3) for _ in range(2)
     ]
     assert np.array_equal(runs[0].hidden_weights, runs[1].hidden_weights)
     assert np.array_equal(runs[0].weights, runs[1].weights)

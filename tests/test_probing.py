@@ -29,8 +29,16 @@ def test_sentence_task_from_a_senteval_file(tiny_session, tmp_path):
     assert "random_init_accuracy" in report.layers[0] and "random_init" in report.baselines
     assert 0 <= report.baselines["majority"] <= 1
     assert 0 <= report.best_layer <= 3
-    assert report.counts == {"train": 42, "dev": 9, "test": 9, "classes": 4, "unit": "sentences", "min_examples": 2,
-                             "labels_left_out": {}, "examples_left_out": {"train": 0, "dev": 0, "test": 0}}
+    assert report.counts == {
+        "train": 42,
+        "dev": 9,
+        "test": 9,
+        "classes": 4,
+        "unit": "sentences",
+        "min_examples": 2,
+        "labels_left_out": {},
+        "examples_left_out": {"train": 0, "dev": 0, "test": 0},
+    }
 
 
 def test_word_task_with_control_and_selectivity(tiny_session, tmp_path):
@@ -135,8 +143,20 @@ def test_center_of_gravity_stays_within_the_layers():
 
 def test_probe_cli_json(tiny_bert_dir, tmp_path):
     result = CliRunner().invoke(
-        main, ["probe", "--task", "length", "--data", str(sample_corpus("senteval")), "-m", str(tiny_bert_dir),
-               "--cache-dir", str(tmp_path), "--json"], catch_exceptions=False,
+        main,
+        [
+            "probe",
+            "--task",
+            "length",
+            "--data",
+            str(sample_corpus("senteval")),
+            "-m",
+            str(tiny_bert_dir),
+            "--cache-dir",
+            str(tmp_path),
+            "--json",
+        ],
+        catch_exceptions=False,
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -149,8 +169,23 @@ def test_probe_cli_seed_draws_other_splits_and_says_which(tiny_bert_dir, tmp_pat
     runs = {}
     for seed in ("0", "1"):
         result = CliRunner().invoke(
-            main, ["probe", "--task", "distance", "--data", str(sample_corpus("conllu")), "-m", str(tiny_bert_dir),
-                   "--cache-dir", str(tmp_path), "--no-random-baseline", "--seed", seed, "--json"], catch_exceptions=False,
+            main,
+            [
+                "probe",
+                "--task",
+                "distance",
+                "--data",
+                str(sample_corpus("conllu")),
+                "-m",
+                str(tiny_bert_dir),
+                "--cache-dir",
+                str(tmp_path),
+                "--no-random-baseline",
+                "--seed",
+                seed,
+                "--json",
+            ],
+            catch_exceptions=False,
         )
         assert result.exit_code == 0, result.output
         runs[seed] = json.loads(result.stdout)

@@ -264,9 +264,7 @@ def test_agreement_label_is_whether_the_verb_agrees_with_the_head(examples):
 def test_agreement_attractor_and_verb_alone_predict_nothing(examples):
     for split in SPLITS:
         data = [e for e in examples("agreement_attractors") if e.sentence.split == split]
-        cells = collections.Counter(
-            (e.sentence.label, e.facts["subject_number"], e.facts["subject_attractor_number"]) for e in data
-        )
+        cells = collections.Counter((e.sentence.label, e.facts["subject_number"], e.facts["subject_attractor_number"]) for e in data)
         assert len(cells) == 8 and max(cells.values()) - min(cells.values()) <= 1
     data = [e for e in examples("agreement_attractors") if e.sentence.split == "tr"]
     wrong = [e.sentence.label == "wrong" for e in data]

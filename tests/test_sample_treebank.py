@@ -58,9 +58,7 @@ def test_every_sentence_is_one_tree(sentences):
 
 def test_text_comment_is_the_words_joined_by_space_after(sentences):
     for sentence in sentences:
-        joined = "".join(
-            word["form"] + ("" if (word["misc"] or {}).get("SpaceAfter") == "No" else " ") for word in words_of(sentence)
-        )
+        joined = "".join(word["form"] + ("" if (word["misc"] or {}).get("SpaceAfter") == "No" else " ") for word in words_of(sentence))
         assert joined.strip() == sentence.metadata["text"]
 
 

@@ -96,8 +96,15 @@ async def help_screen(pilot):
 
 
 SCREENS = {
-    "main": main_screen, "zoomed": zoomed, "overview": overview, "probing": probing, "importance": importance,
-    "pruning_curve": pruning_curve, "geometry": geometry, "compare": compare, "help": help_screen,
+    "main": main_screen,
+    "zoomed": zoomed,
+    "overview": overview,
+    "probing": probing,
+    "importance": importance,
+    "pruning_curve": pruning_curve,
+    "geometry": geometry,
+    "compare": compare,
+    "help": help_screen,
 }
 SCREENS["norms"] = norms
 

@@ -19,13 +19,15 @@ from bertscope.core.progress import outcome
 
 def test_word_attention_sums_a_words_columns_and_averages_its_rows():
     # tokens: [CLS] play ##ing cats [SEP] -> words 0 (play ##ing) and 1 (cats); [CLS] and [SEP] are no word
-    attention = torch.tensor([
-        [0.2, 0.2, 0.2, 0.2, 0.2],
-        [0.1, 0.1, 0.3, 0.4, 0.1],
-        [0.5, 0.3, 0.0, 0.2, 0.0],
-        [0.0, 0.6, 0.1, 0.1, 0.2],
-        [0.2, 0.2, 0.2, 0.2, 0.2],
-    ])[None, None]
+    attention = torch.tensor(
+        [
+            [0.2, 0.2, 0.2, 0.2, 0.2],
+            [0.1, 0.1, 0.3, 0.4, 0.1],
+            [0.5, 0.3, 0.0, 0.2, 0.0],
+            [0.0, 0.6, 0.1, 0.1, 0.2],
+            [0.2, 0.2, 0.2, 0.2, 0.2],
+        ]
+    )[None, None]
     word_of = torch.tensor([[-1, 0, 0, 1, -1]])
     words = word_attention(attention, word_of, 2)[0, 0]
     # row 0: mean of token rows 1 and 2; column 0: tokens 1 + 2, column 1: token 3
@@ -139,8 +141,15 @@ def reference_counts(session, sentences) -> dict[tuple[str, int], np.ndarray]:
         pieces = [tokenizer.tokenize(word) for word in item.words]
         ids = [tokenizer.cls_token_id] + [i for piece in pieces for i in tokenizer.convert_tokens_to_ids(piece)] + [tokenizer.sep_token_id]
         with torch.inference_mode():
-            out = session.run({"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long),
-                               "token_type_ids": torch.zeros(1, len(ids), dtype=torch.long)}, attentions=True, encoder_only=True)
+            out = session.run(
+                {
+                    "input_ids": torch.tensor([ids]),
+                    "attention_mask": torch.ones(1, len(ids), dtype=torch.long),
+                    "token_type_ids": torch.zeros(1, len(ids), dtype=torch.long),
+                },
+                attentions=True,
+                encoder_only=True,
+            )
         attention = torch.stack(out.attentions)[:, 0].numpy()  # [L, H, T, T]
         spans, start = [], 1
         for piece in pieces:

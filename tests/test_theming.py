@@ -33,6 +33,7 @@ def empty_user_dir(tmp_path, monkeypatch):
 
 def luminance(rgb):
     """WCAG relative luminance, 0 (black) to 1 (white)."""
+
     def linear(channel):
         c = channel / 255
         return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4

@@ -42,7 +42,15 @@ def test_wordpiece_tokens_are_left_as_they_are():
 
 def test_byte_level_bytes_are_decoded_and_a_bare_word_start_shows():
     assert token_labels(["<s>", "caf", "Ã©", "Ġna", "Ã¯", "ve", "Ġ", "ĊĊ", "</s>"], [1, 0, 0, 0, 0, 0, 0, 0, 1]) == (
-        "<s>", "caf", "##é", "na", "##ï", "##ve", "▁", "▁", "</s>",
+        "<s>",
+        "caf",
+        "##é",
+        "na",
+        "##ï",
+        "##ve",
+        "▁",
+        "▁",
+        "</s>",
     )
     assert token_labels(["Ġx", "Ã"]) == ("x", "\\xc3")  # a byte that is only part of a character
     assert token_labels(["▁The", "▁", "n", "a"]) == ("The", "▁", "n", "##a")
@@ -65,8 +73,14 @@ def test_a_figure_labels_tokens_as_the_explorer_does():
     tokens, special = tokenised("modernbert", pair=None)
     size = len(tokens)
     encoding = Encoding(
-        text=TEXT, pair=None, tokens=tuple(tokens), input_ids=np.arange(size), token_type_ids=np.zeros(size, dtype=int),
-        special=np.array(special, dtype=bool), word_ids=(None,) * size, segment_ids=(None,) * size,
+        text=TEXT,
+        pair=None,
+        tokens=tuple(tokens),
+        input_ids=np.arange(size),
+        token_type_ids=np.zeros(size, dtype=int),
+        special=np.array(special, dtype=bool),
+        word_ids=(None,) * size,
+        segment_ids=(None,) * size,
     )
     attentions = np.full((1, 1, size, size), 1.0 / size)
     result = ForwardResult(encoding, np.zeros((2, size, 4)), attentions, None, None, HeadMask.none(1, 1), "zero")

@@ -268,8 +268,22 @@ def test_treebank_command_bad_output(tmp_path, args, fragment):
 @pytest.mark.parametrize("task, metric", [("upos", "accuracy"), ("depth", "spearman")])
 def test_probe_without_data_uses_the_treebank(tiny_bert_dir, tmp_path, task, metric):
     result = CliRunner().invoke(
-        main, ["probe", "--task", task, "--limit", "60", "-m", str(tiny_bert_dir), "--cache-dir", str(tmp_path),
-               "--no-random-baseline", "--no-control", "--json"], catch_exceptions=False,  # fmt: skip
+        main,
+        [
+            "probe",
+            "--task",
+            task,
+            "--limit",
+            "60",
+            "-m",
+            str(tiny_bert_dir),
+            "--cache-dir",
+            str(tmp_path),
+            "--no-random-baseline",
+            "--no-control",
+            "--json",
+        ],
+        catch_exceptions=False,  # fmt: skip
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)

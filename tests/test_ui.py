@@ -203,7 +203,9 @@ def test_export_writes_the_views_figure_and_csv_without_overwriting(tmp_path):
         assert all(f">{token}<" in figure for token in ("[CLS]", "cat", "mat"))  # every token, kept as text
         rows = list(csv.reader(csvs[0].open()))
         assert rows[0][1:] == list(app.main_screen.analysis.current.tokens)
-        np.testing.assert_allclose([[float(v) for v in row[1:]] for row in rows[1:]], app.main_screen.analysis.current.attentions[0, 0], atol=1e-6)
+        np.testing.assert_allclose(
+            [[float(v) for v in row[1:]] for row in rows[1:]], app.main_screen.analysis.current.attentions[0, 0], atol=1e-6
+        )
         assert any(str(svgs[0].name) in n.message or "exported" in (n.title or "") for n in app._notifications)
 
     run(app, steps)
@@ -262,6 +264,7 @@ def test_a_file_that_is_not_a_session_is_never_renamed_nor_overwritten(tmp_path)
 
 def test_model_that_fails_to_load_closes_the_explorer_with_its_reason():
     """The explorer can do nothing without a model: it exits, and the command line prints the one line."""
+
     def broken(report):
         report("loading…")
         raise ModelLoadError("could not read the weights in x/model.safetensors: header too large")

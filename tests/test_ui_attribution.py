@@ -123,9 +123,22 @@ def test_escape_cancels_a_slow_attribution_and_the_explorer_stays_responsive():
 
 def test_targets_offered_by_the_model():
     def info(mlm, labels):
-        return ModelInfo(source="m", family="BERT", architecture="x", num_layers=1, num_heads=1, hidden_size=8,
-                         vocab_size=10, max_length=8, has_mlm_head=mlm, num_labels=labels, device="cpu",
-                         dtype="float32", parameters=1, fingerprint="f")
+        return ModelInfo(
+            source="m",
+            family="BERT",
+            architecture="x",
+            num_layers=1,
+            num_heads=1,
+            hidden_size=8,
+            vocab_size=10,
+            max_length=8,
+            has_mlm_head=mlm,
+            num_labels=labels,
+            device="cpu",
+            dtype="float32",
+            parameters=1,
+            fingerprint="f",
+        )
 
     assert [t.kind for t in targets_for(info(True, None))][:2] == ["mlm", "probe"]
     assert [t.kind for t in targets_for(info(False, 3))][:2] == ["class", "probe"]

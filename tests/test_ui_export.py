@@ -13,16 +13,18 @@ from bertscope.ui import export
 from bertscope.ui.export import export_stem, export_view, unique_path, write_matrix_csv
 
 WHEN = datetime(2026, 11, 21, 11, 30, 5)
-TOKENS = ["[CLS]", "the", "café", "\"quoted\", comma", "[SEP]"]
+TOKENS = ["[CLS]", "the", "café", '"quoted", comma', "[SEP]"]
 SVG = '<svg xmlns="http://www.w3.org/2000/svg"><text>café</text></svg>'
 
 
-def attention(size=len(TOKENS), seed=0):
+def attention(size=None, seed=0):
+    size = len(TOKENS) if size is None else size
     weights = np.random.default_rng(seed).random((size, size))
     return weights / weights.sum(axis=1, keepdims=True)
 
 
-def figure(size=len(TOKENS)):
+def figure(size=None):
+    size = len(TOKENS) if size is None else size
     return attention_heatmap(attention(size), TOKENS[:size], layer=0, head=0)
 
 
@@ -93,7 +95,15 @@ def test_export_view_writes_both_files_under_one_fresh_stem(tmp_path):
 def test_average_view_export(tmp_path):
     matrix = attention(3)
     svg_path, csv_path = export_view(
-        tmp_path, figure=figure(3), matrix=matrix, row_labels=TOKENS[:3], col_labels=TOKENS[:3], layer=1, head=None, view="average", when=WHEN
+        tmp_path,
+        figure=figure(3),
+        matrix=matrix,
+        row_labels=TOKENS[:3],
+        col_labels=TOKENS[:3],
+        layer=1,
+        head=None,
+        view="average",
+        when=WHEN,
     )
     assert svg_path.name == "bertscope-L1-avg-20261121-113005.svg"
     assert csv_path.name == "bertscope-L1-avg-20261121-113005.csv"
@@ -109,7 +119,9 @@ def test_a_failed_csv_leaves_no_half_export(tmp_path, monkeypatch):
 
     monkeypatch.setattr(export, "_write_bytes", full_disk)
     with pytest.raises(InputError, match="No space left"):
-        export_view(tmp_path, figure=figure(), matrix=attention(), row_labels=TOKENS, col_labels=TOKENS, layer=0, head=0, view="head", when=WHEN)
+        export_view(
+            tmp_path, figure=figure(), matrix=attention(), row_labels=TOKENS, col_labels=TOKENS, layer=0, head=0, view="head", when=WHEN
+        )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -148,7 +160,9 @@ def test_a_failure_midway_keeps_the_old_file_and_leaves_no_temp_file(tmp_path, m
 
 def test_an_unwritable_directory_is_one_clear_line(tmp_path):
     with pytest.raises(InputError, match="does not exist") as caught:
-        export_view(tmp_path / "nowhere", figure=figure(), matrix=attention(), row_labels=TOKENS, col_labels=TOKENS, layer=0, head=0, view="head")
+        export_view(
+            tmp_path / "nowhere", figure=figure(), matrix=attention(), row_labels=TOKENS, col_labels=TOKENS, layer=0, head=0, view="head"
+        )
     assert "\n" not in str(caught.value)
     blocker = tmp_path / "a-file"
     blocker.write_text("")

@@ -155,8 +155,18 @@ def test_wide_cells_tall_rows_and_staggered_labels_in_the_renderer():
     weights = np.eye(4)
     console = Console(width=80, color_system=None, record=True, file=open("/dev/null", "w"))
     heatmap = AttentionHeatmap(
-        weights, labels, labels, COLORMAP, cell_width=4, row_height=2, staggered=True, label_height=2,
-        cursor=(1, 1), glyphs=True, legend=False, label_width=None,
+        weights,
+        labels,
+        labels,
+        COLORMAP,
+        cell_width=4,
+        row_height=2,
+        staggered=True,
+        label_height=2,
+        cursor=(1, 1),
+        glyphs=True,
+        legend=False,
+        label_width=None,
     )
     console.print(heatmap)
     lines = console.export_text().splitlines()

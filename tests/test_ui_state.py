@@ -94,7 +94,7 @@ def test_a_missing_file_is_a_new_session(tmp_path):
     "content, reason",
     [
         (b"\x00\x9f garbage \xff", "not UTF-8"),
-        ("{\"text\": \"caf\u00e9\", \"version\": 1}".encode("latin-1"), "not UTF-8"),
+        ('{"text": "caf\u00e9", "version": 1}'.encode("latin-1"), "not UTF-8"),
         (b"{not json", "not JSON"),
         (b"Notes for Monday\n", "not JSON"),
         (b"[1, 2, 3]", "JSON object"),

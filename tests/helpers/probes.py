@@ -18,7 +18,8 @@ from bertscope.core.progress import outcome
 REFERENCE_L2 = probes.L2_GRID
 
 
-def features_of(session, sentences, options=FeatureOptions(), batch_size=None):
+def features_of(session, sentences, options=None, batch_size=None):
+    options = FeatureOptions() if options is None else options
     return outcome(extract_features(session, sentences, options, cache_dir=False, batch_size=batch_size), "features")
 
 
@@ -66,13 +67,31 @@ def report_with_every_column(mdl: bool) -> ProbeReport:
     """A report with every column a table can have: f1, fit, both baselines, selectivity and both codes."""
     layers = []
     for layer in range(13):
-        entry = {"layer": layer, "accuracy": 0.9 + layer / 200, "f1": 0.85, "l2": 0.1, "fit": "converged" if layer else "iteration limit",
-                 "random_init_accuracy": 0.812, "control_accuracy": 0.734, "selectivity": 0.166 + layer / 200}
+        entry = {
+            "layer": layer,
+            "accuracy": 0.9 + layer / 200,
+            "f1": 0.85,
+            "l2": 0.1,
+            "fit": "converged" if layer else "iteration limit",
+            "random_init_accuracy": 0.812,
+            "control_accuracy": 0.734,
+            "selectivity": 0.166 + layer / 200,
+        }
         if mdl:
-            entry["mdl"] = {"online_bits": 12345.6 - layer, "uniform_bits": 60000.0, "compression": 4.86,
-                            "control": {"online_bits": 23456.7, "uniform_bits": 60000.0, "compression": 2.557}}
+            entry["mdl"] = {
+                "online_bits": 12345.6 - layer,
+                "uniform_bits": 60000.0,
+                "compression": 4.86,
+                "control": {"online_bits": 23456.7, "uniform_bits": 60000.0, "compression": 2.557},
+            }
         layers.append(entry)
-    return ProbeReport(task="upos", metric="accuracy", layers=layers, best_layer=12, center_of_gravity=5.1,
-                       baselines={"majority": 0.19, "random_init": 0.812, "control_best": 0.74},
-                       counts={"train": 9000, "dev": 900, "test": 900, "classes": 17, "unit": "words"},
-                       mdl={"examples": 9000, "unit": "words", "block_ends": [1] * 10, "order": "shuffled"} if mdl else {})
+    return ProbeReport(
+        task="upos",
+        metric="accuracy",
+        layers=layers,
+        best_layer=12,
+        center_of_gravity=5.1,
+        baselines={"majority": 0.19, "random_init": 0.812, "control_best": 0.74},
+        counts={"train": 9000, "dev": 900, "test": 900, "classes": 17, "unit": "words"},
+        mdl={"examples": 9000, "unit": "words", "block_ends": [1] * 10, "order": "shuffled"} if mdl else {},
+    )
