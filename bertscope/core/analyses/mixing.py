@@ -223,7 +223,7 @@ def _measure_batch(
     timings: Timings = {}  # each costly measure's, timed once
     timed = {method for method in COSTLY if method in chosen} if estimate is not None else set()
 
-    def said() -> list[Progress]:
+    def said() -> list[Progress[Any]]:
         """The estimate's record, when the measure just timed was the last to be."""
         return [Progress("sentences", 0, partial=estimate(timings))] if estimate is not None and set(timings) == timed else []
 
