@@ -227,7 +227,8 @@ def test_the_apis_keywords_are_named_as_the_commands_flags():
         "figure",
         "device",
         "dtype",
-        "allow_download",  # how and where to print, which model
+        "allow_download",
+        "max_length",  # how and where to print, which model (bertscope.load's keywords)
         "no_cache",  # cache_dir=False
         "relations",
         "min_count",
