@@ -191,12 +191,14 @@ def test_the_apis_keywords_are_named_as_the_commands_flags():
 
     from bertscope.cli import main
 
-    shown_only = {"output", "json", "csv", "theme", "figure", "device", "dtype", "allow_download",  # how and where to print, which model
+    shown_only = {"output", "json", "csv", "theme", "figure",  # how and where to print
+                  "device", "dtype", "allow_download", "max_length",  # which model, and how: bertscope.load's keywords
                   "no_cache",  # cache_dir=False
                   "relations", "min_count", "layer", "colour_by", "points", "curve", "cloze"}  # rows shown, or which function
     commands = {"patterns": ["patterns"], "syntax": ["syntax"], "probe": ["probe"], "importance": ["importance"],
                 "prune": ["prune", "pruning_curve"], "fill": ["fill", "cloze"], "attribute": ["attribute"], "patch": ["patch"],
                 "geometry": ["geometry"], "compare": ["compare"], "mixing": ["mixing", "mixing_agreement"], "erase": ["erase"]}
+    assert {"device", "dtype", "allow_download", "max_length"} <= set(inspect.signature(bertscope.load).parameters)
     for command, functions in commands.items():
         keywords = set().union(*(inspect.signature(getattr(bertscope, name)).parameters for name in functions))
         for option in main.commands[command].params:
