@@ -12,11 +12,12 @@ Python's own handling of SIGINT fails a command in three places:
 
 `guard()`, called where the `bertscope` program starts, puts in a handler of its own. Inside a
 command (`running`), an interrupt raises KeyboardInterrupt as Python's would, so the command
-unwinds (a file being written is removed, `core/data/files.py`) and the group says the one line;
-an interrupt swallowed by a finalizer is raised again; a second Ctrl-C, or an unwinding still going
-after `GRACE_S`, ends the process at once. Outside a command, nothing is open: the line, and exit.
-A notebook or a test that imports the CLI gets none of this; the explorer hands Ctrl-C back to
-Textual (`release`). Standard library only, so it is in place before anything slow is imported.
+unwinds (a file being written is removed, `core/data/files.py`), the group says the one line
+and the process ends there (`exit_interrupted`); an interrupt swallowed by a finalizer is raised
+again; a second Ctrl-C, or an unwinding still going after `GRACE_S`, ends the process at once.
+Outside a command, nothing is open: the line, and exit. A notebook or a test that imports the
+CLI gets none of this; the explorer hands Ctrl-C back to Textual (`release`).
+Standard library only, so it is in place before anything slow is imported.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # pathlib and typing's names cost milliseconds before the gua
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a Ctrl-C
 GRACE_S = 1.5  # how long an interrupted command may take to unwind before the process ends regardless
+TERMINAL_RESET = "\r\x1b[2K\x1b[?25h"  # to the line's start, clear it, show the cursor
 RETRY_S = 0.01  # the pause before an interrupt a finalizer lost is raised again
 
 
@@ -172,11 +174,13 @@ def _interrupt_main_thread() -> None:
 
 def _say_and_exit() -> None:
     """Print the line (unless said) and end the process: from a signal handler or the watchdog, so written to the
-    file descriptor directly, never through a stream the interrupted code may be in the middle of writing."""
+    file descriptor directly, never through a stream the interrupted code may be in the middle of writing. On a
+    terminal, a spinner's or a bar's line is cleared first and the cursor they hid shown again."""
     if not _State.said:
         _State.said = True
         with contextlib.suppress(OSError):
-            os.write(2, (line(_State.command) + "\n").encode())
+            restore = TERMINAL_RESET if os.isatty(2) else ""
+            os.write(2, (restore + line(_State.command) + "\n").encode())
     os._exit(EXIT_INTERRUPTED)
 
 
