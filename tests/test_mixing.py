@@ -410,7 +410,8 @@ def test_a_costly_measure_named_is_timed_on_the_first_batch_and_changes_no_numbe
 
 def test_the_estimate_scales_by_each_measures_work_in_the_lengths():
     """Flow's work counts the max-flow calls `attention_flow` makes (each call's own cost added to its edges'), so that a
-    first batch of short sentences, where the calls dominate, is not scaled as if it were all edges."""
+    first batch of short sentences, where the calls dominate, is not scaled as if it were all edges; value zeroing's
+    counts the rows of each padded batch, as planned."""
     from bertscope.core.analyses.mixing import FLOW_CALL_EDGES, _copy_edges, attention_flow, cost_estimate, costly_work
 
     rng = np.random.default_rng(0)
@@ -419,12 +420,13 @@ def test_the_estimate_scales_by_each_measures_work_in_the_lengths():
         residual /= residual.sum(-1, keepdims=True)
         calls = [record.total for record in attention_flow(residual) if record.result is None][0]
         edges = sum(length * length * _copy_edges(layer, length) for layer in range(1, 4))
-        assert costly_work("flow", length, 4) == edges + FLOW_CALL_EDGES * (1 + calls)
-    assert costly_work("value-zeroing", 7, 4) == 49
-    found = cost_estimate({"value-zeroing": (2.0, [4, 4])}, [4, 4, 8], layers=4, whole=False)
-    assert found.seconds == {"value-zeroing": pytest.approx(2.0 * (16 + 16 + 64) / 32)} and found.covered == 3
+        assert costly_work("flow", [length], 4) == edges + FLOW_CALL_EDGES * (1 + calls)
+    assert costly_work("flow", [3, 9], 4) == costly_work("flow", [3], 4) + costly_work("flow", [9], 4)  # each input alone
+    assert costly_work("value-zeroing", [5, 7], 4) == 2 * 7 * 8  # a padded batch: T + 1 variants of T rows, at the longest
+    found = cost_estimate({"value-zeroing": (2.0, [4, 4])}, [[4, 4], [6, 8]], layers=4, whole=False)
+    assert found.seconds == {"value-zeroing": pytest.approx(2.0 * (40 + 144) / 40)} and found.covered == 4
     assert found.line() == (
-        "value zeroing about 6.0 s for the first 3 sentences read, about as long again for every 3 more (timed on the first batch)"
+        "value zeroing about 9.2 s for the first 4 sentences read, about as long again for every 4 more (timed on the first batch)"
     )
 
 

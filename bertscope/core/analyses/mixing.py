@@ -41,7 +41,7 @@ and Ferrando et al. do): `rolled[l] = C_l ⋯ C_0`.
 Over a corpus (`mixing_agreement`) the default is the measures that cost a bare forward or two
 (mixing_results.CORPUS_DEFAULT: attention, norms, ALTI, rollout). Value zeroing (about 13 bare
 forwards) and flow (growing as T⁴: about 70 bare forwards over English web text) run when named,
-and their time on the first batch, scaled by each one's work in the first chunk's lengths
+and their time on the first batch, scaled by each one's work in the first chunk's batches
 (`costly_work`), is said before the rest of the corpus runs (`CostEstimate`).
 """
 
@@ -278,23 +278,29 @@ def _finished_seconds(started: float, device: torch.device) -> float:
     return time.perf_counter() - started
 
 
-def costly_work(method: str, length: int, layers: int) -> float:
-    """What a costly measure's time on an input of `length` tokens grows with, in units of its own: value zeroing's
-    rows through the rest of a layer (T², every layer alike); flow's max-flow edges, with each solver call's own work
-    (FLOW_CALL_EDGES) added, and a call's worth for the input's own setup (`attention_flow`: about T⁴ over its L·T²
-    problems)."""
+def costly_work(method: str, lengths: Sequence[int], layers: int) -> float:
+    """What a costly measure's time on a batch of inputs of these lengths grows with, in units of its own: value
+    zeroing's rows through the rest of a layer (each input's T + 1 variants of its T tokens, padded to the longest:
+    every layer alike); flow's max-flow edges of each input on its own, with each solver call's work (FLOW_CALL_EDGES)
+    added, and a call's worth for the input's setup (`attention_flow`: about T⁴ over its L·T² problems)."""
     if method == "value-zeroing":
-        return float(length * length)
-    edges = [length * length * _copy_edges(layer, length) for layer in range(1, layers)]
-    return float(sum(edges) + FLOW_CALL_EDGES * (1 + sum(-(-count // FLOW_EDGES_PER_CALL) for count in edges)))
+        return float(len(lengths) * max(lengths) * (max(lengths) + 1))
+    work = 0
+    for length in lengths:
+        edges = [length * length * _copy_edges(layer, length) for layer in range(1, layers)]
+        work += sum(edges) + FLOW_CALL_EDGES * (1 + sum(-(-count // FLOW_EDGES_PER_CALL) for count in edges))
+    return float(work)
 
 
-def cost_estimate(timings: Timings, lengths: Sequence[int], layers: int, whole: bool) -> CostEstimate:
-    """Each timed measure's seconds scaled from the inputs it was timed on to the inputs of `lengths` (costly_work)."""
+def cost_estimate(timings: Timings, batches: Sequence[Sequence[int]], layers: int, whole: bool) -> CostEstimate:
+    """Each timed measure's seconds scaled from the inputs it was timed on to the `batches` (their inputs' lengths, as
+    planned) by its work in them (costly_work)."""
     seconds = {}
     for method, (spent, timed) in timings.items():
-        seconds[method] = spent * sum(costly_work(method, n, layers) for n in lengths) / sum(costly_work(method, n, layers) for n in timed)
-    return CostEstimate(seconds={method: seconds[method] for method in METHODS if method in seconds}, covered=len(lengths), whole=whole)
+        work = sum(costly_work(method, lengths, layers) for lengths in batches)
+        seconds[method] = spent * work / costly_work(method, timed, layers)
+    covered = sum(len(lengths) for lengths in batches)
+    return CostEstimate(seconds={method: seconds[method] for method in METHODS if method in seconds}, covered=covered, whole=whole)
 
 
 @dataclass(frozen=True)
@@ -624,12 +630,13 @@ def mixing_agreement(
     for batch in batches:
         encodings = batch.take(batch.encoded)
         estimate = None
-        if batch.number == 0:  # the first chunk's lengths, to scale the first batch's times to
-            chunk = [len(encoding) for encoding in batch.encoded]
+        if batch.number == 0:  # the first chunk's batches, to scale the first batch's times to
+            lengths = [len(encoding) for encoding in batch.encoded]
+            planned = [[lengths[index] for index in indices] for indices in batches.plan(batch.encoded)]
             whole = len(batch.chunk) < CHUNK  # the first chunk was the corpus's last
 
-            def estimate(timings: Timings, chunk: list[int] = chunk, whole: bool = whole) -> CostEstimate:
-                return cost_estimate(timings, chunk, layers, whole)
+            def estimate(timings: Timings, planned: list[list[int]] = planned, whole: bool = whole) -> CostEstimate:
+                return cost_estimate(timings, planned, layers, whole)
 
         found = yield from relay(_measure_batch(session, encodings, chosen, head_mask, ablation, cancel, estimate))
         if found is None:
