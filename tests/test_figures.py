@@ -262,15 +262,15 @@ def test_a_probing_curve_has_its_numbers_its_baselines_dashed_and_its_best_layer
 
 def test_a_probing_figure_with_description_lengths_shows_the_accuracy_and_the_compression(backend):
     """Issue 54: with --mdl the figure showed the compression alone; it shows the score above, the compression below."""
-    report = last(backend.probe("sentence_length", list(built_in_treebank(30).sentences), mdl=True))
+    report = last(backend.probe("upos", list(built_in_treebank(30).sentences), mdl=True))
     figure = report.figure(mdl=True, under="mask 0:1 (zero)")
     top, bottom = figure.axes
     assert list(top.lines[0].get_ydata()) == [layer[report.metric] for layer in report.layers]
     assert top.get_ylabel() == report.metric
     assert list(bottom.lines[0].get_ydata()) == list(report.compression())
     assert bottom.get_ylabel() == "compression (uniform / online bits)" and bottom.get_xlabel() == "layer (0 = embeddings)"
-    assert {line.get_label() for line in bottom.lines} >= {"uniform code", "control task"}
-    assert title_of(figure) == f"probing sentence_length: {report.metric} and description length"
+    assert {line.get_label() for line in bottom.lines} >= {"uniform code", "control task"}  # a word task has one
+    assert title_of(figure) == f"probing upos: {report.metric} and description length"
     assert note_of(figure) == "mask 0:1 (zero)"
     assert len(report.figure().axes) == 1 and note_of(report.figure()) == ""  # without mdl: the score alone
 
