@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import assert_a_refusal, bertscope, refusals
+from tests.helpers.cli import assert_a_refusal, refusals
 
 SENTENCE = "The keys to the cabinet are on the table."
 
@@ -240,6 +240,7 @@ def test_more_guesses_than_the_vocabulary_has(refused, files):
 
 def test_the_check_sees_torch_when_the_model_does_run(files):
     """The same wrapper on a valid command: it exits 0 and torch was imported, so the refusals above mean something."""
-    report, printed, _ = bertscope("attention", SENTENCE, "-l", "2", "-H", "3", "--json", "-m", files["TINY"])
-    assert report == {"code": 0, "imported": ["torch", "transformers"]}
-    assert json.loads(printed)["layer"] == 2
+    args = ("attention", SENTENCE, "-l", "2", "-H", "3", "--json", "-m", files["TINY"])
+    report = refusals([list(args)])[args]
+    assert report["code"] == 0 and report["imported"] == ["torch", "transformers"]
+    assert json.loads(report["stdout"])["layer"] == 2

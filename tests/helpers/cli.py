@@ -6,17 +6,6 @@ import json
 import subprocess
 import sys
 
-RUN_AND_REPORT = """
-import json, sys
-from bertscope.cli import main
-try:
-    main(sys.argv[1:])
-    code = 0
-except SystemExit as stop:
-    code = stop.code
-print(json.dumps({"code": code, "imported": sorted({"torch", "transformers"} & set(sys.modules))}))
-"""
-
 # Each command line of a JSON list in turn, in one fresh interpreter: what each printed, its status, and what had been
 # imported by its end. Imports only accumulate, so a refusal that reports neither torch nor transformers imported
 # neither, whatever ran before it.
@@ -45,22 +34,6 @@ def assert_one_line_error(result, fragment: str):
     assert result.stdout == ""
 
 
-def bertscope(*args: str) -> tuple[dict, str, str]:
-    """(exit status and heavy imports, stdout before the report, stderr) of `bertscope ARGS` in a new process."""
-    done = subprocess.run([sys.executable, "-c", RUN_AND_REPORT, *args], capture_output=True, text=True, timeout=120)
-    *printed, report = done.stdout.splitlines() or [""]
-    assert report.startswith("{"), done.stderr
-    return json.loads(report), "\n".join(printed), done.stderr
-
-
-def assert_refused_before_torch(args, message: str) -> None:
-    """Status 2, one line on stderr holding `message`, nothing on stdout, neither torch nor transformers imported."""
-    report, printed, stderr = bertscope(*args)
-    lines = stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("bertscope: error: ") and message in lines[0], stderr
-    assert report == {"code": 2, "imported": []} and printed == ""
-
-
 def refusals(cases: list[list[str]]) -> dict[tuple[str, ...], dict]:
     """What `bertscope ARGS` did for each of `cases`, all run in one new interpreter (one start-up, not one each)."""
     done = subprocess.run([sys.executable, "-c", RUN_EACH_AND_REPORT, json.dumps(cases)], capture_output=True, text=True, timeout=300)
@@ -74,3 +47,9 @@ def assert_a_refusal(report: dict, message: str) -> None:
     lines = report["stderr"].splitlines()
     assert len(lines) == 1 and lines[0].startswith("bertscope: error: ") and message in lines[0], report["stderr"]
     assert report["code"] == 2 and report["imported"] == [] and report["stdout"] == "", report
+
+
+def assert_refused_before_torch(args, message: str) -> None:
+    """`bertscope ARGS` alone in a new interpreter, held to `assert_a_refusal`."""
+    args = [str(arg) for arg in args]
+    assert_a_refusal(refusals([args])[tuple(args)], message)
