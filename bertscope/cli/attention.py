@@ -8,17 +8,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from bertscope.cli import interrupts
+from bertscope.cli import interrupts, options
 from bertscope.cli.common import (
     ModelChoice,
     check_index,
     check_text,
     chosen_theme,
-    figure_option,
-    format_options,
     head_mask,
-    mask_options,
-    model_options,
     notes_as_warnings,
     print_csv,
     print_json,
@@ -36,8 +32,8 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.argument("text", required=False)
-@click.option("--pair", default=None, metavar="TEXT2", help="A second segment (sentence pair input).")
-@click.option("--theme", default=None, help="dark, light, colorblind, or a theme of your own (see the README).")
+@options.pair()
+@options.theme("dark, light, colorblind, or a theme of your own (see the README).")
 @click.option(
     "--session",
     "session_file",
@@ -61,7 +57,7 @@ if TYPE_CHECKING:
     default=None,
     help="Draw heatmaps with shade characters, or with colours. Default: colours when the terminal has 256 or more and NO_COLOR is unset.",
 )
-@model_options
+@options.model
 def explore(
     text: str | None,
     pair: str | None,
@@ -176,8 +172,8 @@ INFO_LABELS = {
 
 
 @click.command()
-@model_options
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
+@options.model
+@options.json
 def info(model: ModelChoice, as_json: bool) -> None:
     """What the model is: family, layers, heads, sizes, MLM head, device."""
     details = model.open().info.as_dict()
@@ -216,12 +212,12 @@ def length_said(details: dict) -> str:
 
 @click.command()
 @click.argument("text")
-@click.option("--pair", default=None, metavar="TEXT2", help="A second segment (sentence pair input).")
+@options.pair()
 @click.option("--layer", "-l", type=int, required=True, help="Layer, from 0.")
 @click.option("--head", "-H", "head", type=int, required=True, help="Head, from 0.")
-@mask_options
-@format_options
-@click.option("--theme", default=None, help="Heatmap colours: a theme name or a theme file.")
+@options.mask
+@options.json_or_csv
+@options.theme()
 @click.option(
     "--scale",
     type=click.Choice(["max", "row", "fixed", "log"]),
@@ -235,8 +231,8 @@ def length_said(details: dict) -> str:
     is_flag=True,
     help="Show the value-weighted norms ‖α_ij f_h(x_j)‖ (Kobayashi et al. 2020) instead of the weights α_ij.",
 )
-@figure_option
-@model_options
+@options.figure
+@options.model
 def attention(
     text: str,
     pair: str | None,
@@ -356,10 +352,10 @@ def attention(
 
 @click.command()
 @click.argument("text")
-@click.option("--pair", default=None, metavar="TEXT2", help="A second segment (sentence pair input).")
-@mask_options
+@options.pair()
+@options.mask
 @click.option("--output", "-o", required=True, metavar="FILE.npz", help="Where to write the arrays.")
-@model_options
+@options.model
 def export(text: str, pair: str | None, mask_spec: str | None, ablation: Ablation, output: str, model: ModelChoice) -> None:
     """Write tokens, attentions, hidden states (and MLM logits) of TEXT to an .npz file.
 

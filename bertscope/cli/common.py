@@ -1,4 +1,4 @@
-"""What every command shares: the group, its options, the model and corpus they name, themes, progress, output.
+"""What every command shares: the group, the model the options name, checks, themes, progress, output (its flags: `options`).
 
 Nothing here imports torch at module level, so `bertscope --help` answers at once. A
 command judges all it can without the model first — the text, the files it reads and
@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import functools
 import io
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -26,16 +25,14 @@ from bertscope import __version__
 from bertscope.cli import interrupts
 from bertscope.cli.interrupts import EXIT_INTERRUPTED
 from bertscope.core import collector
-from bertscope.core.data.batching import MAX_TOKENS
 from bertscope.core.errors import BertscopeError
-from bertscope.core.model.masks import ABLATIONS, HeadMask
-from bertscope.core.model.model_files import SHORTEST_MAX_LENGTH
+from bertscope.core.model.masks import HeadMask
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from rich.console import Console
 
-    from bertscope.api import ProgressCallback
+    from bertscope.api import Corpus, ProgressCallback
     from bertscope.core.distributed import World
     from bertscope.core.model.deferred import DeferredSession
     from bertscope.core.model.model_files import ModelFiles
@@ -43,8 +40,6 @@ if TYPE_CHECKING:
     from bertscope.theming import ThemeSpec
 
 EXIT_BAD_INPUT = 2
-
-CommandFunction = TypeVar("CommandFunction", bound=Callable[..., Any])  # a command's function, given back with options added
 
 
 class BertscopeGroup(click.Group):
@@ -286,48 +281,6 @@ class ModelChoice:
         return DeferredSession.from_files(files, self.device, lambda: self.open(spinner=False), self.dtype, self.max_length)
 
 
-MODEL_OPTIONS = [
-    click.option(
-        "--model",
-        "-m",
-        "model",
-        default=None,
-        metavar="M",
-        help="Model directory, or a Hugging Face name already in the cache. Default: bundled all-MiniLM-L6-v2.",
-    ),
-    click.option("--device", default="auto", show_default=True, help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."),
-    click.option(
-        "--dtype",
-        default="float32",
-        show_default=True,
-        type=click.Choice(["float32", "float16", "bfloat16"]),
-        help="Precision; the half precisions are for GPUs.",
-    ),
-    click.option("--allow-download", is_flag=True, help="Fetch a Hugging Face model that is not in the cache."),
-    click.option(
-        "--max-length",
-        type=click.IntRange(min=SHORTEST_MAX_LENGTH),
-        default=None,
-        metavar="N",
-        help="Cut inputs at N tokens. Default: as many as the model takes (its position embeddings).",
-    ),
-]
-
-
-def model_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """--model, --device, --dtype, --allow-download and --max-length, handed to the command as one `model`: a ModelChoice."""
-
-    @functools.wraps(command)
-    def with_model_choice(
-        *, model: str | None, device: str, dtype: str, allow_download: bool, max_length: int | None, **options: Any
-    ) -> Any:
-        return command(model=ModelChoice(model, device, dtype, allow_download, max_length), **options)
-
-    for option in reversed(MODEL_OPTIONS):
-        with_model_choice = option(with_model_choice)
-    return with_model_choice
-
-
 # --- checks that need no model --------------------------------------------------------------
 
 
@@ -357,53 +310,18 @@ def check_readable(path: str) -> None:
     readable_file(path)
 
 
+def read_corpus(text: str | None, data: str | None, data_format: str, limit: int | None) -> Corpus:
+    """TEXT or --data's sentences (default: the sample corpus) read whole now: a file that cannot be read is refused
+    before the model loads, and a sample of rows is drawn from all of them."""
+    from bertscope.api import Corpus, corpus
+
+    chosen = corpus(text, data=data, format=data_format, limit=limit)
+    return Corpus(list(chosen.sentences), chosen.source, chosen.report)
+
+
 def head_mask(spec: str | None, shape: ModelShape) -> HeadMask:
     """The --mask spec as a HeadMask, its layers and heads checked against the model's shape."""
     return HeadMask.parse(spec, shape.num_layers, shape.num_heads)
-
-
-def mask_options(command: CommandFunction) -> CommandFunction:
-    command = click.option(
-        "--ablation",
-        default="zero",
-        show_default=True,
-        type=click.Choice(ABLATIONS),
-        help="zero: remove the head's output (Michel et al.); uniform: the head attends evenly to all tokens (Kovaleva et al.).",
-    )(command)
-    return click.option(
-        "--mask", "mask_spec", default=None, metavar="SPEC", callback=_checked_mask_spec, help="Heads to switch off, e.g. 0:3,2:*."
-    )(command)
-
-
-def _checked_mask_spec(ctx: click.Context, param: click.Parameter, spec: str | None) -> str | None:
-    """A malformed mask is refused while the options are read; `head_mask` checks its numbers against the model."""
-    HeadMask.check_spec(spec)
-    return spec
-
-
-def batch_size_option(command: CommandFunction) -> CommandFunction:
-    """`--batch-size N`: an upper bound on a corpus job's sentences a pass; by default batches fill the token cap."""
-    return click.option(
-        "--batch-size",
-        type=click.IntRange(min=1),
-        default=None,
-        metavar="N",
-        help=f"At most N sentences per forward pass (default: as many as fit {MAX_TOKENS:,} padded tokens).",
-    )(command)
-
-
-def format_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """--json or --csv, handed to the command as `output_format` ("json", "csv" or None); both together are refused,
-    where the command would print one and drop the other without a word."""
-
-    @functools.wraps(command)
-    def with_format(*, as_json: bool, as_csv: bool, **options: Any) -> Any:
-        if as_json and as_csv:
-            raise BertscopeError("give --json or --csv, not both: each prints the whole result")
-        return command(output_format="json" if as_json else "csv" if as_csv else None, **options)
-
-    with_format = click.option("--csv", "as_csv", is_flag=True, help="Print CSV for programs.")(with_format)
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")(with_format)
 
 
 def chosen_theme(theme: str | None) -> ThemeSpec:
@@ -414,26 +332,6 @@ def chosen_theme(theme: str | None) -> ThemeSpec:
         return load_theme(theme or DEFAULT_THEME)
     except ThemeError as error:
         raise BertscopeError(str(error)) from None
-
-
-# --- corpora ---------------------------------------------------------------------------------
-
-
-def data_options(command: CommandFunction) -> CommandFunction:
-    """TEXT or --data FILE (with --format and --limit), shared by the corpus commands."""
-    command = click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="Read at most N sentences.")(command)
-    command = click.option(
-        "--format",
-        "data_format",
-        default="auto",
-        show_default=True,
-        type=click.Choice(["auto", "text", "conllu", "senteval"]),
-        help="text: one sentence a line; conllu: CoNLL-U; senteval: split<TAB>label<TAB>sentence.",
-    )(command)
-    command = click.option(
-        "--data", "data", default=None, metavar="FILE", help="A corpus file. Default: the sample corpus shipped with bertscope."
-    )(command)
-    return click.argument("text", required=False)(command)
 
 
 # --- running and printing ------------------------------------------------------------------------
@@ -500,50 +398,22 @@ def print_csv(rows: Iterable[Sequence]) -> None:
     click.echo(buffer.getvalue(), nl=False)
 
 
-def output_option(command: Callable[..., Any]) -> Callable[..., Any]:
-    """`--output/-o FILE`: what the command prints goes to FILE instead, written whole or not at all.
-
-    The file is checked before the model loads; under torchrun only rank 0 writes it.
-    """
-
-    @functools.wraps(command)
-    def with_output(*, output: str | None, **options: Any) -> Any:
-        if output is None:
-            return command(**options)
-        from bertscope.core import distributed
-        from bertscope.core.data.files import atomic_write, check_writable
-
-        if not distributed.is_main():
-            return command(**options)  # its printing goes nowhere (quiet_unless_main)
-        check_writable(output)
-        buffer = io.StringIO()
-        with contextlib.redirect_stdout(buffer):
-            command(**options)
-        with atomic_write(output, "w") as handle:
-            handle.write(buffer.getvalue())
-
-    return click.option("--output", "-o", default=None, metavar="FILE", help="Write to FILE (atomically) instead of printing.")(with_output)
+def record_rows(records: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
+    """Records (a result's `table()`) as CSV rows: the first one's keys are the header; a key a record lacks, an empty cell."""
+    header = list(records[0])
+    return [header, *([record.get(key, "") for key in header] for record in records)]
 
 
-def figure_option(command: CommandFunction) -> CommandFunction:
-    """`--figure PATH`: also write the command's figure there, its format from the suffix; the path is judged while
-    the options are read, so a bad one is refused before the model loads."""
-    return click.option(
-        "--figure",
-        "figure",
-        default=None,
-        metavar="PATH",
-        callback=_checked_figure_path,
-        help="Also write the figure to PATH: .svg or .pdf (vector, text kept as text) or .png.",
-    )(command)
-
-
-def _checked_figure_path(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
-    if path is not None:
-        from bertscope.figures.save import check_figure_path
-
-        check_figure_path(path)
-    return path
+def printed(output_format: str | None, payload: Callable[[], dict], rows: Callable[[], Iterable[Sequence]] | None = None) -> bool:
+    """Print the result for programs where --json or --csv asked for it (`payload`: the JSON; `rows`: the CSV's,
+    the header first), and say whether it did; where not, the command prints its report."""
+    if output_format == "json":
+        print_json(payload())
+        return True
+    if output_format == "csv" and rows is not None:
+        print_csv(rows())
+        return True
+    return False
 
 
 def write_figure(path: str | None, draw: Callable[[], Figure]) -> None:

@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import click
 
-from bertscope.cli.common import (
-    ModelChoice,
-    api_call,
-    check_hidden_layer,
-    figure_option,
-    format_options,
-    head_mask,
-    mask_options,
-    model_options,
-    output_option,
-    print_csv,
-    print_json,
-    report_console,
-    write_figure,
-)
+from bertscope.cli import options
+from bertscope.cli.common import ModelChoice, api_call, check_hidden_layer, head_mask, printed, record_rows, report_console, write_figure
 
 if TYPE_CHECKING:
     from bertscope.core.model.masks import Ablation
@@ -37,20 +24,11 @@ if TYPE_CHECKING:
     default=None,
     help="Hidden-state layer to erase it from (0 = embeddings, l+1 = the output of layer l). Default: the last.",
 )
-@click.option("--data", default=None, metavar="TRAIN", help="Training file (the eraser and the probes fit on it): CoNLL-U or SentEval.")
-@click.option(
-    "--dev", default=None, metavar="DEV", help="Dev file (the probes' L2 strength). Default: the SentEval va split, or 10% of train."
-)
-@click.option(
-    "--test", default=None, metavar="TEST", help="Test file (guardedness and the measure). Default: the te split, or 20% of train."
-)
-@click.option("--format", "data_format", default="auto", show_default=True, type=click.Choice(["auto", "conllu", "senteval"]))
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    default=None,
-    metavar="N",
-    help="Read at most N sentences per file; without --data, the size of the generated treebank.",
+@options.splits(
+    "Training file (the eraser and the probes fit on it): CoNLL-U or SentEval.",
+    "Dev file (the probes' L2 strength). Default: the SentEval va split, or 10% of train.",
+    "Test file (guardedness and the measure). Default: the te split, or 20% of train.",
+    "Read at most N sentences per file; without --data, the size of the generated treebank.",
 )
 @click.option(
     "--measure",
@@ -60,27 +38,13 @@ if TYPE_CHECKING:
     "default otherwise), class (a sequence classifier's accuracy) or probe:TASK (a probe for another task).",
 )
 @click.option("--probe-layer", type=int, default=None, help="The layer probe:TASK reads (0 = embeddings). Default: the last.")
-@click.option("--word-pooling", default="first", show_default=True, type=click.Choice(["first", "mean"]), help="A word from its sub-words.")
-@click.option(
-    "--sentence-pooling", default="cls", show_default=True, type=click.Choice(["cls", "mean"]), help="A sentence from its tokens."
-)
-@click.option(
-    "--min-examples",
-    type=click.IntRange(min=1),
-    default=2,
-    show_default=True,
-    metavar="N",
-    help="Leave out (and count) labels with fewer than N training examples.",
-)
-@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Sentences per batch of the measure. Default: by length.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the held-out splits, the probes and the random control.")
-@click.option("--cache-dir", default=None, metavar="DIR", help="Feature cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.")
-@click.option("--no-cache", is_flag=True, help="Compute features afresh and keep nothing.")
-@mask_options
-@figure_option
-@output_option
-@format_options
-@model_options
+@options.pooling
+@options.min_examples("Leave out (and count) labels with fewer than N training examples.")
+@options.batch_size("Sentences per batch of the measure. Default: by length.", metavar=None)
+@options.seed("Seed of the held-out splits, the probes and the random control.")
+@options.cache()
+@options.mask
+@options.report
 def erase(
     task: str,
     layer: int | None,
@@ -96,8 +60,7 @@ def erase(
     min_examples: int,
     batch_size: int | None,
     seed: int,
-    cache_dir: str | None,
-    no_cache: bool,
+    cache_dir: str | Literal[False] | None,
     mask_spec: str | None,
     ablation: Ablation,
     output_format: str | None,
@@ -135,7 +98,7 @@ def erase(
             word_pooling=word_pooling,
             sentence_pooling=sentence_pooling,
             min_examples=min_examples,
-            cache_dir=False if no_cache else cache_dir,
+            cache_dir=cache_dir,
             mask=mask,
             ablation=ablation,
             batch_size=batch_size,
@@ -143,13 +106,8 @@ def erase(
             progress=progress,
         )
     write_figure(figure, result.figure)
-    if output_format == "json":
-        print_json(result.as_json() | {"model": session.source, "data": chosen.source, "mask": mask.spec(), "seed": seed})
-        return
-    rows = result.table()
-    if output_format == "csv":
-        columns = list(rows[0])
-        print_csv([columns, *([row[column] for column in columns] for row in rows)])
+    run = {"model": session.source, "data": chosen.source, "mask": mask.spec(), "seed": seed}
+    if printed(output_format, lambda: result.as_json() | run, lambda: record_rows(result.table())):
         return
 
     from bertscope.render.erasure import erasure_report

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import click
 
+from bertscope.cli import options
 from bertscope.cli.common import (
     ModelChoice,
     api_call,
@@ -13,12 +14,8 @@ from bertscope.cli.common import (
     check_readable,
     check_text,
     chosen_theme,
-    figure_option,
     head_mask,
-    mask_options,
-    model_options,
     notes_as_warnings,
-    output_option,
     print_json,
     report_console,
     write_figure,
@@ -41,17 +38,11 @@ if TYPE_CHECKING:
     metavar="FILE",
     help="Score a cloze file instead: query<TAB>answer lines or LAMA JSON lines; `sample` for the shipped one.",
 )
-@click.option(
-    "--batch-size",
-    type=click.IntRange(min=1),
-    default=None,
-    metavar="N",
-    help="At most N cloze queries per forward pass (default: as many as the caps on tokens and on the MLM head's scores allow).",
-)
-@mask_options
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
-@output_option
-@model_options
+@options.batch_size("At most N cloze queries per forward pass (default: as many as the caps on tokens and on the MLM head's scores allow).")
+@options.mask
+@options.json
+@options.output
+@options.model
 def fill(
     text: str | None,
     top: int,
@@ -128,7 +119,7 @@ def _cloze(session: Session, path: str, mask: HeadMask, ablation: Ablation, batc
 
 @click.command()
 @click.argument("text")
-@click.option("--pair", default=None, metavar="TEXT2", help="A second segment (sentence pair input).")
+@options.pair()
 @click.option("--method", default="integrated-gradients", show_default=True, type=click.Choice(METHODS))
 @click.option(
     "--target",
@@ -147,9 +138,7 @@ def _cloze(session: Session, path: str, mask: HeadMask, ablation: Ablation, batc
 )
 @click.option("--data", default=None, metavar="FILE", help="SentEval file (split<TAB>label<TAB>sentence) to train the probe on.")
 @click.option("--layer", "-l", type=int, default=None, help="Hidden-state layer the probe reads (0 = embeddings). Default: best on dev.")
-@click.option(
-    "--sentence-pooling", default="cls", show_default=True, type=click.Choice(["cls", "mean"]), help="How the probe reads a sentence."
-)
+@options.sentence_pooling("How the probe reads a sentence.")
 @click.option("--score", default="log-probability", show_default=True, type=click.Choice(SCORES), help="The output explained.")
 @click.option(
     "--steps",
@@ -157,15 +146,14 @@ def _cloze(session: Session, path: str, mask: HeadMask, ablation: Ablation, batc
     default=None,
     help="Integrated-gradients steps. Default: 32, doubled up to 256 until the completeness error is under 5%.",
 )
-@click.option(
-    "--cache-dir", default=None, metavar="DIR", help="Probe feature cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope."
+@options.cache(
+    "Probe feature cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.", "Compute probe features afresh and keep nothing."
 )
-@click.option("--no-cache", is_flag=True, help="Compute probe features afresh and keep nothing.")
-@mask_options
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
-@click.option("--theme", default=None, help="Colours of the shaded sentence: a theme name or file.")
-@figure_option
-@model_options
+@options.mask
+@options.json
+@options.theme("Colours of the shaded sentence: a theme name or file.")
+@options.figure
+@options.model
 def attribute(
     text: str,
     pair: str | None,
@@ -178,8 +166,7 @@ def attribute(
     sentence_pooling: str,
     score: str,
     steps: int | None,
-    cache_dir: str | None,
-    no_cache: bool,
+    cache_dir: str | Literal[False] | None,
     mask_spec: str | None,
     ablation: Ablation,
     as_json: bool,
@@ -225,7 +212,7 @@ def attribute(
             steps=steps,
             mask=mask,
             ablation=ablation,
-            cache_dir=False if no_cache else cache_dir,
+            cache_dir=cache_dir,
             progress=progress,
         )
     write_figure(figure, result.figure)

@@ -7,20 +7,15 @@ from typing import TYPE_CHECKING
 
 import click
 
+from bertscope.cli import options
 from bertscope.cli.common import (
-    CommandFunction,
     ModelChoice,
     api_call,
-    batch_size_option,
     check_hidden_layer,
     chosen_theme,
-    data_options,
-    figure_option,
     head_mask,
-    mask_options,
-    model_options,
-    output_option,
     print_json,
+    read_corpus,
     report_console,
     write_figure,
 )
@@ -28,46 +23,33 @@ from bertscope.core.analyses.geometry_results import UNITS
 from bertscope.core.errors import BertscopeError, ModelLoadError
 
 if TYPE_CHECKING:
-    from bertscope.core.data.corpus import ReadReport, Sentence
     from bertscope.core.model.masks import Ablation
 
 
-def sample_options(command: CommandFunction) -> CommandFunction:
-    """Which rows are sampled and how many: shared by geometry and compare."""
-    options = [
-        click.option(
-            "--unit",
-            default="auto",
-            show_default=True,
-            type=click.Choice(["auto", *UNITS]),
-            help="Rows: every token; CoNLL-U words (first sub-word); or sentences (mean of their tokens). "
-            "auto: word for CoNLL-U, sentence for SentEval, else token.",
-        ),
-        click.option(
-            "--max-rows",
-            type=click.IntRange(min=4),
-            default=4000,
-            show_default=True,
-            metavar="N",
-            help="At most N rows, a seeded uniform sample of the corpus (memory stays bounded).",
-        ),
-        click.option("--seed", type=int, default=0, show_default=True, help="Which rows the sample keeps."),
-        batch_size_option,
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
-def read_corpus(text: str | None, data: str | None, data_format: str, limit: int | None) -> tuple[list[Sentence], str, ReadReport]:
-    from bertscope.api import corpus
-
-    chosen = corpus(text, data=data, format=data_format, limit=limit)
-    return list(chosen.sentences), chosen.source, chosen.report
+sample_options = options.stacked(  # which rows are sampled and how many: geometry's and compare's
+    click.option(
+        "--unit",
+        default="auto",
+        show_default=True,
+        type=click.Choice(["auto", *UNITS]),
+        help="Rows: every token; CoNLL-U words (first sub-word); or sentences (mean of their tokens). "
+        "auto: word for CoNLL-U, sentence for SentEval, else token.",
+    ),
+    click.option(
+        "--max-rows",
+        type=click.IntRange(min=4),
+        default=4000,
+        show_default=True,
+        metavar="N",
+        help="At most N rows, a seeded uniform sample of the corpus (memory stays bounded).",
+    ),
+    options.seed("Which rows the sample keeps."),
+    options.batch_size(),
+)
 
 
 @click.command()
-@data_options
+@options.corpus()
 @sample_options
 @click.option("--neighbours", "-k", type=click.IntRange(min=1), default=10, show_default=True, help="k of the neighbourhood overlap.")
 @click.option(
@@ -83,12 +65,12 @@ def read_corpus(text: str | None, data: str | None, data_format: str, limit: int
     "Default: the first the data has.",
 )
 @click.option("--points", is_flag=True, help="With --json: every layer's 2-D PCA coordinates and each row's text and labels.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
-@click.option("--theme", default=None, help="Heatmap colours: a theme name or a theme file.")
-@mask_options
-@figure_option
-@output_option
-@model_options
+@options.json
+@options.theme()
+@options.mask
+@options.figure
+@options.output
+@options.model
 def geometry(
     text: str | None,
     data: str | None,
@@ -117,7 +99,7 @@ def geometry(
     neighbours between consecutive layers. Layers are hidden states: 0 is the embeddings.
     """
     colormap = None if as_json else chosen_theme(theme).heatmap
-    sentences, source, report = read_corpus(text, data, data_format, limit)
+    chosen = read_corpus(text, data, data_format, limit)
     shape = model.shape()
     check_hidden_layer(layer, shape)
     mask = head_mask(mask_spec, shape)
@@ -127,7 +109,7 @@ def geometry(
     with api_call("geometry") as progress:
         result = api.geometry(
             session,
-            api.Corpus(sentences, source, report),
+            chosen,
             unit=unit,
             max_rows=max_rows,
             neighbours=neighbours,
@@ -142,7 +124,7 @@ def geometry(
         raise BertscopeError(f"--colour-by {colour_by}: these {result.unit}s have no such label; labels here: {have}")
     write_figure(figure, lambda: result.figure("scatter", layer=layer, label=colour_by))  # the PCA scatter of --layer
     if as_json:
-        print_json(result.as_json(session.info.source, points=points) | {"data": source})
+        print_json(result.as_json(session.info.source, points=points) | {"data": chosen.source})
         return
 
     from bertscope.render.geometry import geometry_report
@@ -151,21 +133,21 @@ def geometry(
     glyphs = console.no_color or console.color_system not in ("256", "truecolor")
     masked = f" · mask {mask.spec()} ({ablation})" if len(mask) else ""
     console.print(
-        f"[bold]{session.info.source}[/] · {result.sentences:,} sentences from {source} · "
+        f"[bold]{session.info.source}[/] · {result.sentences:,} sentences from {chosen.source} · "
         f"{result.size:,} of {result.seen:,} {result.unit}s{masked}",
         highlight=False,
     )
-    chosen = session.num_layers if layer is None else layer
+    shown = session.num_layers if layer is None else layer
     assert colormap is not None  # chosen for any output but JSON
     console.print(
         geometry_report(
-            result, colormap, layer=chosen, label=colour_by, glyphs=glyphs, scatter_width=min(console.width, 100), scatter_height=22
+            result, colormap, layer=shown, label=colour_by, glyphs=glyphs, scatter_width=min(console.width, 100), scatter_height=22
         )
     )
 
 
 @click.command()
-@data_options
+@options.corpus()
 @click.option(
     "--model-b",
     "model_b",
@@ -182,11 +164,11 @@ def geometry(
     help="Probe every layer of both models for TASK (repeatable): a built-in task, upos/xpos/deprel with a CoNLL-U --data, "
     "or the labels of a SentEval --data.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
-@click.option("--theme", default=None, help="Heatmap colours: a theme name or a theme file.")
-@figure_option
-@output_option
-@model_options
+@options.json
+@options.theme()
+@options.figure
+@options.output
+@options.model
 def compare(
     text: str | None,
     data: str | None,
@@ -210,7 +192,7 @@ def compare(
     every layer of B on the same sampled rows; with --probe, a probe per layer on both.
     """
     colormap = None if as_json else chosen_theme(theme).heatmap
-    sentences, source, report = read_corpus(text, data, data_format, limit)
+    chosen = read_corpus(text, data, data_format, limit)
     other_model = dataclasses.replace(model, name=model_b)
     model.judge_files()
     try:
@@ -222,14 +204,14 @@ def compare(
     from bertscope import api
     from bertscope.core.analyses.compare import probe_data
 
-    probes = [(task, probe_data(task, sentences)) for task in probe_tasks]
+    probes = [(task, probe_data(task, list(chosen.sentences))) for task in probe_tasks]
     session = model.open()
     other = dataclasses.replace(other_model, device=str(session.device)).open()
     with api_call("comparing") as progress:
         result = api.compare(
             session,
             other,
-            api.Corpus(sentences, source, report),
+            chosen,
             unit=unit,
             max_rows=max_rows,
             seed=seed,
@@ -239,7 +221,7 @@ def compare(
         )
     write_figure(figure, result.figure)  # each head's attention cosine, or CKA where the heads differ
     if as_json:
-        print_json(result.as_json() | {"data": source})
+        print_json(result.as_json() | {"data": chosen.source})
         return
 
     from bertscope.render.geometry import comparison_report
@@ -248,7 +230,7 @@ def compare(
     glyphs = console.no_color or console.color_system not in ("256", "truecolor")
     console.print(
         f"[bold]A[/] {result.model_a}\n[bold]B[/] {result.model_b}\n"
-        f"{result.sentences:,} sentences from {source} · {result.tokens:,} tokens",
+        f"{result.sentences:,} sentences from {chosen.source} · {result.tokens:,} tokens",
         highlight=False,
     )
     assert colormap is not None  # chosen for any output but JSON

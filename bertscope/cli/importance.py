@@ -2,160 +2,140 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from bertscope.cli.common import (
-    CommandFunction,
-    ModelChoice,
-    api_call,
-    batch_size_option,
-    check_hidden_layer,
-    figure_option,
-    format_options,
-    model_options,
-    output_option,
-    print_csv,
-    print_json,
-    report_console,
-    write_figure,
-)
+from bertscope.cli import options
+from bertscope.cli.common import ModelChoice, api_call, check_hidden_layer, print_json, printed, read_corpus, report_console, write_figure
 from bertscope.core.analyses.importance_results import METHODS, OBJECTIVES, WEIGHTS
 from bertscope.core.errors import BertscopeError
-from bertscope.core.model.masks import ABLATIONS
 
 if TYPE_CHECKING:
     from bertscope.api import Corpus
+    from bertscope.core.analyses.importance_results import HeadImportance
     from bertscope.core.analyses.objectives import Objective
     from bertscope.core.model.masks import Ablation
     from bertscope.core.model.session import Session
 
 
-def objective_options(command: CommandFunction) -> CommandFunction:
-    """What importance is measured on: the objective, its data and its options."""
-    options = [
-        click.argument("text", required=False),
-        click.option(
-            "--data",
-            default=None,
-            metavar="FILE",
-            help="Sentences: plain text, CoNLL-U or SentEval TSV. "
-            "Default: the shipped sample corpus (the probe objective: a built-in task).",
-        ),
-        click.option(
-            "--format", "data_format", default="auto", show_default=True, type=click.Choice(["auto", "text", "conllu", "senteval"])
-        ),
-        click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="Read at most N sentences."),
-        click.option(
-            "--objective",
-            "-O",
-            "objective",
-            required=True,
-            type=click.Choice(OBJECTIVES),
-            help="mlm (MLM head), classification (classifier, labelled data), probe (--task, --probe-layer), preserve (any encoder).",
-        ),
-        click.option(
-            "--task",
-            "-t",
-            default=None,
-            help="probe objective: a built-in task, the labels of a SentEval file, or upos/xpos/deprel (CoNLL-U).",
-        ),
-        click.option(
-            "--probe-layer",
-            type=int,
-            default=None,
-            metavar="N",
-            help="probe objective: hidden-state layer, 0 = embeddings. Default: the last.",
-        ),
-        click.option(
-            "--method",
-            default="gradient",
-            show_default=True,
-            type=click.Choice(METHODS),
-            help="gradient: Michel et al.'s E|dL/dgate| (one backward pass per batch); ablation: exact loss change per head and per layer.",
-        ),
-        click.option(
-            "--ablation",
-            default="zero",
-            show_default=True,
-            type=click.Choice(ABLATIONS),
-            help="zero: remove the head's output (Michel et al.); uniform: the head attends evenly (Kovaleva et al.).",
-        ),
-        click.option(
-            "--normalize/--no-normalize",
-            default=True,
-            show_default=True,
-            help="Divide each layer's scores by their l2 norm (Michel et al.).",
-        ),
-        batch_size_option,
-        click.option("--seed", type=int, default=0, show_default=True, help="MLM masking, probe training and random projections."),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+@dataclass(frozen=True)
+class ObjectiveChoice:
+    """What importance is measured on (the objective, its data and its options) and how it is estimated: the
+    objective options, handed to the command whole."""
+
+    objective: str
+    text: str | None
+    data: str | None
+    data_format: str
+    limit: int | None
+    task: str | None
+    probe_layer: int | None
+    method: str
+    ablation: Ablation
+    normalize: bool
+    batch_size: int | None
+    seed: int
+
+    def estimation(self) -> dict[str, Any]:
+        """How importance is estimated, as the API's keywords."""
+        return {"method": self.method, "ablation": self.ablation, "normalize": self.normalize, "seed": self.seed}
+
+    def sentences(self) -> Corpus:
+        """The sentences the objective is measured on (an api.Corpus), read before the model loads."""
+        from bertscope.api import Corpus, check_objective_data
+        from bertscope.core.data.corpus import ReadReport
+
+        if self.text is None and self.data is None and self.objective == "probe":
+            return Corpus([], f"built-in task {self.task}", ReadReport())
+        check_objective_data(self.objective, self.text, self.data)
+        return read_corpus(self.text, self.data, self.data_format, self.limit)
+
+    def prepared(self, model: ModelChoice) -> tuple[Session, Objective]:
+        """(session, the objective ready to measure): the data and the probe layer judged before the model loads."""
+        sentences = self.sentences()
+        files = model.judge_files()
+        if files is not None:  # a head the objective needs, judged from config.json before the model loads
+            from bertscope.core.analyses.importance_results import check_objective_heads
+
+            check_objective_heads(self.objective, files.architecture, files.may_have_mlm_head, files.may_classify)
+        if self.objective == "probe":
+            check_hidden_layer(self.probe_layer, model.shape(), "--probe-layer")
+        session = model.open()
+        from bertscope import api
+
+        with api_call("preparing the objective"):  # a bar with its clock: the probe objective trains a probe first
+            prepared = api.objective(
+                session, self.objective, sentences, task=self.task, probe_layer=self.probe_layer, batch_size=self.batch_size, seed=self.seed
+            )
+        return session, prepared
 
 
-def objective_data(objective: str, text: str | None, data: str | None, data_format: str, limit: int | None, task: str | None) -> Corpus:
-    """The sentences the objective is measured on (an api.Corpus), read before the model loads."""
-    from bertscope.api import Corpus, check_objective_data, corpus
-    from bertscope.core.data.corpus import ReadReport
+objective_flags = options.stacked(
+    options.corpus(
+        "Sentences: plain text, CoNLL-U or SentEval TSV. Default: the shipped sample corpus (the probe objective: a built-in task).",
+        format_help=None,
+    ),
+    click.option(
+        "--objective",
+        "-O",
+        "objective",
+        required=True,
+        type=click.Choice(OBJECTIVES),
+        help="mlm (MLM head), classification (classifier, labelled data), probe (--task, --probe-layer), preserve (any encoder).",
+    ),
+    click.option(
+        "--task",
+        "-t",
+        default=None,
+        help="probe objective: a built-in task, the labels of a SentEval file, or upos/xpos/deprel (CoNLL-U).",
+    ),
+    click.option(
+        "--probe-layer",
+        type=int,
+        default=None,
+        metavar="N",
+        help="probe objective: hidden-state layer, 0 = embeddings. Default: the last.",
+    ),
+    click.option(
+        "--method",
+        default="gradient",
+        show_default=True,
+        type=click.Choice(METHODS),
+        help="gradient: Michel et al.'s E|dL/dgate| (one backward pass per batch); ablation: exact loss change per head and per layer.",
+    ),
+    options.ablation("zero: remove the head's output (Michel et al.); uniform: the head attends evenly (Kovaleva et al.)."),
+    click.option(
+        "--normalize/--no-normalize",
+        default=True,
+        show_default=True,
+        help="Divide each layer's scores by their l2 norm (Michel et al.).",
+    ),
+    options.batch_size(),
+    options.seed("MLM masking, probe training and random projections."),
+)
 
-    if text is None and data is None and objective == "probe":
-        return Corpus([], f"built-in task {task}", ReadReport())
-    check_objective_data(objective, text, data)
-    chosen = corpus(text, data=data, format=data_format, limit=limit)
-    return Corpus(list(chosen.sentences), chosen.source, chosen.report)
 
+def objective_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The objective, its data and its options, and how importance is estimated: handed to the command as one
+    `objective`, an ObjectiveChoice."""
 
-def load_objective(
-    model: ModelChoice,
-    objective: str,
-    text: str | None,
-    data: str | None,
-    data_format: str,
-    limit: int | None,
-    task: str | None,
-    probe_layer: int | None,
-    batch_size: int | None,
-    seed: int,
-) -> tuple[Session, Objective]:
-    """(session, the objective ready to measure, where its data comes from): the data and the probe layer judged before the model loads."""
-    sentences = objective_data(objective, text, data, data_format, limit, task)
-    files = model.judge_files()
-    if files is not None:  # a head the objective needs, judged from config.json before the model loads
-        from bertscope.core.analyses.importance_results import check_objective_heads
+    @functools.wraps(command)
+    def with_objective(**flags: Any) -> Any:
+        chosen = ObjectiveChoice(**{field.name: flags.pop(field.name) for field in fields(ObjectiveChoice)})
+        return command(objective=chosen, **flags)
 
-        check_objective_heads(objective, files.architecture, files.may_have_mlm_head, files.may_classify)
-    if objective == "probe":
-        check_hidden_layer(probe_layer, model.shape(), "--probe-layer")
-    session = model.open()
-    from bertscope import api
-
-    with api_call("preparing the objective"):  # a bar with its clock: the probe objective trains a probe first
-        prepared = api.objective(session, objective, sentences, task=task, probe_layer=probe_layer, batch_size=batch_size, seed=seed)
-    return session, prepared
+    return objective_flags(with_objective)
 
 
 @click.command()
 @objective_options
-@figure_option
-@output_option
-@format_options
-@model_options
+@options.report
 def importance(
-    text: str | None,
-    data: str | None,
-    data_format: str,
-    limit: int | None,
-    objective: str,
-    task: str | None,
-    probe_layer: int | None,
-    method: str,
-    ablation: Ablation,
-    normalize: bool,
-    batch_size: int | None,
-    seed: int,
+    objective: ObjectiveChoice,
     output_format: str | None,
     figure: str | None,
     model: ModelChoice,
@@ -169,25 +149,27 @@ def importance(
     """
     from bertscope import api
 
-    session, prepared = load_objective(model, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed)
+    session, prepared = objective.prepared(model)
     with api_call("head importance") as progress:
-        result = api.importance(session, prepared, method=method, ablation=ablation, normalize=normalize, seed=seed, progress=progress)
+        result = api.importance(session, prepared, **objective.estimation(), progress=progress)
     write_figure(figure, result.figure)
-    if output_format == "json":
-        print_json(result.as_json(session.info.source) | {"data": prepared.source})
-        return
-    if output_format == "csv":
-        rows = (
-            [layer, head, f"{result.importance[layer, head]:.8g}", f"{result.raw[layer, head]:.8g}", int((layer, head) in result.pruned)]
-            for layer in range(session.num_layers)
-            for head in range(session.num_heads)
-        )
-        print_csv([["layer", "head", "importance", "raw", "pruned"], *rows])
+    if printed(output_format, lambda: result.as_json(session.info.source) | {"data": prepared.source}, lambda: _rows(result)):
         return
 
     from bertscope.render.importance import importance_report
 
     report_console().print(importance_report(result, session.info.source, prepared.source))
+
+
+def _rows(result: HeadImportance) -> list[list[Any]]:
+    """One CSV row per head: its importance, the raw score, and whether it is pruned."""
+    layers, heads = result.importance.shape
+    rows = (
+        [layer, head, f"{result.importance[layer, head]:.8g}", f"{result.raw[layer, head]:.8g}", int((layer, head) in result.pruned)]
+        for layer in range(layers)
+        for head in range(heads)
+    )
+    return [["layer", "head", "importance", "raw", "pruned"], *rows]
 
 
 @click.command()
@@ -214,22 +196,11 @@ def importance(
     help="-o: sliced cuts the heads out (smaller, faster; bertscope or transformers 4 load it; the default); zeroed keeps "
     "the shapes and zeroes their output projection (any transformers loads it).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
-@figure_option
-@model_options
+@options.json
+@options.figure
+@options.model
 def prune(
-    text: str | None,
-    data: str | None,
-    data_format: str,
-    limit: int | None,
-    objective: str,
-    task: str | None,
-    probe_layer: int | None,
-    method: str,
-    ablation: Ablation,
-    normalize: bool,
-    batch_size: int | None,
-    seed: int,
+    objective: ObjectiveChoice,
     curve: bool,
     step: float,
     reestimate: bool,
@@ -273,11 +244,11 @@ def prune(
 
         check_new_directory(Path(output))
         check_pruned_copy_of(model, weights)
-    session, prepared = load_objective(model, objective, text, data, data_format, limit, task, probe_layer, batch_size, seed)
+    session, prepared = objective.prepared(model)
     if fraction is None:
-        _curve(session, prepared, method, ablation, normalize, step, reestimate, max_drop, seed, as_json, figure)
+        _curve(session, prepared, objective, step, reestimate, max_drop, as_json, figure)
     else:
-        _prune_to(session, prepared, method, ablation, normalize, fraction, output, weights, seed, as_json)
+        _prune_to(session, prepared, objective, fraction, output, weights, as_json)
 
 
 def check_pruned_copy_of(model: ModelChoice, weights: str) -> None:
@@ -297,13 +268,10 @@ def check_pruned_copy_of(model: ModelChoice, weights: str) -> None:
 def _curve(
     session: Session,
     prepared: Objective,
-    method: str,
-    ablation: Ablation,
-    normalize: bool,
+    objective: ObjectiveChoice,
     step: float,
     reestimate: bool,
     max_drop: float,
-    seed: int,
     as_json: bool,
     figure: str | None,
 ) -> None:
@@ -311,16 +279,7 @@ def _curve(
 
     with api_call("pruning curve") as progress:
         result = api.pruning_curve(
-            session,
-            prepared,
-            method=method,
-            ablation=ablation,
-            step=step,
-            reestimate=reestimate,
-            normalize=normalize,
-            max_drop=max_drop,
-            seed=seed,
-            progress=progress,
+            session, prepared, step=step, reestimate=reestimate, max_drop=max_drop, **objective.estimation(), progress=progress
         )
     source = prepared.source
     write_figure(figure, result.figure)
@@ -334,31 +293,13 @@ def _curve(
 
 
 def _prune_to(
-    session: Session,
-    prepared: Objective,
-    method: str,
-    ablation: Ablation,
-    normalize: bool,
-    fraction: float,
-    output: str | None,
-    weights: str,
-    seed: int,
-    as_json: bool,
+    session: Session, prepared: Objective, objective: ObjectiveChoice, fraction: float, output: str | None, weights: str, as_json: bool
 ) -> None:
     from bertscope import api
 
     with api_call("pruning") as progress:
         pruning = api.prune(
-            session,
-            prepared,
-            fraction=fraction,
-            output=output,
-            weights=weights,
-            method=method,
-            ablation=ablation,
-            normalize=normalize,
-            seed=seed,
-            progress=progress,
+            session, prepared, fraction=fraction, output=output, weights=weights, **objective.estimation(), progress=progress
         )
     source = prepared.source
     result, mask, chosen = pruning.importance, pruning.mask, pruning.mask.off
@@ -370,7 +311,7 @@ def _prune_to(
 
     console = report_console()
     console.print(
-        f"[bold]pruned {len(chosen)} of {total} heads[/] ({len(chosen) / total:.0%}) by {method} importance "
+        f"[bold]pruned {len(chosen)} of {total} heads[/] ({len(chosen) / total:.0%}) by {objective.method} importance "
         f"for {prepared.name} on {source}: {mask.spec()}",
         highlight=False,
     )

@@ -6,22 +6,17 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from bertscope.cli import options
 from bertscope.cli.common import (
     ModelChoice,
     api_call,
-    batch_size_option,
     check_index,
     check_readable,
     check_text,
     chosen_theme,
-    figure_option,
-    format_options,
     head_mask,
-    mask_options,
-    model_options,
-    output_option,
-    print_csv,
-    print_json,
+    printed,
+    record_rows,
     report_console,
     warn,
     write_figure,
@@ -48,7 +43,7 @@ def _checked_methods(ctx: click.Context, param: click.Parameter, methods: tuple[
 
 @click.command()
 @click.argument("text", required=False)
-@click.option("--pair", default=None, metavar="TEXT2", help="A second segment (sentence pair input).")
+@options.pair()
 @click.option(
     "--method",
     "methods",
@@ -59,23 +54,13 @@ def _checked_methods(ctx: click.Context, param: click.Parameter, methods: tuple[
     f"(default: {', '.join(CORPUS_DEFAULT)}; value-zeroing and flow cost far more, and say how long once timed).",
 )
 @click.option("--layer", "-l", type=int, default=None, help="Show this layer alone (from 0): its own map and the map rolled out to it.")
-@click.option("--data", default=None, metavar="FILE", help="A corpus: compare the methods over its sentences instead.")
-@click.option(
-    "--format",
-    "data_format",
-    default="auto",
-    show_default=True,
-    type=click.Choice(["auto", "text", "conllu", "senteval"]),
-    help="The corpus file's format.",
-)
-@click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="Read at most N sentences of --data.")
-@batch_size_option
-@mask_options
-@click.option("--theme", default=None, help="Heatmap colours: a theme name or a theme file.")
-@figure_option
-@output_option
-@format_options
-@model_options
+@options.data("A corpus: compare the methods over its sentences instead.")
+@options.corpus_format(help="The corpus file's format.")
+@options.limit("Read at most N sentences of --data.")
+@options.batch_size()
+@options.mask
+@options.theme()
+@options.report
 def mixing(
     text: str | None,
     pair: str | None,
@@ -128,21 +113,33 @@ def mixing(
     if layer is not None:
         check_index(layer, shape.num_layers, "layer")
     mask = head_mask(mask_spec, shape)
+    from bertscope import api
+
     if data is not None:
-        _over_corpus(model, data, data_format, limit, batch_size, methods or CORPUS_DEFAULT, mask_spec, ablation, output_format, figure)
+        chosen = api.corpus(data=data, format=data_format, limit=limit)
+        session = model.open()
+        with api_call("context-mixing agreement") as progress:
+            agreement = api.mixing_agreement(
+                session,
+                chosen,
+                method=methods or CORPUS_DEFAULT,
+                mask=mask,
+                ablation=ablation,
+                batch_size=batch_size,
+                progress=_saying_estimate(progress),
+            )
+        write_figure(figure, agreement.figure)
+        run = {"model": session.info.source, "data": chosen.source}
+        if not printed(output_format, lambda: run | agreement.as_json(), lambda: record_rows(agreement.table())):
+            _print_agreement(agreement, session.info.source, chosen.source)
         return
     session = model.open()
-    from bertscope import api
 
     method = methods[0] if methods else "value-zeroing"
     with api_call(f"context mixing ({method})") as progress:
         result = api.mixing(session, text or "", pair=pair, method=method, mask=mask, ablation=ablation, progress=_saying_flow(progress))
     write_figure(figure, lambda: result.figure(layer))
-    if output_format == "json":
-        print_json({"model": session.info.source, **result.as_json()})
-        return
-    if output_format == "csv":
-        _print_csv(result)
+    if printed(output_format, lambda: {"model": session.info.source, **result.as_json()}, lambda: _csv_rows(result)):
         return
     assert spec is not None  # chosen for any output but JSON and CSV
     _print_maps(result, layer, spec, session.info.source)
@@ -177,7 +174,7 @@ def _saying_estimate(progress: ProgressCallback) -> ProgressCallback:
     return step
 
 
-def _print_csv(result: Mixing) -> None:
+def _csv_rows(result: Mixing) -> list[list[Any]]:
     """Long form: one row per layer, kind (layer, rolled), receiving token and source token."""
     tokens = result.tokens
     rows: list[list[Any]] = [["method", "layer", "kind", "to", "to_token", "from", "from_token", "value"]]
@@ -187,7 +184,7 @@ def _print_csv(result: Mixing) -> None:
             for i, receiving in enumerate(tokens):
                 for j, giving in enumerate(tokens):
                     rows.append([result.method, layer, kind, i, receiving, j, giving, f"{matrices[layer][i, j]:.6f}"])
-    print_csv(rows)
+    return rows
 
 
 LABEL_WIDTH = 12  # the maps' row labels
@@ -227,40 +224,6 @@ def _print_maps(result: Mixing, layer: int | None, spec: ThemeSpec, source: str)
     from rich.markup import escape
 
     Console(stderr=True).print(f"[dim]cells: {escape(result.definition)}[/]", highlight=False)
-
-
-def _over_corpus(
-    model: ModelChoice,
-    data: str,
-    data_format: str,
-    limit: int | None,
-    batch_size: int | None,
-    methods: tuple[str, ...],
-    mask_spec: str | None,
-    ablation: Ablation,
-    output_format: str | None,
-    figure: str | None,
-) -> None:
-    from bertscope.api import corpus
-
-    chosen = corpus(data=data, format=data_format, limit=limit)
-    mask = head_mask(mask_spec, model.shape())
-    session = model.open()
-    from bertscope import api
-
-    with api_call("context-mixing agreement") as progress:
-        result = api.mixing_agreement(
-            session, chosen, method=methods, mask=mask, ablation=ablation, batch_size=batch_size, progress=_saying_estimate(progress)
-        )
-    write_figure(figure, result.figure)
-    if output_format == "json":
-        print_json({"model": session.info.source, "data": chosen.source, **result.as_json()})
-        return
-    if output_format == "csv":
-        header = list(result.table()[0])
-        print_csv([header, *([row[key] for key in header] for row in result.table())])
-        return
-    _print_agreement(result, session.info.source, chosen.source)
 
 
 def _print_agreement(result: MixingAgreement, source: str, data: str) -> None:

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import click
 
+from bertscope.cli import options
 from bertscope.cli.common import (
     ModelChoice,
     api_call,
     check_hidden_layer,
     check_readable,
     check_text,
-    figure_option,
-    format_options,
-    model_options,
-    print_csv,
-    print_json,
+    printed,
     report_console,
     write_figure,
 )
@@ -43,7 +40,7 @@ def _pair_of(value: str | None, flag: str) -> tuple[str, str] | None:
 @click.command()
 @click.argument("clean")
 @click.option("--corrupt", required=True, metavar="TEXT", help="The corrupted sentence: the same number of tokens as CLEAN.")
-@click.option("--pair", default=None, metavar="TEXT2", help="A second segment of the clean input.")
+@options.pair("A second segment of the clean input.")
 @click.option("--corrupt-pair", default=None, metavar="TEXT2", help="A second segment of the corrupted input.")
 @click.option(
     "--metric",
@@ -56,7 +53,7 @@ def _pair_of(value: str | None, flag: str) -> tuple[str, str] | None:
 @click.option("--answers", default=None, metavar="A,B", help="mlm: the two answers compared (default: each input's top guess).")
 @click.option("--classes", default=None, metavar="A,B", help="class, probe: the two classes compared (default: each input's choice).")
 @click.option("--task", "-t", default=None, help="probe: a built-in sentence task (e.g. subject_number) or, with --data, a SentEval task.")
-@click.option("--data", default=None, metavar="FILE", help="probe: a SentEval file to train the probe on.")
+@options.data("probe: a SentEval file to train the probe on.")
 @click.option(
     "--probe-layer", type=int, default=None, metavar="N", help="probe: the hidden state it reads (0 = embeddings). Default: best on dev."
 )
@@ -69,16 +66,13 @@ def _pair_of(value: str | None, flag: str) -> tuple[str, str] | None:
     help="denoise: clean activations into the corrupted run; noise: corrupted into the clean run.",
 )
 @click.option("--per-position", is_flag=True, help="heads: also patch each head at each position.")
-@click.option(
-    "--cache-dir",
-    default=None,
-    metavar="DIR",
-    help="probe: the feature and probe cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.",
+@options.cache(
+    "probe: the feature and probe cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.",
+    "probe: compute features afresh and keep nothing.",
 )
-@click.option("--no-cache", is_flag=True, help="probe: compute features afresh and keep nothing.")
-@figure_option
-@format_options
-@model_options
+@options.figure
+@options.json_or_csv
+@options.model
 def patch(
     clean: str,
     corrupt: str,
@@ -93,8 +87,7 @@ def patch(
     sweeps: tuple[str, ...],
     direction: str,
     per_position: bool,
-    cache_dir: str | None,
-    no_cache: bool,
+    cache_dir: str | Literal[False] | None,
     output_format: str | None,
     figure: str | None,
     model: ModelChoice,
@@ -139,15 +132,13 @@ def patch(
             sweep=sweeps or SWEEPS,
             direction=direction,
             per_position=per_position,
-            cache_dir=False if no_cache else cache_dir,
+            cache_dir=cache_dir,
             progress=progress,
         )
     write_figure(figure, result.figure)  # the first sweep run: heads, else layers, else positions
-    if output_format == "json":
-        print_json({"model": session.info.source, "clean": clean, "corrupt": corrupt, **result.as_json()})
-        return
-    if output_format == "csv":
-        print_csv(_rows(result))
+    if printed(
+        output_format, lambda: {"model": session.info.source, "clean": clean, "corrupt": corrupt, **result.as_json()}, lambda: _rows(result)
+    ):
         return
 
     from bertscope.render.patching import patching_report

@@ -2,44 +2,28 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from bertscope.cli.common import (
-    ModelChoice,
-    api_call,
-    batch_size_option,
-    data_options,
-    figure_option,
-    format_options,
-    head_mask,
-    mask_options,
-    model_options,
-    output_option,
-    print_csv,
-    print_json,
-    report_console,
-    write_figure,
-)
+from bertscope.cli import options
+from bertscope.cli.common import ModelChoice, api_call, head_mask, printed, report_console, write_figure
 
 if TYPE_CHECKING:
     from bertscope.core.model.masks import Ablation
+    from bertscope.core.model.results import PatternResult
 
 
 @click.command()
-@data_options
-@mask_options
-@batch_size_option
+@options.corpus()
+@options.mask
+@options.batch_size()
 @click.option(
     "--norms",
     is_flag=True,
     help="Also every share of the value-weighted norms ‖α f(x)‖ (Kobayashi et al. 2020), beside the share of weight.",
 )
-@figure_option
-@output_option
-@format_options
-@model_options
+@options.report
 def patterns(
     text: str | None,
     data: str | None,
@@ -49,8 +33,8 @@ def patterns(
     ablation: Ablation,
     batch_size: int | None,
     norms: bool,
-    output_format: str | None,
     figure: str | None,
+    output_format: str | None,
     model: ModelChoice,
 ) -> None:
     """Attention statistics and pattern classes of every head (Kovaleva et al.; Clark et al.).
@@ -66,35 +50,19 @@ def patterns(
     out (Kobayashi et al. 2020): how much of what a head moves comes from there, not only
     where it looks. Same forward passes.
     """
-    from bertscope.api import corpus
+    from bertscope import api
 
-    chosen = corpus(text, data=data, format=data_format, limit=limit)
-    sentences, source, report = chosen.sentences, chosen.source, chosen.report
+    chosen = api.corpus(text, data=data, format=data_format, limit=limit)
     mask = head_mask(mask_spec, model.shape())
     session = model.open()
-    from bertscope import api
     from bertscope.core.analyses.patterns import PATTERNS
 
     with api_call("attention statistics") as progress:
-        result = api.patterns(
-            session,
-            api.Corpus(sentences, source, report),
-            mask=mask,
-            ablation=ablation,
-            batch_size=batch_size,
-            norms=norms,
-            progress=progress,
-        )
+        result = api.patterns(session, chosen, mask=mask, ablation=ablation, batch_size=batch_size, norms=norms, progress=progress)
     write_figure(figure, result.figure)  # each head's dominant pattern class
-    if output_format == "json":
-        payload = result.as_json(session.info.source)
-        payload.update({"data": source, "mask": mask.spec(), "ablation": ablation, "skipped": len(report.skipped)})
-        print_json(payload)
-        return
-    if output_format == "csv":
-        header, rows = result.head_table()
-        print_csv([header, *([f"{value:.6f}" if isinstance(value, float) else value for value in row] for row in rows)])
-        if norms:
+    under = {"data": chosen.source, "mask": mask.spec(), "ablation": ablation, "skipped": len(chosen.report.skipped)}
+    if printed(output_format, lambda: result.as_json(session.info.source) | under, lambda: _rows(result)):
+        if output_format == "csv" and norms:
             from bertscope.core.model.results import NORM_DEFINITION
 
             click.echo(f"norm_* columns: the same shares of {NORM_DEFINITION}", err=True)
@@ -105,8 +73,14 @@ def patterns(
     console = report_console()
     counted = f"{result.sentences:,} sentence{'' if result.sentences == 1 else 's'}"
     console.print(
-        f"[bold]{session.info.source}[/] · {counted} from {source} · {result.tokens:,} tokens"
+        f"[bold]{session.info.source}[/] · {counted} from {chosen.source} · {result.tokens:,} tokens"
         + (f" · mask {mask.spec()} ({ablation})" if len(mask) else ""),
         highlight=False,
     )
     console.print(patterns_report(result, PATTERNS))
+
+
+def _rows(result: PatternResult) -> list[list[Any]]:
+    """One CSV row per head, the shares as 6 decimals."""
+    header, rows = result.head_table()
+    return [header, *([f"{value:.6f}" if isinstance(value, float) else value for value in row] for row in rows)]

@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import click
 
-from bertscope.cli.common import (
-    ModelChoice,
-    api_call,
-    figure_option,
-    format_options,
-    head_mask,
-    mask_options,
-    model_options,
-    output_option,
-    print_csv,
-    print_json,
-    report_console,
-    write_figure,
-)
+from bertscope.cli import options
+from bertscope.cli.common import ModelChoice, api_call, head_mask, print_json, printed, record_rows, report_console, write_figure
 from bertscope.core.errors import BertscopeError
 
 if TYPE_CHECKING:
@@ -29,31 +17,13 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.option("--task", "-t", required=True, help="upos, xpos, deprel, depth, distance (CoNLL-U); a SentEval task; or a built-in task.")
-@click.option(
-    "--data",
-    default=None,
-    metavar="TRAIN",
-    help="Training file: CoNLL-U or SentEval. Without it, a built-in task or the built-in treebank is generated.",
+@options.splits(
+    "Training file: CoNLL-U or SentEval. Without it, a built-in task or the built-in treebank is generated.",
+    "Dev file (chooses the L2 strength, or when training stops). Default: the SentEval va split, or 10% of train.",
+    "Test file. Default: the SentEval te split, or 20% of train.",
+    "Read at most N sentences per file; without --data, the size of the generated treebank (default 4000).",
 )
-@click.option(
-    "--dev",
-    default=None,
-    metavar="DEV",
-    help="Dev file (chooses the L2 strength, or when training stops). Default: the SentEval va split, or 10% of train.",
-)
-@click.option("--test", default=None, metavar="TEST", help="Test file. Default: the SentEval te split, or 20% of train.")
-@click.option("--format", "data_format", default="auto", show_default=True, type=click.Choice(["auto", "conllu", "senteval"]))
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    default=None,
-    metavar="N",
-    help="Read at most N sentences per file; without --data, the size of the generated treebank (default 4000).",
-)
-@click.option("--word-pooling", default="first", show_default=True, type=click.Choice(["first", "mean"]), help="A word from its sub-words.")
-@click.option(
-    "--sentence-pooling", default="cls", show_default=True, type=click.Choice(["cls", "mean"]), help="A sentence from its tokens."
-)
+@options.pooling
 @click.option("--probe", "kind", default="linear", show_default=True, type=click.Choice(["linear", "mlp"]))
 @click.option("--control/--no-control", default=True, show_default=True, help="Control task and selectivity (word-level tasks).")
 @click.option(
@@ -62,34 +32,17 @@ if TYPE_CHECKING:
     show_default=True,
     help="The same probe on a randomly initialised copy of the model.",
 )
-@click.option(
-    "--min-examples",
-    type=click.IntRange(min=1),
-    default=2,
-    show_default=True,
-    metavar="N",
-    help="Leave out (and count) labels with fewer than N training examples, as for a treebank's rare tags.",
-)
-@click.option(
-    "--seed",
-    type=int,
-    default=0,
-    show_default=True,
-    help="Seed of the held-out splits, the probes' starting weights and the control task: run a few to see a probe's spread.",
-)
+@options.min_examples("Leave out (and count) labels with fewer than N training examples, as for a treebank's rare tags.")
+@options.seed("Seed of the held-out splits, the probes' starting weights and the control task: run a few to see a probe's spread.")
 @click.option(
     "--mdl",
     is_flag=True,
     help="Description length too (Voita & Titov 2020): each layer's online codelength in bits and its compression, and the "
     "control task's, on the same features; --figure then draws the compression. Not for depth or distance.",
 )
-@click.option("--cache-dir", default=None, metavar="DIR", help="Feature cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.")
-@click.option("--no-cache", is_flag=True, help="Compute features afresh and keep nothing.")
-@mask_options
-@figure_option
-@output_option
-@format_options
-@model_options
+@options.cache()
+@options.mask
+@options.report
 def probe(
     task: str,
     data: str | None,
@@ -105,8 +58,7 @@ def probe(
     min_examples: int,
     seed: int,
     mdl: bool,
-    cache_dir: str | None,
-    no_cache: bool,
+    cache_dir: str | Literal[False] | None,
     mask_spec: str | None,
     ablation: Ablation,
     output_format: str | None,
@@ -135,7 +87,7 @@ def probe(
             control=control,
             random_baseline=random_baseline,
             min_examples=min_examples,
-            cache_dir=False if no_cache else cache_dir,
+            cache_dir=cache_dir,
             mask=mask,
             ablation=ablation,
             seed=seed,
@@ -144,14 +96,8 @@ def probe(
         )
     under = f"mask {mask.spec()} ({ablation})" if len(mask) else ""
     write_figure(figure, lambda: report.figure(mdl=mdl, under=under))
-    if output_format == "json":
-        payload = report.as_json() | {"model": session.source, "data": chosen.source, "mask": mask.spec(), "seed": seed}
-        print_json(payload)
-        return
-    table = report.table()  # flat: a layer's description length as columns
-    columns = list(table[0])
-    if output_format == "csv":
-        print_csv([columns, *([row.get(column, "") for column in columns] for row in table)])
+    run = {"model": session.source, "data": chosen.source, "mask": mask.spec(), "seed": seed}
+    if printed(output_format, lambda: report.as_json() | run, lambda: record_rows(report.table())):  # CSV: flat, MDL as columns
         return
 
     from bertscope.render.probing import probe_report
@@ -162,7 +108,7 @@ def probe(
 @click.command()
 @click.option("--output", "-o", required=True, metavar="FILE.conllu", help="Where to write the treebank.")
 @click.option("--sentences", "-n", type=click.IntRange(min=1), default=4000, show_default=True, help="How many sentences.")
-@click.option("--seed", type=int, default=0, show_default=True, help="The same seed gives the same treebank.")
+@options.seed("The same seed gives the same treebank.")
 def treebank(output: str, sentences: int, seed: int) -> None:
     """Write the built-in generated treebank as CoNLL-U (what `probe --task upos` uses without --data).
 
@@ -183,9 +129,9 @@ def treebank(output: str, sentences: int, seed: int) -> None:
 
 
 @click.command()
-@click.option("--cache-dir", default=None, metavar="DIR", help="The cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.")
+@options.cache_dir("The cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.")
 @click.option("--clear", is_flag=True, help="Remove every cached feature set and probe.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
+@options.json
 def cache(cache_dir: str | None, clear: bool, as_json: bool) -> None:
     """How much the feature and probe cache holds, or clear it.
 

@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from bertscope.cli.common import (
-    ModelChoice,
-    api_call,
-    batch_size_option,
-    figure_option,
-    format_options,
-    head_mask,
-    mask_options,
-    model_options,
-    output_option,
-    print_csv,
-    print_json,
-    report_console,
-    warn,
-    write_figure,
-)
+from bertscope.cli import options
+from bertscope.cli.common import ModelChoice, api_call, head_mask, printed, report_console, warn, write_figure
 
 if TYPE_CHECKING:
     from bertscope.core.model.masks import Ablation
@@ -30,14 +16,8 @@ DEFAULT_MIN_COUNT = 100  # as core.analyses.syntax_results.DEFAULT_MIN_COUNT (no
 
 
 @click.command()
-@click.option(
-    "--data",
-    "data",
-    default=None,
-    metavar="FILE",
-    help="A CoNLL-U treebank. Default: the sample treebank shipped with bertscope (164 sentences).",
-)
-@click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="Read at most N sentences.")
+@options.data("A CoNLL-U treebank. Default: the sample treebank shipped with bertscope (164 sentences).")
+@options.limit()
 @click.option(
     "--relations",
     default=None,
@@ -52,12 +32,9 @@ DEFAULT_MIN_COUNT = 100  # as core.analyses.syntax_results.DEFAULT_MIN_COUNT (no
     metavar="N",
     help="Flag relations with fewer instances than N as too rare to trust.",
 )
-@mask_options
-@batch_size_option
-@figure_option
-@output_option
-@format_options
-@model_options
+@options.mask
+@options.batch_size()
+@options.report
 def syntax(
     data: str | None,
     limit: int | None,
@@ -95,54 +72,20 @@ def syntax(
             warn("none of the relations asked for occur in this corpus: the figure shows its four most frequent")
         under = f" · mask {mask.spec()} ({ablation})" if len(mask) else ""  # the result does not hold what it ran under
         write_figure(figure, lambda: result.figure(drawn, under=under))
-    if output_format == "json":
-        print_json(
-            {
-                "model": session.info.source,
-                "data": corpus.source,
-                "sentences": result.sentences,
-                "words": result.words,
-                "truncated": result.truncated,
-                "skipped": len(corpus.report.skipped),
-                "mask": mask.spec(),
-                "ablation": ablation,
-                "min_count": min_count,
-                "attention": "word-level: sub-word columns summed, rows averaged; [CLS], [SEP] and the word itself left out",
-                "relations": rows,
-            }
-        )
-        return
-    if output_format == "csv":
-        header = [
-            "relation",
-            "direction",
-            "count",
-            "few",
-            "best_layer",
-            "best_head",
-            "best_accuracy",
-            "baseline_offset",
-            "baseline_accuracy",
-        ]
-        print_csv(
-            [
-                header,
-                *(
-                    [
-                        row["relation"],
-                        row["direction"],
-                        row["count"],
-                        int(row["few"]),
-                        row["best"]["layer"],
-                        row["best"]["head"],
-                        f"{row['best']['accuracy']:.6f}",
-                        row["baseline"]["offset"],
-                        f"{row['baseline']['accuracy']:.6f}",
-                    ]
-                    for row in rows
-                ),
-            ]
-        )
+    payload = {
+        "model": session.info.source,
+        "data": corpus.source,
+        "sentences": result.sentences,
+        "words": result.words,
+        "truncated": result.truncated,
+        "skipped": len(corpus.report.skipped),
+        "mask": mask.spec(),
+        "ablation": ablation,
+        "min_count": min_count,
+        "attention": "word-level: sub-word columns summed, rows averaged; [CLS], [SEP] and the word itself left out",
+        "relations": rows,
+    }
+    if printed(output_format, lambda: payload, lambda: _csv_rows(rows)):
         return
 
     from bertscope.render.syntax import syntax_table
@@ -158,3 +101,27 @@ def syntax(
         f"[dim]best head as layer:head, from 0; baseline: the best fixed offset in words; * fewer than {min_count} instances[/]",
         highlight=False,
     )
+
+
+CSV_HEADER = ["relation", "direction", "count", "few", "best_layer", "best_head", "best_accuracy", "baseline_offset", "baseline_accuracy"]
+
+
+def _csv_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
+    """A relation and direction a row: its count, its best head and the best fixed offset."""
+    return [
+        CSV_HEADER,
+        *(
+            [
+                row["relation"],
+                row["direction"],
+                row["count"],
+                int(row["few"]),
+                row["best"]["layer"],
+                row["best"]["head"],
+                f"{row['best']['accuracy']:.6f}",
+                row["baseline"]["offset"],
+                f"{row['baseline']['accuracy']:.6f}",
+            ]
+            for row in rows
+        ),
+    ]
