@@ -11,7 +11,7 @@ from rich.measure import Measurement
 from rich.text import Text
 
 from bertscope.render import AttentionHeatmap
-from bertscope.render.heatmap import MAX_LABEL_WIDTH
+from bertscope.render.heatmap import MAX_LABEL_WIDTH, Cells, Labels, Scale
 from bertscope.theming import Colormap
 
 COLORMAP = Colormap(("#000000", "#ff8000", "#ffff00"), masked="#404040", cursor="#00ffff")
@@ -55,13 +55,13 @@ def test_every_token_label_is_shown_on_both_axes():
 
 def test_long_labels_are_cut_with_an_ellipsis():
     labels = ["antidisestablishmentarianism", "b"]
-    lines = plain_lines(AttentionHeatmap(np.eye(2), labels, labels, COLORMAP, label_width=8))
+    lines = plain_lines(AttentionHeatmap(np.eye(2), labels, labels, COLORMAP, labels=Labels(width=8)))
     assert any(line.startswith("antidis… ") for line in lines)
     assert column_labels(lines, 2, label_width=8) == ["antidis…", "b"]
 
 
 def test_legend_shows_the_value_range():
-    text = "\n".join(plain_lines(AttentionHeatmap(attention(), TOKENS, TOKENS, COLORMAP, vmax=0.5)))
+    text = "\n".join(plain_lines(AttentionHeatmap(attention(), TOKENS, TOKENS, COLORMAP, scale=Scale(vmax=0.5))))
     assert "0.00" in text and "0.50" in text
     no_legend = "\n".join(plain_lines(AttentionHeatmap(attention(), TOKENS, TOKENS, COLORMAP, legend=False)))
     assert "0.00" not in no_legend
@@ -84,7 +84,7 @@ def test_wide_grid_wraps_into_column_blocks_that_fit_the_width():
 
 def test_unsplit_grid_keeps_full_width_for_a_scrolling_container():
     labels = [f"tok{i}" for i in range(80)]
-    heatmap = AttentionHeatmap(attention(80), labels, labels, COLORMAP, split_columns=False)
+    heatmap = AttentionHeatmap(attention(80), labels, labels, COLORMAP, cells=Cells(split=False))
     console = Console(file=io.StringIO(), width=60, color_system=None)
     assert heatmap.__rich_measure__(console, console.options) == Measurement(12 + 1 + 2 * 80, 12 + 1 + 2 * 80)
     lines = console.render_lines(heatmap, console.options.update(width=200), pad=False)
@@ -190,8 +190,8 @@ def grid_rows(heatmap, color_system=None, width=100):
 def test_max_scale_stretches_the_colours_to_the_largest_weight_and_says_so():
     weights = np.full((8, 8), 0.02)
     np.fill_diagonal(weights, 0.3)  # a typical head: nothing near 1
-    fixed = AttentionHeatmap(weights, TOKENS, TOKENS, COLORMAP, scale="fixed", glyphs=True, cell_width=1)
-    stretched = AttentionHeatmap(weights, TOKENS, TOKENS, COLORMAP, scale="max", glyphs=True, cell_width=1)
+    fixed = AttentionHeatmap(weights, TOKENS, TOKENS, COLORMAP, scale=Scale(name="fixed"), cells=Cells(glyphs=True, width=1))
+    stretched = AttentionHeatmap(weights, TOKENS, TOKENS, COLORMAP, scale=Scale(name="max"), cells=Cells(glyphs=True, width=1))
     assert legend_line(fixed).split() == ["fixed", "0.00", "░▒▓█", "1.00"]
     assert legend_line(stretched).split() == ["max", "0.00", "░▒▓█", "0.30"]
     assert all(line[row] == "░" for row, line in enumerate(grid_rows(fixed)))  # 0.3 of 1: the second glyph
@@ -201,11 +201,13 @@ def test_max_scale_stretches_the_colours_to_the_largest_weight_and_says_so():
 def test_row_scale_gives_every_query_row_its_own_top():
     weights = np.full((8, 8), 0.01)
     weights[np.arange(8), np.arange(8)] = np.linspace(0.05, 0.9, 8)  # rows that peak low and high
-    rows = grid_rows(AttentionHeatmap(weights, TOKENS, TOKENS, COLORMAP, scale="row", glyphs=True, cell_width=1))
+    rows = grid_rows(AttentionHeatmap(weights, TOKENS, TOKENS, COLORMAP, scale=Scale(name="row"), cells=Cells(glyphs=True, width=1)))
     assert all(line[row] == "█" for row, line in enumerate(rows))
-    by_max = grid_rows(AttentionHeatmap(weights, TOKENS, TOKENS, COLORMAP, scale="max", glyphs=True, cell_width=1))
+    by_max = grid_rows(AttentionHeatmap(weights, TOKENS, TOKENS, COLORMAP, scale=Scale(name="max"), cells=Cells(glyphs=True, width=1)))
     assert by_max[0][0] == " " and by_max[7][7] == "█"  # under one scale the weak rows vanish
-    legend = legend_line(AttentionHeatmap(weights, TOKENS, TOKENS, COLORMAP, scale="row", glyphs=True, cursor=(2, 0)))
+    legend = legend_line(
+        AttentionHeatmap(weights, TOKENS, TOKENS, COLORMAP, cursor=(2, 0), scale=Scale(name="row"), cells=Cells(glyphs=True))
+    )
     assert legend.split()[:2] == ["row", "0"] and legend.endswith(f"row max {weights[2].max():.2f}")
 
 
@@ -213,20 +215,23 @@ def test_log_scale_shows_small_weights_that_max_leaves_black():
     weights = np.full((8, 8), 1e-5)
     weights[:, 0] = 0.5
     weights[3, 4] = 0.002  # 2.4 decades under the top
-    log = AttentionHeatmap(weights, TOKENS, TOKENS, COLORMAP, scale="log", glyphs=True, cell_width=1)
+    log = AttentionHeatmap(weights, TOKENS, TOKENS, COLORMAP, scale=Scale(name="log"), cells=Cells(glyphs=True, width=1))
     assert grid_rows(log)[3][4] != " " and grid_rows(log)[3][5] == " "
-    assert grid_rows(AttentionHeatmap(weights, TOKENS, TOKENS, COLORMAP, scale="max", glyphs=True, cell_width=1))[3][4] == " "
+    assert (
+        grid_rows(AttentionHeatmap(weights, TOKENS, TOKENS, COLORMAP, scale=Scale(name="max"), cells=Cells(glyphs=True, width=1)))[3][4]
+        == " "
+    )
     assert legend_line(log).split() == ["log", "0.0005", "░▒▓█", "0.50"]  # three decades below 0.5
 
 
 def test_unknown_scale_is_a_clear_value_error():
     with pytest.raises(ValueError, match="unknown colour scale 'linear'; choose one of max, row, fixed, log"):
-        AttentionHeatmap(np.eye(8), TOKENS, TOKENS, COLORMAP, scale="linear")
+        AttentionHeatmap(np.eye(8), TOKENS, TOKENS, COLORMAP, scale=Scale(name="linear"))
 
 
 def test_one_cell_per_token_halves_the_width():
-    two = plain_lines(AttentionHeatmap(attention(), TOKENS, TOKENS, COLORMAP, cell_width=2, label_width=5))
-    one = plain_lines(AttentionHeatmap(attention(), TOKENS, TOKENS, COLORMAP, cell_width=1, label_width=5))
+    two = plain_lines(AttentionHeatmap(attention(), TOKENS, TOKENS, COLORMAP, cells=Cells(width=2), labels=Labels(width=5)))
+    one = plain_lines(AttentionHeatmap(attention(), TOKENS, TOKENS, COLORMAP, cells=Cells(width=1), labels=Labels(width=5)))
     grid_two = [line for line in two if line[:5].strip() in TOKENS]
     grid_one = [line for line in one if line[:5].strip() in TOKENS]
     assert len(grid_one) == len(grid_two) == 8
@@ -234,10 +239,10 @@ def test_one_cell_per_token_halves_the_width():
 
 
 def test_automatic_cell_width_uses_two_cells_only_where_the_grid_fits():
-    heatmap = AttentionHeatmap(attention(8), TOKENS, TOKENS, COLORMAP, cell_width=None, label_width=5)
+    heatmap = AttentionHeatmap(attention(8), TOKENS, TOKENS, COLORMAP, cells=Cells(width=None), labels=Labels(width=5))
     assert max(cell_len(line) for line in plain_lines(heatmap, width=60)) == 6 + 16
     labels = [f"t{i}" for i in range(40)]
-    wide = AttentionHeatmap(attention(40), labels, labels, COLORMAP, cell_width=None, label_width=3)
+    wide = AttentionHeatmap(attention(40), labels, labels, COLORMAP, cells=Cells(width=None), labels=Labels(width=3))
     lines = plain_lines(wide, width=60)
     assert not any("columns" in line for line in lines)  # 40 one-cell columns fit in 60: no blocks
     assert max(cell_len(line) for line in lines) == 4 + 40
@@ -245,8 +250,8 @@ def test_automatic_cell_width_uses_two_cells_only_where_the_grid_fits():
 
 def test_dense_mode_draws_two_query_rows_a_line_with_half_blocks():
     weights = np.eye(8)
-    plain = AttentionHeatmap(weights, TOKENS, TOKENS, COLORMAP, cell_width=1, glyphs=False)
-    dense = AttentionHeatmap(weights, TOKENS, TOKENS, COLORMAP, cell_width=1, glyphs=False, dense=True)
+    plain = AttentionHeatmap(weights, TOKENS, TOKENS, COLORMAP, cells=Cells(width=1, glyphs=False))
+    dense = AttentionHeatmap(weights, TOKENS, TOKENS, COLORMAP, cells=Cells(width=1, glyphs=False, dense=True))
     assert len(grid_rows(dense, "truecolor")) == len(grid_rows(plain, "truecolor")) // 2 == 4
     assert all(set(line) == {"▀"} for line in grid_rows(dense, "truecolor"))
     output = render(dense, color_system="truecolor")
@@ -258,7 +263,7 @@ def test_dense_mode_draws_two_query_rows_a_line_with_half_blocks():
 
 def test_dense_map_with_an_odd_number_of_rows_keeps_the_last_row():
     labels = TOKENS[:7]
-    dense = AttentionHeatmap(np.eye(7), labels, labels, COLORMAP, cell_width=1, glyphs=False, dense=True)
+    dense = AttentionHeatmap(np.eye(7), labels, labels, COLORMAP, cells=Cells(width=1, glyphs=False, dense=True))
     rows = grid_rows(dense, "truecolor")
     assert len(rows) == 4 and len(rows[-1]) == 7
     assert any(line.split() == ["mat", "▀▀▀▀▀▀▀"] for line in plain_lines(dense, color_system="truecolor"))
@@ -266,26 +271,26 @@ def test_dense_map_with_an_odd_number_of_rows_keeps_the_last_row():
 
 @pytest.mark.parametrize("color_system", [None, "standard"])
 def test_dense_mode_falls_back_to_one_row_a_line_with_glyphs(color_system):
-    dense = AttentionHeatmap(np.eye(8), TOKENS, TOKENS, COLORMAP, cell_width=1, dense=True)
+    dense = AttentionHeatmap(np.eye(8), TOKENS, TOKENS, COLORMAP, cells=Cells(width=1, dense=True))
     rows = grid_rows(dense, color_system)
     assert len(rows) == 8
     assert all(line[row] == "█" and "▀" not in line for row, line in enumerate(rows))
 
 
 def test_glyph_cursor_in_one_cell_columns_is_a_single_mark():
-    lines = plain_lines(AttentionHeatmap(np.eye(8), TOKENS, TOKENS, COLORMAP, cell_width=1, glyphs=True, cursor=(2, 6)))
+    lines = plain_lines(AttentionHeatmap(np.eye(8), TOKENS, TOKENS, COLORMAP, cursor=(2, 6), cells=Cells(width=1, glyphs=True)))
     cat_line = next(line for line in lines if line.lstrip().startswith("cat▸"))
     assert cat_line[13:] == "  █   ◆ "
 
 
 def test_label_gutter_is_as_wide_as_the_longest_label_and_cuts_only_beyond_the_cap():
     labels = ["[CLS]", "extraordinarily", "a", "supercalifragilisticexpialidocious"]
-    heatmap = AttentionHeatmap(np.eye(4), labels, labels, COLORMAP, label_width=None, label_height=0)
+    heatmap = AttentionHeatmap(np.eye(4), labels, labels, COLORMAP, labels=Labels(width=None, height=0))
     assert heatmap.label_width == MAX_LABEL_WIDTH
     gutter = [line[:MAX_LABEL_WIDTH] for line in plain_lines(heatmap)[:4]]
     assert gutter[1] == "extraordinarily".rjust(MAX_LABEL_WIDTH)  # not cut at 10 characters
     assert gutter[3] == "supercalifragilisti…"
-    short = AttentionHeatmap(np.eye(4), ["a", "bb", "ccc", "dd"], ["a", "bb", "ccc", "dd"], COLORMAP, label_width=None)
+    short = AttentionHeatmap(np.eye(4), ["a", "bb", "ccc", "dd"], ["a", "bb", "ccc", "dd"], COLORMAP, labels=Labels(width=None))
     assert short.label_width == 3
 
 
@@ -298,9 +303,9 @@ def test_header_line_names_the_cursor_tokens_and_weight():
 
 
 def test_short_column_labels_where_only_a_few_lines_fit():
-    lines = plain_lines(AttentionHeatmap(np.eye(8), TOKENS, TOKENS, COLORMAP, cell_width=1, label_width=5, label_height=2))
+    lines = plain_lines(AttentionHeatmap(np.eye(8), TOKENS, TOKENS, COLORMAP, cells=Cells(width=1), labels=Labels(width=5, height=2)))
     assert lines[0][6:] == "[tcsotm["  # first characters of the eight tokens
     assert lines[1][6:] == "Chaanha" + "S"
     assert lines[2].split()[0] == "[CLS]"  # the grid starts after two label lines
-    none = plain_lines(AttentionHeatmap(np.eye(8), TOKENS, TOKENS, COLORMAP, cell_width=1, label_width=5, label_height=0))
+    none = plain_lines(AttentionHeatmap(np.eye(8), TOKENS, TOKENS, COLORMAP, cells=Cells(width=1), labels=Labels(width=5, height=0)))
     assert none[0].split()[0] == "[CLS]"

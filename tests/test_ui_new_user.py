@@ -9,7 +9,7 @@ import numpy as np
 from rich.console import Console
 from textual.widgets._toast import Toast
 
-from bertscope.render.heatmap import AttentionHeatmap
+from bertscope.render.heatmap import AttentionHeatmap, Cells, Labels
 from bertscope.theming import Colormap
 from bertscope.ui.widgets.attention_view import AttentionView
 from bertscope.ui.widgets.job_progress import JobProgress
@@ -159,14 +159,10 @@ def test_wide_cells_tall_rows_and_staggered_labels_in_the_renderer():
         labels,
         labels,
         COLORMAP,
-        cell_width=4,
-        row_height=2,
-        staggered=True,
-        label_height=2,
         cursor=(1, 1),
-        glyphs=True,
         legend=False,
-        label_width=None,
+        cells=Cells(width=4, height=2, glyphs=True),
+        labels=Labels(staggered=True, height=2, width=None),
     )
     console.print(heatmap)
     lines = console.export_text().splitlines()
@@ -177,7 +173,7 @@ def test_wide_cells_tall_rows_and_staggered_labels_in_the_renderer():
     assert len(grid) == 8 and grid[0].startswith("  [CLS] ████") and grid[1].strip() == "████"  # two lines a row
     assert grid[2].startswith("cabinet▸    [  ]")  # the cursor's cell, four wide
     plain = Console(width=80, color_system=None, record=True, file=open("/dev/null", "w"))
-    plain.print(AttentionHeatmap(weights, labels, labels, COLORMAP, glyphs=True, legend=False))
+    plain.print(AttentionHeatmap(weights, labels, labels, COLORMAP, legend=False, cells=Cells(glyphs=True)))
     cli = plain.export_text().splitlines()
     assert cli[0].strip() == "c" and cli[6].strip() == "] t n x"  # the CLI's: downwards, two cells a column
 

@@ -318,7 +318,7 @@ def attention(
         return
     from rich.console import Console
 
-    from bertscope.render.heatmap import AttentionHeatmap, beyond_reach, reach_note, terminal_window, window_note
+    from bertscope.render.heatmap import AttentionHeatmap, Cells, Labels, Scale, beyond_reach, reach_note, terminal_window, window_note
 
     title = f"layer {layer} · head {head}" + (" · value-weighted norms ‖α f(x)‖" if norms else "")
     if len(mask):
@@ -335,11 +335,9 @@ def attention(
             colormap,
             title=title,
             masked=mask.is_masked(layer, head),
-            scale=scale,
-            dense=dense,
-            cell_width=None,
-            label_width=None,
-            quantity="‖αf‖" if norms else None,
+            scale=Scale(scale, quantity="‖αf‖" if norms else None),
+            cells=Cells(width=None, dense=dense),
+            labels=Labels(width=None),
         )
     )
     if visible < len(tokens):

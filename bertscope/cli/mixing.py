@@ -194,7 +194,7 @@ def _print_maps(result: Mixing, layer: int | None, spec: ThemeSpec, source: str)
     from rich.console import Console
 
     from bertscope.core.analyses.mixing_results import METHOD_NAMES
-    from bertscope.render.heatmap import AttentionHeatmap, terminal_window, window_note
+    from bertscope.render.heatmap import AttentionHeatmap, Cells, Labels, Scale, terminal_window, window_note
 
     console = report_console()
     tokens = list(result.tokens)
@@ -215,7 +215,14 @@ def _print_maps(result: Mixing, layer: int | None, spec: ThemeSpec, source: str)
     for title, matrix in maps:
         window = matrix[:visible, :visible], tokens[:visible], tokens[:visible]
         console.print(
-            AttentionHeatmap(*window, spec.heatmap, title=title, scale="max", cell_width=None, label_width=LABEL_WIDTH, quantity="share")
+            AttentionHeatmap(
+                *window,
+                spec.heatmap,
+                title=title,
+                scale=Scale("max", quantity="share"),
+                cells=Cells(width=None),
+                labels=Labels(LABEL_WIDTH),
+            )
         )
     if visible < len(tokens):
         console.print(window_note(visible, len(tokens)), style="dim", highlight=False)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -29,18 +30,10 @@ from bertscope.figures.layout import (
     plain,
     titled,
 )
+from bertscope.figures.pattern_marks import PATTERN_LETTERS, PATTERN_MARKS
 
 CELL = 0.4  # inches a head's cell takes
-PATTERN_LETTERS = {"vertical": "V", "diagonal": "D", "vertical+diagonal": "VD", "block": "B", "heterogeneous": "H", "off": "×"}
-# Okabe & Ito's colour-blind-safe palette for the structured classes; heterogeneous (no structure) in grey; off in white
-PATTERN_COLOURS = {
-    "vertical": "#E69F00",
-    "diagonal": "#56B4E9",
-    "vertical+diagonal": "#009E73",
-    "block": "#CC79A7",
-    "heterogeneous": "#DDDDDD",
-    "off": "#FFFFFF",
-}
+PATTERN_COLOURS = {name: mark.colour for name, mark in PATTERN_MARKS.items()}
 PATTERN_NAMES = {"off": "off (switched off; not in the shares)"}  # a class the legend explains beyond its name
 
 
@@ -53,43 +46,40 @@ class Grid:
     highlight: tuple[int, int] | None = None
 
 
-def head_grid(
-    values: np.ndarray,
-    label: str,
-    *,
-    title: str | None = None,
-    note: str | None = None,
-    masked: Collection[tuple[int, int]] = (),
-    signed: bool = False,
-    vmin: float | None = None,
-    vmax: float | None = None,
-    highlight: tuple[int, int] | None = None,
-    columns: Sequence[str] | None = None,
-    xlabel: str = "head",
-    ylabel: str = "layer",
-    annotate: bool | None = None,
-) -> Figure:
+@dataclass(frozen=True)
+class GridAxes:
+    """What a grid's rows and columns are: layers and heads, or named columns (`columns`, with `xlabel`)."""
+
+    columns: tuple[str, ...] | None = None
+    xlabel: str = "head"
+    ylabel: str = "layer"
+
+
+HEADS = GridAxes()
+
+
+class GridOptions(TypedDict, total=False):
+    """How `head_grids` draws (its keywords), which `head_grid` passes on."""
+
+    title: str | None
+    note: str | None
+    masked: Collection[tuple[int, int]]
+    signed: bool
+    vmin: float | None
+    vmax: float | None
+    axes: GridAxes
+    annotate: bool | None
+
+
+def head_grid(values: np.ndarray, label: str, *, highlight: tuple[int, int] | None = None, **options: Unpack[GridOptions]) -> Figure:
     """A per-head metric `[L, H]` with `label` (the metric and its unit) on the colour bar.
 
     `masked`: (layer, head) pairs marked ×. `signed`: a diverging map centred on 0, its limit
-    the largest magnitude (or `vmax`). `highlight`: a head boxed in red. `columns`: names of
-    the columns when they are not heads (with `xlabel`). `annotate`: write the values (default:
+    the largest magnitude (or `vmax`). `highlight`: a head boxed in red. `axes`: what the rows
+    and columns are, where the columns are not heads. `annotate`: write the values (default:
     when the grid has at most ANNOTATE_CELLS cells).
     """
-    return head_grids(
-        [Grid(np.asarray(values, dtype=float), "", highlight)],
-        label,
-        title=title,
-        note=note,
-        masked=masked,
-        signed=signed,
-        vmin=vmin,
-        vmax=vmax,
-        columns=columns,
-        xlabel=xlabel,
-        ylabel=ylabel,
-        annotate=annotate,
-    )
+    return head_grids([Grid(np.asarray(values, dtype=float), "", highlight)], label, **options)
 
 
 def head_grids(
@@ -102,9 +92,7 @@ def head_grids(
     signed: bool = False,
     vmin: float | None = None,
     vmax: float | None = None,
-    columns: Sequence[str] | None = None,
-    xlabel: str = "head",
-    ylabel: str = "layer",
+    axes: GridAxes = HEADS,
     annotate: bool | None = None,
     per_row: int = 2,
 ) -> Figure:
@@ -118,17 +106,17 @@ def head_grids(
     across = min(len(panels), per_row)
     down = -(-len(panels) // across)
     figure = new_figure(across * (1.0 + CELL * heads) + 1.3, max(down * (0.9 + CELL * layers) + 0.8, 3.4))  # room for the bar's label
-    axes = figure.subplots(down, across, squeeze=False)
+    subplots = figure.subplots(down, across, squeeze=False)
     cmap = colormap("RdBu_r" if signed else "viridis")
     write = annotate if annotate is not None else layers * heads <= ANNOTATE_CELLS and len(panels) <= 4
     image = None
-    for index, ax in enumerate(axes.flat):
+    for index, ax in enumerate(subplots.flat):
         if index >= len(panels):
             ax.set_axis_off()
             continue
         values, panel = arrays[index], panels[index]
         image = ax.imshow(values, cmap=cmap, norm=norm)
-        _label_axes(ax, layers, heads, columns, xlabel, ylabel)
+        _label_axes(ax, layers, heads, axes)
         if write:
             annotate_cells(ax, values, image, skip=masked)
         mark_cells(ax, masked, image, values)
@@ -137,7 +125,7 @@ def head_grids(
         if panel.title:
             ax.set_title(plain(panel.title), fontsize=9.5)
     assert image is not None  # there is at least one panel
-    colour_bar(figure, image, list(axes.flat), label, shrink=0.9 if down > 1 else 1.0)
+    colour_bar(figure, image, list(subplots.flat), label, shrink=0.9 if down > 1 else 1.0)
     titled(figure, title, note)
     return figure
 
@@ -163,7 +151,7 @@ def pattern_classes(
     ax = figure.add_subplot()
     cmap = ListedColormap(colours)
     ax.imshow(dominant, cmap=cmap, norm=BoundaryNorm(np.arange(len(classes) + 1) - 0.5, len(classes)))
-    _label_axes(ax, layers, heads, None, "head", "layer")
+    _label_axes(ax, layers, heads, HEADS)
     weak = False
     for (layer, head), index in np.ndenumerate(dominant):
         letter = PATTERN_LETTERS.get(classes[index], classes[index][:2].upper())
@@ -188,9 +176,9 @@ def _norm(finite: np.ndarray, signed: bool, vmin: float | None, vmax: float | No
     return Normalize(low, high if high > low else low + 1.0)
 
 
-def _label_axes(ax: Axes, layers: int, heads: int, columns: Sequence[str] | None, xlabel: str, ylabel: str) -> None:
-    number_ticks(ax, "x", heads, columns)
+def _label_axes(ax: Axes, layers: int, heads: int, axes: GridAxes) -> None:
+    number_ticks(ax, "x", heads, axes.columns)
     number_ticks(ax, "y", layers)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set_xlabel(axes.xlabel)
+    ax.set_ylabel(axes.ylabel)
     ax.tick_params(length=0)

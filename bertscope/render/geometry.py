@@ -17,7 +17,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from bertscope.render.heatmap import AttentionHeatmap
+from bertscope.render.heatmap import AttentionHeatmap, Cells, Labels, Scale
 from bertscope.theming import Colormap
 
 if TYPE_CHECKING:
@@ -111,8 +111,8 @@ def cka_heatmap(
         col_labels,
         colormap,
         title=title,
-        label_width=max(3, len(row_labels[-1]) + 1),
-        glyphs=glyphs,
+        cells=Cells(glyphs=glyphs),
+        labels=Labels(max(3, len(row_labels[-1]) + 1)),
     )
 
 
@@ -160,10 +160,9 @@ def cosine_grid(cosine: np.ndarray, colormap: Colormap, glyphs: bool | None = No
         cols,
         colormap,
         title="attention cosine A·B per head (layer ↓, head →)",
-        label_width=3,
-        glyphs=glyphs,
-        vmin=max(low, 0.0),
-        vmax=1.0,
+        scale=Scale(vmin=max(low, 0.0), vmax=1.0),
+        cells=Cells(glyphs=glyphs),
+        labels=Labels(3),
     )
 
 

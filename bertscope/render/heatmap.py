@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from itertools import groupby
 
 import numpy as np
@@ -89,25 +90,66 @@ def reach_note(window: int | None, length: int) -> str:
     return f" · local: sees ±{window}" if window is not None and length > window + 1 else ""
 
 
+@dataclass(frozen=True)
+class Scale:
+    """How a weight maps to a colour, and what the weights are: the legend's words.
+
+    ``name`` is one of ``SCALES`` (None: the range vmin–vmax, unnamed in the legend);
+    ``quantity`` names what the cells hold (e.g. value-weighted norms; None: weights).
+    """
+
+    name: str | None = None
+    vmin: float = 0.0
+    vmax: float = 1.0
+    quantity: str | None = None
+
+
+@dataclass(frozen=True)
+class Cells:
+    """How the cells are drawn.
+
+    ``width`` is the terminal cells of a column (1 or more), or None for 2 where the whole grid
+    fits the console and 1 where it does not; ``height`` the lines of a query row (a map drawn one
+    row a line). ``dense`` draws two query rows per line (colours only). ``glyphs`` forces shade
+    glyphs (True) or colours (False); None decides from the console. ``split`` prints a grid wider
+    than the console in column blocks, like numpy prints wide arrays; turn it off where a scrolling
+    container shows the full width.
+    """
+
+    width: int | None = CELL_WIDTH
+    height: int = 1
+    dense: bool = False
+    glyphs: bool | None = None
+    split: bool = True
+
+
+@dataclass(frozen=True)
+class Labels:
+    """How the rows and columns are labelled.
+
+    ``width`` is the row-label gutter (None: the longest label, up to MAX_LABEL_WIDTH); ``height``
+    the most lines the vertical column labels may take (0: none). ``compact`` gives a dense map one
+    row label a line, not two: the cursor's row where it is on the line, else the upper row (the
+    explorer's narrow pane). ``ruler`` replaces the column labels written downwards, which one-cell
+    columns leave unreadable past a few dozen tokens, by a ruler: the column numbers every ten and a
+    mark over the cursor's column (whose label the line above the map names). ``staggered`` writes the
+    column labels across, on ``height`` alternate lines, where a column is two or more cells wide
+    (``stagger_height`` says how many lines show them whole).
+    """
+
+    width: int | None = 12
+    height: int = MAX_LABEL_HEIGHT
+    compact: bool = False
+    ruler: bool = False
+    staggered: bool = False
+
+
 class AttentionHeatmap:
     """An attention matrix with token labels on both axes, a legend and an optional cursor.
 
-    ``scale`` is one of ``SCALES`` (None: the range vmin–vmax, unnamed in the legend).
-    ``cell_width`` is the terminal cells of a column (1 or more), or None for 2 where the whole
-    grid fits the console and 1 where it does not; ``row_height`` the lines of a query row (a map
-    drawn one row a line). ``dense`` draws two query rows per line (colours only).
-    ``label_width`` is the row-label gutter (None: the longest label, up to MAX_LABEL_WIDTH);
-    ``label_height`` the most lines the vertical column labels may take (0: none).
-    ``split_columns`` prints a grid wider than the console in column blocks, like numpy
-    prints wide arrays; turn it off where a scrolling container shows the full width.
-    ``glyphs`` forces shade glyphs (True) or colours (False); None decides from the console.
-    ``quantity`` names what the cells hold in the legend (e.g. value-weighted norms; None: weights).
-    ``compact_gutter`` gives a dense map one row label a line, not two: the cursor's row where it is on the
-    line, else the upper row (the explorer's narrow pane). ``ruler`` replaces the column labels written
-    downwards, which one-cell columns leave unreadable past a few dozen tokens, by a ruler: the column
-    numbers every ten and a mark over the cursor's column (whose label the line above the map names).
-    ``staggered`` writes the column labels across, on ``label_height`` alternate lines, where a column is two
-    or more cells wide (``stagger_height`` says how many lines show them whole).
+    How its weights map to colours is its ``scale`` (a `Scale`), how its cells are drawn its
+    ``cells`` (`Cells`), how it is labelled its ``labels`` (`Labels`); ``legend`` leaves the
+    legend out when False.
     """
 
     def __init__(
@@ -118,23 +160,12 @@ class AttentionHeatmap:
         colormap: Colormap,
         *,
         title: str | None = None,
-        scale: str | None = None,
-        vmin: float = 0.0,
-        vmax: float = 1.0,
+        scale: Scale = Scale(),
         cursor: tuple[int, int] | None = None,
         masked: bool = False,
-        split_columns: bool = True,
-        cell_width: int | None = CELL_WIDTH,
-        dense: bool = False,
-        label_width: int | None = 12,
-        label_height: int = MAX_LABEL_HEIGHT,
+        cells: Cells = Cells(),
+        labels: Labels = Labels(),
         legend: bool = True,
-        glyphs: bool | None = None,
-        quantity: str | None = None,
-        compact_gutter: bool = False,
-        ruler: bool = False,
-        row_height: int = 1,
-        staggered: bool = False,
     ) -> None:
         weights = np.asarray(weights, dtype=float)
         if weights.ndim != 2:
@@ -146,42 +177,43 @@ class AttentionHeatmap:
             )
         if cursor is not None and not (0 <= cursor[0] < rows and 0 <= cursor[1] < cols):
             raise ValueError(f"cursor {tuple(cursor)} is outside the {rows}×{cols} grid")
-        if not vmax >= vmin:
-            raise ValueError(f"vmax ({vmax}) must not be below vmin ({vmin})")
-        if scale is not None and scale not in SCALES:
-            raise ValueError(f"unknown colour scale {scale!r}; choose one of {', '.join(SCALES)}")
-        if cell_width is not None and cell_width < 1:
-            raise ValueError(f"cell_width must be at least 1, or None (automatic), got {cell_width}")
-        if row_height < 1:
-            raise ValueError(f"row_height must be at least 1, got {row_height}")
-        if label_width is not None and label_width < 1:
-            raise ValueError(f"label_width must be at least 1, got {label_width}")
+        if not scale.vmax >= scale.vmin:
+            raise ValueError(f"vmax ({scale.vmax}) must not be below vmin ({scale.vmin})")
+        if scale.name is not None and scale.name not in SCALES:
+            raise ValueError(f"unknown colour scale {scale.name!r}; choose one of {', '.join(SCALES)}")
+        if cells.width is not None and cells.width < 1:
+            raise ValueError(f"cell_width must be at least 1, or None (automatic), got {cells.width}")
+        if cells.height < 1:
+            raise ValueError(f"row_height must be at least 1, got {cells.height}")
+        if labels.width is not None and labels.width < 1:
+            raise ValueError(f"label_width must be at least 1, got {labels.width}")
         self.weights = weights
         # tokens as they read (RoBERTa's `Ġte` as `te`, a word's later pieces `##`); other labels as they are
         self.row_labels = [_printable(label) for label in token_labels(row_labels)]
         self.col_labels = [_printable(label) for label in token_labels(col_labels)]
         self.colormap = colormap
         self.title = title
-        self.scale = scale
-        self.vmin = vmin
-        self.vmax = vmax
+        self.scale = scale.name
+        self.vmin = scale.vmin
+        self.vmax = scale.vmax
+        self.quantity = scale.quantity
         self.cursor = tuple(cursor) if cursor is not None else None
         self.masked = masked
-        self.split_columns = split_columns
-        self.cell_width = cell_width
-        self.dense = dense
+        self.split_columns = cells.split
+        self.cell_width = cells.width
+        self.row_height = cells.height
+        self.dense = cells.dense
+        self.glyphs = cells.glyphs  # None: decide from the console's colours
+        label_width = labels.width
         if label_width is None:
             longest = max((cell_len(label) for label in self.row_labels), default=1)
             label_width = max(1, min(longest, MAX_LABEL_WIDTH))
         self.label_width = label_width
-        self.label_height = max(0, label_height)
+        self.label_height = max(0, labels.height)
+        self.compact_gutter = labels.compact
+        self.ruler = labels.ruler
+        self.staggered = labels.staggered
         self.legend = legend
-        self.glyphs = glyphs  # None: decide from the console's colours
-        self.quantity = quantity
-        self.compact_gutter = compact_gutter
-        self.ruler = ruler
-        self.row_height = row_height
-        self.staggered = staggered
 
     def layout(self, use_colour: bool, cell_width: int | None = None) -> HeatmapLayout:
         """The picture's lines for a console with (or without) enough colours."""

@@ -15,18 +15,12 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from bertscope.figures.pattern_marks import PATTERN_LETTERS, PATTERN_MARKS
+
 if TYPE_CHECKING:
     from bertscope.core.model.results import PatternResult
 
-PATTERN_LETTERS = {"vertical": "V", "diagonal": "D", "vertical+diagonal": "VD", "block": "B", "heterogeneous": "H", "off": "×"}
-PATTERN_STYLES = {
-    "vertical": "bold magenta",
-    "diagonal": "bold cyan",
-    "vertical+diagonal": "bold blue",
-    "block": "bold green",
-    "heterogeneous": "dim",
-    "off": "bold red",
-}
+PATTERN_STYLES = {name: mark.style for name, mark in PATTERN_MARKS.items()}
 OFF_LEGEND = "switched off in these passes, of no pattern and left out of the shares"
 
 

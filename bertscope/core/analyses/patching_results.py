@@ -88,11 +88,11 @@ class PatchingResult(Shown):
             from bertscope.figures.heatmaps import residual_map
 
             return residual_map(values, self.tokens, label=label, differing=self.differing, note=note)
-        from bertscope.figures.grids import head_grid
+        from bertscope.figures.grids import GridAxes, head_grid
 
         if sweep == "layers":
-            columns = [component.replace("_", "-") for component in COMPONENTS]
-            return head_grid(values, label, title="patching each layer's writes", note=note, signed=True, columns=columns, xlabel="")
+            columns = GridAxes(tuple(component.replace("_", "-") for component in COMPONENTS), xlabel="")
+            return head_grid(values, label, title="patching each layer's writes", note=note, signed=True, axes=columns)
         return head_grid(values, label, title="patching each head's output", note=note, signed=True)
 
     def inputs(self) -> str:

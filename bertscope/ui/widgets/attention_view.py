@@ -31,7 +31,10 @@ from bertscope.render.heatmap import (
     MAX_LABEL_HEIGHT,
     MAX_LABEL_WIDTH,
     AttentionHeatmap,
+    Cells,
     HeatmapLayout,
+    Labels,
+    Scale,
     stagger_height,
 )
 from bertscope.theming import Colormap
@@ -200,21 +203,12 @@ class AttentionView(ScrollView, can_focus=True):
             tokens,
             tokens,
             request["colormap"],
-            scale=request["scale"],
+            scale=Scale(request["scale"], vmax=request["vmax"], quantity=request["quantity"]),
             masked=request["masked"],
             cursor=self.cursor,
-            split_columns=False,
-            cell_width=cell_width,
-            dense=dense,
-            label_width=max(1, gutter - 1),
-            label_height=0,  # below, once the header's lines are known
-            glyphs=request["glyphs"],
-            quantity=request["quantity"],
-            vmax=request["vmax"],
-            compact_gutter=True,
-            ruler=ruler,
-            row_height=row_height,
-            staggered=staggered,
+            cells=Cells(cell_width, row_height, dense, glyphs=request["glyphs"], split=False),
+            # the column labels' height below, once the header's lines are known
+            labels=Labels(max(1, gutter - 1), height=0, compact=True, ruler=ruler, staggered=staggered),
         )
         self.map_layout = layout = self.heatmap.layout(use_colour, cell_width).with_gutter(gutter)
         self.dense_shown = layout.rows_per_line == 2
