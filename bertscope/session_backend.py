@@ -3,52 +3,42 @@ through the public API (`bertscope.api`) on a loaded model.
 
 The UI never imports torch, so it talks to this object through the torch-free contract in
 `bertscope.ui.backend`; the CLI hands it to the app once the model is loaded. The model's
-own questions (encode, forward, mask predictions) go to the model handle; the long jobs to
-the API's streams (`api.steps(api.patterns, ...)`), which run in the explorer's worker
-threads. Their notes (lines skipped, text cut) come back on the last `Progress` record, for
-the UI to show: warnings, the API's way for scripts, are process-wide and no place for threads.
+own questions (encode, forward, mask predictions) go to the model handle; an analysis the UI
+names by the API's function goes to its stream (`steps(api.patterns, ...)` is
+`api.steps(api.patterns, session, ...)`), which runs in the explorer's worker threads. Its
+notes (lines skipped, text cut) come back on the last `Progress` record, for the UI to show:
+warnings, the API's way for scripts, are process-wide and no place for threads.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import threading
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Literal, TypeVar
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
 from bertscope import api
-from bertscope.core.analyses.attribution_results import Target
 from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.headstats import FIGURES, head_figures
-from bertscope.core.analyses.importance_results import HeadImportance, Measurement
-from bertscope.core.data.corpus import ReadReport, Sentence
+from bertscope.core.analyses.importance_results import Measurement
+from bertscope.core.data.corpus import Sentence
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
 from bertscope.core.model.session import Session
 from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
-    from bertscope.core.analyses.attribution_results import Attribution
     from bertscope.core.analyses.erasure import Eraser
-    from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryResult
-    from bertscope.core.analyses.importance_results import PruningCurve
-    from bertscope.core.analyses.mixing_results import Mixing
     from bertscope.core.analyses.objectives import Objective
-    from bertscope.core.analyses.patching_results import PatchingResult
-    from bertscope.core.analyses.probing_results import ProbeKind, ProbeReport
-    from bertscope.core.analyses.syntax_results import SyntaxResult
-    from bertscope.core.model.results import PatternResult
 
 
 Step = TypeVar("Step")
-
-
-def chosen(sentences: Iterable[Sentence]) -> api.Corpus:
-    """Sentences the explorer chose (the sample corpus, a file it read), as the API takes a corpus."""
-    return api.Corpus(sentences, "explorer", ReadReport())
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class SessionBackend:
@@ -119,52 +109,6 @@ class SessionBackend:
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
         return self.session.mask_predictions(result, top)
 
-    def mixing(
-        self,
-        text: Encoding,
-        *,
-        method: str = "value-zeroing",
-        mask: HeadMask | None = None,
-        ablation: Ablation = "zero",
-        erasure: LiveErasure | None = None,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Progress[Mixing]]:
-        steps = api.steps(api.mixing, self.session, text, method=method, mask=mask, ablation=ablation, cancel=cancel)
-        return self._erased(erasure, steps)
-
-    def attribute(
-        self,
-        text: str | Encoding,
-        pair: str | None = None,
-        *,
-        method: str = "integrated-gradients",
-        target: Target | None = None,
-        steps: int | None = None,
-        mask: HeadMask | None = None,
-        ablation: Ablation = "zero",
-        erasure: LiveErasure | None = None,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Progress[Attribution]]:
-        target = target or Target()
-        run = api.steps(
-            api.attribute,
-            self.session,
-            text,
-            pair,
-            method=method,
-            target=target.label,
-            position=target.position,
-            probe=target.probe,
-            data=target.data,
-            layer=target.layer,
-            sentence_pooling=target.pooling,
-            steps=steps,
-            mask=mask,
-            ablation=ablation,
-            cancel=cancel,
-        )
-        return self._erased(erasure, run)
-
     def fit_erasure(
         self, task: str, layer: int, sentences: list[Sentence], *, cancel: threading.Event | None = None
     ) -> Iterator[Progress[LiveErasure]]:
@@ -196,183 +140,34 @@ class SessionBackend:
 
         return run()
 
-    def attention_patterns(
-        self,
-        sentences: Iterable[Sentence],
-        *,
-        mask: HeadMask | None = None,
-        ablation: Ablation = "zero",
-        norms: bool = False,
-        erasure: LiveErasure | None = None,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Progress[PatternResult]]:
-        steps = api.steps(api.patterns, self.session, chosen(sentences), mask=mask, ablation=ablation, norms=norms, cancel=cancel)
-        return self._erased(erasure, steps)
+    def steps(
+        self, analysis: Callable[Concatenate[Session, P], R], erasure: LiveErasure | None, /, *args: P.args, **kwargs: P.kwargs
+    ) -> Iterator[Progress[R]]:
+        options: dict[str, Any] = dict(kwargs)
+        if erasure is not None and "cache_dir" in inspect.signature(analysis).parameters:
+            options["cache_dir"] = False  # the feature cache knows masks, not erasures
+        run: Callable[..., R] = analysis
+        return self._erased(erasure, api.steps(run, self.session, *args, **options))
 
-    def syntax_heads(
-        self,
-        sentences: Iterable[Sentence],
-        *,
-        mask: HeadMask | None = None,
-        ablation: Ablation = "zero",
-        erasure: LiveErasure | None = None,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Progress[SyntaxResult]]:
-        return self._erased(erasure, api.steps(api.syntax, self.session, chosen(sentences), mask=mask, ablation=ablation, cancel=cancel))
-
-    def probe(
-        self,
-        task: str,
-        train: Iterable[Sentence],
-        dev: Iterable[Sentence] | None = None,
-        test: Iterable[Sentence] | None = None,
-        *,
-        mask: HeadMask | None = None,
-        ablation: Ablation = "zero",
-        kind: ProbeKind = "linear",
-        mdl: bool = False,
-        erasure: LiveErasure | None = None,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Progress[ProbeReport]]:
-        cache: Literal[False] | None = False if erasure is not None else None  # the feature cache knows masks, not erasures
-        steps = api.steps(
-            api.probe,
-            self.session,
-            task,
-            train,
-            dev=dev,
-            test=test,
-            mask=mask,
-            ablation=ablation,
-            probe=kind,
-            mdl=mdl,
-            cache_dir=cache,
-            cancel=cancel,
-        )
-        return self._erased(erasure, steps)
-
-    def geometry(
-        self,
-        sentences: Iterable[Sentence],
-        *,
-        unit: str = "auto",
-        max_rows: int | None = None,
-        mask: HeadMask | None = None,
-        ablation: Ablation = "zero",
-        erasure: LiveErasure | None = None,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Progress[GeometryResult]]:
-        steps = api.steps(
-            api.geometry, self.session, chosen(sentences), unit=unit, max_rows=max_rows, mask=mask, ablation=ablation, cancel=cancel
-        )
-        return self._erased(erasure, steps)
-
-    def compare(
-        self,
-        other: str,
-        sentences: Iterable[Sentence],
-        *,
-        unit: str = "token",
-        max_rows: int | None = None,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Progress[ComparisonResult]]:
-        return api.steps(api.compare, self.session, other, chosen(sentences), unit=unit, max_rows=max_rows, cancel=cancel)
-
-    def head_importance(
-        self,
-        objective: str,
-        sentences: Iterable[Sentence],
-        *,
-        method: str = "gradient",
-        ablation: Ablation = "zero",
-        normalize: bool = True,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Progress[HeadImportance]]:
-        prepared = self._prepared_objective(objective, sentences)
-        return api.steps(api.importance, self.session, prepared, method=method, ablation=ablation, normalize=normalize, cancel=cancel)
-
-    def measure_objective(
-        self,
-        objective: str,
-        sentences: Iterable[Sentence],
-        mask: HeadMask | None = None,
-        ablation: Ablation = "zero",
-        erasure: LiveErasure | None = None,
-    ) -> Measurement:
-        prepared = self._prepared_objective(objective, sentences)
-        if erasure is None:
-            return api.measure(prepared, mask, ablation)
-        from bertscope.core.analyses.erasure import measured  # its reference (the `preserve` target) left unerased
-
-        eraser = self._erasers[erasure.task, erasure.layer]
-        return measured(prepared, erasure.layer, eraser, mask if mask is not None and len(mask) else None, ablation)
-
-    def pruning_curve(
-        self,
-        objective: str,
-        sentences: Iterable[Sentence],
-        *,
-        importance: HeadImportance | None = None,
-        ablation: Ablation = "zero",
-        step: float = 0.1,
-        reestimate: bool = False,
-        max_drop: float = 0.01,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Progress[PruningCurve]]:
-        method = importance.method if importance is not None else "gradient"  # re-estimates rank heads as the first ranking did
-        return api.steps(
-            api.pruning_curve,
-            self.session,
-            self._prepared_objective(objective, sentences),
-            ranking=importance,
-            method=method,
-            ablation=ablation,
-            step=step,
-            reestimate=reestimate,
-            max_drop=max_drop,
-            cancel=cancel,
-        )
-
-    def patch(
-        self,
-        clean: str,
-        corrupt: str,
-        *,
-        clean_pair: str | None = None,
-        corrupt_pair: str | None = None,
-        metric: str = "preserve",
-        answers: tuple[str, str] | None = None,
-        classes: tuple[str, str] | None = None,
-        task: str | None = None,
-        sweeps: tuple[str, ...] = ("heads", "layers", "positions"),
-        direction: str = "denoise",
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Progress[PatchingResult]]:
-        return api.steps(
-            api.patch,
-            self.session,
-            clean,
-            corrupt,
-            pair=clean_pair,
-            corrupt_pair=corrupt_pair,
-            metric=metric,
-            answers=answers,
-            classes=classes,
-            task=task,
-            sweep=sweeps,
-            direction=direction,
-            cancel=cancel,
-        )
-
-    def _prepared_objective(self, objective: str, sentences: Iterable[Sentence]) -> Objective:
+    def objective(self, name: str, texts: api.Corpus) -> Objective:
         """The objective prepared once for the last sentences asked about (tokenised, masked, probe trained).
 
         The explorer measures the same objective again after every head toggle; preparing
         it (a probe trained, say) is the costly part. Its notes go on to every result measured on it.
         """
-        sentences = list(sentences)
-        key = (objective, tuple((s.text, s.pair, s.label) for s in sentences))
+        sentences = list(texts.sentences)
+        key = (name, texts.source, tuple((s.text, s.pair, s.label) for s in sentences))
         if self._objective_cache is None or self._objective_cache[0] != key:
-            prepared = api.objective(self.session, objective, chosen(sentences))
+            prepared = api.objective(self.session, name, api.Corpus(sentences, texts.source, texts.report))
             self._objective_cache = (key, prepared)
         return self._objective_cache[1]
+
+    def measure(
+        self, objective: Objective, mask: HeadMask | None = None, ablation: Ablation = "zero", erasure: LiveErasure | None = None
+    ) -> Measurement:
+        if erasure is None:
+            return api.measure(objective, mask, ablation)
+        from bertscope.core.analyses.erasure import measured  # its reference (the `preserve` target) left unerased
+
+        eraser = self._erasers[erasure.task, erasure.layer]
+        return measured(objective, erasure.layer, eraser, mask if mask is not None and len(mask) else None, ablation)

@@ -7,12 +7,14 @@ head reports zero weights, a uniform one 1/T, and hidden states move with the ma
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
 
 import numpy as np
 
+from bertscope import api
 from bertscope.core.analyses.headstats import head_figures
 from bertscope.core.errors import InputError
 from bertscope.core.model.masks import HeadMask
@@ -150,7 +152,17 @@ class FakeBackend:
         value_norms = 0.5 + np.arange(length) % 4  # norms: each key's value has a known size, [CLS] the smallest
         return weights.astype(np.float32), (weights * value_norms).astype(np.float32)
 
-    def mixing(self, text, *, method="value-zeroing", mask=None, ablation="zero", erasure=None, cancel=None):
+    # the API's analyses, by the API's names and keywords (`steps` runs them as the UI asks)
+
+    def steps(self, analysis, erasure, /, *args, **kwargs):
+        """The fake's answer to `analysis` (`api.patterns`, ...), with the API's arguments; as `api.steps` does, the last
+        step carries the result's notes (what reading its corpus skipped)."""
+        answer = getattr(self, analysis.__name__)
+        run = answer(*args, **kwargs) if erasure is None else answer(*args, erasure=erasure, **kwargs)
+        for step in run:
+            yield dataclasses.replace(step, notes=tuple(step.result.notes)) if step.finished else step
+
+    def mixing(self, text, *, pair=None, method="value-zeroing", mask=None, ablation="zero", erasure=None, cancel=None):
         """Known measures: layer l's matrix is the mean of its heads' weights (`attention`) or their norms (anything else)
         plus (l + 1) / 4 on the diagonal, rows normalised, in `delay`-long steps per layer; flow and rollout are rolled out only."""
         from bertscope.core.analyses.mixing_results import Mixing
@@ -185,9 +197,10 @@ class FakeBackend:
             ),
         )
 
-    def attention_patterns(self, sentences, *, mask=None, ablation="zero", norms=False, erasure=None, cancel=None):
+    def patterns(self, texts=None, *, data=None, mask=None, ablation="zero", norms=False, erasure=None, cancel=None):
         """Known statistics: head (l, h) is always of class (l + h) % 5, or off where masked (its shares 0, as the real
-        analysis gives); a batch of 2 per step; norm shares 0.05 × (i + 1)."""
+        analysis gives); a batch of 2 per step; norm shares 0.05 × (i + 1). The corpus is chosen as the API chooses it."""
+        chosen = api.corpus(texts, data=data)
         if erasure is not None:
             self.erased.append(("patterns", erasure))
         done = 0
@@ -209,10 +222,11 @@ class FakeBackend:
                 pattern_shares=shares,
                 mask=mask if mask is not None and len(mask) else None,
                 ablation=ablation,
+                notes=chosen.read_notes() if final else (),
             )
             return Progress("sentences", done, result=result if final else None, partial=result)
 
-        for sentence in sentences:
+        for sentence in chosen.sentences:
             batch_sentences.append(sentence)
             if len(batch_sentences) == 2:
                 if cancel is not None and cancel.is_set():
@@ -227,19 +241,20 @@ class FakeBackend:
             raise InputError("no sentences to analyse; the corpus is empty")
         yield progress(final=True)
 
-    def syntax_heads(self, sentences, *, mask=None, ablation="zero", erasure=None, cancel=None):
+    def syntax(self, texts=None, *, data=None, mask=None, ablation="zero", erasure=None, cancel=None):
         """Known counts: per sentence one arc of each of det, nsubj, obj; head (1, 2) always finds det's head,
         (2, 0) nsubj's, (0, 3) obj's (dependent to head) and half the others; the +1 offset finds det's head
         in half the sentences. Under a mask the masked heads find nothing. One sentence a step."""
         from bertscope.core.analyses.syntax_results import OFFSETS, SyntaxResult
 
         relations, best = ("det", "nsubj", "obj"), ((1, 2), (2, 0), (0, 3))
+        chosen = api.treebank(texts, data=data)
         done = 0
         self.syntax_calls.append(mask.spec() if mask is not None else "")
         if erasure is not None:
             self.erased.append(("syntax", erasure))
 
-        def result_after(count: int) -> SyntaxResult:
+        def result_after(count: int, notes=()) -> SyntaxResult:
             correct = np.zeros((3, 2, LAYERS, HEADS), dtype=np.int64)
             correct[:] = count // 2
             for r, (layer, head) in enumerate(best):
@@ -250,10 +265,17 @@ class FakeBackend:
             baseline = np.zeros((3, 2, len(OFFSETS)), dtype=np.int64)
             baseline[0, 0, OFFSETS.index(1)] = count // 2
             return SyntaxResult(
-                relations, np.full((3, 2), count, dtype=np.int64), correct, baseline, sentences=count, words=4 * count, truncated=0
+                relations,
+                np.full((3, 2), count, dtype=np.int64),
+                correct,
+                baseline,
+                sentences=count,
+                words=4 * count,
+                truncated=0,
+                notes=tuple(notes),
             )
 
-        for sentence in sentences:
+        for sentence in chosen.sentences:
             if sentence.heads is None:
                 raise InputError(f"{sentence.location or 'a sentence'} has no dependency heads; give a CoNLL-U treebank")
             if cancel is not None and cancel.is_set():
@@ -264,9 +286,9 @@ class FakeBackend:
             yield Progress("sentences", done, partial=result_after(done))
         if done == 0:
             raise InputError("no sentences to analyse; the treebank is empty")
-        yield Progress("sentences", done, result=result_after(done), partial=result_after(done))
+        yield Progress("sentences", done, result=result_after(done, chosen.read_notes()), partial=result_after(done))
 
-    def probe(self, task, train, dev=None, test=None, *, mask=None, ablation="zero", kind="linear", mdl=False, erasure=None, cancel=None):
+    def probe(self, task, texts=None, *, data=None, mask=None, ablation="zero", probe="linear", mdl=False, erasure=None, cancel=None):
         """Two feature stages, then a report whose layer l scores 0.5 + 0.1 l (less under a mask); with `mdl`, layer l
         compresses 1 + l times (a word task's control task 1 + l / 4 times: as in the real one, a sentence task has no
         control) over a uniform code of 100 bits."""
@@ -274,9 +296,8 @@ class FakeBackend:
         from bertscope.core.data.probing_tasks import WORD_TASKS
         from bertscope.core.data.splits import make_splits
 
-        if not train:
-            raise InputError("the train split is empty; give more sentences or the missing split")
-        self.probe_calls.append((task, list(train)))
+        chosen = api.probe_sentences(task, texts, data=data)  # as the API chooses them
+        self.probe_calls.append((task, list(chosen.train)))
         penalty = 0.05 * len(mask) if mask is not None else 0.0
         if erasure is not None:
             self.erased.append(("probe", erasure))
@@ -294,7 +315,7 @@ class FakeBackend:
                 layer["mdl"] = {"online_bits": 100 / code, "uniform_bits": 100.0, "compression": code, "blocks": []}
                 if task in WORD_TASKS:
                     layer["mdl"]["control"] = {"online_bits": 100 / control, "uniform_bits": 100.0, "compression": control, "blocks": []}
-        splits = make_splits(train, dev, test)  # as the real backend's probe_steps splits them
+        splits = make_splits(chosen.train, chosen.dev, chosen.test)  # as the real probe splits them
         counts = {"train": len(splits.train), "dev": len(splits.dev), "test": len(splits.test), "classes": 2, "unit": "sentences"}
         report = ProbeReport(
             task=task,
@@ -304,7 +325,7 @@ class FakeBackend:
             center_of_gravity=2.0,
             baselines={"majority": 0.5},
             counts=counts,
-            notes=[],
+            notes=tuple(chosen.notes),
             mdl={"blocks": "fake", "seed": 0} if mdl else {},
         )
         yield Progress("done", 2, 2, report)
@@ -316,6 +337,8 @@ class FakeBackend:
         *,
         method="integrated-gradients",
         target=None,
+        probe=None,
+        layer=None,
         steps=None,
         mask=None,
         ablation="zero",
@@ -326,22 +349,21 @@ class FakeBackend:
 
         A probe target first "trains" (two progress steps); the MLM target needs a [mask].
         """
-        from bertscope.core.analyses.attribution_results import Attribution, Target
+        from bertscope.core.analyses.attribution_results import Attribution
 
-        target = target or Target(kind="mlm")
         encoding = text if isinstance(text, Encoding) else self.encode(text, pair)
         mask = mask or HeadMask.none(LAYERS, HEADS)
-        self.attributions.append((encoding.text, method, target.kind, target.probe, mask.spec()))
+        self.attributions.append((encoding.text, method, "probe" if probe else "mlm", probe, mask.spec()))
         if erasure is not None:
             self.erased.append(("attribute", erasure))
-        if target.kind == "probe":
+        if probe:
             described = {
                 "kind": "probe",
-                "label": "NNS",
+                "label": target or "NNS",
                 "index": 1,
-                "task": target.probe,
+                "task": probe,
                 "data": "built-in task",
-                "layer": 2,
+                "layer": 2 if layer is None else layer,
                 "pooling": "cls",
                 "classes": ["NN", "NNS"],
                 "test_accuracy": 0.9,
@@ -403,11 +425,16 @@ class FakeBackend:
             yield Progress("features", done, 2)
         yield Progress("done", 2, 2, LiveErasure(task=task, layer=layer, rank=2, sentences=len(sentences)))
 
-    def head_importance(self, objective, sentences, *, method="gradient", ablation="zero", normalize=True, cancel=None):
+    def objective(self, name, texts):
+        """The objective "prepared": its name and sentences, as the real one keeps them with what it measured."""
+        return FakeObjective(name, list(texts.sentences), notes=texts.read_notes())
+
+    def importance(self, objective, texts=None, *, method="gradient", ablation="zero", normalize=True, cancel=None):
         """Known importance: head (l, h) scores l·H + h + 1, so 0:0 matters least and the last head most."""
         from bertscope.core.analyses.importance_results import HeadImportance
 
-        self.importance_calls.append((objective, len(list(sentences))))
+        objective = self._objective(objective, texts)
+        self.importance_calls.append((objective.name, len(objective.sentences)))
         for done in (1, 2):
             if cancel is not None and cancel.is_set():
                 return
@@ -416,7 +443,7 @@ class FakeBackend:
             yield Progress("gradients", done, 2)
         raw = np.arange(1, LAYERS * HEADS + 1, dtype=np.float64).reshape(LAYERS, HEADS)
         result = HeadImportance(
-            objective=objective,
+            objective=objective.name,
             method=method,
             ablation=ablation,
             normalized=False,
@@ -426,11 +453,16 @@ class FakeBackend:
             baseline_loss=0.0,
             baseline_metric=1.0,
             metric="cosine to the unmasked output",
-            sentences=len(sentences),
+            sentences=len(objective.sentences),
+            notes=objective.notes,
         )
         yield Progress("done", 2, 2, result)
 
-    def measure_objective(self, objective, sentences, mask=None, ablation="zero", erasure=None):
+    def _objective(self, objective, texts):
+        """An objective named with its data, or prepared already, as the API takes both."""
+        return self.objective(objective, api.corpus(texts)) if isinstance(objective, str) else objective
+
+    def measure(self, objective, mask=None, ablation="zero", erasure=None):
         """The metric falls by 0.05 per masked head, and by 0.2 more under an erasure."""
         from bertscope.core.analyses.importance_results import Measurement
 
@@ -442,27 +474,40 @@ class FakeBackend:
         return Measurement(loss=0.1 * masked + erased, metric=1.0 - 0.05 * masked - erased)
 
     def pruning_curve(
-        self, objective, sentences, *, importance=None, ablation="zero", step=0.1, reestimate=False, max_drop=0.01, cancel=None
+        self,
+        objective,
+        texts=None,
+        *,
+        ranking=None,
+        method="gradient",
+        ablation="zero",
+        step=0.1,
+        reestimate=False,
+        max_drop=0.01,
+        cancel=None,
     ):
-        """Every third head removed per step; the metric falls by 0.05 per head (measure_objective)."""
+        """Every third head removed per step; the metric falls by 0.05 per head (measure)."""
         from bertscope.core.analyses.importance_results import CurvePoint, PruningCurve
 
-        if importance is None:
-            importance = list(self.head_importance(objective, sentences))[-1].result
+        objective = self._objective(objective, texts)
+        if ranking is None:
+            ranking = list(self.importance(objective, method=method))[-1].result
         points = []
         for count in range(0, LAYERS * HEADS + 1, 3):
-            mask = HeadMask(LAYERS, HEADS, frozenset(importance.least_important(count)))
-            measured = self.measure_objective(objective, sentences, mask)
+            mask = HeadMask(LAYERS, HEADS, frozenset(ranking.least_important(count)))
+            measured = self.measure(objective, mask)
             points.append(CurvePoint(count / (LAYERS * HEADS), count, measured.loss, measured.metric, mask.spec()))
             yield Progress(f"{count} heads removed", len(points), 5)
-        yield Progress("done", 5, 5, PruningCurve(objective, "cosine", "gradient", ablation, reestimate, tuple(points), 0.2))
+        yield Progress("done", 5, 5, PruningCurve(objective.name, "cosine", "gradient", ablation, reestimate, tuple(points), 0.2))
 
-    def geometry(self, sentences, *, unit="auto", max_rows=None, mask=None, ablation="zero", erasure=None, cancel=None):
+    def geometry(self, texts=None, *, data=None, unit="auto", max_rows=4000, mask=None, ablation="zero", erasure=None, cancel=None):
         """Known geometry: 3 sentences per step; ID of layer l is 2 + l; 12 points whose label is "A" or "B" by their x sign."""
         from bertscope.core.analyses.geometry_results import GeometryResult
 
         if erasure is not None:
             self.erased.append(("geometry", erasure))
+        chosen = api.corpus(texts, data=data)
+        sentences = list(chosen.sentences)
 
         if not sentences:
             raise InputError("no sentences to analyse; the corpus is empty")
@@ -501,13 +546,16 @@ class FakeBackend:
                 seed=0,
                 mask=mask.spec() if mask is not None else "",
                 ablation=ablation,
+                notes=chosen.read_notes(),
             ),
         )
 
-    def compare(self, other, sentences, *, unit="token", max_rows=None, cancel=None):
+    def compare(self, model_b, texts=None, *, data=None, unit="auto", max_rows=4000, cancel=None):
         """Known comparison: head (l, h) has cosine 1 - 0.05 (l + h); model B "other-vocab" has another tokenizer."""
         from bertscope.core.analyses.geometry_results import ComparisonResult
 
+        other, chosen = model_b, api.corpus(texts, data=data)
+        sentences = list(chosen.sentences)
         if other == "other-vocab":
             raise InputError("model B's tokenizer differs from model A's; compare needs two models with the same tokenizer")
         for done in (1, 2):
@@ -533,6 +581,7 @@ class FakeBackend:
                 head_cosine_std=np.full_like(cosine, 0.01),
                 cka=cka,
                 cka_debiased=cka,
+                notes=chosen.read_notes(),
             ),
         )
 
@@ -541,13 +590,13 @@ class FakeBackend:
         clean,
         corrupt,
         *,
-        clean_pair=None,
+        pair=None,
         corrupt_pair=None,
         metric="preserve",
         answers=None,
         classes=None,
         task=None,
-        sweeps=("heads", "layers", "positions"),
+        sweep=("heads", "layers", "positions"),
         direction="denoise",
         cancel=None,
     ):
@@ -557,6 +606,7 @@ class FakeBackend:
         """
         from bertscope.core.analyses.patching_results import PatchingResult
 
+        clean_pair, sweeps = pair, tuple(sweep)
         self.patch_calls.append(
             dict(
                 clean=clean,
@@ -564,10 +614,10 @@ class FakeBackend:
                 clean_pair=clean_pair,
                 corrupt_pair=corrupt_pair,
                 metric=metric,
-                answers=answers,
-                classes=classes,
+                answers=tuple(answers) if answers else None,
+                classes=tuple(classes) if classes else None,
                 task=task,
-                sweeps=tuple(sweeps),
+                sweeps=sweeps,
                 direction=direction,
             )
         )
@@ -645,3 +695,12 @@ def pattern(kind: int, length: int) -> np.ndarray:
     else:
         weights = np.full((length, length), 1.0 / length)
     return weights
+
+
+@dataclasses.dataclass
+class FakeObjective:
+    """What the fake's `objective` prepares: the objective's name and the sentences it is measured on."""
+
+    name: str
+    sentences: list
+    notes: tuple[str, ...] = ()

@@ -268,14 +268,19 @@ def test_the_explorers_corpus_views_run_with_a_live_erasure_on_every_family(fami
     def last(steps):
         return list(steps)[-1].result
 
-    plain, erased = last(backend.attention_patterns(sentences)), last(backend.attention_patterns(sentences, erasure=erasure))
+    plain, erased = last(backend.steps(bertscope.patterns, None, sentences)), last(backend.steps(bertscope.patterns, erasure, sentences))
     np.testing.assert_allclose(erased.statistics["entropy"][0], plain.statistics["entropy"][0], atol=1e-6, err_msg=family)
     # random tiny maps are near uniform: layer 1's entropy moves by 1e-5, tens of float32 steps, where the same run moves none
     assert np.abs(erased.statistics["entropy"][1] - plain.statistics["entropy"][1]).max() > 1e-6, family
-    np.testing.assert_array_equal(last(backend.attention_patterns(sentences)).statistics["entropy"], plain.statistics["entropy"])
-    syntax_plain, syntax_erased = last(backend.syntax_heads(sentences)), last(backend.syntax_heads(sentences, erasure=erasure))
+    np.testing.assert_array_equal(
+        last(backend.steps(bertscope.patterns, None, sentences)).statistics["entropy"], plain.statistics["entropy"]
+    )
+    syntax_plain, syntax_erased = (
+        last(backend.steps(bertscope.syntax, None, sentences)),
+        last(backend.steps(bertscope.syntax, erasure, sentences)),
+    )
     np.testing.assert_array_equal(syntax_erased.correct[:, :, 0], syntax_plain.correct[:, :, 0])
-    geometry_plain = last(backend.geometry(sentences, max_rows=60))
-    geometry_erased = last(backend.geometry(sentences, max_rows=60, erasure=erasure))
+    geometry_plain = last(backend.steps(bertscope.geometry, None, sentences, max_rows=60))
+    geometry_erased = last(backend.steps(bertscope.geometry, erasure, sentences, max_rows=60))
     np.testing.assert_allclose(geometry_erased.projection[0], geometry_plain.projection[0], atol=1e-5, err_msg=family)
     assert not np.allclose(geometry_erased.projection[1], geometry_plain.projection[1]), family

@@ -40,7 +40,7 @@ def backend() -> FakeBackend:
 
 @pytest.fixture(scope="module")
 def importance(backend):
-    return last(backend.head_importance("preserve", SENTENCES))
+    return last(backend.importance("preserve", SENTENCES))
 
 
 def title_of(figure: Figure) -> str:
@@ -173,7 +173,7 @@ def test_a_grid_shows_a_metric_per_head_with_masked_heads_marked():
 
 
 def test_signed_effects_use_a_diverging_scale_centred_on_zero(backend):
-    result = last(backend.patch("the cat sat", "the dog sat", sweeps=("heads",)))
+    result = last(backend.patch("the cat sat", "the dog sat", sweep=("heads",)))
     figure = result.figure()
     image = figure.axes[0].images[0]
     assert np.array_equal(image.get_array(), result.heads)
@@ -183,7 +183,7 @@ def test_signed_effects_use_a_diverging_scale_centred_on_zero(backend):
 
 
 def test_the_pattern_classes_have_a_legend_of_distinct_colours(backend):
-    result = last(backend.attention_patterns(SENTENCES))
+    result = last(backend.patterns(SENTENCES))
     figure = result.figure()
     ax = figure.axes[0]
     assert np.array_equal(ax.images[0].get_array(), result.dominant)
@@ -206,7 +206,7 @@ def test_the_pattern_classes_have_a_legend_of_distinct_colours(backend):
 
 def test_a_head_switched_off_is_its_own_class_in_the_figure_and_marked_in_a_statistic(backend):
     mask = HeadMask.parse("1:2", LAYERS, HEADS)
-    result = last(backend.attention_patterns(SENTENCES, mask=mask))
+    result = last(backend.patterns(SENTENCES, mask=mask))
     figure = result.figure()
     ax = figure.axes[0]
     assert [text.get_text() for text in ax.texts if text.get_position() == (2, 1)] == ["×"]  # x = head, y = layer
@@ -217,7 +217,7 @@ def test_a_head_switched_off_is_its_own_class_in_the_figure_and_marked_in_a_stat
     statistic = result.figure("cls")
     assert [text.get_position() for text in statistic.axes[0].texts if text.get_text() == "×"] == [(2, 1)]
     assert result.figure(under=" · mask 1:2 (zero) · upos erased @1").get_supxlabel().endswith("upos erased @1")
-    unmasked = last(backend.attention_patterns(SENTENCES)).figure()
+    unmasked = last(backend.patterns(SENTENCES)).figure()
     assert len(unmasked.legends[0].get_texts()) == len(PATTERNS)  # no class off where no head was
 
 
@@ -226,7 +226,7 @@ def test_importance_syntax_and_comparison_grids_draw_their_arrays(backend, impor
     assert np.array_equal(figure.axes[0].images[0].get_array(), importance.importance)
     assert colour_bar_label(figure).startswith("importance E‖∂h/∂ξ_h‖²")  # the preserve objective's movement
     treebank = list(built_in_treebank(30).sentences)
-    syntax = last(backend.syntax_heads(treebank[:3]))
+    syntax = last(backend.syntax(treebank[:3]))
     relation = syntax.by_frequency()[0]
     grids = syntax.figure([relation])
     assert np.array_equal(grids.axes[0].images[0].get_array(), syntax.accuracy(relation))
@@ -247,7 +247,7 @@ def test_importance_syntax_and_comparison_grids_draw_their_arrays(backend, impor
 
 
 def test_a_probing_curve_has_its_numbers_its_baselines_dashed_and_its_best_layer_starred(backend):
-    report = last(backend.probe("sentence_length", list(built_in_treebank(30).sentences)))
+    report = last(backend.probe("sentence_length"))
     figure = report.figure()
     ax = figure.axes[0]
     line = ax.lines[0]
@@ -289,7 +289,7 @@ def test_several_tasks_share_the_axes_each_in_its_colour_with_per_layer_baseline
 
 
 def test_a_pruning_curve_marks_the_prunable_point_and_the_drop_allowed(backend, importance):
-    curve = last(backend.pruning_curve("preserve", SENTENCES, importance=importance))
+    curve = last(backend.pruning_curve("preserve", SENTENCES, ranking=importance))
     figure = curve.figure()
     ax = figure.axes[0]
     assert list(ax.lines[0].get_xdata()) == [p.fraction for p in curve.points]
@@ -352,7 +352,7 @@ def test_past_twelve_labels_the_rarest_are_folded_into_other():
 
 
 def test_the_residual_stream_map_has_tokens_down_and_layers_across(backend):
-    result = last(backend.patch("the cat sat", "the dog sat", sweeps=("positions",)))
+    result = last(backend.patch("the cat sat", "the dog sat", sweep=("positions",)))
     figure = result.figure()
     ax = figure.axes[0]
     assert np.array_equal(ax.images[0].get_array(), result.positions.T)
@@ -365,9 +365,9 @@ def test_the_residual_stream_map_has_tokens_down_and_layers_across(backend):
 
 def test_every_patching_figure_names_the_clean_and_the_corrupted_input(backend):
     for sweep in ("heads", "layers", "positions"):
-        result = last(backend.patch("the cat sat", "the dog sat", sweeps=(sweep,)))
+        result = last(backend.patch("the cat sat", "the dog sat", sweep=(sweep,)))
         assert note_of(result.figure()).startswith('clean "the cat sat" · corrupted "the dog sat"\ndenoise'), sweep
-    pair = last(backend.patch("the cat sat", "the dog sat", clean_pair="it purred", corrupt_pair="it barked", sweeps=("heads",)))
+    pair = last(backend.patch("the cat sat", "the dog sat", pair="it purred", corrupt_pair="it barked", sweep=("heads",)))
     assert note_of(pair.figure()).startswith('clean "the cat sat / it purred" · corrupted "the dog sat / it barked"')
 
 

@@ -30,17 +30,17 @@ def last(stream):
 def fake_results() -> dict[str, object]:
     backend = FakeBackend()
     treebank = list(built_in_treebank(30).sentences)
-    curve_importance = last(backend.head_importance("preserve", SENTENCES))
+    curve_importance = last(backend.importance("preserve", SENTENCES))
     return {
         "forward": backend.forward("the cat sat on the mat", attentions=True),
-        "patterns": last(backend.attention_patterns(SENTENCES)),
-        "syntax": last(backend.syntax_heads(treebank[:3])),
-        "probe": last(backend.probe("sentence_length", treebank)),
+        "patterns": last(backend.patterns(SENTENCES)),
+        "syntax": last(backend.syntax(treebank[:3])),
+        "probe": last(backend.probe("sentence_length")),
         "importance": curve_importance,
-        "curve": last(backend.pruning_curve("preserve", SENTENCES, importance=curve_importance)),
+        "curve": last(backend.pruning_curve("preserve", SENTENCES, ranking=curve_importance)),
         "geometry": last(backend.geometry(SENTENCES * 4)),
         "compare": last(backend.compare("model-b", SENTENCES)),
-        "patch": last(backend.patch("the cat sat", "the dog sat", sweeps=("heads",))),
+        "patch": last(backend.patch("the cat sat", "the dog sat", sweep=("heads",))),
         "attribution": last(backend.attribute("the cat sat on the [mask]")),
     }
 
@@ -162,7 +162,7 @@ def test_a_figure_displays_in_jupyter_as_it_is(tmp_path, monkeypatch):
     root = Path(__file__).resolve().parent.parent  # where `tests.fake_backend` imports from
     cells = [
         f"import sys\nsys.path.insert(0, {str(root)!r})\nfrom tests.fake_backend import FakeBackend\n"
-        "result = list(FakeBackend().attention_patterns(['a b', 'c d']))[-1].result",
+        "result = list(FakeBackend().patterns(['a b', 'c d']))[-1].result",
         "result.figure()",
         "FakeBackend().forward('the cat sat', attentions=True).figure(layer=0, head=1)",
     ]

@@ -35,13 +35,25 @@ def test_patterns_through_the_backend_equal_the_api_and_carry_the_note_on_the_la
     sentences = [Sentence("The cat sat on the mat."), Sentence(too_long)]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a warning here would be an exception: the backend must not warn
-        step = last(backend.attention_patterns(sentences))
+        step = last(backend.steps(api.patterns, None, sentences))
     assert len(step.notes) == 1 and "tokens were cut" in step.notes[0] and "maximum of 64" in step.notes[0]
     with pytest.warns(api.BertscopeNote, match="tokens were cut"):
         direct = api.patterns(tiny_session, [s.text for s in sentences])
     assert step.result.sentences == direct.sentences == 2 and step.result.truncated == direct.truncated > 0
     for name, values in direct.statistics.items():
         assert np.allclose(step.result.statistics[name], values), name
+
+
+def test_a_corpus_travels_whole_and_what_reading_it_skipped_arrives_on_the_last_step(backend, tmp_path):
+    """The one route for a corpus's notes: the explorer hands the API the `Corpus` it chose, and the lines reading
+    skipped come back with the result, as the CLI's warnings say them."""
+    path = tmp_path / "probe.tsv"
+    path.write_text("tr\t0\tThe cat sat.\ntr\t1\ntr\t1\tA dog barked.\n")
+    step = last(backend.steps(api.patterns, None, api.corpus(data=path)))
+    assert step.result.sentences == 2
+    assert (
+        step.notes[0] == f"read 2 sentences; skipped 1 (first: {path}:2: expected 3 tab-separated fields (split, label, sentence), found 2)"
+    )
 
 
 def test_a_note_warns_from_the_callers_line(tiny_session):
@@ -62,13 +74,13 @@ def test_a_stream_is_the_function_step_by_step(tiny_session):
 
 
 def test_the_objective_is_prepared_once_and_measured_through_the_api(backend):
-    sentences = [Sentence("The cat sat on the mat."), Sentence("A dog barked twice.")]
-    before = backend.measure_objective("preserve", sentences)
-    ranking = last(backend.head_importance("preserve", sentences)).result
-    assert backend._objective_cache is not None and ranking.importance.shape == (backend.num_layers, backend.num_heads)
-    prepared = backend._objective_cache[1]
-    again = backend.measure_objective("preserve", sentences)
-    assert backend._objective_cache[1] is prepared and again.metric == pytest.approx(before.metric)
+    sentences = api.corpus([Sentence("The cat sat on the mat."), Sentence("A dog barked twice.")])
+    prepared = backend.objective("preserve", sentences)
+    before = backend.measure(prepared)
+    ranking = last(backend.steps(api.importance, None, backend.objective("preserve", sentences))).result
+    assert ranking.importance.shape == (backend.num_layers, backend.num_heads)
+    again = backend.measure(backend.objective("preserve", sentences))
+    assert backend.objective("preserve", sentences) is prepared and again.metric == pytest.approx(before.metric)
 
 
 def test_the_corpus_analyses_that_take_a_mask_take_the_erasure_too_from_its_state_up(backend):
@@ -78,17 +90,35 @@ def test_the_corpus_analyses_that_take_a_mask_take_the_erasure_too_from_its_stat
 
     fitted = last(backend.fit_erasure("upos", 1, training_sentences("upos")[:300])).result
     sentences = list(api.treebank(limit=40).sentences)
-    plain, erased = (last(backend.attention_patterns(sentences, erasure=erasure)).result for erasure in (None, fitted))
+    plain, erased = (last(backend.steps(api.patterns, erasure, sentences)).result for erasure in (None, fitted))
     for name, values in plain.statistics.items():  # layer 0 reads hidden state 0; layer 1 reads the erased state 1
         np.testing.assert_array_equal(erased.statistics[name][0], values[0], err_msg=name)
     assert not np.allclose(erased.statistics["entropy"][1:], plain.statistics["entropy"][1:])
-    after = last(backend.attention_patterns(sentences)).result  # the eraser's hook went with its stream
+    after = last(backend.steps(api.patterns, None, sentences)).result  # the eraser's hook went with its stream
     np.testing.assert_array_equal(after.statistics["entropy"], plain.statistics["entropy"])
-    plain, erased = (last(backend.syntax_heads(sentences, erasure=erasure)).result for erasure in (None, fitted))
+    plain, erased = (last(backend.steps(api.syntax, erasure, sentences)).result for erasure in (None, fitted))
     np.testing.assert_array_equal(erased.correct[:, :, 0], plain.correct[:, :, 0])
     assert erased.counts.sum() == plain.counts.sum() and not np.array_equal(erased.correct[:, :, 1:], plain.correct[:, :, 1:])
-    as_it_is, erased_objective = (backend.measure_objective("preserve", sentences, erasure=erasure) for erasure in (None, fitted))
+    prepared = backend.objective("preserve", api.corpus(sentences))
+    as_it_is, erased_objective = (backend.measure(prepared, erasure=erasure) for erasure in (None, fitted))
     assert as_it_is.loss == pytest.approx(0, abs=1e-6) and erased_objective.loss > 1e-4  # against the model as it is
-    plain, erased = (last(backend.geometry(sentences, max_rows=200, erasure=erasure)).result for erasure in (None, fitted))
+    plain, erased = (last(backend.steps(api.geometry, erasure, sentences, max_rows=200)).result for erasure in (None, fitted))
     np.testing.assert_array_equal(erased.projection[0], plain.projection[0])  # the embeddings
     assert not np.allclose(erased.projection[1], plain.projection[1])  # the erased state itself, as its hidden state
+
+
+def test_under_an_erasure_an_analysis_that_caches_features_keeps_none(backend, monkeypatch):
+    """The feature cache is keyed by the mask, not the erasure: an erased run must neither read nor write it."""
+    from bertscope.core.analyses.erasure_results import LiveErasure
+
+    asked = []
+    monkeypatch.setattr(api, "steps", lambda function, model, *args, **kwargs: asked.append((function, kwargs)) or iter(()))
+    erasure = LiveErasure(task="upos", layer=1, rank=2, sentences=10)
+    backend.steps(api.probe, erasure, "upos", cache_dir="features")
+    backend.steps(api.probe, None, "upos", cache_dir="features")
+    backend.steps(api.patterns, erasure, ["The cat sat."])
+    assert [(function, kwargs.get("cache_dir", "none")) for function, kwargs in asked] == [
+        (api.probe, False),
+        (api.probe, "features"),
+        (api.patterns, "none"),  # no cache to keep: nothing added
+    ]

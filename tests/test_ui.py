@@ -403,6 +403,21 @@ def test_unknown_figure_in_a_session_file(tmp_path):
     run(app, steps)
 
 
+def test_what_reading_a_corpus_skipped_comes_with_the_result_as_a_notification(tmp_path):
+    """The corpus travels whole to the analysis; its notes arrive on the result, the one route to the screen."""
+    corpus = tmp_path / "probe.tsv"
+    corpus.write_text("tr\t0\tthe cat sat\ntr\t1\ntr\t1\ta dog barked\n")
+    app = make_app()
+
+    async def steps(pilot):
+        screen = await overview_of(pilot, corpus)
+        assert screen.result.sentences == 2 and not screen.running
+        skipped = f"read 2 sentences; skipped 1 (first: {corpus}:2: expected 3 tab-separated fields (split, label, sentence), found 2)"
+        assert [n.message for n in app._notifications].count(skipped) == 1  # once: no side route beside the result's notes
+
+    run(app, steps)
+
+
 def test_overview_runs_over_a_corpus_and_opens_a_head(tmp_path):
     from bertscope.ui.overview import OverviewScreen
     from bertscope.ui.widgets.pattern_grid import PatternGrid

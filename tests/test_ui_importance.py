@@ -71,7 +71,7 @@ def test_pruning_curve_screen_and_applying_its_mask():
         await pilot.press("C")
         await settle(pilot)
         screen = app.screen
-        assert isinstance(screen, PruningCurveScreen) and screen.curve is not None
+        assert isinstance(screen, PruningCurveScreen) and screen.result is not None
         text = rendered(screen.query_one("#curve-content"))
         assert "100%" in text and "cosine" in text
         status = rendered(screen.query_one("#curve-status"))

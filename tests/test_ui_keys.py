@@ -260,11 +260,11 @@ def test_pruning_curve_is_kept():
     async def steps(pilot):
         screen = await open_screen(pilot, "C")
         await settle(pilot)
-        curve = screen.curve
+        curve = screen.result
         assert curve is not None
         await pilot.press("escape")
         screen = await open_screen(pilot, "C")
-        assert screen.curve is curve and not screen.running
+        assert screen.result is curve and not screen.running
 
     run(app, steps)
 

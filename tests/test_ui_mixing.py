@@ -116,7 +116,7 @@ def test_a_failed_measure_is_a_notification_and_the_weights_come_back():
     def broken(*_args, **_kwargs):
         raise RuntimeError("no values here")
 
-    backend.mixing = broken
+    backend.mixing = broken  # the context-mixing analysis, as `steps` asks the fake for it
     app = make_app(backend)
 
     async def steps(pilot):

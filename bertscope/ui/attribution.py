@@ -15,6 +15,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 from textual.widgets import Static
 
+from bertscope import api
 from bertscope.core.analyses.attribution_results import METHODS, Attribution, Target
 from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.data.probing_tasks import TASKS
@@ -118,8 +119,8 @@ class AttributionRow(Static):
         method, target = self.method, self.target
         self._draw_status(f"{METHOD_NAMES[method]} of the {target_name(target)}…", self.result)
         self.job.start(
-            lambda cancel: backend.attribute(
-                encoding, method=method, target=target, mask=mask, ablation=ablation, erasure=erasure, cancel=cancel
+            lambda cancel: backend.steps(
+                api.attribute, erasure, encoding, method=method, probe=target.probe, mask=mask, ablation=ablation, cancel=cancel
             )
         )
 

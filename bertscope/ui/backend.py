@@ -2,34 +2,37 @@
 
 The app receives a function that opens a backend: the CLI passes one that loads a model
 (`bertscope.session_backend.SessionBackend`); tests pass a fake that returns fixed arrays
-(`tests/fake_backend.py`), so the UI never imports torch. Every method the UI calls is
-declared here with the options it may pass; `tests/test_backend_contract.py` checks that
-both backends match it, name for name and default for default. Long work returns a
-generator of `Progress` (core.progress) that stops early once `cancel` is set.
+(`tests/fake_backend.py`), so the UI never imports torch. The model's own questions (encode,
+a forward pass, one layer's maps) are methods here; an analysis is asked for by the API's
+own function and keywords (`backend.steps(api.patterns, erasure, corpus, mask=..., cancel=...)`),
+so the explorer speaks the API rather than a second one, and mypy checks its arguments
+against the API's. `tests/test_backend_contract.py` checks that both backends match this
+contract, and that the fake answers each analysis the UI names with the API's keywords.
+Long work returns a generator of `Progress` (core.progress) that stops early once `cancel` is set.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, Protocol, TypeVar
 
 import numpy as np
 
-from bertscope.core.analyses.attribution_results import Attribution, Target
 from bertscope.core.analyses.erasure_results import LiveErasure
-from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryResult
-from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
-from bertscope.core.analyses.mixing_results import Mixing
-from bertscope.core.analyses.patching_results import PatchingResult
-from bertscope.core.analyses.probing_results import ProbeKind, ProbeReport
-from bertscope.core.analyses.syntax_results import SyntaxResult
+from bertscope.core.analyses.importance_results import Measurement
 from bertscope.core.model.masks import Ablation, HeadMask
-from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo, PatternResult
+from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
 from bertscope.core.progress import Progress
 
 if TYPE_CHECKING:
+    from bertscope.api import Corpus
+    from bertscope.core.analyses.objectives import Objective
     from bertscope.core.data.corpus import Sentence
+    from bertscope.core.model.session import Session
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class Backend(Protocol):
@@ -81,33 +84,16 @@ class Backend(Protocol):
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]: ...
 
-    def mixing(
-        self,
-        text: Encoding,
-        *,
-        method: str = "value-zeroing",
-        mask: HeadMask | None = None,
-        ablation: Ablation = "zero",
-        erasure: LiveErasure | None = None,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Progress[Mixing]]:
-        """One context-mixing measure of the input (core.analyses.mixing: value zeroing, ALTI, flow, ...), every layer's
-        and rolled out, under `mask`; flow's first step says how long a long input will take."""
-        ...
+    # the API's analyses
 
-    def attribute(
-        self,
-        text: Encoding,
-        pair: str | None = None,
-        *,
-        method: str = "integrated-gradients",
-        target: Target | None = None,
-        steps: int | None = None,
-        mask: HeadMask | None = None,
-        ablation: Ablation = "zero",
-        erasure: LiveErasure | None = None,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Progress[Attribution]]: ...
+    def steps(
+        self, analysis: Callable[Concatenate[Session, P], R], erasure: LiveErasure | None, /, *args: P.args, **kwargs: P.kwargs
+    ) -> Iterator[Progress[R]]:
+        """`api.steps(analysis, model, *args, **kwargs)`: the stream of one of the API's analyses (`api.patterns`,
+        `api.probe`, ...) on this model, with the API's own arguments, a `Corpus` whole; the last step's `notes` are the
+        result's (what reading the corpus skipped among them). `erasure`: a property fitted by `fit_erasure`, erased in
+        every pass of the run (set in the thread that drains the steps; an analysis that caches features keeps none)."""
+        ...
 
     def fit_erasure(
         self, task: str, layer: int, sentences: list[Sentence], *, cancel: threading.Event | None = None
@@ -116,136 +102,16 @@ class Backend(Protocol):
         model as it is; the backend keeps the eraser, and the passes given the result's description run with it."""
         ...
 
-    # a corpus
+    # head importance's objective, measured again after every toggle
 
-    def attention_patterns(
-        self,
-        sentences: Iterable[Sentence],
-        *,
-        mask: HeadMask | None = None,
-        ablation: Ablation = "zero",
-        norms: bool = False,
-        erasure: LiveErasure | None = None,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Progress[PatternResult]]:
-        """Each item's `partial` holds the statistics so far; `norms` adds the shares of value-weighted norms. `erasure`
-        (as in `forward`, here and in the other corpus analyses that take a mask) runs every pass with it."""
+    def objective(self, name: str, texts: Corpus) -> Objective:
+        """`api.objective(model, name, texts)`, prepared once for the same name and sentences (a probe trained, say: the
+        costly part), to hand to `api.importance` and `api.pruning_curve` and to `measure`."""
         ...
 
-    def syntax_heads(
-        self,
-        sentences: Iterable[Sentence],
-        *,
-        mask: HeadMask | None = None,
-        ablation: Ablation = "zero",
-        erasure: LiveErasure | None = None,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Progress[SyntaxResult]]:
-        """Heads that track dependency relations over a treebank (Clark et al. §4); each item's `partial` holds the counts so far."""
-        ...
-
-    def probe(
-        self,
-        task: str,
-        train: list[Sentence],
-        dev: list[Sentence] | None = None,
-        test: list[Sentence] | None = None,
-        *,
-        mask: HeadMask | None = None,
-        ablation: Ablation = "zero",
-        kind: ProbeKind = "linear",
-        mdl: bool = False,
-        erasure: LiveErasure | None = None,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Progress[ProbeReport]]:
-        """Without `dev` and `test`, they are split off `train` (or taken from its sentences' own split). `mdl`: each layer's
-        description length too (Voita & Titov 2020's online code, and the control task's: core.analyses.mdl)."""
-        ...
-
-    def geometry(
-        self,
-        sentences: list[Sentence],
-        *,
-        unit: str = "auto",
-        max_rows: int | None = None,
-        mask: HeadMask | None = None,
-        ablation: Ablation = "zero",
-        erasure: LiveErasure | None = None,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Progress[GeometryResult]]: ...
-
-    def compare(
-        self,
-        other: str,
-        sentences: list[Sentence],
-        *,
-        unit: str = "token",
-        max_rows: int | None = None,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Progress[ComparisonResult]]:
-        """`other`: model B, a directory or a cached Hugging Face name, loaded beside this one."""
-        ...
-
-    # head importance for an objective ("mlm", "preserve", ...) over a corpus
-
-    def head_importance(
-        self,
-        objective: str,
-        sentences: list[Sentence],
-        *,
-        method: str = "gradient",
-        ablation: Ablation = "zero",
-        normalize: bool = True,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Progress[HeadImportance]]: ...
-
-    def measure_objective(
-        self,
-        objective: str,
-        sentences: list[Sentence],
-        mask: HeadMask | None = None,
-        ablation: Ablation = "zero",
-        erasure: LiveErasure | None = None,
+    def measure(
+        self, objective: Objective, mask: HeadMask | None = None, ablation: Ablation = "zero", erasure: LiveErasure | None = None
     ) -> Measurement:
-        """The objective under `mask` and `erasure` (what it compares with, the model as it is); quick to repeat for the
-        same objective and sentences (the explorer's toggles)."""
-        ...
-
-    def pruning_curve(
-        self,
-        objective: str,
-        sentences: list[Sentence],
-        *,
-        importance: HeadImportance | None = None,
-        ablation: Ablation = "zero",
-        step: float = 0.1,
-        reestimate: bool = False,
-        max_drop: float = 0.01,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Progress[PruningCurve]]:
-        """`importance`: the ranking to prune by (estimated first when None, or again at each step with `reestimate`)."""
-        ...
-
-    # activation patching between a clean and a corrupted sentence
-
-    def patch(
-        self,
-        clean: str,
-        corrupt: str,
-        *,
-        clean_pair: str | None = None,
-        corrupt_pair: str | None = None,
-        metric: str = "preserve",
-        answers: tuple[str, str] | None = None,
-        classes: tuple[str, str] | None = None,
-        task: str | None = None,
-        sweeps: tuple[str, ...] = ("heads", "layers", "positions"),
-        direction: str = "denoise",
-        cancel: threading.Event | None = None,
-    ) -> Iterator[Progress[PatchingResult]]:
-        """Every component of `sweeps` patched between the two inputs (same token count); `metric` as in core.analyses.patching.
-
-        `answers` (mlm) and `classes` (class, probe): the two compared, None for the top guesses;
-        `task`: the probe's built-in task, trained once and cached.
-        """
+        """`api.measure`: the objective under `mask` and `erasure` (what it compares with, the model as it is); quick to
+        repeat (the explorer's toggles)."""
         ...

@@ -17,8 +17,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Static
 
+from bertscope import api
+from bertscope.api import Corpus
 from bertscope.core.analyses.geometry_results import ComparisonResult
-from bertscope.core.data.corpus import Sentence
 from bertscope.core.model.masks import HeadMask
 from bertscope.core.progress import Progress
 from bertscope.render.geometry import cka_heatmap
@@ -26,7 +27,7 @@ from bertscope.render.patterns import layer_bars
 from bertscope.theming import Colormap
 from bertscope.ui.backend import Backend
 from bertscope.ui.corpus_screen import SAMPLE, CorpusRunScreen
-from bertscope.ui.help import HELP_KEY
+from bertscope.ui.help import BACK_KEY, EXPORT_KEY, HELP_KEY, OPEN_HEAD_KEY, RUN_AGAIN_KEY
 from bertscope.ui.kept import KeptResults
 from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.head_grid import HeadGrid
@@ -43,11 +44,11 @@ class ComparisonScreen(CorpusRunScreen[ComparisonResult]):
     name_kept = "compare"
     AUTO_FOCUS = "#compare-grid"
     BINDINGS = [
-        Binding("escape", "back", "back / cancel"),
+        BACK_KEY,
         HELP_KEY,
-        Binding("enter", "open_head", "open head"),
-        Binding("r", "run", "run again"),
-        Binding("e", "export", "export"),
+        OPEN_HEAD_KEY,
+        RUN_AGAIN_KEY,
+        EXPORT_KEY,
         Binding("slash", "focus_model_b", "model B"),
     ]
     DEFAULT_CSS = """
@@ -84,10 +85,9 @@ class ComparisonScreen(CorpusRunScreen[ComparisonResult]):
         yield KeyFooter()
 
     def on_mount(self) -> None:
-        grid = self.query_one(PatternGrid)
-        grid.border_title = "attention cosine A·B"
-        grid.set_shape(self.backend.num_layers, self.backend.num_heads)
-        grid.restyle(self.colormap, self.glyphs)
+        self.query_one(PatternGrid).set_up(
+            "attention cosine A·B", self.backend.num_layers, self.backend.num_heads, self.colormap, self.glyphs
+        )
         kept = self.kept.runs.get(self.name_kept)
         if kept is not None:
             model_b, corpus = kept.data.split("\n", 1)
@@ -117,8 +117,8 @@ class ComparisonScreen(CorpusRunScreen[ComparisonResult]):
             return
         self.query_one(PatternGrid).focus()
 
-        def analyse(sentences: Iterable[Sentence], cancel: Event) -> Iterable[Progress[ComparisonResult]]:
-            return self.backend.compare(other, list(sentences), cancel=cancel)
+        def analyse(chosen: Corpus, cancel: Event) -> Iterable[Progress[ComparisonResult]]:
+            return self.backend.steps(api.compare, None, other, chosen, unit="token", max_rows=None, cancel=cancel)
 
         self.run_on_corpus(f"loading {other}…", path, analyse, f"{other}\n{path}")
 

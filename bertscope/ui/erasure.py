@@ -22,7 +22,7 @@ from textual.widgets import Input, Label, Select
 
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, TASKS, TREEBANK_TASKS
-from bertscope.ui.probing import task_sentences
+from bertscope.ui.probing import built_in_sentences
 
 DEFAULT_TASK = "upos"
 
@@ -35,7 +35,7 @@ def erasable_tasks() -> list[str]:
 def training_sentences(task: str) -> list[Sentence]:
     """The sentences an eraser is fitted on: the built-in task's training split (the generated treebank's whole
     for a word task, as the probing pane probes it)."""
-    sentences = task_sentences(task)
+    sentences = built_in_sentences(task)
     training = [sentence for sentence in sentences if sentence.split in (None, "tr", "train")]
     return training or sentences
 

@@ -17,8 +17,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Input, Static
 
+from bertscope import api
+from bertscope.api import Corpus
 from bertscope.core.analyses.geometry_results import GeometryResult
-from bertscope.core.data.corpus import Sentence
 from bertscope.core.progress import Progress
 from bertscope.render.geometry import cka_heatmap, scatter
 from bertscope.render.patterns import layer_bars
@@ -26,7 +27,7 @@ from bertscope.theming import Colormap
 from bertscope.ui.backend import Backend
 from bertscope.ui.conditions import Conditions, conditions_note
 from bertscope.ui.corpus_screen import CorpusRunScreen
-from bertscope.ui.help import HELP_KEY
+from bertscope.ui.help import BACK_KEY, EXPORT_KEY, FOCUS_CORPUS_KEY, HELP_KEY, RUN_AGAIN_KEY
 from bertscope.ui.kept import KeptResults, erasure_json
 from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.job_progress import JobProgress
@@ -47,14 +48,14 @@ class GeometryScreen(CorpusRunScreen[GeometryResult]):
     name_kept = "geometry"
     AUTO_FOCUS = "#scatter"
     BINDINGS = [
-        Binding("escape", "back", "back / cancel"),
+        BACK_KEY,
         HELP_KEY,
         Binding("left,left_square_bracket", "layer(-1)", "layer −"),
         Binding("right,right_square_bracket", "layer(1)", "layer +"),
         Binding("f", "next_label", "colour by"),
-        Binding("r", "run", "run again"),
-        Binding("e", "export", "export"),
-        Binding("slash", "focus_corpus", "corpus", show=False),
+        RUN_AGAIN_KEY,
+        EXPORT_KEY,
+        FOCUS_CORPUS_KEY,
     ]
     DEFAULT_CSS = """
     GeometryScreen #geometry-corpus { width: 1fr; }
@@ -122,8 +123,10 @@ class GeometryScreen(CorpusRunScreen[GeometryResult]):
         path = self.query_one("#geometry-corpus", Input).value.strip()
         under = self.conditions
 
-        def analyse(sentences: Iterable[Sentence], cancel: Event) -> Iterable[Progress[GeometryResult]]:
-            return self.backend.geometry(list(sentences), mask=under.masked, ablation=under.ablation, erasure=under.erasure, cancel=cancel)
+        def analyse(chosen: Corpus, cancel: Event) -> Iterable[Progress[GeometryResult]]:
+            return self.backend.steps(
+                api.geometry, under.erasure, chosen, max_rows=None, mask=under.masked, ablation=under.ablation, cancel=cancel
+            )
 
         describe = f"reading {path}…" if path else f"generating a treebank of {TREEBANK_SENTENCES:,} sentences…"
         self.run_on_corpus(describe, path, analyse, path, under)
@@ -156,9 +159,6 @@ class GeometryScreen(CorpusRunScreen[GeometryResult]):
 
     def action_focus_corpus(self) -> None:
         self.query_one("#geometry-corpus", Input).focus()
-
-    def on_resize(self) -> None:
-        self.draw()
 
     def draw(self) -> None:
         result = self.result

@@ -76,6 +76,13 @@ with `--theme NAME` or `t`.
 # columns the app's own `? help` was cut off on every screen but the main one.
 HELP_KEY = Binding("question_mark", "app.help", "help")
 
+# The keys that mean the same on every screen that has them, said the same way.
+BACK_KEY = Binding("escape", "back", "back / cancel")  # cancels the run under way, else leaves (corpus_screen.RunScreen)
+EXPORT_KEY = Binding("e", "export", "export")
+OPEN_HEAD_KEY = Binding("enter", "open_head", "open head")  # back to the main view, on the head chosen here
+RUN_AGAIN_KEY = Binding("r", "run", "run again")
+FOCUS_CORPUS_KEY = Binding("slash", "focus_corpus", "corpus", show=False)
+
 
 class HelpScreen(ModalScreen[None]):
     AUTO_FOCUS = "VerticalScroll"  # arrows and page keys scroll the help at once

@@ -22,20 +22,21 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
-from textual.screen import ModalScreen, Screen
+from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
-from bertscope.api import corpus
+from bertscope import api
+from bertscope.api import Corpus, corpus
 from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
-from bertscope.core.data.corpus import Sentence
 from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import Progress
 from bertscope.render.importance import curve_chart
 from bertscope.ui.backend import Backend
 from bertscope.ui.conditions import Conditions
+from bertscope.ui.corpus_screen import RunScreen
 from bertscope.ui.export import csv_text, save_screen
 from bertscope.ui.focus import dismissed
-from bertscope.ui.help import HELP_KEY
+from bertscope.ui.help import BACK_KEY, EXPORT_KEY, HELP_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
 from bertscope.ui.widgets.footer import KeyFooter
@@ -71,7 +72,7 @@ class ObjectivePanel(Static):
         self.baseline: Measurement | None = None  # the objective with no head masked
         self.current: Measurement | None = None  # ... under the mask last measured
         self._conditions: Conditions | None = None  # the explorer's mask, ablation and erasure, last told
-        self._sentences: list[Sentence] | None = None
+        self._sample: Corpus | None = None
         self._waiting: list[Callable[[HeadImportance], None]] | None = None  # callers of an estimate under way
         self.estimating = JobRun(self, self._estimate_stepped, name="importance", on_failed=self._estimate_failed, title="head importance")
         self.measuring = JobRun(self, self._measured, name="objective", title="head importance")
@@ -85,11 +86,12 @@ class ObjectivePanel(Static):
         return "mlm" if self.backend.info.has_mlm_head else "preserve"
 
     @property
-    def sentences(self) -> list[Sentence]:
-        """The sample corpus's first sentences: what importance is estimated and measured on."""
-        if self._sentences is None:
-            self._sentences = list(corpus(limit=SAMPLE_SENTENCES).sentences)
-        return self._sentences
+    def sample(self) -> Corpus:
+        """The sample corpus's first sentences, read once: what importance is estimated and measured on."""
+        if self._sample is None:
+            shipped = corpus(limit=SAMPLE_SENTENCES)
+            self._sample = Corpus(list(shipped.sentences), shipped.source, shipped.report)
+        return self._sample
 
     def with_importance(self, then: Callable[[HeadImportance], None], conditions: Conditions) -> None:
         """Call `then(importance)` once importance is known, estimating it first (under the ablation) if needed."""
@@ -102,13 +104,15 @@ class ObjectivePanel(Static):
             self._waiting.append(then)
             return
         self._waiting = [then]
-        objective, sentences = self.objective, self.sentences
+        objective, sample = self.objective, self.sample
         self._draw(None)
-        self.notify(f"estimating head importance for {objective} on {len(sentences)} sample sentences…", timeout=4)
+        self.notify(f"estimating head importance for {objective} on {len(list(sample.sentences))} sample sentences…", timeout=4)
         backend = self.backend
         assert backend is not None  # set with the model, before `i` can ask
         self.estimating.start(
-            lambda cancel: backend.head_importance(objective, sentences, method="gradient", ablation=ablation, cancel=cancel)
+            lambda cancel: backend.steps(
+                api.importance, None, backend.objective(objective, sample), method="gradient", ablation=ablation, cancel=cancel
+            )
         )
 
     def follow(self, conditions: Conditions) -> None:
@@ -120,12 +124,12 @@ class ObjectivePanel(Static):
         if not conditions.changed:
             self.measuring.cancel()  # the model as it is gives the baseline: nothing to measure
             return
-        backend, objective, sentences = self.backend, self.importance.objective, self.sentences
+        backend, objective, sample = self.backend, self.importance.objective, self.sample
         assert backend is not None  # importance is known, so the model is loaded
         mask, ablation, erasure = conditions.mask, conditions.ablation, conditions.erasure
 
         def measure(cancel: Event) -> Iterator[Progress[Measurement]]:
-            yield Progress("measured", 1, 1, backend.measure_objective(objective, sentences, mask, ablation, erasure))
+            yield Progress("measured", 1, 1, backend.measure(backend.objective(objective, sample), mask, ablation, erasure))
 
         self.measuring.start(measure)
 
@@ -160,7 +164,7 @@ class ObjectivePanel(Static):
         self.border_title = f"objective: {importance.objective if importance is not None else self.objective}"
         conditions = self._conditions
         metric = importance.metric if importance is not None else ""
-        sentences = importance.sentences if importance is not None else len(self.sentences)
+        sentences = importance.sentences if importance is not None else len(list(self.sample.sentences))
         lines = [Text(f"{metric}, {sentences} sentences" if metric else f"{sentences} sentences", style="dim")]
         if self.baseline is None:
             lines.append(Text("estimating head importance…" + (f" {stage}" if stage else "")))
@@ -219,16 +223,18 @@ class PruneToScreen(ModalScreen[float | None]):
         self.dismiss(None)
 
 
-class PruningCurveScreen(Screen[str | None]):
+class PruningCurveScreen(RunScreen[PruningCurve, str | None]):
     """The objective as ever more of the least important heads are removed; Enter masks the prunable set."""
 
     AUTO_FOCUS = "#curve"
+    name_kept = "curve"
+    status = "#curve-status"
     BINDINGS = [
-        Binding("escape", "back", "back / cancel"),
+        BACK_KEY,
         HELP_KEY,
         Binding("enter", "apply", "mask the prunable heads"),
         Binding("r", "reestimate", "re-estimate per step"),
-        Binding("e", "export", "export"),
+        EXPORT_KEY,
     ]
     DEFAULT_CSS = """
     PruningCurveScreen #curve-status { height: auto; padding: 0 1; }
@@ -239,22 +245,15 @@ class PruningCurveScreen(Screen[str | None]):
         self,
         backend: Backend,
         objective: str,
-        sentences: list[Sentence],
+        sample: Corpus,
         importance: HeadImportance,
         ablation: Ablation,
         kept: KeptResults | None = None,
     ) -> None:
-        super().__init__()
-        self.backend, self.objective, self.sentences = backend, objective, sentences
+        super().__init__(kept)
+        self.backend, self.objective, self.sample = backend, objective, sample
         self.importance, self.ablation = importance, ablation
-        self.kept = kept if kept is not None else KeptResults()
-        self.curve: PruningCurve | None = None
         self.reestimate = False
-        self.job = JobRun(self, self.stepped, name="curve")
-
-    @property
-    def running(self) -> bool:
-        return self.job.running
 
     def compose(self) -> ComposeResult:
         yield Static("", id="curve-status")
@@ -264,65 +263,69 @@ class PruningCurveScreen(Screen[str | None]):
     def on_mount(self) -> None:
         if dismissed(self):
             return
-        kept = self.kept.runs.get("curve")
+        kept = self.kept.runs.get(self.name_kept)
         if kept is not None and kept.data == self.objective and kept.ablation == self.ablation:
-            curve = cast(PruningCurve, kept.result)  # kept under "curve" by `stepped`
-            self.reestimate = curve.reestimate
-            self.show(curve)
+            self.result = cast(PruningCurve, kept.result)  # kept under this screen's name by `kept_run`
+            self.reestimate = self.result.reestimate
+            self.say(self.done_text())
+            self.draw()
         else:
             self.start(reestimate=False)
 
     def start(self, reestimate: bool) -> None:
         self.reestimate = reestimate
-        self.query_one("#curve-status", Static).update(f"pruning curve for {self.objective}: starting…")
-        backend, objective, sentences, ablation = self.backend, self.objective, self.sentences, self.ablation
-        importance = None if reestimate else self.importance
-        self.job.start(
-            lambda cancel: backend.pruning_curve(
-                objective,
-                sentences,
-                importance=importance,
+        backend, objective, sample, ablation = self.backend, self.objective, self.sample, self.ablation
+        ranking = None if reestimate else self.importance
+        method = self.importance.method  # re-estimates rank heads as the first ranking did
+        self.start_run(
+            f"pruning curve for {objective}: starting…",
+            lambda cancel: backend.steps(
+                api.pruning_curve,
+                None,
+                backend.objective(objective, sample),
+                ranking=ranking,
+                method=method,
                 ablation=ablation,
                 reestimate=reestimate,
                 cancel=cancel,
-            )
+            ),
         )
 
-    def stepped(self, progress: Progress[PruningCurve]) -> None:
-        if not progress.finished:
-            status = self.query_one("#curve-status", Static)
-            status.update(f"pruning curve for {self.objective}: {progress.stage} ({progress.done}/{progress.total})")
-            return
-        curve = progress.result
-        assert curve is not None  # the last step carries the curve
-        self.kept.runs["curve"] = KeptRun(self.objective, "", self.ablation, curve)
-        self.show(curve)
+    def step_text(self, progress: Progress) -> str:
+        return f"pruning curve for {self.objective}: {progress.stage} ({progress.done}/{progress.total})"
 
-    def show(self, curve: PruningCurve) -> None:
-        self.curve = curve
-        status = self.query_one("#curve-status", Static)
+    def kept_run(self, result: PruningCurve) -> KeptRun:
+        return KeptRun(self.objective, "", self.ablation, result)
+
+    def done_text(self) -> Text:
+        curve = self.result
+        assert curve is not None  # said once the curve is measured
         best = curve.prunable()
         how = "re-estimated at each step" if curve.reestimate else "one ranking (r: re-estimate per step)"
-        status.update(
-            Text.assemble(  # two lines that fit 80 columns
-                (f"pruning curve · {curve.objective} · {curve.method} ({curve.ablation})", "bold"),
-                f" · {how}\n",
-                f"prunable within a drop of {curve.max_drop:g}: {best.fraction:.0%} ({best.heads_pruned} heads); Enter masks them",
-            )
+        return Text.assemble(  # two lines that fit 80 columns
+            (f"pruning curve · {curve.objective} · {curve.method} ({curve.ablation})", "bold"),
+            f" · {how}\n",
+            f"prunable within a drop of {curve.max_drop:g}: {best.fraction:.0%} ({best.heads_pruned} heads); Enter masks them",
         )
-        self.query_one("#curve-content", Static).update(curve_chart(curve, width=24))
+
+    def cancelled_text(self) -> str:
+        return "cancelled; escape goes back"
+
+    def draw(self) -> None:
+        if self.result is not None:
+            self.query_one("#curve-content", Static).update(curve_chart(self.result, width=24))
 
     def action_export(self) -> None:
         save_screen(self.app, "pruning-curve", self.table(), ".csv", self.figure)
 
     def figure(self) -> Figure:
         """The curve's own figure: the metric against the share of heads pruned, the prunable point starred."""
-        assert self.curve is not None  # `e` exports only a curve
-        return self.curve.figure()
+        assert self.result is not None  # `e` exports only a curve
+        return self.result.figure()
 
     def table(self) -> str | None:
         """The curve as `prune --curve` measures it: one row per step."""
-        curve = self.curve
+        curve = self.result
         if curve is None:
             return None
         rows = [
@@ -332,17 +335,11 @@ class PruningCurveScreen(Screen[str | None]):
         return csv_text(["fraction", "heads_pruned", "loss", "metric", "drop", "mask"], rows)
 
     def action_apply(self) -> None:
-        if self.curve is None:
+        if self.result is None:
             self.notify("the curve is still being measured", severity="warning")
             return
-        self.dismiss(self.curve.prunable().mask)
+        self.dismiss(self.result.prunable().mask)
 
     def action_reestimate(self) -> None:
         if not self.running:
             self.start(reestimate=True)
-
-    def action_back(self) -> None:
-        if self.job.cancel():
-            self.query_one("#curve-status", Static).update("cancelled; escape goes back")
-            return
-        self.dismiss(None)

@@ -28,6 +28,7 @@ from textual.widget import Widget
 from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
+from bertscope import api
 from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.headstats import FIGURES, figure_range
 from bertscope.core.analyses.importance_results import HeadImportance
@@ -48,7 +49,7 @@ from bertscope.ui.erasure import EraseScreen, training_sentences
 from bertscope.ui.export import export_view, save_in_worker
 from bertscope.ui.focus import focus_main, leave_input
 from bertscope.ui.geometry import GeometryScreen
-from bertscope.ui.help import HELP_KEY
+from bertscope.ui.help import EXPORT_KEY, HELP_KEY
 from bertscope.ui.importance import IMPORTANCE_FIGURE, ObjectivePanel, PruneToScreen, PruningCurveScreen, importance_overlay
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults
@@ -61,7 +62,7 @@ from bertscope.ui.syntax import SYNTAX_FIGURE, SyntaxPanel
 from bertscope.ui.theme import heatmap_for
 from bertscope.ui.widgets.attention_view import AttentionView
 from bertscope.ui.widgets.footer import KeyFooter
-from bertscope.ui.widgets.head_grid import HeadGrid
+from bertscope.ui.widgets.head_grid import FIGURE_LABELS, HeadGrid
 from bertscope.ui.widgets.panels import EffectPanel, StatusLine, TokenPanel
 
 if TYPE_CHECKING:
@@ -93,16 +94,7 @@ SCALE_NOTES = {
     "fixed": "0 to 1, comparable across heads",
     "log": "three decades below the map's largest weight",
 }
-GRID_LABELS = {  # the grid's legend is 40 columns wide at 12 heads: short names, so its numbers always fit
-    "entropy": "entropy (nats)",
-    "cls": "attn to [CLS]",
-    "sep": "attn to [SEP]",
-    "punct": "attn to punctuation",
-    "self": "attn to itself",
-    "prev": "attn to previous",
-    "next": "attn to next",
-    "distance": "mean distance (tokens)",
-}
+GRID_LABELS = FIGURE_LABELS | {"distance": "mean distance (tokens)"}
 
 
 class Explorer(Protocol):
@@ -154,7 +146,7 @@ class MainScreen(Screen[None]):
         Binding("v", "next_view", "view"),
         Binding("n", "next_cells", "cells"),
         Binding("t", "app.next_theme", "theme"),
-        Binding("e", "export", "export"),
+        EXPORT_KEY,
         Binding("z", "zoom", "zoom"),
         Binding("s", "next_scale", "colour scale", show=False),
         Binding("d", "toggle_dense", "dense", show=False),
@@ -387,8 +379,8 @@ class MainScreen(Screen[None]):
             current = analysis.current
             erasure = analysis.erasure
             self.mixing_run.start(
-                lambda cancel: backend.mixing(
-                    current.encoding, method=method, mask=current.mask, ablation=current.ablation, erasure=erasure, cancel=cancel
+                lambda cancel: backend.steps(
+                    api.mixing, erasure, current.encoding, method=method, mask=current.mask, ablation=current.ablation, cancel=cancel
                 )
             )
         self.query_one(AttentionView).show_message(f"{MIXING_NAMES[method]} of this sentence: computing… (escape cancels)")
@@ -948,7 +940,7 @@ class MainScreen(Screen[None]):
                 return
             backend, _mask = loaded
             panel = self.query_one(ObjectivePanel)
-            screen = PruningCurveScreen(backend, importance.objective, panel.sentences, importance, self.state.ablation, self.explorer.kept)
+            screen = PruningCurveScreen(backend, importance.objective, panel.sample, importance, self.state.ablation, self.explorer.kept)
             self.app.push_screen(screen, self._apply_curve_mask)
 
         self._with_importance(open_screen)

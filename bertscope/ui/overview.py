@@ -27,9 +27,10 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Static
 
-from bertscope.api import treebank
+from bertscope import api
+from bertscope.api import Corpus, treebank
 from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
-from bertscope.core.data.corpus import Sentence, detect_format
+from bertscope.core.data.corpus import detect_format
 from bertscope.core.model.masks import HeadMask
 from bertscope.core.model.results import NORM_SHARES, PATTERNS, STATISTICS, PatternResult
 from bertscope.core.progress import Progress
@@ -40,14 +41,14 @@ from bertscope.ui.backend import Backend
 from bertscope.ui.conditions import Conditions, conditions_note
 from bertscope.ui.corpus_screen import SAMPLE, CorpusRunScreen, corpus_path
 from bertscope.ui.export import csv_text, save_screen
-from bertscope.ui.help import HELP_KEY
+from bertscope.ui.help import BACK_KEY, EXPORT_KEY, FOCUS_CORPUS_KEY, HELP_KEY, OPEN_HEAD_KEY, RUN_AGAIN_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
 from bertscope.ui.state import erasure_spec
 from bertscope.ui.syntax import SYNTAX_FIGURE, kept_relation, next_relation, syntax_label, syntax_overlay
 from bertscope.ui.theme import rich_colour
 from bertscope.ui.widgets.footer import KeyFooter
-from bertscope.ui.widgets.head_grid import HeadGrid
+from bertscope.ui.widgets.head_grid import FIGURE_LABELS, HeadGrid
 from bertscope.ui.widgets.job_progress import JobProgress
 from bertscope.ui.widgets.pattern_grid import PatternGrid
 
@@ -57,17 +58,7 @@ if TYPE_CHECKING:
 SHADINGS = ("pattern", *STATISTICS)  # and SYNTAX_FIGURE, once a CoNLL-U corpus gave heads that track syntax
 SYNTAX_ROWS = 8  # relations in the overview's table, most frequent first
 SYNTAX_MIN_COUNT = 20
-STATISTIC_NAMES = {  # short: the grid's legend is 40 columns wide at 12 heads, and its number must show
-    "cls": "attn to [CLS]",
-    "sep": "attn to [SEP]",
-    "punct": "attn to punctuation",
-    "self": "attn to itself",
-    "prev": "attn to previous",
-    "next": "attn to next",
-    "block": "attn within segment",
-    "entropy": "entropy (nats)",
-    "distance": "mean distance",
-}
+STATISTIC_NAMES = FIGURE_LABELS | {"block": "attn within segment", "distance": "mean distance"}
 
 
 def packed(items: list[str], width: int) -> Text:
@@ -101,16 +92,16 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
     name_kept = "overview"
     AUTO_FOCUS = "#overview-grid"
     BINDINGS = [
-        Binding("escape", "back", "back / cancel"),
+        BACK_KEY,
         HELP_KEY,
-        Binding("enter", "open_head", "open head"),
+        OPEN_HEAD_KEY,
         Binding("f", "next_shading", "shading"),
         Binding("n", "toggle_norms", "weights/norms"),
-        Binding("r", "run", "run again"),
+        RUN_AGAIN_KEY,
         Binding("y", "syntax_relation", "relation", show=False),
         Binding("Y", "syntax_direction", "direction", show=False),
-        Binding("e", "export", "export"),
-        Binding("slash", "focus_corpus", "corpus", show=False),
+        EXPORT_KEY,
+        FOCUS_CORPUS_KEY,
     ]
     DEFAULT_CSS = """
     OverviewScreen #corpus-row { height: auto; }
@@ -162,10 +153,9 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
         yield KeyFooter()
 
     def on_mount(self) -> None:
-        grid = self.query_one(PatternGrid)
-        grid.border_title = "heads over the corpus"
-        grid.set_shape(self.backend.num_layers, self.backend.num_heads)
-        grid.restyle(self.colormap, self.glyphs)
+        self.query_one(PatternGrid).set_up(
+            "heads over the corpus", self.backend.num_layers, self.backend.num_heads, self.colormap, self.glyphs
+        )
         kept = self.kept.runs.get(self.name_kept)
         if kept is None:
             self.action_run()
@@ -185,10 +175,10 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
             self.notify("give a corpus file, then Enter", severity="warning")
             return
 
-        def analyse(sentences: Iterable[Sentence], cancel: Event) -> Iterable[Progress[PatternResult]]:
+        def analyse(chosen: Corpus, cancel: Event) -> Iterable[Progress[PatternResult]]:
             under = self.conditions
-            return self.backend.attention_patterns(
-                sentences, mask=under.mask, ablation=under.ablation, erasure=under.erasure, norms=True, cancel=cancel
+            return self.backend.steps(
+                api.patterns, under.erasure, chosen, mask=under.mask, ablation=under.ablation, norms=True, cancel=cancel
             )
 
         self.run_on_corpus(f"reading {path}…", path, analyse, path, self.conditions)
@@ -209,8 +199,9 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
 
         def job(cancel: Event) -> Iterable[Progress[SyntaxResult]]:
             under = self.conditions
-            sentences = treebank(data=path).sentences
-            return self.backend.syntax_heads(sentences, mask=under.mask, ablation=under.ablation, erasure=under.erasure, cancel=cancel)
+            return self.backend.steps(
+                api.syntax, under.erasure, treebank(data=path), mask=under.mask, ablation=under.ablation, cancel=cancel
+            )
 
         self.syntax_job.start(job)
 
@@ -315,9 +306,6 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
     def _label(self, statistic: str) -> str:
         name = STATISTIC_NAMES[statistic]
         return name.replace("attn", "‖αf‖", 1) if self._shown(statistic) != statistic else name
-
-    def on_resize(self) -> None:
-        self.draw()
 
     def _class_colours(self) -> dict[str, str]:
         theme = self.app.current_theme

@@ -24,9 +24,9 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Input, Static
 
+from bertscope import api
 from bertscope.core.analyses.patching_results import PatchingResult
 from bertscope.core.data.probing_tasks import TASKS
 from bertscope.core.model.labels import token_labels
@@ -37,10 +37,9 @@ from bertscope.render.heatmap import GLYPHS
 from bertscope.render.patching import effect_cell, effect_style, layers_table, legend, positions_grid
 from bertscope.theming import Colormap
 from bertscope.ui.backend import Backend
+from bertscope.ui.corpus_screen import RunScreen
 from bertscope.ui.export import json_text, save_screen
-from bertscope.ui.focus import leave_input
-from bertscope.ui.help import HELP_KEY
-from bertscope.ui.job_run import JobRun
+from bertscope.ui.help import BACK_KEY, EXPORT_KEY, HELP_KEY, OPEN_HEAD_KEY
 from bertscope.ui.kept import KeptResults, KeptRun
 from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.head_grid import HeadGrid
@@ -179,19 +178,20 @@ def strongest(effects: np.ndarray, tokens: Sequence[str], count: int = 3) -> Tex
     return text
 
 
-class PatchingScreen(Screen[tuple[int, int] | None]):
+class PatchingScreen(RunScreen[PatchingResult, tuple[int, int] | None]):
     """`X` in the explorer: activation patching between the explorer's sentence and a corrupted one."""
 
     name_kept = "patching"
+    job_title = "patching"
     AUTO_FOCUS = "#patch-grid"
     BINDINGS = [
-        Binding("escape", "back", "back / cancel"),
+        BACK_KEY,
         HELP_KEY,
-        Binding("enter", "open_head", "open head"),
+        OPEN_HEAD_KEY,
         Binding("m", "next_metric", "metric"),
         Binding("d", "next_direction", "direction"),
         Binding("r", "run", "run"),
-        Binding("e", "export", "export"),
+        EXPORT_KEY,
         Binding("slash", "focus_corrupt", "corrupted"),
     ]
     DEFAULT_CSS = """
@@ -221,16 +221,13 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
         selected: tuple[int, int],
         kept: KeptResults | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(kept)
         self.backend, self.colormap, self.glyphs = backend, colormap, glyphs
         self.clean, self.clean_pair = clean, clean_pair or None
         self.selected = selected
-        self.kept = kept if kept is not None else KeptResults()
         self.metrics = metrics_for(backend.info)
         self.metric, self.direction = "preserve", "denoise"
         self.arguments = {"probe": DEFAULT_TASK, "mlm": "", "class": ""}  # what was typed for each metric
-        self.result: PatchingResult | None = None
-        self.job = JobRun(self, self.stepped, name="patching", on_failed=self.failed, title="patching")
         self._asked: dict[str, Any] = {}  # what the run under way was asked, to keep with its result
 
     # layout
@@ -256,10 +253,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
         yield KeyFooter()
 
     def on_mount(self) -> None:
-        grid = self.query_one(EffectGrid)
-        grid.border_title = "head effects"
-        grid.set_shape(self.backend.num_layers, self.backend.num_heads)
-        grid.restyle(self.colormap, self.glyphs)
+        self.query_one(EffectGrid).set_up("head effects", self.backend.num_layers, self.backend.num_heads, self.colormap, self.glyphs)
         kept = self.kept.runs.get(self.name_kept)
         if kept is not None:
             view = kept.view
@@ -269,6 +263,7 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
                 self.query_one("#patch-corrupt", Input).value = view["corrupt"]
                 if self.clean_pair:
                     self.query_one("#patch-corrupt-pair", Input).value = view["corrupt_pair"] or ""
+                self._asked = dict(view)
                 self.result = cast(PatchingResult, kept.result)  # kept under this screen's name
                 self.selected = tuple(view.get("selected", self.selected))
                 self.query_one(JobProgress).finished()
@@ -277,9 +272,6 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
         self.show_settings()
         if self.result is None:
             self.say("/ types the corrupted sentence, Enter runs")
-
-    def say(self, line: str) -> None:
-        self.query_one(".progress-text", Static).update(line)
 
     def show_settings(self) -> None:
         """The box beside the corrupted sentence asks for what the metric needs; the top line says metric and direction."""
@@ -343,15 +335,15 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
             "direction": self.direction,
             "arguments": dict(self.arguments),
         }
-        self.say(f"patching ({self.metric}, {self.direction})… · escape cancels")
-        self.query_one(JobProgress).started()
         clean, clean_pair, metric, direction = self.clean, self.clean_pair, self.metric, self.direction
 
         def job(cancel: Event) -> Iterable[Progress[PatchingResult]]:
-            return self.backend.patch(
+            return self.backend.steps(
+                api.patch,
+                None,
                 clean,
                 corrupt,
-                clean_pair=clean_pair,
+                pair=clean_pair,
                 corrupt_pair=corrupt_pair,
                 metric=metric,
                 answers=answers,
@@ -361,24 +353,10 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
                 cancel=cancel,
             )
 
-        self.job.start(job)
+        self.start_run(f"patching ({self.metric}, {self.direction})… · escape cancels", job)
 
-    def stepped(self, progress: Progress[PatchingResult]) -> None:
-        bar = self.query_one(JobProgress)
-        if not progress.finished:
-            total = f" of {progress.total:,}" if progress.total else ""
-            self.say(f"{progress.stage}: {progress.done:,}{total} · escape cancels")
-            bar.stepped(progress.done, progress.total)
-            return
-        self.result = progress.result
-        self.kept.runs[self.name_kept] = KeptRun(self._asked["corrupt"], "", "", self.result, self._asked)
-        bar.finished()
-        self.say(self.done_text())  # the result's notes come as notifications with the step (JobRun)
-        self.draw()
-
-    def failed(self, reason: str) -> None:
-        self.query_one(JobProgress).stopped()
-        self.say("stopped: " + reason)
+    def kept_run(self, result: PatchingResult) -> KeptRun:
+        return KeptRun(self._asked["corrupt"], "", "", result, self._asked)
 
     def done_text(self) -> str:
         result = self.result
@@ -387,25 +365,9 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
         differing = ", ".join(f"{clean[i]}→{corrupt[i]}" for i in result.differing)
         return f"{result.metric} · {result.direction} · {differing}"
 
-    def on_screen_suspend(self) -> None:
-        """Keep the head last looked at with the result, to come back to it."""
-        kept = self.kept.runs.get(self.name_kept)
-        if kept is not None and kept.result is self.result:
-            self.kept.runs[self.name_kept] = KeptRun(
-                kept.data, kept.mask, kept.ablation, kept.result, kept.view | {"selected": self.selected}
-            )
-
-    def on_unmount(self) -> None:
-        self.on_screen_suspend()
-
-    def action_back(self) -> None:
-        if leave_input(self):
-            return
-        if self.job.cancel():
-            self.query_one(JobProgress).stopped()
-            self.say("cancelled (r runs again)")
-            return
-        self.dismiss(None)
+    def keep_view(self) -> dict[str, Any]:
+        """What the run was asked, and the head last looked at, to come back to it."""
+        return self._asked | {"selected": self.selected}
 
     def action_open_head(self) -> None:
         self.job.cancel()
@@ -424,9 +386,6 @@ class PatchingScreen(Screen[tuple[int, int] | None]):
 
     def on_head_grid_selected(self, message: HeadGrid.Selected) -> None:
         self.selected = (message.layer, message.head)
-        self.draw()
-
-    def on_resize(self) -> None:
         self.draw()
 
     def draw(self) -> None:

@@ -27,20 +27,19 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, ScrollableContainer
-from textual.screen import Screen
 from textual.widgets import Input, Select, Static
 
-from bertscope.api import built_in_treebank, corpus
+from bertscope import api
+from bertscope.api import ProbeData, built_in_treebank, probe_sentences
 from bertscope.core.analyses.probing_results import ProbeReport
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, TASKS, TREEBANK_TASKS, generate
 from bertscope.core.progress import Progress
 from bertscope.ui.backend import Backend
 from bertscope.ui.conditions import Conditions
+from bertscope.ui.corpus_screen import RunScreen
 from bertscope.ui.export import json_text, save_screen
-from bertscope.ui.focus import leave_input
-from bertscope.ui.help import HELP_KEY
-from bertscope.ui.job_run import JobRun
+from bertscope.ui.help import BACK_KEY, EXPORT_KEY, HELP_KEY
 from bertscope.ui.kept import KeptResults, ProbeRun
 from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.job_progress import JobProgress
@@ -52,14 +51,18 @@ BAR, MIN_BAR = 12, 6  # a curve's bars, and how narrow they may get on a narrow 
 TREEBANK_SENTENCES = 1000  # for tasks with no file; smaller than the CLI's default: the pane should answer within a minute on a CPU
 
 
-def task_sentences(task: str, data: str = "") -> list[Sentence]:
-    """What a task is probed on here: the file's sentences, else the built-in task's generated sets, else (a treebank
-    task with no file) the generated treebank."""
-    if data:
-        return list(corpus(data=data).sentences)
+def built_in_sentences(task: str) -> list[Sentence]:
+    """What a task is probed on here without a file: the built-in task's generated sets, else (a treebank task) the
+    generated treebank."""
     if task in TASKS:  # the CLI's sets, as attribution and patching train on: one probe, one number
         return generate(task)
     return list(built_in_treebank(TREEBANK_SENTENCES).sentences)
+
+
+def probe_data(task: str, data: str = "") -> ProbeData:
+    """What a task is probed on here, as the API takes it: the file, read as the CLI reads it (its notes on what it
+    skipped go on to the report), else its `built_in_sentences`."""
+    return probe_sentences(task, data=data) if data else ProbeData(built_in_sentences(task))
 
 
 def trained_on(report: ProbeReport) -> str:
@@ -78,18 +81,20 @@ def folded(name: str, width: int) -> list[str]:
     return lines
 
 
-class ProbingScreen(Screen[None]):
+class ProbingScreen(RunScreen[ProbeReport, None]):
     """`p` in the explorer."""
 
     AUTO_FOCUS = "#curves"
+    name_kept = "probing"
+    status = "#probe-status"
     BINDINGS = [
-        Binding("escape", "back", "back / cancel"),
+        BACK_KEY,
         HELP_KEY,
         Binding("r,ctrl+r", "run", "run"),
         Binding("m", "rescore_masked", "re-score masked"),
         Binding("d", "toggle_codes", "MDL"),  # short, so that it fits at 80 columns: the help names it in full
         Binding("x", "clear", "clear curves"),
-        Binding("e", "export", "export"),
+        EXPORT_KEY,
         Binding("slash", "focus_task", "task", show=False),
     ]
     DEFAULT_CSS = """
@@ -103,18 +108,12 @@ class ProbingScreen(Screen[None]):
 
     def __init__(self, backend: Backend, conditions: Conditions, kept: KeptResults | None = None) -> None:
         """`conditions`: the explorer's mask, ablation and erasure, which `m` applies."""
-        super().__init__()
+        super().__init__(kept)
         self.backend, self.conditions = backend, conditions
-        self.kept = kept if kept is not None else KeptResults()
         self.reports: dict[str, ProbeReport] = self.kept.probes  # column title -> ProbeReport, in run order; kept on the app
-        self.job = JobRun(self, self.probe_stepped, name="probing", on_failed=self.probe_failed)
         self._title = ""  # the column title of the run under way
         self._run = ProbeRun("", "")  # what it runs on
         self._filling = True  # whether `d` runs the curves without codes again (escape stops it, `d` starts it again)
-
-    @property
-    def running(self) -> bool:
-        return self.job.running
 
     @property
     def _last(self) -> tuple[str, str] | None:
@@ -140,7 +139,7 @@ class ProbingScreen(Screen[None]):
             self.query_one("#probe-status", Static).update(
                 f"{len(self.reports)} curve(s) kept from before; m re-scores {task} under the explorer's mask"
             )
-            self._draw()
+            self.draw()
 
     # running
 
@@ -173,18 +172,15 @@ class ProbingScreen(Screen[None]):
         """Run `run` for the column `title`, with the online code where `d` is on."""
         self._title, self._run = title, run
         codes = self.kept.probe_codes
-        self.query_one("#probe-status", Static).update(f"{title}: {saying}")
-        self.query_one(JobProgress).started()
 
         def job(cancel: Event) -> Iterable[Progress[ProbeReport]]:
-            sentences = task_sentences(run.task, run.data)
-            return self.backend.probe(
-                run.task, sentences, mask=run.mask, ablation=run.ablation, mdl=codes, erasure=run.erasure, cancel=cancel
+            chosen = probe_data(run.task, run.data)
+            return self.backend.steps(
+                api.probe, run.erasure, run.task, chosen, mask=run.mask, ablation=run.ablation, mdl=codes, cancel=cancel
             )
 
-        self.job.start(job)
-        if self.reports:
-            self._draw()  # a curve waiting for its codes says so
+        self.start_run(f"{title}: {saying}", job)
+        self.draw()  # a curve waiting for its codes says so
 
     def _without_codes(self) -> list[str]:
         """The curves shown without a description length that `d` can fit (a structural probe has none to fit)."""
@@ -222,36 +218,33 @@ class ProbingScreen(Screen[None]):
             self._fill_codes()
         else:
             self.notify("accuracy alone; runs no longer fit the online code", timeout=3)
-        if self.reports:
-            self._draw()
+        self.draw()
 
-    def probe_stepped(self, progress: Progress[ProbeReport]) -> None:
-        title = self._title
-        bar = self.query_one(JobProgress)
-        if not progress.finished:
-            bar.stepped(progress.done, progress.total)
-            self.query_one("#probe-status", Static).update(f"{title}: {progress.stage}")
-            return
-        bar.finished()
-        report = progress.result
-        assert report is not None  # the last step carries the report
-        self.reports[title] = report  # its notes come as notifications with the step (JobRun)
-        self.kept.probe_runs[title] = self._run
-        self.query_one("#probe-status", Static).update(f"{title}: done, best layer {report.best_layer}")
-        self._draw()
+    def step_text(self, progress: Progress) -> str:
+        return f"{self._title}: {progress.stage}"
+
+    def done_text(self) -> str:
+        assert self.result is not None  # said once the run is done
+        return f"{self._title}: done, best layer {self.result.best_layer}"
+
+    def cancelled_text(self) -> str:
+        return "cancelled"
+
+    def finished(self, result: ProbeReport) -> None:
+        self.reports[self._title] = result  # its notes come as notifications with the step (JobRun)
+        self.kept.probe_runs[self._title] = self._run
         self._fill_codes()
 
-    def probe_failed(self, reason: str) -> None:
-        self._filling = False  # not again and again: `d` tries again
-        self.query_one(JobProgress).stopped()
-        self.query_one("#probe-status", Static).update("stopped: " + reason)
-        if self.reports:
-            self._draw()
+    def stopped(self) -> None:
+        self._filling = False  # not again and again after a failure, nor after escape: `d` tries again
+        self.draw()
 
     # drawing
 
-    def _draw(self) -> None:
-        """One column per run: the per-layer score as a bar (0 = embeddings)."""
+    def draw(self) -> None:
+        """One column per run: the per-layer score as a bar (0 = embeddings); nothing before the first."""
+        if not self.reports:
+            return
         table = Table(box=None, padding=(0, 1))
         table.add_column("layer", justify="right", style="dim")
         reports = list(self.reports.items())
@@ -334,10 +327,6 @@ class ProbingScreen(Screen[None]):
         control = f" ({code['control']['compression']:.2f})" if "control" in code else ""
         return [Bar(top, 0.0, code["compression"], width=width, color="cyan"), f"{code['compression']:.2f}{mark}{control}"]
 
-    def on_resize(self) -> None:
-        if self.reports:
-            self._draw()
-
     def action_clear(self) -> None:
         self.reports.clear()
         self.kept.probe_runs.clear()
@@ -377,15 +366,3 @@ class ProbingScreen(Screen[None]):
             for title, report in self.reports.items()
         ]
         return json_text({"model": self.backend.info.source, "runs": runs})
-
-    def action_back(self) -> None:
-        if leave_input(self):
-            return
-        if self.job.cancel():
-            self._filling = False
-            self.query_one(JobProgress).stopped()
-            self.query_one("#probe-status", Static).update("cancelled")
-            if self.reports:
-                self._draw()
-            return
-        self.dismiss(None)

@@ -17,6 +17,7 @@ import numpy as np
 from rich.text import Text
 from textual.widgets import Static
 
+from bertscope import api
 from bertscope.api import treebank
 from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
 from bertscope.core.data.corpus import Sentence
@@ -108,8 +109,8 @@ class SyntaxPanel(Static):
         assert backend is not None  # the main screen shows the figure only once the model is loaded
         self._draw("starting")
         self.job.start(
-            lambda cancel: backend.syntax_heads(
-                sentences, mask=conditions.masked, ablation=conditions.ablation, erasure=conditions.erasure, cancel=cancel
+            lambda cancel: backend.steps(
+                api.syntax, conditions.erasure, sentences, mask=conditions.masked, ablation=conditions.ablation, cancel=cancel
             )
         )
 

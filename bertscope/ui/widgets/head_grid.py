@@ -42,6 +42,18 @@ def _short(value: float) -> str:
     return f"{value:.3g}"
 
 
+# Short names of the per-head figures: the grid's legend is 40 columns wide at 12 heads, and its number must show.
+FIGURE_LABELS = {
+    "entropy": "entropy (nats)",
+    "cls": "attn to [CLS]",
+    "sep": "attn to [SEP]",
+    "punct": "attn to punctuation",
+    "self": "attn to itself",
+    "prev": "attn to previous",
+    "next": "attn to next",
+}
+
+
 class HeadGrid(Widget, can_focus=True):
     """Arrows or the mouse select a head; space switches it off or on, `l` its whole layer."""
 

@@ -24,6 +24,12 @@ class PatternGrid(HeadGrid, inherit_bindings=False):
         self.classes_of: np.ndarray | None = None  # [L, H] index into CLASSES, or None to shade values
         self.class_colours: dict[str, str] = {}
 
+    def set_up(self, title: str, num_layers: int, num_heads: int, colormap: Colormap, glyphs: bool) -> None:
+        """A screen's grid as it opens: its title, the model's shape, the app's colours and glyphs."""
+        self.border_title = title
+        self.set_shape(num_layers, num_heads)
+        self.restyle(colormap, glyphs)
+
     def show_classes(self, classes: np.ndarray, colours: dict[str, str], selected: tuple[int, int], label: str) -> None:
         self.classes_of, self.class_colours = classes, colours
         self.values, self.figure_label, self.selected = None, label, selected
