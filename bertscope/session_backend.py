@@ -158,7 +158,7 @@ class SessionBackend:
             data=target.data,
             layer=target.layer,
             sentence_pooling=target.pooling,
-            steps=steps,
+            ig_steps=steps,
             mask=mask,
             ablation=ablation,
             cancel=cancel,
@@ -168,10 +168,11 @@ class SessionBackend:
     def fit_erasure(
         self, task: str, layer: int, sentences: list[Sentence], *, cancel: threading.Event | None = None
     ) -> Iterator[Progress[LiveErasure]]:
+        from bertscope.core.analyses.conditions import JobOptions
         from bertscope.core.analyses.erasure import fit_eraser
 
         def steps() -> Iterator[Progress[LiveErasure]]:
-            eraser = yield from relay(fit_eraser(self.session, task, sentences, layer=layer, cancel=cancel))
+            eraser = yield from relay(fit_eraser(self.session, task, sentences, layer=layer, job=JobOptions(cancel=cancel)))
             if eraser is None:
                 return  # cancelled
             self._erasers[task, layer] = eraser
@@ -244,7 +245,7 @@ class SessionBackend:
             test=test,
             mask=mask,
             ablation=ablation,
-            probe=kind,
+            kind=kind,
             mdl=mdl,
             cache_dir=cache,
             cancel=cancel,
