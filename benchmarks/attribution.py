@@ -99,7 +99,7 @@ def main() -> None:
     errors = {n: [] for n in steps}
     for text in texts:
         for n in steps:
-            errors[n].append(_run(attribute(session, text, method="integrated-gradients", target=target, steps=n)).completeness_error)
+            errors[n].append(_run(attribute(session, text, method="integrated-gradients", target=target, ig_steps=n)).completeness_error)
 
     def ratio_summary(key: str) -> dict:
         ratios = [row[key] / row["bare_ms"] for row in rows]

@@ -47,6 +47,7 @@ def main() -> None:
     import torch
 
     from bertscope.core.analyses import probes, probing
+    from bertscope.core.analyses.conditions import JobOptions
     from bertscope.core.data.corpus import read_sentences
     from bertscope.core.data.splits import make_splits
     from bertscope.core.data.treebank import generate_treebank
@@ -79,14 +80,16 @@ def main() -> None:
     probing.report_codes = timed("mdl", probing.report_codes)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as cache:
-        list(probing.run_probe(session, args.task, splits, random_baseline=False, cache_dir=cache))  # the features, untimed
+        list(probing.run_probe(session, args.task, splits, random_baseline=False, job=JobOptions(cache_dir=cache)))  # the features, untimed
         for name in timings:
             timings[name].clear()
             cpu[name].clear()
         totals = []
         for _ in range(args.repeats):
             started = time.perf_counter()
-            report = list(probing.run_probe(session, args.task, splits, random_baseline=False, cache_dir=cache, mdl=True))[-1].result
+            report = list(probing.run_probe(session, args.task, splits, random_baseline=False, job=JobOptions(cache_dir=cache), mdl=True))[
+                -1
+            ].result
             totals.append(time.perf_counter() - started)
     accuracy_s, mdl_s = min(timings["accuracy_fit"]), min(timings["mdl"])
     result = {

@@ -38,6 +38,7 @@ def main() -> None:
     from transformers import AutoModel
 
     from bertscope.api import load
+    from bertscope.core.analyses.conditions import JobOptions
     from bertscope.core.analyses.patterns import encode_sorted, pattern_statistics
     from bertscope.core.data.corpus import read_sentences, sample_corpus
 
@@ -58,7 +59,7 @@ def main() -> None:
 
     def time_patterns(norms: bool) -> float:
         started = time.perf_counter()
-        for _ in pattern_statistics(session, sentences, batch_size=args.batch_size, norms=norms):
+        for _ in pattern_statistics(session, sentences, job=JobOptions(batch_size=args.batch_size), norms=norms):
             pass
         synchronise(session.device)
         return time.perf_counter() - started

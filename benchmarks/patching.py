@@ -64,6 +64,7 @@ def measure(model_dir: str | None, name: str, device: str, dtype: str, repeats: 
 
     import bertscope
     from bertscope.core.analyses.patching import patch
+    from bertscope.core.analyses.patching_results import PatchMetric
 
     session = bertscope.load(model_dir, device=device, dtype=dtype)
     encoding = session.encode(CLEAN)
@@ -77,7 +78,7 @@ def measure(model_dir: str | None, name: str, device: str, dtype: str, repeats: 
             session.model.base_model(**inputs)
 
     def sweep(*names, per_position=False):
-        return lambda: list(patch(session, CLEAN, CORRUPT, metric="preserve", sweeps=names, per_position=per_position))
+        return lambda: list(patch(session, CLEAN, CORRUPT, metric=PatchMetric("preserve"), sweeps=names, per_position=per_position))
 
     forward_ms = best_ms(forward, session.device, repeats)
     layers, heads, tokens = session.num_layers, session.num_heads, len(encoding)

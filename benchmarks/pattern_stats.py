@@ -37,6 +37,7 @@ def main() -> None:
     import torch
     from transformers import AutoModel
 
+    from bertscope.core.analyses.conditions import JobOptions
     from bertscope.core.analyses.patterns import encode_sorted, pattern_statistics
     from bertscope.core.data.batching import MAX_SQUARE, plan_batches
     from bertscope.core.data.corpus import read_sentences, sample_corpus
@@ -64,7 +65,7 @@ def main() -> None:
 
     def time_patterns() -> float:
         started = time.perf_counter()
-        for number, step in enumerate(pattern_statistics(session, sentences, batch_size=args.batch_size)):
+        for number, step in enumerate(pattern_statistics(session, sentences, job=JobOptions(batch_size=args.batch_size))):
             if number % 8 == 0 or step.finished:
                 memory.append((step.done, round(rss_mb(), 1)))
         synchronise(session.device)

@@ -56,6 +56,7 @@ def main() -> None:
     import torch
     from transformers import AutoModel
 
+    from bertscope.core.analyses.conditions import JobOptions
     from bertscope.core.analyses.probing import run_probe
     from bertscope.core.data.corpus import read_sentences
     from bertscope.core.data.splits import make_splits
@@ -108,7 +109,9 @@ def main() -> None:
 
     def time_probe(cache_dir, lean=True) -> tuple[float, object]:
         started = time.perf_counter()
-        report = list(run_probe(session, args.task, splits, control=not lean, random_baseline=not lean, cache_dir=cache_dir))[-1].result
+        report = list(
+            run_probe(session, args.task, splits, control=not lean, random_baseline=not lean, job=JobOptions(cache_dir=cache_dir))
+        )[-1].result
         return time.perf_counter() - started, report
 
     def time_cli(cache_dir, lean=True) -> float:

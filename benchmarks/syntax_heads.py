@@ -38,6 +38,7 @@ def main() -> None:
     import torch
     from transformers import AutoModel
 
+    from bertscope.core.analyses.conditions import JobOptions
     from bertscope.core.analyses.syntax import _encode, syntax_heads
     from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS, plan_batches
     from bertscope.core.data.corpus import read_sentences, sample_corpus
@@ -64,7 +65,7 @@ def main() -> None:
 
     def time_syntax() -> float:
         started = time.perf_counter()
-        for step in syntax_heads(session, sentences, batch_size=args.batch_size):
+        for step in syntax_heads(session, sentences, job=JobOptions(batch_size=args.batch_size)):
             if step.done % (args.batch_size * 8) < args.batch_size or step.finished:
                 memory.append((step.done, round(rss_mb(), 1)))
         synchronise(session.device)

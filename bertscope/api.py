@@ -42,9 +42,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, Protocol, TypeVar
 
 from bertscope.core import distributed
+from bertscope.core.analyses.conditions import CacheDir, Conditions, JobOptions
 from bertscope.core.data.corpus import ReadReport, Sentence, read_sentences, sample_corpus
 from bertscope.core.data.probing_tasks import TREEBANK_TASKS
 from bertscope.core.errors import BertscopeError, BertscopeNote, Cancelled, InputError  # noqa: F401 - the first and third re-exported (bertscope.__all__)
@@ -82,7 +83,6 @@ class AnalysisResult(Protocol):
 
 R = TypeVar("R", bound=AnalysisResult)
 ProgressCallback = Callable[[Any], None] | None
-CacheDir = str | Path | Literal[False] | None  # where features and probes are cached; False: no cache
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
@@ -170,6 +170,21 @@ def _finished(run: Iterable[Progress[T]], finish: Callable[[T], T]) -> Iterator[
 def _noted(run: Iterable[Progress[R]], notes: Callable[[R], Iterable[str]]) -> Iterator[Progress[R]]:
     """`run`, its result's `notes` set to `notes(result)` (what reading the data said, then the analysis)."""
     return _finished(run, lambda result: replace(result, notes=tuple(notes(result))))
+
+
+class _CutCounted(AnalysisResult, Protocol):
+    """A corpus result that counts what was cut to fit the model (tokens or sentences)."""
+
+    @property
+    def truncated(self) -> int: ...
+
+
+C = TypeVar("C", bound=_CutCounted)
+
+
+def _read_and_cut(run: Iterable[Progress[C]], sentences: Corpus, cut: Callable[[int], str]) -> Iterator[Progress[C]]:
+    """`run`, its result's notes what reading `sentences` said and, where the result counts a cut, `cut(count)`."""
+    return _noted(run, lambda result: (*sentences.read_notes(), *([cut(result.truncated)] if result.truncated else [])))
 
 
 # --- the model and the data ------------------------------------------------------------------------------
@@ -273,6 +288,12 @@ def head_mask(model: Session | DeferredSession, mask: str | HeadMask | None) -> 
     return mask if isinstance(mask, HeadMask) else model.mask(mask)
 
 
+def _conditions(model: Session | DeferredSession, mask: str | HeadMask | None, ablation: Ablation) -> Conditions:
+    """What the passes run under, from the flat keywords a caller types (`mask=`, `ablation=`): the one place they become
+    the value the core takes whole (`JobOptions`, the other, is built from `batch_size=`, `seed=`, `cache_dir=`, `cancel=`)."""
+    return Conditions(head_mask(model, mask), ablation)
+
+
 # --- attention over a corpus -------------------------------------------------------------------------------
 
 
@@ -304,19 +325,13 @@ def patterns(
     run = pattern_statistics(
         model,
         distributed.shard(sentences.sentences),
-        mask=head_mask(model, mask),
-        ablation=ablation,
-        batch_size=batch_size,
-        cancel=cancel,
         norms=norms,
+        conditions=_conditions(model, mask, ablation),
+        job=JobOptions(batch_size=batch_size, cancel=cancel),
     )
-
-    def notes(result: PatternResult) -> Iterator[str]:
-        yield from sentences.read_notes()
-        if result.truncated:
-            yield f"{result.truncated:,} tokens were cut from sentences longer than the model's maximum of {model.max_length}"
-
-    return _noted(run, notes)
+    return _read_and_cut(
+        run, sentences, lambda count: f"{count:,} tokens were cut from sentences longer than the model's maximum of {model.max_length}"
+    )
 
 
 # --- heads that track syntax -------------------------------------------------------------------------------
@@ -391,18 +406,19 @@ def syntax(
 
     sentences = treebank(texts, data=data, limit=limit)
     run = syntax_heads(
-        model, distributed.shard(sentences.sentences), mask=head_mask(model, mask), ablation=ablation, batch_size=batch_size, cancel=cancel
+        model,
+        distributed.shard(sentences.sentences),
+        conditions=_conditions(model, mask, ablation),
+        job=JobOptions(batch_size=batch_size, cancel=cancel),
     )
-
-    def notes(result: SyntaxResult) -> Iterator[str]:
-        yield from sentences.read_notes()
-        if result.truncated:
-            yield (
-                f"{result.truncated:,} sentences were cut to the model's maximum of {model.max_length} tokens; "
-                "arcs to the words beyond the cut are not counted"
-            )
-
-    return _noted(run, notes)
+    return _read_and_cut(
+        run,
+        sentences,
+        lambda count: (
+            f"{count:,} sentences were cut to the model's maximum of {model.max_length} tokens; "
+            "arcs to the words beyond the cut are not counted"
+        ),
+    )
 
 
 # --- what each layer knows ---------------------------------------------------------------------------------
@@ -540,7 +556,7 @@ def probe(
     limit: int | None = None,
     word_pooling: str = "first",
     sentence_pooling: str = "cls",
-    probe: ProbeKind = "linear",
+    kind: ProbeKind = "linear",
     control: bool = True,
     random_baseline: bool = True,
     min_examples: int = 2,
@@ -557,7 +573,7 @@ def probe(
     `task`: upos, xpos, deprel, depth or distance (a CoNLL-U `data`, else the built-in
     treebank), a SentEval task of `data`, or a built-in task. `texts` may give the training
     sentences already read (or the `ProbeData` of `probe_sentences`); dev and test default to
-    splits of train. `probe`: linear or mlp. `cache_dir=False` keeps no cache. `mdl`: each
+    splits of train. `kind`: the probe, linear or mlp. `cache_dir=False` keeps no cache. `mdl`: each
     layer's description length too (Voita & Titov 2020's online code, and the control task's),
     on the same features: `layers[l]["mdl"]`, `report.compression()`, `report.figure(mdl=True)`;
     for classification tasks (not depth or distance).
@@ -574,16 +590,13 @@ def probe(
         splits,
         word_pooling=word_pooling,
         sentence_pooling=sentence_pooling,
-        mask=head_mask(model, mask).spec(),
-        ablation=ablation,
-        kind=probe,
+        kind=kind,
         control=control,
         random_baseline=random_baseline,
         min_examples=min_examples,
-        cache_dir=cache_dir,
-        seed=seed,
         mdl=mdl,
-        cancel=cancel,
+        conditions=_conditions(model, mask, ablation),
+        job=JobOptions(seed=seed, cache_dir=cache_dir, cancel=cancel),
     )
     return _noted(run, lambda report: (*chosen.notes, *report.notes))
 
@@ -647,13 +660,9 @@ def erase(
         probe_layer=probe_layer,
         word_pooling=word_pooling,
         sentence_pooling=sentence_pooling,
-        mask=head_mask(model, mask).spec(),
-        ablation=ablation,
         min_examples=min_examples,
-        cache_dir=cache_dir,
-        batch_size=batch_size,
-        seed=seed,
-        cancel=cancel,
+        conditions=_conditions(model, mask, ablation),
+        job=JobOptions(batch_size=batch_size, seed=seed, cache_dir=cache_dir, cancel=cancel),
     )
     return _noted(run, lambda result: (*chosen.notes, *result.notes))
 
@@ -742,13 +751,25 @@ def objective(
     return prepared
 
 
-def _prepared(model: Session, name: str | Objective, texts: Texts, **options: Any) -> Objective:
-    """The objective `name` prepared over the data, or as it is when it was prepared already."""
+def _prepared(model: Session, name: str | Objective, texts: Texts, job: JobOptions, **choice: Any) -> Objective:
+    """The objective `name` prepared over the data `choice` names (`data`, `format`, `limit`, `task`, `probe_layer`)
+    with `job`'s batch size and seed, or as it is when it was prepared already."""
     if isinstance(name, str):
-        return objective(model, name, texts, **options)
-    if texts is not None or options.get("data") is not None:
+        return objective(model, name, texts, batch_size=job.batch_size, seed=job.seed, **choice)
+    if texts is not None or choice.get("data") is not None:
         raise InputError("a prepared objective has its data already; give the data when naming the objective", setting="data")
     return name
+
+
+def _ranking(
+    prepared: Objective, ranking: HeadImportance | None, method: str, ablation: Ablation, normalize: bool, job: JobOptions
+) -> Iterator[Progress[HeadImportance]]:
+    """Steps whose result is `ranking`, or else the head importance estimated by `method` (what `importance` streams)."""
+    from bertscope.core.analyses.importance import head_importance
+
+    if ranking is not None:
+        return iter([Progress("head importance", 1, 1, ranking)])
+    return head_importance(prepared, method, ablation=ablation, normalize=normalize, seed=job.seed, cancel=job.cancel)
 
 
 @analysis("head importance")
@@ -772,29 +793,17 @@ def importance(
 ) -> Iterator[Progress[HeadImportance]]:
     """How much each head matters for an objective (its name, or one `objective` prepared):
     Michel et al.'s gradient, or exact ablation."""
-    from bertscope.core.analyses.importance import head_importance
-
-    prepared = _prepared(
-        model,
-        objective,
-        texts,
-        data=data,
-        format=format,
-        limit=limit,
-        task=task,
-        probe_layer=probe_layer,
-        batch_size=batch_size,
-        seed=seed,
-    )
-    return head_importance(prepared, method, ablation=ablation, normalize=normalize, seed=seed, cancel=cancel)
+    job = JobOptions(batch_size=batch_size, seed=seed, cancel=cancel)
+    prepared = _prepared(model, objective, texts, job, data=data, format=format, limit=limit, task=task, probe_layer=probe_layer)
+    return _ranking(prepared, None, method, ablation, normalize, job)
 
 
 def measure(prepared: Objective, mask: str | HeadMask | None = None, ablation: Ablation = "zero") -> Measurement:
     """The objective's loss and metric with the heads of `mask` switched off (quick to repeat: the explorer's toggles)."""
-    from bertscope.core.analyses.importance import measure as measured
+    from bertscope.core.analyses import importance as head_scores
 
     chosen = head_mask(prepared.session, mask)
-    return measured(prepared, chosen if len(chosen) else None, ablation)
+    return head_scores.measure(prepared, chosen if len(chosen) else None, ablation)
 
 
 @analysis("pruning curve", summed=False)
@@ -826,19 +835,9 @@ def pruning_curve(
     from bertscope.core.analyses.importance import pruning_curve as curve
 
     check_fraction(step, "step")
-    prepared = _prepared(
-        model,
-        objective,
-        texts,
-        data=data,
-        format=format,
-        limit=limit,
-        task=task,
-        probe_layer=probe_layer,
-        batch_size=batch_size,
-        seed=seed,
-    )
-    ranking_steps = _ranking(model, prepared, ranking, method=method, ablation=ablation, normalize=normalize, seed=seed, cancel=cancel)
+    job = JobOptions(batch_size=batch_size, seed=seed, cancel=cancel)
+    prepared = _prepared(model, objective, texts, job, data=data, format=format, limit=limit, task=task, probe_layer=probe_layer)
+    ranking_steps = _ranking(prepared, ranking, method, ablation, normalize, job)
 
     def run() -> Iterator[Progress[PruningCurve]]:
         chosen = yield from relay(ranking_steps)
@@ -856,13 +855,6 @@ def pruning_curve(
             )
 
     return run()
-
-
-def _ranking(model: Session, prepared: Objective, ranking: HeadImportance | None, **options: Any) -> Iterator[Progress[HeadImportance]]:
-    """Steps whose result is `ranking`, or else the head importance estimated by `options`."""
-    if ranking is not None:
-        return iter([Progress("head importance", 1, 1, ranking)])
-    return steps(importance, model, prepared, **options)
 
 
 @analysis("pruning")
@@ -903,19 +895,9 @@ def prune(
 
         check_pruned_copy(weights, model.loaded.family, bool(pruned_heads_of(model.model.config)))
         check_new_directory(Path(output))
-    prepared = _prepared(
-        model,
-        objective,
-        texts,
-        data=data,
-        format=format,
-        limit=limit,
-        task=task,
-        probe_layer=probe_layer,
-        batch_size=batch_size,
-        seed=seed,
-    )
-    ranking_steps = _ranking(model, prepared, ranking, method=method, ablation=ablation, normalize=normalize, seed=seed, cancel=cancel)
+    job = JobOptions(batch_size=batch_size, seed=seed, cancel=cancel)
+    prepared = _prepared(model, objective, texts, job, data=data, format=format, limit=limit, task=task, probe_layer=probe_layer)
+    ranking_steps = _ranking(prepared, ranking, method, ablation, normalize, job)
 
     def run() -> Iterator[Progress[Pruning]]:
         chosen = yield from relay(ranking_steps)
@@ -936,7 +918,7 @@ def _pruned(
     ablation: Ablation,
 ) -> Pruning:
     """Remove the least important `fraction` of the heads by `ranking`, measure, and with `output` write the pruned copy."""
-    from bertscope.core.analyses.importance import measure, pruned_set
+    from bertscope.core.analyses.importance import pruned_set
 
     total = model.num_layers * model.num_heads
     count = round(fraction * total) - len(pruned_set(model))
@@ -953,7 +935,7 @@ def _pruned(
         if any(len(layers) > 1 for layers in groups):  # ALBERT: a saved copy removes a head from every application
             chosen = least_important_shared(ranking, groups, count)
     mask = HeadMask(model.num_layers, model.num_heads, frozenset(chosen))
-    after = measure(prepared, mask, "zero")
+    after = measure(prepared, mask)  # a count above 0: the mask switches heads off
     pruning = Pruning(
         objective=prepared.name,
         metric=prepared.metric,
@@ -1128,7 +1110,7 @@ def mixing(
         raise InputError("the pair text is empty; give a second sentence or none", setting="pair")
     (chosen,) = check_methods([method])
     encoding = model.encode(text, pair) if isinstance(text, str) else text
-    run = context_mixing(model, encoding, method=chosen, mask=head_mask(model, mask), ablation=ablation, cancel=cancel)
+    run = context_mixing(model, encoding, method=chosen, conditions=_conditions(model, mask, ablation), job=JobOptions(cancel=cancel))
     cut = _cut_notes(model, encoding) if isinstance(text, str) else ()
     return _noted(run, lambda result: (*cut, *result.notes))
 
@@ -1166,18 +1148,10 @@ def mixing_agreement(
         model,
         distributed.shard(sentences.sentences),
         methods=chosen,
-        mask=head_mask(model, mask),
-        ablation=ablation,
-        batch_size=batch_size,
-        cancel=cancel,
+        conditions=_conditions(model, mask, ablation),
+        job=JobOptions(batch_size=batch_size, cancel=cancel),
     )
-
-    def notes(result: MixingAgreement) -> Iterator[str]:
-        yield from sentences.read_notes()
-        if result.truncated:
-            yield f"{result.truncated:,} sentences were cut to the model's maximum of {model.max_length} tokens"
-
-    return _noted(run, notes)
+    return _read_and_cut(run, sentences, lambda count: f"{count:,} sentences were cut to the model's maximum of {model.max_length} tokens")
 
 
 # --- attribution -------------------------------------------------------------------------------------------
@@ -1197,7 +1171,7 @@ def attribute(
     layer: int | None = None,
     sentence_pooling: str = "cls",
     score: str = "log-probability",
-    steps: int | None = None,
+    ig_steps: int | None = None,
     cache_dir: CacheDir = None,
     mask: str | HeadMask | None = None,
     ablation: Ablation = "zero",
@@ -1207,7 +1181,8 @@ def attribute(
     """Which tokens of `text` a decision rests on: a probe's (`probe=TASK`, trained on `data`), a classifier's class, or an MLM guess.
 
     `target` is the label, class or token to explain (default: the model's top choice); `text`
-    may be an `Encoding` already made (the explorer's).
+    may be an `Encoding` already made (the explorer's). `ig_steps`: integrated gradients' steps (default: 32, doubled
+    up to 256 until the completeness error is under 5%).
     """
     from bertscope.core.analyses.attribution import Target
     from bertscope.core.analyses.attribution import attribute as attribution_steps
@@ -1227,11 +1202,9 @@ def attribute(
         method=method,
         target=chosen,
         score=score,
-        steps=steps,
-        mask=head_mask(model, mask),
-        ablation=ablation,
-        cache_dir=cache_dir,
-        cancel=cancel,
+        ig_steps=ig_steps,
+        conditions=_conditions(model, mask, ablation),
+        job=JobOptions(cache_dir=cache_dir, cancel=cancel),
     )
     cut = _cut_notes(model, encoding) if isinstance(text, str) else ()
     return _noted(run, lambda result: (*cut, *result.notes))
@@ -1270,27 +1243,30 @@ def patch(
     shares of m(clean) - m(corrupt): 1 when the component carries all of it.
     """
     from bertscope.core.analyses.patching import patch as patching_steps
+    from bertscope.core.analyses.patching_results import PatchMetric
 
     for text in (clean, corrupt):
         if not text.strip():
             raise InputError("the text is empty; give a clean and a corrupted sentence", setting="corrupt" if text is corrupt else None)
+    chosen_metric = PatchMetric(
+        metric,
+        answers=tuple(answers) if answers else None,
+        classes=tuple(classes) if classes else None,
+        task=task,
+        data=data,
+        probe_layer=probe_layer,
+    )
     return patching_steps(
         model,
         clean,
         corrupt,
         clean_pair=pair,
         corrupt_pair=corrupt_pair,
-        metric=metric,
-        answers=tuple(answers) if answers else None,
-        classes=tuple(classes) if classes else None,
-        task=task,
-        data=data,
-        probe_layer=probe_layer,
+        metric=chosen_metric,
         sweeps=tuple(sweep),
         direction=direction,
         per_position=per_position,
-        cache_dir=cache_dir,
-        cancel=cancel,
+        job=JobOptions(cache_dir=cache_dir, cancel=cancel),
     )
 
 
@@ -1322,18 +1298,14 @@ def geometry(
     from bertscope.core.analyses.geometry import representation_geometry
 
     sentences = corpus(texts, data=data, format=format, limit=limit)
-    chosen = head_mask(model, mask)
     run = representation_geometry(
         model,
         sentences.sentences,
         unit=unit,
         max_rows=max_rows,
         neighbours=neighbours,
-        seed=seed,
-        batch_size=batch_size,
-        mask=chosen if len(chosen) else None,
-        ablation=ablation,
-        cancel=cancel,
+        conditions=_conditions(model, mask, ablation),
+        job=JobOptions(batch_size=batch_size, seed=seed, cancel=cancel),
     )
     return _noted(run, lambda result: (*sentences.read_notes(), *result.notes))
 
@@ -1376,10 +1348,7 @@ def compare(
         rows,
         unit=unit,
         max_rows=max_rows,
-        seed=seed,
-        batch_size=batch_size,
         probes=tasks,
-        cache_dir=cache_dir,
-        cancel=cancel,
+        job=JobOptions(batch_size=batch_size, seed=seed, cache_dir=cache_dir, cancel=cancel),
     )
     return _noted(run, lambda result: (*sentences.read_notes(), *result.notes))

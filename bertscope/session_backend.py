@@ -112,10 +112,11 @@ class SessionBackend:
     def fit_erasure(
         self, task: str, layer: int, sentences: list[Sentence], *, cancel: threading.Event | None = None
     ) -> Iterator[Progress[LiveErasure]]:
+        from bertscope.core.analyses.conditions import JobOptions
         from bertscope.core.analyses.erasure import fit_eraser
 
         def steps() -> Iterator[Progress[LiveErasure]]:
-            eraser = yield from relay(fit_eraser(self.session, task, sentences, layer=layer, cancel=cancel))
+            eraser = yield from relay(fit_eraser(self.session, task, sentences, layer=layer, job=JobOptions(cancel=cancel)))
             if eraser is None:
                 return  # cancelled
             self._erasers[task, layer] = eraser

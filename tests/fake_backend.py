@@ -288,7 +288,7 @@ class FakeBackend:
             raise InputError("no sentences to analyse; the treebank is empty")
         yield Progress("sentences", done, result=result_after(done, chosen.read_notes()), partial=result_after(done))
 
-    def probe(self, task, texts=None, *, data=None, mask=None, ablation="zero", probe="linear", mdl=False, erasure=None, cancel=None):
+    def probe(self, task, texts=None, *, data=None, mask=None, ablation="zero", kind="linear", mdl=False, erasure=None, cancel=None):
         """Two feature stages, then a report whose layer l scores 0.5 + 0.1 l (less under a mask); with `mdl`, layer l
         compresses 1 + l times (a word task's control task 1 + l / 4 times: as in the real one, a sentence task has no
         control) over a uniform code of 100 bits."""
@@ -339,7 +339,7 @@ class FakeBackend:
         target=None,
         probe=None,
         layer=None,
-        steps=None,
+        ig_steps=None,
         mask=None,
         ablation="zero",
         erasure=None,

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from bertscope.core.analyses.attribution import Target, attribute, gauss_legendre, rollout
+from bertscope.core.analyses.conditions import Conditions, JobOptions
 from bertscope.core.data.probing_tasks import generate, write_senteval
 from bertscope.core.errors import InputError
 from tests.helpers.models import save_tiny
@@ -66,7 +67,7 @@ def reference(sharp_dir):
 def test_integrated_gradients_agree_with_captum(tiny_mlm_session, reference):
     from captum.attr import IntegratedGradients
 
-    ours = result_of(attribute(tiny_mlm_session, TEXT, method="integrated-gradients", steps=32))
+    ours = result_of(attribute(tiny_mlm_session, TEXT, method="integrated-gradients", ig_steps=32))
     assert ours.target["kind"] == "mlm" and ours.target["position"] == reference["position"]
     assert ours.target["index"] == reference["token"]
     expected, delta = IntegratedGradients(reference["f"]).attribute(
@@ -88,8 +89,8 @@ def test_integrated_gradients_agree_with_captum(tiny_mlm_session, reference):
 
 
 def test_completeness_error_is_what_it_says_and_small_with_enough_steps(tiny_mlm_session):
-    few = result_of(attribute(tiny_mlm_session, TEXT, method="integrated-gradients", steps=4))
-    many = result_of(attribute(tiny_mlm_session, TEXT, method="integrated-gradients", steps=128))
+    few = result_of(attribute(tiny_mlm_session, TEXT, method="integrated-gradients", ig_steps=4))
+    many = result_of(attribute(tiny_mlm_session, TEXT, method="integrated-gradients", ig_steps=128))
     for result in (few, many):
         difference = result.output - result.baseline_output
         assert result.completeness_error == pytest.approx(abs(result.scores.sum() - difference) / abs(difference), rel=1e-3, abs=1e-5)
@@ -132,8 +133,8 @@ def test_context_mixing_methods_read_the_decisions_row_rolled_out(tiny_mlm_sessi
     from bertscope.core.analyses.mixing import context_mixing
 
     mask = tiny_mlm_session.mask("0:1")
-    ours = result_of(attribute(tiny_mlm_session, TEXT, method=method, mask=mask))
-    mixing = result_of(context_mixing(tiny_mlm_session, TEXT, method=MIXING[method], mask=mask))
+    ours = result_of(attribute(tiny_mlm_session, TEXT, method=method, conditions=Conditions(mask)))
+    mixing = result_of(context_mixing(tiny_mlm_session, TEXT, method=MIXING[method], conditions=Conditions(mask)))
     np.testing.assert_allclose(ours.scores, mixing.rolled[-1][reference["position"]], atol=1e-6)
     assert ours.scores.sum() == pytest.approx(1.0, abs=1e-5) and (ours.scores >= 0).all()
     assert ours.mask.spec() == "0:1" and ours.target["kind"] == "mlm"
@@ -142,10 +143,17 @@ def test_context_mixing_methods_read_the_decisions_row_rolled_out(tiny_mlm_sessi
 
 
 def test_a_head_mask_reaches_the_attributed_forward(tiny_mlm_session):
-    plain = result_of(attribute(tiny_mlm_session, TEXT, method="integrated-gradients", steps=16))
+    plain = result_of(attribute(tiny_mlm_session, TEXT, method="integrated-gradients", ig_steps=16))
     mask = tiny_mlm_session.mask("1:*,2:0")
     masked = result_of(
-        attribute(tiny_mlm_session, TEXT, method="integrated-gradients", steps=16, mask=mask, target=Target(label=plain.target["label"]))
+        attribute(
+            tiny_mlm_session,
+            TEXT,
+            method="integrated-gradients",
+            ig_steps=16,
+            conditions=Conditions(mask),
+            target=Target(label=plain.target["label"]),
+        )
     )
     assert masked.output != pytest.approx(plain.output)
     from bertscope.core.analyses.mlm import fill
@@ -198,15 +206,15 @@ def test_probe_decisions_on_a_model_without_an_mlm_head(tiny_session, tmp_path):
     import bertscope.core.analyses.probe_decision as module
 
     key_count = len(module._trained.get(tiny_session, {}))
-    result = result_of(attribute(tiny_session, text, method="integrated-gradients", target=target, cache_dir=tmp_path))
+    result = result_of(attribute(tiny_session, text, method="integrated-gradients", target=target, job=JobOptions(cache_dir=tmp_path)))
     assert result.target["label"] == "NN" and result.target["layer"] == 2 and result.target["task"] == "subject_number"
     assert result.completeness_error < 0.05
-    rolled = result_of(attribute(tiny_session, text, method="attention-rollout", target=target, cache_dir=tmp_path))
+    rolled = result_of(attribute(tiny_session, text, method="attention-rollout", target=target, job=JobOptions(cache_dir=tmp_path)))
     assert rolled.scores.sum() == pytest.approx(1.0, abs=1e-5)
     # a rolled-out measure stops at the layer the probe reads (hidden state 2: the output of layer 1), at [CLS]'s row
     from bertscope.core.analyses.mixing import context_mixing
 
-    zeroed = result_of(attribute(tiny_session, text, method="value-zeroing", target=target, cache_dir=tmp_path))
+    zeroed = result_of(attribute(tiny_session, text, method="value-zeroing", target=target, job=JobOptions(cache_dir=tmp_path)))
     mixing = result_of(context_mixing(tiny_session, text, method="value-zeroing"))
     np.testing.assert_allclose(zeroed.scores, mixing.rolled[1][0], atol=1e-6)
     assert len(module._trained[tiny_session]) == key_count  # trained once, reused
@@ -220,11 +228,15 @@ def test_probe_decisions_on_a_model_without_an_mlm_head(tiny_session, tmp_path):
     with pytest.raises(InputError, match="not a class here; classes: NN, NNS"):
         list(
             attribute(
-                tiny_session, text, method="gradient", target=Target(probe="subject_number", data=str(data), label="VB"), cache_dir=tmp_path
+                tiny_session,
+                text,
+                method="gradient",
+                target=Target(probe="subject_number", data=str(data), label="VB"),
+                job=JobOptions(cache_dir=tmp_path),
             )
         )
     with pytest.raises(InputError, match="unknown probing task"):
-        list(attribute(tiny_session, text, method="gradient", target=Target(probe="nonsense"), cache_dir=tmp_path))
+        list(attribute(tiny_session, text, method="gradient", target=Target(probe="nonsense"), job=JobOptions(cache_dir=tmp_path)))
 
 
 def test_sequence_classification_outputs(tmp_path):
@@ -241,7 +253,7 @@ def test_sequence_classification_outputs(tmp_path):
         label2id={"neg": 0, "neu": 1, "pos": 2},
     )
     session = Session.open(str(directory), device="cpu")
-    result = result_of(attribute(session, "A fine film.", method="integrated-gradients", target=Target(label="POS"), steps=64))
+    result = result_of(attribute(session, "A fine film.", method="integrated-gradients", target=Target(label="POS"), ig_steps=64))
     assert result.target["kind"] == "class" and result.target["label"] == "pos" and result.target["index"] == 2
     model = BertForSequenceClassification.from_pretrained(directory).eval()
     with torch.no_grad():

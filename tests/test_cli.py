@@ -524,10 +524,13 @@ def test_a_corpus_job_pauses_the_cycle_collector_until_it_ends(tiny_session):
     and after one stopped early."""
     import gc
 
+    from bertscope.core.analyses.conditions import JobOptions
     from bertscope.core.analyses.streaming import CorpusBatches
 
     during = []
-    batches = CorpusBatches(["a b", "c d e", "f"], lambda chunk: chunk, lengths=lambda chunk: [len(text) for text in chunk], batch_size=1)
+    batches = CorpusBatches(
+        ["a b", "c d e", "f"], lambda chunk: chunk, lengths=lambda chunk: [len(text) for text in chunk], job=JobOptions(batch_size=1)
+    )
     for _ in batches:
         during.append(gc.isenabled())
     assert during == [False, False, False] and gc.isenabled()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bertscope.core.analyses.compare import check_same_tokenizer, compare_models, probe_data
+from bertscope.core.analyses.conditions import JobOptions
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
 from tests.helpers.models import save_tiny
@@ -43,7 +44,7 @@ def other_session(tmp_path_factory):
 
 
 def test_a_model_compared_with_itself_is_the_same_everywhere(tiny_session):
-    result = compared(tiny_session, tiny_session, batch_size=3)
+    result = compared(tiny_session, tiny_session, job=JobOptions(batch_size=3))
     assert result.head_cosine.shape == (3, 4)
     np.testing.assert_allclose(result.head_cosine, 1.0, atol=1e-5)
     np.testing.assert_allclose(result.head_cosine_std, 0.0, atol=1e-3)
@@ -53,7 +54,7 @@ def test_a_model_compared_with_itself_is_the_same_everywhere(tiny_session):
 
 
 def test_head_cosine_is_the_mean_over_sentences_of_each_maps_cosine(tiny_session, other_session):
-    result = compared(tiny_session, other_session, batch_size=3)
+    result = compared(tiny_session, other_session, job=JobOptions(batch_size=3))
     assert result.head_cosine.shape == (3, 4) and (result.head_cosine < 0.999).any()
     cosines = []
     for sentence in SENTENCES:
@@ -94,7 +95,7 @@ def test_a_different_tokenizer_is_refused_in_one_line(tiny_session, tmp_path):
 
 def test_probe_differences_per_layer(tiny_session, other_session):
     data = probe_data("sentence_length", None)[::20]  # a small slice of the built-in task, its splits kept
-    result = compared(tiny_session, other_session, probes=[("sentence_length", data)], cache_dir=False)
+    result = compared(tiny_session, other_session, probes=[("sentence_length", data)], job=JobOptions(cache_dir=False))
     (probe,) = result.probes
     assert probe.task == "sentence_length" and probe.metric == "accuracy" and len(probe.a) == len(probe.b) == 4
     entry = probe.as_json()["layers"][2]
@@ -107,7 +108,7 @@ def test_probe_differences_per_layer(tiny_session, other_session):
 
 def test_compare_can_be_cancelled(tiny_session):
     cancel = threading.Event()
-    steps = compare_models(tiny_session, tiny_session, SENTENCES * 10, batch_size=2, cancel=cancel)
+    steps = compare_models(tiny_session, tiny_session, SENTENCES * 10, job=JobOptions(batch_size=2, cancel=cancel))
     next(steps)
     cancel.set()
     assert all(step.result is None for step in steps)

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 import bertscope
 from bertscope.cli import main
+from bertscope.core.analyses.conditions import JobOptions
 from bertscope.core.analyses.erasure import Eraser, erasing, run_erasure
 from bertscope.core.data.corpus import read_sentences, sample_corpus
 from bertscope.core.data.splits import make_splits
@@ -153,9 +154,9 @@ def treebank_splits():
 
 def test_erasing_a_property_a_probe_reads_costs_more_than_the_random_control(tiny_session):
     """The measure here is a probe for the erased task two layers up: a reader built to use the property."""
-    result = list(run_erasure(tiny_session, "upos", treebank_splits(), layer=1, measure="probe:upos", probe_layer=3, cache_dir=False))[
-        -1
-    ].result
+    result = list(
+        run_erasure(tiny_session, "upos", treebank_splits(), layer=1, measure="probe:upos", probe_layer=3, job=JobOptions(cache_dir=False))
+    )[-1].result
     at = result.guardedness[0]
     assert at["layer"] == 1 and at["accuracy_before"] > result.majority + 0.2
     assert abs(at["accuracy_after"] - result.majority) <= 0.05  # guarded at the layer erased
@@ -225,7 +226,7 @@ def test_an_eraser_fitted_alone_erases_a_forward_as_the_analysis_does(tiny_sessi
     from bertscope.core.analyses.erasure import fit_eraser
 
     splits = treebank_splits()
-    eraser = list(fit_eraser(tiny_session, "upos", splits.train, layer=2, cache_dir=False))[-1].result
+    eraser = list(fit_eraser(tiny_session, "upos", splits.train, layer=2, job=JobOptions(cache_dir=False)))[-1].result
     assert isinstance(eraser, Eraser) and eraser.kind == "leace" and eraser.rank > 0
     plain = tiny_session.forward(TEXT)
     with erasing(tiny_session, 2, eraser):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bertscope.core.analyses.conditions import JobOptions
 from bertscope.core.analyses.geometry import (
     cka_matrices,
     linear_cka,
@@ -222,9 +223,9 @@ def test_geometry_over_tokens_of_a_tiny_model(tiny_session):
 
 
 def test_same_seed_same_sample_other_seed_other_sample(tiny_session):
-    first = run_geometry(tiny_session, SENTENCES, max_rows=30, seed=1)
-    again = run_geometry(tiny_session, SENTENCES, max_rows=30, seed=1)
-    other = run_geometry(tiny_session, SENTENCES, max_rows=30, seed=2)
+    first = run_geometry(tiny_session, SENTENCES, max_rows=30, job=JobOptions(seed=1))
+    again = run_geometry(tiny_session, SENTENCES, max_rows=30, job=JobOptions(seed=1))
+    other = run_geometry(tiny_session, SENTENCES, max_rows=30, job=JobOptions(seed=2))
     assert first.texts == again.texts and np.array_equal(first.cka, again.cka)
     assert first.texts != other.texts
 
@@ -271,7 +272,7 @@ def test_geometry_can_be_cancelled(tiny_session):
     import threading
 
     cancel = threading.Event()
-    steps = representation_geometry(tiny_session, SENTENCES * 20, batch_size=4, cancel=cancel)
+    steps = representation_geometry(tiny_session, SENTENCES * 20, job=JobOptions(batch_size=4, cancel=cancel))
     next(steps)
     cancel.set()
     assert all(step.result is None for step in steps)

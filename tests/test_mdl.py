@@ -13,6 +13,7 @@ from scipy.special import log_softmax
 
 import bertscope
 from bertscope.cli import main
+from bertscope.core.analyses.conditions import JobOptions
 from bertscope.core.analyses.mdl import PORTIONS, OnlineCode, block_ends, online_codes, uniform_codelength
 from bertscope.core.analyses.probing import run_probe
 from bertscope.core.data.corpus import read_sentences, sample_corpus
@@ -183,7 +184,9 @@ def test_probe_with_mdl_on_a_word_task_reads_the_features_once(tiny_session, tmp
         return extract(*args, **options)
 
     monkeypatch.setattr(probing, "extract_sharded", counted)
-    report = list(run_probe(tiny_session, "upos", treebank_splits(), cache_dir=False, random_baseline=False, mdl=True))[-1].result
+    report = list(run_probe(tiny_session, "upos", treebank_splits(), job=JobOptions(cache_dir=False), random_baseline=False, mdl=True))[
+        -1
+    ].result
     assert len(extracted) == 3  # train, dev and test, once each: accuracy and description length share them
     n, classes = report.counts["train"], report.counts["classes"]
     for layer in report.layers:
@@ -205,7 +208,7 @@ def test_probe_with_mdl_on_a_word_task_reads_the_features_once(tiny_session, tmp
 
 
 def test_probe_without_mdl_says_nothing_of_it(tiny_session, tmp_path):
-    report = list(run_probe(tiny_session, "upos", treebank_splits(), cache_dir=tmp_path, random_baseline=False))[-1].result
+    report = list(run_probe(tiny_session, "upos", treebank_splits(), job=JobOptions(cache_dir=tmp_path), random_baseline=False))[-1].result
     assert "mdl" not in report.layers[0] and "mdl" not in report.as_json() and "compression" not in report.table()[0]
     with pytest.raises(InputError, match="mdl=True"):
         report.compression()
@@ -216,7 +219,7 @@ def test_mdl_on_a_sentence_task_and_with_mlp_probes(tiny_session, tmp_path):
     linear = bertscope.probe(tiny_session, "length", data=data, mdl=True, random_baseline=False, cache_dir=tmp_path)
     assert "control" not in linear.layers[0]["mdl"] and linear.mdl["unit"] == "sentences" and not linear.mdl["control"]
     assert "control_compression" not in linear.table()[0]
-    mlp = bertscope.probe(tiny_session, "length", data=data, mdl=True, random_baseline=False, cache_dir=tmp_path, probe="mlp")
+    mlp = bertscope.probe(tiny_session, "length", data=data, mdl=True, random_baseline=False, cache_dir=tmp_path, kind="mlp")
     assert mlp.mdl["probe"].startswith("mlp")
     for layer in mlp.layers:
         assert np.isfinite(layer["mdl"]["online_bits"]) and layer["mdl"]["online_bits"] > 0
@@ -229,7 +232,9 @@ def test_structural_tasks_have_no_description_length(tiny_session):
 
 
 def test_the_figure_draws_compression_when_asked(tiny_session, tmp_path):
-    report = list(run_probe(tiny_session, "upos", treebank_splits(), cache_dir=tmp_path, random_baseline=False, mdl=True))[-1].result
+    report = list(run_probe(tiny_session, "upos", treebank_splits(), job=JobOptions(cache_dir=tmp_path), random_baseline=False, mdl=True))[
+        -1
+    ].result
     scores, codes = report.figure(mdl=True).axes  # the accuracy above, the compression below (issue 54)
     np.testing.assert_allclose(scores.get_lines()[0].get_ydata(), [layer["accuracy"] for layer in report.layers])
     lines = {line.get_label(): line for line in codes.get_lines()}

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import torch
 
+from bertscope.core.analyses.conditions import JobOptions
+from bertscope.core.analyses.probes import ProbeTraining
 from bertscope.core.data.batching import plan_batches
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.splits import make_splits
@@ -91,7 +93,7 @@ def test_batches_fill_the_caps_so_the_largest_batch_does_not_follow_the_corpus()
 def test_pattern_statistics_keep_no_batch(tiny_session):
     from bertscope.core.analyses.patterns import pattern_statistics
 
-    steps = pattern_statistics(tiny_session, varied(96), batch_size=4, chunk_size=24)
+    steps = pattern_statistics(tiny_session, varied(96), job=JobOptions(batch_size=4), chunk_size=24)
     first, most = growth_between_batches(steps)
     assert most <= first + SLACK, f"live tensors grew from {first:,} to {most:,} bytes as batches were read"
 
@@ -104,7 +106,7 @@ def test_representation_sample_keeps_no_batch(tiny_session):
         varied(96),
         unit="token",
         max_rows=16,
-        batch_size=4,
+        job=JobOptions(batch_size=4),
         attentions=True,
         on_batch=lambda outputs, prepared: None,
     )
@@ -188,7 +190,7 @@ def test_probe_training_holds_a_block_of_rows_not_the_whole_layer(monkeypatch):
     y = rng.integers(0, classes, n)
     X = (rng.normal(size=(n, 2, dim)) + 0.4 * rng.normal(size=(classes, 1, dim))[y]).astype(np.float16)
     X_dev, y_dev = X[:300].copy(), y[:300].copy()
-    whole = probes.train_probes(X, y, X_dev, y_dev, num_classes=classes, seed=0, epochs=25)
+    whole = probes.train_probes(X, y, X_dev, y_dev, num_classes=classes, seed=0, training=ProbeTraining(epochs=25))
 
     monkeypatch.setattr(probes, "FIT_BLOCK", 150)
     monkeypatch.setattr(probes, "SCORE_BLOCK", 100)
@@ -208,7 +210,7 @@ def test_probe_training_holds_a_block_of_rows_not_the_whole_layer(monkeypatch):
 
     monkeypatch.setattr(lbfgs, "minimise_together", watched)
     before = live_tensor_bytes()
-    blocks = probes.train_probes(X, y, X_dev, y_dev, num_classes=classes, seed=0, epochs=25)
+    blocks = probes.train_probes(X, y, X_dev, y_dev, num_classes=classes, seed=0, training=ProbeTraining(epochs=25))
     assert blocks.l2.tolist() == whole.l2.tolist()
     np.testing.assert_allclose(blocks.mean, whole.mean, atol=1e-5)
     np.testing.assert_allclose(blocks.std, whole.std, rtol=1e-5)
@@ -256,7 +258,7 @@ def test_probes_read_the_rows_kept_of_a_memory_map_a_block_at_a_time(monkeypatch
     monkeypatch.setattr(probes, "SCORE_BLOCK", 100)
     monkeypatch.setattr(probes, "SELECTION_ROWS", 200)  # the L2 search's own bounded copy of rows
     monkeypatch.setattr(probes, "EVAL_BATCH", 100)  # and scoring's
-    options = dict(num_classes=len(labels.classes), seed=0, epochs=10)
+    options = dict(num_classes=len(labels.classes), seed=0, training=ProbeTraining(epochs=10))
     copied = probes.train_probes(X[labels.keep["train"]], labels.train, X[labels.keep["dev"]], labels.dev, **options)
     tracemalloc.start()
     try:
@@ -320,7 +322,7 @@ def test_probe_training_runs_on_the_corpus_heap(tiny_session, monkeypatch):
 
     monkeypatch.setattr(probes, "train_probes", watched)
     splits = make_splits(list(generate_treebank(60, seed=3)), None, None)
-    steps = list(probing.run_probe(tiny_session, "upos", splits, control=False, random_baseline=False, cache_dir=False))
+    steps = list(probing.run_probe(tiny_session, "upos", splits, control=False, random_baseline=False, job=JobOptions(cache_dir=False)))
     assert steps[-1].result is not None and streaming_while_fitting == [True]
     assert trims, "the feature passes' freed memory was not trimmed before training"
     assert calls[-1] == (allocator.M_MMAP_THRESHOLD, allocator._kept) and allocator._streaming == 0

@@ -20,6 +20,7 @@ import torch
 
 import bertscope
 from bertscope.core.analyses.attribution import rollout as attribution_rollout
+from bertscope.core.analyses.conditions import Conditions
 from bertscope.core.analyses.mixing import mixings, rolled_out
 from bertscope.core.analyses.mixing_results import METHODS, PER_LAYER
 from bertscope.core.model.results import Encoding
@@ -177,7 +178,7 @@ def test_alti_by_hand_on_one_layer_of_two_tokens(tiny_session):
 
 
 def test_a_head_mask_changes_the_masked_layer_and_above_not_below(tiny_session, found):
-    masked = outcome(mixings(tiny_session, TEXT, mask=tiny_session.mask("1:0,1:2")))
+    masked = outcome(mixings(tiny_session, TEXT, conditions=Conditions(tiny_session.mask("1:0,1:2"))))
     for method in ("attention", "norms", "value-zeroing", "alti"):
         np.testing.assert_allclose(masked[method].per_layer[0], found[method].per_layer[0], atol=1e-6, err_msg=method)
         assert np.abs(masked[method].per_layer[1] - found[method].per_layer[1]).max() > 1e-5, method  # near-uniform random heads

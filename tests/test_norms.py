@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from bertscope.core.analyses.conditions import Conditions, JobOptions
+
 SENTENCE = "The keys to the cabinet are on the table."
 SENTENCES = [SENTENCE, "A dog barked, twice."]
 
@@ -110,7 +112,7 @@ def test_norm_shares_equal_the_per_sentence_shares_of_the_norm_rows(tiny_session
     from bertscope.core.analyses.headstats import head_figures
     from bertscope.core.model.results import NORM_SHARES
 
-    result = corpus_result(tiny_session, CORPUS, batch_size=3, norms=True)
+    result = corpus_result(tiny_session, CORPUS, job=JobOptions(batch_size=3), norms=True)
     expected = {name: 0.0 for name in NORM_SHARES}
     for text in CORPUS:
         single = tiny_session.forward(text, norms=True)
@@ -134,7 +136,7 @@ def test_norms_leave_the_weight_statistics_as_they_were(tiny_session):
 
 
 def test_norm_shares_are_shares_and_vanish_for_a_zeroed_head(tiny_session):
-    result = corpus_result(tiny_session, CORPUS, norms=True, mask=tiny_session.mask("1:2"))
+    result = corpus_result(tiny_session, CORPUS, norms=True, conditions=Conditions(tiny_session.mask("1:2")))
     norm = {name: result.statistics[f"norm_{name}"] for name in ("cls", "sep", "punct", "self", "prev", "next")}
     for values in norm.values():
         assert np.all(values >= 0) and np.all(values <= 1 + 1e-6)
@@ -159,8 +161,8 @@ def test_equal_value_norms_give_the_weight_shares(tiny_session):
 
 def test_norm_shares_do_not_depend_on_the_batching(tiny_session):
     texts = [" ".join(["word"] * (3 + i % 9)) + ", end." for i in range(24)]
-    one = corpus_result(tiny_session, texts, batch_size=1, chunk_size=5, norms=True)
-    many = corpus_result(tiny_session, texts, batch_size=16, chunk_size=24, norms=True)
+    one = corpus_result(tiny_session, texts, job=JobOptions(batch_size=1), chunk_size=5, norms=True)
+    many = corpus_result(tiny_session, texts, job=JobOptions(batch_size=16), chunk_size=24, norms=True)
     for name, values in one.statistics.items():
         np.testing.assert_allclose(values, many.statistics[name], atol=1e-5, err_msg=name)
 

@@ -63,8 +63,12 @@ def test_core_does_not_import_the_ui():
 
 
 def test_plain_core_modules_stay_light():
-    """The UI may use masks, results and errors without pulling torch in."""
+    """The UI may use masks, results, errors and the values a run takes (conditions, job options) without pulling torch in."""
     loaded = modules_after_import(
-        "bertscope.core.model.masks", "bertscope.core.model.results", "bertscope.core.errors", "bertscope.core.data.files"
+        "bertscope.core.model.masks",
+        "bertscope.core.model.results",
+        "bertscope.core.errors",
+        "bertscope.core.data.files",
+        "bertscope.core.analyses.conditions",
     )
     assert "torch" not in loaded and "transformers" not in loaded

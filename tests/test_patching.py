@@ -7,14 +7,15 @@ import pytest
 import torch
 
 from bertscope.core.analyses.patching import _activations, _Group, _patched_hidden, patch
+from bertscope.core.analyses.patching_results import PatchMetric
 from bertscope.core.errors import InputError
 
 CLEAN = "the keys to the cabinet are here"
 CORRUPT = "the key to the cabinet is here"
 
 
-def run(session, clean=CLEAN, corrupt=CORRUPT, **options):
-    return list(patch(session, clean, corrupt, **options))[-1].result
+def run(session, clean=CLEAN, corrupt=CORRUPT, metric="preserve", answers=None, classes=None, **options):
+    return list(patch(session, clean, corrupt, metric=PatchMetric(metric, answers, classes), **options))[-1].result
 
 
 @pytest.fixture(scope="module")

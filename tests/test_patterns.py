@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from bertscope.core.analyses.conditions import Conditions, JobOptions
 from bertscope.core.analyses.headstats import PunctuationIds, head_figures
 from bertscope.core.analyses.patterns import (
     PATTERNS,
@@ -105,7 +106,7 @@ def test_statistics_match_the_per_sentence_figures(tiny_session):
 def test_corpus_run_streams_and_sums_to_one(tiny_session):
     sentences = [Text(f"Sentence number {i} has {'many ' * (i % 7)}words.") for i in range(50)]
     sentences.append(Text("The first one.", "And its pair."))
-    steps = list(pattern_statistics(tiny_session, sentences, batch_size=8, chunk_size=20))
+    steps = list(pattern_statistics(tiny_session, sentences, job=JobOptions(batch_size=8), chunk_size=20))
     assert [step.finished for step in steps].count(True) == 1 and steps[-1].finished
     assert [step.done for step in steps[:-1]] == sorted(step.done for step in steps[:-1])
     assert all(step.partial.sentences == step.done for step in steps)  # the statistics so far fill in as it streams
@@ -121,8 +122,8 @@ def test_corpus_run_streams_and_sums_to_one(tiny_session):
 
 def test_same_result_whatever_the_batching(tiny_session):
     sentences = [Text(" ".join(["word"] * (3 + i % 11)) + ".") for i in range(40)]
-    one = list(pattern_statistics(tiny_session, sentences, batch_size=1, chunk_size=7))[-1].result
-    many = list(pattern_statistics(tiny_session, sentences, batch_size=16, chunk_size=40))[-1].result
+    one = list(pattern_statistics(tiny_session, sentences, job=JobOptions(batch_size=1), chunk_size=7))[-1].result
+    many = list(pattern_statistics(tiny_session, sentences, job=JobOptions(batch_size=16), chunk_size=40))[-1].result
     for name in STATISTICS:
         np.testing.assert_allclose(one.statistics[name], many.statistics[name], atol=1e-5)
     np.testing.assert_allclose(one.pattern_shares, many.pattern_shares)
@@ -139,7 +140,7 @@ def test_cancel_stops_the_run(tiny_session):
     cancel = threading.Event()
     sentences = (Text(f"sentence {i}") for i in range(1000))
     steps = []
-    for step in pattern_statistics(tiny_session, sentences, batch_size=4, chunk_size=8, cancel=cancel):
+    for step in pattern_statistics(tiny_session, sentences, job=JobOptions(batch_size=4, cancel=cancel), chunk_size=8):
         steps.append(step)
         cancel.set()
     assert len(steps) == 1 and not steps[-1].finished
@@ -148,7 +149,7 @@ def test_cancel_stops_the_run(tiny_session):
 def test_mask_changes_the_statistics(tiny_session):
     sentences = [Text("The keys to the cabinet are on the table.")] * 4
     plain = list(pattern_statistics(tiny_session, sentences))[-1].result
-    masked = list(pattern_statistics(tiny_session, sentences, mask=tiny_session.mask("0:1")))[-1].result
+    masked = list(pattern_statistics(tiny_session, sentences, conditions=Conditions(tiny_session.mask("0:1"))))[-1].result
     assert masked.statistics["entropy"][0, 1] == pytest.approx(0.0)  # a zeroed head reports no attention
     assert not np.array_equal(masked.statistics["entropy"][1], plain.statistics["entropy"][1])  # later layers move
 
@@ -241,7 +242,7 @@ def test_a_switched_off_head_is_of_class_off_and_left_out_of_its_layers_shares(t
 
     sentences = [Text(f"Sentence number {i} has {'many ' * (i % 5)}words.") for i in range(12)]
     plain = list(pattern_statistics(tiny_session, sentences))[-1].result
-    masked = list(pattern_statistics(tiny_session, sentences, mask=HeadMask.parse("1:2", 3, 4), ablation=ablation))[-1].result
+    masked = list(pattern_statistics(tiny_session, sentences, conditions=Conditions(HeadMask.parse("1:2", 3, 4), ablation)))[-1].result
     classes = np.array(CLASSES)[masked.dominant]
     assert classes[1, 2] == "off" and (classes == "off").sum() == 1
     assert "off" not in np.array(CLASSES)[plain.dominant]

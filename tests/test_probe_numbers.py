@@ -190,14 +190,16 @@ def test_the_cache_key_names_the_dtype_and_shares_float32_entries_between_kernel
 
 def test_mlp_and_structural_fits_say_whether_they_ran_out_of_epochs():
     """An MLP probe still improving on dev when its epochs end, or a structural probe likewise, is not `converged`."""
-    from bertscope.core.analyses.structural import train_structural_probes
+    from bertscope.core.analyses.structural import StructuralTraining, train_structural_probes
 
     rng = np.random.default_rng(0)
     y = rng.integers(0, 3, 600)
     X = (rng.normal(size=(600, 2, 16)) + np.eye(3, 16)[y][:, None] * 2).astype(np.float32)
-    short = probes.train_probes(X[:400], y[:400], X[400:], y[400:], num_classes=3, kind="mlp", epochs=1)
+    short = probes.train_probes(X[:400], y[:400], X[400:], y[400:], num_classes=3, kind="mlp", training=probes.ProbeTraining(epochs=1))
     assert short.endings == ("epoch limit", "epoch limit") and short.unconverged == [0, 1]
-    done = probes.train_probes(X[:400], y[:400], X[400:], y[400:], num_classes=3, kind="mlp", epochs=200, patience=3)
+    done = probes.train_probes(
+        X[:400], y[:400], X[400:], y[400:], num_classes=3, kind="mlp", training=probes.ProbeTraining(epochs=200, patience=3)
+    )
     assert done.endings == ("converged", "converged")
 
     trees = [[2, 0, 2, 3], [0, 1, 1]] * 10
@@ -205,6 +207,12 @@ def test_mlp_and_structural_fits_say_whether_they_ran_out_of_epochs():
     words = rng.normal(size=(len(sentence_index), 2, 8)).astype(np.float32)
     cut = sentence_index < 14
     structural = train_structural_probes(
-        words[cut], sentence_index[cut], trees[:14], words[~cut], sentence_index[~cut] - 14, trees[14:], rank=4, epochs=1
+        words[cut],
+        sentence_index[cut],
+        trees[:14],
+        words[~cut],
+        sentence_index[~cut] - 14,
+        trees[14:],
+        training=StructuralTraining(rank=4, epochs=1),
     )
     assert structural.distance_endings == ("epoch limit", "epoch limit") == structural.depth_endings

@@ -8,6 +8,7 @@ import pytest
 from bertscope.core.analyses.probes import (
     Cancelled,
     ProbeScores,
+    ProbeTraining,
     control_labels,
     expected_layer,
     majority_baseline,
@@ -142,7 +143,10 @@ def test_predict_reproduces_the_scores_seen_in_training(layered_sets):
 def test_training_is_deterministic(layered_sets):
     (X_train, y_train), (X_dev, y_dev), _ = layered_sets
     runs = [
-        train_probes(X_train[:300], y_train[:300], X_dev, y_dev, num_classes=4, kind="mlp", hidden=16, epochs=5, seed=3) for _ in range(2)
+        train_probes(
+            X_train[:300], y_train[:300], X_dev, y_dev, num_classes=4, kind="mlp", training=ProbeTraining(hidden=16, epochs=5), seed=3
+        )
+        for _ in range(2)
     ]
     assert np.array_equal(runs[0].hidden_weights, runs[1].hidden_weights)
     assert np.array_equal(runs[0].weights, runs[1].weights)
@@ -160,7 +164,14 @@ def test_mlp_probe_beats_linear_on_a_nonlinear_property():
     (X_train, y_train), (X_dev, y_dev), (X_test, y_test) = xor(1000, 0), xor(500, 1), xor(1000, 2)
     linear = score(train_probes(X_train, y_train, X_dev, y_dev, num_classes=2), X_test, y_test, 2)
     mlp_probes = train_probes(
-        X_train, y_train, X_dev, y_dev, num_classes=2, kind="mlp", hidden=32, l2_grid=(1e-4, 1e-2), epochs=150, lr=1e-2
+        X_train,
+        y_train,
+        X_dev,
+        y_dev,
+        num_classes=2,
+        kind="mlp",
+        l2_grid=(1e-4, 1e-2),
+        training=ProbeTraining(epochs=150, hidden=32, lr=1e-2),
     )
     mlp = score(mlp_probes, X_test, y_test, 2)
     assert mlp_probes.hidden_weights.shape == (2, 8, 32) and mlp_probes.weights.shape == (2, 32, 2)

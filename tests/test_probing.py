@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from bertscope.cli import main
+from bertscope.core.analyses.conditions import JobOptions
 from bertscope.core.analyses.probing import center_of_gravity, encode_labels, run_probe
 from bertscope.core.data.corpus import Sentence, read_sentences, sample_corpus
 from bertscope.core.data.probing_tasks import generate
@@ -23,7 +24,7 @@ def report_of(steps):
 def test_sentence_task_from_a_senteval_file(tiny_session, tmp_path):
     splits = make_splits(list(read_sentences(sample_corpus("senteval"))), None, None)
     assert (len(splits.train), len(splits.dev), len(splits.test)) == (42, 9, 9) and not splits.notes
-    report = report_of(run_probe(tiny_session, "length", splits, cache_dir=tmp_path))
+    report = report_of(run_probe(tiny_session, "length", splits, job=JobOptions(cache_dir=tmp_path)))
     assert report.metric == "accuracy" and [e["layer"] for e in report.layers] == list(range(4))
     assert all(0 <= e["accuracy"] <= 1 and 0 <= e["f1"] <= 1 for e in report.layers)
     assert "random_init_accuracy" in report.layers[0] and "random_init" in report.baselines
@@ -44,7 +45,7 @@ def test_sentence_task_from_a_senteval_file(tiny_session, tmp_path):
 def test_word_task_with_control_and_selectivity(tiny_session, tmp_path):
     treebank = list(read_sentences(sample_corpus("conllu"), limit=20))
     splits = make_splits(treebank * 3, treebank[:5], treebank[5:])
-    report = report_of(run_probe(tiny_session, "upos", splits, cache_dir=tmp_path, random_baseline=False))
+    report = report_of(run_probe(tiny_session, "upos", splits, job=JobOptions(cache_dir=tmp_path), random_baseline=False))
     entry = report.layers[2]
     assert {"accuracy", "f1", "control_accuracy", "selectivity"} <= set(entry)
     assert entry["selectivity"] == pytest.approx(entry["accuracy"] - entry["control_accuracy"], abs=1e-5)
@@ -73,7 +74,7 @@ def test_baselines_are_the_task_probes_at_the_task_strengths(tiny_session, tmp_p
     monkeypatch.setattr(probes, "train_with_control", recorded_together)
     treebank = list(read_sentences(sample_corpus("conllu"), limit=20))
     splits = make_splits(treebank * 3, treebank[:5], treebank[5:])
-    report_of(run_probe(tiny_session, "upos", splits, cache_dir=tmp_path))
+    report_of(run_probe(tiny_session, "upos", splits, job=JobOptions(cache_dir=tmp_path)))
     (task_strengths, task), *baselines = calls
     assert task_strengths is None and len(baselines) == 2  # the control task, then the random-init baseline
     for strengths, trained in baselines:
@@ -83,18 +84,18 @@ def test_baselines_are_the_task_probes_at_the_task_strengths(tiny_session, tmp_p
 def test_structural_task(tiny_session, tmp_path):
     treebank = list(read_sentences(sample_corpus("conllu"), limit=20))
     splits = make_splits(treebank * 2, treebank[:5], treebank[5:])
-    report = report_of(run_probe(tiny_session, "distance", splits, cache_dir=tmp_path, random_baseline=False))
+    report = report_of(run_probe(tiny_session, "distance", splits, job=JobOptions(cache_dir=tmp_path), random_baseline=False))
     assert report.metric == "spearman" and {"spearman", "uuas"} <= set(report.layers[0])
-    depth = report_of(run_probe(tiny_session, "depth", splits, cache_dir=tmp_path, random_baseline=False))
+    depth = report_of(run_probe(tiny_session, "depth", splits, job=JobOptions(cache_dir=tmp_path), random_baseline=False))
     assert {"spearman", "root_accuracy"} <= set(depth.layers[0])
 
 
 def test_builtin_task_and_the_feature_cache(tiny_session, tmp_path):
     splits = make_splits(generate("subject_number", train=60, dev=20, test=20), None, None)
-    first = report_of(run_probe(tiny_session, "subject_number", splits, cache_dir=tmp_path, random_baseline=False))
+    first = report_of(run_probe(tiny_session, "subject_number", splits, job=JobOptions(cache_dir=tmp_path), random_baseline=False))
     cached = list(tmp_path.glob("features-*.npz"))
     assert len(cached) == 3  # train, dev, test
-    again = report_of(run_probe(tiny_session, "subject_number", splits, cache_dir=tmp_path, random_baseline=False))
+    again = report_of(run_probe(tiny_session, "subject_number", splits, job=JobOptions(cache_dir=tmp_path), random_baseline=False))
     assert again.layers == first.layers  # same features from the cache, same seeded probes
 
 

@@ -10,6 +10,7 @@ import pytest
 from bertscope.core.analyses.structural import (
     Cancelled,
     StructuralProbes,
+    StructuralTraining,
     iter_structural_training,
     score_structural,
     train_structural_probes,
@@ -123,7 +124,7 @@ def corpora():
 @pytest.fixture(scope="module")
 def probes(corpora):
     train, dev = corpora
-    return train_structural_probes(*train, *dev, rank=HIDDEN, batch_size=20, epochs=30, seed=0)
+    return train_structural_probes(*train, *dev, training=StructuralTraining(rank=HIDDEN, batch_size=20, epochs=30), seed=0)
 
 
 def test_identity_probe_scores_perfectly_on_the_planted_layer(corpora):
@@ -162,7 +163,7 @@ def test_skipped_words_leave_uuas_and_root_accuracy(corpora, probes):
 
 def test_scores_are_deterministic_for_a_seed(corpora):
     train, dev = corpora
-    runs = [train_structural_probes(*train, *dev, rank=8, epochs=2, seed=3) for _ in range(2)]
+    runs = [train_structural_probes(*train, *dev, training=StructuralTraining(rank=8, epochs=2), seed=3) for _ in range(2)]
     np.testing.assert_array_equal(runs[0].distance, runs[1].distance)
     first, second = (score_structural(run, *dev) for run in runs)
     for name in ("spearman", "uuas", "depth_spearman", "root_accuracy"):
@@ -174,12 +175,12 @@ def test_cancel_raises_cancelled(corpora):
     cancel = threading.Event()
     cancel.set()
     with pytest.raises(Cancelled):
-        train_structural_probes(*train, *dev, rank=8, epochs=2, cancel=cancel)
+        train_structural_probes(*train, *dev, training=StructuralTraining(rank=8, epochs=2), cancel=cancel)
 
 
 def test_training_yields_progress_per_epoch(corpora):
     train, dev = corpora
-    items = list(iter_structural_training(*train, *dev, rank=8, epochs=3, patience=None))
+    items = list(iter_structural_training(*train, *dev, training=StructuralTraining(rank=8, epochs=3, patience=None)))
     assert [item.done for item in items] == [1, 2, 3] and {item.total for item in items} == {3}
     assert [item.finished for item in items] == [False, False, True]
     assert items[-1].partial.shape == (2, LAYERS)  # the epoch's dev losses: distance, depth

@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from bertscope.core.analyses.conditions import JobOptions
 from bertscope.core.analyses.syntax import most_attended_other, syntax_heads, word_attention
 from bertscope.core.analyses.syntax_results import DIRECTIONS, OFFSETS, SyntaxResult, relation_name
 from bertscope.core.data.corpus import Sentence
@@ -86,7 +87,7 @@ def sentence(location="s1") -> Sentence:
 
 def test_hand_made_heads_get_the_answers_worked_out_by_hand():
     assert all(len(MapSession().tokenizer.tokenize(word)) == 1 for word in WORDS)
-    result = outcome(syntax_heads(MapSession(), [sentence("a"), sentence("b")], batch_size=1))
+    result = outcome(syntax_heads(MapSession(), [sentence("a"), sentence("b")], job=JobOptions(batch_size=1)))
     assert result.sentences == 2 and result.words == 14
     assert set(result.relations) == {"det", "nsubj", "case", "obl", "punct"}  # root arcs are not counted
     assert int(result.counts[result.index("det"), 0]) == 4
@@ -174,7 +175,7 @@ def reference_counts(session, sentences) -> dict[tuple[str, int], np.ndarray]:
 
 def test_streamed_batches_equal_a_sentence_by_sentence_reference_on_the_generated_treebank(tiny_session):
     treebank = generate_treebank(40, seed=3)
-    result = outcome(syntax_heads(tiny_session, treebank, batch_size=7, chunk_size=16))
+    result = outcome(syntax_heads(tiny_session, treebank, job=JobOptions(batch_size=7), chunk_size=16))
     reference = reference_counts(tiny_session, treebank)
     assert result.sentences == 40 and result.truncated == 0
     assert set(result.relations) == {relation for relation, _ in reference}

@@ -141,11 +141,12 @@ def _cloze(session: Session, path: str, mask: HeadMask, ablation: Ablation, batc
 @options.sentence_pooling("How the probe reads a sentence.")
 @click.option("--score", default="log-probability", show_default=True, type=click.Choice(SCORES), help="The output explained.")
 @click.option(
-    "--steps",
+    "--ig-steps",
     type=click.IntRange(1, 4096),
     default=None,
     help="Integrated-gradients steps. Default: 32, doubled up to 256 until the completeness error is under 5%.",
 )
+@click.option("--steps", type=click.IntRange(1, 4096), hidden=True, deprecated="--steps is now --ig-steps, for one release more")
 @options.cache(
     "Probe feature cache. Default: $BERTSCOPE_CACHE_DIR, else ~/.cache/bertscope.", "Compute probe features afresh and keep nothing."
 )
@@ -165,6 +166,7 @@ def attribute(
     layer: int | None,
     sentence_pooling: str,
     score: str,
+    ig_steps: int | None,
     steps: int | None,
     cache_dir: str | Literal[False] | None,
     mask_spec: str | None,
@@ -184,6 +186,7 @@ def attribute(
     input (the row of the position the decision reads; see `bertscope mixing`). Works on the
     bundled model for probe decisions.
     """
+    ig_steps = ig_steps if steps is None else steps  # --steps, the old spelling of --ig-steps
     check_text(text, "give a sentence to explain", pair)
     if (data is not None or layer is not None) and probe_task is None:
         raise BertscopeError("--data and --layer choose a probe: add --probe TASK")
@@ -209,7 +212,7 @@ def attribute(
             layer=layer,
             sentence_pooling=sentence_pooling,
             score=score,
-            steps=steps,
+            ig_steps=ig_steps,
             mask=mask,
             ablation=ablation,
             cache_dir=cache_dir,

@@ -24,7 +24,14 @@ if TYPE_CHECKING:
     "Read at most N sentences per file; without --data, the size of the generated treebank (default 4000).",
 )
 @options.pooling
-@click.option("--probe", "kind", default="linear", show_default=True, type=click.Choice(["linear", "mlp"]))
+@click.option(
+    "--kind",
+    default="linear",
+    show_default=True,
+    type=click.Choice(["linear", "mlp"]),
+    help="The probe: linear (multinomial logistic regression) or mlp (one hidden layer).",
+)
+@click.option("--probe", type=click.Choice(["linear", "mlp"]), hidden=True, deprecated="--probe is now --kind, for one release more")
 @click.option("--control/--no-control", default=True, show_default=True, help="Control task and selectivity (word-level tasks).")
 @click.option(
     "--random-baseline/--no-random-baseline",
@@ -53,6 +60,7 @@ def probe(
     word_pooling: str,
     sentence_pooling: str,
     kind: ProbeKind,
+    probe: ProbeKind | None,
     control: bool,
     random_baseline: bool,
     min_examples: int,
@@ -72,6 +80,7 @@ def probe(
     """
     from bertscope import api
 
+    kind = kind if probe is None else probe  # --probe, the old spelling of --kind
     api.check_mdl(task, mdl)
     chosen = api.probe_sentences(task, data=data, dev=dev, test=test, format=data_format, limit=limit)
     mask = head_mask(mask_spec, model.shape())
@@ -83,7 +92,7 @@ def probe(
             chosen,
             word_pooling=word_pooling,
             sentence_pooling=sentence_pooling,
-            probe=kind,
+            kind=kind,
             control=control,
             random_baseline=random_baseline,
             min_examples=min_examples,

@@ -34,8 +34,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -43,9 +42,10 @@ import torch
 from torch import Tensor
 
 from bertscope.core.analyses.attribution_results import METHODS, MIXING, SCORES, Attribution, Target, TargetKind
+from bertscope.core.analyses.conditions import Conditions, JobOptions
 from bertscope.core.analyses.mlm import MASK_TEXT, answer_id, mask_positions, with_mask_token
 from bertscope.core.errors import InputError
-from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.model.masks import Ablation
 from bertscope.core.model.results import Encoding
 from bertscope.core.progress import Progress, relay
 
@@ -73,22 +73,25 @@ def attribute(
     method: str = "integrated-gradients",
     target: Target | None = None,
     score: str = "log-probability",
-    steps: int | None = None,
-    mask: HeadMask | None = None,
-    ablation: Ablation = "zero",
-    cache_dir: str | Path | Literal[False] | None = None,
-    cancel: threading.Event | None = None,
+    ig_steps: int | None = None,
+    conditions: Conditions | None = None,
+    job: JobOptions = JobOptions(),
 ) -> Iterator[Progress[Attribution]]:
-    """Attribute one decision on `text` to its tokens; progress items, the last one carrying the result."""
+    """Attribute one decision on `text` to its tokens; progress items, the last one carrying the result.
+
+    `ig_steps`: integrated gradients' steps (None: 32, doubled up to 256 until the completeness error is under 5%);
+    the passes run under `conditions` (None: the model as it is); `job`: a probe decision's cache, and the cancel."""
+    cancel = job.cancel
     if method not in METHODS:
         raise InputError(f"unknown attribution method {method!r}; use one of: {', '.join(METHODS)}")
     if score not in SCORES:
         raise InputError(f"unknown score {score!r}; use one of: {', '.join(SCORES)}")
-    if steps is not None and not 1 <= steps <= 4096:
-        raise InputError(f"{steps} integration steps asked for; give 1 to 4096", setting="steps")
+    if ig_steps is not None and not 1 <= ig_steps <= 4096:
+        raise InputError(f"{ig_steps} integration steps asked for; give 1 to 4096", setting="ig_steps")
     target = target or Target()
     encoding = text if isinstance(text, Encoding) else session.encode(with_mask_token(session.tokenizer, text), pair)
-    head_mask = mask if mask is not None else session.mask(None)
+    conditions = conditions or Conditions(session.mask(None))
+    head_mask, ablation = conditions.mask, conditions.ablation
     kind = _target_kind(session, encoding, target)
     probe = None
     if kind == "probe":
@@ -97,7 +100,9 @@ def attribute(
         task = target.probe
         assert task is not None  # `_target_kind` refuses a probe decision without its task
         probe = yield from relay(
-            decision_probe(session, task, data=target.data, layer=target.layer, pooling=target.pooling, cache_dir=cache_dir, cancel=cancel)
+            decision_probe(
+                session, task, data=target.data, layer=target.layer, pooling=target.pooling, cache_dir=job.cache_dir, cancel=cancel
+            )
         )
         if probe is None:
             return  # cancelled
@@ -114,7 +119,7 @@ def attribute(
     if method in MIXING:
         from bertscope.core.analyses.mixing import context_mixing
 
-        measure = context_mixing(session, encoding, method=MIXING[method], mask=head_mask, ablation=ablation, cancel=cancel)
+        measure = context_mixing(session, encoding, method=MIXING[method], conditions=conditions, job=job)
         mixing = yield from relay(measure)
         if mixing is None:
             return  # cancelled
@@ -131,7 +136,7 @@ def attribute(
         yield Progress("done", 1, 1, Attribution(scores=scores.cpu().numpy(), output=decision.output, **common))
         return
     result: Progress[Attribution] | _Integrated | None = None
-    for result in _integrated_gradients(decision, steps, cancel):
+    for result in _integrated_gradients(decision, ig_steps, cancel):
         if isinstance(result, Progress):
             yield result
     if not isinstance(result, tuple):

@@ -11,15 +11,14 @@ Over one corpus, in one pass that runs both models on the same batches:
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Generator, Iterable, Iterator, Sequence, Sized
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from bertscope.core import distributed
+from bertscope.core.analyses.conditions import JobOptions
 from bertscope.core.analyses.geometry import cka_matrices, on_device
 from bertscope.core.analyses.geometry_results import ComparisonResult, ProbeDifference
 from bertscope.core.data.corpus import Sentence
@@ -88,15 +87,13 @@ def compare_models(
     *,
     unit: str = "token",
     max_rows: int | None = None,
-    seed: int = 0,
-    batch_size: int | None = None,
     probes: Sequence[tuple[str, Sequence[Sentence]]] = (),
-    cache_dir: str | Path | Literal[False] | None = None,
-    cancel: threading.Event | None = None,
+    job: JobOptions = JobOptions(),
 ) -> Iterator[Progress[ComparisonResult]]:
     """Compare session `a` with session `b` over a corpus; a generator of progress, the last carrying the result.
 
-    `probes` are (task, sentences with labels or CoNLL-U words) to probe on both models.
+    `probes` are (task, sentences with labels or CoNLL-U words) to probe on both models. `job`: the batch size, the seed
+    of the sample and of the probes' splits, their feature cache, the cancel.
     """
     from bertscope.core.analyses.representations import DEFAULT_MAX_ROWS, stream_sample
 
@@ -127,11 +124,9 @@ def compare_models(
             sentences,
             unit=unit,
             max_rows=max_rows or DEFAULT_MAX_ROWS,
-            seed=seed,
-            batch_size=batch_size,
             attentions=same_shape,
             on_batch=on_batch,
-            cancel=cancel,
+            job=job,
         ),
         lambda step: Progress("attention and representations", step.done, total),
     )
@@ -141,13 +136,13 @@ def compare_models(
     cosine, spread = heads.result() if heads is not None else (None, None)
     cka: tuple[np.ndarray, np.ndarray] | None = None
     if distributed.is_main():  # under torchrun rank 0 holds the merged sample
-        cka = yield from _layer_cka(sample, seed, notes, a.device)
+        cka = yield from _layer_cka(sample, job.seed, notes, a.device)
     differences: list[ProbeDifference] = []
     for number, (task, data) in enumerate(probes):  # every rank: probing shards its feature passes itself
         scores = []
         for which, session in (("A", a), ("B", b)):
             report: ProbeReport | None = None
-            for step in _probe(session, task, data, cache_dir, seed, cancel):
+            for step in _probe(session, task, data, job):
                 if step.result is not None:
                     report = step.result
                 yield Progress(f"probe {task} ({which}): {step.stage}", number, len(probes))
@@ -192,19 +187,12 @@ def _layer_cka(
     )
 
 
-def _probe(
-    session: Session,
-    task: str,
-    data: Sequence[Sentence],
-    cache_dir: str | Path | Literal[False] | None,
-    seed: int,
-    cancel: threading.Event | None,
-) -> Iterator[Progress[ProbeReport]]:
+def _probe(session: Session, task: str, data: Sequence[Sentence], job: JobOptions) -> Iterator[Progress[ProbeReport]]:
     from bertscope.core.analyses.probing import run_probe
     from bertscope.core.data.splits import make_splits
 
-    splits = make_splits(list(data), None, None, seed=seed)
-    return run_probe(session, task, splits, control=False, random_baseline=False, cache_dir=cache_dir, seed=seed, cancel=cancel)
+    splits = make_splits(list(data), None, None, seed=job.seed)
+    return run_probe(session, task, splits, control=False, random_baseline=False, job=job)
 
 
 def probe_data(task: str, corpus: Sequence[Sentence] | None) -> list[Sentence]:

@@ -27,7 +27,6 @@ import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -36,6 +35,7 @@ from torch import Tensor, nn
 
 from bertscope.core import distributed
 from bertscope.core.analyses import probes
+from bertscope.core.analyses.conditions import Conditions, JobOptions
 from bertscope.core.analyses.erasure_results import ErasureResult, check_measure, check_measure_heads, parse_measure
 from bertscope.core.analyses.features import FeatureOptions, Features, extract_features, extract_sharded
 from bertscope.core.analyses.importance_results import Measurement
@@ -180,27 +180,24 @@ def run_erasure(
     probe_layer: int | None = None,
     word_pooling: str = "first",
     sentence_pooling: str = "cls",
-    mask: str = "",
-    ablation: Ablation = "zero",
     min_examples: int = MIN_EXAMPLES,
-    cache_dir: str | Path | Literal[False] | None = None,
-    batch_size: int | None = None,
-    seed: int = 0,
-    cancel: threading.Event | None = None,
+    conditions: Conditions | None = None,
+    job: JobOptions = JobOptions(),
 ) -> Iterator[Progress[ErasureResult]]:
     """Erase `task` from hidden state `layer` with LEACE fitted on the train split; yield progress, the last item the result.
 
     Guardedness: linear probes for `task` at `layer` and every layer above, on the features of the model as it is
     and, fresh, on those of the forward pass with the erasure (train to fit, dev to choose the L2 strength, test to
     score). The measure (`mlm`, `preserve`, `class` or `probe:TASK2` at `probe_layer`, default the last layer) on
-    the test split: as it is, erased, and with as many random directions removed. Under the head `mask` throughout.
+    the test split: as it is, erased, and with as many random directions removed. Under `conditions`' head mask
+    throughout (None: the model as it is); `job`: the measure's batch size, the seed, the feature cache, the cancel.
     """
     _check_task_and_layer(session, task, layer)
     check_measure(task, measure)
     check_measure_heads(measure, session.info.architecture, session.mlm_head is not None, session.is_classifier)
     objective_name, measure_task = parse_measure(measure or default_measure(session))
-    level = "word" if task in WORD_TASKS else "sentence"
-    options = FeatureOptions(level=level, word_pooling=word_pooling, sentence_pooling=sentence_pooling, mask=mask, ablation=ablation)
+    level, options = _feature_options(task, word_pooling, sentence_pooling, conditions)
+    seed, cancel = job.seed, job.cancel
     names = ("train", "dev", "test")
     total = 2 * sum(len(getattr(splits, name)) for name in names)
     done = 0
@@ -217,7 +214,7 @@ def run_erasure(
 
             with erasing(session, layer, eraser):  # nothing erased on the first round
                 extracted = yield from relay(
-                    extract_sharded(session, sentences, options, cache_dir=cache_dir if which == "model" else False, cancel=cancel),
+                    extract_sharded(session, sentences, options, cache_dir=job.cache_dir if which == "model" else False, cancel=cancel),
                     relabel,
                 )
             if extracted is None:
@@ -257,7 +254,7 @@ def run_erasure(
         session,
         objective_name,
         splits.test,
-        batch_size=batch_size,
+        batch_size=job.batch_size,
         seed=seed,
         probe_task=measure_task,
         probe_layer=probe_layer,
@@ -267,7 +264,7 @@ def run_erasure(
     for condition, applied in (("none", None), ("erased", eraser), ("control", control)):
         if cancel is not None and cancel.is_set():
             return
-        values[condition] = measured(objective, layer, applied, session.mask(mask) if mask else None, ablation)
+        values[condition] = measured(objective, layer, applied, None if conditions is None else conditions.masked, options.ablation)
     if not distributed.is_main():  # the measure's sums are every rank's; the rest is rank 0's
         yield Progress("done", total, total, distributed.from_main(None))
         return
@@ -303,8 +300,8 @@ def run_erasure(
             "control": f"{eraser.rank} random directions removed around the same mean (seed {seed})",
             "control_variance_share": round(control.variance_share(train_at_layer), 6),
             "probe": "linear, L2 strength chosen on dev (the probing command's probe)",
-            "mask": mask,
-            "ablation": ablation,
+            "mask": options.mask,
+            "ablation": options.ablation,
             "seed": seed,
         },
         notes=tuple(dict.fromkeys([*splits.notes, *_left_out(labels, min_examples), *objective.notes])),
@@ -328,19 +325,16 @@ def fit_eraser(
     layer: int,
     word_pooling: str = "first",
     sentence_pooling: str = "cls",
-    mask: str = "",
-    ablation: Ablation = "zero",
     min_examples: int = MIN_EXAMPLES,
-    cache_dir: str | Path | Literal[False] | None = None,
-    cancel: threading.Event | None = None,
+    conditions: Conditions | None = None,
+    job: JobOptions = JobOptions(),
 ) -> Iterator[Progress[Eraser]]:
     """LEACE for `task` at hidden state `layer`, fitted on `sentences` (a training split) as `run_erasure` fits it; the
     last item carries the `Eraser`, to hold and apply with `erasing` (the explorer's live erasure: its forward passes
     under `with erasing(session, layer, eraser):`)."""
     _check_task_and_layer(session, task, layer)
-    level = "word" if task in WORD_TASKS else "sentence"
-    options = FeatureOptions(level=level, word_pooling=word_pooling, sentence_pooling=sentence_pooling, mask=mask, ablation=ablation)
-    features = yield from relay(extract_features(session, sentences, options, cache_dir=cache_dir, cancel=cancel))
+    level, options = _feature_options(task, word_pooling, sentence_pooling, conditions)
+    features = yield from relay(extract_features(session, sentences, options, cache_dir=job.cache_dir, cancel=job.cancel))
     if features is None:
         return  # cancelled
     split = Splits(list(sentences), [], [], [])
@@ -348,6 +342,15 @@ def fit_eraser(
     yield Progress("fitting the eraser (LEACE)", len(sentences), len(sentences))
     eraser = Eraser.leace(np.asarray(labels.rows("train", features.X[:, layer])), labels.train, len(labels.classes))
     yield Progress("done", len(sentences), len(sentences), eraser)
+
+
+def _feature_options(task: str, word_pooling: str, sentence_pooling: str, conditions: Conditions | None) -> tuple[str, FeatureOptions]:
+    """The level of `task`'s rows and the features an eraser for it is fitted on, under `conditions`' head mask."""
+    level = "word" if task in WORD_TASKS else "sentence"
+    options = FeatureOptions(level=level, word_pooling=word_pooling, sentence_pooling=sentence_pooling)
+    if conditions is not None:
+        options = replace(options, mask=conditions.mask.spec(), ablation=conditions.ablation)
+    return level, options
 
 
 def _labels(task: str, splits: Splits, features: dict[tuple[str, str], Features], level: str, min_examples: int) -> EncodedLabels:

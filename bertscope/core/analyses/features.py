@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from bertscope.core import distributed
+from bertscope.core.analyses.conditions import JobOptions
 from bertscope.core.analyses.streaming import CorpusBatches, WordPieces, pad_batch, words_of
 from bertscope.core.data.cache import default_cache_dir
 from bertscope.core.data.corpus import Sentence
@@ -330,7 +331,7 @@ def _batches(
     session: Session, sentences: Sequence[Sentence], level: str, batch_size: int | None, cancel: threading.Event | None = None
 ) -> CorpusBatches[Sentence, BatchEncoding]:
     """The sentences' batches, each chunk tokenised in one call (`_encode`)."""
-    return CorpusBatches(sentences, lambda chunk: _encode(session, chunk, level), batch_size=batch_size, cancel=cancel)
+    return CorpusBatches(sentences, lambda chunk: _encode(session, chunk, level), job=JobOptions(batch_size=batch_size, cancel=cancel))
 
 
 def _check_pairs(sentences: Sequence[Sentence], level: str) -> None:

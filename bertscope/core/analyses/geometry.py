@@ -37,6 +37,7 @@ from threadpoolctl import threadpool_limits
 from torch import Tensor
 
 from bertscope.core import distributed
+from bertscope.core.analyses.conditions import Conditions, JobOptions
 from bertscope.core.errors import InputError
 from bertscope.core.model.device import float64_device
 from bertscope.core.progress import Progress, relay
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
     from bertscope.core.analyses.geometry_results import GeometryResult
     from bertscope.core.analyses.representations import Sample
     from bertscope.core.data.corpus import Sentence
-    from bertscope.core.model.masks import Ablation, HeadMask
     from bertscope.core.model.session import Session
 
 Rows = npt.ArrayLike | Tensor  # `[n, d]`: one row per token, word or sentence
@@ -323,13 +323,11 @@ def representation_geometry(
     unit: str = "auto",
     max_rows: int | None = None,
     neighbours: int = DEFAULT_NEIGHBOURS,
-    seed: int = 0,
-    batch_size: int | None = None,
-    mask: HeadMask | None = None,
-    ablation: Ablation = "zero",
-    cancel: threading.Event | None = None,
+    conditions: Conditions | None = None,
+    job: JobOptions = JobOptions(),
 ) -> Iterator[Progress[GeometryResult]]:
-    """Stream a corpus through the model and measure each layer's geometry on a seeded sample.
+    """Stream a corpus through the model, under `conditions` (None: as it is), and measure each layer's geometry on a
+    sample `job.seed` chooses.
 
     A generator of Progress; the last item carries the GeometryResult. `max_rows`
     (default core.analyses.representations.DEFAULT_MAX_ROWS) bounds the sample and so the memory.
@@ -345,11 +343,8 @@ def representation_geometry(
             sentences,
             unit=unit,
             max_rows=max_rows or DEFAULT_MAX_ROWS,
-            seed=seed,
-            batch_size=batch_size,
-            mask=mask,
-            ablation=ablation,
-            cancel=cancel,
+            conditions=conditions,
+            job=job,
         ),
         lambda step: Progress("representations", step.done, total),
     )
@@ -357,7 +352,7 @@ def representation_geometry(
         return  # cancelled
     result: GeometryResult | None = None
     if distributed.is_main():  # under torchrun rank 0 holds the merged sample and measures it, once
-        result = yield from _measure(session, sample, neighbours, seed, mask, ablation, cancel)
+        result = yield from _measure(session, sample, neighbours, conditions, job)
         if result is None:
             return  # cancelled
     result = distributed.from_main(result)
@@ -368,22 +363,20 @@ def _measure(
     session: Session,
     sample: Sample,
     neighbours: int,
-    seed: int,
-    mask: HeadMask | None,
-    ablation: Ablation,
-    cancel: threading.Event | None,
+    conditions: Conditions | None,
+    job: JobOptions,
 ) -> Generator[Progress[GeometryResult], None, GeometryResult | None]:
     """Every layer's figures on the sample: a generator of Progress returning the GeometryResult (None when cancelled)."""
     from bertscope.core.analyses.geometry_results import GeometryResult
 
     notes: list[str] = []
     if sample.seen > sample.size:
-        notes.append(f"a seeded sample of {sample.size:,} of the corpus's {sample.seen:,} {sample.unit}s (seed {seed})")
+        notes.append(f"a seeded sample of {sample.size:,} of the corpus's {sample.seen:,} {sample.unit}s (seed {job.seed})")
     if sample.truncated:
         what = "words" if sample.unit == "word" else "tokens"
         notes.append(f"{sample.truncated:,} {what} were cut from sentences longer than the model's maximum of {session.max_length}")
     figures: dict[str, Any] | None = None
-    for item in analyse_layers(sample.states[0], neighbours, cancel, session.device):
+    for item in analyse_layers(sample.states[0], neighbours, job.cancel, session.device):
         if item is None:
             return None
         if isinstance(item, dict):
@@ -400,9 +393,9 @@ def _measure(
         truncated=sample.truncated,
         labels=sample.labels,
         texts=sample.texts,
-        seed=seed,
-        mask=mask.spec() if mask is not None else "",
-        ablation=ablation,
+        seed=job.seed,
+        mask=conditions.mask.spec() if conditions is not None else "",
+        ablation=conditions.ablation if conditions is not None else "zero",
         notes=tuple(notes),
         **figures,
     )

@@ -136,7 +136,6 @@ def online_codes(
     std: np.ndarray | None = None,
     X_dev: FeatureRows | None = None,
     dev_label_sets: Sequence[npt.ArrayLike] = (),
-    portions: Sequence[float] = PORTIONS,
     seed: int = 0,
     device: str | torch.device = "cpu",
     cancel: threading.Event | None = None,
@@ -162,7 +161,7 @@ def online_codes(
         raise InputError("an online code needs at least one set of labels")
     if num_classes < 2:
         raise InputError("an online code needs at least two classes")
-    ends = block_ends(n, portions)
+    ends = block_ends(n)
     order = np.random.default_rng(seed).permutation(n)
     device = device if isinstance(device, torch.device) else resolve_device(device)
     first = uniform_codelength(ends[0], num_classes)
@@ -381,8 +380,6 @@ def report_codes(
     y_train: np.ndarray,
     control_train: np.ndarray | None,
     *,
-    num_classes: int,
-    kind: ProbeKind,
     task_probes: probes.TrainedProbes,
     X_dev: FeatureRows,
     y_dev: np.ndarray,
@@ -400,6 +397,7 @@ def report_codes(
     """
     sets = [y_train] if control_train is None else [y_train, control_train]
     dev_sets = [y_dev] if control_dev is None else [y_dev, control_dev]
+    kind, num_classes = task_probes.kind, task_probes.num_classes
     linear = kind == "linear"
     codes = online_codes(
         X_train,

@@ -59,6 +59,7 @@ import torch
 from torch import Tensor
 
 from bertscope.core import distributed
+from bertscope.core.analyses.conditions import Conditions, JobOptions
 from bertscope.core.analyses.headstats import PunctuationIds, punctuation_ids
 from bertscope.core.analyses.mixing_results import (
     CORPUS_DEFAULT,
@@ -121,13 +122,12 @@ def context_mixing(
     pair: str | None = None,
     *,
     method: str = "value-zeroing",
-    mask: HeadMask | None = None,
-    ablation: Ablation = "zero",
-    cancel: threading.Event | None = None,
+    conditions: Conditions | None = None,
+    job: JobOptions = JobOptions(),
 ) -> Iterator[Progress[Mixing]]:
     """One measure over one input: progress, the last record carrying the `Mixing`."""
     (method,) = check_methods([method])
-    found = yield from relay(mixings(session, text, pair, methods=(method,), mask=mask, ablation=ablation, cancel=cancel))
+    found = yield from relay(mixings(session, text, pair, methods=(method,), conditions=conditions, job=job))
     if found is not None:
         yield Progress("done", 1, 1, found[method])
 
@@ -138,14 +138,13 @@ def mixings(
     pair: str | None = None,
     *,
     methods: Sequence[str] = METHODS,
-    mask: HeadMask | None = None,
-    ablation: Ablation = "zero",
-    cancel: threading.Event | None = None,
+    conditions: Conditions | None = None,
+    job: JobOptions = JobOptions(),
 ) -> Iterator[Progress[dict[str, Mixing]]]:
     """Several measures over one input from one forward pass (the explorer's entry): the last record carries
     `{method: Mixing}`."""
     encoding = text if isinstance(text, Encoding) else session.encode(text, pair)
-    found = yield from relay(batch_mixings(session, [encoding], methods=methods, mask=mask, ablation=ablation, cancel=cancel))
+    found = yield from relay(batch_mixings(session, [encoding], methods=methods, conditions=conditions, job=job))
     if found is not None:
         yield Progress("done", 1, 1, found[0])
 
@@ -155,15 +154,14 @@ def batch_mixings(
     encodings: Sequence[Encoding],
     *,
     methods: Sequence[str] = METHODS,
-    mask: HeadMask | None = None,
-    ablation: Ablation = "zero",
-    cancel: threading.Event | None = None,
+    conditions: Conditions | None = None,
+    job: JobOptions = JobOptions(),
 ) -> Iterator[Progress[list[dict[str, Mixing]]]]:
-    """Several measures over a batch of inputs from one padded forward pass: the last record carries each input's
-    `{method: Mixing}` (`_measure_batch`)."""
+    """Several measures over a batch of inputs from one padded forward pass, under `conditions` (None: the model as it
+    is): the last record carries each input's `{method: Mixing}` (`_measure_batch`)."""
     chosen = check_methods(methods)
-    head_mask = mask if mask is not None else session.mask(None)
-    found = yield from relay(_measure_batch(session, encodings, chosen, head_mask, ablation, cancel))
+    head_mask, ablation = _mask_of(session, conditions)
+    found = yield from relay(_measure_batch(session, encodings, chosen, head_mask, ablation, job.cancel))
     if found is None:
         return
     measured, _ = found
@@ -192,6 +190,11 @@ def batch_mixings(
 
 Measured = dict[str, tuple[Tensor | None, Tensor]]  # method: (per-layer maps or None, rolled out), each [L, B, T, T] float64
 Timings = dict[str, tuple[float, list[int]]]  # costly method: (seconds, the lengths of the inputs timed)
+
+
+def _mask_of(session: Session, conditions: Conditions | None) -> tuple[HeadMask, Ablation]:
+    """The head mask and ablation the passes run under (the model as it is without `conditions`)."""
+    return (session.mask(None), "zero") if conditions is None else (conditions.mask, conditions.ablation)
 
 
 def _measure_batch(
@@ -592,10 +595,8 @@ def mixing_agreement(
     sentences: Iterable[Sentence],
     *,
     methods: Sequence[str] = CORPUS_DEFAULT,
-    mask: HeadMask | None = None,
-    ablation: Ablation = "zero",
-    batch_size: int | None = None,
-    cancel: threading.Event | None = None,
+    conditions: Conditions | None = None,
+    job: JobOptions = JobOptions(),
 ) -> Iterator[Progress[MixingAgreement]]:
     """Every pair of methods' agreement and each method's shares per layer, streamed over a corpus (MixingAgreement).
 
@@ -606,7 +607,7 @@ def mixing_agreement(
     are timed on the first batch, and a record then carries a `CostEstimate` for the first chunk's sentences as `partial`.
     """
     chosen = check_methods(methods)
-    head_mask = mask if mask is not None else session.mask(None)
+    head_mask, ablation = _mask_of(session, conditions)
     punctuation = punctuation_ids(session.tokenizer)
     count, layers = len(chosen), session.num_layers
     sums: dict[str, Any] = {
@@ -622,9 +623,8 @@ def mixing_agreement(
         sentences,
         lambda chunk: session.encode_many([sentence.text for sentence in chunk], [sentence.pair for sentence in chunk]),
         lengths=item_lengths,
-        batch_size=batch_size,
+        job=job,
         max_square=MIXING_SQUARE if {"value-zeroing", "alti"} & set(chosen) else MAPS_SQUARE,
-        cancel=cancel,
     )
     reads = LaggedReads()  # each batch's sums are added once the next batch's pass is queued (on a GPU)
     for batch in batches:
@@ -638,7 +638,7 @@ def mixing_agreement(
             def estimate(timings: Timings, planned: list[list[int]] = planned, whole: bool = whole) -> CostEstimate:
                 return cost_estimate(timings, planned, layers, whole)
 
-        found = yield from relay(_measure_batch(session, encodings, chosen, head_mask, ablation, cancel, estimate))
+        found = yield from relay(_measure_batch(session, encodings, chosen, head_mask, ablation, job.cancel, estimate))
         if found is None:
             return
         _add_batch(sums, reads, *found, encodings, punctuation)

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from bertscope.core import distributed
+from bertscope.core.analyses.conditions import JobOptions
 from bertscope.core.analyses.streaming import CorpusBatches, pad_batch
 from bertscope.core.data.corpus import ReadReport, _lines, packaged_data, readable_file
 from bertscope.core.errors import InputError, NoMLMHeadError
@@ -322,9 +323,8 @@ def cloze_scores(
         mine,
         lambda chunk: chunk,  # tokenised above, to be kept or skipped
         lengths=lambda chunk: [len(encoded["input_ids"][kept_rows[index]]) for index in chunk],
-        batch_size=most if batch_size is None else min(batch_size, most),
+        job=JobOptions(batch_size=most if batch_size is None else min(batch_size, most), cancel=cancel),
         chunk_size=max(len(mine), 1),  # one chunk: every query is held already
-        cancel=cancel,
     )
     for planned in batches:
         indices = planned.items

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bertscope.core import distributed
+from bertscope.core.analyses.conditions import JobOptions
 from bertscope.core.analyses.importance_results import OBJECTIVES, check_objective_heads, missing_heads
 from bertscope.core.analyses.streaming import CorpusBatches, WordPieces, pad_batch, words_of
 from bertscope.core.data.corpus import Sentence
@@ -96,7 +97,7 @@ class Batches:
         # `sentences` stays the whole corpus's count, and the sums are added across ranks (core.distributed).
         sentences = list(distributed.shard(sentences)) if distributed.world().active else sentences
         self.session, self.sentences, self.finish, self.words = session, sentences, finish, words
-        self.corpus = CorpusBatches(sentences, self._encode, batch_size=batch_size)
+        self.corpus = CorpusBatches(sentences, self._encode, job=JobOptions(batch_size=batch_size))
 
     def _encode(self, chunk: Sequence[Sentence]) -> BatchEncoding:
         tokenizer, limit = self.session.tokenizer, self.session.max_length

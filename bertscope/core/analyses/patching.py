@@ -21,18 +21,17 @@ share one batched pass over the layers above it.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from bertscope.core.analyses.conditions import JobOptions
 from bertscope.core.analyses.mlm import answer_id, mask_positions, with_mask_token
-from bertscope.core.analyses.patching_results import DIRECTIONS, METRICS, SWEEPS, PatchingResult
+from bertscope.core.analyses.patching_results import DIRECTIONS, METRICS, SWEEPS, PatchingResult, PatchMetric
 from bertscope.core.errors import InputError
 from bertscope.core.model.results import Encoding
 from bertscope.core.progress import Progress, relay
@@ -83,28 +82,18 @@ def patch(
     *,
     clean_pair: str | None = None,
     corrupt_pair: str | None = None,
-    metric: str = "preserve",
-    answers: Sequence[str] | None = None,
-    classes: Sequence[str] | None = None,
-    task: str | None = None,
-    data: str | Path | None = None,
-    probe_layer: int | None = None,
+    metric: PatchMetric = PatchMetric(),
     sweeps: Sequence[str] = SWEEPS,
     direction: str = "denoise",
     per_position: bool = False,
-    cache_dir: str | Path | Literal[False] | None = None,
-    cancel: threading.Event | None = None,
+    job: JobOptions = JobOptions(),
 ) -> Iterator[Progress[PatchingResult]]:
     """Patch every component of the chosen sweeps between `clean` and `corrupt`; a generator of progress.
 
-    `metric`: mlm (`answers` A,B at the [MASK]: logit A - logit B; default the clean and the
-    corrupted input's top guesses), class (a sequence classifier's `classes` A,B), probe (a
-    linear probe for `task`, trained as `attribute --probe` does, at `probe_layer` or its
-    best layer; `classes` A,B of the task), preserve (minus the squared distance of the
-    final hidden states to the clean run's; any model). `per_position` also patches each
-    head at each position.
+    `metric`: what is measured (`PatchMetric`). `per_position` also patches each head at each position. `job`:
+    the probe metric's feature cache, and the cancel.
     """
-    _check_choice(metric, METRICS, "metric")
+    _check_choice(metric.name, METRICS, "metric")
     _check_choice(direction, DIRECTIONS, "direction")
     for sweep in sweeps:
         _check_choice(sweep, SWEEPS, "sweep")
@@ -116,22 +105,22 @@ def patch(
         raise InputError("this model has heads sliced out of its weights; patch heads of the unpruned model", setting="sweep")
     clean_run, corrupt_run = _activations(session, clean_encoding), _activations(session, corrupt_encoding)
     probe = None
-    if metric == "probe":
+    if metric.name == "probe":
         from bertscope.core.analyses.probe_decision import decision_probe
 
         probe = yield from relay(
             decision_probe(
                 session,
-                _required(task, "task", "a probe metric needs a probing task"),
-                data=data,
-                layer=probe_layer,
-                cache_dir=cache_dir,
-                cancel=cancel,
+                _required(metric.task, "task", "a probe metric needs a probing task"),
+                data=metric.data,
+                layer=metric.probe_layer,
+                cache_dir=job.cache_dir,
+                cancel=job.cancel,
             )
         )
         if probe is None:
             return  # cancelled
-    measure = _metric(session, metric, clean_encoding, clean_run, corrupt_run, answers, classes, probe)
+    measure = _metric(session, metric, clean_encoding, clean_run, corrupt_run, probe)
     with torch.inference_mode():
         clean_metric = float(measure.score(clean_run.hidden[measure.layer][None])[0])
         corrupt_metric = float(measure.score(corrupt_run.hidden[measure.layer][None])[0])
@@ -150,7 +139,7 @@ def patch(
     for group in groups:
         values = []
         for first in range(0, group.rows, rows_per_batch):
-            if cancel is not None and cancel.is_set():
+            if job.cancelled:
                 return
             rows = slice(first, min(first + rows_per_batch, group.rows))
             hidden = _patched_hidden(session, base, source, group, rows, measure.layer)
@@ -167,7 +156,7 @@ def patch(
         total,
         total,
         PatchingResult(
-            metric=metric,
+            metric=metric.name,
             metric_description=measure.description,
             direction=direction,
             tokens=clean_encoding.tokens,
@@ -260,16 +249,10 @@ def _activations(session: Session, encoding: Encoding) -> _Activations:
 
 
 def _metric(
-    session: Session,
-    kind: str,
-    encoding: Encoding,
-    clean: _Activations,
-    corrupt: _Activations,
-    answers: Sequence[str] | None,
-    classes: Sequence[str] | None,
-    probe: DecisionProbe | None,
+    session: Session, metric: PatchMetric, encoding: Encoding, clean: _Activations, corrupt: _Activations, probe: DecisionProbe | None
 ) -> _Metric:
     """m as a function of the hidden states it reads, with the two answers or classes it compares."""
+    kind, answers, classes = metric.name, metric.answers, metric.classes
     last = session.num_layers
     if kind == "preserve":
         target = clean.hidden[last].float()

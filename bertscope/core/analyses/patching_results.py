@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,6 +27,21 @@ EFFECTS = {
     "denoise": "(m(patched) - m(corrupt)) / (m(clean) - m(corrupt)): the share of the behaviour the clean activation restores",
     "noise": "(m(clean) - m(patched)) / (m(clean) - m(corrupt)): the share of the behaviour the corrupted activation destroys",
 }
+
+
+@dataclass(frozen=True)
+class PatchMetric:
+    """What patching measures, m: `name` mlm (`answers` A,B at the [MASK]: logit A - logit B; default the clean and
+    the corrupted input's top guesses), class (a sequence classifier's `classes` A,B), probe (a linear probe for
+    `task`, trained on `data` as `attribute`'s probe is, at `probe_layer` or its best layer; `classes` A,B of the
+    task), preserve (minus the squared distance of the final hidden states to the clean run's; any model)."""
+
+    name: str = "preserve"
+    answers: tuple[str, ...] | None = None
+    classes: tuple[str, ...] | None = None
+    task: str | None = None
+    data: str | Path | None = None
+    probe_layer: int | None = None
 
 
 @dataclass(frozen=True, repr=False)

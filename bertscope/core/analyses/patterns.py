@@ -46,7 +46,6 @@ device, so memory does not grow with the corpus.
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -56,9 +55,10 @@ import torch
 from torch import Tensor
 
 from bertscope.core import distributed
+from bertscope.core.analyses.conditions import Conditions, JobOptions
 from bertscope.core.analyses.headstats import PunctuationIds, punctuation_ids
 from bertscope.core.analyses.streaming import CorpusBatches, item_lengths, joined_ids, padded
-from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS
+from bertscope.core.data.batching import MAX_SQUARE
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
 from bertscope.core.model.device import upload
@@ -328,14 +328,10 @@ def pattern_statistics(
     session: Session,
     sentences: Iterable[Sentence],
     *,
-    mask: HeadMask | None = None,
-    ablation: Ablation = "zero",
-    batch_size: int | None = None,
-    chunk_size: int | None = None,
-    max_tokens: int = MAX_TOKENS,
-    max_square: int = MAX_SQUARE,
-    cancel: threading.Event | None = None,
     norms: bool = False,
+    conditions: Conditions | None = None,
+    job: JobOptions = JobOptions(),
+    chunk_size: int | None = None,
 ) -> Iterator[Progress[PatternResult]]:
     """Stream a corpus through the model; yield the statistics so far (`partial`) after every batch, then the result.
 
@@ -344,21 +340,17 @@ def pattern_statistics(
     attention maps are reduced to per-head sums as the pass computes them (one layer's maps
     alive at a time), and batches are capped by padded tokens and by B·T²
     (core.data.batching), so a chunk's longest sentences cost no more than its shortest. `norms` adds the shares of
-    value-weighted norms, from the same passes (module docstring).
+    value-weighted norms, from the same passes (module docstring). The passes run under `conditions` (None: the model
+    as it is); `job` gives the batch size and the cancel.
     """
+    mask = None if conditions is None else conditions.mask
+    ablation: Ablation = "zero" if conditions is None else conditions.ablation
     accumulator = _Accumulator(session.num_layers, session.num_heads, norms, mask, ablation)
     reads = LaggedReads()  # each batch's table is added once the next batch's pass is queued (on a GPU)
     gates = session.gate_tensor(mask)
     punctuation = punctuation_ids(session.tokenizer)
     batches: CorpusBatches[Sentence, list[Encoding]] = CorpusBatches(
-        sentences,
-        lambda chunk: encode_sorted(session, chunk),
-        lengths=item_lengths,
-        batch_size=batch_size,
-        chunk_size=chunk_size,
-        max_tokens=max_tokens,
-        max_square=max_square,
-        cancel=cancel,
+        sentences, lambda chunk: encode_sorted(session, chunk), lengths=item_lengths, job=job, chunk_size=chunk_size, max_square=MAX_SQUARE
     )
     for batch in batches:
         encoded = batch.take(batch.encoded)

@@ -177,6 +177,20 @@ class TrainedProbes:
                 yield layer, start, scores
 
 
+@dataclass(frozen=True)
+class ProbeTraining:
+    """How long and in what steps a probe trains (the defaults are the probing command's): `epochs`, L-BFGS
+    iterations per L2 value for a linear probe (None: 500), Adam epochs for an MLP (None: 100); and for an MLP its
+    `hidden` units, `patience` (epochs without a better dev accuracy before it stops), `batch_size` rows a step and `lr`.
+    """
+
+    epochs: int | None = None
+    hidden: int = 256
+    patience: int = 10
+    batch_size: int = 256
+    lr: float = 1e-3
+
+
 def train_probes(
     X_train: FeatureRows,
     y_train: np.ndarray,
@@ -187,11 +201,7 @@ def train_probes(
     kind: ProbeKind = "linear",
     l2_grid: Sequence[float] = L2_GRID,
     layer_l2: Sequence[float] | np.ndarray | None = None,
-    hidden: int = 256,
-    epochs: int | None = None,
-    patience: int = 10,
-    batch_size: int = 256,
-    lr: float = 1e-3,
+    training: ProbeTraining = ProbeTraining(),
     device: str | torch.device = "cpu",
     seed: int = 0,
     cancel: threading.Event | None = None,
@@ -205,11 +215,11 @@ def train_probes(
 
     `linear`: multinomial logistic regression, full batch, L-BFGS with a backtracking line
     search (`core.analyses.lbfgs`), from the strongest penalty to the weakest, each fit starting from
-    the previous one's weights; at most `epochs` iterations per L2 value (default 500),
+    the previous one's weights; at most `training.epochs` iterations per L2 value (default 500),
     stopping once no gradient exceeds 1e-4 (scikit-learn's default `tol` for the same loss). `mlp`: one ReLU
-    layer of `hidden` units, L2 on both weight matrices, Adam on shuffled mini-batches for
-    at most `epochs` epochs (default 100), keeping each probe's best dev epoch and stopping
-    once no probe improved for `patience` epochs.
+    layer of `training.hidden` units, L2 on both weight matrices, Adam on shuffled mini-batches for
+    at most `training.epochs` epochs (default 100), keeping each probe's best dev epoch and stopping
+    once no probe improved for `training.patience` epochs.
 
     `layer_l2` (linear probes only): one strength per layer, chosen elsewhere (another probe's
     `chosen_strengths`), instead of the search over `l2_grid`: baselines trained as the same
@@ -234,10 +244,9 @@ def train_probes(
         if kind != "linear" or fixed_l2.shape != (num_layers,) or np.any(fixed_l2 < 0):
             raise InputError(f"fixed L2 strengths are for linear probes, one non-negative number per layer ({num_layers})")
         grid = np.unique(fixed_l2)
-    if min(hidden, patience, batch_size, 1 if epochs is None else epochs) < 1:
+    if min(training.hidden, training.patience, training.batch_size, 1 if training.epochs is None else training.epochs) < 1:
         raise InputError("hidden units, epochs, patience and batch size must be at least 1")
-    if epochs is None:
-        epochs = LINEAR_MAX_ITER if kind == "linear" else MLP_EPOCHS
+    epochs = training.epochs if training.epochs is not None else LINEAR_MAX_ITER if kind == "linear" else MLP_EPOCHS
     device = device if isinstance(device, torch.device) else resolve_device(device)
     generator = torch.Generator().manual_seed(seed)
 
@@ -247,12 +256,10 @@ def train_probes(
     _, _, Z_dev = _standardise(X_dev, device, mean, std)
     y = torch.as_tensor(y_train, device=device)
     l2 = torch.as_tensor(grid, dtype=torch.float32, device=device)
-    params, dev_correct, stale = _train_mlp(
-        Z, y, Z_dev, y_dev, l2, num_classes, hidden, epochs, patience, batch_size, lr, generator, cancel
-    )
+    params, dev_correct, stale = _train_mlp(Z, y, Z_dev, y_dev, l2, num_classes, training, epochs, generator, cancel)
     del Z, Z_dev
     chosen = _choose(dev_correct / len(y_dev), grid, len(y_dev))  # [L]
-    stopped = stale[np.arange(num_layers), chosen] >= patience  # early stopping ended the kept probe's training
+    stopped = stale[np.arange(num_layers), chosen] >= training.patience  # early stopping ended the kept probe's training
     common = {
         "kind": kind,
         "mean": mean.cpu().numpy(),
@@ -899,16 +906,13 @@ def _train_mlp(
     y_dev: np.ndarray,
     l2: torch.Tensor,
     num_classes: int,
-    width: int,
+    training: ProbeTraining,
     epochs: int,
-    patience: int,
-    batch_size: int,
-    lr: float,
     generator: torch.Generator,
     cancel: threading.Event | None,
 ) -> tuple[list[torch.Tensor], np.ndarray, np.ndarray]:
     num_layers, n, dim = Z.shape
-    grid = len(l2)
+    grid, width, patience, batch_size = len(l2), training.hidden, training.patience, training.batch_size
 
     def uniform(*shape: int, fan_in: int) -> torch.Tensor:  # nn.Linear's initialisation, drawn on the CPU for determinism across devices
         bound = 1 / fan_in**0.5
@@ -920,7 +924,7 @@ def _train_mlp(
         uniform(num_layers, width, grid, num_classes, fan_in=width),
         uniform(num_layers, grid, num_classes, fan_in=width),
     ]
-    optimizer = torch.optim.Adam(params, lr=lr)
+    optimizer = torch.optim.Adam(params, lr=training.lr)
     best = [p.detach().clone() for p in params]
     best_correct = np.full((num_layers, grid), -1)
     stale = np.zeros((num_layers, grid), dtype=int)  # epochs since each probe last improved on dev

@@ -14,18 +14,17 @@ built-in generated tasks of `probing_tasks`.
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from bertscope.core import distributed
 from bertscope.core.analyses import probes, structural
+from bertscope.core.analyses.conditions import Conditions, JobOptions
 from bertscope.core.analyses.features import FeatureOptions, Features, extract_sharded
 from bertscope.core.analyses.mdl import report_codes
 from bertscope.core.analyses.probing_results import MDL_STRUCTURAL, ProbeReport
@@ -36,7 +35,6 @@ from bertscope.core.data.splits import Splits
 from bertscope.core.errors import Cancelled, InputError
 from bertscope.core.model.allocator import fitting_heap
 from bertscope.core.model.deferred import DeferredSession
-from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import Progress, relay
 
 if TYPE_CHECKING:
@@ -178,21 +176,19 @@ def run_probe(
     *,
     word_pooling: str = "first",
     sentence_pooling: str = "cls",
-    mask: str = "",
-    ablation: Ablation = "zero",
     kind: probes.ProbeKind = "linear",
     control: bool = True,
     random_baseline: bool = True,
     min_examples: int = MIN_EXAMPLES,
-    cache_dir: str | Path | Literal[False] | None = None,
-    seed: int = 0,
     mdl: bool = False,
-    cancel: threading.Event | None = None,
+    conditions: Conditions | None = None,
+    job: JobOptions = JobOptions(),
 ) -> Iterator[Progress[ProbeReport]]:
     """Probe every layer for `task`; yield progress by stage, the last item carrying the report.
 
     Labels with fewer than `min_examples` training examples are left out (see `encode_labels`). `mdl`: each
-    layer's online codelength too (Voita & Titov 2020; `core.analyses.mdl`), on the same features.
+    layer's online codelength too (Voita & Titov 2020; `core.analyses.mdl`), on the same features. The features
+    are taken under `conditions`' mask (None: the model as it is); `job` gives the seed, the cache and the cancel.
     """
     if mdl and task in STRUCTURAL_TASKS:
         raise InputError(MDL_STRUCTURAL, setting="mdl")
@@ -201,13 +197,13 @@ def run_probe(
         level=level,
         word_pooling=word_pooling,
         sentence_pooling=sentence_pooling,
-        mask=mask,
-        ablation=ablation,
+        mask="" if conditions is None else conditions.mask.spec(),
+        ablation="zero" if conditions is None else conditions.ablation,
         precision="float32" if task in STRUCTURAL_TASKS else "auto",
     )
     sessions: list[tuple[str, Session | DeferredSession]] = [("model", session)]
     if random_baseline:  # its weights drawn only if its features are not cached
-        sessions.append(("random", DeferredSession.random_copy_of(session, seed)))
+        sessions.append(("random", DeferredSession.random_copy_of(session, job.seed)))
     features: dict[tuple[str, str], Features] = {}
     total = sum(len(getattr(splits, name)) for name in ("train", "dev", "test")) * len(sessions)
     done = 0
@@ -220,21 +216,21 @@ def run_probe(
             def relabel(step: Progress[Features], stage: str = stage, done: int = done) -> Progress[Features]:
                 return Progress(stage, done + step.done, total)
 
-            extracted = yield from relay(extract_sharded(source, sentences, options, cache_dir=cache_dir, cancel=cancel), relabel)
+            extracted = yield from relay(extract_sharded(source, sentences, options, cache_dir=job.cache_dir, cancel=job.cancel), relabel)
             if extracted is None:
                 return  # cancelled
             features[which, name] = extracted
             done += len(sentences)
             yield Progress(f"features ({which}, {name})", done, total)
-    if cancel is not None and cancel.is_set():
+    if job.cancelled:
         return
-    device = str(session.device)
+    fit = _Fit(task, splits, features, level, kind, control, random_baseline, min_examples, mdl, str(session.device), job)
     yield Progress("training probes", total, total)
     report: ProbeReport | None = None
     if distributed.is_main():  # under torchrun, rank 0 holds every row (extract_sharded) and trains the probes, once
         try:
             with fitting_heap():  # the fit's blocks of FIT_BLOCK rows mapped and handed back, not heap holes
-                report = _report(task, splits, features, level, kind, control, random_baseline, min_examples, device, seed, cancel, mdl)
+                report = _structural_report(fit) if task in STRUCTURAL_TASKS else _classification_report(fit)
         except Cancelled:
             return
         truncated = sum(features["model", name].truncated_words for name in ("train", "dev", "test"))
@@ -244,49 +240,36 @@ def run_probe(
     yield Progress("done", total, total, report)
 
 
-def _report(
-    task: str,
-    splits: Splits,
-    features: dict[tuple[str, str], Features],
-    level: str,
-    kind: probes.ProbeKind,
-    control: bool,
-    random_baseline: bool,
-    min_examples: int,
-    device: str,
-    seed: int,
-    cancel: threading.Event | None,
-    mdl: bool = False,
-) -> ProbeReport:
-    if task in STRUCTURAL_TASKS:
-        return _structural_report(task, splits, features, random_baseline, device, seed, cancel)
-    return _classification_report(task, splits, features, level, kind, control, random_baseline, min_examples, device, seed, cancel, mdl)
+@dataclass(frozen=True)
+class _Fit:
+    """One run's probes to fit, past its features: what `run_probe` hands its report whole."""
+
+    task: str
+    splits: Splits
+    features: dict[tuple[str, str], Features]
+    level: str
+    kind: probes.ProbeKind
+    control: bool
+    random_baseline: bool
+    min_examples: int
+    mdl: bool
+    device: str
+    job: JobOptions
 
 
-def _classification_report(
-    task: str,
-    splits: Splits,
-    features: dict[tuple[str, str], Features],
-    level: str,
-    kind: probes.ProbeKind,
-    control: bool,
-    random_baseline: bool,
-    min_examples: int,
-    device: str,
-    seed: int,
-    cancel: threading.Event | None,
-    mdl: bool = False,
-) -> ProbeReport:
+def _classification_report(run: _Fit) -> ProbeReport:
+    splits, features, level, kind, device, job = run.splits, run.features, run.level, run.kind, run.device, run.job
+
     def labels_of(name: str) -> list[str]:
         sentences = getattr(splits, name)
         if level == "word":
-            return word_labels(sentences, features["model", name], task)
+            return word_labels(sentences, features["model", name], run.task)
         missing = [s.location for s in sentences if s.label is None]
         if missing:
             raise InputError(f"{missing[0]}: no label; sentence-level probing needs a SentEval file (split, label, sentence)")
         return [s.label for s in sentences]
 
-    labels = encode_labels(labels_of("train"), labels_of("dev"), labels_of("test"), min_examples)
+    labels = encode_labels(labels_of("train"), labels_of("dev"), labels_of("test"), run.min_examples)
     y_train, y_dev, y_test, num_classes = labels.train, labels.dev, labels.test, len(labels.classes)
 
     def rows(which: str, name: str) -> np.ndarray | KeptRows:
@@ -302,13 +285,13 @@ def _classification_report(
             kind=kind,
             layer_l2=layer_l2,
             device=device,
-            seed=seed,
-            cancel=cancel,
+            seed=job.seed,
+            cancel=job.cancel,
         )
 
     # The baselines are the task's probes on other features or labels: linear ones at the task's strength per layer
     # (Hewitt & Liang train the control task with the task's hyperparameters), which also spares their L2 search.
-    control_labels = _control_labels(splits, features, labels, seed) if control and level == "word" else None
+    control_labels = _control_labels(splits, features, labels, job.seed) if run.control and level == "word" else None
     control_probes = None
     if control_labels is not None and kind == "linear":  # the control reads the task's features: their fits share the passes
         task_probes, control_probes = probes.train_with_control(
@@ -320,8 +303,8 @@ def _classification_report(
             control_labels[1],
             num_classes=num_classes,
             device=device,
-            seed=seed,
-            cancel=cancel,
+            seed=job.seed,
+            cancel=job.cancel,
         )
     else:
         task_probes = fit("model", y_train, y_dev)
@@ -336,7 +319,7 @@ def _classification_report(
     ]
     fitted = [("task", task_probes.endings)]
     baselines = {"majority": round(probes.majority_baseline(y_train, y_test), 6)}
-    if random_baseline:
+    if run.random_baseline:
         random_probes = fit("random", y_train, y_dev, same_strengths)
         fitted.append(("random-init", random_probes.endings))
         random_scores = probes.score(random_probes, rows("random", "test"), y_test, num_classes)
@@ -352,21 +335,19 @@ def _classification_report(
             entry["selectivity"] = round(entry["accuracy"] - float(accuracy), 6)
         baselines["control_best"] = round(float(control_scores.accuracy.max()), 6)
     codes: dict[str, Any] = {}
-    if mdl:  # the online codes on the features and at the strengths the accuracy probes used
+    if run.mdl:  # the online codes on the features and at the strengths the accuracy probes used
         per_layer, codes = report_codes(
             rows("model", "train"),
             y_train,
             None if control_labels is None else control_labels[0],
-            num_classes=num_classes,
-            kind=kind,
             task_probes=task_probes,
             X_dev=rows("model", "dev"),
             y_dev=y_dev,
             control_dev=None if control_labels is None else control_labels[1],
             unit="words" if level == "word" else "sentences",
-            seed=seed,
+            seed=job.seed,
             device=device,
-            cancel=cancel,
+            cancel=job.cancel,
         )
         for entry, code in zip(layers, per_layer, strict=True):
             entry["mdl"] = code
@@ -376,10 +357,10 @@ def _classification_report(
         "test": int(len(y_test)),
         "classes": num_classes,
         "unit": "words" if level == "word" else "sentences",
-    } | labels.as_json(min_examples)
-    note = labels.note(min_examples)
+    } | labels.as_json(run.min_examples)
+    note = labels.note(run.min_examples)
     return ProbeReport(
-        task=task,
+        task=run.task,
         metric="accuracy",
         layers=layers,
         best_layer=int(np.argmax(scores.accuracy)),
@@ -460,15 +441,8 @@ def _whole_trees(sentences: Sequence[Sentence], rows: Features) -> tuple[np.ndar
     return rows.X[select], index, trees, skip
 
 
-def _structural_report(
-    task: str,
-    splits: Splits,
-    features: dict[tuple[str, str], Features],
-    random_baseline: bool,
-    device: str,
-    seed: int,
-    cancel: threading.Event | None,
-) -> ProbeReport:
+def _structural_report(run: _Fit) -> ProbeReport:
+    task, splits, features, random_baseline, device = run.task, run.splits, run.features, run.random_baseline, run.device
     if any(s.heads is None for name in ("train", "dev", "test") for s in getattr(splits, name)):
         raise InputError("structural probes need dependency trees (the HEAD column of a CoNLL-U file)")
 
@@ -482,8 +456,8 @@ def _structural_report(
             dev[1],
             dev[2],
             device=device,
-            seed=seed,
-            cancel=cancel,
+            seed=run.job.seed,
+            cancel=run.job.cancel,
         )
         scored = structural.score_structural(trained, test[0], test[1], test[2], skip=test[3], device=device)
         return scored, trained.distance_endings if task == "distance" else trained.depth_endings

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
@@ -34,6 +33,7 @@ import numpy.typing as npt
 import torch
 
 from bertscope.core import distributed
+from bertscope.core.analyses.conditions import Conditions, JobOptions
 from bertscope.core.analyses.geometry_results import UNITS
 from bertscope.core.analyses.headstats import is_punctuation
 from bertscope.core.analyses.streaming import CorpusBatches, WordPieces, pad_batch, words_of
@@ -41,7 +41,7 @@ from bertscope.core.data.batching import MAX_SQUARE
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
 from bertscope.core.model.device import upload
-from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import Progress
 
 if TYPE_CHECKING:
@@ -272,17 +272,15 @@ def stream_sample(
     *,
     unit: str = "auto",
     max_rows: int = DEFAULT_MAX_ROWS,
-    seed: int = 0,
-    batch_size: int | None = None,
-    mask: HeadMask | None = None,
-    ablation: Ablation = "zero",
     attentions: bool = False,
     on_batch: Callable[[list[Any], PreparedBatch], None] | None = None,
-    cancel: threading.Event | None = None,
+    conditions: Conditions | None = None,
+    job: JobOptions = JobOptions(),
 ) -> Iterator[Progress[Sample]]:
-    """Run the corpus through every session; yield progress per batch, the last item carrying the Sample.
+    """Run the corpus through every session; yield progress per batch, the last item carrying the Sample of rows `job.seed`
+    chose.
 
-    `mask` applies to the first session only. With `attentions`, `on_batch(outputs, prepared)`
+    `conditions` (None: the model as it is) apply to the first session only. With `attentions`, `on_batch(outputs, prepared)`
     sees every batch's outputs (one per session) before they are dropped (core.analyses.compare uses it).
     Under torchrun each rank runs its shard of the corpus; the Sample's counts are the whole
     corpus's on every rank, its rows are on rank 0 only (the others' Sample has none).
@@ -292,7 +290,8 @@ def stream_sample(
     sampler = SmallestKeys(max_rows)
     lead = sessions[0]
     max_length = min(session.max_length for session in sessions)
-    gates = lead.gate_tensor(mask)
+    gates = lead.gate_tensor(None if conditions is None else conditions.masked)
+    ablation: Ablation = "zero" if conditions is None else conditions.ablation
     # Per session, once a batch has rows to keep: the sample where the model runs, read to the host once at the end.
     # A read a batch would make the host wait for each batch's forward before it prepares the next (on a GPU).
     stores: dict[int, torch.Tensor] = {}
@@ -308,9 +307,8 @@ def stream_sample(
     batches = CorpusBatches(
         numbered,
         lambda chunk: encode_chunk(lead.tokenizer, max_length, [sentence for _, sentence in chunk], unit),
-        batch_size=batch_size,
+        job=job,
         max_square=MAX_SQUARE if attentions else None,
-        cancel=cancel,
     )
     for numbered_batch in batches:
         numbers = np.array([number for number, _ in numbered_batch.items], dtype=np.int64)
@@ -318,7 +316,7 @@ def stream_sample(
         prepared = prepare(lead.tokenizer, max_length, batch, unit, lead.device, numbered_batch.encoded, numbered_batch.indices)
         contents = np.array([_content(sentence, unit) for sentence in batch], dtype=np.int64)
         origins = np.stack([numbers[prepared.owners], prepared.ordinals, contents[prepared.owners]], axis=1)
-        rows, slots = sampler.offer(row_keys(seed, origins[:, 0], origins[:, 1]), origins)
+        rows, slots = sampler.offer(row_keys(job.seed, origins[:, 0], origins[:, 1]), origins)
         outputs = []
         for index, session in enumerate(sessions):
             inputs = prepared.inputs if session.device == lead.device else {k: v.to(session.device) for k, v in prepared.inputs.items()}

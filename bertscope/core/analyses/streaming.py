@@ -14,7 +14,6 @@ encoded, and what it does with a batch.
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -23,6 +22,7 @@ import numpy as np
 import torch
 
 from bertscope.core import collector
+from bertscope.core.analyses.conditions import JobOptions
 from bertscope.core.data.batching import MAX_TOKENS, plan_batches
 from bertscope.core.data.corpus import chunked
 from bertscope.core.model.allocator import corpus_heap_over, release_freed_memory
@@ -165,7 +165,7 @@ class CorpusBatches(Generic[S, E]):
     item's token count (by default from a tokenizer's `input_ids`). A batch has at most
     `max_tokens` padded tokens, at most `max_square` for its size times the square of its
     longest length where that is given (passes that keep attention maps), and at most
-    `batch_size` items where that is given. When `cancel` is set the walk stops before the
+    `job.batch_size` items where that is given. When `job.cancel` is set the walk stops before the
     next batch and `cancelled` says so. Walking again (a `Sequence` of items) gives the same
     batches.
     """
@@ -176,16 +176,15 @@ class CorpusBatches(Generic[S, E]):
         encode: Callable[[list[S]], E],
         *,
         lengths: Callable[[Any], Sequence[int]] = input_lengths,
-        batch_size: int | None = None,
+        job: JobOptions = JobOptions(),
         chunk_size: int | None = None,
         max_tokens: int = MAX_TOKENS,
         max_square: int | None = None,
-        cancel: threading.Event | None = None,
     ) -> None:
         self.items, self.encode, self.lengths = items, encode, lengths
-        self.batch_size, self.chunk_size = batch_size, chunk_size
+        self.batch_size, self.chunk_size = job.batch_size, chunk_size
         self.max_tokens, self.max_square = max_tokens, max_square
-        self.cancel = cancel
+        self.cancel = job.cancel
         self.cancelled = False
         self.done = 0  # items in the batches walked so far
         self._count: int | None = None

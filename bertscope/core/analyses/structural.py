@@ -24,10 +24,11 @@ sentence s, CoNLL-U style (0 = root, else the 1-based index of the head word).
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import ParamSpec, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +37,9 @@ import torch
 from bertscope.core.errors import Cancelled, InputError
 from bertscope.core.model.device import resolve_device
 from bertscope.core.progress import Progress, outcome
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 SPEARMAN_LENGTHS = (5, 50)  # the paper averages Spearman over sentences of 5 to 50 words
 INIT_RANGE = 0.05
@@ -261,6 +265,18 @@ def _losses(project: _Projector, weights: torch.Tensor, batch: _Batch, rank: int
     return distance.sum(-1), depth.sum(-1)
 
 
+@dataclass(frozen=True)
+class StructuralTraining:
+    """How the structural probes train: their `rank`, at most `epochs` epochs of Adam at `lr` on batches of
+    `batch_size` sentences, stopping once no probe improved its dev loss for `patience` epochs (None: every epoch)."""
+
+    rank: int = 64
+    epochs: int = EPOCHS
+    lr: float = 1e-3
+    batch_size: int = 32
+    patience: int | None = 5
+
+
 def iter_structural_training(
     X_train: np.ndarray,
     sent_train: np.ndarray,
@@ -269,11 +285,7 @@ def iter_structural_training(
     sent_dev: np.ndarray,
     trees_dev: Sequence[Sequence[int]],
     *,
-    rank: int = 64,
-    epochs: int = EPOCHS,
-    lr: float = 1e-3,
-    batch_size: int = 32,
-    patience: int | None = 5,
+    training: StructuralTraining = StructuralTraining(),
     device: str | torch.device = "cpu",
     seed: int = 0,
     cancel: threading.Event | None = None,
@@ -284,10 +296,11 @@ def iter_structural_training(
 
     Batches hold sentences of similar length; their composition is drawn once (from `seed`)
     and their order reshuffled every epoch. Training stops early once no probe of any
-    layer has improved its dev loss for `patience` epochs (None: run all epochs). Raises
+    layer has improved its dev loss for `training.patience` epochs (None: run all epochs). Raises
     `Cancelled` between batches when `cancel` is set. On a GPU the words are copied there once.
     """
     device = resolve_device(device) if isinstance(device, str) else device
+    rank, epochs, batch_size, patience = training.rank, training.epochs, training.batch_size, training.patience
     train = _sentences(X_train, sent_train, trees_train)
     dev = _sentences(X_dev, sent_dev, trees_dev)
     if X_train.shape[1:] != X_dev.shape[1:]:
@@ -308,7 +321,7 @@ def iter_structural_training(
         [torch.nn.Parameter(best[probe, layer].clone().to(device)) for layer in range(layers)] for probe in (0, 1)
     ]
     # one parameter group per probe and layer, each with its own learning-rate schedule
-    optimizer = torch.optim.Adam([{"params": [part]} for row in parts for part in row], lr=lr)
+    optimizer = torch.optim.Adam([{"params": [part]} for row in parts for part in row], lr=training.lr)
     best_loss = np.full((2, layers), np.inf)
     best_epoch = np.zeros((2, layers), dtype=np.int64)
 
@@ -355,29 +368,18 @@ def iter_structural_training(
             return
 
 
-def train_structural_probes(
-    X_train: np.ndarray,
-    sent_train: np.ndarray,
-    trees_train: Sequence[Sequence[int]],
-    X_dev: np.ndarray,
-    sent_dev: np.ndarray,
-    trees_dev: Sequence[Sequence[int]],
-    *,
-    rank: int = 64,
-    epochs: int = EPOCHS,
-    lr: float = 1e-3,
-    batch_size: int = 32,
-    patience: int | None = 5,
-    device: str | torch.device = "cpu",
-    seed: int = 0,
-    cancel: threading.Event | None = None,
-) -> StructuralProbes:
-    """`iter_structural_training` run to the end, for callers that need no progress."""
-    steps = iter_structural_training(
-        X_train, sent_train, trees_train, X_dev, sent_dev, trees_dev, rank=rank, epochs=epochs, lr=lr,
-        batch_size=batch_size, patience=patience, device=device, seed=seed, cancel=cancel,
-    )  # fmt: skip
-    return outcome(steps, "structural probe training")
+def _to_the_end(steps: Callable[P, Iterator[Progress[T]]], what: str) -> Callable[P, T]:
+    """`steps`' function run to its last record: the same arguments, its result returned."""
+
+    @functools.wraps(steps)
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        return outcome(steps(*args, **kwargs), what)
+
+    run.__doc__ = f"`{steps.__name__}` run to the end, for callers that need no progress: the same arguments, the probes returned."
+    return run
+
+
+train_structural_probes = _to_the_end(iter_structural_training, "structural probe training")
 
 
 # --- scoring -------------------------------------------------------------------------------

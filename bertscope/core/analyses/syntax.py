@@ -32,7 +32,6 @@ The counts are integers, summable across shards.
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -42,14 +41,15 @@ import torch
 from torch import Tensor
 
 from bertscope.core import distributed
+from bertscope.core.analyses.conditions import Conditions, JobOptions
 from bertscope.core.analyses.streaming import CorpusBatches, item_lengths, padded, words_of
 from bertscope.core.analyses.syntax_results import OFFSETS, SyntaxResult
-from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS
+from bertscope.core.data.batching import MAX_SQUARE
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.errors import InputError
 from bertscope.core.model.device import upload
 from bertscope.core.model.lagged import LaggedReads
-from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import Progress
 
 if TYPE_CHECKING:
@@ -161,26 +161,17 @@ def syntax_heads(
     session: Session,
     sentences: Iterable[Sentence],
     *,
-    mask: HeadMask | None = None,
-    ablation: Ablation = "zero",
-    batch_size: int | None = None,
+    conditions: Conditions | None = None,
+    job: JobOptions = JobOptions(),
     chunk_size: int | None = None,
-    max_tokens: int = MAX_TOKENS,
-    max_square: int = MAX_SQUARE,
-    cancel: threading.Event | None = None,
 ) -> Iterator[Progress[SyntaxResult]]:
-    """Stream a treebank through the model; yield the counts so far (`partial`) after every batch, then the result."""
+    """Stream a treebank through the model, under `conditions` (None: as it is); yield the counts so far (`partial`)
+    after every batch, then the result."""
     counts = _Counts(session.num_layers, session.num_heads, session.device)
-    gates = session.gate_tensor(mask)
+    gates = session.gate_tensor(None if conditions is None else conditions.mask)
+    ablation: Ablation = "zero" if conditions is None else conditions.ablation
     batches: CorpusBatches[Sentence, list[_Encoded]] = CorpusBatches(
-        sentences,
-        lambda chunk: _encode(session, chunk),
-        lengths=item_lengths,
-        batch_size=batch_size,
-        chunk_size=chunk_size,
-        max_tokens=max_tokens,
-        max_square=max_square,
-        cancel=cancel,
+        sentences, lambda chunk: _encode(session, chunk), lengths=item_lengths, job=job, chunk_size=chunk_size, max_square=MAX_SQUARE
     )
     reads, shown = LaggedReads(), list[SyntaxResult]()
     for batch in batches:

@@ -8,10 +8,11 @@ analysis: they are functions over a session (`core.analyses`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -322,6 +323,15 @@ class Session:
             raise ValueError(f"start_from was run under mask {result.mask.spec()!r} ({result.ablation}), not {mask.spec()!r} ({ablation})")
         taker = _LayerTaker(True, norms, None)
         hidden = torch.as_tensor(result.hidden_states[layer], device=self.device, dtype=self.loaded.dtype)[None]
+        with self._layers_into(taker, mask, ablation):
+            for _ in self.loaded.family.run_layers(self.model, hidden, layer, layer + 1):
+                pass
+        return taker.stacked_weights()[0], taker.stacked_norms()[0] if norms else None
+
+    @contextlib.contextmanager
+    def _layers_into(self, taker: _LayerTaker, mask: HeadMask, ablation: Ablation) -> Iterator[None]:
+        """Layers run one by one within the block (no gradients, the session's lock held) under `mask`, `taker` taking
+        each one's maps (and norms) as it computes them."""
         with (
             torch.inference_mode(),
             self.lock,
@@ -329,15 +339,13 @@ class Session:
                 self._layers,
                 gates=self.gate_tensor(mask),
                 ablation=ablation,
-                want_weights=True,
+                want_weights=taker.keep,
                 kept=self.kept_heads,
-                on_weights=taker.weights,
-                on_norms=taker.norms if norms else None,
+                on_weights=taker.weights if taker.keep or taker.on_layer is not None else None,
+                on_norms=taker.norms if taker.with_norms else None,
             ),
         ):
-            for _ in self.loaded.family.run_layers(self.model, hidden, layer, layer + 1):
-                pass
-        return taker.stacked_weights()[0], taker.stacked_norms()[0] if norms else None
+            yield
 
     def _reusable_layers(
         self, reuse: ForwardResult | None, encoding: Encoding, mask: HeadMask, attentions: bool, norms: bool = False
@@ -366,19 +374,7 @@ class Session:
         entering = torch.as_tensor(plain.hidden_states[start], device=self.device, dtype=self.loaded.dtype)[None]
         states = []
         taker = _LayerTaker(attentions, norms, on_layer)
-        with (
-            torch.inference_mode(),
-            self.lock,
-            attention_pass(
-                self._layers,
-                gates=self.gate_tensor(mask),
-                ablation=ablation,
-                want_weights=attentions,
-                kept=self.kept_heads,
-                on_weights=taker.weights if attentions or on_layer is not None else None,
-                on_norms=taker.norms if norms else None,
-            ),
-        ):
+        with self._layers_into(taker, mask, ablation):
             for hidden in self.loaded.family.run_layers(self.model, entering, start, self.num_layers):
                 states.append(hidden[0])  # one unpadded sequence: no attention mask, as in the full pass
             mlm = self.mlm_head(hidden[0]) if self.mlm_head is not None and mlm_logits else None
