@@ -21,10 +21,10 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from bertscope.api import Corpus, built_in_treebank, corpus
+from bertscope.core.analyses.conditions import Conditions
 from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.data.corpus import sample_corpus
 from bertscope.core.progress import Progress
-from bertscope.ui.conditions import Conditions
 from bertscope.ui.export import json_text, save_screen
 from bertscope.ui.focus import leave_input
 from bertscope.ui.job_run import Job, JobRun

@@ -19,13 +19,13 @@ from textual.widgets import Input, Static
 
 from bertscope import api
 from bertscope.api import Corpus
+from bertscope.core.analyses.conditions import Conditions, conditions_note
 from bertscope.core.analyses.geometry_results import GeometryResult
 from bertscope.core.progress import Progress
 from bertscope.render.geometry import cka_heatmap, scatter
 from bertscope.render.patterns import layer_bars
 from bertscope.theming import Colormap
 from bertscope.ui.backend import Backend
-from bertscope.ui.conditions import Conditions, conditions_note
 from bertscope.ui.corpus_screen import CorpusRunScreen
 from bertscope.ui.help import BACK_KEY, EXPORT_KEY, FOCUS_CORPUS_KEY, HELP_KEY, RUN_AGAIN_KEY
 from bertscope.ui.kept import KeptResults, erasure_json

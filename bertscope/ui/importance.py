@@ -27,12 +27,12 @@ from textual.widgets import Input, Label, Static
 
 from bertscope import api
 from bertscope.api import Corpus, corpus
+from bertscope.core.analyses.conditions import Conditions
 from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
 from bertscope.core.model.masks import Ablation
 from bertscope.core.progress import Progress
 from bertscope.render.importance import curve_chart
 from bertscope.ui.backend import Backend
-from bertscope.ui.conditions import Conditions
 from bertscope.ui.corpus_screen import RunScreen
 from bertscope.ui.export import csv_text, save_screen
 from bertscope.ui.focus import dismissed

@@ -29,6 +29,7 @@ from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
 from bertscope import api
+from bertscope.core.analyses.conditions import Conditions
 from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.headstats import FIGURES, figure_range
 from bertscope.core.analyses.importance_results import HeadImportance
@@ -44,7 +45,6 @@ from bertscope.theming import DEFAULT_THEME, Colormap, ThemeSpec
 from bertscope.ui.attribution import AttributionRow
 from bertscope.ui.backend import Backend
 from bertscope.ui.comparison import ComparisonScreen
-from bertscope.ui.conditions import Conditions
 from bertscope.ui.erasure import EraseScreen, training_sentences
 from bertscope.ui.export import export_view, save_in_worker
 from bertscope.ui.focus import focus_main, leave_input

@@ -29,6 +29,7 @@ from textual.widgets import Input, Static
 
 from bertscope import api
 from bertscope.api import Corpus, treebank
+from bertscope.core.analyses.conditions import Conditions, conditions_note
 from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
 from bertscope.core.data.corpus import detect_format
 from bertscope.core.model.masks import HeadMask
@@ -38,7 +39,6 @@ from bertscope.render.patterns import layer_bars, layer_pattern_table
 from bertscope.render.syntax import syntax_table
 from bertscope.theming import Colormap
 from bertscope.ui.backend import Backend
-from bertscope.ui.conditions import Conditions, conditions_note
 from bertscope.ui.corpus_screen import SAMPLE, CorpusRunScreen, corpus_path
 from bertscope.ui.export import csv_text, save_screen
 from bertscope.ui.help import BACK_KEY, EXPORT_KEY, FOCUS_CORPUS_KEY, HELP_KEY, OPEN_HEAD_KEY, RUN_AGAIN_KEY

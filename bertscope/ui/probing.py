@@ -31,12 +31,12 @@ from textual.widgets import Input, Select, Static
 
 from bertscope import api
 from bertscope.api import ProbeData, built_in_treebank, probe_sentences
+from bertscope.core.analyses.conditions import Conditions
 from bertscope.core.analyses.probing_results import ProbeReport
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, TASKS, TREEBANK_TASKS, generate
 from bertscope.core.progress import Progress
 from bertscope.ui.backend import Backend
-from bertscope.ui.conditions import Conditions
 from bertscope.ui.corpus_screen import RunScreen
 from bertscope.ui.export import json_text, save_screen
 from bertscope.ui.help import BACK_KEY, EXPORT_KEY, HELP_KEY

@@ -19,11 +19,11 @@ from textual.widgets import Static
 
 from bertscope import api
 from bertscope.api import treebank
+from bertscope.core.analyses.conditions import Conditions
 from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
 from bertscope.core.data.corpus import Sentence
 from bertscope.core.progress import Progress
 from bertscope.ui.backend import Backend
-from bertscope.ui.conditions import Conditions
 from bertscope.ui.job_run import JobRun
 
 SYNTAX_FIGURE = "syntax"
