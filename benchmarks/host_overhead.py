@@ -399,11 +399,10 @@ def without_arithmetic(job: str) -> contextlib.ExitStack:
             (ablation, "weighted_norms", lambda weights, value, projection: weights),
         ],
         "syntax": [
-            (syntax, "word_attention", lambda attention, word_of, words, pooling=None: attention),
             (
                 syntax,
-                "most_attended_other",
-                lambda word_level, present: present.new_zeros((len(present), word_level.shape[1], present.shape[1]), dtype=torch.long),
+                "predicted_words",
+                lambda attention, pooling, excluded: excluded.new_zeros(excluded.shape[:2] + attention.shape[1:2], dtype=torch.long),
             ),
         ],
         "mixing": [

@@ -32,17 +32,18 @@ The counts are integers, summable across shards.
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from bertscope.core import distributed
-from bertscope.core.analyses.streaming import CorpusBatches, item_lengths, padded, words_of
+from bertscope.core.analyses.streaming import CorpusBatches, item_lengths, joined_ids, padded, words_of
 from bertscope.core.analyses.syntax_results import OFFSETS, SyntaxResult
 from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS
 from bertscope.core.data.corpus import Sentence
@@ -75,25 +76,42 @@ def word_pooling(word_of: Tensor, words: int) -> tuple[Tensor, Tensor]:
 
 def word_attention(attention: Tensor, word_of: Tensor, words: int, pooling: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """`[B, H, W, W]` word-level attention from token-level `[B, H, T, T]` (float32): columns summed over
-    a word's sub-words, rows averaged, [CLS], [SEP] and padding left out (`word_pooling`).
+    a word's sub-words, rows averaged, [CLS], [SEP] and padding left out (`word_pooling`)."""
+    return _words_by_query(attention, pooling if pooling is not None else word_pooling(word_of, words)).transpose(1, 2)
+
+
+def _words_by_query(attention: Tensor, pooling: tuple[Tensor, Tensor]) -> Tensor:
+    """`[B, W, H, W]`, a new tensor: `word_attention` with the query words first, the layout its products give.
 
     Two products over the batch with the heads folded into the rows and then the columns: a product of `[B, H, ...]`
     with `[B, 1, ...]` would copy the pooling once a head first (on a CPU a third more time)."""
-    rows, columns = pooling if pooling is not None else word_pooling(word_of, words)
+    rows, columns = pooling
     batch, heads, length, _ = attention.shape
+    words = columns.shape[-1]
     summed = (attention.reshape(batch, heads * length, length) @ columns).view(batch, heads, length, words)
     pooled = rows @ summed.transpose(1, 2).reshape(batch, length, heads * words)  # [B, W, H·W]
-    return pooled.view(batch, words, heads, words).transpose(1, 2)
+    return pooled.view(batch, words, heads, words)
 
 
-def most_attended_other(word_level: Tensor, present: Tensor) -> Tensor:
-    """`[B, H, W]`: for each query word, the index of the other present word it attends to most.
+def left_out(present: Tensor) -> Tensor:
+    """`[B, W, W]`: for each query word, the words it cannot pick: itself, and the words absent from its sentence.
 
     `present[b, w]`: word w exists in sentence b (not padding, not cut off, has sub-words).
     """
-    words = word_level.shape[-1]
-    excluded = torch.eye(words, dtype=torch.bool, device=word_level.device)[None] | ~present[:, None, :]  # [B, W, W]
-    return word_level.masked_fill(excluded[:, None], float("-inf")).argmax(-1)
+    words = present.shape[-1]
+    return torch.eye(words, dtype=torch.bool, device=present.device)[None] | ~present[:, None, :]
+
+
+def most_attended_other(word_level: Tensor, present: Tensor) -> Tensor:
+    """`[B, H, W]`: for each query word, the index of the other present word it attends to most."""
+    return word_level.masked_fill(left_out(present)[:, None], float("-inf")).argmax(-1)
+
+
+def predicted_words(attention: Tensor, pooling: tuple[Tensor, Tensor], excluded: Tensor) -> Tensor:
+    """`[B, W, H]`: `most_attended_other(word_attention(attention, ...), present)` with the query words first, as a
+    corpus batch reads it, `excluded` `[B, W, 1, W]` (`left_out`, made once a batch): the word-level map filled in
+    place in the layout its products give it, with no copy and no strided pass, the same numbers."""
+    return _words_by_query(attention, pooling).masked_fill_(excluded, float("-inf")).argmax(-1)
 
 
 # --- over a corpus ------------------------------------------------------------------------------
@@ -101,9 +119,14 @@ def most_attended_other(word_level: Tensor, present: Tensor) -> Tensor:
 
 @dataclass(frozen=True)
 class _Encoded:
-    input_ids: list[int]
-    word_of: list[int]  # per token: its word, -1 for special tokens
-    arcs: list[tuple[int, int, str]]  # (dependent, head, relation), words from 0, both present
+    """A treebank sentence as a batch reads it: int64 arrays, views of its chunk's (`_encode`)."""
+
+    input_ids: np.ndarray
+    word_of: np.ndarray  # per token: its word, -1 for special tokens
+    dependents: np.ndarray  # its arcs whose words both reach the model: the dependent word (from 0),
+    heads: np.ndarray  # its head word,
+    relations: np.ndarray  # and its relation, a place in `names`
+    names: tuple[str, ...]  # the relations of the sentence's chunk, in their order of first appearance there
     words: int
     truncated: bool
 
@@ -126,6 +149,16 @@ class _Counts:
             self.counts = np.concatenate([self.counts, np.zeros((1, 2), dtype=np.int64)])
             self.baseline = np.concatenate([self.baseline, np.zeros((1, 2, len(OFFSETS)), dtype=np.int64)])
         return self.relations[relation]
+
+    def relation_indices(self, codes: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
+        """Each arc's relation index from its code (a place in `names`), relations new to the counts registered in the
+        order the arcs give them (as one `relation_index` an arc would)."""
+        codes_found, first = np.unique(codes, return_index=True)
+        for code in codes_found[np.argsort(first)].tolist():
+            self.relation_index(names[code])
+        table = np.zeros(len(names), dtype=np.int64)
+        table[codes_found] = [self.relations[names[code]] for code in codes_found.tolist()]
+        return table[codes]
 
     def add_baselines(self, dependents: np.ndarray, heads: np.ndarray, relations: np.ndarray) -> None:
         """A batch's arcs counted per relation, with the arcs each fixed offset finds in each direction."""
@@ -199,7 +232,10 @@ def syntax_heads(
 
 
 def _encode(session: Session, chunk: list[Sentence]) -> list[_Encoded]:
-    """Tokenise a chunk of treebank sentences by their words, in one call; keep the arcs whose words both reach the model."""
+    """Tokenise a chunk of treebank sentences by their words, in one call; keep the arcs whose words both reach the model.
+
+    The chunk's tokens, words and arcs are found for the whole chunk at once (numpy over its words end to end), each
+    sentence then a view of them: a Python step a word, over every word of a corpus, was a tenth of a tiny model's run."""
     for sentence in chunk:
         if sentence.heads is None or sentence.deprels is None or sentence.words is None:
             raise InputError(f"{sentence.location or 'a sentence'} has no dependency heads; give a CoNLL-U treebank", setting="data")
@@ -211,27 +247,47 @@ def _encode(session: Session, chunk: list[Sentence]) -> list[_Encoded]:
         return_attention_mask=False,
         return_token_type_ids=False,
     )
-    encoded = []
-    for row, sentence in enumerate(chunk):
-        heads, deprels, words = sentence.heads, sentence.deprels, words_of(sentence)
-        assert heads is not None and deprels is not None  # checked above
-        word_ids = tokens.word_ids(row)
-        present = {word for word in word_ids if word is not None}
-        arcs = [
-            (dependent, head - 1, relation)
-            for dependent, (head, relation) in enumerate(zip(heads, deprels))
-            if head > 0 and dependent in present and head - 1 in present
-        ]
-        last = max(present, default=-1)
-        encoded.append(
-            _Encoded(
-                input_ids=tokens["input_ids"][row],
-                word_of=[-1 if word is None else word for word in word_ids],
-                arcs=arcs,
-                words=len(words),
-                truncated=last < len(words) - 1 and len(word_ids) >= session.max_length,
-            )
+    rows = np.arange(len(chunk))
+    word_ids = [tokens.word_ids(row) for row in rows.tolist()]
+    sizes = np.array([len(ids) for ids in word_ids], dtype=np.int64)  # tokens of each sentence
+    word_of = joined_ids(word_ids)  # every token's word in its sentence, -1 for special tokens
+    input_ids = np.fromiter(itertools.chain.from_iterable(tokens["input_ids"]), np.int64, int(sizes.sum()))
+    counts = np.array([len(words_of(sentence)) for sentence in chunk], dtype=np.int64)  # words of each sentence
+    starts = np.cumsum(counts) - counts  # each sentence's first word among the chunk's
+    token_rows, word_rows = np.repeat(rows, sizes), np.repeat(rows, counts)
+    real = word_of >= 0
+    present = np.zeros(int(counts.sum()), dtype=bool)  # the chunk's words that reached the model
+    present[starts[token_rows[real]] + word_of[real]] = True
+    last = np.full(len(chunk), -1, dtype=np.int64)  # each sentence's last word that reached it
+    np.maximum.at(last, token_rows[real], word_of[real])
+    names: dict[str, int] = {}
+    relations = np.fromiter(
+        (names.setdefault(relation, len(names)) for sentence in chunk for relation in cast(tuple[str, ...], sentence.deprels)),
+        np.int64,
+        len(present),
+    )
+    heads = np.fromiter(itertools.chain.from_iterable(cast(tuple[int, ...], sentence.heads) for sentence in chunk), np.int64, len(present))
+    dependents = np.arange(len(present)) - starts[word_rows]  # each word's place in its sentence
+    within = (heads > 0) & (heads <= counts[word_rows])  # a head in the sentence, not the root
+    kept = within & present & present[np.where(within, starts[word_rows] + heads - 1, 0)]
+    arcs = np.searchsorted(word_rows[kept], np.arange(len(chunk) + 1))  # each sentence's arcs among those kept
+    arc_dependents, arc_heads, arc_relations = dependents[kept], heads[kept] - 1, relations[kept]
+    tokens_at = np.concatenate([[0], np.cumsum(sizes)])
+    relation_names = tuple(names)
+    truncated = (last < counts - 1) & (sizes >= session.max_length)
+    encoded = [
+        _Encoded(
+            input_ids=input_ids[tokens_at[row] : tokens_at[row + 1]],
+            word_of=word_of[tokens_at[row] : tokens_at[row + 1]],
+            dependents=arc_dependents[arcs[row] : arcs[row + 1]],
+            heads=arc_heads[arcs[row] : arcs[row + 1]],
+            relations=arc_relations[arcs[row] : arcs[row + 1]],
+            names=relation_names,
+            words=int(counts[row]),
+            truncated=bool(truncated[row]),
         )
+        for row in rows.tolist()
+    ]
     encoded.sort(key=lambda item: len(item.input_ids))
     return encoded
 
@@ -251,19 +307,18 @@ def _add_batch(session: Session, counts: _Counts, batch: list[_Encoded], gates: 
     )
     input_ids, attention_mask, word_of = upload(table, device).unbind()
 
-    arcs = [arc for item in batch for arc in item.arcs]
-    arc_rows = np.repeat(np.arange(len(batch)), [len(item.arcs) for item in batch])
-    arc_dependents = np.array([dependent for dependent, _, _ in arcs], dtype=np.int64)
-    arc_heads = np.array([head for _, head, _ in arcs], dtype=np.int64)
-    arc_relations = np.array([counts.relation_index(name) for _, _, name in arcs], dtype=np.int64)
+    arc_rows = np.repeat(np.arange(len(batch)), [len(item.dependents) for item in batch])
+    arc_dependents = np.concatenate([item.dependents for item in batch])
+    arc_heads = np.concatenate([item.heads for item in batch])
+    arc_relations = counts.relation_indices(np.concatenate([item.relations for item in batch]), batch[0].names)  # one chunk's
     counts.add_baselines(arc_dependents, arc_heads, arc_relations)
     sentence, dependent, head, relation = (upload(values, device) for values in (arc_rows, arc_dependents, arc_heads, arc_relations))
 
     pooling = word_pooling(word_of, words)
-    present = pooling[1].sum(1) > 0  # [B, W]: the words of each sentence that reached the model
+    excluded = left_out(pooling[1].sum(1) > 0)[:, :, None]  # [B, W, 1, W], once a batch: words present, pooled over columns
 
     def reduce(layer: int, attention: Tensor) -> None:
-        predicted = most_attended_other(word_attention(attention.float(), word_of, words, pooling), present).transpose(1, 2)  # [B, W, H]
+        predicted = predicted_words(attention.float(), pooling, excluded)  # [B, W, H]
         for direction, (query, answer) in enumerate(((dependent, head), (head, dependent))):
             hits = (predicted[sentence, query] == answer[:, None]).long()  # [N, H]
             counts.correct[:, direction, layer].index_add_(0, relation, hits)
