@@ -2,7 +2,7 @@
 
     python benchmarks/host_overhead.py --conllu TREEBANK.conllu [--sentences 2000] [--runs 3] [--jobs patterns,syntax,...]
                                        [--model DIR | --shape tiny|base] [--device cpu] [--dtype float32] [--no-count]
-                                       [--no-split] [--instructions] [-o FILE.json]
+                                       [--no-split] [--instructions | --cpu] [-o FILE.json]
 
 On a GPU the model is cheap and what the host does around it dominates. A model whose forward costs almost
 nothing shows that here: by default a seeded random BERT of 2 layers x 64 hidden, 4 heads, MiniLM's vocabulary
@@ -44,6 +44,12 @@ reads are an upper bound of a GPU run's. Both counts include what a job does onc
 measures of the sample, the eraser's and the probes' fits). The bare runs, like the jobs, run with Python's cycle
 collection paused (core.collector). Prints JSON; exit status 0 whatever the numbers.
 
+`--cpu` times in CPU seconds of one thread instead of the wall clock: torch is held to one thread
+(`torch.set_num_threads(1)`) and every time is `time.process_time` (this process's CPU time, the tokenizer's
+threads included). On a machine that other work keeps busy, the wall clock counts the time a run waited for a
+core; CPU seconds count only what it ran, so its spread is a few per cent where the clock's is tens. Each job's
+`paired_runs` are its runs' own ratios (its time over the bare run just before it), whose median is `paired_ratio`.
+
 `--instructions` counts instead of timing: the script runs itself under valgrind's callgrind, and each job's one run
 (after one run to warm its caches, as the timed runs are warm) is counted in machine instructions, against the bare
 forward's, with the same units; beside each, what can be held to the same unit alone: the four jobs above without
@@ -84,6 +90,7 @@ T = TypeVar("T")
 FORWARDS = {"compare": 2, "erase": 2}  # a job's unit in bare forwards: two models, or two feature passes
 SHAPES = {"tiny": TINY, "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)}
 CALLGRIND_OUT = "HOST_OVERHEAD_CALLGRIND_OUT"  # set in the run under callgrind: the folder of its dumps
+clock = time.perf_counter  # what a time is read from: `--cpu` makes it time.process_time
 READS = {"item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__", "__array__"}
 
 
@@ -100,12 +107,15 @@ def main() -> None:
     parser.add_argument("--no-count", action="store_true", help="time only")
     parser.add_argument("--no-split", action="store_true", help="do not time the jobs again without their arithmetic on the maps")
     parser.add_argument("--instructions", action="store_true", help="count machine instructions under valgrind instead of timing")
+    parser.add_argument("--cpu", action="store_true", help="time in CPU seconds (time.process_time) of one torch thread")
     parser.add_argument("-o", "--output", default=None)
     args = parser.parse_args()
     jobs = [job for job in args.jobs.split(",") if job]
     unknown = sorted(set(jobs) - set(JOBS))
     if unknown:
         parser.error(f"unknown jobs {', '.join(unknown)}; choose from {', '.join(JOBS)}")
+    if args.instructions and args.cpu:
+        parser.error("--cpu times the runs; --instructions counts them instead: give one")
     if args.instructions and CALLGRIND_OUT not in os.environ:
         if not (shutil.which("valgrind") and shutil.which("callgrind_control")):
             parser.error("--instructions needs valgrind (with callgrind_control) on the PATH")
@@ -118,6 +128,10 @@ def main() -> None:
     from bertscope.core.analyses.features import FeatureOptions, extract_features
     from bertscope.core.data.corpus import ReadReport, read_sentences
 
+    if args.cpu:
+        global clock
+        clock = time.process_time
+        torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as directory:
         model_dir = args.model or random_bert(directory, SHAPES[args.shape])
         mlm_dir = random_masked_lm(model_dir, os.path.join(directory, "mlm")) if "cloze" in jobs else None
@@ -178,14 +192,15 @@ def main() -> None:
             for _ in range(args.runs):  # each run beside a bare run of its own: a ratio a pair, steadier on a busy machine
                 against, times = unit_of(name, bare, cloze_bare)
                 own_bare = against.time() * times
-                started = time.perf_counter()
+                started = clock()
                 stages.append(runs[name]())  # a staged job's seconds by stage
-                seconds.append(time.perf_counter() - started)
+                seconds.append(clock() - started)
                 paired.append(seconds[-1] / own_bare)
             results[name] = {
                 "seconds": round(min(seconds), 3),
                 "runs_s": [round(s, 3) for s in seconds],
                 "paired_ratio": round(statistics.median(paired), 2),
+                "paired_runs": [round(ratio, 3) for ratio in paired],
             }
             if name in STAGED:  # the fastest run's stages
                 results[name]["stages_s"] = stages[seconds.index(min(seconds))]
@@ -193,12 +208,13 @@ def main() -> None:
                 seconds, paired = [], []
                 for _ in range(args.runs):
                     own_bare = bare.time()
-                    started = time.perf_counter()
+                    started = clock()
                     stripped(name, runs[name])()
-                    seconds.append(time.perf_counter() - started)
+                    seconds.append(clock() - started)
                     paired.append(seconds[-1] / own_bare)
                 results[name]["without_arithmetic_s"] = round(min(seconds), 3)
                 results[name]["without_arithmetic_paired_ratio"] = round(statistics.median(paired), 2)
+                results[name]["without_arithmetic_paired_runs"] = [round(ratio, 3) for ratio in paired]
         after = [bare.time() for _ in range(args.runs)]
         bare_s = min(before + after)
         cloze_s = min(cloze_bare.time() for _ in range(args.runs)) if cloze_bare is not None and "cloze" in jobs else None
@@ -258,6 +274,7 @@ def main() -> None:
         "model": model_name(args),
         "device": str(model.device),
         "dtype": args.dtype,
+        "clock": "CPU seconds (process_time)" if args.cpu else "wall seconds (perf_counter)",
         "threads": torch.get_num_threads(),
         "data": args.conllu,
         "sentences": len(treebank),
@@ -399,11 +416,10 @@ def without_arithmetic(job: str) -> contextlib.ExitStack:
             (ablation, "weighted_norms", lambda weights, value, projection: weights),
         ],
         "syntax": [
-            (syntax, "word_attention", lambda attention, word_of, words, pooling=None: attention),
             (
                 syntax,
-                "most_attended_other",
-                lambda word_level, present: present.new_zeros((len(present), word_level.shape[1], present.shape[1]), dtype=torch.long),
+                "predicted_words",
+                lambda attention, pooling, excluded: excluded.new_zeros(excluded.shape[:2] + attention.shape[1:2], dtype=torch.long),
             ),
         ],
         "mixing": [
@@ -426,9 +442,9 @@ def stage_seconds(steps, on_stage: Callable[[str], None] | None = None) -> dict[
     up to a record and after it is its stage's (a stage's first record may come before its work or after its first
     part of it). `on_stage(name)` is told each record's stage as it comes."""
     seconds: dict[str, float] = {}
-    stage, since = None, time.perf_counter()
+    stage, since = None, clock()
     for step in steps:
-        now = time.perf_counter()
+        now = clock()
         name = step.stage.split(" (")[0]  # "features (erased, test)": "features"
         seconds[stage or name] = seconds.get(stage or name, 0.0) + now - since
         stage, since = name, now
@@ -497,7 +513,7 @@ class Bare:
 
         from bertscope.core.data.batching import plan_batches
 
-        started = time.perf_counter()
+        started = clock()
         tokenizer, device = self.session.tokenizer, self.session.device
         ids = tokenizer(self.texts, truncation=True, max_length=self.session.max_length)["input_ids"]
         with torch.inference_mode(not self.backward):
@@ -512,7 +528,7 @@ class Bare:
                     self.model.zero_grad(set_to_none=True)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        return time.perf_counter() - started
+        return clock() - started
 
     def lens(self, inputs, answers) -> None:
         """The masked-LM's head on every hidden state's [MASK] rows: each answer's rank there, and the last one's guess."""

@@ -16,6 +16,7 @@ from bertscope.core.data.treebank import generate_treebank
 from bertscope.core.errors import InputError
 from bertscope.core.model.model_files import bundled_model_dir
 from bertscope.core.progress import outcome
+from tests.family_models import family_tokenizer
 
 
 def test_word_attention_sums_a_words_columns_and_averages_its_rows():
@@ -42,6 +43,82 @@ def test_the_most_attended_other_word_leaves_out_the_word_itself_and_absent_word
     assert most_attended_other(word_level, present)[0, 0].tolist() == [1, 2, 1]
     present = torch.tensor([[True, False, True]])  # word 1 cut off: word 2 falls back to word 0
     assert most_attended_other(word_level, present)[0, 0].tolist()[::2] == [2, 0]
+
+
+def test_a_batch_reads_the_most_attended_words_as_the_functions_give_them():
+    """The corpus loop's fused form (query words first, filled in place) gives, bit for bit, what `word_attention` and
+    `most_attended_other` give: ties, multi-piece words, absent words and padding included."""
+    from bertscope.core.analyses.syntax import left_out, predicted_words, word_pooling
+
+    generator = torch.Generator().manual_seed(0)
+    attention = torch.softmax(torch.randn(3, 4, 9, 9, generator=generator), -1)
+    attention[0, 1] = 1 / 9  # a uniform head: ties everywhere
+    word_of = torch.tensor([[-1, 0, 0, 1, 2, 2, 2, 3, -1], [-1, 0, 1, 1, 2, -1, -1, -1, -1], [-1, 0, 1, 2, 3, 4, 5, -1, -1]])
+    pooling = word_pooling(word_of, 6)
+    present = pooling[1].sum(1) > 0
+    expected = most_attended_other(word_attention(attention, word_of, 6, pooling), present).transpose(1, 2)
+    found = predicted_words(attention, pooling, left_out(present)[:, :, None])
+    assert torch.equal(found, expected) and found.shape == (3, 6, 4)
+
+
+def test_a_chunk_keeps_the_arcs_whose_words_both_reach_the_model():
+    """A chunk is encoded at once; each sentence keeps, as a sentence alone would, the arcs whose two words both have
+    tokens within the length limit: not a word the tokenizer drops (a zero-width space), not the words cut off, not a
+    head outside the sentence; and says which sentences were cut."""
+    from types import SimpleNamespace
+
+    from bertscope.core.analyses.syntax import _encode
+
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+    session = SimpleNamespace(tokenizer=tokenizer, max_length=8)
+    chunk = [
+        Sentence(text="", words=("a", "\u200b", "cat", "sat"), heads=(3, 3, 4, 0), deprels=("det", "dep", "nsubj", "root")),
+        Sentence(
+            text="",
+            words=tuple("the old man saw the big dog run".split()),
+            heads=(3, 3, 4, 0, 7, 7, 4, 4),
+            deprels=("det", "amod", "nsubj", "root", "det", "amod", "obj", "xcomp"),
+        ),
+        Sentence(text="", words=("dogs", "bark"), heads=(2, 9), deprels=("nsubj", "root")),  # a head past the last word
+    ]
+    found = {item.words: item for item in _encode(session, chunk)}
+    arcs = {
+        words: [(int(d), int(h), item.names[r]) for d, h, r in zip(item.dependents, item.heads, item.relations, strict=True)]
+        for words, item in found.items()
+    }
+    assert arcs[4] == [(0, 2, "det"), (2, 3, "nsubj")]  # the dropped word's arc is not counted
+    assert arcs[8] == [(0, 2, "det"), (1, 2, "amod"), (2, 3, "nsubj")]  # 6 words of 8 reach it: "dog" is cut off
+    assert arcs[2] == [(0, 1, "nsubj")]
+    assert [found[n].truncated for n in (4, 8, 2)] == [False, True, False]
+    assert found[8].word_of.tolist() == [-1, 0, 1, 2, 3, 4, 5, -1] and len(found[8].input_ids) == 8
+
+
+def test_words_joined_by_spaces_get_the_tokens_the_words_get_one_by_one(monkeypatch):
+    """A WordPiece tokenizer is given a sentence's words joined by spaces, each token placed in its word by where it
+    starts: the same ids and words as the words given one by one (punctuation inside a word, accents, Chinese, a
+    no-break space and a space inside a word, a word the tokenizer drops, a sentence cut at the length limit)."""
+    from types import SimpleNamespace
+
+    from bertscope.core.analyses import syntax
+
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+    session = SimpleNamespace(tokenizer=tokenizer, max_length=12)
+    words = [
+        ("don't", "U.S.", "--", "e-mail"),
+        ("Café", "naïve", "東京", "ÅNGSTRÖM"),
+        ("a\u00a0b", "\u200b", "x", "a b", " c"),
+        tuple("the old man saw the big dog run home".split()),
+    ]
+    joined = syntax._word_tokens(session, words)
+    monkeypatch.setattr(syntax, "_splits_at_spaces", lambda tokenizer: False)
+    one_by_one = syntax._word_tokens(session, words)
+    assert all(np.array_equal(a, b) for a, b in zip(joined, one_by_one, strict=True))
+    sizes, _, word_of = joined
+    assert sizes.tolist() == [12, 8, 8, 11]  # the first cut at 12: "e-mail" keeps "e" alone
+    assert word_of[20:28].tolist() == [-1, 0, 0, 2, 3, 3, 4, -1]  # "a b" one word; the zero-width space no token
+    monkeypatch.undo()
+    assert syntax._splits_at_spaces(tokenizer)
+    assert not syntax._splits_at_spaces(family_tokenizer("modernbert"))  # byte-level BPE: its words one by one
 
 
 # "the cat sat on the mat ." with its UD tree; every word is one WordPiece of the bundled vocabulary
