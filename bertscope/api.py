@@ -56,13 +56,12 @@ if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyse
     from bertscope.core.analyses.attribution_results import Attribution
     from bertscope.core.analyses.erasure_results import ErasureResult
     from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryResult
-    from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
+    from bertscope.core.analyses.importance_results import HeadImportance, Measurement, Pruning, PruningCurve
     from bertscope.core.analyses.mixing_results import Mixing, MixingAgreement
     from bertscope.core.analyses.mlm import ClozeResult, FillResult
     from bertscope.core.analyses.objectives import Objective
     from bertscope.core.analyses.patching_results import PatchingResult
     from bertscope.core.analyses.probing_results import ProbeKind, ProbeReport
-    from bertscope.core.analyses.pruned_export import PrunedModel
     from bertscope.core.analyses.syntax_results import SyntaxResult
     from bertscope.core.model.deferred import DeferredSession
     from bertscope.core.model.results import Encoding, PatternResult
@@ -919,6 +918,7 @@ def _pruned(
 ) -> Pruning:
     """Remove the least important `fraction` of the heads by `ranking`, measure, and with `output` write the pruned copy."""
     from bertscope.core.analyses.importance import pruned_set
+    from bertscope.core.analyses.importance_results import Pruning
 
     total = model.num_layers * model.num_heads
     count = round(fraction * total) - len(pruned_set(model))
@@ -958,56 +958,6 @@ def _pruned(
         written = write_pruned_model(model, chosen, output, timing_texts=prepared.texts, weights=weights, extra=record)
         pruning = replace(pruning, written=written)
     return pruning
-
-
-@dataclass(frozen=True)
-class Pruning:
-    """What `prune` removed and what it cost the objective (`written`: the model saved, if any)."""
-
-    objective: str
-    metric: str
-    source: str
-    mask: HeadMask
-    importance: HeadImportance
-    loss_after: float
-    metric_after: float
-    written: PrunedModel | None
-    method: str = "gradient"  # how the heads were ranked
-    ablation: Ablation = "zero"  # ... under which ablation
-    fraction: float = 0.0
-    notes: tuple[str, ...] = ()
-
-    def record(self) -> dict[str, Any]:
-        """What was pruned and why, as the copy's bertscope-pruning.json and the CLI's JSON both say it."""
-        return {
-            "objective": self.objective,
-            "method": self.method,
-            "ablation": self.ablation,
-            "fraction": self.fraction,
-            "data": self.source,
-            "metric": self.metric,
-            "before": {"loss": self.importance.baseline_loss, "metric": self.importance.baseline_metric},
-            "after": {"loss": self.loss_after, "metric": self.metric_after},
-        }
-
-    def as_json(self, model: str) -> dict[str, Any]:
-        """The CLI's `prune --fraction --json`: the record, the heads, and the copy written (if any)."""
-        record = self.record()
-        payload = {"model": model, "data": record["data"]}
-        payload |= {key: record[key] for key in ("objective", "method", "ablation", "fraction")}
-        payload |= {"heads_pruned": len(self.mask.off), "heads_total": self.mask.num_layers * self.mask.num_heads}
-        payload |= {"mask": self.mask.spec()} | {key: record[key] for key in ("metric", "before", "after")}
-        written = self.written
-        if written is not None:
-            payload |= {
-                "output": str(written.directory),
-                "weights": written.format,
-                "parameters_before": written.parameters_before,
-                "parameters_after": written.parameters_after,
-                **written.timing_json(),
-                "max_abs_difference_vs_masked": written.max_abs_difference,
-            }
-        return payload
 
 
 # --- the masked-LM head ------------------------------------------------------------------------------------

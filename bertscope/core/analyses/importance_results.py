@@ -7,7 +7,9 @@ them without importing torch.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -288,3 +290,150 @@ def check_pruned_copy(weights: str, family: Family, already_pruned: bool) -> Non
             "write it sliced, or start from the unpruned model",
             setting="weights",
         )
+
+
+@dataclass(frozen=True)
+class PairedTiming:
+    """A sliced copy's encoder forward timed against the original's, in pairs over the same batch.
+
+    Each round runs both back to back (in alternating order), so what slows the machine
+    during a round slows both and cancels in that round's ratio. The spread is the lowest
+    and highest ratio of the rounds: only when every round falls on the same side of 1 is
+    the difference more than noise (by chance alone: 2 in 2**7 for seven rounds).
+    """
+
+    seconds_before: tuple[float, ...]  # the original's forward, one per round
+    seconds_after: tuple[float, ...]  # the copy's, paired with them
+    sentences: int  # in the timed batch
+
+    def __post_init__(self) -> None:
+        if not self.seconds_before or len(self.seconds_before) != len(self.seconds_after):
+            raise ValueError("paired timing needs one time of each model per round, and at least one round")
+        if min(self.seconds_before + self.seconds_after) <= 0:
+            raise ValueError("a forward cannot take no time")
+
+    @property
+    def rounds(self) -> int:
+        return len(self.seconds_before)
+
+    @property
+    def ratios(self) -> tuple[float, ...]:
+        """How many times as fast the copy was, round by round."""
+        return tuple(before / after for before, after in zip(self.seconds_before, self.seconds_after, strict=True))
+
+    @property
+    def speedup(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        return min(self.ratios), max(self.ratios)
+
+    @property
+    def verdict(self) -> str:
+        """faster, slower, or within noise (the rounds disagree on the side of 1)."""
+        low, high = self.spread
+        return "faster" if low > 1 else "slower" if high < 1 else "within noise"
+
+    def describe(self) -> str:
+        """The measurement in words, its spread beside it."""
+        low, high = self.spread
+        where = f"{self.rounds} paired rounds on {self.sentences} sentences"
+        if self.verdict == "within noise":
+            return f"encoder forward: no measurable difference ({low:.2f}–{high:.2f}× over {where})"
+        return f"encoder forward {self.speedup:.2f}× as fast (median of {where}, {low:.2f}–{high:.2f}×)"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "speedup": round(self.speedup, 4),
+            "speedup_spread": [round(value, 4) for value in self.spread],
+            "speedup_rounds": self.rounds,
+            "timing": self.verdict,
+            "timed_sentences": self.sentences,
+            "encoder_seconds_before": round(statistics.median(self.seconds_before), 6),
+            "encoder_seconds_after": round(statistics.median(self.seconds_after), 6),
+        }
+
+
+SAME_ARITHMETIC = "runs the same arithmetic as the original (heads zeroed, not removed)"
+
+
+@dataclass(frozen=True)
+class PrunedModel:
+    """What `write_pruned_model` wrote and measured."""
+
+    directory: Path
+    pruned: dict[int, list[int]]
+    parameters_before: int
+    parameters_after: int
+    max_abs_difference: float  # pruned model vs the original masked with `zero`, on the timing sentences
+    format: str = "sliced"
+    timing: PairedTiming | None = None  # None for a zeroed copy: the same shapes run the same arithmetic, nothing to time
+
+    @property
+    def speedup(self) -> float | None:
+        """The median paired ratio of encoder forwards (None: zeroed, the same arithmetic)."""
+        return None if self.timing is None else self.timing.speedup
+
+    def describe_speed(self) -> str:
+        return SAME_ARITHMETIC if self.timing is None else self.timing.describe()
+
+    def timing_json(self) -> dict[str, Any]:
+        """The speed keys of the JSON, the same set for both formats (null where a zeroed copy is not timed)."""
+        if self.timing is not None:
+            return self.timing.as_json()
+        return (
+            dict.fromkeys(("speedup", "speedup_spread", "speedup_rounds"))
+            | {"timing": "same arithmetic"}
+            | dict.fromkeys(("timed_sentences", "encoder_seconds_before", "encoder_seconds_after"))
+        )
+
+
+@dataclass(frozen=True)
+class Pruning:
+    """What `prune` removed and what it cost the objective (`written`: the model saved, if any)."""
+
+    objective: str
+    metric: str
+    source: str
+    mask: HeadMask
+    importance: HeadImportance
+    loss_after: float
+    metric_after: float
+    written: PrunedModel | None
+    method: str = "gradient"  # how the heads were ranked
+    ablation: Ablation = "zero"  # ... under which ablation
+    fraction: float = 0.0
+    notes: tuple[str, ...] = ()
+
+    def record(self) -> dict[str, Any]:
+        """What was pruned and why, as the copy's bertscope-pruning.json and the CLI's JSON both say it."""
+        return {
+            "objective": self.objective,
+            "method": self.method,
+            "ablation": self.ablation,
+            "fraction": self.fraction,
+            "data": self.source,
+            "metric": self.metric,
+            "before": {"loss": self.importance.baseline_loss, "metric": self.importance.baseline_metric},
+            "after": {"loss": self.loss_after, "metric": self.metric_after},
+        }
+
+    def as_json(self, model: str) -> dict[str, Any]:
+        """The CLI's `prune --fraction --json`: the record, the heads, and the copy written (if any)."""
+        record = self.record()
+        payload = {"model": model, "data": record["data"]}
+        payload |= {key: record[key] for key in ("objective", "method", "ablation", "fraction")}
+        payload |= {"heads_pruned": len(self.mask.off), "heads_total": self.mask.num_layers * self.mask.num_heads}
+        payload |= {"mask": self.mask.spec()} | {key: record[key] for key in ("metric", "before", "after")}
+        written = self.written
+        if written is not None:
+            payload |= {
+                "output": str(written.directory),
+                "weights": written.format,
+                "parameters_before": written.parameters_before,
+                "parameters_after": written.parameters_after,
+                **written.timing_json(),
+                "max_abs_difference_vs_masked": written.max_abs_difference,
+            }
+        return payload

@@ -13,17 +13,15 @@ import gc
 import json
 import os
 import shutil
-import statistics
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from bertscope.core.analyses.importance_results import HeadImportance, check_pruned_copy
+from bertscope.core.analyses.importance_results import HeadImportance, PairedTiming, PrunedModel, check_pruned_copy
 from bertscope.core.data.files import check_new_directory, follow_umask
 from bertscope.core.errors import InputError
 from bertscope.core.model.pruning import PRUNING_FILE, apply_pruning, pruned_heads_of, zero_heads
@@ -31,103 +29,6 @@ from bertscope.core.model.session import Session
 
 TIMING_ROUNDS = 7  # paired rounds: all seven on one side of 1 happens by chance alone 2 times in 2**7
 TIMING_SENTENCES = 32  # the one batch both models are timed on, taken evenly across the data
-
-
-@dataclass(frozen=True)
-class PairedTiming:
-    """A sliced copy's encoder forward timed against the original's, in pairs over the same batch.
-
-    Each round runs both back to back (in alternating order), so what slows the machine
-    during a round slows both and cancels in that round's ratio. The spread is the lowest
-    and highest ratio of the rounds: only when every round falls on the same side of 1 is
-    the difference more than noise (by chance alone: 2 in 2**7 for seven rounds).
-    """
-
-    seconds_before: tuple[float, ...]  # the original's forward, one per round
-    seconds_after: tuple[float, ...]  # the copy's, paired with them
-    sentences: int  # in the timed batch
-
-    def __post_init__(self) -> None:
-        if not self.seconds_before or len(self.seconds_before) != len(self.seconds_after):
-            raise ValueError("paired timing needs one time of each model per round, and at least one round")
-        if min(self.seconds_before + self.seconds_after) <= 0:
-            raise ValueError("a forward cannot take no time")
-
-    @property
-    def rounds(self) -> int:
-        return len(self.seconds_before)
-
-    @property
-    def ratios(self) -> tuple[float, ...]:
-        """How many times as fast the copy was, round by round."""
-        return tuple(before / after for before, after in zip(self.seconds_before, self.seconds_after, strict=True))
-
-    @property
-    def speedup(self) -> float:
-        return statistics.median(self.ratios)
-
-    @property
-    def spread(self) -> tuple[float, float]:
-        return min(self.ratios), max(self.ratios)
-
-    @property
-    def verdict(self) -> str:
-        """faster, slower, or within noise (the rounds disagree on the side of 1)."""
-        low, high = self.spread
-        return "faster" if low > 1 else "slower" if high < 1 else "within noise"
-
-    def describe(self) -> str:
-        """The measurement in words, its spread beside it."""
-        low, high = self.spread
-        where = f"{self.rounds} paired rounds on {self.sentences} sentences"
-        if self.verdict == "within noise":
-            return f"encoder forward: no measurable difference ({low:.2f}–{high:.2f}× over {where})"
-        return f"encoder forward {self.speedup:.2f}× as fast (median of {where}, {low:.2f}–{high:.2f}×)"
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "speedup": round(self.speedup, 4),
-            "speedup_spread": [round(value, 4) for value in self.spread],
-            "speedup_rounds": self.rounds,
-            "timing": self.verdict,
-            "timed_sentences": self.sentences,
-            "encoder_seconds_before": round(statistics.median(self.seconds_before), 6),
-            "encoder_seconds_after": round(statistics.median(self.seconds_after), 6),
-        }
-
-
-SAME_ARITHMETIC = "runs the same arithmetic as the original (heads zeroed, not removed)"
-
-
-@dataclass(frozen=True)
-class PrunedModel:
-    """What `write_pruned_model` wrote and measured."""
-
-    directory: Path
-    pruned: dict[int, list[int]]
-    parameters_before: int
-    parameters_after: int
-    max_abs_difference: float  # pruned model vs the original masked with `zero`, on the timing sentences
-    format: str = "sliced"
-    timing: PairedTiming | None = None  # None for a zeroed copy: the same shapes run the same arithmetic, nothing to time
-
-    @property
-    def speedup(self) -> float | None:
-        """The median paired ratio of encoder forwards (None: zeroed, the same arithmetic)."""
-        return None if self.timing is None else self.timing.speedup
-
-    def describe_speed(self) -> str:
-        return SAME_ARITHMETIC if self.timing is None else self.timing.describe()
-
-    def timing_json(self) -> dict[str, Any]:
-        """The speed keys of the JSON, the same set for both formats (null where a zeroed copy is not timed)."""
-        if self.timing is not None:
-            return self.timing.as_json()
-        return (
-            dict.fromkeys(("speedup", "speedup_spread", "speedup_rounds"))
-            | {"timing": "same arithmetic"}
-            | dict.fromkeys(("timed_sentences", "encoder_seconds_before", "encoder_seconds_after"))
-        )
 
 
 def write_pruned_model(
