@@ -1,11 +1,12 @@
 """Run by tests/test_distributed.py under torchrun (two gloo ranks on the CPU): not a test module itself.
 
-    torchrun --standalone --nproc-per-node 2 tests/distributed_job.py equal OUT.json TINY_A TINY_B
+    torchrun --standalone --nproc-per-node 2 tests/distributed_job.py equal OUT.pkl TINY_A TINY_B CACHE DATA PROBE.json
     torchrun --standalone --nproc-per-node 2 tests/distributed_job.py fail OUT.json
 
 `equal`: patterns (with norms), syntax, probe, erase (UPOS at layer 2 of the sample treebank), importance (both methods, and for a probe's loss on TINY_A),
 geometry, the context-mixing agreement, and compare (of two tiny random models saved by the test, TINY_A and TINY_B) through the public API, rank 0 saving the results for the test
-to hold against one process. `fail`: `bertscope patterns -o OUT.json`
+to hold against one process; then `bertscope probe` on DATA with the feature cache CACHE through the command line (`cached_probe`),
+rank 0 writing PROBE.json (one launch for all: each costs a start of torch in three processes). `fail`: `bertscope patterns -o OUT.json`
 through the command line, with rank 1 running out of memory at its third batch. `cached_probe OUT.json CACHE TINY DATA`:
 `bertscope probe` on DATA with the feature cache CACHE. `on_gpu OUT.pkl TINY`: patterns (with norms) on the
 device torchrun's environment chooses, saved with that device and the backend of the process group (None for one rank).
@@ -26,7 +27,7 @@ MIXING = dict(limit=12, method=("attention", "norms", "value-zeroing", "alti", "
 ERASE = dict(limit=60, layer=2, measure="preserve", cache_dir=False)  # UPOS of the sample treebank (its data in the job)
 
 
-def equal(out: str, tiny_a: str, tiny_b: str) -> None:
+def equal(out: str, tiny_a: str, tiny_b: str, cache_dir: str, data: str, probe_out: str) -> None:
     import bertscope
     from bertscope.api import probe_sentences
     from bertscope.core.data.corpus import sample_corpus
@@ -48,6 +49,7 @@ def equal(out: str, tiny_a: str, tiny_b: str) -> None:
     if distributed.is_main():
         with open(out, "wb") as handle:
             pickle.dump(results, handle)
+    cached_probe(probe_out, cache_dir, tiny_a, data)
 
 
 def probe_objective(model):
@@ -105,7 +107,8 @@ def cached_probe(out: str, cache_dir: str, tiny: str, data: str) -> None:
     """`bertscope probe` through the command line with the feature cache `cache_dir`."""
     from bertscope.cli import main
 
-    main([*cached_probe_arguments(cache_dir, tiny, data), "-o", out])
+    status = main([*cached_probe_arguments(cache_dir, tiny, data), "-o", out], standalone_mode=False)
+    assert status in (None, 0), status
 
 
 def cached_probe_arguments(cache_dir: str, tiny: str, data: str) -> list[str]:

@@ -53,11 +53,19 @@ def other_tiny_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory, tiny_bert_dir, other_tiny_dir):
-    out = tmp_path_factory.mktemp("distributed") / "results.pkl"
-    launched = torchrun("equal", out, tiny_bert_dir, other_tiny_dir)
+def launched_equal(tmp_path_factory, tiny_bert_dir, other_tiny_dir) -> Path:
+    """One torchrun for every equality below and the feature cache's (a launch starts torch in three processes)."""
+    folder = tmp_path_factory.mktemp("distributed")
+    launched = torchrun(
+        "equal", folder / "results.pkl", tiny_bert_dir, other_tiny_dir, folder / "cache", sample_corpus("conllu"), folder / "ranks.json"
+    )
     assert launched.returncode == 0, launched.stderr[-3000:]
-    return pickle.loads(out.read_bytes())
+    return folder
+
+
+@pytest.fixture(scope="module")
+def two_ranks(launched_equal):
+    return pickle.loads((launched_equal / "results.pkl").read_bytes())
 
 
 @pytest.fixture(scope="module")
@@ -266,12 +274,10 @@ def test_a_rank_that_runs_out_of_memory_stops_the_job_with_one_line(tmp_path):
     assert not out.exists() and not list(tmp_path.iterdir())  # no output, not even a temporary file
 
 
-def test_ranks_and_one_process_share_the_feature_cache(tmp_path, tiny_bert_dir):
+def test_ranks_and_one_process_share_the_feature_cache(launched_equal, tmp_path, tiny_bert_dir):
     """Rank 0 writes the whole corpus's features under one process's key: a later single process finds them all
     (and so needs neither transformers nor the weights), with the same report."""
-    cache, out, data = tmp_path / "cache", tmp_path / "ranks.json", sample_corpus("conllu")  # one path for both runs
-    launched = torchrun("cached_probe", out, cache, tiny_bert_dir, data)
-    assert launched.returncode == 0, launched.stderr[-3000:]
+    cache, out, data = launched_equal / "cache", launched_equal / "ranks.json", sample_corpus("conllu")  # one path for both runs
     arguments = cached_probe_arguments(str(cache), str(tiny_bert_dir), str(data))
     status, errors = command_in_a_new_process([*arguments, "-o", str(tmp_path / "one.json")])
     assert status == ["0", "False"], errors

@@ -112,8 +112,11 @@ def stand_ins(tmp_path_factory) -> dict[str, str]:
     from bertscope.core.model.model_files import bundled_model_dir
 
     finetuned = shutil.copytree(bundled_model_dir(), root / "minilm-finetuned")
-    treebanks = {}
-    for name, sentences, seed in (("train", 240, 1), ("dev", 60, 2), ("test", 60, 3), ("treebank", 300, 4)):
+    wiki = root / "wiki.txt"  # a corpus of the reader's: 40 of the sample's sentences (`--limit 100` reads them all)
+    sentences = [line for line in (DATA / "sample.txt").read_text().splitlines() if line.strip() and not line.startswith("#")]
+    wiki.write_text("\n".join(sentences[:40]) + "\n")
+    treebanks = {}  # UD files: generated treebanks, large enough for every UPOS class and relation the examples read
+    for name, sentences, seed in (("train", 120, 1), ("dev", 60, 2), ("test", 60, 3), ("treebank", 120, 4)):
         result = CliRunner().invoke(main, ["treebank", "-o", str(root / f"{name}.conllu"), "-n", str(sentences), "--seed", str(seed)])
         assert result.exit_code == 0, result.output
         treebanks[name] = str(root / f"{name}.conllu")
@@ -135,7 +138,7 @@ def stand_ins(tmp_path_factory) -> dict[str, str]:
         "bertscope/data/sample.conllu": str(DATA / "sample.conllu"),
         "probing.tsv": str(DATA / "sample.tsv"),
         "sst.tsv": str(reviews),
-        "wiki.txt": str(DATA / "sample.txt"),
+        "wiki.txt": str(wiki),
         "sst.txt": str(DATA / "sample.txt"),
         "cache_dir": str(root / "cache"),
     }
@@ -194,7 +197,7 @@ def test_the_docs_have_examples_of_every_command():
         assert shell_examples(page), f"{page.name} shows no command"
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda example: f"{EXAMPLES[example]}: {example[10:70]}")
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda example: f"{EXAMPLES[example]}: {example[10:110]}")
 def test_doc_example_runs(example, stand_ins, explorer_runs, monkeypatch, tmp_path):
     monkeypatch.setenv("BERTSCOPE_CACHE_DIR", stand_ins["cache_dir"])
     monkeypatch.chdir(tmp_path)  # where the examples write their figures and files
