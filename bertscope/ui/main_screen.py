@@ -14,10 +14,8 @@ import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, cast
 
-import numpy as np
 from textual import on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -28,32 +26,31 @@ from textual.widget import Widget
 from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
-from bertscope import api
 from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.headstats import FIGURES, figure_range
 from bertscope.core.analyses.importance_results import HeadImportance
 from bertscope.core.analyses.mixing_results import METHOD_NAMES as MIXING_NAMES
-from bertscope.core.analyses.mixing_results import Mixing
 from bertscope.core.model.effects import layer_cosines
 from bertscope.core.model.labels import token_labels
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import ForwardResult
 from bertscope.core.progress import Progress
-from bertscope.render.heatmap import SCALES, beyond_reach, reach_note
-from bertscope.theming import DEFAULT_THEME, Colormap, ThemeSpec
+from bertscope.render.heatmap import beyond_reach, reach_note
+from bertscope.theming import DEFAULT_THEME
 from bertscope.ui.attribution import AttributionRow
 from bertscope.ui.backend import Backend
 from bertscope.ui.comparison import ComparisonScreen
 from bertscope.ui.conditions import Conditions
 from bertscope.ui.erasure import EraseScreen, training_sentences
+from bertscope.ui.explorer import Explorer
 from bertscope.ui.export import export_view, save_in_worker
 from bertscope.ui.focus import focus_main, leave_input
 from bertscope.ui.geometry import GeometryScreen
+from bertscope.ui.heatmap_pane import CUMULATIVE, MIXING_CELLS, HeatmapPane, layer_maps_of
 from bertscope.ui.help import EXPORT_KEY, HELP_KEY
 from bertscope.ui.importance import IMPORTANCE_FIGURE, ObjectivePanel, PruneToScreen, PruningCurveScreen, importance_overlay
 from bertscope.ui.job_run import JobRun
-from bertscope.ui.kept import KeptResults
-from bertscope.ui.messages import Analysis, LayerMaps
+from bertscope.ui.messages import Analysis
 from bertscope.ui.overview import OverviewScreen
 from bertscope.ui.patching import PatchingScreen
 from bertscope.ui.probing import ProbingScreen
@@ -73,44 +70,7 @@ if TYPE_CHECKING:
 # the shown layer's alone: a 2,000-token ModernBERT-base would need 4 × 4.2 GB.
 EVERY_LAYER_CELLS = 64_000_000
 TALL_SCREEN = 30  # rows from which the token pane lists five tokens rather than three
-NORMS_LABEL = "‖αf‖"  # the heatmap's cells in norms mode: ‖α_ij f_h(x_j)‖ (core.model.norms)
-# What the heatmap's cells hold (`n`): attention weights, value-weighted norms, and in the layer view (`v`) the
-# context-mixing measures of the whole layer (core.analyses.mixing), computed on demand in a worker.
-CELLS = ("weights", "norms", "value-zeroing", "alti", "rollout", "flow")
-MIXING_CELLS = ("value-zeroing", "alti", "rollout", "flow")
-CUMULATIVE = ("rollout", "flow")  # only rolled out: the map of layer l is from the input to layer l's output
-SHORT_CELLS = {"norms": NORMS_LABEL, "value-zeroing": "VZ", "alti": "ALTI", "rollout": "rollout", "flow": "flow"}
-CELL_NOTES = {
-    "weights": "heatmap: attention weights α",
-    "norms": f"heatmap: value-weighted norms {NORMS_LABEL} (how much each head moves from a token; Kobayashi et al. 2020)",
-    "value-zeroing": "heatmap: value zeroing, the layer's output without token j's values (Mohebbi et al. 2023)",
-    "alti": "heatmap: ALTI, token j's term of the attention block's output (Ferrando et al. 2022)",
-    "rollout": "heatmap: attention rollout from the input to this layer (Abnar & Zuidema 2020)",
-    "flow": "heatmap: attention flow from the input to this layer (Abnar & Zuidema 2020)",
-}
-SCALE_NOTES = {
-    "max": "0 to the map's largest weight",
-    "row": "each query row to its own largest weight",
-    "fixed": "0 to 1, comparable across heads",
-    "log": "three decades below the map's largest weight",
-}
 GRID_LABELS = FIGURE_LABELS | {"distance": "mean distance (tokens)"}
-
-
-class Explorer(Protocol):
-    """What the main screen asks of its app (ui.app): the model, the session, the look, the corpus screens' results."""
-
-    state: ExplorerState
-    backend: Backend | None
-    kept: KeptResults
-    export_dir: Path
-    figure_format: str
-    theme_specs: dict[str, ThemeSpec]
-    glyphs: bool
-
-    def colormap(self) -> Colormap: ...
-
-    def save_state(self) -> None: ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,15 +132,8 @@ class MainScreen(Screen[None]):
         self.mask: HeadMask | None = None
         self.analysis: Analysis | None = None
         self.analysing = JobRun(self, self._analysed, name="analysis", on_failed=lambda _reason: self._set_busy(False))
-        self.layer_loading = JobRun(self, self._layer_loaded, name="layer maps", on_failed=self._layer_failed)
-        self.mixing_run = JobRun(self, self._mixing_step, name="context mixing", on_failed=self._mixing_failed, title="context mixing")
-        self._mixing_wanted: tuple[Analysis, str] | None = None  # the measure being computed, and for which analysis
         self.erasure: LiveErasure | None = None  # a property erased in every pass (`E`; ui.erasure)
         self.erasure_fitting = JobRun(self, self._erasure_step, name="erasure", on_failed=self._erasure_failed, title="erasure")
-        self._layer_wanted: tuple[Analysis, int] | None = None  # a long input's layer being computed
-        self.heatmap_scale = "max"  # the heatmap's colour scale, one of SCALES (`s`)
-        self.heatmap_cells = "weights"  # what the heatmap's cells hold, one of CELLS (`n`)
-        self.heatmap_dense: bool | None = None  # two query rows a line; None: where the map would not fit (`d`)
         self._focus_before_zoom: Widget | None = None
         self._figure_before_importance = "entropy"  # the grid's figure to go back to from the importance overlay (`i`)
 
@@ -202,6 +155,10 @@ class MainScreen(Screen[None]):
         self.explorer.state = state
 
     @property
+    def heatmap_pane(self) -> HeatmapPane:
+        return self.query_one(HeatmapPane)
+
+    @property
     def backend(self) -> Backend | None:
         """The model, once the app has loaded it."""
         return self.explorer.backend
@@ -221,7 +178,7 @@ class MainScreen(Screen[None]):
                 yield SyntaxPanel(self._repaint, id="syntax")  # shown with the grid's syntax figure (ui.syntax)
                 yield TokenPanel(id="tokens")
                 yield EffectPanel(id="effect")
-            yield AttentionView(id="heatmap")
+            yield HeatmapPane(self._repaint, id="heatmap")
         yield StatusLine(id="status")
         yield KeyFooter()
 
@@ -337,76 +294,6 @@ class MainScreen(Screen[None]):
         assert self.backend is not None  # an analysis runs on a loaded model
         self.query_one(AttributionRow).analysed(self.backend, current.encoding, current.mask, current.ablation, analysis.erasure)
 
-    # a long input's maps, one layer at a time
-
-    def _load_layer(self, layer: int) -> None:
-        """Compute the shown layer's maps of a long input in a worker (unless they are on their way)."""
-        analysis, backend = self.analysis, self.backend
-        if analysis is None or backend is None:
-            return
-        wanted = self._layer_wanted
-        if wanted is not None and wanted[0] is analysis and wanted[1] == layer:
-            return
-        self._layer_wanted = (analysis, layer)
-        self.layer_loading.start(
-            lambda _cancel: iter([Progress("layer", 1, 1, (analysis, layer, layer_maps_of(backend, analysis, layer)))])
-        )
-
-    def _layer_loaded(self, progress: Progress[tuple[Analysis, int, LayerMaps]]) -> None:
-        if progress.result is None:
-            return
-        analysis, layer, maps = progress.result
-        self._layer_wanted = None
-        if analysis is not self.analysis:
-            return  # a newer sentence or mask: its own maps are on their way
-        analysis.layers.clear()  # one layer's maps held at a time
-        analysis.layers[layer] = maps
-        self._repaint()
-
-    def _layer_failed(self, _reason: str) -> None:
-        self._layer_wanted = None
-        self.query_one(AttentionView).show_message(f"layer {self.state.layer}'s maps could not be computed")
-
-    # a context-mixing measure of the sentence, every layer's at once (`n` in the layer view)
-
-    def _load_mixing(self, analysis: Analysis, method: str) -> None:
-        """Compute `method` for the analysis shown in a worker (unless it is on its way); the heatmap says how it goes."""
-        backend = self.backend
-        if backend is None:
-            return
-        if self._mixing_wanted != (analysis, method):
-            self._mixing_wanted = (analysis, method)
-            current = analysis.current
-            erasure = analysis.erasure
-            self.mixing_run.start(
-                lambda cancel: backend.steps(
-                    api.mixing, erasure, current.encoding, method=method, mask=current.mask, ablation=current.ablation, cancel=cancel
-                )
-            )
-        self.query_one(AttentionView).show_message(f"{MIXING_NAMES[method]} of this sentence: computing… (escape cancels)")
-
-    def _mixing_step(self, progress: Progress[Mixing]) -> None:
-        wanted = self._mixing_wanted
-        if wanted is None:
-            return
-        analysis, method = wanted
-        if not progress.finished:
-            if analysis is self.analysis and self._cells_shown() == method:
-                what = f"{progress.stage}: {progress.done}/{progress.total}" if progress.total else progress.stage
-                self.query_one(AttentionView).show_message(f"{MIXING_NAMES[method]} of this sentence: {what} (escape cancels)")
-            return
-        self._mixing_wanted = None
-        if progress.result is not None:
-            analysis.mixing[method] = progress.result
-        if analysis is self.analysis:
-            self._repaint()
-
-    def _mixing_failed(self, _reason: str) -> None:
-        """The notification says why; the heatmap goes back to the weights rather than asking again."""
-        self._mixing_wanted = None
-        self.heatmap_cells = "weights"
-        self._repaint()
-
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """Any unexpected failure of a worker becomes a notification, never a crash."""
         if event.state == WorkerState.ERROR:
@@ -452,37 +339,12 @@ class MainScreen(Screen[None]):
             analysis.labels,
             erased=erased,
         )
-        view = self.query_one(AttentionView)
-        shown = self._displayed_matrix(analysis)
-        cells = self._cells_shown()
-        if shown is None and cells in MIXING_CELLS:  # the measure not computed yet for this sentence and mask
-            self._load_mixing(analysis, cells)
+        pane = self.heatmap_pane
+        weights = pane.draw(analysis)
+        if weights is None:
             return
-        if shown is None:  # a long input's layer not computed yet
-            view.show_message(f"layer {layer} of a {length}-token input: computing its maps…")
-            self._load_layer(layer)
-            return
-        weights, title, masked = shown
-        # Once the view shows a map it owns the cursor: keys it has handled may not have reached the state yet.
-        cursor = view.cursor if view.weights is not None else self.state.cursor
-        windows = self.backend.info.attention_windows if self.backend is not None else ()
-        window = windows[layer] if layer < len(windows) else None
-        view.show(
-            beyond_reach(weights, window),
-            analysis.labels,
-            self.explorer.colormap(),
-            title=title + reach_note(window, length),
-            short_title=self._short_title(analysis, masked, window),
-            masked=masked,
-            glyphs=self.explorer.glyphs,
-            cursor=cursor,
-            scale=self.heatmap_scale,
-            dense=self.heatmap_dense,
-            quantity=SHORT_CELLS.get(cells),
-            vmax=self._fixed_top(analysis),
-        )
-        self.state = self.state.with_(cursor=view.cursor)
-        row = view.cursor[0]
+        self.state = self.state.with_(cursor=pane.cursor)
+        row, cells = pane.cursor[0], pane.cells_shown()
         measure = MIXING_NAMES[cells] if cells in MIXING_CELLS else None
         self.query_one(TokenPanel).show(analysis.labels, weights[row], row, top=self._token_rows(), norms=cells == "norms", measure=measure)
 
@@ -498,92 +360,6 @@ class MainScreen(Screen[None]):
         ):
             self._repaint()
 
-    def _cells_shown(self) -> str:
-        """What the heatmap's cells hold now: as asked (`n`) where the view and the backend allow, else the weights.
-
-        The context-mixing measures are a layer's, shown in the layer view; the head view then shows weights."""
-        cells = self.heatmap_cells
-        if cells == "norms" and not self._norms_available():
-            return "weights"
-        if cells in MIXING_CELLS and self.state.view != "average":
-            return "weights"
-        return cells
-
-    def _norms_shown(self) -> bool:
-        """Whether the heatmap shows norms: asked for (`n`) and computed by the backend."""
-        return self._cells_shown() == "norms"
-
-    def _norms_available(self) -> bool:
-        analysis = self.analysis
-        return analysis is not None and (not analysis.every_layer or analysis.current.norms is not None)
-
-    def _fixed_top(self, analysis: Analysis) -> float:
-        """The top of the `fixed` scale: 1 for weights; for norms, the largest of the sentence (of the shown
-        layer, for a long input), comparable across heads."""
-        if not self._norms_shown():
-            return 1.0
-        layer = self.state.layer
-        if analysis.every_layer:
-            stacks = [analysis.plain.norms, analysis.current.norms]
-        else:
-            stacks = [analysis.maps(layer, norms=True), analysis.maps(layer, plain=True, norms=True)]
-        return max([float(stack.max()) for stack in stacks if stack is not None] + [1e-12])
-
-    def _displayed_matrix(self, analysis: Analysis) -> tuple[np.ndarray, str, bool] | None:
-        """The heatmap's matrix, its title, and whether it shows a masked head before masking; None while a long
-        input's layer is being computed."""
-        layer, head = self.state.layer, self.state.head
-        mask = analysis.current.mask
-        cells = self._cells_shown()
-        if cells in MIXING_CELLS:
-            mixing = analysis.mixing.get(cells)
-            if mixing is None:
-                return None
-            if cells in CUMULATIVE:
-                return mixing.rolled[layer], f"input → layer {layer} · {MIXING_NAMES[cells]}{self._mask_note(analysis)}", False
-            assert mixing.per_layer is not None  # every measure but rollout and flow has its layers' own maps
-            return mixing.per_layer[layer], f"layer {layer} · {MIXING_NAMES[cells]}{self._mask_note(analysis)}", False
-        norms = cells == "norms"
-        what = f" · {NORMS_LABEL}" if norms else ""
-        before = self.state.view != "average" and mask.is_masked(layer, head)
-        maps = analysis.maps(layer, plain=before, norms=norms)
-        if maps is None:
-            return None
-        if self.state.view == "average":
-            return maps.mean(0), f"layer {layer} · mean of {len(maps)} heads{what}{self._mask_note(analysis)}", False
-        if before:
-            return maps[head], f"layer {layer} · head {head}{what} · before masking", True
-        return maps[head], f"layer {layer} · head {head}{what}{self._mask_note(analysis)}", False
-
-    def _short_title(self, analysis: Analysis, before: bool, window: int | None) -> str:
-        """The heatmap's title for a narrow pane (80 columns): the head as LAYER:HEAD, the notes in a word each."""
-        cells = self._cells_shown()
-        if cells in CUMULATIVE:
-            parts = [f"→{self.state.layer}"]
-        elif cells in MIXING_CELLS:
-            parts = [f"layer {self.state.layer}"]
-        else:
-            parts = [f"{self.state.layer}:{'mean' if self.state.view == 'average' else self.state.head}"]
-        if cells != "weights":
-            parts.append(SHORT_CELLS[cells])
-        if before:
-            parts.append("before masking")
-        elif len(analysis.current.mask):
-            parts.append(f"{len(analysis.current.mask)} off")
-        if analysis.erasure is not None and self.state.layer >= analysis.erasure.layer:
-            parts.append("erased")
-        if reach_note(window, len(analysis.current.tokens)):
-            parts.append(f"local ±{window}")
-        return " · ".join(parts)
-
-    def _mask_note(self, analysis: Analysis) -> str:
-        """What the shown map is under: heads off (the ablation is in the status line), and a property erased below it."""
-        mask, erasure = analysis.current.mask, analysis.erasure
-        note = f" · {len(mask)} off" if len(mask) else ""
-        if erasure is not None and self.state.layer >= erasure.layer:  # layer l reads hidden state l
-            note += f" · {erasure.task} erased"
-        return note
-
     def _update_status(self) -> None:
         status = self.query_one(StatusLine)
         if self.backend is None:
@@ -596,16 +372,10 @@ class MainScreen(Screen[None]):
             *([self.erasure.short()] if self.erasure is not None else []),
             info.device,
             f"{info.num_layers}×{info.num_heads} heads",
-            *([self._cells_status()] if self.heatmap_cells != "weights" else []),
+            *([cells] if (cells := self.heatmap_pane.cells_status()) is not None else []),
             self.state.view,
             self.state.figure,
         )
-
-    def _cells_status(self) -> str:
-        cells = self.heatmap_cells
-        if cells == "norms":
-            return f"{NORMS_LABEL} norms"
-        return MIXING_NAMES[cells] + ("" if self._cells_shown() == cells else " (layer view)")
 
     def _set_busy(self, busy: bool) -> None:
         self.query_one(StatusLine).set_busy(busy)
@@ -638,7 +408,7 @@ class MainScreen(Screen[None]):
 
     def on_attention_view_cursor_moved(self, message: AttentionView.CursorMoved) -> None:
         # the view's cursor, not the message's: keys that arrived after this message have moved it on
-        self.state = self.state.with_(cursor=self.query_one(AttentionView).cursor)
+        self.state = self.state.with_(cursor=self.heatmap_pane.cursor)
         self._repaint()
 
     def _set_mask(self, mask: HeadMask) -> None:
@@ -699,8 +469,9 @@ class MainScreen(Screen[None]):
 
     def action_next_view(self) -> None:
         self.state = self.state.with_(view=VIEWS[(VIEWS.index(self.state.view) + 1) % len(VIEWS)])
-        if self.heatmap_cells in MIXING_CELLS and self.state.view != "average":
-            name = MIXING_NAMES[self.heatmap_cells]
+        cells = self.heatmap_pane.cells
+        if cells in MIXING_CELLS and self.state.view != "average":
+            name = MIXING_NAMES[cells]
             self.notify(f"{name} is a whole layer's: one head shows its weights (v for the layer's {name})", timeout=4)
         self._repaint()
         self.explorer.save_state()
@@ -719,40 +490,13 @@ class MainScreen(Screen[None]):
             self._focus_before_zoom.focus()
 
     def action_next_scale(self) -> None:
-        """The heatmap's colour scale: max, row, fixed (0–1), log (the legend shows its numbers)."""
-        self.heatmap_scale = SCALES[(SCALES.index(self.heatmap_scale) + 1) % len(SCALES)]
-        note = SCALE_NOTES[self.heatmap_scale]
-        if self.analysis is not None and self._norms_shown():
-            whose = "the sentence's" if self.analysis.every_layer else "this layer's"
-            note = (
-                f"0 to {whose} largest norm, comparable across heads" if self.heatmap_scale == "fixed" else note.replace("weight", "norm")
-            )
-        self.notify(f"colour scale: {self.heatmap_scale} ({note})", timeout=3)
-        self._repaint()
+        self.heatmap_pane.next_scale()
 
     def action_next_cells(self) -> None:
-        """The heatmap's cells: attention weights α, the value-weighted norms ‖α f(x)‖ (Kobayashi et al. 2020), and in
-        the layer view the context-mixing measures (value zeroing, ALTI, rollout, flow)."""
-        order: tuple[str, ...] = CELLS if self.state.view == "average" else CELLS[:2]
-        if self.analysis is not None and not self._norms_available():
-            if self.state.view != "average":
-                self.notify("this backend gives no value-weighted norms; showing the weights", severity="warning", timeout=4)
-                return
-            order = tuple(cells for cells in order if cells != "norms")
-        shown = self._cells_shown()
-        self.heatmap_cells = order[(order.index(shown) + 1) % len(order)] if shown in order else order[0]
-        self.notify(CELL_NOTES[self.heatmap_cells], timeout=4 if self.heatmap_cells != "weights" else 2)
-        self._repaint()
+        self.heatmap_pane.next_cells()
 
     def action_toggle_dense(self) -> None:
-        """Two query rows a line (half blocks), or one; the first press overrides the automatic choice."""
-        view = self.query_one(AttentionView)
-        self.heatmap_dense = not view.dense_shown
-        if self.heatmap_dense and self.explorer.glyphs:
-            self.notify("shade glyphs have no halves: dense needs colours (--colours)", severity="warning", timeout=4)
-        else:
-            self.notify(f"heatmap: {'two rows' if self.heatmap_dense else 'one row'} a line", timeout=2)
-        self._repaint()
+        self.heatmap_pane.toggle_dense()
 
     # the other screens, opened over this one
 
@@ -973,18 +717,12 @@ class MainScreen(Screen[None]):
             return
         if self.query_one(AttributionRow).cancel():
             self.notify("attribution cancelled", timeout=3)
-        wanted = self._mixing_wanted
         if self.erasure_fitting.cancel():
             self._set_busy(False)
             self._update_status()
             self.notify("erasure cancelled: nothing is erased", timeout=3)
             self._forget_erasure()
-        if self.mixing_run.cancel() and wanted is not None:
-            self._mixing_wanted = None
-            self.notify(f"{MIXING_NAMES[wanted[1]]} cancelled; showing the weights", timeout=3)
-            if self.heatmap_cells == wanted[1]:
-                self.heatmap_cells = "weights"
-                self._repaint()
+        self.heatmap_pane.cancel_mixing()
         if self.analysing.cancel():
             self._set_busy(False)
             self.notify("cancelled; showing the last finished result", timeout=3)
@@ -993,7 +731,8 @@ class MainScreen(Screen[None]):
         if self.analysis is None:
             self.notify("nothing to export yet", severity="warning")
             return
-        shown = self._displayed_matrix(self.analysis)
+        pane = self.heatmap_pane
+        shown = pane.displayed(self.analysis)
         if shown is None:
             self.notify(f"layer {self.state.layer}'s maps are still being computed; export once they show", severity="warning")
             return
@@ -1001,8 +740,7 @@ class MainScreen(Screen[None]):
         mask, layer, view = self.analysis.current.mask, self.state.layer, self.state.view
         tokens, special = list(self.analysis.current.tokens), self.analysis.current.encoding.special
         head = None if view == "average" else self.state.head
-        windows = self.backend.info.attention_windows if self.backend is not None else ()
-        window = windows[layer] if layer < len(windows) else None
+        window = pane.window()
         notes = [reach_note(window, len(tokens)).removeprefix(" · ")]
         if before:
             notes.append(f"as before masking: head {layer}:{head} is switched off ({self.state.ablation} ablation)")
@@ -1011,8 +749,8 @@ class MainScreen(Screen[None]):
         erasure = self.analysis.erasure
         if erasure is not None and layer >= erasure.layer:
             notes.append(erasure.describe())
-        quantity, scale, explorer = "norm" if self._norms_shown() else "weight", self.heatmap_scale, self.explorer
-        cells = self._cells_shown()
+        quantity, scale, explorer = "norm" if pane.norms_shown() else "weight", pane.scale, self.explorer
+        cells = pane.cells_shown()
         mixing = self.analysis.mixing.get(cells)
 
         def draw() -> Figure:
@@ -1084,13 +822,3 @@ class MainScreen(Screen[None]):
             self.action_erase,
         )
         yield SystemCommand("Cancel", "Cancel the computation in progress", self.action_cancel)
-
-
-def layer_maps_of(backend: Backend, analysis: Analysis, layer: int) -> LayerMaps:
-    """One layer's maps of a long input (in a worker): under the mask, and before it where a head of the layer is off."""
-    current = analysis.current
-    weights, norms = backend.layer_maps(current.encoding, layer, mask=current.mask, ablation=current.ablation, start_from=current)
-    plain_weights = plain_norms = None
-    if any(current.mask.is_masked(layer, head) for head in range(backend.num_heads)):
-        plain_weights, plain_norms = backend.layer_maps(current.encoding, layer, start_from=analysis.plain)
-    return LayerMaps(weights, norms, plain_weights, plain_norms)
