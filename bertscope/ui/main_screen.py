@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -40,21 +40,20 @@ from bertscope.theming import DEFAULT_THEME
 from bertscope.ui.attribution import AttributionRow
 from bertscope.ui.backend import Backend
 from bertscope.ui.comparison import ComparisonScreen
-from bertscope.ui.conditions import Conditions
-from bertscope.ui.erasure import EraseScreen, training_sentences
+from bertscope.ui.conditions_controller import ConditionsController
 from bertscope.ui.explorer import Explorer
 from bertscope.ui.export import export_view, save_in_worker
 from bertscope.ui.focus import focus_main, leave_input
 from bertscope.ui.geometry import GeometryScreen
 from bertscope.ui.heatmap_pane import CUMULATIVE, MIXING_CELLS, HeatmapPane, layer_maps_of
 from bertscope.ui.help import EXPORT_KEY, HELP_KEY
-from bertscope.ui.importance import IMPORTANCE_FIGURE, ObjectivePanel, PruneToScreen, PruningCurveScreen, importance_overlay
+from bertscope.ui.importance import IMPORTANCE_FIGURE, ObjectivePanel, PruningCurveScreen, importance_overlay
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.messages import Analysis
 from bertscope.ui.overview import OverviewScreen
 from bertscope.ui.patching import PatchingScreen
 from bertscope.ui.probing import ProbingScreen
-from bertscope.ui.state import VIEWS, ExplorerState, erasure_spec, fit_to_model, saved_erasure
+from bertscope.ui.state import VIEWS, ExplorerState, fit_to_model
 from bertscope.ui.syntax import SYNTAX_FIGURE, SyntaxPanel
 from bertscope.ui.theme import heatmap_for
 from bertscope.ui.widgets.attention_view import AttentionView
@@ -129,13 +128,12 @@ class MainScreen(Screen[None]):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.mounted = asyncio.Event()  # the app loads the model once the screen is up to show it
-        self.mask: HeadMask | None = None
         self.analysis: Analysis | None = None
         self.analysing = JobRun(self, self._analysed, name="analysis", on_failed=lambda _reason: self._set_busy(False))
-        self.erasure: LiveErasure | None = None  # a property erased in every pass (`E`; ui.erasure)
-        self.erasure_fitting = JobRun(self, self._erasure_step, name="erasure", on_failed=self._erasure_failed, title="erasure")
+        self.conditions = ConditionsController(
+            self, follow=self._follow_conditions, show_figure=self._follow_figure, show_status=self._update_status
+        )
         self._focus_before_zoom: Widget | None = None
-        self._figure_before_importance = "entropy"  # the grid's figure to go back to from the importance overlay (`i`)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """This screen's keys only while it is on top: under a dialog (the help), its footer shows the app's keys alone."""
@@ -205,33 +203,31 @@ class MainScreen(Screen[None]):
             self.state = self.state.with_(figure="entropy")
         for warning in warnings:
             self.notify(warning, severity="warning", timeout=8)
-        self.mask = HeadMask.parse(self.state.mask, backend.num_layers, backend.num_heads)
+        self.conditions.take_mask(backend)
         self.query_one(HeadGrid).set_shape(backend.num_layers, backend.num_heads)
         self.query_one(AttributionRow).set_model(backend.info)
         self.query_one(ObjectivePanel).set_backend(backend)
         self.query_one(SyntaxPanel).set_backend(backend)
         self._follow_syntax()
         self._analyse(reuse_plain=False)
-        restored = saved_erasure(self.state.erased, backend.num_layers) if self.state.erased else None
-        if restored is not None:  # the last session's erasure: fitted again, as `E` fits it
-            self.notify(f"erasing {restored[0]} at hidden state {restored[1]} again, as the session left it: E takes it away", timeout=6)
-            self._fit_erasure(backend, *restored)
+        self.conditions.restore_erasure(backend)
 
     # running the model
 
     def _analyse(self, reuse_plain: bool) -> None:
         """Ask for a new analysis of the current sentence and mask; the newest request wins."""
-        if self.backend is None or self.mask is None:
+        mask = self.conditions.mask
+        if self.backend is None or mask is None:
             return
         job = AnalysisJob(
             backend=self.backend,
             text=self.state.text,
             pair=self.state.pair or None,
-            mask=self.mask,
+            mask=mask,
             ablation=self.state.ablation,
             plain=self.analysis.plain if reuse_plain and self.analysis is not None else None,
             layer=self.state.layer,
-            erasure=self.erasure,
+            erasure=self.conditions.erasure,
         )
         self._set_busy(True)
         self.analysing.start(lambda cancel: self._analysis_steps(job, cancel))
@@ -313,8 +309,8 @@ class MainScreen(Screen[None]):
         """Redraw every pane from the arrays in memory (no model run)."""
         self._update_status()
         grid = self.query_one(HeadGrid)
-        analysis = self.analysis
-        if analysis is None or self.mask is None:
+        analysis, mask = self.analysis, self.conditions.mask
+        if analysis is None or mask is None:
             return
         layer, head = self.state.layer, self.state.head
         length = len(analysis.current.tokens)
@@ -322,14 +318,12 @@ class MainScreen(Screen[None]):
         importance = self.query_one(ObjectivePanel).importance
         syntax = self.query_one(SyntaxPanel).overlay() if self.state.figure == SYNTAX_FIGURE else None
         if self.state.figure == IMPORTANCE_FIGURE and importance is not None:
-            grid.show(*importance_overlay(importance), self.mask, (layer, head))
+            grid.show(*importance_overlay(importance), mask, (layer, head))
         elif self.state.figure == SYNTAX_FIGURE:
             values, value_range, label = syntax if syntax is not None else (None, (0.0, 1.0), "")
-            grid.show(values, value_range, label, self.mask, (layer, head))  # None: "computing…"
+            grid.show(values, value_range, label, mask, (layer, head))  # None: "computing…"
         else:
-            grid.show(
-                analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), self.mask, (layer, head)
-            )
+            grid.show(analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), mask, (layer, head))
         erased = analysis.erasure.short() if analysis.erasure is not None else None
         self.query_one(EffectPanel).show(
             analysis.cosines,
@@ -365,11 +359,12 @@ class MainScreen(Screen[None]):
         if self.backend is None:
             return
         info = self.backend.info
-        masked = len(self.mask) if self.mask is not None else 0
+        mask, erasure = self.conditions.mask, self.conditions.erasure
+        masked = len(mask) if mask is not None else 0
         status.set_facts(  # most important first: the line keeps those that fit, so what the passes run under comes
             info.source,  # before the device and the model's size, which do not change while it runs
             f"{masked} masked ({self.state.ablation})",
-            *([self.erasure.short()] if self.erasure is not None else []),
+            *([erasure.short()] if erasure is not None else []),
             info.device,
             f"{info.num_layers}×{info.num_heads} heads",
             *([cells] if (cells := self.heatmap_pane.cells_status()) is not None else []),
@@ -399,47 +394,28 @@ class MainScreen(Screen[None]):
         self.explorer.save_state()
 
     def on_head_grid_toggled(self, message: HeadGrid.Toggled) -> None:
-        if self.mask is not None:
-            self._set_mask(self.mask.toggled(message.layer, message.head))
+        self.conditions.toggle_head(message.layer, message.head)
 
     def on_head_grid_layer_toggled(self, message: HeadGrid.LayerToggled) -> None:
-        if self.mask is not None:
-            self._set_mask(self.mask.layer_toggled(message.layer))
+        self.conditions.toggle_layer(message.layer)
 
     def on_attention_view_cursor_moved(self, message: AttentionView.CursorMoved) -> None:
         # the view's cursor, not the message's: keys that arrived after this message have moved it on
         self.state = self.state.with_(cursor=self.heatmap_pane.cursor)
         self._repaint()
 
-    def _set_mask(self, mask: HeadMask) -> None:
-        if self.mask is None:
-            return
-        self.mask = mask
-        self.state = self.state.with_(mask=mask.spec())
-        self.query_one(HeadGrid).show_mask(mask)
-        self._update_status()
-        self._follow_conditions()
-
     def action_clear_mask(self) -> None:
-        if self.mask is not None and len(self.mask):
-            self._set_mask(HeadMask.none(self.mask.num_layers, self.mask.num_heads))
+        self.conditions.clear_mask()
 
     def action_toggle_ablation(self) -> None:
-        self.state = self.state.with_(ablation="uniform" if self.state.ablation == "zero" else "zero")
-        self.notify(f"ablation: {self.state.ablation}", timeout=2)
-        self._update_status()
-        if self.mask is not None and len(self.mask):
-            self._follow_conditions()
-        else:
-            self.explorer.save_state()
+        self.conditions.toggle_ablation()
 
     def action_next_figure(self) -> None:
         names = list(FIGURES) + [SYNTAX_FIGURE] + ([IMPORTANCE_FIGURE] if self.query_one(ObjectivePanel).importance is not None else [])
         if self.state.figure not in names:
             self.state = self.state.with_(figure=names[-1])
         self.state = self.state.with_(figure=names[(names.index(self.state.figure) + 1) % len(names)])
-        self._follow_syntax()
-        self._repaint()
+        self._follow_figure()
         self.explorer.save_state()
 
     # heads that track syntax (ui.syntax)
@@ -447,17 +423,16 @@ class MainScreen(Screen[None]):
     def _follow_syntax(self) -> None:
         """Show the syntax panel (running over the sample treebank under the mask and erasure) while the grid shows its figure."""
         panel = self.query_one(SyntaxPanel)
-        if self.state.figure != SYNTAX_FIGURE or self.backend is None or self.mask is None:
+        if self.state.figure != SYNTAX_FIGURE or self.backend is None or self.conditions.mask is None:
             panel.hide()
             return
-        panel.show_for(self._conditions())
+        panel.show_for(self.conditions.current())
 
     def action_syntax_relation(self) -> None:
         """`y`: shade the grid by the heads that track a relation, or go on to the next relation."""
         if self.state.figure != SYNTAX_FIGURE:
             self.state = self.state.with_(figure=SYNTAX_FIGURE)
-            self._follow_syntax()
-            self._repaint()
+            self._follow_figure()
             self.explorer.save_state()
             return
         self.query_one(SyntaxPanel).next_relation()
@@ -500,50 +475,43 @@ class MainScreen(Screen[None]):
 
     # the other screens, opened over this one
 
-    def _loaded(self) -> tuple[Backend, HeadMask] | None:
-        """The model and the mask once the model has loaded; if not, say so."""
-        if self.backend is None or self.mask is None:
-            self.notify("the model is still loading", severity="warning")
-            return None
-        return self.backend, self.mask
-
     def action_overview(self) -> None:
         """All heads over a corpus; the head chosen there opens here."""
-        if (loaded := self._loaded()) is None:
+        if (loaded := self.conditions.loaded()) is None:
             return
         explorer, selected = self.explorer, (self.state.layer, self.state.head)
-        screen = OverviewScreen(loaded[0], self._conditions(), explorer.colormap(), explorer.glyphs, selected, explorer.kept)
+        screen = OverviewScreen(*loaded, explorer.colormap(), explorer.glyphs, selected, explorer.kept)
         self.app.push_screen(screen, self._open_head)
 
     def action_probing(self) -> None:
         """What each layer knows; `m` there re-scores under this explorer's mask."""
-        if (loaded := self._loaded()) is None:
+        if (loaded := self.conditions.loaded()) is None:
             return
-        self.app.push_screen(ProbingScreen(loaded[0], self._conditions(), self.explorer.kept))
+        self.app.push_screen(ProbingScreen(*loaded, self.explorer.kept))
 
     def action_geometry(self) -> None:
         """Representation geometry per layer over a corpus: PCA scatter, CKA, intrinsic dimension."""
-        if (loaded := self._loaded()) is None:
+        if (loaded := self.conditions.loaded()) is None:
             return
         explorer = self.explorer
-        screen = GeometryScreen(loaded[0], self._conditions(), explorer.colormap(), explorer.glyphs, explorer.kept)
+        screen = GeometryScreen(*loaded, explorer.colormap(), explorer.glyphs, explorer.kept)
         self.app.push_screen(screen)
 
     def action_compare(self) -> None:
         """This model against a model B with the same tokenizer; the head chosen there opens here."""
-        if (loaded := self._loaded()) is None:
+        if (loaded := self.conditions.loaded()) is None:
             return
-        backend, _mask = loaded
+        backend, _conditions = loaded
         explorer = self.explorer
         screen = ComparisonScreen(backend, explorer.colormap(), explorer.glyphs, (self.state.layer, self.state.head), explorer.kept)
         self.app.push_screen(screen, self._open_head)
 
     def action_patching(self) -> None:
         """Activation patching between this sentence and a corrupted one; the head chosen there opens here."""
-        if (loaded := self._loaded()) is None:
+        if (loaded := self.conditions.loaded()) is None:
             return
-        backend, mask = loaded
-        if len(mask):
+        backend, conditions = loaded
+        if len(mask := conditions.mask):
             self.notify(f"patching runs the whole model: the mask here ({mask.spec()}) does not apply there", timeout=5)
         explorer = self.explorer
         screen = PatchingScreen(
@@ -557,141 +525,48 @@ class MainScreen(Screen[None]):
         )
         self.app.push_screen(screen, self._open_head)
 
-    def _conditions(self) -> Conditions:
-        """What every pass runs under now (the model is loaded, so there is a mask)."""
-        assert self.mask is not None  # asked for by screens that open once the model is loaded
-        return Conditions(self.mask, self.state.ablation, self.erasure)
-
     def _open_head(self, chosen: tuple[int, int] | None) -> None:
         if chosen is not None:
             self.state = self.state.with_(layer=chosen[0], head=chosen[1], view="head")
             self._repaint()
             self.explorer.save_state()
 
-    # a property erased in every pass (ui.erasure)
-
-    def action_erase(self) -> None:
-        """`E`: erase a property (LEACE, fitted once) from a hidden state of every pass, or take the erasure away."""
-        if (loaded := self._loaded()) is None:
-            return
-        if self.erasure is not None:
-            self.notify(f"{self.erasure.task} is no longer erased: E erases a property again", timeout=4)
-            self._set_erasure(None)
-            return
-        backend, _mask = loaded
-
-        def chosen(choice: tuple[str, int] | None) -> None:
-            if choice is not None:
-                self._fit_erasure(backend, *choice)
-
-        self.app.push_screen(EraseScreen(self.state.layer, backend.num_layers), chosen)
-
-    def _fit_erasure(self, backend: Backend, task: str, layer: int) -> None:
-        self.query_one(StatusLine).set_facts(f"erasing {task} at hidden state {layer}: fitting LEACE…")
-        self._set_busy(True)
-        self.erasure_fitting.start(lambda cancel: backend.fit_erasure(task, layer, training_sentences(task), cancel=cancel))
-
-    def _set_erasure(self, erasure: LiveErasure | None) -> None:
-        """From now on every pass runs with `erasure` (None: as the model is); the session remembers it."""
-        self.erasure = erasure
-        self.state = self.state.with_(erased=erasure_spec(erasure))
-        self._follow_conditions()
-
     def _follow_conditions(self) -> None:
         """The mask, its ablation or the erasure changed: the sentence, the objective pane and the syntax figure run
         again under them (and the session is saved)."""
         self._analyse(reuse_plain=True)
-        if self.mask is not None:
-            self.query_one(ObjectivePanel).follow(self._conditions())
+        if self.conditions.mask is not None:
+            self.query_one(ObjectivePanel).follow(self.conditions.current())
         self._follow_syntax()
 
-    def _erasure_step(self, progress: Progress[LiveErasure]) -> None:
-        if not progress.finished:
-            self.query_one(StatusLine).set_facts(f"fitting the eraser: {progress.stage} {progress.done}/{progress.total} (escape cancels)")
-            return
-        self._set_busy(False)
-        erasure = progress.result
-        if erasure is None:
-            return
-        self.notify(
-            f"{erasure.describe()}, fitted on {erasure.sentences:,} sentences: the heatmap from layer {erasure.layer} up, the effect "
-            "pane, mixing, attribution, the overview, syntax, geometry, the objective and the probing pane's m now run with it; "
-            "E takes it away",
-            timeout=8,
-        )
-        self._set_erasure(erasure)
+    def _follow_figure(self) -> None:
+        """The grid's figure changed: the syntax panel shows or hides with it, and the panes are drawn again."""
+        self._follow_syntax()
+        self._repaint()
 
-    def _erasure_failed(self, _reason: str) -> None:
-        self._set_busy(False)
-        self._update_status()
-        self._forget_erasure()
-
-    def _forget_erasure(self) -> None:
-        """A fit that did not finish (failed, cancelled): the session remembers the erasure in force, if any."""
-        if self.state.erased != erasure_spec(self.erasure):
-            self.state = self.state.with_(erased=erasure_spec(self.erasure))
-            self.explorer.save_state()
+    def action_erase(self) -> None:
+        self.conditions.erase()
 
     # head importance (ui.importance)
 
-    def _with_importance(self, then: Callable[[HeadImportance], None]) -> None:
-        """Call `then(importance)` once head importance is known, estimating it first if needed."""
-        if self._loaded() is None:
-            return
-        self.query_one(ObjectivePanel).with_importance(then, self._conditions())
-
     def action_importance(self) -> None:
-        """`i`: shade the grid by head importance (estimated on first use), or back to the previous figure."""
-        if self.state.figure == IMPORTANCE_FIGURE and self.query_one(ObjectivePanel).importance is not None:
-            self.state = self.state.with_(figure=self._figure_before_importance)
-            self._follow_syntax()
-            self._repaint()
-            return
-
-        def show(_importance: HeadImportance) -> None:
-            if self.state.figure != IMPORTANCE_FIGURE:
-                self._figure_before_importance = self.state.figure
-            self.state = self.state.with_(figure=IMPORTANCE_FIGURE)
-            self._follow_syntax()
-            self._repaint()
-
-        self._with_importance(show)
+        self.conditions.toggle_importance()
 
     def action_prune_to(self) -> None:
-        """`P`: switch off the least important X% of the heads."""
-        if self._loaded() is None:
-            return
-
-        def chosen(fraction: float | None) -> None:
-            if fraction is not None:
-                self._with_importance(lambda importance: self._prune_to(importance, fraction))
-
-        self.app.push_screen(PruneToScreen(), chosen)
-
-    def _prune_to(self, importance: HeadImportance, fraction: float) -> None:
-        if self.mask is None:
-            return
-        layers, heads_per_layer = self.mask.num_layers, self.mask.num_heads
-        heads = importance.least_important(round(fraction * layers * heads_per_layer))
-        self.notify(f"masked the {len(heads)} least important heads ({fraction:.0%}) for {importance.objective}", timeout=4)
-        self._set_mask(HeadMask(layers, heads_per_layer, frozenset(heads)))
+        self.conditions.prune_to()
 
     def action_pruning_curve(self) -> None:
         """`C`: the objective as ever more of the least important heads are removed; Enter there masks the prunable set."""
 
         def open_screen(importance: HeadImportance) -> None:
-            if (loaded := self._loaded()) is None:
+            if (loaded := self.conditions.loaded()) is None:
                 return
-            backend, _mask = loaded
+            backend, conditions = loaded
             panel = self.query_one(ObjectivePanel)
-            screen = PruningCurveScreen(backend, importance.objective, panel.sample, importance, self.state.ablation, self.explorer.kept)
-            self.app.push_screen(screen, self._apply_curve_mask)
+            screen = PruningCurveScreen(backend, importance.objective, panel.sample, importance, conditions.ablation, self.explorer.kept)
+            self.app.push_screen(screen, self.conditions.apply_spec)
 
-        self._with_importance(open_screen)
-
-    def _apply_curve_mask(self, spec: str | None) -> None:
-        if spec is not None and self.mask is not None:
-            self._set_mask(HeadMask.parse(spec, self.mask.num_layers, self.mask.num_heads))
+        self.conditions.with_importance(open_screen)
 
     # the rest of the keys
 
@@ -717,11 +592,7 @@ class MainScreen(Screen[None]):
             return
         if self.query_one(AttributionRow).cancel():
             self.notify("attribution cancelled", timeout=3)
-        if self.erasure_fitting.cancel():
-            self._set_busy(False)
-            self._update_status()
-            self.notify("erasure cancelled: nothing is erased", timeout=3)
-            self._forget_erasure()
+        self.conditions.cancel_erasure()
         self.heatmap_pane.cancel_mixing()
         if self.analysing.cancel():
             self._set_busy(False)
