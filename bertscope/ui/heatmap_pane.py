@@ -25,6 +25,7 @@ from bertscope.ui.backend import Backend
 from bertscope.ui.explorer import Explorer
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.messages import Analysis, LayerMaps
+from bertscope.ui.state import VIEWS
 from bertscope.ui.widgets.attention_view import AttentionView
 
 NORMS_LABEL = "‖αf‖"  # the heatmap's cells in norms mode: ‖α_ij f_h(x_j)‖ (core.model.norms)
@@ -221,6 +222,16 @@ class HeatmapPane(AttentionView):
         return note
 
     # the pane's keys, which the main screen binds (they act wherever the focus is)
+
+    def next_view(self) -> None:
+        """`v`: one head, or the mean of the layer's heads (the view the context-mixing measures show in)."""
+        explorer = self.explorer
+        explorer.state = explorer.state.with_(view=VIEWS[(VIEWS.index(explorer.state.view) + 1) % len(VIEWS)])
+        if self.cells in MIXING_CELLS and explorer.state.view != "average":
+            name = MIXING_NAMES[self.cells]
+            self.notify(f"{name} is a whole layer's: one head shows its weights (v for the layer's {name})", timeout=4)
+        self._on_changed()
+        explorer.save_state()
 
     def next_scale(self) -> None:
         """`s`: the colour scale, max, row, fixed (0–1), log (the legend shows its numbers)."""

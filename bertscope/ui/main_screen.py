@@ -1,11 +1,14 @@
 """The explorer's own screen: type a sentence, walk the layer × head grid, switch heads off, see the effect.
 
-Every model run happens in an exclusive thread worker (ui.job_run): a newer request cancels
-the older one, whose result is dropped. Moving between heads of the same sentence repaints
-from the arrays already in memory; for a long input, whose every layer's maps would not fit
-(EVERY_LAYER_CELLS), only the shown layer's are held, and moving to another layer runs that
-layer alone in a worker. What the screen shows is the session's state, which the app keeps
-and saves (ui.app); the other screens open from here with what they need of it.
+The screen is the main view's keys and its layout; the work is in three rooms it holds. The heatmap pane
+(ui.heatmap_pane) owns how the map shows and the maps it computes on demand; the conditions controller
+(ui.conditions_controller) owns what every pass runs under (mask, ablation, erasure) and head importance under them;
+the launchers (ui.launchers) open the other screens over this one, export the heatmap and fill the command palette.
+The screen itself runs the sentence (`analyse`: the plain pass and the one under the conditions, in an exclusive
+thread worker whose newest request wins; ui.job_run) and draws every pane from the result (`_repaint`), which moving
+between heads of the same sentence does from the arrays in memory. For a long input, whose every layer's maps would
+not fit (EVERY_LAYER_CELLS), only the shown layer's are held. What the screen shows is the session's state, which the
+app keeps and saves (ui.app).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from textual import on
 from textual.app import ComposeResult, SystemCommand
@@ -28,41 +31,30 @@ from textual.worker import Worker, WorkerState
 
 from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.headstats import FIGURES, figure_range
-from bertscope.core.analyses.importance_results import HeadImportance
 from bertscope.core.analyses.mixing_results import METHOD_NAMES as MIXING_NAMES
 from bertscope.core.model.effects import layer_cosines
-from bertscope.core.model.labels import token_labels
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import ForwardResult
 from bertscope.core.progress import Progress
-from bertscope.render.heatmap import beyond_reach, reach_note
 from bertscope.theming import DEFAULT_THEME
 from bertscope.ui.attribution import AttributionRow
 from bertscope.ui.backend import Backend
-from bertscope.ui.comparison import ComparisonScreen
 from bertscope.ui.conditions_controller import ConditionsController
 from bertscope.ui.explorer import Explorer
-from bertscope.ui.export import export_view, save_in_worker
 from bertscope.ui.focus import focus_main, leave_input
-from bertscope.ui.geometry import GeometryScreen
-from bertscope.ui.heatmap_pane import CUMULATIVE, MIXING_CELLS, HeatmapPane, layer_maps_of
+from bertscope.ui.heatmap_pane import MIXING_CELLS, HeatmapPane, layer_maps_of
 from bertscope.ui.help import EXPORT_KEY, HELP_KEY
-from bertscope.ui.importance import IMPORTANCE_FIGURE, ObjectivePanel, PruningCurveScreen, importance_overlay
+from bertscope.ui.importance import IMPORTANCE_FIGURE, ObjectivePanel, importance_overlay
 from bertscope.ui.job_run import JobRun
+from bertscope.ui.launchers import Launchers, palette_commands
 from bertscope.ui.messages import Analysis
-from bertscope.ui.overview import OverviewScreen
-from bertscope.ui.patching import PatchingScreen
-from bertscope.ui.probing import ProbingScreen
-from bertscope.ui.state import VIEWS, ExplorerState, fit_to_model
+from bertscope.ui.state import ExplorerState, fit_to_model
 from bertscope.ui.syntax import SYNTAX_FIGURE, SyntaxPanel
 from bertscope.ui.theme import heatmap_for
 from bertscope.ui.widgets.attention_view import AttentionView
 from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.head_grid import FIGURE_LABELS, HeadGrid
 from bertscope.ui.widgets.panels import EffectPanel, StatusLine, TokenPanel
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 # Attention cells (L·H·T²) up to which the explorer holds every layer's maps: weights and norms, before and
 # under the mask, four arrays of at most 256 MB (BERT-base at 512 tokens: 38M). Above, a long input, it holds
@@ -84,6 +76,45 @@ class AnalysisJob:
     plain: ForwardResult | None  # the unmasked result to reuse, when only the mask changed
     layer: int  # the layer shown: a long input's maps are computed for it alone
     erasure: LiveErasure | None = None  # a property erased inside the pass (`E`)
+
+
+def analysis_steps(job: AnalysisJob, cancel: threading.Event) -> Iterator[Progress[Analysis]]:
+    """In the worker: the plain pass (unless reused), the masked one, and what the views show of them."""
+    backend = job.backend
+    plain = job.plain
+    encoding = plain.encoding if plain is not None else backend.encode(job.text, job.pair)
+    every_layer = backend.num_layers * backend.num_heads * len(encoding) ** 2 <= EVERY_LAYER_CELLS
+    if plain is None:
+        plain = backend.forward(encoding, attentions=every_layer, norms=every_layer, figures=True)
+    if cancel.is_set():
+        return
+    current = plain
+    if len(job.mask) or job.erasure is not None:
+        current = backend.forward(
+            encoding,
+            attentions=every_layer,
+            mask=job.mask,
+            ablation=job.ablation,
+            reuse=plain,
+            norms=every_layer,
+            figures=True,
+            erasure=job.erasure,
+        )
+    if cancel.is_set():
+        return
+    assert current.figures is not None  # asked for above
+    analysis = Analysis(
+        plain=plain,
+        current=current,
+        cosines=layer_cosines(current.hidden_states, plain.hidden_states),
+        figures=current.figures,
+        predictions_plain=backend.mask_predictions(plain),
+        predictions_current=backend.mask_predictions(current),
+        erasure=job.erasure,
+    )
+    if not every_layer:  # the first screen shows the chosen layer's maps at once
+        analysis.layers[job.layer] = layer_maps_of(backend, analysis, job.layer)
+    yield Progress("analysed", 1, 1, analysis)
 
 
 class MainScreen(Screen[None]):
@@ -133,6 +164,7 @@ class MainScreen(Screen[None]):
         self.conditions = ConditionsController(
             self, follow=self._follow_conditions, show_figure=self._follow_figure, show_status=self._update_status
         )
+        self.launchers = Launchers(self, self.conditions, self._open_head)
         self._focus_before_zoom: Widget | None = None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -212,7 +244,7 @@ class MainScreen(Screen[None]):
         self._analyse(reuse_plain=False)
         self.conditions.restore_erasure(backend)
 
-    # running the model
+    # running the sentence
 
     def _analyse(self, reuse_plain: bool) -> None:
         """Ask for a new analysis of the current sentence and mask; the newest request wins."""
@@ -230,46 +262,8 @@ class MainScreen(Screen[None]):
             erasure=self.conditions.erasure,
         )
         self._set_busy(True)
-        self.analysing.start(lambda cancel: self._analysis_steps(job, cancel))
+        self.analysing.start(lambda cancel: analysis_steps(job, cancel))
         self.explorer.save_state()
-
-    def _analysis_steps(self, job: AnalysisJob, cancel: threading.Event) -> Iterator[Progress[Analysis]]:
-        """In the worker: the plain pass (unless reused), the masked one, and what the views show of them."""
-        backend = job.backend
-        plain = job.plain
-        encoding = plain.encoding if plain is not None else backend.encode(job.text, job.pair)
-        every_layer = backend.num_layers * backend.num_heads * len(encoding) ** 2 <= EVERY_LAYER_CELLS
-        if plain is None:
-            plain = backend.forward(encoding, attentions=every_layer, norms=every_layer, figures=True)
-        if cancel.is_set():
-            return
-        current = plain
-        if len(job.mask) or job.erasure is not None:
-            current = backend.forward(
-                encoding,
-                attentions=every_layer,
-                mask=job.mask,
-                ablation=job.ablation,
-                reuse=plain,
-                norms=every_layer,
-                figures=True,
-                erasure=job.erasure,
-            )
-        if cancel.is_set():
-            return
-        assert current.figures is not None  # asked for above
-        analysis = Analysis(
-            plain=plain,
-            current=current,
-            cosines=layer_cosines(current.hidden_states, plain.hidden_states),
-            figures=current.figures,
-            predictions_plain=backend.mask_predictions(plain),
-            predictions_current=backend.mask_predictions(current),
-            erasure=job.erasure,
-        )
-        if not every_layer:  # the first screen shows the chosen layer's maps at once
-            analysis.layers[job.layer] = layer_maps_of(backend, analysis, job.layer)
-        yield Progress("analysed", 1, 1, analysis)
 
     def _analysed(self, progress: Progress[Analysis]) -> None:
         if progress.result is None:
@@ -375,7 +369,36 @@ class MainScreen(Screen[None]):
     def _set_busy(self, busy: bool) -> None:
         self.query_one(StatusLine).set_busy(busy)
 
-    # what the user does
+    # following what changed
+
+    def _follow_conditions(self) -> None:
+        """The mask, its ablation or the erasure changed: the sentence, the objective pane and the syntax figure run
+        again under them (and the session is saved)."""
+        self._analyse(reuse_plain=True)
+        if self.conditions.mask is not None:
+            self.query_one(ObjectivePanel).follow(self.conditions.current())
+        self._follow_syntax()
+
+    def _follow_figure(self) -> None:
+        """The grid's figure changed: the syntax panel shows or hides with it, and the panes are drawn again."""
+        self._follow_syntax()
+        self._repaint()
+
+    def _follow_syntax(self) -> None:
+        """Show the syntax panel (running over the sample treebank under the mask and erasure) while the grid shows its figure."""
+        panel = self.query_one(SyntaxPanel)
+        if self.state.figure != SYNTAX_FIGURE or self.backend is None or self.conditions.mask is None:
+            panel.hide()
+            return
+        panel.show_for(self.conditions.current())
+
+    def _open_head(self, chosen: tuple[int, int] | None) -> None:
+        if chosen is not None:
+            self.state = self.state.with_(layer=chosen[0], head=chosen[1], view="head")
+            self._repaint()
+            self.explorer.save_state()
+
+    # what the user does in the panes
 
     @on(Input.Submitted, "#sentence, #pair")
     def sentence_submitted(self) -> None:
@@ -404,11 +427,11 @@ class MainScreen(Screen[None]):
         self.state = self.state.with_(cursor=self.heatmap_pane.cursor)
         self._repaint()
 
-    def action_clear_mask(self) -> None:
-        self.conditions.clear_mask()
+    # the screen's own keys
 
-    def action_toggle_ablation(self) -> None:
-        self.conditions.toggle_ablation()
+    def action_focus_sentence(self) -> None:
+        self.remove_class("-zoomed")  # the box is hidden while the heatmap is zoomed
+        self.query_one("#sentence", Input).focus()
 
     def action_next_figure(self) -> None:
         names = list(FIGURES) + [SYNTAX_FIGURE] + ([IMPORTANCE_FIGURE] if self.query_one(ObjectivePanel).importance is not None else [])
@@ -417,16 +440,6 @@ class MainScreen(Screen[None]):
         self.state = self.state.with_(figure=names[(names.index(self.state.figure) + 1) % len(names)])
         self._follow_figure()
         self.explorer.save_state()
-
-    # heads that track syntax (ui.syntax)
-
-    def _follow_syntax(self) -> None:
-        """Show the syntax panel (running over the sample treebank under the mask and erasure) while the grid shows its figure."""
-        panel = self.query_one(SyntaxPanel)
-        if self.state.figure != SYNTAX_FIGURE or self.backend is None or self.conditions.mask is None:
-            panel.hide()
-            return
-        panel.show_for(self.conditions.current())
 
     def action_syntax_relation(self) -> None:
         """`y`: shade the grid by the heads that track a relation, or go on to the next relation."""
@@ -442,137 +455,15 @@ class MainScreen(Screen[None]):
         if self.state.figure == SYNTAX_FIGURE:
             self.query_one(SyntaxPanel).next_direction()
 
-    def action_next_view(self) -> None:
-        self.state = self.state.with_(view=VIEWS[(VIEWS.index(self.state.view) + 1) % len(VIEWS)])
-        cells = self.heatmap_pane.cells
-        if cells in MIXING_CELLS and self.state.view != "average":
-            name = MIXING_NAMES[cells]
-            self.notify(f"{name} is a whole layer's: one head shows its weights (v for the layer's {name})", timeout=4)
-        self._repaint()
-        self.explorer.save_state()
-
-    # the heatmap
-
     def action_zoom(self) -> None:
         """The heatmap alone on the screen (inputs, grid and side panes hidden), and back."""
         zoomed = not self.has_class("-zoomed")
         self.set_class(zoomed, "-zoomed")
-        view = self.query_one(AttentionView)
         if zoomed:
             self._focus_before_zoom = self.focused
-            view.focus()
+            self.heatmap_pane.focus()
         elif self._focus_before_zoom is not None and self._focus_before_zoom.is_attached:
             self._focus_before_zoom.focus()
-
-    def action_next_scale(self) -> None:
-        self.heatmap_pane.next_scale()
-
-    def action_next_cells(self) -> None:
-        self.heatmap_pane.next_cells()
-
-    def action_toggle_dense(self) -> None:
-        self.heatmap_pane.toggle_dense()
-
-    # the other screens, opened over this one
-
-    def action_overview(self) -> None:
-        """All heads over a corpus; the head chosen there opens here."""
-        if (loaded := self.conditions.loaded()) is None:
-            return
-        explorer, selected = self.explorer, (self.state.layer, self.state.head)
-        screen = OverviewScreen(*loaded, explorer.colormap(), explorer.glyphs, selected, explorer.kept)
-        self.app.push_screen(screen, self._open_head)
-
-    def action_probing(self) -> None:
-        """What each layer knows; `m` there re-scores under this explorer's mask."""
-        if (loaded := self.conditions.loaded()) is None:
-            return
-        self.app.push_screen(ProbingScreen(*loaded, self.explorer.kept))
-
-    def action_geometry(self) -> None:
-        """Representation geometry per layer over a corpus: PCA scatter, CKA, intrinsic dimension."""
-        if (loaded := self.conditions.loaded()) is None:
-            return
-        explorer = self.explorer
-        screen = GeometryScreen(*loaded, explorer.colormap(), explorer.glyphs, explorer.kept)
-        self.app.push_screen(screen)
-
-    def action_compare(self) -> None:
-        """This model against a model B with the same tokenizer; the head chosen there opens here."""
-        if (loaded := self.conditions.loaded()) is None:
-            return
-        backend, _conditions = loaded
-        explorer = self.explorer
-        screen = ComparisonScreen(backend, explorer.colormap(), explorer.glyphs, (self.state.layer, self.state.head), explorer.kept)
-        self.app.push_screen(screen, self._open_head)
-
-    def action_patching(self) -> None:
-        """Activation patching between this sentence and a corrupted one; the head chosen there opens here."""
-        if (loaded := self.conditions.loaded()) is None:
-            return
-        backend, conditions = loaded
-        if len(mask := conditions.mask):
-            self.notify(f"patching runs the whole model: the mask here ({mask.spec()}) does not apply there", timeout=5)
-        explorer = self.explorer
-        screen = PatchingScreen(
-            backend,
-            self.state.text,
-            self.state.pair or None,
-            explorer.colormap(),
-            explorer.glyphs,
-            (self.state.layer, self.state.head),
-            explorer.kept,
-        )
-        self.app.push_screen(screen, self._open_head)
-
-    def _open_head(self, chosen: tuple[int, int] | None) -> None:
-        if chosen is not None:
-            self.state = self.state.with_(layer=chosen[0], head=chosen[1], view="head")
-            self._repaint()
-            self.explorer.save_state()
-
-    def _follow_conditions(self) -> None:
-        """The mask, its ablation or the erasure changed: the sentence, the objective pane and the syntax figure run
-        again under them (and the session is saved)."""
-        self._analyse(reuse_plain=True)
-        if self.conditions.mask is not None:
-            self.query_one(ObjectivePanel).follow(self.conditions.current())
-        self._follow_syntax()
-
-    def _follow_figure(self) -> None:
-        """The grid's figure changed: the syntax panel shows or hides with it, and the panes are drawn again."""
-        self._follow_syntax()
-        self._repaint()
-
-    def action_erase(self) -> None:
-        self.conditions.erase()
-
-    # head importance (ui.importance)
-
-    def action_importance(self) -> None:
-        self.conditions.toggle_importance()
-
-    def action_prune_to(self) -> None:
-        self.conditions.prune_to()
-
-    def action_pruning_curve(self) -> None:
-        """`C`: the objective as ever more of the least important heads are removed; Enter there masks the prunable set."""
-
-        def open_screen(importance: HeadImportance) -> None:
-            if (loaded := self.conditions.loaded()) is None:
-                return
-            backend, conditions = loaded
-            panel = self.query_one(ObjectivePanel)
-            screen = PruningCurveScreen(backend, importance.objective, panel.sample, importance, conditions.ablation, self.explorer.kept)
-            self.app.push_screen(screen, self.conditions.apply_spec)
-
-        self.conditions.with_importance(open_screen)
-
-    # the rest of the keys
-
-    def action_focus_sentence(self) -> None:
-        self.remove_class("-zoomed")  # the box is hidden while the heatmap is zoomed
-        self.query_one("#sentence", Input).focus()
 
     def action_next_attribution(self) -> None:
         """Shade the sentence's tokens by another attribution method, or switch it off (the row says which)."""
@@ -598,98 +489,60 @@ class MainScreen(Screen[None]):
             self._set_busy(False)
             self.notify("cancelled; showing the last finished result", timeout=3)
 
+    # the heatmap pane's keys (ui.heatmap_pane)
+
+    def action_next_view(self) -> None:
+        self.heatmap_pane.next_view()
+
+    def action_next_cells(self) -> None:
+        self.heatmap_pane.next_cells()
+
+    def action_next_scale(self) -> None:
+        self.heatmap_pane.next_scale()
+
+    def action_toggle_dense(self) -> None:
+        self.heatmap_pane.toggle_dense()
+
+    # the conditions' keys (ui.conditions_controller)
+
+    def action_clear_mask(self) -> None:
+        self.conditions.clear_mask()
+
+    def action_toggle_ablation(self) -> None:
+        self.conditions.toggle_ablation()
+
+    def action_importance(self) -> None:
+        self.conditions.toggle_importance()
+
+    def action_prune_to(self) -> None:
+        self.conditions.prune_to()
+
+    def action_erase(self) -> None:
+        self.conditions.erase()
+
+    # the launchers' keys (ui.launchers)
+
     def action_export(self) -> None:
-        if self.analysis is None:
-            self.notify("nothing to export yet", severity="warning")
-            return
-        pane = self.heatmap_pane
-        shown = pane.displayed(self.analysis)
-        if shown is None:
-            self.notify(f"layer {self.state.layer}'s maps are still being computed; export once they show", severity="warning")
-            return
-        weights, _, before = shown
-        mask, layer, view = self.analysis.current.mask, self.state.layer, self.state.view
-        tokens, special = list(self.analysis.current.tokens), self.analysis.current.encoding.special
-        head = None if view == "average" else self.state.head
-        window = pane.window()
-        notes = [reach_note(window, len(tokens)).removeprefix(" · ")]
-        if before:
-            notes.append(f"as before masking: head {layer}:{head} is switched off ({self.state.ablation} ablation)")
-        elif len(mask):
-            notes.append(f"{len(mask)} of {mask.num_layers * mask.num_heads} heads switched off ({self.state.ablation} ablation)")
-        erasure = self.analysis.erasure
-        if erasure is not None and layer >= erasure.layer:
-            notes.append(erasure.describe())
-        quantity, scale, explorer = "norm" if pane.norms_shown() else "weight", pane.scale, self.explorer
-        cells = pane.cells_shown()
-        mixing = self.analysis.mixing.get(cells)
+        self.launchers.export()
 
-        def draw() -> Figure:
-            from bertscope.figures.heatmaps import attention_heatmap
+    def action_overview(self) -> None:
+        self.launchers.overview()
 
-            if mixing is not None:  # a context-mixing measure: drawn as `bertscope mixing --figure` draws it
-                return mixing.figure(layer, rolled=cells in CUMULATIVE)
-            note = "; ".join(note for note in notes if note) or None
-            matrix = beyond_reach(weights, window)
-            labels = token_labels(tokens, special)  # RoBERTa's `Ġte` as `te`, as on screen; the CSV keeps the tokens
-            return attention_heatmap(
-                matrix, labels, layer=layer, head=head, heads=mask.num_heads, quantity=quantity, scale=scale, note=note
-            )
+    def action_probing(self) -> None:
+        self.launchers.probing()
 
-        save_in_worker(
-            self.app,
-            lambda: export_view(
-                explorer.export_dir,
-                figure=draw(),
-                matrix=weights,
-                row_labels=tokens,
-                col_labels=tokens,
-                layer=layer,
-                head=head,
-                view=view,
-                cells=cells,
-                figure_format=explorer.figure_format,
-            ),
-        )
+    def action_pruning_curve(self) -> None:
+        self.launchers.pruning_curve()
+
+    def action_geometry(self) -> None:
+        self.launchers.geometry()
+
+    def action_compare(self) -> None:
+        self.launchers.compare()
+
+    def action_patching(self) -> None:
+        self.launchers.patching()
 
     def system_commands(self) -> Iterator[SystemCommand]:
-        """The command palette's entries for this screen's actions."""
-        grid = self.query_one(HeadGrid)
-        yield SystemCommand("Toggle head", "Switch the selected head off or on", grid.action_toggle_head)
-        yield SystemCommand("Toggle layer", "Switch the selected head's layer off or on", grid.action_toggle_layer)
-        yield SystemCommand("Unmask all", "Switch every head back on", self.action_clear_mask)
-        yield SystemCommand("Switch ablation", "zero (Michel et al.) or uniform (Kovaleva et al.)", self.action_toggle_ablation)
-        yield SystemCommand("Next figure", "Shade the grid by another per-head figure", self.action_next_figure)
-        yield SystemCommand("Switch view", "One head, or the average over the layer's heads", self.action_next_view)
-        yield SystemCommand("Zoom heatmap", "The heatmap alone on the screen, and back", self.action_zoom)
-        yield SystemCommand("Colour scale", "Heatmap colours: max, row, fixed 0–1, log", self.action_next_scale)
-        yield SystemCommand(
-            "Heatmap cells",
-            "Attention weights, value-weighted norms ‖α f(x)‖; in the layer view value zeroing, ALTI, rollout, flow",
-            self.action_next_cells,
-        )
-        yield SystemCommand("Dense heatmap", "Two query rows a line (half blocks), or one", self.action_toggle_dense)
-        yield SystemCommand("Export view", "Save the screen as SVG and the matrix as CSV", self.action_export)
-        yield SystemCommand("Overview", "Patterns and statistics of every head over a corpus", self.action_overview)
-        yield SystemCommand("Probing", "What each layer knows: probes per layer, several tasks side by side", self.action_probing)
-        yield SystemCommand(
-            "Attribution method",
-            "Shade the tokens by gradient, gradient × input, integrated gradients, rollout, or off",
-            self.action_next_attribution,
-        )
-        yield SystemCommand(
-            "Attribution target", "Explain the MLM guess, the class, or a probe's decision", self.action_next_attribution_target
-        )
-        yield SystemCommand("Head importance", "Shade the grid by each head's importance for the model's objective", self.action_importance)
-        yield SystemCommand("Prune to X%", "Switch off the least important X% of the heads", self.action_prune_to)
-        yield SystemCommand(
-            "Pruning curve", "The objective as ever more of the least important heads are removed", self.action_pruning_curve
-        )
-        yield SystemCommand("Geometry", "PCA scatter per layer, CKA layer × layer, intrinsic dimension over a corpus", self.action_geometry)
-        yield SystemCommand("Compare models", "Attention cosine per head and CKA per layer against a model B", self.action_compare)
-        yield SystemCommand(
-            "Erase a property",
-            "LEACE-erase a task's property from a hidden state of every pass (amnesic probing), or stop",
-            self.action_erase,
-        )
-        yield SystemCommand("Cancel", "Cancel the computation in progress", self.action_cancel)
+        """The command palette's entries for this screen's actions (ui.launchers)."""
+        return palette_commands(self)
