@@ -6,7 +6,8 @@ maps it computes on demand, each in a worker whose newest request wins: a long i
 every layer's maps only up to ui.main_screen.EVERY_LAYER_CELLS) and a context-mixing measure of the sentence under its
 mask (one `api.mixing` job, kept on the `Analysis`). The screen hands it each new `Analysis` to draw (`draw`); where the
 pane's own keys or a finished computation change what shows, it calls the screen back (`on_changed`), so that the
-status line and the token pane follow. Which layer, head and view (`v`) it shows, and the cursor, are the session's.
+status line and the token pane follow. Which layer and head it shows, the view (one head or the layer's mean, `v`)
+and the cursor are the session's, which the app saves.
 """
 
 from __future__ import annotations
