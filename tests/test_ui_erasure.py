@@ -38,7 +38,7 @@ def test_an_erased_property_changes_the_layers_from_its_state_up_and_the_effect_
         assert screen.analysis.erasure == analysis.erasure and fake.calls[-1][1] == "1:0"
         await pilot.press("E")  # taken away: the passes run as they are, under the mask alone
         await settle(pilot)
-        assert screen.erasure is None and screen.analysis.erasure is None
+        assert screen.conditions.erasure is None and screen.analysis.erasure is None
         assert "erased" not in rendered(app.query_one(StatusLine))
         assert len(fake.erasure_calls) == 1
 
@@ -50,7 +50,7 @@ def test_mixing_attribution_and_the_probing_panes_m_run_with_the_erasure():
 
     async def steps(pilot):
         await erase(pilot, "subject_number", 2)
-        erasure = app.main_screen.erasure
+        erasure = app.main_screen.conditions.erasure
         await pilot.press("v", "n", "n")  # the layer view's value zeroing
         await settle(pilot)
         await pilot.press("b")  # attribution on
@@ -89,7 +89,7 @@ def test_the_dialog_refuses_a_state_outside_the_model_and_escape_cancels_a_fit()
         assert "fitting" in rendered(app.query_one(StatusLine))
         await pilot.press("escape")
         await settle(pilot)
-        assert app.main_screen.erasure is None and app.main_screen.analysis.erasure is None
+        assert app.main_screen.conditions.erasure is None and app.main_screen.analysis.erasure is None
         assert "fitting" not in rendered(app.query_one(StatusLine))
 
     run(app, steps)
@@ -108,7 +108,7 @@ def test_the_dialog_offers_classification_tasks_and_a_failed_fit_is_a_notificati
         await pilot.press("enter")
         await settle(pilot)
         assert any("boom" in str(note.message) for note in app._notifications)
-        assert app.main_screen.erasure is None
+        assert app.main_screen.conditions.erasure is None
 
     run(app, steps)
 
@@ -122,7 +122,7 @@ def test_the_overview_its_syntax_geometry_and_the_syntax_figure_run_with_the_era
 
     async def steps(pilot):
         await erase(pilot, "upos", 1)
-        erasure, fake = app.main_screen.erasure, app.fake
+        erasure, fake = app.main_screen.conditions.erasure, app.fake
         await pilot.press("y")  # the grid's syntax figure: its treebank run under the erasure, and it says so
         await settle(pilot)
         assert fake.erased[-1] == ("syntax", erasure) and "upos erased @1" in rendered(app.query_one(SyntaxPanel))
@@ -177,8 +177,8 @@ def test_a_session_file_keeps_the_erasure_and_reopening_fits_it_again(tmp_path):
         await settle(pilot)
         assert again.erasure_calls == [("upos", 2, 1000)]
         screen = reopened.main_screen
-        assert screen.erasure is not None and (screen.erasure.task, screen.erasure.layer) == ("upos", 2)
-        assert screen.analysis.erasure == screen.erasure
+        assert screen.conditions.erasure is not None and (screen.conditions.erasure.task, screen.conditions.erasure.layer) == ("upos", 2)
+        assert screen.analysis.erasure == screen.conditions.erasure
         assert any("erasing upos at hidden state 2 again" in str(note.message) for note in reopened._notifications)
         await pilot.press("E")  # taken away: the session forgets it
         await settle(pilot)
@@ -199,7 +199,7 @@ def test_a_saved_erasure_that_does_not_fit_the_model_is_a_warning_and_nothing_is
 
     async def steps(pilot):
         await settle(pilot)
-        assert backend.erasure_calls == [] and app.main_screen.erasure is None
+        assert backend.erasure_calls == [] and app.main_screen.conditions.erasure is None
         assert any("the saved erasure upos@9 is not a task@layer" in str(note.message) for note in app._notifications)
 
     run(app, steps)
@@ -216,7 +216,7 @@ def test_the_objective_pane_measures_the_erasure_with_the_mask():
         await settle(pilot)
         panel = app.query_one(ObjectivePanel)
         await erase(pilot, "upos", 1)
-        erasure = app.main_screen.erasure
+        erasure = app.main_screen.conditions.erasure
         text = rendered(panel)
         assert "as it is 1.0000" in text and "erased   0.8000" in text and "-0.2000" in text and "upos erased @1" in text
         assert ("objective", erasure) in app.fake.erased

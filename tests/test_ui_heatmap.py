@@ -57,7 +57,7 @@ def test_arrow_keys_that_arrive_together_all_move_the_heatmap_cursor():
         assert app.state.cursor == (7, 3)
         assert "7:on → 3:to" in app.query_one(AttentionView).plain_text
         await send_together(pilot, "up", "left", "s", "up", "d", "left")  # other keys repaint before the moves land
-        assert app.state.cursor == (5, 1) and app.main_screen.heatmap_scale == "row" and app.main_screen.heatmap_dense
+        assert app.state.cursor == (5, 1) and app.main_screen.heatmap_pane.scale == "row" and app.main_screen.heatmap_pane.dense
 
     run(app, steps)
 
@@ -111,7 +111,7 @@ def test_s_cycles_the_colour_scale_and_the_legend_gives_its_numbers():
         legend = lambda: view.plain_text.splitlines()[-1].split()  # noqa: E731
         assert legend()[0] == "max" and legend()[1] == "0.00" and legend()[-1] == f"{weights.max():.2f}"
         await pilot.press("s")
-        assert app.main_screen.heatmap_scale == "row" and legend()[:2] == ["row", "0"]
+        assert app.main_screen.heatmap_pane.scale == "row" and legend()[:2] == ["row", "0"]
         assert legend()[-3:] == ["row", "max", f"{weights[0].max():.2f}"]  # the cursor's row
         await pilot.press("s")
         assert legend()[0] == "fixed" and (legend()[1], legend()[-1]) == ("0.00", "1.00")
@@ -119,7 +119,7 @@ def test_s_cycles_the_colour_scale_and_the_legend_gives_its_numbers():
         assert legend()[0] == "log" and legend()[-1] == f"{weights.max():.2f}"
         assert float(legend()[1]) == pytest.approx(weights.max() / 1000, rel=0.05)
         await pilot.press("s")
-        assert app.main_screen.heatmap_scale == "max"
+        assert app.main_screen.heatmap_pane.scale == "max"
 
     run(app, steps)
 
@@ -164,7 +164,7 @@ def test_row_labels_and_header_stay_while_the_grid_scrolls_both_ways():
     async def steps(pilot):
         view = app.query_one(AttentionView)
         view.focus()
-        app.main_screen.heatmap_dense = False
+        app.main_screen.heatmap_pane.dense = False
         await send_together(pilot, *["down"] * 45, *["right"] * 45)
         assert app.state.cursor == (45, 45)
         assert view.scroll_offset.y > 0 and view.scroll_offset.x > 0  # the grid has scrolled
@@ -214,7 +214,8 @@ def test_heatmap_keys_do_nothing_on_a_screen_pushed_over_the_explorer():
         await pilot.pause()
         overview = app.screen
         await pilot.press("s", "d", "z")
-        assert app.main_screen.heatmap_scale == "max" and app.main_screen.heatmap_dense is None and not overview.has_class("-zoomed")
+        pane = app.main_screen.heatmap_pane
+        assert pane.scale == "max" and pane.dense is None and not overview.has_class("-zoomed")
 
     run(app, steps)
 

@@ -57,7 +57,7 @@ def test_prune_to_a_percentage_masks_the_least_important_heads():
         app.screen.query_one("Input").value = ""
         await pilot.press(*"25", "enter")
         await settle(pilot)
-        assert app.main_screen.mask.off == {(0, 0), (0, 1), (0, 2)}  # 3 of 12 heads, the least important
+        assert app.main_screen.conditions.mask.off == {(0, 0), (0, 1), (0, 2)}  # 3 of 12 heads, the least important
         assert "3 masked" in rendered(app.query_one("#status"))
         assert "this mask 0.8500" in rendered(app.query_one(ObjectivePanel))
 
@@ -79,6 +79,6 @@ def test_pruning_curve_screen_and_applying_its_mask():
         await pilot.press("enter")
         await settle(pilot)
         assert not isinstance(app.screen, PruningCurveScreen)
-        assert app.main_screen.mask.off == {(0, 0), (0, 1), (0, 2)}
+        assert app.main_screen.conditions.mask.off == {(0, 0), (0, 1), (0, 2)}
 
     run(app, steps)

@@ -104,7 +104,7 @@ def test_escape_cancels_a_slow_measure_and_shows_the_weights():
         await pilot.press("escape")
         await settle(pilot)
         screen = app.main_screen
-        assert screen.heatmap_cells == "weights" and "value-zeroing" not in screen.analysis.mixing
+        assert screen.heatmap_pane.cells == "weights" and "value-zeroing" not in screen.analysis.mixing
         np.testing.assert_array_equal(app.query_one(AttentionView).weights, screen.analysis.current.attentions[0].mean(0))
 
     run(app, steps)
@@ -122,7 +122,7 @@ def test_a_failed_measure_is_a_notification_and_the_weights_come_back():
     async def steps(pilot):
         await layer_view_cells(pilot, 2)
         assert any("no values here" in str(note.message) for note in app._notifications)
-        assert app.main_screen.heatmap_cells == "weights"
+        assert app.main_screen.heatmap_pane.cells == "weights"
         np.testing.assert_array_equal(app.query_one(AttentionView).weights, app.main_screen.analysis.current.attentions[0].mean(0))
 
     run(app, steps)

@@ -8,7 +8,7 @@ import numpy as np
 
 from bertscope.ui.widgets.attention_view import AttentionView
 from bertscope.ui.widgets.panels import StatusLine, TokenPanel
-from tests.helpers.ui import heatmap_text, make_app, rendered, run
+from tests.helpers.ui import heatmap_text, make_app, rendered, run, settle
 
 
 def test_n_switches_the_heatmap_between_weights_and_norms_without_a_forward_pass():
@@ -60,7 +60,7 @@ def test_export_in_norms_mode_writes_the_norms(tmp_path):
 
     async def steps(pilot):
         await pilot.press("n", "e")
-        await pilot.pause()
+        await settle(pilot)  # the export is written in a worker
         [written] = sorted(tmp_path.glob("*-norms.csv"))
         rows = list(csv.reader(written.open()))
         values = [[float(v) for v in row[1:]] for row in rows[1:]]

@@ -1,23 +1,24 @@
 """The explorer's own screen: type a sentence, walk the layer × head grid, switch heads off, see the effect.
 
-Every model run happens in an exclusive thread worker (ui.job_run): a newer request cancels
-the older one, whose result is dropped. Moving between heads of the same sentence repaints
-from the arrays already in memory; for a long input, whose every layer's maps would not fit
-(EVERY_LAYER_CELLS), only the shown layer's are held, and moving to another layer runs that
-layer alone in a worker. What the screen shows is the session's state, which the app keeps
-and saves (ui.app); the other screens open from here with what they need of it.
+The screen is the main view's keys and its layout; the work is in three rooms it holds. The heatmap pane
+(ui.heatmap_pane) owns how the map shows and the maps it computes on demand; the conditions controller
+(ui.conditions_controller) owns what every pass runs under (mask, ablation, erasure) and head importance under them;
+the launchers (ui.launchers) open the other screens over this one, export the heatmap and fill the command palette.
+The screen itself runs the sentence (`analyse`: the plain pass and the one under the conditions, in an exclusive
+thread worker whose newest request wins; ui.job_run) and draws every pane from the result (`_repaint`), which moving
+between heads of the same sentence does from the arrays in memory. For a long input, whose every layer's maps would
+not fit (EVERY_LAYER_CELLS), only the shown layer's are held. What the screen shows is the session's state, which the
+app keeps and saves (ui.app).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import cast
 
-import numpy as np
 from textual import on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -28,36 +29,26 @@ from textual.widget import Widget
 from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
-from bertscope import api
-from bertscope.core.analyses.conditions import Conditions
 from bertscope.core.analyses.erasure_results import LiveErasure
 from bertscope.core.analyses.headstats import FIGURES, figure_range
-from bertscope.core.analyses.importance_results import HeadImportance
 from bertscope.core.analyses.mixing_results import METHOD_NAMES as MIXING_NAMES
-from bertscope.core.analyses.mixing_results import Mixing
 from bertscope.core.model.effects import layer_cosines
-from bertscope.core.model.labels import token_labels
 from bertscope.core.model.masks import Ablation, HeadMask
 from bertscope.core.model.results import ForwardResult
 from bertscope.core.progress import Progress
-from bertscope.render.heatmap import SCALES, beyond_reach, reach_note
-from bertscope.theming import DEFAULT_THEME, Colormap, ThemeSpec
+from bertscope.theming import DEFAULT_THEME
 from bertscope.ui.attribution import AttributionRow
 from bertscope.ui.backend import Backend
-from bertscope.ui.comparison import ComparisonScreen
-from bertscope.ui.erasure import EraseScreen, training_sentences
-from bertscope.ui.export import export_view, save_in_worker
+from bertscope.ui.conditions_controller import ConditionsController
+from bertscope.ui.explorer import Explorer
 from bertscope.ui.focus import focus_main, leave_input
-from bertscope.ui.geometry import GeometryScreen
+from bertscope.ui.heatmap_pane import MIXING_CELLS, HeatmapPane, layer_maps_of
 from bertscope.ui.help import EXPORT_KEY, HELP_KEY
-from bertscope.ui.importance import IMPORTANCE_FIGURE, ObjectivePanel, PruneToScreen, PruningCurveScreen, importance_overlay
+from bertscope.ui.importance import IMPORTANCE_FIGURE, ObjectivePanel, importance_overlay
 from bertscope.ui.job_run import JobRun
-from bertscope.ui.kept import KeptResults
-from bertscope.ui.messages import Analysis, LayerMaps
-from bertscope.ui.overview import OverviewScreen
-from bertscope.ui.patching import PatchingScreen
-from bertscope.ui.probing import ProbingScreen
-from bertscope.ui.state import VIEWS, ExplorerState, erasure_spec, fit_to_model, saved_erasure
+from bertscope.ui.launchers import Launchers, palette_commands
+from bertscope.ui.messages import Analysis
+from bertscope.ui.state import ExplorerState, fit_to_model
 from bertscope.ui.syntax import SYNTAX_FIGURE, SyntaxPanel
 from bertscope.ui.theme import heatmap_for
 from bertscope.ui.widgets.attention_view import AttentionView
@@ -65,52 +56,12 @@ from bertscope.ui.widgets.footer import KeyFooter
 from bertscope.ui.widgets.head_grid import FIGURE_LABELS, HeadGrid
 from bertscope.ui.widgets.panels import EffectPanel, StatusLine, TokenPanel
 
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
-
 # Attention cells (L·H·T²) up to which the explorer holds every layer's maps: weights and norms, before and
 # under the mask, four arrays of at most 256 MB (BERT-base at 512 tokens: 38M). Above, a long input, it holds
 # the shown layer's alone: a 2,000-token ModernBERT-base would need 4 × 4.2 GB.
 EVERY_LAYER_CELLS = 64_000_000
 TALL_SCREEN = 30  # rows from which the token pane lists five tokens rather than three
-NORMS_LABEL = "‖αf‖"  # the heatmap's cells in norms mode: ‖α_ij f_h(x_j)‖ (core.model.norms)
-# What the heatmap's cells hold (`n`): attention weights, value-weighted norms, and in the layer view (`v`) the
-# context-mixing measures of the whole layer (core.analyses.mixing), computed on demand in a worker.
-CELLS = ("weights", "norms", "value-zeroing", "alti", "rollout", "flow")
-MIXING_CELLS = ("value-zeroing", "alti", "rollout", "flow")
-CUMULATIVE = ("rollout", "flow")  # only rolled out: the map of layer l is from the input to layer l's output
-SHORT_CELLS = {"norms": NORMS_LABEL, "value-zeroing": "VZ", "alti": "ALTI", "rollout": "rollout", "flow": "flow"}
-CELL_NOTES = {
-    "weights": "heatmap: attention weights α",
-    "norms": f"heatmap: value-weighted norms {NORMS_LABEL} (how much each head moves from a token; Kobayashi et al. 2020)",
-    "value-zeroing": "heatmap: value zeroing, the layer's output without token j's values (Mohebbi et al. 2023)",
-    "alti": "heatmap: ALTI, token j's term of the attention block's output (Ferrando et al. 2022)",
-    "rollout": "heatmap: attention rollout from the input to this layer (Abnar & Zuidema 2020)",
-    "flow": "heatmap: attention flow from the input to this layer (Abnar & Zuidema 2020)",
-}
-SCALE_NOTES = {
-    "max": "0 to the map's largest weight",
-    "row": "each query row to its own largest weight",
-    "fixed": "0 to 1, comparable across heads",
-    "log": "three decades below the map's largest weight",
-}
 GRID_LABELS = FIGURE_LABELS | {"distance": "mean distance (tokens)"}
-
-
-class Explorer(Protocol):
-    """What the main screen asks of its app (ui.app): the model, the session, the look, the corpus screens' results."""
-
-    state: ExplorerState
-    backend: Backend | None
-    kept: KeptResults
-    export_dir: Path
-    figure_format: str
-    theme_specs: dict[str, ThemeSpec]
-    glyphs: bool
-
-    def colormap(self) -> Colormap: ...
-
-    def save_state(self) -> None: ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -125,6 +76,45 @@ class AnalysisJob:
     plain: ForwardResult | None  # the unmasked result to reuse, when only the mask changed
     layer: int  # the layer shown: a long input's maps are computed for it alone
     erasure: LiveErasure | None = None  # a property erased inside the pass (`E`)
+
+
+def analysis_steps(job: AnalysisJob, cancel: threading.Event) -> Iterator[Progress[Analysis]]:
+    """In the worker: the plain pass (unless reused), the masked one, and what the views show of them."""
+    backend = job.backend
+    plain = job.plain
+    encoding = plain.encoding if plain is not None else backend.encode(job.text, job.pair)
+    every_layer = backend.num_layers * backend.num_heads * len(encoding) ** 2 <= EVERY_LAYER_CELLS
+    if plain is None:
+        plain = backend.forward(encoding, attentions=every_layer, norms=every_layer, figures=True)
+    if cancel.is_set():
+        return
+    current = plain
+    if len(job.mask) or job.erasure is not None:
+        current = backend.forward(
+            encoding,
+            attentions=every_layer,
+            mask=job.mask,
+            ablation=job.ablation,
+            reuse=plain,
+            norms=every_layer,
+            figures=True,
+            erasure=job.erasure,
+        )
+    if cancel.is_set():
+        return
+    assert current.figures is not None  # asked for above
+    analysis = Analysis(
+        plain=plain,
+        current=current,
+        cosines=layer_cosines(current.hidden_states, plain.hidden_states),
+        figures=current.figures,
+        predictions_plain=backend.mask_predictions(plain),
+        predictions_current=backend.mask_predictions(current),
+        erasure=job.erasure,
+    )
+    if not every_layer:  # the first screen shows the chosen layer's maps at once
+        analysis.layers[job.layer] = layer_maps_of(backend, analysis, job.layer)
+    yield Progress("analysed", 1, 1, analysis)
 
 
 class MainScreen(Screen[None]):
@@ -169,20 +159,13 @@ class MainScreen(Screen[None]):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.mounted = asyncio.Event()  # the app loads the model once the screen is up to show it
-        self.mask: HeadMask | None = None
         self.analysis: Analysis | None = None
         self.analysing = JobRun(self, self._analysed, name="analysis", on_failed=lambda _reason: self._set_busy(False))
-        self.layer_loading = JobRun(self, self._layer_loaded, name="layer maps", on_failed=self._layer_failed)
-        self.mixing_run = JobRun(self, self._mixing_step, name="context mixing", on_failed=self._mixing_failed, title="context mixing")
-        self._mixing_wanted: tuple[Analysis, str] | None = None  # the measure being computed, and for which analysis
-        self.erasure: LiveErasure | None = None  # a property erased in every pass (`E`; ui.erasure)
-        self.erasure_fitting = JobRun(self, self._erasure_step, name="erasure", on_failed=self._erasure_failed, title="erasure")
-        self._layer_wanted: tuple[Analysis, int] | None = None  # a long input's layer being computed
-        self.heatmap_scale = "max"  # the heatmap's colour scale, one of SCALES (`s`)
-        self.heatmap_cells = "weights"  # what the heatmap's cells hold, one of CELLS (`n`)
-        self.heatmap_dense: bool | None = None  # two query rows a line; None: where the map would not fit (`d`)
+        self.conditions = ConditionsController(
+            self, follow=self._follow_conditions, show_figure=self._follow_figure, show_status=self._update_status
+        )
+        self.launchers = Launchers(self, self.conditions, self._open_head)
         self._focus_before_zoom: Widget | None = None
-        self._figure_before_importance = "entropy"  # the grid's figure to go back to from the importance overlay (`i`)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """This screen's keys only while it is on top: under a dialog (the help), its footer shows the app's keys alone."""
@@ -200,6 +183,10 @@ class MainScreen(Screen[None]):
     @state.setter
     def state(self, state: ExplorerState) -> None:
         self.explorer.state = state
+
+    @property
+    def heatmap_pane(self) -> HeatmapPane:
+        return self.query_one(HeatmapPane)
 
     @property
     def backend(self) -> Backend | None:
@@ -221,7 +208,7 @@ class MainScreen(Screen[None]):
                 yield SyntaxPanel(self._repaint, id="syntax")  # shown with the grid's syntax figure (ui.syntax)
                 yield TokenPanel(id="tokens")
                 yield EffectPanel(id="effect")
-            yield AttentionView(id="heatmap")
+            yield HeatmapPane(self._repaint, id="heatmap")
         yield StatusLine(id="status")
         yield KeyFooter()
 
@@ -248,75 +235,35 @@ class MainScreen(Screen[None]):
             self.state = self.state.with_(figure="entropy")
         for warning in warnings:
             self.notify(warning, severity="warning", timeout=8)
-        self.mask = HeadMask.parse(self.state.mask, backend.num_layers, backend.num_heads)
+        self.conditions.take_mask(backend)
         self.query_one(HeadGrid).set_shape(backend.num_layers, backend.num_heads)
         self.query_one(AttributionRow).set_model(backend.info)
         self.query_one(ObjectivePanel).set_backend(backend)
         self.query_one(SyntaxPanel).set_backend(backend)
         self._follow_syntax()
         self._analyse(reuse_plain=False)
-        restored = saved_erasure(self.state.erased, backend.num_layers) if self.state.erased else None
-        if restored is not None:  # the last session's erasure: fitted again, as `E` fits it
-            self.notify(f"erasing {restored[0]} at hidden state {restored[1]} again, as the session left it: E takes it away", timeout=6)
-            self._fit_erasure(backend, *restored)
+        self.conditions.restore_erasure(backend)
 
-    # running the model
+    # running the sentence
 
     def _analyse(self, reuse_plain: bool) -> None:
         """Ask for a new analysis of the current sentence and mask; the newest request wins."""
-        if self.backend is None or self.mask is None:
+        mask = self.conditions.mask
+        if self.backend is None or mask is None:
             return
         job = AnalysisJob(
             backend=self.backend,
             text=self.state.text,
             pair=self.state.pair or None,
-            mask=self.mask,
+            mask=mask,
             ablation=self.state.ablation,
             plain=self.analysis.plain if reuse_plain and self.analysis is not None else None,
             layer=self.state.layer,
-            erasure=self.erasure,
+            erasure=self.conditions.erasure,
         )
         self._set_busy(True)
-        self.analysing.start(lambda cancel: self._analysis_steps(job, cancel))
+        self.analysing.start(lambda cancel: analysis_steps(job, cancel))
         self.explorer.save_state()
-
-    def _analysis_steps(self, job: AnalysisJob, cancel: threading.Event) -> Iterator[Progress[Analysis]]:
-        """In the worker: the plain pass (unless reused), the masked one, and what the views show of them."""
-        backend = job.backend
-        plain = job.plain
-        encoding = plain.encoding if plain is not None else backend.encode(job.text, job.pair)
-        every_layer = backend.num_layers * backend.num_heads * len(encoding) ** 2 <= EVERY_LAYER_CELLS
-        if plain is None:
-            plain = backend.forward(encoding, attentions=every_layer, norms=every_layer, figures=True)
-        if cancel.is_set():
-            return
-        current = plain
-        if len(job.mask) or job.erasure is not None:
-            current = backend.forward(
-                encoding,
-                attentions=every_layer,
-                mask=job.mask,
-                ablation=job.ablation,
-                reuse=plain,
-                norms=every_layer,
-                figures=True,
-                erasure=job.erasure,
-            )
-        if cancel.is_set():
-            return
-        assert current.figures is not None  # asked for above
-        analysis = Analysis(
-            plain=plain,
-            current=current,
-            cosines=layer_cosines(current.hidden_states, plain.hidden_states),
-            figures=current.figures,
-            predictions_plain=backend.mask_predictions(plain),
-            predictions_current=backend.mask_predictions(current),
-            erasure=job.erasure,
-        )
-        if not every_layer:  # the first screen shows the chosen layer's maps at once
-            analysis.layers[job.layer] = layer_maps_of(backend, analysis, job.layer)
-        yield Progress("analysed", 1, 1, analysis)
 
     def _analysed(self, progress: Progress[Analysis]) -> None:
         if progress.result is None:
@@ -337,76 +284,6 @@ class MainScreen(Screen[None]):
         assert self.backend is not None  # an analysis runs on a loaded model
         self.query_one(AttributionRow).analysed(self.backend, current.encoding, current.mask, current.ablation, analysis.erasure)
 
-    # a long input's maps, one layer at a time
-
-    def _load_layer(self, layer: int) -> None:
-        """Compute the shown layer's maps of a long input in a worker (unless they are on their way)."""
-        analysis, backend = self.analysis, self.backend
-        if analysis is None or backend is None:
-            return
-        wanted = self._layer_wanted
-        if wanted is not None and wanted[0] is analysis and wanted[1] == layer:
-            return
-        self._layer_wanted = (analysis, layer)
-        self.layer_loading.start(
-            lambda _cancel: iter([Progress("layer", 1, 1, (analysis, layer, layer_maps_of(backend, analysis, layer)))])
-        )
-
-    def _layer_loaded(self, progress: Progress[tuple[Analysis, int, LayerMaps]]) -> None:
-        if progress.result is None:
-            return
-        analysis, layer, maps = progress.result
-        self._layer_wanted = None
-        if analysis is not self.analysis:
-            return  # a newer sentence or mask: its own maps are on their way
-        analysis.layers.clear()  # one layer's maps held at a time
-        analysis.layers[layer] = maps
-        self._repaint()
-
-    def _layer_failed(self, _reason: str) -> None:
-        self._layer_wanted = None
-        self.query_one(AttentionView).show_message(f"layer {self.state.layer}'s maps could not be computed")
-
-    # a context-mixing measure of the sentence, every layer's at once (`n` in the layer view)
-
-    def _load_mixing(self, analysis: Analysis, method: str) -> None:
-        """Compute `method` for the analysis shown in a worker (unless it is on its way); the heatmap says how it goes."""
-        backend = self.backend
-        if backend is None:
-            return
-        if self._mixing_wanted != (analysis, method):
-            self._mixing_wanted = (analysis, method)
-            current = analysis.current
-            erasure = analysis.erasure
-            self.mixing_run.start(
-                lambda cancel: backend.steps(
-                    api.mixing, erasure, current.encoding, method=method, mask=current.mask, ablation=current.ablation, cancel=cancel
-                )
-            )
-        self.query_one(AttentionView).show_message(f"{MIXING_NAMES[method]} of this sentence: computing… (escape cancels)")
-
-    def _mixing_step(self, progress: Progress[Mixing]) -> None:
-        wanted = self._mixing_wanted
-        if wanted is None:
-            return
-        analysis, method = wanted
-        if not progress.finished:
-            if analysis is self.analysis and self._cells_shown() == method:
-                what = f"{progress.stage}: {progress.done}/{progress.total}" if progress.total else progress.stage
-                self.query_one(AttentionView).show_message(f"{MIXING_NAMES[method]} of this sentence: {what} (escape cancels)")
-            return
-        self._mixing_wanted = None
-        if progress.result is not None:
-            analysis.mixing[method] = progress.result
-        if analysis is self.analysis:
-            self._repaint()
-
-    def _mixing_failed(self, _reason: str) -> None:
-        """The notification says why; the heatmap goes back to the weights rather than asking again."""
-        self._mixing_wanted = None
-        self.heatmap_cells = "weights"
-        self._repaint()
-
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """Any unexpected failure of a worker becomes a notification, never a crash."""
         if event.state == WorkerState.ERROR:
@@ -426,8 +303,8 @@ class MainScreen(Screen[None]):
         """Redraw every pane from the arrays in memory (no model run)."""
         self._update_status()
         grid = self.query_one(HeadGrid)
-        analysis = self.analysis
-        if analysis is None or self.mask is None:
+        analysis, mask = self.analysis, self.conditions.mask
+        if analysis is None or mask is None:
             return
         layer, head = self.state.layer, self.state.head
         length = len(analysis.current.tokens)
@@ -435,14 +312,12 @@ class MainScreen(Screen[None]):
         importance = self.query_one(ObjectivePanel).importance
         syntax = self.query_one(SyntaxPanel).overlay() if self.state.figure == SYNTAX_FIGURE else None
         if self.state.figure == IMPORTANCE_FIGURE and importance is not None:
-            grid.show(*importance_overlay(importance), self.mask, (layer, head))
+            grid.show(*importance_overlay(importance), mask, (layer, head))
         elif self.state.figure == SYNTAX_FIGURE:
             values, value_range, label = syntax if syntax is not None else (None, (0.0, 1.0), "")
-            grid.show(values, value_range, label, self.mask, (layer, head))  # None: "computing…"
+            grid.show(values, value_range, label, mask, (layer, head))  # None: "computing…"
         else:
-            grid.show(
-                analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), self.mask, (layer, head)
-            )
+            grid.show(analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), mask, (layer, head))
         erased = analysis.erasure.short() if analysis.erasure is not None else None
         self.query_one(EffectPanel).show(
             analysis.cosines,
@@ -452,37 +327,12 @@ class MainScreen(Screen[None]):
             analysis.labels,
             erased=erased,
         )
-        view = self.query_one(AttentionView)
-        shown = self._displayed_matrix(analysis)
-        cells = self._cells_shown()
-        if shown is None and cells in MIXING_CELLS:  # the measure not computed yet for this sentence and mask
-            self._load_mixing(analysis, cells)
+        pane = self.heatmap_pane
+        weights = pane.draw(analysis)
+        if weights is None:
             return
-        if shown is None:  # a long input's layer not computed yet
-            view.show_message(f"layer {layer} of a {length}-token input: computing its maps…")
-            self._load_layer(layer)
-            return
-        weights, title, masked = shown
-        # Once the view shows a map it owns the cursor: keys it has handled may not have reached the state yet.
-        cursor = view.cursor if view.weights is not None else self.state.cursor
-        windows = self.backend.info.attention_windows if self.backend is not None else ()
-        window = windows[layer] if layer < len(windows) else None
-        view.show(
-            beyond_reach(weights, window),
-            analysis.labels,
-            self.explorer.colormap(),
-            title=title + reach_note(window, length),
-            short_title=self._short_title(analysis, masked, window),
-            masked=masked,
-            glyphs=self.explorer.glyphs,
-            cursor=cursor,
-            scale=self.heatmap_scale,
-            dense=self.heatmap_dense,
-            quantity=SHORT_CELLS.get(cells),
-            vmax=self._fixed_top(analysis),
-        )
-        self.state = self.state.with_(cursor=view.cursor)
-        row = view.cursor[0]
+        self.state = self.state.with_(cursor=pane.cursor)
+        row, cells = pane.cursor[0], pane.cells_shown()
         measure = MIXING_NAMES[cells] if cells in MIXING_CELLS else None
         self.query_one(TokenPanel).show(analysis.labels, weights[row], row, top=self._token_rows(), norms=cells == "norms", measure=measure)
 
@@ -498,119 +348,57 @@ class MainScreen(Screen[None]):
         ):
             self._repaint()
 
-    def _cells_shown(self) -> str:
-        """What the heatmap's cells hold now: as asked (`n`) where the view and the backend allow, else the weights.
-
-        The context-mixing measures are a layer's, shown in the layer view; the head view then shows weights."""
-        cells = self.heatmap_cells
-        if cells == "norms" and not self._norms_available():
-            return "weights"
-        if cells in MIXING_CELLS and self.state.view != "average":
-            return "weights"
-        return cells
-
-    def _norms_shown(self) -> bool:
-        """Whether the heatmap shows norms: asked for (`n`) and computed by the backend."""
-        return self._cells_shown() == "norms"
-
-    def _norms_available(self) -> bool:
-        analysis = self.analysis
-        return analysis is not None and (not analysis.every_layer or analysis.current.norms is not None)
-
-    def _fixed_top(self, analysis: Analysis) -> float:
-        """The top of the `fixed` scale: 1 for weights; for norms, the largest of the sentence (of the shown
-        layer, for a long input), comparable across heads."""
-        if not self._norms_shown():
-            return 1.0
-        layer = self.state.layer
-        if analysis.every_layer:
-            stacks = [analysis.plain.norms, analysis.current.norms]
-        else:
-            stacks = [analysis.maps(layer, norms=True), analysis.maps(layer, plain=True, norms=True)]
-        return max([float(stack.max()) for stack in stacks if stack is not None] + [1e-12])
-
-    def _displayed_matrix(self, analysis: Analysis) -> tuple[np.ndarray, str, bool] | None:
-        """The heatmap's matrix, its title, and whether it shows a masked head before masking; None while a long
-        input's layer is being computed."""
-        layer, head = self.state.layer, self.state.head
-        mask = analysis.current.mask
-        cells = self._cells_shown()
-        if cells in MIXING_CELLS:
-            mixing = analysis.mixing.get(cells)
-            if mixing is None:
-                return None
-            if cells in CUMULATIVE:
-                return mixing.rolled[layer], f"input → layer {layer} · {MIXING_NAMES[cells]}{self._mask_note(analysis)}", False
-            assert mixing.per_layer is not None  # every measure but rollout and flow has its layers' own maps
-            return mixing.per_layer[layer], f"layer {layer} · {MIXING_NAMES[cells]}{self._mask_note(analysis)}", False
-        norms = cells == "norms"
-        what = f" · {NORMS_LABEL}" if norms else ""
-        before = self.state.view != "average" and mask.is_masked(layer, head)
-        maps = analysis.maps(layer, plain=before, norms=norms)
-        if maps is None:
-            return None
-        if self.state.view == "average":
-            return maps.mean(0), f"layer {layer} · mean of {len(maps)} heads{what}{self._mask_note(analysis)}", False
-        if before:
-            return maps[head], f"layer {layer} · head {head}{what} · before masking", True
-        return maps[head], f"layer {layer} · head {head}{what}{self._mask_note(analysis)}", False
-
-    def _short_title(self, analysis: Analysis, before: bool, window: int | None) -> str:
-        """The heatmap's title for a narrow pane (80 columns): the head as LAYER:HEAD, the notes in a word each."""
-        cells = self._cells_shown()
-        if cells in CUMULATIVE:
-            parts = [f"→{self.state.layer}"]
-        elif cells in MIXING_CELLS:
-            parts = [f"layer {self.state.layer}"]
-        else:
-            parts = [f"{self.state.layer}:{'mean' if self.state.view == 'average' else self.state.head}"]
-        if cells != "weights":
-            parts.append(SHORT_CELLS[cells])
-        if before:
-            parts.append("before masking")
-        elif len(analysis.current.mask):
-            parts.append(f"{len(analysis.current.mask)} off")
-        if analysis.erasure is not None and self.state.layer >= analysis.erasure.layer:
-            parts.append("erased")
-        if reach_note(window, len(analysis.current.tokens)):
-            parts.append(f"local ±{window}")
-        return " · ".join(parts)
-
-    def _mask_note(self, analysis: Analysis) -> str:
-        """What the shown map is under: heads off (the ablation is in the status line), and a property erased below it."""
-        mask, erasure = analysis.current.mask, analysis.erasure
-        note = f" · {len(mask)} off" if len(mask) else ""
-        if erasure is not None and self.state.layer >= erasure.layer:  # layer l reads hidden state l
-            note += f" · {erasure.task} erased"
-        return note
-
     def _update_status(self) -> None:
         status = self.query_one(StatusLine)
         if self.backend is None:
             return
         info = self.backend.info
-        masked = len(self.mask) if self.mask is not None else 0
+        mask, erasure = self.conditions.mask, self.conditions.erasure
+        masked = len(mask) if mask is not None else 0
         status.set_facts(  # most important first: the line keeps those that fit, so what the passes run under comes
             info.source,  # before the device and the model's size, which do not change while it runs
             f"{masked} masked ({self.state.ablation})",
-            *([self.erasure.short()] if self.erasure is not None else []),
+            *([erasure.short()] if erasure is not None else []),
             info.device,
             f"{info.num_layers}×{info.num_heads} heads",
-            *([self._cells_status()] if self.heatmap_cells != "weights" else []),
+            *([cells] if (cells := self.heatmap_pane.cells_status()) is not None else []),
             self.state.view,
             self.state.figure,
         )
 
-    def _cells_status(self) -> str:
-        cells = self.heatmap_cells
-        if cells == "norms":
-            return f"{NORMS_LABEL} norms"
-        return MIXING_NAMES[cells] + ("" if self._cells_shown() == cells else " (layer view)")
-
     def _set_busy(self, busy: bool) -> None:
         self.query_one(StatusLine).set_busy(busy)
 
-    # what the user does
+    # following what changed
+
+    def _follow_conditions(self) -> None:
+        """The mask, its ablation or the erasure changed: the sentence, the objective pane and the syntax figure run
+        again under them (and the session is saved)."""
+        self._analyse(reuse_plain=True)
+        if self.conditions.mask is not None:
+            self.query_one(ObjectivePanel).follow(self.conditions.current())
+        self._follow_syntax()
+
+    def _follow_figure(self) -> None:
+        """The grid's figure changed: the syntax panel shows or hides with it, and the panes are drawn again."""
+        self._follow_syntax()
+        self._repaint()
+
+    def _follow_syntax(self) -> None:
+        """Show the syntax panel (running over the sample treebank under the mask and erasure) while the grid shows its figure."""
+        panel = self.query_one(SyntaxPanel)
+        if self.state.figure != SYNTAX_FIGURE or self.backend is None or self.conditions.mask is None:
+            panel.hide()
+            return
+        panel.show_for(self.conditions.current())
+
+    def _open_head(self, chosen: tuple[int, int] | None) -> None:
+        if chosen is not None:
+            self.state = self.state.with_(layer=chosen[0], head=chosen[1], view="head")
+            self._repaint()
+            self.explorer.save_state()
+
+    # what the user does in the panes
 
     @on(Input.Submitted, "#sentence, #pair")
     def sentence_submitted(self) -> None:
@@ -629,65 +417,35 @@ class MainScreen(Screen[None]):
         self.explorer.save_state()
 
     def on_head_grid_toggled(self, message: HeadGrid.Toggled) -> None:
-        if self.mask is not None:
-            self._set_mask(self.mask.toggled(message.layer, message.head))
+        self.conditions.toggle_head(message.layer, message.head)
 
     def on_head_grid_layer_toggled(self, message: HeadGrid.LayerToggled) -> None:
-        if self.mask is not None:
-            self._set_mask(self.mask.layer_toggled(message.layer))
+        self.conditions.toggle_layer(message.layer)
 
     def on_attention_view_cursor_moved(self, message: AttentionView.CursorMoved) -> None:
         # the view's cursor, not the message's: keys that arrived after this message have moved it on
-        self.state = self.state.with_(cursor=self.query_one(AttentionView).cursor)
+        self.state = self.state.with_(cursor=self.heatmap_pane.cursor)
         self._repaint()
 
-    def _set_mask(self, mask: HeadMask) -> None:
-        if self.mask is None:
-            return
-        self.mask = mask
-        self.state = self.state.with_(mask=mask.spec())
-        self.query_one(HeadGrid).show_mask(mask)
-        self._update_status()
-        self._follow_conditions()
+    # the screen's own keys
 
-    def action_clear_mask(self) -> None:
-        if self.mask is not None and len(self.mask):
-            self._set_mask(HeadMask.none(self.mask.num_layers, self.mask.num_heads))
-
-    def action_toggle_ablation(self) -> None:
-        self.state = self.state.with_(ablation="uniform" if self.state.ablation == "zero" else "zero")
-        self.notify(f"ablation: {self.state.ablation}", timeout=2)
-        self._update_status()
-        if self.mask is not None and len(self.mask):
-            self._follow_conditions()
-        else:
-            self.explorer.save_state()
+    def action_focus_sentence(self) -> None:
+        self.remove_class("-zoomed")  # the box is hidden while the heatmap is zoomed
+        self.query_one("#sentence", Input).focus()
 
     def action_next_figure(self) -> None:
         names = list(FIGURES) + [SYNTAX_FIGURE] + ([IMPORTANCE_FIGURE] if self.query_one(ObjectivePanel).importance is not None else [])
         if self.state.figure not in names:
             self.state = self.state.with_(figure=names[-1])
         self.state = self.state.with_(figure=names[(names.index(self.state.figure) + 1) % len(names)])
-        self._follow_syntax()
-        self._repaint()
+        self._follow_figure()
         self.explorer.save_state()
-
-    # heads that track syntax (ui.syntax)
-
-    def _follow_syntax(self) -> None:
-        """Show the syntax panel (running over the sample treebank under the mask and erasure) while the grid shows its figure."""
-        panel = self.query_one(SyntaxPanel)
-        if self.state.figure != SYNTAX_FIGURE or self.backend is None or self.mask is None:
-            panel.hide()
-            return
-        panel.show_for(self._conditions())
 
     def action_syntax_relation(self) -> None:
         """`y`: shade the grid by the heads that track a relation, or go on to the next relation."""
         if self.state.figure != SYNTAX_FIGURE:
             self.state = self.state.with_(figure=SYNTAX_FIGURE)
-            self._follow_syntax()
-            self._repaint()
+            self._follow_figure()
             self.explorer.save_state()
             return
         self.query_one(SyntaxPanel).next_relation()
@@ -697,263 +455,15 @@ class MainScreen(Screen[None]):
         if self.state.figure == SYNTAX_FIGURE:
             self.query_one(SyntaxPanel).next_direction()
 
-    def action_next_view(self) -> None:
-        self.state = self.state.with_(view=VIEWS[(VIEWS.index(self.state.view) + 1) % len(VIEWS)])
-        if self.heatmap_cells in MIXING_CELLS and self.state.view != "average":
-            name = MIXING_NAMES[self.heatmap_cells]
-            self.notify(f"{name} is a whole layer's: one head shows its weights (v for the layer's {name})", timeout=4)
-        self._repaint()
-        self.explorer.save_state()
-
-    # the heatmap
-
     def action_zoom(self) -> None:
         """The heatmap alone on the screen (inputs, grid and side panes hidden), and back."""
         zoomed = not self.has_class("-zoomed")
         self.set_class(zoomed, "-zoomed")
-        view = self.query_one(AttentionView)
         if zoomed:
             self._focus_before_zoom = self.focused
-            view.focus()
+            self.heatmap_pane.focus()
         elif self._focus_before_zoom is not None and self._focus_before_zoom.is_attached:
             self._focus_before_zoom.focus()
-
-    def action_next_scale(self) -> None:
-        """The heatmap's colour scale: max, row, fixed (0–1), log (the legend shows its numbers)."""
-        self.heatmap_scale = SCALES[(SCALES.index(self.heatmap_scale) + 1) % len(SCALES)]
-        note = SCALE_NOTES[self.heatmap_scale]
-        if self.analysis is not None and self._norms_shown():
-            whose = "the sentence's" if self.analysis.every_layer else "this layer's"
-            note = (
-                f"0 to {whose} largest norm, comparable across heads" if self.heatmap_scale == "fixed" else note.replace("weight", "norm")
-            )
-        self.notify(f"colour scale: {self.heatmap_scale} ({note})", timeout=3)
-        self._repaint()
-
-    def action_next_cells(self) -> None:
-        """The heatmap's cells: attention weights α, the value-weighted norms ‖α f(x)‖ (Kobayashi et al. 2020), and in
-        the layer view the context-mixing measures (value zeroing, ALTI, rollout, flow)."""
-        order: tuple[str, ...] = CELLS if self.state.view == "average" else CELLS[:2]
-        if self.analysis is not None and not self._norms_available():
-            if self.state.view != "average":
-                self.notify("this backend gives no value-weighted norms; showing the weights", severity="warning", timeout=4)
-                return
-            order = tuple(cells for cells in order if cells != "norms")
-        shown = self._cells_shown()
-        self.heatmap_cells = order[(order.index(shown) + 1) % len(order)] if shown in order else order[0]
-        self.notify(CELL_NOTES[self.heatmap_cells], timeout=4 if self.heatmap_cells != "weights" else 2)
-        self._repaint()
-
-    def action_toggle_dense(self) -> None:
-        """Two query rows a line (half blocks), or one; the first press overrides the automatic choice."""
-        view = self.query_one(AttentionView)
-        self.heatmap_dense = not view.dense_shown
-        if self.heatmap_dense and self.explorer.glyphs:
-            self.notify("shade glyphs have no halves: dense needs colours (--colours)", severity="warning", timeout=4)
-        else:
-            self.notify(f"heatmap: {'two rows' if self.heatmap_dense else 'one row'} a line", timeout=2)
-        self._repaint()
-
-    # the other screens, opened over this one
-
-    def _loaded(self) -> tuple[Backend, HeadMask] | None:
-        """The model and the mask once the model has loaded; if not, say so."""
-        if self.backend is None or self.mask is None:
-            self.notify("the model is still loading", severity="warning")
-            return None
-        return self.backend, self.mask
-
-    def action_overview(self) -> None:
-        """All heads over a corpus; the head chosen there opens here."""
-        if (loaded := self._loaded()) is None:
-            return
-        explorer, selected = self.explorer, (self.state.layer, self.state.head)
-        screen = OverviewScreen(loaded[0], self._conditions(), explorer.colormap(), explorer.glyphs, selected, explorer.kept)
-        self.app.push_screen(screen, self._open_head)
-
-    def action_probing(self) -> None:
-        """What each layer knows; `m` there re-scores under this explorer's mask."""
-        if (loaded := self._loaded()) is None:
-            return
-        self.app.push_screen(ProbingScreen(loaded[0], self._conditions(), self.explorer.kept))
-
-    def action_geometry(self) -> None:
-        """Representation geometry per layer over a corpus: PCA scatter, CKA, intrinsic dimension."""
-        if (loaded := self._loaded()) is None:
-            return
-        explorer = self.explorer
-        screen = GeometryScreen(loaded[0], self._conditions(), explorer.colormap(), explorer.glyphs, explorer.kept)
-        self.app.push_screen(screen)
-
-    def action_compare(self) -> None:
-        """This model against a model B with the same tokenizer; the head chosen there opens here."""
-        if (loaded := self._loaded()) is None:
-            return
-        backend, _mask = loaded
-        explorer = self.explorer
-        screen = ComparisonScreen(backend, explorer.colormap(), explorer.glyphs, (self.state.layer, self.state.head), explorer.kept)
-        self.app.push_screen(screen, self._open_head)
-
-    def action_patching(self) -> None:
-        """Activation patching between this sentence and a corrupted one; the head chosen there opens here."""
-        if (loaded := self._loaded()) is None:
-            return
-        backend, mask = loaded
-        if len(mask):
-            self.notify(f"patching runs the whole model: the mask here ({mask.spec()}) does not apply there", timeout=5)
-        explorer = self.explorer
-        screen = PatchingScreen(
-            backend,
-            self.state.text,
-            self.state.pair or None,
-            explorer.colormap(),
-            explorer.glyphs,
-            (self.state.layer, self.state.head),
-            explorer.kept,
-        )
-        self.app.push_screen(screen, self._open_head)
-
-    def _conditions(self) -> Conditions:
-        """What every pass runs under now (the model is loaded, so there is a mask)."""
-        assert self.mask is not None  # asked for by screens that open once the model is loaded
-        return Conditions(self.mask, self.state.ablation, self.erasure)
-
-    def _open_head(self, chosen: tuple[int, int] | None) -> None:
-        if chosen is not None:
-            self.state = self.state.with_(layer=chosen[0], head=chosen[1], view="head")
-            self._repaint()
-            self.explorer.save_state()
-
-    # a property erased in every pass (ui.erasure)
-
-    def action_erase(self) -> None:
-        """`E`: erase a property (LEACE, fitted once) from a hidden state of every pass, or take the erasure away."""
-        if (loaded := self._loaded()) is None:
-            return
-        if self.erasure is not None:
-            self.notify(f"{self.erasure.task} is no longer erased: E erases a property again", timeout=4)
-            self._set_erasure(None)
-            return
-        backend, _mask = loaded
-
-        def chosen(choice: tuple[str, int] | None) -> None:
-            if choice is not None:
-                self._fit_erasure(backend, *choice)
-
-        self.app.push_screen(EraseScreen(self.state.layer, backend.num_layers), chosen)
-
-    def _fit_erasure(self, backend: Backend, task: str, layer: int) -> None:
-        self.query_one(StatusLine).set_facts(f"erasing {task} at hidden state {layer}: fitting LEACE…")
-        self._set_busy(True)
-        self.erasure_fitting.start(lambda cancel: backend.fit_erasure(task, layer, training_sentences(task), cancel=cancel))
-
-    def _set_erasure(self, erasure: LiveErasure | None) -> None:
-        """From now on every pass runs with `erasure` (None: as the model is); the session remembers it."""
-        self.erasure = erasure
-        self.state = self.state.with_(erased=erasure_spec(erasure))
-        self._follow_conditions()
-
-    def _follow_conditions(self) -> None:
-        """The mask, its ablation or the erasure changed: the sentence, the objective pane and the syntax figure run
-        again under them (and the session is saved)."""
-        self._analyse(reuse_plain=True)
-        if self.mask is not None:
-            self.query_one(ObjectivePanel).follow(self._conditions())
-        self._follow_syntax()
-
-    def _erasure_step(self, progress: Progress[LiveErasure]) -> None:
-        if not progress.finished:
-            self.query_one(StatusLine).set_facts(f"fitting the eraser: {progress.stage} {progress.done}/{progress.total} (escape cancels)")
-            return
-        self._set_busy(False)
-        erasure = progress.result
-        if erasure is None:
-            return
-        self.notify(
-            f"{erasure.describe()}, fitted on {erasure.sentences:,} sentences: the heatmap from layer {erasure.layer} up, the effect "
-            "pane, mixing, attribution, the overview, syntax, geometry, the objective and the probing pane's m now run with it; "
-            "E takes it away",
-            timeout=8,
-        )
-        self._set_erasure(erasure)
-
-    def _erasure_failed(self, _reason: str) -> None:
-        self._set_busy(False)
-        self._update_status()
-        self._forget_erasure()
-
-    def _forget_erasure(self) -> None:
-        """A fit that did not finish (failed, cancelled): the session remembers the erasure in force, if any."""
-        if self.state.erased != erasure_spec(self.erasure):
-            self.state = self.state.with_(erased=erasure_spec(self.erasure))
-            self.explorer.save_state()
-
-    # head importance (ui.importance)
-
-    def _with_importance(self, then: Callable[[HeadImportance], None]) -> None:
-        """Call `then(importance)` once head importance is known, estimating it first if needed."""
-        if self._loaded() is None:
-            return
-        self.query_one(ObjectivePanel).with_importance(then, self._conditions())
-
-    def action_importance(self) -> None:
-        """`i`: shade the grid by head importance (estimated on first use), or back to the previous figure."""
-        if self.state.figure == IMPORTANCE_FIGURE and self.query_one(ObjectivePanel).importance is not None:
-            self.state = self.state.with_(figure=self._figure_before_importance)
-            self._follow_syntax()
-            self._repaint()
-            return
-
-        def show(_importance: HeadImportance) -> None:
-            if self.state.figure != IMPORTANCE_FIGURE:
-                self._figure_before_importance = self.state.figure
-            self.state = self.state.with_(figure=IMPORTANCE_FIGURE)
-            self._follow_syntax()
-            self._repaint()
-
-        self._with_importance(show)
-
-    def action_prune_to(self) -> None:
-        """`P`: switch off the least important X% of the heads."""
-        if self._loaded() is None:
-            return
-
-        def chosen(fraction: float | None) -> None:
-            if fraction is not None:
-                self._with_importance(lambda importance: self._prune_to(importance, fraction))
-
-        self.app.push_screen(PruneToScreen(), chosen)
-
-    def _prune_to(self, importance: HeadImportance, fraction: float) -> None:
-        if self.mask is None:
-            return
-        layers, heads_per_layer = self.mask.num_layers, self.mask.num_heads
-        heads = importance.least_important(round(fraction * layers * heads_per_layer))
-        self.notify(f"masked the {len(heads)} least important heads ({fraction:.0%}) for {importance.objective}", timeout=4)
-        self._set_mask(HeadMask(layers, heads_per_layer, frozenset(heads)))
-
-    def action_pruning_curve(self) -> None:
-        """`C`: the objective as ever more of the least important heads are removed; Enter there masks the prunable set."""
-
-        def open_screen(importance: HeadImportance) -> None:
-            if (loaded := self._loaded()) is None:
-                return
-            backend, _mask = loaded
-            panel = self.query_one(ObjectivePanel)
-            screen = PruningCurveScreen(backend, importance.objective, panel.sample, importance, self.state.ablation, self.explorer.kept)
-            self.app.push_screen(screen, self._apply_curve_mask)
-
-        self._with_importance(open_screen)
-
-    def _apply_curve_mask(self, spec: str | None) -> None:
-        if spec is not None and self.mask is not None:
-            self._set_mask(HeadMask.parse(spec, self.mask.num_layers, self.mask.num_heads))
-
-    # the rest of the keys
-
-    def action_focus_sentence(self) -> None:
-        self.remove_class("-zoomed")  # the box is hidden while the heatmap is zoomed
-        self.query_one("#sentence", Input).focus()
 
     def action_next_attribution(self) -> None:
         """Shade the sentence's tokens by another attribution method, or switch it off (the row says which)."""
@@ -973,124 +483,66 @@ class MainScreen(Screen[None]):
             return
         if self.query_one(AttributionRow).cancel():
             self.notify("attribution cancelled", timeout=3)
-        wanted = self._mixing_wanted
-        if self.erasure_fitting.cancel():
-            self._set_busy(False)
-            self._update_status()
-            self.notify("erasure cancelled: nothing is erased", timeout=3)
-            self._forget_erasure()
-        if self.mixing_run.cancel() and wanted is not None:
-            self._mixing_wanted = None
-            self.notify(f"{MIXING_NAMES[wanted[1]]} cancelled; showing the weights", timeout=3)
-            if self.heatmap_cells == wanted[1]:
-                self.heatmap_cells = "weights"
-                self._repaint()
+        self.conditions.cancel_erasure()
+        self.heatmap_pane.cancel_mixing()
         if self.analysing.cancel():
             self._set_busy(False)
             self.notify("cancelled; showing the last finished result", timeout=3)
 
+    # the heatmap pane's keys (ui.heatmap_pane)
+
+    def action_next_view(self) -> None:
+        self.heatmap_pane.next_view()
+
+    def action_next_cells(self) -> None:
+        self.heatmap_pane.next_cells()
+
+    def action_next_scale(self) -> None:
+        self.heatmap_pane.next_scale()
+
+    def action_toggle_dense(self) -> None:
+        self.heatmap_pane.toggle_dense()
+
+    # the conditions' keys (ui.conditions_controller)
+
+    def action_clear_mask(self) -> None:
+        self.conditions.clear_mask()
+
+    def action_toggle_ablation(self) -> None:
+        self.conditions.toggle_ablation()
+
+    def action_importance(self) -> None:
+        self.conditions.toggle_importance()
+
+    def action_prune_to(self) -> None:
+        self.conditions.prune_to()
+
+    def action_erase(self) -> None:
+        self.conditions.erase()
+
+    # the launchers' keys (ui.launchers)
+
     def action_export(self) -> None:
-        if self.analysis is None:
-            self.notify("nothing to export yet", severity="warning")
-            return
-        shown = self._displayed_matrix(self.analysis)
-        if shown is None:
-            self.notify(f"layer {self.state.layer}'s maps are still being computed; export once they show", severity="warning")
-            return
-        weights, _, before = shown
-        mask, layer, view = self.analysis.current.mask, self.state.layer, self.state.view
-        tokens, special = list(self.analysis.current.tokens), self.analysis.current.encoding.special
-        head = None if view == "average" else self.state.head
-        windows = self.backend.info.attention_windows if self.backend is not None else ()
-        window = windows[layer] if layer < len(windows) else None
-        notes = [reach_note(window, len(tokens)).removeprefix(" · ")]
-        if before:
-            notes.append(f"as before masking: head {layer}:{head} is switched off ({self.state.ablation} ablation)")
-        elif len(mask):
-            notes.append(f"{len(mask)} of {mask.num_layers * mask.num_heads} heads switched off ({self.state.ablation} ablation)")
-        erasure = self.analysis.erasure
-        if erasure is not None and layer >= erasure.layer:
-            notes.append(erasure.describe())
-        quantity, scale, explorer = "norm" if self._norms_shown() else "weight", self.heatmap_scale, self.explorer
-        cells = self._cells_shown()
-        mixing = self.analysis.mixing.get(cells)
+        self.launchers.export()
 
-        def draw() -> Figure:
-            from bertscope.figures.heatmaps import attention_heatmap
+    def action_overview(self) -> None:
+        self.launchers.overview()
 
-            if mixing is not None:  # a context-mixing measure: drawn as `bertscope mixing --figure` draws it
-                return mixing.figure(layer, rolled=cells in CUMULATIVE)
-            note = "; ".join(note for note in notes if note) or None
-            matrix = beyond_reach(weights, window)
-            labels = token_labels(tokens, special)  # RoBERTa's `Ġte` as `te`, as on screen; the CSV keeps the tokens
-            return attention_heatmap(
-                matrix, labels, layer=layer, head=head, heads=mask.num_heads, quantity=quantity, scale=scale, note=note
-            )
+    def action_probing(self) -> None:
+        self.launchers.probing()
 
-        save_in_worker(
-            self.app,
-            lambda: export_view(
-                explorer.export_dir,
-                figure=draw(),
-                matrix=weights,
-                row_labels=tokens,
-                col_labels=tokens,
-                layer=layer,
-                head=head,
-                view=view,
-                cells=cells,
-                figure_format=explorer.figure_format,
-            ),
-        )
+    def action_pruning_curve(self) -> None:
+        self.launchers.pruning_curve()
+
+    def action_geometry(self) -> None:
+        self.launchers.geometry()
+
+    def action_compare(self) -> None:
+        self.launchers.compare()
+
+    def action_patching(self) -> None:
+        self.launchers.patching()
 
     def system_commands(self) -> Iterator[SystemCommand]:
-        """The command palette's entries for this screen's actions."""
-        grid = self.query_one(HeadGrid)
-        yield SystemCommand("Toggle head", "Switch the selected head off or on", grid.action_toggle_head)
-        yield SystemCommand("Toggle layer", "Switch the selected head's layer off or on", grid.action_toggle_layer)
-        yield SystemCommand("Unmask all", "Switch every head back on", self.action_clear_mask)
-        yield SystemCommand("Switch ablation", "zero (Michel et al.) or uniform (Kovaleva et al.)", self.action_toggle_ablation)
-        yield SystemCommand("Next figure", "Shade the grid by another per-head figure", self.action_next_figure)
-        yield SystemCommand("Switch view", "One head, or the average over the layer's heads", self.action_next_view)
-        yield SystemCommand("Zoom heatmap", "The heatmap alone on the screen, and back", self.action_zoom)
-        yield SystemCommand("Colour scale", "Heatmap colours: max, row, fixed 0–1, log", self.action_next_scale)
-        yield SystemCommand(
-            "Heatmap cells",
-            "Attention weights, value-weighted norms ‖α f(x)‖; in the layer view value zeroing, ALTI, rollout, flow",
-            self.action_next_cells,
-        )
-        yield SystemCommand("Dense heatmap", "Two query rows a line (half blocks), or one", self.action_toggle_dense)
-        yield SystemCommand("Export view", "Save the screen as SVG and the matrix as CSV", self.action_export)
-        yield SystemCommand("Overview", "Patterns and statistics of every head over a corpus", self.action_overview)
-        yield SystemCommand("Probing", "What each layer knows: probes per layer, several tasks side by side", self.action_probing)
-        yield SystemCommand(
-            "Attribution method",
-            "Shade the tokens by gradient, gradient × input, integrated gradients, rollout, or off",
-            self.action_next_attribution,
-        )
-        yield SystemCommand(
-            "Attribution target", "Explain the MLM guess, the class, or a probe's decision", self.action_next_attribution_target
-        )
-        yield SystemCommand("Head importance", "Shade the grid by each head's importance for the model's objective", self.action_importance)
-        yield SystemCommand("Prune to X%", "Switch off the least important X% of the heads", self.action_prune_to)
-        yield SystemCommand(
-            "Pruning curve", "The objective as ever more of the least important heads are removed", self.action_pruning_curve
-        )
-        yield SystemCommand("Geometry", "PCA scatter per layer, CKA layer × layer, intrinsic dimension over a corpus", self.action_geometry)
-        yield SystemCommand("Compare models", "Attention cosine per head and CKA per layer against a model B", self.action_compare)
-        yield SystemCommand(
-            "Erase a property",
-            "LEACE-erase a task's property from a hidden state of every pass (amnesic probing), or stop",
-            self.action_erase,
-        )
-        yield SystemCommand("Cancel", "Cancel the computation in progress", self.action_cancel)
-
-
-def layer_maps_of(backend: Backend, analysis: Analysis, layer: int) -> LayerMaps:
-    """One layer's maps of a long input (in a worker): under the mask, and before it where a head of the layer is off."""
-    current = analysis.current
-    weights, norms = backend.layer_maps(current.encoding, layer, mask=current.mask, ablation=current.ablation, start_from=current)
-    plain_weights = plain_norms = None
-    if any(current.mask.is_masked(layer, head) for head in range(backend.num_heads)):
-        plain_weights, plain_norms = backend.layer_maps(current.encoding, layer, start_from=analysis.plain)
-    return LayerMaps(weights, norms, plain_weights, plain_norms)
+        """The command palette's entries for this screen's actions (ui.launchers)."""
+        return palette_commands(self)
