@@ -9,7 +9,7 @@ bundled model has no MLM head); it is trained (or loaded from the cache) before 
 With `--mlm`, a model with an MLM head explains its guess at a [MASK] put in place of each
 sentence's longest word instead. In the same run:
 - `bare`: a transformers model (SDPA), one sentence, inputs tokenised beforehand, inference mode;
-- each method through `bertscope.core.analyses.attribution.attribute`, end to end (tokenising,
+- each method through `bertscope.analyses.attribution.attribute`, end to end (tokenising,
   the decision's own forward, the gradients or the attention pass); integrated gradients
   with the default adaptive steps;
 - integrated gradients at each fixed `--steps`: the relative completeness error
@@ -45,10 +45,10 @@ def main() -> None:
     import torch
     from transformers import AutoModel
 
-    from bertscope.core.analyses.attribution import Target, attribute
-    from bertscope.core.analyses.attribution_results import METHODS
-    from bertscope.core.data.corpus import read_sentences, sample_corpus
-    from bertscope.core.model.session import Session
+    from bertscope.analyses.attribution import Target, attribute
+    from bertscope.analyses.attribution_results import METHODS
+    from bertscope.data.corpus import read_sentences, sample_corpus
+    from bertscope.model.session import Session
 
     session = Session.open(args.model, device=args.device)
     texts = [s.text for s in itertools.islice(read_sentences(sample_corpus()), args.sentences)]

@@ -5,7 +5,7 @@
 
 Each `bertscope` command is one process, so a cost paid on a job's first pass over a corpus is paid by every
 command. On a GPU, SDPA's cuDNN kernels build an execution plan for each new batch shape on first sight;
-bertscope's passes leave cuDNN out (core.model.ablation.GPU_SDPA_BACKENDS). `--with-cudnn` lets SDPA choose
+bertscope's passes leave cuDNN out (model.ablation.GPU_SDPA_BACKENDS). `--with-cudnn` lets SDPA choose
 it again, to measure what that saves. The jobs run in the order given, each twice; a bare forward (eager,
 attention weights, as in host_overhead.py) runs first, so that the first job does not pay the device's
 start alone. Prints JSON; exit status 0 whatever the numbers.
@@ -43,8 +43,8 @@ def main() -> None:
 
     import bertscope
     from bertscope import api
-    from bertscope.core.data.corpus import ReadReport, read_sentences
-    from bertscope.core.model import ablation
+    from bertscope.data.corpus import ReadReport, read_sentences
+    from bertscope.model import ablation
 
     if args.with_cudnn:
         ablation.GPU_SDPA_BACKENDS.append(SDPBackend.CUDNN_ATTENTION)

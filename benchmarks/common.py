@@ -12,7 +12,7 @@ def emit(result: dict, output: str | Path | None, summary: str) -> None:
     text = json.dumps(result, indent=2)
     print(text)
     if output is not None:
-        from bertscope.core.data.files import atomic_write
+        from bertscope.data.files import atomic_write
 
         path = Path(output).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)

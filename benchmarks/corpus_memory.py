@@ -102,7 +102,7 @@ sys.stderr.write("\n" + json.dumps({"peak_rss_mb": peak, "peak_anon_mb": peak_an
 
 def varied_sentences(count: int, seed: int = 0):
     """`count` distinct treebank sentences, every seventh one joined from two to four of them (≤ 70 words)."""
-    from bertscope.core.data.treebank import generate_treebank
+    from bertscope.data.treebank import generate_treebank
 
     pool = iter(generate_treebank(count * 3, seed=seed))
     out = []
@@ -124,7 +124,7 @@ def varied_sentences(count: int, seed: int = 0):
 
 def write_corpora(directory: Path, count: int, treebank: Path | None = None) -> dict[str, str]:
     """The corpus of `count` sentences as plain text, CoNLL-U, SentEval TSV and a cloze file."""
-    from bertscope.core.data.treebank import write_conllu
+    from bertscope.data.treebank import write_conllu
 
     conllu = directory / f"corpus-{count}.conllu"
     if treebank is None:
@@ -189,7 +189,7 @@ def tiny_mlm(directory: Path) -> str:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
-    from bertscope.core.model.model_files import bundled_model_dir
+    from bertscope.model.model_files import bundled_model_dir
 
     torch.manual_seed(0)
     config = BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024)
@@ -203,7 +203,7 @@ def tiny_bert(directory: Path) -> str:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from bertscope.core.model.model_files import bundled_model_dir
+    from bertscope.model.model_files import bundled_model_dir
 
     torch.manual_seed(0)
     config = BertConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512)
@@ -248,7 +248,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown jobs: {', '.join(unknown)}")
 
-    from bertscope.core.model.model_files import bundled_model_dir
+    from bertscope.model.model_files import bundled_model_dir
 
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="bertscope-memory-") as temporary:

@@ -56,8 +56,8 @@ def main() -> None:
 
     import bertscope
     from bertscope import api
-    from bertscope.core.analyses.features import finish_writes
-    from bertscope.core.data.corpus import ReadReport, read_sentences
+    from bertscope.analyses.probing.features import finish_writes
+    from bertscope.data.corpus import ReadReport, read_sentences
 
     model = bertscope.load(args.model, device=args.device, dtype=args.dtype)
     treebank = list(itertools.islice(read_sentences(args.conllu, "conllu"), args.sentences))
@@ -154,7 +154,7 @@ class Bare:
         self.torch, self.batches, self.runs = torch, [], []
 
     def prepare(self, sentences) -> None:
-        from bertscope.core.data.batching import plan_batches
+        from bertscope.data.batching import plan_batches
 
         tokenizer = self.session.tokenizer
         ids = tokenizer([sentence.text for sentence in sentences], truncation=True, max_length=self.session.max_length)["input_ids"]
@@ -188,7 +188,7 @@ def random_mlm(session, directory: str) -> str:
 def cloze_timings(mlm_model: str, device: str, dtype: str, treebank) -> dict:
     """`cloze` over one query per sentence (its first one-token noun masked), against a bare forward of the MLM model."""
     import bertscope
-    from bertscope.core.data.corpus import Sentence
+    from bertscope.data.corpus import Sentence
 
     model = bertscope.load(mlm_model, device=device, dtype=dtype)
     lines = cloze_queries(model.tokenizer, treebank)

@@ -38,7 +38,7 @@ def main() -> None:
 
     import bertscope
     from bertscope import api
-    from bertscope.core.data.corpus import ReadReport, read_sentences
+    from bertscope.data.corpus import ReadReport, read_sentences
 
     model = bertscope.load(args.model, device=args.device, dtype=args.dtype)
     treebank = list(itertools.islice(read_sentences(args.conllu, "conllu"), args.sentences))

@@ -39,8 +39,8 @@ def main() -> None:
 
     import bertscope
     from bertscope import api
-    from bertscope.core.analyses.features import FeatureOptions, extract_sharded
-    from bertscope.core.data.corpus import ReadReport, read_sentences
+    from bertscope.analyses.probing.features import FeatureOptions, extract_sharded
+    from bertscope.data.corpus import ReadReport, read_sentences
 
     if not torch.cuda.is_available():
         raise SystemExit("device_syncs.py: no CUDA GPU on this machine")

@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("-o", "--output", default=None)
     args = parser.parse_args()
 
-    from bertscope.core.data.corpus import read_sentences, sample_corpus
+    from bertscope.data.corpus import read_sentences, sample_corpus
 
     source = args.data or str(sample_corpus())
     folder = Path(tempfile.mkdtemp(prefix="bertscope-distributed-"))

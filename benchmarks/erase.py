@@ -43,8 +43,8 @@ def main() -> None:
 
     import bertscope
     from bertscope.api import ProbeData
-    from bertscope.core.data.corpus import read_sentences
-    from bertscope.core.data.treebank import generate_treebank
+    from bertscope.data.corpus import read_sentences
+    from bertscope.data.treebank import generate_treebank
 
     warnings.simplefilter("ignore", bertscope.BertscopeNote)
     model = bertscope.load(args.model, device=args.device)

@@ -128,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 
-    from bertscope.core.errors import InputError, ModelLoadError
-    from bertscope.core.model.session import Session
+    from bertscope.base.errors import InputError, ModelLoadError
+    from bertscope.model.session import Session
 
     try:
         session = Session.open(args.model, device=args.device, dtype=args.dtype)

@@ -5,7 +5,7 @@
 Both contenders see the same sentences (the shipped sample corpus, cycled to --sentences) in
 the same run:
 - `bare`: the session's model on pre-tokenised batches of 32, `output_hidden_states=True`;
-- `geometry`: `bertscope.core.analyses.geometry.representation_geometry` end to end (tokenising, the
+- `geometry`: `bertscope.analyses.geometry.run.representation_geometry` end to end (tokenising, the
   forward, the seeded sample of --max-rows tokens, PCA, TwoNN, neighbours and CKA per layer).
 The analysis after the forward costs O(rows² · d) per layer, independent of the corpus
 length; the resident memory is sampled as the corpus streams: it should stay flat.
@@ -33,9 +33,9 @@ def main() -> None:
 
     import torch
 
-    from bertscope.core.analyses.geometry import representation_geometry
-    from bertscope.core.data.corpus import read_sentences, sample_corpus
-    from bertscope.core.model.session import Session
+    from bertscope.analyses.geometry.run import representation_geometry
+    from bertscope.data.corpus import read_sentences, sample_corpus
+    from bertscope.model.session import Session
 
     session = Session.open(args.model, device=args.device)
     sentences = list(itertools.islice(itertools.cycle(list(read_sentences(sample_corpus()))), args.sentences))

@@ -42,7 +42,7 @@ reads are an upper bound of a GPU run's. Both counts include what a job does onc
 `geometry` and `erase` they are also given by stage (`stages`), and split into their model passes' counts a pass
 (`passes`, with their own `operations_ratio`) and what the job does once whatever the corpus's size (`once`: the
 measures of the sample, the eraser's and the probes' fits). The bare runs, like the jobs, run with Python's cycle
-collection paused (core.collector). Prints JSON; exit status 0 whatever the numbers.
+collection paused (base.collector). Prints JSON; exit status 0 whatever the numbers.
 
 `--cpu` times in CPU seconds of one thread instead of the wall clock: torch is held to one thread
 (`torch.set_num_threads(1)`) and every time is `time.process_time` (this process's CPU time, the tokenizer's
@@ -125,8 +125,8 @@ def main() -> None:
 
     import bertscope
     from bertscope import api
-    from bertscope.core.analyses.features import FeatureOptions, extract_features
-    from bertscope.core.data.corpus import ReadReport, read_sentences
+    from bertscope.analyses.probing.features import FeatureOptions, extract_features
+    from bertscope.data.corpus import ReadReport, read_sentences
 
     if args.cpu:
         global clock
@@ -402,8 +402,9 @@ def without_arithmetic(job: str) -> contextlib.ExitStack:
 
     import torch
 
-    from bertscope.core.analyses import mixing, patterns, syntax
-    from bertscope.core.model import ablation
+    from bertscope.analyses.attention import patterns, syntax
+    from bertscope.analyses.mixing import run as mixing
+    from bertscope.model import ablation
 
     def zeros(width: int):  # [B, H, width] in float32, as the statistics are, whatever the maps' T and dtype
         return lambda maps, *args, **kwargs: maps.new_zeros((*maps.shape[:2], width), dtype=torch.float32)
@@ -458,7 +459,7 @@ def random_bert(directory: str, shape: dict) -> str:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from bertscope.core.model.model_files import bundled_model_dir
+    from bertscope.model.model_files import bundled_model_dir
 
     torch.manual_seed(0)
     BertModel(BertConfig(**shape)).save_pretrained(directory)
@@ -501,9 +502,9 @@ class Bare:
 
     def time(self) -> float:
         """Seconds for one pass over the texts, with cycle collection paused as a corpus job pauses it
-        (core.collector): a full collection walks every object torch and transformers made, 0.2-0.3 s here, and
+        (base.collector): a full collection walks every object torch and transformers made, 0.2-0.3 s here, and
         came in about one bare run in three, which made the unit the noisiest number in the table."""
-        from bertscope.core import collector
+        from bertscope.base import collector
 
         with collector.paused():
             return self._time()
@@ -511,7 +512,7 @@ class Bare:
     def _time(self) -> float:
         import torch
 
-        from bertscope.core.data.batching import plan_batches
+        from bertscope.data.batching import plan_batches
 
         started = clock()
         tokenizer, device = self.session.tokenizer, self.session.device

@@ -39,10 +39,10 @@ def main() -> None:
     from scipy.stats import spearmanr
     from transformers import AutoModel
 
-    from bertscope.core.analyses.importance import head_importance
-    from bertscope.core.analyses.objectives import make_objective
-    from bertscope.core.data.corpus import read_sentences, sample_corpus
-    from bertscope.core.model.session import Session
+    from bertscope.analyses.importance.objectives import make_objective
+    from bertscope.analyses.importance.run import head_importance
+    from bertscope.data.corpus import read_sentences, sample_corpus
+    from bertscope.model.session import Session
 
     session = Session.open(args.model, device=args.device)
     sentences = list(itertools.islice(itertools.cycle(list(read_sentences(sample_corpus()))), args.sentences))

@@ -46,12 +46,13 @@ def main() -> None:
 
     import torch
 
-    from bertscope.core.analyses import probes, probing
-    from bertscope.core.analyses.conditions import JobOptions
-    from bertscope.core.data.corpus import read_sentences
-    from bertscope.core.data.splits import make_splits
-    from bertscope.core.data.treebank import generate_treebank
-    from bertscope.core.model.session import Session
+    from bertscope.analyses.conditions import JobOptions
+    from bertscope.analyses.probing import probes
+    from bertscope.analyses.probing import run as probing
+    from bertscope.data.corpus import read_sentences
+    from bertscope.data.splits import make_splits
+    from bertscope.data.treebank import generate_treebank
+    from bertscope.model.session import Session
 
     session = Session.open(args.model, device=args.device)
     if args.data:

@@ -5,7 +5,7 @@
 
 - `bare`: the plain transformers model (its default SDPA attention, no weights) on the sentence,
   tokenised beforehand; `bare_with_weights`: the same, eager, with `output_attentions=True`;
-- `value-zeroing`, `alti`, `norms`, `rollout`: `core.analyses.mixing.mixings` end to end for that one
+- `value-zeroing`, `alti`, `norms`, `rollout`: `analyses.mixing.run.mixings` end to end for that one
   method (the forward pass with weights it reads, and the measure for every layer);
 - `flow` against the input's length: the whole method on sentences of each length (the L·T² max-flow
   problems dominate).
@@ -64,12 +64,12 @@ def corpus_agreement(args: argparse.Namespace) -> None:
     from transformers import AutoModel
 
     import bertscope
+    from bertscope.analyses.mixing.run import METHODS, check_methods
+    from bertscope.analyses.streaming import CHUNK
     from bertscope.api import corpus, load
-    from bertscope.core.analyses.mixing import METHODS, check_methods
-    from bertscope.core.analyses.streaming import CHUNK
-    from bertscope.core.model.allocator import keep_freed_memory
+    from bertscope.model.allocator import keep_freed_memory
 
-    keep_freed_memory()  # as `bertscope` does at its entry point (core.model.allocator)
+    keep_freed_memory()  # as `bertscope` does at its entry point (model.allocator)
 
     methods = check_methods(METHODS if args.methods == "all" else args.methods.split(","))
     session = load(args.model, device=args.device)
@@ -151,9 +151,9 @@ def main() -> None:
     import torch
     from transformers import AutoModel
 
+    from bertscope.analyses.mixing.run import mixings
     from bertscope.api import load
-    from bertscope.core.analyses.mixing import mixings
-    from bertscope.core.progress import outcome
+    from bertscope.base.progress import outcome
 
     session = load(args.model, device=args.device)  # as the command loads it (its CPU linear-kernel choice too)
     text = sentence(session.tokenizer, args.tokens)

@@ -37,10 +37,10 @@ def main() -> None:
     import torch
     from transformers import AutoModel
 
+    from bertscope.analyses.attention.patterns import encode_sorted, pattern_statistics
+    from bertscope.analyses.conditions import JobOptions
     from bertscope.api import load
-    from bertscope.core.analyses.conditions import JobOptions
-    from bertscope.core.analyses.patterns import encode_sorted, pattern_statistics
-    from bertscope.core.data.corpus import read_sentences, sample_corpus
+    from bertscope.data.corpus import read_sentences, sample_corpus
 
     session = load(args.model, device=args.device)  # as the command loads it (its CPU linear-kernel choice too)
     source = args.data or sample_corpus()

@@ -35,7 +35,7 @@ def bert_base_directory(root: Path) -> Path:
     """A randomly initialised bert-base-sized BertModel with the bundled model's vocabulary, saved for loading."""
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from bertscope.core.model.model_files import bundled_model_dir
+    from bertscope.model.model_files import bundled_model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
     config = BertConfig(
@@ -63,8 +63,8 @@ def measure(model_dir: str | None, name: str, device: str, dtype: str, repeats: 
     import torch
 
     import bertscope
-    from bertscope.core.analyses.patching import patch
-    from bertscope.core.analyses.patching_results import PatchMetric
+    from bertscope.analyses.patching import patch
+    from bertscope.analyses.patching_results import PatchMetric
 
     session = bertscope.load(model_dir, device=device, dtype=dtype)
     encoding = session.encode(CLEAN)

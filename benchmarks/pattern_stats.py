@@ -8,7 +8,7 @@ real text), in the same length-sorted batches (those `patterns` plans: capped by
 B·T², at most --batch-size sentences if given), in the same run:
 - `bare`: an eager transformers model, inputs tokenised beforehand, timed as
   `model(**batch, output_attentions=True)` per batch;
-- `patterns`: `bertscope.core.analyses.patterns.pattern_statistics` end to end (tokenising, the
+- `patterns`: `bertscope.analyses.attention.patterns.pattern_statistics` end to end (tokenising, the
   forward, every statistic and pattern class).
 Budget (issue: attention pattern analytics): patterns ≤ 1.3 × bare. The resident memory is
 sampled as the corpus streams by: it should stay flat, not grow with the sentences read.
@@ -37,11 +37,11 @@ def main() -> None:
     import torch
     from transformers import AutoModel
 
-    from bertscope.core.analyses.conditions import JobOptions
-    from bertscope.core.analyses.patterns import encode_sorted, pattern_statistics
-    from bertscope.core.data.batching import MAX_SQUARE, plan_batches
-    from bertscope.core.data.corpus import read_sentences, sample_corpus
-    from bertscope.core.model.session import Session
+    from bertscope.analyses.attention.patterns import encode_sorted, pattern_statistics
+    from bertscope.analyses.conditions import JobOptions
+    from bertscope.data.batching import MAX_SQUARE, plan_batches
+    from bertscope.data.corpus import read_sentences, sample_corpus
+    from bertscope.model.session import Session
 
     session = Session.open(args.model, device=args.device)
     if args.data:

@@ -5,7 +5,7 @@
 
 Corpus: CoNLL-U files (`--data`, its first `--sentences`; `--dev`/`--test` likewise, as the
 CLI's `--limit` reads them), or bertscope's generated treebank of `--sentences` sentences
-(core.data.treebank: varied sentences of 4-30 words). The splits are the CLI's (`make_splits`).
+(data.treebank: varied sentences of 4-30 words). The splits are the CLI's (`make_splits`).
 The bare forward runs over every sentence of every split. In the same run:
 - `bare`: a transformers model (SDPA) over the same sentences in batches of 32 sorted by
   token count, `output_hidden_states=True`, inputs tokenised beforehand;
@@ -19,7 +19,7 @@ The bare forward runs over every sentence of every split. In the same run:
   the same warm cache, a new process each (start-up, model load and reading included), as
   a user runs it; `--no-cli` leaves them out;
 - `session`: bertscope's own forward (`Session.run`) over the same batches. On CPUs it
-  runs the linear layers through oneDNN (core.model.cpu_linear), faster than `bare` where MKL is
+  runs the linear layers through oneDNN (model.cpu_linear), faster than `bare` where MKL is
   slow (AMD); `cold_ratio_of_session_forward` says what probing adds to bertscope's own
   pass, whatever the speed of that pass.
 Budgets: cold ≤ 1.5 × bare (issue: layer-wise probing); warm, process start-up included,
@@ -56,12 +56,12 @@ def main() -> None:
     import torch
     from transformers import AutoModel
 
-    from bertscope.core.analyses.conditions import JobOptions
-    from bertscope.core.analyses.probing import run_probe
-    from bertscope.core.data.corpus import read_sentences
-    from bertscope.core.data.splits import make_splits
-    from bertscope.core.data.treebank import generate_treebank
-    from bertscope.core.model.session import Session
+    from bertscope.analyses.conditions import JobOptions
+    from bertscope.analyses.probing.run import run_probe
+    from bertscope.data.corpus import read_sentences
+    from bertscope.data.splits import make_splits
+    from bertscope.data.treebank import generate_treebank
+    from bertscope.model.session import Session
 
     session = Session.open(args.model, device=args.device)
     if args.data:

@@ -42,8 +42,8 @@ def main() -> None:
     args = parser.parse_args()
 
     import bertscope
-    from bertscope.core.analyses import probes
-    from bertscope.core.data.probing_tasks import TASKS
+    from bertscope.analyses.probing import probes
+    from bertscope.data.probing_tasks import TASKS
     from tests.helpers.probes import bertscope_accuracy, cls_features, labelled, scikit_learn_accuracy
 
     tasks = args.tasks.split(",") if args.tasks else list(TASKS)

@@ -27,7 +27,7 @@ import sys, time
 started = float(sys.argv[1])
 import asyncio
 from bertscope.cli.attention import import_model_code  # the command `bertscope` runs: its imports, then as it starts
-from bertscope.core import collector
+from bertscope.base import collector
 starting = collector.Pause()
 import_model_code()
 from bertscope.ui.app import ExplorerApp
@@ -70,7 +70,7 @@ import sys, time
 started = float(sys.argv[1])
 import torch, transformers
 from transformers import AutoModel, AutoTokenizer
-from bertscope.core.model.model_files import bundled_model_dir
+from bertscope.model.model_files import bundled_model_dir
 directory = sys.argv[2] or str(bundled_model_dir())
 AutoTokenizer.from_pretrained(directory)
 AutoModel.from_pretrained(directory)

@@ -39,10 +39,10 @@ def main() -> None:
     args = parser.parse_args()
 
     import bertscope
-    from bertscope.core.analyses import structural
-    from bertscope.core.analyses.features import FeatureOptions, extract_features
-    from bertscope.core.analyses.probing import _whole_trees
-    from bertscope.core.progress import outcome
+    from bertscope.analyses.probing import structural
+    from bertscope.analyses.probing.features import FeatureOptions, extract_features
+    from bertscope.analyses.probing.run import _whole_trees
+    from bertscope.base.progress import outcome
 
     splits = bertscope.task_sentences("distance", data=args.data, dev=args.dev, test=args.test, limit=args.limit)
     seeds = [int(seed) for seed in args.seeds.split(",")]

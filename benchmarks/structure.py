@@ -24,14 +24,16 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "bertscope"
 
-# Lowest first. A module belongs to the layer of the longest name that is it or contains it.
+# Lowest first, one top-level package (or module) each, as `ls bertscope` shows them; the api layer is the
+# package's own modules (`bertscope`, `api`, `session_backend`). A module belongs to the layer of the longest
+# name that is it or contains it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("bertscope.core", "bertscope.core.errors", "bertscope.core.progress", "bertscope.theming")),
-    ("data", ("bertscope.core.data",)),
+    ("base", ("bertscope.base",)),  # errors, progress records, the collector's pauses, themes: plain Python
+    ("data", ("bertscope.data",)),
     ("figures", ("bertscope.figures",)),  # matplotlib figures and notebook display, drawn from plain arrays
-    ("runtime", ("bertscope.core.distributed",)),  # torch.distributed's process group: state, and torch on use
-    ("model", ("bertscope.core.model",)),
-    ("analyses", ("bertscope.core.analyses",)),
+    ("runtime", ("bertscope.runtime",)),  # torch.distributed's process group: state, and torch on use
+    ("model", ("bertscope.model",)),
+    ("analyses", ("bertscope.analyses",)),
     ("api", ("bertscope", "bertscope.api", "bertscope.session_backend")),
     ("render", ("bertscope.render",)),
     ("ui", ("bertscope.ui",)),

@@ -5,11 +5,11 @@
 --data: a CoNLL-U treebank, e.g. UD_English-EWT's en_ewt-ud-dev.conllu
 (github.com/UniversalDependencies/UD_English-EWT, CC BY-SA 4.0; not shipped); default the
 sample treebank shipped with bertscope. Both contenders see the same sentences in the same
-batches (chunks of 1,024 sorted by length, capped as core.data.batching caps them), in the
+batches (chunks of 1,024 sorted by length, capped as data.batching caps them), in the
 same run:
 - `bare`: an eager transformers model, inputs tokenised beforehand, timed as
   `model(**batch, output_attentions=True)` per batch;
-- `syntax`: `bertscope.core.analyses.syntax.syntax_heads` end to end (reading is done
+- `syntax`: `bertscope.analyses.attention.syntax.syntax_heads` end to end (reading is done
   beforehand; tokenising by words, the forward, word-level attention, the most-attended other
   word of every arc in both directions, the offset baselines).
 Budget: syntax ≤ 1.3 × bare. Resident memory is sampled as the corpus streams.
@@ -38,11 +38,11 @@ def main() -> None:
     import torch
     from transformers import AutoModel
 
-    from bertscope.core.analyses.conditions import JobOptions
-    from bertscope.core.analyses.syntax import _encode, syntax_heads
-    from bertscope.core.data.batching import MAX_SQUARE, MAX_TOKENS, plan_batches
-    from bertscope.core.data.corpus import read_sentences, sample_corpus
-    from bertscope.core.model.session import Session
+    from bertscope.analyses.attention.syntax import _encode, syntax_heads
+    from bertscope.analyses.conditions import JobOptions
+    from bertscope.data.batching import MAX_SQUARE, MAX_TOKENS, plan_batches
+    from bertscope.data.corpus import read_sentences, sample_corpus
+    from bertscope.model.session import Session
 
     session = Session.open(args.model, device=args.device)
     data = args.data or str(sample_corpus("conllu"))

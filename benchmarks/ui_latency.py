@@ -80,7 +80,7 @@ async def measure(args) -> dict:
             self.call_after_refresh(lambda: marks.setdefault("first_frame", time.perf_counter()))
 
     def open_backend(report):
-        from bertscope.core.model.session import Session
+        from bertscope.model.session import Session
         from bertscope.session_backend import SessionBackend
 
         backend = SessionBackend(Session.open(args.model, device=args.device))

@@ -44,28 +44,29 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, Protocol, TypeVar
 
-from bertscope.core import distributed
-from bertscope.core.analyses.conditions import CacheDir, Conditions, JobOptions
-from bertscope.core.data.corpus import ReadReport, Sentence, read_sentences, sample_corpus
-from bertscope.core.data.probing_tasks import TREEBANK_TASKS
-from bertscope.core.errors import BertscopeError, BertscopeNote, Cancelled, InputError  # noqa: F401 - the first and third re-exported (bertscope.__all__)
-from bertscope.core.model.masks import Ablation, HeadMask
-from bertscope.core.progress import Progress, outcome, relay
+from bertscope import runtime as distributed
+from bertscope.analyses.conditions import CacheDir, Conditions, JobOptions
+from bertscope.base.errors import BertscopeError, BertscopeNote, Cancelled, InputError  # noqa: F401 - the first and third re-exported (bertscope.__all__)
+from bertscope.base.progress import Progress, outcome, relay
+from bertscope.data.corpus import ReadReport, Sentence, read_sentences, sample_corpus
+from bertscope.data.probing_tasks import TREEBANK_TASKS
+from bertscope.model.masks import Ablation, HeadMask
 
 if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyses are not
-    from bertscope.core.analyses.attribution_results import Attribution
-    from bertscope.core.analyses.erasure_results import ErasureResult
-    from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryResult
-    from bertscope.core.analyses.importance_results import HeadImportance, Measurement, Pruning, PruningCurve
-    from bertscope.core.analyses.mixing_results import Mixing, MixingAgreement
-    from bertscope.core.analyses.mlm import ClozeResult, FillResult
-    from bertscope.core.analyses.objectives import Objective
-    from bertscope.core.analyses.patching_results import PatchingResult
-    from bertscope.core.analyses.probing_results import ProbeKind, ProbeReport
-    from bertscope.core.analyses.syntax_results import SyntaxResult
-    from bertscope.core.model.deferred import DeferredSession
-    from bertscope.core.model.results import Encoding, PatternResult
-    from bertscope.core.model.session import Session
+    from bertscope.analyses.attention.patterns_results import PatternResult
+    from bertscope.analyses.attention.syntax_results import SyntaxResult
+    from bertscope.analyses.attribution_results import Attribution
+    from bertscope.analyses.erasure_results import ErasureResult
+    from bertscope.analyses.geometry.results import ComparisonResult, GeometryResult
+    from bertscope.analyses.importance.objectives import Objective
+    from bertscope.analyses.importance.results import HeadImportance, Measurement, Pruning, PruningCurve
+    from bertscope.analyses.mixing.results import Mixing, MixingAgreement
+    from bertscope.analyses.mlm_results import ClozeResult, FillResult
+    from bertscope.analyses.patching_results import PatchingResult
+    from bertscope.analyses.probing.results import ProbeKind, ProbeReport
+    from bertscope.model.deferred import DeferredSession
+    from bertscope.model.results import Encoding
+    from bertscope.model.session import Session
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -210,8 +211,8 @@ def load(
     with warnings.catch_warnings():
         # transformers imports tqdm.auto, which in a notebook without ipywidgets warns on import; bertscope shows no bar of it
         warnings.filterwarnings("ignore", message="IProgress not found")
-        from bertscope.core.model import cpu_linear as linear_kernels
-        from bertscope.core.model.session import Session
+        from bertscope.model import cpu_linear as linear_kernels
+        from bertscope.model.session import Session
 
     linear_kernels.bound_primitive_cache()  # before the model's first pass: one primitive per batch shape
     device = distributed.start(device)  # under torchrun: join the process group; auto is cuda:LOCAL_RANK or the CPU
@@ -318,7 +319,7 @@ def patterns(
     `result.statistics["norm_sep"]` beside `result.statistics["sep"]`. The records' `partial`
     holds the statistics so far.
     """
-    from bertscope.core.analyses.patterns import pattern_statistics
+    from bertscope.analyses.attention.patterns import pattern_statistics
 
     sentences = corpus(texts, data=data, format=format, limit=limit)
     run = pattern_statistics(
@@ -341,7 +342,7 @@ def treebank(texts: Iterable[Sentence] | Corpus | None = None, *, data: str | Pa
 
     A file that is not CoNLL-U, or sentences without dependency heads, are refused at once, before any model runs.
     """
-    from bertscope.core.data.corpus import detect_format
+    from bertscope.data.corpus import detect_format
 
     if isinstance(texts, Corpus):
         return texts
@@ -362,7 +363,7 @@ def treebank(texts: Iterable[Sentence] | Corpus | None = None, *, data: str | Pa
 
 def check_relations(relations: Iterable[str] | None) -> list[str] | None:
     """Relation names as the treebank labels them (Clark et al.'s `dobj` is `obj`), each a UD v2 relation."""
-    from bertscope.core.analyses.syntax_results import UD_RELATIONS, is_known_relation, relation_name
+    from bertscope.analyses.attention.syntax_results import UD_RELATIONS, is_known_relation, relation_name
 
     if relations is None:
         return None
@@ -401,7 +402,7 @@ def syntax(
     gives what `bertscope syntax --json` prints; the counts are integers, summable across shards.
     The records' `partial` holds the counts so far.
     """
-    from bertscope.core.analyses.syntax import syntax_heads
+    from bertscope.analyses.attention.syntax import syntax_heads
 
     sentences = treebank(texts, data=data, limit=limit)
     run = syntax_heads(
@@ -452,7 +453,7 @@ def probe_sentences(
 
     Torch-free and read at once, so that the CLI refuses a wrong file before the model loads.
     """
-    from bertscope.core.data.probing_tasks import TASKS, generate
+    from bertscope.data.probing_tasks import TASKS, generate
 
     if isinstance(texts, ProbeData):
         return texts
@@ -511,9 +512,9 @@ def _only_the_columns_of(task: str, sentence: Sentence) -> Sentence:
 
 
 def built_in_treebank(size: int | None = None) -> Corpus:
-    """The generated treebank (core.data.treebank: bertscope's grammar, every word annotated), for word and
+    """The generated treebank (data.treebank: bertscope's grammar, every word annotated), for word and
     structural tasks given no file; `size` sentences (None: its default)."""
-    from bertscope.core.data.treebank import DEFAULT_SENTENCES, generate_treebank
+    from bertscope.data.treebank import DEFAULT_SENTENCES, generate_treebank
 
     size = size or DEFAULT_SENTENCES
     report = ReadReport()
@@ -535,7 +536,7 @@ def task_sentences(
     """The train, dev and test sentences `probe` trains and scores on for the same arguments: `{"train": [...],
     "dev": [...], "test": [...]}`, each a list of `Sentence` (`.text`, `.label` for sentence tasks, `.words` and
     `.upos`/`.xpos`/`.deprels`/`.heads` for treebank tasks). To check a probe with a pipeline of one's own."""
-    from bertscope.core.data.splits import make_splits
+    from bertscope.data.splits import make_splits
 
     chosen = probe_sentences(task, texts, data=data, dev=dev, test=test, format=format, limit=limit)
     splits = make_splits(chosen.train, chosen.dev, chosen.test, seed=seed)
@@ -578,8 +579,8 @@ def probe(
     for classification tasks (not depth or distance).
     """
     check_mdl(task, mdl)
-    from bertscope.core.analyses.probing import run_probe
-    from bertscope.core.data.splits import make_splits
+    from bertscope.analyses.probing.run import run_probe
+    from bertscope.data.splits import make_splits
 
     chosen = probe_sentences(task, texts, data=data, dev=dev, test=test, format=format, limit=limit)
     splits = make_splits(chosen.train, chosen.dev, chosen.test, seed=seed)
@@ -602,8 +603,8 @@ def probe(
 
 def check_mdl(task: str, mdl: bool) -> None:
     """Refuse, before any model loads, a description length for a task that has none (torch-free: the CLI calls it)."""
-    from bertscope.core.analyses.probing_results import MDL_STRUCTURAL
-    from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS
+    from bertscope.analyses.probing.results import MDL_STRUCTURAL
+    from bertscope.data.probing_tasks import STRUCTURAL_TASKS
 
     if mdl and task in STRUCTURAL_TASKS:
         raise InputError(MDL_STRUCTURAL, setting="mdl")
@@ -645,8 +646,8 @@ def erase(
     are chosen as `probe`'s; `mask` switches heads off throughout.
     """
     check_erasure(task, measure)
-    from bertscope.core.analyses.erasure import run_erasure
-    from bertscope.core.data.splits import make_splits
+    from bertscope.analyses.erasure import run_erasure
+    from bertscope.data.splits import make_splits
 
     chosen = erasure_sentences(task, measure, texts, data=data, dev=dev, test=test, format=format, limit=limit)
     splits = make_splits(chosen.train, chosen.dev, chosen.test, seed=seed)
@@ -669,8 +670,8 @@ def erase(
 def check_erasure(task: str, measure: str | None) -> None:
     """Refuse, before any model loads, what erasure cannot do: a structural task, a measure it does not know or cannot
     take with this task (torch-free: the CLI calls it)."""
-    from bertscope.core.analyses.erasure_results import check_measure
-    from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS
+    from bertscope.analyses.erasure_results import check_measure
+    from bertscope.data.probing_tasks import STRUCTURAL_TASKS
 
     if task in STRUCTURAL_TASKS:
         raise InputError(f"task {task!r} is a structural probe; erasure takes classification tasks", setting="task")
@@ -735,7 +736,7 @@ def objective(
     (`task`, `probe_layer`; no data: a built-in task), preserve (any encoder). Its `source`
     says where the data came from; its `notes` go on to the results measured on it.
     """
-    from bertscope.core.analyses.objectives import check_objective, make_objective
+    from bertscope.analyses.importance.objectives import check_objective, make_objective
 
     check_objective(model, name)
     check_objective_data(name, texts, data)
@@ -764,7 +765,7 @@ def _ranking(
     prepared: Objective, ranking: HeadImportance | None, method: str, ablation: Ablation, normalize: bool, job: JobOptions
 ) -> Iterator[Progress[HeadImportance]]:
     """Steps whose result is `ranking`, or else the head importance estimated by `method` (what `importance` streams)."""
-    from bertscope.core.analyses.importance import head_importance
+    from bertscope.analyses.importance.run import head_importance
 
     if ranking is not None:
         return iter([Progress("head importance", 1, 1, ranking)])
@@ -799,7 +800,7 @@ def importance(
 
 def measure(prepared: Objective, mask: str | HeadMask | None = None, ablation: Ablation = "zero") -> Measurement:
     """The objective's loss and metric with the heads of `mask` switched off (quick to repeat: the explorer's toggles)."""
-    from bertscope.core.analyses import importance as head_scores
+    from bertscope.analyses.importance import run as head_scores
 
     chosen = head_mask(prepared.session, mask)
     return head_scores.measure(prepared, chosen if len(chosen) else None, ablation)
@@ -830,8 +831,8 @@ def pruning_curve(
 ) -> Iterator[Progress[PruningCurve]]:
     """The objective as ever more of the least important heads are removed, `step` of them at a time,
     by `ranking` (a `HeadImportance` at hand; None: estimated first by `method`)."""
-    from bertscope.core.analyses.importance import check_fraction
-    from bertscope.core.analyses.importance import pruning_curve as curve
+    from bertscope.analyses.importance.run import check_fraction
+    from bertscope.analyses.importance.run import pruning_curve as curve
 
     check_fraction(step, "step")
     job = JobOptions(batch_size=batch_size, seed=seed, cancel=cancel)
@@ -883,14 +884,14 @@ def prune(
     measure the objective without them, and with `output` write a copy of the model without them:
     `weights` sliced (the heads cut out of the weights: smaller and faster, for bertscope and
     transformers 4) or zeroed (same shapes, their output projection zeroed: loads in any transformers)."""
-    from bertscope.core.analyses.importance import check_fraction
-    from bertscope.core.analyses.importance_results import check_pruned_copy, check_weights
+    from bertscope.analyses.importance.results import check_pruned_copy, check_weights
+    from bertscope.analyses.importance.run import check_fraction
 
     check_fraction(fraction)
     check_weights(weights)
     if output is not None:  # what the copy cannot be is refused before any head is scored
-        from bertscope.core.data.files import check_new_directory
-        from bertscope.core.model.pruning import pruned_heads_of
+        from bertscope.data.files import check_new_directory
+        from bertscope.model.pruning import pruned_heads_of
 
         check_pruned_copy(weights, model.loaded.family, bool(pruned_heads_of(model.model.config)))
         check_new_directory(Path(output))
@@ -917,8 +918,8 @@ def _pruned(
     ablation: Ablation,
 ) -> Pruning:
     """Remove the least important `fraction` of the heads by `ranking`, measure, and with `output` write the pruned copy."""
-    from bertscope.core.analyses.importance import pruned_set
-    from bertscope.core.analyses.importance_results import Pruning
+    from bertscope.analyses.importance.results import Pruning
+    from bertscope.analyses.importance.run import pruned_set
 
     total = model.num_layers * model.num_heads
     count = round(fraction * total) - len(pruned_set(model))
@@ -929,7 +930,7 @@ def _pruned(
         )
     chosen = ranking.least_important(count)
     if output is not None:
-        from bertscope.core.analyses.pruned_export import least_important_shared, weight_sharing_groups
+        from bertscope.analyses.importance.pruned_export import least_important_shared, weight_sharing_groups
 
         groups = weight_sharing_groups(model)
         if any(len(layers) > 1 for layers in groups):  # ALBERT: a saved copy removes a head from every application
@@ -951,7 +952,7 @@ def _pruned(
         notes=ranking.notes,
     )
     if output is not None and distributed.is_main():  # under torchrun, rank 0 writes the model
-        from bertscope.core.analyses.pruned_export import write_pruned_model
+        from bertscope.analyses.importance.pruned_export import write_pruned_model
 
         record = pruning.record()
         record["ranking_ablation"] = record.pop("ablation")
@@ -976,8 +977,8 @@ def fill(
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[FillResult]]:
     """The MLM head's top guesses at every [MASK] of `text`, at the output and read off every layer."""
-    from bertscope.core.analyses.mlm import fill as fill_in
-    from bertscope.core.analyses.mlm import require_mlm_head, with_mask_token
+    from bertscope.analyses.mlm import fill as fill_in
+    from bertscope.analyses.mlm import require_mlm_head, with_mask_token
 
     if not text.strip():
         raise InputError("the text is empty; give a sentence with [MASK] where the missing word goes")
@@ -1006,7 +1007,7 @@ def cloze(
 ) -> Iterator[Progress[ClozeResult]]:
     """Precision at 1 and 10 of cloze queries' one-token answers, per layer (LAMA): `texts` (`query<TAB>answer`
     lines), or a cloze file `data` (those lines, or LAMA's JSON lines), or else the shipped sample."""
-    from bertscope.core.analyses.mlm import cloze_queries, cloze_scores, read_cloze, require_mlm_head, sample_cloze
+    from bertscope.analyses.mlm import cloze_queries, cloze_scores, read_cloze, require_mlm_head, sample_cloze
 
     require_mlm_head(model)
     if texts is not None and data is not None:
@@ -1052,7 +1053,7 @@ def mixing(
     to layer l's output) have rows summing to 1; under `mask` they are the masked model's.
     `text` may be an `Encoding` already made (the explorer's).
     """
-    from bertscope.core.analyses.mixing import check_methods, context_mixing
+    from bertscope.analyses.mixing.run import check_methods, context_mixing
 
     if isinstance(text, str) and not text.strip():
         raise InputError("the text is empty; give a sentence to analyse")
@@ -1089,8 +1090,8 @@ def mixing_agreement(
     By default the four measures that cost a bare forward or two each (attention, norms, alti, rollout); value zeroing
     (about 13 bare forwards) and flow (L·T² max-flow problems a sentence) run when named, and are timed on the first
     batch: the record after it carries a `mixing_results.CostEstimate` as its `partial` (`.line()` says it)."""
-    from bertscope.core.analyses.mixing import check_methods
-    from bertscope.core.analyses.mixing import mixing_agreement as agreement
+    from bertscope.analyses.mixing.run import check_methods
+    from bertscope.analyses.mixing.run import mixing_agreement as agreement
 
     chosen = check_methods([method] if isinstance(method, str) else method)
     sentences = corpus(texts, data=data, format=format, limit=limit)
@@ -1134,9 +1135,9 @@ def attribute(
     may be an `Encoding` already made (the explorer's). `ig_steps`: integrated gradients' steps (default: 32, doubled
     up to 256 until the completeness error is under 5%).
     """
-    from bertscope.core.analyses.attribution import Target
-    from bertscope.core.analyses.attribution import attribute as attribution_steps
-    from bertscope.core.analyses.mlm import with_mask_token
+    from bertscope.analyses.attribution import Target
+    from bertscope.analyses.attribution import attribute as attribution_steps
+    from bertscope.analyses.mlm import with_mask_token
 
     if isinstance(text, str) and not text.strip():
         raise InputError("the text is empty; give a sentence to explain")
@@ -1192,8 +1193,8 @@ def patch(
     preserve (any model). `direction`: denoise (clean into corrupted) or noise. Effects are
     shares of m(clean) - m(corrupt): 1 when the component carries all of it.
     """
-    from bertscope.core.analyses.patching import patch as patching_steps
-    from bertscope.core.analyses.patching_results import PatchMetric
+    from bertscope.analyses.patching import patch as patching_steps
+    from bertscope.analyses.patching_results import PatchMetric
 
     for text in (clean, corrupt):
         if not text.strip():
@@ -1245,7 +1246,7 @@ def geometry(
 
     Under torchrun each rank samples its shard, and rank 0 measures the merged sample.
     """
-    from bertscope.core.analyses.geometry import representation_geometry
+    from bertscope.analyses.geometry.run import representation_geometry
 
     sentences = corpus(texts, data=data, format=format, limit=limit)
     run = representation_geometry(
@@ -1284,7 +1285,7 @@ def compare(
 
     Under torchrun each rank its shard, and rank 0 the merged sample's CKA.
     """
-    from bertscope.core.analyses.compare import compare_models, probe_data
+    from bertscope.analyses.geometry.compare import compare_models, probe_data
 
     sentences = corpus(texts, data=data, format=format, limit=limit)
     rows = list(sentences.sentences)

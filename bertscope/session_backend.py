@@ -22,18 +22,18 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 import numpy as np
 
 from bertscope import api
-from bertscope.core.analyses.erasure_results import LiveErasure
-from bertscope.core.analyses.headstats import FIGURES, head_figures
-from bertscope.core.analyses.importance_results import Measurement
-from bertscope.core.data.corpus import Sentence
-from bertscope.core.model.masks import Ablation, HeadMask
-from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
-from bertscope.core.model.session import Session
-from bertscope.core.progress import Progress, relay
+from bertscope.analyses.attention.headstats import FIGURES, head_figures
+from bertscope.analyses.erasure_results import LiveErasure
+from bertscope.analyses.importance.results import Measurement
+from bertscope.base.progress import Progress, relay
+from bertscope.data.corpus import Sentence
+from bertscope.model.masks import Ablation, HeadMask
+from bertscope.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
+from bertscope.model.session import Session
 
 if TYPE_CHECKING:
-    from bertscope.core.analyses.erasure import Eraser
-    from bertscope.core.analyses.objectives import Objective
+    from bertscope.analyses.erasure import Eraser
+    from bertscope.analyses.importance.objectives import Objective
 
 
 Step = TypeVar("Step")
@@ -112,8 +112,8 @@ class SessionBackend:
     def fit_erasure(
         self, task: str, layer: int, sentences: list[Sentence], *, cancel: threading.Event | None = None
     ) -> Iterator[Progress[LiveErasure]]:
-        from bertscope.core.analyses.conditions import JobOptions
-        from bertscope.core.analyses.erasure import fit_eraser
+        from bertscope.analyses.conditions import JobOptions
+        from bertscope.analyses.erasure import fit_eraser
 
         def steps() -> Iterator[Progress[LiveErasure]]:
             eraser = yield from relay(fit_eraser(self.session, task, sentences, layer=layer, job=JobOptions(cancel=cancel)))
@@ -125,8 +125,8 @@ class SessionBackend:
         return steps()
 
     def _erasing(self, erasure: LiveErasure) -> contextlib.AbstractContextManager[None]:
-        """This thread's passes with the erasure's eraser applied at its layer (core.analyses.erasure.erasing)."""
-        from bertscope.core.analyses.erasure import erasing
+        """This thread's passes with the erasure's eraser applied at its layer (analyses.erasure.erasing)."""
+        from bertscope.analyses.erasure import erasing
 
         return erasing(self.session, erasure.layer, self._erasers[erasure.task, erasure.layer])
 
@@ -168,7 +168,7 @@ class SessionBackend:
     ) -> Measurement:
         if erasure is None:
             return api.measure(objective, mask, ablation)
-        from bertscope.core.analyses.erasure import measured  # its reference (the `preserve` target) left unerased
+        from bertscope.analyses.erasure import measured  # its reference (the `preserve` target) left unerased
 
         eraser = self._erasers[erasure.task, erasure.layer]
         return measured(objective, erasure.layer, eraser, mask if mask is not None and len(mask) else None, ablation)

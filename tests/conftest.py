@@ -60,21 +60,21 @@ def tiny_mlm_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_session(tiny_bert_dir):
-    from bertscope.core.model.session import Session
+    from bertscope.model.session import Session
 
     return Session.open(str(tiny_bert_dir), device="cpu")
 
 
 @pytest.fixture(scope="session")
 def tiny_mlm_session(tiny_mlm_dir):
-    from bertscope.core.model.session import Session
+    from bertscope.model.session import Session
 
     return Session.open(str(tiny_mlm_dir), device="cpu")
 
 
 @pytest.fixture(scope="session")
 def bundled_session():
-    from bertscope.core.model.session import Session
+    from bertscope.model.session import Session
 
     return Session.open(device="cpu")
 

@@ -15,7 +15,7 @@ device torchrun's environment chooses, saved with that device and the backend of
 import pickle
 import sys
 
-from bertscope.core import distributed
+from bertscope import runtime as distributed
 
 PATTERN_SENTENCES = 24
 IMPORTANCE_SENTENCES = 10
@@ -30,7 +30,7 @@ ERASE = dict(limit=60, layer=2, measure="preserve", cache_dir=False)  # UPOS of 
 def equal(out: str, tiny_a: str, tiny_b: str, cache_dir: str, data: str, probe_out: str) -> None:
     import bertscope
     from bertscope.api import probe_sentences
-    from bertscope.core.data.corpus import sample_corpus
+    from bertscope.data.corpus import sample_corpus
 
     model = bertscope.load(device="cpu")
     results = {"world": distributed.world().size}
@@ -55,7 +55,7 @@ def equal(out: str, tiny_a: str, tiny_b: str, cache_dir: str, data: str, probe_o
 def probe_objective(model):
     """Head importance for a probe's loss, counting the probes this rank trains."""
     import bertscope
-    from bertscope.core.analyses import probes
+    from bertscope.analyses.probing import probes
 
     original, fits = probes.train_probes, []
 
@@ -73,8 +73,8 @@ def probe_objective(model):
 def fail(out: str, *_) -> None:
     import torch
 
+    from bertscope.analyses.attention import patterns
     from bertscope.cli import main
-    from bertscope.core.analyses import patterns
 
     if distributed.world().rank == 1:
         original, calls = patterns._add_batch, []

@@ -15,20 +15,12 @@ import time
 import numpy as np
 
 from bertscope import api
-from bertscope.core.analyses.headstats import head_figures
-from bertscope.core.errors import InputError
-from bertscope.core.model.masks import HeadMask
-from bertscope.core.model.results import (
-    NORM_SHARES,
-    PATTERNS,
-    STATISTICS,
-    Encoding,
-    ForwardResult,
-    MaskPrediction,
-    ModelInfo,
-    PatternResult,
-)
-from bertscope.core.progress import Progress
+from bertscope.analyses.attention.headstats import head_figures
+from bertscope.analyses.attention.patterns_results import NORM_SHARES, PATTERNS, STATISTICS, PatternResult
+from bertscope.base.errors import InputError
+from bertscope.base.progress import Progress
+from bertscope.model.masks import HeadMask
+from bertscope.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
 
 LAYERS, HEADS, WIDTH = 3, 4, 8
 
@@ -165,7 +157,7 @@ class FakeBackend:
     def mixing(self, text, *, pair=None, method="value-zeroing", mask=None, ablation="zero", erasure=None, cancel=None):
         """Known measures: layer l's matrix is the mean of its heads' weights (`attention`) or their norms (anything else)
         plus (l + 1) / 4 on the diagonal, rows normalised, in `delay`-long steps per layer; flow and rollout are rolled out only."""
-        from bertscope.core.analyses.mixing_results import Mixing
+        from bertscope.analyses.mixing.results import Mixing
 
         mask = mask or HeadMask.none(LAYERS, HEADS)
         self.mixing_calls.append((method, mask.spec()))
@@ -245,7 +237,7 @@ class FakeBackend:
         """Known counts: per sentence one arc of each of det, nsubj, obj; head (1, 2) always finds det's head,
         (2, 0) nsubj's, (0, 3) obj's (dependent to head) and half the others; the +1 offset finds det's head
         in half the sentences. Under a mask the masked heads find nothing. One sentence a step."""
-        from bertscope.core.analyses.syntax_results import OFFSETS, SyntaxResult
+        from bertscope.analyses.attention.syntax_results import OFFSETS, SyntaxResult
 
         relations, best = ("det", "nsubj", "obj"), ((1, 2), (2, 0), (0, 3))
         chosen = api.treebank(texts, data=data)
@@ -292,9 +284,9 @@ class FakeBackend:
         """Two feature stages, then a report whose layer l scores 0.5 + 0.1 l (less under a mask); with `mdl`, layer l
         compresses 1 + l times (a word task's control task 1 + l / 4 times: as in the real one, a sentence task has no
         control) over a uniform code of 100 bits."""
-        from bertscope.core.analyses.probing_results import ProbeReport
-        from bertscope.core.data.probing_tasks import WORD_TASKS
-        from bertscope.core.data.splits import make_splits
+        from bertscope.analyses.probing.results import ProbeReport
+        from bertscope.data.probing_tasks import WORD_TASKS
+        from bertscope.data.splits import make_splits
 
         chosen = api.probe_sentences(task, texts, data=data)  # as the API chooses them
         self.probe_calls.append((task, list(chosen.train)))
@@ -349,7 +341,7 @@ class FakeBackend:
 
         A probe target first "trains" (two progress steps); the MLM target needs a [mask].
         """
-        from bertscope.core.analyses.attribution_results import Attribution
+        from bertscope.analyses.attribution_results import Attribution
 
         encoding = text if isinstance(text, Encoding) else self.encode(text, pair)
         mask = mask or HeadMask.none(LAYERS, HEADS)
@@ -412,7 +404,7 @@ class FakeBackend:
 
     def fit_erasure(self, task, layer, sentences, *, cancel=None):
         """Two feature steps of `delay` each, then an erasure of rank 2; a structural task is refused as the real one is."""
-        from bertscope.core.analyses.erasure_results import LiveErasure
+        from bertscope.analyses.erasure_results import LiveErasure
 
         if task in ("depth", "distance"):
             raise InputError(f"task {task!r} is a structural probe; erasure takes classification tasks")
@@ -431,7 +423,7 @@ class FakeBackend:
 
     def importance(self, objective, texts=None, *, method="gradient", ablation="zero", normalize=True, cancel=None):
         """Known importance: head (l, h) scores l·H + h + 1, so 0:0 matters least and the last head most."""
-        from bertscope.core.analyses.importance_results import HeadImportance
+        from bertscope.analyses.importance.results import HeadImportance
 
         objective = self._objective(objective, texts)
         self.importance_calls.append((objective.name, len(objective.sentences)))
@@ -464,7 +456,7 @@ class FakeBackend:
 
     def measure(self, objective, mask=None, ablation="zero", erasure=None):
         """The metric falls by 0.05 per masked head, and by 0.2 more under an erasure."""
-        from bertscope.core.analyses.importance_results import Measurement
+        from bertscope.analyses.importance.results import Measurement
 
         masked = len(mask) if mask is not None else 0
         self.release.wait(timeout=10)
@@ -487,7 +479,7 @@ class FakeBackend:
         cancel=None,
     ):
         """Every third head removed per step; the metric falls by 0.05 per head (measure)."""
-        from bertscope.core.analyses.importance_results import CurvePoint, PruningCurve
+        from bertscope.analyses.importance.results import CurvePoint, PruningCurve
 
         objective = self._objective(objective, texts)
         if ranking is None:
@@ -502,7 +494,7 @@ class FakeBackend:
 
     def geometry(self, texts=None, *, data=None, unit="auto", max_rows=4000, mask=None, ablation="zero", erasure=None, cancel=None):
         """Known geometry: 3 sentences per step; ID of layer l is 2 + l; 12 points whose label is "A" or "B" by their x sign."""
-        from bertscope.core.analyses.geometry_results import GeometryResult
+        from bertscope.analyses.geometry.results import GeometryResult
 
         if erasure is not None:
             self.erased.append(("geometry", erasure))
@@ -552,7 +544,7 @@ class FakeBackend:
 
     def compare(self, model_b, texts=None, *, data=None, unit="auto", max_rows=4000, cancel=None):
         """Known comparison: head (l, h) has cosine 1 - 0.05 (l + h); model B "other-vocab" has another tokenizer."""
-        from bertscope.core.analyses.geometry_results import ComparisonResult
+        from bertscope.analyses.geometry.results import ComparisonResult
 
         other, chosen = model_b, api.corpus(texts, data=data)
         sentences = list(chosen.sentences)
@@ -604,7 +596,7 @@ class FakeBackend:
         0.1 (l + 1), its feed-forward write -0.05 (l + 1); the hidden state k at a differing token 1 - k / L
         (shared among them), at the last token k / L. A probe metric first trains (two steps); then one step per layer.
         """
-        from bertscope.core.analyses.patching_results import PatchingResult
+        from bertscope.analyses.patching_results import PatchingResult
 
         clean_pair, sweeps = pair, tuple(sweep)
         self.patch_calls.append(

@@ -89,7 +89,7 @@ _TOKENIZERS: dict[str, object] = {}  # family -> tokenizer; training once per pr
 
 def _bundled_wordpiece(front=(), back=()) -> dict[str, int]:
     """The bundled uncased WordPiece vocabulary, with tokens put before and after it (MPNet's specials)."""
-    from bertscope.core.model.model_files import bundled_model_dir
+    from bertscope.model.model_files import bundled_model_dir
 
     words = (bundled_model_dir() / "vocab.txt").read_text(encoding="utf-8").splitlines()
     return {word: index for index, word in enumerate([*front, *words, *back])}

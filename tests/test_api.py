@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import bertscope
-from bertscope.core.analyses.conditions import Conditions
-from bertscope.core.analyses.patterns import pattern_statistics
-from bertscope.core.data.corpus import Sentence
+from bertscope.analyses.attention.patterns import pattern_statistics
+from bertscope.analyses.conditions import Conditions
+from bertscope.data.corpus import Sentence
 
 TEXTS = ["The cat sat on the mat.", "Dogs bark at night, loudly.", "A bird sang."]
 

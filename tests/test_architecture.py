@@ -31,6 +31,6 @@ def test_nothing_is_imported_from_a_higher_layer():
 
 def test_the_checker_sees_a_circle_and_an_upward_import():
     structure = load_structure()
-    graph = {"bertscope.core.data.a": {"bertscope.core.analyses.b"}, "bertscope.core.analyses.b": {"bertscope.core.data.a"}}
-    assert structure.circles(graph) == [["bertscope.core.analyses.b", "bertscope.core.data.a"]]
-    assert structure.upward(graph) == [("bertscope.core.data.a", "bertscope.core.analyses.b")]
+    graph = {"bertscope.data.a": {"bertscope.analyses.b"}, "bertscope.analyses.b": {"bertscope.data.a"}}
+    assert structure.circles(graph) == [["bertscope.analyses.b", "bertscope.data.a"]]
+    assert structure.upward(graph) == [("bertscope.data.a", "bertscope.analyses.b")]

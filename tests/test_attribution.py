@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from bertscope.core.analyses.attribution import Target, attribute, gauss_legendre, rollout
-from bertscope.core.analyses.conditions import Conditions, JobOptions
-from bertscope.core.data.probing_tasks import generate, write_senteval
-from bertscope.core.errors import InputError
+from bertscope.analyses.attribution import Target, attribute, gauss_legendre, rollout
+from bertscope.analyses.conditions import Conditions, JobOptions
+from bertscope.base.errors import InputError
+from bertscope.data.probing_tasks import generate, write_senteval
 from tests.helpers.models import save_tiny
 
 TEXT = "Dante was born in [MASK], a city of Tuscany."
@@ -27,7 +27,7 @@ def sharp_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_mlm_session(sharp_dir):
-    from bertscope.core.model.session import Session
+    from bertscope.model.session import Session
 
     return Session.open(str(sharp_dir), device="cpu")
 
@@ -129,8 +129,8 @@ def test_attention_rollout_follows_abnar_and_zuidema(tiny_mlm_session, reference
 @pytest.mark.parametrize("method", ["attention-flow", "norms", "value-zeroing", "alti"])
 def test_context_mixing_methods_read_the_decisions_row_rolled_out(tiny_mlm_session, reference, method):
     """The rolled-out measure from the input to the last layer, at the [MASK] the MLM decision reads, under the mask."""
-    from bertscope.core.analyses.attribution_results import MIXING
-    from bertscope.core.analyses.mixing import context_mixing
+    from bertscope.analyses.attribution_results import MIXING
+    from bertscope.analyses.mixing.run import context_mixing
 
     mask = tiny_mlm_session.mask("0:1")
     ours = result_of(attribute(tiny_mlm_session, TEXT, method=method, conditions=Conditions(mask)))
@@ -156,7 +156,7 @@ def test_a_head_mask_reaches_the_attributed_forward(tiny_mlm_session):
         )
     )
     assert masked.output != pytest.approx(plain.output)
-    from bertscope.core.analyses.mlm import fill
+    from bertscope.analyses.mlm import fill
 
     guesses = fill(tiny_mlm_session, TEXT, top=1, mask=mask, layers=False).blanks[0]
     logits = tiny_mlm_session.forward(TEXT.replace("[MASK]", "[MASK]"), mask=mask).mlm_logits[guesses.position]
@@ -191,7 +191,7 @@ def test_probe_decisions_on_a_model_without_an_mlm_head(tiny_session, tmp_path):
     sentences = generate("subject_number", train=80, dev=20, test=20)
     data = tmp_path / "subject_number.tsv"
     write_senteval(data, sentences)
-    from bertscope.core.analyses.probe_decision import decision_probe
+    from bertscope.analyses.probing.decision import decision_probe
 
     probe = list(decision_probe(tiny_session, "subject_number", data=data, cache_dir=tmp_path))[-1].result
     assert probe.classes == ("NN", "NNS") and 0 <= probe.layer <= tiny_session.num_layers
@@ -203,7 +203,7 @@ def test_probe_decisions_on_a_model_without_an_mlm_head(tiny_session, tmp_path):
     np.testing.assert_allclose(rebuilt, probe.trained.logits(hidden[:, 0].numpy()[None])[0, probe.layer], rtol=1e-4, atol=1e-4)
 
     target = Target(probe="subject_number", data=str(data), label="NN", layer=2)
-    import bertscope.core.analyses.probe_decision as module
+    import bertscope.analyses.probing.decision as module
 
     key_count = len(module._trained.get(tiny_session, {}))
     result = result_of(attribute(tiny_session, text, method="integrated-gradients", target=target, job=JobOptions(cache_dir=tmp_path)))
@@ -212,7 +212,7 @@ def test_probe_decisions_on_a_model_without_an_mlm_head(tiny_session, tmp_path):
     rolled = result_of(attribute(tiny_session, text, method="attention-rollout", target=target, job=JobOptions(cache_dir=tmp_path)))
     assert rolled.scores.sum() == pytest.approx(1.0, abs=1e-5)
     # a rolled-out measure stops at the layer the probe reads (hidden state 2: the output of layer 1), at [CLS]'s row
-    from bertscope.core.analyses.mixing import context_mixing
+    from bertscope.analyses.mixing.run import context_mixing
 
     zeroed = result_of(attribute(tiny_session, text, method="value-zeroing", target=target, job=JobOptions(cache_dir=tmp_path)))
     mixing = result_of(context_mixing(tiny_session, text, method="value-zeroing"))
@@ -242,7 +242,7 @@ def test_probe_decisions_on_a_model_without_an_mlm_head(tiny_session, tmp_path):
 def test_sequence_classification_outputs(tmp_path):
     from transformers import BertForSequenceClassification
 
-    from bertscope.core.model.session import Session
+    from bertscope.model.session import Session
 
     directory = save_tiny(
         tmp_path / "cls",

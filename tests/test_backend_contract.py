@@ -17,7 +17,7 @@ import pytest
 
 import bertscope.ui
 from bertscope import api
-from bertscope.core.model.results import ModelInfo
+from bertscope.model.results import ModelInfo
 from bertscope.ui.backend import Backend
 from tests.fake_backend import FakeBackend
 

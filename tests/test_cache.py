@@ -7,11 +7,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from bertscope.analyses.probing.features import FeatureOptions, extract_features, finish_writes
+from bertscope.base.errors import InputError
 from bertscope.cli import main
-from bertscope.core.analyses.features import FeatureOptions, extract_features, finish_writes
-from bertscope.core.data.cache import cache_usage, clear_cache
-from bertscope.core.data.corpus import Sentence
-from bertscope.core.errors import InputError
+from bertscope.data.cache import cache_usage, clear_cache
+from bertscope.data.corpus import Sentence
 from tests.helpers.cli import assert_one_line_error
 
 SENTENCES = [Sentence(text="A dog barked .", words=("A", "dog", "barked", "."))]

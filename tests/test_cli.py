@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from bertscope.cli import main
-from bertscope.core.data.corpus import sample_corpus
+from bertscope.data.corpus import sample_corpus
 from tests.helpers.cli import assert_one_line_error
 from tests.helpers.models import write_config
 
@@ -312,7 +312,7 @@ def test_read_only_directory(run, tiny_bert_dir, tmp_path):
 
 def test_failed_write_leaves_no_file(run, tiny_bert_dir, tmp_path, monkeypatch):
     """A write that fails halfway (disk full) leaves neither a partial file nor a temp file (the maps' included)."""
-    from bertscope.core.analyses import export
+    from bertscope.analyses import export
 
     def fail(source, member, *args):
         member.write(source.read(100))
@@ -436,7 +436,7 @@ def test_patterns_under_a_mask_calls_the_head_off_everywhere(run, tiny_bert_dir,
 
 
 def test_patterns_conllu_and_senteval_samples(run, tiny_bert_dir):
-    from bertscope.core.data.corpus import sample_corpus
+    from bertscope.data.corpus import sample_corpus
 
     for fmt, limit, count in (("conllu", "40", 40), ("senteval", "100", 60)):  # a limit past the end reads all
         data = json.loads(run("patterns", "--data", str(sample_corpus(fmt)), "--limit", limit, "-m", str(tiny_bert_dir), "--json").stdout)
@@ -498,7 +498,7 @@ def test_corpus_commands_write_what_they_print_to_output_files(run, command, tin
 
 
 def test_loading_a_model_pauses_the_cycle_collector_and_restores_it(monkeypatch, tiny_bert_dir):
-    """Imports and loading run without cycle collection (core.collector: a second of a start), and collection is back
+    """Imports and loading run without cycle collection (base.collector: a second of a start), and collection is back
     once the model is loaded, or the explorer has closed without one."""
     import gc
 
@@ -520,12 +520,12 @@ def test_loading_a_model_pauses_the_cycle_collector_and_restores_it(monkeypatch,
 
 
 def test_a_corpus_job_pauses_the_cycle_collector_until_it_ends(tiny_session):
-    """A corpus job's batches stream without cycle collection (core.collector), and collection is back after the job,
+    """A corpus job's batches stream without cycle collection (base.collector), and collection is back after the job,
     and after one stopped early."""
     import gc
 
-    from bertscope.core.analyses.conditions import JobOptions
-    from bertscope.core.analyses.streaming import CorpusBatches
+    from bertscope.analyses.conditions import JobOptions
+    from bertscope.analyses.streaming import CorpusBatches
 
     during = []
     batches = CorpusBatches(

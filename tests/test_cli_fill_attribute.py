@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bertscope.core.data.probing_tasks import generate, write_senteval
+from bertscope.data.probing_tasks import generate, write_senteval
 from tests.helpers.cli import assert_one_line_error
 
 TEXT = "Dante was born in [MASK] and died in [MASK]."

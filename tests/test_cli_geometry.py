@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from bertscope.cli import main
-from bertscope.core.data.corpus import sample_corpus
+from bertscope.data.corpus import sample_corpus
 from tests.helpers.cli import assert_one_line_error
 from tests.helpers.models import save_tiny
 

@@ -6,7 +6,7 @@ import csv
 import io
 import json
 
-from bertscope.core.data.probing_tasks import generate, write_senteval
+from bertscope.data.probing_tasks import generate, write_senteval
 from tests.helpers.cli import assert_one_line_error
 
 CLEAN, CORRUPT = "the keys to the cabinet are here", "the key to the cabinet is here"

@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from bertscope.cli import main
-from bertscope.core.data.corpus import sample_corpus
-from bertscope.core.data.treebank import generate_treebank, write_conllu
+from bertscope.data.corpus import sample_corpus
+from bertscope.data.treebank import generate_treebank, write_conllu
 from tests.helpers.cli import assert_one_line_error, assert_refused_before_torch
 
 

@@ -8,10 +8,10 @@ import threading
 import numpy as np
 import pytest
 
-from bertscope.core.analyses.compare import check_same_tokenizer, compare_models, probe_data
-from bertscope.core.analyses.conditions import JobOptions
-from bertscope.core.data.corpus import Sentence
-from bertscope.core.errors import InputError
+from bertscope.analyses.conditions import JobOptions
+from bertscope.analyses.geometry.compare import check_same_tokenizer, compare_models, probe_data
+from bertscope.base.errors import InputError
+from bertscope.data.corpus import Sentence
 from tests.helpers.models import save_tiny
 
 SENTENCES = [
@@ -38,7 +38,7 @@ def compared(a, b, sentences=SENTENCES, **options):
 @pytest.fixture(scope="module")
 def other_session(tmp_path_factory):
     """The tiny BERT's architecture and tokenizer with other weights: a stand-in for a fine-tuned checkpoint."""
-    from bertscope.core.model.session import Session
+    from bertscope.model.session import Session
 
     return Session.open(str(save_tiny(tmp_path_factory.mktemp("tiny-b"), "BertModel", seed=5, initializer_range=0.5)), device="cpu")
 
@@ -71,7 +71,7 @@ def test_head_cosine_is_the_mean_over_sentences_of_each_maps_cosine(tiny_session
 
 
 def test_models_of_different_depth_get_rectangular_cka_and_no_head_cosines(tiny_session, tmp_path):
-    from bertscope.core.model.session import Session
+    from bertscope.model.session import Session
 
     deeper = Session.open(str(save_tiny(tmp_path / "deeper", "BertModel", seed=2, num_hidden_layers=4)), device="cpu")
     result = compared(tiny_session, deeper)
@@ -80,7 +80,7 @@ def test_models_of_different_depth_get_rectangular_cka_and_no_head_cosines(tiny_
 
 
 def test_a_different_tokenizer_is_refused_in_one_line(tiny_session, tmp_path):
-    from bertscope.core.model.session import Session
+    from bertscope.model.session import Session
 
     directory = save_tiny(tmp_path / "other-vocab", "BertModel")
     tokenizer_file = directory / "tokenizer.json"

@@ -1,12 +1,12 @@
-"""The values a run takes whole (core.analyses.conditions), and the names that say one thing (issue 57)."""
+"""The values a run takes whole (analyses.conditions), and the names that say one thing (issue 57)."""
 
 from __future__ import annotations
 
 import threading
 
-from bertscope.core.analyses.conditions import Conditions, JobOptions
-from bertscope.core.analyses.erasure_results import LiveErasure
-from bertscope.core.model.masks import HeadMask
+from bertscope.analyses.conditions import Conditions, JobOptions
+from bertscope.analyses.erasure_results import LiveErasure
+from bertscope.model.masks import HeadMask
 from tests.helpers.cli import refusals
 
 SENTENCE = "The keys to the cabinet are on the table."

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bertscope.core.data import corpus
-from bertscope.core.data.corpus import (
+from bertscope.base.errors import InputError
+from bertscope.data import corpus
+from bertscope.data.corpus import (
     FORMATS,
     CorpusError,
     ReadReport,
@@ -19,7 +20,6 @@ from bertscope.core.data.corpus import (
     read_sentences,
     sample_corpus,
 )
-from bertscope.core.errors import InputError
 
 
 def write(path: Path, text: str, encoding: str = "utf-8") -> Path:
@@ -429,7 +429,7 @@ def test_unknown_sample_format():
 
 
 def test_import_loads_neither_torch_nor_textual():
-    code = "import bertscope.core.data.corpus, sys; print(' '.join(sys.modules))"
+    code = "import bertscope.data.corpus, sys; print(' '.join(sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(done.stdout.split())
     assert not {"torch", "transformers", "textual", "numpy"} & loaded
@@ -441,7 +441,7 @@ def test_ids_and_heads_read_as_the_conllu_library_reads_them(column):
     from conllu.exceptions import ParseException
     from conllu.parser import DEFAULT_FIELD_PARSERS
 
-    from bertscope.core.data.corpus import _FIELD_PARSERS
+    from bertscope.data.corpus import _FIELD_PARSERS
 
     def outcome(parser, value):
         try:

@@ -1,4 +1,4 @@
-"""Linear layers through oneDNN on the CPU (core.model.cpu_linear): same numbers, same gradients."""
+"""Linear layers through oneDNN on the CPU (model.cpu_linear): same numbers, same gradients."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import bertscope
-from bertscope.core.model import cpu_linear
+from bertscope.model import cpu_linear
 
 needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch was built without oneDNN")
 
@@ -143,7 +143,7 @@ SHAPES_SCRIPT = r"""
 import ctypes, sys, torch
 from torch import nn
 import bertscope
-from bertscope.core.model import cpu_linear
+from bertscope.model import cpu_linear
 
 class Info(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in

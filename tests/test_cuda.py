@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA G
 
 import bertscope  # noqa: E402
 from bertscope.api import probe_sentences  # noqa: E402
-from bertscope.core.data.corpus import sample_corpus  # noqa: E402
+from bertscope.data.corpus import sample_corpus  # noqa: E402
 from tests.distributed_job import PATTERN_SENTENCES  # noqa: E402
 from tests.family_models import FAMILIES, save_tiny_family  # noqa: E402
 
@@ -81,7 +81,7 @@ def test_a_forward_gives_the_cpus_attentions_and_states(gpu, cpu):
 
 
 def test_patterns_with_norms(gpu, cpu):
-    # batches of 8: each batch's table reaches the host once the next is queued (core.model.lagged), the last at the end
+    # batches of 8: each batch's table reaches the host once the next is queued (model.lagged), the last at the end
     one, other = bertscope.patterns(gpu, limit=40, norms=True, batch_size=8), bertscope.patterns(cpu, limit=40, norms=True, batch_size=8)
     assert (one.sentences, one.tokens) == (other.sentences, other.tokens)
     for name, values in other.statistics.items():
@@ -90,7 +90,7 @@ def test_patterns_with_norms(gpu, cpu):
 
 
 def test_syntax(gpu, cpu):
-    """In batches of 8: the GPU's partial counts come a batch late (core.model.lagged), every one of them, and in order."""
+    """In batches of 8: the GPU's partial counts come a batch late (model.lagged), every one of them, and in order."""
     steps = list(bertscope.api.steps(bertscope.api.syntax, gpu, limit=40, batch_size=8))
     partial = [step.partial.sentences for step in steps if step.partial is not None]
     assert partial == [8, 16, 24, 32, 40], partial

@@ -7,11 +7,11 @@ import json
 import numpy as np
 from click.testing import CliRunner
 
+from bertscope.analyses.probing.features import FeatureOptions, extract_features
 from bertscope.cli import main
-from bertscope.core.analyses.features import FeatureOptions, extract_features
-from bertscope.core.data.corpus import read_sentences, sample_corpus
-from bertscope.core.model.deferred import DeferredSession
-from bertscope.core.model.model_files import find_model
+from bertscope.data.corpus import read_sentences, sample_corpus
+from bertscope.model.deferred import DeferredSession
+from bertscope.model.model_files import find_model
 from tests.helpers.models import command_in_a_new_process
 
 

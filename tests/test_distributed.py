@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import bertscope
+from bertscope import runtime as distributed
 from bertscope.api import probe_sentences
-from bertscope.core import distributed
-from bertscope.core.data.corpus import sample_corpus
+from bertscope.data.corpus import sample_corpus
 from tests.distributed_job import COMPARE, ERASE, GEOMETRY, MIXING, PROBE_TASK, cached_probe_arguments
 from tests.helpers.models import command_in_a_new_process, save_tiny
 
@@ -105,7 +105,7 @@ class _Store:
 
 
 def test_progress_adds_the_ranks_at_rank_0s_stage_only(monkeypatch):
-    from bertscope.core.progress import Progress
+    from bertscope.base.progress import Progress
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")

@@ -109,7 +109,7 @@ def stand_ins(tmp_path_factory) -> dict[str, str]:
             ]
         )
     )
-    from bertscope.core.model.model_files import bundled_model_dir
+    from bertscope.model.model_files import bundled_model_dir
 
     finetuned = shutil.copytree(bundled_model_dir(), root / "minilm-finetuned")
     wiki = root / "wiki.txt"  # a corpus of the reader's: 40 of the sample's sentences (`--limit 100` reads them all)

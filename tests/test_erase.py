@@ -10,12 +10,12 @@ import torch
 from click.testing import CliRunner
 
 import bertscope
+from bertscope.analyses.conditions import JobOptions
+from bertscope.analyses.erasure import Eraser, erasing, run_erasure
+from bertscope.base.errors import InputError
 from bertscope.cli import main
-from bertscope.core.analyses.conditions import JobOptions
-from bertscope.core.analyses.erasure import Eraser, erasing, run_erasure
-from bertscope.core.data.corpus import read_sentences, sample_corpus
-from bertscope.core.data.splits import make_splits
-from bertscope.core.errors import InputError
+from bertscope.data.corpus import read_sentences, sample_corpus
+from bertscope.data.splits import make_splits
 from tests.family_models import FAMILIES, save_tiny_family
 from tests.helpers.models import save_tiny
 
@@ -223,7 +223,7 @@ def test_the_cli_refuses_before_torch(tiny_bert_dir, args, message):
 
 def test_an_eraser_fitted_alone_erases_a_forward_as_the_analysis_does(tiny_session):
     """What the explorer would hold: the eraser of `run_erasure`, applied to any forward pass under `erasing`."""
-    from bertscope.core.analyses.erasure import fit_eraser
+    from bertscope.analyses.erasure import fit_eraser
 
     splits = treebank_splits()
     eraser = list(fit_eraser(tiny_session, "upos", splits.train, layer=2, job=JobOptions(cache_dir=False)))[-1].result
@@ -257,7 +257,7 @@ def test_the_explorers_corpus_views_run_with_a_live_erasure_on_every_family(fami
     """The overview's patterns, the syntax heads and geometry take the explorer's erasure (`E`) through the backend:
     what reads the hidden states below the erased one is as it was, the layer that reads it is not, and the hook goes
     with the stream (the run after it is the model as it is again)."""
-    from bertscope.core.analyses.erasure_results import LiveErasure
+    from bertscope.analyses.erasure_results import LiveErasure
     from bertscope.session_backend import SessionBackend
 
     session = bertscope.load(tiny_of(family, tmp_path), device="cpu")

@@ -10,8 +10,8 @@ import ast
 import re
 from pathlib import Path
 
+from bertscope.base.errors import InputError, NoMLMHeadError
 from bertscope.cli.common import error_line
-from bertscope.core.errors import InputError, NoMLMHeadError
 
 CORE = Path(__file__).resolve().parent.parent / "bertscope" / "core"
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]+")

@@ -14,7 +14,7 @@ import torch
 import transformers
 
 import bertscope
-from bertscope.core.errors import ModelLoadError
+from bertscope.base.errors import ModelLoadError
 from tests.family_models import FAMILIES, save_tiny_family
 
 TEXT = "The keys to the cabinet are on the table."
@@ -192,7 +192,7 @@ def test_value_weighted_norms_equal_a_hand_computation(family_models):
 def test_one_layer_run_alone_and_figures_reduced_layer_by_layer_equal_a_full_pass(family_models, ablation):
     """What the explorer holds of a long input: every layer's figures without its maps, then one layer's maps
     computed from the hidden state entering it."""
-    from bertscope.core.analyses.headstats import head_figures
+    from bertscope.analyses.attention.headstats import head_figures
     from bertscope.session_backend import SessionBackend
 
     family, made = family_models
@@ -247,7 +247,7 @@ def test_other_architectures_are_refused_in_one_line(tmp_path):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_zeroed_copy_loads_in_plain_transformers_and_computes_the_masked_model(family, tmp_path):
-    from bertscope.core.analyses.pruned_export import write_pruned_model
+    from bertscope.analyses.importance.pruned_export import write_pruned_model
 
     session = bertscope.load(str(save_tiny_family(tmp_path / "model", family, "ForMaskedLM")), device="cpu")
     heads = [(layer, 1) for layer in range(session.num_layers)]  # ALBERT: the same head of every application
@@ -265,8 +265,8 @@ def test_a_zeroed_copy_loads_in_plain_transformers_and_computes_the_masked_model
 
 @pytest.mark.parametrize("family", ["albert", "modernbert", "mpnet"])
 def test_families_whose_heads_cannot_be_sliced_say_to_zero_them(family, tmp_path):
-    from bertscope.core.analyses.pruned_export import write_pruned_model
-    from bertscope.core.errors import InputError
+    from bertscope.analyses.importance.pruned_export import write_pruned_model
+    from bertscope.base.errors import InputError
 
     session = bertscope.load(str(save_tiny_family(tmp_path / "model", family)), device="cpu")
     with pytest.raises(InputError, match="zeroed instead") as raised:
@@ -279,7 +279,7 @@ def test_families_whose_heads_cannot_be_sliced_say_to_zero_them(family, tmp_path
 
 @pytest.mark.parametrize("family", ["distilbert", "deberta-v2"])
 def test_sliced_copies_are_smaller_and_compute_the_masked_model(family, tmp_path):
-    from bertscope.core.analyses.pruned_export import write_pruned_model
+    from bertscope.analyses.importance.pruned_export import write_pruned_model
 
     session = bertscope.load(str(save_tiny_family(tmp_path / "model", family, "ForMaskedLM")), device="cpu")
     remove = [(0, 1), *((1, head) for head in range(session.num_heads))]  # layer 1 loses every head

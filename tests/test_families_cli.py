@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import bertscope
 from bertscope.cli import main
-from bertscope.core.data.corpus import sample_corpus
+from bertscope.data.corpus import sample_corpus
 from tests.family_models import FAMILIES, save_tiny_family
 
 TEXT = "The keys to the cabinet are on the table."

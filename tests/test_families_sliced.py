@@ -50,7 +50,7 @@ def _save(directory, family: str, switches: dict):
     "family, switches", CASES, ids=[f"{f}-{'-'.join(f'{k}={v}' for k, v in s.items()) or 'default'}" for f, s in CASES]
 )
 def test_a_sliced_copy_computes_the_masked_original(family, switches, tmp_path, monkeypatch):
-    from bertscope.core.analyses import pruned_export
+    from bertscope.analyses.importance import pruned_export
 
     timing = pruned_export.PairedTiming((1.0,), (1.0,), sentences=1)
     monkeypatch.setattr(pruned_export, "time_paired", lambda original, pruned_copy, texts: timing)  # the speed-up is not the point here
@@ -70,7 +70,7 @@ def test_a_sliced_copy_computes_the_masked_original(family, switches, tmp_path, 
 def test_the_api_refuses_a_sliced_copy_it_cannot_write_before_scoring_a_head(family, tmp_path, monkeypatch):
     """Issue 54: the refusal came after 14-18 s of importance scoring; the family says it before any."""
     from bertscope import api
-    from bertscope.core.errors import InputError
+    from bertscope.base.errors import InputError
 
     def scored(*args, **kwargs):
         raise AssertionError("heads were scored before the copy was judged")

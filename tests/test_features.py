@@ -7,10 +7,10 @@ import threading
 import numpy as np
 import pytest
 
-from bertscope.core.analyses.features import FeatureOptions, extract_features, finish_writes
-from bertscope.core.data.cache import default_cache_dir
-from bertscope.core.data.corpus import Sentence
-from bertscope.core.errors import InputError
+from bertscope.analyses.probing.features import FeatureOptions, extract_features, finish_writes
+from bertscope.base.errors import InputError
+from bertscope.data.cache import default_cache_dir
+from bertscope.data.corpus import Sentence
 
 WORDS = [("Unbelievably", ",", "the", "keys", "were", "found", "."), ("A", "dog", "barked", ".")]
 SENTENCES = [Sentence(text=" ".join(words), words=words) for words in WORDS]
@@ -153,7 +153,7 @@ def changed_last_layer(tiny_bert_dir, directory, change):
 
     from transformers import AutoModel
 
-    from bertscope.core.model.session import Session
+    from bertscope.model.session import Session
 
     model = AutoModel.from_pretrained(tiny_bert_dir)
     change(model.encoder.layer[-1].output.LayerNorm)

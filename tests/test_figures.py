@@ -12,10 +12,9 @@ import pytest
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
+from bertscope.analyses.attention.patterns_results import PATTERNS
 from bertscope.api import built_in_treebank
-from bertscope.core.errors import BertscopeError, InputError
-from bertscope.core.model.masks import HeadMask
-from bertscope.core.model.results import PATTERNS
+from bertscope.base.errors import BertscopeError, InputError
 from bertscope.figures.curves import ProbeCurve, probe_curves
 from bertscope.figures.grids import head_grid
 from bertscope.figures.heatmaps import attention_heatmap, residual_map
@@ -23,6 +22,7 @@ from bertscope.figures.layout import MAX_TOKENS
 from bertscope.figures.save import check_figure_path, save_figure
 from bertscope.figures.scatter import MAX_LABELS, pca_scatter
 from bertscope.figures.strips import attribution_strip
+from bertscope.model.masks import HeadMask
 from tests.fake_backend import HEADS, LAYERS, FakeBackend
 from tests.helpers.models import command_in_a_new_process
 

@@ -1,4 +1,4 @@
-"""Files written whole and on real disk blocks (core.data.files)."""
+"""Files written whole and on real disk blocks (data.files)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bertscope.core.data.files import atomic_write
+from bertscope.data.files import atomic_write
 
 
 @pytest.mark.parametrize("has_fallocate", [True, False])
@@ -17,7 +17,7 @@ def test_reserving_space_keeps_a_header_and_zeroes_the_rest(tmp_path, monkeypatc
     """The probing feature cache maps an .npy file: its header must survive, with or without posix_fallocate (macOS)."""
     import numpy as np
 
-    from bertscope.core.data.files import reserve_space
+    from bertscope.data.files import reserve_space
 
     if not has_fallocate:
         monkeypatch.delattr(os, "posix_fallocate", raising=False)
@@ -73,7 +73,7 @@ def test_files_written_while_another_thread_makes_directories_leave_them_private
 @pytest.mark.parametrize("mask", [0o022, 0o027, 0o077])
 def test_the_umask_is_read_without_setting_it(tmp_path, monkeypatch, reported, mask):
     """From /proc/self/status where Linux reports it, else from a new directory's permissions (macOS)."""
-    from bertscope.core.data import files
+    from bertscope.data import files
 
     old = os.umask(mask)
     try:
@@ -90,7 +90,7 @@ def test_the_umask_is_read_without_setting_it(tmp_path, monkeypatch, reported, m
 @pytest.mark.parametrize("mask", [0o022, 0o027])
 def test_a_pruned_copy_follows_the_umask_like_every_other_file(tiny_session, tmp_path, monkeypatch, mask):
     """Issue 54: the copy's folder came out 0700 and its weights 0600 (mkdtemp, transformers), beside 0644 files."""
-    from bertscope.core.analyses import pruned_export
+    from bertscope.analyses.importance import pruned_export
 
     timing = pruned_export.PairedTiming((1.0,), (1.0,), sentences=1)
     monkeypatch.setattr(pruned_export, "time_paired", lambda original, pruned_copy, texts: timing)  # its speed is not the point

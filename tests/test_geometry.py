@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bertscope.core.analyses.conditions import JobOptions
-from bertscope.core.analyses.geometry import (
+from bertscope.analyses.conditions import JobOptions
+from bertscope.analyses.geometry.representations import SmallestKeys, row_keys, stream_sample
+from bertscope.analyses.geometry.run import (
     cka_matrices,
     linear_cka,
     nearest_neighbours,
@@ -15,9 +16,8 @@ from bertscope.core.analyses.geometry import (
     representation_geometry,
     twonn_dimension,
 )
-from bertscope.core.analyses.representations import SmallestKeys, row_keys, stream_sample
-from bertscope.core.data.corpus import Sentence, read_sentences, sample_corpus
-from bertscope.core.errors import InputError
+from bertscope.base.errors import InputError
+from bertscope.data.corpus import Sentence, read_sentences, sample_corpus
 
 
 def rotation(d: int, seed: int = 0) -> np.ndarray:
@@ -279,7 +279,7 @@ def test_geometry_can_be_cancelled(tiny_session):
 
 
 def test_an_equal_sentence_gives_equal_rows_whatever_batch_it_ran_in(tiny_session, monkeypatch):
-    from bertscope.core.analyses import streaming
+    from bertscope.analyses import streaming
 
     monkeypatch.setattr(streaming, "CHUNK", 2)  # the first copy runs padded beside a long sentence, the second alone
     short, long = SENTENCES[0], Sentence("A much longer sentence, which pads the short one in its batch to many more tokens.")

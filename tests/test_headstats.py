@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from bertscope.core.analyses.headstats import FIGURES, figure_range, head_figures, is_punctuation, punctuation_ids
-from bertscope.core.model.effects import layer_cosines
+from bertscope.analyses.attention.headstats import FIGURES, figure_range, head_figures, is_punctuation, punctuation_ids
+from bertscope.model.effects import layer_cosines
 
 TOKENS = ["[CLS]", "the", "cat", "sat", ".", "[SEP]"]
 SPECIAL = np.array([1, 0, 0, 0, 0, 1], dtype=bool)
@@ -52,7 +52,7 @@ def test_punctuation_by_token_id():
 
     from transformers import AutoTokenizer
 
-    from bertscope.core.model.model_files import bundled_model_dir
+    from bertscope.model.model_files import bundled_model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
     table = punctuation_ids(tokenizer)

@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.text import Text
 
+from bertscope.base.theming import Colormap
 from bertscope.render import AttentionHeatmap
 from bertscope.render.heatmap import MAX_LABEL_WIDTH, Cells, Labels, Scale
-from bertscope.theming import Colormap
 
 COLORMAP = Colormap(("#000000", "#ff8000", "#ffff00"), masked="#404040", cursor="#00ffff")
 TOKENS = ["[CLS]", "the", "cat", "sat", "on", "the", "mat", "[SEP]"]

@@ -17,8 +17,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import bertscope
 from bertscope import api
-from bertscope.core.analyses.features import FeatureOptions, extract_features
-from bertscope.core.data.corpus import Sentence
+from bertscope.analyses.probing.features import FeatureOptions, extract_features
+from bertscope.data.corpus import Sentence
 
 WORDS = "the cat sat on a mat by the door today .".split()
 READS = {"item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__", "__array__"}
@@ -78,7 +78,7 @@ def counted(model: torch.nn.Module, run) -> tuple[int, int, int]:
 def jobs(tiny_session, tiny_mlm_session, tiny_bert_dir):
     from transformers import AutoModel
 
-    from bertscope.core.model.session import Session
+    from bertscope.model.session import Session
 
     other = Session.open(str(tiny_bert_dir), device="cpu")
     bare = AutoModel.from_pretrained(str(tiny_bert_dir), attn_implementation="eager").eval()

@@ -9,12 +9,12 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from bertscope.core.analyses.importance import check_fraction, head_importance, measure, pruning_curve
-from bertscope.core.analyses.objectives import make_objective
-from bertscope.core.analyses.pruned_export import PairedTiming, time_paired, write_pruned_model
-from bertscope.core.data.corpus import Sentence, read_sentences, sample_corpus
-from bertscope.core.errors import InputError
-from bertscope.core.model.session import Session
+from bertscope.analyses.importance.objectives import make_objective
+from bertscope.analyses.importance.pruned_export import PairedTiming, time_paired, write_pruned_model
+from bertscope.analyses.importance.run import check_fraction, head_importance, measure, pruning_curve
+from bertscope.base.errors import InputError
+from bertscope.data.corpus import Sentence, read_sentences, sample_corpus
+from bertscope.model.session import Session
 from tests.helpers.models import save_tiny
 
 TEXTS = [s.text for s in read_sentences(sample_corpus(), limit=48)]
@@ -102,7 +102,7 @@ def test_pruned_model_is_smaller_and_says_what_it_pruned(pruned_pair):
 
 def test_a_zeroed_copy_is_not_timed(tiny_mlm_session, tmp_path, monkeypatch):
     """Issue 54: zeroed copies were reported 0.64-2.39x as fast: the same shapes run the same arithmetic, noise timed."""
-    from bertscope.core.analyses import pruned_export
+    from bertscope.analyses.importance import pruned_export
 
     def no_timing(*args, **kwargs):
         raise AssertionError("a zeroed copy was timed")

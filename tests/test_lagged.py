@@ -1,4 +1,4 @@
-"""LaggedReads (core.model.lagged): every batch reaches its consumer, in order, as a host array; on the CPU at once."""
+"""LaggedReads (model.lagged): every batch reaches its consumer, in order, as a host array; on the CPU at once."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from bertscope.core.model.device import upload  # noqa: E402
-from bertscope.core.model.lagged import LaggedReads  # noqa: E402
+from bertscope.model.device import upload  # noqa: E402
+from bertscope.model.lagged import LaggedReads  # noqa: E402
 
 
 def test_on_the_cpu_each_batch_is_read_at_once_and_in_order():

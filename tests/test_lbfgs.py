@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from bertscope.core.analyses.lbfgs import minimise, minimise_together
+from bertscope.analyses.probing.lbfgs import minimise, minimise_together
 
 
 def test_an_ill_conditioned_quadratic_is_solved_to_the_tolerance():

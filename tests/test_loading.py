@@ -8,9 +8,9 @@ import huggingface_hub.constants
 import numpy as np
 import pytest
 
-from bertscope.core.errors import ModelLoadError
-from bertscope.core.model.loading import load_model
-from bertscope.core.model.session import Session
+from bertscope.base.errors import ModelLoadError
+from bertscope.model.loading import load_model
+from bertscope.model.session import Session
 from tests.helpers.models import save_tiny, write_config
 
 
@@ -168,7 +168,7 @@ def test_missing_tokenizer(tmp_path, tiny_bert_dir):
 
 
 def test_half_precision_is_refused_on_cpu(tiny_bert_dir):
-    from bertscope.core.errors import InputError
+    from bertscope.base.errors import InputError
 
     with pytest.raises(InputError, match="float16 is for GPUs"):
         load_model(str(tiny_bert_dir), device="cpu", dtype="float16")
@@ -177,7 +177,7 @@ def test_half_precision_is_refused_on_cpu(tiny_bert_dir):
 def test_cuda_refused_without_gpu(tiny_bert_dir):
     import torch
 
-    from bertscope.core.errors import InputError
+    from bertscope.base.errors import InputError
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertscope.core.model import ablation as ablation_module
+from bertscope.model import ablation as ablation_module
 
 SENTENCES = ["The keys to the cabinet are on the table.", "A dog barked."]
 

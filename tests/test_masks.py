@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from bertscope.core.errors import MaskSpecError
-from bertscope.core.model.masks import HeadMask, check_ablation
+from bertscope.base.errors import MaskSpecError
+from bertscope.model.masks import HeadMask, check_ablation
 
 
 def test_spec_with_heads_and_whole_layers():

@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 import bertscope
+from bertscope.base.errors import InputError
 from bertscope.cli import main
-from bertscope.core.errors import InputError
-from bertscope.core.model.families import family_for
-from bertscope.core.model.model_files import usable_length
+from bertscope.model.families import family_for
+from bertscope.model.model_files import usable_length
 from tests.family_models import save_tiny_family
 
 POSITIONS = 8192

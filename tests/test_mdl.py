@@ -12,13 +12,13 @@ from scipy.optimize import minimize
 from scipy.special import log_softmax
 
 import bertscope
+from bertscope.analyses.conditions import JobOptions
+from bertscope.analyses.probing.mdl import PORTIONS, OnlineCode, block_ends, online_codes, uniform_codelength
+from bertscope.analyses.probing.run import run_probe
+from bertscope.base.errors import InputError
 from bertscope.cli import main
-from bertscope.core.analyses.conditions import JobOptions
-from bertscope.core.analyses.mdl import PORTIONS, OnlineCode, block_ends, online_codes, uniform_codelength
-from bertscope.core.analyses.probing import run_probe
-from bertscope.core.data.corpus import read_sentences, sample_corpus
-from bertscope.core.data.splits import make_splits
-from bertscope.core.errors import InputError
+from bertscope.data.corpus import read_sentences, sample_corpus
+from bertscope.data.splits import make_splits
 
 
 def deterministic_problem(n: int, seed: int = 0, classes: int = 4, dim: int = 12, layers: int = 2):
@@ -174,7 +174,7 @@ def treebank_splits():
 
 
 def test_probe_with_mdl_on_a_word_task_reads_the_features_once(tiny_session, tmp_path, monkeypatch):
-    from bertscope.core.analyses import probing
+    from bertscope.analyses.probing import run as probing
 
     extracted = []
     extract = probing.extract_sharded

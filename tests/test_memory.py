@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from bertscope.core.analyses.conditions import JobOptions
-from bertscope.core.analyses.probes import ProbeTraining
-from bertscope.core.data.batching import plan_batches
-from bertscope.core.data.corpus import Sentence
-from bertscope.core.data.splits import make_splits
-from bertscope.core.data.treebank import generate_treebank
+from bertscope.analyses.conditions import JobOptions
+from bertscope.analyses.probing.probes import ProbeTraining
+from bertscope.data.batching import plan_batches
+from bertscope.data.corpus import Sentence
+from bertscope.data.splits import make_splits
+from bertscope.data.treebank import generate_treebank
 
 # A few KB may appear once (a buffer the framework sizes on first use); one batch of the tiny
 # model holds far more: 4 sentences of ~40 tokens are ~80 KB of hidden states, ~300 KB of maps.
@@ -91,7 +91,7 @@ def test_batches_fill_the_caps_so_the_largest_batch_does_not_follow_the_corpus()
 
 
 def test_pattern_statistics_keep_no_batch(tiny_session):
-    from bertscope.core.analyses.patterns import pattern_statistics
+    from bertscope.analyses.attention.patterns import pattern_statistics
 
     steps = pattern_statistics(tiny_session, varied(96), job=JobOptions(batch_size=4), chunk_size=24)
     first, most = growth_between_batches(steps)
@@ -99,7 +99,7 @@ def test_pattern_statistics_keep_no_batch(tiny_session):
 
 
 def test_representation_sample_keeps_no_batch(tiny_session):
-    from bertscope.core.analyses.representations import stream_sample
+    from bertscope.analyses.geometry.representations import stream_sample
 
     steps = stream_sample(
         [tiny_session, tiny_session],
@@ -115,8 +115,8 @@ def test_representation_sample_keeps_no_batch(tiny_session):
 
 
 def test_importance_walks_keep_no_batch(tiny_session):
-    from bertscope.core.analyses.importance import gradient_importance
-    from bertscope.core.analyses.objectives import make_objective
+    from bertscope.analyses.importance.objectives import make_objective
+    from bertscope.analyses.importance.run import gradient_importance
 
     before = live_tensor_bytes()
     objective = make_objective(tiny_session, "preserve", varied(96), batch_size=4)
@@ -130,7 +130,8 @@ def test_importance_walks_keep_no_batch(tiny_session):
 
 
 def test_cloze_keeps_no_batch(tiny_mlm_session):
-    from bertscope.core.analyses.mlm import ClozeQuery, cloze_scores
+    from bertscope.analyses.mlm import cloze_scores
+    from bertscope.analyses.mlm_results import ClozeQuery
 
     queries = [ClozeQuery(s.text.rstrip(".") + " [MASK].", "the", f"q:{i}") for i, s in enumerate(varied(64))]
     first, most = growth_between_batches(cloze_scores(tiny_mlm_session, queries, batch_size=4))
@@ -162,7 +163,7 @@ def test_plan_keeps_every_sentence_once(cap):
 def test_corpus_heap_maps_large_blocks_only_while_a_job_runs(monkeypatch):
     """Corpus jobs serve large blocks with mmap (no fragmented heap growing chunk after chunk), nested
     jobs included; the interactive threshold comes back when the last one ends."""
-    from bertscope.core.model import allocator
+    from bertscope.model import allocator
 
     calls = []
     monkeypatch.setattr(allocator, "_tuned", True)
@@ -183,7 +184,7 @@ def test_corpus_heap_maps_large_blocks_only_while_a_job_runs(monkeypatch):
 def test_probe_training_holds_a_block_of_rows_not_the_whole_layer(monkeypatch):
     """Beyond FIT_BLOCK rows a linear probe is fitted on blocks read from the features; the
     probes are those of the in-memory fit, and no float32 copy of a whole layer is alive."""
-    from bertscope.core.analyses import lbfgs, probes
+    from bertscope.analyses.probing import lbfgs, probes
 
     rng = np.random.default_rng(0)
     n, dim, classes = 1200, 16, 4
@@ -226,7 +227,7 @@ def test_on_a_gpu_a_layer_is_held_whole_and_on_the_cpu_a_block():
     each block past the first would be copied from the host at every L-BFGS evaluation."""
     import torch
 
-    from bertscope.core.analyses import probes
+    from bertscope.analyses.probing import probes
 
     assert probes.block_rows(torch.device("cpu"), 384, probes.FIT_BLOCK) == probes.FIT_BLOCK
     held = probes.block_rows(torch.device("cuda", 0), 384, probes.FIT_BLOCK)
@@ -239,8 +240,8 @@ def test_probes_read_the_rows_kept_of_a_memory_map_a_block_at_a_time(monkeypatch
     of that subset, and no copy of the split (or of a layer of it) is made to train or score them."""
     import tracemalloc
 
-    from bertscope.core.analyses import probes
-    from bertscope.core.analyses.probing import encode_labels
+    from bertscope.analyses.probing import probes
+    from bertscope.analyses.probing.run import encode_labels
 
     rng = np.random.default_rng(1)
     n, dim, classes = 3000, 64, 3
@@ -280,7 +281,8 @@ def test_probes_read_the_rows_kept_of_a_memory_map_a_block_at_a_time(monkeypatch
 def test_feature_extraction_tokenises_a_chunk_at_a_time_and_keeps_no_batch(tiny_session, tmp_path, monkeypatch):
     """Probing's features: a chunk's tokens and a batch's tensors are gone once done; only the
     features (here a memory-mapped cache entry) grow with the corpus."""
-    from bertscope.core.analyses import features, streaming
+    from bertscope.analyses import streaming
+    from bertscope.analyses.probing import features
 
     monkeypatch.setattr(streaming, "CHUNK", 16)
     encode = features._encode
@@ -306,8 +308,9 @@ def test_probe_training_runs_on_the_corpus_heap(tiny_session, monkeypatch):
     number of blocks (EWT, 8,000 sentences: +107 MB). Training must run with blocks of
     FITTING_THRESHOLD and more mapped and handed back, after the feature passes' freed memory
     is trimmed, and give the interactive setting back when done."""
-    from bertscope.core.analyses import probes, probing
-    from bertscope.core.model import allocator
+    from bertscope.analyses.probing import probes
+    from bertscope.analyses.probing import run as probing
+    from bertscope.model import allocator
 
     calls, streaming_while_fitting = [], []
     monkeypatch.setattr(allocator, "_tuned", True)
@@ -331,7 +334,7 @@ def test_probe_training_runs_on_the_corpus_heap(tiny_session, monkeypatch):
 def test_probing_keeps_only_the_treebank_columns_its_task_reads(tmp_path):
     """Probing holds every sentence of its splits: the columns its task never reads are not kept."""
     from bertscope.api import probe_sentences
-    from bertscope.core.data.treebank import generate_treebank, write_conllu
+    from bertscope.data.treebank import generate_treebank, write_conllu
 
     path = tmp_path / "treebank.conllu"
     write_conllu(path, generate_treebank(20, seed=1))

@@ -5,7 +5,7 @@
   one batch from the attention block's decomposition;
 - ALTI: one layer of a two-token input by hand, from the weights (queries, keys, values, LayerNorm) up;
 - attention flow: networkx's maximum flow (float capacities, Edmonds-Karp) on the same layered graph;
-- rollout: core.analyses.attribution's; norms: the session's value-weighted norms.
+- rollout: analyses.attribution's; norms: the session's value-weighted norms.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import pytest
 import torch
 
 import bertscope
-from bertscope.core.analyses.attribution import rollout as attribution_rollout
-from bertscope.core.analyses.conditions import Conditions
-from bertscope.core.analyses.mixing import mixings, rolled_out
-from bertscope.core.analyses.mixing_results import METHODS, PER_LAYER
-from bertscope.core.model.results import Encoding
-from bertscope.core.progress import outcome
+from bertscope.analyses.attribution import rollout as attribution_rollout
+from bertscope.analyses.conditions import Conditions
+from bertscope.analyses.mixing.results import METHODS, PER_LAYER
+from bertscope.analyses.mixing.run import mixings, rolled_out
+from bertscope.base.progress import outcome
+from bertscope.model.results import Encoding
 from tests.family_models import FAMILIES, save_tiny_family
 
 TEXT = "The keys to the cabinet are on the table."
@@ -47,7 +47,7 @@ def value_zeroing_by_hooks(session, family: str, text: str, mask=None) -> np.nda
     length, layers = hidden.shape[1], session.num_layers
     gates = session.gate_tensor(session.mask(mask))
     scores = np.zeros((layers, length, length))
-    from bertscope.core.model.ablation import attention_pass
+    from bertscope.model.ablation import attention_pass
 
     for index, layer in enumerate(session.layer_modules):
         module, third = VALUES[family](layer)
@@ -214,7 +214,7 @@ def test_every_family_value_zeroing_by_hooks_and_alti_rows(family_session):
 def test_the_decomposition_rebuilds_every_layers_output(family_session):
     """The attention block's residual sum, run through the rest of the layer as the family says, is the layer's output:
     in a padded batch too, for every real token of each input."""
-    from bertscope.core.analyses.mixing import _Pass
+    from bertscope.analyses.mixing.run import _Pass
 
     _, session = family_session
     encodings = [session.encode(TEXT), session.encode(SHORT)]
@@ -232,7 +232,7 @@ def test_the_decomposition_rebuilds_every_layers_output(family_session):
 def test_a_padded_batch_gives_each_input_its_own_measures(family_session):
     """What the corpus form computes a batch at a time is what each sentence gives alone, on every family (padding
     moves nothing into a real token, and no padding row or column is kept)."""
-    from bertscope.core.analyses.mixing import batch_mixings
+    from bertscope.analyses.mixing.run import batch_mixings
 
     _, session = family_session
     encodings = [session.encode(text) for text in (SHORT, TEXT, "Dogs bark.")]
@@ -257,7 +257,7 @@ def spearman_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def test_row_rank_correlations_equal_scipys_with_ties_and_padding():
     """The corpus form ranks a padded batch's rows on the device: each input's rows over its own columns, ties at their
     mean rank, constant rows and padding rows NaN, as scipy's spearmanr row by row."""
-    from bertscope.core.analyses.mixing import _spearman_between
+    from bertscope.analyses.mixing.run import _spearman_between
 
     rng = np.random.default_rng(0)
     lengths = [7, 5]
@@ -366,8 +366,8 @@ def test_the_cli_compares_over_a_corpus(tiny_bert_dir, tmp_path):
 def test_a_corpus_run_by_default_leaves_out_the_costly_measures(tiny_session, monkeypatch):
     """Over a corpus, value zeroing (a feed-forward block on T² rows a layer) and flow (L·T² max-flow problems a
     sentence) run only when named: by default neither is computed at all, and no estimate is given."""
-    from bertscope.core.analyses import mixing
-    from bertscope.core.analyses.mixing_results import CORPUS_DEFAULT, CostEstimate
+    from bertscope.analyses.mixing import run as mixing
+    from bertscope.analyses.mixing.results import CORPUS_DEFAULT, CostEstimate
 
     def refused(*args, **kwargs):
         raise AssertionError("a costly measure ran by default")
@@ -387,7 +387,7 @@ def test_a_costly_measure_named_is_timed_on_the_first_batch_and_changes_no_numbe
     """Value zeroing and flow named: the record after the first batch carries how long each will take over the
     sentences read (the first batch's time scaled by each one's work in the sentences' lengths), before the rest runs;
     and the numbers are each costly measure's alone, and those of a run with the sentences one a batch."""
-    from bertscope.core.analyses.mixing_results import CostEstimate
+    from bertscope.analyses.mixing.results import CostEstimate
 
     texts = [TEXT, SHORT, "Dogs bark at night, loudly.", "A much longer sentence than the others, with many more tokens in it."]
     records = []
@@ -413,7 +413,7 @@ def test_the_estimate_scales_by_each_measures_work_in_the_lengths():
     """Flow's work counts the max-flow calls `attention_flow` makes (each call's own cost added to its edges'), so that a
     first batch of short sentences, where the calls dominate, is not scaled as if it were all edges; value zeroing's
     counts the rows of each padded batch, as planned."""
-    from bertscope.core.analyses.mixing import FLOW_CALL_EDGES, _copy_edges, attention_flow, cost_estimate, costly_work
+    from bertscope.analyses.mixing.run import FLOW_CALL_EDGES, _copy_edges, attention_flow, cost_estimate, costly_work
 
     rng = np.random.default_rng(0)
     for length in (3, 9, 40):

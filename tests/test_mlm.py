@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from bertscope.core.analyses.mlm import cloze_scores, fill, read_cloze, sample_cloze
-from bertscope.core.data.corpus import ReadReport
-from bertscope.core.errors import InputError, NoMLMHeadError
+from bertscope.analyses.mlm import cloze_scores, fill, read_cloze, sample_cloze
+from bertscope.base.errors import InputError, NoMLMHeadError
+from bertscope.data.corpus import ReadReport
 
 TEXT = "Dante was born in [MASK] and died in [MASK]."
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertscope.core.analyses.conditions import Conditions, JobOptions
+from bertscope.analyses.conditions import Conditions, JobOptions
 
 SENTENCE = "The keys to the cabinet are on the table."
 SENTENCES = [SENTENCE, "A dog barked, twice."]
@@ -102,15 +102,15 @@ CORPUS = ["The keys to the cabinet are on the table.", "A dog barked, loudly!", 
 
 
 def corpus_result(session, texts, **options):
-    from bertscope.core.analyses.patterns import pattern_statistics
+    from bertscope.analyses.attention.patterns import pattern_statistics
 
     return list(pattern_statistics(session, [Text(t) for t in texts], **options))[-1].result
 
 
 def test_norm_shares_equal_the_per_sentence_shares_of_the_norm_rows(tiny_session):
     """Each share of norm is the share of weight computed on the norm map with its rows scaled to sum to one."""
-    from bertscope.core.analyses.headstats import head_figures
-    from bertscope.core.model.results import NORM_SHARES
+    from bertscope.analyses.attention.headstats import head_figures
+    from bertscope.analyses.attention.patterns_results import NORM_SHARES
 
     result = corpus_result(tiny_session, CORPUS, job=JobOptions(batch_size=3), norms=True)
     expected = {name: 0.0 for name in NORM_SHARES}
@@ -125,7 +125,7 @@ def test_norm_shares_equal_the_per_sentence_shares_of_the_norm_rows(tiny_session
 
 
 def test_norms_leave_the_weight_statistics_as_they_were(tiny_session):
-    from bertscope.core.model.results import STATISTICS
+    from bertscope.analyses.attention.patterns_results import STATISTICS
 
     plain = corpus_result(tiny_session, CORPUS)
     with_norms = corpus_result(tiny_session, CORPUS, norms=True)
@@ -147,8 +147,8 @@ def test_norm_shares_are_shares_and_vanish_for_a_zeroed_head(tiny_session):
 
 def test_equal_value_norms_give_the_weight_shares(tiny_session):
     """Where every value has the same norm, a share of norm is the share of weight."""
-    from bertscope.core.analyses.headstats import PunctuationIds
-    from bertscope.core.analyses.patterns import batch_tensors, encode_sorted, norm_shares, shares
+    from bertscope.analyses.attention.headstats import PunctuationIds
+    from bertscope.analyses.attention.patterns import batch_tensors, encode_sorted, norm_shares, shares
 
     encoded = encode_sorted(tiny_session, [Text(t) for t in CORPUS])
     inputs, masks = batch_tensors(tiny_session, encoded, PunctuationIds(tiny_session.tokenizer))
@@ -169,8 +169,8 @@ def test_norm_shares_do_not_depend_on_the_batching(tiny_session):
 
 def test_a_pruned_model_gives_the_masked_models_norms(tiny_mlm_session, tmp_path):
     """Heads sliced out of the weights: the kept heads' norms in their original numbers, the pruned ones zero."""
-    from bertscope.core.analyses.pruned_export import write_pruned_model
-    from bertscope.core.model.session import Session
+    from bertscope.analyses.importance.pruned_export import write_pruned_model
+    from bertscope.model.session import Session
 
     remove = [(0, 1), (0, 3), (2, 0), (2, 1), (2, 2), (2, 3)]
     write_pruned_model(tiny_mlm_session, remove, tmp_path / "model", timing_texts=CORPUS, extra={})

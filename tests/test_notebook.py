@@ -16,7 +16,7 @@ import pandas
 import pytest
 
 from bertscope.api import built_in_treebank
-from bertscope.core.errors import BertscopeError
+from bertscope.base.errors import BertscopeError
 from bertscope.figures.notebook import HTML_ROWS, html_table
 from tests.fake_backend import HEADS, LAYERS, FakeBackend
 

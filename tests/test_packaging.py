@@ -45,7 +45,7 @@ def test_wheel_ships_the_themes(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     themes = {Path(name).name for name in names if name.startswith("bertscope/themes/")}
     assert {"dark.toml", "light.toml", "colorblind.toml"} <= themes
-    assert "bertscope/core/model/session.py" in names
+    assert "bertscope/model/session.py" in names
     assert "bertscope/ui/explorer.tcss" in names  # the explorer's layout ships too
     assert not any(name.startswith("tests/") for name in names)
 
@@ -57,7 +57,7 @@ def modules_after_import(*modules: str) -> set[str]:
 
 
 def test_core_does_not_import_the_ui():
-    loaded = modules_after_import("bertscope.core.model.session", "bertscope.core.model.loading")
+    loaded = modules_after_import("bertscope.model.session", "bertscope.model.loading")
     assert "torch" in loaded
     assert not {"textual", "bertscope.ui", "bertscope.cli", "bertscope.render"} & loaded
 
@@ -65,10 +65,10 @@ def test_core_does_not_import_the_ui():
 def test_plain_core_modules_stay_light():
     """The UI may use masks, results, errors and the values a run takes (conditions, job options) without pulling torch in."""
     loaded = modules_after_import(
-        "bertscope.core.model.masks",
-        "bertscope.core.model.results",
-        "bertscope.core.errors",
-        "bertscope.core.data.files",
-        "bertscope.core.analyses.conditions",
+        "bertscope.model.masks",
+        "bertscope.model.results",
+        "bertscope.base.errors",
+        "bertscope.data.files",
+        "bertscope.analyses.conditions",
     )
     assert "torch" not in loaded and "transformers" not in loaded

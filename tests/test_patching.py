@@ -1,4 +1,4 @@
-"""Activation patching (core.analyses.patching) on tiny random encoders: checks whose answers are known."""
+"""Activation patching (analyses.patching) on tiny random encoders: checks whose answers are known."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from bertscope.core.analyses.patching import _activations, _Group, _patched_hidden, patch
-from bertscope.core.analyses.patching_results import PatchMetric
-from bertscope.core.errors import InputError
+from bertscope.analyses.patching import _activations, _Group, _patched_hidden, patch
+from bertscope.analyses.patching_results import PatchMetric
+from bertscope.base.errors import InputError
 
 CLEAN = "the keys to the cabinet are here"
 CORRUPT = "the key to the cabinet is here"
@@ -137,7 +137,7 @@ def test_inputs_that_score_the_same_are_refused(tiny_session, tiny_mlm_session):
 
 
 def test_class_metric_compares_two_classes_of_a_classifier(tmp_path):
-    from bertscope.core.model.session import Session
+    from bertscope.model.session import Session
     from tests.helpers.models import save_tiny
 
     directory = save_tiny(

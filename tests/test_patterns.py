@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from bertscope.core.analyses.conditions import Conditions, JobOptions
-from bertscope.core.analyses.headstats import PunctuationIds, head_figures
-from bertscope.core.analyses.patterns import (
+from bertscope.analyses.attention.headstats import PunctuationIds, head_figures
+from bertscope.analyses.attention.patterns import (
     PATTERNS,
     STATISTICS,
     batch_tensors,
@@ -17,6 +16,7 @@ from bertscope.core.analyses.patterns import (
     head_features,
     pattern_statistics,
 )
+from bertscope.analyses.conditions import Conditions, JobOptions
 
 
 class Text:
@@ -160,7 +160,7 @@ def test_a_layers_statistics_take_a_few_tensor_operations_whatever_the_batch(tin
     had its own, 54 as the columns of one table)."""
     from torch.overrides import TorchFunctionMode
 
-    from bertscope.core.analyses.patterns import _feature_table, _norm_share_table
+    from bertscope.analyses.attention.patterns import _feature_table, _norm_share_table
 
     class Counted(TorchFunctionMode):
         calls = 0
@@ -190,7 +190,7 @@ def test_a_layers_statistics_take_a_few_tensor_operations_whatever_the_batch(tin
 
 def _one_sentence_masks(length: int):
     """[CLS] first, [SEP] last, one segment of words between them."""
-    from bertscope.core.analyses.patterns import BatchMasks
+    from bertscope.analyses.attention.patterns import BatchMasks
 
     special_keys = torch.zeros(1, length, 3)
     special_keys[0, 0, 0] = special_keys[0, -1, 1] = 1.0
@@ -237,8 +237,8 @@ def test_modernbert_local_layers_report_their_window(tmp_path):
 def test_a_switched_off_head_is_of_class_off_and_left_out_of_its_layers_shares(tiny_session, ablation):
     """Issue 54: under `--mask 1:2` head 1:2 was called heterogeneous and counted in layer 1's shares. A masked head's
     map is the ablation's (zeros, or uniform), no pattern of the model's: its class is off, its shares 0."""
-    from bertscope.core.model.masks import HeadMask
-    from bertscope.core.model.results import CLASSES
+    from bertscope.analyses.attention.patterns_results import CLASSES
+    from bertscope.model.masks import HeadMask
 
     sentences = [Text(f"Sentence number {i} has {'many ' * (i % 5)}words.") for i in range(12)]
     plain = list(pattern_statistics(tiny_session, sentences))[-1].result

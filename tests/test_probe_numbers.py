@@ -14,10 +14,10 @@ import pytest
 import torch
 
 import bertscope
-from bertscope.core.analyses import probes
-from bertscope.core.analyses.features import FeatureOptions
-from bertscope.core.model import cpu_linear
-from bertscope.core.progress import outcome
+from bertscope.analyses.probing import probes
+from bertscope.analyses.probing.features import FeatureOptions
+from bertscope.base.progress import outcome
+from bertscope.model import cpu_linear
 from tests.helpers.probes import bertscope_accuracy, cls_features, features_of, labelled, scikit_learn_accuracy
 
 # The other built-in tasks, and every layer, are measured the same way by benchmarks/probe_numbers.py --sklearn
@@ -55,7 +55,7 @@ def test_sentence_probes_read_as_much_as_a_standard_pipeline(task_features, task
 def test_kernel_path_batch_size_and_threads_move_no_probe_by_more_than_one_test_example(task_features):
     """The same probe on MiniLM through BLAS (default batches, every thread) and through oneDNN (batches of 7, one
     thread): hidden states differ by ~1e-6, and no layer's accuracy by more than one test sentence."""
-    from bertscope.core.model.session import Session
+    from bertscope.model.session import Session
 
     X, y, num_classes = task_features["bigram_shift"]  # computed through torch's default (BLAS) path
     data, _, _ = labelled("bigram_shift")
@@ -80,7 +80,7 @@ def test_the_structural_probe_finds_the_same_edges_on_either_kernel_path(bundled
     """The distance probe on the shipped sample treebank through BLAS and through oneDNN: no layer's UUAS moves by
     one test sentence's edges, and every fit ends by early stopping. (Not convex: its Spearman may move more on so
     small a treebank, as it does with the seed; benchmarks/README.md has EWT's figures.)"""
-    from bertscope.core.model.session import Session
+    from bertscope.model.session import Session
 
     sample = str(Path(bertscope.__file__).parent / "data" / "sample.conllu")
     other = Session.open(device="cpu")
@@ -100,7 +100,7 @@ def test_the_structural_probe_finds_the_same_edges_on_either_kernel_path(bundled
 
 @pytest.mark.slow
 def test_word_probes_on_the_generated_treebank_read_as_much_as_a_standard_pipeline(bundled_session):
-    from bertscope.core.analyses.probing import encode_labels, word_labels
+    from bertscope.analyses.probing.run import encode_labels, word_labels
 
     data = bertscope.task_sentences("upos", limit=300)
     found = {name: features_of(bundled_session, split, FeatureOptions(level="word")) for name, split in data.items()}
@@ -134,7 +134,7 @@ def test_a_converged_report_has_no_convergence_note(tiny_session):
 def test_the_probing_pane_attribution_and_patching_read_one_probe(tiny_session):
     """`probe` on a built-in task and the decision probe that attribution and patching explain: the same sentences,
     the same fit, the same test accuracy on every layer, and both say what they trained on."""
-    from bertscope.core.analyses.probe_decision import decision_probe
+    from bertscope.analyses.probing.decision import decision_probe
 
     report = bertscope.probe(tiny_session, "subject_number", random_baseline=False, cache_dir=False)
     decision = outcome(decision_probe(tiny_session, "subject_number", cache_dir=False), "probe")
@@ -155,10 +155,10 @@ def test_task_sentences_are_the_splits_probe_uses():
 def test_the_cache_key_names_the_dtype_and_shares_float32_entries_between_kernel_paths(tiny_bert_dir, tmp_path):
     """bfloat16 features are other numbers: another entry. float32 ones move no probe by more than one test example
     between kernel paths (above): one entry. Each entry records how it was computed."""
-    from bertscope.core.analyses import features as feature_module
-    from bertscope.core.data.corpus import Sentence
-    from bertscope.core.model.deferred import DeferredSession
-    from bertscope.core.model.session import Session
+    from bertscope.analyses.probing import features as feature_module
+    from bertscope.data.corpus import Sentence
+    from bertscope.model.deferred import DeferredSession
+    from bertscope.model.session import Session
 
     sentences = [Sentence(text="The keys are on the table."), Sentence(text="A dog barked.")]
     entries, made = {}, {}
@@ -190,7 +190,7 @@ def test_the_cache_key_names_the_dtype_and_shares_float32_entries_between_kernel
 
 def test_mlp_and_structural_fits_say_whether_they_ran_out_of_epochs():
     """An MLP probe still improving on dev when its epochs end, or a structural probe likewise, is not `converged`."""
-    from bertscope.core.analyses.structural import StructuralTraining, train_structural_probes
+    from bertscope.analyses.probing.structural import StructuralTraining, train_structural_probes
 
     rng = np.random.default_rng(0)
     y = rng.integers(0, 3, 600)

@@ -5,7 +5,7 @@ import threading
 import numpy as np
 import pytest
 
-from bertscope.core.analyses.probes import (
+from bertscope.analyses.probing.probes import (
     Cancelled,
     ProbeScores,
     ProbeTraining,
@@ -17,7 +17,7 @@ from bertscope.core.analyses.probes import (
     train_probes,
     train_with_control,
 )
-from bertscope.core.errors import InputError
+from bertscope.base.errors import InputError
 
 
 def layered(n: int, seed: int, num_classes: int = 4, dim: int = 32):
@@ -106,7 +106,7 @@ def test_l2_selection_regularises_harder_with_few_rows():
 def test_a_strength_within_half_a_standard_error_of_the_best_goes_to_the_stronger_penalty():
     """Dev accuracies 0.80 (l2 1.0), 0.835 (0.1) and 0.84 (0.01) on 400 rows: half a standard error at the best is
     0.5 · √(0.84 · 0.16 / 400) = 0.009, so 0.1 is kept, not 0.01; 1.0 lies outside the band, and 0.83 would too."""
-    from bertscope.core.analyses.probes import _choose
+    from bertscope.analyses.probing.probes import _choose
 
     grid = np.array([1.0, 0.1, 0.01])
     assert _choose(np.array([[0.80, 0.835, 0.84]]), grid, 400).tolist() == [1]
@@ -274,7 +274,7 @@ def test_bad_input_is_an_input_error(layered_sets):
 
 def test_large_train_sets_choose_l2_on_a_subset_then_fit_on_all():
     """Above SELECTION_ROWS rows the grid runs on a subset; the final fit equals scikit-learn's at that C."""
-    from bertscope.core.analyses.probes import SELECTION_ROWS
+    from bertscope.analyses.probing.probes import SELECTION_ROWS
 
     linear_model = pytest.importorskip("sklearn.linear_model")
     (X, y), (X_dev, y_dev), (X_test, y_test) = layered(SELECTION_ROWS + 2000, 4), layered(800, 5), layered(2000, 6)
@@ -291,7 +291,7 @@ def test_large_train_sets_choose_l2_on_a_subset_then_fit_on_all():
 
 def test_the_plain_matmul_fallback_trains_the_same_probes(layered_sets, monkeypatch):
     """Where torch lacks oneDNN's product operator, plain matmul gives the same probes."""
-    from bertscope.core.model import cpu_linear
+    from bertscope.model import cpu_linear
 
     (X_train, y_train), (X_dev, y_dev), _ = layered_sets
     default = train_probes(X_train, y_train, X_dev, y_dev, num_classes=4)
@@ -349,7 +349,7 @@ def test_a_fit_that_starts_far_from_its_optimum_still_reaches_scikit_learns(laye
 
 def test_a_task_and_its_control_trained_together_are_the_probes_trained_apart():
     """`train_with_control` shares the two final fits' passes over the rows; each probe is the one trained alone."""
-    from bertscope.core.analyses.probes import SELECTION_ROWS
+    from bertscope.analyses.probing.probes import SELECTION_ROWS
 
     (X, y), (X_dev, y_dev) = layered(SELECTION_ROWS + 1500, 8), layered(600, 9)
     words = np.random.default_rng(10).integers(0, 50, len(X) + len(X_dev))  # a word type per row

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from bertscope.analyses.conditions import JobOptions
+from bertscope.analyses.probing.run import center_of_gravity, encode_labels, run_probe
+from bertscope.base.errors import InputError
 from bertscope.cli import main
-from bertscope.core.analyses.conditions import JobOptions
-from bertscope.core.analyses.probing import center_of_gravity, encode_labels, run_probe
-from bertscope.core.data.corpus import Sentence, read_sentences, sample_corpus
-from bertscope.core.data.probing_tasks import generate
-from bertscope.core.data.splits import make_splits
-from bertscope.core.errors import InputError
+from bertscope.data.corpus import Sentence, read_sentences, sample_corpus
+from bertscope.data.probing_tasks import generate
+from bertscope.data.splits import make_splits
 
 
 def report_of(steps):
@@ -55,7 +55,7 @@ def test_word_task_with_control_and_selectivity(tiny_session, tmp_path):
 def test_baselines_are_the_task_probes_at_the_task_strengths(tiny_session, tmp_path, monkeypatch):
     """The control task and the random-init baseline train linear probes at the L2 strength the task chose per
     layer (Hewitt & Liang's same probe), instead of a search of their own."""
-    from bertscope.core.analyses import probes
+    from bertscope.analyses.probing import probes
 
     calls = []
     train, together = probes.train_probes, probes.train_with_control

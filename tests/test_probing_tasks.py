@@ -16,10 +16,10 @@ import sys
 
 import pytest
 
-from bertscope.core.data import probing_tasks
-from bertscope.core.data.corpus import SPLITS, Sentence, detect_format, read_sentences
-from bertscope.core.data.probing_tasks import TASKS, generate, generate_examples, write_senteval
-from bertscope.core.errors import InputError
+from bertscope.base.errors import InputError
+from bertscope.data import probing_tasks
+from bertscope.data.corpus import SPLITS, Sentence, detect_format, read_sentences
+from bertscope.data.probing_tasks import TASKS, generate, generate_examples, write_senteval
 
 SIZES = {"train": 2000, "dev": 400, "test": 400}
 
@@ -157,7 +157,7 @@ def test_same_output_in_another_process_whatever_the_hash_seed():
     here = {task: digest(generate(task, train=50, dev=10, test=10)) for task in TASKS}
     code = (
         "import hashlib, json, random; random.seed(12345)\n"
-        "from bertscope.core.data.probing_tasks import TASKS, generate\n"
+        "from bertscope.data.probing_tasks import TASKS, generate\n"
         "def digest(ss): return hashlib.sha256('\\n'.join(f'{s.split}\\t{s.label}\\t{s.text}\\t{s.location}' "
         "for s in ss).encode()).hexdigest()\n"
         "print(json.dumps({t: digest(generate(t, train=50, dev=10, test=10)) for t in TASKS}))"
@@ -371,6 +371,6 @@ def test_write_senteval_refuses_unlabelled_sentences_and_leaves_no_file(tmp_path
 
 
 def test_import_loads_neither_torch_nor_textual():
-    code = "import bertscope.core.data.probing_tasks, sys; print(' '.join(sys.modules))"
+    code = "import bertscope.data.probing_tasks, sys; print(' '.join(sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert not {"torch", "transformers", "textual"} & set(done.stdout.split())

@@ -10,8 +10,8 @@ import pytest
 from textual.app import App
 from textual.widgets import Static
 
-from bertscope.core.errors import Cancelled, InputError
-from bertscope.core.progress import Progress, Unfinished, outcome
+from bertscope.base.errors import Cancelled, InputError
+from bertscope.base.progress import Progress, Unfinished, outcome
 from bertscope.ui.job_run import JobRun
 
 
@@ -163,7 +163,7 @@ def test_a_job_that_ends_without_its_result_says_so():
 
 
 def test_relay_passes_a_sub_jobs_steps_on_and_returns_its_result():
-    from bertscope.core.progress import Progress, relay
+    from bertscope.base.progress import Progress, relay
 
     def job(finished: bool):
         yield Progress("a", 1, 2)

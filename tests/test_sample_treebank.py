@@ -9,7 +9,7 @@ from collections import Counter
 import conllu
 import pytest
 
-from bertscope.core.data.corpus import sample_corpus
+from bertscope.data.corpus import sample_corpus
 
 UPOS = set("ADJ ADP ADV AUX CCONJ DET INTJ NOUN NUM PART PRON PROPN PUNCT SCONJ SYM VERB X".split())
 PENN = set(

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from bertscope import api
-from bertscope.core.data.corpus import Sentence
-from bertscope.core.progress import outcome
+from bertscope.base.progress import outcome
+from bertscope.data.corpus import Sentence
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,7 @@ def test_the_corpus_analyses_that_take_a_mask_take_the_erasure_too_from_its_stat
 
 def test_under_an_erasure_an_analysis_that_caches_features_keeps_none(backend, monkeypatch):
     """The feature cache is keyed by the mask, not the erasure: an erased run must neither read nor write it."""
-    from bertscope.core.analyses.erasure_results import LiveErasure
+    from bertscope.analyses.erasure_results import LiveErasure
 
     asked = []
     monkeypatch.setattr(api, "steps", lambda function, model, *args, **kwargs: asked.append((function, kwargs)) or iter(()))

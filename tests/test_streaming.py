@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertscope.core.analyses.streaming import WordPieces, pad_batch, padded
+from bertscope.analyses.streaming import WordPieces, pad_batch, padded
 
 
 @pytest.mark.parametrize(

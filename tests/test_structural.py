@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from bertscope.core.analyses.structural import (
+from bertscope.analyses.probing.structural import (
     Cancelled,
     StructuralProbes,
     StructuralTraining,
@@ -17,7 +17,7 @@ from bertscope.core.analyses.structural import (
     tree_depths,
     tree_distances,
 )
-from bertscope.core.errors import InputError
+from bertscope.base.errors import InputError
 
 CAT_SAT = (2, 3, 0, 6, 6, 3)  # The cat sat on the mat: The->cat->sat(root)<-mat<-{on, the}
 

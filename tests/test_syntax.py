@@ -8,14 +8,14 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from bertscope.core.analyses.conditions import JobOptions
-from bertscope.core.analyses.syntax import most_attended_other, syntax_heads, word_attention
-from bertscope.core.analyses.syntax_results import DIRECTIONS, OFFSETS, SyntaxResult, relation_name
-from bertscope.core.data.corpus import Sentence
-from bertscope.core.data.treebank import generate_treebank
-from bertscope.core.errors import InputError
-from bertscope.core.model.model_files import bundled_model_dir
-from bertscope.core.progress import outcome
+from bertscope.analyses.attention.syntax import most_attended_other, syntax_heads, word_attention
+from bertscope.analyses.attention.syntax_results import DIRECTIONS, OFFSETS, SyntaxResult, relation_name
+from bertscope.analyses.conditions import JobOptions
+from bertscope.base.errors import InputError
+from bertscope.base.progress import outcome
+from bertscope.data.corpus import Sentence
+from bertscope.data.treebank import generate_treebank
+from bertscope.model.model_files import bundled_model_dir
 from tests.family_models import family_tokenizer
 
 
@@ -48,7 +48,7 @@ def test_the_most_attended_other_word_leaves_out_the_word_itself_and_absent_word
 def test_a_batch_reads_the_most_attended_words_as_the_functions_give_them():
     """The corpus loop's fused form (query words first, filled in place) gives, bit for bit, what `word_attention` and
     `most_attended_other` give: ties, multi-piece words, absent words and padding included."""
-    from bertscope.core.analyses.syntax import left_out, predicted_words, word_pooling
+    from bertscope.analyses.attention.syntax import left_out, predicted_words, word_pooling
 
     generator = torch.Generator().manual_seed(0)
     attention = torch.softmax(torch.randn(3, 4, 9, 9, generator=generator), -1)
@@ -67,7 +67,7 @@ def test_a_chunk_keeps_the_arcs_whose_words_both_reach_the_model():
     head outside the sentence; and says which sentences were cut."""
     from types import SimpleNamespace
 
-    from bertscope.core.analyses.syntax import _encode
+    from bertscope.analyses.attention.syntax import _encode
 
     tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
     session = SimpleNamespace(tokenizer=tokenizer, max_length=8)
@@ -99,7 +99,7 @@ def test_words_joined_by_spaces_get_the_tokens_the_words_get_one_by_one(monkeypa
     no-break space and a space inside a word, a word the tokenizer drops, a sentence cut at the length limit)."""
     from types import SimpleNamespace
 
-    from bertscope.core.analyses import syntax
+    from bertscope.analyses.attention import syntax
 
     tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
     session = SimpleNamespace(tokenizer=tokenizer, max_length=12)

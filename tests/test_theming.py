@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from bertscope.theming import (
+from bertscope.base.theming import (
     APP_COLOURS,
     DEFAULT_THEME,
     Colormap,
@@ -99,7 +99,7 @@ def test_app_colours_make_a_textual_theme():
 
 
 def test_theme_modules_do_not_import_textual_or_torch():
-    code = "import sys, bertscope.theming, bertscope.render; print(sorted({'textual', 'torch'} & set(sys.modules)))"
+    code = "import sys, bertscope.base.theming, bertscope.render; print(sorted({'textual', 'torch'} & set(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 

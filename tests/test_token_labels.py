@@ -1,10 +1,10 @@
-"""Tokens as a person reads them (core.model.labels), with the real tokenizers of tests/family_models.py."""
+"""Tokens as a person reads them (model.labels), with the real tokenizers of tests/family_models.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from bertscope.core.model.labels import token_labels
+from bertscope.model.labels import token_labels
 from tests.family_models import family_tokenizer
 
 TEXT = "The keys to the cabinet, postman!"
@@ -67,8 +67,8 @@ def test_labels_of_labels_are_the_same(text):
 def test_a_figure_labels_tokens_as_the_explorer_does():
     import numpy as np
 
-    from bertscope.core.model.masks import HeadMask
-    from bertscope.core.model.results import Encoding, ForwardResult
+    from bertscope.model.masks import HeadMask
+    from bertscope.model.results import Encoding, ForwardResult
 
     tokens, special = tokenised("modernbert", pair=None)
     size = len(tokens)

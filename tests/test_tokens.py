@@ -1,7 +1,7 @@
 import pytest
 
 import bertscope
-from bertscope.core.errors import InputError
+from bertscope.base.errors import InputError
 from tests.family_models import FAMILIES, save_tiny_family
 
 

@@ -13,11 +13,11 @@ import conllu
 import pytest
 from click.testing import CliRunner
 
+from bertscope.base.errors import InputError
 from bertscope.cli import main
-from bertscope.core.data import probing_tasks
-from bertscope.core.data.corpus import Sentence, read_sentences
-from bertscope.core.data.treebank import DEFAULT_SENTENCES, MAX_WORDS, MIN_WORDS, generate_treebank, write_conllu
-from bertscope.core.errors import InputError
+from bertscope.data import probing_tasks
+from bertscope.data.corpus import Sentence, read_sentences
+from bertscope.data.treebank import DEFAULT_SENTENCES, MAX_WORDS, MIN_WORDS, generate_treebank, write_conllu
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +189,7 @@ def test_same_seed_same_treebank_on_any_python():
     assert generate_treebank(300, seed=8) != first
     code = (
         "import hashlib, json, random; random.seed(12345)\n"
-        "from bertscope.core.data.treebank import generate_treebank\n"
+        "from bertscope.data.treebank import generate_treebank\n"
         "print(hashlib.sha256(json.dumps([[s.words, s.upos, s.xpos, s.heads, s.deprels] "
         "for s in generate_treebank(300, seed=7)]).encode()).hexdigest())"
     )
@@ -234,7 +234,7 @@ def test_a_failed_write_keeps_the_old_file(tmp_path):
 
 
 def test_import_loads_neither_torch_nor_textual():
-    code = "import bertscope.core.data.treebank, sys; print(' '.join(sys.modules))"
+    code = "import bertscope.data.treebank, sys; print(' '.join(sys.modules))"
     modules = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert "torch" not in modules and "textual" not in modules
 

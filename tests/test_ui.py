@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from bertscope.core.errors import ModelLoadError
+from bertscope.base.errors import ModelLoadError
 from bertscope.ui.app import ExplorerApp
 from bertscope.ui.probing import TREEBANK_SENTENCES
 from bertscope.ui.widgets.attention_view import AttentionView
@@ -378,7 +378,7 @@ def test_explorer_on_the_bundled_model(bundled_session):
 
 
 def test_theme_file_given_by_path(tmp_path):
-    from bertscope.theming import builtin_themes_dir
+    from bertscope.base.theming import builtin_themes_dir
 
     mine = tmp_path / "mine.toml"
     mine.write_text((builtin_themes_dir() / "light.toml").read_text())
@@ -449,7 +449,7 @@ def test_the_overviews_export_says_which_mask_its_passes_ran_under(tmp_path):
     """A CSV has nowhere but its rows to say it: a run under a mask adds mask, ablation and erased columns, and the
     figure's note ends with the mask; a run of the model as it is exports the `patterns --csv` table alone. A head
     switched off is of class off (issue 54), in the grid, the table and the per-layer shares' title."""
-    from bertscope.core.model.results import CLASSES
+    from bertscope.analyses.attention.patterns_results import CLASSES
     from bertscope.ui.widgets.pattern_grid import PatternGrid
     from tests.fake_backend import HEADS, LAYERS
 
@@ -559,7 +559,7 @@ def test_probing_pane_runs_tasks_side_by_side_and_rescores_with_the_mask():
 def test_d_adds_the_description_length_beside_accuracy(tmp_path):
     """Runs fit the online code too; each curve gets a compression column (a word task's control task's beside it), the
     curve drawn before `d` is fitted again with it, the export draws it."""
-    from bertscope.core.data.corpus import sample_corpus
+    from bertscope.data.corpus import sample_corpus
     from bertscope.ui.probing import ProbingScreen
 
     app = make_app(export_dir=tmp_path)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bertscope.core.model.results import ModelInfo
+from bertscope.model.results import ModelInfo
 from bertscope.ui.attribution import AttributionRow, targets_for
 from tests.fake_backend import FakeBackend
 from tests.helpers.ui import make_app, rendered, run, settle
@@ -34,7 +34,7 @@ def test_b_shades_the_tokens_and_cycles_the_methods():
             ("norms", "‖αf‖ rolled"),
             ("value-zeroing", "value zeroing rolled"),
             ("alti", "ALTI rolled"),
-        ]:  # the context-mixing measures, rolled out, read at the decision's row (core.analyses.mixing)
+        ]:  # the context-mixing measures, rolled out, read at the decision's row (analyses.mixing.run)
             await pilot.press("b")
             await settle(pilot)
             assert row.method == method and row_text(app).startswith(f"{short} · ")

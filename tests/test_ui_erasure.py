@@ -114,7 +114,7 @@ def test_the_dialog_offers_classification_tasks_and_a_failed_fit_is_a_notificati
 
 
 def test_the_overview_its_syntax_geometry_and_the_syntax_figure_run_with_the_erasure_as_with_a_mask():
-    from bertscope.core.data.corpus import sample_corpus
+    from bertscope.data.corpus import sample_corpus
     from bertscope.ui.syntax import SyntaxPanel
     from tests.helpers.ui import overview_of
 

@@ -7,7 +7,7 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from bertscope.core.errors import InputError
+from bertscope.base.errors import InputError
 from bertscope.figures.heatmaps import attention_heatmap
 from bertscope.ui import export
 from bertscope.ui.export import export_stem, export_view, unique_path, write_matrix_csv

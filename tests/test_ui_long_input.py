@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import bertscope.ui.main_screen as main_screen_module
-from bertscope.core.analyses.headstats import head_figures
-from bertscope.core.model.masks import HeadMask
+from bertscope.analyses.attention.headstats import head_figures
+from bertscope.model.masks import HeadMask
 from bertscope.ui.widgets.attention_view import AttentionView
 from tests.fake_backend import FakeBackend, pattern
 from tests.helpers.ui import heatmap_text, make_app, run, settle

@@ -9,8 +9,8 @@ import numpy as np
 from rich.console import Console
 from textual.widgets._toast import Toast
 
+from bertscope.base.theming import Colormap
 from bertscope.render.heatmap import AttentionHeatmap, Cells, Labels
-from bertscope.theming import Colormap
 from bertscope.ui.widgets.attention_view import AttentionView
 from bertscope.ui.widgets.job_progress import JobProgress
 from bertscope.ui.widgets.panels import StatusLine

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bertscope.core.errors import InputError
+from bertscope.base.errors import InputError
 from bertscope.ui.state import (
     ExplorerState,
     NotASessionError,

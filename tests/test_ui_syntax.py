@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bertscope.core.analyses.headstats import FIGURES
+from bertscope.analyses.attention.headstats import FIGURES
 from bertscope.ui.syntax import SyntaxPanel
 from bertscope.ui.widgets.head_grid import HeadGrid
 from tests.helpers.ui import make_app, overview_of, rendered, run, settle
@@ -66,7 +66,7 @@ def test_the_figure_follows_the_mask():
 
 
 def test_the_overview_of_a_treebank_tables_and_shades_heads_that_track_syntax():
-    from bertscope.core.data.corpus import sample_corpus
+    from bertscope.data.corpus import sample_corpus
     from bertscope.ui.widgets.pattern_grid import PatternGrid
 
     app = make_app()

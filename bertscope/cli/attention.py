@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from bertscope.base import collector
+from bertscope.base.errors import BertscopeError
 from bertscope.cli import interrupts, options
 from bertscope.cli.common import (
     ModelChoice,
@@ -22,11 +24,9 @@ from bertscope.cli.common import (
     warn,
     write_figure,
 )
-from bertscope.core import collector
-from bertscope.core.errors import BertscopeError
 
 if TYPE_CHECKING:
-    from bertscope.core.model.masks import Ablation
+    from bertscope.model.masks import Ablation
     from bertscope.session_backend import SessionBackend
 
 
@@ -69,7 +69,7 @@ def explore(
     model: ModelChoice,
 ) -> None:
     """Open the explorer on TEXT (default: an example sentence, or the one in --session)."""
-    from bertscope.core.data.files import check_writable
+    from bertscope.data.files import check_writable
     from bertscope.ui.state import check_session_file  # torch-free, as is all of bertscope.ui
 
     check_text(text, "give a sentence, or leave it out for the example")
@@ -304,7 +304,7 @@ def attention(
             "attention": attention[head].round(6).tolist(),
         }
         if norms:
-            from bertscope.core.model.results import NORM_DEFINITION
+            from bertscope.analyses.attention.patterns_results import NORM_DEFINITION
 
             payload.update({"norms": weights.round(6).tolist(), "norm_definition": NORM_DEFINITION})
         print_json(payload)
@@ -312,7 +312,7 @@ def attention(
     if output_format == "csv":
         print_csv([["from \\ to", *tokens], *([token, *(f"{value:.6f}" for value in row)] for token, row in zip(tokens, weights))])
         if norms:
-            from bertscope.core.model.results import NORM_DEFINITION
+            from bertscope.analyses.attention.patterns_results import NORM_DEFINITION
 
             click.echo(f"cells: {NORM_DEFINITION}", err=True)
         return
@@ -343,7 +343,7 @@ def attention(
     if visible < len(tokens):
         console.print(window_note(visible, len(tokens)), style="dim", highlight=False)
     if norms:
-        from bertscope.core.model.results import NORM_DEFINITION
+        from bertscope.analyses.attention.patterns_results import NORM_DEFINITION
 
         Console(stderr=True).print(f"[dim]cells: {NORM_DEFINITION}[/]", highlight=False)
 
@@ -361,9 +361,9 @@ def export(text: str, pair: str | None, mask_spec: str | None, ablation: Ablatio
     tokens), special [T], attentions [L,H,T,T], norms [L,H,T,T] (the value-weighted norms
     ‖α_ij f_h(x_j)‖ of Kobayashi et al. 2020, named in norm_definition), hidden_states
     [L+1,T,D] (0 = embeddings), mlm_logits [T,V] when the model has an MLM head, and the mask
-    spec and ablation. Written with one layer's maps in memory at a time (core.analyses.export).
+    spec and ablation. Written with one layer's maps in memory at a time (analyses.export).
     """
-    from bertscope.core.data.files import check_writable
+    from bertscope.data.files import check_writable
 
     check_text(text, "give a sentence to analyse", pair)
     check_writable(output)
@@ -373,7 +373,7 @@ def export(text: str, pair: str | None, mask_spec: str | None, ablation: Ablatio
 
     with notes_as_warnings():
         encoding = api.encoded(session, text, pair)
-    from bertscope.core.analyses.export import export_input
+    from bertscope.analyses.export import export_input
 
     try:
         written = export_input(session, encoding, mask, ablation, output)

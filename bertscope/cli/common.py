@@ -22,22 +22,22 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from bertscope import __version__
+from bertscope.base import collector
+from bertscope.base.errors import BertscopeError
 from bertscope.cli import interrupts
 from bertscope.cli.interrupts import EXIT_INTERRUPTED
-from bertscope.core import collector
-from bertscope.core.errors import BertscopeError
-from bertscope.core.model.masks import HeadMask
+from bertscope.model.masks import HeadMask
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from rich.console import Console
 
     from bertscope.api import Corpus, ProgressCallback
-    from bertscope.core.distributed import World
-    from bertscope.core.model.deferred import DeferredSession
-    from bertscope.core.model.model_files import ModelFiles
-    from bertscope.core.model.session import Session
-    from bertscope.theming import ThemeSpec
+    from bertscope.base.theming import ThemeSpec
+    from bertscope.model.deferred import DeferredSession
+    from bertscope.model.model_files import ModelFiles
+    from bertscope.model.session import Session
+    from bertscope.runtime import World
 
 EXIT_BAD_INPUT = 2
 
@@ -65,7 +65,7 @@ class BertscopeGroup(click.Group):
         return self.commands.get(ctx.invoked_subcommand or "")
 
     def invoke(self, ctx: click.Context) -> Any:
-        from bertscope.core import distributed
+        from bertscope import runtime as distributed
 
         here = distributed.world()
         try:
@@ -158,7 +158,7 @@ def _bounds(kind: click.IntRange | click.FloatRange) -> str:
 
 def error_line(error: BertscopeError, command: click.Command | None = None) -> str:
     """The error's message, with the flag of `command` that sets what it is about, and the CLI's own advice."""
-    from bertscope.core.errors import NoMLMHeadError
+    from bertscope.base.errors import NoMLMHeadError
 
     line = str(error)
     if error.setting is not None:
@@ -178,7 +178,7 @@ def main() -> None:
     model directory or a model already in the Hugging Face cache. Layers and heads count
     from 0. Head masks are LAYER:HEAD items separated by commas, LAYER:* for a whole layer.
     """
-    from bertscope.core.model.allocator import keep_freed_memory
+    from bertscope.model.allocator import keep_freed_memory
 
     keep_freed_memory()  # process-wide, so set here at the entry point: forwards reuse freed attention memory
 
@@ -227,7 +227,7 @@ class ModelChoice:
         if self.allow_download:
             return None
         if self._files is None:
-            from bertscope.core.model.model_files import find_model, read_config, usable_length
+            from bertscope.model.model_files import find_model, read_config, usable_length
 
             files = find_model(self.name)
             positions = read_config(files.directory).get("max_position_embeddings")
@@ -244,7 +244,7 @@ class ModelChoice:
         """
         files = self.judge_files()
         if files is not None:
-            from bertscope.core.model.model_files import read_config
+            from bertscope.model.model_files import read_config
 
             shape = ModelShape.from_config(read_config(files.directory))
             if shape is not None:
@@ -260,7 +260,7 @@ class ModelChoice:
             self.judge_files()
             console = Console(stderr=True)
             status = console.status("loading model…") if spinner and console.is_terminal else contextlib.nullcontext()
-            with status, collector.paused():  # imports make no garbage worth a walk of their objects (core.collector)
+            with status, collector.paused():  # imports make no garbage worth a walk of their objects (base.collector)
                 from bertscope.api import load
 
                 self._session = load(
@@ -276,7 +276,7 @@ class ModelChoice:
         files = self.judge_files()
         if files is None or self._session is not None:
             return self.open()
-        from bertscope.core.model.deferred import DeferredSession
+        from bertscope.model.deferred import DeferredSession
 
         return DeferredSession.from_files(files, self.device, lambda: self.open(spinner=False), self.dtype, self.max_length)
 
@@ -305,7 +305,7 @@ def check_hidden_layer(value: int | None, shape: ModelShape, flag: str = "--laye
 
 def check_readable(path: str) -> None:
     """Refuse a missing, unreadable or directory input file before the model loads."""
-    from bertscope.core.data.corpus import readable_file
+    from bertscope.data.corpus import readable_file
 
     readable_file(path)
 
@@ -326,7 +326,7 @@ def head_mask(spec: str | None, shape: ModelShape) -> HeadMask:
 
 def chosen_theme(theme: str | None) -> ThemeSpec:
     """The theme named by --theme (a built-in name or a file; default: dark), an unknown one refused in one line."""
-    from bertscope.theming import DEFAULT_THEME, ThemeError, load_theme
+    from bertscope.base.theming import DEFAULT_THEME, ThemeError, load_theme
 
     try:
         return load_theme(theme or DEFAULT_THEME)
@@ -342,7 +342,7 @@ def notes_as_warnings() -> Iterator[None]:
     """Print each `BertscopeNote` the API issues inside the block as a `bertscope: warning:` line."""
     import warnings
 
-    from bertscope.core.errors import BertscopeNote
+    from bertscope.base.errors import BertscopeNote
 
     with warnings.catch_warnings(record=True) as notes:
         warnings.simplefilter("always", BertscopeNote)
@@ -420,7 +420,7 @@ def write_figure(path: str | None, draw: Callable[[], Figure]) -> None:
     """Draw the figure and write it to `path` (with none, nothing is drawn; under torchrun rank 0 writes), saying where."""
     if path is None:
         return
-    from bertscope.core import distributed
+    from bertscope import runtime as distributed
 
     if not distributed.is_main():
         return

@@ -10,7 +10,7 @@ from bertscope.cli import options
 from bertscope.cli.common import ModelChoice, api_call, check_hidden_layer, head_mask, printed, record_rows, report_console, write_figure
 
 if TYPE_CHECKING:
-    from bertscope.core.model.masks import Ablation
+    from bertscope.model.masks import Ablation
 
 
 @click.command()
@@ -78,7 +78,7 @@ def erase(
     api.check_erasure(task, measure)
     files = model.judge_files()
     if files is not None:  # a head the measure needs, judged from config.json before the model loads
-        from bertscope.core.analyses.erasure_results import check_measure_heads
+        from bertscope.analyses.erasure_results import check_measure_heads
 
         check_measure_heads(measure, files.architecture, files.may_have_mlm_head, files.may_classify)
     shape = model.shape()

@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Literal
 
 import click
 
+from bertscope.analyses.attribution_results import METHODS, SCORES
+from bertscope.base.errors import BertscopeError
 from bertscope.cli import options
 from bertscope.cli.common import (
     ModelChoice,
@@ -20,12 +22,10 @@ from bertscope.cli.common import (
     report_console,
     write_figure,
 )
-from bertscope.core.analyses.attribution_results import METHODS, SCORES
-from bertscope.core.errors import BertscopeError
 
 if TYPE_CHECKING:
-    from bertscope.core.model.masks import Ablation, HeadMask
-    from bertscope.core.model.session import Session
+    from bertscope.model.masks import Ablation, HeadMask
+    from bertscope.model.session import Session
 
 
 @click.command()
@@ -74,7 +74,7 @@ def fill(
         raise BertscopeError(f"--top {top} is more guesses than this model has tokens ({shape.vocab_size:,}); give at most that")
     mask = head_mask(mask_spec, shape)
     session = model.open()
-    from bertscope.core.analyses.mlm import require_mlm_head
+    from bertscope.analyses.mlm import require_mlm_head
 
     require_mlm_head(session)
     if cloze is not None:
@@ -95,7 +95,7 @@ def fill(
 
 def _cloze(session: Session, path: str, mask: HeadMask, ablation: Ablation, batch_size: int | None, as_json: bool) -> None:
     from bertscope import api
-    from bertscope.core.analyses.mlm import sample_cloze
+    from bertscope.analyses.mlm import sample_cloze
 
     source = sample_cloze() if path == "sample" else path
     with api_call("cloze queries") as progress:

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from bertscope.analyses.geometry.results import UNITS
+from bertscope.base.errors import BertscopeError, ModelLoadError
 from bertscope.cli import options
 from bertscope.cli.common import (
     ModelChoice,
@@ -19,11 +21,9 @@ from bertscope.cli.common import (
     report_console,
     write_figure,
 )
-from bertscope.core.analyses.geometry_results import UNITS
-from bertscope.core.errors import BertscopeError, ModelLoadError
 
 if TYPE_CHECKING:
-    from bertscope.core.model.masks import Ablation
+    from bertscope.model.masks import Ablation
 
 
 sample_options = options.stacked(  # which rows are sampled and how many: geometry's and compare's
@@ -202,7 +202,7 @@ def compare(
             error.setting = "model_b"  # the fault is in --model-b
         raise
     from bertscope import api
-    from bertscope.core.analyses.compare import probe_data
+    from bertscope.analyses.geometry.compare import probe_data
 
     probes = [(task, probe_data(task, list(chosen.sentences))) for task in probe_tasks]
     session = model.open()

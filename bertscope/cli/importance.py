@@ -9,17 +9,17 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from bertscope.analyses.importance.results import METHODS, OBJECTIVES, WEIGHTS
+from bertscope.base.errors import BertscopeError
 from bertscope.cli import options
 from bertscope.cli.common import ModelChoice, api_call, check_hidden_layer, print_json, printed, read_corpus, report_console, write_figure
-from bertscope.core.analyses.importance_results import METHODS, OBJECTIVES, WEIGHTS
-from bertscope.core.errors import BertscopeError
 
 if TYPE_CHECKING:
+    from bertscope.analyses.importance.objectives import Objective
+    from bertscope.analyses.importance.results import HeadImportance
     from bertscope.api import Corpus
-    from bertscope.core.analyses.importance_results import HeadImportance
-    from bertscope.core.analyses.objectives import Objective
-    from bertscope.core.model.masks import Ablation
-    from bertscope.core.model.session import Session
+    from bertscope.model.masks import Ablation
+    from bertscope.model.session import Session
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class ObjectiveChoice:
     def sentences(self) -> Corpus:
         """The sentences the objective is measured on (an api.Corpus), read before the model loads."""
         from bertscope.api import Corpus, check_objective_data
-        from bertscope.core.data.corpus import ReadReport
+        from bertscope.data.corpus import ReadReport
 
         if self.text is None and self.data is None and self.objective == "probe":
             return Corpus([], f"built-in task {self.task}", ReadReport())
@@ -59,7 +59,7 @@ class ObjectiveChoice:
         sentences = self.sentences()
         files = model.judge_files()
         if files is not None:  # a head the objective needs, judged from config.json before the model loads
-            from bertscope.core.analyses.importance_results import check_objective_heads
+            from bertscope.analyses.importance.results import check_objective_heads
 
             check_objective_heads(self.objective, files.architecture, files.may_have_mlm_head, files.may_classify)
         if self.objective == "probe":
@@ -222,7 +222,7 @@ def prune(
     those of the original model. --weights zeroed writes the same shapes with the heads'
     output projection zeroed instead: plain transformers 5 loads it.
     """
-    from bertscope.core.analyses.importance_results import check_fraction
+    from bertscope.analyses.importance.results import check_fraction
 
     if curve == (fraction is not None):
         raise BertscopeError("give --curve for a pruning curve, or --fraction F (with -o DIR) to prune")
@@ -240,7 +240,7 @@ def prune(
     if output is not None:
         from pathlib import Path
 
-        from bertscope.core.data.files import check_new_directory
+        from bertscope.data.files import check_new_directory
 
         check_new_directory(Path(output))
         check_pruned_copy_of(model, weights)
@@ -254,8 +254,8 @@ def prune(
 def check_pruned_copy_of(model: ModelChoice, weights: str) -> None:
     """Refuse, from config.json and before any head is scored, a copy this model cannot have (ALBERT's, ModernBERT's
     and MPNet's heads cannot be sliced; an already sliced model cannot be written zeroed)."""
-    from bertscope.core.analyses.importance_results import check_pruned_copy
-    from bertscope.core.model.model_files import read_config
+    from bertscope.analyses.importance.results import check_pruned_copy
+    from bertscope.model.model_files import read_config
 
     files = model.judge_files()
     if files is None:  # --allow-download: the files may not be here yet; the API judges the loaded model

@@ -12,7 +12,7 @@ Python's own handling of SIGINT fails a command in three places:
 
 `guard()`, called where the `bertscope` program starts, puts in a handler of its own. Inside a
 command (`running`), an interrupt raises KeyboardInterrupt as Python's would, so the command
-unwinds (a file being written is removed, `core/data/files.py`), the group says the one line
+unwinds (a file being written is removed, `data/files.py`), the group says the one line
 and the process ends there (`exit_interrupted`); an interrupt swallowed by a finalizer is raised
 again; a second Ctrl-C, or an unwinding still going after `GRACE_S`, ends the process at once.
 Outside a command, nothing is open: the line, and exit. A notebook or a test that imports the

@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from bertscope.analyses.mixing.results import CORPUS_DEFAULT, METHODS, SHARES
+from bertscope.base.errors import BertscopeError
 from bertscope.cli import options
 from bertscope.cli.common import (
     ModelChoice,
@@ -21,14 +23,12 @@ from bertscope.cli.common import (
     warn,
     write_figure,
 )
-from bertscope.core.analyses.mixing_results import CORPUS_DEFAULT, METHODS, SHARES
-from bertscope.core.errors import BertscopeError
 
 if TYPE_CHECKING:
+    from bertscope.analyses.mixing.results import Mixing, MixingAgreement
     from bertscope.api import ProgressCallback
-    from bertscope.core.analyses.mixing_results import Mixing, MixingAgreement
-    from bertscope.core.model.masks import Ablation
-    from bertscope.theming import ThemeSpec
+    from bertscope.base.theming import ThemeSpec
+    from bertscope.model.masks import Ablation
 
 FLOW_WARNING_S = 10.0  # an attention flow expected to take longer is said so before it runs
 
@@ -163,7 +163,7 @@ def _saying_flow(progress: ProgressCallback) -> ProgressCallback:
 
 def _saying_estimate(progress: ProgressCallback) -> ProgressCallback:
     """`progress`, which says on stderr how long the costly measures will take, once the first batch has timed them."""
-    from bertscope.core.analyses.mixing_results import CostEstimate
+    from bertscope.analyses.mixing.results import CostEstimate
 
     def step(record: Any) -> None:
         if isinstance(record.partial, CostEstimate):
@@ -193,7 +193,7 @@ LABEL_WIDTH = 12  # the maps' row labels
 def _print_maps(result: Mixing, layer: int | None, spec: ThemeSpec, source: str) -> None:
     from rich.console import Console
 
-    from bertscope.core.analyses.mixing_results import METHOD_NAMES
+    from bertscope.analyses.mixing.results import METHOD_NAMES
     from bertscope.render.heatmap import AttentionHeatmap, Cells, Labels, Scale, terminal_window, window_note
 
     console = report_console()

@@ -19,11 +19,11 @@ from typing import Any
 
 import click
 
+from bertscope.base.errors import BertscopeError
 from bertscope.cli.common import ModelChoice
-from bertscope.core.data.batching import MAX_TOKENS
-from bertscope.core.errors import BertscopeError
-from bertscope.core.model.masks import ABLATIONS, HeadMask
-from bertscope.core.model.model_files import SHORTEST_MAX_LENGTH
+from bertscope.data.batching import MAX_TOKENS
+from bertscope.model.masks import ABLATIONS, HeadMask
+from bertscope.model.model_files import SHORTEST_MAX_LENGTH
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]  # adds options to a command's function
 
@@ -234,8 +234,8 @@ def output(command: Callable[..., Any]) -> Callable[..., Any]:
     def with_output(*, output: str | None, **options: Any) -> Any:
         if output is None:
             return command(**options)
-        from bertscope.core import distributed
-        from bertscope.core.data.files import atomic_write, check_writable
+        from bertscope import runtime as distributed
+        from bertscope.data.files import atomic_write, check_writable
 
         if not distributed.is_main():
             return command(**options)  # its printing goes nowhere (quiet_unless_main)

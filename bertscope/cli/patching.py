@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Literal
 
 import click
 
+from bertscope.analyses.patching_results import COMPONENTS, DIRECTIONS, METRICS, SWEEPS
+from bertscope.base.errors import BertscopeError
 from bertscope.cli import options
 from bertscope.cli.common import (
     ModelChoice,
@@ -18,13 +20,11 @@ from bertscope.cli.common import (
     report_console,
     write_figure,
 )
-from bertscope.core.analyses.patching_results import COMPONENTS, DIRECTIONS, METRICS, SWEEPS
-from bertscope.core.errors import BertscopeError
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from bertscope.core.analyses.patching_results import PatchingResult
+    from bertscope.analyses.patching_results import PatchingResult
 
 
 def _pair_of(value: str | None, flag: str) -> tuple[str, str] | None:

@@ -10,8 +10,8 @@ from bertscope.cli import options
 from bertscope.cli.common import ModelChoice, api_call, head_mask, printed, report_console, write_figure
 
 if TYPE_CHECKING:
-    from bertscope.core.model.masks import Ablation
-    from bertscope.core.model.results import PatternResult
+    from bertscope.analyses.attention.patterns_results import PatternResult
+    from bertscope.model.masks import Ablation
 
 
 @click.command()
@@ -55,7 +55,7 @@ def patterns(
     chosen = api.corpus(text, data=data, format=data_format, limit=limit)
     mask = head_mask(mask_spec, model.shape())
     session = model.open()
-    from bertscope.core.analyses.patterns import PATTERNS
+    from bertscope.analyses.attention.patterns import PATTERNS
 
     with api_call("attention statistics") as progress:
         result = api.patterns(session, chosen, mask=mask, ablation=ablation, batch_size=batch_size, norms=norms, progress=progress)
@@ -63,7 +63,7 @@ def patterns(
     under = {"data": chosen.source, "mask": mask.spec(), "ablation": ablation, "skipped": len(chosen.report.skipped)}
     if printed(output_format, lambda: result.as_json(session.info.source) | under, lambda: _rows(result)):
         if output_format == "csv" and norms:
-            from bertscope.core.model.results import NORM_DEFINITION
+            from bertscope.analyses.attention.patterns_results import NORM_DEFINITION
 
             click.echo(f"norm_* columns: the same shares of {NORM_DEFINITION}", err=True)
         return

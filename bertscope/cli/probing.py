@@ -6,13 +6,13 @@ from typing import TYPE_CHECKING, Literal
 
 import click
 
+from bertscope.base.errors import BertscopeError
 from bertscope.cli import options
 from bertscope.cli.common import ModelChoice, api_call, head_mask, print_json, printed, record_rows, report_console, write_figure
-from bertscope.core.errors import BertscopeError
 
 if TYPE_CHECKING:
-    from bertscope.core.analyses.probing_results import ProbeKind
-    from bertscope.core.model.masks import Ablation
+    from bertscope.analyses.probing.results import ProbeKind
+    from bertscope.model.masks import Ablation
 
 
 @click.command()
@@ -124,8 +124,8 @@ def treebank(output: str, sentences: int, seed: int) -> None:
     English sentences from a seeded grammar, annotated as Universal Dependencies v2:
     UPOS, Penn Treebank XPOS, heads and relations, right by construction.
     """
-    from bertscope.core.data.files import check_writable
-    from bertscope.core.data.treebank import generate_treebank, write_conllu
+    from bertscope.data.files import check_writable
+    from bertscope.data.treebank import generate_treebank, write_conllu
 
     check_writable(output)
     generated = generate_treebank(sentences, seed)
@@ -147,7 +147,7 @@ def cache(cache_dir: str | None, clear: bool, as_json: bool) -> None:
     Entries of an older bertscope, or of data you no longer use, are never read again but
     stay on disk until cleared; the next run of a probe computes what it needs anew.
     """
-    from bertscope.core.data.cache import cache_usage, clear_cache, default_cache_dir
+    from bertscope.data.cache import cache_usage, clear_cache, default_cache_dir
 
     directory = cache_dir if cache_dir is not None else default_cache_dir()
     usage = clear_cache(directory) if clear else cache_usage(directory)

@@ -10,9 +10,9 @@ from bertscope.cli import options
 from bertscope.cli.common import ModelChoice, api_call, head_mask, printed, report_console, warn, write_figure
 
 if TYPE_CHECKING:
-    from bertscope.core.model.masks import Ablation
+    from bertscope.model.masks import Ablation
 
-DEFAULT_MIN_COUNT = 100  # as core.analyses.syntax_results.DEFAULT_MIN_COUNT (not imported: numpy stays out of --help)
+DEFAULT_MIN_COUNT = 100  # as analyses.attention.syntax_results.DEFAULT_MIN_COUNT (not imported: numpy stays out of --help)
 
 
 @click.command()

@@ -14,7 +14,7 @@ import io
 import math
 from typing import TYPE_CHECKING, Any
 
-from bertscope.core.errors import BertscopeError, InputError
+from bertscope.base.errors import BertscopeError, InputError
 
 if TYPE_CHECKING:
     import pandas

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bertscope.core.data.files import atomic_write, check_writable
-from bertscope.core.errors import InputError
+from bertscope.base.errors import InputError
+from bertscope.data.files import atomic_write, check_writable
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

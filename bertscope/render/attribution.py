@@ -20,12 +20,12 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from bertscope.core.analyses.attribution_results import METHOD_NAMES, SIGNED
-from bertscope.core.model.labels import token_labels
+from bertscope.analyses.attribution_results import METHOD_NAMES, SIGNED
+from bertscope.model.labels import token_labels
 
 if TYPE_CHECKING:
-    from bertscope.core.analyses.attribution_results import Attribution
-    from bertscope.theming import ThemeSpec
+    from bertscope.analyses.attribution_results import Attribution
+    from bertscope.base.theming import ThemeSpec
 
 POSITIVE = (230, 97, 1)  # PuOr orange
 NEGATIVE = (94, 60, 153)  # PuOr purple
@@ -59,7 +59,7 @@ def shaded_sentence(
     foreground: str = "#e6e3f0",
     glyphs: bool = False,
 ) -> Text:
-    """The tokens in order, each shaded by its score; word pieces join their word (in every family: core.model.labels)."""
+    """The tokens in order, each shaded by its score; word pieces join their word (in every family: model.labels)."""
     scale = scale_of(scores, special)
     text = Text(no_wrap=False, overflow="fold")
     for index, (token, score) in enumerate(zip(token_labels(tokens, special), scores)):

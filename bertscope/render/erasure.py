@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from bertscope.core.analyses.erasure_results import ErasureResult
+    from bertscope.analyses.erasure_results import ErasureResult
 
 
 def erasure_report(result: ErasureResult, model: str, source: str) -> Group:

@@ -17,11 +17,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from bertscope.base.theming import Colormap
 from bertscope.render.heatmap import AttentionHeatmap, Cells, Labels, Scale
-from bertscope.theming import Colormap
 
 if TYPE_CHECKING:
-    from bertscope.core.analyses.geometry_results import ComparisonResult, GeometryResult
+    from bertscope.analyses.geometry.results import ComparisonResult, GeometryResult
 
 MAX_CLASSES = 7  # labels drawn in their own colour; the rest are "other"
 COLOURS = ("red", "blue", "green", "orange", "magenta", "cyan", "yellow", "gray")

@@ -37,8 +37,8 @@ from rich.measure import Measurement
 from rich.segment import Segment
 from rich.style import Style
 
-from bertscope.core.model.labels import token_labels
-from bertscope.theming import Colormap
+from bertscope.base.theming import Colormap
+from bertscope.model.labels import token_labels
 
 GLYPHS = (" ", "░", "▒", "▓", "█")  # low to high, for terminals without enough colours
 COLOUR_LEVELS = 256  # weights are quantised to this many colours, one Style each

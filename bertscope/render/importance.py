@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from bertscope.core.analyses.importance_results import HeadImportance, PruningCurve
+    from bertscope.analyses.importance.results import HeadImportance, PruningCurve
 
 SHADES = " ░▒▓█"
 

@@ -9,8 +9,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-if TYPE_CHECKING:  # core.analyses.mlm imports torch; only its result types are named here
-    from bertscope.core.analyses.mlm import ClozeResult, FillResult
+if TYPE_CHECKING:  # analyses.mlm imports torch; only its result types are named here
+    from bertscope.analyses.mlm_results import ClozeResult, FillResult
 
 
 def fill_report(result: FillResult, model: str, layer_guesses: int = 3) -> Group:

@@ -16,8 +16,8 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from bertscope.core.analyses.patching_results import COMPONENTS, EFFECTS, PatchingResult
-from bertscope.core.model.labels import token_labels
+from bertscope.analyses.patching_results import COMPONENTS, EFFECTS, PatchingResult
+from bertscope.model.labels import token_labels
 
 POSITIVE = (214, 39, 40)  # red
 NEGATIVE = (31, 119, 180)  # blue

@@ -18,7 +18,7 @@ from rich.text import Text
 from bertscope.figures.pattern_marks import PATTERN_LETTERS, PATTERN_MARKS
 
 if TYPE_CHECKING:
-    from bertscope.core.model.results import PatternResult
+    from bertscope.analyses.attention.patterns_results import PatternResult
 
 PATTERN_STYLES = {name: mark.style for name, mark in PATTERN_MARKS.items()}
 OFF_LEGEND = "switched off in these passes, of no pattern and left out of the shares"
@@ -135,7 +135,7 @@ def _percent(share: float) -> str:
 
 def norms_report(result: PatternResult) -> Group:
     """The value-weighted view (Kobayashi et al. 2020): shares of weight beside shares of norm."""
-    from bertscope.core.model.results import NORM_DEFINITION
+    from bertscope.analyses.attention.patterns_results import NORM_DEFINITION
 
     return Group(
         Text(f"value-weighted norms: {NORM_DEFINITION}", style="dim"),
@@ -151,7 +151,7 @@ def patterns_report(result: PatternResult, patterns: tuple[str, ...]) -> Group:
     """Everything a person wants from one run, top to bottom (and the norms beside the weights, when computed).
 
     `patterns` are the pattern classes (PATTERNS); heads switched off are of one more, off (CLASSES)."""
-    from bertscope.core.model.results import OFF
+    from bertscope.analyses.attention.patterns_results import OFF
 
     off = bool(result.off.any())
     classes = (*patterns, OFF)

@@ -12,7 +12,7 @@ from rich.text import Text
 from bertscope.render.fit import Narrowing
 
 if TYPE_CHECKING:
-    from bertscope.core.analyses.probing_results import ProbeReport
+    from bertscope.analyses.probing.results import ProbeReport
 
 
 # The description length's columns, short: a table with every baseline and both codes is wide.

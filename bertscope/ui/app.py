@@ -21,8 +21,8 @@ from textual.screen import Screen
 from textual.theme import ThemeProvider
 from textual.widget import AwaitMount
 
-from bertscope.core.errors import BertscopeError
-from bertscope.theming import DEFAULT_THEME, Colormap, load_theme
+from bertscope.base.errors import BertscopeError
+from bertscope.base.theming import DEFAULT_THEME, Colormap, load_theme
 from bertscope.ui.backend import Backend
 from bertscope.ui.guards import Palette, guard_page_keys
 from bertscope.ui.help import HelpScreen

@@ -16,12 +16,12 @@ from rich.text import Text
 from textual.widgets import Static
 
 from bertscope import api
-from bertscope.core.analyses.attribution_results import METHODS, Attribution, Target
-from bertscope.core.analyses.erasure_results import LiveErasure
-from bertscope.core.data.probing_tasks import TASKS
-from bertscope.core.model.masks import Ablation, HeadMask
-from bertscope.core.model.results import Encoding, ModelInfo
-from bertscope.core.progress import Progress
+from bertscope.analyses.attribution_results import METHODS, Attribution, Target
+from bertscope.analyses.erasure_results import LiveErasure
+from bertscope.base.progress import Progress
+from bertscope.data.probing_tasks import TASKS
+from bertscope.model.masks import Ablation, HeadMask
+from bertscope.model.results import Encoding, ModelInfo
 from bertscope.render.attribution import METHOD_NAMES, shaded_sentence, short_describe
 from bertscope.ui.backend import Backend
 from bertscope.ui.job_run import JobRun

@@ -8,7 +8,7 @@ own function and keywords (`backend.steps(api.patterns, erasure, corpus, mask=..
 so the explorer speaks the API rather than a second one, and mypy checks its arguments
 against the API's. `tests/test_backend_contract.py` checks that both backends match this
 contract, and that the fake answers each analysis the UI names with the API's keywords.
-Long work returns a generator of `Progress` (core.progress) that stops early once `cancel` is set.
+Long work returns a generator of `Progress` (base.progress) that stops early once `cancel` is set.
 """
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING, Concatenate, ParamSpec, Protocol, TypeVar
 
 import numpy as np
 
-from bertscope.core.analyses.erasure_results import LiveErasure
-from bertscope.core.analyses.importance_results import Measurement
-from bertscope.core.model.masks import Ablation, HeadMask
-from bertscope.core.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
-from bertscope.core.progress import Progress
+from bertscope.analyses.erasure_results import LiveErasure
+from bertscope.analyses.importance.results import Measurement
+from bertscope.base.progress import Progress
+from bertscope.model.masks import Ablation, HeadMask
+from bertscope.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
 
 if TYPE_CHECKING:
+    from bertscope.analyses.importance.objectives import Objective
     from bertscope.api import Corpus
-    from bertscope.core.analyses.objectives import Objective
-    from bertscope.core.data.corpus import Sentence
-    from bertscope.core.model.session import Session
+    from bertscope.data.corpus import Sentence
+    from bertscope.model.session import Session
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -64,7 +64,7 @@ class Backend(Protocol):
         """`reuse`: the unmasked result of the same encoding, whose layers below the first masked one are kept.
         `erasure`: a property fitted by `fit_erasure`, erased inside the pass (then `reuse` is not used).
         `norms`: also the value-weighted norms ‖α f(x)‖ `[L, H, T, T]` (Kobayashi et al. 2020), from the same pass.
-        `figures`: the result's `figures` holds each head's figures `[L, H]` (core.analyses.headstats), reduced
+        `figures`: the result's `figures` holds each head's figures `[L, H]` (analyses.attention.headstats), reduced
         layer by layer, so they come without `attentions` too (with `reuse`, which must then carry its own)."""
         ...
 
@@ -98,7 +98,7 @@ class Backend(Protocol):
     def fit_erasure(
         self, task: str, layer: int, sentences: list[Sentence], *, cancel: threading.Event | None = None
     ) -> Iterator[Progress[LiveErasure]]:
-        """LEACE for `task` at hidden state `layer` (Belrose et al. 2023; core.analyses.erasure), fitted on `sentences` on the
+        """LEACE for `task` at hidden state `layer` (Belrose et al. 2023; analyses.erasure), fitted on `sentences` on the
         model as it is; the backend keeps the eraser, and the passes given the result's description run with it."""
         ...
 

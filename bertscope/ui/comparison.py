@@ -18,13 +18,13 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Static
 
 from bertscope import api
+from bertscope.analyses.geometry.results import ComparisonResult
 from bertscope.api import Corpus
-from bertscope.core.analyses.geometry_results import ComparisonResult
-from bertscope.core.model.masks import HeadMask
-from bertscope.core.progress import Progress
+from bertscope.base.progress import Progress
+from bertscope.base.theming import Colormap
+from bertscope.model.masks import HeadMask
 from bertscope.render.geometry import cka_heatmap
 from bertscope.render.patterns import layer_bars
-from bertscope.theming import Colormap
 from bertscope.ui.backend import Backend
 from bertscope.ui.corpus_screen import SAMPLE, CorpusRunScreen
 from bertscope.ui.help import BACK_KEY, EXPORT_KEY, HELP_KEY, OPEN_HEAD_KEY, RUN_AGAIN_KEY

@@ -16,11 +16,11 @@ from typing import cast
 
 from textual.screen import Screen
 
-from bertscope.core.analyses.conditions import Conditions
-from bertscope.core.analyses.erasure_results import LiveErasure
-from bertscope.core.analyses.importance_results import HeadImportance
-from bertscope.core.model.masks import HeadMask
-from bertscope.core.progress import Progress
+from bertscope.analyses.conditions import Conditions
+from bertscope.analyses.erasure_results import LiveErasure
+from bertscope.analyses.importance.results import HeadImportance
+from bertscope.base.progress import Progress
+from bertscope.model.masks import HeadMask
 from bertscope.ui.backend import Backend
 from bertscope.ui.erasure import EraseScreen, training_sentences
 from bertscope.ui.explorer import Explorer

@@ -20,11 +20,11 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Static
 
+from bertscope.analyses.conditions import Conditions
+from bertscope.analyses.erasure_results import LiveErasure
 from bertscope.api import Corpus, built_in_treebank, corpus
-from bertscope.core.analyses.conditions import Conditions
-from bertscope.core.analyses.erasure_results import LiveErasure
-from bertscope.core.data.corpus import sample_corpus
-from bertscope.core.progress import Progress
+from bertscope.base.progress import Progress
+from bertscope.data.corpus import sample_corpus
 from bertscope.ui.export import json_text, save_screen
 from bertscope.ui.focus import leave_input
 from bertscope.ui.job_run import Job, JobRun

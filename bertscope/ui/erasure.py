@@ -2,7 +2,7 @@
 
 The dialog asks which property (a classification task) and at which hidden state (0 the
 embeddings, l + 1 the output of layer l); the backend fits LEACE on the task's training
-sentences on the model as it is (core.analyses.erasure.fit_eraser) and keeps the eraser. From
+sentences on the model as it is (analyses.erasure.fit_eraser) and keeps the eraser. From
 then every pass that a head mask changes runs with it too: the heatmap of every layer from the
 erased state up, the effect pane against the model as it is, the context-mixing cells,
 attribution, the grid's syntax figure, the overview (`o`: patterns and syntactic heads over a
@@ -20,8 +20,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Select
 
-from bertscope.core.data.corpus import Sentence
-from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, TASKS, TREEBANK_TASKS
+from bertscope.data.corpus import Sentence
+from bertscope.data.probing_tasks import STRUCTURAL_TASKS, TASKS, TREEBANK_TASKS
 from bertscope.ui.probing import built_in_sentences
 
 DEFAULT_TASK = "upos"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from bertscope.theming import Colormap, ThemeSpec
+from bertscope.base.theming import Colormap, ThemeSpec
 from bertscope.ui.backend import Backend
 from bertscope.ui.kept import KeptResults
 from bertscope.ui.state import ExplorerState

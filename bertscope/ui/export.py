@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 
-from bertscope.core.data.files import atomic_write
-from bertscope.core.errors import BertscopeError, InputError
+from bertscope.base.errors import BertscopeError, InputError
+from bertscope.data.files import atomic_write
 from bertscope.figures.save import save_figure
 
 if TYPE_CHECKING:

@@ -18,13 +18,13 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Input, Static
 
 from bertscope import api
+from bertscope.analyses.conditions import Conditions, conditions_note
+from bertscope.analyses.geometry.results import GeometryResult
 from bertscope.api import Corpus
-from bertscope.core.analyses.conditions import Conditions, conditions_note
-from bertscope.core.analyses.geometry_results import GeometryResult
-from bertscope.core.progress import Progress
+from bertscope.base.progress import Progress
+from bertscope.base.theming import Colormap
 from bertscope.render.geometry import cka_heatmap, scatter
 from bertscope.render.patterns import layer_bars
-from bertscope.theming import Colormap
 from bertscope.ui.backend import Backend
 from bertscope.ui.corpus_screen import CorpusRunScreen
 from bertscope.ui.help import BACK_KEY, EXPORT_KEY, FOCUS_CORPUS_KEY, HELP_KEY, RUN_AGAIN_KEY

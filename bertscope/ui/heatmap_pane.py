@@ -18,9 +18,9 @@ from typing import cast
 import numpy as np
 
 from bertscope import api
-from bertscope.core.analyses.mixing_results import METHOD_NAMES as MIXING_NAMES
-from bertscope.core.analyses.mixing_results import Mixing
-from bertscope.core.progress import Progress
+from bertscope.analyses.mixing.results import METHOD_NAMES as MIXING_NAMES
+from bertscope.analyses.mixing.results import Mixing
+from bertscope.base.progress import Progress
 from bertscope.render.heatmap import SCALES, beyond_reach, reach_note
 from bertscope.ui.backend import Backend
 from bertscope.ui.explorer import Explorer
@@ -29,9 +29,9 @@ from bertscope.ui.messages import Analysis, LayerMaps
 from bertscope.ui.state import VIEWS
 from bertscope.ui.widgets.attention_view import AttentionView
 
-NORMS_LABEL = "‖αf‖"  # the heatmap's cells in norms mode: ‖α_ij f_h(x_j)‖ (core.model.norms)
+NORMS_LABEL = "‖αf‖"  # the heatmap's cells in norms mode: ‖α_ij f_h(x_j)‖ (model.norms)
 # What the heatmap's cells hold (`n`): attention weights, value-weighted norms, and in the layer view (`v`) the
-# context-mixing measures of the whole layer (core.analyses.mixing), computed on demand in a worker.
+# context-mixing measures of the whole layer (analyses.mixing.run), computed on demand in a worker.
 CELLS = ("weights", "norms", "value-zeroing", "alti", "rollout", "flow")
 MIXING_CELLS = ("value-zeroing", "alti", "rollout", "flow")
 CUMULATIVE = ("rollout", "flow")  # only rolled out: the map of layer l is from the input to layer l's output

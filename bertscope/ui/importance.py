@@ -26,11 +26,11 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
 from bertscope import api
+from bertscope.analyses.conditions import Conditions
+from bertscope.analyses.importance.results import HeadImportance, Measurement, PruningCurve
 from bertscope.api import Corpus, corpus
-from bertscope.core.analyses.conditions import Conditions
-from bertscope.core.analyses.importance_results import HeadImportance, Measurement, PruningCurve
-from bertscope.core.model.masks import Ablation
-from bertscope.core.progress import Progress
+from bertscope.base.progress import Progress
+from bertscope.model.masks import Ablation
 from bertscope.render.importance import curve_chart
 from bertscope.ui.backend import Backend
 from bertscope.ui.corpus_screen import RunScreen

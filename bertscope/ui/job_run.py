@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable
 from textual.dom import DOMNode
 from textual.worker import get_current_worker
 
-from bertscope.core.errors import BertscopeError
-from bertscope.core.progress import Progress
+from bertscope.base.errors import BertscopeError
+from bertscope.base.progress import Progress
 
 Job = Callable[[threading.Event], Iterable[Progress]]  # given the run's cancel event, the steps of the run
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bertscope.core.analyses.conditions import Conditions, conditions_note
-from bertscope.core.analyses.erasure_results import LiveErasure
-from bertscope.core.analyses.probing_results import ProbeReport
-from bertscope.core.model.masks import Ablation, HeadMask
+from bertscope.analyses.conditions import Conditions, conditions_note
+from bertscope.analyses.erasure_results import LiveErasure
+from bertscope.analyses.probing.results import ProbeReport
+from bertscope.model.masks import Ablation, HeadMask
 
 
 def erasure_json(erasure: LiveErasure | None) -> dict[str, Any]:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, cast
 from textual.app import SystemCommand
 from textual.screen import Screen
 
-from bertscope.core.analyses.importance_results import HeadImportance
-from bertscope.core.model.labels import token_labels
+from bertscope.analyses.importance.results import HeadImportance
+from bertscope.model.labels import token_labels
 from bertscope.render.heatmap import beyond_reach, reach_note
 from bertscope.ui.comparison import ComparisonScreen
 from bertscope.ui.conditions_controller import ConditionsController

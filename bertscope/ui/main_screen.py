@@ -29,14 +29,14 @@ from textual.widget import Widget
 from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
-from bertscope.core.analyses.erasure_results import LiveErasure
-from bertscope.core.analyses.headstats import FIGURES, figure_range
-from bertscope.core.analyses.mixing_results import METHOD_NAMES as MIXING_NAMES
-from bertscope.core.model.effects import layer_cosines
-from bertscope.core.model.masks import Ablation, HeadMask
-from bertscope.core.model.results import ForwardResult
-from bertscope.core.progress import Progress
-from bertscope.theming import DEFAULT_THEME
+from bertscope.analyses.attention.headstats import FIGURES, figure_range
+from bertscope.analyses.erasure_results import LiveErasure
+from bertscope.analyses.mixing.results import METHOD_NAMES as MIXING_NAMES
+from bertscope.base.progress import Progress
+from bertscope.base.theming import DEFAULT_THEME
+from bertscope.model.effects import layer_cosines
+from bertscope.model.masks import Ablation, HeadMask
+from bertscope.model.results import ForwardResult
 from bertscope.ui.attribution import AttributionRow
 from bertscope.ui.backend import Backend
 from bertscope.ui.conditions_controller import ConditionsController

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from textual.message import Message
 
-from bertscope.core.analyses.erasure_results import LiveErasure
-from bertscope.core.analyses.mixing_results import Mixing
-from bertscope.core.model.labels import token_labels
-from bertscope.core.model.results import ForwardResult, MaskPrediction
+from bertscope.analyses.erasure_results import LiveErasure
+from bertscope.analyses.mixing.results import Mixing
+from bertscope.model.labels import token_labels
+from bertscope.model.results import ForwardResult, MaskPrediction
 from bertscope.ui.backend import Backend
 
 
@@ -55,7 +55,7 @@ class Analysis:
 
     @functools.cached_property
     def labels(self) -> tuple[str, ...]:
-        """The tokens as the views label them: their text, word pieces marked `##` for every family (core.model.labels)."""
+        """The tokens as the views label them: their text, word pieces marked `##` for every family (model.labels)."""
         return token_labels(self.current.tokens, self.current.encoding.special)
 
     @property

@@ -28,16 +28,16 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Static
 
 from bertscope import api
+from bertscope.analyses.attention.patterns_results import NORM_SHARES, PATTERNS, STATISTICS, PatternResult
+from bertscope.analyses.attention.syntax_results import DIRECTIONS, SyntaxResult
+from bertscope.analyses.conditions import Conditions, conditions_note
 from bertscope.api import Corpus, treebank
-from bertscope.core.analyses.conditions import Conditions, conditions_note
-from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
-from bertscope.core.data.corpus import detect_format
-from bertscope.core.model.masks import HeadMask
-from bertscope.core.model.results import NORM_SHARES, PATTERNS, STATISTICS, PatternResult
-from bertscope.core.progress import Progress
+from bertscope.base.progress import Progress
+from bertscope.base.theming import Colormap
+from bertscope.data.corpus import detect_format
+from bertscope.model.masks import HeadMask
 from bertscope.render.patterns import layer_bars, layer_pattern_table
 from bertscope.render.syntax import syntax_table
-from bertscope.theming import Colormap
 from bertscope.ui.backend import Backend
 from bertscope.ui.corpus_screen import SAMPLE, CorpusRunScreen, corpus_path
 from bertscope.ui.export import csv_text, save_screen

@@ -3,7 +3,7 @@
 The clean input is the explorer's sentence (and pair); the person types the corrupted one
 under it, chooses what is measured (`m`: preserve, a probe's decision, an MLM answer, a
 classifier's class) and the direction (`d`: denoise or noise), and Enter runs activation
-patching (core.analyses.patching) in a worker, with progress, escape to cancel. The head
+patching (analyses.patching) in a worker, with progress, escape to cancel. The head
 grid is shaded on a diverging scale (red: the head carries the difference, blue: it works
 against it), beside the layers' two writes and the residual-stream grid, token by hidden
 state. Enter on a head opens it in the main view; the result stays on the app (ui.kept).
@@ -27,15 +27,15 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Static
 
 from bertscope import api
-from bertscope.core.analyses.patching_results import PatchingResult
-from bertscope.core.data.probing_tasks import TASKS
-from bertscope.core.model.labels import token_labels
-from bertscope.core.model.masks import HeadMask
-from bertscope.core.model.results import ModelInfo
-from bertscope.core.progress import Progress
+from bertscope.analyses.patching_results import PatchingResult
+from bertscope.base.progress import Progress
+from bertscope.base.theming import Colormap
+from bertscope.data.probing_tasks import TASKS
+from bertscope.model.labels import token_labels
+from bertscope.model.masks import HeadMask
+from bertscope.model.results import ModelInfo
 from bertscope.render.heatmap import GLYPHS
 from bertscope.render.patching import effect_cell, effect_style, layers_table, legend, positions_grid
-from bertscope.theming import Colormap
 from bertscope.ui.backend import Backend
 from bertscope.ui.corpus_screen import RunScreen
 from bertscope.ui.export import json_text, save_screen
@@ -423,7 +423,7 @@ class PatchingScreen(RunScreen[PatchingResult, tuple[int, int] | None]):
         if result.positions is not None:
             parts.append(Text("\nresidual stream (0 = embeddings)", style="bold"))
             wide = FULL_GRID_WIDTH + 6 * result.positions.shape[0] <= width
-            labels = token_labels(result.tokens)  # RoBERTa's `Ġte` as `te` (core.model.labels)
+            labels = token_labels(result.tokens)  # RoBERTa's `Ġte` as `te` (model.labels)
             if wide:
                 parts.append(positions_grid(result.positions, labels, set(result.differing)))
             else:

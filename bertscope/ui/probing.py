@@ -30,12 +30,12 @@ from textual.containers import Horizontal, ScrollableContainer
 from textual.widgets import Input, Select, Static
 
 from bertscope import api
+from bertscope.analyses.conditions import Conditions
+from bertscope.analyses.probing.results import ProbeReport
 from bertscope.api import ProbeData, built_in_treebank, probe_sentences
-from bertscope.core.analyses.conditions import Conditions
-from bertscope.core.analyses.probing_results import ProbeReport
-from bertscope.core.data.corpus import Sentence
-from bertscope.core.data.probing_tasks import STRUCTURAL_TASKS, TASKS, TREEBANK_TASKS, generate
-from bertscope.core.progress import Progress
+from bertscope.base.progress import Progress
+from bertscope.data.corpus import Sentence
+from bertscope.data.probing_tasks import STRUCTURAL_TASKS, TASKS, TREEBANK_TASKS, generate
 from bertscope.ui.backend import Backend
 from bertscope.ui.corpus_screen import RunScreen
 from bertscope.ui.export import json_text, save_screen

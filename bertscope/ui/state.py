@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertscope.core.data.files import atomic_write
-from bertscope.core.errors import InputError, MaskSpecError
-from bertscope.core.model.masks import ABLATIONS, Ablation, HeadMask
+from bertscope.base.errors import InputError, MaskSpecError
+from bertscope.data.files import atomic_write
+from bertscope.model.masks import ABLATIONS, Ablation, HeadMask
 
 if TYPE_CHECKING:
-    from bertscope.core.analyses.erasure_results import LiveErasure
+    from bertscope.analyses.erasure_results import LiveErasure
 
 STATE_VERSION = 1
 DEFAULT_TEXT = "The keys to the cabinet are on the table."

@@ -18,11 +18,11 @@ from rich.text import Text
 from textual.widgets import Static
 
 from bertscope import api
+from bertscope.analyses.attention.syntax_results import DIRECTIONS, SyntaxResult
+from bertscope.analyses.conditions import Conditions
 from bertscope.api import treebank
-from bertscope.core.analyses.conditions import Conditions
-from bertscope.core.analyses.syntax_results import DIRECTIONS, SyntaxResult
-from bertscope.core.data.corpus import Sentence
-from bertscope.core.progress import Progress
+from bertscope.base.progress import Progress
+from bertscope.data.corpus import Sentence
 from bertscope.ui.backend import Backend
 from bertscope.ui.job_run import JobRun
 

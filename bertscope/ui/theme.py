@@ -7,7 +7,7 @@ from typing import Any, cast
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
-from bertscope.theming import Colormap, ThemeSpec, available_themes, load_theme
+from bertscope.base.theming import Colormap, ThemeSpec, available_themes, load_theme
 
 
 def rich_colour(value: str | None, fallback: str) -> str:

@@ -24,7 +24,7 @@ def save_tiny(directory: Path, model_class_name: str, seed: int = 0, config_clas
     import transformers
     from transformers import AutoTokenizer
 
-    from bertscope.core.model.model_files import bundled_model_dir
+    from bertscope.model.model_files import bundled_model_dir
 
     torch.manual_seed(seed)
     config = getattr(transformers, config_class_name)(**{**TINY, **overrides})

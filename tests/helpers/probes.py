@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 import bertscope
-from bertscope.core.analyses import probes
-from bertscope.core.analyses.features import FeatureOptions, extract_features
-from bertscope.core.analyses.probing_results import ProbeReport
-from bertscope.core.progress import outcome
+from bertscope.analyses.probing import probes
+from bertscope.analyses.probing.features import FeatureOptions, extract_features
+from bertscope.analyses.probing.results import ProbeReport
+from bertscope.base.progress import outcome
 
 # The reference's penalties: bertscope's grid as scikit-learn's C (C = 1 / (2 · l2 · N)). benchmarks/probe_numbers.py
 # adds a decade weaker (the slowest fits), so that a grid too narrow to reach the representation's best would show.

@@ -26,6 +26,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from bertscope.base.theming import Colormap
 from bertscope.render.heatmap import (
     CELL_WIDTH,
     MAX_LABEL_HEIGHT,
@@ -37,7 +38,6 @@ from bertscope.render.heatmap import (
     Scale,
     stagger_height,
 )
-from bertscope.theming import Colormap
 
 MIN_LABEL_WIDTH = 5  # row labels keep at least this many cells when the grid does not fit
 LABEL_SHARE = 4  # ... and take at most a quarter of the pane then

@@ -18,9 +18,9 @@ from textual.geometry import Size
 from textual.message import Message
 from textual.widget import Widget
 
-from bertscope.core.model.masks import HeadMask
+from bertscope.base.theming import Colormap
+from bertscope.model.masks import HeadMask
 from bertscope.render.heatmap import GLYPHS
-from bertscope.theming import Colormap
 
 ROW_LABEL = 4  # "  0 "
 CELL = 3

@@ -11,8 +11,8 @@ from textual.binding import Binding
 from textual.widget import Widget
 from textual.widgets import Static
 
-from bertscope.core.model.labels import token_labels
-from bertscope.core.model.results import MaskPrediction
+from bertscope.model.labels import token_labels
+from bertscope.model.results import MaskPrediction
 from bertscope.ui.theme import rich_colour
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -120,7 +120,7 @@ class EffectPanel(RowsPanel, can_focus=True):
 
 
 def guess_label(token: str) -> str:
-    """An MLM guess as it reads: a piece on its own, its word-start mark dropped (core.model.labels)."""
+    """An MLM guess as it reads: a piece on its own, its word-start mark dropped (model.labels)."""
     return token_labels((token,))[0]
 
 

@@ -7,10 +7,10 @@ from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
 
-from bertscope.core.model.masks import HeadMask
-from bertscope.core.model.results import CLASSES, OFF
+from bertscope.analyses.attention.patterns_results import CLASSES, OFF
+from bertscope.base.theming import Colormap
+from bertscope.model.masks import HeadMask
 from bertscope.render.patterns import PATTERN_LETTERS
-from bertscope.theming import Colormap
 from bertscope.ui.widgets.head_grid import CELL, HeadGrid
 
 

@@ -1,0 +1,1 @@
+"""The base layer: errors, progress records, the cycle collector's pauses and the themes; plain Python."""
