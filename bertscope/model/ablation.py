@@ -183,13 +183,11 @@ def _eager_attention(
     """Attention with its weights; the mask is SDPA's boolean one (True = may attend) or None."""
     if scaling is None:
         scaling = query.size(-1) ** -0.5
-    # the scores are a new tensor: scaled in place, not copied once more (each copy the size of the weights)
+    # the scores are a new tensor: scaled and masked in place, not copied twice more (each copy the size of the weights)
     scores = torch.matmul(query, key.transpose(2, 3)).mul_(scaling)
     if attention_mask is not None:
         if attention_mask.dtype == torch.bool:
-            # `where`, not `masked_fill_`: the same numbers, and on a CPU a mask broadcast over the heads costs
-            # masked_fill_ twice the time of a new tensor from `where` (0.53 against 0.25 ms, B = 60, H = 4, T = 30)
-            scores = torch.where(attention_mask, scores, torch.finfo(scores.dtype).min)
+            scores.masked_fill_(attention_mask.logical_not(), torch.finfo(scores.dtype).min)
         else:  # an additive mask, which may be of another dtype
             scores = scores + attention_mask
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
