@@ -7,11 +7,17 @@ and word alignment are the real thing while the networks stay small and fast.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.models import save_tiny
+if "PYTEST_XDIST_WORKER" in os.environ:  # one of several test processes (pyproject's `-n auto`): one thread each,
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # for torch and the commands they start, as cores are shared
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+from tests.helpers.models import save_tiny  # noqa: E402  (after the thread count, which torch reads on import)
 
 
 def pytest_addoption(parser):
