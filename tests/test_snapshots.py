@@ -1,6 +1,6 @@
 """Snapshots of the main screen, in two themes and two terminal sizes (fake backend).
 
-Update after an intended change of the look with `pytest tests/test_snapshots.py --snapshot-update`
+Update after an intended change of the look with `pytest -n 0 tests/test_snapshots.py --snapshot-update`
 and review the new SVGs under tests/__snapshots__/.
 """
 

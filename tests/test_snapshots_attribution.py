@@ -1,7 +1,7 @@
 """Snapshot of the explorer with the attribution row on (fake backend), at 80x24.
 
 Update after an intended change of the look with
-`pytest tests/test_snapshots_attribution.py --snapshot-update` and review the SVG.
+`pytest -n 0 tests/test_snapshots_attribution.py --snapshot-update` and review the SVG.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Snapshots of the patching screen (fake backend) at 80×24 and 160×48: the effects after a run.
 
 Update after an intended change of the look with
-`pytest tests/test_snapshots_patching.py --snapshot-update`, convert the new SVGs under
+`pytest -n 0 tests/test_snapshots_patching.py --snapshot-update`, convert the new SVGs under
 tests/__snapshots__/ to PNG and look at them before committing.
 """
 

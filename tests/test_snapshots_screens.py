@@ -2,7 +2,7 @@
 
 What a person sees over SSH on a small terminal and on a large one: nothing essential
 may be cut at 80×24. Update after an intended change of the look with
-`pytest tests/test_snapshots_screens.py --snapshot-update`, convert the new SVGs under
+`pytest -n 0 tests/test_snapshots_screens.py --snapshot-update`, convert the new SVGs under
 tests/__snapshots__/ to PNG and look at them before committing.
 """
 
