@@ -44,7 +44,7 @@ def open_sae(session: Session, directory: str | Path) -> tuple[TopKSAE, SAEConfi
     return sae.to(session.device).eval(), config, notes
 
 
-class _Labels:
+class LabelCounts:
     """Per scheme, each feature's firings on each label and each label's tokens, with the labels numbered as met."""
 
     def __init__(self, d_sae: int, device: torch.device) -> None:
@@ -153,14 +153,14 @@ def sae_features(
     kept_tokens: dict[int, tuple[str, ...]] = {}  # the tokens of the sentences a top entry names
     total = torch.zeros(sae.d_in, dtype=torch.float64, device=device)
     sums = {"error": 0.0, "squares": 0.0, "active": 0.0}
-    labels: _Labels | None = None
+    labels: LabelCounts | None = None
     tokens = read = truncated = 0
     for batch in token_batches(
         session, numbered(sentences, job.seed, 0.0, held=None), config.layer, include_special=config.include_special, job=job
     ):
         x = batch.states
         if labels is None and batch.words is not None:
-            labels = _Labels(d_sae, device)
+            labels = LabelCounts(d_sae, device)
         with torch.no_grad():
             values, indices = sae.select(sae.preactivations(x))
             reconstruction = sae.decode_selected(values, indices)

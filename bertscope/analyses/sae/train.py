@@ -204,6 +204,8 @@ def fit(
             yield Progress(
                 _stage(trainer, epoch, epochs), trainer.tokens, None if per_epoch is None or epochs is None else per_epoch * epochs
             )
+        if cancel is not None and cancel.is_set():
+            return
         for mixed in buffer.drain():
             _steps(trainer, mixed, settings.batch_tokens)
         if tokens == 0:
