@@ -146,6 +146,8 @@ ANALYSES = [
     "mixing",
     "mixing_agreement",
     "erase",
+    "train_sae",
+    "sae_features",
 ]
 
 
@@ -172,6 +174,8 @@ def test_every_analysis_is_written_once_and_its_stream_takes_exactly_its_argumen
         "probe",
         "mixing_agreement",
         "erase",
+        "train_sae",
+        "sae_features",
     ]
     for name in corpus_analyses:  # one form of corpus argument: `texts` given, or a file as `data=`
         parameters = inspect.signature(getattr(bertscope, name)).parameters

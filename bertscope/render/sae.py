@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from bertscope.analyses.sae.results import SAEFeatures, SAETraining
+    from bertscope.analyses.sae.results import FeatureContext, SAEFeatures, SAETraining
 
 SHOWN_FEATURES = 20
 
@@ -54,6 +54,20 @@ def shown_features(result: SAEFeatures, count: int = SHOWN_FEATURES) -> list[int
     return alive[:count]
 
 
+def _contexts(contexts: tuple[FeatureContext, ...], width: int = 3) -> Text:
+    """Each context as its token, bold, with `width` tokens either side and its activation; `; ` between them."""
+    shown = Text()
+    for number, context in enumerate(contexts):
+        left = context.tokens[max(0, context.position - width) : context.position]
+        right = context.tokens[context.position + 1 : context.position + 1 + width]
+        if number:
+            shown.append("; ")
+        shown.append(" ".join([*left, ""]))
+        shown.append(context.token, style="bold underline")
+        shown.append(" ".join(["", *right]) + f" ({context.activation:.2f})")
+    return shown
+
+
 def features_report(result: SAEFeatures, source: str, count: int = SHOWN_FEATURES) -> Group:
     """The corpus's figures, then a table of the features shown: density, best label, strongest contexts."""
     table = Table(box=None, padding=(0, 1))
@@ -70,9 +84,7 @@ def features_report(result: SAEFeatures, source: str, count: int = SHOWN_FEATURE
         if result.best is not None:
             best = result.best[feature]
             cells += [f"{best.scheme}:{best.label}", f"{best.precision:.2f}", f"{best.recall:.2f}"] if best else ["", "", ""]
-        contexts = result.top[feature][:3]
-        cells.append("; ".join(f"{context.window(3)} ({context.activation:.2f})" for context in contexts))
-        table.add_row(*cells)
+        table.add_row(*cells, _contexts(result.top[feature][:3]))
     lines = [
         Text.assemble(
             (f"{result.d_sae:,} features", "bold"),
