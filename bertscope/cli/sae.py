@@ -9,7 +9,7 @@ from bertscope.cli import options
 from bertscope.cli.common import ModelChoice, ModelShape, api_call, check_hidden_layer, print_json, printed, record_rows, report_console
 
 
-@click.group()
+@click.group(no_args_is_help=False)  # a bare `bertscope sae` is one line of error, not the help as one
 def sae() -> None:
     """Sparse autoencoders on a hidden state: dictionary features of the encoder (TopK SAEs, Gao et al. 2024).
 

@@ -274,7 +274,7 @@ def train_sae(
         if epoch == 0:
             counts["sentences"] = seen
             if seen == 0:
-                raise InputError("no sentences to train on; the corpus is empty", setting="data")
+                raise InputError("no sentences to train on: the corpus is empty, or so small that all of it was held out", setting="data")
 
     trainer = yield from relay(fit(epoch_batches, session.hidden_size, settings, device=session.device, seed=job.seed, cancel=job.cancel))
     if trainer is None:
