@@ -96,18 +96,24 @@ def test_an_exact_reconstruction_spliced_in_is_the_models_own_pass(family, tmp_p
     session = Session.open(str(directory), device="cpu")  # torch's own linear kernels: no timing of them
 
     sentences = [Sentence(text) for text in TEXTS[:3]]
-    (batch,) = token_batches(session, numbered(sentences, 0, 0.0, held=None), 1, include_special=True)
     plain = session.forward(sentences[0].text, attentions=False, mlm_logits=False)
-    first = batch.sentences == 0
-    order = np.argsort(batch.positions[first])
-    assert np.allclose(batch.states[first].numpy()[order], plain.hidden_states[1], atol=1e-5)
-    steps = list(evaluate(session, exact_sae(session.hidden_size), numbered(sentences, 0, 0.0, held=None), 1))
-    figures = steps[-1].result
-    assert figures.fvu < 1e-6 and figures.preserve > 1 - 1e-6 and figures.l0 <= session.hidden_size
-    losses = figures.mlm_losses
-    assert losses["spliced"] == pytest.approx(losses["clean"], rel=1e-6) and losses["zero"] != pytest.approx(losses["clean"], rel=1e-6)
-    # (zero − spliced) / (zero − clean): all of it, where zeroing costs anything (a random model may gain)
-    assert figures.mlm_recovered == pytest.approx(1, abs=1e-3) if losses["zero"] > losses["clean"] else math.isnan(figures.mlm_recovered)
+    for layer in sorted({1, session.num_layers}):  # DeBERTa-v2's convolution gives hidden state 1; pre-LN's norm the last
+        (batch,) = token_batches(session, numbered(sentences, 0, 0.0, held=None), layer, include_special=True)
+        first = batch.sentences == 0
+        order = np.argsort(batch.positions[first])
+        assert np.allclose(batch.states[first].numpy()[order], plain.hidden_states[layer], atol=1e-5), layer
+        without = next(token_batches(session, numbered(sentences, 0, 0.0, held=None), layer))
+        assert len(without.states) == len(batch.states) - 2 * len(sentences)  # [CLS] and [SEP] (<s>, </s>) left out
+        steps = list(evaluate(session, exact_sae(session.hidden_size), numbered(sentences, 0, 0.0, held=None), layer))
+        figures = steps[-1].result
+        assert figures.fvu < 1e-6 and figures.preserve > 1 - 1e-6 and figures.l0 <= session.hidden_size
+        losses = figures.mlm_losses
+        assert losses["spliced"] == pytest.approx(losses["clean"], rel=1e-6)
+        assert losses["zero"] != pytest.approx(losses["clean"], rel=1e-6)
+        # (zero − spliced) / (zero − clean): all of it, where zeroing costs anything (a random model may gain)
+        assert (
+            figures.mlm_recovered == pytest.approx(1, abs=1e-3) if losses["zero"] > losses["clean"] else math.isnan(figures.mlm_recovered)
+        )
 
 
 def test_training_writes_saelens_files_that_read_back(tiny_session, tmp_path):
