@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("figures", ("bertscope.figures",)),  # matplotlib figures and notebook display, drawn from plain arrays
     ("runtime", ("bertscope.runtime",)),  # torch.distributed's process group: state, and torch on use
     ("model", ("bertscope.model",)),
-    ("analyses", ("bertscope.analyses",)),
+    ("analyses", ("bertscope.analyses",)),  # by subject: probing, attention, importance, geometry, mixing, sae
     ("api", ("bertscope", "bertscope.api", "bertscope.session_backend")),
     ("render", ("bertscope.render",)),
     ("ui", ("bertscope.ui",)),

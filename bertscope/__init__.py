@@ -36,9 +36,11 @@ __all__ = [
     "probe_sentences",
     "prune",
     "pruning_curve",
+    "sae_features",
     "steps",  # an analysis as a stream of progress records (for live displays): steps(patterns, model, ...)
     "syntax",
     "task_sentences",
+    "train_sae",
     "treebank",
 ]
 

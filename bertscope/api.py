@@ -64,6 +64,7 @@ if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyse
     from bertscope.analyses.mlm_results import ClozeResult, FillResult
     from bertscope.analyses.patching_results import PatchingResult
     from bertscope.analyses.probing.results import ProbeKind, ProbeReport
+    from bertscope.analyses.sae.results import SAEFeatures, SAETraining
     from bertscope.model.deferred import DeferredSession
     from bertscope.model.results import Encoding
     from bertscope.model.session import Session
@@ -1303,3 +1304,96 @@ def compare(
         job=JobOptions(batch_size=batch_size, seed=seed, cache_dir=cache_dir, cancel=cancel),
     )
     return _noted(run, lambda result: (*sentences.read_notes(), *result.notes))
+
+
+# --- dictionary features -----------------------------------------------------------------------------------
+
+
+@analysis("SAE training")
+def train_sae(
+    model: Session,
+    texts: Texts = None,
+    *,
+    layer: int,
+    out: str | Path,
+    data: str | Path | None = None,
+    format: str = "auto",
+    limit: int | None = None,
+    width: int | None = None,
+    k: int = 32,
+    epochs: int | None = None,
+    lr: float | None = None,
+    include_special: bool = False,
+    held_out: float = 0.1,
+    batch_size: int | None = None,
+    seed: int = 0,
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> Iterator[Progress[SAETraining]]:
+    """Train a TopK sparse autoencoder (Gao et al. 2024) on hidden state `layer` (0 = the embeddings) of a corpus and
+    write it to the new directory `out` in SAELens's layout (cfg.json, sae_weights.safetensors).
+
+    `width`: its features (default 4 × the hidden size); `k`: the features that fire on a token; `epochs`: passes
+    over the corpus (default: enough to see 200,000 tokens, at most 40); `lr`: Adam's learning rate (default
+    1.2e-3 / sqrt(width / 16384)). Special tokens are left out unless `include_special`. A seeded `held_out` share
+    of the sentences is never trained on: the result's FVU, L0, dead share, `preserve` and MLM loss recovered are
+    theirs. The corpus is read again for each epoch (a file streams: memory stays flat in its size).
+    """
+    from bertscope.analyses.sae.results import SAESettings
+    from bertscope.analyses.sae.train import train_sae as training
+
+    settings = SAESettings(width=width, k=k, epochs=epochs, lr=lr, held_out=held_out, include_special=include_special)
+    settings.check()
+    first = corpus(texts, data=data, format=format, limit=limit)
+    if texts is not None:  # sentences at hand: kept for every epoch
+        first = Corpus(list(first.sentences), first.source, first.report)
+    readings = [first]
+
+    def sentences() -> Iterable[Sentence]:
+        """The corpus for one more walk: the first reading (whose report gives the notes), then the file read again."""
+        if texts is not None:
+            return first.sentences
+        if readings:
+            return readings.pop().sentences
+        return corpus(None, data=data, format=format, limit=limit).sentences
+
+    run = training(
+        model,
+        sentences,
+        layer=layer,
+        out=out,
+        settings=settings,
+        data_name=first.source,
+        job=JobOptions(batch_size=batch_size, seed=seed, cancel=cancel),
+    )
+    return _read_and_cut(run, first, lambda count: f"{count:,} sentences were cut to the model's maximum of {model.max_length} tokens")
+
+
+@analysis("SAE features")
+def sae_features(
+    model: Session,
+    texts: Texts = None,
+    *,
+    sae: str | Path,
+    data: str | Path | None = None,
+    format: str = "auto",
+    limit: int | None = None,
+    top: int = 10,
+    batch_size: int | None = None,
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> Iterator[Progress[SAEFeatures]]:
+    """Read the features of the SAE in directory `sae` (one `train_sae` wrote, or any TopK SAE in SAELens's layout for
+    this model's width) on a corpus: its FVU, L0 and dead share there, and per feature its density, its `top` most
+    active tokens in context and a histogram of its activations. With a CoNLL-U corpus, each feature's best-matching
+    label (UPOS, dependency relation, first or inner word piece) with precision and recall, and how many are
+    label-pure (precision ≥ 0.9, at least 10 firings)."""
+    from bertscope.analyses.sae.features import sae_features as reading
+    from bertscope.analyses.sae.files import read_config
+
+    read_config(sae)  # an SAE directory, judged before the corpus is read
+    if top < 1:
+        raise InputError(f"top must be 1 or more, not {top}", setting="top")
+    sentences = corpus(texts, data=data, format=format, limit=limit)
+    run = reading(model, sae, sentences.sentences, top=top, job=JobOptions(batch_size=batch_size, cancel=cancel))
+    return _read_and_cut(run, sentences, lambda count: f"{count:,} sentences were cut to the model's maximum of {model.max_length} tokens")

@@ -146,6 +146,8 @@ ANALYSES = [
     "mixing",
     "mixing_agreement",
     "erase",
+    "train_sae",
+    "sae_features",
 ]
 
 
@@ -172,6 +174,8 @@ def test_every_analysis_is_written_once_and_its_stream_takes_exactly_its_argumen
         "probe",
         "mixing_agreement",
         "erase",
+        "train_sae",
+        "sae_features",
     ]
     for name in corpus_analyses:  # one form of corpus argument: `texts` given, or a file as `data=`
         parameters = inspect.signature(getattr(bertscope, name)).parameters
@@ -253,10 +257,14 @@ def test_the_apis_keywords_are_named_as_the_commands_flags():
         "compare": ["compare"],
         "mixing": ["mixing", "mixing_agreement"],
         "erase": ["erase"],
+        "sae train": ["train_sae"],
+        "sae features": ["sae_features"],
     }
     for command, functions in commands.items():
         keywords = set().union(*(inspect.signature(getattr(bertscope, name)).parameters for name in functions))
-        for option in main.commands[command].params:
+        group, _, sub = command.partition(" ")
+        chosen = main.commands[group].commands[sub] if sub else main.commands[group]
+        for option in chosen.params:
             flags = [flag for flag in option.opts if flag.startswith("--")]
             if isinstance(option, click.Option) and flags and not option.deprecated:
                 name = flags[0][2:].replace("-", "_")

@@ -128,6 +128,7 @@ def stand_ins(tmp_path_factory) -> dict[str, str]:
         "./minilm-finetuned": str(finetuned),
         "pruned-minilm/": str(root / "pruned-minilm"),
         "zeroed-minilm/": str(root / "zeroed-minilm"),
+        "minilm-sae/": str(root / "minilm-sae"),
         "work.json": str(root / "work.json"),
         "train.conllu": treebanks["train"],
         "dev.conllu": treebanks["dev"],
@@ -188,11 +189,12 @@ def test_the_docs_have_examples_of_every_command():
         "compare",
         "export",
         "info",
+        "sae",
     }
     assert analyses <= shown, analyses - shown
     assert analyses <= set(group.commands)
     pages = sorted((ROOT / "docs" / "analyses").glob("*.md"))
-    assert len(pages) >= 12
+    assert len(pages) >= 13
     for page in pages:
         assert shell_examples(page), f"{page.name} shows no command"
 
@@ -208,6 +210,10 @@ def test_doc_example_runs(example, stand_ins, explorer_runs, monkeypatch, tmp_pa
         shutil.rmtree(args[args.index("-o") + 1], ignore_errors=True)  # -o takes a new directory
     elif "pruned-minilm/" in example:
         _make_pruned_model(stand_ins)
+    elif example.startswith("bertscope sae train") and "-o" in args:
+        args[args.index("-o") + 1] = str(tmp_path / "sae")  # a new directory of its own (`sae features` reads the stand-in)
+    elif "minilm-sae/" in example:
+        _make_sae(stand_ins)
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, f"{EXAMPLES[example]}: {example}\n{result.stderr}"
     assert "Traceback" not in result.output
@@ -224,6 +230,19 @@ def _make_pruned_model(stand_ins) -> None:
     shutil.rmtree(target, ignore_errors=True)
     result = CliRunner().invoke(
         main, ["prune", "--data", stand_ins["wiki.txt"], "--limit", "16", "--objective", "preserve", "--fraction", "0.3", "-o", str(target)]
+    )
+    assert result.exit_code == 0, result.stderr
+
+
+def _make_sae(stand_ins) -> None:
+    """`bertscope sae features --sae minilm-sae/` reads what the `sae train` example writes, made here once."""
+    target = Path(stand_ins["minilm-sae/"])
+    if (target / "cfg.json").is_file():
+        return
+    shutil.rmtree(target, ignore_errors=True)
+    sample = str(DATA / "sample.conllu")
+    result = CliRunner().invoke(
+        main, ["sae", "train", "--data", sample, "--limit", "100", "--layer", "3", "-o", str(target), "--epochs", "2"]
     )
     assert result.exit_code == 0, result.stderr
 

@@ -21,6 +21,7 @@ from bertscope.cli import (  # noqa: E402 - after the guard
     patching,
     patterns,
     probing,
+    sae,
     syntax,
 )
 from bertscope.cli.common import main  # noqa: E402 - after the guard
@@ -44,6 +45,7 @@ for command in (
     patching.patch,
     syntax.syntax,
     mixing.mixing,
+    sae.sae,
 ):
     main.add_command(command)
 

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import os
 import secrets
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -59,6 +60,25 @@ def check_new_directory(path: str | Path) -> Path:
         raise InputError(f"cannot write {target}: it already exists and is not an empty directory; give a new directory")
     check_writable(target / "config.json" if target.is_dir() else target)
     return target
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | Path) -> Iterator[Path]:
+    """Fill a new directory whole or not at all: the block writes into a temporary directory beside `path`, which is
+    renamed to `path` when the block ends; a failure or an interrupt removes it, leaving no half-written `path`.
+
+    `path` must be new or an empty directory (`check_new_directory`, also checked here)."""
+    target = check_new_directory(path)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent if str(target.parent) else "."))
+    try:
+        yield staging
+        follow_umask(staging)  # mkdtemp's directory is private; what is published follows the umask
+        if target.exists():
+            target.rmdir()  # empty, as checked
+        os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 @contextlib.contextmanager
