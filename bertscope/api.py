@@ -1246,8 +1246,9 @@ def patch(
     Both texts must have the same number of tokens (`pair`: the clean text's second segment). `sweep`: which
     of heads, layers and positions to patch. `metric`: mlm (`answers` A,B at the
     [MASK]), class (`classes` A,B of a classifier), probe (a probe for `task`, `classes` A,B),
-    preserve (any model). `direction`: denoise (clean into corrupted) or noise. Effects are
-    shares of m(clean) - m(corrupt): 1 when the component carries all of it.
+    preserve (any model), embedding (the cosine of the pooled sentence embedding to the clean one's; any
+    model). `direction`: denoise (clean into corrupted) or noise. Effects are shares of m(clean) - m(corrupt): 1
+    when the component carries all of it.
     """
     from bertscope.analyses.patching import patch as patching_steps
     from bertscope.analyses.patching_results import PatchMetric

@@ -380,3 +380,18 @@ def test_a_pair_s_gradient_is_through_one_gate_for_both_its_sentences(tiny_sessi
             return float(objective.scores(batch, gates, "zero").loss.sum())
 
     assert result.raw[layer, head] == pytest.approx(abs(loss_at(1 + step) - loss_at(1 - step)) / (2 * step), rel=0.03)
+
+
+def test_patching_measures_the_embedding_objective_s_cosine(tiny_session):
+    from bertscope import api
+
+    clean, corrupt = "The cat sat on the mat.", "The dog sat on the mat."
+    result = api.patch(tiny_session, clean, corrupt, metric="embedding", sweep=("layers",))
+    with torch.no_grad():
+        clean_mean, corrupt_mean = (
+            tiny_session.model(**tiny_session.tokenizer(t, return_tensors="pt")).last_hidden_state[0].mean(0) for t in (clean, corrupt)
+        )
+    assert result.clean_metric == pytest.approx(1) and result.corrupt_metric == pytest.approx(
+        float(F.cosine_similarity(clean_mean, corrupt_mean, dim=0))
+    )
+    assert result.layers.shape == (tiny_session.num_layers, 2)
