@@ -713,8 +713,50 @@ def erasure_sentences(
 
 def check_objective_data(name: str, texts: Texts, data: str | Path | None) -> None:
     """Refuse, before any model loads, an objective that cannot be measured on no data (torch-free: the CLI calls it)."""
-    if name == "classification" and texts is None and data is None:
+    if texts is not None or data is not None:
+        return
+    if name == "classification":
         raise InputError("the classification objective needs labelled data: a SentEval file (split<TAB>label<TAB>sentence)", setting="data")
+    if name == "token-classification":
+        raise InputError(
+            "the token-classification objective needs tagged words: a CoNLL-2003 file (a token and its label a line) "
+            "or a CoNLL-U file (--label-column upos, xpos or deprel)",
+            setting="data",
+        )
+
+
+def objective_corpus(
+    name: str,
+    texts: Texts = None,
+    *,
+    data: str | Path | None = None,
+    format: str = "auto",
+    limit: int | None = None,
+    label_column: str | None = None,
+) -> Corpus:
+    """The sentences objective `name` is measured on, read as it reads them: tagged words for token-classification
+    (CoNLL-2003, or a CoNLL-U file's `label_column`), scored pairs for similarity (an STS-style TSV; default: the
+    shipped sample pairs), and otherwise as `corpus` reads them (torch-free: the CLI reads them before the model loads)."""
+    if label_column is not None and name != "token-classification":
+        raise InputError(f"a label column is for the token-classification objective; {name} takes none", setting="label_column")
+    if isinstance(texts, Corpus) or texts is not None or name not in ("token-classification", "similarity"):
+        return corpus(texts, data=data, format=format, limit=limit, sample=name != "probe")
+    report = ReadReport()
+    if name == "similarity":
+        from bertscope.data.task_files import read_scored_pairs, sample_pairs
+
+        source = data if data is not None else sample_pairs()
+        return Corpus(read_scored_pairs(source, limit=limit, report=report), str(source), report)
+    from bertscope.data.task_files import read_tagged
+
+    check_objective_data(name, texts, data)
+    assert data is not None  # refused above without it
+    if format not in ("auto", "conllu"):
+        raise InputError(
+            f"the token-classification objective reads CoNLL-2003 or CoNLL-U files, not {format}; leave the format to auto",
+            setting="data_format",
+        )
+    return Corpus(read_tagged(data, label_column=label_column, limit=limit, report=report), str(data), report)
 
 
 def objective(
@@ -725,6 +767,7 @@ def objective(
     data: str | Path | None = None,
     format: str = "auto",
     limit: int | None = None,
+    label_column: str | None = None,
     task: str | None = None,
     probe_layer: int | None = None,
     batch_size: int | None = None,
@@ -734,14 +777,17 @@ def objective(
     `pruning_curve`, `prune` or `measure` in place of the objective's name to measure it again.
 
     `name`: mlm (an MLM head), classification (a classifier and labelled data), probe
-    (`task`, `probe_layer`; no data: a built-in task), preserve (any encoder). Its `source`
-    says where the data came from; its `notes` go on to the results measured on it.
+    (`task`, `probe_layer`; no data: a built-in task), preserve (any encoder), token-classification
+    (a token classifier and a CoNLL-2003 file, or a CoNLL-U file's `label_column`: upos, xpos,
+    deprel), similarity (pairs with gold scores, an STS-style TSV; no data: the shipped sample
+    pairs), embedding (any encoder, any text). Its `source` says where the data came from; its
+    `notes` go on to the results measured on it.
     """
     from bertscope.analyses.importance.objectives import check_objective, make_objective
 
     check_objective(model, name)
     check_objective_data(name, texts, data)
-    sentences = corpus(texts, data=data, format=format, limit=limit, sample=name != "probe")
+    sentences = objective_corpus(name, texts, data=data, format=format, limit=limit, label_column=label_column)
     with distributed.failures_shared():  # the probe objective trains on rank 0 alone: its failure must stop the others
         prepared = make_objective(
             model, name, list(sentences.sentences), batch_size=batch_size, seed=seed, probe_task=task, probe_layer=probe_layer
@@ -753,7 +799,8 @@ def objective(
 
 
 def _prepared(model: Session, name: str | Objective, texts: Texts, job: JobOptions, **choice: Any) -> Objective:
-    """The objective `name` prepared over the data `choice` names (`data`, `format`, `limit`, `task`, `probe_layer`)
+    """The objective `name` prepared over the data `choice` names (`data`, `format`, `limit`, `label_column`, `task`,
+    `probe_layer`)
     with `job`'s batch size and seed, or as it is when it was prepared already."""
     if isinstance(name, str):
         return objective(model, name, texts, batch_size=job.batch_size, seed=job.seed, **choice)
@@ -782,6 +829,7 @@ def importance(
     data: str | Path | None = None,
     format: str = "auto",
     limit: int | None = None,
+    label_column: str | None = None,
     task: str | None = None,
     probe_layer: int | None = None,
     method: str = "gradient",
@@ -795,7 +843,9 @@ def importance(
     """How much each head matters for an objective (its name, or one `objective` prepared):
     Michel et al.'s gradient, or exact ablation."""
     job = JobOptions(batch_size=batch_size, seed=seed, cancel=cancel)
-    prepared = _prepared(model, objective, texts, job, data=data, format=format, limit=limit, task=task, probe_layer=probe_layer)
+    prepared = _prepared(
+        model, objective, texts, job, data=data, format=format, limit=limit, label_column=label_column, task=task, probe_layer=probe_layer
+    )
     return _ranking(prepared, None, method, ablation, normalize, job)
 
 
@@ -816,6 +866,7 @@ def pruning_curve(
     data: str | Path | None = None,
     format: str = "auto",
     limit: int | None = None,
+    label_column: str | None = None,
     task: str | None = None,
     probe_layer: int | None = None,
     ranking: HeadImportance | None = None,
@@ -837,7 +888,9 @@ def pruning_curve(
 
     check_fraction(step, "step")
     job = JobOptions(batch_size=batch_size, seed=seed, cancel=cancel)
-    prepared = _prepared(model, objective, texts, job, data=data, format=format, limit=limit, task=task, probe_layer=probe_layer)
+    prepared = _prepared(
+        model, objective, texts, job, data=data, format=format, limit=limit, label_column=label_column, task=task, probe_layer=probe_layer
+    )
     ranking_steps = _ranking(prepared, ranking, method, ablation, normalize, job)
 
     def run() -> Iterator[Progress[PruningCurve]]:
@@ -870,6 +923,7 @@ def prune(
     data: str | Path | None = None,
     format: str = "auto",
     limit: int | None = None,
+    label_column: str | None = None,
     task: str | None = None,
     probe_layer: int | None = None,
     ranking: HeadImportance | None = None,
@@ -897,7 +951,9 @@ def prune(
         check_pruned_copy(weights, model.loaded.family, bool(pruned_heads_of(model.model.config)))
         check_new_directory(Path(output))
     job = JobOptions(batch_size=batch_size, seed=seed, cancel=cancel)
-    prepared = _prepared(model, objective, texts, job, data=data, format=format, limit=limit, task=task, probe_layer=probe_layer)
+    prepared = _prepared(
+        model, objective, texts, job, data=data, format=format, limit=limit, label_column=label_column, task=task, probe_layer=probe_layer
+    )
     ranking_steps = _ranking(prepared, ranking, method, ablation, normalize, job)
 
     def run() -> Iterator[Progress[Pruning]]:
@@ -1191,8 +1247,9 @@ def patch(
     Both texts must have the same number of tokens (`pair`: the clean text's second segment). `sweep`: which
     of heads, layers and positions to patch. `metric`: mlm (`answers` A,B at the
     [MASK]), class (`classes` A,B of a classifier), probe (a probe for `task`, `classes` A,B),
-    preserve (any model). `direction`: denoise (clean into corrupted) or noise. Effects are
-    shares of m(clean) - m(corrupt): 1 when the component carries all of it.
+    preserve (any model), embedding (the cosine of the pooled sentence embedding to the clean one's; any
+    model). `direction`: denoise (clean into corrupted) or noise. Effects are shares of m(clean) - m(corrupt): 1
+    when the component carries all of it.
     """
     from bertscope.analyses.patching import patch as patching_steps
     from bertscope.analyses.patching_results import PatchMetric

@@ -17,7 +17,7 @@ import string
 from pathlib import Path
 
 FAMILIES = ("distilbert", "albert", "deberta-v2", "modernbert", "mpnet")
-HEADS = ("Model", "ForMaskedLM", "ForSequenceClassification")
+HEADS = ("Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification")
 
 # Class-name prefix of each family in transformers: f"{prefix}Config", f"{prefix}{head}".
 _PREFIX = {
@@ -227,14 +227,15 @@ def _config(family: str, tokenizer, head: str, **overrides):
         # buckets stay at 32: MPNetEncoder.compute_position_bias ignores the config and always asks for 32.
         "mpnet": dict(bert_like, max_position_embeddings=130, **bos_eos),
     }[family]
-    if head == "ForSequenceClassification":
+    if head in ("ForSequenceClassification", "ForTokenClassification"):
         settings["num_labels"] = 3
     config_class = getattr(transformers, f"{_PREFIX[family]}Config")
     return config_class(**{**ids, **settings, **overrides})
 
 
 def save_tiny_family(directory: Path, family: str, head: str = "Model", seed: int = 0, **config_overrides) -> Path:
-    """Save a seeded random `family` model with `head` ("Model", "ForMaskedLM", "ForSequenceClassification")
+    """Save a seeded random `family` model with `head` ("Model", "ForMaskedLM", "ForSequenceClassification",
+    "ForTokenClassification")
     and its tokenizer into `directory`; config_overrides go to the family's config class."""
     import torch
     import transformers

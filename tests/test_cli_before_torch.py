@@ -139,7 +139,7 @@ JUDGED_FROM_THE_CONFIG = [  # issue 54: what the config and the arguments tell i
     (("prune", "-O", "preserve", "--fraction", "0.5", "--weights", "sliced", "-m", "TINY"), "--weights says how the copy"),
     (
         ("importance", SENTENCE, "-O", "mlm", "-m", "TINY"),
-        "objective 'mlm' needs a model with an MLM head; BertModel has none; objectives that work for this model: probe, preserve",
+        "objective 'mlm' needs a model with an MLM head; BertModel has none; objectives that work for this model: probe, preserve, similarity, embedding",
     ),
     (
         ("erase", "--task", "main_verb_tense", "--measure", "mlm", "-m", "TINY"),

@@ -69,7 +69,7 @@ def test_importance_for_a_person(run, tiny_bert_dir, data_file):
 
 def test_objective_the_model_cannot_serve(run, tiny_bert_dir, data_file):
     result = run("importance", "--data", data_file, "--objective", "mlm", "-m", str(tiny_bert_dir))
-    assert_one_line_error(result, "objectives that work for this model: probe, preserve")
+    assert_one_line_error(result, "objectives that work for this model: probe, preserve, similarity, embedding")
 
 
 @pytest.mark.parametrize("fraction", ["0", "1", "1.5", "-0.1"])

@@ -109,6 +109,39 @@ def stand_ins(tmp_path_factory) -> dict[str, str]:
             ]
         )
     )
+    labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]  # a token classifier as the importance page makes it
+    tagger = save_tiny(
+        root / "tiny-ner",
+        "BertForTokenClassification",
+        seed=3,
+        num_labels=5,
+        id2label=dict(enumerate(labels)),
+        label2id={n: i for i, n in enumerate(labels)},
+    )
+    ner = root / "ner.txt"
+    ner.write_text(
+        "-DOCSTART- O\n\nDante B-PER\nwas O\nborn O\nin O\nFlorence B-LOC\n\nJohn B-PER\nSmith I-PER\nvisited O\nNew B-LOC\nYork I-LOC\n"
+    )
+    upos = [
+        "ADJ",
+        "ADP",
+        "ADV",
+        "AUX",
+        "CCONJ",
+        "DET",
+        "INTJ",
+        "NOUN",
+        "NUM",
+        "PART",
+        "PRON",
+        "PROPN",
+        "PUNCT",
+        "SCONJ",
+        "SYM",
+        "VERB",
+        "X",
+    ]
+    pos_tagger = save_tiny(root / "pos-tagger", "BertForTokenClassification", seed=4, num_labels=len(upos), id2label=dict(enumerate(upos)))
     from bertscope.model.model_files import bundled_model_dir
 
     finetuned = shutil.copytree(bundled_model_dir(), root / "minilm-finetuned")
@@ -124,6 +157,10 @@ def stand_ins(tmp_path_factory) -> dict[str, str]:
         "~/models/bert-base-uncased": str(mlm),
         "bert-base-uncased": str(mlm),
         "~/models/my-sst2-classifier": str(classifier),
+        "./tiny-ner": str(tagger),
+        "ner.txt": str(ner),
+        "~/models/my-pos-tagger": str(pos_tagger),
+        "sts-dev.tsv": str(DATA / "sample_pairs.tsv"),
         "~/checkpoints/bert-sst2": str(classifier),
         "./minilm-finetuned": str(finetuned),
         "pruned-minilm/": str(root / "pruned-minilm"),

@@ -259,7 +259,7 @@ def test_layer_normalisation(tiny_session):
 
 
 def test_objectives_a_model_cannot_serve_are_refused_with_the_ones_that_work(tiny_session):
-    with pytest.raises(InputError, match="MLM head.*objectives that work for this model: probe, preserve"):
+    with pytest.raises(InputError, match="MLM head.*objectives that work for this model: probe, preserve, similarity, embedding"):
         make_objective(tiny_session, "mlm", SENTENCES)
     with pytest.raises(InputError, match="classification.*probe, preserve"):
         make_objective(tiny_session, "classification", SENTENCES)

@@ -261,6 +261,16 @@ def _metric(
             last,
             "minus the squared distance of the final hidden states to the clean run's",
         )
+    if kind == "embedding":  # the embedding objective's measure: one input, no padding, every token pooled
+        pooling = session.pooling
+
+        def embedded(hidden: Tensor) -> Tensor:
+            return torch.nn.functional.normalize(pooling(hidden, torch.ones(hidden.shape[:2], device=hidden.device)), dim=-1)
+
+        reference = embedded(clean.hidden[last][None])
+        return _Metric(
+            lambda hidden: (embedded(hidden) * reference).sum(-1), last, f"cosine to the clean run's embedding ({pooling.source})"
+        )
     if kind == "mlm":
         from bertscope.analyses.mlm import require_mlm_head
 

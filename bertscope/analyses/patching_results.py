@@ -14,8 +14,9 @@ from bertscope.figures.notebook import Shown
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-METRICS = ("mlm", "class", "probe", "preserve")
-"""What is measured: an MLM answer's logit difference, a classifier's, a probe's, or how well the clean output is preserved."""
+METRICS = ("mlm", "class", "probe", "preserve", "embedding")
+"""What is measured: an MLM answer's logit difference, a classifier's, a probe's, or how well the clean output is preserved
+(its hidden states, or its pooled sentence embedding)."""
 SWEEPS = ("heads", "layers", "positions")
 """What is patched: each head's output; each layer's attention and feed-forward writes; the residual stream per position."""
 DIRECTIONS = ("denoise", "noise")
@@ -34,7 +35,9 @@ class PatchMetric:
     """What patching measures, m: `name` mlm (`answers` A,B at the [MASK]: logit A - logit B; default the clean and
     the corrupted input's top guesses), class (a sequence classifier's `classes` A,B), probe (a linear probe for
     `task`, trained on `data` as `attribute`'s probe is, at `probe_layer` or its best layer; `classes` A,B of the
-    task), preserve (minus the squared distance of the final hidden states to the clean run's; any model)."""
+    task), preserve (minus the squared distance of the final hidden states to the clean run's; any model), embedding
+    (the cosine of the sentence embedding, pooled as the model's sentence-transformers files say, to the clean run's;
+    any model)."""
 
     name: str = "preserve"
     answers: tuple[str, ...] | None = None

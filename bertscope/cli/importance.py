@@ -32,6 +32,7 @@ class ObjectiveChoice:
     data: str | None
     data_format: str
     limit: int | None
+    label_column: str | None
     task: str | None
     probe_layer: int | None
     method: str
@@ -46,12 +47,17 @@ class ObjectiveChoice:
 
     def sentences(self) -> Corpus:
         """The sentences the objective is measured on (an api.Corpus), read before the model loads."""
-        from bertscope.api import Corpus, check_objective_data
+        from bertscope.api import Corpus, check_objective_data, objective_corpus
         from bertscope.data.corpus import ReadReport
 
         if self.text is None and self.data is None and self.objective == "probe":
             return Corpus([], f"built-in task {self.task}", ReadReport())
         check_objective_data(self.objective, self.text, self.data)
+        if self.objective in ("token-classification", "similarity") or self.label_column is not None:
+            chosen = objective_corpus(
+                self.objective, self.text, data=self.data, format=self.data_format, limit=self.limit, label_column=self.label_column
+            )
+            return Corpus(list(chosen.sentences), chosen.source, chosen.report)
         return read_corpus(self.text, self.data, self.data_format, self.limit)
 
     def prepared(self, model: ModelChoice) -> tuple[Session, Objective]:
@@ -76,7 +82,9 @@ class ObjectiveChoice:
 
 objective_flags = options.stacked(
     options.corpus(
-        "Sentences: plain text, CoNLL-U or SentEval TSV. Default: the shipped sample corpus (the probe objective: a built-in task).",
+        "Sentences: plain text, CoNLL-U or SentEval TSV; token-classification: CoNLL-2003 (a token and its label a line) or "
+        "CoNLL-U; similarity: a TSV of sentence1, sentence2, score. Default: the shipped sample corpus (probe: a built-in task; "
+        "similarity: the shipped sample pairs).",
         format_help=None,
     ),
     click.option(
@@ -85,7 +93,14 @@ objective_flags = options.stacked(
         "objective",
         required=True,
         type=click.Choice(OBJECTIVES),
-        help="mlm (MLM head), classification (classifier, labelled data), probe (--task, --probe-layer), preserve (any encoder).",
+        help="mlm (MLM head), classification (classifier, labelled data), probe (--task, --probe-layer), preserve (any encoder), "
+        "token-classification (token classifier, tagged words), similarity (sentence pairs with scores), embedding (any encoder).",
+    ),
+    click.option(
+        "--label-column",
+        default=None,
+        type=click.Choice(("upos", "xpos", "deprel")),
+        help="token-classification on a CoNLL-U file: the column its labels are in. Default: upos.",
     ),
     click.option(
         "--task",

@@ -48,7 +48,8 @@ def _pair_of(value: str | None, flag: str) -> tuple[str, str] | None:
     show_default=True,
     type=click.Choice(METRICS),
     help="mlm: logit difference of --answers at the [MASK]; class: of --classes of a classifier; "
-    "probe: of --classes of a --task probe; preserve: how close the output stays to the clean one (any model).",
+    "probe: of --classes of a --task probe; preserve: how close the output stays to the clean one (any model); "
+    "embedding: the cosine of the pooled sentence embedding to the clean one's (any model).",
 )
 @click.option("--answers", default=None, metavar="A,B", help="mlm: the two answers compared (default: each input's top guess).")
 @click.option("--classes", default=None, metavar="A,B", help="class, probe: the two classes compared (default: each input's choice).")

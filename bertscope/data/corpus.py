@@ -84,6 +84,7 @@ class Sentence:
     xpos: tuple[str, ...] | None = None
     heads: tuple[int, ...] | None = None
     deprels: tuple[str, ...] | None = None
+    tags: tuple[str, ...] | None = None  # a label per word for token classification (data.task_files)
 
 
 class CorpusError(InputError):

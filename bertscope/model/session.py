@@ -28,6 +28,7 @@ from bertscope.model.families import Family
 from bertscope.model.loading import LoadedModel, load_model
 from bertscope.model.masks import Ablation, HeadMask, check_ablation
 from bertscope.model.model_files import model_limit, numerics_key
+from bertscope.model.pooling import SentencePooling
 from bertscope.model.pruning import kept_heads as pruned_layout
 from bertscope.model.pruning import pruned_heads_of
 from bertscope.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
@@ -140,6 +141,23 @@ class Session:
         """A sequence-classification model: its forward gives class logits."""
         return self.loaded.architecture.endswith("ForSequenceClassification")
 
+    @property
+    def is_token_classifier(self) -> bool:
+        """A token-classification model (NER, POS): its forward gives class logits at every token."""
+        return self.loaded.architecture.endswith("ForTokenClassification")
+
+    @property
+    def label_names(self) -> list[str]:
+        """A classifier's classes by number, as its config's id2label names them."""
+        config = self.model.config
+        id2label = cast(dict[int, str], config.id2label or {})  # keyed by int once loaded (transformers)
+        return [str(id2label.get(index, index)) for index in range(len(id2label))]  # len(id2label): the config's num_labels
+
+    @functools.cached_property
+    def pooling(self) -> SentencePooling:
+        """How a sentence embedding is pooled from the last hidden states (its sentence-transformers files, else mean)."""
+        return SentencePooling.of(self.loaded.directory)
+
     def gate_tensor(self, mask: HeadMask | None) -> Tensor | None:
         """`[L, H]` gates on the device for `run`, or None when no head is masked."""
         if mask is None or not len(mask):
@@ -161,7 +179,7 @@ class Session:
             model_limit=model_limit(config.max_position_embeddings, self.loaded.family),
             tokenizer_limit=self.loaded.tokenizer_limit,
             has_mlm_head=self.mlm_head is not None,
-            num_labels=config.num_labels if self.is_classifier else None,
+            num_labels=config.num_labels if self.is_classifier or self.is_token_classifier else None,
             device=str(self.device),
             dtype=self.dtype,
             cpu_linear=self.numerics["cpu_linear"],

@@ -14,6 +14,17 @@ pruning curves:
   Any encoder, with labelled data or a built-in task.
 - `preserve`: how far the final hidden states move, Σ‖h' − h‖² / Σ‖h‖² over a sentence's
   real tokens; metric: mean cosine of h' to h. Any encoder, any text.
+- `token-classification`: cross-entropy of a token classifier's labels (a CoNLL-2003 or
+  CoNLL-U file, labels by the model's id2label names) at each word's first word piece, as
+  transformers' token-classification examples label them, averaged over the corpus's labelled
+  pieces; metric: entity-level F1 as conlleval and seqeval define it for IOB1, IOB2 and BIOES
+  labels (analyses.importance.tagging), token accuracy for other label sets.
+- `similarity`: a sentence-embedding model on pairs with gold scores; each sentence pooled as the
+  model's sentence-transformers files say (model.pooling), the loss the squared error between
+  the pair's cosine and its score scaled to [0, 1] (sentence-transformers' CosineSimilarityLoss);
+  metric: Spearman's rho between cosines and scores over the corpus.
+- `embedding`: how far each sentence's pooled embedding turns, 1 − cos(e', e); metric: the
+  mean cosine. The sentence-level `preserve`, for any encoder and any text.
 """
 
 from __future__ import annotations
@@ -21,7 +32,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -30,7 +41,8 @@ from torch import Tensor
 
 from bertscope import runtime as distributed
 from bertscope.analyses.conditions import JobOptions
-from bertscope.analyses.importance.results import OBJECTIVES, check_objective_heads, missing_heads
+from bertscope.analyses.importance.results import OBJECTIVES, Measurement, check_objective_heads, missing_heads
+from bertscope.analyses.importance.tagging import f1_counts, scheme_of
 from bertscope.analyses.streaming import CorpusBatches, WordPieces, pad_batch, words_of
 from bertscope.base.errors import InputError
 from bertscope.base.progress import outcome
@@ -131,11 +143,38 @@ class Batches:
 
 @dataclass
 class Scores:
-    """Per row: the loss, and the metric as a sum and a count (accuracy = correct / counted)."""
+    """Per row: the loss, and the metric as a sum and a count (accuracy = correct / counted; F1 = 2·TP / entities
+    predicted and gold); for a metric over the whole corpus (a rank correlation), its (prediction, gold) pairs."""
 
     loss: Tensor  # [R]
     metric_sum: Tensor  # [R]
     metric_count: Tensor  # [R]
+    paired: Tensor | None = None  # [P, 2]
+
+
+class Tally:
+    """The scores of a walk over the corpus added up (a rank metric's pairs kept), then across torchrun's ranks."""
+
+    def __init__(self, objective: Objective) -> None:
+        self.objective = objective
+        self.loss = self.metric_sum = self.metric_count = 0.0
+        self.paired: list[np.ndarray] = []
+
+    def add(self, scores: Scores) -> None:
+        sums = torch.stack([part.detach().sum().double() for part in (scores.loss, scores.metric_sum, scores.metric_count)])
+        loss, metric_sum, metric_count = sums.tolist()  # one read of the device, not three
+        self.loss, self.metric_sum, self.metric_count = self.loss + loss, self.metric_sum + metric_sum, self.metric_count + metric_count
+        if scores.paired is not None:
+            self.paired.append(scores.paired.detach().double().cpu().numpy())
+
+    def measurement(self, **arrays: Any) -> tuple[Measurement, dict[str, Any]]:
+        """The objective over the whole corpus, and `arrays` summed across the ranks with it."""
+        summed = distributed.sum_across({"loss": self.loss, "metric_sum": self.metric_sum, "metric_count": self.metric_count, **arrays})
+        paired = None
+        if self.objective.ranked:  # every rank's pairs (a collective: every rank takes part)
+            paired = np.concatenate([part for parts in distributed.gather(self.paired) for part in parts] or [np.zeros((0, 2))])
+        metric = self.objective.corpus_metric(summed["metric_sum"], summed["metric_count"], paired)
+        return Measurement(summed["loss"] / max(self.objective.sentences, 1), metric), summed
 
 
 class Objective:
@@ -144,6 +183,8 @@ class Objective:
     name = ""
     metric = ""
     description = ""
+    compares_with_unmasked = False  # the loss is a distance from the unmasked model's output (preserve, embedding)
+    ranked = False  # the metric is a rank correlation over the whole corpus (Scores.paired), not a sum over rows
 
     def __init__(self, session: Session, batches: Batches, sentences: int, notes: list[str] | None = None) -> None:
         self.session = session
@@ -159,6 +200,14 @@ class Objective:
 
     def scores(self, batch: Batch, gates: Tensor | None, ablation: Ablation) -> Scores:
         raise NotImplementedError
+
+    def losses(self, batch: Batch, gates: Tensor | None, ablation: Ablation) -> Tensor:
+        """The loss per row alone (an ablation sweep's masked rows, whose metric nobody reads)."""
+        return self.scores(batch, gates, ablation).loss
+
+    def corpus_metric(self, metric_sum: float, metric_count: float, paired: np.ndarray | None) -> float:
+        """The metric over the whole corpus from the summed rows (or, for a `ranked` one, every pair)."""
+        return metric_sum / metric_count if metric_count else float("nan")
 
     def gradient_target(self, batch: Batch, gates: Tensor, ablation: Ablation, generator: torch.Generator) -> tuple[Tensor, bool, Scores]:
         """A scalar whose gradient in `[B, L, H]` gates gives each sentence's importance.
@@ -205,6 +254,13 @@ def make_objective(
         objective = MLMObjective.build(session, sentences, batch_size, seed)
     elif name == "classification":
         objective = ClassificationObjective.build(session, sentences, batch_size)
+    elif name == "token-classification":
+        objective = TokenClassificationObjective.build(session, sentences, batch_size)
+    elif name == "similarity":
+        objective = SimilarityObjective.build(session, sentences, batch_size)
+    elif name == "embedding":
+        notes = [f"sentences embedded by {session.pooling.source}"]
+        objective = EmbeddingObjective(session, _batches(session, sentences, batch_size), len(sentences), notes)
     else:
         objective = PreserveObjective(session, _batches(session, sentences, batch_size), len(sentences))
     objective.texts = [sentence.text for sentence in sentences]
@@ -331,8 +387,10 @@ class PreserveObjective(Objective):
     name = "preserve"
     metric = "cosine to the unmasked output"
     description = "how far the final hidden states move: Σ‖h′−h‖² / Σ‖h‖² per sentence"
+    compares_with_unmasked = True
 
-    def _hidden(self, batch: Batch, gates: Tensor | None, ablation: Ablation) -> Tensor:
+    def _output(self, batch: Batch, gates: Tensor | None, ablation: Ablation) -> Tensor:
+        """What the distance is measured on: the final hidden states `[B, T, D]`."""
         outputs = self.session.run(batch.inputs, gates=gates, ablation=ablation, hidden_states=False, encoder_only=True)
         return cast(Tensor, outputs.last_hidden_state)
 
@@ -347,7 +405,7 @@ class PreserveObjective(Objective):
         reference = cache.get(batch.number)
         if reference is None:
             with torch.inference_mode():
-                reference = self._hidden(batch, None, "zero").float()
+                reference = self._output(batch, None, "zero").float()
             held = sum(kept.numel() for kept in cache.values())
             if batch.number >= 0 and held + reference.numel() <= self.CACHE_ELEMENTS:
                 cache[batch.number] = reference
@@ -355,7 +413,7 @@ class PreserveObjective(Objective):
 
     def scores(self, batch: Batch, gates: Tensor | None, ablation: Ablation) -> Scores:
         batch = self.reference(batch)
-        hidden = self._hidden(batch, gates, ablation).float()
+        hidden = self._output(batch, gates, ablation).float()
         reference = batch.target["reference"]
         real = batch.inputs["attention_mask"].float()
         moved = ((hidden - reference).pow(2).sum(-1) * real).sum(-1)
@@ -370,7 +428,7 @@ class PreserveObjective(Objective):
         would be 0 for every head; this estimates Σ‖∂h/∂ξ_h‖² / Σ‖h‖² per sentence, the
         loss removing head h would cause to first order.
         """
-        hidden = self._hidden(batch, gates, ablation).float()
+        hidden = self._output(batch, gates, ablation).float()
         real = batch.inputs["attention_mask"].float()[..., None]
         # Per sentence, from the seed and its tokens: any batch, any rank. Read on the CPU once a batch, not a
         # sentence at a time from a GPU (each read of the GPU waits for it); drawn into one buffer, the real
@@ -389,6 +447,212 @@ class PreserveObjective(Objective):
         ones = torch.ones_like(size)
         unmoved = Scores(torch.zeros_like(size), ones, ones)  # the pass at gates 1 is its own reference
         return ((direction * hidden).sum((1, 2)) / size.sqrt()).sum(), True, unmoved
+
+
+class TokenClassificationObjective(Objective):
+    name = "token-classification"
+    metric = "token accuracy"
+    description = "cross-entropy of the token classifier's labels at each word's first word piece"
+
+    def __init__(self, session: Session, batches: Batches, sentences: int, notes: list[str], *, scheme: str | None) -> None:
+        super().__init__(session, batches, sentences, notes)
+        self.scheme = scheme  # IOB1, IOB2 or BIOES: entity F1; None: token accuracy
+        self.metric = f"entity F1 ({scheme})" if scheme else "token accuracy"
+        self.names = session.label_names
+        self.scale = 1.0  # sentences / labelled pieces: a row's summed cross-entropy times this averages over the corpus's pieces
+
+    @classmethod
+    def build(cls, session: Session, sentences: Sequence[Sentence], batch_size: int | None) -> TokenClassificationObjective:
+        names = session.label_names
+        index = {name: number for number, name in enumerate(names)}
+        for sentence in sentences:
+            if sentence.tags is None:
+                raise InputError(
+                    f"{sentence.location or 'a sentence'}: no labels; the token-classification objective needs tagged words "
+                    "(CoNLL-2003: a token and its label a line; or CoNLL-U, --label-column upos, xpos or deprel)"
+                )
+            unknown = next((tag for tag in sentence.tags if tag not in index), None)
+            if unknown is not None:
+                raise InputError(f"{sentence.location}: label {unknown!r} is not one of the model's labels ({', '.join(names)})")
+        scheme = scheme_of(names, (sentence.tags for sentence in sentences if sentence.tags is not None))
+        batches = _word_batches(session, sentences, lambda sentence: sentence.tags or (), index, batch_size)
+        how = f"entity-level F1 over {scheme} tags, as conlleval and seqeval score them" if scheme else "token accuracy (not entity tags)"
+        notes = [f"labels at each word's first word piece (transformers' convention); metric: {how}"]
+        objective = cls(session, batches, len(sentences), notes, scheme=scheme)
+        pieces = int(distributed.sum_across({"pieces": _labelled_pieces(batches)})["pieces"])
+        objective.scale = len(sentences) / max(pieces, 1)
+        return objective
+
+    def _loss_and_guesses(self, batch: Batch, gates: Tensor | None, ablation: Ablation) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Each row's loss, and every labelled piece's row, gold label and guess."""
+        logits = self.session.run(batch.inputs, gates=gates, ablation=ablation, hidden_states=False).logits.float()
+        labels = batch.target["labels"]
+        rows, positions = torch.nonzero(labels != -100, as_tuple=True)
+        picked, wanted = logits[rows, positions], labels[rows, positions]
+        summed, _ = _per_row_mean(F.cross_entropy(picked, wanted, reduction="none"), rows, labels.shape[0])
+        return summed * self.scale, rows, wanted, picked.argmax(-1)
+
+    def losses(self, batch: Batch, gates: Tensor | None, ablation: Ablation) -> Tensor:
+        return self._loss_and_guesses(batch, gates, ablation)[0]
+
+    def scores(self, batch: Batch, gates: Tensor | None, ablation: Ablation) -> Scores:
+        loss, rows, wanted, guessed = self._loss_and_guesses(batch, gates, ablation)
+        count = loss.shape[0]
+        if self.scheme is None:
+            correct, counted = _per_row_mean((guessed == wanted).float(), rows, count)
+            return Scores(loss, correct, counted)
+        read = torch.stack([rows, wanted, guessed]).cpu().numpy()  # one read of the device a batch
+        found = np.zeros((2, count))  # per row: 2·TP, and the entities predicted and gold
+        bounds = np.searchsorted(read[0], np.arange(count + 1))  # nonzero gives the rows in order
+        for row in range(count):
+            gold, guess = read[1:, bounds[row] : bounds[row + 1]]
+            found[:, row] = f1_counts([self.names[i] for i in gold], [self.names[i] for i in guess])
+        hits, entities = torch.as_tensor(found, device=loss.device)
+        return Scores(loss, hits, entities)
+
+
+def _labelled_pieces(batches: Batches) -> int:
+    """Words whose first piece is in the encoding (not cut off by the length limit): counted over one walk of the tokens."""
+    count = 0
+    for _, chunk, encoded in batches.corpus.chunks():
+        count += len(WordPieces.of([encoded.word_ids(row) for row in range(len(chunk))]).starts().rows)
+    return count
+
+
+class PairBatches(Batches):
+    """Sentence pairs for a bi-encoder: the two sentences of pair i encoded apart, rows 2i and 2i + 1 of a batch."""
+
+    def __init__(self, session: Session, sentences: Sequence[Sentence], batch_size: int | None, finish: Finish) -> None:
+        super().__init__(session, sentences, batch_size, finish)
+        # a pair's padded cost: two rows of the longer side's length
+        self.corpus = CorpusBatches(self.sentences, self._encode, lengths=_pair_lengths, job=JobOptions(batch_size=batch_size))
+
+    def _encode(self, chunk: Sequence[Sentence]) -> BatchEncoding:
+        texts = [s.text for s in chunk] + [s.pair or "" for s in chunk]  # the first sentences, then the second ones
+        return cast("BatchEncoding", self.session.tokenizer(texts, truncation=True, max_length=self.session.max_length))
+
+    def __iter__(self) -> Iterator[Batch]:
+        for batch in self.corpus:
+            size = len(batch.encoded["input_ids"]) // 2
+            rows = [row for index in batch.indices for row in (index, size + index)]
+            padded = pad_batch(self.session.tokenizer, batch.encoded, rows)
+            yield self.finish(batch.number, batch.items, batch.encoded, batch.indices, padded)
+
+
+def _pair_lengths(encoded: BatchEncoding) -> list[int]:
+    ids = encoded["input_ids"]
+    size = len(ids) // 2
+    return [2 * max(len(ids[index]), len(ids[size + index])) for index in range(size)]
+
+
+def _pooled(session: Session, batch: Batch, gates: Tensor | None, ablation: Ablation) -> Tensor:
+    """Each row's sentence embedding `[R, D]`, pooled as the model says (model.pooling)."""
+    hidden = session.run(batch.inputs, gates=gates, ablation=ablation, hidden_states=False, encoder_only=True).last_hidden_state
+    return session.pooling(hidden, batch.inputs["attention_mask"])
+
+
+class SimilarityObjective(Objective):
+    name = "similarity"
+    metric = "Spearman's rho"
+    description = "squared error between each pair's cosine and its gold score scaled to [0, 1]"
+    ranked = True
+
+    @classmethod
+    def build(cls, session: Session, sentences: Sequence[Sentence], batch_size: int | None) -> SimilarityObjective:
+        scores = []
+        for sentence in sentences:
+            score = _float(sentence.label) if sentence.pair is not None else None
+            if score is None:
+                raise InputError(
+                    f"{sentence.location or 'a sentence'}: not a pair with a score; the similarity objective needs a TSV of "
+                    "sentence1, sentence2 and score"
+                )
+            scores.append(score)
+        scaled, how = _scaled(scores)
+        score_of = {id(sentence): value for sentence, value in zip(sentences, scaled, strict=True)}
+
+        def finish(number: int, group: list[Sentence], encoded: BatchEncoding, indices: list[int], padded: dict[str, Tensor]) -> Batch:
+            target = {"score": upload(np.array([score_of[id(sentence)] for sentence in group], dtype=np.float32), session.device)}
+            return Batch({k: upload(v, session.device) for k, v in padded.items()}, target, number)
+
+        notes = [f"sentences embedded by {session.pooling.source}; gold scores {how}"]
+        return cls(session, PairBatches(session, sentences, batch_size, finish), len(sentences), notes)
+
+    def scores(self, batch: Batch, gates: Tensor | None, ablation: Ablation) -> Scores:
+        if gates is not None and gates.dim() == 3:  # a pair's two rows run under its first row's gates: one gate per pair
+            gates = gates[0::2].repeat_interleave(2, dim=0)
+        embedded = _pooled(self.session, batch, gates, ablation)
+        cosine = F.cosine_similarity(embedded[0::2], embedded[1::2], dim=-1)
+        score = batch.target["score"]
+        loss = torch.zeros(embedded.shape[0], device=cosine.device).index_copy(
+            0, torch.arange(0, embedded.shape[0], 2, device=cosine.device), (cosine - score).pow(2)
+        )  # a pair's loss on its first row, its second row's 0
+        zeros = torch.zeros_like(loss)
+        return Scores(loss, zeros, zeros, paired=torch.stack([cosine, score], dim=1))
+
+    def corpus_metric(self, metric_sum: float, metric_count: float, paired: np.ndarray | None) -> float:
+        from scipy.stats import spearmanr
+
+        if paired is None or len(paired) < 2 or np.ptp(paired[:, 0]) == 0 or np.ptp(paired[:, 1]) == 0:
+            return float("nan")  # no ranking to correlate
+        return float(spearmanr(paired[:, 0], paired[:, 1]).statistic)
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        value = float(text) if text is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and np.isfinite(value) else None
+
+
+def _scaled(scores: list[float]) -> tuple[list[float], str]:
+    """Gold scores on [0, 1], and how: as they are, STS's 0-5 divided by 5, or the file's range stretched to [0, 1]."""
+    low, high = min(scores), max(scores)
+    if low >= 0 and high <= 1:
+        return scores, "on [0, 1], taken as they are"
+    if low >= 0 and high <= 5:
+        return [score / 5 for score in scores], "on STS's 0-5 scale, divided by 5 (as sentence-transformers' STS examples)"
+    if high == low:
+        raise InputError(f"every gold score is {low:g}; similarity needs scores that differ", setting="data")
+    return [(score - low) / (high - low) for score in scores], f"scaled to [0, 1] by the file's range, {low:g} to {high:g}"
+
+
+class EmbeddingObjective(PreserveObjective):
+    name = "embedding"
+    metric = "cosine to the unmasked embedding"
+    description = "how far each sentence's pooled embedding turns: 1 − cos(e′, e)"
+
+    def _output(self, batch: Batch, gates: Tensor | None, ablation: Ablation) -> Tensor:
+        """What the distance is measured on: the sentence embeddings `[B, D]`."""
+        return _pooled(self.session, batch, gates, ablation)
+
+    def scores(self, batch: Batch, gates: Tensor | None, ablation: Ablation) -> Scores:
+        batch = self.reference(batch)
+        moved, reference = F.normalize(self._output(batch, gates, ablation).float(), dim=-1), F.normalize(batch.target["reference"], dim=-1)
+        cosine = (moved * reference).sum(-1)
+        return Scores((moved - reference).pow(2).sum(-1) / 2, cosine, torch.ones_like(cosine))  # ‖ê′ − ê‖²/2 = 1 − cos, never below 0
+
+    def gradient_target(self, batch: Batch, gates: Tensor, ablation: Ablation, generator: torch.Generator) -> tuple[Tensor, bool, Scores]:
+        """A random projection (Hutchinson) across the embedding: E[(vᵀ P ∂e/∂ξ)²] / 2‖e‖², the first-order loss.
+
+        1 − cos(e + δ, e) ≈ ‖P δ‖² / 2‖e‖², P the projection off e (moving along e turns nothing);
+        its gradient is 0 at the unmasked model, so the movement is estimated as `preserve`'s is.
+        """
+        embedded = self._output(batch, gates, ablation).float()
+        ids, present = batch.inputs["input_ids"].cpu().numpy(), batch.inputs["attention_mask"].bool().cpu().numpy()
+        draws = torch.stack(
+            [
+                torch.randn(embedded.shape[-1], generator=sentence_generator(generator.initial_seed(), row[real]))
+                for row, real in zip(ids, present)
+            ]
+        ).to(embedded.device)
+        unit = F.normalize(embedded.detach(), dim=-1)
+        across = draws - (draws * unit).sum(-1, keepdim=True) * unit
+        size = embedded.detach().norm(dim=-1)
+        ones = torch.ones_like(size)
+        unmoved = Scores(torch.zeros_like(size), ones, ones)  # the pass at gates 1 is its own reference
+        return ((across * embedded).sum(-1) / (size * 2**0.5)).sum(), True, unmoved
 
 
 class ProbeObjective(Objective):
@@ -467,7 +731,11 @@ class ProbeObjective(Objective):
 
             batches = _batches(session, test, batch_size, target)
         else:
-            batches = _word_batches(session, test, task, index, batch_size)
+            column = WORD_COLUMNS[task]
+            for sentence in test:
+                if getattr(sentence, column) is None:
+                    raise InputError(f"{sentence.location}: no {task.upper()} column; this file cannot probe {task}")
+            batches = _word_batches(session, test, lambda sentence: getattr(sentence, column), index, batch_size)
             skipped = _unscored_words(batches, task, index)
             if skipped:
                 notes.append(f"{skipped} test words with labels left out of training (unseen or too rare there) were left out")
@@ -538,17 +806,19 @@ def _train_probe(
     return trained, encoded.classes
 
 
-def _word_batches(session: Session, sentences: Sequence[Sentence], task: str, index: dict[str, int], batch_size: int | None) -> Batches:
-    """Batches of pre-split words with each word's label at its first sub-word (-100 elsewhere)."""
-    column = WORD_COLUMNS[task]
-    for sentence in sentences:
-        if getattr(sentence, column) is None:
-            raise InputError(f"{sentence.location}: no {task.upper()} column; this file cannot probe {task}")
+def _word_batches(
+    session: Session,
+    sentences: Sequence[Sentence],
+    tags_of: Callable[[Sentence], Sequence[str]],
+    index: dict[str, int],
+    batch_size: int | None,
+) -> Batches:
+    """Batches of pre-split words with each word's label (`tags_of(sentence)[word]`) at its first sub-word (-100 elsewhere)."""
 
     def finish(number: int, group: list[Sentence], encoded: BatchEncoding, indices: list[int], padded: dict[str, Tensor]) -> Batch:
         labels = torch.full(padded["input_ids"].shape, -100, dtype=torch.long)
         starts = WordPieces.of([encoded.word_ids(position_in_chunk) for position_in_chunk in indices]).starts()
-        tags = [getattr(group[row], column)[word] for row, word in zip(starts.rows.tolist(), starts.words.tolist(), strict=True)]
+        tags = [tags_of(group[row])[word] for row, word in zip(starts.rows.tolist(), starts.words.tolist(), strict=True)]
         values = torch.tensor([index.get(tag, -100) for tag in tags], dtype=torch.long)  # -100: a label the probe never saw
         labels[torch.from_numpy(starts.rows), torch.from_numpy(starts.positions)] = values
         return Batch({k: upload(v, session.device) for k, v in padded.items()}, {"labels": upload(labels, session.device)}, number)

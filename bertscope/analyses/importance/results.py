@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from bertscope.model.families import Family
 
-OBJECTIVES = ("mlm", "classification", "probe", "preserve")
+OBJECTIVES = ("mlm", "classification", "probe", "preserve", "token-classification", "similarity", "embedding")
 """What importance is measured on (analyses.importance.objectives)."""
 METHODS = ("gradient", "ablation")
 """How importance is measured: Michel et al.'s gate gradient, or the exact loss change of switching a head off."""
@@ -251,6 +251,8 @@ def missing_heads(architecture: str, has_mlm_head: bool, is_classifier: bool) ->
         reasons["mlm"] = f"needs a model with an MLM head; {architecture} has none"
     if not is_classifier:
         reasons["classification"] = f"needs a sequence-classification model; {architecture} is not one"
+    if not architecture.endswith("ForTokenClassification"):  # as Session.is_token_classifier reads it
+        reasons["token-classification"] = f"needs a token-classification model; {architecture} is not one"
     return reasons
 
 

@@ -25,8 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from bertscope import runtime as distributed
-from bertscope.analyses.importance.objectives import Objective, ProbeObjective
+from bertscope.analyses.importance.objectives import Objective, ProbeObjective, Tally
 from bertscope.analyses.importance.results import (
     METHODS,
     CurvePoint,
@@ -87,18 +86,12 @@ def pruned_set(session: Session) -> frozenset[tuple[int, int]]:
 
 def measure(objective: Objective, mask: HeadMask | None = None, ablation: Ablation = "zero") -> Measurement:
     """The objective's loss (mean over sentences) and metric under `mask`."""
-    session = objective.session
-    gates = session.gate_tensor(mask)
-    loss = metric_sum = metric_count = 0.0
+    gates = objective.session.gate_tensor(mask)
+    tally = Tally(objective)
     with torch.inference_mode():
         for batch in objective.batches:
-            scores = objective.scores(objective.reference(batch), gates, ablation)
-            loss += float(scores.loss.sum())
-            metric_sum += float(scores.metric_sum.sum())
-            metric_count += float(scores.metric_count.sum())
-    summed = distributed.sum_across({"loss": loss, "metric_sum": metric_sum, "metric_count": metric_count})
-    loss, metric_sum, metric_count = (summed[key] for key in ("loss", "metric_sum", "metric_count"))
-    return Measurement(loss / max(objective.sentences, 1), metric_sum / metric_count if metric_count else float("nan"))
+            tally.add(objective.scores(objective.reference(batch), gates, ablation))
+    return tally.measurement()[0]
 
 
 def gradient_importance(
@@ -116,7 +109,7 @@ def gradient_importance(
     total = np.zeros((session.num_layers, session.num_heads), dtype=np.float64)
     generator = torch.Generator().manual_seed(seed)
     batches = objective.batches
-    loss = metric_sum = metric_count = 0.0
+    tally = Tally(objective)
     with _no_weight_gradients(session.model):
         for batch in batches:
             if cancel is not None and cancel.is_set():
@@ -126,17 +119,12 @@ def gradient_importance(
             (gradient,) = torch.autograd.grad(target, gates)
             gradient = gradient.double()
             total += (gradient.pow(2) if square else gradient.abs()).sum(0).cpu().numpy()
-            sums = torch.stack([part.detach().sum().double() for part in (scores.loss, scores.metric_sum, scores.metric_count)])
-            batch_loss, batch_metric_sum, batch_metric_count = sums.tolist()  # one read of the device, not three
-            loss, metric_sum, metric_count = loss + batch_loss, metric_sum + batch_metric_sum, metric_count + batch_metric_count
+            tally.add(scores)
             yield Progress("gradients", batches.done, len(batches))
-    summed = distributed.sum_across({"total": total, "loss": loss, "metric_sum": metric_sum, "metric_count": metric_count})
-    total, loss, metric_sum, metric_count = (summed[key] for key in ("total", "loss", "metric_sum", "metric_count"))
-    raw = total / max(objective.sentences, 1)
-    if base is not None and objective.name == "preserve":
+    baseline, summed = tally.measurement(total=total)
+    raw = summed["total"] / max(objective.sentences, 1)
+    if base is not None and objective.compares_with_unmasked:
         baseline = measure(objective, base, ablation)  # movement from the unmasked model, not from the masked one
-    else:
-        baseline = Measurement(loss / max(objective.sentences, 1), metric_sum / metric_count if metric_count else float("nan"))
     yield Progress("done", len(batches), len(batches), _result(objective, "gradient", ablation, normalize, raw, None, baseline, base))
 
 
@@ -168,8 +156,7 @@ def ablation_importance(
             gates[layer] = 0.0
             masks.append(gates)
     deltas = np.zeros(len(masks), dtype=np.float64)
-    base_loss = 0.0
-    metric_sum = metric_count = 0.0
+    tally = Tally(objective)
     batches = objective.batches
     with torch.inference_mode():
         for batch in batches:
@@ -177,25 +164,21 @@ def ablation_importance(
                 return
             batch = objective.reference(batch)
             plain = objective.scores(batch, start if base is not None else None, ablation)
-            base_loss += float(plain.loss.sum())
-            metric_sum += float(plain.metric_sum.sum())
-            metric_count += float(plain.metric_count.sum())
+            tally.add(plain)
             tokens = batch.size * int(batch.inputs["input_ids"].shape[1])
             per_pass = max(1, min(max_rows // batch.size, MAX_ROW_TOKENS // tokens))
             for first in range(0, len(masks), per_pass):
                 chunk = masks[first : first + per_pass]
                 gates = torch.stack(chunk).repeat_interleave(batch.size, dim=0)  # row k·B + b: mask k on sentence b
-                losses = objective.scores(batch.repeated(len(chunk)), gates, ablation).loss.view(len(chunk), batch.size)
+                losses = objective.losses(batch.repeated(len(chunk)), gates, ablation).view(len(chunk), batch.size)
                 deltas[first : first + len(chunk)] += (losses - plain.loss[None]).sum(1).double().cpu().numpy()
             yield Progress("ablations", batches.done, len(batches))
-    summed = distributed.sum_across({"deltas": deltas, "loss": base_loss, "metric_sum": metric_sum, "metric_count": metric_count})
-    deltas, base_loss, metric_sum, metric_count = (summed[key] for key in ("deltas", "loss", "metric_sum", "metric_count"))
-    deltas /= max(objective.sentences, 1)
+    baseline, summed = tally.measurement(deltas=deltas)
+    deltas = summed["deltas"] / max(objective.sentences, 1)
     raw = np.zeros((num_layers, num_heads), dtype=np.float64)
     for (layer, head), delta in zip(heads, deltas[: len(heads)]):
         raw[layer, head] = delta
     layer_deltas = deltas[len(heads) :] if layers else None
-    baseline = Measurement(base_loss / max(objective.sentences, 1), metric_sum / metric_count if metric_count else float("nan"))
     yield Progress(
         "done", len(batches), len(batches), _result(objective, "ablation", ablation, normalize, raw, layer_deltas, baseline, base)
     )
