@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from bertscope.cli import main
-from tests.helpers.models import save_tiny
+from tests.helpers.models import UPOS_TAGS, save_tiny
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "bertscope" / "data"
@@ -122,25 +122,7 @@ def stand_ins(tmp_path_factory) -> dict[str, str]:
     ner.write_text(
         "-DOCSTART- O\n\nDante B-PER\nwas O\nborn O\nin O\nFlorence B-LOC\n\nJohn B-PER\nSmith I-PER\nvisited O\nNew B-LOC\nYork I-LOC\n"
     )
-    upos = [
-        "ADJ",
-        "ADP",
-        "ADV",
-        "AUX",
-        "CCONJ",
-        "DET",
-        "INTJ",
-        "NOUN",
-        "NUM",
-        "PART",
-        "PRON",
-        "PROPN",
-        "PUNCT",
-        "SCONJ",
-        "SYM",
-        "VERB",
-        "X",
-    ]
+    upos = UPOS_TAGS
     pos_tagger = save_tiny(root / "pos-tagger", "BertForTokenClassification", seed=4, num_labels=len(upos), id2label=dict(enumerate(upos)))
     from bertscope.model.model_files import bundled_model_dir
 

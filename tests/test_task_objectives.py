@@ -22,7 +22,7 @@ from bertscope.data.corpus import Sentence
 from bertscope.model.session import Session
 from tests.family_models import FAMILIES, save_tiny_family
 from tests.helpers.cli import assert_one_line_error
-from tests.helpers.models import save_tiny
+from tests.helpers.models import UPOS_TAGS, save_tiny
 
 NER_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 NER_FILE = """-DOCSTART- -X- -X- O
@@ -315,25 +315,7 @@ def test_similarity_end_to_end(run, tiny_bert_dir, pairs_file):
 def test_conllu_labels_from_a_column(run, tmp_path):
     from bertscope.data.corpus import sample_corpus
 
-    upos = [
-        "ADJ",
-        "ADP",
-        "ADV",
-        "AUX",
-        "CCONJ",
-        "DET",
-        "INTJ",
-        "NOUN",
-        "NUM",
-        "PART",
-        "PRON",
-        "PROPN",
-        "PUNCT",
-        "SCONJ",
-        "SYM",
-        "VERB",
-        "X",
-    ]
+    upos = UPOS_TAGS
     directory = save_tiny(tmp_path / "pos", "BertForTokenClassification", num_labels=len(upos), id2label=dict(enumerate(upos)))
     arguments = ["importance", "-O", "token-classification", "--data", str(sample_corpus("conllu")), "--limit", "6", "-m", str(directory)]
     payload = json.loads(run(*arguments, "--label-column", "upos", "--json").stdout)

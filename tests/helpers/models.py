@@ -17,6 +17,27 @@ TINY = dict(
     attention_probs_dropout_prob=0.1,
 )
 
+# Universal Dependencies' 17 part-of-speech tags: the labels of a tiny POS tagger (`save_tiny(..., id2label=...)`).
+UPOS_TAGS = [
+    "ADJ",
+    "ADP",
+    "ADV",
+    "AUX",
+    "CCONJ",
+    "DET",
+    "INTJ",
+    "NOUN",
+    "NUM",
+    "PART",
+    "PRON",
+    "PROPN",
+    "PUNCT",
+    "SCONJ",
+    "SYM",
+    "VERB",
+    "X",
+]
+
 
 def save_tiny(directory: Path, model_class_name: str, seed: int = 0, config_class_name: str = "BertConfig", **overrides):
     """Save a seeded random model of `model_class_name` with the bundled tokenizer."""
