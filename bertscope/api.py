@@ -790,8 +790,9 @@ def objective(
     (`task`, `probe_layer`; no data: a built-in task), preserve (any encoder), token-classification
     (a token classifier and a CoNLL-2003 file, or a CoNLL-U file's `label_column`: upos, xpos,
     deprel), qa (an extractive question-answering model and a SQuAD-1.1 or 2.0 JSON file),
-    similarity (pairs with gold scores, an STS-style TSV; no data: the shipped sample pairs), embedding (any encoder, any text). Its `source` says where the data came from; its
-    `notes` go on to the results measured on it.
+    similarity (pairs with gold scores, an STS-style TSV; no data: the shipped sample pairs), embedding
+    (any encoder, any text). Its `source` says where the data came from; its `notes` go on to the
+    results measured on it.
     """
     from bertscope.analyses.importance.objectives import check_objective, make_objective
 
