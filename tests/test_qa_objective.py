@@ -156,7 +156,7 @@ def test_loss_is_the_start_end_cross_entropy_and_f1_the_best_span_s(qa_session, 
     objective = make_objective(qa_session, "qa", list(read_squad(squad_file)), batch_size=3)
     losses, exact, overlap, windows_seen = [], [], [], 0
     with torch.no_grad():
-        for identifier, answers, encoded in own_windows(qa_session):
+        for _, answers, encoded in own_windows(qa_session):
             spans, nulls = [], []
             for window in range(len(encoded["input_ids"])):
                 windows_seen += 1
