@@ -257,6 +257,12 @@ def test_bad_qa_inputs_are_one_line(run, qa_dir, squad_file, tiny_bert_dir, tmp_
         "objectives that work for this model: probe, preserve, similarity, embedding",
     )
     assert_one_line_error(run("importance", "-O", "qa", "-m", str(qa_dir)), "the qa objective needs questions")
+    long = tmp_path / "long.json"
+    long.write_text(json.dumps(squad_json([QUESTIONS[0], ("q7", "Where " * 60 + "?", []), QUESTIONS[1]])))
+    assert_one_line_error(
+        run("importance", "-O", "qa", "--data", str(long), "-m", str(qa_dir)),
+        "question q7: the question and a 21-token overlap leave no room",
+    )
     (tmp_path / "plain.txt").write_text("Dante was born in Florence.\n")
     assert_one_line_error(run("importance", "-O", "qa", "--data", str(tmp_path / "plain.txt"), "-m", str(qa_dir)), "not JSON")
 

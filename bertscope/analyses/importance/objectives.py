@@ -550,28 +550,36 @@ class QuestionBatches(Batches):
         self.windows = 0  # rows of a whole walk (counted at build): what the progress counts
 
     def _encode(self, chunk: Sequence[Sentence]) -> BatchEncoding:
-        tokenizer = self.session.tokenizer
-        if not tokenizer.is_fast:
-            raise InputError("the qa objective needs a fast tokenizer (its character offsets place the answers)")
         try:
-            return cast(
-                "BatchEncoding",
-                tokenizer(
-                    [s.text for s in chunk],
-                    [s.pair or "" for s in chunk],
-                    truncation="only_second",
-                    max_length=self.length,
-                    stride=self.stride,
-                    return_overflowing_tokens=True,
-                    return_offsets_mapping=True,
-                ),
-            )
+            return self._windows(chunk)
         except Exception as error:  # the tokenizers library's truncation errors are plain Exceptions
-            longest = max(chunk, key=lambda s: len(s.text))
+            culprit = next((s for s in chunk if not self._fits(s)), chunk[0])
             raise InputError(
-                f"{longest.location}: a question and its {self.stride}-token overlap leave no room for the context within "
+                f"{culprit.location}: the question and a {self.stride}-token overlap leave no room for its context within "
                 f"{self.length} tokens ({error}); shorten the question"
             ) from None
+
+    def _windows(self, chunk: Sequence[Sentence]) -> BatchEncoding:
+        return cast(
+            "BatchEncoding",
+            self.session.tokenizer(
+                [s.text for s in chunk],
+                [s.pair or "" for s in chunk],
+                truncation="only_second",
+                max_length=self.length,
+                stride=self.stride,
+                return_overflowing_tokens=True,
+                return_offsets_mapping=True,
+            ),
+        )
+
+    def _fits(self, sentence: Sentence) -> bool:
+        """Whether one question encodes alone (which of a chunk the tokenizer refused)."""
+        try:
+            self._windows([sentence])
+        except Exception:
+            return False
+        return True
 
     def __iter__(self) -> Iterator[Batch]:
         for batch in self.corpus:
