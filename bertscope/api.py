@@ -723,6 +723,8 @@ def check_objective_data(name: str, texts: Texts, data: str | Path | None) -> No
             "or a CoNLL-U file (--label-column upos, xpos or deprel)",
             setting="data",
         )
+    if name == "qa":
+        raise InputError("the qa objective needs questions with their contexts and answers: a SQuAD-1.1 or 2.0 JSON file", setting="data")
 
 
 def objective_corpus(
@@ -739,9 +741,17 @@ def objective_corpus(
     shipped sample pairs), and otherwise as `corpus` reads them (torch-free: the CLI reads them before the model loads)."""
     if label_column is not None and name != "token-classification":
         raise InputError(f"a label column is for the token-classification objective; {name} takes none", setting="label_column")
-    if isinstance(texts, Corpus) or texts is not None or name not in ("token-classification", "similarity"):
+    if isinstance(texts, Corpus) or texts is not None or name not in ("token-classification", "qa", "similarity"):
         return corpus(texts, data=data, format=format, limit=limit, sample=name != "probe")
     report = ReadReport()
+    if name == "qa":
+        from bertscope.data.task_files import read_squad
+
+        check_objective_data(name, texts, data)
+        assert data is not None  # refused above without it
+        if format != "auto":
+            raise InputError(f"the qa objective reads SQuAD JSON, not {format}; leave the format to auto", setting="data_format")
+        return Corpus(read_squad(data, limit=limit, report=report), str(data), report)
     if name == "similarity":
         from bertscope.data.task_files import read_scored_pairs, sample_pairs
 
@@ -779,9 +789,10 @@ def objective(
     `name`: mlm (an MLM head), classification (a classifier and labelled data), probe
     (`task`, `probe_layer`; no data: a built-in task), preserve (any encoder), token-classification
     (a token classifier and a CoNLL-2003 file, or a CoNLL-U file's `label_column`: upos, xpos,
-    deprel), similarity (pairs with gold scores, an STS-style TSV; no data: the shipped sample
-    pairs), embedding (any encoder, any text). Its `source` says where the data came from; its
-    `notes` go on to the results measured on it.
+    deprel), qa (an extractive question-answering model and a SQuAD-1.1 or 2.0 JSON file),
+    similarity (pairs with gold scores, an STS-style TSV; no data: the shipped sample pairs), embedding
+    (any encoder, any text). Its `source` says where the data came from; its `notes` go on to the
+    results measured on it.
     """
     from bertscope.analyses.importance.objectives import check_objective, make_objective
 

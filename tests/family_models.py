@@ -17,7 +17,7 @@ import string
 from pathlib import Path
 
 FAMILIES = ("distilbert", "albert", "deberta-v2", "modernbert", "mpnet")
-HEADS = ("Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification")
+HEADS = ("Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering")
 
 # Class-name prefix of each family in transformers: f"{prefix}Config", f"{prefix}{head}".
 _PREFIX = {
@@ -235,7 +235,7 @@ def _config(family: str, tokenizer, head: str, **overrides):
 
 def save_tiny_family(directory: Path, family: str, head: str = "Model", seed: int = 0, **config_overrides) -> Path:
     """Save a seeded random `family` model with `head` ("Model", "ForMaskedLM", "ForSequenceClassification",
-    "ForTokenClassification")
+    "ForTokenClassification", "ForQuestionAnswering")
     and its tokenizer into `directory`; config_overrides go to the family's config class."""
     import torch
     import transformers

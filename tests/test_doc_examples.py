@@ -12,6 +12,7 @@ shown on several pages runs once.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import shlex
 import shutil
@@ -124,6 +125,12 @@ def stand_ins(tmp_path_factory) -> dict[str, str]:
     )
     upos = UPOS_TAGS
     pos_tagger = save_tiny(root / "pos-tagger", "BertForTokenClassification", seed=4, num_labels=len(upos), id2label=dict(enumerate(upos)))
+    squad_model = save_tiny(root / "squad-model", "BertForQuestionAnswering", seed=5)  # an extractive QA model
+    context = "Dante Alighieri was born in Florence in 1265 and died in Ravenna in 1321, far from his city."
+    questions = [("q1", "Where was Dante born?", "Florence"), ("q2", "Where did he die?", "Ravenna"), ("q3", "When did he die?", "1321")]
+    qas = [{"id": i, "question": q, "answers": [{"text": a, "answer_start": context.index(a)}]} for i, q, a in questions]
+    squad = root / "squad-dev.json"
+    squad.write_text(json.dumps({"version": "1.1", "data": [{"title": "Dante", "paragraphs": [{"context": context, "qas": qas}]}]}))
     from bertscope.model.model_files import bundled_model_dir
 
     finetuned = shutil.copytree(bundled_model_dir(), root / "minilm-finetuned")
@@ -142,6 +149,8 @@ def stand_ins(tmp_path_factory) -> dict[str, str]:
         "./tiny-ner": str(tagger),
         "ner.txt": str(ner),
         "~/models/my-pos-tagger": str(pos_tagger),
+        "~/models/my-squad-model": str(squad_model),
+        "squad-dev.json": str(squad),
         "sts-dev.tsv": str(DATA / "sample_pairs.tsv"),
         "~/checkpoints/bert-sst2": str(classifier),
         "./minilm-finetuned": str(finetuned),

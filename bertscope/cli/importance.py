@@ -53,7 +53,7 @@ class ObjectiveChoice:
         if self.text is None and self.data is None and self.objective == "probe":
             return Corpus([], f"built-in task {self.task}", ReadReport())
         check_objective_data(self.objective, self.text, self.data)
-        if self.objective in ("token-classification", "similarity") or self.label_column is not None:
+        if self.objective in ("token-classification", "qa", "similarity") or self.label_column is not None:
             chosen = objective_corpus(
                 self.objective, self.text, data=self.data, format=self.data_format, limit=self.limit, label_column=self.label_column
             )
@@ -83,8 +83,8 @@ class ObjectiveChoice:
 objective_flags = options.stacked(
     options.corpus(
         "Sentences: plain text, CoNLL-U or SentEval TSV; token-classification: CoNLL-2003 (a token and its label a line) or "
-        "CoNLL-U; similarity: a TSV of sentence1, sentence2, score. Default: the shipped sample corpus (probe: a built-in task; "
-        "similarity: the shipped sample pairs).",
+        "CoNLL-U; qa: SQuAD-1.1 or 2.0 JSON; similarity: a TSV of sentence1, sentence2, score. Default: the shipped sample "
+        "corpus (probe: a built-in task; similarity: the shipped sample pairs).",
         format_help=None,
     ),
     click.option(
@@ -94,7 +94,8 @@ objective_flags = options.stacked(
         required=True,
         type=click.Choice(OBJECTIVES),
         help="mlm (MLM head), classification (classifier, labelled data), probe (--task, --probe-layer), preserve (any encoder), "
-        "token-classification (token classifier, tagged words), similarity (sentence pairs with scores), embedding (any encoder).",
+        "token-classification (token classifier, tagged words), qa (question-answering model, SQuAD JSON), "
+        "similarity (sentence pairs with scores), embedding (any encoder).",
     ),
     click.option(
         "--label-column",

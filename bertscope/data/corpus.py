@@ -85,6 +85,9 @@ class Sentence:
     heads: tuple[int, ...] | None = None
     deprels: tuple[str, ...] | None = None
     tags: tuple[str, ...] | None = None  # a label per word for token classification (data.task_files)
+    # An extractive question (data.task_files.read_squad): `text` the question, `pair` its context, `label` its id, and
+    # its gold answers as (text, character start in the context); () for SQuAD 2.0's unanswerable questions.
+    answers: tuple[tuple[str, int], ...] | None = None
 
 
 class CorpusError(InputError):

@@ -11,11 +11,16 @@ counted in the `ReadReport`.
 - Scored pairs, for the similarity objective: a TSV whose header names `sentence1`,
   `sentence2` and `score` (GLUE's STS-B, sentence-transformers' STS files: other columns are
   ignored), or three unnamed columns in that order.
+- Questions with their contexts and answers, for the qa objective: SQuAD-1.1 JSON (`data` →
+  `paragraphs` → `context` and `qas`, each with `question`, `id` and `answers`, a list of
+  `text` and `answer_start`), and SQuAD 2.0's questions marked `is_impossible` (no answer).
+  An answer whose text is not at its `answer_start` stops reading, naming the question.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 from collections.abc import Generator, Iterator
@@ -168,3 +173,69 @@ def _counted(sentences: Generator[Sentence, None, None], report: ReadReport, nam
     if report.sentences == 0:
         why = f"; {len(report.skipped):,} skipped, first: {report.skipped[0][0]}: {report.skipped[0][1]}" if report.skipped else ""
         raise CorpusError(f"{name}: no sentences found as {what}{why}; check the file's format", setting="data")
+
+
+def read_squad(path: str | os.PathLike[str], *, limit: int | None = None, report: ReadReport | None = None) -> Iterator[Sentence]:
+    """The questions of a SQuAD-1.1 or 2.0 JSON file, a Sentence each: `text` the question, `pair` its paragraph's
+    context, `label` its id, `answers` its gold (text, answer_start) pairs, () where it `is_impossible`. A question
+    without a question, an id or (being possible) answers is skipped and counted; an answer that is not at its
+    `answer_start` stops reading (the file and its offsets disagree: every span from it would be wrong)."""
+    target, name = readable_file(path)
+    report = report if report is not None else ReadReport()
+    try:
+        with open(target, encoding="utf-8") as handle:
+            document = json.load(handle)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CorpusError(
+            f"{name}: not JSON ({error}); the qa objective reads SQuAD JSON (data, paragraphs, qas)", setting="data"
+        ) from None
+    articles = document.get("data") if isinstance(document, dict) else None
+    if not isinstance(articles, list):
+        raise CorpusError(f"{name}: no 'data' list of articles; the qa objective reads SQuAD JSON (data, paragraphs, qas)", setting="data")
+    return _counted(_read_questions(articles, name, report), report, name, limit, "SQuAD JSON (data, paragraphs, qas)")
+
+
+def _read_questions(articles: list[object], name: str, report: ReadReport) -> Generator[Sentence, None, None]:
+    for article_number, article in enumerate(articles):
+        paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
+        for paragraph_number, paragraph in enumerate(paragraphs if isinstance(paragraphs, list) else []):
+            where = f"{name}: article {article_number}, paragraph {paragraph_number}"
+            context = paragraph.get("context") if isinstance(paragraph, dict) else None
+            questions = paragraph.get("qas") if isinstance(paragraph, dict) else None
+            if not isinstance(context, str) or not context.strip() or not isinstance(questions, list):
+                report.skip(where, "no context or no qas")
+                continue
+            for question in questions:
+                sentence = _question(question, context, name, where, report)
+                if sentence is not None:
+                    yield sentence
+
+
+def _question(question: object, context: str, name: str, where: str, report: ReadReport) -> Sentence | None:
+    """One entry of `qas` as a Sentence, or None (skipped and counted) where it lacks what a question needs."""
+    if not isinstance(question, dict) or not isinstance(question.get("question"), str) or not question["question"].strip():
+        report.skip(where, "a question without its text")
+        return None
+    identifier = str(question.get("id", "")).strip()
+    if not identifier:
+        report.skip(where, "a question without an id")
+        return None
+    answers: list[tuple[str, int]] = []
+    if not question.get("is_impossible", False):
+        for answer in question.get("answers") or []:
+            text, start = (answer.get("text"), answer.get("answer_start")) if isinstance(answer, dict) else (None, None)
+            if not isinstance(text, str) or not isinstance(start, int) or isinstance(start, bool):
+                raise CorpusError(f"{name}: question {identifier}: an answer without a text and an integer answer_start", setting="data")
+            if context[start : start + len(text)] != text:
+                raise CorpusError(
+                    f"{name}: question {identifier}: answer {text!r} is not at answer_start {start} in its context "
+                    f"(found {context[start : start + len(text)]!r}); fix the offset or the answer's text",
+                    setting="data",
+                )
+            answers.append((text, start))
+        if not answers:
+            report.skip(f"{name}: question {identifier}", "no answers and not marked is_impossible")
+            return None
+    return Sentence(
+        question["question"].lstrip(), pair=context, location=f"{name}: question {identifier}", label=identifier, answers=tuple(answers)
+    )

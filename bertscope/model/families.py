@@ -514,7 +514,14 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 # Heads we can load on top of each family's encoder; anything else loads the bare encoder.
-SUPPORTED_HEADS = ("Model", "ForMaskedLM", "ForPreTraining", "ForSequenceClassification", "ForTokenClassification")
+SUPPORTED_HEADS = (
+    "Model",
+    "ForMaskedLM",
+    "ForPreTraining",
+    "ForSequenceClassification",
+    "ForTokenClassification",
+    "ForQuestionAnswering",
+)
 
 
 def family_for(model_type: str, architecture: str) -> Family:

@@ -147,6 +147,11 @@ class Session:
         return self.loaded.architecture.endswith("ForTokenClassification")
 
     @property
+    def is_question_answerer(self) -> bool:
+        """An extractive question-answering model (SQuAD): its forward gives start and end logits at every token."""
+        return self.loaded.architecture.endswith("ForQuestionAnswering")
+
+    @property
     def label_names(self) -> list[str]:
         """A classifier's classes by number, as its config's id2label names them."""
         config = self.model.config

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from bertscope.model.families import Family
 
-OBJECTIVES = ("mlm", "classification", "probe", "preserve", "token-classification", "similarity", "embedding")
+OBJECTIVES = ("mlm", "classification", "probe", "preserve", "token-classification", "qa", "similarity", "embedding")
 """What importance is measured on (analyses.importance.objectives)."""
 METHODS = ("gradient", "ablation")
 """How importance is measured: Michel et al.'s gate gradient, or the exact loss change of switching a head off."""
@@ -253,6 +253,8 @@ def missing_heads(architecture: str, has_mlm_head: bool, is_classifier: bool) ->
         reasons["classification"] = f"needs a sequence-classification model; {architecture} is not one"
     if not architecture.endswith("ForTokenClassification"):  # as Session.is_token_classifier reads it
         reasons["token-classification"] = f"needs a token-classification model; {architecture} is not one"
+    if not architecture.endswith("ForQuestionAnswering"):  # as Session.is_question_answerer reads it
+        reasons["qa"] = f"needs an extractive question-answering model (…ForQuestionAnswering); {architecture} is not one"
     return reasons
 
 

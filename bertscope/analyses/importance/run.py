@@ -212,7 +212,7 @@ def _result(
     for layer, head in pruned | (base.off if base is not None else frozenset()):
         raw[layer, head] = 0.0
     scores = normalize_per_layer(raw) if normalize else raw
-    notes = list(objective.notes)
+    notes = [*objective.notes, *objective.measured_notes()]
     if isinstance(objective, ProbeObjective):
         notes.append(f"the probe's dev accuracy on layer {objective.layer}: {objective.probe_accuracy:.3f}")
     return HeadImportance(
