@@ -310,6 +310,8 @@ def test_similarity_end_to_end(run, tiny_bert_dir, pairs_file):
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     assert payload["metric"] == "Spearman's rho" and payload["sentences"] == len(PAIRS)
+    table = run("importance", "-O", "similarity", "--data", pairs_file, "-m", str(tiny_bert_dir)).stdout
+    assert f"{len(PAIRS)} sentence pairs · baseline loss" in table  # a pair is one item, named as such
 
 
 def test_conllu_labels_from_a_column(run, tmp_path):

@@ -49,7 +49,7 @@ def importance_report(result: HeadImportance, model: str, source: str, top: int 
     parts: list[RenderableType] = [
         Text.assemble((f"head importance · {result.objective}", "bold"), f" · {result.method} ({result.ablation}) · {model} · {source}"),
         Text(
-            f"{result.sentences:,} sentences · baseline loss {fmt.format(result.baseline_loss)}, {result.metric} "
+            f"{result.counted} · baseline loss {fmt.format(result.baseline_loss)}, {result.metric} "
             f"{fmt.format(result.baseline_metric)}" + (" · scores ℓ2-normalised per layer" if result.normalized else ""),
             style="dim",
         ),

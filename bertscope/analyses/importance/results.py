@@ -31,6 +31,10 @@ WEIGHTS = ("sliced", "zeroed")
 """How a pruned copy keeps its heads' weights (analyses.importance.pruned_export): sliced out, or zeroed."""
 
 
+# What an objective's `sentences` count, where an item is not one sentence (the JSON keeps the key `sentences`).
+COUNTED_AS = {"similarity": "sentence pairs", "qa": "questions"}
+
+
 def finite(value: float) -> float | None:
     """A float for JSON: NaN and infinities become None."""
     return value if math.isfinite(value) else None
@@ -75,13 +79,18 @@ class HeadImportance(Shown):
         already = keep.off if keep is not None else frozenset()
         return [head for head in self.order() if head not in already][:count]
 
+    @property
+    def counted(self) -> str:
+        """What it was measured over, named as the objective reads it: `48 sentence pairs`, `120 questions`."""
+        return f"{self.sentences:,} {COUNTED_AS.get(self.objective, 'sentences')}"
+
     def summary(self) -> str:
         num_layers, num_heads = self.shape
         order = self.order()
         most = ", ".join(f"{layer}:{head}" for layer, head in reversed(order[-3:]))
         return (
             f"{self.objective} · {self.method} ({self.ablation}) · {num_layers}×{num_heads} heads · most important {most} · "
-            f"{self.metric} {self.baseline_metric:.4g} unmasked, over {self.sentences:,} sentences"
+            f"{self.metric} {self.baseline_metric:.4g} unmasked, over {self.counted}"
         )
 
     def table(self) -> list[dict[str, Any]]:
