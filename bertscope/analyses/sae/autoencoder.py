@@ -8,6 +8,7 @@ the file opens there. The ReLU after the TopK is SAELens's and Gao et al.'s: a s
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -16,6 +17,34 @@ from torch import Tensor, nn
 from bertscope.analyses.sae.files import CONFIG_FILE, WEIGHT_SHAPES, WEIGHTS_FILE, SAEConfig, read_config
 from bertscope.base.errors import InputError
 from bertscope.data.files import atomic_directory
+
+
+class ReconstructionTally:
+    """What an SAE's reconstructions of a stream of batches add up to: the FVU (Σ‖x − x̂‖² / Σ‖x − x̄‖², x̄ the
+    tokens' mean, from running sums: no token kept) and the mean L0 (latents firing per token)."""
+
+    def __init__(self, d_in: int, device: torch.device) -> None:
+        self.error = self.squares = self.active = 0.0
+        self.tokens = 0
+        self.total = torch.zeros(d_in, dtype=torch.float64, device=device)
+
+    def add(self, x: Tensor, values: Tensor, reconstruction: Tensor) -> None:
+        """One batch: its states `x` `[N, d_in]`, the selected latents' `values` `[N, k]` and their reconstruction."""
+        self.error += float((x - reconstruction).double().pow(2).sum())
+        self.squares += float(x.double().pow(2).sum())
+        self.total += x.double().sum(0)
+        self.active += float((values > 0).sum())
+        self.tokens += len(x)
+
+    @property
+    def fvu(self) -> float:
+        mean = self.total / max(self.tokens, 1)
+        variance = self.squares - self.tokens * float(mean.pow(2).sum())
+        return self.error / variance if variance > 0 else math.nan
+
+    @property
+    def l0(self) -> float:
+        return self.active / self.tokens if self.tokens else math.nan
 
 
 class TopKSAE(nn.Module):

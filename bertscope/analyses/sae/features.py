@@ -19,7 +19,7 @@ import torch
 
 from bertscope.analyses.conditions import JobOptions
 from bertscope.analyses.sae.activations import TokenBatch, numbered, token_batches
-from bertscope.analyses.sae.autoencoder import TopKSAE
+from bertscope.analyses.sae.autoencoder import ReconstructionTally, TopKSAE
 from bertscope.analyses.sae.files import SAEConfig, check_fits
 from bertscope.analyses.sae.results import LABEL_SCHEMES, FeatureContext, LabelMatch, SAEFeatures
 from bertscope.base.errors import InputError
@@ -151,10 +151,9 @@ def sae_features(
     best_sentence = torch.full((d_sae, top), -1, dtype=torch.long, device=device)
     best_position = torch.full((d_sae, top), -1, dtype=torch.long, device=device)
     kept_tokens: dict[int, tuple[str, ...]] = {}  # the tokens of the sentences a top entry names
-    total = torch.zeros(sae.d_in, dtype=torch.float64, device=device)
-    sums = {"error": 0.0, "squares": 0.0, "active": 0.0}
+    tally = ReconstructionTally(sae.d_in, device)
     labels: LabelCounts | None = None
-    tokens = read = truncated = 0
+    read = truncated = 0
     for batch in token_batches(
         session, numbered(sentences, job.seed, 0.0, held=None), config.layer, include_special=config.include_special, job=job
     ):
@@ -164,11 +163,8 @@ def sae_features(
         with torch.no_grad():
             values, indices = sae.select(sae.preactivations(x))
             reconstruction = sae.decode_selected(values, indices)
-            sums["error"] += float((x - reconstruction).double().pow(2).sum())
-            sums["squares"] += float(x.double().pow(2).sum())
-            total += x.double().sum(0)
+            tally.add(x, values, reconstruction)
             active = values > 0
-            sums["active"] += float(active.sum())
             rows = torch.arange(len(x), device=device)[:, None].expand_as(indices)[active]
             features, strengths = indices[active], values[active]
             fired += torch.bincount(features, minlength=d_sae)
@@ -185,14 +181,12 @@ def sae_features(
             if labels is not None:
                 labels.add(batch, rows, features)
         _keep_top_sentences(kept_tokens, batch, best_sentence[best_values > -math.inf], session)
-        tokens += len(x)
         read += len(batch.items)
         truncated += int((batch.inputs["attention_mask"].sum(1) >= session.max_length).sum())
         yield Progress("reading features", read)
     if read == 0:
         raise InputError("no sentences to read the features on; the corpus is empty", setting="data")
-    mean = total / max(tokens, 1)
-    variance = sums["squares"] - tokens * float(mean.pow(2).sum())
+    tokens = tally.tokens
     counts = fired.cpu().numpy()
     values_host, sentences_host, positions_host = (t.cpu().numpy() for t in (best_values, best_sentence, best_position))
     tops = tuple(
@@ -215,8 +209,8 @@ def sae_features(
         k=sae.k,
         sentences=read,
         tokens=tokens,
-        fvu=sums["error"] / variance if variance > 0 else math.nan,
-        l0=sums["active"] / tokens if tokens else math.nan,
+        fvu=tally.fvu,
+        l0=tally.l0,
         dead_share=float((counts == 0).mean()),
         density=counts / max(tokens, 1),
         top=tops,

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from bertscope.analyses.conditions import JobOptions
 from bertscope.analyses.sae.activations import LayerTap, TokenBatch, check_layer, numbered, token_batches
-from bertscope.analyses.sae.autoencoder import TopKSAE
+from bertscope.analyses.sae.autoencoder import ReconstructionTally, TopKSAE
 from bertscope.analyses.sae.files import SAEConfig
 from bertscope.analyses.sae.results import MAX_EPOCHS, TARGET_TOKENS, SAESettings, SAETraining
 from bertscope.base.errors import InputError
@@ -386,11 +386,11 @@ def evaluate(
     tap = LayerTap(session, layer)
     device = session.device
     d_in = session.hidden_size
-    sums = {"error": 0.0, "squares": 0.0, "active": 0.0, "cosine": 0.0, "real": 0.0}
-    total = torch.zeros(d_in, dtype=torch.float64, device=device)
+    sums = {"cosine": 0.0, "real": 0.0}
+    tally = ReconstructionTally(d_in, device)
     fired = torch.zeros(sae.d_sae, dtype=torch.bool, device=device)
     losses = {"clean": 0.0, "spliced": 0.0, "zero": 0.0}
-    tokens = sentences_seen = 0
+    sentences_seen = 0
     with_head = session.mlm_head is not None
     sae = sae.to(device).eval()
     for batch in token_batches(session, sentences, layer, include_special=include_special, stop=False, job=job):
@@ -398,12 +398,8 @@ def evaluate(
         with torch.no_grad():
             values, indices = sae.select(sae.preactivations(x))
             reconstruction = sae.decode_selected(values, indices)
-        sums["error"] += float((x - reconstruction).double().pow(2).sum())
-        sums["squares"] += float(x.double().pow(2).sum())
-        total += x.double().sum(0)
-        sums["active"] += float((values > 0).sum())
+        tally.add(x, values, reconstruction)
         fired[indices[values > 0]] = True
-        tokens += len(x)
         sentences_seen += len(batch.items)
         clean = batch.output.last_hidden_state
         spliced = _last_hidden(session, tap, batch, reconstruction)
@@ -417,8 +413,7 @@ def evaluate(
                 logits = session.mlm_head_logits(hidden.reshape(-1, hidden.shape[-1])[batch.flat])
                 losses[name] += float(F.cross_entropy(logits, targets, reduction="sum"))
         yield Progress("measuring held-out sentences", sentences_seen)
-    mean = total / max(tokens, 1)
-    variance = sums["squares"] - tokens * float(mean.pow(2).sum())
+    tokens = tally.tokens
     recovered = None
     mlm = None
     if with_head and tokens:
@@ -428,8 +423,8 @@ def evaluate(
     figures = Figures(
         sentences=sentences_seen,
         tokens=tokens,
-        fvu=sums["error"] / variance if variance > 0 else math.nan,
-        l0=sums["active"] / tokens if tokens else math.nan,
+        fvu=tally.fvu,
+        l0=tally.l0,
         dead_share=float((~fired).float().mean()) if tokens else math.nan,
         preserve=sums["cosine"] / sums["real"] if sums["real"] else math.nan,
         mlm_recovered=recovered,
