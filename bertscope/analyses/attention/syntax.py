@@ -158,6 +158,11 @@ def _ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     return places
 
 
+_REACH = max(OFFSETS) + 1  # offsets beyond the baselines' are clipped to ±_REACH, which is none of them
+_OFFSET_PLACES = np.full(2 * _REACH + 1, -1)  # an offset's place in OFFSETS (offset + _REACH), -1 for none
+_OFFSET_PLACES[np.add(OFFSETS, _REACH)] = np.arange(len(OFFSETS))
+
+
 class _Counts:
     """Integer hit counts per relation, kept on the model's device; relations registered as they appear."""
 
@@ -168,6 +173,8 @@ class _Counts:
         self.counts = np.zeros((0, 2), dtype=np.int64)
         self.baseline = np.zeros((0, 2, len(OFFSETS)), dtype=np.int64)
         self.sentences = self.words = self.truncated = 0
+        self._names: tuple[str, ...] = ()  # the chunk whose relation codes `_indices` maps (-1: not met yet)
+        self._indices = np.zeros(0, dtype=np.int64)
 
     def relation_index(self, relation: str) -> int:
         if relation not in self.relations:
@@ -178,28 +185,30 @@ class _Counts:
         return self.relations[relation]
 
     def relation_indices(self, codes: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
-        """Each arc's relation index from its code (a place in `names`), relations new to the counts registered in the
-        order the arcs give them (as one `relation_index` an arc would)."""
-        codes_found, first = np.unique(codes, return_index=True)
-        for code in codes_found[np.argsort(first)].tolist():
-            self.relation_index(names[code])
-        table = np.zeros(len(names), dtype=np.int64)
-        table[codes_found] = [self.relations[names[code]] for code in codes_found.tolist()]
-        return np.take(table, codes)
+        """Each arc's relation index from its code (a place in `names`, a chunk's relations), relations new to the
+        counts registered in the order the arcs give them (as one `relation_index` an arc would). The chunk's codes met
+        so far are kept mapped: most batches meet none new, and need one look-up."""
+        if names is not self._names:
+            self._names, self._indices = names, np.full(len(names), -1, dtype=np.int64)
+        found: np.ndarray = self._indices[codes]
+        unmet = found < 0
+        if unmet.any():
+            new, first = np.unique(codes[unmet], return_index=True)
+            for code in new[np.argsort(first)].tolist():
+                self._indices[code] = self.relation_index(names[code])
+            found = self._indices[codes]
+        return found
 
     def add_baselines(self, dependents: np.ndarray, heads: np.ndarray, relations: np.ndarray) -> None:
         """A batch's arcs counted per relation, with the arcs each fixed offset finds in each direction: counted with one
         `bincount` each, not an `np.add.at` an offset and direction."""
         self.counts += np.bincount(relations, minlength=len(self.counts))[:, None]
-        reach = max(OFFSETS) + 1  # offsets beyond the baselines' are clipped to ±reach, which is none of them
-        offset_place = np.full(2 * reach + 1, -1)  # an offset's place in OFFSETS, -1 for none
-        offset_place[np.add(OFFSETS, reach)] = np.arange(len(OFFSETS))
-        for direction, offsets in enumerate((heads - dependents, dependents - heads)):
-            found = offset_place[np.clip(offsets, -reach, reach) + reach]
-            hit = found >= 0
-            self.baseline[:, direction] += np.bincount(
-                relations[hit] * len(OFFSETS) + found[hit], minlength=self.baseline[:, direction].size
-            ).reshape(-1, len(OFFSETS))
+        offsets = heads - dependents  # from the dependent to its head; the other direction's is its negative
+        found = _OFFSET_PLACES[np.clip(np.concatenate([offsets, -offsets]), -_REACH, _REACH) + _REACH]  # [2N]
+        hit = found >= 0
+        direction = np.repeat([0, 1], len(offsets))
+        places = ((np.concatenate([relations, relations]) * 2 + direction) * len(OFFSETS) + found)[hit]  # in `baseline`
+        self.baseline += np.bincount(places, minlength=self.baseline.size).reshape(self.baseline.shape)
 
     def result(self) -> SyntaxResult:
         """The counts so far, the device's hits read now."""
@@ -325,7 +334,7 @@ def _word_tokens(session: Session, words: list[tuple[str, ...]]) -> tuple[np.nda
         offsets = np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(tokens["offset_mapping"])), np.int64, 2 * total)
         special = np.fromiter(itertools.chain.from_iterable(tokens["special_tokens_mask"]), np.int64, total).astype(bool)
         # the texts end to end, one character between them: every word's first character and every token's, there
-        lengths = np.fromiter((len(word) + 1 for sentence in words for word in sentence), np.int64)  # a word and its space
+        lengths = np.fromiter(map(len, itertools.chain.from_iterable(words)), np.int64) + 1  # a word and its space
         word_starts = np.cumsum(lengths) - lengths
         counts = np.array([len(sentence) for sentence in words], dtype=np.int64)
         first_words = np.cumsum(counts) - counts
@@ -373,13 +382,13 @@ def _add_batch(session: Session, counts: _Counts, chunk: _EncodedChunk, rows: np
     arc_dependents, arc_heads = chunk.dependents[arcs], chunk.heads[arcs]
     arc_relations = counts.relation_indices(chunk.relations[arcs], chunk.names)
     counts.add_baselines(arc_dependents, arc_heads, arc_relations)
-    # each arc in both directions: its sentence, the query word, the word to find, and where its hits count (the
-    # relation's row of `correct` for that direction), in one copy to the device
+    # each arc in both directions: the query word's row of a `[B·W, H]` prediction, the word to find, and where its
+    # hits count (the relation's row of `correct` for that direction), in one copy to the device
     directions = (
-        np.stack([arc_rows, arc_dependents, arc_heads, 2 * arc_relations]),
-        np.stack([arc_rows, arc_heads, arc_dependents, 2 * arc_relations + 1]),
+        np.stack([arc_rows * words + arc_dependents, arc_heads, 2 * arc_relations]),
+        np.stack([arc_rows * words + arc_heads, arc_dependents, 2 * arc_relations + 1]),
     )
-    sentence, query, answer, place = upload(np.concatenate(directions, axis=1), device).unbind()
+    query, answer, place = upload(np.concatenate(directions, axis=1), device).unbind()
     hits = torch.zeros(len(place), *counts.shape, dtype=torch.bool, device=device)  # [2N, L, H], counted once the pass is done
 
     pooling = word_pooling(word_of, words)
@@ -389,7 +398,7 @@ def _add_batch(session: Session, counts: _Counts, chunk: _EncodedChunk, rows: np
 
     def reduce(layer: int, attention: Tensor) -> None:
         predicted = predicted_words(attention.float(), pooling, excluded)  # [B, W, H]
-        hits[:, layer] = predicted[sentence, query] == answer[:, None]
+        torch.eq(predicted.view(-1, predicted.shape[-1]).index_select(0, query), answer[:, None], out=hits[:, layer])
 
     with torch.inference_mode():
         session.run(
