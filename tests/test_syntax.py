@@ -46,13 +46,15 @@ def test_the_most_attended_other_word_leaves_out_the_word_itself_and_absent_word
 
 
 def test_a_batch_reads_the_most_attended_words_as_the_functions_give_them():
-    """The corpus loop's fused form (query words first, filled in place) gives, bit for bit, what `word_attention` and
-    `most_attended_other` give: ties, multi-piece words, absent words and padding included."""
+    """The corpus loop's fused form (query words first, filled in place, `max`'s indices) gives, bit for bit, what
+    `word_attention` and `most_attended_other` (`argmax`) give: ties, NaN, multi-piece words, absent words and padding
+    included."""
     from bertscope.analyses.attention.syntax import left_out, predicted_words, word_pooling
 
     generator = torch.Generator().manual_seed(0)
     attention = torch.softmax(torch.randn(3, 4, 9, 9, generator=generator), -1)
     attention[0, 1] = 1 / 9  # a uniform head: ties everywhere
+    attention[1, 3, 4] = float("nan")  # a query token's row of NaN: the first NaN wins, as `argmax` takes it
     word_of = torch.tensor([[-1, 0, 0, 1, 2, 2, 2, 3, -1], [-1, 0, 1, 1, 2, -1, -1, -1, -1], [-1, 0, 1, 2, 3, 4, 5, -1, -1]])
     pooling = word_pooling(word_of, 6)
     present = pooling[1].sum(1) > 0
