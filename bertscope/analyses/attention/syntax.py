@@ -135,7 +135,7 @@ def predicted_words(attention: Tensor, pooling: tuple[Tensor, Tensor], excluded:
 class _EncodedChunk:
     """A chunk of treebank sentences as its batches read them (`_encode`): int64 arrays of the chunk's sentences end to
     end, each sentence's tokens `token_starts[s]:token_starts[s + 1]` and kept arcs `arc_starts[s]:arc_starts[s + 1]`.
-    A batch gathers its sentences' rows with a few index arrays (`_BatchRows`), not a Python object a sentence."""
+    A batch gathers its sentences' rows with two index arrays (`_ranges`), not a Python object a sentence."""
 
     input_ids: np.ndarray
     word_of: np.ndarray  # per token: its word in its sentence, -1 for special tokens
@@ -176,8 +176,8 @@ class _Counts:
         self.counts = np.zeros((0, 2), dtype=np.int64)
         self.baseline = np.zeros((0, 2, len(OFFSETS)), dtype=np.int64)
         self.sentences = self.words = self.truncated = 0
-        self._names: tuple[str, ...] = ()  # the chunk whose relation codes `_indices` maps (-1: not met yet)
-        self._indices = np.zeros(0, dtype=np.int64)
+        self._names: tuple[str, ...] = ()  # the chunk whose relation codes `_indices` maps to rows of the counts
+        self._indices = np.zeros(0, dtype=np.int64)  # -1: a code not met yet
 
     def relation_index(self, relation: str) -> int:
         if relation not in self.relations:
