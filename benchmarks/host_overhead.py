@@ -420,7 +420,7 @@ def without_arithmetic(job: str) -> contextlib.ExitStack:
             (
                 syntax,
                 "predicted_words",
-                lambda attention, pooling, excluded: excluded.new_zeros(excluded.shape[:2] + attention.shape[1:2], dtype=torch.long),
+                lambda attention, pooling, excluded: pooling[0].new_zeros(pooling[0].shape[:2] + attention.shape[1:2], dtype=torch.long),
             ),
         ],
         "mixing": [

@@ -46,13 +46,15 @@ def test_the_most_attended_other_word_leaves_out_the_word_itself_and_absent_word
 
 
 def test_a_batch_reads_the_most_attended_words_as_the_functions_give_them():
-    """The corpus loop's fused form (query words first, filled in place) gives, bit for bit, what `word_attention` and
-    `most_attended_other` give: ties, multi-piece words, absent words and padding included."""
+    """The corpus loop's fused form (query words first, filled in place, `max`'s indices) gives, bit for bit, what
+    `word_attention` and `most_attended_other` (`argmax`) give: ties, NaN, multi-piece words, absent words and padding
+    included."""
     from bertscope.analyses.attention.syntax import left_out, predicted_words, word_pooling
 
     generator = torch.Generator().manual_seed(0)
     attention = torch.softmax(torch.randn(3, 4, 9, 9, generator=generator), -1)
     attention[0, 1] = 1 / 9  # a uniform head: ties everywhere
+    attention[1, 3, 4] = float("nan")  # a query token's row of NaN: the first NaN wins, as `argmax` takes it
     word_of = torch.tensor([[-1, 0, 0, 1, 2, 2, 2, 3, -1], [-1, 0, 1, 1, 2, -1, -1, -1, -1], [-1, 0, 1, 2, 3, 4, 5, -1, -1]])
     pooling = word_pooling(word_of, 6)
     present = pooling[1].sum(1) > 0
@@ -61,10 +63,30 @@ def test_a_batch_reads_the_most_attended_words_as_the_functions_give_them():
     assert torch.equal(found, expected) and found.shape == (3, 6, 4)
 
 
+def test_without_gaps_only_the_word_itself_is_filled_and_every_present_word_gets_the_same_answer():
+    """A batch whose sentences have no word without tokens inside them fills only each word itself (`excluded` None):
+    the absent words come last and hold 0, so every present query word's answer is the same, bit for bit, through
+    ties (a uniform head), a head switched off (all 0) and a head whose maps are NaN."""
+    from bertscope.analyses.attention.syntax import left_out, predicted_words, word_pooling
+
+    generator = torch.Generator().manual_seed(1)
+    attention = torch.softmax(torch.randn(3, 4, 9, 9, generator=generator), -1)
+    attention[0, 1] = 1 / 9  # ties everywhere
+    attention[1, 2] = 0.0  # a head the zero ablation switched off
+    attention[2, 3] = float("nan")
+    word_of = torch.tensor([[-1, 0, 0, 1, 2, 2, 2, 3, -1], [-1, 0, 1, 1, 2, -1, -1, -1, -1], [-1, 0, 1, 2, 3, 4, 5, -1, -1]])
+    pooling = word_pooling(word_of, 6)
+    present = pooling[1].sum(1) > 0
+    expected = predicted_words(attention, pooling, left_out(present)[:, :, None])
+    found = predicted_words(attention, pooling, None)
+    assert torch.equal(found[present], expected[present])
+    assert set(expected[1, :3, 2].tolist()) == {0, 1}  # the switched-off head: the first other word
+
+
 def test_a_chunk_keeps_the_arcs_whose_words_both_reach_the_model():
     """A chunk is encoded at once; each sentence keeps, as a sentence alone would, the arcs whose two words both have
     tokens within the length limit: not a word the tokenizer drops (a zero-width space), not the words cut off, not a
-    head outside the sentence; and says which sentences were cut."""
+    head outside the sentence; and says which sentences were cut and which have a word without tokens inside them."""
     from types import SimpleNamespace
 
     from bertscope.analyses.attention.syntax import _encode
@@ -81,16 +103,21 @@ def test_a_chunk_keeps_the_arcs_whose_words_both_reach_the_model():
         ),
         Sentence(text="", words=("dogs", "bark"), heads=(2, 9), deprels=("nsubj", "root")),  # a head past the last word
     ]
-    found = {item.words: item for item in _encode(session, chunk)}
-    arcs = {
-        words: [(int(d), int(h), item.names[r]) for d, h, r in zip(item.dependents, item.heads, item.relations, strict=True)]
-        for words, item in found.items()
-    }
-    assert arcs[4] == [(0, 2, "det"), (2, 3, "nsubj")]  # the dropped word's arc is not counted
-    assert arcs[8] == [(0, 2, "det"), (1, 2, "amod"), (2, 3, "nsubj")]  # 6 words of 8 reach it: "dog" is cut off
+    encoded = _encode(session, chunk)
+    arcs = [
+        [
+            (int(d), int(h), encoded.names[r])
+            for d, h, r in zip(*(values[start:stop] for values in (encoded.dependents, encoded.heads, encoded.relations)))
+        ]
+        for start, stop in zip(encoded.arc_starts[:-1], encoded.arc_starts[1:], strict=True)
+    ]
+    assert arcs[0] == [(0, 2, "det"), (2, 3, "nsubj")]  # the dropped word's arc is not counted
+    assert arcs[1] == [(0, 2, "det"), (1, 2, "amod"), (2, 3, "nsubj")]  # 6 words of 8 reach it: "dog" is cut off
     assert arcs[2] == [(0, 1, "nsubj")]
-    assert [found[n].truncated for n in (4, 8, 2)] == [False, True, False]
-    assert found[8].word_of.tolist() == [-1, 0, 1, 2, 3, 4, 5, -1] and len(found[8].input_ids) == 8
+    assert encoded.words.tolist() == [4, 8, 2] and encoded.truncated.tolist() == [False, True, False]
+    assert encoded.gaps.tolist() == [True, False, False]  # the words cut off at the end leave no gap
+    second = slice(*encoded.token_starts[1:3])
+    assert encoded.word_of[second].tolist() == [-1, 0, 1, 2, 3, 4, 5, -1] and encoded.lengths()[1] == 8
 
 
 def test_words_joined_by_spaces_get_the_tokens_the_words_get_one_by_one(monkeypatch):

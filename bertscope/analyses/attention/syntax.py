@@ -44,7 +44,7 @@ from torch import Tensor
 from bertscope import runtime as distributed
 from bertscope.analyses.attention.syntax_results import OFFSETS, SyntaxResult
 from bertscope.analyses.conditions import Conditions, JobOptions
-from bertscope.analyses.streaming import CorpusBatches, item_lengths, joined_ids, padded, words_of
+from bertscope.analyses.streaming import CorpusBatches, joined_ids, padded, words_of
 from bertscope.base.errors import InputError
 from bertscope.base.progress import Progress
 from bertscope.data.batching import MAX_SQUARE
@@ -107,28 +107,63 @@ def most_attended_other(word_level: Tensor, present: Tensor) -> Tensor:
     return word_level.masked_fill(left_out(present)[:, None], float("-inf")).argmax(-1)
 
 
-def predicted_words(attention: Tensor, pooling: tuple[Tensor, Tensor], excluded: Tensor) -> Tensor:
+def predicted_words(attention: Tensor, pooling: tuple[Tensor, Tensor], excluded: Tensor | None) -> Tensor:
     """`[B, W, H]`: `most_attended_other(word_attention(attention, ...), present)` with the query words first, as a
     corpus batch reads it, `excluded` `[B, W, 1, W]` (`left_out`, made once a batch): the word-level map filled in
-    place in the layout its products give it, with no copy and no strided pass, the same numbers."""
-    return _words_by_query(attention, pooling).masked_fill_(excluded, float("-inf")).argmax(-1)
+    place in the layout its products give it, with no copy and no strided pass, the same numbers.
+
+    `excluded` None: every sentence's present words come before its absent ones (no word inside it without tokens), and
+    only each word itself is filled. The same answer for every query word with another present word (the rows a corpus
+    batch reads): an absent word's column has no sub-words, so it holds 0 (or NaN where the whole row is NaN), a present
+    word's at least 0, and the first of equal maxima is taken, which is a present word's. Filling the diagonal alone
+    writes a W-th of what the broadcast mask's fill writes, and that fill cost about what the argmax costs.
+
+    The index is `max`'s: like `argmax` it gives the first of equal maxima and the first NaN (the same indices on EWT's
+    maps, ties, NaN and -inf rows), and on rows this short its plain loop takes a sixth less time."""
+    pooled = _words_by_query(attention, pooling)
+    if excluded is None:
+        pooled.diagonal(dim1=1, dim2=3).fill_(float("-inf"))
+    else:
+        pooled.masked_fill_(excluded, float("-inf"))
+    return pooled.max(-1).indices
 
 
 # --- over a corpus ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class _Encoded:
-    """A treebank sentence as a batch reads it: int64 arrays, views of its chunk's (`_encode`)."""
+class _EncodedChunk:
+    """A chunk of treebank sentences as its batches read them (`_encode`): int64 arrays of the chunk's sentences end to
+    end, each sentence's tokens `token_starts[s]:token_starts[s + 1]` and kept arcs `arc_starts[s]:arc_starts[s + 1]`.
+    A batch gathers its sentences' rows with two index arrays (`_ranges`), not a Python object a sentence."""
 
     input_ids: np.ndarray
-    word_of: np.ndarray  # per token: its word, -1 for special tokens
-    dependents: np.ndarray  # its arcs whose words both reach the model: the dependent word (from 0),
+    word_of: np.ndarray  # per token: its word in its sentence, -1 for special tokens
+    token_starts: np.ndarray  # [S + 1]
+    dependents: np.ndarray  # per arc whose words both reach the model: the dependent word (from 0),
     heads: np.ndarray  # its head word,
     relations: np.ndarray  # and its relation, a place in `names`
-    names: tuple[str, ...]  # the relations of the sentence's chunk, in their order of first appearance there
-    words: int
-    truncated: bool
+    arc_starts: np.ndarray  # [S + 1]
+    names: tuple[str, ...]  # the chunk's relations, in their order of first appearance in it
+    words: np.ndarray  # per sentence: its words,
+    truncated: np.ndarray  # whether the length limit cut words off,
+    gaps: np.ndarray  # and whether a word without tokens comes before its last word with tokens (`predicted_words`)
+
+    def lengths(self) -> list[int]:
+        """Each sentence's token count, as the batches are planned by it."""
+        return cast(list[int], np.diff(self.token_starts).tolist())
+
+
+def _ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """The places `starts[i]:stops[i]` of every i, end to end: one index array for a batch's rows of a chunk's arrays."""
+    sizes = stops - starts
+    places: np.ndarray = np.arange(int(sizes.sum())) + np.repeat(starts - (np.cumsum(sizes) - sizes), sizes)
+    return places
+
+
+_REACH = max(OFFSETS) + 1  # offsets beyond the baselines' are clipped to ±_REACH, which is none of them
+_OFFSET_PLACES = np.full(2 * _REACH + 1, -1)  # an offset's place in OFFSETS (offset + _REACH), -1 for none
+_OFFSET_PLACES[np.add(OFFSETS, _REACH)] = np.arange(len(OFFSETS))
 
 
 class _Counts:
@@ -141,6 +176,8 @@ class _Counts:
         self.counts = np.zeros((0, 2), dtype=np.int64)
         self.baseline = np.zeros((0, 2, len(OFFSETS)), dtype=np.int64)
         self.sentences = self.words = self.truncated = 0
+        self._names: tuple[str, ...] = ()  # the chunk whose relation codes `_indices` maps to rows of the counts
+        self._indices = np.zeros(0, dtype=np.int64)  # -1: a code not met yet
 
     def relation_index(self, relation: str) -> int:
         if relation not in self.relations:
@@ -151,21 +188,30 @@ class _Counts:
         return self.relations[relation]
 
     def relation_indices(self, codes: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
-        """Each arc's relation index from its code (a place in `names`), relations new to the counts registered in the
-        order the arcs give them (as one `relation_index` an arc would)."""
-        codes_found, first = np.unique(codes, return_index=True)
-        for code in codes_found[np.argsort(first)].tolist():
-            self.relation_index(names[code])
-        table = np.zeros(len(names), dtype=np.int64)
-        table[codes_found] = [self.relations[names[code]] for code in codes_found.tolist()]
-        return np.take(table, codes)
+        """Each arc's relation index from its code (a place in `names`, a chunk's relations), relations new to the
+        counts registered in the order the arcs give them (as one `relation_index` an arc would). The chunk's codes met
+        so far are kept mapped: most batches meet none new, and need one look-up."""
+        if names is not self._names:
+            self._names, self._indices = names, np.full(len(names), -1, dtype=np.int64)
+        found: np.ndarray = self._indices[codes]
+        unmet = found < 0
+        if unmet.any():
+            new, first = np.unique(codes[unmet], return_index=True)
+            for code in new[np.argsort(first)].tolist():
+                self._indices[code] = self.relation_index(names[code])
+            found = self._indices[codes]
+        return found
 
     def add_baselines(self, dependents: np.ndarray, heads: np.ndarray, relations: np.ndarray) -> None:
-        """A batch's arcs counted per relation, with the arcs each fixed offset finds in each direction."""
-        np.add.at(self.counts, relations, 1)
-        for direction, offsets in enumerate((heads - dependents, dependents - heads)):
-            for index, offset in enumerate(OFFSETS):
-                np.add.at(self.baseline[:, direction, index], relations[offsets == offset], 1)
+        """A batch's arcs counted per relation, with the arcs each fixed offset finds in each direction: counted with one
+        `bincount` each, not an `np.add.at` an offset and direction."""
+        self.counts += np.bincount(relations, minlength=len(self.counts))[:, None]
+        offsets = heads - dependents  # from the dependent to its head; the other direction's is its negative
+        found = _OFFSET_PLACES[np.clip(np.concatenate([offsets, -offsets]), -_REACH, _REACH) + _REACH]  # [2N]
+        hit = found >= 0
+        direction = np.repeat([0, 1], len(offsets))
+        places = ((np.concatenate([relations, relations]) * 2 + direction) * len(OFFSETS) + found)[hit]  # in `baseline`
+        self.baseline += np.bincount(places, minlength=self.baseline.size).reshape(self.baseline.shape)
 
     def result(self) -> SyntaxResult:
         """The counts so far, the device's hits read now."""
@@ -203,12 +249,17 @@ def syntax_heads(
     counts = _Counts(session.num_layers, session.num_heads, session.device)
     gates = session.gate_tensor(None if conditions is None else conditions.mask)
     ablation: Ablation = "zero" if conditions is None else conditions.ablation
-    batches: CorpusBatches[Sentence, list[_Encoded]] = CorpusBatches(
-        sentences, lambda chunk: _encode(session, chunk), lengths=item_lengths, job=job, chunk_size=chunk_size, max_square=MAX_SQUARE
+    batches: CorpusBatches[Sentence, _EncodedChunk] = CorpusBatches(
+        sentences,
+        lambda chunk: _encode(session, chunk),
+        lengths=_EncodedChunk.lengths,
+        job=job,
+        chunk_size=chunk_size,
+        max_square=MAX_SQUARE,
     )
     reads, shown = LaggedReads(), list[SyntaxResult]()
     for batch in batches:
-        _add_batch(session, counts, batch.take(batch.encoded), gates, ablation)
+        _add_batch(session, counts, batch.encoded, np.asarray(batch.indices), gates, ablation)
         counts.later(reads, shown)
         if shown:  # on a GPU the batch before this one's, the first batch's once the second is queued
             yield Progress("sentences", shown[-1].sentences, partial=shown.pop())
@@ -222,11 +273,12 @@ def syntax_heads(
     yield Progress("sentences", result.sentences, result=result, partial=result)
 
 
-def _encode(session: Session, chunk: list[Sentence]) -> list[_Encoded]:
+def _encode(session: Session, chunk: list[Sentence]) -> _EncodedChunk:
     """Tokenise a chunk of treebank sentences by their words, in one call; keep the arcs whose words both reach the model.
 
-    The chunk's tokens, words and arcs are found for the whole chunk at once (numpy over its words end to end), each
-    sentence then a view of them: a Python step a word, over every word of a corpus, was a tenth of a tiny model's run."""
+    The chunk's tokens, words and arcs are found for the whole chunk at once (numpy over its words end to end) and kept
+    so, each sentence a range of them: a Python step a word, over every word of a corpus, was a tenth of a tiny model's
+    run, and an object a sentence, each made and then taken apart again by its batch, a few per cent more."""
     for sentence in chunk:
         if sentence.heads is None or sentence.deprels is None or sentence.words is None:
             raise InputError(f"{sentence.location or 'a sentence'} has no dependency heads; give a CoNLL-U treebank", setting="data")
@@ -240,36 +292,26 @@ def _encode(session: Session, chunk: list[Sentence]) -> list[_Encoded]:
     present[starts[token_rows[real]] + word_of[real]] = True
     last = np.full(len(chunk), -1, dtype=np.int64)  # each sentence's last word that reached it
     np.maximum.at(last, token_rows[real], word_of[real])
-    names: dict[str, int] = {}
-    relations = np.fromiter(
-        (names.setdefault(relation, len(names)) for sentence in chunk for relation in cast(tuple[str, ...], sentence.deprels)),
-        np.int64,
-        len(present),
-    )
+    labels = list(itertools.chain.from_iterable(cast(tuple[str, ...], sentence.deprels) for sentence in chunk))
+    names = {name: code for code, name in enumerate(dict.fromkeys(labels))}  # in their order of first appearance
+    relations = np.fromiter(map(names.__getitem__, labels), np.int64, len(labels))
     heads = np.fromiter(itertools.chain.from_iterable(cast(tuple[int, ...], sentence.heads) for sentence in chunk), np.int64, len(present))
     dependents = np.arange(len(present)) - starts[word_rows]  # each word's place in its sentence
     within = (heads > 0) & (heads <= counts[word_rows])  # a head in the sentence, not the root
     kept = within & present & present[np.where(within, starts[word_rows] + heads - 1, 0)]
-    arcs = np.searchsorted(word_rows[kept], np.arange(len(chunk) + 1))  # each sentence's arcs among those kept
-    arc_dependents, arc_heads, arc_relations = dependents[kept], heads[kept] - 1, relations[kept]
-    tokens_at = np.concatenate([[0], np.cumsum(sizes)])
-    relation_names = tuple(names)
-    truncated = (last < counts - 1) & (sizes >= session.max_length)
-    encoded = [
-        _Encoded(
-            input_ids=input_ids[tokens_at[row] : tokens_at[row + 1]],
-            word_of=word_of[tokens_at[row] : tokens_at[row + 1]],
-            dependents=arc_dependents[arcs[row] : arcs[row + 1]],
-            heads=arc_heads[arcs[row] : arcs[row + 1]],
-            relations=arc_relations[arcs[row] : arcs[row + 1]],
-            names=relation_names,
-            words=int(counts[row]),
-            truncated=bool(truncated[row]),
-        )
-        for row in rows.tolist()
-    ]
-    encoded.sort(key=lambda item: len(item.input_ids))
-    return encoded
+    return _EncodedChunk(
+        input_ids=input_ids,
+        word_of=word_of,
+        token_starts=np.concatenate([[0], np.cumsum(sizes)]),
+        dependents=dependents[kept],
+        heads=heads[kept] - 1,
+        relations=relations[kept],
+        arc_starts=np.searchsorted(word_rows[kept], np.arange(len(chunk) + 1)),  # each sentence's arcs among those kept
+        names=tuple(names),
+        words=counts,
+        truncated=(last < counts - 1) & (sizes >= session.max_length),
+        gaps=np.bincount(word_rows[present], minlength=len(chunk)) <= last,  # fewer words with tokens than up to the last
+    )
 
 
 def _word_tokens(session: Session, words: list[tuple[str, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -295,7 +337,7 @@ def _word_tokens(session: Session, words: list[tuple[str, ...]]) -> tuple[np.nda
         offsets = np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(tokens["offset_mapping"])), np.int64, 2 * total)
         special = np.fromiter(itertools.chain.from_iterable(tokens["special_tokens_mask"]), np.int64, total).astype(bool)
         # the texts end to end, one character between them: every word's first character and every token's, there
-        lengths = np.fromiter((len(word) + 1 for sentence in words for word in sentence), np.int64)  # a word and its space
+        lengths = np.fromiter(map(len, itertools.chain.from_iterable(words)), np.int64) + 1  # a word and its space
         word_starts = np.cumsum(lengths) - lengths
         counts = np.array([len(sentence) for sentence in words], dtype=np.int64)
         first_words = np.cumsum(counts) - counts
@@ -320,36 +362,46 @@ def _splits_at_spaces(tokenizer: object) -> bool:
     )
 
 
-def _add_batch(session: Session, counts: _Counts, batch: list[_Encoded], gates: Tensor | None, ablation: Ablation) -> None:
-    """One forward pass; each layer's attention becomes hit counts as the pass computes it."""
-    words = max(item.words for item in batch)
+def _add_batch(session: Session, counts: _Counts, chunk: _EncodedChunk, rows: np.ndarray, gates: Tensor | None, ablation: Ablation) -> None:
+    """One forward pass over the chunk's sentences `rows`; each layer's attention becomes hit counts as the pass computes
+    it."""
+    words = int(chunk.words[rows].max())
     device = session.device
-    lengths = [len(item.input_ids) for item in batch]
+    token_starts, token_stops = chunk.token_starts[rows], chunk.token_starts[rows + 1]
+    tokens = _ranges(token_starts, token_stops)
     table, _ = padded(  # the batch's ids, attention mask and word of each token, in one copy to the device
-        lengths,
+        token_stops - token_starts,
         [
-            (np.concatenate([item.input_ids for item in batch]), session.tokenizer.pad_token_id or 0),
-            (np.ones(sum(lengths), dtype=np.int64), 0),
-            (np.concatenate([item.word_of for item in batch]), -1),
+            (chunk.input_ids[tokens], session.tokenizer.pad_token_id or 0),
+            (np.ones(len(tokens), dtype=np.int64), 0),
+            (chunk.word_of[tokens], -1),
         ],
     )
     input_ids, attention_mask, word_of = upload(table, device).unbind()
 
-    arc_rows = np.repeat(np.arange(len(batch)), [len(item.dependents) for item in batch])
-    arc_dependents = np.concatenate([item.dependents for item in batch])
-    arc_heads = np.concatenate([item.heads for item in batch])
-    arc_relations = counts.relation_indices(np.concatenate([item.relations for item in batch]), batch[0].names)  # one chunk's
+    arc_starts, arc_stops = chunk.arc_starts[rows], chunk.arc_starts[rows + 1]
+    arcs = _ranges(arc_starts, arc_stops)
+    arc_rows = np.repeat(np.arange(len(rows)), arc_stops - arc_starts)
+    arc_dependents, arc_heads = chunk.dependents[arcs], chunk.heads[arcs]
+    arc_relations = counts.relation_indices(chunk.relations[arcs], chunk.names)
     counts.add_baselines(arc_dependents, arc_heads, arc_relations)
-    sentence, dependent, head, relation = (upload(values, device) for values in (arc_rows, arc_dependents, arc_heads, arc_relations))
+    # each arc in both directions: the query word's row of a `[B·W, H]` prediction, the word to find, and where its
+    # hits count (the relation's row of `correct` for that direction), in one copy to the device
+    directions = (
+        np.stack([arc_rows * words + arc_dependents, arc_heads, 2 * arc_relations]),
+        np.stack([arc_rows * words + arc_heads, arc_dependents, 2 * arc_relations + 1]),
+    )
+    query, answer, place = upload(np.concatenate(directions, axis=1), device).unbind()
+    hits = torch.zeros(len(place), *counts.shape, dtype=torch.bool, device=device)  # [2N, L, H], counted once the pass is done
 
     pooling = word_pooling(word_of, words)
-    excluded = left_out(pooling[1].sum(1) > 0)[:, :, None]  # [B, W, 1, W], once a batch: words present, pooled over columns
+    excluded = None  # a word without tokens inside a sentence: its column filled too (`predicted_words`)
+    if chunk.gaps[rows].any():
+        excluded = left_out(pooling[1].sum(1) > 0)[:, :, None]  # [B, W, 1, W]: words present, pooled over columns
 
     def reduce(layer: int, attention: Tensor) -> None:
         predicted = predicted_words(attention.float(), pooling, excluded)  # [B, W, H]
-        for direction, (query, answer) in enumerate(((dependent, head), (head, dependent))):
-            hits = (predicted[sentence, query] == answer[:, None]).long()  # [N, H]
-            counts.correct[:, direction, layer].index_add_(0, relation, hits)
+        torch.eq(predicted.view(-1, predicted.shape[-1]).index_select(0, query), answer[:, None], out=hits[:, layer])
 
     with torch.inference_mode():
         session.run(
@@ -361,6 +413,7 @@ def _add_batch(session: Session, counts: _Counts, batch: list[_Encoded], gates: 
             encoder_only=True,
             on_attention=reduce,
         )
-    counts.sentences += len(batch)
-    counts.words += sum(item.words for item in batch)
-    counts.truncated += sum(item.truncated for item in batch)
+        counts.correct.view(-1, *counts.shape).index_add_(0, place, hits.long())  # one call a batch, not two a layer
+    counts.sentences += len(rows)
+    counts.words += int(chunk.words[rows].sum())
+    counts.truncated += int(chunk.truncated[rows].sum())
