@@ -237,10 +237,11 @@ def _lines(target: Path, name: str) -> Generator[tuple[int, str], None, None]:
             yield number, line.rstrip("\r\n")
 
 
-def _stream(
-    sentences: Generator[Sentence, None, None], report: ReadReport, format: str, name: str, limit: int | None
+def counted(
+    sentences: Generator[Sentence, None, None], report: ReadReport, limit: int | None, empty: Callable[[], Exception]
 ) -> Iterator[Sentence]:
-    """Count and yield sentences up to `limit`; fail at the end if there were none."""
+    """Count and yield a reader's sentences up to `limit` (the reader closed early); raise `empty()` at the end if
+    there were none."""
     with contextlib.closing(sentences):
         for sentence in sentences:
             report.sentences += 1
@@ -248,15 +249,26 @@ def _stream(
             if limit is not None and report.sentences >= limit:
                 return
     if report.sentences == 0:
+        raise empty()
+
+
+def _stream(
+    sentences: Generator[Sentence, None, None], report: ReadReport, format: str, name: str, limit: int | None
+) -> Iterator[Sentence]:
+    """Count and yield sentences up to `limit`; fail at the end if there were none."""
+
+    def empty() -> CorpusError:
         if report.skipped:
             location, reason = report.skipped[0]
             why = f"{len(report.skipped):,} skipped, first: {location}: {reason}"
         else:
             why = "only blank lines and comments"
         others = " or ".join(other for other in FORMATS if other != format)
-        raise CorpusError(
+        return CorpusError(
             f"{name}: no sentences found as {format} ({why}); is it the right format? read it as {others}", setting="data_format"
         )
+
+    return counted(sentences, report, limit, empty)
 
 
 # --- the formats ----------------------------------------------------------------------------

@@ -19,7 +19,6 @@ counted in the `ReadReport`.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -28,7 +27,17 @@ from dataclasses import replace
 from pathlib import Path
 
 from bertscope.base.errors import InputError
-from bertscope.data.corpus import CorpusError, ReadReport, Sentence, _lines, detect_format, packaged_data, read_sentences, readable_file
+from bertscope.data.corpus import (
+    CorpusError,
+    ReadReport,
+    Sentence,
+    _lines,
+    counted,
+    detect_format,
+    packaged_data,
+    read_sentences,
+    readable_file,
+)
 
 LABEL_COLUMNS = {"upos": "upos", "xpos": "xpos", "deprel": "deprels"}  # a CoNLL-U column -> its Sentence attribute
 PAIR_COLUMNS = ("sentence1", "sentence2", "score")
@@ -164,15 +173,12 @@ def _counted(sentences: Generator[Sentence, None, None], report: ReadReport, nam
     """Count and yield up to `limit`; fail at the end if there were none."""
     if limit is not None and limit < 1:
         raise InputError(f"the sentence limit must be 1 or more, not {limit}; leave it out to read everything")
-    with contextlib.closing(sentences):
-        for sentence in sentences:
-            report.sentences += 1
-            yield sentence
-            if limit is not None and report.sentences >= limit:
-                return
-    if report.sentences == 0:
+
+    def empty() -> CorpusError:
         why = f"; {len(report.skipped):,} skipped, first: {report.skipped[0][0]}: {report.skipped[0][1]}" if report.skipped else ""
-        raise CorpusError(f"{name}: no sentences found as {what}{why}; check the file's format", setting="data")
+        return CorpusError(f"{name}: no sentences found as {what}{why}; check the file's format", setting="data")
+
+    yield from counted(sentences, report, limit, empty)
 
 
 def read_squad(path: str | os.PathLike[str], *, limit: int | None = None, report: ReadReport | None = None) -> Iterator[Sentence]:
