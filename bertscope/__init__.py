@@ -36,7 +36,9 @@ __all__ = [
     "probe_sentences",
     "prune",
     "pruning_curve",
+    "sae_directions",
     "sae_features",
+    "sae_heads",
     "steps",  # an analysis as a stream of progress records (for live displays): steps(patterns, model, ...)
     "syntax",
     "task_sentences",

@@ -64,6 +64,7 @@ if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyse
     from bertscope.analyses.mlm_results import ClozeResult, FillResult
     from bertscope.analyses.patching_results import PatchingResult
     from bertscope.analyses.probing.results import ProbeKind, ProbeReport
+    from bertscope.analyses.sae.reading_results import SAEDirections, SAEHeads
     from bertscope.analyses.sae.results import SAEFeatures, SAETraining
     from bertscope.model.deferred import DeferredSession
     from bertscope.model.results import Encoding
@@ -1465,3 +1466,85 @@ def sae_features(
     sentences = corpus(texts, data=data, format=format, limit=limit)
     run = reading(model, sae, sentences.sentences, top=top, job=JobOptions(batch_size=batch_size, cancel=cancel))
     return _read_and_cut(run, sentences, lambda count: f"{count:,} sentences were cut to the model's maximum of {model.max_length} tokens")
+
+
+@analysis("SAE heads")
+def sae_heads(
+    model: Session,
+    texts: Texts = None,
+    *,
+    sae: str | Path,
+    feature: int,
+    data: str | Path | None = None,
+    format: str = "auto",
+    limit: int | None = None,
+    mask: str | HeadMask | None = None,
+    ablation: Ablation = "zero",
+    batch_size: int | None = None,
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> Iterator[Progress[SAEHeads]]:
+    """Which heads write `feature` of the SAE in directory `sae` (at hidden state L ≥ 1): each head's direct
+    contribution to the feature's pre-activation, W_enc[:, feature] · (its output through the attention output
+    projection, as it reaches hidden state L through the residual stream and the LayerNorms, linearised at each token's
+    σ where the family is post-LN), and the embeddings', feed-forward blocks', biases' and norm shifts' shares, which
+    add up to the pre-activation; averaged over the tokens of the corpus where the feature fires. `mask` switches heads
+    off in the passes (a head switched off writes nothing)."""
+    from bertscope.analyses.sae.heads import sae_heads as reading
+    from bertscope.analyses.sae.reading_results import check_sae_for_heads
+
+    check_sae_for_heads(sae, feature)
+    sentences = corpus(texts, data=data, format=format, limit=limit)
+    run = reading(
+        model,
+        sae,
+        sentences.sentences,
+        feature=feature,
+        conditions=_conditions(model, mask, ablation),
+        job=JobOptions(batch_size=batch_size, cancel=cancel),
+    )
+    return _read_and_cut(run, sentences, lambda count: f"{count:,} sentences were cut to the model's maximum of {model.max_length} tokens")
+
+
+@analysis("SAE directions", summed=False)
+def sae_directions(
+    model: Session,
+    task: str,
+    texts: Iterable[Sentence] | ProbeData | None = None,
+    *,
+    sae: str | Path,
+    data: str | Path | None = None,
+    dev: SentencesOrFile = None,
+    test: SentencesOrFile = None,
+    format: str = "auto",
+    limit: int | None = None,
+    min_examples: int = 2,
+    cache_dir: CacheDir = None,
+    batch_size: int | None = None,
+    seed: int = 0,
+    progress: ProgressCallback = None,
+    cancel: threading.Event | None = None,
+) -> Iterator[Progress[SAEDirections]]:
+    """Each feature of the SAE in directory `sae` against word task `task` (upos, xpos, deprel) at its hidden state:
+    the largest |cosine| between its decoder row and the class directions of the linear probe `probe` trains there
+    (and which class), and the share of the row the LEACE eraser `erase` fits there takes away; how many features the
+    probe reads (|cos| ≥ 0.3) and the erasure removes (≥ 50%). The data are chosen as `probe`'s (a CoNLL-U `data`,
+    else the built-in treebank), split with `seed`; features come from the probing cache."""
+    from bertscope.analyses.sae.directions import check_direction_task
+    from bertscope.analyses.sae.directions import sae_directions as reading
+    from bertscope.analyses.sae.files import read_config
+    from bertscope.data.splits import make_splits
+
+    read_config(sae)  # an SAE directory, judged before the corpus is read
+    check_direction_task(task)
+    chosen = probe_sentences(task, texts, data=data, dev=dev, test=test, format=format, limit=limit)
+    splits = make_splits(chosen.train, chosen.dev, chosen.test, seed=seed)
+    run = reading(
+        model,
+        sae,
+        splits,
+        task=task,
+        min_examples=min_examples,
+        job=JobOptions(batch_size=batch_size, seed=seed, cache_dir=cache_dir, cancel=cancel),
+    )
+    return _noted(run, lambda result: (*chosen.notes, *splits.notes, *result.notes))

@@ -148,6 +148,8 @@ ANALYSES = [
     "erase",
     "train_sae",
     "sae_features",
+    "sae_heads",
+    "sae_directions",
 ]
 
 

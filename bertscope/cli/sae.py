@@ -1,12 +1,27 @@
-"""`bertscope sae train` and `bertscope sae features`: sparse autoencoders on a hidden state, trained and read."""
+"""`bertscope sae train`, `features`, `heads` and `directions`: sparse autoencoders on a hidden state, trained and read."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
 
 import click
 
 from bertscope.base.errors import BertscopeError
 from bertscope.cli import options
-from bertscope.cli.common import ModelChoice, ModelShape, api_call, check_hidden_layer, print_json, printed, record_rows, report_console
+from bertscope.cli.common import (
+    ModelChoice,
+    ModelShape,
+    api_call,
+    check_hidden_layer,
+    head_mask,
+    print_json,
+    printed,
+    record_rows,
+    report_console,
+)
+
+if TYPE_CHECKING:
+    from bertscope.model.masks import Ablation
 
 
 @click.group(no_args_is_help=False)  # a bare `bertscope sae` is one line of error, not the help as one
@@ -14,7 +29,8 @@ def sae() -> None:
     """Sparse autoencoders on a hidden state: dictionary features of the encoder (TopK SAEs, Gao et al. 2024).
 
     `sae train` trains one on a corpus and writes it in SAELens's layout; `sae features` reads its features on a
-    corpus: how often and how strongly each fires, on which tokens, and (CoNLL-U) which label it matches.
+    corpus: how often and how strongly each fires, on which tokens, and (CoNLL-U) which label it matches;
+    `sae heads` says which heads write a feature; `sae directions` which features a probe reads and an erasure removes.
     """
 
 
@@ -188,3 +204,144 @@ def features(
     from bertscope.render.sae import features_report
 
     report_console().print(features_report(result, source))
+
+
+@sae.command("heads")
+@click.option("--sae", "sae_dir", required=True, metavar="DIR", help="The SAE's directory (as `bertscope sae train` writes it).")
+@click.option("--feature", "-f", type=click.IntRange(min=0), required=True, metavar="N", help="The feature whose writers to read.")
+@options.data("The corpus to read the feature on (it is averaged over the tokens where it fires). Default: the sample corpus.")
+@options.corpus_format()
+@options.limit()
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, metavar="K", help="Heads shown (--json and --csv: all).")
+@options.mask
+@options.batch_size()
+@options.json_or_csv
+@options.model
+def heads(
+    sae_dir: str,
+    feature: int,
+    data: str | None,
+    data_format: str,
+    limit: int | None,
+    top: int,
+    mask_spec: str | None,
+    ablation: Ablation,
+    batch_size: int | None,
+    output_format: str | None,
+    model: ModelChoice,
+) -> None:
+    """Which heads write a feature: each head's direct contribution to its pre-activation, where it fires.
+
+    For an SAE at hidden state L ≥ 1: W_enc[:, N] · (each head's output through the attention output projection, as
+    it reaches hidden state L through the residual stream), averaged over the tokens where feature N fires; beside
+    the heads, the embeddings', feed-forward blocks', biases' and LayerNorm shifts' shares, which add up to the
+    pre-activation. In post-LN families (BERT, RoBERTa, ...) each LayerNorm after a write is linearised at the
+    token's own scale (Kobayashi et al. 2021), exact for the pass; a head's effect through later blocks is theirs.
+    """
+    from bertscope.analyses.sae.files import check_fits, read_config
+    from bertscope.analyses.sae.reading_results import check_sae_for_heads
+
+    config = read_config(sae_dir)
+    shape = _shape(model)
+    hidden = _hidden_size(model)
+    if hidden is not None:
+        check_fits(config, hidden, shape.num_layers, directory=sae_dir)
+    check_sae_for_heads(sae_dir, feature)
+    mask = head_mask(mask_spec, shape)
+    _check_corpus(data, data_format, limit)
+    session = model.open()
+    from bertscope import api
+
+    with api_call("reading what writes the feature") as progress:
+        result = api.sae_heads(
+            session,
+            sae=sae_dir,
+            feature=feature,
+            data=data,
+            format=data_format,
+            limit=limit,
+            mask=mask,
+            ablation=ablation,
+            batch_size=batch_size,
+            progress=progress,
+        )
+    source = str(data) if data is not None else "the sample corpus"
+    if printed(output_format, lambda: result.as_json() | {"data": source}, lambda: record_rows(result.table())):
+        return
+    from bertscope.render.sae import heads_report
+
+    report_console().print(heads_report(result, source, top))
+
+
+@sae.command("directions")
+@click.option("--sae", "sae_dir", required=True, metavar="DIR", help="The SAE's directory (as `bertscope sae train` writes it).")
+@click.option(
+    "--task",
+    "-t",
+    required=True,
+    type=click.Choice(["upos", "xpos", "deprel"]),
+    help="The word-level task whose probe and eraser to compare.",
+)
+@options.splits(
+    "The CoNLL-U file to fit the probe and the eraser on. Default: the built-in treebank.",
+    "Dev file (the probe's L2). Default: a split of the training data.",
+    "Test file. Default: a split of the training data.",
+    "Read at most N sentences of each file.",
+)
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, metavar="K", help="Features shown per list.")
+@options.min_examples("Leave out labels with fewer than N training examples, as `probe` does.")
+@options.seed("Seed of the splits and the probe's fit (as `probe` and `erase` take it), and of the chance levels.")
+@options.cache()
+@options.batch_size()
+@options.json_or_csv
+@options.model
+def directions(
+    sae_dir: str,
+    task: str,
+    data: str | None,
+    dev: str | None,
+    test: str | None,
+    data_format: str,
+    limit: int | None,
+    top: int,
+    min_examples: int,
+    seed: int,
+    cache_dir: str | Literal[False] | None,
+    batch_size: int | None,
+    output_format: str | None,
+    model: ModelChoice,
+) -> None:
+    """Each feature's decoder direction against a probe's class directions and a LEACE erasure, at the SAE's hidden state.
+
+    Per feature: the largest |cosine| between its decoder row and the class directions of the linear probe `probe`
+    fits for the task at that hidden state (and which class), and the share of the row the LEACE eraser `erase`
+    fits there takes away. Counted among the features that fire on the data: how many the probe reads (|cos| ≥ 0.3)
+    and how many the erasure removes (≥ 50% of the row); the JSON gives the levels random directions reach.
+    """
+    from bertscope import api
+    from bertscope.analyses.sae.files import check_fits, read_config
+
+    config = read_config(sae_dir)
+    shape = _shape(model)
+    hidden = _hidden_size(model)
+    if hidden is not None:
+        check_fits(config, hidden, shape.num_layers, directory=sae_dir)
+    chosen = api.probe_sentences(task, data=data, dev=dev, test=test, format=data_format, limit=limit)
+    session = model.open()
+    with api_call("reading the features' directions") as progress:
+        result = api.sae_directions(
+            session,
+            task,
+            chosen,
+            sae=sae_dir,
+            min_examples=min_examples,
+            cache_dir=cache_dir,
+            batch_size=batch_size,
+            seed=seed,
+            progress=progress,
+        )
+    if printed(output_format, lambda: result.as_json() | {"data": chosen.source, "seed": seed}, lambda: record_rows(result.table())):
+        return
+    from bertscope.render.sae import directions_report
+
+    report_console().print(directions_report(result, chosen.source, top))

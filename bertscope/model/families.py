@@ -138,6 +138,11 @@ class Family:
         norm after it (pre-LN)."""
         return cast("nn.Module", layer.attention.output.LayerNorm)
 
+    def output_norm(self, layer: Layer) -> nn.Module | None:
+        """The LayerNorm over the feed-forward block's residual sum (post-LN: what the layer leaves is its output);
+        None where the block has no norm after it (pre-LN)."""
+        return cast("nn.Module", layer.output.LayerNorm)
+
     def after_attention(self, model: Model, index: int, summed: Tensor) -> Tensor:
         """The rest of layer `index` from its attention block's residual sum `[..., D]` (x + the attention output, the
         bias of W_O included) to what the layer leaves, as `run_layers` yields it. Position-wise: any rows at once."""
@@ -215,6 +220,9 @@ class DistilBert(Family):
 
     def attention_norm(self, layer: Layer) -> nn.Module | None:
         return cast("nn.Module", layer.sa_layer_norm)
+
+    def output_norm(self, layer: Layer) -> nn.Module | None:
+        return cast("nn.Module", layer.output_layer_norm)
 
     def after_attention(self, model: Model, index: int, summed: Tensor) -> Tensor:
         layer: Layer = self.layers(model)[index]
@@ -297,6 +305,9 @@ class Albert(Family):
 
     def attention_norm(self, layer: Layer) -> nn.Module | None:
         return cast("nn.Module", layer.attention.LayerNorm)
+
+    def output_norm(self, layer: Layer) -> nn.Module | None:
+        return cast("nn.Module", layer.full_layer_layer_norm)
 
     def after_attention(self, model: Model, index: int, summed: Tensor) -> Tensor:
         layer: Layer = self.layers(model)[index]
@@ -408,6 +419,9 @@ class ModernBert(Family):
 
     def attention_norm(self, layer: Layer) -> nn.Module | None:
         return None  # pre-LN: the block adds its output to the stream, and its norm is on the way in
+
+    def output_norm(self, layer: Layer) -> nn.Module | None:
+        return None  # pre-LN, as the attention block
 
     def after_attention(self, model: Model, index: int, summed: Tensor) -> Tensor:
         layers: list[Layer] = self.layers(model)

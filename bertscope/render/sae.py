@@ -1,4 +1,5 @@
-"""Rich views of sparse autoencoders: what training reports, and a corpus's strongest features (no torch)."""
+"""Rich views of sparse autoencoders: what training reports, a corpus's strongest features, the heads that write a
+feature and the features a probe reads or an erasure removes (no torch)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from bertscope.analyses.sae.reading_results import SAEDirections, SAEHeads
     from bertscope.analyses.sae.results import FeatureContext, SAEFeatures, SAETraining
 
 SHOWN_FEATURES = 20
@@ -103,3 +105,80 @@ def features_report(result: SAEFeatures, source: str, count: int = SHOWN_FEATURE
     more = len(result.alive) - len(shown)
     lines.append(Text(f"{len(shown)} features, {order}" + (f"; {more:,} more with --json or --csv" if more > 0 else ""), style="dim"))
     return Group(*lines, table)
+
+
+def heads_report(result: SAEHeads, source: str, top: int = 10) -> Group:
+    """The feature's firing and pre-activation, its parts' totals (which add up to it), and the heads that write it
+    most, either way."""
+    share = (lambda value: f"{value / result.preactivation:+.0%}") if result.preactivation else (lambda value: "")
+    totals = Table(box=None, padding=(0, 1))
+    for name, justify in (("part", "left"), ("contribution", "right"), ("share", "right")):
+        totals.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for name, value in result.parts().items():
+        totals.add_row(name, f"{value:+.4f}", share(value))
+    totals.add_row(Text("pre-activation", style="bold"), Text(f"{result.preactivation:.4f}", style="bold"), "")
+    ranked = Table(box=None, padding=(0, 1))
+    for name in ("head", "contribution", "share"):
+        ranked.add_column(name, justify="right")
+    for layer, head, value in result.ranked()[:top]:
+        ranked.add_row(f"{layer}:{head}", f"{value:+.4f}", share(value))
+    feed_forward = " · ".join(f"{layer}: {value:+.3f}" for layer, value in enumerate(result.feed_forward.tolist()))
+    masked = f" · mask {result.mask}" if result.mask else ""
+    kind = result.linearisation.split(":")[0]
+    return Group(
+        Text.assemble(
+            (f"feature {result.feature}", "bold"),
+            f" of {result.d_sae:,} at hidden state {result.layer} · {result.sentences:,} sentences from {source}{masked}",
+        ),
+        Text(
+            f"fired on {result.firing:,} of {result.tokens:,} tokens ({result.firing / max(result.tokens, 1):.1%}); "
+            f"mean activation {result.activation:.3f}; each part's direct contribution to the pre-activation, "
+            "mean over those tokens"
+        ),
+        totals,
+        Text(f"feed-forward by layer: {feed_forward}", style="dim"),
+        Text(f"top {min(top, result.heads.size)} of {result.heads.size} heads by |contribution| (layer:head)", style="bold"),
+        ranked,
+        Text(
+            f"{kind}: "
+            + (
+                "each LayerNorm after a write is linearised at the token's own σ (Kobayashi et al. 2021); "
+                if kind == "post-LN"
+                else "blocks add to the residual stream; "
+            )
+            + f"a head's effect through later blocks is theirs · residual {result.residual:.1e}",
+            style="dim",
+        ),
+    )
+
+
+def directions_report(result: SAEDirections, source: str, top: int = 10) -> Group:
+    """The counts a paper reports (features a probe reads, features an erasure removes), with the chance levels, and
+    the features of each list, the strongest first."""
+    from bertscope.analyses.sae.reading_results import ERASED_SHARE, READ_COSINE
+
+    def listing(title: str, by: str) -> Table:
+        table = Table(box=None, padding=(0, 1), title=title, title_justify="left", title_style="bold")
+        for name in ("feature", "|cos|", "class", "erased"):
+            table.add_column(name, justify="right" if name != "class" else "left")
+        for feature in result.ranked(by)[:top]:
+            row = result.row(feature)
+            sign = "+" if row["sign"] > 0 else "−"
+            table.add_row(str(feature), f"{row['cosine']:.3f}", f"{sign}{row['class']}", f"{row['erased']:.0%}")
+        return table
+
+    counted = "that fired on the data" if result.alive is not None else ""
+    return Group(
+        Text.assemble(
+            (f"{result.d_sae:,} features", "bold"),
+            f" at hidden state {result.layer} against {result.task} ({len(result.classes)} classes) · {source} · probe dev accuracy "
+            f"{result.probe_accuracy:.3f} ({result.train_words:,} training words); LEACE removes {result.rank} directions",
+        ),
+        Text(
+            f"of {result.counted:,} features {counted}: {result.read:,} read by the probe (max |cos| to a class direction ≥ "
+            f"{READ_COSINE}; random directions: {result.chance_cosine:.3f} at the 99th percentile), {result.removed:,} taken away "
+            f"by the erasure (≥ {ERASED_SHARE:.0%} of the decoder row in the removed directions; random: {result.chance_erased:.0%})"
+        ),
+        listing("closest to a class direction (sign: towards + or away from − the class)", "cosine"),
+        listing("most erased", "erased"),
+    )

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bertscope.analyses.conditions import JobOptions
+from bertscope.analyses.conditions import Conditions, JobOptions
 from bertscope.analyses.geometry.representations import encode_chunk, row_keys
 from bertscope.analyses.streaming import CorpusBatch, CorpusBatches, WordPieces, pad_batch
 from bertscope.base.errors import InputError
@@ -132,11 +132,13 @@ class LayerTap:
         finally:
             handle.remove()
 
-    def run(self, session: Session, inputs: dict[str, Tensor], *, stop: bool) -> Any:
-        """One pass of the batch (attached): hidden state L into `taken`; the encoder's output unless `stop`."""
+    def run(self, session: Session, inputs: dict[str, Tensor], *, stop: bool, conditions: Conditions | None = None) -> Any:
+        """One pass of the batch (attached), under `conditions`' head mask where given: hidden state L into `taken`;
+        the encoder's output unless `stop`."""
         self.stop, self.taken = stop, None
+        gates, ablation = (None, "zero") if conditions is None else (session.gate_tensor(conditions.masked), conditions.ablation)
         try:
-            return session.run(inputs, hidden_states=False, encoder_only=True)
+            return session.run(inputs, gates=gates, ablation=ablation, hidden_states=False, encoder_only=True)
         except _Stop:
             return None
 
@@ -148,11 +150,13 @@ def token_batches(
     *,
     include_special: bool = False,
     stop: bool = True,
+    conditions: Conditions | None = None,
     job: JobOptions = JobOptions(),
 ) -> Iterator[TokenBatch]:
     """The corpus's batches with hidden state `layer` of their chosen tokens, in the corpus loop's order.
 
     With `stop` the pass ends at `layer`; without, the batch carries the encoder's output of the whole pass too.
+    `conditions`: the head mask the passes run under (None: the model as it is).
     The states are plain tensors (no gradient, not inference tensors): a trainer can take them as they are."""
     tap = LayerTap(session, layer)
     items = iter(sentences)
@@ -173,7 +177,7 @@ def token_batches(
         chosen = real if include_special else real & ~special
         inputs = {name: upload(tensor, session.device) for name, tensor in padded.items()}
         with torch.no_grad(), tap.attached():
-            output = tap.run(session, inputs, stop=stop)
+            output = tap.run(session, inputs, stop=stop, conditions=conditions)
         state, tap.taken = tap.taken, None
         assert state is not None, "the hook sees every pass"
         rows, columns = (part.numpy() for part in torch.nonzero(chosen, as_tuple=True))
