@@ -157,14 +157,14 @@ def directions_report(result: SAEDirections, source: str, top: int = 10) -> Grou
     the features of each list, the strongest first."""
     from bertscope.analyses.sae.reading_results import ERASED_SHARE, READ_COSINE
 
-    def listing(title: str, by: str) -> Table:
-        table = Table(box=None, padding=(0, 1), title=title, title_justify="left", title_style="bold")
+    def listing(by: str) -> Table:
+        table = Table(box=None, padding=(0, 1))
         for name in ("feature", "|cos|", "class", "erased"):
             table.add_column(name, justify="right" if name != "class" else "left")
         for feature in result.ranked(by)[:top]:
             row = result.row(feature)
             sign = "+" if row["sign"] > 0 else "−"
-            table.add_row(str(feature), f"{row['cosine']:.3f}", f"{sign}{row['class']}", f"{row['erased']:.0%}")
+            table.add_row(str(feature), f"{row['cosine']:.3f}", f"{sign}{row['class']}", f"{row['erased']:.3f}")
         return table
 
     counted = "that fired on the data" if result.alive is not None else ""
@@ -179,6 +179,8 @@ def directions_report(result: SAEDirections, source: str, top: int = 10) -> Grou
             f"{READ_COSINE}; random directions: {result.chance_cosine:.3f} at the 99th percentile), {result.removed:,} taken away "
             f"by the erasure (≥ {ERASED_SHARE:.0%} of the decoder row in the removed directions; random: {result.chance_erased:.0%})"
         ),
-        listing("closest to a class direction (sign: towards + or away from − the class)", "cosine"),
-        listing("most erased", "erased"),
+        Text("closest to a class direction (+: towards the class, −: away from it)", style="bold"),
+        listing("cosine"),
+        Text("most in the erased directions (the share of the unit decoder row in them)", style="bold"),
+        listing("erased"),
     )
