@@ -178,6 +178,8 @@ def test_every_analysis_is_written_once_and_its_stream_takes_exactly_its_argumen
         "erase",
         "train_sae",
         "sae_features",
+        "sae_heads",
+        "sae_directions",
     ]
     for name in corpus_analyses:  # one form of corpus argument: `texts` given, or a file as `data=`
         parameters = inspect.signature(getattr(bertscope, name)).parameters
@@ -246,6 +248,7 @@ def test_the_apis_keywords_are_named_as_the_commands_flags():
         "curve",
         "cloze",
     }  # rows shown, or which function
+    rows_shown = {"sae heads": {"top"}, "sae directions": {"top"}}  # --top: how many rows the table shows (JSON: all)
     commands = {
         "patterns": ["patterns"],
         "syntax": ["syntax"],
@@ -261,6 +264,8 @@ def test_the_apis_keywords_are_named_as_the_commands_flags():
         "erase": ["erase"],
         "sae train": ["train_sae"],
         "sae features": ["sae_features"],
+        "sae heads": ["sae_heads"],
+        "sae directions": ["sae_directions"],
     }
     for command, functions in commands.items():
         keywords = set().union(*(inspect.signature(getattr(bertscope, name)).parameters for name in functions))
@@ -270,4 +275,5 @@ def test_the_apis_keywords_are_named_as_the_commands_flags():
             flags = [flag for flag in option.opts if flag.startswith("--")]
             if isinstance(option, click.Option) and flags and not option.deprecated:
                 name = flags[0][2:].replace("-", "_")
-                assert name in keywords or name in shown_only, f"bertscope {command} {flags[0]} has no keyword {name}="
+                shown = shown_only | rows_shown.get(command, set())
+                assert name in keywords or name in shown, f"bertscope {command} {flags[0]} has no keyword {name}="
