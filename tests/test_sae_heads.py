@@ -80,7 +80,8 @@ def test_the_parts_add_up_to_the_pre_activation(family, tmp_path, tiny_bert_dir)
 
 
 def test_a_head_switched_off_writes_nothing(tiny_session, tmp_path):
-    """Head 1 of layer 0 and every head of layer 1 masked: their contributions are zero, the rest still add up."""
+    """Head 1 of layer 0 and every head of layer 1 masked: their contributions are zero, the rest still add up; a
+    pruned copy without those heads gives the same."""
     out = tmp_path / "sae"
     planted_sae(tiny_session, out, 3)
     plain = bertscope.sae_heads(tiny_session, TEXTS, sae=out, feature=0)
@@ -89,6 +90,13 @@ def test_a_head_switched_off_writes_nothing(tiny_session, tmp_path):
     assert masked.heads[0, 1] == 0 and np.all(masked.heads[1] == 0) and masked.heads[0, 0] != 0
     assert abs(masked.residual) < 1e-5 * (1 + abs(masked.preactivation)) and masked.mask == "0:1,1:*"
     assert masked.preactivation != pytest.approx(plain.preactivation)
+    # a copy with those heads sliced out of its weights (layer 1 left with none) reads the same
+    from bertscope.analyses.importance.pruned_export import write_pruned_model
+
+    removed = [(0, 1), *((1, head) for head in range(tiny_session.num_heads))]
+    write_pruned_model(tiny_session, removed, tmp_path / "sliced", timing_texts=TEXTS[:1], extra={}, weights="sliced")
+    sliced = bertscope.sae_heads(Session.open(str(tmp_path / "sliced"), device="cpu"), TEXTS, sae=out, feature=0)
+    assert np.allclose(sliced.heads, masked.heads, atol=1e-6) and sliced.preactivation == pytest.approx(masked.preactivation, abs=1e-5)
 
 
 def test_a_planted_decoder_row_on_a_probe_direction_has_cosine_one(tiny_session, tmp_path):

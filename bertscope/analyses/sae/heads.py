@@ -81,7 +81,7 @@ class _Recorder:
 
     @staticmethod
     def _flat(tensor: Tensor) -> Tensor:
-        return tensor.detach().reshape(-1, tensor.shape[-1])
+        return tensor.detach().flatten(0, -2)  # [B·T, width], width 0 where a layer has no head left (pruned)
 
     def _keeper(self, index: int, name: str, *, argument: bool) -> Any:
         def keep(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
