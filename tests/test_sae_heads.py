@@ -119,8 +119,9 @@ def test_a_planted_decoder_row_on_a_probe_direction_has_cosine_one(tiny_session,
     decoder /= np.linalg.norm(decoder, axis=1, keepdims=True)
     planted_sae(tiny_session, tmp_path / "sae", 2, decoder=decoder)
 
-    with pytest.warns(bertscope.BertscopeNote, match="no test split"):  # the splits are made as `probe` makes them
+    with pytest.warns(bertscope.BertscopeNote) as noted:
         result = bertscope.sae_directions(tiny_session, "upos", sae=tmp_path / "sae", data=data, limit=40)
+    assert any("no test split" in str(note.message) for note in noted)  # the splits are made as `probe` makes them
     assert result.classes == readers.classes and result.rank == readers.eraser.rank > 0
     assert result.cosine[:2] == pytest.approx([1, 1], abs=1e-6)
     assert [result.classes[c] for c in result.best_class[:2]] == [readers.classes[3], readers.classes[5]]
@@ -135,6 +136,8 @@ def test_a_planted_decoder_row_on_a_probe_direction_has_cosine_one(tiny_session,
 
 
 def test_the_commands_end_to_end(tiny_bert_dir, tmp_path, run):
+    from bertscope.data.corpus import sample_corpus
+
     session = Session.open(str(tiny_bert_dir), device="cpu")
     planted_sae(session, tmp_path / "sae", 2)
     model = ["-m", str(tiny_bert_dir), "--limit", "20"]
@@ -146,6 +149,12 @@ def test_the_commands_end_to_end(tiny_bert_dir, tmp_path, run):
     table = run("sae", "heads", "--sae", str(tmp_path / "sae"), "-f", "0", *model, "--top", "3", "--mask", "1:0")
     shown = " ".join(table.stdout.split())  # as a reader sees it, whatever the terminal's width
     assert table.exit_code == 0 and "top 3 of 8 heads" in shown and "mask 1:0" in shown and "pre-activation" in shown
+    treebank = ["--data", str(sample_corpus("conllu")), "--task", "deprel"]
+    directions = run("sae", "directions", "--sae", str(tmp_path / "sae"), *treebank, *model, "--json")
+    assert directions.exit_code == 0, directions.output
+    read = json.loads(directions.stdout)
+    assert read["task"] == "deprel" and len(read["features"]) == 8 and 0 < read["eraser"]["rank"] <= len(read["classes"]) - 1
+    assert {"feature", "cosine", "class", "sign", "erased", "edit", "fired"} == set(read["features"][0])
     csv = run("sae", "heads", "--sae", str(tmp_path / "sae"), "-f", "0", *model, "--csv")
     assert csv.stdout.splitlines()[0] == "part,layer,head,contribution,share" and len(csv.stdout.splitlines()) == 1 + 8 + 2 * 2 + 3
 
