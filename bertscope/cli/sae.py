@@ -6,7 +6,17 @@ import click
 
 from bertscope.base.errors import BertscopeError
 from bertscope.cli import options
-from bertscope.cli.common import ModelChoice, ModelShape, api_call, check_hidden_layer, print_json, printed, record_rows, report_console
+from bertscope.cli.common import (
+    ModelChoice,
+    ModelShape,
+    api_call,
+    check_hidden_layer,
+    print_json,
+    printed,
+    record_rows,
+    report_console,
+    write_figure,
+)
 
 
 @click.group(no_args_is_help=False)  # a bare `bertscope sae` is one line of error, not the help as one
@@ -73,6 +83,7 @@ def _shape(model: ModelChoice) -> ModelShape:
 )
 @options.batch_size()
 @options.seed("Which sentences are held out, and the SAE's initialisation and shuffling.")
+@options.figure
 @options.json
 @options.model
 def train(
@@ -89,6 +100,7 @@ def train(
     held_out: float,
     batch_size: int | None,
     seed: int,
+    figure: str | None,
     as_json: bool,
     model: ModelChoice,
 ) -> None:
@@ -132,6 +144,7 @@ def train(
             seed=seed,
             progress=progress,
         )
+    write_figure(figure, result.figure)
     source = str(data) if data is not None else "the sample corpus"
     if as_json:
         print_json(result.as_json() | {"data": source})
@@ -148,6 +161,7 @@ def train(
 @options.limit()
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, metavar="N", help="Strongest tokens kept per feature.")
 @options.batch_size()
+@options.figure
 @options.json_or_csv
 @options.model
 def features(
@@ -157,6 +171,7 @@ def features(
     limit: int | None,
     top: int,
     batch_size: int | None,
+    figure: str | None,
     output_format: str | None,
     model: ModelChoice,
 ) -> None:
@@ -182,6 +197,7 @@ def features(
         result = api.sae_features(
             session, sae=sae_dir, data=data, format=data_format, limit=limit, top=top, batch_size=batch_size, progress=progress
         )
+    write_figure(figure, result.figure)
     source = str(data) if data is not None else "the sample corpus"
     if printed(output_format, lambda: result.as_json() | {"data": source}, lambda: record_rows(result.table())):
         return
