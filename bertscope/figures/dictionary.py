@@ -81,6 +81,9 @@ def feature_activations(
     widths = np.diff(bin_edges)
     one.bar(bin_edges[:-1], counts, width=widths, align="edge", color="C1", edgecolor="white", linewidth=0.3)
     one.set_xscale("log")
+    filled = np.flatnonzero(counts)
+    if len(filled):  # the bins the feature's activations fall in, with one either side
+        one.set_xlim(bin_edges[max(filled[0] - 1, 0)], bin_edges[min(filled[-1] + 2, len(bin_edges) - 1)])
     one.set_xlabel("activation")
     one.set_ylabel("tokens")
     named = f" · {label}" if label else ""

@@ -277,6 +277,14 @@ class SAEFeatures(Shown):
         fired = np.flatnonzero(self.density > 0)
         return fired[np.argsort(-self.density[fired], kind="stable")]
 
+    def ranked(self) -> list[int]:
+        """The features that fired, the best-named first where there are labels (highest F1), else the most frequent."""
+        alive: list[int] = self.alive.tolist()
+        if self.best is not None:
+            best = self.best
+            alive.sort(key=lambda feature: -(best[feature].f1 if best[feature] is not None else 0.0))  # type: ignore[union-attr]
+        return alive
+
     def summary(self) -> str:
         parts = [
             f"{self.d_sae:,} features on hidden state {self.layer}",
@@ -308,12 +316,13 @@ class SAEFeatures(Shown):
         return row
 
     def figure(self, feature: int | None = None) -> Figure:
-        """The spread of the features' densities, and `feature`'s activations (default: the one firing most often)."""
+        """The spread of the features' densities, and `feature`'s activations (default: the first the report shows,
+        the best-named where there are labels, else the most frequent)."""
         from bertscope.figures.dictionary import feature_activations
 
         if feature is None:
-            alive = self.alive
-            feature = int(alive[0]) if len(alive) else 0
+            ranked = self.ranked()
+            feature = ranked[0] if ranked else 0
         if not 0 <= feature < self.d_sae:
             raise InputError(f"feature {feature} is out of range: the SAE has features 0 to {self.d_sae - 1}", setting="feature")
         best = self.best[feature] if self.best is not None else None
