@@ -26,7 +26,7 @@ COMPARE = dict(limit=30, max_rows=80)
 PROBE_TASK = "subject_number"  # the probe objective's built-in task
 MIXING = dict(limit=12, method=("attention", "norms", "value-zeroing", "alti", "flow", "rollout"))  # every method, flow included
 ERASE = dict(limit=60, layer=2, measure="preserve", cache_dir=False)  # UPOS of the sample treebank (its data in the job)
-SAE = dict(layer=2, limit=40, width=96, k=8, epochs=2, held_out=0.2)  # an SAE on the sample treebank's sentences
+SAE = dict(layer=2, limit=80, width=96, k=8, epochs=2, held_out=0.2)  # an SAE of TINY_A on the sample treebank's sentences
 SAE_FIT = dict(width=24, k=3, epochs=3, lr=1e-2, batch_tokens=64, dead_after=128)  # planted rows; features die and are revived
 
 
@@ -49,7 +49,7 @@ def equal(out: str, tiny_a: str, tiny_b: str, cache_dir: str, data: str, probe_o
     results["compare"] = bertscope.api.compare(bertscope.load(tiny_a, device="cpu"), tiny_b, **COMPARE)
     results["probe_objective"], fits = probe_objective(bertscope.load(tiny_a, device="cpu"))
     results["probe_fits"] = distributed.gather(fits)
-    results["sae"], results["sae_fit"] = sae_trained(model, Path(out).with_name("sae"))
+    results["sae"], results["sae_fit"] = sae_trained(bertscope.load(tiny_a, device="cpu"), Path(out).with_name("sae"))
     if distributed.is_main():
         with open(out, "wb") as handle:
             pickle.dump(results, handle)

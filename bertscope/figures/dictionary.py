@@ -25,15 +25,18 @@ def training_curves(
     *,
     k: int,
     held_out: tuple[float, float, float] | None = None,
+    dead_after: int | None = None,
     title: str | None = None,
     note: str | None = None,
 ) -> Figure:
-    """Three panels over the epochs: the running FVU, L0 and dead share on the training tokens; `held_out` (FVU, L0,
-    dead share on the held-out sentences after training) as a star at the last epoch of each; k as a dotted line."""
+    """Three panels over the epochs: the running FVU, L0 and dead share on the training tokens (dead: silent for
+    `dead_after` tokens); `held_out` (FVU, L0, and the share never firing on the held-out sentences after training)
+    as a star at the last epoch of each; k as a dotted line."""
     figure = new_figure(6.4, 6.0)
     axes = figure.subplots(3, 1, sharex=True)
     x = np.asarray(epochs, dtype=float)
-    panels = (("FVU (training, running)", fvu), ("L0 (features firing a token)", l0), ("dead share", dead))
+    silent = f"dead (training: silent {dead_after:,} tokens;\nheld out: never fired)" if dead_after else "dead share"
+    panels = (("FVU", fvu), ("L0 (features firing a token)", l0), (silent, dead))
     for number, (ax, (label, values)) in enumerate(zip(axes, panels, strict=True)):
         ax.plot(x, np.asarray(values, dtype=float), marker="o", markersize=4, color="C0", linewidth=1.8, label="training (running)")
         if held_out is not None and len(x):

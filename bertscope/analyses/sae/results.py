@@ -138,6 +138,7 @@ class SAETraining(Shown):
             [row.get("dead", math.nan) for row in rows],
             k=self.k,
             held_out=(self.fvu, self.l0, self.dead_share),
+            dead_after=self.settings.get("dead_after"),
             title=f"SAE on hidden state {self.layer} · {self.d_sae:,} features, k {self.k}",
             note=f"{self.model} · {self.sentences:,} training sentences, {self.held_out_sentences:,} held out",
         )
