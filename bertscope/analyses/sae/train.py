@@ -10,10 +10,14 @@ What Gao et al. found a TopK SAE needs, and what is done here:
   al.'s scaling law has it, 1.2e-3 / √(d_sae / 2¹⁴) (six times their constant, which suits their batches of
   131,072 tokens; see LR_AT_16K), and decayed linearly to 0 over the last fifth of the steps.
 
-The activations stream from the corpus (analyses.sae.activations: each pass stops at the hidden state) into a
-bounded shuffle buffer, so memory is flat in the corpus; a small corpus is read again for each epoch. A seeded
-share of the sentences is held out and never trained on: the figures reported (FVU, L0, dead features, and what
-splicing the reconstruction into the model costs) are theirs.
+The activations stream from the corpus (analyses.sae.activations: each pass stops at the hidden state) a block of
+sentences at a time, so memory is flat in the corpus; a small corpus is read again for each epoch. A block's
+tokens are shuffled by keys hashed from the seed, the epoch and each token's place in the corpus (`token_keys`),
+so which tokens share a step does not depend on the batching or on the process: under torchrun each rank runs its
+share of a block's sentences, and the ranks' rows of a step, their losses' sums and gradients added, make one
+process's step (`ShuffledBlock`, `Trainer.step`). A seeded share of the sentences is held out and never trained
+on: the figures reported (FVU, L0, dead features, and what splicing the reconstruction into the model costs) are
+theirs.
 """
 
 from __future__ import annotations
