@@ -12,7 +12,8 @@
 # 4. cold_start.py in bfloat16 (a job's first run in a fresh process), while time is left; `--with-cudnn`
 #    is session 21's question, answered (benchmarks/README.md), and left out;
 # 5. device_profile.py on gradient importance in bfloat16, while time is left;
-# 6. device_syncs.py: where each job's batch still makes the host wait for the GPU, into steps.log (~20 s).
+# 6. device_syncs.py: where each job's batch still makes the host wait for the GPU, into steps.log (~20 s);
+# 7. sae.py throughput: SAE training against a bare forward on the GPU, float32 then bfloat16, while time is left.
 # Each step has its own time limit and leaves its JSON in OUT_DIR (8 files at most); every summary line
 # goes to OUT_DIR/steps.log and to the terminal. Exit status 0.
 set -u
@@ -59,5 +60,13 @@ if [ "$(elapsed)" -lt 540 ]; then
     timeout 45 python3 benchmarks/device_syncs.py --conllu "$data" --model "$model" > /dev/null 2>> "$log"
     echo "== device_syncs [$(elapsed)s]"; grep -A 7 "^synchronising calls" "$log" | tail -n 7
 fi
+for dtype in float32 bfloat16; do
+    if [ "$(elapsed)" -lt 570 ]; then
+        echo "-- sae_$dtype" >> "$log"
+        timeout 60 python3 benchmarks/sae.py throughput --data "$data" --model "$model" --device cuda --dtype "$dtype" \
+            -o "$out/sae_$dtype.json" > /dev/null 2>> "$log"
+        say "sae_$dtype"
+    fi
+done
 echo "== done in $(elapsed)s"
 exit 0

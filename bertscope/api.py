@@ -1378,7 +1378,7 @@ def compare(
 # --- dictionary features -----------------------------------------------------------------------------------
 
 
-@analysis("SAE training")
+@analysis("SAE training", summed=False)  # its steps count the whole corpus's tokens on every rank
 def train_sae(
     model: Session,
     texts: Texts = None,

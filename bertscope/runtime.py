@@ -369,3 +369,18 @@ def stop() -> None:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
         _state.clear()
+
+
+def add_now(tensor: Any) -> None:
+    """Add `tensor` over the ranks in place, at once: for the steps of a job whose ranks have just met (`arrive`),
+    such as a data-parallel optimiser's gradients, where a wait on the store for every step would cost more than the step."""
+    if not started():
+        return
+    import torch.distributed as dist
+
+    if _state["backend"] == "nccl" or tensor.device.type == "cpu":
+        dist.all_reduce(tensor)
+        return
+    moved = tensor.cpu()  # gloo with the rows on a GPU: through the host
+    dist.all_reduce(moved)
+    tensor.copy_(moved.to(tensor.device))

@@ -14,6 +14,7 @@ device torchrun's environment chooses, saved with that device and the backend of
 
 import pickle
 import sys
+from pathlib import Path
 
 from bertscope import runtime as distributed
 
@@ -25,6 +26,8 @@ COMPARE = dict(limit=30, max_rows=80)
 PROBE_TASK = "subject_number"  # the probe objective's built-in task
 MIXING = dict(limit=12, method=("attention", "norms", "value-zeroing", "alti", "flow", "rollout"))  # every method, flow included
 ERASE = dict(limit=60, layer=2, measure="preserve", cache_dir=False)  # UPOS of the sample treebank (its data in the job)
+SAE = dict(layer=2, limit=80, width=96, k=8, epochs=2, held_out=0.2)  # an SAE of TINY_A on the sample treebank's sentences
+SAE_FIT = dict(width=24, k=3, epochs=3, lr=1e-2, batch_tokens=64, dead_after=128)  # planted rows; features die and are revived
 
 
 def equal(out: str, tiny_a: str, tiny_b: str, cache_dir: str, data: str, probe_out: str) -> None:
@@ -46,10 +49,46 @@ def equal(out: str, tiny_a: str, tiny_b: str, cache_dir: str, data: str, probe_o
     results["compare"] = bertscope.api.compare(bertscope.load(tiny_a, device="cpu"), tiny_b, **COMPARE)
     results["probe_objective"], fits = probe_objective(bertscope.load(tiny_a, device="cpu"))
     results["probe_fits"] = distributed.gather(fits)
+    results["sae"], results["sae_fit"] = sae_trained(bertscope.load(tiny_a, device="cpu"), Path(out).with_name("sae"))
     if distributed.is_main():
         with open(out, "wb") as handle:
             pickle.dump(results, handle)
     cached_probe(probe_out, cache_dir, tiny_a, data)
+
+
+def sae_trained(model, directory: Path):
+    """An SAE trained through the API (rank 0 writes it) with its weights, and the trainer alone on planted rows,
+    each rank holding its share of each block's rows, with its weights."""
+    import bertscope
+    from bertscope.analyses.sae.autoencoder import TopKSAE
+    from bertscope.data.corpus import sample_corpus
+
+    result = bertscope.train_sae(model, data=str(sample_corpus("conllu")), out=str(directory), **SAE)
+    weights = TopKSAE.load(directory)[0].weights() if distributed.is_main() else None
+    trainer = fitted_on_planted(distributed.world().rank, distributed.world().size)
+    return (result, weights), (trainer.sae.weights(), trainer.history, trainer.steps)
+
+
+def fitted_on_planted(rank: int = 0, size: int = 1):
+    """`fit` on 1,500 planted rows in blocks of 600, this rank's rows being every `size`-th of a block from `rank`."""
+    import numpy as np
+    import torch
+
+    from bertscope.analyses.sae.results import SAESettings
+    from bertscope.analyses.sae.train import fit, token_keys
+
+    rng = np.random.default_rng(0)
+    directions = rng.normal(size=(12, 8))
+    weights = rng.uniform(0, 1, size=(1500, 12)) * (rng.random((1500, 12)) < 0.25)
+    x = torch.as_tensor(weights @ directions + 0.01 * rng.normal(size=(1500, 8)), dtype=torch.float32)
+
+    def blocks(epoch):
+        for start in range(0, len(x), 600):
+            numbers = np.arange(start, min(start + 600, len(x)))[rank::size]
+            yield [(x[numbers], token_keys(0, epoch, numbers, np.zeros_like(numbers)))]
+
+    *_, last = fit(blocks, 8, SAESettings(**SAE_FIT), seed=3)
+    return last.result
 
 
 def probe_objective(model):

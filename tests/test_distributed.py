@@ -17,7 +17,7 @@ import bertscope
 from bertscope import runtime as distributed
 from bertscope.api import probe_sentences
 from bertscope.data.corpus import sample_corpus
-from tests.distributed_job import COMPARE, ERASE, GEOMETRY, MIXING, PROBE_TASK, cached_probe_arguments
+from tests.distributed_job import COMPARE, ERASE, GEOMETRY, MIXING, PROBE_TASK, SAE, cached_probe_arguments, fitted_on_planted
 from tests.helpers.models import command_in_a_new_process, save_tiny
 
 JOB = Path(__file__).with_name("distributed_job.py")
@@ -261,6 +261,36 @@ def test_compare_over_two_ranks_equals_one_process(two_ranks, tiny_bert_dir, oth
     np.testing.assert_allclose(two.head_cosine_std, one.head_cosine_std, atol=1e-5)
     np.testing.assert_allclose(two.cka, one.cka, atol=1e-5)
     np.testing.assert_allclose(two.cka_debiased, one.cka_debiased, atol=1e-5)
+
+
+def test_an_sae_trained_over_two_ranks_is_one_process_sae(two_ranks, tiny_bert_dir, tmp_path):
+    """Each rank takes its share of each block's sentences; a step's batch is the union of the ranks' rows (the
+    shuffle is by token keys, so the same batch as in one process), the gradients added: one process's SAE, and
+    held-out figures, within float noise. Rank 0 alone wrote the directory."""
+    from bertscope.analyses.sae.autoencoder import TopKSAE
+
+    tiny = bertscope.load(str(tiny_bert_dir), device="cpu")
+    one = bertscope.train_sae(tiny, data=str(sample_corpus("conllu")), out=str(tmp_path / "sae"), **SAE)
+    two, written = two_ranks["sae"]
+    assert (two.sentences, two.tokens, two.held_out_tokens) == (one.sentences, one.tokens, one.held_out_tokens)
+    assert two.steps == one.steps == 6  # three steps an epoch, each on both ranks' rows
+    for name, tensor in TopKSAE.load(tmp_path / "sae")[0].weights().items():
+        np.testing.assert_allclose(written[name].numpy(), tensor.numpy(), atol=1e-6, err_msg=name)
+    assert two.fvu == pytest.approx(one.fvu, abs=1e-6) and two.l0 == one.l0 == 8
+    assert two.dead_share == one.dead_share and two.preserve == pytest.approx(one.preserve, abs=1e-6)
+
+
+def test_the_sae_trainer_over_two_ranks_takes_one_process_steps(two_ranks):
+    """The trainer alone, each rank holding every other row of each block, features dying and revived by the AuxK
+    loss: one process's decoder and running figures, within float noise."""
+    one = fitted_on_planted()
+    weights, history, steps = two_ranks["sae_fit"]
+    assert steps == one.steps
+    for name, tensor in one.sae.weights().items():
+        np.testing.assert_allclose(weights[name].numpy(), tensor.numpy(), atol=1e-6, err_msg=name)
+    assert any(row["dead"] > 0 for row in one.history)  # the AuxK loss ran
+    for ours, theirs in zip(history, one.history, strict=True):
+        assert ours == pytest.approx(theirs, abs=1e-5)
 
 
 def test_a_rank_that_runs_out_of_memory_stops_the_job_with_one_line(tmp_path):

@@ -19,7 +19,8 @@ from bertscope.analyses.sae.activations import numbered, token_batches
 from bertscope.analyses.sae.autoencoder import TopKSAE
 from bertscope.analyses.sae.features import LabelCounts
 from bertscope.analyses.sae.results import SAESettings
-from bertscope.analyses.sae.train import ShuffleBuffer, evaluate, fit
+from bertscope.analyses.sae.train import ShuffledBlock, evaluate, fit, in_blocks, token_keys
+from bertscope.base.errors import InputError
 from bertscope.cli import main
 from bertscope.data.corpus import Sentence
 from bertscope.model.session import Session
@@ -52,7 +53,7 @@ def test_the_trainer_recovers_planted_features():
     """Every planted direction has a decoder row within cosine 0.9, trained on a stream of activation batches."""
     x, directions = planted()
     settings = SAESettings(width=32, k=3, epochs=6, lr=2e-2, batch_tokens=128)
-    steps = list(fit(lambda epoch: x.split(512), x.shape[1], settings, seed=0))
+    steps = list(fit(in_blocks(x, 2048), x.shape[1], settings, seed=0))
     trainer = steps[-1].result
     decoder = trainer.sae.W_dec.detach().numpy()
     assert np.allclose(np.linalg.norm(decoder, axis=1), 1, atol=1e-5)  # unit rows
@@ -63,17 +64,23 @@ def test_the_trainer_recovers_planted_features():
     assert any("FVU" in step.stage and "L0" in step.stage and "dead" in step.stage for step in steps[:-1])
 
 
-def test_the_shuffle_buffer_holds_no_more_than_its_size():
-    """Rows come out shuffled, every row once, and the buffer never holds more than its size plus one batch."""
-    buffer = ShuffleBuffer(100, torch.Generator().manual_seed(0))
+def test_a_blocks_steps_are_its_rows_shuffled_by_key_whatever_order_they_came_in():
+    """Every row once, in batches of about the batch size, shuffled; the same batches when the rows arrive in another
+    order (another batching, or another rank holding them: the batches depend on the keys alone)."""
     rows = torch.arange(1000.0)[:, None]
-    out = []
-    for part in rows.split(30):
-        out.extend(buffer.add(part))
-        assert buffer.rows <= 100 + 30
-    out.extend(buffer.drain())
-    taken = torch.cat(out)[:, 0]
+    keys = token_keys(0, 0, np.arange(1000), np.zeros(1000, dtype=np.int64))
+    block = ShuffledBlock.of(rows, keys, 128)
+    assert block.sizes == [125] * 8 and block.tokens == 1000
+    taken = torch.cat(block.parts)[:, 0]
     assert sorted(taken.tolist()) == rows[:, 0].tolist() and not torch.equal(taken, rows[:, 0])
+    first = block.parts[0][:, 0]
+    assert block.variance[0] == pytest.approx(float(((first - first.mean()) ** 2).sum()))
+    order = torch.randperm(1000, generator=torch.Generator().manual_seed(1))
+    again = ShuffledBlock.of(rows[order], keys[order.numpy()], 128)
+    assert all(torch.equal(one, other) for one, other in zip(block.parts, again.parts, strict=True))
+    assert not torch.equal(
+        block.parts[0], ShuffledBlock.of(rows, token_keys(0, 1, np.arange(1000), np.zeros(1000, dtype=np.int64)), 128).parts[0]
+    )
 
 
 def exact_sae(d_in: int) -> TopKSAE:
@@ -207,19 +214,47 @@ def test_features_on_a_treebank_name_labels(tiny_session, tmp_path):
 def test_the_commands_end_to_end(tiny_bert_dir, tmp_path):
     out = tmp_path / "sae"
     runner = CliRunner()
-    trained = runner.invoke(
-        main, ["sae", "train", "-m", str(tiny_bert_dir), "-l", "3", "-o", str(out), "--epochs", "1", "--width", "64", "-k", "4", "--json"]
-    )
+    arguments = ["-m", str(tiny_bert_dir), "-l", "3", "-o", str(out), "--epochs", "1", "--width", "64", "-k", "4", "--json"]
+    trained = runner.invoke(main, ["sae", "train", *arguments, "--figure", str(tmp_path / "training.svg")])
     assert trained.exit_code == 0, trained.output
     report = json.loads(trained.stdout)
     assert report["d_sae"] == 64 and report["k"] == 4 and report["layer"] == 3 and 0 <= report["held_out"]["dead_share"] <= 1
     assert report["held_out"]["preserve"] > 0 and report["held_out"]["mlm_loss_recovered"] is None  # no MLM head
-    read = runner.invoke(main, ["sae", "features", "--sae", str(out), "-m", str(tiny_bert_dir), "--top", "2", "--json"])
+    read = runner.invoke(
+        main, ["sae", "features", "--sae", str(out), "-m", str(tiny_bert_dir), "--top", "2", "--json", "--figure", str(tmp_path / "f.png")]
+    )
     assert read.exit_code == 0, read.output
+    assert "<svg" in (tmp_path / "training.svg").read_text() and (tmp_path / "f.png").read_bytes().startswith(b"\x89PNG")
     features = json.loads(read.stdout)
     assert len(features["features"]) == 64 and features["fvu"] >= 0 and len(features["bin_edges"]) == 31
     csv = runner.invoke(main, ["sae", "features", "--sae", str(out), "-m", str(tiny_bert_dir), "--csv"])
     assert csv.exit_code == 0 and csv.stdout.splitlines()[0].startswith("feature,density") and len(csv.stdout.splitlines()) == 65
+
+
+def test_the_figures_draw_the_results_numbers():
+    """Training: the running FVU, L0 and dead share per epoch, the held-out figures starred; features: the spread of
+    the densities over the features that fired, and the chosen feature's histogram bar for bar."""
+    from bertscope.analyses.sae.results import LabelMatch, SAEFeatures, SAETraining
+
+    history = tuple({"epoch": epoch, "fvu": 0.5 / epoch, "l0": 32.0, "dead": 0.01 * epoch} for epoch in (1, 2, 3))
+    shape = dict(directory="d", model="m", layer=3, d_in=8, d_sae=32, k=4, epochs=3, steps=9, tokens_trained=900, sentences=30)
+    training = SAETraining(
+        **shape, tokens=300, held_out_sentences=3, held_out_tokens=30, fvu=0.2, l0=4.0, dead_share=0.05, preserve=0.9, history=history
+    )
+    fvu, l0, dead = training.figure().axes
+    assert list(fvu.lines[0].get_ydata()) == [0.5, 0.25, 0.5 / 3] and list(dead.lines[0].get_ydata()) == [0.01, 0.02, 0.03]
+    assert list(fvu.lines[1].get_ydata()) == [0.2] and list(l0.lines[1].get_ydata()) == [4.0]  # held out, starred
+    density = np.array([0.0, 0.1, 0.01, 0.001] * 8)
+    edges = np.logspace(-3, 3, 31)
+    histogram = np.zeros((32, 30), dtype=np.int64)
+    histogram[1, 10:13] = [5, 7, 2]
+    best = tuple(LabelMatch("upos", "NOUN", 0.95, 0.4) if feature == 1 else None for feature in range(32))
+    features = SAEFeatures("d", "m", 3, 32, 4, 10, 100, 0.2, 4.0, 0.25, density, ((),) * 32, edges, histogram, best=best)
+    spread, one = features.figure().axes  # the default: the feature firing most often, feature 1
+    assert [patch.get_height() for patch in one.patches] == histogram[1].tolist() and "NOUN" in one.get_title()
+    assert sum(patch.get_height() for patch in spread.patches) == 24  # the 24 that fired; 8 never did
+    with pytest.raises(InputError, match="feature 40 is out of range"):
+        features.figure(40)
 
 
 def test_bad_input_is_one_line_before_torch(tiny_bert_dir, tmp_path):

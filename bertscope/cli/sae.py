@@ -18,6 +18,7 @@ from bertscope.cli.common import (
     printed,
     record_rows,
     report_console,
+    write_figure,
 )
 
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ def _shape(model: ModelChoice) -> ModelShape:
 )
 @options.batch_size()
 @options.seed("Which sentences are held out, and the SAE's initialisation and shuffling.")
+@options.figure
 @options.json
 @options.model
 def train(
@@ -105,6 +107,7 @@ def train(
     held_out: float,
     batch_size: int | None,
     seed: int,
+    figure: str | None,
     as_json: bool,
     model: ModelChoice,
 ) -> None:
@@ -148,6 +151,7 @@ def train(
             seed=seed,
             progress=progress,
         )
+    write_figure(figure, result.figure)
     source = str(data) if data is not None else "the sample corpus"
     if as_json:
         print_json(result.as_json() | {"data": source})
@@ -164,6 +168,7 @@ def train(
 @options.limit()
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, metavar="N", help="Strongest tokens kept per feature.")
 @options.batch_size()
+@options.figure
 @options.json_or_csv
 @options.model
 def features(
@@ -173,6 +178,7 @@ def features(
     limit: int | None,
     top: int,
     batch_size: int | None,
+    figure: str | None,
     output_format: str | None,
     model: ModelChoice,
 ) -> None:
@@ -198,6 +204,7 @@ def features(
         result = api.sae_features(
             session, sae=sae_dir, data=data, format=data_format, limit=limit, top=top, batch_size=batch_size, progress=progress
         )
+    write_figure(figure, result.figure)
     source = str(data) if data is not None else "the sample corpus"
     if printed(output_format, lambda: result.as_json() | {"data": source}, lambda: record_rows(result.table())):
         return

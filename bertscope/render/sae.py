@@ -49,11 +49,7 @@ def training_report(result: SAETraining, source: str) -> Group:
 def shown_features(result: SAEFeatures, count: int = SHOWN_FEATURES) -> list[int]:
     """The features a report shows: those that fired, the best-named first where there are labels (highest F1),
     else the most frequent."""
-    alive = result.alive.tolist()
-    if result.best is not None:
-        best = result.best
-        alive.sort(key=lambda feature: -(best[feature].f1 if best[feature] is not None else 0.0))  # type: ignore[union-attr]
-    return alive[:count]
+    return result.ranked()[:count]
 
 
 def _contexts(contexts: tuple[FeatureContext, ...], width: int = 3) -> Text:

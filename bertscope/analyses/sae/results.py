@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bertscope.base.errors import InputError
 from bertscope.figures.notebook import Shown
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 TARGET_TOKENS = 200_000  # with no epochs given: read a small corpus again until training has seen this many tokens
 MAX_EPOCHS = 40  # ... but no more epochs than this
@@ -121,6 +124,24 @@ class SAETraining(Shown):
     def table(self) -> list[dict[str, Any]]:
         """One row per epoch: the running FVU, L0 and dead share on the training tokens."""
         return [dict(row) for row in self.history]
+
+    def figure(self) -> Figure:
+        """How training went: the running FVU, L0 and dead share on the training tokens per epoch, the held-out
+        figures starred at the last."""
+        from bertscope.figures.dictionary import training_curves
+
+        rows = self.history
+        return training_curves(
+            [row["epoch"] for row in rows],
+            [row.get("fvu", math.nan) for row in rows],
+            [row.get("l0", math.nan) for row in rows],
+            [row.get("dead", math.nan) for row in rows],
+            k=self.k,
+            held_out=(self.fvu, self.l0, self.dead_share),
+            dead_after=self.settings.get("dead_after"),
+            title=f"SAE on hidden state {self.layer} · {self.d_sae:,} features, k {self.k}",
+            note=f"{self.model} · {self.sentences:,} training sentences, {self.held_out_sentences:,} held out",
+        )
 
     def figures(self) -> dict[str, Any]:
         """The held-out figures, as cfg.json and the JSON keep them."""
@@ -257,6 +278,14 @@ class SAEFeatures(Shown):
         fired = np.flatnonzero(self.density > 0)
         return fired[np.argsort(-self.density[fired], kind="stable")]
 
+    def ranked(self) -> list[int]:
+        """The features that fired, the best-named first where there are labels (highest F1), else the most frequent."""
+        alive: list[int] = self.alive.tolist()
+        if self.best is not None:
+            best = self.best
+            alive.sort(key=lambda feature: -(best[feature].f1 if best[feature] is not None else 0.0))  # type: ignore[union-attr]
+        return alive
+
     def summary(self) -> str:
         parts = [
             f"{self.d_sae:,} features on hidden state {self.layer}",
@@ -286,6 +315,28 @@ class SAEFeatures(Shown):
                 "recall": best.recall if best else None,
             }
         return row
+
+    def figure(self, feature: int | None = None) -> Figure:
+        """The spread of the features' densities, and `feature`'s activations (default: the first the report shows,
+        the best-named where there are labels, else the most frequent)."""
+        from bertscope.figures.dictionary import feature_activations
+
+        if feature is None:
+            ranked = self.ranked()
+            feature = ranked[0] if ranked else 0
+        if not 0 <= feature < self.d_sae:
+            raise InputError(f"feature {feature} is out of range: the SAE has features 0 to {self.d_sae - 1}", setting="feature")
+        best = self.best[feature] if self.best is not None else None
+        label = f"{best.scheme}:{best.label} (precision {best.precision:.2f})" if best is not None else None
+        return feature_activations(
+            self.density,
+            self.bin_edges,
+            self.histogram[feature],
+            feature=feature,
+            label=label,
+            title=f"SAE features on hidden state {self.layer} · {self.d_sae:,} features, k {self.k}",
+            note=f"{self.model} · {self.tokens:,} tokens of {self.sentences:,} sentences",
+        )
 
     def table(self) -> list[dict[str, Any]]:
         """One row per feature, in feature order."""

@@ -10,10 +10,14 @@ What Gao et al. found a TopK SAE needs, and what is done here:
   al.'s scaling law has it, 1.2e-3 / √(d_sae / 2¹⁴) (six times their constant, which suits their batches of
   131,072 tokens; see LR_AT_16K), and decayed linearly to 0 over the last fifth of the steps.
 
-The activations stream from the corpus (analyses.sae.activations: each pass stops at the hidden state) into a
-bounded shuffle buffer, so memory is flat in the corpus; a small corpus is read again for each epoch. A seeded
-share of the sentences is held out and never trained on: the figures reported (FVU, L0, dead features, and what
-splicing the reconstruction into the model costs) are theirs.
+The activations stream from the corpus (analyses.sae.activations: each pass stops at the hidden state) a block of
+sentences at a time, so memory is flat in the corpus; a small corpus is read again for each epoch. A block's
+tokens are shuffled by keys hashed from the seed, the epoch and each token's place in the corpus (`token_keys`),
+so which tokens share a step does not depend on the batching or on the process: under torchrun each rank runs its
+share of a block's sentences, and the ranks' rows of a step, their losses' sums and gradients added, make one
+process's step (`ShuffledBlock`, `Trainer.step`). A seeded share of the sentences is held out and never trained
+on: the figures reported (FVU, L0, dead features, and what splicing the reconstruction into the model costs) are
+theirs.
 """
 
 from __future__ import annotations
@@ -25,24 +29,28 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from bertscope import runtime as distributed
 from bertscope.analyses.conditions import JobOptions
-from bertscope.analyses.sae.activations import LayerTap, TokenBatch, check_layer, numbered, token_batches
+from bertscope.analyses.geometry.representations import row_keys
+from bertscope.analyses.sae.activations import LayerTap, Numbered, TokenBatch, check_layer, numbered, token_batches
 from bertscope.analyses.sae.autoencoder import ReconstructionTally, TopKSAE
 from bertscope.analyses.sae.files import SAEConfig
 from bertscope.analyses.sae.results import MAX_EPOCHS, TARGET_TOKENS, SAESettings, SAETraining
 from bertscope.base.errors import InputError
 from bertscope.base.progress import Progress, relay
-from bertscope.data.corpus import Sentence
+from bertscope.data.corpus import Sentence, chunked
 from bertscope.data.files import check_new_directory
 
 if TYPE_CHECKING:
     from bertscope.model.session import Session
 
-SHUFFLE_FLOATS = 1 << 24  # the shuffle buffer's size: 64 MB of float32, whatever the corpus
+SHUFFLE_FLOATS = 1 << 24  # a shuffling block's size: 64 MB of float32 for sentences of BLOCK_SENTENCE_TOKENS tokens
+BLOCK_SENTENCE_TOKENS = 32  # the tokens of a sentence a block's sentence count is sized for
 DECAY_SHARE = 0.2  # the learning rate falls linearly to 0 over this last share of the steps
 
 
@@ -58,35 +66,52 @@ def geometric_median(points: Tensor, iterations: int = 50, tolerance: float = 1e
     return guess
 
 
-class ShuffleBuffer:
-    """Activation rows, shuffled across batches in a buffer of fixed size: rows come out when it is full, half of
-    it at a time in random order, the rest at the end of an epoch."""
+def token_keys(seed: int, epoch: int, sentences: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Each token's shuffling key in an epoch: a seeded hash of (its sentence's number, its place in the sentence),
+    so the order depends on the seed, the epoch and the corpus alone, never on the batching or the rank."""
+    return row_keys(seed * 1_000_003 + epoch, sentences, positions)
 
-    def __init__(self, capacity: int, generator: torch.Generator) -> None:
-        self.capacity, self.generator = capacity, generator
-        self.parts: list[Tensor] = []
-        self.rows = 0
 
-    def add(self, rows: Tensor) -> Iterator[Tensor]:
-        """Take `rows`; give back rows in random order while the buffer is over its capacity."""
-        self.parts.append(rows)
-        self.rows += len(rows)
-        if self.rows >= self.capacity:
-            held = self._mixed()
-            keep = len(held) // 2
-            self.parts, self.rows = [held[:keep]], keep
-            yield held[keep:]
+@dataclass(frozen=True)
+class ShuffledBlock:
+    """One block of tokens cut into optimiser steps by their keys: the union over the ranks of the block's tokens,
+    sorted by key and split in batches of about `batch_tokens`. `parts[b]` this rank's rows of batch b (none, some
+    or all of them), `sizes[b]` the batch's tokens over all ranks and `variance[b]` its Σ‖x − x̄‖², x̄ the batch's
+    mean: what a step needs to take one process's step on the union batch."""
 
-    def drain(self) -> Iterator[Tensor]:
-        if self.rows:
-            held = self._mixed()
-            self.parts, self.rows = [], 0
-            yield held
+    parts: list[Tensor]
+    sizes: list[int]
+    variance: list[float]
 
-    def _mixed(self) -> Tensor:
-        held = torch.cat(self.parts)
-        order = torch.randperm(len(held), generator=self.generator).to(held.device)
-        return held[order]
+    @property
+    def tokens(self) -> int:
+        return sum(self.sizes)
+
+    @classmethod
+    def of(cls, rows: Tensor, keys: np.ndarray, batch_tokens: int) -> ShuffledBlock:
+        """Cut this rank's `rows` (keys `keys`) of a block; under torchrun the ranks exchange keys and the batches'
+        sums (one meeting per block)."""
+        every = np.concatenate(distributed.gather(keys)) if distributed.started() else keys
+        total = len(every)
+        if total == 0:
+            return cls([], [], [])
+        count = max(round(total / batch_tokens), 1)
+        order = np.sort(every)
+        places = np.searchsorted(order, keys)  # each row's place in the union's order
+        bounds = np.array([len(part) for part in np.array_split(np.arange(total), count)]).cumsum()
+        batch_of = np.searchsorted(bounds, places, side="right")
+        ranked = np.argsort(places, kind="stable")
+        batch_sorted = torch.as_tensor(batch_of[ranked])
+        rows = rows[torch.as_tensor(ranked).to(rows.device)]
+        local = torch.bincount(batch_sorted, minlength=count).tolist()
+        parts = list(rows.split(local))
+        sums = torch.zeros(count, rows.shape[1] + 1, dtype=torch.float64, device=rows.device)
+        sums[:, :-1].index_add_(0, batch_sorted.to(rows.device), rows.double())
+        sums[:, -1].index_add_(0, batch_sorted.to(rows.device), rows.double().pow(2).sum(1))
+        summed = distributed.sum_across({"sums": sums})["sums"]
+        sizes = [len(part) for part in np.array_split(np.arange(total), count)]
+        variance = [float(summed[batch, -1] - summed[batch, :-1].pow(2).sum() / sizes[batch]) for batch in range(count)]
+        return cls(parts, sizes, variance)
 
 
 class Trainer:
@@ -109,7 +134,9 @@ class Trainer:
         self.history: list[dict[str, float]] = []  # the running figures at each epoch's end
 
     def start(self, sample: Tensor) -> None:
-        """The decoder bias at the geometric median of the first activations seen."""
+        """The decoder bias at the geometric median of the first activations seen (the first batch, of every rank)."""
+        if distributed.started():
+            sample = torch.cat([part.to(sample.device) for part in distributed.gather(sample.cpu())])
         with torch.no_grad():
             chosen = sample[torch.randperm(len(sample), generator=self.generator)[:8192].to(sample.device)]
             self.sae.b_dec.copy_(geometric_median(chosen.double()).float())
@@ -126,17 +153,23 @@ class Trainer:
     def dead(self) -> Tensor:
         return self.since_fired >= self.settings.dead_after
 
-    def step(self, x: Tensor) -> None:
-        """One optimiser step on `x` `[b, d_in]`: the reconstruction's FVU on the batch, plus the AuxK loss."""
+    def step(self, x: Tensor, size: int | None = None, variance: float | None = None) -> None:
+        """One optimiser step on the batch whose rows here are `x` `[b, d_in]`: the reconstruction's FVU on the batch,
+        plus the AuxK loss. Under torchrun the batch is the union of the ranks' rows, `size` of them, with Σ‖x − x̄‖²
+        `variance`; each rank's loss is its rows' share of the union's, and the gradients are added across ranks
+        before the step, so every rank takes one process's step on the union batch."""
         if not self.started:
             self.start(x)
         sae = self.sae
+        size = len(x) if size is None else size
+        if variance is None:
+            variance = float((x.double() - x.double().mean(0)).pow(2).sum())
         pre = sae.preactivations(x)
         values, indices = sae.select(pre)
         reconstruction = sae.decode_selected(values, indices)
         error = x - reconstruction
-        variance = (x - x.mean(0)).pow(2).sum().clamp(min=1e-12)
-        fvu = error.pow(2).sum() / variance
+        squared_error = error.pow(2).sum()
+        fvu = squared_error / max(variance, 1e-12)
         loss = fvu
         dead = self.dead()
         dead_count = int(dead.sum())
@@ -145,23 +178,40 @@ class Trainer:
             aux_values, aux_indices = pre.masked_fill(~dead, -math.inf).topk(k_aux, dim=-1)
             aux_reconstruction = sae.decode_selected(aux_values.relu(), aux_indices, bias=False)  # it reconstructs the error
             residual = error.detach()
-            aux = (aux_reconstruction - residual).pow(2).sum() / residual.pow(2).sum().clamp(min=1e-12)
+            residual_squares = _added(residual.pow(2).sum().reshape(1))
+            aux = (aux_reconstruction - residual).pow(2).sum() / residual_squares[0].clamp(min=1e-12)
             loss = loss + self.settings.aux_coefficient * min(dead_count / self.k_aux, 1.0) * aux  # less weight when few are dead
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
+        with torch.no_grad():
+            fired = torch.zeros(sae.d_sae, device=x.device).index_fill(0, indices[values > 0], 1)
+            tally = torch.stack([squared_error.detach(), (values > 0).sum().float()])
+            if distributed.started():
+                fired, tally = self._add_across_ranks(fired, tally)
         sae.project_decoder_gradient()
         self.optimizer.step()
         sae.normalize_decoder()
         with torch.no_grad():
-            fired = torch.zeros_like(self.since_fired).index_fill(0, indices[values > 0], 1).bool()
-            self.since_fired += len(x)
-            self.since_fired[fired] = 0
-            l0 = (values > 0).sum(-1).float().mean()
+            self.since_fired += size
+            self.since_fired[fired > 0] = 0
         self.steps += 1
-        self.tokens += len(x)
-        self._remember({"fvu": float(fvu.detach()), "l0": float(l0), "dead": dead_count / sae.d_sae})
+        self.tokens += size
+        figures = tally.tolist()
+        self._remember({"fvu": figures[0] / max(variance, 1e-12), "l0": figures[1] / max(size, 1), "dead": dead_count / sae.d_sae})
+
+    def _add_across_ranks(self, fired: Tensor, tally: Tensor) -> tuple[Tensor, Tensor]:
+        """The gradients, the features fired and the batch's tallies, added over the ranks in one reduction."""
+        parameters = list(self.sae.parameters())
+        flat = _added(torch.cat([*(parameter.grad.reshape(-1) for parameter in parameters), fired, tally]))  # type: ignore[union-attr]
+        offset = 0
+        for parameter in parameters:
+            grad = parameter.grad
+            assert grad is not None
+            grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
+            offset += grad.numel()
+        return flat[offset : offset + len(fired)], flat[offset + len(fired) :]
 
     def _remember(self, figures: dict[str, float]) -> None:
         """Running figures: an average over about the last 50 steps."""
@@ -170,62 +220,85 @@ class Trainer:
             self.running[name] = value if name not in self.running else (1 - weight) * self.running[name] + weight * value
 
 
+def _added(tensor: Tensor) -> Tensor:
+    """`tensor` added over the torchrun ranks (itself in one process): a step's reduction, inside a block the ranks
+    met at (`ShuffledBlock.of`), so none of them is still reading its sentences."""
+    if distributed.started():
+        distributed.add_now(tensor)
+    return tensor
+
+
+Block = Iterable[tuple[Tensor, np.ndarray]]  # a block's activation rows `[n, d_in]` on this rank, with their keys
+
+
 def fit(
-    epoch_batches: Callable[[int], Iterable[Tensor]],
+    epoch_blocks: Callable[[int], Iterable[Block]],
     d_in: int,
     settings: SAESettings,
     *,
     device: torch.device | str = "cpu",
     seed: int = 0,
     cancel: Any = None,
-    on_epoch: Callable[[int, int], None] | None = None,
 ) -> Iterator[Progress[Trainer]]:
-    """Train an SAE on `epoch_batches(epoch)` (activation rows `[n, d_in]`, any number a batch), epoch after epoch;
-    yield progress after each batch, the last item carrying the trainer with its SAE.
+    """Train an SAE on `epoch_blocks(epoch)`, epoch after epoch; yield progress as it goes, the last item carrying
+    the trainer with its SAE.
 
-    The first epoch counts the tokens, which fixes the number of epochs where `settings.epochs` is None and the
-    learning rate's decay. `on_epoch(epoch, tokens)` is told each epoch's end. An epoch with no tokens is refused."""
+    A block is a bounded run of the corpus's tokens (rows `[n, d_in]` in any number of parts, each with its
+    `token_keys`): its tokens are shuffled by key and cut into steps of about `settings.batch_tokens` tokens
+    (`ShuffledBlock`), so memory is one block's, and a step's batch is the same whatever the parts, and under
+    torchrun whichever rank holds which rows. The first epoch counts the tokens, which fixes the number of epochs
+    where `settings.epochs` is None and the learning rate's decay. An epoch with no tokens is refused."""
     settings.check()
     device = torch.device(device)
     trainer = Trainer(d_in, settings, device=device, seed=seed)
-    buffer = ShuffleBuffer(max(8 * settings.batch_tokens, SHUFFLE_FLOATS // d_in), trainer.generator)
     epochs = settings.epochs
     per_epoch: int | None = None
     epoch = 0
     while epochs is None or epoch < epochs:
+        steps_before = trainer.steps
         tokens = 0
-        for rows in epoch_batches(epoch):
-            if cancel is not None and cancel.is_set():
-                return
-            rows = rows.to(device=device, dtype=torch.float32)
-            tokens += len(rows)
-            for mixed in buffer.add(rows):
-                _steps(trainer, mixed, settings.batch_tokens)
-            yield Progress(
-                _stage(trainer, epoch, epochs), trainer.tokens, None if per_epoch is None or epochs is None else per_epoch * epochs
-            )
-        if cancel is not None and cancel.is_set():
-            return
-        for mixed in buffer.drain():
-            _steps(trainer, mixed, settings.batch_tokens)
+        for block in epoch_blocks(epoch):
+            rows: list[Tensor] = []
+            keys: list[np.ndarray] = []
+            for part, part_keys in block:
+                if cancel is not None and cancel.is_set():
+                    return
+                rows.append(part.to(device=device, dtype=torch.float32))
+                keys.append(part_keys)
+                yield Progress(_stage(trainer, epoch, epochs), trainer.tokens, _total(per_epoch, epochs))
+            held = torch.cat(rows) if rows else torch.zeros(0, d_in, device=device)
+            shuffled = ShuffledBlock.of(held, np.concatenate(keys) if keys else np.zeros(0, dtype=np.uint64), settings.batch_tokens)
+            del rows, held
+            tokens += shuffled.tokens
+            for part, size, variance in zip(shuffled.parts, shuffled.sizes, shuffled.variance, strict=True):
+                if cancel is not None and cancel.is_set():
+                    return
+                trainer.step(part, size, variance)
+                yield Progress(_stage(trainer, epoch, epochs), trainer.tokens, _total(per_epoch, epochs))
         if tokens == 0:
             raise InputError("no tokens to train on: the training sentences came out empty", setting="data")
         if per_epoch is None:
             per_epoch = tokens
             epochs = epochs or min(max(math.ceil(TARGET_TOKENS / tokens), 1), MAX_EPOCHS)
-            trainer.total_steps = epochs * math.ceil(tokens / settings.batch_tokens)
+            trainer.total_steps = epochs * (trainer.steps - steps_before)
         trainer.history.append({"epoch": epoch + 1, **{name: round(value, 6) for name, value in trainer.running.items()}})
-        if on_epoch is not None:
-            on_epoch(epoch, tokens)
         epoch += 1
     yield Progress(_stage(trainer, epoch - 1, epochs), trainer.tokens, trainer.tokens, result=trainer)
 
 
-def _steps(trainer: Trainer, rows: Tensor, size: int) -> None:
-    """Optimiser steps on `rows` in batches of `size` (a last batch under half of it joins the one before)."""
-    count = max(round(len(rows) / size), 1)
-    for part in rows.tensor_split(count):
-        trainer.step(part)
+def _total(per_epoch: int | None, epochs: int | None) -> int | None:
+    return None if per_epoch is None or epochs is None else per_epoch * epochs
+
+
+def in_blocks(x: Tensor, block_rows: int, *, seed: int = 0) -> Callable[[int], Iterator[Block]]:
+    """Activations at hand `[n, d_in]` as `fit`'s blocks of `block_rows` rows, row i keyed as sentence i's only token."""
+
+    def blocks(epoch: int) -> Iterator[Block]:
+        for start in range(0, len(x), block_rows):
+            numbers = np.arange(start, min(start + block_rows, len(x)))
+            yield [(x[start : start + block_rows], token_keys(seed, epoch, numbers, np.zeros_like(numbers)))]
+
+    return blocks
 
 
 def _stage(trainer: Trainer, epoch: int, epochs: int | None) -> str:
@@ -263,28 +336,36 @@ def train_sae(
     target = check_new_directory(out)
     counts = {"sentences": 0, "truncated": 0}
 
-    def epoch_batches(epoch: int) -> Iterator[Tensor]:
+    block_sentences = max(SHUFFLE_FLOATS // (session.hidden_size * BLOCK_SENTENCE_TOKENS), 1)
+
+    def epoch_blocks(epoch: int) -> Iterator[Block]:
+        """The training sentences a block at a time (this rank's share of each block under torchrun)."""
         train = numbered(sentences(), job.seed, settings.held_out, held=False)
         seen = 0
-        for batch in token_batches(session, train, layer, include_special=settings.include_special, job=job):
-            seen += len(batch.items)
-            if epoch == 0:
-                counts["truncated"] += _cut(session, batch)
-            yield batch.states
+        for block in chunked(train, block_sentences):
+            yield _block_rows(distributed.shard(block), epoch, counts if epoch == 0 else None)
+            seen += len(block)
         if epoch == 0:
             counts["sentences"] = seen
             if seen == 0:
                 raise InputError("no sentences to train on: the corpus is empty, or so small that all of it was held out", setting="data")
 
-    trainer = yield from relay(fit(epoch_batches, session.hidden_size, settings, device=session.device, seed=job.seed, cancel=job.cancel))
+    def _block_rows(block: Iterable[Numbered], epoch: int, counting: dict[str, int] | None) -> Iterator[tuple[Tensor, np.ndarray]]:
+        for batch in token_batches(session, block, layer, include_special=settings.include_special, job=job):
+            if counting is not None:
+                counting["truncated"] += _cut(session, batch)
+            yield batch.states, token_keys(job.seed, epoch, batch.sentences, batch.positions)
+
+    trainer = yield from relay(fit(epoch_blocks, session.hidden_size, settings, device=session.device, seed=job.seed, cancel=job.cancel))
     if trainer is None:
         return
+    counts["truncated"] = distributed.sum_across({"truncated": counts["truncated"]})["truncated"]
     notes = []
     figures = yield from relay(
         evaluate(
             session,
             trainer.sae,
-            numbered(sentences(), job.seed, settings.held_out, held=True),
+            distributed.shard(numbered(sentences(), job.seed, settings.held_out, held=True)),
             layer,
             include_special=settings.include_special,
             job=job,
@@ -295,7 +376,7 @@ def train_sae(
             f"no sentence of the {counts['sentences']:,} was held out (a {settings.held_out:.0%} share of a small corpus); "
             "the figures are on the training sentences"
         )
-        training = numbered(sentences(), job.seed, settings.held_out, held=False)
+        training = distributed.shard(numbered(sentences(), job.seed, settings.held_out, held=False))
         figures = yield from relay(evaluate(session, trainer.sae, training, layer, include_special=settings.include_special, job=job))
     if figures is None:
         return
@@ -349,7 +430,8 @@ def train_sae(
             "held_out": result.figures(),
         },
     )
-    trainer.sae.save(target, config)
+    if distributed.is_main():
+        trainer.sae.save(target, config)
     yield Progress("written", 1, 1, result=result)
 
 
@@ -413,6 +495,17 @@ def evaluate(
                 logits = session.mlm_head_logits(hidden.reshape(-1, hidden.shape[-1])[batch.flat])
                 losses[name] += float(F.cross_entropy(logits, targets, reduction="sum"))
         yield Progress("measuring held-out sentences", sentences_seen)
+    if distributed.started():  # each rank measured its share of the sentences: their sums, added
+        added = distributed.sum_across(
+            {"error": tally.error, "squares": tally.squares, "active": tally.active, "tokens": tally.tokens, "total": tally.total}
+            | {"fired": fired.double(), "sentences": sentences_seen, **sums, **{f"loss_{name}": value for name, value in losses.items()}}
+        )
+        tally.error, tally.squares, tally.active, tally.tokens, tally.total = (
+            added[name] for name in ("error", "squares", "active", "tokens", "total")
+        )
+        fired, sentences_seen = added["fired"] > 0, added["sentences"]
+        sums = {name: added[name] for name in sums}
+        losses = {name: added[f"loss_{name}"] for name in losses}
     tokens = tally.tokens
     recovered = None
     mlm = None
