@@ -38,6 +38,7 @@ __all__ = [
     "pruning_curve",
     "sae_features",
     "steps",  # an analysis as a stream of progress records (for live displays): steps(patterns, model, ...)
+    "switched",  # SAE features switched off or clamped in every pass of a block: with switched(model, sae=DIR, features=[12]):
     "syntax",
     "task_sentences",
     "train_sae",
