@@ -85,7 +85,7 @@ class FeaturesScreen(Screen[None]):
     FeaturesScreen #sae-path { height: auto; }
     FeaturesScreen #sae-about { height: auto; padding: 0 1; }
     FeaturesScreen #sae-body { height: 1fr; }
-    FeaturesScreen #sae-features { width: 3fr; border: round $accent; }
+    FeaturesScreen #sae-features { width: 3fr; height: 1fr; border: round $accent; }
     FeaturesScreen #sae-side { width: 2fr; border: round $primary; padding: 0 1; }
     FeaturesScreen #sae-switched { height: auto; padding: 0 1; }
     """
@@ -131,16 +131,16 @@ class FeaturesScreen(Screen[None]):
         if not directory:
             self.notify("give the directory of an SAE (bertscope sae train -o DIR)", severity="warning")
             return
-        focus_main(self)
-        self.open(directory)
+        if self.open(directory):
+            focus_main(self)  # else the box keeps the keys, to mend the path
 
-    def open(self, directory: str) -> None:
+    def open(self, directory: str) -> bool:
         """Open the SAE in `directory`; one notification where it is no SAE for this model, and the screen as it was."""
         try:
             opened, notes = self.backend.open_sae(directory)
         except InputError as error:
             self.notify(str(error), title="SAE", severity="error", timeout=10)
-            return
+            return False
         for note in notes:
             self.notify(note, title="SAE", severity="warning", timeout=8)
         if self.features is not None and self.features.directory != opened.directory:
@@ -160,6 +160,7 @@ class FeaturesScreen(Screen[None]):
 
         self.labels.start(read)
         self._draw_switched()
+        return True
 
     def _about(self, reading: str) -> None:
         sae = self.sae
@@ -218,11 +219,13 @@ class FeaturesScreen(Screen[None]):
             options.append(
                 Option(
                     Text.assemble(
-                        f"{labels[token]:<12.12} ",
+                        f"{labels[token]:<10.10} ",
                         (f"#{feature:<5}", "bold"),
                         f" {value:6.2f}  ",
                         (f"{mark:<6}", "bold red" if mark else ""),
                         (feature_name(self.reading, feature), "dim"),
+                        no_wrap=True,
+                        overflow="ellipsis",
                     ),
                     id=f"{token}:{feature}",
                 )
