@@ -204,5 +204,5 @@ class SessionBackend:
     def sae_tokens(self, text: Encoding, features: LiveFeatures, top: int = 5) -> tuple[np.ndarray, np.ndarray]:
         from bertscope.analyses.sae.switch import token_features
 
-        states = self.session.forward(text).hidden_states[features.layer]
+        states = self.session.forward(text, attentions=False, mlm_logits=False).hidden_states[features.layer]
         return token_features(self._sae(features.directory), states, top)
