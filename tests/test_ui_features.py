@@ -57,7 +57,9 @@ def test_a_feature_switched_off_on_the_features_screen_runs_in_every_pass(tmp_pa
         assert screen.rows[:3] == [(0, 0, 3.0), (0, 5, 2.0), (0, 10, 1.0)]
         options = screen.query_one("#sae-features", OptionList)
         table = "\n".join(str(options.get_option_at_index(index).prompt) for index in range(options.option_count))
-        assert "#5       2.00        keys" in table and "upos:NOUN p=0.95" in table  # a label, and an unlabelled feature's top token
+        assert (
+            "#5       2.00        tokens: keys" in table and "upos:NOUN p=0.95" in table
+        )  # a label, and an unlabelled feature's top token
         await pilot.press("down", "enter")  # feature 5's top contexts
         await settle(pilot)
         assert "feature 5" in rendered(screen.query_one("#sae-contexts")) and "[[keys]]" in rendered(screen.query_one("#sae-contexts"))

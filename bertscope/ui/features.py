@@ -47,18 +47,20 @@ from bertscope.ui.widgets.footer import KeyFooter
 
 PER_TOKEN = 3  # features listed per token
 CONTEXTS = 8  # top contexts kept per feature from the sample treebank
+NAMED = 0.5  # a label names a feature where it takes at least this share of its firings; else its top tokens do
 Switch = Callable[[LiveFeatures | None], None]  # what the screen tells the explorer: these features switched (None: none)
 
 
 def feature_name(reading: SAEFeatures | None, feature: int) -> str:
-    """A feature's name from the sample treebank's reading: its best label and precision, else its top tokens."""
+    """A feature's name from the sample treebank's reading: its best label and precision where the label takes most of
+    its firings, else its top tokens there."""
     if reading is None:
         return "…"
     best = reading.best[feature] if reading.best is not None else None
-    if best is not None:
+    if best is not None and best.precision >= NAMED:
         return f"{best.scheme}:{best.label} p={best.precision:.2f}"
     tokens = list(dict.fromkeys(context.token for context in reading.top[feature]))[:3]
-    return " ".join(tokens) if tokens else "never fires there"
+    return "tokens: " + " ".join(tokens) if tokens else "never fires there"
 
 
 def switch_mark(features: LiveFeatures | None, feature: int) -> str:
@@ -213,23 +215,19 @@ class FeaturesScreen(Screen[None]):
         highlighted = table.highlighted
         labels = token_labels(self.encoding.tokens, self.encoding.special)
         table.clear_options()
+        width = max(table.scrollable_content_region.width - 1, 20)  # a row on one line: the prompt is cut, not wrapped
         options = []
         for token, feature, value in self.rows:
             mark = switch_mark(self.features if self._same_sae() else None, feature)
-            options.append(
-                Option(
-                    Text.assemble(
-                        f"{labels[token]:<10.10} ",
-                        (f"#{feature:<5}", "bold"),
-                        f" {value:6.2f}  ",
-                        (f"{mark:<6}", "bold red" if mark else ""),
-                        (feature_name(self.reading, feature), "dim"),
-                        no_wrap=True,
-                        overflow="ellipsis",
-                    ),
-                    id=f"{token}:{feature}",
-                )
+            prompt = Text.assemble(
+                f"{labels[token]:<10.10} ",
+                (f"#{feature:<5}", "bold"),
+                f" {value:6.2f}  ",
+                (f"{mark:<6}", "bold red" if mark else ""),
+                (feature_name(self.reading, feature), "dim"),
             )
+            prompt.truncate(width, overflow="ellipsis")
+            options.append(Option(prompt, id=f"{token}:{feature}"))
         table.add_options(options)
         if options:
             table.highlighted = min(highlighted or 0, len(options) - 1)
