@@ -87,7 +87,7 @@ class FeaturesScreen(Screen[None]):
     FeaturesScreen #sae-path { height: auto; }
     FeaturesScreen #sae-about { height: auto; padding: 0 1; }
     FeaturesScreen #sae-body { height: 1fr; }
-    FeaturesScreen #sae-features { width: 3fr; height: 1fr; border: round $accent; }
+    FeaturesScreen #sae-features { width: 3fr; height: 1fr; border: round $accent; text-wrap: nowrap; text-overflow: ellipsis; }
     FeaturesScreen #sae-side { width: 2fr; border: round $primary; padding: 0 1; }
     FeaturesScreen #sae-switched { height: auto; padding: 0 1; }
     """
@@ -215,7 +215,6 @@ class FeaturesScreen(Screen[None]):
         highlighted = table.highlighted
         labels = token_labels(self.encoding.tokens, self.encoding.special)
         table.clear_options()
-        width = max(table.scrollable_content_region.width - 1, 20)  # a row on one line: the prompt is cut, not wrapped
         options = []
         for token, feature, value in self.rows:
             mark = switch_mark(self.features if self._same_sae() else None, feature)
@@ -226,7 +225,6 @@ class FeaturesScreen(Screen[None]):
                 (f"{mark:<6}", "bold red" if mark else ""),
                 (feature_name(self.reading, feature), "dim"),
             )
-            prompt.truncate(width, overflow="ellipsis")
             options.append(Option(prompt, id=f"{token}:{feature}"))
         table.add_options(options)
         if options:
@@ -252,7 +250,7 @@ class FeaturesScreen(Screen[None]):
     def _draw_switched(self) -> None:
         features = self.features
         line = f"switched in every pass: {features.short()}" if features is not None else "nothing switched"
-        keys = "  ·  o off/on · c clamp · x all back · Enter contexts"
+        keys = "  ·  Enter: a feature's top contexts"
         self.query_one("#sae-switched", Static).update(Text.assemble((line, "bold" if features is not None else "dim"), (keys, "dim")))
 
     # the keys
