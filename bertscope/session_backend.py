@@ -130,8 +130,9 @@ class SessionBackend:
         return steps()
 
     def _live(self, live: Live) -> contextlib.ExitStack[bool | None]:
-        """This thread's passes with the erasure's eraser applied at its layer (analyses.erasure.erasing), then the
-        switched SAE features (analyses.sae.switch.switching)."""
+        """This thread's passes with the erasure's eraser applied at its layer (analyses.erasure.erasing) and the SAE
+        features switched at theirs (analyses.sae.switch.switching). Each hook goes in front of the module's others,
+        so at one hidden state the switch, set last, runs first: on the state the SAE was trained on."""
         edits = live if isinstance(live, LiveEdits) else LiveEdits(erasure=live)
         stack = contextlib.ExitStack()
         if edits.erasure is not None:

@@ -29,8 +29,9 @@ def conditions_note(mask: str, ablation: str, erasure: LiveErasure | LiveEdits |
 @dataclass(frozen=True)
 class LiveEdits:
     """What a backend changes inside every pass by hooks it holds: a property erased (`E`) and SAE features switched
-    (the features screen), applied in that order where both are at one hidden state. The explorer hands this (or a
-    bare `LiveErasure`) to the backend's passes; None of either: the passes as the model runs them."""
+    (the features screen). Where both are at one hidden state, the features are switched first, on the state as the
+    model makes it (the one the SAE was trained on), and the property is erased from the result. The explorer hands
+    this (or a bare `LiveErasure`) to the backend's passes; None of either: the passes as the model runs them."""
 
     erasure: LiveErasure | None = None
     features: LiveFeatures | None = None
