@@ -17,6 +17,7 @@ import dataclasses
 import inspect
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
@@ -193,6 +194,7 @@ class SessionBackend:
     def open_sae(self, directory: str) -> tuple[LiveFeatures, tuple[str, ...]]:
         from bertscope.analyses.sae.features import open_sae
 
+        directory = str(Path(directory).expanduser().resolve())  # one name for one SAE, whatever the working directory
         sae, config, notes = open_sae(self.session, directory)
         self._saes[directory] = sae
         return LiveFeatures(directory, config.layer, config.d_sae), notes

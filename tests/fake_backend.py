@@ -11,6 +11,7 @@ import dataclasses
 import itertools
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -694,6 +695,7 @@ class FakeBackend:
 
         config = read_config(directory)
         check_fits(config, WIDTH, LAYERS, directory=directory)
+        directory = str(Path(directory).expanduser().resolve())
         self.sae_calls.append(directory)
         return LiveFeatures(directory, config.layer, config.d_sae), ()
 

@@ -123,8 +123,8 @@ class Backend(Protocol):
 
     def open_sae(self, directory: str) -> tuple[LiveFeatures, tuple[str, ...]]:
         """Open the SAE in `directory` for this model (an `InputError` where it is none, or of another width): what it
-        is, nothing switched yet (hand it back with features switched in `LiveEdits`), and its notes (trained on
-        another model of the same width)."""
+        is (its directory made absolute), nothing switched yet (hand it back with features switched in `LiveEdits`),
+        and its notes (trained on another model of the same width)."""
         ...
 
     def sae_tokens(self, text: Encoding, features: LiveFeatures, top: int = 5) -> tuple[np.ndarray, np.ndarray]:
