@@ -40,6 +40,7 @@ __all__ = [
     "sae_features",
     "sae_heads",
     "steps",  # an analysis as a stream of progress records (for live displays): steps(patterns, model, ...)
+    "switched",  # SAE features switched off or clamped in every pass of a block: with switched(model, sae=DIR, features=[12]):
     "syntax",
     "task_sentences",
     "train_sae",

@@ -31,6 +31,7 @@ torch is imported when a function runs, not when this module is imported.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -38,7 +39,7 @@ import re
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
@@ -65,7 +66,7 @@ if TYPE_CHECKING:  # the result types; their modules are torch-free, the analyse
     from bertscope.analyses.patching_results import PatchingResult
     from bertscope.analyses.probing.results import ProbeKind, ProbeReport
     from bertscope.analyses.sae.reading_results import SAEDirections, SAEHeads
-    from bertscope.analyses.sae.results import SAEFeatures, SAETraining
+    from bertscope.analyses.sae.results import LiveFeatures, SAEFeatures, SAETraining
     from bertscope.model.deferred import DeferredSession
     from bertscope.model.results import Encoding
     from bertscope.model.session import Session
@@ -1548,3 +1549,29 @@ def sae_directions(
         job=JobOptions(batch_size=batch_size, seed=seed, cache_dir=cache_dir, cancel=cancel),
     )
     return _noted(run, lambda result: (*chosen.notes, *splits.notes, *result.notes))
+
+
+@contextlib.contextmanager
+def switched(model: Session, *, sae: str | Path, features: Mapping[int, float | None] | Iterable[int]) -> Iterator[LiveFeatures]:
+    """Within the block, every pass of `model` in this thread (`model.forward`, and every analysis run in the block)
+    has features of the SAE in directory `sae` switched off or clamped at the hidden state it reads: `features` maps a
+    feature to None (off) or the value it is clamped to; a list of features switches them off.
+
+    The hidden state h becomes the reconstruction with those features changed plus the SAE's error term, which is
+    h + Σ_f (c_f − a_f(h))·W_dec[f] (a_f the TopK activation, c_f 0 or the clamp value): with nothing switched the
+    pass is exactly the model's. It applies at every token, the special ones included. Yields what is switched.
+
+        with bertscope.switched(model, sae="sae3", features=[12, 40]):
+            out = model.forward("The keys to the cabinet are on the table.")
+    """
+    from bertscope.analyses.sae.features import open_sae
+    from bertscope.analyses.sae.results import LiveFeatures
+    from bertscope.analyses.sae.switch import switching
+
+    chosen = dict(features) if isinstance(features, Mapping) else dict.fromkeys(features)
+    module, config, notes = open_sae(model, sae)
+    for line in notes:
+        note(line)
+    live = LiveFeatures(str(sae), config.layer, config.d_sae, tuple(chosen.items()))
+    with switching(model, module, config.layer, live.values):
+        yield live

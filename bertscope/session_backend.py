@@ -17,14 +17,17 @@ import dataclasses
 import inspect
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
 from bertscope import api
 from bertscope.analyses.attention.headstats import FIGURES, head_figures
+from bertscope.analyses.conditions import LiveEdits
 from bertscope.analyses.erasure_results import LiveErasure
 from bertscope.analyses.importance.results import Measurement
+from bertscope.analyses.sae.results import LiveFeatures
 from bertscope.base.progress import Progress, relay
 from bertscope.data.corpus import Sentence
 from bertscope.model.masks import Ablation, HeadMask
@@ -34,8 +37,10 @@ from bertscope.model.session import Session
 if TYPE_CHECKING:
     from bertscope.analyses.erasure import Eraser
     from bertscope.analyses.importance.objectives import Objective
+    from bertscope.analyses.sae.autoencoder import TopKSAE
 
 
+Live = LiveEdits | LiveErasure | None  # what the explorer hands a pass to run with: an erasure, switched SAE features
 Step = TypeVar("Step")
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -50,6 +55,7 @@ class SessionBackend:
         self.num_heads = session.num_heads
         self._objective_cache: tuple[tuple, Objective] | None = None
         self._erasers: dict[tuple[str, int], Eraser] = {}  # fitted by `fit_erasure`, by (task, hidden-state layer)
+        self._saes: dict[str, TopKSAE] = {}  # opened by `open_sae`, by directory
 
     @property
     def info(self) -> ModelInfo:
@@ -69,10 +75,10 @@ class SessionBackend:
         reuse: ForwardResult | None = None,
         norms: bool = False,
         figures: bool = False,
-        erasure: LiveErasure | None = None,
+        erasure: Live = None,
     ) -> ForwardResult:
-        if erasure is not None:  # the reused layers would skip the erasure's hook
-            with self._erasing(erasure):
+        if erasure is not None:  # the reused layers would skip the edits' hooks
+            with self._live(erasure):
                 return self.forward(text, pair, attentions=attentions, mask=mask, ablation=ablation, norms=norms, figures=figures)
         if not figures:
             return self.session.forward(text, pair, attentions=attentions, mask=mask, ablation=ablation, reuse=reuse, norms=norms)
@@ -124,29 +130,42 @@ class SessionBackend:
 
         return steps()
 
-    def _erasing(self, erasure: LiveErasure) -> contextlib.AbstractContextManager[None]:
-        """This thread's passes with the erasure's eraser applied at its layer (analyses.erasure.erasing)."""
-        from bertscope.analyses.erasure import erasing
+    def _live(self, live: Live) -> contextlib.ExitStack[bool | None]:
+        """This thread's passes with the erasure's eraser applied at its layer (analyses.erasure.erasing) and the SAE
+        features switched at theirs (analyses.sae.switch.switching). Each hook goes in front of the module's others,
+        so at one hidden state the switch, set last, runs first: on the state the SAE was trained on."""
+        edits = live if isinstance(live, LiveEdits) else LiveEdits(erasure=live)
+        stack = contextlib.ExitStack()
+        if edits.erasure is not None:
+            from bertscope.analyses.erasure import erasing
 
-        return erasing(self.session, erasure.layer, self._erasers[erasure.task, erasure.layer])
+            erasure = edits.erasure
+            stack.enter_context(erasing(self.session, erasure.layer, self._erasers[erasure.task, erasure.layer]))
+        if edits.features is not None:
+            from bertscope.analyses.sae.switch import switching
 
-    def _erased(self, erasure: LiveErasure | None, steps: Iterator[Progress[Step]]) -> Iterator[Progress[Step]]:
-        """`steps` run with the erasure: the hook is set in the thread that drains them (the explorer's worker)."""
-        if erasure is None:
+            features = edits.features
+            stack.enter_context(switching(self.session, self._sae(features.directory), features.layer, features.values))
+        return stack
+
+    def _erased(self, live: Live, steps: Iterator[Progress[Step]]) -> Iterator[Progress[Step]]:
+        """`steps` run with the erasure and the switched features: the hooks are set in the thread that drains them
+        (the explorer's worker)."""
+        if live is None:
             return steps
 
         def run() -> Iterator[Progress[Step]]:
-            with self._erasing(erasure):
+            with self._live(live):
                 yield from steps
 
         return run()
 
     def steps(
-        self, analysis: Callable[Concatenate[Session, P], R], erasure: LiveErasure | None, /, *args: P.args, **kwargs: P.kwargs
+        self, analysis: Callable[Concatenate[Session, P], R], erasure: Live, /, *args: P.args, **kwargs: P.kwargs
     ) -> Iterator[Progress[R]]:
         options: dict[str, Any] = dict(kwargs)
         if erasure is not None and "cache_dir" in inspect.signature(analysis).parameters:
-            options["cache_dir"] = False  # the feature cache knows masks, not erasures
+            options["cache_dir"] = False  # the feature cache knows masks, not erasures or switched features
         run: Callable[..., R] = analysis
         return self._erased(erasure, api.steps(run, self.session, *args, **options))
 
@@ -163,12 +182,30 @@ class SessionBackend:
             self._objective_cache = (key, prepared)
         return self._objective_cache[1]
 
-    def measure(
-        self, objective: Objective, mask: HeadMask | None = None, ablation: Ablation = "zero", erasure: LiveErasure | None = None
-    ) -> Measurement:
+    def measure(self, objective: Objective, mask: HeadMask | None = None, ablation: Ablation = "zero", erasure: Live = None) -> Measurement:
         if erasure is None:
             return api.measure(objective, mask, ablation)
-        from bertscope.analyses.erasure import measured  # its reference (the `preserve` target) left unerased
+        from bertscope.analyses.erasure import measured_under  # its reference (the `preserve` target) left as it is
 
-        eraser = self._erasers[erasure.task, erasure.layer]
-        return measured(objective, erasure.layer, eraser, mask if mask is not None and len(mask) else None, ablation)
+        return measured_under(objective, lambda: self._live(erasure), mask if mask is not None and len(mask) else None, ablation)
+
+    # sparse autoencoders' features, switched live
+
+    def open_sae(self, directory: str) -> tuple[LiveFeatures, tuple[str, ...]]:
+        from bertscope.analyses.sae.features import open_sae
+
+        directory = str(Path(directory).expanduser().resolve())  # one name for one SAE, whatever the working directory
+        sae, config, notes = open_sae(self.session, directory)
+        self._saes[directory] = sae
+        return LiveFeatures(directory, config.layer, config.d_sae), notes
+
+    def _sae(self, directory: str) -> TopKSAE:
+        if directory not in self._saes:
+            self.open_sae(directory)
+        return self._saes[directory]
+
+    def sae_tokens(self, text: Encoding, features: LiveFeatures, top: int = 5) -> tuple[np.ndarray, np.ndarray]:
+        from bertscope.analyses.sae.switch import token_features
+
+        states = self.session.forward(text, attentions=False, mlm_logits=False).hidden_states[features.layer]
+        return token_features(self._sae(features.directory), states, top)

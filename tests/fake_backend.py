@@ -11,6 +11,7 @@ import dataclasses
 import itertools
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -49,6 +50,8 @@ class FakeBackend:
         self.erased: list[
             tuple[str, object]
         ] = []  # (what ran: forward, mixing, attribute, probe, patterns, syntax, geometry; its erasure) of each erased run
+        self.switched: list[tuple[str, object]] = []  # (what ran; its LiveFeatures) of each run with SAE features switched
+        self.sae_calls: list[str] = []  # the directory of each SAE opened
 
     @property
     def info(self) -> ModelInfo:
@@ -110,7 +113,7 @@ class FakeBackend:
         for layer, _ in mask.off:
             hidden[layer + 1 :] += 0.3 * rng.normal(size=(length, WIDTH))
         if erasure is not None:
-            self.erased.append(("forward", erasure))
+            self._record("forward", erasure)
             hidden[erasure.layer :] += 0.2 * rng.normal(size=(length, WIDTH))
         return ForwardResult(
             encoding=encoding,
@@ -146,6 +149,16 @@ class FakeBackend:
 
     # the API's analyses, by the API's names and keywords (`steps` runs them as the UI asks)
 
+    def _record(self, what, live):
+        """Keep what a run ran with: its erasure (`erased`) and its switched SAE features (`switched`)."""
+        from bertscope.analyses.conditions import LiveEdits
+
+        edits = live if isinstance(live, LiveEdits) else LiveEdits(erasure=live)
+        if edits.erasure is not None:
+            self.erased.append((what, edits.erasure))
+        if edits.features is not None:
+            self.switched.append((what, edits.features))
+
     def steps(self, analysis, erasure, /, *args, **kwargs):
         """The fake's answer to `analysis` (`api.patterns`, ...), with the API's arguments; as `api.steps` does, the last
         step carries the result's notes (what reading its corpus skipped)."""
@@ -162,7 +175,7 @@ class FakeBackend:
         mask = mask or HeadMask.none(LAYERS, HEADS)
         self.mixing_calls.append((method, mask.spec()))
         if erasure is not None:
-            self.erased.append(("mixing", erasure))
+            self._record("mixing", erasure)
         weights, weighted_norms = self._maps(text, mask, ablation, erasure)
         for layer in range(LAYERS):
             if cancel is not None and cancel.is_set():
@@ -194,7 +207,7 @@ class FakeBackend:
         analysis gives); a batch of 2 per step; norm shares 0.05 × (i + 1). The corpus is chosen as the API chooses it."""
         chosen = api.corpus(texts, data=data)
         if erasure is not None:
-            self.erased.append(("patterns", erasure))
+            self._record("patterns", erasure)
         done = 0
         shares = np.zeros((LAYERS, HEADS, len(PATTERNS)))
         for layer in range(LAYERS):
@@ -244,7 +257,7 @@ class FakeBackend:
         done = 0
         self.syntax_calls.append(mask.spec() if mask is not None else "")
         if erasure is not None:
-            self.erased.append(("syntax", erasure))
+            self._record("syntax", erasure)
 
         def result_after(count: int, notes=()) -> SyntaxResult:
             correct = np.zeros((3, 2, LAYERS, HEADS), dtype=np.int64)
@@ -292,7 +305,7 @@ class FakeBackend:
         self.probe_calls.append((task, list(chosen.train)))
         penalty = 0.05 * len(mask) if mask is not None else 0.0
         if erasure is not None:
-            self.erased.append(("probe", erasure))
+            self._record("probe", erasure)
             penalty += 0.1  # the property erased: every layer's probe loses 0.1
         for done in (1, 2):
             if cancel is not None and cancel.is_set():
@@ -347,7 +360,7 @@ class FakeBackend:
         mask = mask or HeadMask.none(LAYERS, HEADS)
         self.attributions.append((encoding.text, method, "probe" if probe else "mlm", probe, mask.spec()))
         if erasure is not None:
-            self.erased.append(("attribute", erasure))
+            self._record("attribute", erasure)
         if probe:
             described = {
                 "kind": "probe",
@@ -461,7 +474,7 @@ class FakeBackend:
         masked = len(mask) if mask is not None else 0
         self.release.wait(timeout=10)
         if erasure is not None:
-            self.erased.append(("objective", erasure))
+            self._record("objective", erasure)
         erased = 0.2 if erasure is not None else 0.0
         return Measurement(loss=0.1 * masked + erased, metric=1.0 - 0.05 * masked - erased)
 
@@ -497,7 +510,7 @@ class FakeBackend:
         from bertscope.analyses.geometry.results import GeometryResult
 
         if erasure is not None:
-            self.erased.append(("geometry", erasure))
+            self._record("geometry", erasure)
         chosen = api.corpus(texts, data=data)
         sentences = list(chosen.sentences)
 
@@ -671,6 +684,55 @@ class FakeBackend:
         return [
             MaskPrediction(position=p, tokens=("paris", "lyon", "rome"), probabilities=(0.6 - shift, 0.2, 0.1 + shift)) for p in positions
         ]
+
+    # a sparse autoencoder's features: the real cfg.json read torch-free, fixed features per token
+
+    def open_sae(self, directory):
+        """The SAE in `directory` as `read_config` and `check_fits` judge it (a test writes a cfg.json and an empty
+        weights file), on this fake's width and layers."""
+        from bertscope.analyses.sae.files import check_fits, read_config
+        from bertscope.analyses.sae.results import LiveFeatures
+
+        config = read_config(directory)
+        check_fits(config, WIDTH, LAYERS, directory=directory)
+        directory = str(Path(directory).expanduser().resolve())
+        self.sae_calls.append(directory)
+        return LiveFeatures(directory, config.layer, config.d_sae), ()
+
+    def sae_tokens(self, text, features, top=5):
+        """Token t's features are (3t + 5j) mod d_sae, j = 0..top-1, with activations top − j."""
+        tokens = np.arange(len(text.tokens))[:, None]
+        ranks = np.arange(top)[None, :]
+        return (3 * tokens + 5 * ranks) % features.d_sae, np.broadcast_to(float(top) - ranks, (len(text.tokens), top)).astype(np.float32)
+
+    def sae_features(self, texts=None, *, sae, data=None, format="auto", limit=None, top=10, cancel=None):
+        """Every feature fires on one context of the sample treebank; even features are labelled NOUN (precision 0.95)."""
+        from bertscope.analyses.sae.files import read_config
+        from bertscope.analyses.sae.results import FeatureContext, LabelMatch, SAEFeatures
+
+        d_sae = read_config(sae).d_sae
+        tokens = ("[CLS]", "the", "keys", "open", "doors", "[SEP]")
+        best = tuple(LabelMatch("upos", "NOUN", 0.95, 0.4, 0.2) if f % 2 == 0 else None for f in range(d_sae))
+        result = SAEFeatures(
+            directory=str(sae),
+            model="fake-bert",
+            layer=read_config(sae).layer,
+            d_sae=d_sae,
+            k=2,
+            sentences=1,
+            tokens=len(tokens),
+            fvu=0.2,
+            l0=2.0,
+            dead_share=0.0,
+            density=np.full(d_sae, 0.1),
+            top=tuple((FeatureContext(1.5, 0, 1 + f % 4, tokens),) for f in range(d_sae)),
+            bin_edges=np.geomspace(1e-3, 1e3, 31),
+            histogram=np.zeros((d_sae, 30), dtype=np.int64),
+            labels=tuple({"upos": match} if match is not None else {} for match in best),
+            best=best,
+            pure=d_sae // 2,
+        )
+        yield Progress("reading features", 1, 1, result=result)
 
 
 def pattern(kind: int, length: int) -> np.ndarray:

@@ -1,6 +1,6 @@
 """The two values an analysis runs with, each passed whole: what its passes run under, and how its job runs.
 
-`Conditions` (the head mask, its ablation and an erased property) changes the numbers: equal conditions, the same
+`Conditions` (the head mask, its ablation, an erased property and switched SAE features) changes the numbers: equal conditions, the same
 passes. `JobOptions` (batch size, seed, cache, cancel) says how a corpus job goes about it. The public API builds
 both once from its flat keywords (`mask=`, `ablation=`, `batch_size=`, `seed=`, `cache_dir=`, `cancel=`), and the
 core and its helpers take them as they are, so that a new condition or option is one edit here and at that edge,
@@ -15,25 +15,56 @@ from pathlib import Path
 from typing import Literal
 
 from bertscope.analyses.erasure_results import LiveErasure
+from bertscope.analyses.sae.results import LiveFeatures
 from bertscope.model.masks import Ablation, HeadMask
 
 CacheDir = str | Path | Literal[False] | None  # where features and probes are cached; None: the default; False: no cache
 
 
-def conditions_note(mask: str, ablation: str, erasure: LiveErasure | None = None) -> str:
-    """What a run's passes were changed by, as its lines end: " · mask 0:3 (zero) · upos erased @4", or ""."""
+def conditions_note(mask: str, ablation: str, erasure: LiveErasure | LiveEdits | None = None) -> str:
+    """What a run's passes were changed by, as its lines end: " · mask 0:3 (zero) · upos erased @4 · sae@3 off 12", or ""."""
     return (f" · mask {mask} ({ablation})" if mask else "") + (f" · {erasure.short()}" if erasure is not None else "")
 
 
 @dataclass(frozen=True)
+class LiveEdits:
+    """What a backend changes inside every pass by hooks it holds: a property erased (`E`) and SAE features switched
+    (the features screen). Where both are at one hidden state, the features are switched first, on the state as the
+    model makes it (the one the SAE was trained on), and the property is erased from the result. The explorer hands
+    this (or a bare `LiveErasure`) to the backend's passes; None of either: the passes as the model runs them."""
+
+    erasure: LiveErasure | None = None
+    features: LiveFeatures | None = None
+
+    @property
+    def layer(self) -> int:
+        """The lowest hidden state edited: the layers from there up see the change."""
+        return min(edit.layer for edit in (self.erasure, self.features) if edit is not None)
+
+    def short(self) -> str:
+        return " · ".join(edit.short() for edit in (self.erasure, self.features) if edit is not None)
+
+    def describe(self) -> str:
+        return "; ".join(edit.describe() for edit in (self.erasure, self.features) if edit is not None)
+
+
+def live_edits(erasure: LiveErasure | None, features: LiveFeatures | None) -> LiveEdits | None:
+    """Both as one value for a backend's passes, or None where neither changes anything."""
+    return LiveEdits(erasure, features) if erasure is not None or features is not None else None
+
+
+@dataclass(frozen=True)
 class Conditions:
-    """What a run's passes happen under: the heads switched off (`mask`), how (`ablation`), and a property erased
-    live (`erasure`: the explorer's `E`; the backend that fitted its eraser applies it). Equal values: the same passes.
+    """What a run's passes happen under: the heads switched off (`mask`), how (`ablation`), a property erased live
+    (`erasure`: the explorer's `E`; the backend that fitted its eraser applies it) and SAE features switched off or
+    clamped (`features`: the explorer's features screen; the backend that opened the SAE applies it). Equal values:
+    the same passes.
     """
 
     mask: HeadMask
     ablation: Ablation = "zero"
     erasure: LiveErasure | None = None
+    features: LiveFeatures | None = None
 
     @classmethod
     def none(cls, num_layers: int, num_heads: int) -> Conditions:
@@ -48,10 +79,15 @@ class Conditions:
     @property
     def changed(self) -> bool:
         """Whether the passes differ from the model as it is."""
-        return bool(len(self.mask)) or self.erasure is not None
+        return bool(len(self.mask)) or self.live is not None
+
+    @property
+    def live(self) -> LiveEdits | None:
+        """The erasure and the switched features, what a backend applies by hooks in every pass (None: neither)."""
+        return live_edits(self.erasure, self.features)
 
     def note(self) -> str:
-        return conditions_note(self.mask.spec(), self.ablation, self.erasure)
+        return conditions_note(self.mask.spec(), self.ablation, self.live)
 
 
 @dataclass(frozen=True)

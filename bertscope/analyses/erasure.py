@@ -25,7 +25,7 @@ import contextlib
 import math
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -149,13 +149,21 @@ def measured(objective: Objective, layer: int, eraser: Eraser | None, mask: Any 
     """The objective's loss (mean over sentences) and metric with `eraser` applied at hidden state `layer` (None: as
     it is), under the head `mask`. What the objective compares against (the `preserve` objective's output of the
     model as it is) is computed without the erasure."""
+    return measured_under(objective, lambda: erasing(objective.session, layer, eraser), mask, ablation)
+
+
+def measured_under(
+    objective: Objective, edits: Callable[[], contextlib.AbstractContextManager[Any]], mask: Any = None, ablation: Ablation = "zero"
+) -> Measurement:
+    """The objective's loss and metric with the passes edited inside `edits()` (an erasure, switched SAE features), under
+    the head `mask`; what the objective compares against is computed outside them, on the model as it is."""
     session = objective.session
     gates = session.gate_tensor(mask)
     loss = metric_sum = metric_count = 0.0
     with torch.inference_mode():
         for batch in objective.batches:
-            reference = objective.reference(batch)  # outside the erasure
-            with erasing(session, layer, eraser):
+            reference = objective.reference(batch)  # outside the edits
+            with edits():
                 scores = objective.scores(reference, gates, ablation)
             loss += float(scores.loss.sum())
             metric_sum += float(scores.metric_sum.sum())

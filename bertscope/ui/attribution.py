@@ -17,7 +17,7 @@ from textual.widgets import Static
 
 from bertscope import api
 from bertscope.analyses.attribution_results import METHODS, Attribution, Target
-from bertscope.analyses.erasure_results import LiveErasure
+from bertscope.analyses.conditions import LiveEdits
 from bertscope.base.progress import Progress
 from bertscope.data.probing_tasks import TASKS
 from bertscope.model.masks import Ablation, HeadMask
@@ -64,7 +64,7 @@ class AttributionRow(Static):
         self.result: Attribution | None = None
         self.job = JobRun(self, self.explained, name="attribution", on_failed=self.failed, title="attribution")
         # (backend, encoding, mask, ablation, erasure) of the newest analysis
-        self._last: tuple[Backend, Encoding, HeadMask, Ablation, LiveErasure | None] | None = None
+        self._last: tuple[Backend, Encoding, HeadMask, Ablation, LiveEdits | None] | None = None
 
     @property
     def target(self) -> Target:
@@ -95,9 +95,7 @@ class AttributionRow(Static):
     def describe_target(self) -> str:
         return target_name(self.target)
 
-    def analysed(
-        self, backend: Backend, encoding: Encoding, mask: HeadMask, ablation: Ablation, erasure: LiveErasure | None = None
-    ) -> None:
+    def analysed(self, backend: Backend, encoding: Encoding, mask: HeadMask, ablation: Ablation, erasure: LiveEdits | None = None) -> None:
         """A new sentence, mask or erasure is on screen: explain it again if attribution is on."""
         self._last = (backend, encoding, mask, ablation, erasure)
         if self.result is not None and self.result.tokens != encoding.tokens:

@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Concatenate, ParamSpec, Protocol, TypeVar
 
 import numpy as np
 
+from bertscope.analyses.conditions import LiveEdits
 from bertscope.analyses.erasure_results import LiveErasure
 from bertscope.analyses.importance.results import Measurement
+from bertscope.analyses.sae.results import LiveFeatures
 from bertscope.base.progress import Progress
 from bertscope.model.masks import Ablation, HeadMask
 from bertscope.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from bertscope.data.corpus import Sentence
     from bertscope.model.session import Session
 
+Live = LiveEdits | LiveErasure | None  # what a pass runs with by the backend's hooks: an erasure, switched SAE features
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -59,10 +62,11 @@ class Backend(Protocol):
         reuse: ForwardResult | None = None,
         norms: bool = False,
         figures: bool = False,
-        erasure: LiveErasure | None = None,
+        erasure: Live = None,
     ) -> ForwardResult:
         """`reuse`: the unmasked result of the same encoding, whose layers below the first masked one are kept.
-        `erasure`: a property fitted by `fit_erasure`, erased inside the pass (then `reuse` is not used).
+        `erasure`: a property fitted by `fit_erasure` erased inside the pass, and (`LiveEdits`) SAE features opened by
+        `open_sae` switched off or clamped there (then `reuse` is not used).
         `norms`: also the value-weighted norms ‖α f(x)‖ `[L, H, T, T]` (Kobayashi et al. 2020), from the same pass.
         `figures`: the result's `figures` holds each head's figures `[L, H]` (analyses.attention.headstats), reduced
         layer by layer, so they come without `attentions` too (with `reuse`, which must then carry its own)."""
@@ -87,12 +91,13 @@ class Backend(Protocol):
     # the API's analyses
 
     def steps(
-        self, analysis: Callable[Concatenate[Session, P], R], erasure: LiveErasure | None, /, *args: P.args, **kwargs: P.kwargs
+        self, analysis: Callable[Concatenate[Session, P], R], erasure: Live, /, *args: P.args, **kwargs: P.kwargs
     ) -> Iterator[Progress[R]]:
         """`api.steps(analysis, model, *args, **kwargs)`: the stream of one of the API's analyses (`api.patterns`,
         `api.probe`, ...) on this model, with the API's own arguments, a `Corpus` whole; the last step's `notes` are the
-        result's (what reading the corpus skipped among them). `erasure`: a property fitted by `fit_erasure`, erased in
-        every pass of the run (set in the thread that drains the steps; an analysis that caches features keeps none)."""
+        result's (what reading the corpus skipped among them). `erasure`: a property fitted by `fit_erasure` erased, and
+        switched SAE features, in every pass of the run (set in the thread that drains the steps; an analysis that
+        caches features keeps none)."""
         ...
 
     def fit_erasure(
@@ -109,9 +114,20 @@ class Backend(Protocol):
         costly part), to hand to `api.importance` and `api.pruning_curve` and to `measure`."""
         ...
 
-    def measure(
-        self, objective: Objective, mask: HeadMask | None = None, ablation: Ablation = "zero", erasure: LiveErasure | None = None
-    ) -> Measurement:
+    def measure(self, objective: Objective, mask: HeadMask | None = None, ablation: Ablation = "zero", erasure: Live = None) -> Measurement:
         """`api.measure`: the objective under `mask` and `erasure` (what it compares with, the model as it is); quick to
         repeat (the explorer's toggles)."""
+        ...
+
+    # a sparse autoencoder's features, read on the sentence and switched live (ui.features)
+
+    def open_sae(self, directory: str) -> tuple[LiveFeatures, tuple[str, ...]]:
+        """Open the SAE in `directory` for this model (an `InputError` where it is none, or of another width): what it
+        is (its directory made absolute), nothing switched yet (hand it back with features switched in `LiveEdits`),
+        and its notes (trained on another model of the same width)."""
+        ...
+
+    def sae_tokens(self, text: Encoding, features: LiveFeatures, top: int = 5) -> tuple[np.ndarray, np.ndarray]:
+        """Each token's `top` most active features of the SAE `features` names, on the model as it is (no mask,
+        nothing switched): `[T, top]` feature numbers and activations, strongest first."""
         ...

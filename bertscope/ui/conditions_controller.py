@@ -1,9 +1,11 @@
 """What the main view's passes run under, and every way the person changes it.
 
-The head mask (the grid's toggles, `x`, `P`, the pruning curve's Enter), its ablation (`a`) and a property erased in
-every pass (`E`, fitted in a worker; ui.erasure) are held here and saved with the session; `current()` is them as one
-`Conditions` value (ui.conditions), which the other screens and panels take. Head importance is the model's objective
-under those conditions (the objective pane, ui.importance): it shades the grid (`i`) and chooses what `P` prunes.
+The head mask (the grid's toggles, `x`, `P`, the pruning curve's Enter), its ablation (`a`), a property erased in
+every pass (`E`, fitted in a worker; ui.erasure) and SAE features switched off or clamped in every pass (`F`, the
+features screen; ui.features) are held here and saved with the session; `current()` is them as one `Conditions` value
+(ui.conditions), which the other screens and panels take, and `live` the two the backend applies by hooks. Head
+importance is the model's objective under those conditions (the objective pane, ui.importance): it shades the grid
+(`i`) and chooses what `P` prunes.
 Every change calls the screen back (`follow`), which runs the sentence, the objective pane and the syntax figure again
 under the new conditions; the grid's figure (`i`) and the status line it leaves to the screen to draw (`show_figure`,
 `show_status`).
@@ -16,9 +18,11 @@ from typing import cast
 
 from textual.screen import Screen
 
-from bertscope.analyses.conditions import Conditions
+from bertscope.analyses.conditions import Conditions, LiveEdits, live_edits
 from bertscope.analyses.erasure_results import LiveErasure
 from bertscope.analyses.importance.results import HeadImportance
+from bertscope.analyses.sae.results import LiveFeatures
+from bertscope.base.errors import InputError
 from bertscope.base.progress import Progress
 from bertscope.model.masks import HeadMask
 from bertscope.ui.backend import Backend
@@ -26,13 +30,13 @@ from bertscope.ui.erasure import EraseScreen, training_sentences
 from bertscope.ui.explorer import Explorer
 from bertscope.ui.importance import IMPORTANCE_FIGURE, ObjectivePanel, PruneToScreen
 from bertscope.ui.job_run import JobRun
-from bertscope.ui.state import erasure_spec, saved_erasure
+from bertscope.ui.state import erasure_spec, features_spec, saved_erasure
 from bertscope.ui.widgets.head_grid import HeadGrid
 from bertscope.ui.widgets.panels import StatusLine
 
 
 class ConditionsController:
-    """The main screen's mask, ablation and erasure, and head importance under them."""
+    """The main screen's mask, ablation, erasure and switched SAE features, and head importance under them."""
 
     def __init__(
         self, screen: Screen, *, follow: Callable[[], None], show_figure: Callable[[], None], show_status: Callable[[], None]
@@ -43,6 +47,7 @@ class ConditionsController:
         self._follow, self._show_figure, self._show_status = follow, show_figure, show_status
         self.mask: HeadMask | None = None  # None until the model has loaded
         self.erasure: LiveErasure | None = None  # a property erased in every pass (`E`)
+        self.features: LiveFeatures | None = None  # SAE features switched off or clamped in every pass (`F`)
         self.erasure_fitting = JobRun(screen, self._erasure_step, name="erasure", on_failed=self._erasure_failed, title="erasure")
         self._figure_before_importance = "entropy"  # the grid's figure to go back to from the importance overlay (`i`)
 
@@ -53,7 +58,12 @@ class ConditionsController:
     def current(self) -> Conditions:
         """What every pass runs under now (the model is loaded, so there is a mask)."""
         assert self.mask is not None  # asked for once the model is loaded
-        return Conditions(self.mask, self.explorer.state.ablation, self.erasure)
+        return Conditions(self.mask, self.explorer.state.ablation, self.erasure, self.features)
+
+    @property
+    def live(self) -> LiveEdits | None:
+        """The erasure and the switched features, as the backend's passes take them (None: neither)."""
+        return live_edits(self.erasure, self.features)
 
     def loaded(self) -> tuple[Backend, Conditions] | None:
         """The model and the conditions once the model has loaded; if not, say so."""
@@ -66,8 +76,39 @@ class ConditionsController:
     # the session's conditions, once the model is there
 
     def take_mask(self, backend: Backend) -> None:
-        """The session's mask, on the loaded model's heads (the state is fitted to the model first)."""
+        """The session's mask, on the loaded model's heads (the state is fitted to the model first), and its switched
+        SAE features, before the first pass runs."""
         self.mask = HeadMask.parse(self.explorer.state.mask, backend.num_layers, backend.num_heads)
+        self._restore_features(backend)
+
+    def _restore_features(self, backend: Backend) -> None:
+        """The last session's switched SAE features, on their SAE opened again; where it cannot be (moved, another
+        model), a notification, and nothing is switched (the rest of the session stays)."""
+        state = self.explorer.state
+        if not state.switched:
+            return
+        try:
+            opened, notes = backend.open_sae(state.sae)
+            features = LiveFeatures(opened.directory, opened.layer, opened.d_sae, LiveFeatures.parse_spec(state.switched))
+        except InputError as error:
+            self._screen.notify(f"the session's SAE features are not switched: {error}", severity="warning", timeout=10)
+            self.explorer.state = state.with_(switched="")
+            return
+        for note in notes:
+            self._screen.notify(note, severity="warning", timeout=8)
+        self._screen.notify(f"{features.describe()}, as the session left it: F opens the features screen", timeout=6)
+        self.features = features
+
+    def set_features(self, features: LiveFeatures | None) -> None:
+        """From now on every pass runs with `features` switched (None, or nothing switched: as the model is); the
+        session remembers them."""
+        features = features if features is not None and features.switched else None
+        if features == self.features:
+            return
+        self.features = features
+        self.explorer.state = self.explorer.state.with_(**features_spec(features))
+        self._show_status()
+        self._follow()
 
     def restore_erasure(self, backend: Backend) -> None:
         """The last session's erasure: fitted again, as `E` fits it."""

@@ -20,8 +20,7 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Static
 
-from bertscope.analyses.conditions import Conditions
-from bertscope.analyses.erasure_results import LiveErasure
+from bertscope.analyses.conditions import Conditions, LiveEdits
 from bertscope.api import Corpus, built_in_treebank, corpus
 from bertscope.base.progress import Progress
 from bertscope.data.corpus import sample_corpus
@@ -191,8 +190,9 @@ class CorpusRunScreen(RunScreen[R, tuple[int, int] | None]):
             self.call_after_refresh(self.draw)
         return kept
 
-    def result_conditions(self) -> tuple[str, str, LiveErasure | None]:
-        """What the passes of the result shown ran under, as (mask spec, ablation, erased property): the kept run's, or
+    def result_conditions(self) -> tuple[str, str, LiveEdits | None]:
+        """What the passes of the result shown ran under, as (mask spec, ablation, erased property and switched SAE
+        features): the kept run's, or
         the one under way's; ("", "", None) for the model as it is."""
         kept = self.kept.runs.get(self.name_kept)
         if kept is not None and kept.result is self.result:
@@ -200,10 +200,10 @@ class CorpusRunScreen(RunScreen[R, tuple[int, int] | None]):
         conditions = self._run_on[1]
         if conditions is None:
             return "", "", None
-        return conditions.mask.spec(), conditions.ablation, conditions.erasure
+        return conditions.mask.spec(), conditions.ablation, conditions.live
 
-    def result_erasure(self) -> LiveErasure | None:
-        """The property erased in the passes of the result shown."""
+    def result_erasure(self) -> LiveEdits | None:
+        """The property erased and the SAE features switched in the passes of the result shown."""
         return self.result_conditions()[2]
 
     def run_on_corpus(

@@ -125,7 +125,7 @@ class GeometryScreen(CorpusRunScreen[GeometryResult]):
 
         def analyse(chosen: Corpus, cancel: Event) -> Iterable[Progress[GeometryResult]]:
             return self.backend.steps(
-                api.geometry, under.erasure, chosen, max_rows=None, mask=under.masked, ablation=under.ablation, cancel=cancel
+                api.geometry, under.live, chosen, max_rows=None, mask=under.masked, ablation=under.ablation, cancel=cancel
             )
 
         describe = f"reading {path}…" if path else f"generating a treebank of {TREEBANK_SENTENCES:,} sentences…"

@@ -209,17 +209,18 @@ class HeatmapPane(AttentionView):
         elif len(analysis.current.mask):
             parts.append(f"{len(analysis.current.mask)} off")
         if analysis.erasure is not None and state.layer >= analysis.erasure.layer:
-            parts.append("erased")
+            parts.append("erased" if analysis.erasure.features is None else "edited")
         if reach_note(window, len(analysis.current.tokens)):
             parts.append(f"local ±{window}")
         return " · ".join(parts)
 
     def _mask_note(self, analysis: Analysis) -> str:
-        """What the shown map is under: heads off (the ablation is in the status line), and a property erased below it."""
+        """What the shown map is under: heads off (the ablation is in the status line), and a property erased or SAE
+        features switched below it."""
         mask, erasure = analysis.current.mask, analysis.erasure
         note = f" · {len(mask)} off" if len(mask) else ""
         if erasure is not None and self.explorer.state.layer >= erasure.layer:  # layer l reads hidden state l
-            note += f" · {erasure.task} erased"
+            note += f" · {erasure.short()}"
         return note
 
     # the pane's keys, which the main screen binds (they act wherever the focus is)

@@ -126,7 +126,7 @@ class ObjectivePanel(Static):
             return
         backend, objective, sample = self.backend, self.importance.objective, self.sample
         assert backend is not None  # importance is known, so the model is loaded
-        mask, ablation, erasure = conditions.mask, conditions.ablation, conditions.erasure
+        mask, ablation, erasure = conditions.mask, conditions.ablation, conditions.live
 
         def measure(cancel: Event) -> Iterator[Progress[Measurement]]:
             yield Progress("measured", 1, 1, backend.measure(backend.objective(objective, sample), mask, ablation, erasure))
@@ -171,9 +171,10 @@ class ObjectivePanel(Static):
         else:
             baseline, current = self.baseline, None if pending else self.current
             changed = conditions is not None and conditions.changed
-            erasure = conditions.erasure if conditions is not None else None
+            erasure = conditions.live if conditions is not None else None
             masked = conditions is not None and conditions.masked is not None
-            plain, label = ("no mask", "this mask") if erasure is None else ("as it is", "mask+erased" if masked else "erased")
+            edited = "erased" if erasure is None or erasure.features is None else "edited"
+            plain, label = ("no mask", "this mask") if erasure is None else ("as it is", f"mask+{edited}" if masked else edited)
             width = max(len(plain), len(label))
             lines.append(Text(f"{plain:<{width}} {baseline.metric:.4f}  loss {baseline.loss:.4g}"))
             if current is not None and changed:

@@ -11,15 +11,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bertscope.analyses.conditions import Conditions, conditions_note
+from bertscope.analyses.conditions import Conditions, LiveEdits, conditions_note
 from bertscope.analyses.erasure_results import LiveErasure
 from bertscope.analyses.probing.results import ProbeReport
 from bertscope.model.masks import Ablation, HeadMask
 
 
-def erasure_json(erasure: LiveErasure | None) -> dict[str, Any]:
-    """What an export adds of the property erased in its passes: `{"erased": {task, layer, rank, sentences}}`, or nothing."""
-    return {"erased": asdict(erasure)} if erasure is not None else {}
+def erasure_json(live: LiveErasure | LiveEdits | None) -> dict[str, Any]:
+    """What an export adds of the property erased in its passes, `{"erased": {task, layer, rank, sentences}}`, and of
+    the SAE features switched there, `{"switched": {directory, layer, d_sae, switched: [[feature, null | value]]}}`."""
+    edits = live if isinstance(live, LiveEdits) else LiveEdits(erasure=live)
+    return ({"erased": asdict(edits.erasure)} if edits.erasure is not None else {}) | (
+        {"switched": asdict(edits.features)} if edits.features is not None else {}
+    )
 
 
 @dataclass(frozen=True)
@@ -31,14 +35,14 @@ class KeptRun:
     ablation: str
     result: object
     view: dict = field(default_factory=dict)  # how the screen showed it (layer, label, ...)
-    erasure: LiveErasure | None = None  # the property erased in its passes (`E`), if any
+    erasure: LiveEdits | None = None  # the property erased (`E`) and the SAE features switched (`F`) in its passes, if any
 
     @classmethod
     def of(cls, data: str, conditions: Conditions | None, result: object, view: dict | None = None) -> KeptRun:
         """A run on `data` under the explorer's `conditions` (None: a run no mask changes)."""
         if conditions is None:
             return cls(data, "", "", result, view or {})
-        return cls(data, conditions.mask.spec(), conditions.ablation, result, view or {}, conditions.erasure)
+        return cls(data, conditions.mask.spec(), conditions.ablation, result, view or {}, conditions.live)
 
     def mask_note(self) -> str:
         return conditions_note(self.mask, self.ablation, self.erasure)
@@ -52,7 +56,7 @@ class ProbeRun:
     data: str  # the file ("" for the built-in sentences)
     mask: HeadMask | None = None
     ablation: Ablation = "zero"
-    erasure: LiveErasure | None = None
+    erasure: LiveEdits | None = None
 
 
 @dataclass

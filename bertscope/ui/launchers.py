@@ -14,12 +14,14 @@ from textual.app import SystemCommand
 from textual.screen import Screen
 
 from bertscope.analyses.importance.results import HeadImportance
+from bertscope.base.errors import InputError
 from bertscope.model.labels import token_labels
 from bertscope.render.heatmap import beyond_reach, reach_note
 from bertscope.ui.comparison import ComparisonScreen
 from bertscope.ui.conditions_controller import ConditionsController
 from bertscope.ui.explorer import Explorer
 from bertscope.ui.export import export_view, save_in_worker
+from bertscope.ui.features import FeaturesScreen
 from bertscope.ui.geometry import GeometryScreen
 from bertscope.ui.heatmap_pane import CUMULATIVE, HeatmapPane
 from bertscope.ui.importance import ObjectivePanel, PruningCurveScreen
@@ -59,6 +61,7 @@ PALETTE = (
     ("Geometry", "PCA scatter per layer, CKA layer × layer, intrinsic dimension over a corpus", "geometry"),
     ("Compare models", "Attention cosine per head and CKA per layer against a model B", "compare"),
     ("Erase a property", "LEACE-erase a task's property from a hidden state of every pass (amnesic probing), or stop", "erase"),
+    ("SAE features", "A sparse autoencoder's features on the sentence; switch them off or clamp them in every pass", "features"),
     ("Cancel", "Cancel the computation in progress", "cancel"),
 )
 
@@ -126,6 +129,20 @@ class Launchers:
         explorer, state = self.explorer, self.explorer.state
         screen = PatchingScreen(backend, state.text, state.pair or None, explorer.colormap(), explorer.glyphs, self._place(), explorer.kept)
         self._screen.app.push_screen(screen, self._open_head)
+
+    def features(self) -> None:
+        """`F`: an SAE's features on the sentence, switched off or clamped in every pass (the conditions keep them)."""
+        if (loaded := self._conditions.loaded()) is None:
+            return
+        backend, conditions = loaded
+        state = self.explorer.state
+        try:
+            encoding = backend.encode(state.text, state.pair or None)
+        except InputError as error:
+            self._screen.notify(str(error), severity="warning")
+            return
+        directory = conditions.features.directory if conditions.features is not None else state.sae
+        self._screen.app.push_screen(FeaturesScreen(backend, encoding, directory, conditions.features, self._conditions.set_features))
 
     def pruning_curve(self) -> None:
         """`C`: the objective as ever more of the least important heads are removed; Enter there masks the prunable set."""

@@ -30,7 +30,7 @@ from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
 from bertscope.analyses.attention.headstats import FIGURES, figure_range
-from bertscope.analyses.erasure_results import LiveErasure
+from bertscope.analyses.conditions import LiveEdits
 from bertscope.analyses.mixing.results import METHOD_NAMES as MIXING_NAMES
 from bertscope.base.progress import Progress
 from bertscope.base.theming import DEFAULT_THEME
@@ -75,7 +75,7 @@ class AnalysisJob:
     ablation: Ablation
     plain: ForwardResult | None  # the unmasked result to reuse, when only the mask changed
     layer: int  # the layer shown: a long input's maps are computed for it alone
-    erasure: LiveErasure | None = None  # a property erased inside the pass (`E`)
+    erasure: LiveEdits | None = None  # a property erased (`E`) and SAE features switched (`F`) inside the pass
 
 
 def analysis_steps(job: AnalysisJob, cancel: threading.Event) -> Iterator[Progress[Analysis]]:
@@ -153,6 +153,7 @@ class MainScreen(Screen[None]):
         Binding("c", "compare", "compare models", show=False),
         Binding("X", "patching", "patching", show=False),
         Binding("E", "erase", "erase property", show=False),
+        Binding("F", "features", "SAE features", show=False),
         Binding("escape", "cancel", "cancel", show=False),
     ]
 
@@ -259,7 +260,7 @@ class MainScreen(Screen[None]):
             ablation=self.state.ablation,
             plain=self.analysis.plain if reuse_plain and self.analysis is not None else None,
             layer=self.state.layer,
-            erasure=self.conditions.erasure,
+            erasure=self.conditions.live,
         )
         self._set_busy(True)
         self.analysing.start(lambda cancel: analysis_steps(job, cancel))
@@ -353,7 +354,7 @@ class MainScreen(Screen[None]):
         if self.backend is None:
             return
         info = self.backend.info
-        mask, erasure = self.conditions.mask, self.conditions.erasure
+        mask, erasure = self.conditions.mask, self.conditions.live
         masked = len(mask) if mask is not None else 0
         status.set_facts(  # most important first: the line keeps those that fit, so what the passes run under comes
             info.source,  # before the device and the model's size, which do not change while it runs
@@ -542,6 +543,9 @@ class MainScreen(Screen[None]):
 
     def action_patching(self) -> None:
         self.launchers.patching()
+
+    def action_features(self) -> None:
+        self.launchers.features()
 
     def system_commands(self) -> Iterator[SystemCommand]:
         """The command palette's entries for this screen's actions (ui.launchers)."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from textual.message import Message
 
-from bertscope.analyses.erasure_results import LiveErasure
+from bertscope.analyses.conditions import LiveEdits
 from bertscope.analyses.mixing.results import Mixing
 from bertscope.model.labels import token_labels
 from bertscope.model.results import ForwardResult, MaskPrediction
@@ -49,7 +49,7 @@ class Analysis:
     predictions_current: list[MaskPrediction]
     # A long input's maps: the shown layer's only (the results then hold no `attentions`); empty otherwise.
     layers: dict[int, LayerMaps] = field(default_factory=dict)
-    erasure: LiveErasure | None = None  # the property erased in `current`'s pass (`E`), if any
+    erasure: LiveEdits | None = None  # the property erased (`E`) and SAE features switched (`F`) in `current`'s pass, if any
     # The context-mixing measures computed for this sentence and mask (`n` in the layer view), by method.
     mixing: dict[str, Mixing] = field(default_factory=dict)
 

@@ -177,9 +177,7 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
 
         def analyse(chosen: Corpus, cancel: Event) -> Iterable[Progress[PatternResult]]:
             under = self.conditions
-            return self.backend.steps(
-                api.patterns, under.erasure, chosen, mask=under.mask, ablation=under.ablation, norms=True, cancel=cancel
-            )
+            return self.backend.steps(api.patterns, under.live, chosen, mask=under.mask, ablation=under.ablation, norms=True, cancel=cancel)
 
         self.run_on_corpus(f"reading {path}…", path, analyse, path, self.conditions)
         self._run_syntax(corpus_path(path))
@@ -199,9 +197,7 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
 
         def job(cancel: Event) -> Iterable[Progress[SyntaxResult]]:
             under = self.conditions
-            return self.backend.steps(
-                api.syntax, under.erasure, treebank(data=path), mask=under.mask, ablation=under.ablation, cancel=cancel
-            )
+            return self.backend.steps(api.syntax, under.live, treebank(data=path), mask=under.mask, ablation=under.ablation, cancel=cancel)
 
         self.syntax_job.start(job)
 
@@ -377,6 +373,8 @@ class OverviewScreen(CorpusRunScreen[PatternResult]):
         header, rows = result.head_table()
         mask, ablation, erasure = self.result_conditions()
         if mask or erasure is not None:
-            under = [mask, ablation if mask else "", erasure_spec(erasure)]
+            under = [mask, ablation if mask else "", erasure_spec(erasure.erasure if erasure is not None else None)]
             header, rows = [*header, "mask", "ablation", "erased"], [[*row, *under] for row in rows]
+            if erasure is not None and erasure.features is not None:
+                header, rows = [*header, "sae features"], [[*row, erasure.features.short()] for row in rows]
         return csv_text(header, rows)

@@ -158,7 +158,7 @@ class ProbingScreen(RunScreen[ProbeReport, None]):
             task, data = self._last
         self.kept.last_probe = (task, data)
         mask = self.conditions.masked if masked else None
-        erasure = self.conditions.erasure if masked else None
+        erasure = self.conditions.live if masked else None
         title = (
             task
             + (f" · mask {mask.spec()}" if mask is not None else "")

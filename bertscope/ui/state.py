@@ -21,6 +21,7 @@ from bertscope.model.masks import ABLATIONS, Ablation, HeadMask
 
 if TYPE_CHECKING:
     from bertscope.analyses.erasure_results import LiveErasure
+    from bertscope.analyses.sae.results import LiveFeatures
 
 STATE_VERSION = 1
 DEFAULT_TEXT = "The keys to the cabinet are on the table."
@@ -58,6 +59,8 @@ class ExplorerState:
     theme: str | None = None
     cursor: tuple[int, int] = (0, 0)  # (query row, key column) in the heatmap
     erased: str = ""  # a property erased in every pass (`E`), "task@layer" such as "upos@4"; checked by fit_to_model
+    sae: str = ""  # the SAE directory the features screen opened (`F`)
+    switched: str = ""  # its features switched in every pass, "12,40,7=2.5" (a bare number: off); checked by fit_to_model
 
     def with_(self, **changes: Any) -> ExplorerState:
         """A copy with some fields changed."""
@@ -81,7 +84,7 @@ class ExplorerState:
             raise StateFileError(f"it is version {_short(version)}; this bertscope reads version {STATE_VERSION}")
         defaults = cls()
         fields: dict[str, Any] = {}
-        for name in ("text", "pair", "mask", "figure", "erased"):
+        for name in ("text", "pair", "mask", "figure", "erased", "sae", "switched"):
             fields[name] = _string(data, name, getattr(defaults, name))
         fields["ablation"] = _choice(data, "ablation", ABLATIONS, defaults.ablation)
         fields["view"] = _choice(data, "view", VIEWS, defaults.view)
@@ -127,7 +130,20 @@ def fit_to_model(state: ExplorerState, num_layers: int, num_heads: int) -> tuple
         changes["erased"] = ""
         shown = state.erased if state.erased.isprintable() else repr(state.erased)
         warnings.append(f"the saved erasure {shown} is not a task@layer of this model's hidden states 0-{num_layers}; nothing is erased")
+    if state.switched:
+        from bertscope.analyses.sae.results import LiveFeatures
+
+        try:
+            LiveFeatures.parse_spec(state.switched)
+        except InputError as error:
+            changes["switched"] = ""
+            warnings.append(f"the saved SAE features are not features ({error}); none is switched")
     return state.with_(**changes), warnings
+
+
+def features_spec(features: LiveFeatures | None) -> dict[str, str]:
+    """How a session file keeps switched SAE features: the SAE's directory and "12,40,7=2.5" ("" for none)."""
+    return {"sae": features.directory, "switched": features.spec()} if features is not None else {"switched": ""}
 
 
 def erasure_spec(erasure: LiveErasure | None) -> str:

@@ -110,7 +110,7 @@ class SyntaxPanel(Static):
         self._draw("starting")
         self.job.start(
             lambda cancel: backend.steps(
-                api.syntax, conditions.erasure, sentences, mask=conditions.masked, ablation=conditions.ablation, cancel=cancel
+                api.syntax, conditions.live, sentences, mask=conditions.masked, ablation=conditions.ablation, cancel=cancel
             )
         )
 
@@ -160,7 +160,7 @@ class SyntaxPanel(Static):
             f"best {layer}:{head} {accuracy:.0%} · offset {offset:+d} {baseline:.0%}\n",
             (f"{count:,} arcs, {result.sentences:,} sample sentences" + (" (few)" if count < MIN_COUNT else ""), "dim"),
         )
-        erasure = self._key.erasure if self._key is not None else None
+        erasure = self._key.live if self._key is not None else None
         if erasure is not None:
             lines.append(f" · {erasure.short()}", style="dim")
         if stage:

@@ -29,6 +29,7 @@ PURE_PRECISION = 0.9  # a feature is label-pure when its best label takes this s
 PURE_MIN_FIRINGS = 10  # ... and it fired at least this often (one firing is trivially pure)
 PURE_MAX_SHARE = 0.5  # ... on a label of at most this share of the tokens (a word's first piece, most tokens, is no name)
 LABEL_SCHEMES = ("upos", "deprel", "piece")  # piece: a word's first or an inner word piece
+MAX_SWITCHED = 64  # features switched at once in the explorer: its status line and session file stay short
 
 
 @dataclass(frozen=True)
@@ -376,3 +377,67 @@ class SAEFeatures(Shown):
             "truncated": self.truncated,
             "notes": list(self.notes),
         }
+
+
+@dataclass(frozen=True)
+class LiveFeatures:
+    """SAE features switched off or clamped in every pass of the explorer (its features screen): which SAE, at which
+    hidden state, and per feature None (off) or the value it is clamped to.
+
+    The SAE itself (torch) stays with the backend that opened it (analyses.sae.switch applies it); the explorer holds
+    this description and hands it back with each pass that should run switched. Equal values: the same passes.
+    """
+
+    directory: str
+    layer: int  # hidden-state index: 0 the embeddings, l + 1 the output of layer l
+    d_sae: int
+    switched: tuple[tuple[int, float | None], ...] = ()  # (feature, None: off | clamp value), by feature
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "switched", tuple(sorted(dict(self.switched).items())))
+        for feature, value in self.switched:
+            if not 0 <= feature < self.d_sae:
+                raise InputError(f"feature {feature} is out of range: the SAE has features 0 to {self.d_sae - 1}", setting="features")
+            if value is not None and not math.isfinite(value):
+                raise InputError(f"a feature is clamped to a finite value, not {value}", setting="features")
+        if len(self.switched) > MAX_SWITCHED:
+            raise InputError(f"at most {MAX_SWITCHED} features can be switched at once, not {len(self.switched)}", setting="features")
+
+    @property
+    def values(self) -> dict[int, float | None]:
+        return dict(self.switched)
+
+    def with_(self, feature: int, value: float | None) -> LiveFeatures:
+        """The same with `feature` switched off (None) or clamped to `value`."""
+        return LiveFeatures(self.directory, self.layer, self.d_sae, tuple((self.values | {feature: value}).items()))
+
+    def without(self, feature: int) -> LiveFeatures:
+        """The same with `feature` as the model has it again."""
+        return LiveFeatures(self.directory, self.layer, self.d_sae, tuple((f, v) for f, v in self.switched if f != feature))
+
+    def short(self) -> str:
+        """What a status line or a title says of it: "sae@3 off 12,40 · 7=2.5"."""
+        off = [str(feature) for feature, value in self.switched if value is None]
+        clamped = [f"{feature}={value:g}" for feature, value in self.switched if value is not None]
+        parts = ([f"off {','.join(off)}"] if off else []) + ([f"clamp {','.join(clamped)}"] if clamped else [])
+        return f"sae@{self.layer} " + (" ".join(parts) if parts else "nothing switched")
+
+    def describe(self) -> str:
+        count = len(self.switched)
+        return f"{count} SAE feature{'s' if count != 1 else ''} switched at hidden state {self.layer} ({self.short()})"
+
+    def spec(self) -> str:
+        """How a session file keeps the switches: "12,40,7=2.5" (a bare number: off)."""
+        return ",".join(str(feature) if value is None else f"{feature}={value!r}" for feature, value in self.switched)
+
+    @staticmethod
+    def parse_spec(spec: str) -> tuple[tuple[int, float | None], ...]:
+        """`spec()` read back; one line where it is not one."""
+        switched: list[tuple[int, float | None]] = []
+        for part in filter(None, (part.strip() for part in spec.split(","))):
+            feature, _, value = part.partition("=")
+            try:
+                switched.append((int(feature), float(value) if value else None))
+            except ValueError:
+                raise InputError(f"{part!r} is not a feature (12) or a clamped one (12=2.5)", setting="features") from None
+        return tuple(switched)
