@@ -30,6 +30,7 @@ from bertscope.data.corpus import Sentence
 from bertscope.model.masks import Ablation, HeadMask
 from bertscope.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
 from bertscope.model.session import Session
+from bertscope.model.task_results import TaskPrediction
 
 if TYPE_CHECKING:
     from bertscope.analyses.erasure import Eraser
@@ -108,6 +109,16 @@ class SessionBackend:
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
         return self.session.mask_predictions(result, top)
+
+    def task_prediction(
+        self, encoding: Encoding, mask: HeadMask | None = None, ablation: Ablation = "zero", erasure: LiveErasure | None = None
+    ) -> TaskPrediction | None:
+        from bertscope.model.task_heads import task_prediction
+
+        if erasure is not None:
+            with self._erasing(erasure):
+                return task_prediction(self.session, encoding, mask, ablation)
+        return task_prediction(self.session, encoding, mask, ablation)
 
     def fit_erasure(
         self, task: str, layer: int, sentences: list[Sentence], *, cancel: threading.Event | None = None

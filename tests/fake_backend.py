@@ -32,8 +32,11 @@ class FakeBackend:
     num_heads = HEADS
     max_length = 32
 
-    def __init__(self, delay: float = 0.0, fail_with: Exception | None = None) -> None:
+    def __init__(self, delay: float = 0.0, fail_with: Exception | None = None, task: str | None = None) -> None:
+        """`task`: the fine-tuned model it plays (token-classification, qa, similarity); None: an MLM model."""
         self.delay = delay
+        self.task = task
+        self.task_calls: list[tuple[str, str]] = []  # (text, mask spec) of each task prediction
         self.fail_with = fail_with
         self.release = threading.Event()
         self.release.set()  # tests clear it to hold a forward pass until they say so
@@ -55,18 +58,19 @@ class FakeBackend:
         return ModelInfo(
             source="fake-bert",
             family="BERT",
-            architecture="BertModel",
+            architecture=FAKE_ARCHITECTURES.get(self.task or "", "BertModel"),
             num_layers=LAYERS,
             num_heads=HEADS,
             hidden_size=WIDTH,
             vocab_size=100,
             max_length=self.max_length,
-            has_mlm_head=True,
-            num_labels=None,
+            has_mlm_head=self.task is None,
+            num_labels=len(FAKE_LABELS) if self.task == "token-classification" else None,
             device="cpu",
             dtype="float32",
             parameters=1234,
             fingerprint="fake",
+            sentence_embedding=self.task == "similarity",
         )
 
     def encode(self, text: str, pair: str | None = None) -> Encoding:
@@ -671,6 +675,35 @@ class FakeBackend:
         return [
             MaskPrediction(position=p, tokens=("paris", "lyon", "rome"), probabilities=(0.6 - shift, 0.2, 0.1 + shift)) for p in positions
         ]
+
+    def task_prediction(self, encoding, mask=None, ablation="zero", erasure=None):
+        """Known predictions, moved by the mask: word i is labelled FAKE_LABELS[i % 5], the first word's label one further
+        per masked head (and the second's under an erasure); the answer is the context's first word, one word further
+        per masked head; the cosine is 0.8, 0.05 lower per masked head and 0.1 under an erasure."""
+        from bertscope.model.task_results import AnswerSpan, SegmentSimilarity, WordLabels
+
+        masked = len(mask) if mask is not None else 0
+        self.task_calls.append((encoding.text, mask.spec() if mask is not None else ""))
+        if self.task == "token-classification":
+            positions = tuple(i for i, word in enumerate(encoding.word_ids) if word is not None)
+            shift = [masked if number == 0 else int(erasure is not None) if number == 1 else 0 for number in range(len(positions))]
+            return WordLabels(
+                words=tuple(encoding.tokens[i] for i in positions),
+                labels=tuple(FAKE_LABELS[(number + shift[number]) % len(FAKE_LABELS)] for number in range(len(positions))),
+                probabilities=tuple(0.9 - 0.1 * s for s in shift),
+                positions=positions,
+            )
+        if self.task == "qa" and encoding.pair is not None:
+            context = [i for i, segment in enumerate(encoding.segment_ids) if segment == 1]
+            place = context[min(masked, len(context) - 1)]
+            return AnswerSpan(place, place, encoding.tokens[place], score=5.0 - masked, null_score=1.0, probability=0.7 - 0.1 * masked)
+        if self.task == "similarity" and encoding.pair is not None:
+            return SegmentSimilarity(0.8 - 0.05 * masked - 0.1 * (erasure is not None), "mean pooling (fake)")
+        return None
+
+
+FAKE_ARCHITECTURES = {"token-classification": "BertForTokenClassification", "qa": "BertForQuestionAnswering", "similarity": "BertModel"}
+FAKE_LABELS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
 
 
 def pattern(kind: int, length: int) -> np.ndarray:

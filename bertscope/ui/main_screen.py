@@ -50,6 +50,7 @@ from bertscope.ui.launchers import Launchers, palette_commands
 from bertscope.ui.messages import Analysis
 from bertscope.ui.state import ExplorerState, fit_to_model
 from bertscope.ui.syntax import SYNTAX_FIGURE, SyntaxPanel
+from bertscope.ui.task_pane import TaskPanel, hint, predictions
 from bertscope.ui.theme import heatmap_for
 from bertscope.ui.widgets.attention_view import AttentionView
 from bertscope.ui.widgets.footer import KeyFooter
@@ -103,6 +104,7 @@ def analysis_steps(job: AnalysisJob, cancel: threading.Event) -> Iterator[Progre
     if cancel.is_set():
         return
     assert current.figures is not None  # asked for above
+    task_plain, task_current = predictions(backend, encoding, job.mask, job.ablation, job.erasure)
     analysis = Analysis(
         plain=plain,
         current=current,
@@ -111,6 +113,8 @@ def analysis_steps(job: AnalysisJob, cancel: threading.Event) -> Iterator[Progre
         predictions_plain=backend.mask_predictions(plain),
         predictions_current=backend.mask_predictions(current),
         erasure=job.erasure,
+        task_plain=task_plain,
+        task_current=task_current,
     )
     if not every_layer:  # the first screen shows the chosen layer's maps at once
         analysis.layers[job.layer] = layer_maps_of(backend, analysis, job.layer)
@@ -206,6 +210,7 @@ class MainScreen(Screen[None]):
                 yield HeadGrid(colormap, id="grid")
                 yield ObjectivePanel(id="objective")  # hidden until `i` (ui.importance)
                 yield SyntaxPanel(self._repaint, id="syntax")  # shown with the grid's syntax figure (ui.syntax)
+                yield TaskPanel(id="task")  # a fine-tuned model's prediction (ui.task_pane)
                 yield TokenPanel(id="tokens")
                 yield EffectPanel(id="effect")
             yield HeatmapPane(self._repaint, id="heatmap")
@@ -319,6 +324,9 @@ class MainScreen(Screen[None]):
         else:
             grid.show(analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), mask, (layer, head))
         erased = analysis.erasure.short() if analysis.erasure is not None else None
+        typed = hint(self.backend.info, analysis.current.encoding.pair is not None) if self.backend is not None else None
+        changed = bool(len(analysis.current.mask)) or erased is not None
+        self.query_one(TaskPanel).show(analysis.task_plain, analysis.task_current, changed, typed)
         self.query_one(EffectPanel).show(
             analysis.cosines,
             len(analysis.current.mask),
