@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bertscope.ui.importance import ObjectivePanel, PruneToScreen, PruningCurveScreen
+from bertscope.ui.task_pane import TaskPanel
 from bertscope.ui.widgets.head_grid import HeadGrid
 from tests.helpers.ui import make_app, rendered, run, settle
 
@@ -14,6 +15,7 @@ def test_importance_overlay_shades_the_grid_and_goes_back():
         await pilot.press("i")
         await settle(pilot)
         assert app.fake.importance_calls == [("mlm", 64)]  # the fake has an MLM head; the sample corpus
+        assert not app.query_one(TaskPanel).display  # an MLM model predicts no labels, answer or cosine
         grid = app.query_one(HeadGrid)
         assert "importance (mlm)" in rendered(grid)
         assert grid.values[2, 3] == 12 and grid.value_range == (0.0, 12.0)
