@@ -170,9 +170,31 @@ class SessionBackend:
         sentences = list(texts.sentences)
         key = (name, texts.source, tuple((s.text, s.pair, s.label) for s in sentences))
         if self._objective_cache is None or self._objective_cache[0] != key:
+            reference = None
+            if name == "token-classification" and any(s.tags is None for s in sentences):
+                sentences, reference = self._word_reference(sentences)
             prepared = api.objective(self.session, name, api.Corpus(sentences, texts.source, texts.report))
+            if reference is not None:
+                prepared.notes.insert(0, reference)
+                if reference.startswith("agreement"):
+                    prepared.metric = f"agreement {prepared.metric}"
             self._objective_cache = (key, prepared)
         return self._objective_cache[1]
+
+    def _word_reference(self, sentences: list[Sentence]) -> tuple[list[Sentence], str]:
+        """Untagged sentences (the sample treebank) labelled for the token-classification objective: by their UPOS where
+        every tag is one of the model's labels (a POS tagger), else by the model's own unmasked labels (agreement)."""
+        from bertscope.model.task_heads import own_word_labels
+
+        names = set(self.session.label_names)
+        if all(s.upos is not None and set(s.upos) <= names for s in sentences):
+            return [dataclasses.replace(s, tags=s.upos) for s in sentences], "gold labels: the sample treebank's UPOS tags"
+        own = own_word_labels(self.session, [list(s.words or s.text.split()) for s in sentences])
+        labelled = [dataclasses.replace(s, words=tuple(s.words or s.text.split()), tags=tags) for s, tags in zip(sentences, own)]
+        return labelled, (
+            "agreement: no gold data in this model's labels, so the reference is its own unmasked label for each word "
+            "(the metric measures agreement with the model as it is, not accuracy)"
+        )
 
     def measure(
         self, objective: Objective, mask: HeadMask | None = None, ablation: Ablation = "zero", erasure: LiveErasure | None = None

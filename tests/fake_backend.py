@@ -42,7 +42,8 @@ class FakeBackend:
         self.release.set()  # tests clear it to hold a forward pass until they say so
         self.calls: list[tuple[str, str]] = []  # (text, mask spec) of each forward
         self.attributions: list[tuple] = []  # (text, method, target kind, probe task, mask spec) of each attribution
-        self.importance_calls: list[tuple[str, int]] = []  # (objective, sentences) of each importance estimate
+        self.importance_calls: list[tuple[str, int]] = []  # (objective, sentences) of each importance estimate (gradient)
+        self.sweep_calls: list[tuple[str, int]] = []  # ... of each head-by-head ablation sweep (method="ablation")
         self.probe_calls: list[tuple[str, list]] = []  # (task, training sentences) of each probe run
         self.patch_calls: list[dict] = []  # the arguments of each patching run
         self.syntax_calls: list[str] = []  # the mask spec of each syntax run
@@ -426,18 +427,20 @@ class FakeBackend:
         return FakeObjective(name, list(texts.sentences), notes=texts.read_notes())
 
     def importance(self, objective, texts=None, *, method="gradient", ablation="zero", normalize=True, cancel=None):
-        """Known importance: head (l, h) scores l·H + h + 1, so 0:0 matters least and the last head most."""
+        """Known importance: head (l, h) scores l·H + h + 1, so 0:0 matters least and the last head most; by ablation 3
+        less (the loss change: switching 0:0 or 0:1 off lowers the loss). Ablation sweeps are counted apart."""
         from bertscope.analyses.importance.results import HeadImportance
 
         objective = self._objective(objective, texts)
-        self.importance_calls.append((objective.name, len(objective.sentences)))
+        calls = self.importance_calls if method == "gradient" else self.sweep_calls
+        calls.append((objective.name, len(objective.sentences)))
         for done in (1, 2):
             if cancel is not None and cancel.is_set():
                 return
             self.release.wait(timeout=10)
             time.sleep(self.delay)
             yield Progress("gradients", done, 2)
-        raw = np.arange(1, LAYERS * HEADS + 1, dtype=np.float64).reshape(LAYERS, HEADS)
+        raw = np.arange(1, LAYERS * HEADS + 1, dtype=np.float64).reshape(LAYERS, HEADS) - 3 * (method == "ablation")
         result = HeadImportance(
             objective=objective.name,
             method=method,

@@ -100,3 +100,19 @@ def _similarity(session: Session, encoding: Encoding, mask: HeadMask | None, abl
         embedded = session.pooling(hidden, inputs["attention_mask"])
         cosine = float(F.cosine_similarity(embedded[0:1], embedded[1:2], dim=-1)[0])
     return SegmentSimilarity(cosine=cosine, pooling=session.pooling.source)
+
+
+def own_word_labels(session: Session, sentences: list[list[str]]) -> list[tuple[str, ...]]:
+    """The token classifier's own label for each word of each sentence (words pre-split, read at each word's first
+    piece, the model as it is): the reference where no gold labels in its label set exist (the explorer's agreement)."""
+    names = session.label_names
+    labelled = []
+    for words in sentences:
+        encoded = session.tokenizer(words, is_split_into_words=True, truncation=True, max_length=session.max_length, return_tensors="pt")
+        word_ids = encoded.word_ids(0)
+        firsts = {word: position for position, word in reversed(list(enumerate(word_ids))) if word is not None}
+        inputs = {name: tensor.to(session.device) for name, tensor in encoded.items() if name != "attention_mask"}
+        with torch.inference_mode():
+            guesses = session.run(inputs, hidden_states=False).logits[0].argmax(-1).tolist()
+        labelled.append(tuple(names[guesses[firsts[word]]] if word in firsts else names[0] for word in range(len(words))))
+    return labelled

@@ -149,6 +149,7 @@ class MainScreen(Screen[None]):
         Binding("b", "next_attribution", "attribution", show=False),
         Binding("B", "next_attribution_target", "explain what", show=False),
         Binding("i", "importance", "importance", show=False),
+        Binding("I", "choose_objective", "importance for…", show=False),
         Binding("y", "syntax_relation", "tracks relation", show=False),
         Binding("Y", "syntax_direction", "relation direction", show=False),
         Binding("P", "prune_to", "prune to X%", show=False),
@@ -208,7 +209,7 @@ class MainScreen(Screen[None]):
         with Horizontal(id="body"):
             with VerticalScroll(id="side", can_focus=False):
                 yield HeadGrid(colormap, id="grid")
-                yield ObjectivePanel(id="objective")  # hidden until `i` (ui.importance)
+                yield ObjectivePanel(self._repaint, id="objective")  # hidden until `i` (ui.importance)
                 yield SyntaxPanel(self._repaint, id="syntax")  # shown with the grid's syntax figure (ui.syntax)
                 yield TaskPanel(id="task")  # a fine-tuned model's prediction (ui.task_pane)
                 yield TokenPanel(id="tokens")
@@ -314,8 +315,10 @@ class MainScreen(Screen[None]):
         layer, head = self.state.layer, self.state.head
         length = len(analysis.current.tokens)
         figure = self.state.figure if self.state.figure in FIGURES else "entropy"
-        importance = self.query_one(ObjectivePanel).importance
+        objective = self.query_one(ObjectivePanel)
+        importance = objective.importance
         syntax = self.query_one(SyntaxPanel).overlay() if self.state.figure == SYNTAX_FIGURE else None
+        grid.marks = objective.marks() if self.state.figure == IMPORTANCE_FIGURE else None
         if self.state.figure == IMPORTANCE_FIGURE and importance is not None:
             grid.show(*importance_overlay(importance), mask, (layer, head))
         elif self.state.figure == SYNTAX_FIGURE:
@@ -521,6 +524,12 @@ class MainScreen(Screen[None]):
 
     def action_importance(self) -> None:
         self.conditions.toggle_importance()
+
+    def action_choose_objective(self) -> None:
+        if self.backend is None:
+            self.notify("the model is still loading", severity="warning")
+            return
+        self.query_one(ObjectivePanel).choose(self.conditions.toggle_importance)
 
     def action_prune_to(self) -> None:
         self.conditions.prune_to()
