@@ -87,21 +87,22 @@ def test_pruning_curve_screen_and_applying_its_mask():
     run(app, steps)
 
 
-def test_heads_whose_removal_lowers_the_loss_are_marked_and_listed():
+def test_heads_whose_removal_raises_the_metric_are_marked_and_listed():
     app = make_app()
 
     async def steps(pilot):
         await pilot.press("i")
         await settle(pilot)
-        assert app.fake.sweep_calls == [("mlm", 64)]  # each head off in turn, after the estimate
+        assert len(app.fake.measured) >= 1 + 12  # the baseline, then each of the 12 heads alone
         grid, panel = app.query_one(HeadGrid), app.query_one(ObjectivePanel)
-        assert "+ off, loss falls: 0:0 0:1" in rendered(panel)  # the fake's ablation: 0:0 and 0:1 lower the loss
+        assert "+ off, metric rises: 2:3 2:2" in rendered(panel)  # the fake's: 2:3 raises it most
         rows = rendered(grid).splitlines()
-        selected, marked = rows[1].split()[1:3]
-        assert "+" in selected and marked == "+" and "+" not in rows[2]  # 0:0 (selected) and 0:1 marked; layer 1 none
-        assert "0:0 = 1.000 +" in rendered(grid)  # its importance, and its mark
+        assert rows[3].split()[3:5] == ["+", "+"] and "+" not in "".join(rows[1:3])
+        assert "importance (mlm) · + off:…" in rendered(grid)  # the legend says what + is, cut to a narrow grid
+        await pilot.press("down", "down", "right", "right")
+        assert "2:2 = 11.000 +" in rendered(grid)  # its importance, and its mark
         await pilot.press("i")  # back to entropy: no marks
-        assert "+" not in rendered(grid).splitlines()[1]
+        assert "+" not in rendered(grid)
 
     run(app, steps)
 

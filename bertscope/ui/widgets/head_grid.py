@@ -95,7 +95,7 @@ class HeadGrid(Widget, can_focus=True):
         self.figure_label = ""
         self.mask: HeadMask | None = None
         self.selected = (0, 0)
-        # A glyph and the heads it marks (the importance overlay's heads whose removal lowers the loss), set before `show`.
+        # A glyph and the heads it marks (the importance overlay's heads whose removal raises the metric), set before `show`.
         self.marks: tuple[str, frozenset[tuple[int, int]]] | None = None
 
     def set_shape(self, num_layers: int, num_heads: int) -> None:
@@ -186,6 +186,8 @@ class HeadGrid(Widget, can_focus=True):
         if self.values is None:
             return "computing…"
         label, width = self.figure_label, self._width()
+        if self.marks is not None:
+            label += f" · {self.marks[0]} off: metric rises"
         return label if cell_len(label) <= width else set_cell_size(label, width - 1) + "…"
 
     def _append_range(self, text: Text) -> None:
