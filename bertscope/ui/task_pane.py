@@ -90,7 +90,13 @@ class TaskPanel(RowsPanel):
         moved = sum(a != b for a, b in zip(before.labels, after.labels))
         lines: list[RenderableType] = []
         if changed:
-            lines.append(Text(f"{moved} of {len(before.words)} labels changed" + (" (highlighted)" if moved else ""), style="bold"))
+            sure_before, sure_after = (sum(p.probabilities) / max(len(p.probabilities), 1) for p in (before, after))
+            lines.append(
+                Text.assemble(
+                    (f"{moved} of {len(before.words)} labels changed", "bold"),
+                    (f" · mean p {sure_before:.3f} → {sure_after:.3f}", "dim"),
+                )
+            )
         width, block = self._width(), list[int]()
         blocks: list[list[int]] = []
         used = 0
