@@ -33,7 +33,7 @@ def test_entity_labels_show_under_the_words_and_change_with_the_mask():
         await settle(pilot)
         assert panel.border_title == "entity labels · before → after"
         lines = rendered(panel).splitlines()
-        assert lines[0] == "1 of 5 labels changed · mean p 0.900 → 0.880"  # the fake: the moved label's p 0.8
+        assert lines[0] == "1 of 5 changed · mean p 0.900 → 0.880"  # the fake: the moved label's p 0.8
         assert lines[3].split() == ["B-PER", "B-PER", "I-PER", "B-LOC", "I-LOC"]
         assert highlighted(panel) == ["B-PER"]
         await pilot.press("x")  # every head on again: no after row

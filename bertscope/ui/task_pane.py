@@ -93,7 +93,7 @@ class TaskPanel(RowsPanel):
             sure_before, sure_after = (sum(p.probabilities) / max(len(p.probabilities), 1) for p in (before, after))
             lines.append(
                 Text.assemble(
-                    (f"{moved} of {len(before.words)} labels changed", "bold"),
+                    (f"{moved} of {len(before.words)} changed", "bold"),
                     (f" · mean p {sure_before:.3f} → {sure_after:.3f}", "dim"),
                 )
             )
