@@ -6,7 +6,7 @@ from rich.text import Text
 
 from bertscope.ui.task_pane import CHANGED, TaskPanel
 from tests.fake_backend import FakeBackend
-from tests.helpers.ui import make_app, rendered, run, settle
+from tests.helpers.ui import erase, make_app, rendered, run, settle
 
 
 def highlighted(panel: TaskPanel) -> list[str]:
@@ -84,5 +84,17 @@ def test_a_sentence_embedding_model_shows_the_cosine_of_the_two_boxes():
         await pilot.press("space", "right", "space")
         await settle(pilot)
         assert "cosine 0.8000 → 0.7000 (-0.1000)" in rendered(panel)
+
+    run(app, steps)
+
+
+def test_an_erasure_moves_the_prediction_as_a_mask_does():
+    app = make_app(FakeBackend(task="similarity"), text="the cat sat", pair="a cat was sitting")
+
+    async def steps(pilot):
+        await erase(pilot, "upos", 1)
+        panel = app.query_one(TaskPanel)
+        assert "cosine 0.8000 → 0.7000 (-0.1000)" in rendered(panel)  # the fake: 0.1 lower under an erasure
+        assert app.fake.task_calls[-1] == ("the cat sat", "")  # no head masked: the erasure alone
 
     run(app, steps)
