@@ -67,10 +67,11 @@ def test_a_qa_model_asks_for_a_context_then_shows_the_answer_moving():
         app.main_screen.query_one("#pair").value = "dante was born in florence"
         await app.main_screen.query_one("#pair").action_submit()
         await settle(pilot)
-        assert panel.border_title == "answer" and rendered(panel).startswith('"dante" (6–6)  score 5.00')
+        assert panel.border_title == "answer" and rendered(panel).splitlines()[:2] == ['"dante" (6–6)', "score 5.00 · p 0.70"]
         await pilot.press("space")
         await settle(pilot)
-        assert '→ "was" (7–7)  score 4.00' in rendered(panel) and highlighted(panel) == ['"was" (7–7)']
+        assert rendered(panel).splitlines()[1:3] == ['→ "was" (7–7)', "score 5.00 → 4.00 · p 0.70 → 0.60"]
+        assert highlighted(panel) == ['"was" (7–7)']
 
     run(app, steps)
 

@@ -122,16 +122,15 @@ class TaskPanel(RowsPanel):
         return Group(*lines)
 
     def _answer(self, before: AnswerSpan, after: AnswerSpan, changed: bool) -> RenderableType:
-        lines = [Text.assemble(_said(before), (f"  score {before.score:.2f} · p {before.probability:.2f}", "dim"))]
-        if changed:
-            differs = (before.start, before.end, before.no_answer) != (after.start, after.end, after.no_answer)
-            lines.append(
-                Text.assemble(
-                    "→ ",
-                    (_said(after), CHANGED if differs else ""),
-                    (f"  score {after.score:.2f} · p {after.probability:.2f}", "dim"),
-                )
-            )
+        """The answer, under a mask the answer then (highlighted if it moved), and their scores on a line of their own."""
+        lines = [Text(_said(before))]
+        if not changed:
+            lines.append(Text(f"score {before.score:.2f} · p {before.probability:.2f}", style="dim"))
+            return Group(*lines)
+        differs = (before.start, before.end, before.no_answer) != (after.start, after.end, after.no_answer)
+        lines.append(Text.assemble("→ ", (_said(after), CHANGED if differs else "")))
+        scores = f"score {before.score:.2f} → {after.score:.2f} · p {before.probability:.2f} → {after.probability:.2f}"
+        lines.append(Text(scores, style="dim"))
         return Group(*lines)
 
     def _similarity(self, before: SegmentSimilarity, after: SegmentSimilarity, changed: bool) -> RenderableType:
