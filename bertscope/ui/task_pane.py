@@ -35,12 +35,12 @@ def predictions(
     return plain, backend.task_prediction(encoding, mask, ablation, erasure)
 
 
-def hint(info: ModelInfo, pair: bool) -> str | None:
-    """What to type for a model whose prediction needs a second segment, or None."""
+def hint(info: ModelInfo, pair: bool) -> tuple[str, str] | None:
+    """(the pane's title, what to type) for a model whose prediction needs a second segment, or None."""
     if info.architecture.endswith("ForQuestionAnswering") and not pair:
-        return "a QA model: type the question, then its context in the second box"
+        return "answer", "type its context in the second box"
     if info.sentence_embedding and not pair:
-        return "a sentence-embedding model: a second sentence in the second box shows their cosine"
+        return "similarity of the two boxes", "type a second sentence: their cosine"
     return None
 
 
@@ -51,17 +51,17 @@ class TaskPanel(RowsPanel):
     TaskPanel { border: round $panel-lighten-2; padding: 0 1; height: auto; display: none; }
     """
 
-    _shown: tuple[TaskPrediction | None, TaskPrediction | None, bool, str | None] | None = None
+    _shown: tuple[TaskPrediction | None, TaskPrediction | None, bool, tuple[str, str] | None] | None = None
 
-    def show(self, before: TaskPrediction | None, after: TaskPrediction | None, changed: bool, hint: str | None = None) -> None:
-        """`changed`: a mask or an erasure is in force (the after side shows); `hint`: what to type when there is
-        no prediction for lack of a second segment."""
+    def show(self, before: TaskPrediction | None, after: TaskPrediction | None, changed: bool, hint: tuple[str, str] | None = None) -> None:
+        """`changed`: a mask or an erasure is in force (the after side shows); `hint`: the title and what to type
+        when there is no prediction for lack of a second segment."""
         self._shown = (before, after, changed, hint)
         if before is None or after is None:
             self.display = hint is not None
             if hint is not None:
-                self.border_title = "prediction"
-                update_keeping_layout(self, Text(hint, style="dim"), rows="hint")
+                self.border_title = hint[0]
+                update_keeping_layout(self, Text(hint[1], style="dim"), rows="hint")
             return
         self.display = True
         if isinstance(before, WordLabels) and isinstance(after, WordLabels):
