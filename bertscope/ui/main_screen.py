@@ -50,7 +50,7 @@ from bertscope.ui.launchers import Launchers, palette_commands
 from bertscope.ui.messages import Analysis
 from bertscope.ui.state import ExplorerState, fit_to_model
 from bertscope.ui.syntax import SYNTAX_FIGURE, SyntaxPanel
-from bertscope.ui.task_pane import TaskPanel, hint, predictions
+from bertscope.ui.task_pane import TaskPanel, pair_placeholder, predictions
 from bertscope.ui.theme import heatmap_for
 from bertscope.ui.widgets.attention_view import AttentionView
 from bertscope.ui.widgets.footer import KeyFooter
@@ -244,6 +244,7 @@ class MainScreen(Screen[None]):
         self.conditions.take_mask(backend)
         self.query_one(HeadGrid).set_shape(backend.num_layers, backend.num_heads)
         self.query_one(AttributionRow).set_model(backend.info)
+        self.query_one("#pair", Input).placeholder = pair_placeholder(backend.info) or "second segment (optional)"
         self.query_one(ObjectivePanel).set_backend(backend)
         self.query_one(SyntaxPanel).set_backend(backend)
         self._follow_syntax()
@@ -327,9 +328,8 @@ class MainScreen(Screen[None]):
         else:
             grid.show(analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), mask, (layer, head))
         erased = analysis.erasure.short() if analysis.erasure is not None else None
-        typed = hint(self.backend.info, analysis.current.encoding.pair is not None) if self.backend is not None else None
         changed = bool(len(analysis.current.mask)) or erased is not None
-        self.query_one(TaskPanel).show(analysis.task_plain, analysis.task_current, changed, typed)
+        self.query_one(TaskPanel).show(analysis.task_plain, analysis.task_current, changed)
         self.query_one(EffectPanel).show(
             analysis.cosines,
             len(analysis.current.mask),

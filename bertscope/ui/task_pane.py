@@ -35,12 +35,13 @@ def predictions(
     return plain, backend.task_prediction(encoding, mask, ablation, erasure)
 
 
-def hint(info: ModelInfo, pair: bool) -> tuple[str, str] | None:
-    """(the pane's title, what to type) for a model whose prediction needs a second segment, or None."""
-    if info.architecture.endswith("ForQuestionAnswering") and not pair:
-        return "answer", "type its context in the second box"
-    if info.sentence_embedding and not pair:
-        return "similarity of the two boxes", "type a second sentence: their cosine"
+def pair_placeholder(info: ModelInfo) -> str | None:
+    """What the second box asks for where the model's prediction needs it (a QA model's context, a sentence to
+    compare for an embedding model), or None (the box's own placeholder)."""
+    if info.architecture.endswith("ForQuestionAnswering"):
+        return "the question's context"
+    if info.sentence_embedding:
+        return "a sentence to compare"
     return None
 
 
