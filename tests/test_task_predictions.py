@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from bertscope.model.session import Session
 from bertscope.model.task_results import AnswerSpan, SegmentSimilarity, WordLabels
 from bertscope.session_backend import SessionBackend
-from tests.helpers.models import save_tiny
+from tests.helpers.models import UPOS_TAGS, save_tiny
 from tests.test_task_objectives import NER_LABELS, zeroed_head
 
 WORDS = ["Dante", "was", "born", "in", "Florence", "yesterday"]
@@ -88,3 +88,25 @@ def test_a_sentence_embedding_models_cosine_is_of_each_segment_pooled_alone(tmp_
         assert isinstance(predicted, SegmentSimilarity) and predicted.pooling.startswith("cls pooling")
         assert predicted.cosine == pytest.approx(float(F.cosine_similarity(*cls, dim=0)), abs=1e-5)
     assert backend.task_prediction(backend.encode(first)) is None  # one sentence: no cosine
+
+
+def test_the_explorers_token_classification_reference_is_upos_for_a_tagger_else_the_models_own_labels(ner_backend, tmp_path):
+    from bertscope.api import treebank
+
+    sample = treebank(limit=4)
+    sentences = list(sample.sentences)
+    prepared = ner_backend.objective("token-classification", api_corpus(sentences, sample))
+    assert prepared.metric.startswith("agreement") and prepared.notes[0].startswith("agreement")
+    assert ner_backend.measure(prepared).metric == pytest.approx(1.0)  # the model agrees with itself unmasked
+    labels = dict(enumerate(UPOS_TAGS))
+    tagger = SessionBackend(
+        Session.open(str(save_tiny(tmp_path, "BertForTokenClassification", num_labels=len(labels), id2label=labels)), device="cpu")
+    )
+    prepared = tagger.objective("token-classification", api_corpus(sentences, sample))
+    assert prepared.notes[0] == "gold labels: the sample treebank's UPOS tags" and not prepared.metric.startswith("agreement")
+
+
+def api_corpus(sentences, read):
+    from bertscope.api import Corpus
+
+    return Corpus(sentences, read.source, read.report)
