@@ -33,6 +33,7 @@ from bertscope.data.corpus import Sentence
 from bertscope.model.masks import Ablation, HeadMask
 from bertscope.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
 from bertscope.model.session import Session
+from bertscope.model.task_results import TaskPrediction
 
 if TYPE_CHECKING:
     from bertscope.analyses.erasure import Eraser
@@ -115,6 +116,14 @@ class SessionBackend:
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]:
         return self.session.mask_predictions(result, top)
 
+    def task_prediction(
+        self, encoding: Encoding, mask: HeadMask | None = None, ablation: Ablation = "zero", erasure: Live = None
+    ) -> TaskPrediction | None:
+        from bertscope.model.task_heads import task_prediction
+
+        with self._live(erasure):
+            return task_prediction(self.session, encoding, mask, ablation)
+
     def fit_erasure(
         self, task: str, layer: int, sentences: list[Sentence], *, cancel: threading.Event | None = None
     ) -> Iterator[Progress[LiveErasure]]:
@@ -178,9 +187,31 @@ class SessionBackend:
         sentences = list(texts.sentences)
         key = (name, texts.source, tuple((s.text, s.pair, s.label) for s in sentences))
         if self._objective_cache is None or self._objective_cache[0] != key:
+            reference = None
+            if name == "token-classification" and any(s.tags is None for s in sentences):
+                sentences, reference = self._word_reference(sentences)
             prepared = api.objective(self.session, name, api.Corpus(sentences, texts.source, texts.report))
+            if reference is not None:
+                prepared.notes.insert(0, reference)
+                if reference.startswith("agreement"):
+                    prepared.metric = f"agreement {prepared.metric}"
             self._objective_cache = (key, prepared)
         return self._objective_cache[1]
+
+    def _word_reference(self, sentences: list[Sentence]) -> tuple[list[Sentence], str]:
+        """Untagged sentences (the sample treebank) labelled for the token-classification objective: by their UPOS where
+        every tag is one of the model's labels (a POS tagger), else by the model's own unmasked labels (agreement)."""
+        from bertscope.model.task_heads import own_word_labels
+
+        names = set(self.session.label_names)
+        if all(s.upos is not None and set(s.upos) <= names for s in sentences):
+            return [dataclasses.replace(s, tags=s.upos) for s in sentences], "gold labels: the sample treebank's UPOS tags"
+        own = own_word_labels(self.session, [list(s.words or s.text.split()) for s in sentences])
+        labelled = [dataclasses.replace(s, words=tuple(s.words or s.text.split()), tags=tags) for s, tags in zip(sentences, own)]
+        return labelled, (
+            "agreement: no gold data in this model's labels, so the reference is its own unmasked label for each word "
+            "(the metric measures agreement with the model as it is, not accuracy)"
+        )
 
     def measure(self, objective: Objective, mask: HeadMask | None = None, ablation: Ablation = "zero", erasure: Live = None) -> Measurement:
         if erasure is None:

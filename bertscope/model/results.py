@@ -45,6 +45,7 @@ class ModelInfo:
     attention_windows: tuple[int | None, ...] = ()
     model_limit: int | None = None  # the most tokens the model takes (its positions); max_length is lower with --max-length
     tokenizer_limit: int | None = None  # what the tokenizer's file states, which max_length does not follow
+    sentence_embedding: bool = False  # a sentence-transformers model (modules.json) with no task head: pairs have a cosine
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -152,6 +152,12 @@ class Session:
         return self.loaded.architecture.endswith("ForQuestionAnswering")
 
     @property
+    def is_sentence_embedder(self) -> bool:
+        """A sentence-embedding model: sentence-transformers' files (modules.json) beside a model with no task head."""
+        tasked = self.is_classifier or self.is_token_classifier or self.is_question_answerer
+        return not tasked and (self.loaded.directory / "modules.json").is_file()
+
+    @property
     def label_names(self) -> list[str]:
         """A classifier's classes by number, as its config's id2label names them."""
         config = self.model.config
@@ -193,6 +199,7 @@ class Session:
             pruned_heads=sum(len(heads) for heads in pruned_heads_of(config).values()),
             hidden_states=self.loaded.family.describe(),
             attention_windows=tuple(self.attention_window(layer) for layer in range(self.num_layers)),
+            sentence_embedding=self.is_sentence_embedder,
         )
 
     def __repr__(self) -> str:

@@ -26,6 +26,7 @@ from bertscope.analyses.sae.results import LiveFeatures
 from bertscope.base.progress import Progress
 from bertscope.model.masks import Ablation, HeadMask
 from bertscope.model.results import Encoding, ForwardResult, MaskPrediction, ModelInfo
+from bertscope.model.task_results import TaskPrediction
 
 if TYPE_CHECKING:
     from bertscope.analyses.importance.objectives import Objective
@@ -87,6 +88,14 @@ class Backend(Protocol):
         ...
 
     def mask_predictions(self, result: ForwardResult, top: int = 5) -> list[MaskPrediction]: ...
+
+    def task_prediction(
+        self, encoding: Encoding, mask: HeadMask | None = None, ablation: Ablation = "zero", erasure: Live = None
+    ) -> TaskPrediction | None:
+        """What the fine-tuned model predicts for `encoding` under `mask` and `erasure` (model.task_heads): a token
+        classifier's label per word, a QA model's answer span (the pair is the context), a sentence-embedding model's
+        cosine between the two segments; None for any other model, or a QA or embedding model given no pair."""
+        ...
 
     # the API's analyses
 

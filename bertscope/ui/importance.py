@@ -1,12 +1,15 @@
 """Head importance in the explorer: a grid overlay, the objective while toggling, prune to X%, the pruning curve.
 
-`i` estimates every head's importance (gradient, Michel et al.) for the model's natural
-objective (mlm with an MLM head, else preserve) over the shipped sample corpus, shades the
-grid by it, and from then on measures the objective under every mask the user makes. `P`
-masks the least important X% of heads; `C` opens the pruning curve. `ObjectivePanel` owns
-the estimate and the measurements; the app asks it for importance and tells it the mask.
-All model work runs in thread workers (ui.job_run) through the backend; nothing here
-imports torch.
+`i` estimates every head's importance (gradient, Michel et al.) for the model's own task over
+shipped sample data (`objective_choices`: token-classification on the sample treebank, similarity
+on the sample pairs for a sentence-embedding model, mlm with an MLM head, else preserve), shades
+the grid by it, and from then on measures the objective under every mask the user makes; `I`
+chooses another objective where more than one applies. After the estimate each head is switched
+off alone and the objective measured (Kovaleva et al. §6): the heads whose removal raises the
+metric are marked `+` in the grid and listed in the pane. `P` masks the least important X% of heads; `C`
+opens the pruning curve. `ObjectivePanel` owns the estimate and the measurements; the app asks
+it for importance and tells it the mask. All model work runs in thread workers (ui.job_run)
+through the backend; nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -23,14 +26,16 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Input, Label, Static
+from textual.widgets import Input, Label, OptionList, Static
+from textual.widgets.option_list import Option
 
 from bertscope import api
 from bertscope.analyses.conditions import Conditions
 from bertscope.analyses.importance.results import HeadImportance, Measurement, PruningCurve
-from bertscope.api import Corpus, corpus
+from bertscope.api import Corpus, corpus, objective_corpus, treebank
 from bertscope.base.progress import Progress
-from bertscope.model.masks import Ablation
+from bertscope.model.masks import Ablation, HeadMask
+from bertscope.model.results import ModelInfo
 from bertscope.render.importance import curve_chart
 from bertscope.ui.backend import Backend
 from bertscope.ui.corpus_screen import RunScreen
@@ -48,10 +53,49 @@ SAMPLE_SENTENCES = 64
 IMPORTANCE_FIGURE = "importance"
 
 
+RAISING_MARK = "+"  # a head whose removal raises the objective's metric (Kovaleva et al. §6), in the grid
+
+
 def importance_overlay(importance: HeadImportance) -> tuple[np.ndarray, tuple[float, float], str]:
     """(values, range, label) to shade the head grid by importance."""
     values = importance.importance
     return values, (0.0, float(np.max(values)) or 1.0), f"importance ({importance.objective})"
+
+
+def objective_choices(info: ModelInfo) -> list[tuple[str, str]]:
+    """The objectives `i` can measure on this model with the data the package ships, each with what it is measured on;
+    the model's own task first (the default). qa is not among them: no SQuAD data ships (the CLI takes a file)."""
+    choices = []
+    if info.architecture.endswith("ForTokenClassification"):
+        choices.append(("token-classification", "its labels on the sample treebank (UPOS, or its own labels: agreement)"))
+    if info.sentence_embedding:
+        choices.append(("similarity", "Spearman's rho of the cosine on the 48 sample pairs"))
+    if info.has_mlm_head:
+        choices.append(("mlm", "masked words of the sample corpus"))
+    if info.sentence_embedding:
+        choices.append(("embedding", "how far the sample sentences' embeddings move"))
+    choices.append(("preserve", "how far the output moves, on the sample corpus"))
+    return choices
+
+
+def head_by_head(
+    backend: Backend, objective: str, sample: Corpus, ablation: Ablation, cancel: Event
+) -> Iterator[Progress[list[tuple[float, tuple[int, int]]]]]:
+    """Kovaleva et al. §6 on the explorer's data: each head switched off alone and the objective measured exactly;
+    the last step carries the heads whose removal raises the metric, with how much, the most first."""
+    prepared = backend.objective(objective, sample)
+    baseline = backend.measure(prepared, None, ablation).metric
+    layers, heads = backend.num_layers, backend.num_heads
+    raising = []
+    for number in range(layers * heads):
+        if cancel.is_set():
+            return
+        head = divmod(number, heads)
+        metric = backend.measure(prepared, HeadMask(layers, heads, frozenset([head])), ablation).metric
+        if metric > baseline:
+            raising.append((metric - baseline, head))
+        yield Progress("heads off in turn", number + 1, layers * heads)
+    yield Progress("done", layers * heads, layers * heads, sorted(raising, key=lambda found: (-found[0], found[1])))
 
 
 class ObjectivePanel(Static):
@@ -65,9 +109,15 @@ class ObjectivePanel(Static):
     ObjectivePanel { border: round $panel-lighten-2; padding: 0 1; height: auto; display: none; }
     """
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, repaint: Callable[[], None] | None = None, *, id: str | None = None) -> None:
+        """`repaint()`: draw the grid again (the heads whose removal helps are found after the estimate)."""
         super().__init__(id=id)
+        self._repaint = repaint or (lambda: None)
         self.backend: Backend | None = None
+        self.chosen: str | None = None  # the objective `I` chose; None: the model's own (objective_choices' first)
+        self.raising: frozenset[tuple[int, int]] | None = None  # heads whose removal lowers the loss, once swept
+        self._raising_order: list[tuple[int, int]] = []
+        self._sweep_stage = ""
         self.importance: HeadImportance | None = None
         self.baseline: Measurement | None = None  # the objective with no head masked
         self.current: Measurement | None = None  # ... under the mask last measured
@@ -76,6 +126,7 @@ class ObjectivePanel(Static):
         self._waiting: list[Callable[[HeadImportance], None]] | None = None  # callers of an estimate under way
         self.estimating = JobRun(self, self._estimate_stepped, name="importance", on_failed=self._estimate_failed, title="head importance")
         self.measuring = JobRun(self, self._measured, name="objective", title="head importance")
+        self.sweeping = JobRun(self, self._swept, name="head by head", on_failed=self._sweep_failed, title="heads off in turn")
 
     def set_backend(self, backend: Backend) -> None:
         self.backend = backend
@@ -83,15 +134,47 @@ class ObjectivePanel(Static):
     @property
     def objective(self) -> str:
         assert self.backend is not None  # asked only once the model is loaded
-        return "mlm" if self.backend.info.has_mlm_head else "preserve"
+        return self.chosen or objective_choices(self.backend.info)[0][0]
 
     @property
     def sample(self) -> Corpus:
-        """The sample corpus's first sentences, read once: what importance is estimated and measured on."""
+        """The objective's shipped data, read once: the sample pairs (similarity), the sample treebank's first sentences
+        (token-classification), else the sample corpus's: what importance is estimated and measured on."""
         if self._sample is None:
-            shipped = corpus(limit=SAMPLE_SENTENCES)
+            name = self.objective
+            if name == "similarity":
+                shipped = objective_corpus("similarity")
+            elif name == "token-classification":
+                shipped = treebank(limit=SAMPLE_SENTENCES)
+            else:
+                shipped = corpus(limit=SAMPLE_SENTENCES)
             self._sample = Corpus(list(shipped.sentences), shipped.source, shipped.report)
         return self._sample
+
+    def marks(self) -> tuple[str, frozenset[tuple[int, int]]] | None:
+        """The grid's mark for the heads whose removal raises the metric, once the sweep has found them."""
+        return (RAISING_MARK, self.raising) if self.raising else None
+
+    def choose(self, then: Callable[[], None]) -> None:
+        """`I`: ask which objective to measure where more than one applies; a new one is estimated afresh (`then()`)."""
+        assert self.backend is not None  # the screen asks once the model is loaded
+        choices = objective_choices(self.backend.info)
+        if len(choices) < 2:
+            self.notify(f"only {choices[0][0]} applies to this model with the shipped data", timeout=4)
+            return
+
+        def chosen(name: str | None) -> None:
+            if name is None or name == self.objective and self.importance is not None:
+                return
+            self.estimating.cancel()
+            self.measuring.cancel()
+            self.sweeping.cancel()
+            self.chosen, self._sample, self._waiting = name, None, None
+            self.importance = self.baseline = self.current = None
+            self.raising, self._raising_order = None, []
+            then()
+
+        self.app.push_screen(ObjectiveChoiceScreen(choices, self.objective), chosen)
 
     def with_importance(self, then: Callable[[HeadImportance], None], conditions: Conditions) -> None:
         """Call `then(importance)` once importance is known, estimating it first (under the ablation) if needed."""
@@ -146,6 +229,30 @@ class ObjectivePanel(Static):
         for then in waiting:
             then(importance)
         self.follow(self._conditions)
+        self._sweep(importance.objective, self._conditions.ablation)
+
+    def _sweep(self, objective: str, ablation: Ablation) -> None:
+        """Each head switched off in turn (exact ablation, Kovaleva et al. §6), to find those whose removal helps."""
+        backend, sample = self.backend, self.sample
+        assert backend is not None  # importance is known, so the model is loaded
+        self._sweep_stage = "starting"
+        self._draw(None)
+        self.sweeping.start(lambda cancel: head_by_head(backend, objective, sample, ablation, cancel))
+
+    def _swept(self, progress: Progress[list[tuple[float, tuple[int, int]]]]) -> None:
+        if not progress.finished:
+            self._sweep_stage = f"{progress.done}/{progress.total}"
+            self._draw(None)
+            return
+        assert progress.result is not None  # the last step carries it
+        self._raising_order = [head for _, head in progress.result]
+        self.raising = frozenset(self._raising_order)
+        self._draw(None)
+        self._repaint()
+
+    def _sweep_failed(self, reason: str) -> None:
+        self._sweep_stage = ""
+        self._draw(None)
 
     def _estimate_failed(self, reason: str) -> None:
         self._waiting = None
@@ -165,7 +272,8 @@ class ObjectivePanel(Static):
         conditions = self._conditions
         metric = importance.metric if importance is not None else ""
         sentences = importance.sentences if importance is not None else len(list(self.sample.sentences))
-        lines = [Text(f"{metric}, {sentences} sentences" if metric else f"{sentences} sentences", style="dim")]
+        counted = importance.counted if importance is not None else f"{sentences} sentences"
+        lines = [Text(f"{metric}, {counted}" if metric else counted, style="dim")]
         if self.baseline is None:
             lines.append(Text("estimating head importance…" + (f" {stage}" if stage else "")))
         else:
@@ -185,9 +293,56 @@ class ObjectivePanel(Static):
                 lines.append(Text(f"{label:<{width}} …"))
             if erasure is not None:
                 lines.append(Text(erasure.short(), style="dim"))
+            lines.append(self._raising_line())
         if pending:
             lines.append(Text("measuring…", style="dim"))
         self.update(Group(*lines))
+
+    def _raising_line(self) -> Text:
+        """Kovaleva et al. §6: the heads whose removal raises the metric, marked in the grid; or how far the sweep is."""
+        if self.raising is None:
+            return Text(f"each head off in turn… {self._sweep_stage}" if self._sweep_stage else "", style="dim")
+        if not self._raising_order:
+            return Text("no head's removal raises the metric", style="dim")
+        listed = " ".join(f"{layer}:{head}" for layer, head in self._raising_order[:8])
+        more = f" +{len(self._raising_order) - 8}" if len(self._raising_order) > 8 else ""
+        return Text.assemble((f"{RAISING_MARK} off, metric rises: ", "bold"), listed + more)
+
+
+class ObjectiveChoiceScreen(ModalScreen[str | None]):
+    """Which objective head importance measures: Enter takes the highlighted one, escape keeps the current."""
+
+    BINDINGS = [Binding("escape", "dismiss_none", "cancel")]
+    DEFAULT_CSS = """
+    ObjectiveChoiceScreen { align: center middle; }
+    ObjectiveChoiceScreen > Vertical {
+        width: 76; max-width: 100%; height: auto; border: round $primary; background: $surface; padding: 0 1;
+    }
+    ObjectiveChoiceScreen Label { width: 100%; }
+    ObjectiveChoiceScreen OptionList { height: auto; max-height: 12; }
+    """
+
+    def __init__(self, choices: list[tuple[str, str]], current: str) -> None:
+        super().__init__()
+        self.choices, self.current = choices, current
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label("Head importance for which objective? (Enter chooses)")
+            yield OptionList(*(Option(Text.assemble((name, "bold"), f": {what}"), id=name) for name, what in self.choices))
+
+    def on_mount(self) -> None:
+        options = self.query_one(OptionList)
+        options.highlighted = [name for name, _ in self.choices].index(self.current)
+        options.focus()
+
+    @on(OptionList.OptionSelected)
+    def selected(self, event: OptionList.OptionSelected) -> None:
+        if self.is_active:
+            self.dismiss(event.option.id)
+
+    def action_dismiss_none(self) -> None:
+        self.dismiss(None)
 
 
 class PruneToScreen(ModalScreen[float | None]):

@@ -50,6 +50,7 @@ from bertscope.ui.launchers import Launchers, palette_commands
 from bertscope.ui.messages import Analysis
 from bertscope.ui.state import ExplorerState, fit_to_model
 from bertscope.ui.syntax import SYNTAX_FIGURE, SyntaxPanel
+from bertscope.ui.task_pane import TaskPanel, pair_placeholder, predictions
 from bertscope.ui.theme import heatmap_for
 from bertscope.ui.widgets.attention_view import AttentionView
 from bertscope.ui.widgets.footer import KeyFooter
@@ -103,6 +104,7 @@ def analysis_steps(job: AnalysisJob, cancel: threading.Event) -> Iterator[Progre
     if cancel.is_set():
         return
     assert current.figures is not None  # asked for above
+    task_plain, task_current = predictions(backend, encoding, job.mask, job.ablation, job.erasure)
     analysis = Analysis(
         plain=plain,
         current=current,
@@ -111,6 +113,8 @@ def analysis_steps(job: AnalysisJob, cancel: threading.Event) -> Iterator[Progre
         predictions_plain=backend.mask_predictions(plain),
         predictions_current=backend.mask_predictions(current),
         erasure=job.erasure,
+        task_plain=task_plain,
+        task_current=task_current,
     )
     if not every_layer:  # the first screen shows the chosen layer's maps at once
         analysis.layers[job.layer] = layer_maps_of(backend, analysis, job.layer)
@@ -145,6 +149,7 @@ class MainScreen(Screen[None]):
         Binding("b", "next_attribution", "attribution", show=False),
         Binding("B", "next_attribution_target", "explain what", show=False),
         Binding("i", "importance", "importance", show=False),
+        Binding("I", "choose_objective", "importance for…", show=False),
         Binding("y", "syntax_relation", "tracks relation", show=False),
         Binding("Y", "syntax_direction", "relation direction", show=False),
         Binding("P", "prune_to", "prune to X%", show=False),
@@ -205,8 +210,9 @@ class MainScreen(Screen[None]):
         with Horizontal(id="body"):
             with VerticalScroll(id="side", can_focus=False):
                 yield HeadGrid(colormap, id="grid")
-                yield ObjectivePanel(id="objective")  # hidden until `i` (ui.importance)
+                yield ObjectivePanel(self._repaint, id="objective")  # hidden until `i` (ui.importance)
                 yield SyntaxPanel(self._repaint, id="syntax")  # shown with the grid's syntax figure (ui.syntax)
+                yield TaskPanel(id="task")  # a fine-tuned model's prediction (ui.task_pane)
                 yield TokenPanel(id="tokens")
                 yield EffectPanel(id="effect")
             yield HeatmapPane(self._repaint, id="heatmap")
@@ -239,6 +245,7 @@ class MainScreen(Screen[None]):
         self.conditions.take_mask(backend)
         self.query_one(HeadGrid).set_shape(backend.num_layers, backend.num_heads)
         self.query_one(AttributionRow).set_model(backend.info)
+        self.query_one("#pair", Input).placeholder = pair_placeholder(backend.info) or "second segment (optional)"
         self.query_one(ObjectivePanel).set_backend(backend)
         self.query_one(SyntaxPanel).set_backend(backend)
         self._follow_syntax()
@@ -310,8 +317,10 @@ class MainScreen(Screen[None]):
         layer, head = self.state.layer, self.state.head
         length = len(analysis.current.tokens)
         figure = self.state.figure if self.state.figure in FIGURES else "entropy"
-        importance = self.query_one(ObjectivePanel).importance
+        objective = self.query_one(ObjectivePanel)
+        importance = objective.importance
         syntax = self.query_one(SyntaxPanel).overlay() if self.state.figure == SYNTAX_FIGURE else None
+        grid.marks = objective.marks() if self.state.figure == IMPORTANCE_FIGURE else None
         if self.state.figure == IMPORTANCE_FIGURE and importance is not None:
             grid.show(*importance_overlay(importance), mask, (layer, head))
         elif self.state.figure == SYNTAX_FIGURE:
@@ -320,6 +329,8 @@ class MainScreen(Screen[None]):
         else:
             grid.show(analysis.figures[figure], figure_range(figure, length), GRID_LABELS.get(figure, FIGURES[figure]), mask, (layer, head))
         erased = analysis.erasure.short() if analysis.erasure is not None else None
+        changed = bool(len(analysis.current.mask)) or erased is not None
+        self.query_one(TaskPanel).show(analysis.task_plain, analysis.task_current, changed)
         self.query_one(EffectPanel).show(
             analysis.cosines,
             len(analysis.current.mask),
@@ -514,6 +525,12 @@ class MainScreen(Screen[None]):
 
     def action_importance(self) -> None:
         self.conditions.toggle_importance()
+
+    def action_choose_objective(self) -> None:
+        if self.backend is None:
+            self.notify("the model is still loading", severity="warning")
+            return
+        self.query_one(ObjectivePanel).choose(self.conditions.toggle_importance)
 
     def action_prune_to(self) -> None:
         self.conditions.prune_to()

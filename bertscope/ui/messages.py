@@ -12,6 +12,7 @@ from bertscope.analyses.conditions import LiveEdits
 from bertscope.analyses.mixing.results import Mixing
 from bertscope.model.labels import token_labels
 from bertscope.model.results import ForwardResult, MaskPrediction
+from bertscope.model.task_results import TaskPrediction
 from bertscope.ui.backend import Backend
 
 
@@ -52,6 +53,9 @@ class Analysis:
     erasure: LiveEdits | None = None  # the property erased (`E`) and SAE features switched (`F`) in `current`'s pass, if any
     # The context-mixing measures computed for this sentence and mask (`n` in the layer view), by method.
     mixing: dict[str, Mixing] = field(default_factory=dict)
+    # A fine-tuned model's prediction (labels, answer, cosine; ui.task_pane) as it is and under the mask and erasure.
+    task_plain: TaskPrediction | None = None
+    task_current: TaskPrediction | None = None
 
     @functools.cached_property
     def labels(self) -> tuple[str, ...]:

@@ -95,6 +95,8 @@ class HeadGrid(Widget, can_focus=True):
         self.figure_label = ""
         self.mask: HeadMask | None = None
         self.selected = (0, 0)
+        # A glyph and the heads it marks (the importance overlay's heads whose removal raises the metric), set before `show`.
+        self.marks: tuple[str, frozenset[tuple[int, int]]] | None = None
 
     def set_shape(self, num_layers: int, num_heads: int) -> None:
         self.num_layers, self.num_heads = num_layers, num_heads
@@ -151,16 +153,25 @@ class HeadGrid(Widget, can_focus=True):
         masked = self.mask is not None and self.mask.is_masked(layer, head)
         chosen = (layer, head) == self.selected
         value = self._scaled(layer, head)
+        marked = self.marks is not None and (layer, head) in self.marks[1] and not masked
         if self.glyphs:
-            glyph = "×" if masked else GLYPHS[round(value * (len(GLYPHS) - 1))] if value == value else "·"
+            glyph = (
+                "×"
+                if masked
+                else self.marks[0]
+                if marked and self.marks
+                else GLYPHS[round(value * (len(GLYPHS) - 1))]
+                if value == value
+                else "·"
+            )
             body = f"[{glyph}]" if chosen else f" {glyph} "
             text.append(body, style=Style(bold=chosen, reverse=chosen))
             return
-        if not (chosen or masked):
+        if not (chosen or masked or marked):
             text.append("   ", style=_shade(self.colormap, round(value * SHADES) if value == value else -1))
             return
         background = self.colormap.masked if masked else self.colormap.color(value)
-        mark = "×" if masked else " "
+        mark = "×" if masked else self.marks[0] if marked and self.marks else " "
         style = Style(bgcolor=background, color=self.colormap.cursor, bold=True)
         text.append(f"▸{mark}◂" if chosen else f" {mark} ", style=style)
 
@@ -175,6 +186,8 @@ class HeadGrid(Widget, can_focus=True):
         if self.values is None:
             return "computing…"
         label, width = self.figure_label, self._width()
+        if self.marks is not None:
+            label += f" · {self.marks[0]} off: metric rises"
         return label if cell_len(label) <= width else set_cell_size(label, width - 1) + "…"
 
     def _append_range(self, text: Text) -> None:
@@ -183,6 +196,8 @@ class HeadGrid(Widget, can_focus=True):
         assert self.values is not None  # drawn only under values
         if self.mask is not None and self.mask.is_masked(layer, head):
             value = f"{layer}:{head} off"
+        elif self.marks is not None and (layer, head) in self.marks[1]:
+            value = f"{layer}:{head} = {self.values[layer, head] + 0.0:.3f} {self.marks[0]}"
         else:
             value = f"{layer}:{head} = {self.values[layer, head] + 0.0:.3f}"
         low, high = (_short(end) for end in self.value_range)
