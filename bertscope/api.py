@@ -1185,6 +1185,8 @@ def attribute(
     method: str = "integrated-gradients",
     target: str | None = None,
     position: int | None = None,
+    word: int | str | None = None,
+    similarity: bool = False,
     probe: str | None = None,
     data: str | Path | None = None,
     layer: int | None = None,
@@ -1197,9 +1199,12 @@ def attribute(
     progress: ProgressCallback = None,
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[Attribution]]:
-    """Which tokens of `text` a decision rests on: a probe's (`probe=TASK`, trained on `data`), a classifier's class, or an MLM guess.
+    """Which tokens of `text` a decision rests on: a probe's (`probe=TASK`, trained on `data`), a classifier's class, a
+    token classifier's label at `word`, a QA model's answer span, an MLM guess, or the cosine of `text`'s and `pair`'s
+    embeddings (`similarity`; the default on a model with no head of its own when a pair is given).
 
-    `target` is the label, class or token to explain (default: the model's top choice); `text`
+    `target` is the label, class or token to explain (default: the model's top choice; for a QA model, `start`,
+    `end` or `span`, start + end, the default); `word` a token classifier's word by index or text; `text`
     may be an `Encoding` already made (the explorer's). `ig_steps`: integrated gradients' steps (default: 32, doubled
     up to 256 until the completeness error is under 5%).
     """
@@ -1212,8 +1217,17 @@ def attribute(
     if (data is not None or layer is not None) and probe is None:
         raise InputError("a probe's data and layer need the probe's task too", setting="probe")
     encoding = model.encode(with_mask_token(model.tokenizer, text), pair) if isinstance(text, str) else text
+    if similarity and pair is None and (isinstance(text, str) or text.pair is None):
+        raise InputError("a similarity is between two sentences: give the second one as the pair", setting="pair")
     chosen = Target(
-        label=target, position=position, probe=probe, data=None if data is None else str(data), layer=layer, pooling=sentence_pooling
+        kind="similarity" if similarity else None,
+        label=target,
+        position=position,
+        word=word,
+        probe=probe,
+        data=None if data is None else str(data),
+        layer=layer,
+        pooling=sentence_pooling,
     )
     run = attribution_steps(
         model,
