@@ -1260,6 +1260,7 @@ def patch(
     task: str | None = None,
     data: str | Path | None = None,
     probe_layer: int | None = None,
+    word: int | str | None = None,
     sweep: Iterable[str] = ("heads", "layers", "positions"),
     direction: str = "denoise",
     per_position: bool = False,
@@ -1273,8 +1274,10 @@ def patch(
     of heads, layers and positions to patch. `metric`: mlm (`answers` A,B at the
     [MASK]), class (`classes` A,B of a classifier), probe (a probe for `task`, `classes` A,B),
     preserve (any model), embedding (the cosine of the pooled sentence embedding to the clean one's; any
-    model). `direction`: denoise (clean into corrupted) or noise. Effects are shares of m(clean) - m(corrupt): 1
-    when the component carries all of it.
+    model), label (a token classifier's `classes` A,B at `word`, an index or the word; default: the first word the
+    texts differ at), answer (a QA model's start + end logit of the clean answer span minus the corrupted one's;
+    `clean` the question, `pair` the context). `direction`: denoise (clean into corrupted) or noise. Effects are
+    shares of m(clean) - m(corrupt): 1 when the component carries all of it.
     """
     from bertscope.analyses.patching import patch as patching_steps
     from bertscope.analyses.patching_results import PatchMetric
@@ -1289,6 +1292,7 @@ def patch(
         task=task,
         data=data,
         probe_layer=probe_layer,
+        word=word,
     )
     return patching_steps(
         model,

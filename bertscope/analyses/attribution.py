@@ -331,7 +331,7 @@ def _words(encoding: Encoding) -> list[tuple[int, str]]:
     ]
 
 
-def _chosen_word(encoding: Encoding, word: int | str | None) -> tuple[int, int, str]:
+def chosen_word(encoding: Encoding, word: int | str | None) -> tuple[int, int, str]:
     """(word index, its first piece's position, its text) of the word chosen by index or text."""
     words = _words(encoding)
     listed = " ".join(f"{text}({index})" for index, (_, text) in enumerate(words[:12])) + (" …" if len(words) > 12 else "")
@@ -354,6 +354,25 @@ def _chosen_word(encoding: Encoding, word: int | str | None) -> tuple[int, int, 
             if text == word.strip() if exact else text.lower() == word.strip().lower():
                 return index, position, text
     raise InputError(f"no word {word!r} in the text; its words: {listed}", setting="word")
+
+
+def answer_spans(logits: Tensor, encoding: Encoding, count: int = 1) -> list[tuple[int, int]]:
+    """The `count` best answers of start and end logits `[2, T]`: start ≤ end within the context (the pair), by start + end
+    logit, at most `QA_MAX_ANSWER_TOKENS` tokens, as transformers' run_qa chooses them."""
+    inside = torch.as_tensor(
+        [segment == 1 and not special for segment, special in zip(encoding.segment_ids, encoding.special)], device=logits.device
+    )
+    if not bool(inside.any()):
+        raise InputError(
+            "the input has no context to answer from (or it was cut off entirely); give the context as the pair", setting="pair"
+        )
+    start = logits[0].float().masked_fill(~inside, float("-inf"))
+    end = logits[1].float().masked_fill(~inside, float("-inf"))
+    places = torch.arange(len(start), device=logits.device)
+    width = places[None, :] - places[:, None]
+    spans = (start[:, None] + end[None, :]).masked_fill((width < 0) | (width >= QA_MAX_ANSWER_TOKENS), float("-inf"))
+    best = torch.topk(spans.flatten(), min(count, int(torch.isfinite(spans).sum()))).indices.tolist()
+    return [(flat // len(start), flat % len(start)) for flat in best]
 
 
 class _Decision:
@@ -406,7 +425,7 @@ class _Decision:
                 )
             self.read_rows = np.array([self.position])
         elif kind == "token":
-            self.word = _chosen_word(encoding, target.word)
+            self.word = chosen_word(encoding, target.word)
             self.position = self.word[1]
             self.read_rows = np.array([self.position])
         elif kind == "probe":
@@ -511,22 +530,8 @@ class _Decision:
         return part
 
     def _best_span(self, logits: Tensor) -> tuple[int, int]:
-        """The predicted answer: the best start ≤ end within the context (the pair), by start + end logit, at most
-        `QA_MAX_ANSWER_TOKENS` tokens, as transformers' run_qa chooses it."""
-        inside = torch.as_tensor(
-            [segment == 1 and not special for segment, special in zip(self.encoding.segment_ids, self.encoding.special)],
-            device=logits.device,
-        )
-        if not bool(inside.any()):
-            raise InputError("the context was cut off entirely; shorten the question", setting="pair")
-        start = logits[0].masked_fill(~inside, float("-inf"))
-        end = logits[1].masked_fill(~inside, float("-inf"))
-        spans = start[:, None] + end[None, :]
-        places = torch.arange(len(start), device=logits.device)
-        width = places[None, :] - places[:, None]
-        spans = spans.masked_fill((width < 0) | (width >= QA_MAX_ANSWER_TOKENS), float("-inf"))
-        flat = int(spans.flatten().argmax())
-        return flat // len(start), flat % len(start)
+        """The predicted answer (`answer_spans`' best)."""
+        return answer_spans(logits, self.encoding)[0]
 
     def _answer_text(self, start: int, end: int) -> str:
         return self.session.tokenizer.convert_tokens_to_string(list(self.encoding.tokens[start : end + 1]))
