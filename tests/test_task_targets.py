@@ -150,3 +150,47 @@ def test_bad_task_targets_are_one_line(run, ner_dir, qa_dir, tiny_bert_dir):
     assert_one_line_error(
         run("patch", SENTENCE, "--corrupt", "Dante was born in Rome.", "-m", plain, "--metric", "label"), "not a token classifier"
     )
+
+
+@pytest.mark.parametrize("name", ["token-classification", "similarity"])
+def test_ablation_s_metric_changes_are_the_metric_measured_with_each_head_or_layer_off(name, ner, tiny_session):
+    from bertscope.analyses.importance.objectives import make_objective
+    from bertscope.analyses.importance.run import ablation_importance, measure
+    from tests.test_task_objectives import pair_sentences, tagged_sentences
+
+    session, sentences = (ner, tagged_sentences()) if name == "token-classification" else (tiny_session, pair_sentences())
+    objective = make_objective(session, name, sentences, batch_size=2)
+    result = list(ablation_importance(objective))[-1].result
+    changes = result.metric_changes
+    baseline = measure(objective).metric
+    for layer, head in [(0, 1), (2, 3)]:
+        off = measure(objective, session.mask(f"{layer}:{head}")).metric
+        assert changes.heads[layer, head] == pytest.approx(off - baseline, abs=1e-9)
+    assert changes.layers[1] == pytest.approx(measure(objective, session.mask("1:*")).metric - baseline, abs=1e-9)
+    raising = changes.raising_heads()
+    assert [(layer, head) for layer, head, _ in raising] == [
+        (int(layer), int(head)) for layer, head in sorted(zip(*np.nonzero(changes.heads > 1e-9)), key=lambda lh: -changes.heads[lh])
+    ]
+
+
+def test_the_heads_whose_removal_raises_the_metric_are_listed_in_the_json_and_the_table(run, tiny_bert_dir, tmp_path):
+    from tests.test_task_objectives import PAIRS
+
+    data = tmp_path / "pairs.tsv"
+    data.write_text("sentence1\tsentence2\tscore\n" + "".join(f"{a}\t{b}\t{s}\n" for a, b, s in PAIRS))
+    done = run("importance", "-O", "similarity", "--data", str(data), "--method", "ablation", "-m", str(tiny_bert_dir), "--json")
+    payload = json.loads(done.stdout)
+    raised = payload["raises_metric"]
+    changes = {(h["layer"], h["head"]): h["metric_change"] for h in payload["heads"]}
+    assert [(h["layer"], h["head"]) for h in raised["heads"]] == sorted(
+        (lh for lh, change in changes.items() if change > 1e-9), key=lambda lh: (-changes[lh], lh)
+    )
+    assert [entry["layer"] for entry in raised["layers"]] == sorted(
+        (e["layer"] for e in payload["layers"] if e["metric_change"] > 1e-9), key=lambda layer: -payload["layers"][layer]["metric_change"]
+    )
+    printed = run("importance", "-O", "similarity", "--data", str(data), "--method", "ablation", "-m", str(tiny_bert_dir)).stdout
+    if raised["heads"]:
+        first = raised["heads"][0]
+        assert f"switching off these heads raises Spearman's rho: {first['layer']}:{first['head']} (+" in " ".join(printed.split())
+    else:
+        assert "switching off no single head or layer raises Spearman's rho" in " ".join(printed.split())
