@@ -145,6 +145,7 @@ def test_bad_task_targets_are_one_line(run, ner_dir, qa_dir, tiny_bert_dir):
     assert_one_line_error(run("attribute", QUESTION, "--pair", CONTEXT, "-m", qa_model, "--target", "middle"), "start, end")
     assert_one_line_error(run("attribute", SENTENCE, "-m", plain, "--similarity"), "give the second with --pair")
     assert_one_line_error(run("attribute", SENTENCE, "-m", plain, "--word", "1", "--probe", "subject_number"), "reads no word")
+    assert_one_line_error(run("attribute", SENTENCE, "-m", qa_model, "--word", "1"), "BertForQuestionAnswering is not one")
     done = run("attribute", QUESTION, "--pair", CONTEXT, "-m", qa_model, "--method", "gradient", "--json")
     assert done.exit_code == 0 and json.loads(done.stdout)["target"]["kind"] == "answer"
     assert_one_line_error(

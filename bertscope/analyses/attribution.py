@@ -264,6 +264,9 @@ def _target_kind(session: Session, encoding: Encoding, target: Target) -> Target
         kind = "similarity"  # a model without a head of its own, and two sentences: a sentence-embedding model's decision
     else:
         kind = "mlm"
+    if target.word is not None and kind != "token":
+        why = "a probe's decision reads no word" if kind == "probe" else f"{session.info.architecture} is not one (…ForTokenClassification)"
+        raise InputError(f"a word is chosen for a token classifier's label; {why}", setting="word")
     if kind == "probe" and target.probe is None:
         raise InputError("a probe decision needs a probing task (e.g. subject_number)", setting="probe")
     if kind == "class" and not session.is_classifier:
@@ -299,8 +302,6 @@ def _target_kind(session: Session, encoding: Encoding, target: Target) -> Target
                 f"the text has no {MASK_TEXT} for the MLM head to fill; write one, or explain a probe's decision",
                 setting="probe",
             )
-    if target.word is not None and kind != "token":
-        raise InputError("a word is chosen for a token classifier's label; this decision reads no word", setting="word")
     return kind
 
 
