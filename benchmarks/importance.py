@@ -156,6 +156,8 @@ def task_model(model: str | None, objective: str) -> str | None:
     head where the objective needs one (saved once to a temporary folder), else `model`."""
     if objective not in ("token-classification", "qa"):
         return model
+    import atexit
+    import shutil
     import tempfile
 
     import torch
@@ -171,6 +173,7 @@ def task_model(model: str | None, objective: str) -> str | None:
         labels = dict(enumerate(NER_LABELS))
         built = BertForTokenClassification.from_pretrained(source, id2label=labels, label2id={v: k for k, v in labels.items()})
     directory = tempfile.mkdtemp(prefix=f"bertscope-{objective}-")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)  # a copy of the model: not left behind
     built.save_pretrained(directory)
     AutoTokenizer.from_pretrained(source).save_pretrained(directory)
     return directory
