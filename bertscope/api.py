@@ -1187,6 +1187,8 @@ def attribute(
     method: str = "integrated-gradients",
     target: str | None = None,
     position: int | None = None,
+    word: int | str | None = None,
+    similarity: bool = False,
     probe: str | None = None,
     data: str | Path | None = None,
     layer: int | None = None,
@@ -1199,9 +1201,12 @@ def attribute(
     progress: ProgressCallback = None,
     cancel: threading.Event | None = None,
 ) -> Iterator[Progress[Attribution]]:
-    """Which tokens of `text` a decision rests on: a probe's (`probe=TASK`, trained on `data`), a classifier's class, or an MLM guess.
+    """Which tokens of `text` a decision rests on: a probe's (`probe=TASK`, trained on `data`), a classifier's class, a
+    token classifier's label at `word`, a QA model's answer span, an MLM guess, or the cosine of `text`'s and `pair`'s
+    embeddings (`similarity`; the default on a model with no head of its own when a pair is given).
 
-    `target` is the label, class or token to explain (default: the model's top choice); `text`
+    `target` is the label, class or token to explain (default: the model's top choice; for a QA model, `start`,
+    `end` or `span`, start + end, the default); `word` a token classifier's word by index or text; `text`
     may be an `Encoding` already made (the explorer's). `ig_steps`: integrated gradients' steps (default: 32, doubled
     up to 256 until the completeness error is under 5%).
     """
@@ -1214,8 +1219,17 @@ def attribute(
     if (data is not None or layer is not None) and probe is None:
         raise InputError("a probe's data and layer need the probe's task too", setting="probe")
     encoding = model.encode(with_mask_token(model.tokenizer, text), pair) if isinstance(text, str) else text
+    if similarity and pair is None and (isinstance(text, str) or text.pair is None):
+        raise InputError("a similarity is between two sentences: give the second one as the pair", setting="pair")
     chosen = Target(
-        label=target, position=position, probe=probe, data=None if data is None else str(data), layer=layer, pooling=sentence_pooling
+        kind="similarity" if similarity else None,
+        label=target,
+        position=position,
+        word=word,
+        probe=probe,
+        data=None if data is None else str(data),
+        layer=layer,
+        pooling=sentence_pooling,
     )
     run = attribution_steps(
         model,
@@ -1248,6 +1262,7 @@ def patch(
     task: str | None = None,
     data: str | Path | None = None,
     probe_layer: int | None = None,
+    word: int | str | None = None,
     sweep: Iterable[str] = ("heads", "layers", "positions"),
     direction: str = "denoise",
     per_position: bool = False,
@@ -1261,8 +1276,10 @@ def patch(
     of heads, layers and positions to patch. `metric`: mlm (`answers` A,B at the
     [MASK]), class (`classes` A,B of a classifier), probe (a probe for `task`, `classes` A,B),
     preserve (any model), embedding (the cosine of the pooled sentence embedding to the clean one's; any
-    model). `direction`: denoise (clean into corrupted) or noise. Effects are shares of m(clean) - m(corrupt): 1
-    when the component carries all of it.
+    model), label (a token classifier's `classes` A,B at `word`, an index or the word; default: the first word the
+    texts differ at), answer (a QA model's start + end logit of the clean answer span minus the corrupted one's;
+    `clean` the question, `pair` the context). `direction`: denoise (clean into corrupted) or noise. Effects are
+    shares of m(clean) - m(corrupt): 1 when the component carries all of it.
     """
     from bertscope.analyses.patching import patch as patching_steps
     from bertscope.analyses.patching_results import PatchMetric
@@ -1277,6 +1294,7 @@ def patch(
         task=task,
         data=data,
         probe_layer=probe_layer,
+        word=word,
     )
     return patching_steps(
         model,

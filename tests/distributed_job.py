@@ -3,7 +3,8 @@
     torchrun --standalone --nproc-per-node 2 tests/distributed_job.py equal OUT.pkl TINY_A TINY_B CACHE DATA PROBE.json
     torchrun --standalone --nproc-per-node 2 tests/distributed_job.py fail OUT.json
 
-`equal`: patterns (with norms), syntax, probe, erase (UPOS at layer 2 of the sample treebank), importance (both methods, and for a probe's loss on TINY_A),
+`equal`: patterns (with norms), syntax, probe, erase (UPOS at layer 2 of the sample treebank), importance (both methods, for a probe's loss on TINY_A,
+and by ablation for the similarity of sample pairs on TINY_A, a rank metric whose pairs are gathered, the metric of each mask too),
 geometry, the context-mixing agreement, and compare (of two tiny random models saved by the test, TINY_A and TINY_B) through the public API, rank 0 saving the results for the test
 to hold against one process; then `bertscope probe` on DATA with the feature cache CACHE through the command line (`cached_probe`),
 rank 0 writing PROBE.json (one launch for all: each costs a start of torch in three processes). `fail`: `bertscope patterns -o OUT.json`
@@ -24,6 +25,7 @@ SYNTAX_SENTENCES = 30
 GEOMETRY = dict(limit=16, max_rows=60)  # fewer rows than the sentences' tokens: the ranks' samples are merged
 COMPARE = dict(limit=30, max_rows=80)
 PROBE_TASK = "subject_number"  # the probe objective's built-in task
+SIMILARITY = dict(limit=10, method="ablation")  # the shipped sample pairs
 MIXING = dict(limit=12, method=("attention", "norms", "value-zeroing", "alti", "flow", "rollout"))  # every method, flow included
 ERASE = dict(limit=60, layer=2, measure="preserve", cache_dir=False)  # UPOS of the sample treebank (its data in the job)
 SAE = dict(layer=2, limit=80, width=96, k=8, epochs=2, held_out=0.2)  # an SAE of TINY_A on the sample treebank's sentences
@@ -47,6 +49,7 @@ def equal(out: str, tiny_a: str, tiny_b: str, cache_dir: str, data: str, probe_o
     results["geometry"] = bertscope.api.geometry(model, **GEOMETRY)
     results["mixing"] = bertscope.mixing_agreement(model, **MIXING)
     results["compare"] = bertscope.api.compare(bertscope.load(tiny_a, device="cpu"), tiny_b, **COMPARE)
+    results["similarity"] = bertscope.importance(bertscope.load(tiny_a, device="cpu"), "similarity", **SIMILARITY)
     results["probe_objective"], fits = probe_objective(bertscope.load(tiny_a, device="cpu"))
     results["probe_fits"] = distributed.gather(fits)
     results["sae"], results["sae_fit"] = sae_trained(bertscope.load(tiny_a, device="cpu"), Path(out).with_name("sae"))

@@ -225,6 +225,19 @@ def test_importance_over_two_ranks_equals_one_process(two_ranks, model, method):
     assert list(two.order())[:10] == list(one.order())[:10]
 
 
+def test_a_rank_metric_s_ablation_over_two_ranks_equals_one_process(two_ranks, tiny_bert_dir):
+    """Similarity's Spearman rho over pairs gathered from both ranks, for the unablated model and for each mask."""
+    from tests.distributed_job import SIMILARITY
+
+    one = bertscope.importance(bertscope.load(str(tiny_bert_dir), device="cpu"), "similarity", **SIMILARITY)
+    two = two_ranks["similarity"]
+    assert two.sentences == one.sentences == 10
+    np.testing.assert_allclose(two.raw, one.raw, rtol=1e-4, atol=1e-7)
+    assert two.baseline_metric == pytest.approx(one.baseline_metric, abs=1e-9)
+    np.testing.assert_allclose(two.metric_changes.heads, one.metric_changes.heads, atol=1e-9)
+    np.testing.assert_allclose(two.metric_changes.layers, one.metric_changes.layers, atol=1e-9)
+
+
 def test_the_probe_objective_is_trained_once_on_rank_0(two_ranks, tiny_bert_dir):
     one = bertscope.importance(bertscope.load(str(tiny_bert_dir), device="cpu"), "probe", task=PROBE_TASK, method="gradient")
     two = two_ranks["probe_objective"]

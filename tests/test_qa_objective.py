@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import bertscope
 from bertscope.analyses.importance.objectives import Tally, make_objective
 from bertscope.analyses.importance.run import head_importance, measure
 from bertscope.analyses.importance.squad import best_scores
@@ -218,6 +219,14 @@ def test_every_family_serves_qa(family, tmp_path):
     assert np.isfinite(result.raw).all() and result.raw.any() and 0 <= result.baseline_metric <= 1
     assert measure(objective).loss == pytest.approx(result.baseline_loss, rel=1e-5)
     assert measure(objective, session.mask("0:*,1:1")).loss != measure(objective).loss  # the heads' gates reach the loss
+    inputs = session.tokenize_batch(["Where was Dante born?"])
+    with torch.inference_mode():  # patching's answer metric reads the family's QA head on the last hidden state
+        out = session.run(inputs)
+        logits = session.token_logits(out.hidden_states[-1])
+    np.testing.assert_allclose(logits[..., 0].numpy(), out.start_logits.float().numpy(), atol=1e-5)
+    np.testing.assert_allclose(logits[..., 1].numpy(), out.end_logits.float().numpy(), atol=1e-5)
+    explained = bertscope.attribute(session, "Where was Dante born?", pair="Dante was born in Florence.", method="gradient-x-input")
+    assert explained.target["kind"] == "answer" and np.isfinite(explained.scores).all()
 
 
 def _written(tmp_path):

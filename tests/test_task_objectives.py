@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from scipy.stats import spearmanr
 
+import bertscope
 from bertscope.analyses.importance.objectives import make_objective
 from bertscope.analyses.importance.run import ablation_importance, head_importance, measure
 from bertscope.analyses.importance.tagging import f1_score, scheme_of
@@ -279,6 +280,13 @@ def test_every_family_serves_the_task_objectives(family, tmp_path):
             result = list(head_importance(objective, method, normalize=False))[-1].result
             assert np.isfinite(result.raw).all() and np.isfinite(result.baseline_loss), (name, method)
     assert objective.name == "embedding" and measure(objective, session.mask("0:*,1:1")).loss > 0
+    # patching's label metric reads the family's token head on the last hidden state: the model's own logits
+    inputs = session.tokenize_batch(["Dante was born in Florence."])
+    with torch.inference_mode():
+        out = session.run(inputs)
+        np.testing.assert_allclose(session.token_logits(out.hidden_states[-1]).numpy(), out.logits.float().numpy(), atol=1e-5)
+    explained = bertscope.attribute(session, "Dante was born in Florence.", word=0, method="gradient-x-input")
+    assert explained.target["kind"] == "token" and np.isfinite(explained.scores).all()
 
 
 # --- the command line ------------------------------------------------------------------------------------

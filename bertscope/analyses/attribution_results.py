@@ -33,16 +33,36 @@ METHOD_NAMES = {
 MIXING = {"attention-flow": "flow", "norms": "norms", "value-zeroing": "value-zeroing", "alti": "alti"}
 SIGNED = ("gradient-x-input", "integrated-gradients")  # the methods whose scores can push either way
 SCORES = ("log-probability", "probability", "logit")
+SPAN_PARTS = ("span", "start", "end")  # what a QA decision explains: start + end (the span), or one of them
 
-TargetKind = Literal["mlm", "class", "probe"]
+TargetKind = Literal["mlm", "class", "probe", "token", "answer", "similarity"]
+TARGET_KINDS: tuple[TargetKind, ...] = ("mlm", "class", "probe", "token", "answer", "similarity")
+
+
+TASK_KINDS = ("token", "answer", "similarity")  # the decisions of a fine-tuned task's head (or pooling)
+SCORE_SYMBOLS = {"log-probability": "log p", "probability": "p", "logit": "logit", "cosine": "cos"}
+
+
+def task_decision(target: dict[str, Any], f: str, short: bool = False) -> str:
+    """What a token label, answer span or similarity decision explains, in words (`f`: the score's symbol)."""
+    if target["kind"] == "token":
+        return f"{f}({target['label']}) at word {target['word']} ({target['word_text']})"
+    if target["kind"] == "answer":
+        parts = " + ".join(f"{f}({part}={target[part]})" for part in target["explained"].split("+"))
+        return f"{parts}, answer {target['label']!r}"
+    return "cos(first, second)" if short else f"the cosine of the two sentences' embeddings ({target['pooling']})"
 
 
 @dataclass(frozen=True)
 class Target:
-    """What to explain. `kind` None picks: a probe if `probe` is given, else the classifier, else the [MASK].
+    """What to explain. `kind` None picks: a probe if `probe` is given, else the model's own head (a token
+    classifier's label at `word`, a QA model's answer span, a sequence classifier's class, the MLM head's guess at
+    the [MASK]), else, for a model with none of those and a pair of sentences, the cosine of their embeddings.
 
-    `label`: the token (mlm) or class (class, probe) whose score is explained; None = the
-    model's top choice. `position`: the [MASK]'s token position (None = the first [MASK]).
+    `label`: the token (mlm), class (class, probe) or entity label (token) whose score is explained; None = the
+    model's top choice; for a QA model `span` (default: start + end), `start` or `end` of the predicted answer.
+    `word`: the token classifier's word, by index (an int or its digits) or its text.
+    `position`: the [MASK]'s token position (None = the first [MASK]).
     `probe`, `data`, `layer`, `pooling`: the probe task, its SentEval file (None = the
     built-in generated task), the hidden-state layer it reads (None = best on dev) and how
     it pools the sentence.
@@ -51,6 +71,7 @@ class Target:
     kind: TargetKind | None = None
     label: str | None = None
     position: int | None = None
+    word: int | str | None = None
     probe: str | None = None
     data: str | None = None
     layer: int | None = None
@@ -65,7 +86,7 @@ class Attribution(Shown):
     method: str
     scores: np.ndarray  # [T]
     target: dict[str, Any]  # kind, label, and where it is read (position / layer / probe details)
-    score: str  # what f is: log-probability, probability or logit
+    score: str  # what f is: log-probability, probability or logit (cosine for a similarity)
     output: float  # f(x)
     baseline_output: float | None = None  # f(b), integrated gradients only
     completeness_error: float | None = None
@@ -108,9 +129,11 @@ class Attribution(Shown):
         bar naming the method and what it explains."""
         from bertscope.figures.strips import attribution_strip
 
-        target, f = self.target, {"log-probability": "log p", "probability": "p", "logit": "logit"}[self.score]
+        target, f = self.target, SCORE_SYMBOLS[self.score]
         if target["kind"] == "mlm":
             explained = f"{f}({target['label']}) at the [MASK] at {target['position']}"
+        elif target["kind"] in TASK_KINDS:
+            explained = task_decision(target, f)
         elif target["kind"] == "class":
             explained = f"{f}(class {target['label']})"
         else:

@@ -295,6 +295,10 @@ def _metric(
         labels = [id2label.get(i, str(i)) for i in range(len(id2label))]  # len(id2label): the config's num_labels
         ids = _class_ids(classes, labels) if classes else _top_two(session.class_logits, clean, corrupt, last)
         return _difference(session.class_logits, ids, last, f"logit({labels[ids[0]]}) - logit({labels[ids[1]]}) of the classifier")
+    if kind == "label":
+        return _label_metric(session, metric, encoding, clean, corrupt)
+    if kind == "answer":
+        return _answer_metric(session, encoding, clean, corrupt)
     assert probe is not None  # the probe metric comes with its probe
     special = torch.as_tensor(encoding.special, device=session.device)
 
@@ -304,6 +308,73 @@ def _metric(
     ids = _class_ids(classes, probe.classes) if classes else _top_two(probe_logits, clean, corrupt, probe.layer)
     description = f"logit({probe.classes[ids[0]]}) - logit({probe.classes[ids[1]]}) of the {probe.task} probe at hidden state {probe.layer}"
     return _difference(probe_logits, ids, probe.layer, description)
+
+
+def _label_metric(session: Session, metric: PatchMetric, encoding: Encoding, clean: _Activations, corrupt: _Activations) -> _Metric:
+    """A token classifier's logit difference of two labels at one word's first piece (transformers' convention)."""
+    from bertscope.analyses.attribution import chosen_word
+
+    if not session.is_token_classifier:
+        raise InputError(
+            f"{session.info.architecture} is not a token classifier (…ForTokenClassification); use the preserve or embedding metric",
+            setting="metric",
+        )
+    word = metric.word
+    if word is None:  # the first word the inputs differ at
+        word = next((encoding.word_ids[p] for p in _differing_words(encoding, clean, corrupt) if encoding.word_ids[p] is not None), None)
+    index, position, text = chosen_word(encoding, word)
+    last = session.num_layers
+
+    def logits(hidden: Tensor) -> Tensor:
+        return session.token_logits(hidden)[:, position]
+
+    labels = session.label_names
+    ids = _class_ids(metric.classes, labels) if metric.classes else _top_two(logits, clean, corrupt, last)
+    return _difference(
+        logits, ids, last, f"logit({labels[ids[0]]}) - logit({labels[ids[1]]}) at word {index} ({text}, position {position})"
+    )
+
+
+def _differing_words(encoding: Encoding, clean: _Activations, corrupt: _Activations) -> list[int]:
+    """Positions of the first segment where the two runs' inputs differ (their embeddings do), in order."""
+    changed = (clean.hidden[0] != corrupt.hidden[0]).any(-1).cpu().numpy()
+    return [int(p) for p in np.flatnonzero(changed) if not encoding.special[p] and not encoding.segment_ids[p]]
+
+
+def _answer_metric(session: Session, encoding: Encoding, clean: _Activations, corrupt: _Activations) -> _Metric:
+    """A QA model's start + end logit of the clean answer span minus that of the corrupted run's answer (the clean
+    runner-up span where both runs answer the same)."""
+    from bertscope.analyses.attribution import answer_spans
+
+    if not session.is_question_answerer:
+        raise InputError(
+            f"{session.info.architecture} is not a question-answering model (…ForQuestionAnswering); use the preserve metric",
+            setting="metric",
+        )
+    last = session.num_layers
+
+    def start_end(hidden: Tensor) -> Tensor:
+        return session.token_logits(hidden).transpose(1, 2)  # [R, 2, T]
+
+    with torch.inference_mode():
+        clean_spans = answer_spans(start_end(clean.hidden[last][None])[0], encoding, 2)
+        corrupt_span = answer_spans(start_end(corrupt.hidden[last][None])[0], encoding)[0]
+    first = clean_spans[0]
+    second = corrupt_span if corrupt_span != first else clean_spans[-1]
+    (a, b), (c, d) = first, second
+
+    def score(hidden: Tensor) -> Tensor:
+        logits = start_end(hidden)
+        return (logits[:, 0, a] + logits[:, 1, b]) - (logits[:, 0, c] + logits[:, 1, d])
+
+    def words(span: tuple[int, int]) -> str:
+        return session.tokenizer.convert_tokens_to_string(list(encoding.tokens[span[0] : span[1] + 1]))
+
+    description = (
+        f"start + end logit of the clean answer {words(first)!r} (tokens {a}-{b}) - of {words(second)!r} (tokens {c}-{d}), "
+        f"{'the corrupted run' if second == corrupt_span else 'the clean runner-up'}'s answer"
+    )
+    return _Metric(score, last, description)
 
 
 def _difference(logits: Callable[[Tensor], Tensor], ids: tuple[int, int], layer: int, description: str) -> _Metric:

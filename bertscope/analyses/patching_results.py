@@ -14,9 +14,10 @@ from bertscope.figures.notebook import Shown
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-METRICS = ("mlm", "class", "probe", "preserve", "embedding")
-"""What is measured: an MLM answer's logit difference, a classifier's, a probe's, or how well the clean output is preserved
-(its hidden states, or its pooled sentence embedding)."""
+METRICS = ("mlm", "class", "probe", "preserve", "embedding", "label", "answer")
+"""What is measured: an MLM answer's logit difference, a classifier's, a probe's, how well the clean output is preserved
+(its hidden states, or its pooled sentence embedding), a token classifier's label difference at a word, or a QA model's
+span score difference."""
 SWEEPS = ("heads", "layers", "positions")
 """What is patched: each head's output; each layer's attention and feed-forward writes; the residual stream per position."""
 DIRECTIONS = ("denoise", "noise")
@@ -37,7 +38,9 @@ class PatchMetric:
     `task`, trained on `data` as `attribute`'s probe is, at `probe_layer` or its best layer; `classes` A,B of the
     task), preserve (minus the squared distance of the final hidden states to the clean run's; any model), embedding
     (the cosine of the sentence embedding, pooled as the model's sentence-transformers files say, to the clean run's;
-    any model)."""
+    any model), label (a token classifier's `classes` A,B at `word`, by index or text; default the labels of the clean
+    and the corrupted run there, and the first word the inputs differ at), answer (a QA model's start + end logit of the
+    clean run's answer span minus that of the corrupted run's, or of the clean runner-up where they agree)."""
 
     name: str = "preserve"
     answers: tuple[str, ...] | None = None
@@ -45,6 +48,7 @@ class PatchMetric:
     task: str | None = None
     data: str | Path | None = None
     probe_layer: int | None = None
+    word: int | str | None = None
 
 
 @dataclass(frozen=True, repr=False)

@@ -126,9 +126,22 @@ def _cloze(session: Session, path: str, mask: HeadMask, ablation: Ablation, batc
     "label",
     default=None,
     metavar="LABEL",
-    help="The token (MLM) or class (classifier, probe) to explain. Default: the model's top choice.",
+    help="The token (MLM), class (classifier, probe) or label (token classifier, at --word) to explain; for a QA model "
+    "start, end or span (start + end, the default) of the predicted answer. Default: the model's top choice.",
 )
 @click.option("--position", type=int, default=None, help="Which [MASK], by token position. Default: the first.")
+@click.option(
+    "--word",
+    "-w",
+    default=None,
+    metavar="N|TEXT",
+    help="A token classifier's word whose label is explained: its index (0 = the first word) or its text.",
+)
+@click.option(
+    "--similarity",
+    is_flag=True,
+    help="Explain the cosine of TEXT's and --pair's sentence embeddings (the default on a model with no head of its own).",
+)
 @click.option(
     "--probe",
     "probe_task",
@@ -161,6 +174,8 @@ def attribute(
     method: str,
     label: str | None,
     position: int | None,
+    word: str | None,
+    similarity: bool,
     probe_task: str | None,
     data: str | None,
     layer: int | None,
@@ -176,10 +191,14 @@ def attribute(
     figure: str | None,
     model: ModelChoice,
 ) -> None:
-    """Which tokens of TEXT a decision rests on: an MLM guess, a class, or a probe's decision.
+    """Which tokens of TEXT a decision rests on: an MLM guess, a class, a label, an answer, a similarity, or a probe's.
 
-    The decision is, in order: a probe's (--probe TASK; Mohebbi et al. 2021), a sequence
-    classifier's class, or the MLM head's guess at a [MASK]. Methods: gradient (saliency
+    The decision is, in order: a probe's (--probe TASK; Mohebbi et al. 2021), a token
+    classifier's label at --word, a QA model's predicted answer span (TEXT the question, --pair
+    the context; log p(start) + log p(end), or one with --target start|end), a sequence
+    classifier's class, the MLM head's guess at a [MASK], or, with --pair on a model with none
+    of those heads (or --similarity), the cosine of the two sentences' embeddings, each encoded
+    alone and pooled as the model's sentence-transformers files say. Methods: gradient (saliency
     norm), gradient-x-input, integrated-gradients (baseline: [PAD] word embeddings with
     [CLS], [SEP] and [MASK] kept; reports the completeness error), attention-rollout and
     attention-flow (Abnar & Zuidema 2020), and norms, value-zeroing and alti rolled out from the
@@ -190,6 +209,10 @@ def attribute(
     check_text(text, "give a sentence to explain", pair)
     if (data is not None or layer is not None) and probe_task is None:
         raise BertscopeError("--data and --layer choose a probe: add --probe TASK")
+    if similarity and pair is None:
+        raise BertscopeError("--similarity explains the cosine of two sentences: give the second with --pair")
+    if word is not None and not word.strip():
+        raise BertscopeError("--word is empty; give a word's index (0 = the first) or its text")
     if data is not None:
         check_readable(data)
     theme_spec = None if as_json else chosen_theme(theme)
@@ -207,6 +230,8 @@ def attribute(
             method=method,
             target=label,
             position=position,
+            word=word,
+            similarity=similarity,
             probe=probe_task,
             data=data,
             layer=layer,

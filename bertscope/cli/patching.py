@@ -49,10 +49,21 @@ def _pair_of(value: str | None, flag: str) -> tuple[str, str] | None:
     type=click.Choice(METRICS),
     help="mlm: logit difference of --answers at the [MASK]; class: of --classes of a classifier; "
     "probe: of --classes of a --task probe; preserve: how close the output stays to the clean one (any model); "
-    "embedding: the cosine of the pooled sentence embedding to the clean one's (any model).",
+    "embedding: the cosine of the pooled sentence embedding to the clean one's (any model); "
+    "label: logit difference of --classes of a token classifier at --word; "
+    "answer: a QA model's start + end logit of the clean answer span minus the corrupted run's (CLEAN the question, --pair the context).",
+)
+@click.option(
+    "--word",
+    "-w",
+    default=None,
+    metavar="N|TEXT",
+    help="label: the word whose label is measured, by index (0 = the first) or text. Default: the first word the inputs differ at.",
 )
 @click.option("--answers", default=None, metavar="A,B", help="mlm: the two answers compared (default: each input's top guess).")
-@click.option("--classes", default=None, metavar="A,B", help="class, probe: the two classes compared (default: each input's choice).")
+@click.option(
+    "--classes", default=None, metavar="A,B", help="class, probe, label: the two classes compared (default: each input's choice)."
+)
 @click.option("--task", "-t", default=None, help="probe: a built-in sentence task (e.g. subject_number) or, with --data, a SentEval task.")
 @options.data("probe: a SentEval file to train the probe on.")
 @click.option(
@@ -80,6 +91,7 @@ def patch(
     pair: str | None,
     corrupt_pair: str | None,
     metric: str,
+    word: str | None,
     answers: str | None,
     classes: str | None,
     task: str | None,
@@ -111,6 +123,8 @@ def patch(
         raise BertscopeError("the probe metric needs a task: --task TASK (e.g. subject_number)")
     if metric == "mlm" and "[MASK]" not in clean:
         raise BertscopeError("the mlm metric reads the MLM head at a [MASK]: write [MASK] in both sentences")
+    if word is not None and metric != "label":
+        raise BertscopeError("--word chooses the word of the label metric; add --metric label")
     if data is not None:
         check_readable(data)
     check_hidden_layer(probe_layer, model.shape(), "--probe-layer")
@@ -130,6 +144,7 @@ def patch(
             task=task,
             data=data,
             probe_layer=probe_layer,
+            word=word,
             sweep=sweeps or SWEEPS,
             direction=direction,
             per_position=per_position,

@@ -177,6 +177,12 @@ class Family:
         pooler = model.base_model.pooler  # BERT: the pooler (tanh of a projection of [CLS]), then a linear layer
         return lambda hidden: classifier(pooler(hidden))
 
+    def token_head(self, model: Model) -> Callable[[Tensor], Tensor] | None:
+        """A function from the last hidden states `[B, T, D]` to logits at every token `[B, T, C]`: a token
+        classifier's labels, or a QA model's start and end (C = 2), as its forward computes them (dropout is the
+        identity at inference)."""
+        return cast("nn.Module | None", getattr(model, "qa_outputs", None) or getattr(model, "classifier", None))
+
     def mlm_head(self, model: Model) -> Callable[[Tensor], Tensor] | None:
         """A function from hidden states `[..., D]` to vocabulary logits, if the model has one."""
         if hasattr(model, "cls") and hasattr(model.cls, "predictions"):
@@ -464,6 +470,11 @@ class ModernBert(Family):
             return cast("Tensor", model.classifier(model.drop(model.head(pooled))))
 
         return logits
+
+    def token_head(self, model: Model) -> Callable[[Tensor], Tensor] | None:
+        if getattr(model, "classifier", None) is None or not hasattr(model, "head"):
+            return None
+        return lambda hidden: model.classifier(model.drop(model.head(hidden)))
 
     def mlm_head(self, model: Model) -> Callable[[Tensor], Tensor] | None:
         if not hasattr(model, "decoder"):

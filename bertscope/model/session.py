@@ -539,6 +539,16 @@ class Session:
         with self.lock:
             return head(hidden.to(device=self.device, dtype=self.loaded.dtype)).float()
 
+    def token_logits(self, hidden: Tensor) -> Tensor:
+        """A token classifier's or QA model's head on last hidden states `[B, T, D]`: logits at every token `[B, T, C]`
+        (C = 2 for QA: start, end), float."""
+        task_model = self.is_token_classifier or self.is_question_answerer
+        head = self.loaded.family.token_head(self.model) if task_model else None
+        if head is None:
+            raise InputError(f"{self.info.architecture} is neither a token classifier nor a QA model", setting="model")
+        with self.lock:
+            return head(hidden.to(device=self.device, dtype=self.loaded.dtype)).float()
+
     def tokenize_batch(self, texts: Sequence[str]) -> dict[str, Tensor]:
         """Pad and truncate a batch of sentences into tensors on the session's device."""
         batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")

@@ -20,7 +20,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from bertscope.analyses.attribution_results import METHOD_NAMES, SIGNED
+from bertscope.analyses.attribution_results import METHOD_NAMES, SCORE_SYMBOLS, SIGNED, TASK_KINDS, task_decision
 from bertscope.model.labels import token_labels
 
 if TYPE_CHECKING:
@@ -85,9 +85,11 @@ def _trained_on(target: dict) -> str:
 def describe(result: Attribution) -> str:
     """One line: method, what is explained, and the score of the decision."""
     target = result.target
-    f = {"log-probability": "log p", "probability": "p", "logit": "logit"}[result.score]
+    f = SCORE_SYMBOLS[result.score]
     if target["kind"] == "mlm":
         what = f"{f}({target['label']}) at the [MASK] at {target['position']}"
+    elif target["kind"] in TASK_KINDS:
+        what = task_decision(target, f)
     elif target["kind"] == "class":
         what = f"{f}(class {target['label']})"
     else:
@@ -119,9 +121,11 @@ SHORT_METHODS = {
 def short_describe(result: Attribution) -> str:
     """`describe` for one line of a narrow terminal: the facts, fewest words first."""
     target = result.target
-    f = {"log-probability": "log p", "probability": "p", "logit": "logit"}[result.score]
+    f = SCORE_SYMBOLS[result.score]
     if target["kind"] == "mlm":
         what = f"{f}({target['label']}) at [MASK] {target['position']}"
+    elif target["kind"] in TASK_KINDS:
+        what = task_decision(target, f, short=True)
     elif target["kind"] == "class":
         what = f"{f}({target['label']})"
     else:

@@ -67,9 +67,30 @@ def importance_report(result: HeadImportance, model: str, source: str, top: int 
         for layer, delta in enumerate(result.layers):
             layers.add_row(str(layer), Bar(high, 0, max(float(delta), 0.0), width=24, color="magenta"), f"{delta:+.4g}")
         parts.append(layers)
+    parts.extend(raising_lines(result))
     for note in result.notes:
         parts.append(Text(note, style="dim"))
     return Group(*parts)
+
+
+def raising_lines(result: HeadImportance, top: int = 12) -> list[Text]:
+    """Kovaleva et al.'s §6: the heads and layers whose removal alone raises the metric, the largest rise first."""
+    changes = result.metric_changes
+    if changes is None:
+        return []
+    lines = []
+    heads = changes.raising_heads(result.pruned)
+    if heads:
+        shown = " ".join(f"{layer}:{head} ({change:+.3g})" for layer, head, change in heads[:top])
+        more = f" … and {len(heads) - top} more" if len(heads) > top else ""
+        lines.append(Text(f"switching off these heads raises {result.metric}: {shown}{more}"))
+    layers = changes.raising_layers()
+    if layers:
+        shown = " ".join(f"{layer} ({change:+.3g})" for layer, change in layers)
+        lines.append(Text(f"switching off these layers raises {result.metric}: {shown}"))
+    if not heads and not layers:
+        lines.append(Text(f"switching off no single head or layer raises {result.metric}", style="dim"))
+    return lines
 
 
 def curve_chart(curve: PruningCurve, width: int = 30) -> Table:

@@ -7,7 +7,8 @@
   sentence (see objectives.PreserveObjective.gradient_target).
 - `ablation`: the exact change of the loss when one head is switched off (single-head
   ablation) and when one whole layer is (leave-one-layer-out, Kovaleva et al. 2019), with
-  many masks batched as rows of one forward pass.
+  many masks batched as rows of one forward pass; and the change of the metric from the same
+  passes, so that the heads and layers whose removal raises it are found (Kovaleva et al. §6).
 
 Per-layer ℓ2 normalisation (Michel et al.) divides each layer's scores by their ℓ2 norm.
 Pruning removes the least important heads in steps, measuring the objective at each, and
@@ -17,6 +18,7 @@ optionally estimates importance again under the heads already removed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
@@ -25,12 +27,14 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from bertscope.analyses.importance.objectives import Objective, ProbeObjective, Tally
+from bertscope import runtime as distributed
+from bertscope.analyses.importance.objectives import Objective, ProbeObjective, Scores, Tally
 from bertscope.analyses.importance.results import (
     METHODS,
     CurvePoint,
     HeadImportance,
     Measurement,
+    MetricChanges,
     PruningCurve,
     check_fraction,
 )
@@ -156,6 +160,8 @@ def ablation_importance(
             gates[layer] = 0.0
             masks.append(gates)
     deltas = np.zeros(len(masks), dtype=np.float64)
+    metric_sums, metric_counts = np.zeros(len(masks)), np.zeros(len(masks))  # each mask's metric, summed as the tally's
+    paired: list[list[np.ndarray]] = [[] for _ in masks]  # ... or its rank metric's pairs
     tally = Tally(objective)
     batches = objective.batches
     with torch.inference_mode():
@@ -170,18 +176,45 @@ def ablation_importance(
             for first in range(0, len(masks), per_pass):
                 chunk = masks[first : first + per_pass]
                 gates = torch.stack(chunk).repeat_interleave(batch.size, dim=0)  # row k·B + b: mask k on sentence b
-                losses = objective.losses(batch.repeated(len(chunk)), gates, ablation).view(len(chunk), batch.size)
+                scores = objective.scores(batch.repeated(len(chunk)), gates, ablation)
+                losses = scores.loss.view(len(chunk), batch.size)
                 deltas[first : first + len(chunk)] += (losses - plain.loss[None]).sum(1).double().cpu().numpy()
+                _add_metrics(scores, len(chunk), slice(first, first + len(chunk)), metric_sums, metric_counts, paired)
             yield Progress("ablations", batches.done, len(batches))
-    baseline, summed = tally.measurement(deltas=deltas)
+    baseline, summed = tally.measurement(deltas=deltas, metric_sums=metric_sums, metric_counts=metric_counts)
     deltas = summed["deltas"] / max(objective.sentences, 1)
+    metric_changes = _metric_changes(objective, summed, paired, baseline.metric)
     raw = np.zeros((num_layers, num_heads), dtype=np.float64)
-    for (layer, head), delta in zip(heads, deltas[: len(heads)]):
-        raw[layer, head] = delta
+    head_changes = np.zeros((num_layers, num_heads), dtype=np.float64)
+    for (layer, head), delta, change in zip(heads, deltas[: len(heads)], metric_changes[: len(heads)]):
+        raw[layer, head], head_changes[layer, head] = delta, change
     layer_deltas = deltas[len(heads) :] if layers else None
-    yield Progress(
-        "done", len(batches), len(batches), _result(objective, "ablation", ablation, normalize, raw, layer_deltas, baseline, base)
-    )
+    result = _result(objective, "ablation", ablation, normalize, raw, layer_deltas, baseline, base)
+    changes = MetricChanges(head_changes, metric_changes[len(heads) :] if layers else None)
+    yield Progress("done", len(batches), len(batches), dataclasses.replace(result, metric_changes=changes))
+
+
+def _add_metrics(scores: Scores, masks: int, where: slice, sums: np.ndarray, counts: np.ndarray, paired: list[list[np.ndarray]]) -> None:
+    """Add a pass's metric (rows mask-major: k·B + b) to each of its `masks` masks' sums, counts or pairs."""
+    both = torch.stack([scores.metric_sum.view(masks, -1).sum(1), scores.metric_count.view(masks, -1).sum(1)]).double().cpu().numpy()
+    sums[where] += both[0]
+    counts[where] += both[1]
+    if scores.paired is not None:
+        rows = scores.paired.detach().double().cpu().numpy()
+        for index, part in zip(range(where.start, where.stop), rows.reshape(masks, -1, rows.shape[-1])):
+            paired[index].append(part)
+
+
+def _metric_changes(objective: Objective, summed: dict[str, Any], paired: list[list[np.ndarray]], baseline: float) -> np.ndarray:
+    """Each mask's metric over the whole corpus minus the unablated one's (positive: switching it off raises the metric)."""
+    every = [paired]
+    if objective.ranked:  # every rank's pairs (a collective: every rank takes part)
+        every = distributed.gather(paired)
+    metrics = []
+    for index in range(len(paired)):
+        pairs = np.concatenate([part for ranks in every for part in ranks[index]] or [np.zeros((0, 2))]) if objective.ranked else None
+        metrics.append(objective.corpus_metric(float(summed["metric_sums"][index]), float(summed["metric_counts"][index]), pairs))
+    return np.asarray(metrics, dtype=np.float64) - baseline
 
 
 def head_importance(objective: Objective, method: str = "gradient", **options: Any) -> Iterator[Progress[HeadImportance]]:
