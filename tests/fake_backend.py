@@ -44,6 +44,7 @@ class FakeBackend:
         self.calls: list[tuple[str, str]] = []  # (text, mask spec) of each forward
         self.attributions: list[tuple] = []  # (text, method, target kind, probe task, mask spec) of each attribution
         self.importance_calls: list[tuple[str, int]] = []  # (objective, sentences) of each importance estimate
+        self.ablation_runs: list[tuple[str, int]] = []  # (objective, sentences) of each head-by-head sweep (Kovaleva et al. §6)
         self.measured: list[str] = []  # the mask spec of each objective measured
         self.probe_calls: list[tuple[str, list]] = []  # (task, training sentences) of each probe run
         self.patch_calls: list[dict] = []  # the arguments of each patching run
@@ -441,10 +442,11 @@ class FakeBackend:
 
     def importance(self, objective, texts=None, *, method="gradient", ablation="zero", normalize=True, cancel=None):
         """Known importance: head (l, h) scores l·H + h + 1, so 0:0 matters least and the last head most."""
-        from bertscope.analyses.importance.results import HeadImportance
+        from bertscope.analyses.importance.results import HeadImportance, MetricChanges
 
         objective = self._objective(objective, texts)
-        self.importance_calls.append((objective.name, len(objective.sentences)))
+        estimates = self.ablation_runs if method == "ablation" else self.importance_calls  # the §6 sweep apart
+        estimates.append((objective.name, len(objective.sentences)))
         for done in (1, 2):
             if cancel is not None and cancel.is_set():
                 return
@@ -452,6 +454,11 @@ class FakeBackend:
             time.sleep(self.delay)
             yield Progress("gradients", done, 2)
         raw = np.arange(1, LAYERS * HEADS + 1, dtype=np.float64).reshape(LAYERS, HEADS)
+        changes = None
+        if method == "ablation":  # each head alone lowers the metric by 0.05, but 2:2 and 2:3 raise it (Kovaleva et al. §6)
+            heads = np.full((LAYERS, HEADS), -0.05)
+            heads[2, 2], heads[2, 3] = 0.01, 0.02
+            changes = MetricChanges(heads)
         result = HeadImportance(
             objective=objective.name,
             method=method,
@@ -465,6 +472,7 @@ class FakeBackend:
             metric="cosine to the unmasked output",
             sentences=len(objective.sentences),
             notes=objective.notes,
+            metric_changes=changes,
         )
         yield Progress("done", 2, 2, result)
 
@@ -473,14 +481,11 @@ class FakeBackend:
         return self.objective(objective, api.corpus(texts)) if isinstance(objective, str) else objective
 
     def measure(self, objective, mask=None, ablation="zero", erasure=None):
-        """The metric falls by 0.05 per masked head, and by 0.2 more under an erasure; but heads 2:2 and 2:3 switched off
-        alone raise it, by 0.01 and 0.02 (the heads whose removal helps, Kovaleva et al. §6)."""
+        """The metric falls by 0.05 per masked head, and by 0.2 more under an erasure."""
         from bertscope.analyses.importance.results import Measurement
 
         masked = len(mask) if mask is not None else 0
         self.measured.append(mask.spec() if mask is not None else "")
-        if mask is not None and erasure is None and mask.off in ({(2, 2)}, {(2, 3)}):
-            return Measurement(loss=0.0, metric=1.0 + 0.01 * (min(mask.off)[1] - 1))
         self.release.wait(timeout=10)
         if erasure is not None:
             self._record("objective", erasure)

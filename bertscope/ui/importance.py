@@ -34,7 +34,7 @@ from bertscope.analyses.conditions import Conditions
 from bertscope.analyses.importance.results import HeadImportance, Measurement, PruningCurve
 from bertscope.api import Corpus, corpus, objective_corpus, treebank
 from bertscope.base.progress import Progress
-from bertscope.model.masks import Ablation, HeadMask
+from bertscope.model.masks import Ablation
 from bertscope.model.results import ModelInfo
 from bertscope.render.importance import curve_chart
 from bertscope.ui.backend import Backend
@@ -81,21 +81,18 @@ def objective_choices(info: ModelInfo) -> list[tuple[str, str]]:
 def head_by_head(
     backend: Backend, objective: str, sample: Corpus, ablation: Ablation, cancel: Event
 ) -> Iterator[Progress[list[tuple[float, tuple[int, int]]]]]:
-    """Kovaleva et al. §6 on the explorer's data: each head switched off alone and the objective measured exactly;
-    the last step carries the heads whose removal raises the metric, with how much, the most first."""
-    prepared = backend.objective(objective, sample)
-    baseline = backend.measure(prepared, None, ablation).metric
-    layers, heads = backend.num_layers, backend.num_heads
-    raising = []
-    for number in range(layers * heads):
-        if cancel.is_set():
-            return
-        head = divmod(number, heads)
-        metric = backend.measure(prepared, HeadMask(layers, heads, frozenset([head])), ablation).metric
-        if metric > baseline:
-            raising.append((metric - baseline, head))
-        yield Progress("heads off in turn", number + 1, layers * heads)
-    yield Progress("done", layers * heads, layers * heads, sorted(raising, key=lambda found: (-found[0], found[1])))
+    """Kovaleva et al. §6 on the explorer's data: each head switched off alone and the objective's metric measured
+    exactly (`api.importance --method ablation`, whose `metric_changes` the CLI's JSON lists too); the last step carries
+    the heads whose removal raises the metric, with how much, the most first."""
+    total = backend.num_layers * backend.num_heads
+    run = backend.steps(api.importance, None, backend.objective(objective, sample), method="ablation", ablation=ablation, cancel=cancel)
+    for step in run:
+        if not step.finished:
+            yield Progress("heads off in turn", step.done, step.total)
+            continue
+        assert step.result is not None and step.result.metric_changes is not None  # ablation measures the metric per mask
+        raising = [(change, (layer, head)) for layer, head, change in step.result.metric_changes.raising_heads()]
+        yield Progress("done", total, total, raising)
 
 
 class ObjectivePanel(Static):
