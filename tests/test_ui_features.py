@@ -58,8 +58,8 @@ def test_a_feature_switched_off_on_the_features_screen_runs_in_every_pass(tmp_pa
         options = screen.query_one("#sae-features", OptionList)
         table = "\n".join(str(options.get_option_at_index(index).prompt) for index in range(options.option_count))
         assert (
-            "#5       2.00        tokens: keys" in table and "upos:NOUN p=0.95" in table
-        )  # a label, and an unlabelled feature's top token
+            "#5       2.00  tokens: keys" in table and "upos:NOUN p=0.95" in table
+        )  # a label, and an unlabelled feature's top token; no room kept for marks while nothing is switched
         await pilot.press("down", "enter")  # feature 5's top contexts
         await settle(pilot)
         assert "feature 5" in rendered(screen.query_one("#sae-contexts")) and "[[keys]]" in rendered(screen.query_one("#sae-contexts"))

@@ -216,13 +216,15 @@ class FeaturesScreen(Screen[None]):
         labels = token_labels(self.encoding.tokens, self.encoding.special)
         table.clear_options()
         options = []
-        for token, feature, value in self.rows:
-            mark = switch_mark(self.features if self._same_sae() else None, feature)
+        switched = self.features if self._same_sae() else None
+        marks = [switch_mark(switched, feature) for _, feature, _ in self.rows]
+        room = max(map(len, marks), default=0)  # the marks' column only as wide as a mark shown, so labels keep the room
+        for (token, feature, value), mark in zip(self.rows, marks):
             prompt = Text.assemble(
                 f"{labels[token]:<10.10} ",
                 (f"#{feature:<5}", "bold"),
                 f" {value:6.2f}  ",
-                (f"{mark:<6}", "bold red" if mark else ""),
+                (f"{mark:<{room + 1}}" if room else "", "bold red" if mark else ""),
                 (feature_name(self.reading, feature), "dim"),
             )
             options.append(Option(prompt, id=f"{token}:{feature}"))
