@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from bertscope import runtime as distributed
 from bertscope.analyses.conditions import Conditions, JobOptions
@@ -47,6 +47,7 @@ from bertscope.data.corpus import Sentence
 from bertscope.data.probing_tasks import STRUCTURAL_TASKS, WORD_TASKS
 from bertscope.data.splits import Splits
 from bertscope.model.allocator import fitting_heap
+from bertscope.model.hidden_edits import editing_hidden_state
 from bertscope.model.masks import Ablation
 
 if TYPE_CHECKING:
@@ -124,25 +125,8 @@ def erasing(session: Session, layer: int, eraser: Eraser | None) -> Iterator[Non
     if eraser is None:
         yield
         return
-    num_layers = session.num_layers
-    if not 0 <= layer <= num_layers:
-        raise InputError(f"layer {layer} is out of range: hidden-state layers are 0 (embeddings) to {num_layers}", setting="layer")
-    eraser = eraser.to(session.device)
-    owner = threading.get_ident()
-    module = session.family.hidden_state_module(session.model, layer)
-
-    def erase_output(module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
-        if threading.get_ident() != owner:
-            return None
-        if isinstance(output, Tensor):
-            return eraser(output)
-        return (eraser(output[0]), *output[1:])  # a layer that returns a tuple (DeBERTa, MPNet)
-
-    handle = module.register_forward_hook(erase_output, prepend=True)
-    try:
+    with editing_hidden_state(session, layer, eraser.to(session.device)):
         yield
-    finally:
-        handle.remove()
 
 
 def measured(objective: Objective, layer: int, eraser: Eraser | None, mask: Any = None, ablation: Ablation = "zero") -> Measurement:

@@ -23,18 +23,17 @@ reads there. Padding positions change too, and nothing reads them (the attention
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from bertscope.analyses.sae.activations import check_layer
 from bertscope.analyses.sae.autoencoder import TopKSAE
 from bertscope.base.errors import InputError
+from bertscope.model.hidden_edits import editing_hidden_state
 
 if TYPE_CHECKING:
     from bertscope.model.session import Session
@@ -80,25 +79,10 @@ def switching(session: Session, sae: TopKSAE, layer: int, switched: Mapping[int,
     """Within the block, every forward pass of `session`'s model run by this thread has the `switched` features of
     `sae` (which reads hidden state `layer`) switched off (None) or clamped (a value); other threads' passes run as
     they are. The hook is removed when the block ends, also when it raises."""
-    check_layer(session, layer)
     if sae.d_in != session.hidden_size:
         raise InputError(f"the SAE reads {sae.d_in}-wide hidden states and this model's are {session.hidden_size}", setting="sae")
-    edit = FeatureSwitch.of(sae, switched)
-    owner = threading.get_ident()
-    module = session.family.hidden_state_module(session.model, layer)
-
-    def switch_output(module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
-        if threading.get_ident() != owner:
-            return None
-        if isinstance(output, Tensor):
-            return edit(output)
-        return (edit(output[0]), *output[1:])  # a layer that returns a tuple (DeBERTa, MPNet)
-
-    handle = module.register_forward_hook(switch_output, prepend=True)
-    try:
+    with editing_hidden_state(session, layer, FeatureSwitch.of(sae, switched)):
         yield
-    finally:
-        handle.remove()
 
 
 def token_features(sae: TopKSAE, states: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
