@@ -23,9 +23,8 @@ from bertscope.data.corpus import Sentence
 from bertscope.model.session import Session
 from tests.family_models import FAMILIES, save_tiny_family
 from tests.helpers.cli import assert_one_line_error
-from tests.helpers.models import UPOS_TAGS, save_tiny
+from tests.helpers.models import NER_LABELS, UPOS_TAGS, save_tiny, save_tiny_ner
 
-NER_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 NER_FILE = """-DOCSTART- -X- -X- O
 
 Dante NNP B-NP B-PER
@@ -61,15 +60,7 @@ PAIRS = [
 
 @pytest.fixture(scope="module")
 def ner_dir(tmp_path_factory):
-    labels = dict(enumerate(NER_LABELS))
-    return save_tiny(
-        tmp_path_factory.mktemp("ner"),
-        "BertForTokenClassification",
-        seed=3,
-        num_labels=len(NER_LABELS),
-        id2label=labels,
-        label2id={name: index for index, name in labels.items()},
-    )
+    return save_tiny_ner(tmp_path_factory.mktemp("ner"))
 
 
 @pytest.fixture(scope="module")

@@ -14,24 +14,15 @@ import bertscope
 from bertscope.base.errors import InputError
 from bertscope.model.session import Session
 from tests.helpers.cli import assert_one_line_error
-from tests.helpers.models import save_tiny
+from tests.helpers.models import NER_LABELS, save_tiny, save_tiny_ner
 
-NER_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 SENTENCE = "Dante was born in Florence."
 QUESTION, CONTEXT = "Where was Dante born?", "Dante was born in Florence in 1265."
 
 
 @pytest.fixture(scope="module")
 def ner_dir(tmp_path_factory):
-    labels = dict(enumerate(NER_LABELS))
-    return save_tiny(
-        tmp_path_factory.mktemp("ner"),
-        "BertForTokenClassification",
-        seed=3,
-        num_labels=len(labels),
-        id2label=labels,
-        label2id={name: index for index, name in labels.items()},
-    )
+    return save_tiny_ner(tmp_path_factory.mktemp("ner"))
 
 
 @pytest.fixture(scope="module")

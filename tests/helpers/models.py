@@ -76,3 +76,19 @@ def write_config(directory: Path, **config) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config))
     return directory
+
+
+NER_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+
+
+def save_tiny_ner(directory: Path, seed: int = 3):
+    """A seeded random `BertForTokenClassification` with IOB2 person and location labels, saved with its tokenizer."""
+    labels = dict(enumerate(NER_LABELS))
+    return save_tiny(
+        directory,
+        "BertForTokenClassification",
+        seed=seed,
+        num_labels=len(labels),
+        id2label=labels,
+        label2id={name: index for index, name in labels.items()},
+    )
