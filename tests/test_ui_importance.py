@@ -185,7 +185,9 @@ def test_a_qa_model_measures_its_answers_on_a_squad_file_of_the_users(tmp_path):
         await settle(pilot)
         assert app.fake.importance_calls == [("preserve", 64)]  # no SQuAD data ships: the default is preserve
         await pilot.press("I")
-        assert [option.id for option in app.screen.query_one("OptionList").options] == ["preserve", "qa:file"]
+        options = app.screen.query_one("OptionList").options
+        assert [option.id for option in options] == ["preserve", "qa:file"]
+        assert str(options[1].prompt) == "qa: on a file of yours: a SQuAD-1.1 or 2.0 JSON file"
         await pilot.press("escape")
         await objective_on_file(pilot, "qa:file", path)
         assert app.fake.importance_calls == [("preserve", 64), ("qa", 2)]

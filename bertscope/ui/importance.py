@@ -416,7 +416,9 @@ class ObjectiveChoiceScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label("Head importance for which objective? (Enter chooses)")
-            yield OptionList(*(Option(Text.assemble((name, "bold"), f": {what}"), id=name) for name, what in self.choices))
+            yield OptionList(
+                *(Option(Text.assemble((choice.removesuffix(ON_FILE), "bold"), f": {what}"), id=choice) for choice, what in self.choices)
+            )
 
     def on_mount(self) -> None:
         options = self.query_one(OptionList)
@@ -448,7 +450,8 @@ class ObjectiveFileScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(f"{self.objective} on a file of yours: {self.what}; its first {SAMPLE_SENTENCES} items are measured")
+            items = COUNTED_AS.get(self.objective, "sentences")
+            yield Label(f"{self.objective} on a file of yours: {self.what}; its first {SAMPLE_SENTENCES} {items} are measured")
             yield Input(placeholder="the file's path, then Enter", id="objective-file")
 
     @on(Input.Submitted)
