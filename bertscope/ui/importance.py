@@ -210,6 +210,7 @@ class ObjectivePanel(Static):
                 name = choice.removesuffix(ON_FILE)
                 self.app.push_screen(ObjectiveFileScreen(name, FILE_OBJECTIVES[name]), lambda path: self._read_file(name, path, then))
                 return
+            self.reading.cancel()  # a file still being read is not wanted any more
             if choice == self.objective and self.data_file is None and self.importance is not None:
                 return
             self._switch(choice, None, None, then)
