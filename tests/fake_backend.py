@@ -437,14 +437,22 @@ class FakeBackend:
         yield Progress("done", 2, 2, LiveErasure(task=task, layer=layer, rank=2, sentences=len(sentences)))
 
     def objective(self, name, texts):
-        """The objective "prepared": its name and sentences, as the real one keeps them with what it measured."""
-        return FakeObjective(name, list(texts.sentences), notes=texts.read_notes())
+        """The objective "prepared": its name and sentences, as the real one keeps them with what it measured; data it
+        cannot take refused as the real one refuses it (a label the model does not know, a question without its context)."""
+        sentences = list(texts.sentences)
+        for sentence in sentences:
+            if name == "qa" and (sentence.answers is None or sentence.pair is None):
+                raise InputError(f"{sentence.location or 'a sentence'}: not a question with a context; the qa objective needs SQuAD JSON")
+            unknown = next((tag for tag in sentence.tags or () if tag not in FAKE_LABELS), None)
+            if name == "token-classification" and unknown is not None:
+                raise InputError(f"{sentence.location}: label {unknown!r} is not one of the model's labels ({', '.join(FAKE_LABELS)})")
+        return FakeObjective(name, sentences, notes=texts.read_notes())
 
-    def importance(self, objective, texts=None, *, method="gradient", ablation="zero", normalize=True, cancel=None):
+    def importance(self, objective, texts=None, *, data=None, method="gradient", ablation="zero", normalize=True, cancel=None):
         """Known importance: head (l, h) scores l·H + h + 1, so 0:0 matters least and the last head most."""
         from bertscope.analyses.importance.results import HeadImportance, MetricChanges
 
-        objective = self._objective(objective, texts)
+        objective = self._objective(objective, texts, data)
         estimates = self.ablation_runs if method == "ablation" else self.importance_calls  # the §6 sweep apart
         estimates.append((objective.name, len(objective.sentences)))
         for done in (1, 2):
@@ -476,9 +484,10 @@ class FakeBackend:
         )
         yield Progress("done", 2, 2, result)
 
-    def _objective(self, objective, texts):
-        """An objective named with its data, or prepared already, as the API takes both."""
-        return self.objective(objective, api.corpus(texts)) if isinstance(objective, str) else objective
+    def _objective(self, objective, texts, data=None):
+        """An objective named with its data (`texts`, or a file read as the API reads it), or prepared already, as the API
+        takes both."""
+        return self.objective(objective, api.objective_corpus(objective, texts, data=data)) if isinstance(objective, str) else objective
 
     def measure(self, objective, mask=None, ablation="zero", erasure=None):
         """The metric falls by 0.05 per masked head, and by 0.2 more under an erasure."""
@@ -497,6 +506,7 @@ class FakeBackend:
         objective,
         texts=None,
         *,
+        data=None,
         ranking=None,
         method="gradient",
         ablation="zero",
@@ -508,7 +518,7 @@ class FakeBackend:
         """Every third head removed per step; the metric falls by 0.05 per head (measure)."""
         from bertscope.analyses.importance.results import CurvePoint, PruningCurve
 
-        objective = self._objective(objective, texts)
+        objective = self._objective(objective, texts, data)
         if ranking is None:
             ranking = list(self.importance(objective, method=method))[-1].result
         points = []

@@ -276,6 +276,23 @@ def test_bad_qa_inputs_are_one_line(run, qa_dir, squad_file, tiny_bert_dir, tmp_
     assert_one_line_error(run("importance", "-O", "qa", "--data", str(tmp_path / "plain.txt"), "-m", str(qa_dir)), "not JSON")
 
 
+def test_the_explorer_measures_a_squad_file_as_the_command_line_does(qa_session, squad_file):
+    """The explorer's `I` → qa on a file: read through the API, prepared by the real backend, the same loss and metric
+    under a mask as `importance -O qa --data` prepares."""
+    from bertscope.model.masks import HeadMask
+    from bertscope.session_backend import SessionBackend
+    from bertscope.ui.importance import objective_choices, read_objective_file
+
+    backend = SessionBackend(qa_session)
+    assert [name for name, _ in objective_choices(backend.info)] == ["preserve", "qa:file"]
+    data, more = read_objective_file("qa", squad_file, 64)
+    prepared = backend.objective("qa", data)
+    assert not more and prepared.sentences == len(QUESTIONS) and prepared.source == squad_file
+    mask = HeadMask(3, 4, frozenset({(0, 1), (2, 3)}))
+    ours, cli = backend.measure(prepared, mask), bertscope.api.measure(bertscope.api.objective(qa_session, "qa", data=squad_file), mask)
+    assert (ours.loss, ours.metric) == (cli.loss, cli.metric)
+
+
 def test_a_model_that_points_at_the_answers_scores_one(qa_session, squad_file, monkeypatch):
     """An oracle (logits peaked at each window's targets): every answer found, the unanswerable question left unanswered."""
     objective = make_objective(qa_session, "qa", list(read_squad(squad_file)), batch_size=3)

@@ -4,7 +4,10 @@
 shipped sample data (`objective_choices`: token-classification on the sample treebank, similarity
 on the sample pairs for a sentence-embedding model, mlm with an MLM head, else preserve), shades
 the grid by it, and from then on measures the objective under every mask the user makes; `I`
-chooses another objective where more than one applies. After the estimate each head is switched
+chooses another objective where more than one applies, or the model's task on a file of the user's
+(`file_objectives`: qa on SQuAD JSON, token-classification on CoNLL, similarity on an STS TSV,
+classification on a SentEval TSV), read and checked through the API in a worker before it replaces
+the objective measured. After the estimate each head is switched
 off alone and the objective measured (Kovaleva et al. §6): the heads whose removal raises the
 metric are marked `+` in the grid and listed in the pane. `P` masks the least important X% of heads; `C`
 opens the pruning curve. `ObjectivePanel` owns the estimate and the measurements; the app asks
@@ -15,6 +18,8 @@ through the backend; nothing here imports torch.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from itertools import islice
+from pathlib import Path
 from threading import Event
 from typing import TYPE_CHECKING, cast
 
@@ -31,7 +36,7 @@ from textual.widgets.option_list import Option
 
 from bertscope import api
 from bertscope.analyses.conditions import Conditions
-from bertscope.analyses.importance.results import HeadImportance, Measurement, PruningCurve
+from bertscope.analyses.importance.results import COUNTED_AS, HeadImportance, Measurement, PruningCurve, missing_heads
 from bertscope.api import Corpus, corpus, objective_corpus, treebank
 from bertscope.base.progress import Progress
 from bertscope.model.masks import Ablation
@@ -62,9 +67,27 @@ def importance_overlay(importance: HeadImportance) -> tuple[np.ndarray, tuple[fl
     return values, (0.0, float(np.max(values)) or 1.0), f"importance ({importance.objective})"
 
 
+ON_FILE = ":file"  # a choice's id for an objective measured on a file of the user's: `qa:file`
+
+# The objectives measured on a file of the user's, each with the file it reads (as the CLI's --data reads it).
+FILE_OBJECTIVES = {
+    "qa": "a SQuAD-1.1 or 2.0 JSON file",
+    "token-classification": "a CoNLL-2003 file (a token and its label a line) or a CoNLL-U file (its UPOS)",
+    "similarity": "an STS TSV (sentence1, sentence2, score)",
+    "classification": "a SentEval TSV (split<TAB>label<TAB>sentence)",
+}
+
+
+def file_objectives(info: ModelInfo) -> list[str]:
+    """The task objectives this model has a head for, each measured on a file of the user's (no data ships for qa and
+    classification): the model's own task, and similarity for a sentence-embedding model."""
+    missing = missing_heads(info.architecture, info.has_mlm_head, is_classifier=info.architecture.endswith("ForSequenceClassification"))
+    return [name for name in FILE_OBJECTIVES if name not in missing and (name != "similarity" or info.sentence_embedding)]
+
+
 def objective_choices(info: ModelInfo) -> list[tuple[str, str]]:
-    """The objectives `i` can measure on this model with the data the package ships, each with what it is measured on;
-    the model's own task first (the default). qa is not among them: no SQuAD data ships (the CLI takes a file)."""
+    """The objectives `i` can measure on this model, each with what it is measured on: first those on the data the
+    package ships, the model's own task first (the default), then its task on a file of the user's (`ON_FILE`)."""
     choices = []
     if info.architecture.endswith("ForTokenClassification"):
         choices.append(("token-classification", "its labels on the sample treebank (UPOS, or its own labels: agreement)"))
@@ -75,7 +98,21 @@ def objective_choices(info: ModelInfo) -> list[tuple[str, str]]:
     if info.sentence_embedding:
         choices.append(("embedding", "how far the sample sentences' embeddings move"))
     choices.append(("preserve", "how far the output moves, on the sample corpus"))
+    choices.extend((name + ON_FILE, f"on a file of yours: {FILE_OBJECTIVES[name]}") for name in file_objectives(info))
     return choices
+
+
+def read_objective_file(name: str, path: str, limit: int) -> tuple[Corpus, bool]:
+    """The first `limit` items of the user's file as objective `name` reads it (`api.objective_corpus`, as the CLI's
+    --data), and whether the file has more."""
+    read = objective_corpus(name, data=path)
+    sentences = list(islice(read.sentences, limit + 1))
+    return Corpus(sentences[:limit], read.source, read.report), len(sentences) > limit
+
+
+def file_label(path: str) -> str:
+    """How the pane names the user's file: as typed when short, else its name."""
+    return path if len(path) <= 24 else Path(path).name
 
 
 def head_by_head(
@@ -112,6 +149,8 @@ class ObjectivePanel(Static):
         self._repaint = repaint or (lambda: None)
         self.backend: Backend | None = None
         self.chosen: str | None = None  # the objective `I` chose; None: the model's own (objective_choices' first)
+        self.data_file: str | None = None  # the user's file the chosen objective is measured on (None: shipped data)
+        self._more_in_file = False  # the file has more items than the explorer measures
         self.raising: frozenset[tuple[int, int]] | None = None  # heads whose removal lowers the loss, once swept
         self._raising_order: list[tuple[int, int]] = []
         self._sweep_stage = ""
@@ -124,6 +163,8 @@ class ObjectivePanel(Static):
         self.estimating = JobRun(self, self._estimate_stepped, name="importance", on_failed=self._estimate_failed, title="head importance")
         self.measuring = JobRun(self, self._measured, name="objective", title="head importance")
         self.sweeping = JobRun(self, self._swept, name="head by head", on_failed=self._sweep_failed, title="heads off in turn")
+        self.reading = JobRun(self, self._file_read, name="objective file", title="objective on a file")
+        self._after_read: Callable[[], None] = lambda: None
 
     def set_backend(self, backend: Backend) -> None:
         self.backend = backend
@@ -153,25 +194,64 @@ class ObjectivePanel(Static):
         return (RAISING_MARK, self.raising) if self.raising else None
 
     def choose(self, then: Callable[[], None]) -> None:
-        """`I`: ask which objective to measure where more than one applies; a new one is estimated afresh (`then()`)."""
+        """`I`: ask which objective to measure where more than one applies; a new one is estimated afresh (`then()`).
+        An objective on a file asks for its path and replaces the current one only once the file is read and the
+        model takes it (`_file_read`); a file it refuses leaves the current objective as it was."""
         assert self.backend is not None  # the screen asks once the model is loaded
         choices = objective_choices(self.backend.info)
         if len(choices) < 2:
             self.notify(f"only {choices[0][0]} applies to this model with the shipped data", timeout=4)
             return
 
-        def chosen(name: str | None) -> None:
-            if name is None or name == self.objective and self.importance is not None:
+        def chosen(choice: str | None) -> None:
+            if choice is None:
                 return
-            self.estimating.cancel()
-            self.measuring.cancel()
-            self.sweeping.cancel()
-            self.chosen, self._sample, self._waiting = name, None, None
-            self.importance = self.baseline = self.current = None
-            self.raising, self._raising_order = None, []
-            then()
+            if choice.endswith(ON_FILE):
+                name = choice.removesuffix(ON_FILE)
+                self.app.push_screen(ObjectiveFileScreen(name, FILE_OBJECTIVES[name]), lambda path: self._read_file(name, path, then))
+                return
+            self.reading.cancel()  # a file still being read is not wanted any more
+            if choice == self.objective and self.data_file is None and self.importance is not None:
+                return
+            self._switch(choice, None, None, then)
 
-        self.app.push_screen(ObjectiveChoiceScreen(choices, self.objective), chosen)
+        current = self.objective + (ON_FILE if self.data_file is not None else "")
+        self.app.push_screen(ObjectiveChoiceScreen(choices, current), chosen)
+
+    def _switch(self, name: str, data: tuple[Corpus, bool] | None, path: str | None, then: Callable[[], None]) -> None:
+        """Measure objective `name` from now on, on `data` (a file's items, and whether it has more) or shipped data."""
+        self.estimating.cancel()
+        self.measuring.cancel()
+        self.sweeping.cancel()
+        self.chosen, self.data_file, self._waiting = name, path, None
+        self._sample, self._more_in_file = data if data is not None else (None, False)
+        self.importance = self.baseline = self.current = None
+        self.raising, self._raising_order = None, []
+        then()
+
+    def _read_file(self, name: str, path: str | None, then: Callable[[], None]) -> None:
+        """Read the user's file for `name` in a worker and have the model prepare the objective on it (which refuses
+        labels it does not know); a failure is the API's one line, and the objective stays as it was."""
+        if path is None:
+            return
+        backend = self.backend
+        assert backend is not None  # `I` asks once the model is loaded
+
+        def read(cancel: Event) -> Iterator[Progress[tuple[str, str, Corpus, bool]]]:
+            yield Progress(f"reading {path}", 0, 1)
+            data, more = read_objective_file(name, path, SAMPLE_SENTENCES)
+            backend.objective(name, data)  # prepared once here, kept for the estimate; refuses what the model cannot take
+            yield Progress("read", 1, 1, (name, path, data, more))
+
+        self._after_read = then
+        self.notify(f"reading {file_label(path)} for {name}…", timeout=3)
+        self.reading.start(read)
+
+    def _file_read(self, progress: Progress[tuple[str, str, Corpus, bool]]) -> None:
+        if progress.finished:
+            assert progress.result is not None  # the last step carries it
+            name, path, data, more = progress.result
+            self._switch(name, (data, more), path, self._after_read)
 
     def with_importance(self, then: Callable[[HeadImportance], None], conditions: Conditions) -> None:
         """Call `then(importance)` once importance is known, estimating it first (under the ablation) if needed."""
@@ -186,7 +266,8 @@ class ObjectivePanel(Static):
         self._waiting = [then]
         objective, sample = self.objective, self.sample
         self._draw(None)
-        self.notify(f"estimating head importance for {objective} on {len(list(sample.sentences))} sample sentences…", timeout=4)
+        where = self._data_text() if self.data_file is not None else f"{len(list(sample.sentences))} sample sentences"
+        self.notify(f"estimating head importance for {objective} on {where}…", timeout=4)
         backend = self.backend
         assert backend is not None  # set with the model, before `i` can ask
         self.estimating.start(
@@ -265,11 +346,11 @@ class ObjectivePanel(Static):
         """The baseline and the objective under the mask; `stage` of the estimate while there is no baseline."""
         self.display = True
         importance = self.importance
-        self.border_title = f"objective: {importance.objective if importance is not None else self.objective}"
+        on_file = f" on {file_label(self.data_file)}" if self.data_file is not None else ""
+        self.border_title = f"objective: {importance.objective if importance is not None else self.objective}{on_file}"
         conditions = self._conditions
         metric = importance.metric if importance is not None else ""
-        sentences = importance.sentences if importance is not None else len(list(self.sample.sentences))
-        counted = importance.counted if importance is not None else f"{sentences} sentences"
+        counted = self._data_text(importance)
         lines = [Text(f"{metric}, {counted}" if metric else counted, style="dim")]
         if self.baseline is None:
             lines.append(Text("estimating head importance…" + (f" {stage}" if stage else "")))
@@ -294,6 +375,16 @@ class ObjectivePanel(Static):
         if pending:
             lines.append(Text("measuring…", style="dim"))
         self.update(Group(*lines))
+
+    def _data_text(self, importance: HeadImportance | None = None) -> str:
+        """What the objective is measured on: `64 sentences` (shipped), `12 questions of dev.json`, `the first 64 ...`."""
+        counted = importance.counted if importance is not None else None
+        if counted is None:
+            items = len(list(self.sample.sentences))
+            counted = f"{items} {COUNTED_AS.get(self.objective, 'sentences')}"
+        if self.data_file is None:
+            return counted
+        return f"{'the first ' if self._more_in_file else ''}{counted} of {file_label(self.data_file)}"
 
     def _raising_line(self) -> Text:
         """Kovaleva et al. §6: the heads whose removal raises the metric, marked in the grid; or how far the sweep is."""
@@ -326,7 +417,9 @@ class ObjectiveChoiceScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label("Head importance for which objective? (Enter chooses)")
-            yield OptionList(*(Option(Text.assemble((name, "bold"), f": {what}"), id=name) for name, what in self.choices))
+            yield OptionList(
+                *(Option(Text.assemble((choice.removesuffix(ON_FILE), "bold"), f": {what}"), id=choice) for choice, what in self.choices)
+            )
 
     def on_mount(self) -> None:
         options = self.query_one(OptionList)
@@ -337,6 +430,40 @@ class ObjectiveChoiceScreen(ModalScreen[str | None]):
     def selected(self, event: OptionList.OptionSelected) -> None:
         if self.is_active:
             self.dismiss(event.option.id)
+
+    def action_dismiss_none(self) -> None:
+        self.dismiss(None)
+
+
+class ObjectiveFileScreen(ModalScreen[str | None]):
+    """Asks for the file an objective is measured on (read once Enter gives it; escape keeps the current objective)."""
+
+    BINDINGS = [Binding("escape", "dismiss_none", "cancel")]
+    DEFAULT_CSS = """
+    ObjectiveFileScreen { align: center middle; }
+    ObjectiveFileScreen > Vertical { width: 76; max-width: 100%; height: auto; border: round $primary; background: $surface; padding: 0 1; }
+    ObjectiveFileScreen Label { width: 100%; }
+    """
+
+    def __init__(self, objective: str, what: str) -> None:
+        super().__init__()
+        self.objective, self.what = objective, what
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            items = COUNTED_AS.get(self.objective, "sentences")
+            yield Label(f"{self.objective} on a file of yours: {self.what}; its first {SAMPLE_SENTENCES} {items} are measured")
+            yield Input(placeholder="the file's path, then Enter", id="objective-file")
+
+    @on(Input.Submitted)
+    def submitted(self, event: Input.Submitted) -> None:
+        if not self.is_active:
+            return  # escape closed the dialog before this Enter arrived
+        path = event.value.strip()
+        if not path:
+            self.notify(f"give the path of {self.what}", severity="warning")
+            return
+        self.dismiss(path)
 
     def action_dismiss_none(self) -> None:
         self.dismiss(None)
@@ -417,7 +544,7 @@ class PruningCurveScreen(RunScreen[PruningCurve, str | None]):
         if dismissed(self):
             return
         kept = self.kept.runs.get(self.name_kept)
-        if kept is not None and kept.data == self.objective and kept.ablation == self.ablation:
+        if kept is not None and kept.data == self.data_key and kept.ablation == self.ablation:
             self.result = cast(PruningCurve, kept.result)  # kept under this screen's name by `kept_run`
             self.reestimate = self.result.reestimate
             self.say(self.done_text())
@@ -448,7 +575,12 @@ class PruningCurveScreen(RunScreen[PruningCurve, str | None]):
         return f"pruning curve for {self.objective}: {progress.stage} ({progress.done}/{progress.total})"
 
     def kept_run(self, result: PruningCurve) -> KeptRun:
-        return KeptRun(self.objective, "", self.ablation, result)
+        return KeptRun(self.data_key, "", self.ablation, result)
+
+    @property
+    def data_key(self) -> str:
+        """The objective and its data, which a kept curve must match: the same objective on another file is another curve."""
+        return f"{self.objective} on {self.sample.source}"
 
     def done_text(self) -> Text:
         curve = self.result
