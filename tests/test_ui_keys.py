@@ -394,3 +394,17 @@ def test_every_screen_shows_and_takes_the_help_key_at_80_columns():
             assert type(app.screen).__name__ == "MainScreen"
 
     run(app, steps, size=(80, 24))
+
+
+def test_a_notification_keeps_the_tokens_it_names():
+    """Markup would read "[CLS]" as a tag and show "targets ," (a QA objective's note did)."""
+    app = make_app()
+
+    async def steps(pilot):
+        await settle(pilot)
+        app.main_screen.notify("unanswerable questions target [CLS] as run_qa does")
+        await settle(pilot)
+        (note,) = [note for note in app._notifications if "run_qa" in str(note.message)]
+        assert note.message == "unanswerable questions target [CLS] as run_qa does" and not note.markup  # shown as written
+
+    run(app, steps)

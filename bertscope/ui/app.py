@@ -17,6 +17,7 @@ from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.command import CommandListItem, SimpleProvider
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.theme import ThemeProvider
 from textual.widget import AwaitMount
@@ -41,6 +42,13 @@ class ExplorerApp(App[None]):
         Binding("t", "next_theme", "theme"),
         Binding("ctrl+q", "quit", "quit", priority=True),
     ]
+
+    def notify(
+        self, message: str, *, title: str = "", severity: SeverityLevel = "information", timeout: float | None = None, markup: bool = True
+    ) -> None:
+        """Every notification as plain text, whatever `markup` says (a widget's `notify` passes True): the explorer's
+        lines name tokens ("[CLS]", "[MASK]") and paths that markup would eat, and none of them is written as markup."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     def __init__(
         self,
