@@ -378,3 +378,17 @@ def test_patching_measures_the_embedding_objective_s_cosine(tiny_session):
         float(F.cosine_similarity(clean_mean, corrupt_mean, dim=0))
     )
     assert result.layers.shape == (tiny_session.num_layers, 2)
+
+
+def test_a_conll_2003_file_named_conll_is_read_as_conll_2003(tmp_path):
+    """CoNLL-2003 ships as `eng.train`, `*.txt` and `*.conll`; only CoNLL-U word lines make a file CoNLL-U."""
+    from bertscope.data.corpus import sample_corpus
+    from bertscope.data.task_files import read_tagged
+
+    named = tmp_path / "ner.conll"
+    named.write_text(NER_FILE)
+    sentences = list(read_tagged(named))
+    assert [s.tags for s in sentences[:2]] == [("B-PER", "O", "O", "O", "B-LOC", "O"), ("B-PER", "I-PER", "O", "B-LOC", "I-LOC", "O")]
+    treebank = tmp_path / "treebank.conll"
+    treebank.write_text(sample_corpus("conllu").read_text())
+    assert list(read_tagged(treebank, limit=1))[0].tags == list(read_tagged(sample_corpus("conllu"), limit=1))[0].tags

@@ -147,6 +147,18 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     target, name = readable_file(path)
     if target.suffix.lower() in _CONLLU_SUFFIXES:
         return "conllu"
+    return _sniffed_format(target, name)
+
+
+def has_conllu_lines(path: str | os.PathLike[str]) -> bool:
+    """Whether a file's first word line is a CoNLL-U one (10 tab-separated columns, a numeric ID), whatever its name:
+    a `.conll` file may hold CoNLL-2003's space-separated lines instead."""
+    target, name = readable_file(path)
+    return _sniffed_format(target, name) == "conllu"
+
+
+def _sniffed_format(target: Path, name: str) -> str:
+    """The format a file's first lines show: senteval, conllu or text."""
     first_line = True
     for number, line in _lines(target, name):
         if not line.strip():

@@ -33,7 +33,7 @@ from bertscope.data.corpus import (
     Sentence,
     _lines,
     counted,
-    detect_format,
+    has_conllu_lines,
     packaged_data,
     read_sentences,
     readable_file,
@@ -56,7 +56,7 @@ def read_tagged(
 ) -> Iterator[Sentence]:
     """The sentences of a CoNLL-2003-style file or a CoNLL-U file, each with its `words` and a label a word (`tags`).
 
-    A file that `data.corpus.detect_format` finds CoNLL-U takes its labels from `label_column`
+    A `.conllu` file, or any whose word lines are CoNLL-U's, takes its labels from `label_column`
     (upos, xpos or deprel; default upos); any other is read as CoNLL-2003, which has no named
     columns.
     """
@@ -64,7 +64,7 @@ def read_tagged(
     if label_column is not None and label_column not in LABEL_COLUMNS:
         raise InputError(f"unknown label column {label_column!r}; a CoNLL-U file's labels are one of: {', '.join(LABEL_COLUMNS)}")
     report = report if report is not None else ReadReport()
-    if detect_format(target) == "conllu":
+    if target.suffix.lower() == ".conllu" or has_conllu_lines(target):  # a `.conll` file may be CoNLL-2003
         return _conllu_tags(read_sentences(path, "conllu", limit=limit, report=report), LABEL_COLUMNS[label_column or "upos"], name)
     if label_column is not None:
         raise InputError(
