@@ -139,6 +139,29 @@ def test_importance_walks_keep_no_batch(tiny_session):
     assert live_tensor_bytes() <= held + 4096, "a second walk kept what the first did not"
 
 
+def test_task_objective_walks_keep_no_batch(tiny_session, tmp_path):
+    """The objectives of fine-tuned models stream as `preserve` does: similarity's sentence pairs (each side pooled)
+    and a token classifier's labelled words, walked by gradient and by ablation."""
+    from bertscope.analyses.importance.objectives import make_objective
+    from bertscope.analyses.importance.run import ablation_importance, gradient_importance
+    from bertscope.model.session import Session
+    from tests.helpers.models import NER_LABELS, save_tiny_ner
+
+    sentences = varied(64)
+    pairs = [Sentence(a.text, pair=b.text, label=str(i % 6)) for i, (a, b) in enumerate(zip(sentences, sentences[1:] + sentences[:1]))]
+    tagger = Session.open(str(save_tiny_ner(tmp_path / "ner")), device="cpu")
+    tagged = []
+    for i, sentence in enumerate(sentences):
+        words = tuple(sentence.text.split())
+        tagged.append(Sentence(sentence.text, words=words, tags=tuple(NER_LABELS[(i + j) % 2] for j in range(len(words)))))
+    for session, name, data in ((tiny_session, "similarity", pairs), (tagger, "token-classification", tagged)):
+        objective = make_objective(session, name, data, batch_size=4)
+        one_batch = 4 * 16 * session.hidden_size * (session.num_layers + 1) * 4  # 4 sentences' states, 16 tokens each
+        for walk in (gradient_importance, ablation_importance):
+            first, most = growth_between_batches(walk(objective), skip=2)
+            assert most - first <= one_batch, f"{name}'s {walk.__name__} kept batches: {most - first:,} bytes"
+
+
 def test_cloze_keeps_no_batch(tiny_mlm_session):
     from bertscope.analyses.mlm import cloze_scores
     from bertscope.analyses.mlm_results import ClozeQuery
