@@ -19,7 +19,7 @@
 set -u
 data=${1:?a CoNLL-U treebank}
 out=${2:?a folder for the logs and results}
-model=${3:-$(python3 -c "from bertscope.core.model.model_files import bundled_model_dir as d; print(d())")}
+model=${3:-$(python3 -c "from bertscope.model.model_files import bundled_model_dir as d; print(d())")}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 log=$out/steps.log

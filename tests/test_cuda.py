@@ -363,3 +363,42 @@ def test_each_family_in_bfloat16_is_close_and_masks_exactly(family_on_both):
     np.testing.assert_allclose(
         uniform[seen], np.broadcast_to(1.0 / seen.sum(-1, keepdims=True), uniform.shape)[seen], rtol=0.01, err_msg=family
     )
+
+
+def test_the_task_objectives_give_the_cpus_importance(gpu, cpu, tmp_path):
+    """similarity on the shipped pairs and a token classifier's labels (issue 55), by gradient and by ablation."""
+    from tests.helpers.models import save_tiny_ner
+
+    for method in ("gradient", "ablation"):
+        on_gpu = bertscope.importance(gpu, "similarity", limit=12, method=method)
+        on_cpu = bertscope.importance(cpu, "similarity", limit=12, method=method)
+        assert_same_numbers(on_gpu.raw, on_cpu.raw, rtol=1e-3, atol=1e-5, where=f"similarity {method}")
+        assert on_gpu.baseline_metric == pytest.approx(on_cpu.baseline_metric, abs=1e-6)
+    tagger = save_tiny_ner(tmp_path / "ner")
+    ner_cpu, ner_gpu = bertscope.load(str(tagger), device="cpu"), bertscope.load(str(tagger), device=GPU)
+    data = tmp_path / "ner.txt"
+    data.write_text("Dante B-PER\nwas O\nborn O\nin O\nFlorence B-LOC\n\nJohn B-PER\nSmith I-PER\nleft O\n")
+    on_gpu = bertscope.importance(ner_gpu, "token-classification", data=data, method="ablation")
+    on_cpu = bertscope.importance(ner_cpu, "token-classification", data=data, method="ablation")
+    assert_same_numbers(on_gpu.raw, on_cpu.raw, rtol=1e-3, atol=1e-5, where="token-classification")
+    assert on_gpu.baseline_metric == on_cpu.baseline_metric  # the same labels predicted
+
+
+def test_an_sae_trains_reads_and_switches_on_the_gpu(gpu, cpu, tmp_path):
+    """Issue 56 on the GPU: the trainer's figures near the CPU's, and a switched feature moves the GPU's pass as the
+    CPU's (the same SAE directory opened on either)."""
+    from bertscope.data.corpus import sample_corpus
+
+    data = sample_corpus("conllu")
+    trained = {}
+    for name, session in (("gpu", gpu), ("cpu", cpu)):
+        trained[name] = bertscope.train_sae(session, layer=2, out=tmp_path / name, data=data, limit=80, k=8, epochs=3, seed=1)
+    assert trained["gpu"].fvu == pytest.approx(trained["cpu"].fvu, abs=0.03)
+    read = bertscope.sae_features(gpu, sae=tmp_path / "cpu", data=data, limit=40)
+    feature = int(np.argmax(read.density))
+    outputs = {}
+    for name, session in (("gpu", gpu), ("cpu", cpu)):
+        with bertscope.switched(session, sae=tmp_path / "cpu", features=[feature]):
+            outputs[name] = session.forward(TEXTS[0]).hidden_states
+    np.testing.assert_allclose(outputs["gpu"], outputs["cpu"], rtol=1e-4, atol=1e-4)
+    assert not np.allclose(outputs["cpu"], cpu.forward(TEXTS[0]).hidden_states, atol=1e-4)  # the switch did something
