@@ -124,6 +124,6 @@ def test_a_batch_takes_a_few_times_a_forwards_operations_and_nothing_a_sentence(
     assert operations <= BOUNDS[job] * bare_operations, (operations, bare_operations)
     assert reads <= 10, reads  # a few a batch (the partial result, the progress): never one a sentence
     assert sentence_reads == 0
-    # importance draws each sentence's random direction from its own generator, on the host (objectives.py): the
+    # importance draws each sentence's random direction from its own generator, on the host (importance/objectives/base.py): the
     # same numbers in any batch; those are host operations, not launches
     assert sentence_operations == 0 or (job == "importance" and sentence_operations <= 4), sentence_operations
