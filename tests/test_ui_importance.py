@@ -248,3 +248,26 @@ def test_an_answer_not_in_its_context_is_refused_and_a_long_file_is_cut(tmp_path
         assert "the first 64 questions of many.json" in rendered(app.query_one(ObjectivePanel))
 
     run(app, steps)
+
+
+def test_escape_stops_the_importance_estimate_and_i_starts_it_again():
+    app = make_app()
+
+    async def steps(pilot):
+        await settle(pilot)
+        app.fake.release.clear()  # the estimate waits before its first step
+        await pilot.press("i")
+        await pilot.pause(0.2)
+        panel = app.query_one(ObjectivePanel)
+        assert panel.estimating.running
+        await pilot.press("escape")
+        assert not panel.estimating.running and panel.importance is None
+        assert any(str(note.message) == "the head importance estimate cancelled" for note in app._notifications)
+        app.fake.release.set()
+        await settle(pilot)
+        assert panel.importance is None and "importance" not in rendered(app.query_one(HeadGrid))  # its steps were dropped
+        await pilot.press("i")
+        await settle(pilot)
+        assert panel.importance is not None and "importance (mlm)" in rendered(app.query_one(HeadGrid))
+
+    run(app, steps)

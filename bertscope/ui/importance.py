@@ -276,6 +276,16 @@ class ObjectivePanel(Static):
             )
         )
 
+    def cancel(self) -> str | None:
+        """Escape: stop the estimate or the head-by-head sweep under way; what was stopped, or None."""
+        if self.estimating.cancel():
+            self._estimate_failed("cancelled")
+            return "the head importance estimate"
+        if self.sweeping.cancel():
+            self._sweep_failed("cancelled")
+            return "switching each head off in turn"
+        return None
+
     def follow(self, conditions: Conditions) -> None:
         """The explorer's mask, ablation or erasure changed: measure the objective under them (once importance is known)."""
         self._conditions = conditions

@@ -497,6 +497,9 @@ class MainScreen(Screen[None]):
             self.notify("attribution cancelled", timeout=3)
         self.conditions.cancel_erasure()
         self.heatmap_pane.cancel_mixing()
+        stopped = self.query_one(ObjectivePanel).cancel()
+        if stopped:
+            self.notify(f"{stopped} cancelled", timeout=3)
         if self.analysing.cancel():
             self._set_busy(False)
             self.notify("cancelled; showing the last finished result", timeout=3)
