@@ -62,8 +62,7 @@ from bertscope.base.errors import InputError
 from bertscope.base.progress import Progress, relay
 from bertscope.model.masks import Ablation
 from bertscope.model.results import Encoding
-
-QA_MAX_ANSWER_TOKENS = 30  # transformers' run_qa: max_answer_length (as the qa objective)
+from bertscope.model.task_results import MAX_ANSWER_TOKENS
 
 if TYPE_CHECKING:
     from bertscope.analyses.probing.decision import DecisionProbe
@@ -359,7 +358,7 @@ def chosen_word(encoding: Encoding, word: int | str | None) -> tuple[int, int, s
 
 def answer_spans(logits: Tensor, encoding: Encoding, count: int = 1) -> list[tuple[int, int]]:
     """The `count` best answers of start and end logits `[2, T]`: start ≤ end within the context (the pair), by start + end
-    logit, at most `QA_MAX_ANSWER_TOKENS` tokens, as transformers' run_qa chooses them."""
+    logit, at most `MAX_ANSWER_TOKENS` tokens, as transformers' run_qa chooses them."""
     inside = torch.as_tensor(
         [segment == 1 and not special for segment, special in zip(encoding.segment_ids, encoding.special)], device=logits.device
     )
@@ -371,7 +370,7 @@ def answer_spans(logits: Tensor, encoding: Encoding, count: int = 1) -> list[tup
     end = logits[1].float().masked_fill(~inside, float("-inf"))
     places = torch.arange(len(start), device=logits.device)
     width = places[None, :] - places[:, None]
-    spans = (start[:, None] + end[None, :]).masked_fill((width < 0) | (width >= QA_MAX_ANSWER_TOKENS), float("-inf"))
+    spans = (start[:, None] + end[None, :]).masked_fill((width < 0) | (width >= MAX_ANSWER_TOKENS), float("-inf"))
     best = torch.topk(spans.flatten(), min(count, int(torch.isfinite(spans).sum()))).indices.tolist()
     return [(flat // len(start), flat % len(start)) for flat in best]
 

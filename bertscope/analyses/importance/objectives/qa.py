@@ -18,6 +18,7 @@ from bertscope.base.errors import InputError
 from bertscope.data.corpus import Sentence
 from bertscope.model.device import upload
 from bertscope.model.masks import Ablation
+from bertscope.model.task_results import MAX_ANSWER_TOKENS
 
 if TYPE_CHECKING:
     from transformers import BatchEncoding
@@ -25,9 +26,8 @@ if TYPE_CHECKING:
     from bertscope.model.session import Session
 
 
-QA_MAX_LENGTH = 384  # transformers' run_qa: max_seq_length, doc_stride, max_answer_length
+QA_MAX_LENGTH = 384  # transformers' run_qa: max_seq_length and doc_stride (its max_answer_length is model.task_results')
 QA_STRIDE = 128
-QA_MAX_ANSWER_TOKENS = 30
 
 
 class QuestionBatches(Batches):
@@ -164,7 +164,7 @@ class QuestionAnsweringObjective(Objective):
             f"question first, context second, in windows of {length} tokens overlapping by {stride} (transformers' run_qa); "
             f"{windows:,} windows for {len(sentences):,} questions; a window without the answer targets [CLS], as an "
             "unanswerable question does",
-            f"metric: SQuAD's F1 of the best span (start ≤ end in the context, at most {QA_MAX_ANSWER_TOKENS} tokens) across "
+            f"metric: SQuAD's F1 of the best span (start ≤ end in the context, at most {MAX_ANSWER_TOKENS} tokens) across "
             "a question's windows, best over its gold answers"
             + ("; no answer predicted where [CLS] outscores every span (SQuAD 2.0)" if any(not s.answers for s in sentences) else ""),
         ]
@@ -192,7 +192,7 @@ class QuestionAnsweringObjective(Objective):
             spans = start.masked_fill(~inside, float("-inf"))[:, :, None] + end.masked_fill(~inside, float("-inf"))[:, None, :]
             places = torch.arange(spans.shape[1], device=spans.device)
             length = places[None, :] - places[:, None]  # end − start
-            spans = spans.masked_fill((length < 0) | (length >= QA_MAX_ANSWER_TOKENS), float("-inf"))
+            spans = spans.masked_fill((length < 0) | (length >= MAX_ANSWER_TOKENS), float("-inf"))
             best, flat = spans.flatten(1).max(-1)
             null = start[:, 0] + end[:, 0]
             read = (
