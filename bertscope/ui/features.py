@@ -26,9 +26,9 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen, Screen
-from textual.widgets import Input, Label, OptionList, Static
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from bertscope import api
@@ -43,6 +43,7 @@ from bertscope.ui.explorer import Explorer
 from bertscope.ui.focus import focus_main, leave_input
 from bertscope.ui.help import BACK_KEY, HELP_KEY
 from bertscope.ui.job_run import JobRun
+from bertscope.ui.prompt import PromptScreen
 from bertscope.ui.widgets.footer import KeyFooter
 
 PER_TOKEN = 3  # features listed per token
@@ -328,38 +329,19 @@ class FeaturesScreen(Screen[None]):
         self.dismiss(None)
 
 
-class ClampScreen(ModalScreen[float | None]):
+class ClampScreen(PromptScreen[float]):
     """Asks for the value to clamp a feature to."""
 
-    BINDINGS = [Binding("escape", "dismiss_none", "cancel")]
-    DEFAULT_CSS = """
-    ClampScreen { align: center middle; }
-    ClampScreen > Vertical { width: 66; max-width: 100%; height: auto; border: round $primary; background: $surface; padding: 0 1; }
-    ClampScreen Label { width: 100%; }
-    """
-
     def __init__(self, feature: int) -> None:
-        super().__init__()
+        question = f"Clamp feature {feature} to a value at every token (0 takes it away everywhere)"
+        super().__init__(question, "an activation, e.g. 5", "clamp-value")
         self.feature = feature
 
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Label(f"Clamp feature {self.feature} to a value at every token (0 takes it away everywhere)")
-            yield Input(placeholder="an activation, e.g. 5", id="clamp-value")
-
-    @on(Input.Submitted)
-    def submitted(self, event: Input.Submitted) -> None:
-        if not self.is_active:
-            return  # escape closed the dialog before this Enter arrived
+    def read(self, text: str) -> float:
         try:
-            value = float(event.value.strip())
+            value = float(text.strip())
         except ValueError:
-            self.notify(f"{event.value!r} is not a number; give an activation such as 5", severity="error")
-            return
+            raise ValueError(f"{text!r} is not a number; give an activation such as 5") from None
         if not math.isfinite(value):
-            self.notify(f"{value} is not a finite number; give an activation such as 5", severity="error")
-            return
-        self.dismiss(value)
-
-    def action_dismiss_none(self) -> None:
-        self.dismiss(None)
+            raise ValueError(f"{value} is not a finite number; give an activation such as 5")
+        return value

@@ -31,7 +31,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Input, Label, OptionList, Static
+from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from bertscope import api
@@ -49,6 +49,7 @@ from bertscope.ui.focus import dismissed
 from bertscope.ui.help import BACK_KEY, EXPORT_KEY, HELP_KEY
 from bertscope.ui.job_run import JobRun
 from bertscope.ui.kept import KeptResults, KeptRun
+from bertscope.ui.prompt import PromptScreen
 from bertscope.ui.widgets.footer import KeyFooter
 
 if TYPE_CHECKING:
@@ -445,72 +446,41 @@ class ObjectiveChoiceScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class ObjectiveFileScreen(ModalScreen[str | None]):
+class ObjectiveFileScreen(PromptScreen[str]):
     """Asks for the file an objective is measured on (read once Enter gives it; escape keeps the current objective)."""
 
-    BINDINGS = [Binding("escape", "dismiss_none", "cancel")]
-    DEFAULT_CSS = """
-    ObjectiveFileScreen { align: center middle; }
-    ObjectiveFileScreen > Vertical { width: 76; max-width: 100%; height: auto; border: round $primary; background: $surface; padding: 0 1; }
-    ObjectiveFileScreen Label { width: 100%; }
-    """
+    DEFAULT_CSS = "ObjectiveFileScreen > Vertical { width: 76; }"
+    REFUSED = "warning"
 
     def __init__(self, objective: str, what: str) -> None:
-        super().__init__()
+        items = COUNTED_AS.get(objective, "sentences")
+        question = f"{objective} on a file of yours: {what}; its first {SAMPLE_SENTENCES} {items} are measured"
+        super().__init__(question, "the file's path, then Enter", "objective-file")
         self.objective, self.what = objective, what
 
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            items = COUNTED_AS.get(self.objective, "sentences")
-            yield Label(f"{self.objective} on a file of yours: {self.what}; its first {SAMPLE_SENTENCES} {items} are measured")
-            yield Input(placeholder="the file's path, then Enter", id="objective-file")
-
-    @on(Input.Submitted)
-    def submitted(self, event: Input.Submitted) -> None:
-        if not self.is_active:
-            return  # escape closed the dialog before this Enter arrived
-        path = event.value.strip()
+    def read(self, text: str) -> str:
+        path = text.strip()
         if not path:
-            self.notify(f"give the path of {self.what}", severity="warning")
-            return
-        self.dismiss(path)
-
-    def action_dismiss_none(self) -> None:
-        self.dismiss(None)
+            raise ValueError(f"give the path of {self.what}")
+        return path
 
 
-class PruneToScreen(ModalScreen[float | None]):
+class PruneToScreen(PromptScreen[float]):
     """Asks for a percentage of heads to switch off, least important first."""
 
-    BINDINGS = [Binding("escape", "dismiss_none", "cancel")]
-    DEFAULT_CSS = """
-    PruneToScreen { align: center middle; }
-    PruneToScreen > Vertical { width: 66; max-width: 100%; height: auto; border: round $primary; background: $surface; padding: 0 1; }
-    PruneToScreen Label { width: 100%; }
-    """
+    def __init__(self) -> None:
+        super().__init__(
+            "Prune to X%: switch off the least important X% of the heads", "a percentage between 0 and 100, e.g. 30", "percent"
+        )
 
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Label("Prune to X%: switch off the least important X% of the heads")
-            yield Input(placeholder="a percentage between 0 and 100, e.g. 30", id="percent")
-
-    @on(Input.Submitted)
-    def submitted(self, event: Input.Submitted) -> None:
-        if not self.is_active:
-            return  # escape closed the dialog before this Enter arrived: dismissing again would close the screen under it
-        text = event.value.strip().rstrip("%")
+    def read(self, text: str) -> float:
         try:
-            value = float(text)
+            value = float(text.strip().rstrip("%"))
         except ValueError:
-            self.notify(f"{event.value!r} is not a number; give a percentage such as 30", severity="error")
-            return
+            raise ValueError(f"{text!r} is not a number; give a percentage such as 30") from None
         if not 0 < value < 100:
-            self.notify(f"{value:g}% is outside 0-100 (exclusive); give e.g. 30", severity="error")
-            return
-        self.dismiss(value / 100)
-
-    def action_dismiss_none(self) -> None:
-        self.dismiss(None)
+            raise ValueError(f"{value:g}% is outside 0-100 (exclusive); give e.g. 30")
+        return value / 100
 
 
 class PruningCurveScreen(RunScreen[PruningCurve, str | None]):
