@@ -279,14 +279,22 @@ class FeaturesScreen(Screen[None]):
         if 0 <= event.option_index < len(self.rows):
             self._draw_contexts(self.rows[event.option_index][1])
 
-    def action_switch_off(self) -> None:
-        """`o`: the selected feature off in every pass, or back on."""
+    def _switching(self) -> tuple[int, LiveFeatures] | None:
+        """The selected feature and what is switched now in its SAE; None, with a word why, before there is one."""
         feature, sae = self._selected(), self.sae
         if feature is None or sae is None:
             self.notify("open an SAE and choose a feature first", severity="warning", timeout=3)
-            return
+            return None
         current = self.features if self._same_sae() else sae
         assert current is not None
+        return feature, current
+
+    def action_switch_off(self) -> None:
+        """`o`: the selected feature off in every pass, or back on."""
+        chosen = self._switching()
+        if chosen is None:
+            return
+        feature, current = chosen
         try:
             changed = current.without(feature) if current.values.get(feature, 0.0) is None else current.with_(feature, None)
         except InputError as error:
@@ -296,12 +304,10 @@ class FeaturesScreen(Screen[None]):
 
     def action_clamp(self) -> None:
         """`c`: clamp the selected feature to a value in every pass."""
-        feature, sae = self._selected(), self.sae
-        if feature is None or sae is None:
-            self.notify("open an SAE and choose a feature first", severity="warning", timeout=3)
+        switching = self._switching()
+        if switching is None:
             return
-        current = self.features if self._same_sae() else sae
-        assert current is not None
+        feature, current = switching
 
         def chosen(value: float | None) -> None:
             if value is None:
