@@ -62,7 +62,7 @@ from bertscope.base.errors import InputError
 from bertscope.base.progress import Progress, relay
 from bertscope.model.masks import Ablation
 from bertscope.model.results import Encoding
-from bertscope.model.task_results import MAX_ANSWER_TOKENS
+from bertscope.model.task_heads import span_scores
 
 if TYPE_CHECKING:
     from bertscope.analyses.probing.decision import DecisionProbe
@@ -366,13 +366,9 @@ def answer_spans(logits: Tensor, encoding: Encoding, count: int = 1) -> list[tup
         raise InputError(
             "the input has no context to answer from (or it was cut off entirely); give the context as the pair", setting="pair"
         )
-    start = logits[0].float().masked_fill(~inside, float("-inf"))
-    end = logits[1].float().masked_fill(~inside, float("-inf"))
-    places = torch.arange(len(start), device=logits.device)
-    width = places[None, :] - places[:, None]
-    spans = (start[:, None] + end[None, :]).masked_fill((width < 0) | (width >= MAX_ANSWER_TOKENS), float("-inf"))
+    spans = span_scores(logits[0].float(), logits[1].float(), inside)
     best = torch.topk(spans.flatten(), min(count, int(torch.isfinite(spans).sum()))).indices.tolist()
-    return [(flat // len(start), flat % len(start)) for flat in best]
+    return [(flat // spans.shape[-1], flat % spans.shape[-1]) for flat in best]
 
 
 class _Decision:

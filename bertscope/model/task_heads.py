@@ -66,15 +66,23 @@ def _word_labels(session: Session, encoding: Encoding, mask: HeadMask | None, ab
     )
 
 
+def span_scores(start: torch.Tensor, end: torch.Tensor, inside: torch.Tensor) -> torch.Tensor:
+    """Start + end logit of every span, `[..., T, T]` (row the start, column the end) from logits `[..., T]`: −inf
+    unless start ≤ end, both `inside` the context and the span at most MAX_ANSWER_TOKENS long, as run_qa scores them.
+    The prediction pane, attribute's answer target and the qa objective's metric all choose answers by it."""
+    spans = start.masked_fill(~inside, float("-inf"))[..., :, None] + end.masked_fill(~inside, float("-inf"))[..., None, :]
+    places = torch.arange(start.shape[-1], device=start.device)
+    width = places[None, :] - places[:, None]  # end − start
+    return spans.masked_fill((width < 0) | (width >= MAX_ANSWER_TOKENS), float("-inf"))
+
+
 def _answer(session: Session, encoding: Encoding, mask: HeadMask | None, ablation: Ablation) -> AnswerSpan:
     outputs = _logits(session, encoding, mask, ablation)
-    start = outputs.start_logits[0].float().cpu().numpy().astype(np.float64)  # type: ignore[attr-defined]
-    end = outputs.end_logits[0].float().cpu().numpy().astype(np.float64)  # type: ignore[attr-defined]
-    context = np.array([segment == 1 for segment in encoding.segment_ids])
-    spans = np.where(context, start, -np.inf)[:, None] + np.where(context, end, -np.inf)[None, :]
-    places = np.arange(len(start))
-    length = places[None, :] - places[:, None]
-    spans[(length < 0) | (length >= MAX_ANSWER_TOKENS)] = -np.inf
+    start = outputs.start_logits[0].double().cpu()  # type: ignore[attr-defined]
+    end = outputs.end_logits[0].double().cpu()  # type: ignore[attr-defined]
+    context = torch.tensor([segment == 1 for segment in encoding.segment_ids])
+    spans = span_scores(start, end, context).numpy()
+    start, end = start.numpy(), end.numpy()
     first, last = np.unravel_index(int(np.argmax(spans)), spans.shape)
     finite = spans[np.isfinite(spans)]
     share = float(np.exp(spans[first, last] - finite.max()) / np.exp(finite - finite.max()).sum()) if finite.size else 0.0

@@ -18,6 +18,7 @@ from bertscope.base.errors import InputError
 from bertscope.data.corpus import Sentence
 from bertscope.model.device import upload
 from bertscope.model.masks import Ablation
+from bertscope.model.task_heads import span_scores
 from bertscope.model.task_results import MAX_ANSWER_TOKENS
 
 if TYPE_CHECKING:
@@ -189,10 +190,7 @@ class QuestionAnsweringObjective(Objective):
         loss, start, end = self._logits(batch, gates, ablation)
         with torch.no_grad():
             inside = batch.target["context"]
-            spans = start.masked_fill(~inside, float("-inf"))[:, :, None] + end.masked_fill(~inside, float("-inf"))[:, None, :]
-            places = torch.arange(spans.shape[1], device=spans.device)
-            length = places[None, :] - places[:, None]  # end − start
-            spans = spans.masked_fill((length < 0) | (length >= MAX_ANSWER_TOKENS), float("-inf"))
+            spans = span_scores(start, end, inside)
             best, flat = spans.flatten(1).max(-1)
             null = start[:, 0] + end[:, 0]
             read = (
