@@ -80,7 +80,7 @@ def _answer(session: Session, encoding: Encoding, mask: HeadMask | None, ablatio
     outputs = _logits(session, encoding, mask, ablation)
     start = outputs.start_logits[0].double().cpu()  # type: ignore[attr-defined]
     end = outputs.end_logits[0].double().cpu()  # type: ignore[attr-defined]
-    context = torch.tensor([segment == 1 for segment in encoding.segment_ids])
+    context = torch.tensor([segment == 1 and not special for segment, special in zip(encoding.segment_ids, encoding.special)])
     spans = span_scores(start, end, context).numpy()
     start, end = start.numpy(), end.numpy()
     first, last = np.unravel_index(int(np.argmax(spans)), spans.shape)
